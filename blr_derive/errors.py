@@ -1,0 +1,39 @@
+"""Error types.  Every user-facing problem with an input file is a :class:`SpecError`
+carrying the file, the line and a one-line message; the CLI prints it and exits 2."""
+from __future__ import annotations
+
+
+class BLRError(Exception):
+    """Base class of all errors raised by blr-derive."""
+
+
+class SpecError(BLRError):
+    """A problem with a family or recipe declaration (untrusted input)."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+
+    def located(self, file: str | None = None, line: int | None = None) -> "SpecError":
+        """Fill in a location if the error does not have one yet."""
+        if self.file is None:
+            self.file = file
+        if self.line is None:
+            self.line = line
+        return self
+
+    def __str__(self) -> str:
+        where = self.file or "<input>"
+        if self.line is not None:
+            where += f":{self.line}"
+        return f"{where}: {self.message}"
+
+
+class DerivationError(BLRError):
+    """The engine cannot carry out a derivation step (e.g. a rule does not apply)."""
+
+
+class CodegenError(BLRError):
+    """A target cannot print an expression or render an update."""

@@ -1,0 +1,230 @@
+"""A restricted expression grammar for family and recipe files.
+
+Untrusted input is data: expressions are parsed with :func:`ast.parse` (which only
+builds a syntax tree, it never executes anything) and the tree is walked with an
+explicit whitelist that builds sympy objects directly.  ``sympify``/``parse_expr``/
+``eval`` are never called.  Anything outside the grammar is rejected with a
+one-line :class:`~blr_derive.errors.SpecError`.
+
+Grammar
+-------
+* numbers: integers and decimals (decimals become exact rationals), ``pi``, ``E``
+* names: only the symbols the caller declares (parameters, data, dimensions, λ, μ ...)
+* operators: ``+ - * / **`` and ``@`` (matrix product), unary ``-``/``+``, parentheses
+* attribute: ``X.T`` (transpose) only
+* calls: the functions in :data:`FUNCTIONS` (``log exp sqrt abs inv det tr eye ...``)
+"""
+from __future__ import annotations
+
+import ast
+from fractions import Fraction
+from typing import Callable, Mapping
+
+import sympy as sp
+from sympy.matrices.expressions.matexpr import MatrixExpr
+
+from .errors import SpecError
+
+MAX_LENGTH = 2000
+MAX_DEPTH = 60
+MAX_INT_EXPONENT = 64
+
+
+def _is_mat(x) -> bool:
+    return isinstance(x, MatrixExpr)
+
+
+def _sc(x):
+    """A 1×1 matrix expression (e.g. ``theta.T*theta``) as a scalar: its trace."""
+    if _is_mat(x) and x.shape == (1, 1):
+        return sp.Trace(x)
+    return x
+
+
+def _unary_scalar(fn: Callable) -> Callable:
+    def apply(name, args):
+        if len(args) != 1:
+            raise SpecError(f"{name}() takes exactly one argument")
+        x = _sc(args[0])
+        if _is_mat(x):
+            raise SpecError(f"{name}() takes a scalar, got a matrix expression")
+        return fn(x)
+    return apply
+
+
+def _inv(name, args):
+    (x,) = _one(name, args)
+    if _is_mat(x):
+        if not x.is_square:
+            raise SpecError("inv() of a non-square matrix")
+        return sp.Inverse(x)
+    return 1 / x
+
+
+def _det(name, args):
+    (x,) = _one(name, args)
+    if not _is_mat(x):
+        return x
+    return sp.Determinant(x)
+
+
+def _tr(name, args):
+    (x,) = _one(name, args)
+    if not _is_mat(x):
+        return x
+    return sp.Trace(x)
+
+
+def _logdet(name, args):
+    return sp.log(_det(name, args))
+
+
+def _eye(name, args):
+    (x,) = _one(name, args)
+    return sp.Identity(x)
+
+
+def _one(name, args):
+    if len(args) != 1:
+        raise SpecError(f"{name}() takes exactly one argument")
+    return args
+
+
+def _sigmoid(x):
+    return 1 / (1 + sp.exp(-x))
+
+
+FUNCTIONS: dict[str, Callable] = {
+    "log": _unary_scalar(sp.log),
+    "exp": _unary_scalar(sp.exp),
+    "sqrt": _unary_scalar(sp.sqrt),
+    "abs": _unary_scalar(sp.Abs),
+    "tanh": _unary_scalar(sp.tanh),
+    "sigmoid": _unary_scalar(_sigmoid),
+    "lgamma": _unary_scalar(sp.loggamma),
+    "digamma": _unary_scalar(sp.digamma),
+    "inv": _inv,
+    "det": _det,
+    "logdet": _logdet,
+    "tr": _tr,
+    "eye": _eye,
+}
+
+CONSTANTS = {"pi": sp.pi, "E": sp.E}
+
+
+def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression"):
+    """Parse ``text`` into a sympy expression using only ``symbols``.
+
+    ``text`` may be a string, an int or a float (YAML scalars).  Raises
+    :class:`SpecError` (without location; callers add file and line).
+    """
+    if isinstance(text, bool):
+        raise SpecError(f"{what}: expected an expression, got a boolean")
+    if isinstance(text, int):
+        return sp.Integer(text)
+    if isinstance(text, float):
+        return sp.Rational(Fraction(repr(text)))
+    if not isinstance(text, str):
+        raise SpecError(f"{what}: expected an expression string, got {type(text).__name__}")
+    src = text.strip()
+    if not src:
+        raise SpecError(f"{what}: empty expression")
+    if len(src) > MAX_LENGTH:
+        raise SpecError(f"{what}: expression longer than {MAX_LENGTH} characters")
+    try:
+        tree = ast.parse(src, mode="eval")
+    except SyntaxError as exc:
+        raise SpecError(f"{what}: syntax error in {src!r} ({exc.msg})") from None
+    return _Builder(symbols, what, src).build(tree.body, 0)
+
+
+class _Builder:
+    def __init__(self, symbols, what, src):
+        self.symbols = symbols
+        self.what = what
+        self.src = src
+
+    def fail(self, msg):
+        raise SpecError(f"{self.what}: {msg} in {self.src!r}")
+
+    def build(self, node, depth):
+        if depth > MAX_DEPTH:
+            self.fail("expression nested too deeply")
+        d = depth + 1
+        if isinstance(node, ast.Constant):
+            v = node.value
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                self.fail(f"literal {v!r} is not a number")
+            if isinstance(v, int):
+                return sp.Integer(v)
+            return sp.Rational(Fraction(repr(v)))
+        if isinstance(node, ast.Name):
+            if node.id in self.symbols:
+                return self.symbols[node.id]
+            if node.id in CONSTANTS:
+                return CONSTANTS[node.id]
+            self.fail(f"unknown symbol '{node.id}'")
+        if isinstance(node, ast.UnaryOp):
+            x = self.build(node.operand, d)
+            if isinstance(node.op, ast.USub):
+                return -x
+            if isinstance(node.op, ast.UAdd):
+                return x
+            self.fail(f"operator {type(node.op).__name__} is not allowed")
+        if isinstance(node, ast.BinOp):
+            a = self.build(node.left, d)
+            b = self.build(node.right, d)
+            op = node.op
+            if isinstance(op, (ast.Add, ast.Sub, ast.Div, ast.Pow)) or _is_mat(a) != _is_mat(b):
+                if not (_is_mat(a) and _is_mat(b)):
+                    a, b = _sc(a), _sc(b)
+            elif isinstance(op, (ast.Mult, ast.MatMult)) and _is_mat(a) and _is_mat(b) and a.shape[1] != b.shape[0]:
+                a, b = _sc(a), _sc(b)
+            try:
+                if isinstance(op, ast.Add):
+                    return a + b
+                if isinstance(op, ast.Sub):
+                    return a - b
+                if isinstance(op, (ast.Mult, ast.MatMult)):
+                    return a * b
+                if isinstance(op, ast.Div):
+                    if _is_mat(b):
+                        self.fail("division by a matrix (use inv())")
+                    return a / b
+                if isinstance(op, ast.Pow):
+                    if _is_mat(b):
+                        self.fail("matrix exponent")
+                    if isinstance(b, sp.Integer) and abs(int(b)) > MAX_INT_EXPONENT:
+                        self.fail(f"integer exponent larger than {MAX_INT_EXPONENT}")
+                    if _is_mat(a):
+                        if b == -1:
+                            return sp.Inverse(a)
+                        self.fail("only X**-1 is allowed for matrices")
+                    if getattr(a, "is_number", False) and getattr(b, "is_number", False):
+                        return sp.Pow(a, b, evaluate=False)
+                    return a ** b
+            except SpecError:
+                raise
+            except Exception as exc:  # shape mismatch and similar sympy errors
+                self.fail(f"invalid operation ({type(exc).__name__}: {exc})")
+            self.fail(f"operator {type(op).__name__} is not allowed")
+        if isinstance(node, ast.Attribute):
+            if node.attr != "T":
+                self.fail(f"attribute '.{node.attr}' is not allowed (only .T)")
+            x = self.build(node.value, d)
+            return x.T if _is_mat(x) else x
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name):
+                self.fail("only plain function calls are allowed")
+            name = node.func.id
+            if name not in FUNCTIONS:
+                self.fail(f"unknown function '{name}'")
+            if node.keywords:
+                self.fail(f"{name}() takes no keyword arguments")
+            args = [self.build(a, d) for a in node.args]
+            try:
+                return FUNCTIONS[name](name, args)
+            except SpecError as exc:
+                self.fail(exc.message)
+        self.fail(f"{type(node).__name__} is not allowed")
