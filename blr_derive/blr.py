@@ -1,0 +1,310 @@
+"""The BLR step (Eq. 6) and its approximation passes, producing a :class:`Derivation`.
+
+Pipeline for one recipe::
+
+    λ_{t+1} = (1-ρ) λ_t - ρ ∇_μ E_q[ℓ + log h]            (blr, Eq. 6)
+    ∇_μ E_q[log h]     from Gaussian moments               (base_measure, App. B)
+    ∇_μ E_q[ℓ]         exact (explicit loss, Eq. 14)  or
+                       chain rule (App. D) + Bonnet (Eq. 10) + Price (Eq. 11)
+                       + an expectation approximation (delta, App. C)
+    ordinary params    solved block by block from λ_{t+1} (Eq. 9), with the
+                       increment form where it is shorter (Eq. 12)
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from . import matcalc
+from .derivation import Derivation
+from .errors import DerivationError, SpecError
+from .matcalc import is_mat, simplify_mat
+from .recipe import Recipe
+from .rules import RULES
+
+
+def _like(name, ref):
+    """A placeholder symbol with the shape of ``ref``."""
+    if is_mat(ref):
+        return sp.MatrixSymbol(name, *ref.shape)
+    return sp.Symbol(name, real=True)
+
+
+def _fail(recipe, msg, approx=None):
+    line = approx.line if approx is not None else None
+    if line is None and recipe.spec is not None:
+        line = recipe.spec.line_of("approximations") if "approximations" in recipe.spec else recipe.spec.line_of("loss")
+    return SpecError(msg, recipe.file, line)
+
+
+def derive(recipe: Recipe) -> Derivation:
+    fam = recipe.family
+    D = Derivation(recipe)
+    sym = set(fam.symmetric)
+    names = {a.name for a in recipe.approximations}
+    approx_by_name = {a.name: a for a in recipe.approximations}
+    rho = recipe.hyper_symbol(recipe.learning_rate)
+    for p in fam.params.values():
+        D.symbol_names[p.symbol] = p.name
+    for l, u in zip(fam.lam, fam.mu):
+        D.symbol_names[l] = r"\lambda^{(%s)}" % l.name[6:]
+        D.symbol_names[u] = r"\mu^{(%s)}" % u.name[2:]
+    D.symbol_names[rho] = r"\rho" if recipe.learning_rate == "rho" else recipe.learning_rate
+
+    # ---- applicability of the named approximations
+    expectation_rules = [a for a in recipe.approximations if RULES[a.name].kind == "expectation"]
+    if len(expectation_rules) > 1:
+        raise _fail(recipe, "at most one expectation rule may be named (got "
+                    + ", ".join(a.name for a in expectation_rules) + ")", expectation_rules[1])
+    if recipe.loss_kind == "explicit":
+        if "delta" in names:
+            raise _fail(recipe, "approximation 'delta' does not apply: it replaces oracle expectations of an abstract "
+                        "loss; this loss is explicit (use 'exact')", approx_by_name["delta"])
+        if "exact" not in names:
+            raise _fail(recipe, "an explicit loss needs an expectation rule: add 'exact'")
+    else:
+        if "exact" in names:
+            raise _fail(recipe, "approximation 'exact' does not apply: the loss is abstract (use 'delta')",
+                        approx_by_name["exact"])
+        if not fam.is_gaussian:
+            a = expectation_rules[0] if expectation_rules else None
+            raise _fail(recipe, f"approximation '{a.name if a else 'delta'}' does not apply to family '{fam.name}': "
+                        "Bonnet/Price gradients need a family with Gaussian moments (a 'gaussian' section)", a)
+        if "delta" not in names:
+            raise _fail(recipe, "an abstract loss needs an expectation approximation for E_q[∇ℓ], E_q[∇²ℓ]: add 'delta'")
+    if (recipe.loss_kind == "explicit" or "exact" in names) and not fam.is_gaussian:
+        raise _fail(recipe, f"approximation 'exact' does not apply to family '{fam.name}': it needs Gaussian moments",
+                    approx_by_name.get("exact"))
+
+    # ---- Step: the family
+    D.add("family", fam.reference or "Table 2", f"Candidate family `{fam.name}`",
+          "Natural parameters λ, sufficient statistics T(θ) and expectation parameters μ = ∇A(λ) "
+          "(derived by matrix differential calculus).",
+          [(l, e) for l, e in zip(fam.lam, fam.eta)] + [(u, e) for u, e in zip(fam.mu, fam.mu_ord)])
+
+    # ---- Step: BLR (Eq. 6)
+    gblock = [_like(f"grad_mu{i + 1}", u) for i, u in enumerate(fam.mu)]
+    for i, g in enumerate(gblock):
+        D.symbol_names[g] = r"\nabla_{\mu^{(%d)}} \mathbb{E}_q[\bar\ell + \log h]" % (i + 1)
+    lam_next = [_like(f"{l.name}_next", l) for l in fam.lam]
+    for i, l in enumerate(lam_next):
+        D.symbol_names[l] = r"\lambda^{(%d)}_{t+1}" % (i + 1)
+    D.add("blr", RULES["blr"].equation, "The Bayesian learning rule",
+          "Natural-gradient descent on E_q[ℓ] - H(q) in the form of Eq. 6, which keeps the base-measure term "
+          "∇_μ E_q[log h] explicit (App. B).",
+          [(ln, (1 - rho) * l - rho * g) for ln, l, g in zip(lam_next, fam.lam, gblock)])
+
+    mean_mu = fam.mean_of_mu() if fam.is_gaussian else None
+    cov_mu = fam.cov_of_mu() if fam.is_gaussian else None
+
+    # ---- Step: base measure
+    logh = fam.log_h
+    if logh.has(fam.theta):
+        e_logh = fam.expect_gaussian(logh, mean=mean_mu, cov=cov_mu)
+        g_logh = matcalc.gradient(e_logh, fam.mu, sym)
+        D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
+              "h(θ) is not constant, so E_q[log h(θ)] is computed from the Gaussian moments in μ and differentiated.",
+              [((r"\mathbb{E}_q[\log h]"), e_logh)]
+              + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(g_logh)])
+    else:
+        g_logh = [sp.ZeroMatrix(*u.shape) if is_mat(u) else sp.Integer(0) for u in fam.mu]
+        D.add("base_measure", RULES["base_measure"].equation, "Constant base measure",
+              f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
+
+    # ---- Step(s): natural gradient of the expected loss
+    if recipe.loss_kind == "explicit":
+        g_loss = _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
+    else:
+        g_loss = _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
+
+    # ---- assemble λ_{t+1} at the current state: μ -> μ(ordinary)
+    at_state = dict(zip(fam.mu, fam.mu_ord))
+    lam_new = []
+    for i in range(len(fam.lam)):
+        g = g_loss[i] + g_logh[i] if not (is_mat(g_loss[i])) else sp.MatAdd(g_loss[i], g_logh[i])
+        g = simplify_mat(_doit(g).xreplace(at_state), sym)
+        new = simplify_mat(_expand((1 - rho) * fam.eta[i] - rho * g), sym)
+        lam_new.append(new)
+    D.add("blr", RULES["blr"].equation, "Natural-parameter update",
+          "Substituting the natural gradients, evaluated at μ_t = μ(ordinary parameters), into Eq. 6.",
+          [(ln, e, r"\leftarrow") for ln, e in zip(lam_next, lam_new)])
+
+    # ---- step approximations
+    if "unit_learning_rate" in names:
+        lam_new = [simplify_mat(_expand(e.xreplace({rho: 1})), sym) for e in lam_new]
+        D.add("unit_learning_rate", RULES["unit_learning_rate"].equation, "Learning rate ρ = 1",
+              "With ρ_t = 1 the old natural parameters drop out: one step lands on the fixed point of Eq. 5.",
+              [(ln, e, r"\leftarrow") for ln, e in zip(lam_next, lam_new)])
+
+    _solve_ordinary(recipe, D, lam_new, sym)
+    return D
+
+
+def _doit(e):
+    return e.doit() if hasattr(e, "doit") else e
+
+
+def _expand(e):
+    try:
+        return sp.expand(e)
+    except Exception:  # pragma: no cover
+        return e
+
+
+# --------------------------------------------------------------------- loss gradients
+
+def _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
+    fam = recipe.family
+    e_loss = fam.expect_gaussian(recipe.loss, mean=mean_mu, cov=cov_mu)
+    grads = matcalc.gradient(e_loss, fam.mu, sym)
+    linear = all(not any(g.has(u) for u in fam.mu) for g in grads)
+    D.add("exact", RULES["exact"].equation, "Exact expected loss",
+          "The loss is a polynomial in θ: its expectation follows from E[θ] and E[θθᵀ] written in μ."
+          + (" It is linear in μ, so the natural gradients are its coefficients (Eq. 14)." if linear else ""),
+          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+    return grads
+
+
+def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
+    fam = recipe.family
+    gm = _like("grad_m_E", mean_mu)
+    GC = _like("grad_C_E", cov_mu)
+    D.symbol_names[gm] = r"\nabla_{m}\mathbb{E}_q[\bar\ell]"
+    D.symbol_names[GC] = r"\nabla_{C}\mathbb{E}_q[\bar\ell]"
+    csym = set(sym) | ({GC} if is_mat(GC) else set())
+    # E_q[ℓ] = Φ(m(μ), C(μ)); its differential is <∇_m Φ, dm> + <∇_C Φ, dC>
+    phi = (sp.Trace(gm.T * mean_mu) if is_mat(gm) else gm * mean_mu) + \
+          (sp.Trace(GC * cov_mu) if is_mat(GC) else GC * cov_mu)
+    grads = matcalc.gradient(phi, fam.mu, csym)
+    uses_cov = any(g.has(GC) for g in grads)
+    D.add("chain_rule_gaussian", RULES["chain_rule_gaussian"].equation,
+          "Natural gradients through the mean and covariance",
+          "Write m and C as functions of μ and apply the chain rule (App. D).",
+          [(sp.Symbol("m"), mean_mu), (sp.Symbol("C"), cov_mu)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+
+    Eg = _like("E_grad", mean_mu)
+    EH = _like("E_hess", cov_mu)
+    D.symbol_names[Eg] = r"\mathbb{E}_q[\nabla_\theta \bar\ell]"
+    D.symbol_names[EH] = r"\mathbb{E}_q[\nabla^2_\theta \bar\ell]"
+    subs = {gm: Eg}
+    D.add("bonnet", RULES["bonnet"].equation, "Bonnet's theorem", "", [(gm, Eg)])
+    if uses_cov:
+        subs[GC] = EH / 2
+        D.add("price", RULES["price"].equation, "Price's theorem", "", [(GC, EH / 2)])
+    grads = [simplify_mat(_doit(g.xreplace(subs)), csym | ({EH} if is_mat(EH) else set())) for g in grads]
+
+    # expectation approximation: delta method, oracles at the mean
+    taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper}
+    gname = "g" if "g" not in taken else "g_"
+    hname = "H" if "H" not in taken else "H_"
+    g = _like(gname, mean_mu)
+    H = _like(hname, cov_mu)
+    m_state = fam.gaussian_mean
+    D.symbol_names[g] = r"\hat{g}"
+    D.symbol_names[H] = r"\hat{H}"
+    desc = "elementwise second derivative" if not is_mat(H) else "Hessian"
+    D.oracle_calls.append((g, "grad", m_state, "∇_θ ℓ(θ) at the mean (delta method)"))
+    reps = {Eg: g}
+    eqs = [(Eg, (r"\nabla_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")), r"\approx"),
+           (g, (r"\nabla_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")))]
+    if uses_cov:
+        D.oracle_calls.append((H, "hess", m_state, f"∇²_θ ℓ(θ) at the mean ({desc}; delta method)"))
+        reps[EH] = H
+        eqs += [(EH, (r"\nabla^2_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")), r"\approx"),
+                (H, (r"\nabla^2_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")))]
+    D.add("delta", RULES["delta"].equation, "Delta method",
+          "Replace the expectations of the gradient and Hessian by their values at the mean (Eq. 13).", eqs)
+    hsym = csym | ({H} if is_mat(H) else set())
+    grads = [simplify_mat(g_.xreplace(reps), hsym) for g_ in grads]
+    for s in (H,):
+        if is_mat(s):
+            sym.add(s)
+    return grads
+
+
+# ------------------------------------------------------------------- solve for params
+
+def _new_symbol(p):
+    return _like(f"{p.name}_new", p.symbol) if not is_mat(p.symbol) else sp.MatrixSymbol(f"{p.name}_new", *p.symbol.shape)
+
+
+def _solve_ordinary(recipe, D, lam_new, sym):
+    fam = recipe.family
+    free = [p for p in fam.params.values() if not p.fixed]
+    new_sym = {p.symbol: _new_symbol(p) for p in free}
+    for p in free:
+        D.symbol_names[new_sym[p.symbol]] = (r"\mathbf{%s}_{t+1}" if is_mat(p.symbol) else "%s_{t+1}") % p.name
+        if new_sym[p.symbol] not in sym and p.symbol in sym:
+            sym.add(new_sym[p.symbol])
+    solved_expr: dict = {}     # param symbol -> expression (old state) of its new value
+    remaining = list(range(len(fam.eta)))
+    while remaining:
+        progress = False
+        for i in list(remaining):
+            e = fam.eta[i]
+            unk = [p for p in free if e.has(p.symbol) and p.symbol not in solved_expr]
+            if not unk:
+                remaining.remove(i)
+                progress = True
+                continue
+            if len(unk) > 1:
+                continue
+            p = unk[0]
+            known_new = {q: new_sym[q] for q in solved_expr}
+            e_new = e.xreplace(known_new)
+            direct = _isolate(e_new, lam_new[i], p.symbol, sym)
+            steps = [(new_sym[p.symbol], direct, r"\leftarrow")]
+            chosen, rule, text = direct, "natural_to_ordinary", (
+                f"Solve λ^({i + 1})_(t+1) = {sp.sstr(e)} for {p.name}, using the parameters already updated.")
+            incr = _increment(e, lam_new[i], p.symbol, known_new, solved_expr, sym)
+            if incr is not None and sp.count_ops(incr) < sp.count_ops(direct):
+                chosen, rule = incr, "increment_form"
+                text = (f"{p.name} enters λ^({i + 1}) linearly; writing {p.name}_(t+1) = {p.name}_t + Δ, the terms "
+                        f"of λ^({i + 1})_(t+1) that reproduce the old {p.name} cancel (as in Eq. 12 / App. D).")
+                steps = [(new_sym[p.symbol], incr, r"\leftarrow")]
+            D.add(rule, RULES[rule].equation, f"Update of {p.name}", text, steps)
+            solved_expr[p.symbol] = _tidy(chosen, fam, D, sym, new_sym)
+            D.updates.append((p.name, new_sym[p.symbol], solved_expr[p.symbol]))
+            remaining.remove(i)
+            progress = True
+        if not progress:
+            raise DerivationError("cannot solve the updated natural parameters for the ordinary parameters")
+
+
+def _tidy(e, fam, D, sym, new_sym):
+    if is_mat(e):
+        return simplify_mat(e, sym)
+    keys = [p.symbol for p in fam.params.values()] + [c[0] for c in D.oracle_calls] + list(new_sym.values())
+    return sp.collect(sp.expand(e), keys)
+
+
+def _isolate(e, target, p, sym):
+    if not is_mat(p):
+        x = sp.Dummy(p.name, **p.assumptions0)
+        sol = sp.solve(sp.Eq(e.xreplace({p: x}), target), x, dict=False)
+        if len(sol) != 1:
+            raise DerivationError(f"cannot isolate {p} in {e}")
+        return sol[0]
+    from .family import _isolate as fam_isolate
+    return fam_isolate(e, target, p, sym)
+
+
+def _increment(e, target, p, known_new, solved_expr, sym):
+    """p_{t+1} = p_t + Δ with Δ solving η(Δ; new others) = λ_{t+1} - η(p_t; new others), when η is linear in p."""
+    zero = sp.ZeroMatrix(*p.shape) if is_mat(p) else sp.Integer(0)
+    at_zero = simplify_mat(_doit(e.xreplace({p: zero})), sym)
+    if not (at_zero == 0 or isinstance(at_zero, sp.ZeroMatrix)):
+        return None
+    if not is_mat(p) and sp.diff(e, p, 2) != 0:
+        return None
+    if is_mat(p) and any(isinstance(a, sp.Inverse) and a.has(p) for a in sp.preorder_traversal(e)):
+        return None
+    old_at_new = e.xreplace(solved_expr)
+    resid = simplify_mat(_expand(_doit(target - old_at_new)), sym)
+    e_new = e.xreplace(known_new)
+    try:
+        delta = _isolate(e_new, resid, p, sym)
+    except DerivationError:
+        return None
+    return simplify_mat(p + delta, sym) if is_mat(p) else p + delta

@@ -1,0 +1,148 @@
+"""The ``blr-derive`` command line.
+
+    blr-derive RECIPE.yaml --target numpy [-o OUT]   generate update code
+    blr-derive explain RECIPE.yaml [-o OUT]            the derivation, step by step (Markdown + LaTeX)
+    blr-derive catalog [--check]                       regenerate every catalog artifact
+    blr-derive families                                list the built-in families (T, h, λ, μ)
+
+Bad input (malformed YAML, unknown keys or symbols, code in expressions, families
+that are not normalizable or minimal, rules that do not apply) prints one line
+``FILE:LINE: problem`` and exits with status 2; no output file is written or changed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from . import __version__
+from .errors import BLRError, SpecError
+
+COMMANDS = ("explain", "catalog", "families")
+
+
+def _write_atomic(path: Path, text: str):
+    """Write via a temporary file and rename, so a failure never leaves a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _emit(text: str, out):
+    if out is None or out == "-":
+        sys.stdout.write(text)
+    else:
+        _write_atomic(Path(out), text)
+
+
+def _parser_generate():
+    p = argparse.ArgumentParser(
+        prog="blr-derive",
+        description="Derive a learning algorithm from the Bayesian learning rule and emit its update code. "
+                    f"Other commands: {', '.join(COMMANDS)} (run 'blr-derive COMMAND --help').",
+    )
+    p.add_argument("recipe", help="recipe YAML file (e.g. catalog/newton.yaml)")
+    p.add_argument("--target", default="numpy", help="code generation target (default: numpy)")
+    p.add_argument("-o", "--output", help="output file (default: standard output)")
+    p.add_argument("--version", action="version", version=f"blr-derive {__version__}")
+    return p
+
+
+def cmd_generate(argv):
+    args = _parser_generate().parse_args(argv)
+    from .api import generate
+    _emit(generate(args.recipe, args.target), args.output)
+    return 0
+
+
+def cmd_explain(argv):
+    p = argparse.ArgumentParser(prog="blr-derive explain",
+                                description="Print the derivation of a recipe step by step (Markdown with LaTeX): "
+                                            "each step names its rule and the paper equation it implements.")
+    p.add_argument("recipe")
+    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    args = p.parse_args(argv)
+    from .api import derive_file
+    _, D = derive_file(args.recipe)
+    _emit(D.to_markdown(), args.output)
+    return 0
+
+
+def cmd_catalog(argv):
+    p = argparse.ArgumentParser(prog="blr-derive catalog",
+                                description="Regenerate every artifact catalog/generated/<target>/<recipe>.py from "
+                                            "the catalog recipes.")
+    p.add_argument("--catalog", help="catalog folder (default: the bundled catalog)")
+    p.add_argument("--check", action="store_true", help="do not write; exit 1 if any artifact differs")
+    p.add_argument("--target", action="append", help="only this target (repeatable)")
+    args = p.parse_args(argv)
+    from codegen import TARGETS, get_target
+    from .api import generate
+    from .resources import catalog_dir
+    root = Path(args.catalog) if args.catalog else catalog_dir()
+    targets = args.target or list(TARGETS)
+    recipes = sorted(root.glob("*.yaml"))
+    if not recipes:
+        raise SpecError("no recipes found", str(root), None)
+    outputs = []
+    for r in recipes:
+        for t in targets:
+            outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", generate(r, t)))
+    stale = []
+    for path, text in outputs:
+        old = path.read_text(encoding="utf-8") if path.exists() else None
+        if old != text:
+            stale.append(path)
+            if not args.check:
+                _write_atomic(path, text)
+    for path in stale:
+        print(f"{'differs' if args.check else 'wrote'}: {path}")
+    print(f"{len(outputs)} artifacts, {len(stale)} {'differ' if args.check else 'updated'}")
+    return 1 if (args.check and stale) else 0
+
+
+def cmd_families(argv):
+    p = argparse.ArgumentParser(prog="blr-derive families",
+                                description="List the built-in exponential families with T(θ), h(θ), λ and μ.")
+    p.parse_args(argv)
+    from .family import builtin_family_names, load_family
+    for name in builtin_family_names():
+        f = load_family(name)
+        print(f"{f.name}: {f.description}")
+        params = [f"{p.name} ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in f.params.values()]
+        print(f"  params : {', '.join(params)}")
+        print(f"  T(θ)   : {', '.join(map(str, f.T))}")
+        print(f"  h(θ)   : {f.h}")
+        print(f"  λ      : {', '.join(map(str, f.eta))}")
+        print(f"  μ      : {', '.join(map(str, f.mu_ord))}")
+        print(f"  A(λ)   : {f.A}")
+        print()
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in COMMANDS:
+            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families}[argv[0]]
+            return cmd(argv[1:])
+        return cmd_generate(argv)
+    except BLRError as exc:
+        print(f"blr-derive: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

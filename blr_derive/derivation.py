@@ -1,0 +1,91 @@
+"""A derivation: an ordered list of steps, each naming the rule and the paper equation
+it implements, with the equations it produced (sympy) and their LaTeX."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+
+@dataclass
+class Step:
+    rule: str
+    equation: str                 # paper reference, e.g. "Eq. 6" or "App. D"
+    title: str
+    text: str
+    equations: list = field(default_factory=list)   # [(lhs, rhs)] sympy pairs or strings
+
+
+@dataclass
+class Derivation:
+    recipe: object
+    steps: list = field(default_factory=list)
+    updates: list = field(default_factory=list)      # [(param_name, new_symbol, expr)] in update order
+    oracle_calls: list = field(default_factory=list)  # [(symbol, oracle_name, argument_expr, description)]
+    symbol_names: dict = field(default_factory=dict)  # LaTeX names
+    placeholders: dict = field(default_factory=dict)  # name -> symbol used in intermediate steps
+
+    def add(self, rule, equation, title, text, equations=()):
+        self.steps.append(Step(rule, equation, title, text, list(equations)))
+
+    # ------------------------------------------------------------------ rendering
+    def latex(self, e) -> str:
+        if isinstance(e, str):
+            return e
+        return sp.latex(e, symbol_names=self.symbol_names, mat_symbol_style="bold")
+
+    def eq_latex(self, lhs, rhs, op=r"\leftarrow") -> str:
+        return f"{self.latex(lhs)} {op} {self.latex(rhs)}"
+
+    def update_lines(self) -> list[str]:
+        """Plain-text update equations (for generated-code headers)."""
+        out = []
+        for call in self.oracle_calls:
+            out.append(f"{call[0]} = {call[1]}({call[2]})")
+        for name, sym, expr in self.updates:
+            out.append(f"{name} <- {_plain(expr)}")
+        return out
+
+    def final_latex(self) -> list[str]:
+        return [self.eq_latex(sym, expr) for _, sym, expr in self.updates]
+
+    def to_markdown(self) -> str:
+        r = self.recipe
+        fam = r.family
+        lines = [f"# Derivation of `{r.name}`: {r.title}", ""]
+        if r.description:
+            lines += [r.description.strip(), ""]
+        lines += [
+            f"- **Family**: `{fam.name}` — {fam.description}",
+            f"- **Loss**: {'abstract ℓ(θ) (oracles)' if r.loss_kind == 'abstract' else '$' + self.latex(r.loss) + '$'}",
+            f"- **Approximations**: {', '.join(a.name for a in r.approximations) or 'none'}",
+            f"- **Paper**: {r.paper}" if r.paper else "",
+            "",
+        ]
+        for i, s in enumerate(self.steps, 1):
+            lines.append(f"## Step {i}. {s.title}  ")
+            lines.append(f"*rule* `{s.rule}` — *{s.equation}*")
+            lines.append("")
+            if s.text:
+                lines.append(s.text.strip())
+                lines.append("")
+            for eq in s.equations:
+                if isinstance(eq, str):
+                    lines.append(f"$$ {eq} $$")
+                else:
+                    lhs, rhs, *op = eq
+                    lines.append(f"$$ {self.eq_latex(lhs, rhs, op[0] if op else '=')} $$")
+            lines.append("")
+        lines.append("## Update")
+        lines.append("")
+        for call in self.oracle_calls:
+            lines.append(f"$$ {self.latex(call[0])} = \\mathrm{{{call[1]}}}({self.latex(call[2])}) $$")
+        for l in self.final_latex():
+            lines.append(f"$$ {l} $$")
+        lines.append("")
+        return "\n".join(lines)
+
+
+def _plain(e) -> str:
+    s = sp.sstr(e)
+    return s.replace("**(-1)", "^-1").replace("**", "^")

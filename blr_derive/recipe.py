@@ -1,0 +1,200 @@
+"""Recipes: a family + a loss + named approximations + hyperparameters (untrusted YAML data)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sympy as sp
+
+from .errors import SpecError
+from .exprparse import parse_expression
+from .family import Family, load_family
+from .yamlio import LDict, check_keys, load_yaml_file, where
+
+RECIPE_KEYS = {
+    "name", "title", "class_name", "description", "paper", "family", "loss", "approximations",
+    "hyperparameters", "learning_rate", "checked_against",
+}
+LOSS_KEYS = {"kind", "expression", "data", "description"}
+HP_KEYS = {"default", "description"}
+DATA_KEYS = {"shape", "description"}
+
+
+@dataclass
+class Hyper:
+    name: str
+    symbol: object
+    default: float
+    description: str = ""
+
+
+@dataclass
+class DataVar:
+    name: str
+    symbol: object
+    shape: tuple          # () scalar, (N,) vector, (N, P) matrix — dims are sympy Symbols
+    description: str = ""
+
+
+@dataclass
+class Approx:
+    name: str
+    args: dict
+    line: int | None = None
+
+
+@dataclass
+class Recipe:
+    name: str
+    title: str
+    description: str
+    paper: str
+    family: Family
+    loss_kind: str                     # "abstract" | "explicit"
+    loss: object = None                # sympy expr in θ, data and hyperparameters
+    loss_text: str = ""
+    data: list = field(default_factory=list)
+    hyper: list = field(default_factory=list)
+    approximations: list = field(default_factory=list)
+    learning_rate: str = "rho"
+    class_name: str = ""
+    checked_against: str = ""
+    file: str | None = None
+    spec: object = None
+
+    def hyper_symbol(self, name):
+        for h in self.hyper:
+            if h.name == name:
+                return h.symbol
+        return None
+
+
+def load_recipe(path) -> Recipe:
+    spec = load_yaml_file(path)
+    return recipe_from_spec(spec, str(path), Path(path).resolve().parent)
+
+
+def _err(msg, container, key=None):
+    f, l = where(container, key)
+    return SpecError(msg, f, l)
+
+
+def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
+    if not isinstance(spec, dict):
+        raise SpecError("a recipe must be a mapping", file, getattr(spec, "line", None))
+    check_keys(spec, RECIPE_KEYS, ("name", "family", "loss"), "recipe")
+    name = spec["name"]
+    if not isinstance(name, str) or not name.isidentifier():
+        raise _err("recipe name must be an identifier", spec, "name")
+    try:
+        fam = load_family(spec["family"], base_dir)
+    except SpecError as exc:
+        f, l = where(spec, "family")
+        raise exc.located(f, l) from None
+
+    lr = spec.get("learning_rate", "rho")
+    if not isinstance(lr, str) or not lr.isidentifier():
+        raise _err("learning_rate must name a hyperparameter", spec, "learning_rate")
+
+    taken = {str(fam.theta)} | set(fam.params) | ({str(fam.dim)} if fam.dim is not None else set())
+    hyper = []
+    hspec = spec.get("hyperparameters", LDict())
+    if not isinstance(hspec, dict):
+        raise _err("hyperparameters must be a mapping", spec, "hyperparameters")
+    for hname, hdecl in hspec.items():
+        if not hname.isidentifier() or hname in taken:
+            raise _err(f"bad or clashing hyperparameter name '{hname}'", hspec, hname)
+        if not isinstance(hdecl, dict):
+            hdecl = LDict(default=hdecl)
+        check_keys(hdecl, HP_KEYS, ("default",), f"hyperparameter '{hname}'")
+        d = hdecl["default"]
+        if isinstance(d, bool) or not isinstance(d, (int, float)):
+            raise _err(f"hyperparameter '{hname}': default must be a number", hdecl, "default")
+        hyper.append(Hyper(hname, sp.Symbol(hname, real=True), float(d), str(hdecl.get("description", ""))))
+        taken.add(hname)
+    if lr not in {h.name for h in hyper}:
+        hyper.insert(0, Hyper(lr, sp.Symbol(lr, real=True), 1.0, "learning rate ρ_t of the BLR (Eq. 6)"))
+        taken.add(lr)
+
+    loss = spec["loss"]
+    data = []
+    if loss == "abstract" or (isinstance(loss, dict) and loss.get("kind") == "abstract"):
+        if isinstance(loss, dict):
+            check_keys(loss, LOSS_KEYS, (), "loss")
+        kind, expr, text = "abstract", None, "ℓ(θ) (abstract: provided through oracles)"
+    elif isinstance(loss, dict):
+        check_keys(loss, LOSS_KEYS, ("expression",), "loss")
+        if loss.get("kind", "explicit") != "explicit":
+            raise _err("loss kind must be 'abstract' or 'explicit'", loss, "kind")
+        symbols = {str(fam.theta): fam.theta}
+        if fam.dim is not None:
+            symbols[str(fam.dim)] = fam.dim
+        symbols.update({h.name: h.symbol for h in hyper})
+        dims = {str(fam.dim): fam.dim} if fam.dim is not None else {}
+        dspec = loss.get("data", LDict())
+        if not isinstance(dspec, dict):
+            raise _err("loss data must be a mapping", loss, "data")
+        for dname, ddecl in dspec.items():
+            if not dname.isidentifier() or dname in taken or dname in symbols:
+                raise _err(f"bad or clashing data name '{dname}'", dspec, dname)
+            if ddecl is None:
+                ddecl = LDict()
+            check_keys(ddecl, DATA_KEYS, (), f"data '{dname}'")
+            shape = ddecl.get("shape", [])
+            if not isinstance(shape, list) or len(shape) > 2:
+                raise _err(f"data '{dname}': shape must be a list of at most two dimension names", ddecl, "shape")
+            dsyms = []
+            for s in shape:
+                if not isinstance(s, str) or not s.isidentifier():
+                    raise _err(f"data '{dname}': dimension names must be identifiers", ddecl, "shape")
+                if s not in dims:
+                    dims[s] = sp.Symbol(s, integer=True, positive=True)
+                dsyms.append(dims[s])
+            if len(dsyms) == 0:
+                sym = sp.Symbol(dname, real=True)
+            elif len(dsyms) == 1:
+                sym = sp.MatrixSymbol(dname, dsyms[0], 1)
+            else:
+                sym = sp.MatrixSymbol(dname, dsyms[0], dsyms[1])
+            data.append(DataVar(dname, sym, tuple(dsyms), str(ddecl.get("description", ""))))
+            symbols[dname] = sym
+        text = loss["expression"]
+        try:
+            expr = parse_expression(text, symbols, what="loss")
+        except SpecError as exc:
+            f, l = where(loss, "expression")
+            raise exc.located(f, l) from None
+        from .matcalc import is_mat
+        if is_mat(expr) and expr.shape != (1, 1):
+            raise _err("the loss must be a scalar", loss, "expression")
+        if not expr.has(fam.theta):
+            raise _err(f"the loss does not depend on {fam.theta}", loss, "expression")
+        kind = "explicit"
+    else:
+        raise _err("loss must be 'abstract' or a mapping with an 'expression'", spec, "loss")
+
+    approxs = []
+    aspec = spec.get("approximations", [])
+    if not isinstance(aspec, list):
+        raise _err("approximations must be a list", spec, "approximations")
+    from .rules import RULES
+    for i, a in enumerate(aspec):
+        if isinstance(a, str):
+            aname, args = a, {}
+        elif isinstance(a, dict) and len(a) == 1:
+            aname, args = next(iter(a.items()))
+            args = dict(args or {})
+        else:
+            raise _err("each approximation is a rule name or {name: {args}}", aspec, i)
+        if aname not in RULES or RULES[aname].kind == "identity":
+            known = ", ".join(sorted(k for k, r in RULES.items() if r.kind != "identity"))
+            raise _err(f"unknown approximation '{aname}' (known: {known})", aspec, i)
+        approxs.append(Approx(aname, args, aspec.line_of(i)))
+
+    return Recipe(
+        name=name, title=str(spec.get("title", name)), description=str(spec.get("description", "")),
+        paper=str(spec.get("paper", "")), family=fam, loss_kind=kind, loss=expr, loss_text=str(text),
+        data=data, hyper=hyper, approximations=approxs, learning_rate=lr,
+        class_name=str(spec.get("class_name", "")), checked_against=str(spec.get("checked_against", "")),
+        file=file, spec=spec,
+    )

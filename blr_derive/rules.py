@@ -1,0 +1,52 @@
+"""The registry of named rules.
+
+Every transformation the engine applies is a small named rule citing the equation of
+Khan & Rue (2023) it implements.  ``identity`` rules are exact (theorems, chain
+rules) and are applied automatically where they are needed; the other kinds are
+*approximations* that a recipe must name explicitly in its ``approximations`` list.
+Algorithms differ only by which approximations their recipes name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    kind: str          # identity | expectation | step
+    equation: str
+    summary: str
+
+
+RULES: dict[str, Rule] = {}
+
+
+def register(name, kind, equation, summary):
+    RULES[name] = Rule(name, kind, equation, summary)
+
+
+# exact identities, applied automatically
+register("blr", "identity", "Eq. 6",
+         "λ ← (1-ρ)λ - ρ ∇_μ E_q[ℓ(θ) + log h(θ)]: the BLR (Eq. 3) with ∇_μ H(q) = -λ - ∇_μ E_q[log h] (App. B)")
+register("base_measure", "identity", "App. B, Eq. 64",
+         "∇_μ E_q[log h(θ)] from the closed-form Gaussian moments of log h (zero when h is constant)")
+register("chain_rule_gaussian", "identity", "App. D",
+         "∇_μ E_q[f] through the mean m(μ) and covariance C(μ): ∇_{μ1} = ∇_m - 2(∇_C)m, ∇_{μ2} = ∇_C")
+register("bonnet", "identity", "Eq. 10, App. D", "Bonnet's theorem: ∇_m E_q[ℓ(θ)] = E_q[∇_θ ℓ(θ)]")
+register("price", "identity", "Eq. 11, App. D", "Price's theorem: ∇_C E_q[ℓ(θ)] = ½ E_q[∇²_θ ℓ(θ)]")
+register("natural_to_ordinary", "identity", "Eq. 9",
+         "solve the updated natural parameters for the ordinary parameters, block by block")
+register("increment_form", "identity", "Eq. 12",
+         "for parameters that enter λ linearly, write p_{t+1} = p_t + M_{t+1}^{-1}(λ_{t+1} - M_{t+1} p_t) and cancel")
+# approximations, named by recipes
+register("delta", "expectation", "App. C, Eqs. 13, 65-66",
+         "first/second-order delta method: E_q[∇ℓ(θ)] ≈ ∇ℓ(m), E_q[∇²ℓ(θ)] ≈ ∇²ℓ(m) (oracles at the mean)")
+register("exact", "expectation", "Sec. 1.3.3, Eq. 14",
+         "closed-form E_q[ℓ(θ)] of an explicit polynomial loss from the Gaussian moments; ∇_μ read off")
+register("unit_learning_rate", "step", "Sec. 5.1",
+         "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
+
+
+def approximation_names():
+    return sorted(k for k, r in RULES.items() if r.kind != "identity")

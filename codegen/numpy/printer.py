@@ -1,0 +1,124 @@
+"""The NumPy printer: sympy's NumPyPrinter extended for the update IR.
+
+Vectors (P×1 matrix symbols) are 1-D arrays, so matrix products print with ``@``
+and column-times-row products as ``numpy.outer``.  ``Inverse(A) * B`` prints as a
+Cholesky solve (``_spd_solve``), never as an explicit inverse.  Unsupported nodes
+raise :class:`~blr_derive.errors.CodegenError` (sympy printers' ``_print_<Node>``
+extension points; loud failure).
+"""
+from __future__ import annotations
+
+import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
+
+from blr_derive.errors import CodegenError
+
+HELPERS = {
+    "_spd_solve": '''def _spd_solve(A, B):
+    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
+    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)''',
+}
+
+
+class BLRNumPyPrinter(NumPyPrinter):
+    printmethod = "_blrnumpycode"
+
+    def __init__(self, settings=None):
+        super().__init__({"fully_qualified_modules": True, **(settings or {})})
+        self.helpers: set = set()
+
+    # -- leaves
+    def _print_MatrixSymbol(self, expr):
+        return expr.name
+
+    def _print_Identity(self, expr):
+        return f"numpy.eye({self._print(expr.shape[0])})"
+
+    def _print_ZeroMatrix(self, expr):
+        r, c = expr.shape
+        if c == 1:
+            return f"numpy.zeros({self._print(r)})"
+        return f"numpy.zeros(({self._print(r)}, {self._print(c)}))"
+
+    def _print_Transpose(self, expr):
+        arg = expr.arg
+        if arg.shape[1] == 1 or arg.shape[0] == 1:
+            return self._print(arg)          # 1-D arrays: transpose is a no-op
+        if isinstance(arg, sp.MatrixSymbol):
+            return f"{self._print(arg)}.T"
+        return f"({self._print(arg)}).T"
+
+    def _print_Trace(self, expr):
+        if expr.arg.shape == (1, 1):
+            return self._print(expr.arg)     # a 1×1 product of 1-D arrays is already a scalar
+        return f"numpy.trace({self._print(expr.arg)})"
+
+    def _print_Determinant(self, expr):
+        return f"numpy.linalg.det({self._print(expr.arg)})"
+
+    def _print_Inverse(self, expr):
+        self.helpers.add("_spd_solve")
+        n = self._print(expr.arg.shape[0])
+        return f"_spd_solve({self._print(expr.arg)}, numpy.eye({n}))"
+
+    def _print_MatAdd(self, expr):
+        return " + ".join(self.parenthesize(a, 11) for a in expr.args).replace("+ -", "- ")
+
+    def _print_MatMul(self, expr):
+        coeff, mats = expr.as_coeff_mmul()
+        mats = list(mats.args) if isinstance(mats, sp.MatMul) else [mats]
+        body = self._chain(mats)
+        if coeff == 1:
+            return body
+        if coeff == -1:
+            return f"-{body}"
+        return f"{self.parenthesize(coeff, 50)}*{body}"
+
+    def _chain(self, mats):
+        # Inverse(A) * rest  ->  _spd_solve(A, rest)
+        for i, f in enumerate(mats):
+            if isinstance(f, sp.Inverse) and i < len(mats) - 1:
+                self.helpers.add("_spd_solve")
+                left = mats[:i]
+                rest = self._chain(mats[i + 1:])
+                solved = f"_spd_solve({self._print(f.arg)}, {rest})"
+                if not left:
+                    return solved
+                return self._fold(left + [_Printed(solved, _shape(sp.MatMul(*mats[i:])))])
+        return self._fold(mats)
+
+    def _fold(self, mats):
+        acc, shape = None, None
+        for f in mats:
+            s = f.text if isinstance(f, _Printed) else self._wrap(f)
+            fs = f.shape if isinstance(f, _Printed) else f.shape
+            if acc is None:
+                acc, shape = s, fs
+                continue
+            if shape[1] == 1 and fs[0] == 1 and shape[0] != 1 and fs[1] != 1:
+                acc = f"numpy.outer({acc}, {s})"
+            else:
+                acc = f"{acc} @ {s}"
+            shape = (shape[0], fs[1])
+        return acc
+
+    def _wrap(self, f):
+        s = self._print(f)
+        if isinstance(f, (sp.MatAdd,)) or (isinstance(f, sp.MatMul) and f.args and not f.args[0] == 1):
+            return f"({s})"
+        return s
+
+    def emptyPrinter(self, expr):
+        raise CodegenError(f"the numpy target cannot print {type(expr).__name__}: {expr}")
+
+    def _print_Integral(self, expr):
+        raise CodegenError(f"the numpy target cannot print an unevaluated integral: {expr}")
+
+
+class _Printed:
+    def __init__(self, text, shape):
+        self.text, self.shape = text, shape
+
+
+def _shape(e):
+    return e.shape
