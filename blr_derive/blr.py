@@ -156,6 +156,8 @@ def _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
     fam = recipe.family
     e_loss = fam.expect_gaussian(recipe.loss, mean=mean_mu, cov=cov_mu)
     grads = matcalc.gradient(e_loss, fam.mu, sym)
+    D.placeholders["expected_loss"] = e_loss
+    D.placeholders["natural_gradient"] = (list(grads), None, None)
     linear = all(not any(g.has(u) for u in fam.mu) for g in grads)
     D.add("exact", RULES["exact"].equation, "Exact expected loss",
           "The loss is a polynomial in θ: its expectation follows from E[θ] and E[θθᵀ] written in μ."
@@ -193,6 +195,8 @@ def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
         subs[GC] = EH / 2
         D.add("price", RULES["price"].equation, "Price's theorem", "", [(GC, EH / 2)])
     grads = [simplify_mat(_doit(g.xreplace(subs)), csym | ({EH} if is_mat(EH) else set())) for g in grads]
+    # exact natural gradient of E_q[ℓ] in terms of E_q[∇ℓ], E_q[∇²ℓ] (before any approximation)
+    D.placeholders["natural_gradient"] = (list(grads), Eg, EH)
 
     # expectation approximation: delta method, oracles at the mean
     taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper}
