@@ -44,7 +44,7 @@ def derive(recipe: Recipe) -> Derivation:
     approx_by_name = {a.name: a for a in recipe.approximations}
     rho = recipe.hyper_symbol(recipe.learning_rate)
     for p in fam.params.values():
-        D.symbol_names[p.symbol] = p.name
+        D.symbol_names[p.symbol] = (r"\mathbf{%s}" % p.name) if is_mat(p.symbol) else p.name
     for l, u in zip(fam.lam, fam.mu):
         D.symbol_names[l] = r"\lambda^{(%s)}" % l.name[6:]
         D.symbol_names[u] = r"\mu^{(%s)}" % u.name[2:]
@@ -197,6 +197,8 @@ def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
     grads = [simplify_mat(_doit(g.xreplace(subs)), csym | ({EH} if is_mat(EH) else set())) for g in grads]
     # exact natural gradient of E_q[ℓ] in terms of E_q[∇ℓ], E_q[∇²ℓ] (before any approximation)
     D.placeholders["natural_gradient"] = (list(grads), Eg, EH)
+    D.steps[-1].equations += [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g)
+                              for i, g in enumerate(grads)]
 
     # expectation approximation: delta method, oracles at the mean
     taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper}

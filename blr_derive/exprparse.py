@@ -17,6 +17,7 @@ Grammar
 from __future__ import annotations
 
 import ast
+import math
 from fractions import Fraction
 from typing import Callable, Mapping
 
@@ -26,7 +27,7 @@ from sympy.matrices.expressions.matexpr import MatrixExpr
 from .errors import SpecError
 
 MAX_LENGTH = 2000
-MAX_DEPTH = 60
+MAX_DEPTH = 200
 MAX_INT_EXPONENT = 64
 
 
@@ -81,6 +82,8 @@ def _logdet(name, args):
 
 def _eye(name, args):
     (x,) = _one(name, args)
+    if _is_mat(x) or not ((x.is_Integer and x > 0) or (x.is_Symbol and x.is_integer and x.is_positive)):
+        raise SpecError("eye() takes a positive integer or a dimension symbol")
     return sp.Identity(x)
 
 
@@ -124,6 +127,8 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
     if isinstance(text, int):
         return sp.Integer(text)
     if isinstance(text, float):
+        if not math.isfinite(text):
+            raise SpecError(f"{what}: {text!r} is not a finite number")
         return sp.Rational(Fraction(repr(text)))
     if not isinstance(text, str):
         raise SpecError(f"{what}: expected an expression string, got {type(text).__name__}")
@@ -158,6 +163,8 @@ class _Builder:
                 self.fail(f"literal {v!r} is not a number")
             if isinstance(v, int):
                 return sp.Integer(v)
+            if not math.isfinite(v):
+                self.fail(f"literal {v!r} is not a finite number")
             return sp.Rational(Fraction(repr(v)))
         if isinstance(node, ast.Name):
             if node.id in self.symbols:
@@ -181,6 +188,11 @@ class _Builder:
                     a, b = _sc(a), _sc(b)
             elif isinstance(op, (ast.Mult, ast.MatMult)) and _is_mat(a) and _is_mat(b) and a.shape[1] != b.shape[0]:
                 a, b = _sc(a), _sc(b)
+            if _is_mat(a) and _is_mat(b):
+                if isinstance(op, (ast.Add, ast.Sub)) and a.shape != b.shape:
+                    self.fail(f"shape mismatch: {a.shape} {'+' if isinstance(op, ast.Add) else '-'} {b.shape}")
+                if isinstance(op, (ast.Mult, ast.MatMult)) and a.shape[1] != b.shape[0]:
+                    self.fail(f"shape mismatch in a matrix product: {a.shape} times {b.shape}")
             try:
                 if isinstance(op, ast.Add):
                     return a + b
@@ -195,13 +207,14 @@ class _Builder:
                 if isinstance(op, ast.Pow):
                     if _is_mat(b):
                         self.fail("matrix exponent")
-                    if isinstance(b, sp.Integer) and abs(int(b)) > MAX_INT_EXPONENT:
-                        self.fail(f"integer exponent larger than {MAX_INT_EXPONENT}")
+                    if b.is_number:
+                        if not (b.is_Rational and abs(b.p) <= MAX_INT_EXPONENT and b.q <= MAX_INT_EXPONENT):
+                            self.fail(f"numeric exponents must be rationals p/q with |p|, q <= {MAX_INT_EXPONENT}")
                     if _is_mat(a):
                         if b == -1:
                             return sp.Inverse(a)
                         self.fail("only X**-1 is allowed for matrices")
-                    if getattr(a, "is_number", False) and getattr(b, "is_number", False):
+                    if a.is_number and b.is_number and (not a.is_Rational or abs(a.p) > 10**6 or a.q > 10**6):
                         return sp.Pow(a, b, evaluate=False)
                     return a ** b
             except SpecError:

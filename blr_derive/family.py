@@ -421,13 +421,16 @@ def family_from_spec(spec, file=None) -> Family:
                            decl, i)
             fam.mu_ord[i] = fam.simp(dexpr)
 
-    # 4. ordinary <- expectation
+    # 4. minimality: the Fisher information must be non-singular
+    _check_minimal(fam, spec)
+
+    # 5. ordinary <- expectation
     try:
         fam.ord_from_mu = _solve(fam.mu_ord, mu, fam.free_params, symmetric)
     except DerivationError as exc:
         raise _err(f"cannot invert the expectation parameters: {exc}", spec, "sufficient_statistics") from None
 
-    # 5. Gaussian moments (enable Bonnet / Price / exact rules)
+    # 6. Gaussian moments (enable Bonnet / Price / exact rules)
     if "gaussian" in spec:
         g = spec["gaussian"]
         check_keys(g, {"mean", "covariance"}, ("mean", "covariance"), "gaussian")
@@ -438,8 +441,6 @@ def family_from_spec(spec, file=None) -> Family:
         if ms != (theta.shape if is_mat(theta) else None):
             raise _err("gaussian mean must have the shape of the variable", g, "mean")
 
-    # 6. minimality: the Fisher information must be non-singular
-    _check_minimal(fam, spec)
     return fam
 
 
@@ -539,6 +540,15 @@ def numeric_fisher(fam: Family, lam_vals: dict, dim: int):
 
 def _solve(exprs, targets, unknown_params, symmetric):
     """Solve exprs[i](params) = targets[i] for the unknown parameters, block by block."""
+    try:
+        return _solve_blocks(exprs, targets, unknown_params, symmetric)
+    except DerivationError:
+        raise
+    except Exception as exc:  # sympy's solvers raise NotImplementedError and friends
+        raise DerivationError(f"the solver failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None
+
+
+def _solve_blocks(exprs, targets, unknown_params, symmetric):
     unknown = [p.symbol for p in unknown_params]
     if all(not is_mat(u) for u in unknown) and all(not is_mat(e) for e in exprs):
         eqs = [sp.Eq(e, t) for e, t in zip(exprs, targets)]

@@ -61,9 +61,23 @@ def simplify_mat(expr, symmetric: Iterable = ()):
     return cur
 
 
+def _expand_matpow(e):
+    """X**n (integer n) as an explicit product of X or X⁻¹ factors."""
+    base, n = e.args
+    if not (n.is_Integer and abs(int(n)) <= 16):
+        raise DerivationError(f"matrix power with a non-integer or large exponent: {e}")
+    n = int(n)
+    if n == 0:
+        return sp.Identity(base.shape[0])
+    f = base if n > 0 else sp.Inverse(base)
+    return sp.MatMul(*([f] * abs(n))) if abs(n) > 1 else f
+
+
 def _simp(e, sym):
     if not isinstance(e, sp.Basic) or e.is_Atom:
         return e
+    if isinstance(e, sp.MatPow) and not isinstance(e, sp.Inverse):
+        return _simp(_expand_matpow(e), sym)
     if isinstance(e, sp.MatrixSymbol):
         return e
     if isinstance(e, sp.Transpose):
@@ -101,7 +115,10 @@ def _transpose(a, sym):
     if isinstance(a, (sp.Identity, sp.ZeroMatrix)):
         return a.T
     if isinstance(a, sp.Inverse):
-        return _inverse(_transpose(a.arg, sym), sym)
+        t = _transpose(a.arg, sym)
+        if isinstance(t, sp.Transpose):      # canonical form: (X⁻¹)ᵀ with the transpose outside
+            return sp.Transpose(a)
+        return _inverse(t, sym)
     if isinstance(a, sp.MatMul):
         c, mats = _split_coeff(a.args)
         return _matmul([c] + [_transpose(f, sym) for f in reversed(mats)], sym)
@@ -118,7 +135,8 @@ def _inverse(a, sym):
     if isinstance(a, sp.Identity):
         return a
     if isinstance(a, sp.Transpose):
-        return _transpose(_inverse(a.arg, sym), sym)
+        inner = _inverse(a.arg, sym)
+        return inner.arg if isinstance(inner, sp.Transpose) else sp.Transpose(inner)
     if isinstance(a, sp.MatMul):
         c, mats = _split_coeff(a.args)
         if all(f.is_square for f in mats):
@@ -260,6 +278,8 @@ def _is_zero(e):
 
 
 def _d(e, dv):
+    if isinstance(e, sp.MatPow) and not isinstance(e, sp.Inverse):
+        return _d(_expand_matpow(e), dv)
     if is_mat(e):
         if isinstance(e, sp.MatrixSymbol):
             return dv.get(e, sp.ZeroMatrix(*e.shape))

@@ -39,7 +39,16 @@ class LList(list):
         return self.lines[i] if 0 <= i < len(self.lines) else self.line
 
 
-def _convert(node, loader, file):
+_DEFAULT_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+
+
+def _convert(node, loader, file, seen=None):
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        raise SpecError("YAML anchors and aliases are not supported", file, node.start_mark.line + 1)
+    seen.add(id(node))
+    if type(node) in _DEFAULT_TAGS and node.tag != _DEFAULT_TAGS[type(node)]:
+        raise SpecError(f"YAML tag '{node.tag}' is not allowed", file, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out = LDict()
         out.file, out.line = file, node.start_mark.line + 1
@@ -51,14 +60,14 @@ def _convert(node, loader, file):
                 key = str(key)
             if key in out:
                 raise SpecError(f"duplicate key '{key}'", file, knode.start_mark.line + 1)
-            out[key] = _convert(vnode, loader, file)
+            out[key] = _convert(vnode, loader, file, seen)
             out.lines[key] = knode.start_mark.line + 1
         return out
     if isinstance(node, yaml.SequenceNode):
         out = LList()
         out.file, out.line = file, node.start_mark.line + 1
         for item in node.value:
-            out.append(_convert(item, loader, file))
+            out.append(_convert(item, loader, file, seen))
             out.lines.append(item.start_mark.line + 1)
         return out
     return loader.construct_object(node)
