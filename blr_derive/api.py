@@ -12,11 +12,9 @@ from .recipe import load_recipe
 def source_label(path) -> str:
     """A machine-independent label for a recipe path (for reproducible headers)."""
     p = Path(path).resolve()
-    from .resources import catalog_dir
-    try:
-        return "catalog/" + p.relative_to(catalog_dir().resolve()).as_posix()
-    except ValueError:
-        return p.name
+    if p.parent.name == "catalog":
+        return f"catalog/{p.name}"
+    return p.name
 
 
 def derive_file(path):
@@ -29,7 +27,7 @@ def derive_file(path):
     return recipe, D
 
 
-def generate(path, target: str) -> str:
+def generate(path, target: str, label: str | None = None) -> str:
     from codegen import emit
     recipe, D = derive_file(path)
-    return emit(build_ir(D, source_label(path)), target)
+    return emit(build_ir(D, label or source_label(path)), target)

@@ -97,7 +97,8 @@ def cmd_catalog(argv):
     outputs = []
     for r in recipes:
         for t in targets:
-            outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", generate(r, t)))
+            outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}",
+                            generate(r, t, label=f"catalog/{r.name}")))
     stale = []
     for path, text in outputs:
         old = path.read_text(encoding="utf-8") if path.exists() else None
@@ -142,6 +143,10 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:  # pragma: no cover
         return 130
+    except BrokenPipeError:  # e.g. `blr-derive families | head -1`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

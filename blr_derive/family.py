@@ -244,6 +244,8 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
         if c.is_file():
             spec = load_yaml_file(c)
             return family_from_spec(spec, str(c))
+    if len(candidates) > 1 or ref.endswith((".yaml", ".yml")):
+        raise SpecError(f"family file '{ref}' not found")
     raise SpecError(f"unknown family '{ref}' (built-in: {', '.join(builtin_family_names())})")
 
 
