@@ -136,7 +136,78 @@ def derive(recipe: Recipe) -> Derivation:
               [(ln, e, r"\leftarrow") for ln, e in zip(lam_next, lam_new)])
 
     _solve_ordinary(recipe, D, lam_new, sym)
+    _apply_passes(recipe, D)
     return D
+
+
+def _apply_passes(recipe, D):
+    from .passes import PASSES, Ctx
+    passes = [a for a in recipe.approximations if RULES[a.name].kind == "pass"]
+    D.elementwise = recipe.family.elementwise or _scalarize_elementwise(D, dry=True)
+    if not passes:
+        return
+    if not D.elementwise:
+        raise _fail(recipe, f"approximation '{passes[0].name}' needs an elementwise update; this update mixes "
+                    "coordinates (matrix products)", passes[0])
+    if not recipe.family.elementwise:
+        _scalarize_elementwise(D)
+    D.views = {"grad": None, "hess": None}
+    for sym, oracle, _, _ in D.oracle_calls:
+        D.views[oracle] = sym
+    for name, sym, _ in D.updates:
+        D.views[name] = sym
+    for a in passes:
+        PASSES[a.name](Ctx(D, a))
+    # dead definitions and oracle calls are dropped
+    used = set()
+    for _, _, e in D.updates:
+        used |= e.free_symbols
+    changed = True
+    while changed:
+        changed = False
+        for s, e in D.defs:
+            if s in used and not e.free_symbols <= used:
+                used |= e.free_symbols
+                changed = True
+    D.defs = [(s, e) for s, e in D.defs if s in used]
+    D.oracle_calls = [c for c in D.oracle_calls if c[0] in used]
+
+
+def _scalarize_elementwise(D, dry=False):
+    """Vector updates that only add and scale vectors act coordinate-wise: rewrite them with scalars."""
+    def ok(e):
+        for node in sp.preorder_traversal(e):
+            if isinstance(node, (sp.Inverse, sp.Transpose, sp.Trace, sp.Determinant, sp.Identity)):
+                return False
+            if isinstance(node, sp.MatrixSymbol) and node.shape[1] != 1:
+                return False
+            if isinstance(node, sp.MatMul) and sum(1 for a in node.args if is_mat(a)) > 1:
+                return False
+        return True
+    if not all(ok(e) for _, _, e in D.updates):
+        return False
+    if dry:
+        return True
+
+    def scal(e):
+        return _scalar_expr(e)
+    D.updates = [(n, sp.Symbol(s.name, real=True), scal(e)) for n, s, e in D.updates]
+    D.oracle_calls = [(sp.Symbol(c[0].name, real=True), c[1], sp.Symbol(c[2].name, real=True), c[3])
+                      for c in D.oracle_calls]
+    return True
+
+
+def _scalar_expr(e):
+    """The same expression with vector symbols read as scalars (coordinate-wise)."""
+    if isinstance(e, sp.MatrixSymbol):
+        return sp.Symbol(e.name, real=True)
+    if isinstance(e, sp.MatAdd):
+        return sp.Add(*[_scalar_expr(a) for a in e.args])
+    if isinstance(e, sp.MatMul):
+        return sp.Mul(*[_scalar_expr(a) for a in e.args])
+    if not e.args:
+        return e
+    return e.func(*[_scalar_expr(a) for a in e.args])
 
 
 def _doit(e):

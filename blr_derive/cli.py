@@ -94,11 +94,15 @@ def cmd_catalog(argv):
     recipes = sorted(root.glob("*.yaml"))
     if not recipes:
         raise SpecError("no recipes found", str(root), None)
+    from .errors import CodegenError
     outputs = []
     for r in recipes:
         for t in targets:
-            outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}",
-                            generate(r, t, label=f"catalog/{r.name}")))
+            try:
+                text = generate(r, t, label=f"catalog/{r.name}")
+            except CodegenError:
+                continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
+            outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
     stale = []
     for path, text in outputs:
         old = path.read_text(encoding="utf-8") if path.exists() else None

@@ -24,6 +24,11 @@ class Derivation:
     oracle_calls: list = field(default_factory=list)  # [(symbol, oracle_name, argument_expr, description)]
     symbol_names: dict = field(default_factory=dict)  # LaTeX names
     placeholders: dict = field(default_factory=dict)  # name -> symbol used in intermediate steps
+    defs: list = field(default_factory=list)          # [(symbol, expr)] intermediate definitions (passes)
+    aux_state: list = field(default_factory=list)     # [AuxState] state added by passes
+    views: dict = field(default_factory=dict)         # what currently stands for grad/hess/each parameter
+    step_symbol: object = None                        # the step counter t (1-based) when a pass needs it
+    elementwise: bool = False                         # every update acts coordinate-wise
 
     def add(self, rule, equation, title, text, equations=()):
         self.steps.append(Step(rule, equation, title, text, list(equations)))
@@ -42,12 +47,15 @@ class Derivation:
         out = []
         for call in self.oracle_calls:
             out.append(f"{call[0]} = {call[1]}({call[2]})")
+        for sym, expr in self.defs:
+            out.append(f"{sym} = {_plain(expr)}")
         for name, sym, expr in self.updates:
             out.append(f"{name} <- {_plain(expr)}")
         return out
 
     def final_latex(self) -> list[str]:
-        return [self.eq_latex(sym, expr) for _, sym, expr in self.updates]
+        return ([self.eq_latex(sym, expr, "=") for sym, expr in self.defs]
+                + [self.eq_latex(sym, expr) for _, sym, expr in self.updates])
 
     def to_markdown(self) -> str:
         r = self.recipe

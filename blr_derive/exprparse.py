@@ -12,7 +12,8 @@ Grammar
 * names: only the symbols the caller declares (parameters, data, dimensions, λ, μ ...)
 * operators: ``+ - * / **`` and ``@`` (matrix product), unary ``-``/``+``, parentheses
 * attribute: ``X.T`` (transpose) only
-* calls: the functions in :data:`FUNCTIONS` (``log exp sqrt abs inv det tr eye ...``)
+* calls: the functions in :data:`FUNCTIONS` (``log exp sqrt abs inv det tr eye ...``; special
+  functions ``lgamma digamma polygamma gamma factorial log1p lmvgamma mvdigamma``)
 """
 from __future__ import annotations
 
@@ -97,6 +98,48 @@ def _sigmoid(x):
     return 1 / (1 + sp.exp(-x))
 
 
+def _log1p(x):
+    return sp.log(1 + x)
+
+
+def _scalar_args(name, args, n):
+    if len(args) != n:
+        raise SpecError(f"{name}() takes exactly {n} arguments")
+    out = [_sc(a) for a in args]
+    if any(_is_mat(a) for a in out):
+        raise SpecError(f"{name}() takes scalars, got a matrix expression")
+    return out
+
+
+def _polygamma(name, args):
+    n, x = _scalar_args(name, args, 2)
+    if not (n.is_Integer and 0 <= n <= 16):
+        raise SpecError("polygamma(n, x) needs an integer order 0 <= n <= 16")
+    return sp.polygamma(n, x)
+
+
+def _dimension_arg(name, p):
+    if not ((p.is_Integer and 0 < p <= 64) or (p.is_Symbol and p.is_integer and p.is_positive)):
+        raise SpecError(f"{name}(a, P): P must be a positive integer or a dimension symbol")
+    return p
+
+
+def _lmvgamma(name, args):
+    """log Γ_P(a) = P(P-1)/4 log π + Σ_{j=1}^P log Γ(a + (1-j)/2)  (multivariate log-gamma)."""
+    a, p = _scalar_args(name, args, 2)
+    p = _dimension_arg(name, p)
+    j = sp.Dummy("j", integer=True, positive=True)
+    return p * (p - 1) / 4 * sp.log(sp.pi) + sp.Sum(sp.loggamma(a + (1 - j) / 2), (j, 1, p))
+
+
+def _mvdigamma(name, args):
+    """ψ_P(a) = Σ_{j=1}^P ψ(a + (1-j)/2), the derivative of lmvgamma(a, P) in a."""
+    a, p = _scalar_args(name, args, 2)
+    p = _dimension_arg(name, p)
+    j = sp.Dummy("j", integer=True, positive=True)
+    return sp.Sum(sp.polygamma(0, a + (1 - j) / 2), (j, 1, p))
+
+
 FUNCTIONS: dict[str, Callable] = {
     "log": _unary_scalar(sp.log),
     "exp": _unary_scalar(sp.exp),
@@ -106,6 +149,12 @@ FUNCTIONS: dict[str, Callable] = {
     "sigmoid": _unary_scalar(_sigmoid),
     "lgamma": _unary_scalar(sp.loggamma),
     "digamma": _unary_scalar(sp.digamma),
+    "polygamma": _polygamma,
+    "gamma": _unary_scalar(sp.gamma),
+    "factorial": _unary_scalar(sp.factorial),
+    "log1p": _unary_scalar(_log1p),
+    "lmvgamma": _lmvgamma,
+    "mvdigamma": _mvdigamma,
     "inv": _inv,
     "det": _det,
     "logdet": _logdet,
@@ -116,7 +165,7 @@ FUNCTIONS: dict[str, Callable] = {
 CONSTANTS = {"pi": sp.pi, "E": sp.E}
 
 
-def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression"):
+def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression", logic: bool = False):
     """Parse ``text`` into a sympy expression using only ``symbols``.
 
     ``text`` may be a string, an int or a float (YAML scalars).  Raises
@@ -141,11 +190,12 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
         tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:
         raise SpecError(f"{what}: syntax error in {src!r} ({exc.msg})") from None
-    return _Builder(symbols, what, src).build(tree.body, 0)
+    return _Builder(symbols, what, src, logic).build(tree.body, 0)
 
 
 class _Builder:
-    def __init__(self, symbols, what, src):
+    def __init__(self, symbols, what, src, logic=False):
+        self.logic = logic
         self.symbols = symbols
         self.what = what
         self.src = src
@@ -178,6 +228,8 @@ class _Builder:
                 return -x
             if isinstance(node.op, ast.UAdd):
                 return x
+            if isinstance(node.op, ast.Not) and self.logic:
+                return sp.Not(x)
             self.fail(f"operator {type(node.op).__name__} is not allowed")
         if isinstance(node, ast.BinOp):
             a = self.build(node.left, d)
@@ -222,6 +274,25 @@ class _Builder:
             except Exception as exc:  # shape mismatch and similar sympy errors
                 self.fail(f"invalid operation ({type(exc).__name__}: {exc})")
             self.fail(f"operator {type(op).__name__} is not allowed")
+        if isinstance(node, (ast.Compare, ast.BoolOp)) and not self.logic:
+            self.fail(f"{type(node).__name__} is not allowed")
+        if isinstance(node, ast.Compare):
+            if len(node.ops) != 1:
+                self.fail("chained comparisons are not allowed")
+            a = self.build(node.left, d)
+            b = self.build(node.comparators[0], d)
+            if _is_mat(a) or _is_mat(b):
+                self.fail("comparisons take scalars")
+            ops = {ast.Eq: sp.Eq, ast.NotEq: sp.Ne, ast.Lt: sp.Lt, ast.LtE: sp.Le, ast.Gt: sp.Gt, ast.GtE: sp.Ge}
+            op = type(node.ops[0])
+            if op not in ops:
+                self.fail(f"comparison {op.__name__} is not allowed")
+            return ops[op](a, b)
+        if isinstance(node, ast.BoolOp):
+            vals = [self.build(v, d) for v in node.values]
+            return sp.And(*vals) if isinstance(node.op, ast.And) else sp.Or(*vals)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return sp.Not(self.build(node.operand, d))
         if isinstance(node, ast.Attribute):
             if node.attr != "T":
                 self.fail(f"attribute '.{node.attr}' is not allowed (only .T)")

@@ -1,9 +1,10 @@
 """The update IR: what a generated module needs, independent of any target.
 
-state (the family's ordinary parameters), hyperparameters with defaults, data inputs,
-dimension bindings, oracle calls (with the state expression they are evaluated at),
-random draws (none yet for the deterministic rules), and the assignments of the
-update after common-subexpression elimination (``sympy.cse``).
+state (the family's ordinary parameters plus auxiliary state added by passes, each with
+an initial value), hyperparameters with defaults (numbers, booleans, tuples), data
+inputs, dimension bindings, the step counter, oracle calls (with the state expression
+they are evaluated at), random draws, and the assignments of the update in dependency
+order after common-subexpression elimination (``sympy.cse``).
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sympy as sp
 
 from . import __version__
 from .derivation import Derivation
+from .errors import SpecError
+from .exprparse import parse_expression
 from .matcalc import is_mat
 
 
@@ -22,6 +25,17 @@ class Var:
     symbol: object
     kind: str            # scalar | vector | matrix | elementwise
     description: str = ""
+    init: object = None  # sympy expression of hyperparameters, or None (must be given)
+    family: bool = True  # a parameter of the family (False: auxiliary state)
+
+
+@dataclass
+class HyperVar:
+    name: str
+    kind: str            # float | bool | tuple
+    default: object
+    description: str
+    symbols: tuple       # the scalar symbols it binds (one, or one per tuple element)
 
 
 @dataclass
@@ -41,16 +55,18 @@ class UpdateIR:
     engine_version: str
     source: str
     elementwise: bool
-    state: list
-    hyperparameters: list          # [(name, symbol, default, description)]
+    state: list                    # [Var] family parameters then auxiliary state
+    hyperparameters: list          # [HyperVar]
     data: list                     # [Var]
     dims: list                     # [(dim symbol, var name, axis)]
     oracles: list                  # [(name, description)]
     oracle_calls: list             # [OracleCall]
     random_draws: list             # [] for now
-    assignments: list              # [(symbol, expr)] temporaries then new state values
+    assignments: list              # [(symbol, expr)] temporaries, definitions and new state values
     outputs: list                  # [(state name, symbol holding the new value)]
     equations: list                # plain-text update equations
+    step_symbol: object = None     # the 1-based step counter, when the update uses it
+    mean: str | None = None        # the state that is the parameter itself (torch targets)
     paper: str = ""
     description: str = ""
     extra: dict = field(default_factory=dict)
@@ -62,17 +78,54 @@ def _kind(sym, elementwise):
     return "elementwise" if elementwise else "scalar"
 
 
+def _toposort(items):
+    """Stable topological order of [(symbol, expr)] by the symbols each expression uses."""
+    defined = {s for s, _ in items}
+    done, out, pending = set(), [], list(items)
+    while pending:
+        for i, (s, e) in enumerate(pending):
+            if all(d in done or d not in defined or d == s for d in e.free_symbols):
+                out.append((s, e))
+                done.add(s)
+                pending.pop(i)
+                break
+        else:
+            raise SpecError("the update program has a dependency cycle: " + ", ".join(str(s) for s, _ in pending))
+    return out
+
+
 def build_ir(D: Derivation, source: str = "") -> UpdateIR:
     r = D.recipe
     fam = r.family
-    state = [Var(p.name, p.symbol, _kind(p.symbol, fam.elementwise), p.description) for p in fam.params.values()]
-    data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description) for d in r.data]
-    hyper = [(h.name, h.symbol, h.default, h.description) for h in r.hyper]
+    elementwise = fam.elementwise or D.elementwise
+    hsyms = r.hyper_symbols()
 
-    # dimension bindings: first state/data array carrying each dimension symbol
+    def init_of(name):
+        if name not in r.state_init:
+            return None
+        try:
+            return parse_expression(r.state_init[name], hsyms, what=f"state_init.{name}")
+        except SpecError as exc:
+            raise exc.located(r.file, r.state_init.line_of(name)) from None
+
+    for k in r.state_init:
+        if k not in fam.params and k not in {a.name for a in D.aux_state}:
+            raise SpecError(f"state_init names unknown state '{k}'", r.file, r.state_init.line_of(k))
+    state = [Var(p.name, p.symbol, _kind(p.symbol, elementwise), p.description, init_of(p.name), True)
+             for p in fam.params.values()]
+    state += [Var(a.name, a.symbol, "elementwise", a.description, init_of(a.name) if a.name in r.state_init else a.init,
+                  False) for a in D.aux_state]
+    data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description) for d in r.data]
+    hyper = [HyperVar(h.name, h.kind, h.default, h.description,
+                      (h.symbol,) if h.symbol is not None else tuple(es for _, es in h.elements)) for h in r.hyper]
+
+    scalarized = D.elementwise and not any(is_mat(e) for _, _, e in D.updates)
+    if scalarized:
+        for v in state:
+            v.kind = "elementwise"
     dims = []
     seen = set()
-    for v in state + data:
+    for v in ([] if scalarized else state) + data:
         if is_mat(v.symbol):
             for axis, s in enumerate(v.symbol.shape):
                 if isinstance(s, sp.Symbol) and s not in seen:
@@ -85,30 +138,34 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         if c.oracle not in [o[0] for o in oracles]:
             oracles.append((c.oracle, c.description))
 
-    # assignments: CSE over the scalar (elementwise) updates; matrix updates are already small
     outputs = [(name, sym) for name, sym, _ in D.updates]
-    exprs = [e for _, _, e in D.updates]
+    program = _toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
+    syms = [s for s, _ in program]
+    exprs = [e for _, e in program]
     assignments = []
     if not any(is_mat(e) for e in exprs):
-        reps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("t"), optimizations=None)
+        reps, exprs = sp.cse(exprs, symbols=sp.numbered_symbols("t_"), optimizations=None)
         assignments.extend(reps)
-        exprs = reduced
-    for (name, sym, _), e in zip(D.updates, exprs):
-        assignments.append((sym, e))
+    assignments.extend(zip(syms, exprs))
     for p in fam.params.values():
         if p.fixed:
             outputs.append((p.name, p.symbol))
     used = set()
     for _, e in assignments:
         used |= e.free_symbols
-    hyper = [h for h in hyper if h[1] in used]
+    hyper = [h for h in hyper if any(s in used for s in h.symbols)]
 
+    mean = None
+    if fam.gaussian_mean is not None:
+        for p in fam.params.values():
+            if p.symbol == fam.gaussian_mean:
+                mean = p.name
     return UpdateIR(
         recipe=r.name, title=r.title, family=fam.name, class_name=r.class_name or _camel(r.name),
-        engine_version=__version__, source=source, elementwise=fam.elementwise, state=state,
+        engine_version=__version__, source=source, elementwise=elementwise, state=state,
         hyperparameters=hyper, data=data, dims=dims, oracles=oracles, oracle_calls=calls, random_draws=[],
-        assignments=assignments, outputs=outputs, equations=D.update_lines(), paper=r.paper,
-        description=r.description,
+        assignments=assignments, outputs=outputs, equations=D.update_lines(), step_symbol=D.step_symbol,
+        mean=mean, paper=r.paper, description=r.description,
     )
 
 

@@ -13,19 +13,21 @@ from .yamlio import LDict, check_keys, load_yaml_file, where
 
 RECIPE_KEYS = {
     "name", "title", "class_name", "description", "paper", "family", "loss", "approximations",
-    "hyperparameters", "learning_rate", "checked_against",
+    "hyperparameters", "learning_rate", "checked_against", "state_init",
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
-HP_KEYS = {"default", "description"}
+HP_KEYS = {"default", "description", "names"}
 DATA_KEYS = {"shape", "description"}
 
 
 @dataclass
 class Hyper:
     name: str
-    symbol: object
-    default: float
+    symbol: object           # None for tuples (see ``elements``)
+    default: object          # float, bool or tuple of floats
     description: str = ""
+    kind: str = "float"      # float | bool | tuple
+    elements: tuple = ()     # for tuples: ((name, symbol), ...)
 
 
 @dataclass
@@ -62,11 +64,26 @@ class Recipe:
     file: str | None = None
     spec: object = None
 
+    state_init: dict = field(default_factory=dict)   # state name -> raw YAML value (parsed by passes)
+
     def hyper_symbol(self, name):
         for h in self.hyper:
-            if h.name == name:
+            if h.name == name and h.symbol is not None:
                 return h.symbol
+            for en, es in h.elements:
+                if en == name:
+                    return es
         return None
+
+    def hyper_symbols(self) -> dict:
+        """name -> symbol for every scalar hyperparameter (tuple elements included)."""
+        out = {}
+        for h in self.hyper:
+            if h.symbol is not None:
+                out[h.name] = h.symbol
+            for en, es in h.elements:
+                out[en] = es
+        return out
 
 
 def load_recipe(path) -> Recipe:
@@ -108,11 +125,30 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             hdecl = LDict(default=hdecl)
         check_keys(hdecl, HP_KEYS, ("default",), f"hyperparameter '{hname}'")
         d = hdecl["default"]
-        if isinstance(d, bool) or not isinstance(d, (int, float)):
-            raise _err(f"hyperparameter '{hname}': default must be a number", hdecl, "default")
-        hyper.append(Hyper(hname, sp.Symbol(hname, real=True), float(d), str(hdecl.get("description", ""))))
+        desc = str(hdecl.get("description", ""))
+        if isinstance(d, bool):
+            if "names" in hdecl:
+                raise _err(f"hyperparameter '{hname}': 'names' is only for tuples", hdecl, "names")
+            hyper.append(Hyper(hname, sp.Symbol(hname), d, desc, "bool"))
+        elif isinstance(d, list):
+            names = hdecl.get("names")
+            if (not isinstance(names, list) or len(names) != len(d) or not d
+                    or any(not isinstance(n, str) or not n.isidentifier() or n in taken for n in names)):
+                raise _err(f"hyperparameter '{hname}': a tuple default needs 'names', one new identifier per element",
+                           hdecl, "names" if "names" in hdecl else "default")
+            if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in d):
+                raise _err(f"hyperparameter '{hname}': tuple elements must be numbers", hdecl, "default")
+            elems = tuple((n, sp.Symbol(n, real=True)) for n in names)
+            hyper.append(Hyper(hname, None, tuple(float(v) for v in d), desc, "tuple", elems))
+            taken.update(names)
+        else:
+            if not isinstance(d, (int, float)) or "names" in hdecl:
+                raise _err(f"hyperparameter '{hname}': default must be a number, a boolean or a list", hdecl, "default")
+            hyper.append(Hyper(hname, sp.Symbol(hname, real=True), float(d), desc))
         taken.add(hname)
-    if lr not in {h.name for h in hyper}:
+    if lr not in {h.name for h in hyper if h.kind == "float"}:
+        if lr in taken:
+            raise _err(f"learning_rate '{lr}' must be a numeric hyperparameter", spec, "learning_rate")
         hyper.insert(0, Hyper(lr, sp.Symbol(lr, real=True), 1.0, "learning rate ρ_t of the BLR (Eq. 6)"))
         taken.add(lr)
 
@@ -129,7 +165,8 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         symbols = {str(fam.theta): fam.theta}
         if fam.dim is not None:
             symbols[str(fam.dim)] = fam.dim
-        symbols.update({h.name: h.symbol for h in hyper})
+        symbols.update({h.name: h.symbol for h in hyper if h.kind == "float"})
+        symbols.update({en: es for h in hyper for en, es in h.elements})
         dims = {str(fam.dim): fam.dim} if fam.dim is not None else {}
         dspec = loss.get("data", LDict())
         if not isinstance(dspec, dict):
@@ -186,6 +223,8 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             args = dict(args or {})
         else:
             raise _err("each approximation is a rule name or {name: {args}}", aspec, i)
+        if not isinstance(args, dict):
+            raise _err(f"arguments of approximation '{aname}' must be a mapping", aspec, i)
         if aname not in RULES or RULES[aname].kind == "identity":
             known = ", ".join(sorted(k for k, r in RULES.items() if r.kind != "identity"))
             raise _err(f"unknown approximation '{aname}' (known: {known})", aspec, i)
@@ -196,5 +235,12 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         paper=str(spec.get("paper", "")), family=fam, loss_kind=kind, loss=expr, loss_text=str(text),
         data=data, hyper=hyper, approximations=approxs, learning_rate=lr,
         class_name=str(spec.get("class_name", "")), checked_against=str(spec.get("checked_against", "")),
-        file=file, spec=spec,
+        file=file, spec=spec, state_init=_state_init(spec),
     )
+
+
+def _state_init(spec):
+    si = spec.get("state_init", LDict())
+    if not isinstance(si, dict):
+        raise _err("state_init must be a mapping from state names to initial values", spec, "state_init")
+    return si

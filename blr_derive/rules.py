@@ -50,3 +50,17 @@ register("unit_learning_rate", "step", "Sec. 5.1",
 
 def approximation_names():
     return sorted(k for k, r in RULES.items() if r.kind != "identity")
+
+# passes on the update program (blr_derive/passes.py), named by recipes
+register("weight_decay", "pass", "Eqs. 1, 34",
+         "coupled weight decay: the prior δ‖θ‖²/2 adds δm to the gradient and δ to the Hessian")
+register("squared_gradient_hessian", "pass", "Eqs. 38, 45",
+         "Hessian ≈ squared gradient (gradient magnitude / Gauss-Newton)")
+register("separate_learning_rates", "pass", "Eq. 36", "different learning rates per parameter")
+register("square_root_scaling", "pass", "Eq. 38", "precondition with sqrt(s) + eps")
+register("ema_momentum", "pass", "App. F, Eq. 77", "exponential-moving-average momentum of the gradient")
+register("debias", "pass", "Adam convention", "bias correction x / (1 - rate^t) of zero-initialised averages")
+register("running_max", "pass", "AMSGrad convention", "precondition with the running maximum of the scale")
+register("centered", "pass", "centered RMSprop convention", "precondition with the gradient variance")
+register("heavy_ball_momentum", "pass", "Eqs. 75, 80", "heavy-ball momentum on the mean step (buffer form)")
+register("decoupled_weight_decay", "pass", "AdamW convention", "m <- m - rho*delta*m outside the preconditioner")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-TARGETS = ("numpy",)
+TARGETS = ("numpy", "torch")
 
 
 def get_target(name: str):

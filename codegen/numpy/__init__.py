@@ -20,6 +20,7 @@ class NumpyTarget:
             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
         )
         self.env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
+        self.env.globals["pyval"] = pyval
 
     def render(self, ir) -> str:
         printer = BLRNumPyPrinter()
@@ -32,6 +33,15 @@ class NumpyTarget:
             state_names=[v.name for v in ir.state], printer=printer,
         )
         return out
+
+
+def pyval(v):
+    """A Python literal for a hyperparameter default (deterministic)."""
+    if isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, tuple):
+        return "(" + ", ".join(pyval(x) for x in v) + ")"
+    return repr(float(v))
 
 
 TARGET = NumpyTarget()

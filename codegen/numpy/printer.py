@@ -108,6 +108,25 @@ class BLRNumPyPrinter(NumPyPrinter):
             return f"({s})"
         return s
 
+    def _print_Piecewise(self, expr):
+        # conditions depend only on hyperparameters and the step counter (host scalars)
+        out = self._print(expr.args[-1].expr)
+        for e, c in reversed(expr.args[:-1]):
+            out = f"({self._print(e)} if {self._print(c)} else {out})"
+        return out
+
+    def _print_Max(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"numpy.maximum({out}, {self._print(a)})"
+        return out
+
+    def _print_Min(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"numpy.minimum({out}, {self._print(a)})"
+        return out
+
     def emptyPrinter(self, expr):
         raise CodegenError(f"the numpy target cannot print {type(expr).__name__}: {expr}")
 

@@ -2,7 +2,7 @@
 # DO NOT EDIT: regenerate with `blr-derive catalog/gd.yaml --target numpy`.
 #
 # Gradient descent
-# Family: gaussian_fixed_cov
+# Family: gaussian_fixed_cov (mean-field: all operations are elementwise)
 # Paper: Khan & Rue (2023), Sec. 1.3.1, Eq. 7
 #
 # Derived update (Bayesian learning rule, Eq. 6):
@@ -22,6 +22,7 @@ STATE = ("m", )
 HYPERPARAMETERS = {
     "rho": 0.1,
 }
+REQUIRED_STATE = ("m", )
 ORACLES = ("grad", )
 DATA = ()
 EQUATIONS = (
@@ -31,12 +32,17 @@ EQUATIONS = (
 
 
 def init(**state):
-    """Validate and copy an initial state (m: vector)."""
-    missing = [name for name in STATE if name not in state]
+    """Validate and copy an initial state (m: vector).
+
+    State with a default (after '=') may be omitted; hyperparameters in defaults take their default values.
+    """
     unknown = [name for name in state if name not in STATE]
+    missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
-        raise TypeError(f"init() needs exactly {STATE}; missing {missing}, unknown {unknown}")
-    return {name: numpy.array(state[name], dtype=float) for name in STATE}
+        raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
+    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    rho = HYPERPARAMETERS["rho"]
+    return out
 
 
 def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):

@@ -25,6 +25,7 @@ STATE = ("m", "S", )
 HYPERPARAMETERS = {
     "rho": 1.0,
 }
+REQUIRED_STATE = ("m", "S", )
 ORACLES = ("grad", "hess", )
 DATA = ()
 EQUATIONS = (
@@ -41,12 +42,17 @@ def _spd_solve(A, B):
 
 
 def init(**state):
-    """Validate and copy an initial state (m: vector, S: matrix)."""
-    missing = [name for name in STATE if name not in state]
+    """Validate and copy an initial state (m: vector, S: matrix).
+
+    State with a default (after '=') may be omitted; hyperparameters in defaults take their default values.
+    """
     unknown = [name for name in state if name not in STATE]
+    missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
-        raise TypeError(f"init() needs exactly {STATE}; missing {missing}, unknown {unknown}")
-    return {name: numpy.array(state[name], dtype=float) for name in STATE}
+        raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
+    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    rho = HYPERPARAMETERS["rho"]
+    return out
 
 
 def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):

@@ -1,0 +1,365 @@
+"""Approximation passes applied to a derived update (deep-learning conventions).
+
+After :func:`blr_derive.blr.derive` has produced the update of the ordinary parameters,
+the recipe may name further approximations.  Each one is a small, generic rewrite of the
+update program and cites the equation of Khan & Rue (2023) it implements, or, where a
+peer optimizer follows a convention that is not a consequence of the BLR (Adam's bias
+corrections, eps outside the square root, SGD's first momentum step), says so.
+
+The program is: oracle calls, intermediate definitions ``D.defs`` and the state updates
+``D.updates``.  Passes never pattern-match the algebra produced by sympy; they work on
+*views*: ``D.views['grad']`` is the symbol that currently stands for the gradient,
+``D.views['hess']`` for the Hessian, and ``D.views[p]`` for the way parameter ``p``
+enters the other updates.  A pass defines a new symbol, substitutes it for the view in
+the consuming updates and moves the view, so passes compose in recipe order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from .errors import SpecError
+from .exprparse import parse_expression
+from .matcalc import is_mat
+
+
+@dataclass
+class AuxState:
+    name: str
+    symbol: object
+    new_symbol: object
+    init: object          # sympy expression of hyperparameters (broadcast to the parameter's shape)
+    description: str
+
+
+PASSES: dict = {}
+
+
+def register(name, kind_args=()):
+    def deco(fn):
+        PASSES[name] = fn
+        return fn
+    return deco
+
+
+# ----------------------------------------------------------------------------- helpers
+
+class Ctx:
+    def __init__(self, D, approx):
+        self.D = D
+        self.r = D.recipe
+        self.approx = approx
+        self.args = dict(approx.args)
+
+    def fail(self, msg):
+        return SpecError(f"approximation '{self.approx.name}': {msg}", self.r.file, self.approx.line)
+
+    def symbols(self):
+        syms = dict(self.r.hyper_symbols())
+        if self.D.step_symbol is not None:
+            syms["t"] = self.D.step_symbol
+        return syms
+
+    def expr(self, key, default=None, logic=False):
+        if key not in self.args:
+            if default is None:
+                raise self.fail(f"missing argument '{key}'")
+            return default
+        try:
+            return parse_expression(self.args.pop(key), self.symbols(), what=f"{self.approx.name}.{key}", logic=logic)
+        except SpecError as exc:
+            raise exc.located(self.r.file, self.approx.line) from None
+
+    def name(self, key, default=None):
+        v = self.args.pop(key, default)
+        if v is None:
+            raise self.fail(f"missing argument '{key}'")
+        if not isinstance(v, str):
+            raise self.fail(f"argument '{key}' must be a name")
+        return v
+
+    def when(self):
+        if "when" not in self.args:
+            return None
+        return self.expr("when", logic=True)
+
+    def done(self):
+        if self.args:
+            raise self.fail(f"unknown argument(s): {', '.join(sorted(self.args))}")
+
+
+def _step(D):
+    if D.step_symbol is None:
+        D.step_symbol = sp.Symbol("t", positive=True, integer=True)
+        D.symbol_names[D.step_symbol] = "t"
+    return D.step_symbol
+
+
+def _new_def(D, name, expr):
+    taken = {str(s) for s, _ in D.defs} | {str(u[1]) for u in D.updates} | {a.name for a in D.aux_state}
+    base, i = name, 1
+    while name in taken:
+        i += 1
+        name = f"{base}{i}"
+    sym = sp.Symbol(name, real=True)
+    D.defs.append((sym, expr))
+    return sym
+
+
+def _replace(D, old, new, only=None, skip=()):
+    """Substitute ``new`` for ``old`` in the updates (``only`` = names) and definitions."""
+    out = []
+    for name, sym, expr in D.updates:
+        if name in skip or (only is not None and name not in only):
+            out.append((name, sym, expr))
+        else:
+            out.append((name, sym, expr.xreplace({old: new})))
+    D.updates = out
+    if only is None:
+        D.defs = [(s, e.xreplace({old: new})) for s, e in D.defs]
+
+
+def _update_of(D, name):
+    for n, sym, expr in D.updates:
+        if n == name:
+            return sym, expr
+    raise KeyError(name)
+
+
+def _set_update(D, name, expr):
+    D.updates = [(n, s, expr if n == name else e) for n, s, e in D.updates]
+
+
+def _cond(when, a, b):
+    return a if when is None else sp.Piecewise((a, when), (b, True))
+
+
+def _add_aux(ctx, name, init, description, when=None):
+    D = ctx.D
+    if name in D.recipe.family.params or any(a.name == name for a in D.aux_state):
+        raise ctx.fail(f"state '{name}' already exists")
+    sym = sp.Symbol(name, real=True)
+    new = sp.Symbol(f"{name}_new", real=True)
+    D.aux_state.append(AuxState(name, sym, new, init, description))
+    D.symbol_names[new] = f"{name}_{{t+1}}"
+    return sym, new
+
+
+def _mean_name(D):
+    fam = D.recipe.family
+    m = fam.gaussian_mean
+    for p in fam.params.values():
+        if p.symbol == m:
+            return p.name
+    raise SpecError("this approximation needs a family whose mean is one of its parameters")
+
+
+def _record(ctx, title, text, eqs=()):
+    from .rules import RULES
+    rule = RULES[ctx.approx.name]
+    ctx.D.add(ctx.approx.name, rule.equation, title, text, eqs)
+
+
+# ----------------------------------------------------------------------------- passes
+
+@register("weight_decay")
+def weight_decay(ctx):
+    """Coupled weight decay: the prior R(θ) = δ/2 ||θ||² of Eq. 1 under the delta method adds δm to
+    the gradient and δ to the Hessian (Eq. 34 with R)."""
+    D = ctx.D
+    delta = ctx.expr("coefficient")
+    ctx.done()
+    m = D.recipe.family.params[_mean_name(D)].symbol
+    g_old = D.views["grad"]
+    gw = _new_def(D, "g_wd", g_old + delta * _scalar(m))
+    _replace(D, g_old, gw)
+    D.defs[-1] = (gw, g_old + delta * _scalar(m))
+    D.views["grad"] = gw
+    eqs = [(gw, g_old + delta * _scalar(m))]
+    if D.views.get("hess") is not None:
+        h_old = D.views["hess"]
+        hw = _new_def(D, "h_wd", h_old + delta)
+        _replace(D, h_old, hw)
+        D.defs[-1] = (hw, h_old + delta)
+        D.views["hess"] = hw
+        eqs.append((hw, h_old + delta))
+    _record(ctx, "Weight decay as a Gaussian prior", "R(θ) = δ‖θ‖²/2 added to the loss (Eq. 1), through the delta method.",
+            eqs)
+
+
+@register("squared_gradient_hessian")
+def squared_gradient_hessian(ctx):
+    """Replace the Hessian by the squared gradient (gradient magnitude, Eqs. 38 and 45)."""
+    D = ctx.D
+    scale = ctx.expr("scale", sp.Integer(1))
+    ctx.done()
+    h = D.views.get("hess")
+    if h is None:
+        raise ctx.fail("the update has no Hessian to approximate")
+    g = D.views["grad"]
+    _replace(D, h, scale * g**2)
+    D.views["hess"] = None
+    _record(ctx, "Squared-gradient Hessian", "∇²ℓ ≈ ĝ∘ĝ (Eq. 38; the Gauss–Newton/gradient-magnitude approximation of Eq. 45).",
+            [(h, scale * g**2, r"\approx")])
+
+
+@register("separate_learning_rates")
+def separate_learning_rates(ctx):
+    """Different learning rates for the mean and the scale (Eq. 36)."""
+    D = ctx.D
+    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
+    eqs = []
+    for pname in list(ctx.args):
+        if pname not in D.recipe.family.params:
+            raise ctx.fail(f"'{pname}' is not a parameter of family '{D.recipe.family.name}'")
+        rate = ctx.expr(pname)
+        sym, expr = _update_of(D, pname)
+        new = expr.xreplace({rho: rate})
+        _set_update(D, pname, new)
+        eqs.append((sym, new, r"\leftarrow"))
+    ctx.done()
+    _record(ctx, "Separate learning rates", "Each named parameter gets its own learning rate (Eq. 36).", eqs)
+
+
+@register("square_root_scaling")
+def square_root_scaling(ctx):
+    """Precondition with sqrt(s) + eps instead of s (Eq. 38)."""
+    D = ctx.D
+    p = ctx.name("param")
+    eps = ctx.expr("eps", sp.Integer(0))
+    ctx.done()
+    v = D.views[p]
+    r = _new_def(D, f"{p}_root", sp.sqrt(v) + eps)
+    _replace(D, v, r, skip=(p,))
+    D.defs[-1] = (r, sp.sqrt(v) + eps)
+    D.views[p] = r
+    _record(ctx, "Square-root scaling", f"{p} enters the other updates as √{p} + ε (Eq. 38; ε outside the root, "
+            "as RMSprop and Adam do).", [(r, sp.sqrt(v) + eps)])
+
+
+@register("ema_momentum")
+def ema_momentum(ctx):
+    """Exponential-moving-average momentum of the gradient in the mean update (App. F, Eq. 77)."""
+    D = ctx.D
+    rate = ctx.expr("rate")
+    name = ctx.name("state", "u")
+    ctx.done()
+    mean = _mean_name(D)
+    g = D.views["grad"]
+    u, u_new = _add_aux(ctx, name, sp.Integer(0), "exponential moving average of the gradient")
+    _replace(D, g, u_new, only=(mean,))
+    D.updates.insert(0, (name, u_new, rate * u + (1 - rate) * g))
+    D.views[name] = u_new
+    _record(ctx, "Momentum by exponential smoothing", "The mean update uses an EMA of the gradient (Eq. 77).",
+            [(u_new, rate * u + (1 - rate) * g, r"\leftarrow")])
+
+
+@register("debias")
+def debias(ctx):
+    """Adam's bias correction x / (1 - rate^t) of an EMA started at zero (a convention, not a BLR consequence)."""
+    D = ctx.D
+    p = ctx.name("param")
+    rate = ctx.expr("rate")
+    ctx.done()
+    t = _step(D)
+    v = D.views[p]
+    h = _new_def(D, f"{p}_hat", v / (1 - rate**t))
+    _replace(D, v, h, skip=(p,))
+    D.defs[-1] = (h, v / (1 - rate**t))
+    D.views[p] = h
+    _record(ctx, "Bias correction", "Divide the zero-initialised average by 1 − rate^t (Adam's convention).",
+            [(h, v / (1 - rate**t))])
+
+
+@register("running_max")
+def running_max(ctx):
+    """Precondition with the running maximum of the scale (AMSGrad's convention)."""
+    D = ctx.D
+    p = ctx.name("param")
+    when = ctx.when()
+    name = ctx.name("state", f"{p}_max")
+    ctx.done()
+    v = D.views[p]
+    mx, mx_new = _add_aux(ctx, name, sp.Integer(0), f"running maximum of {p}")
+    D.updates.append((name, mx_new, _cond(when, sp.Max(mx, v), mx)))
+    used = _new_def(D, f"{p}_used", _cond(when, mx_new, v))
+    _replace(D, v, used, skip=(p, name))
+    D.defs[-1] = (used, _cond(when, mx_new, v))
+    D.views[p] = used
+    _record(ctx, "Running maximum", "The preconditioner uses max over time of the scale (AMSGrad).",
+            [(mx_new, _cond(when, sp.Max(mx, v), mx), r"\leftarrow")])
+
+
+@register("centered")
+def centered(ctx):
+    """Precondition with the variance of the gradient instead of its second moment (centered RMSprop)."""
+    D = ctx.D
+    p = ctx.name("param")
+    rate = ctx.expr("rate")
+    when = ctx.when()
+    name = ctx.name("state", "grad_avg")
+    ctx.done()
+    g = D.views["grad"]
+    ga, ga_new = _add_aux(ctx, name, sp.Integer(0), "exponential moving average of the gradient")
+    D.updates.insert(0, (name, ga_new, _cond(when, rate * ga + (1 - rate) * g, ga)))
+    v = D.views[p]
+    c = _new_def(D, f"{p}_centered", _cond(when, v - ga_new**2, v))
+    _replace(D, v, c, skip=(p, name))
+    D.defs[-1] = (c, _cond(when, v - ga_new**2, v))
+    D.views[p] = c
+    _record(ctx, "Centering", "Subtract the squared running mean of the gradient from the scale.",
+            [(c, _cond(when, v - ga_new**2, v))])
+
+
+@register("heavy_ball_momentum")
+def heavy_ball_momentum(ctx):
+    """Heavy-ball momentum on the mean step (Eq. 75; Eq. 80 for a fixed-covariance Gaussian), in buffer form
+    b ← γb + (1-d)·direction, m ← m - ρ·b.  dampening d, Nesterov's look-ahead and starting the buffer at
+    the first direction are torch.optim conventions."""
+    D = ctx.D
+    gamma = ctx.expr("momentum")
+    damp = ctx.expr("dampening", sp.Integer(0))
+    nesterov = ctx.expr("nesterov", sp.false, logic=True) if "nesterov" in ctx.args else sp.false
+    when = ctx.when()
+    name = ctx.name("state", "momentum_buffer")
+    ctx.done()
+    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
+    mean = _mean_name(D)
+    m = _scalar(D.recipe.family.params[mean].symbol)
+    m_sym, m_expr = _update_of(D, mean)
+    direction = sp.simplify(-(m_expr - m) / rho)
+    if direction.has(rho):
+        raise ctx.fail("the mean update is not of the form m - ρ·direction")
+    d = _new_def(D, "direction", direction)
+    t = _step(D)
+    b, b_new = _add_aux(ctx, name, sp.Integer(0), "momentum buffer")
+    b_rule = sp.Piecewise((d, sp.Eq(t, 1)), (gamma * b + (1 - damp) * d, True))
+    D.updates.insert(0, (name, b_new, _cond(when, b_rule, b)))
+    step_dir = sp.Piecewise((d + gamma * b_new, nesterov), (b_new, True)) if nesterov != sp.false else b_new
+    _set_update(D, mean, _cond(when, m - rho * step_dir, m - rho * d))
+    _record(ctx, "Heavy-ball momentum", "Momentum on the mean step (Eq. 75; the BLR with momentum, Eq. 80, "
+            "reduces to it for a fixed covariance).", [(b_new, b_rule, r"\leftarrow")])
+
+
+@register("decoupled_weight_decay")
+def decoupled_weight_decay(ctx):
+    """AdamW: shrink the mean by ρδ outside the preconditioned step (the prior's natural gradient applied
+    to the mean only)."""
+    D = ctx.D
+    delta = ctx.expr("coefficient")
+    ctx.done()
+    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
+    mean = _mean_name(D)
+    m = _scalar(D.recipe.family.params[mean].symbol)
+    sym, expr = _update_of(D, mean)
+    _set_update(D, mean, expr - rho * delta * m)
+    _record(ctx, "Decoupled weight decay", "m ← m − ρδm added to the mean update (AdamW).",
+            [(sym, expr - rho * delta * m, r"\leftarrow")])
+
+
+def _scalar(x):
+    """Vector symbols of elementwise updates are treated as scalars."""
+    if is_mat(x):
+        return sp.Symbol(x.name, real=True)
+    return x

@@ -1,0 +1,73 @@
+"""torch target: a ``torch.optim.Optimizer`` subclass per recipe, multi-tensor (``_foreach``) updates.
+
+The family's mean parameter is the torch parameter itself; the other state lives in
+``optimizer.state[p]``.  The target accepts elementwise updates whose oracles are the
+gradient at the mean (``p.grad``); anything else is rejected with a CodegenError.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+
+from blr_derive.errors import CodegenError
+
+from ..numpy import pyval
+from .printer import ForeachCompiler, HostPrinter
+
+
+class TorchTarget:
+    name = "torch"
+    suffix = ".py"
+    template = "optimizer.py.j2"
+
+    def __init__(self):
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+        )
+        self.env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
+        self.env.globals["pyval"] = pyval
+
+    def check(self, ir):
+        if not ir.elementwise:
+            raise CodegenError(f"recipe '{ir.recipe}': the torch target needs an elementwise (mean-field) update; "
+                               f"family '{ir.family}' mixes coordinates (matrix products, solves)")
+        if ir.mean is None:
+            raise CodegenError(f"recipe '{ir.recipe}': the torch target needs a family with a mean parameter")
+        if ir.data:
+            raise CodegenError(f"recipe '{ir.recipe}': the torch target takes no data inputs (the loss is the model's)")
+        for c in ir.oracle_calls:
+            if c.oracle != "grad" or str(c.argument) != ir.mean:
+                raise CodegenError(f"recipe '{ir.recipe}': the torch target can only evaluate the gradient at the mean "
+                                   f"(p.grad); oracle '{c.oracle}' needs an approximation (e.g. squared_gradient_hessian)")
+
+    def render(self, ir) -> str:
+        self.check(ir)
+        host = HostPrinter()
+        state_syms = {v.symbol for v in ir.state}
+        import sympy as sp
+        state_syms = {sp.Symbol(str(s), real=True) for s in state_syms} | state_syms
+        tensors = state_syms | {c.symbol for c in ir.oracle_calls}
+        comp = ForeachCompiler(tensors)
+        for sym, expr in ir.assignments:
+            comp.assign(sym, expr)
+        outputs = [(name, str(sym)) for name, sym in ir.outputs if name != ir.mean and str(sym) != name]
+        mean_out = [str(sym) for name, sym in ir.outputs if name == ir.mean][0]
+        others = [v for v in ir.state if v.name != ir.mean]
+        for v in others:
+            if v.init is None:
+                raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)")
+        init_syms = set()
+        for v in others:
+            init_syms |= {str(s) for s in v.init.free_symbols}
+        return self.env.get_template(self.template).render(
+            ir=ir, program=comp.lines, outputs=outputs, mean_out=mean_out, others=others,
+            host=host.doprint, init_hyper=[h for h in ir.hyperparameters
+                                           if any(str(s) in init_syms for s in h.symbols)],
+            grads=[str(c.symbol) for c in ir.oracle_calls],
+        )
+
+
+TARGET = TorchTarget()

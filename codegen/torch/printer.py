@@ -1,0 +1,198 @@
+"""The torch printer: compiles elementwise update expressions into multi-tensor
+``torch._foreach_*`` programs.
+
+Every symbol is either a *tensor list* (state, gradients, earlier assignments that
+depend on them) or a *host scalar* (hyperparameters, the step counter and expressions
+of those), which is printed as ordinary Python (``math``) and computed once per group.
+Conditions of ``Piecewise`` are host scalars, so they become Python ``if`` blocks that
+pick one multi-tensor program.  Unsupported nodes raise
+:class:`~blr_derive.errors.CodegenError`.
+"""
+from __future__ import annotations
+
+import sympy as sp
+from sympy.printing.pycode import PythonCodePrinter
+
+from blr_derive.errors import CodegenError
+
+
+class HostPrinter(PythonCodePrinter):
+    """Host-side scalars: plain Python with the math module."""
+
+    def __init__(self):
+        super().__init__({"fully_qualified_modules": True, "standard": "python3"})
+
+    def _print_Piecewise(self, expr):
+        out = self._print(expr.args[-1].expr)
+        for e, c in reversed(expr.args[:-1]):
+            out = f"({self._print(e)} if {self._print(c)} else {out})"
+        return out
+
+    def _print_Symbol(self, expr):
+        return expr.name
+
+
+UNARY = {
+    sp.exp: "_foreach_exp", sp.log: "_foreach_log", sp.Abs: "_foreach_abs", sp.tanh: "_foreach_tanh",
+    sp.sin: "_foreach_sin", sp.cos: "_foreach_cos",
+}
+
+
+class ForeachCompiler:
+    def __init__(self, tensors, indent="            "):
+        self.tensors = set(tensors)       # symbols bound to lists of tensors
+        self.host = HostPrinter()
+        self.lines: list[str] = []
+        self.indent = indent
+        self.n = 0
+
+    def tmp(self):
+        self.n += 1
+        return f"_f{self.n}"
+
+    def emit(self, line):
+        self.lines.append(self.indent + line)
+
+    def is_tensor(self, e):
+        return bool(e.free_symbols & self.tensors)
+
+    def host_expr(self, e):
+        return self.host.doprint(e)
+
+    # ------------------------------------------------------------------ statements
+    def assign(self, sym, expr):
+        """Bind ``sym`` to ``expr``: a tensor list (foreach program) or a host scalar."""
+        if not self.is_tensor(expr):
+            self.emit(f"{sym} = {self.host_expr(expr)}")
+            return
+        name = self.compile(expr, target=str(sym))
+        if name != str(sym):
+            self.emit(f"{sym} = {name}")
+        self.tensors.add(sym)
+
+    # ------------------------------------------------------------------ expressions
+    def compile(self, e, target=None):
+        if isinstance(e, sp.Symbol):
+            return e.name
+        if isinstance(e, sp.Piecewise):
+            out = target or self.tmp()
+            first = True
+            for expr, cond in e.args:
+                if cond == sp.true:
+                    self.emit("else:" if not first else "if True:")
+                else:
+                    self.emit(f"{'if' if first else 'elif'} {self.host_expr(cond)}:")
+                first = False
+                self.indent += "    "
+                if self.is_tensor(expr):
+                    name = self.compile(expr)
+                else:
+                    raise CodegenError(f"a Piecewise branch without tensors cannot be broadcast: {expr}")
+                self.emit(f"{out} = {name}")
+                self.indent = self.indent[:-4]
+            return out
+        if isinstance(e, sp.Add):
+            host = [a for a in e.args if not self.is_tensor(a)]
+            terms = [a for a in e.args if self.is_tensor(a)]
+            acc, owned = None, False
+            for term in terms:
+                coeff, rest = self._split(term)
+                x = self.compile(rest)
+                if acc is None:
+                    if coeff == 1:
+                        acc, owned = x, False
+                    else:
+                        acc, owned = self.tmp(), True
+                        self.emit(f"{acc} = torch._foreach_mul({x}, {self.host_expr(coeff)})")
+                    continue
+                alpha = "" if coeff == 1 else f", alpha={self.host_expr(coeff)}"
+                if owned:
+                    self.emit(f"torch._foreach_add_({acc}, {x}{alpha})")
+                else:
+                    new = self.tmp()
+                    self.emit(f"{new} = torch._foreach_add({acc}, {x}{alpha})")
+                    acc, owned = new, True
+            if host:
+                c = self.host_expr(sp.Add(*host))
+                if owned:
+                    self.emit(f"torch._foreach_add_({acc}, {c})")
+                else:
+                    new = self.tmp()
+                    self.emit(f"{new} = torch._foreach_add({acc}, {c})")
+                    acc = new
+            return acc
+        if isinstance(e, sp.Mul):
+            coeff, rest = self._split(e)
+            num, den = [], []
+            for f in sp.Mul.make_args(rest):
+                if isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0:
+                    den.append(f.base ** (-f.exp))
+                else:
+                    num.append(f)
+            out = self.tmp()
+            if len(num) == 1 and not den:
+                self.emit(f"{out} = torch._foreach_mul({self.compile(num[0])}, {self.host_expr(coeff)})")
+                return out
+            if num:
+                first = self.compile(num[0])
+                rest_num = num[1:]
+                if rest_num:
+                    self.emit(f"{out} = torch._foreach_mul({first}, {self.compile(rest_num[0])})")
+                    for f in rest_num[1:]:
+                        self.emit(f"torch._foreach_mul_({out}, {self.compile(f)})")
+                elif den:
+                    self.emit(f"{out} = torch._foreach_div({first}, {self.compile(den[0])})")
+                    den = den[1:]
+                else:
+                    self.emit(f"{out} = torch._foreach_mul({first}, 1.0)")
+            else:
+                self.emit(f"{out} = torch._foreach_reciprocal({self.compile(den[0])})")
+                den = den[1:]
+            for f in den:
+                self.emit(f"torch._foreach_div_({out}, {self.compile(f)})")
+            if coeff != 1:
+                self.emit(f"torch._foreach_mul_({out}, {self.host_expr(coeff)})")
+            return out
+        if isinstance(e, sp.Pow):
+            b, p = e.args
+            x = self.compile(b)
+            out = self.tmp()
+            if p == 2:
+                self.emit(f"{out} = torch._foreach_mul({x}, {x})")
+            elif p == sp.Rational(1, 2):
+                self.emit(f"{out} = torch._foreach_sqrt({x})")
+            elif p == -1:
+                self.emit(f"{out} = torch._foreach_reciprocal({x})")
+            elif p == sp.Rational(-1, 2):
+                self.emit(f"{out} = torch._foreach_sqrt({x})")
+                self.emit(f"torch._foreach_reciprocal_({out})")
+            elif not self.is_tensor(p):
+                self.emit(f"{out} = torch._foreach_pow({x}, {self.host_expr(p)})")
+            else:
+                raise CodegenError(f"the torch target cannot print a tensor exponent: {e}")
+            return out
+        if isinstance(e, (sp.Max, sp.Min)):
+            fn = "_foreach_maximum" if isinstance(e, sp.Max) else "_foreach_minimum"
+            tens = [a for a in e.args if self.is_tensor(a)]
+            host = [a for a in e.args if not self.is_tensor(a)]
+            out = self.tmp()
+            self.emit(f"{out} = torch.{fn}({self.compile(tens[0])}, {self.compile(tens[1]) if len(tens) > 1 else self.host_expr(host[0])})")
+            for a in tens[2:]:
+                self.emit(f"torch.{fn}_({out}, {self.compile(a)})")
+            return out
+        if isinstance(e, sp.Function) and type(e) in UNARY:
+            out = self.tmp()
+            self.emit(f"{out} = torch.{UNARY[type(e)]}({self.compile(e.args[0])})")
+            return out
+        raise CodegenError(f"the torch target cannot print {type(e).__name__}: {e}")
+
+    def _split(self, e):
+        """Split a product into (host coefficient, tensor part)."""
+        if isinstance(e, sp.Mul):
+            host = [a for a in e.args if not self.is_tensor(a)]
+            tens = [a for a in e.args if self.is_tensor(a)]
+            return sp.Mul(*host), sp.Mul(*tens)
+        return sp.Integer(1), e
+
+    def _bound_names(self):
+        return {s.name for s in self.tensors}
