@@ -69,8 +69,12 @@ def derive(recipe: Recipe) -> Derivation:
             a = expectation_rules[0] if expectation_rules else None
             raise _fail(recipe, f"approximation '{a.name if a else 'delta'}' does not apply to family '{fam.name}': "
                         "Bonnet/Price gradients need a family with Gaussian moments (a 'gaussian' section)", a)
-        if "delta" not in names:
-            raise _fail(recipe, "an abstract loss needs an expectation approximation for E_q[∇ℓ], E_q[∇²ℓ]: add 'delta'")
+        if "delta" not in names and "monte_carlo" not in names:
+            raise _fail(recipe, "an abstract loss needs an expectation approximation for E_q[∇ℓ], E_q[∇²ℓ]: "
+                        "add 'delta' or 'monte_carlo'")
+        if "monte_carlo" in names and not fam.elementwise:
+            raise _fail(recipe, f"approximation 'monte_carlo' supports mean-field (elementwise) families; "
+                        f"'{fam.name}' is not", approx_by_name["monte_carlo"])
     if (recipe.loss_kind == "explicit" or "exact" in names) and not fam.is_gaussian:
         raise _fail(recipe, f"approximation 'exact' does not apply to family '{fam.name}': it needs Gaussian moments",
                     approx_by_name.get("exact"))
@@ -154,6 +158,11 @@ def _apply_passes(recipe, D):
     D.views = {"grad": None, "hess": None}
     for sym, oracle, _, _ in D.oracle_calls:
         D.views[oracle] = sym
+    if D.sampling is not None:
+        for avg, e in D.sampling.stats:
+            for k_sym, oracle in D.sampling.calls:
+                if e == k_sym:
+                    D.views[oracle] = avg
     for name, sym, _ in D.updates:
         D.views[name] = sym
     for a in passes:
@@ -171,6 +180,13 @@ def _apply_passes(recipe, D):
                 changed = True
     D.defs = [(s, e) for s, e in D.defs if s in used]
     D.oracle_calls = [c for c in D.oracle_calls if c[0] in used]
+    if D.sampling is not None:
+        sm = D.sampling
+        sm.stats = [(a, e) for a, e in sm.stats if a in used]
+        needed = set()
+        for _, e in sm.stats:
+            needed |= e.free_symbols
+        sm.calls = [(k, o) for k, o in sm.calls if k in needed]
 
 
 def _scalarize_elementwise(D, dry=False):
@@ -271,6 +287,9 @@ def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
     D.steps[-1].equations += [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g)
                               for i, g in enumerate(grads)]
 
+    if any(a.name == "monte_carlo" for a in recipe.approximations):
+        return _monte_carlo(recipe, D, grads, Eg, EH, uses_cov, mean_mu, cov_mu)
+
     # expectation approximation: delta method, oracles at the mean
     taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper}
     gname = "g" if "g" not in taken else "g_"
@@ -298,6 +317,36 @@ def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
         if is_mat(s):
             sym.add(s)
     return grads
+
+
+def _monte_carlo(recipe, D, grads, Eg, EH, uses_cov, mean_mu, cov_mu):
+    """Expectations by sampling θ_k = m + σ ε_k (reparameterization), averaged over the samples."""
+    from .derivation import Sampling
+    from .passes import Ctx
+    fam = recipe.family
+    approx = [a for a in recipe.approximations if a.name == "monte_carlo"][0]
+    ctx = Ctx(D, approx)
+    samples = ctx.expr("samples", sp.Integer(1))
+    ctx.done()
+    m = fam.gaussian_mean
+    eps = sp.Symbol("eps", real=True)
+    theta = sp.Symbol("theta_k", real=True)
+    g_k, h_k = sp.Symbol("g_k", real=True), sp.Symbol("h_k", real=True)
+    g_bar, h_bar = sp.Symbol("g", real=True), sp.Symbol("h_bar", real=True)
+    theta_expr = m + eps * sp.sqrt(fam.gaussian_cov)
+    calls = [(g_k, "grad")] + ([(h_k, "hess")] if uses_cov else [])
+    stats = [(g_bar, g_k)] + ([(h_bar, h_k)] if uses_cov else [])
+    D.sampling = Sampling(samples, eps, theta, theta_expr, calls, stats)
+    D.symbol_names.update({g_bar: r"\bar{g}", h_bar: r"\bar{h}", theta: r"\theta_k", eps: r"\epsilon_k"})
+    reps = {Eg: g_bar}
+    eqs = [(theta, theta_expr), (Eg, r"\frac{1}{S}\sum_k \nabla_\theta\bar\ell(\theta_k)", r"\approx")]
+    if uses_cov:
+        reps[EH] = h_bar
+        eqs.append((EH, r"\frac{1}{S}\sum_k \nabla^2_\theta\bar\ell(\theta_k)", r"\approx"))
+    D.add("monte_carlo", RULES["monte_carlo"].equation, "Monte Carlo expectations",
+          "Sample θ_k = m + σε_k, ε_k ~ N(0, 1) (weight perturbation, Sec. 4.4) and average the oracles over "
+          f"S = {samples} samples.", eqs)
+    return [g_.xreplace(reps) for g_ in grads]
 
 
 # ------------------------------------------------------------------- solve for params

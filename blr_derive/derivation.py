@@ -17,6 +17,17 @@ class Step:
 
 
 @dataclass
+class Sampling:
+    """Monte Carlo over the candidate: θ_k = theta_expr(ε_k), oracles at θ_k, averaged statistics."""
+    samples: object                 # number of samples (expression of hyperparameters)
+    eps: object                     # ε_k ~ N(0, 1), shaped like the mean
+    theta: object                   # θ_k
+    theta_expr: object              # θ_k in terms of the state and ε_k
+    calls: list                     # [(symbol, oracle name)] evaluated at θ_k
+    stats: list                     # [(average symbol, per-sample expression)]
+
+
+@dataclass
 class Derivation:
     recipe: object
     steps: list = field(default_factory=list)
@@ -29,6 +40,8 @@ class Derivation:
     views: dict = field(default_factory=dict)         # what currently stands for grad/hess/each parameter
     step_symbol: object = None                        # the step counter t (1-based) when a pass needs it
     elementwise: bool = False                         # every update acts coordinate-wise
+    sampling: object = None                           # Sampling, for Monte Carlo recipes
+    renamed: dict = field(default_factory=dict)       # family parameter -> (new state name, symbol, value)
 
     def add(self, rule, equation, title, text, equations=()):
         self.steps.append(Step(rule, equation, title, text, list(equations)))
@@ -45,6 +58,12 @@ class Derivation:
     def update_lines(self) -> list[str]:
         """Plain-text update equations (for generated-code headers)."""
         out = []
+        if self.sampling is not None:
+            sm = self.sampling
+            out.append(f"for k in 1..{sm.samples}: {sm.eps} ~ N(0, 1), {sm.theta} = {_plain(sm.theta_expr)}, "
+                       + ", ".join(f"{s} = {o}({sm.theta})" for s, o in sm.calls))
+            for avg, e in sm.stats:
+                out.append(f"{avg} = mean_k({_plain(e)})")
         for call in self.oracle_calls:
             out.append(f"{call[0]} = {call[1]}({call[2]})")
         for sym, expr in self.defs:

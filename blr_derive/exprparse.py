@@ -165,7 +165,8 @@ FUNCTIONS: dict[str, Callable] = {
 CONSTANTS = {"pi": sp.pi, "E": sp.E}
 
 
-def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression", logic: bool = False):
+def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression", logic: bool = False,
+                     choices: Mapping | None = None):
     """Parse ``text`` into a sympy expression using only ``symbols``.
 
     ``text`` may be a string, an int or a float (YAML scalars).  Raises
@@ -190,7 +191,9 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
         tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:
         raise SpecError(f"{what}: syntax error in {src!r} ({exc.msg})") from None
-    return _Builder(symbols, what, src, logic).build(tree.body, 0)
+    b = _Builder(symbols, what, src, logic)
+    b.choices = choices or {}
+    return b.build(tree.body, 0)
 
 
 class _Builder:
@@ -279,6 +282,18 @@ class _Builder:
         if isinstance(node, ast.Compare):
             if len(node.ops) != 1:
                 self.fail("chained comparisons are not allowed")
+            right = node.comparators[0]
+            if isinstance(right, ast.Constant) and isinstance(right.value, str):
+                if not (isinstance(node.left, ast.Name) and node.left.id in self.choices):
+                    self.fail("only a choice hyperparameter can be compared with a string")
+                opts = self.choices[node.left.id]
+                if right.value not in opts:
+                    self.fail(f"'{right.value}' is not a choice of {node.left.id} ({', '.join(opts)})")
+                if isinstance(node.ops[0], ast.Eq):
+                    return opts[right.value]
+                if isinstance(node.ops[0], ast.NotEq):
+                    return sp.Not(opts[right.value])
+                self.fail("choices compare with == or != only")
             a = self.build(node.left, d)
             b = self.build(node.comparators[0], d)
             if _is_mat(a) or _is_mat(b):

@@ -32,10 +32,11 @@ class Var:
 @dataclass
 class HyperVar:
     name: str
-    kind: str            # float | bool | tuple
-    default: object
+    kind: str            # float | int | bool | tuple | choice
+    default: object      # None: required
     description: str
-    symbols: tuple       # the scalar symbols it binds (one, or one per tuple element)
+    symbols: tuple       # the scalar symbols it binds (one, one per tuple element, or one boolean per choice)
+    choices: tuple = ()
 
 
 @dataclass
@@ -66,6 +67,7 @@ class UpdateIR:
     outputs: list                  # [(state name, symbol holding the new value)]
     equations: list                # plain-text update equations
     step_symbol: object = None     # the 1-based step counter, when the update uses it
+    sampling: object = None        # derivation.Sampling for Monte Carlo recipes
     mean: str | None = None        # the state that is the parameter itself (torch targets)
     paper: str = ""
     description: str = ""
@@ -108,16 +110,23 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         except SpecError as exc:
             raise exc.located(r.file, r.state_init.line_of(name)) from None
 
+    renamed = {new: old for old, (new, _, _) in D.renamed.items()}
     for k in r.state_init:
-        if k not in fam.params and k not in {a.name for a in D.aux_state}:
+        if k not in fam.params and k not in {a.name for a in D.aux_state} and k not in renamed:
             raise SpecError(f"state_init names unknown state '{k}'", r.file, r.state_init.line_of(k))
-    state = [Var(p.name, p.symbol, _kind(p.symbol, elementwise), p.description, init_of(p.name), True)
-             for p in fam.params.values()]
+    state = []
+    for p in fam.params.values():
+        if p.name in D.renamed:
+            new, nsym, value = D.renamed[p.name]
+            state.append(Var(new, nsym, _kind(nsym, elementwise), f"{p.name} = {value}", init_of(new), True))
+        else:
+            state.append(Var(p.name, p.symbol, _kind(p.symbol, elementwise), p.description, init_of(p.name), True))
     state += [Var(a.name, a.symbol, "elementwise", a.description, init_of(a.name) if a.name in r.state_init else a.init,
                   False) for a in D.aux_state]
     data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description) for d in r.data]
     hyper = [HyperVar(h.name, h.kind, h.default, h.description,
-                      (h.symbol,) if h.symbol is not None else tuple(es for _, es in h.elements)) for h in r.hyper]
+                      (h.symbol,) if h.symbol is not None else tuple(es for _, es in h.elements),
+                      tuple(c for c, _ in h.elements) if h.kind == "choice" else ()) for h in r.hyper]
 
     scalarized = D.elementwise and not any(is_mat(e) for _, _, e in D.updates)
     if scalarized:
@@ -137,6 +146,10 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
     for c in calls:
         if c.oracle not in [o[0] for o in oracles]:
             oracles.append((c.oracle, c.description))
+    if D.sampling is not None:
+        for _, o in D.sampling.calls:
+            if o not in [x[0] for x in oracles]:
+                oracles.append((o, f"{o} of ℓ at samples θ_k of q (Monte Carlo)"))
 
     outputs = [(name, sym) for name, sym, _ in D.updates]
     program = _toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
@@ -153,6 +166,14 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
     used = set()
     for _, e in assignments:
         used |= e.free_symbols
+    sampling = D.sampling
+    if sampling is not None:
+        used |= sampling.theta_expr.free_symbols | sp.sympify(sampling.samples).free_symbols
+        for _, e in sampling.stats:
+            used |= e.free_symbols
+    for v in state:
+        if v.init is not None:
+            used |= v.init.free_symbols
     hyper = [h for h in hyper if any(s in used for s in h.symbols)]
 
     mean = None
@@ -165,6 +186,7 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         engine_version=__version__, source=source, elementwise=elementwise, state=state,
         hyperparameters=hyper, data=data, dims=dims, oracles=oracles, oracle_calls=calls, random_draws=[],
         assignments=assignments, outputs=outputs, equations=D.update_lines(), step_symbol=D.step_symbol,
+        sampling=sampling,
         mean=mean, paper=r.paper, description=r.description,
     )
 

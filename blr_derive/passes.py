@@ -67,7 +67,8 @@ class Ctx:
                 raise self.fail(f"missing argument '{key}'")
             return default
         try:
-            return parse_expression(self.args.pop(key), self.symbols(), what=f"{self.approx.name}.{key}", logic=logic)
+            return parse_expression(self.args.pop(key), self.symbols(), what=f"{self.approx.name}.{key}", logic=logic,
+                                    choices=self.r.choices())
         except SpecError as exc:
             raise exc.located(self.r.file, self.approx.line) from None
 
@@ -118,6 +119,13 @@ def _replace(D, old, new, only=None, skip=()):
     D.updates = out
     if only is None:
         D.defs = [(s, e.xreplace({old: new})) for s, e in D.defs]
+
+
+def _rebind(D, old, new):
+    """Every view that pointed at ``old`` now points at ``new``."""
+    for k, v in list(D.views.items()):
+        if v == old:
+            D.views[k] = new
 
 
 def _update_of(D, name):
@@ -197,6 +205,17 @@ def squared_gradient_hessian(ctx):
     h = D.views.get("hess")
     if h is None:
         raise ctx.fail("the update has no Hessian to approximate")
+    if D.sampling is not None and _is_stat(D, h):
+        # at samples: the average of the squared per-sample gradients (Eq. 45 with weight perturbation)
+        g_k = _call_symbol(D, "grad")
+        est = _new_stat(D, "gsq", g_k**2)
+        d = _new_def(D, "h_gsq", scale * est)
+        _replace(D, h, d)
+        D.defs[-1] = (d, scale * est)
+        D.views["hess"] = d
+        _record(ctx, "Squared-gradient Hessian at samples", "∇²ℓ ≈ mean_k ĝ_k∘ĝ_k (Eqs. 38, 45).",
+                [(h, scale * est, r"\approx")])
+        return
     g = D.views["grad"]
     _replace(D, h, scale * g**2)
     D.views["hess"] = None
@@ -251,6 +270,7 @@ def ema_momentum(ctx):
     _replace(D, g, u_new, only=(mean,))
     D.updates.insert(0, (name, u_new, rate * u + (1 - rate) * g))
     D.views[name] = u_new
+    D.views["grad"] = u_new       # later gradient passes act on what the mean update sees
     _record(ctx, "Momentum by exponential smoothing", "The mean update uses an EMA of the gradient (Eq. 77).",
             [(u_new, rate * u + (1 - rate) * g, r"\leftarrow")])
 
@@ -261,13 +281,14 @@ def debias(ctx):
     D = ctx.D
     p = ctx.name("param")
     rate = ctx.expr("rate")
-    ctx.done()
     t = _step(D)
     v = D.views[p]
-    h = _new_def(D, f"{p}_hat", v / (1 - rate**t))
+    when = ctx.when()
+    ctx.done()
+    h = _new_def(D, f"{p}_hat", _cond(when, v / (1 - rate**t), v))
     _replace(D, v, h, skip=(p,))
-    D.defs[-1] = (h, v / (1 - rate**t))
-    D.views[p] = h
+    D.defs[-1] = (h, _cond(when, v / (1 - rate**t), v))
+    _rebind(D, v, h)
     _record(ctx, "Bias correction", "Divide the zero-initialised average by 1 − rate^t (Adam's convention).",
             [(h, v / (1 - rate**t))])
 
@@ -363,3 +384,161 @@ def _scalar(x):
     if is_mat(x):
         return sp.Symbol(x.name, real=True)
     return x
+
+
+def _is_stat(D, sym):
+    return D.sampling is not None and any(a == sym for a, _ in D.sampling.stats)
+
+
+def _call_symbol(D, oracle):
+    for k, o in D.sampling.calls:
+        if o == oracle:
+            return k
+    k = sp.Symbol(f"{oracle}_k", real=True)
+    D.sampling.calls.append((k, oracle))
+    return k
+
+
+def _new_stat(D, name, per_sample):
+    sym = sp.Symbol(f"avg_{name}", real=True)
+    D.sampling.stats.append((sym, per_sample))
+    return sym
+
+
+@register("minibatch")
+def minibatch(ctx):
+    """Mini-batch estimates of the full loss ℓ̄ = Σ_i ℓ_i: N times the mini-batch mean (Eq. 34)."""
+    D = ctx.D
+    n = ctx.expr("size")
+    ctx.done()
+    eqs = []
+    for key in ("grad", "hess"):
+        v = D.views.get(key)
+        if v is None:
+            continue
+        new = _new_def(D, f"{key}_N", n * v)
+        _replace(D, v, new)
+        D.defs[-1] = (new, n * v)
+        D.views[key] = new
+        eqs.append((new, n * v))
+    _record(ctx, "Mini-batch estimates", "The oracles return mini-batch means; the BLR needs sums over the N "
+            "examples (Eq. 34).", eqs)
+
+
+@register("price_estimator")
+def price_estimator(ctx):
+    """E_q[∇²ℓ] ≈ mean_k ∇ℓ(θ_k)(θ_k − m)/σ² (Price's theorem via Stein's lemma, from gradients at samples)."""
+    D = ctx.D
+    when = ctx.when()
+    ctx.done()
+    if D.sampling is None:
+        raise ctx.fail("needs gradients at samples: add 'monte_carlo'")
+    h = D.views.get("hess")
+    if h is None:
+        raise ctx.fail("the update has no Hessian to estimate")
+    fam = D.recipe.family
+    g_k = _call_symbol(D, "grad")
+    m = fam.gaussian_mean
+    noise = D.sampling.theta_expr - m          # σε_k, exactly the perturbation that was drawn
+    nxg = _new_stat(D, "nxg", g_k * noise)
+    est = nxg / fam.gaussian_cov
+    new = _cond(when, est, h)
+    d = _new_def(D, "h_price", new)
+    _replace(D, h, d)
+    D.defs[-1] = (d, new)
+    D.views["hess"] = d
+    _record(ctx, "Price's reparameterization estimator",
+            "E_q[∇²ℓ] = E_q[∇ℓ(θ)(θ − m)]/σ² (Stein's lemma), estimated from the gradients at the samples.",
+            [(d, new)])
+
+
+@register("riemannian_correction")
+def riemannian_correction(ctx):
+    """Improved BLR (Lin et al. 2020, used by IVON): s ← (1−ρ)s + ρT + ρ²(s − T)²/(2s) keeps s > 0."""
+    D = ctx.D
+    p = ctx.name("param")
+    ctx.done()
+    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
+    fam = D.recipe.family
+    s_old = fam.params[p].symbol
+    sym, expr = _update_of(D, p)
+    target = sp.simplify((expr - (1 - rho) * s_old) / rho)
+    if target.has(rho):
+        raise ctx.fail(f"the update of {p} is not of the form (1-ρ){p} + ρT")
+    new = expr + rho**2 * (s_old - target) ** 2 / (2 * s_old)
+    _set_update(D, p, new)
+    _record(ctx, "Riemannian correction", "The second-order term of the improved BLR keeps the precision positive.",
+            [(sym, new, r"\leftarrow")])
+
+
+@register("change_variable")
+def change_variable(ctx):
+    """Store parameter p through a new state variable: p = value(new)."""
+    D = ctx.D
+    p = ctx.name("param")
+    new_name = ctx.name("to")
+    fam = D.recipe.family
+    if p not in fam.params:
+        raise ctx.fail(f"'{p}' is not a parameter of family '{fam.name}'")
+    new_sym = sp.Symbol(new_name, real=True)
+    syms = ctx.symbols()
+    syms[new_name] = new_sym
+    try:
+        value = parse_expression(ctx.args.pop("value"), syms, what="change_variable.value")
+    except KeyError:
+        raise ctx.fail("missing argument 'value'") from None
+    ctx.done()
+    old = fam.params[p].symbol
+    old_sym, old_expr = _update_of(D, p)
+    x = sp.Dummy(new_name)
+    sol = sp.solve(sp.Eq(value.xreplace({new_sym: x}), old_sym), x)
+    if len(sol) != 1:
+        raise ctx.fail(f"cannot invert {p} = {value} for {new_name}")
+    new_new = sp.Symbol(f"{new_name}_new", real=True)
+    # p_{t+1} stays a definition (written with the new variable); the state stores new_{t+1} = map⁻¹(p_{t+1})
+    new_update = sol[0]
+    reps = {old: value}
+    D.updates = [(n, s, e.xreplace(reps)) if n != p else (new_name, new_new, new_update) for n, s, e in D.updates]
+    D.defs = [(s, e.xreplace(reps)) for s, e in D.defs] + [(old_sym, old_expr.xreplace(reps))]
+    if D.sampling is not None:
+        D.sampling.theta_expr = D.sampling.theta_expr.xreplace(reps)
+        D.sampling.stats = [(a, e.xreplace(reps)) for a, e in D.sampling.stats]
+    D.renamed[p] = (new_name, new_sym, value)
+    D.views[new_name] = new_new
+    D.symbol_names[new_new] = f"{new_name}_{{t+1}}"
+    _record(ctx, f"Change of variable {p} = {value}", "The state stores the new variable; every use of "
+            f"{p} is rewritten through the map.", [(new_new, new_update, r"\leftarrow")])
+
+
+@register("scale_learning_rate")
+def scale_learning_rate(ctx):
+    """Multiply the learning rate of the mean by a factor (IVON's rescale_lr)."""
+    D = ctx.D
+    factor = ctx.expr("factor")
+    when = ctx.when()
+    ctx.done()
+    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
+    mean = _mean_name(D)
+    sym, expr = _update_of(D, mean)
+    lr_eff = _new_def(D, "lr_mean", _cond(when, rho * factor, rho))
+    _set_update(D, mean, expr.xreplace({rho: lr_eff}))
+    _record(ctx, "Scaled learning rate", "", [(lr_eff, _cond(when, rho * factor, rho))])
+
+
+@register("clip_step")
+def clip_step(ctx):
+    """Clip the preconditioned mean step elementwise to [-radius, radius] (IVON's clip_radius)."""
+    D = ctx.D
+    radius = ctx.expr("radius")
+    ctx.done()
+    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
+    mean = _mean_name(D)
+    m = _scalar(D.recipe.family.params[mean].symbol)
+    sym, expr = _update_of(D, mean)
+    direction = sp.simplify(-(expr - m) / rho)
+    if direction.has(rho):
+        raise ctx.fail("the mean update is not of the form m - ρ·direction")
+    d = _new_def(D, "direction", direction)
+    clipped = sp.Min(sp.Max(d, -radius), radius)
+    _set_update(D, mean, m - rho * clipped)
+    _record(ctx, "Clipped step", "", [(sym, m - rho * clipped, r"\leftarrow")])

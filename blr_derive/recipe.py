@@ -16,7 +16,7 @@ RECIPE_KEYS = {
     "hyperparameters", "learning_rate", "checked_against", "state_init",
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
-HP_KEYS = {"default", "description", "names"}
+HP_KEYS = {"default", "description", "names", "type", "choices", "required"}
 DATA_KEYS = {"shape", "description"}
 
 
@@ -76,14 +76,19 @@ class Recipe:
         return None
 
     def hyper_symbols(self) -> dict:
-        """name -> symbol for every scalar hyperparameter (tuple elements included)."""
+        """name -> symbol for every scalar hyperparameter (tuple elements included; not choices)."""
         out = {}
         for h in self.hyper:
             if h.symbol is not None:
                 out[h.name] = h.symbol
-            for en, es in h.elements:
-                out[en] = es
+            if h.kind == "tuple":
+                for en, es in h.elements:
+                    out[en] = es
         return out
+
+    def choices(self) -> dict:
+        """choice hyperparameter name -> {choice: boolean symbol}."""
+        return {h.name: dict(h.elements) for h in self.hyper if h.kind == "choice"}
 
 
 def load_recipe(path) -> Recipe:
@@ -123,10 +128,28 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             raise _err(f"bad or clashing hyperparameter name '{hname}'", hspec, hname)
         if not isinstance(hdecl, dict):
             hdecl = LDict(default=hdecl)
-        check_keys(hdecl, HP_KEYS, ("default",), f"hyperparameter '{hname}'")
-        d = hdecl["default"]
+        required = hdecl.get("required", False)
+        if not isinstance(required, bool):
+            raise _err(f"hyperparameter '{hname}': 'required' must be true or false", hdecl, "required")
+        check_keys(hdecl, HP_KEYS, () if required else ("default",), f"hyperparameter '{hname}'")
+        d = hdecl.get("default")
         desc = str(hdecl.get("description", ""))
-        if isinstance(d, bool):
+        htype = hdecl.get("type")
+        if htype not in (None, "int", "float"):
+            raise _err(f"hyperparameter '{hname}': type must be int or float", hdecl, "type")
+        if required:
+            if d is not None or "choices" in hdecl or "names" in hdecl:
+                raise _err(f"hyperparameter '{hname}': a required hyperparameter has no default", hdecl, "required")
+            hyper.append(Hyper(hname, sp.Symbol(hname, real=True), None, desc, htype or "float"))
+        elif isinstance(d, str) or "choices" in hdecl:
+            choices = hdecl.get("choices")
+            if (not isinstance(choices, list) or not choices or d not in choices
+                    or any(not isinstance(c, str) or not c.isidentifier() for c in choices)):
+                raise _err(f"hyperparameter '{hname}': a string default needs 'choices' (identifiers) containing it",
+                           hdecl, "choices" if "choices" in hdecl else "default")
+            elems = tuple((c, sp.Symbol(f"{hname}__{c}")) for c in choices)
+            hyper.append(Hyper(hname, None, d, desc, "choice", elems))
+        elif isinstance(d, bool):
             if "names" in hdecl:
                 raise _err(f"hyperparameter '{hname}': 'names' is only for tuples", hdecl, "names")
             hyper.append(Hyper(hname, sp.Symbol(hname), d, desc, "bool"))
@@ -144,9 +167,14 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         else:
             if not isinstance(d, (int, float)) or "names" in hdecl:
                 raise _err(f"hyperparameter '{hname}': default must be a number, a boolean or a list", hdecl, "default")
-            hyper.append(Hyper(hname, sp.Symbol(hname, real=True), float(d), desc))
+            if htype == "int":
+                if d != int(d):
+                    raise _err(f"hyperparameter '{hname}': default must be an integer", hdecl, "default")
+                hyper.append(Hyper(hname, sp.Symbol(hname, integer=True, positive=True), int(d), desc, "int"))
+            else:
+                hyper.append(Hyper(hname, sp.Symbol(hname, real=True), float(d), desc))
         taken.add(hname)
-    if lr not in {h.name for h in hyper if h.kind == "float"}:
+    if lr not in {h.name for h in hyper if h.kind in ("float", "int")}:
         if lr in taken:
             raise _err(f"learning_rate '{lr}' must be a numeric hyperparameter", spec, "learning_rate")
         hyper.insert(0, Hyper(lr, sp.Symbol(lr, real=True), 1.0, "learning rate ρ_t of the BLR (Eq. 6)"))
@@ -166,7 +194,7 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         if fam.dim is not None:
             symbols[str(fam.dim)] = fam.dim
         symbols.update({h.name: h.symbol for h in hyper if h.kind == "float"})
-        symbols.update({en: es for h in hyper for en, es in h.elements})
+        symbols.update({en: es for h in hyper if h.kind == "tuple" for en, es in h.elements})
         dims = {str(fam.dim): fam.dim} if fam.dim is not None else {}
         dspec = loss.get("data", LDict())
         if not isinstance(dspec, dict):

@@ -44,6 +44,8 @@ register("delta", "expectation", "App. C, Eqs. 13, 65-66",
          "first/second-order delta method: E_q[∇ℓ(θ)] ≈ ∇ℓ(m), E_q[∇²ℓ(θ)] ≈ ∇²ℓ(m) (oracles at the mean)")
 register("exact", "expectation", "Sec. 1.3.3, Eq. 14",
          "closed-form E_q[ℓ(θ)] of an explicit polynomial loss from the Gaussian moments; ∇_μ read off")
+register("monte_carlo", "expectation", "Sec. 4.4 (weight perturbation), Eq. 46",
+         "Monte Carlo expectations at samples θ_k = m + σε_k of the candidate (reparameterization)")
 register("unit_learning_rate", "step", "Sec. 5.1",
          "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
 
@@ -64,3 +66,12 @@ register("running_max", "pass", "AMSGrad convention", "precondition with the run
 register("centered", "pass", "centered RMSprop convention", "precondition with the gradient variance")
 register("heavy_ball_momentum", "pass", "Eqs. 75, 80", "heavy-ball momentum on the mean step (buffer form)")
 register("decoupled_weight_decay", "pass", "AdamW convention", "m <- m - rho*delta*m outside the preconditioner")
+register("minibatch", "pass", "Eq. 34", "mini-batch estimates scaled by the data-set size N (ess)")
+register("price_estimator", "pass", "Eq. 11 (Price), Stein's lemma",
+         "E_q[∇²ℓ] ≈ mean_k ∇ℓ(θ_k)(θ_k - m)/σ²: the reparameterization Hessian estimator from gradients at samples")
+register("change_variable", "pass", "IVON's parameterization",
+         "store a parameter through an invertible affine map (e.g. s = ess*(h + delta))")
+register("riemannian_correction", "pass", "improved BLR (Lin et al. 2020; IVON)",
+         "s <- (1-rho)s + rho*T + rho^2 (s - T)^2 / (2s): keeps the precision positive")
+register("scale_learning_rate", "pass", "IVON convention", "multiply the mean's learning rate by a factor")
+register("clip_step", "pass", "IVON convention", "clip the preconditioned mean step elementwise")

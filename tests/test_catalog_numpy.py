@@ -237,6 +237,10 @@ def test_ridge_one_step_is_the_closed_form():
 def _host_value(rng, h):
     if h.kind == "bool":
         return bool(rng.random() < 0.5)
+    if h.kind == "int":
+        return int(rng.integers(1, 4))
+    if h.kind == "choice":
+        return str(rng.choice([c for c, _ in h.elements]))
     if h.kind == "tuple":
         return tuple(float(rng.uniform(0.5, 0.95)) for _ in h.elements)
     return float(rng.uniform(0.1, 0.9))
@@ -265,6 +269,11 @@ def test_generated_equals_symbolic_update(name, seed):
             v = float(rng.uniform(0.1, 1.0))
             state[a.name] = v
             env[a.symbol] = v
+        for old, (new, nsym, _) in D.renamed.items():
+            v = float(rng.uniform(0.5, 2.0))
+            state.pop(old, None)
+            state[new] = v
+            env[nsym] = v
     else:
         vals = fam.sample_params(rng, P)
         env.update(vals)
@@ -293,6 +302,8 @@ def test_generated_equals_symbolic_update(name, seed):
             env.update({es: x for (_, es), x in zip(h.elements, v)})
         elif h.kind == "bool":
             flags[h.symbol] = sp.true if v else sp.false
+        elif h.kind == "choice":
+            flags.update({cs: (sp.true if c == v else sp.false) for c, cs in h.elements})
         else:
             env[h.symbol] = v
     hp = {k: v for k, v in hp.items() if k in mod.HYPERPARAMETERS}
@@ -301,8 +312,20 @@ def test_generated_equals_symbolic_update(name, seed):
         for s_ in d.shape:
             if s_ != fam.dim:
                 dims[s_] = 7
+    class FixedNoise:                     # every sample draws the same ε, so averages equal one sample
+        def standard_normal(self, shape):
+            return np.full(shape, 0.37)
+    if D.sampling is not None:
+        sm = D.sampling
+        env[sm.eps] = 0.37
+        env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)
+        for k_sym, oracle in sm.calls:
+            oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
+            env[k_sym] = oracle_vals[oracle]
+        for avg, e in sm.stats:
+            env[avg] = evaluate(e.xreplace(flags), env, dims)
     out = mod.step(mod.init(**state), oracles={k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()},
-                   data=data or None, **hp)
+                   data=data or None, rng=FixedNoise(), **hp)
     program = _toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     names = {sym: n for n, sym, _ in D.updates}
     checked = 0

@@ -21,6 +21,7 @@ class NumpyTarget:
         )
         self.env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
         self.env.globals["pyval"] = pyval
+        self.env.globals["zip"] = zip
 
     def render(self, ir) -> str:
         printer = BLRNumPyPrinter()
@@ -28,20 +29,36 @@ class NumpyTarget:
                  for c in ir.oracle_calls]
         assigns = [(printer.doprint(s), printer.doprint(e)) for s, e in ir.assignments]
         dims = [(str(d), var, axis) for d, var, axis in ir.dims]
+        sampling = None
+        if ir.sampling is not None:
+            sm = ir.sampling
+            sampling = {
+                "samples": printer.doprint(sm.samples), "eps": printer.doprint(sm.eps),
+                "theta": printer.doprint(sm.theta), "theta_expr": printer.doprint(sm.theta_expr),
+                "calls": [(printer.doprint(s), o) for s, o in sm.calls],
+                "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],
+            }
+        init_syms = set()
+        for v in ir.state:
+            if v.init is not None:
+                init_syms |= v.init.free_symbols
         out = self.env.get_template(self.template).render(
-            ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers), helper_sources=[HELPERS[h] for h in sorted(printer.helpers)],
+            ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
+            helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], sampling=sampling,
             state_names=[v.name for v in ir.state], printer=printer,
+            init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)],
         )
         return out
 
 
 def pyval(v):
     """A Python literal for a hyperparameter default (deterministic)."""
-    if isinstance(v, bool):
+    if v is None or isinstance(v, (bool, int, str)):
         return repr(v)
     if isinstance(v, tuple):
         return "(" + ", ".join(pyval(x) for x in v) + ")"
-    return repr(float(v))
+    f = float(v)
+    return "float('inf')" if f == float("inf") else "float('-inf')" if f == float("-inf") else repr(f)
 
 
 TARGET = NumpyTarget()

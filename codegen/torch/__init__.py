@@ -29,6 +29,7 @@ class TorchTarget:
         )
         self.env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
         self.env.globals["pyval"] = pyval
+        self.env.globals["zip"] = zip
 
     def check(self, ir):
         if not ir.elementwise:
@@ -42,6 +43,11 @@ class TorchTarget:
             if c.oracle != "grad" or str(c.argument) != ir.mean:
                 raise CodegenError(f"recipe '{ir.recipe}': the torch target can only evaluate the gradient at the mean "
                                    f"(p.grad); oracle '{c.oracle}' needs an approximation (e.g. squared_gradient_hessian)")
+        if ir.sampling is not None:
+            for _, o in ir.sampling.calls:
+                if o != "grad":
+                    raise CodegenError(f"recipe '{ir.recipe}': the torch target can only evaluate the gradient at "
+                                       f"samples (p.grad); oracle '{o}' needs an approximation (e.g. price_estimator)")
 
     def render(self, ir) -> str:
         self.check(ir)
@@ -50,6 +56,24 @@ class TorchTarget:
         import sympy as sp
         state_syms = {sp.Symbol(str(s), real=True) for s in state_syms} | state_syms
         tensors = state_syms | {c.symbol for c in ir.oracle_calls}
+        sampling = None
+        if ir.sampling is not None:
+            sm = ir.sampling
+            stats = {a for a, _ in sm.stats}
+            tensors |= stats
+            theta_c = ForeachCompiler(state_syms | {sm.eps}, indent="            ")
+            theta_c.assign(sm.theta, sm.theta_expr)
+            stat_c = ForeachCompiler(state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls}, indent="            ")
+            stat_names = []
+            for i, (avg, e) in enumerate(sm.stats):
+                val = sp.Symbol(f"_sample_{avg}")
+                stat_c.assign(val, e)
+                stat_names.append((str(avg), str(val)))
+            sampling = {
+                "samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
+                "theta_program": theta_c.lines, "stat_program": stat_c.lines, "stats": stat_names,
+                "grads": [str(k) for k, o in sm.calls],
+            }
         comp = ForeachCompiler(tensors)
         for sym, expr in ir.assignments:
             comp.assign(sym, expr)
@@ -62,11 +86,18 @@ class TorchTarget:
         init_syms = set()
         for v in others:
             init_syms |= {str(s) for s in v.init.free_symbols}
+        theta_syms = {str(s) for s in ir.sampling.theta_expr.free_symbols} if ir.sampling is not None else set()
+        stat_syms = set()
+        if ir.sampling is not None:
+            for _, e in ir.sampling.stats:
+                stat_syms |= {str(s) for s in e.free_symbols}
         return self.env.get_template(self.template).render(
             ir=ir, program=comp.lines, outputs=outputs, mean_out=mean_out, others=others,
             host=host.doprint, init_hyper=[h for h in ir.hyperparameters
                                            if any(str(s) in init_syms for s in h.symbols)],
-            grads=[str(c.symbol) for c in ir.oracle_calls],
+            grads=[str(c.symbol) for c in ir.oracle_calls], sampling=sampling,
+            theta_hyper=[h for h in ir.hyperparameters if any(str(s) in theta_syms for s in h.symbols)],
+            stat_hyper=[h for h in ir.hyperparameters if any(str(s) in stat_syms for s in h.symbols)],
         )
 
 

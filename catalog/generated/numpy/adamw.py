@@ -59,11 +59,6 @@ def init(**state):
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
     out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
-    beta1, beta2 = HYPERPARAMETERS["betas"]
-    lr = HYPERPARAMETERS["lr"]
-    eps = HYPERPARAMETERS["eps"]
-    weight_decay = HYPERPARAMETERS["weight_decay"]
-    amsgrad = HYPERPARAMETERS["amsgrad"]
     if "s" not in out:
         out["s"] = numpy.full_like(out["m"], 0)
     if "u" not in out:
@@ -84,6 +79,9 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
     hp = {**HYPERPARAMETERS, **hyperparameters}
+    required = [name for name, value in hp.items() if value is None]
+    if required:
+        raise TypeError(f"step() needs the hyperparameters {required}")
     lr = hp["lr"]
     beta1, beta2 = hp["betas"]
     eps = hp["eps"]

@@ -45,7 +45,6 @@ def init(**state):
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
     out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
-    rho = HYPERPARAMETERS["rho"]
     return out
 
 
@@ -60,6 +59,9 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
     hp = {**HYPERPARAMETERS, **hyperparameters}
+    required = [name for name, value in hp.items() if value is None]
+    if required:
+        raise TypeError(f"step() needs the hyperparameters {required}")
     rho = hp["rho"]
     m = numpy.asarray(state["m"], dtype=float)
     s = numpy.asarray(state["s"], dtype=float)

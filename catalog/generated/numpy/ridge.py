@@ -47,7 +47,6 @@ def init(**state):
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
     out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
-    delta = HYPERPARAMETERS["delta"]
     return out
 
 
@@ -62,6 +61,9 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
     hp = {**HYPERPARAMETERS, **hyperparameters}
+    required = [name for name, value in hp.items() if value is None]
+    if required:
+        raise TypeError(f"step() needs the hyperparameters {required}")
     delta = hp["delta"]
     m = numpy.asarray(state["m"], dtype=float)
     S = numpy.asarray(state["S"], dtype=float)

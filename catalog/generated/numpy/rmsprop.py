@@ -60,12 +60,6 @@ def init(**state):
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
     out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
-    lr = HYPERPARAMETERS["lr"]
-    alpha = HYPERPARAMETERS["alpha"]
-    eps = HYPERPARAMETERS["eps"]
-    weight_decay = HYPERPARAMETERS["weight_decay"]
-    momentum = HYPERPARAMETERS["momentum"]
-    centered = HYPERPARAMETERS["centered"]
     if "s" not in out:
         out["s"] = numpy.full_like(out["m"], 0)
     if "grad_avg" not in out:
@@ -86,6 +80,9 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
     hp = {**HYPERPARAMETERS, **hyperparameters}
+    required = [name for name, value in hp.items() if value is None]
+    if required:
+        raise TypeError(f"step() needs the hyperparameters {required}")
     lr = hp["lr"]
     alpha = hp["alpha"]
     eps = hp["eps"]

@@ -51,11 +51,6 @@ def init(**state):
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
     out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
-    lr = HYPERPARAMETERS["lr"]
-    momentum = HYPERPARAMETERS["momentum"]
-    dampening = HYPERPARAMETERS["dampening"]
-    weight_decay = HYPERPARAMETERS["weight_decay"]
-    nesterov = HYPERPARAMETERS["nesterov"]
     if "momentum_buffer" not in out:
         out["momentum_buffer"] = numpy.full_like(out["m"], 0)
     out["step"] = numpy.asarray(state.get("step", 0))
@@ -72,6 +67,9 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
     hp = {**HYPERPARAMETERS, **hyperparameters}
+    required = [name for name, value in hp.items() if value is None]
+    if required:
+        raise TypeError(f"step() needs the hyperparameters {required}")
     lr = hp["lr"]
     momentum = hp["momentum"]
     dampening = hp["dampening"]

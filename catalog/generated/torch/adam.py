@@ -53,11 +53,11 @@ class Adam(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=False):
-        if not lr >= 0.0:
+        if not lr >= 0:
             raise ValueError(f"Invalid lr: {lr}")
-        if not eps >= 0.0:
+        if not eps >= 0:
             raise ValueError(f"Invalid eps: {eps}")
-        if not weight_decay >= 0.0:
+        if not weight_decay >= 0:
             raise ValueError(f"Invalid weight_decay: {weight_decay}")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
         super().__init__(params, defaults)

@@ -52,15 +52,15 @@ class RMSprop(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, centered=False):
-        if not lr >= 0.0:
+        if not lr >= 0:
             raise ValueError(f"Invalid lr: {lr}")
-        if not alpha >= 0.0:
+        if not alpha >= 0:
             raise ValueError(f"Invalid alpha: {alpha}")
-        if not eps >= 0.0:
+        if not eps >= 0:
             raise ValueError(f"Invalid eps: {eps}")
-        if not weight_decay >= 0.0:
+        if not weight_decay >= 0:
             raise ValueError(f"Invalid weight_decay: {weight_decay}")
-        if not momentum >= 0.0:
+        if not momentum >= 0:
             raise ValueError(f"Invalid momentum: {momentum}")
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered)
         super().__init__(params, defaults)

@@ -43,13 +43,13 @@ class SGD(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
-        if not lr >= 0.0:
+        if not lr >= 0:
             raise ValueError(f"Invalid lr: {lr}")
-        if not momentum >= 0.0:
+        if not momentum >= 0:
             raise ValueError(f"Invalid momentum: {momentum}")
-        if not dampening >= 0.0:
+        if not dampening >= 0:
             raise ValueError(f"Invalid dampening: {dampening}")
-        if not weight_decay >= 0.0:
+        if not weight_decay >= 0:
             raise ValueError(f"Invalid weight_decay: {weight_decay}")
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
         super().__init__(params, defaults)
