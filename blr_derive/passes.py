@@ -542,3 +542,27 @@ def clip_step(ctx):
     clipped = sp.Min(sp.Max(d, -radius), radius)
     _set_update(D, mean, m - rho * clipped)
     _record(ctx, "Clipped step", "", [(sym, m - rho * clipped, r"\leftarrow")])
+
+
+@register("gauss_newton_hessian")
+def gauss_newton_hessian(ctx):
+    """Gauss–Newton Hessian (Eq. 45): the mean over the mini-batch of squared per-example gradients,
+    asked from an oracle ``ggn`` (at the mean under the delta method, at the samples under Monte Carlo)."""
+    D = ctx.D
+    oracle = ctx.name("oracle", "ggn")
+    ctx.done()
+    h = D.views.get("hess")
+    if h is None:
+        raise ctx.fail("the update has no Hessian to approximate")
+    if D.sampling is not None and _is_stat(D, h):
+        k = _call_symbol(D, oracle)
+        est = _new_stat(D, oracle, k)
+    else:
+        fam = D.recipe.family
+        est = sp.Symbol(oracle, real=True)
+        D.oracle_calls.append((est, oracle, _scalar(fam.gaussian_mean),
+                               "mean over the mini-batch of squared per-example gradients (Gauss-Newton, Eq. 45)"))
+    _replace(D, h, est)
+    D.views["hess"] = est
+    _record(ctx, "Gauss-Newton Hessian", "diag ∇²ℓ ≈ mean_i (∇ℓ_i)² over the mini-batch (Eq. 45).",
+            [(h, est, r"\approx")])

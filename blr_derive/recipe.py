@@ -174,6 +174,13 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             else:
                 hyper.append(Hyper(hname, sp.Symbol(hname, real=True), float(d), desc))
         taken.add(hname)
+    seen_default = None
+    for h in hyper:
+        if h.default is not None:
+            seen_default = h.name
+        elif seen_default is not None:
+            raise _err(f"required hyperparameter '{h.name}' must come before those with defaults ('{seen_default}')",
+                       hspec, h.name)
     if lr not in {h.name for h in hyper if h.kind in ("float", "int")}:
         if lr in taken:
             raise _err(f"learning_rate '{lr}' must be a numeric hyperparameter", spec, "learning_rate")

@@ -75,3 +75,5 @@ register("riemannian_correction", "pass", "improved BLR (Lin et al. 2020; IVON)"
          "s <- (1-rho)s + rho*T + rho^2 (s - T)^2 / (2s): keeps the precision positive")
 register("scale_learning_rate", "pass", "IVON convention", "multiply the mean's learning rate by a factor")
 register("clip_step", "pass", "IVON convention", "clip the preconditioned mean step elementwise")
+register("gauss_newton_hessian", "pass", "Eq. 45",
+         "diagonal Gauss-Newton Hessian from squared per-example gradients (oracle 'ggn')")

@@ -324,7 +324,7 @@ def test_generated_equals_symbolic_update(name, seed):
             env[k_sym] = oracle_vals[oracle]
         for avg, e in sm.stats:
             env[avg] = evaluate(e.xreplace(flags), env, dims)
-    out = mod.step(mod.init(**state), oracles={k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()},
+    out = mod.step(mod.init(hyperparameters=hp, **state), oracles={k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()},
                    data=data or None, rng=FixedNoise(), **hp)
     program = _toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     names = {sym: n for n, sym, _ in D.updates}

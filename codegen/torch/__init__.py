@@ -40,14 +40,17 @@ class TorchTarget:
         if ir.data:
             raise CodegenError(f"recipe '{ir.recipe}': the torch target takes no data inputs (the loss is the model's)")
         for c in ir.oracle_calls:
-            if c.oracle != "grad" or str(c.argument) != ir.mean:
-                raise CodegenError(f"recipe '{ir.recipe}': the torch target can only evaluate the gradient at the mean "
-                                   f"(p.grad); oracle '{c.oracle}' needs an approximation (e.g. squared_gradient_hessian)")
+            if str(c.argument) != ir.mean:
+                raise CodegenError(f"recipe '{ir.recipe}': the torch target evaluates oracles at the parameters "
+                                   f"(the mean) or at samples of q; '{c.oracle}' is asked at {c.argument}")
+            if c.oracle == "hess":
+                raise CodegenError(f"recipe '{ir.recipe}': the torch target has no Hessian oracle; add an "
+                                   "approximation (squared_gradient_hessian, gauss_newton_hessian, price_estimator)")
         if ir.sampling is not None:
             for _, o in ir.sampling.calls:
-                if o != "grad":
-                    raise CodegenError(f"recipe '{ir.recipe}': the torch target can only evaluate the gradient at "
-                                       f"samples (p.grad); oracle '{o}' needs an approximation (e.g. price_estimator)")
+                if o == "hess":
+                    raise CodegenError(f"recipe '{ir.recipe}': the torch target has no Hessian oracle at samples; add "
+                                       "an approximation (price_estimator, squared_gradient_hessian, gauss_newton_hessian)")
 
     def render(self, ir) -> str:
         self.check(ir)
@@ -72,7 +75,7 @@ class TorchTarget:
             sampling = {
                 "samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines, "stats": stat_names,
-                "grads": [str(k) for k, o in sm.calls],
+                "grads": [(str(k), o) for k, o in sm.calls],
             }
         comp = ForeachCompiler(tensors)
         for sym, expr in ir.assignments:
@@ -95,7 +98,8 @@ class TorchTarget:
             ir=ir, program=comp.lines, outputs=outputs, mean_out=mean_out, others=others,
             host=host.doprint, init_hyper=[h for h in ir.hyperparameters
                                            if any(str(s) in init_syms for s in h.symbols)],
-            grads=[str(c.symbol) for c in ir.oracle_calls], sampling=sampling,
+            grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls], sampling=sampling,
+            other_oracles=[o for o, _ in ir.oracles if o != "grad"],
             theta_hyper=[h for h in ir.hyperparameters if any(str(s) in theta_syms for s in h.symbols)],
             stat_hyper=[h for h in ir.hyperparameters if any(str(s) in stat_syms for s in h.symbols)],
         )

@@ -71,17 +71,21 @@ EQUATIONS = (
 )
 
 
-def init(**state):
+def init(hyperparameters=None, **state):
     """Validate and copy an initial state (m: elementwise, h: elementwise = hess_init, momentum: elementwise = 0).
 
-    State with a default (after '=') may be omitted; hyperparameters in defaults take their default values.
+    State with a default (after '=') may be omitted; defaults are computed from ``hyperparameters``
+    (a dict, completed by HYPERPARAMETERS).
     """
     unknown = [name for name in state if name not in STATE]
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
     out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
-    hess_init = HYPERPARAMETERS["hess_init"]
+    hp = {**HYPERPARAMETERS, **(hyperparameters or {})}
+    if hp["hess_init"] is None:
+        raise TypeError("init() needs the hyperparameter hess_init for the default state")
+    hess_init = hp["hess_init"]
     if "h" not in out:
         out["h"] = numpy.full_like(out["m"], hess_init)
     if "momentum" not in out:

@@ -41,10 +41,11 @@ EQUATIONS = (
 )
 
 
-def init(**state):
+def init(hyperparameters=None, **state):
     """Validate and copy an initial state (m: elementwise, momentum_buffer: elementwise = 0).
 
-    State with a default (after '=') may be omitted; hyperparameters in defaults take their default values.
+    State with a default (after '=') may be omitted; defaults are computed from ``hyperparameters``
+    (a dict, completed by HYPERPARAMETERS).
     """
     unknown = [name for name in state if name not in STATE]
     missing = [name for name in REQUIRED_STATE if name not in state]

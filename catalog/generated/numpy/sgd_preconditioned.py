@@ -37,10 +37,11 @@ def _spd_solve(A, B):
     return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)
 
 
-def init(**state):
+def init(hyperparameters=None, **state):
     """Validate and copy an initial state (m: vector, S: matrix).
 
-    State with a default (after '=') may be omitted; hyperparameters in defaults take their default values.
+    State with a default (after '=') may be omitted; defaults are computed from ``hyperparameters``
+    (a dict, completed by HYPERPARAMETERS).
     """
     unknown = [name for name in state if name not in STATE]
     missing = [name for name in REQUIRED_STATE if name not in state]

@@ -38,6 +38,8 @@ EQUATIONS = (
 )
 
 
+
+
 class Adam(torch.optim.Optimizer):
     """Adam.
 

@@ -36,6 +36,8 @@ EQUATIONS = (
 )
 
 
+
+
 class AdamW(torch.optim.Optimizer):
     """AdamW (decoupled weight decay).
 

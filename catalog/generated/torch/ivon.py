@@ -53,6 +53,8 @@ EQUATIONS = (
 )
 
 
+
+
 class IVON(torch.optim.Optimizer):
     """IVON (improved variational online Newton).
 

@@ -36,6 +36,8 @@ EQUATIONS = (
 )
 
 
+
+
 class RMSprop(torch.optim.Optimizer):
     """RMSprop.
 

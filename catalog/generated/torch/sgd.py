@@ -28,6 +28,8 @@ EQUATIONS = (
 )
 
 
+
+
 class SGD(torch.optim.Optimizer):
     """Stochastic gradient descent with momentum.
 
