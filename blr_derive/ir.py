@@ -27,6 +27,7 @@ class Var:
     description: str = ""
     init: object = None  # sympy expression of hyperparameters, or None (must be given)
     family: bool = True  # a parameter of the family (False: auxiliary state)
+    init_state: str | None = None   # initialised as a copy of this (family) state instead
 
 
 @dataclass
@@ -123,6 +124,10 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
             state.append(Var(p.name, p.symbol, _kind(p.symbol, elementwise), p.description, init_of(p.name), True))
     state += [Var(a.name, a.symbol, "elementwise", a.description, init_of(a.name) if a.name in r.state_init else a.init,
                   False) for a in D.aux_state]
+    by_symbol = {p.symbol: p.name for p in fam.params.values()}
+    for v in state:
+        if v.init is not None and v.init in by_symbol:
+            v.init_state = by_symbol[v.init]
     data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description) for d in r.data]
     hyper = [HyperVar(h.name, h.kind, h.default, h.description,
                       (h.symbol,) if h.symbol is not None else tuple(es for _, es in h.elements),
@@ -160,6 +165,7 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         reps, exprs = sp.cse(exprs, symbols=sp.numbered_symbols("t_"), optimizations=None)
         assignments.extend(reps)
     assignments.extend(zip(syms, exprs))
+    assignments = _toposort(assignments)      # CSE temporaries may use values the program computes
     for p in fam.params.values():
         if p.fixed:
             outputs.append((p.name, p.symbol))
@@ -172,7 +178,7 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         for _, e in sampling.stats:
             used |= e.free_symbols
     for v in state:
-        if v.init is not None:
+        if v.init is not None and v.init_state is None:
             used |= v.init.free_symbols
     hyper = [h for h in hyper if any(s in used for s in h.symbols)]
 

@@ -46,6 +46,8 @@ register("exact", "expectation", "Sec. 1.3.3, Eq. 14",
          "closed-form E_q[ℓ(θ)] of an explicit polynomial loss from the Gaussian moments; ∇_μ read off")
 register("monte_carlo", "expectation", "Sec. 4.4 (weight perturbation), Eq. 46",
          "Monte Carlo expectations at samples θ_k = m + σε_k of the candidate (reparameterization)")
+register("natural_momentum", "step", "App. F, Eqs. 79-81",
+         "BLR with momentum in natural parameters: lambda <- ... + gamma (lambda_t - lambda_{t-1})")
 register("unit_learning_rate", "step", "Sec. 5.1",
          "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
 

@@ -40,7 +40,7 @@ class NumpyTarget:
             }
         init_syms = set()
         for v in ir.state:
-            if v.init is not None:
+            if v.init is not None and v.init_state is None:
                 init_syms |= v.init.free_symbols
         out = self.env.get_template(self.template).render(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),

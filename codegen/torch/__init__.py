@@ -14,7 +14,7 @@ import jinja2
 from blr_derive.errors import CodegenError
 
 from ..numpy import pyval
-from .printer import ForeachCompiler, HostPrinter
+from .printer import ForeachCompiler, FusedCompiler, HostPrinter
 
 
 class TorchTarget:
@@ -78,17 +78,23 @@ class TorchTarget:
                 "grads": [(str(k), o) for k, o in sm.calls],
             }
         comp = ForeachCompiler(tensors)
+        fused = FusedCompiler(tensors)
         for sym, expr in ir.assignments:
             comp.assign(sym, expr)
+            fused.assign(sym, expr)
         outputs = [(name, str(sym)) for name, sym in ir.outputs if name != ir.mean and str(sym) != name]
         mean_out = [str(sym) for name, sym in ir.outputs if name == ir.mean][0]
         others = [v for v in ir.state if v.name != ir.mean]
         for v in others:
             if v.init is None:
                 raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)")
+            if v.init_state is not None and v.init_state != ir.mean:
+                raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; the "
+                                   "torch target can only copy the parameters themselves")
         init_syms = set()
         for v in others:
-            init_syms |= {str(s) for s in v.init.free_symbols}
+            if v.init_state is None:
+                init_syms |= {str(s) for s in v.init.free_symbols}
         theta_syms = {str(s) for s in ir.sampling.theta_expr.free_symbols} if ir.sampling is not None else set()
         stat_syms = set()
         if ir.sampling is not None:
@@ -98,7 +104,10 @@ class TorchTarget:
             ir=ir, program=comp.lines, outputs=outputs, mean_out=mean_out, others=others,
             host=host.doprint, init_hyper=[h for h in ir.hyperparameters
                                            if any(str(s) in init_syms for s in h.symbols)],
-            grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls], sampling=sampling,
+            grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls], sampling=sampling, fused=fused,
+            host_unpack=", ".join(a[0] for a in fused.args) + ("," if len(fused.args) == 1 else ""),
+            kernel_lists=[v.name for v in ir.state] + [str(c.symbol) for c in ir.oracle_calls]
+            + ([str(a) for a, _ in ir.sampling.stats] if ir.sampling is not None else []),
             other_oracles=[o for o, _ in ir.oracles if o != "grad"],
             theta_hyper=[h for h in ir.hyperparameters if any(str(s) in theta_syms for s in h.symbols)],
             stat_hyper=[h for h in ir.hyperparameters if any(str(s) in stat_syms for s in h.symbols)],

@@ -196,3 +196,93 @@ class ForeachCompiler:
 
     def _bound_names(self):
         return {s.name for s in self.tensors}
+
+
+class ElementwisePrinter(PythonCodePrinter):
+    """Per-tensor elementwise torch expressions for the compiled (fused) path."""
+
+    def __init__(self):
+        super().__init__({"fully_qualified_modules": True, "standard": "python3"})
+
+    def _print_Symbol(self, expr):
+        return expr.name
+
+    def _print_Pow(self, expr, rational=False):
+        b, e = expr.args
+        if e == sp.Rational(1, 2):
+            return f"torch.sqrt({self._print(b)})"
+        if e == sp.Rational(-1, 2):
+            return f"torch.rsqrt({self._print(b)})"
+        if e == -1:
+            return f"(1/{self.parenthesize(b, 60)})"
+        return f"{self.parenthesize(b, 60)}**{self.parenthesize(e, 60)}"
+
+    def _print_Piecewise(self, expr):
+        # conditions are host booleans (Python bools): torch.compile specializes on them
+        out = self._print(expr.args[-1].expr)
+        for e, c in reversed(expr.args[:-1]):
+            out = f"({self._print(e)} if {self._print(c)} else {out})"
+        return out
+
+    def _print_Max(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"torch.maximum({out}, {self._print(a)})"
+        return out
+
+    def _print_Min(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"torch.minimum({out}, {self._print(a)})"
+        return out
+
+    def _print_Function(self, expr):
+        names = {"exp": "torch.exp", "log": "torch.log", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos"}
+        n = type(expr).__name__
+        if n in names:
+            return f"{names[n]}({self._print(expr.args[0])})"
+        raise CodegenError(f"the fused torch path cannot print {n}")
+
+    def _print_Abs(self, expr):
+        return f"torch.abs({self._print(expr.args[0])})"
+
+
+class FusedCompiler:
+    """Split an elementwise program into host scalars (hoisted, passed as 0-d tensors so that one
+    compiled graph serves every step) and a per-tensor kernel body."""
+
+    def __init__(self, tensors, flags=()):
+        self.tensors = set(tensors)
+        self.flags = set(flags)            # boolean host symbols (flags, choices)
+        self.host = HostPrinter()
+        self.el = ElementwisePrinter()
+        self.host_lines: list[str] = []    # Python statements computing host values
+        self.args: list[tuple] = []        # (name, host expression text, is_bool)
+        self.body: list[str] = []          # per-tensor statements (inside the kernel loop)
+        self._hoisted: dict = {}
+
+    def is_tensor(self, e):
+        return bool(e.free_symbols & self.tensors)
+
+    def _hoist(self, e):
+        if not isinstance(e, sp.Basic) or e.is_Number or e in (sp.true, sp.false):
+            return e
+        if not self.is_tensor(e):
+            if e not in self._hoisted:
+                name = sp.Symbol(f"_h{len(self._hoisted)}")
+                self._hoisted[e] = name
+                self.args.append((name.name, self.host.doprint(e)))
+            return self._hoisted[e]
+        if isinstance(e, sp.Piecewise):
+            return sp.Piecewise(*[(self._hoist(x), self._hoist(c)) if c != sp.true else (self._hoist(x), True)
+                                  for x, c in e.args])
+        if not e.args:
+            return e
+        return e.func(*[self._hoist(a) for a in e.args], evaluate=False)
+
+    def assign(self, sym, expr):
+        if not self.is_tensor(expr):
+            self.host_lines.append(f"{sym} = {self.host.doprint(expr)}")
+            return
+        self.body.append(f"{sym} = {self.el.doprint(self._hoist(expr))}")
+        self.tensors.add(sym)

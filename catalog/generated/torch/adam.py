@@ -40,6 +40,45 @@ EQUATIONS = (
 
 
 
+
+def _kernel(m_list, s_list, u_list, s_max_list, g_list, *host):
+    """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
+    Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
+    bools, so each flag setting gets its own specialized graph."""
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9 = host
+    for i in range(len(m_list)):
+        m = m_list[i]
+        s = s_list[i]
+        u = u_list[i]
+        s_max = s_max_list[i]
+        g = g_list[i]
+        g_wd = _h0*m + g
+        u_new = _h1*u + _h2*g_wd
+        u_hat = _h3*u_new
+        s_new = _h4*s + _h5*g_wd**2
+        s_max_new = (torch.maximum(s_max, s_new) if _h6 else s_max)
+        s_used = (s_max_new if _h6 else s_new)
+        s_hat = _h7*s_used
+        s_root = _h8 + torch.sqrt(s_hat)
+        m_new = -_h9*u_hat/s_root + m
+        if u_new is not u:
+            u_list[i].copy_(u_new)
+        if s_new is not s:
+            s_list[i].copy_(s_new)
+        if s_max_new is not s_max:
+            s_max_list[i].copy_(s_max_new)
+        m_list[i].copy_(m_new)
+
+
+_COMPILED = []
+
+
+def _compiled_kernel():
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(_kernel, dynamic=False, fullgraph=True))
+    return _COMPILED[0]
+
+
 class Adam(torch.optim.Optimizer):
     """Adam.
 
@@ -54,14 +93,14 @@ class Adam(torch.optim.Optimizer):
         amsgrad (default False): use the running maximum of the scale
     """
 
-    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=False):
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=False, *, fused=None):
         if not lr >= 0:
             raise ValueError(f"Invalid lr: {lr}")
         if not eps >= 0:
             raise ValueError(f"Invalid eps: {eps}")
         if not weight_decay >= 0:
             raise ValueError(f"Invalid weight_decay: {weight_decay}")
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad)
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, fused=bool(fused))
         super().__init__(params, defaults)
 
     def _state(self, p, group):
@@ -96,38 +135,47 @@ class Adam(torch.optim.Optimizer):
             u = [st["u"] for st in states]
             s_max = [st["s_max"] for st in states]
             g = [p.grad for p in params]
-            _f1 = torch._foreach_add(g, m, alpha=weight_decay)
-            g_wd = _f1
-            _f2 = torch._foreach_mul(u, beta1)
-            torch._foreach_add_(_f2, g_wd, alpha=1 - beta1)
-            u_new = _f2
-            _f3 = torch._foreach_mul(u_new, 1/(1 - beta1**t))
-            u_hat = _f3
-            _f4 = torch._foreach_mul(s, beta2)
-            _f5 = torch._foreach_mul(g_wd, g_wd)
-            torch._foreach_add_(_f4, _f5, alpha=1 - beta2)
-            s_new = _f4
-            if amsgrad:
-                _f6 = torch._foreach_maximum(s_max, s_new)
-                s_max_new = _f6
+            if group.get("fused", False):
+                host = (weight_decay, beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, lr, )
+                dtype, device = params[0].dtype, params[0].device
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                _compiled_kernel()(m, s, u, s_max, g, *host)
             else:
-                s_max_new = s_max
-            if amsgrad:
-                s_used = s_max_new
-            else:
-                s_used = s_new
-            _f7 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
-            s_hat = _f7
-            _f8 = torch._foreach_sqrt(s_hat)
-            _f9 = torch._foreach_add(_f8, eps)
-            s_root = _f9
-            _f10 = torch._foreach_div(u_hat, s_root)
-            _f11 = torch._foreach_add(m, _f10, alpha=-lr)
-            m_new = _f11
-            torch._foreach_copy_(u, u_new)
-            torch._foreach_copy_(s, s_new)
-            torch._foreach_copy_(s_max, s_max_new)
-            torch._foreach_copy_(params, m_new)
+                _f1 = torch._foreach_add(g, m, alpha=weight_decay)
+                g_wd = _f1
+                _f2 = torch._foreach_mul(u, beta1)
+                torch._foreach_add_(_f2, g_wd, alpha=1 - beta1)
+                u_new = _f2
+                _f3 = torch._foreach_mul(u_new, 1/(1 - beta1**t))
+                u_hat = _f3
+                _f4 = torch._foreach_mul(s, beta2)
+                _f5 = torch._foreach_mul(g_wd, g_wd)
+                torch._foreach_add_(_f4, _f5, alpha=1 - beta2)
+                s_new = _f4
+                if amsgrad:
+                    _f6 = torch._foreach_maximum(s_max, s_new)
+                    s_max_new = _f6
+                else:
+                    s_max_new = s_max
+                if amsgrad:
+                    s_used = s_max_new
+                else:
+                    s_used = s_new
+                _f7 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
+                s_hat = _f7
+                _f8 = torch._foreach_sqrt(s_hat)
+                _f9 = torch._foreach_add(_f8, eps)
+                s_root = _f9
+                _f10 = torch._foreach_div(u_hat, s_root)
+                _f11 = torch._foreach_add(m, _f10, alpha=-lr)
+                m_new = _f11
+                if u_new is not u:
+                    torch._foreach_copy_(u, u_new)
+                if s_new is not s:
+                    torch._foreach_copy_(s, s_new)
+                if s_max_new is not s_max:
+                    torch._foreach_copy_(s_max, s_max_new)
+                torch._foreach_copy_(params, m_new)
             for st in states:
                 st["step"] += 1
         return loss

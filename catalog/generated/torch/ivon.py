@@ -55,6 +55,49 @@ EQUATIONS = (
 
 
 
+
+def _kernel(m_list, h_list, momentum_list, g_list, avg_gsq_list, avg_nxg_list, *host):
+    """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
+    Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
+    bools, so each flag setting gets its own specialized graph."""
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15 = host
+    for i in range(len(m_list)):
+        m = m_list[i]
+        h = h_list[i]
+        momentum = momentum_list[i]
+        g = g_list[i]
+        avg_gsq = avg_gsq_list[i]
+        avg_nxg = avg_nxg_list[i]
+        t_0 = _h0 + h
+        t_1 = _h1*t_0
+        h_gsq = _h1*avg_gsq
+        h_price = (avg_nxg*t_1 if _h2 else h_gsq)
+        hess_N = _h1*h_price
+        h_wd = _h3 + hess_N
+        s_new = _h4*t_1 + _h5*h_wd + (1/2)*_h6*_h7*(-h_wd + t_1)**2/t_0
+        momentum_new = _h8*momentum + _h9*g
+        momentum_hat = (_h10*momentum_new if _h11 else momentum_new)
+        grad_N = _h1*momentum_hat
+        g_wd = _h3*m + grad_N
+        direction = g_wd/s_new
+        h_new = _h12 + _h6*s_new
+        m_new = -_h13*torch.minimum(_h14, torch.maximum(_h15, direction)) + m
+        if momentum_new is not momentum:
+            momentum_list[i].copy_(momentum_new)
+        if h_new is not h:
+            h_list[i].copy_(h_new)
+        m_list[i].copy_(m_new)
+
+
+_COMPILED = []
+
+
+def _compiled_kernel():
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(_kernel, dynamic=False, fullgraph=True))
+    return _COMPILED[0]
+
+
 class IVON(torch.optim.Optimizer):
     """IVON (improved variational online Newton).
 
@@ -79,7 +122,7 @@ class IVON(torch.optim.Optimizer):
         debias (default True): bias-correct the gradient EMA
     """
 
-    def __init__(self, params, lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, mc_samples=1, hess_approx='price', clip_radius=float('inf'), rescale_lr=True, debias=True):
+    def __init__(self, params, lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, mc_samples=1, hess_approx='price', clip_radius=float('inf'), rescale_lr=True, debias=True, *, fused=None):
         if not lr >= 0:
             raise ValueError(f"Invalid lr: {lr}")
         if not ess >= 0:
@@ -98,7 +141,7 @@ class IVON(torch.optim.Optimizer):
             raise ValueError(f"Invalid clip_radius: {clip_radius}")
         if hess_approx not in ["price", "gradsq"]:
             raise ValueError(f"Invalid hess_approx: {hess_approx!r} (choices: price, gradsq)")
-        defaults = dict(lr=lr, ess=ess, hess_init=hess_init, beta1=beta1, beta2=beta2, weight_decay=weight_decay, mc_samples=mc_samples, hess_approx=hess_approx, clip_radius=clip_radius, rescale_lr=rescale_lr, debias=debias)
+        defaults = dict(lr=lr, ess=ess, hess_init=hess_init, beta1=beta1, beta2=beta2, weight_decay=weight_decay, mc_samples=mc_samples, hess_approx=hess_approx, clip_radius=clip_radius, rescale_lr=rescale_lr, debias=debias, fused=bool(fused))
         super().__init__(params, defaults)
         self._samples = {}
 
@@ -227,56 +270,68 @@ class IVON(torch.optim.Optimizer):
             g = acc["g"]
             avg_gsq = acc["avg_gsq"]
             avg_nxg = acc["avg_nxg"]
-            _f1 = torch._foreach_add(h, weight_decay)
-            t_0 = _f1
-            _f2 = torch._foreach_mul(t_0, ess)
-            t_1 = _f2
-            t_2 = ess*weight_decay
-            t_3 = 1 - beta2
-            t_4 = 1/ess
-            _f3 = torch._foreach_mul(avg_gsq, ess)
-            h_gsq = _f3
-            if hess_approx__price:
-                _f4 = torch._foreach_mul(t_1, avg_nxg)
-                h_price = _f4
+            if group.get("fused", False):
+                t_2 = ess*weight_decay
+                t_3 = 1 - beta2
+                t_4 = 1/ess
+                lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
+                host = (weight_decay, ess, hess_approx__price, t_2, beta2, t_3, t_4, t_3**2, beta1, 1 - beta1, 1/(1 - beta1**t), debias, -weight_decay, lr_mean, clip_radius, -clip_radius, )
+                dtype, device = params[0].dtype, params[0].device
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                _compiled_kernel()(m, h, momentum, g, avg_gsq, avg_nxg, *host)
             else:
-                h_price = h_gsq
-            _f5 = torch._foreach_mul(h_price, ess)
-            hess_N = _f5
-            _f6 = torch._foreach_add(hess_N, t_2)
-            h_wd = _f6
-            _f7 = torch._foreach_mul(t_1, beta2)
-            torch._foreach_add_(_f7, h_wd, alpha=t_3)
-            _f9 = torch._foreach_add(t_1, h_wd, alpha=-1)
-            _f10 = torch._foreach_mul(_f9, _f9)
-            _f8 = torch._foreach_div(_f10, t_0)
-            torch._foreach_add_(_f7, _f8, alpha=(1/2)*t_3**2*t_4)
-            s_new = _f7
-            lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
-            _f11 = torch._foreach_mul(momentum, beta1)
-            torch._foreach_add_(_f11, g, alpha=1 - beta1)
-            momentum_new = _f11
-            if debias:
-                _f12 = torch._foreach_mul(momentum_new, 1/(1 - beta1**t))
-                momentum_hat = _f12
-            else:
-                momentum_hat = momentum_new
-            _f13 = torch._foreach_mul(momentum_hat, ess)
-            grad_N = _f13
-            _f14 = torch._foreach_add(grad_N, m, alpha=t_2)
-            g_wd = _f14
-            _f15 = torch._foreach_div(g_wd, s_new)
-            direction = _f15
-            _f16 = torch._foreach_mul(s_new, t_4)
-            torch._foreach_add_(_f16, -weight_decay)
-            h_new = _f16
-            _f18 = torch._foreach_maximum(direction, -clip_radius)
-            _f17 = torch._foreach_minimum(_f18, clip_radius)
-            _f19 = torch._foreach_add(m, _f17, alpha=-lr_mean)
-            m_new = _f19
-            torch._foreach_copy_(momentum, momentum_new)
-            torch._foreach_copy_(h, h_new)
-            torch._foreach_copy_(params, m_new)
+                _f1 = torch._foreach_add(h, weight_decay)
+                t_0 = _f1
+                _f2 = torch._foreach_mul(t_0, ess)
+                t_1 = _f2
+                t_2 = ess*weight_decay
+                t_3 = 1 - beta2
+                t_4 = 1/ess
+                _f3 = torch._foreach_mul(avg_gsq, ess)
+                h_gsq = _f3
+                if hess_approx__price:
+                    _f4 = torch._foreach_mul(t_1, avg_nxg)
+                    h_price = _f4
+                else:
+                    h_price = h_gsq
+                _f5 = torch._foreach_mul(h_price, ess)
+                hess_N = _f5
+                _f6 = torch._foreach_add(hess_N, t_2)
+                h_wd = _f6
+                _f7 = torch._foreach_mul(t_1, beta2)
+                torch._foreach_add_(_f7, h_wd, alpha=t_3)
+                _f9 = torch._foreach_add(t_1, h_wd, alpha=-1)
+                _f10 = torch._foreach_mul(_f9, _f9)
+                _f8 = torch._foreach_div(_f10, t_0)
+                torch._foreach_add_(_f7, _f8, alpha=(1/2)*t_3**2*t_4)
+                s_new = _f7
+                lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
+                _f11 = torch._foreach_mul(momentum, beta1)
+                torch._foreach_add_(_f11, g, alpha=1 - beta1)
+                momentum_new = _f11
+                if debias:
+                    _f12 = torch._foreach_mul(momentum_new, 1/(1 - beta1**t))
+                    momentum_hat = _f12
+                else:
+                    momentum_hat = momentum_new
+                _f13 = torch._foreach_mul(momentum_hat, ess)
+                grad_N = _f13
+                _f14 = torch._foreach_add(grad_N, m, alpha=t_2)
+                g_wd = _f14
+                _f15 = torch._foreach_div(g_wd, s_new)
+                direction = _f15
+                _f16 = torch._foreach_mul(s_new, t_4)
+                torch._foreach_add_(_f16, -weight_decay)
+                h_new = _f16
+                _f18 = torch._foreach_maximum(direction, -clip_radius)
+                _f17 = torch._foreach_minimum(_f18, clip_radius)
+                _f19 = torch._foreach_add(m, _f17, alpha=-lr_mean)
+                m_new = _f19
+                if momentum_new is not momentum:
+                    torch._foreach_copy_(momentum, momentum_new)
+                if h_new is not h:
+                    torch._foreach_copy_(h, h_new)
+                torch._foreach_copy_(params, m_new)
             for st in states:
                 st["step"] += 1
         self._samples.clear()

@@ -38,6 +38,45 @@ EQUATIONS = (
 
 
 
+
+def _kernel(m_list, s_list, grad_avg_list, momentum_buffer_list, g_list, *host):
+    """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
+    Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
+    bools, so each flag setting gets its own specialized graph."""
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8 = host
+    for i in range(len(m_list)):
+        m = m_list[i]
+        s = s_list[i]
+        grad_avg = grad_avg_list[i]
+        momentum_buffer = momentum_buffer_list[i]
+        g = g_list[i]
+        t_2 = -m
+        g_wd = _h0*m + g
+        grad_avg_new = (_h1*g_wd + _h2*grad_avg if _h3 else grad_avg)
+        s_new = _h1*g_wd**2 + _h2*s
+        s_centered = (-grad_avg_new**2 + s_new if _h3 else s_new)
+        s_root = _h4 + torch.sqrt(s_centered)
+        direction = g_wd/s_root
+        momentum_buffer_new = ((direction if _h5 else _h6*momentum_buffer + direction) if _h7 else momentum_buffer)
+        m_new = (-_h8*momentum_buffer_new - t_2 if _h7 else -_h8*direction - t_2)
+        if momentum_buffer_new is not momentum_buffer:
+            momentum_buffer_list[i].copy_(momentum_buffer_new)
+        if grad_avg_new is not grad_avg:
+            grad_avg_list[i].copy_(grad_avg_new)
+        if s_new is not s:
+            s_list[i].copy_(s_new)
+        m_list[i].copy_(m_new)
+
+
+_COMPILED = []
+
+
+def _compiled_kernel():
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(_kernel, dynamic=False, fullgraph=True))
+    return _COMPILED[0]
+
+
 class RMSprop(torch.optim.Optimizer):
     """RMSprop.
 
@@ -53,7 +92,7 @@ class RMSprop(torch.optim.Optimizer):
         centered (default False): precondition with the gradient variance
     """
 
-    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, centered=False):
+    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, centered=False, *, fused=None):
         if not lr >= 0:
             raise ValueError(f"Invalid lr: {lr}")
         if not alpha >= 0:
@@ -64,7 +103,7 @@ class RMSprop(torch.optim.Optimizer):
             raise ValueError(f"Invalid weight_decay: {weight_decay}")
         if not momentum >= 0:
             raise ValueError(f"Invalid momentum: {momentum}")
-        defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered)
+        defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, fused=bool(fused))
         super().__init__(params, defaults)
 
     def _state(self, p, group):
@@ -100,54 +139,65 @@ class RMSprop(torch.optim.Optimizer):
             grad_avg = [st["grad_avg"] for st in states]
             momentum_buffer = [st["momentum_buffer"] for st in states]
             g = [p.grad for p in params]
-            t_0 = 1 - alpha
-            t_1 = (momentum > 0)
-            _f1 = torch._foreach_mul(m, -1)
-            t_2 = _f1
-            _f2 = torch._foreach_add(g, m, alpha=weight_decay)
-            g_wd = _f2
-            if centered:
-                _f3 = torch._foreach_mul(g_wd, t_0)
-                torch._foreach_add_(_f3, grad_avg, alpha=alpha)
-                grad_avg_new = _f3
+            if group.get("fused", False):
+                t_0 = 1 - alpha
+                t_1 = (momentum > 0)
+                host = (weight_decay, t_0, alpha, centered, eps, (t == 1), momentum, t_1, lr, )
+                dtype, device = params[0].dtype, params[0].device
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                _compiled_kernel()(m, s, grad_avg, momentum_buffer, g, *host)
             else:
-                grad_avg_new = grad_avg
-            _f4 = torch._foreach_mul(g_wd, g_wd)
-            _f5 = torch._foreach_mul(_f4, t_0)
-            torch._foreach_add_(_f5, s, alpha=alpha)
-            s_new = _f5
-            if centered:
-                _f6 = torch._foreach_mul(grad_avg_new, grad_avg_new)
-                _f7 = torch._foreach_add(s_new, _f6, alpha=-1)
-                s_centered = _f7
-            else:
-                s_centered = s_new
-            _f8 = torch._foreach_sqrt(s_centered)
-            _f9 = torch._foreach_add(_f8, eps)
-            s_root = _f9
-            _f10 = torch._foreach_div(g_wd, s_root)
-            direction = _f10
-            if t_1:
-                if (t == 1):
-                    _f11 = direction
+                t_0 = 1 - alpha
+                t_1 = (momentum > 0)
+                _f1 = torch._foreach_mul(m, -1)
+                t_2 = _f1
+                _f2 = torch._foreach_add(g, m, alpha=weight_decay)
+                g_wd = _f2
+                if centered:
+                    _f3 = torch._foreach_mul(g_wd, t_0)
+                    torch._foreach_add_(_f3, grad_avg, alpha=alpha)
+                    grad_avg_new = _f3
                 else:
-                    _f12 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
-                    _f11 = _f12
-                momentum_buffer_new = _f11
-            else:
-                momentum_buffer_new = momentum_buffer
-            if t_1:
-                _f13 = torch._foreach_mul(t_2, -1)
-                torch._foreach_add_(_f13, momentum_buffer_new, alpha=-lr)
-                m_new = _f13
-            else:
-                _f14 = torch._foreach_mul(t_2, -1)
-                torch._foreach_add_(_f14, direction, alpha=-lr)
-                m_new = _f14
-            torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
-            torch._foreach_copy_(grad_avg, grad_avg_new)
-            torch._foreach_copy_(s, s_new)
-            torch._foreach_copy_(params, m_new)
+                    grad_avg_new = grad_avg
+                _f4 = torch._foreach_mul(g_wd, g_wd)
+                _f5 = torch._foreach_mul(_f4, t_0)
+                torch._foreach_add_(_f5, s, alpha=alpha)
+                s_new = _f5
+                if centered:
+                    _f6 = torch._foreach_mul(grad_avg_new, grad_avg_new)
+                    _f7 = torch._foreach_add(s_new, _f6, alpha=-1)
+                    s_centered = _f7
+                else:
+                    s_centered = s_new
+                _f8 = torch._foreach_sqrt(s_centered)
+                _f9 = torch._foreach_add(_f8, eps)
+                s_root = _f9
+                _f10 = torch._foreach_div(g_wd, s_root)
+                direction = _f10
+                if t_1:
+                    if (t == 1):
+                        _f11 = direction
+                    else:
+                        _f12 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
+                        _f11 = _f12
+                    momentum_buffer_new = _f11
+                else:
+                    momentum_buffer_new = momentum_buffer
+                if t_1:
+                    _f13 = torch._foreach_mul(t_2, -1)
+                    torch._foreach_add_(_f13, momentum_buffer_new, alpha=-lr)
+                    m_new = _f13
+                else:
+                    _f14 = torch._foreach_mul(t_2, -1)
+                    torch._foreach_add_(_f14, direction, alpha=-lr)
+                    m_new = _f14
+                if momentum_buffer_new is not momentum_buffer:
+                    torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
+                if grad_avg_new is not grad_avg:
+                    torch._foreach_copy_(grad_avg, grad_avg_new)
+                if s_new is not s:
+                    torch._foreach_copy_(s, s_new)
+                torch._foreach_copy_(params, m_new)
             for st in states:
                 st["step"] += 1
         return loss

@@ -30,6 +30,35 @@ EQUATIONS = (
 
 
 
+
+def _kernel(m_list, momentum_buffer_list, g_list, *host):
+    """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
+    Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
+    bools, so each flag setting gets its own specialized graph."""
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6 = host
+    for i in range(len(m_list)):
+        m = m_list[i]
+        momentum_buffer = momentum_buffer_list[i]
+        g = g_list[i]
+        t_1 = -m
+        g_wd = _h0*m + g
+        direction = g_wd
+        momentum_buffer_new = ((direction if _h1 else _h2*direction + _h3*momentum_buffer) if _h4 else momentum_buffer)
+        m_new = (-_h5*(_h3*momentum_buffer_new + direction if _h6 else momentum_buffer_new) - t_1 if _h4 else -_h5*direction - t_1)
+        if momentum_buffer_new is not momentum_buffer:
+            momentum_buffer_list[i].copy_(momentum_buffer_new)
+        m_list[i].copy_(m_new)
+
+
+_COMPILED = []
+
+
+def _compiled_kernel():
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(_kernel, dynamic=False, fullgraph=True))
+    return _COMPILED[0]
+
+
 class SGD(torch.optim.Optimizer):
     """Stochastic gradient descent with momentum.
 
@@ -44,7 +73,7 @@ class SGD(torch.optim.Optimizer):
         nesterov (default False): Nesterov momentum
     """
 
-    def __init__(self, params, lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    def __init__(self, params, lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *, fused=None):
         if not lr >= 0:
             raise ValueError(f"Invalid lr: {lr}")
         if not momentum >= 0:
@@ -53,7 +82,7 @@ class SGD(torch.optim.Optimizer):
             raise ValueError(f"Invalid dampening: {dampening}")
         if not weight_decay >= 0:
             raise ValueError(f"Invalid weight_decay: {weight_decay}")
-        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov)
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, fused=bool(fused))
         super().__init__(params, defaults)
 
     def _state(self, p, group):
@@ -84,37 +113,45 @@ class SGD(torch.optim.Optimizer):
             m = params
             momentum_buffer = [st["momentum_buffer"] for st in states]
             g = [p.grad for p in params]
-            t_0 = (momentum != 0)
-            _f1 = torch._foreach_mul(m, -1)
-            t_1 = _f1
-            _f2 = torch._foreach_add(g, m, alpha=weight_decay)
-            g_wd = _f2
-            direction = g_wd
-            if t_0:
-                if (t == 1):
-                    _f3 = direction
-                else:
-                    _f4 = torch._foreach_mul(direction, 1 - dampening)
-                    torch._foreach_add_(_f4, momentum_buffer, alpha=momentum)
-                    _f3 = _f4
-                momentum_buffer_new = _f3
+            if group.get("fused", False):
+                t_0 = (momentum != 0)
+                host = (weight_decay, (t == 1), 1 - dampening, momentum, t_0, lr, nesterov, )
+                dtype, device = params[0].dtype, params[0].device
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                _compiled_kernel()(m, momentum_buffer, g, *host)
             else:
-                momentum_buffer_new = momentum_buffer
-            if t_0:
-                _f5 = torch._foreach_mul(t_1, -1)
-                if nesterov:
-                    _f7 = torch._foreach_add(direction, momentum_buffer_new, alpha=momentum)
-                    _f6 = _f7
+                t_0 = (momentum != 0)
+                _f1 = torch._foreach_mul(m, -1)
+                t_1 = _f1
+                _f2 = torch._foreach_add(g, m, alpha=weight_decay)
+                g_wd = _f2
+                direction = g_wd
+                if t_0:
+                    if (t == 1):
+                        _f3 = direction
+                    else:
+                        _f4 = torch._foreach_mul(direction, 1 - dampening)
+                        torch._foreach_add_(_f4, momentum_buffer, alpha=momentum)
+                        _f3 = _f4
+                    momentum_buffer_new = _f3
                 else:
-                    _f6 = momentum_buffer_new
-                torch._foreach_add_(_f5, _f6, alpha=-lr)
-                m_new = _f5
-            else:
-                _f8 = torch._foreach_mul(t_1, -1)
-                torch._foreach_add_(_f8, direction, alpha=-lr)
-                m_new = _f8
-            torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
-            torch._foreach_copy_(params, m_new)
+                    momentum_buffer_new = momentum_buffer
+                if t_0:
+                    _f5 = torch._foreach_mul(t_1, -1)
+                    if nesterov:
+                        _f7 = torch._foreach_add(direction, momentum_buffer_new, alpha=momentum)
+                        _f6 = _f7
+                    else:
+                        _f6 = momentum_buffer_new
+                    torch._foreach_add_(_f5, _f6, alpha=-lr)
+                    m_new = _f5
+                else:
+                    _f8 = torch._foreach_mul(t_1, -1)
+                    torch._foreach_add_(_f8, direction, alpha=-lr)
+                    m_new = _f8
+                if momentum_buffer_new is not momentum_buffer:
+                    torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
+                torch._foreach_copy_(params, m_new)
             for st in states:
                 st["step"] += 1
         return loss

@@ -48,6 +48,37 @@ def _oracle(params, name):
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
 
 
+
+def _kernel(m_list, s_list, g_list, avg_ggn_list, *host):
+    """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
+    Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
+    bools, so each flag setting gets its own specialized graph."""
+    _h0, _h1, _h2, _h3, _h4 = host
+    for i in range(len(m_list)):
+        m = m_list[i]
+        s = s_list[i]
+        g = g_list[i]
+        avg_ggn = avg_ggn_list[i]
+        grad_N = _h0*g
+        hess_N = _h0*avg_ggn
+        g_wd = _h1*m + grad_N
+        h_wd = _h1 + hess_N
+        s_new = _h2*h_wd + _h3*s
+        m_new = -_h4*g_wd/s_new + m
+        if s_new is not s:
+            s_list[i].copy_(s_new)
+        m_list[i].copy_(m_new)
+
+
+_COMPILED = []
+
+
+def _compiled_kernel():
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(_kernel, dynamic=False, fullgraph=True))
+    return _COMPILED[0]
+
+
 class VOGN(torch.optim.Optimizer):
     """Variational Online Gauss-Newton (VOGN).
 
@@ -69,7 +100,7 @@ class VOGN(torch.optim.Optimizer):
         mc_samples (default 1): samples of q per step
     """
 
-    def __init__(self, params, ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1):
+    def __init__(self, params, ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1, *, fused=None):
         if not ess >= 0:
             raise ValueError(f"Invalid ess: {ess}")
         if not lr >= 0:
@@ -80,7 +111,7 @@ class VOGN(torch.optim.Optimizer):
             raise ValueError(f"Invalid prior_precision: {prior_precision}")
         if not mc_samples >= 0:
             raise ValueError(f"Invalid mc_samples: {mc_samples}")
-        defaults = dict(ess=ess, lr=lr, beta=beta, prior_precision=prior_precision, mc_samples=mc_samples)
+        defaults = dict(ess=ess, lr=lr, beta=beta, prior_precision=prior_precision, mc_samples=mc_samples, fused=bool(fused))
         super().__init__(params, defaults)
         self._samples = {}
 
@@ -179,21 +210,28 @@ class VOGN(torch.optim.Optimizer):
             s = [st["s"] for st in states]
             g = acc["g"]
             avg_ggn = acc["avg_ggn"]
-            _f1 = torch._foreach_mul(g, ess)
-            grad_N = _f1
-            _f2 = torch._foreach_mul(avg_ggn, ess)
-            hess_N = _f2
-            _f3 = torch._foreach_add(grad_N, m, alpha=prior_precision)
-            g_wd = _f3
-            _f4 = torch._foreach_add(hess_N, prior_precision)
-            h_wd = _f4
-            _f5 = torch._foreach_mul(h_wd, beta)
-            torch._foreach_add_(_f5, s, alpha=1 - beta)
-            s_new = _f5
-            _f6 = torch._foreach_div(g_wd, s_new)
-            _f7 = torch._foreach_add(m, _f6, alpha=-lr)
-            m_new = _f7
-            torch._foreach_copy_(s, s_new)
-            torch._foreach_copy_(params, m_new)
+            if group.get("fused", False):
+                host = (ess, prior_precision, beta, 1 - beta, lr, )
+                dtype, device = params[0].dtype, params[0].device
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                _compiled_kernel()(m, s, g, avg_ggn, *host)
+            else:
+                _f1 = torch._foreach_mul(g, ess)
+                grad_N = _f1
+                _f2 = torch._foreach_mul(avg_ggn, ess)
+                hess_N = _f2
+                _f3 = torch._foreach_add(grad_N, m, alpha=prior_precision)
+                g_wd = _f3
+                _f4 = torch._foreach_add(hess_N, prior_precision)
+                h_wd = _f4
+                _f5 = torch._foreach_mul(h_wd, beta)
+                torch._foreach_add_(_f5, s, alpha=1 - beta)
+                s_new = _f5
+                _f6 = torch._foreach_div(g_wd, s_new)
+                _f7 = torch._foreach_add(m, _f6, alpha=-lr)
+                m_new = _f7
+                if s_new is not s:
+                    torch._foreach_copy_(s, s_new)
+                torch._foreach_copy_(params, m_new)
         self._samples.clear()
         return loss
