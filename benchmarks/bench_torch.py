@@ -33,9 +33,11 @@ def make_params(total, n, seed=0):
     return ps
 
 
-def variants(total, n):
+def variants(total, n, only=None):
+    """name -> a function doing one optimizer step; with ``only`` just that variant is built."""
     adam = load_generated("adam", "torch")
     ivon = load_generated("ivon", "torch")
+    import ivon as ivon_opt
 
     def ivon_step(opt, ps):
         def run():
@@ -53,13 +55,15 @@ def variants(total, n):
         ("generated Adam foreach", lambda ps: adam.Adam(ps)),
         ("generated Adam fused", lambda ps: adam.Adam(ps, fused=True)),
     ]:
-        ps = make_params(total, n)
-        opt = make(ps)
-        out[name] = opt.step
-    for name, fused in [("generated IVON foreach", False), ("generated IVON fused", True)]:
-        ps = make_params(total, n)
-        opt = ivon.IVON(ps, lr=0.1, ess=1e4, fused=fused)
-        out[name] = ivon_step(opt, ps)
+        if only in (None, name):
+            ps = make_params(total, n)
+            out[name] = make(ps).step
+    for name, make in [("ivon-opt IVON", lambda ps: ivon_opt.IVON(ps, lr=0.1, ess=1e4)),
+                       ("generated IVON foreach", lambda ps: ivon.IVON(ps, lr=0.1, ess=1e4)),
+                       ("generated IVON fused", lambda ps: ivon.IVON(ps, lr=0.1, ess=1e4, fused=True))]:
+        if only in (None, name):
+            ps = make_params(total, n)
+            out[name] = ivon_step(make(ps), ps)
     return out
 
 
@@ -78,7 +82,7 @@ def bandwidth(total):
 
 def peak_memory(name, total, n):
     code = (f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_torch as b, resource;"
-            f"v = b.variants({total}, {n}); f = v[{name!r}]; [f() for _ in range(3)];"
+            f"v = b.variants({total}, {n}, only={name!r}); f = v[{name!r}]; [f() for _ in range(3)];"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return int(r.stdout.strip().splitlines()[-1]) / 1024
@@ -144,7 +148,8 @@ def main():
     print(f"Adam bandwidth floor (28 B/param): {floor_adam:.2f} ms; generated Adam fused / floor = "
           f"{med['generated Adam fused'] / floor_adam:.2f}")
     print(f"IVON update floor (32 B/param, sampling excluded): {floor_ivon:.2f} ms; generated IVON fused step "
-          f"(sampling included) / floor = {med['generated IVON fused'] / floor_ivon:.2f}")
+          f"(sampling included) / floor = {med['generated IVON fused'] / floor_ivon:.2f}; "
+          f"generated IVON fused / ivon-opt = {med['generated IVON fused'] / med['ivon-opt IVON']:.2f}")
     if not args.quick:
         mem = {name: peak_memory(name, total, n) for name in vs}
         results["peak_rss_MB"] = mem

@@ -180,9 +180,12 @@ def weight_decay(ctx):
     ctx.done()
     m = D.recipe.family.params[_mean_name(D)].symbol
     g_old = D.views["grad"]
-    gw = _new_def(D, "g_wd", g_old + delta * _scalar(m))
+    # a zero coefficient (a runtime hyperparameter) skips the term: no work when weight decay is off
+    active = sp.Ne(delta, 0) if not delta.is_number else None
+    value = _cond(active, g_old + delta * _scalar(m), g_old)
+    gw = _new_def(D, "g_wd", value)
     _replace(D, g_old, gw)
-    D.defs[-1] = (gw, g_old + delta * _scalar(m))
+    D.defs[-1] = (gw, value)
     D.views["grad"] = gw
     eqs = [(gw, g_old + delta * _scalar(m))]
     if D.views.get("hess") is not None:

@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6):
 #   g = grad(m)
-#   g_wd = g + m*weight_decay
+#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
 #   s_used = Piecewise((s_max_new, amsgrad), (s_new, True))
 #   u_hat = u_new/(1 - beta1^t)
 #   s_hat = s_used/(1 - beta2^t)
@@ -39,7 +39,7 @@ ORACLES = ("grad", )
 DATA = ()
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = g + m*weight_decay",
+    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
     "s_used = Piecewise((s_max_new, amsgrad), (s_new, True))",
     "u_hat = u_new/(1 - beta1^t)",
     "s_hat = s_used/(1 - beta2^t)",
@@ -98,7 +98,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if oracles is None:
         raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
     g = numpy.asarray(oracles["grad"](m), dtype=float)
-    g_wd = g + m*weight_decay
+    g_wd = (g + m*weight_decay if numpy.not_equal(weight_decay, 0) else g)
     u_new = beta1*u + g_wd*(1 - beta1)
     u_hat = u_new/(1 - beta1**t)
     s_new = beta2*s + g_wd**2*(1 - beta2)

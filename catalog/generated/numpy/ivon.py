@@ -15,7 +15,7 @@
 #   h_price = Piecewise((avg_nxg*ess*(h + weight_decay), hess_approx__price), (h_gsq, True))
 #   grad_N = ess*momentum_hat
 #   hess_N = ess*h_price
-#   g_wd = ess*m*weight_decay + grad_N
+#   g_wd = Piecewise((ess*m*weight_decay + grad_N, Ne(ess*weight_decay, 0)), (grad_N, True))
 #   h_wd = ess*weight_decay + hess_N
 #   s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1 - beta2)^2*(ess*(h + weight_decay) - h_wd)^2/(2*ess*(h + weight_decay))
 #   direction = g_wd/s_new
@@ -60,7 +60,7 @@ EQUATIONS = (
     "h_price = Piecewise((avg_nxg*ess*(h + weight_decay), hess_approx__price), (h_gsq, True))",
     "grad_N = ess*momentum_hat",
     "hess_N = ess*h_price",
-    "g_wd = ess*m*weight_decay + grad_N",
+    "g_wd = Piecewise((ess*m*weight_decay + grad_N, Ne(ess*weight_decay, 0)), (grad_N, True))",
     "h_wd = ess*weight_decay + hess_N",
     "s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1 - beta2)^2*(ess*(h + weight_decay) - h_wd)^2/(2*ess*(h + weight_decay))",
     "direction = g_wd/s_new",
@@ -156,7 +156,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     momentum_new = beta1*momentum + g*(1 - beta1)
     momentum_hat = (momentum_new/(1 - beta1**t) if debias else momentum_new)
     grad_N = ess*momentum_hat
-    g_wd = grad_N + m*t_2
+    g_wd = (grad_N + m*t_2 if numpy.not_equal(t_2, 0) else grad_N)
     direction = g_wd/s_new
     h_new = s_new*t_4 - weight_decay
     m_new = -lr_mean*numpy.minimum(clip_radius, numpy.maximum(direction, -clip_radius)) + m

@@ -10,7 +10,7 @@
 #   ggn = ggn(m)
 #   grad_N = ess*g
 #   hess_N = ess*ggn
-#   g_wd = grad_N + m*prior_precision
+#   g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))
 #   h_wd = hess_N + prior_precision
 #   s <- beta*h_wd + s*(1 - beta)
 #   m <- -g_wd*lr/s_new + m
@@ -39,7 +39,7 @@ EQUATIONS = (
     "ggn = ggn(m)",
     "grad_N = ess*g",
     "hess_N = ess*ggn",
-    "g_wd = grad_N + m*prior_precision",
+    "g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))",
     "h_wd = hess_N + prior_precision",
     "s <- beta*h_wd + s*(1 - beta)",
     "m <- -g_wd*lr/s_new + m",
@@ -95,7 +95,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     ggn = numpy.asarray(oracles["ggn"](m), dtype=float)
     grad_N = ess*g
     hess_N = ess*ggn
-    g_wd = grad_N + m*prior_precision
+    g_wd = (grad_N + m*prior_precision if numpy.not_equal(prior_precision, 0) else grad_N)
     h_wd = hess_N + prior_precision
     s_new = beta*h_wd + s*(1 - beta)
     m_new = -g_wd*lr/s_new + m

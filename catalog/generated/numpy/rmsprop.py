@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6):
 #   g = grad(m)
-#   g_wd = g + m*weight_decay
+#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
 #   s_centered = Piecewise((-grad_avg_new^2 + s_new, centered), (s_new, True))
 #   s_root = eps + sqrt(s_centered)
 #   direction = g_wd/s_root
@@ -39,7 +39,7 @@ ORACLES = ("grad", )
 DATA = ()
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = g + m*weight_decay",
+    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
     "s_centered = Piecewise((-grad_avg_new^2 + s_new, centered), (s_new, True))",
     "s_root = eps + sqrt(s_centered)",
     "direction = g_wd/s_root",
@@ -101,7 +101,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     t_0 = 1 - alpha
     t_1 = numpy.greater(momentum, 0)
     t_2 = -m
-    g_wd = g + m*weight_decay
+    g_wd = (g + m*weight_decay if numpy.not_equal(weight_decay, 0) else g)
     grad_avg_new = (alpha*grad_avg + g_wd*t_0 if centered else grad_avg)
     s_new = alpha*s + g_wd**2*t_0
     s_centered = (-grad_avg_new**2 + s_new if centered else s_new)

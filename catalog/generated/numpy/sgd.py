@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6):
 #   g = grad(m)
-#   g_wd = g + m*weight_decay
+#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
 #   direction = g_wd
 #   momentum_buffer <- Piecewise((Piecewise((direction, Eq(t, 1)), (direction*(1 - dampening) + momentum*momentum_buffer, True)), Ne(momentum, 0)), (momentum_buffer, True))
 #   m <- Piecewise((-lr*Piecewise((direction + momentum*momentum_buffer_new, nesterov), (momentum_buffer_new, True)) + m, Ne(momentum, 0)), (-direction*lr + m, True))
@@ -34,7 +34,7 @@ ORACLES = ("grad", )
 DATA = ()
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = g + m*weight_decay",
+    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
     "direction = g_wd",
     "momentum_buffer <- Piecewise((Piecewise((direction, Eq(t, 1)), (direction*(1 - dampening) + momentum*momentum_buffer, True)), Ne(momentum, 0)), (momentum_buffer, True))",
     "m <- Piecewise((-lr*Piecewise((direction + momentum*momentum_buffer_new, nesterov), (momentum_buffer_new, True)) + m, Ne(momentum, 0)), (-direction*lr + m, True))",
@@ -84,7 +84,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     g = numpy.asarray(oracles["grad"](m), dtype=float)
     t_0 = numpy.not_equal(momentum, 0)
     t_1 = -m
-    g_wd = g + m*weight_decay
+    g_wd = (g + m*weight_decay if numpy.not_equal(weight_decay, 0) else g)
     direction = g_wd
     momentum_buffer_new = ((direction if numpy.equal(t, 1) else direction*(1 - dampening) + momentum*momentum_buffer) if t_0 else momentum_buffer)
     m_new = (-lr*(direction + momentum*momentum_buffer_new if nesterov else momentum_buffer_new) - t_1 if t_0 else -direction*lr - t_1)

@@ -11,7 +11,7 @@
 #   avg_ggn = mean_k(ggn_k)
 #   grad_N = ess*g
 #   hess_N = avg_ggn*ess
-#   g_wd = grad_N + m*prior_precision
+#   g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))
 #   h_wd = hess_N + prior_precision
 #   s <- beta*h_wd + s*(1 - beta)
 #   m <- -g_wd*lr/s_new + m
@@ -42,7 +42,7 @@ EQUATIONS = (
     "avg_ggn = mean_k(ggn_k)",
     "grad_N = ess*g",
     "hess_N = avg_ggn*ess",
-    "g_wd = grad_N + m*prior_precision",
+    "g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))",
     "h_wd = hess_N + prior_precision",
     "s <- beta*h_wd + s*(1 - beta)",
     "m <- -g_wd*lr/s_new + m",
@@ -110,7 +110,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         avg_ggn = avg_ggn + (ggn_k - avg_ggn) / (k + 1)
     grad_N = ess*g
     hess_N = avg_ggn*ess
-    g_wd = grad_N + m*prior_precision
+    g_wd = (grad_N + m*prior_precision if numpy.not_equal(prior_precision, 0) else grad_N)
     h_wd = hess_N + prior_precision
     s_new = beta*h_wd + s*(1 - beta)
     m_new = -g_wd*lr/s_new + m

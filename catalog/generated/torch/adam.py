@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6, then the recipe's approximation passes):
 #   g = grad(m)
-#   g_wd = g + m*weight_decay
+#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
 #   s_used = Piecewise((s_max_new, amsgrad), (s_new, True))
 #   u_hat = u_new/(1 - beta1^t)
 #   s_hat = s_used/(1 - beta2^t)
@@ -26,7 +26,7 @@ FAMILY = "gaussian_diag"
 ENGINE_VERSION = "0.1.0"
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = g + m*weight_decay",
+    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
     "s_used = Piecewise((s_max_new, amsgrad), (s_new, True))",
     "u_hat = u_new/(1 - beta1^t)",
     "s_hat = s_used/(1 - beta2^t)",
@@ -45,22 +45,22 @@ def _kernel(m_list, s_list, u_list, s_max_list, g_list, *host):
     """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9 = host
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10 = host
     for i in range(len(m_list)):
         m = m_list[i]
         s = s_list[i]
         u = u_list[i]
         s_max = s_max_list[i]
         g = g_list[i]
-        g_wd = _h0*m + g
-        u_new = _h1*u + _h2*g_wd
-        u_hat = _h3*u_new
-        s_new = _h4*s + _h5*g_wd**2
-        s_max_new = (torch.maximum(s_max, s_new) if _h6 else s_max)
-        s_used = (s_max_new if _h6 else s_new)
-        s_hat = _h7*s_used
-        s_root = _h8 + torch.sqrt(s_hat)
-        m_new = -_h9*u_hat/s_root + m
+        g_wd = (_h0*m + g if _h1 else g)
+        u_new = _h2*u + _h3*g_wd
+        u_hat = _h4*u_new
+        s_new = _h5*s + _h6*g_wd**2
+        s_max_new = (torch.maximum(s_max, s_new) if _h7 else s_max)
+        s_used = (s_max_new if _h7 else s_new)
+        s_hat = _h8*s_used
+        s_root = _h9 + torch.sqrt(s_hat)
+        m_new = -_h10*u_hat/s_root + m
         if u_new is not u:
             u_list[i].copy_(u_new)
         if s_new is not s:
@@ -136,13 +136,16 @@ class Adam(torch.optim.Optimizer):
             s_max = [st["s_max"] for st in states]
             g = [p.grad for p in params]
             if group.get("fused", False):
-                host = (weight_decay, beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, lr, )
+                host = (weight_decay, (weight_decay != 0), beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, lr, )
                 dtype, device = params[0].dtype, params[0].device
                 host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
                 _compiled_kernel()(m, s, u, s_max, g, *host)
             else:
-                _f1 = torch._foreach_add(g, m, alpha=weight_decay)
-                g_wd = _f1
+                if (weight_decay != 0):
+                    _f1 = torch._foreach_add(g, m, alpha=weight_decay)
+                    g_wd = _f1
+                else:
+                    g_wd = g
                 _f2 = torch._foreach_mul(u, beta1)
                 torch._foreach_add_(_f2, g_wd, alpha=1 - beta1)
                 u_new = _f2

@@ -15,7 +15,7 @@
 #   h_price = Piecewise((avg_nxg*ess*(h + weight_decay), hess_approx__price), (h_gsq, True))
 #   grad_N = ess*momentum_hat
 #   hess_N = ess*h_price
-#   g_wd = ess*m*weight_decay + grad_N
+#   g_wd = Piecewise((ess*m*weight_decay + grad_N, Ne(ess*weight_decay, 0)), (grad_N, True))
 #   h_wd = ess*weight_decay + hess_N
 #   s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1 - beta2)^2*(ess*(h + weight_decay) - h_wd)^2/(2*ess*(h + weight_decay))
 #   direction = g_wd/s_new
@@ -42,7 +42,7 @@ EQUATIONS = (
     "h_price = Piecewise((avg_nxg*ess*(h + weight_decay), hess_approx__price), (h_gsq, True))",
     "grad_N = ess*momentum_hat",
     "hess_N = ess*h_price",
-    "g_wd = ess*m*weight_decay + grad_N",
+    "g_wd = Piecewise((ess*m*weight_decay + grad_N, Ne(ess*weight_decay, 0)), (grad_N, True))",
     "h_wd = ess*weight_decay + hess_N",
     "s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1 - beta2)^2*(ess*(h + weight_decay) - h_wd)^2/(2*ess*(h + weight_decay))",
     "direction = g_wd/s_new",
@@ -60,7 +60,7 @@ def _kernel(m_list, h_list, momentum_list, g_list, avg_gsq_list, avg_nxg_list, *
     """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15 = host
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15, _h16 = host
     for i in range(len(m_list)):
         m = m_list[i]
         h = h_list[i]
@@ -78,10 +78,10 @@ def _kernel(m_list, h_list, momentum_list, g_list, avg_gsq_list, avg_nxg_list, *
         momentum_new = _h8*momentum + _h9*g
         momentum_hat = (_h10*momentum_new if _h11 else momentum_new)
         grad_N = _h1*momentum_hat
-        g_wd = _h3*m + grad_N
+        g_wd = (_h3*m + grad_N if _h12 else grad_N)
         direction = g_wd/s_new
-        h_new = _h12 + _h6*s_new
-        m_new = -_h13*torch.minimum(_h14, torch.maximum(_h15, direction)) + m
+        h_new = _h13 + _h6*s_new
+        m_new = -_h14*torch.minimum(_h15, torch.maximum(_h16, direction)) + m
         if momentum_new is not momentum:
             momentum_list[i].copy_(momentum_new)
         if h_new is not h:
@@ -275,7 +275,7 @@ class IVON(torch.optim.Optimizer):
                 t_3 = 1 - beta2
                 t_4 = 1/ess
                 lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
-                host = (weight_decay, ess, hess_approx__price, t_2, beta2, t_3, t_4, t_3**2, beta1, 1 - beta1, 1/(1 - beta1**t), debias, -weight_decay, lr_mean, clip_radius, -clip_radius, )
+                host = (weight_decay, ess, hess_approx__price, t_2, beta2, t_3, t_4, t_3**2, beta1, 1 - beta1, 1/(1 - beta1**t), debias, (t_2 != 0), -weight_decay, lr_mean, clip_radius, -clip_radius, )
                 dtype, device = params[0].dtype, params[0].device
                 host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
                 _compiled_kernel()(m, h, momentum, g, avg_gsq, avg_nxg, *host)
@@ -316,8 +316,11 @@ class IVON(torch.optim.Optimizer):
                     momentum_hat = momentum_new
                 _f13 = torch._foreach_mul(momentum_hat, ess)
                 grad_N = _f13
-                _f14 = torch._foreach_add(grad_N, m, alpha=t_2)
-                g_wd = _f14
+                if (t_2 != 0):
+                    _f14 = torch._foreach_add(grad_N, m, alpha=t_2)
+                    g_wd = _f14
+                else:
+                    g_wd = grad_N
                 _f15 = torch._foreach_div(g_wd, s_new)
                 direction = _f15
                 _f16 = torch._foreach_mul(s_new, t_4)

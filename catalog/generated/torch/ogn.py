@@ -10,7 +10,7 @@
 #   ggn = ggn(m)
 #   grad_N = ess*g
 #   hess_N = ess*ggn
-#   g_wd = grad_N + m*prior_precision
+#   g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))
 #   h_wd = hess_N + prior_precision
 #   s <- beta*h_wd + s*(1 - beta)
 #   m <- -g_wd*lr/s_new + m
@@ -27,7 +27,7 @@ EQUATIONS = (
     "ggn = ggn(m)",
     "grad_N = ess*g",
     "hess_N = ess*ggn",
-    "g_wd = grad_N + m*prior_precision",
+    "g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))",
     "h_wd = hess_N + prior_precision",
     "s <- beta*h_wd + s*(1 - beta)",
     "m <- -g_wd*lr/s_new + m",
@@ -50,7 +50,7 @@ def _kernel(m_list, s_list, g_list, ggn_list, *host):
     """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4 = host
+    _h0, _h1, _h2, _h3, _h4, _h5 = host
     for i in range(len(m_list)):
         m = m_list[i]
         s = s_list[i]
@@ -58,10 +58,10 @@ def _kernel(m_list, s_list, g_list, ggn_list, *host):
         ggn = ggn_list[i]
         grad_N = _h0*g
         hess_N = _h0*ggn
-        g_wd = _h1*m + grad_N
+        g_wd = (_h1*m + grad_N if _h2 else grad_N)
         h_wd = _h1 + hess_N
-        s_new = _h2*h_wd + _h3*s
-        m_new = -_h4*g_wd/s_new + m
+        s_new = _h3*h_wd + _h4*s
+        m_new = -_h5*g_wd/s_new + m
         if s_new is not s:
             s_list[i].copy_(s_new)
         m_list[i].copy_(m_new)
@@ -133,7 +133,7 @@ class OGN(torch.optim.Optimizer):
             g = [p.grad for p in params]
             ggn = _oracle(params, "ggn")
             if group.get("fused", False):
-                host = (ess, prior_precision, beta, 1 - beta, lr, )
+                host = (ess, prior_precision, (prior_precision != 0), beta, 1 - beta, lr, )
                 dtype, device = params[0].dtype, params[0].device
                 host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
                 _compiled_kernel()(m, s, g, ggn, *host)
@@ -142,8 +142,11 @@ class OGN(torch.optim.Optimizer):
                 grad_N = _f1
                 _f2 = torch._foreach_mul(ggn, ess)
                 hess_N = _f2
-                _f3 = torch._foreach_add(grad_N, m, alpha=prior_precision)
-                g_wd = _f3
+                if (prior_precision != 0):
+                    _f3 = torch._foreach_add(grad_N, m, alpha=prior_precision)
+                    g_wd = _f3
+                else:
+                    g_wd = grad_N
                 _f4 = torch._foreach_add(hess_N, prior_precision)
                 h_wd = _f4
                 _f5 = torch._foreach_mul(h_wd, beta)

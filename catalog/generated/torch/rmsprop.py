@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6, then the recipe's approximation passes):
 #   g = grad(m)
-#   g_wd = g + m*weight_decay
+#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
 #   s_centered = Piecewise((-grad_avg_new^2 + s_new, centered), (s_new, True))
 #   s_root = eps + sqrt(s_centered)
 #   direction = g_wd/s_root
@@ -25,7 +25,7 @@ FAMILY = "gaussian_diag"
 ENGINE_VERSION = "0.1.0"
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = g + m*weight_decay",
+    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
     "s_centered = Piecewise((-grad_avg_new^2 + s_new, centered), (s_new, True))",
     "s_root = eps + sqrt(s_centered)",
     "direction = g_wd/s_root",
@@ -43,7 +43,7 @@ def _kernel(m_list, s_list, grad_avg_list, momentum_buffer_list, g_list, *host):
     """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8 = host
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9 = host
     for i in range(len(m_list)):
         m = m_list[i]
         s = s_list[i]
@@ -51,14 +51,14 @@ def _kernel(m_list, s_list, grad_avg_list, momentum_buffer_list, g_list, *host):
         momentum_buffer = momentum_buffer_list[i]
         g = g_list[i]
         t_2 = -m
-        g_wd = _h0*m + g
-        grad_avg_new = (_h1*g_wd + _h2*grad_avg if _h3 else grad_avg)
-        s_new = _h1*g_wd**2 + _h2*s
-        s_centered = (-grad_avg_new**2 + s_new if _h3 else s_new)
-        s_root = _h4 + torch.sqrt(s_centered)
+        g_wd = (_h0*m + g if _h1 else g)
+        grad_avg_new = (_h2*g_wd + _h3*grad_avg if _h4 else grad_avg)
+        s_new = _h2*g_wd**2 + _h3*s
+        s_centered = (-grad_avg_new**2 + s_new if _h4 else s_new)
+        s_root = _h5 + torch.sqrt(s_centered)
         direction = g_wd/s_root
-        momentum_buffer_new = ((direction if _h5 else _h6*momentum_buffer + direction) if _h7 else momentum_buffer)
-        m_new = (-_h8*momentum_buffer_new - t_2 if _h7 else -_h8*direction - t_2)
+        momentum_buffer_new = ((direction if _h6 else _h7*momentum_buffer + direction) if _h8 else momentum_buffer)
+        m_new = (-_h9*momentum_buffer_new - t_2 if _h8 else -_h9*direction - t_2)
         if momentum_buffer_new is not momentum_buffer:
             momentum_buffer_list[i].copy_(momentum_buffer_new)
         if grad_avg_new is not grad_avg:
@@ -142,7 +142,7 @@ class RMSprop(torch.optim.Optimizer):
             if group.get("fused", False):
                 t_0 = 1 - alpha
                 t_1 = (momentum > 0)
-                host = (weight_decay, t_0, alpha, centered, eps, (t == 1), momentum, t_1, lr, )
+                host = (weight_decay, (weight_decay != 0), t_0, alpha, centered, eps, (t == 1), momentum, t_1, lr, )
                 dtype, device = params[0].dtype, params[0].device
                 host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
                 _compiled_kernel()(m, s, grad_avg, momentum_buffer, g, *host)
@@ -151,8 +151,11 @@ class RMSprop(torch.optim.Optimizer):
                 t_1 = (momentum > 0)
                 _f1 = torch._foreach_mul(m, -1)
                 t_2 = _f1
-                _f2 = torch._foreach_add(g, m, alpha=weight_decay)
-                g_wd = _f2
+                if (weight_decay != 0):
+                    _f2 = torch._foreach_add(g, m, alpha=weight_decay)
+                    g_wd = _f2
+                else:
+                    g_wd = g
                 if centered:
                     _f3 = torch._foreach_mul(g_wd, t_0)
                     torch._foreach_add_(_f3, grad_avg, alpha=alpha)

@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6, then the recipe's approximation passes):
 #   g = grad(m)
-#   g_wd = g + m*weight_decay
+#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
 #   direction = g_wd
 #   momentum_buffer <- Piecewise((Piecewise((direction, Eq(t, 1)), (direction*(1 - dampening) + momentum*momentum_buffer, True)), Ne(momentum, 0)), (momentum_buffer, True))
 #   m <- Piecewise((-lr*Piecewise((direction + momentum*momentum_buffer_new, nesterov), (momentum_buffer_new, True)) + m, Ne(momentum, 0)), (-direction*lr + m, True))
@@ -21,7 +21,7 @@ FAMILY = "gaussian_fixed_cov"
 ENGINE_VERSION = "0.1.0"
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = g + m*weight_decay",
+    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
     "direction = g_wd",
     "momentum_buffer <- Piecewise((Piecewise((direction, Eq(t, 1)), (direction*(1 - dampening) + momentum*momentum_buffer, True)), Ne(momentum, 0)), (momentum_buffer, True))",
     "m <- Piecewise((-lr*Piecewise((direction + momentum*momentum_buffer_new, nesterov), (momentum_buffer_new, True)) + m, Ne(momentum, 0)), (-direction*lr + m, True))",
@@ -35,16 +35,16 @@ def _kernel(m_list, momentum_buffer_list, g_list, *host):
     """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6 = host
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7 = host
     for i in range(len(m_list)):
         m = m_list[i]
         momentum_buffer = momentum_buffer_list[i]
         g = g_list[i]
         t_1 = -m
-        g_wd = _h0*m + g
+        g_wd = (_h0*m + g if _h1 else g)
         direction = g_wd
-        momentum_buffer_new = ((direction if _h1 else _h2*direction + _h3*momentum_buffer) if _h4 else momentum_buffer)
-        m_new = (-_h5*(_h3*momentum_buffer_new + direction if _h6 else momentum_buffer_new) - t_1 if _h4 else -_h5*direction - t_1)
+        momentum_buffer_new = ((direction if _h2 else _h3*direction + _h4*momentum_buffer) if _h5 else momentum_buffer)
+        m_new = (-_h6*(_h4*momentum_buffer_new + direction if _h7 else momentum_buffer_new) - t_1 if _h5 else -_h6*direction - t_1)
         if momentum_buffer_new is not momentum_buffer:
             momentum_buffer_list[i].copy_(momentum_buffer_new)
         m_list[i].copy_(m_new)
@@ -115,7 +115,7 @@ class SGD(torch.optim.Optimizer):
             g = [p.grad for p in params]
             if group.get("fused", False):
                 t_0 = (momentum != 0)
-                host = (weight_decay, (t == 1), 1 - dampening, momentum, t_0, lr, nesterov, )
+                host = (weight_decay, (weight_decay != 0), (t == 1), 1 - dampening, momentum, t_0, lr, nesterov, )
                 dtype, device = params[0].dtype, params[0].device
                 host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
                 _compiled_kernel()(m, momentum_buffer, g, *host)
@@ -123,8 +123,11 @@ class SGD(torch.optim.Optimizer):
                 t_0 = (momentum != 0)
                 _f1 = torch._foreach_mul(m, -1)
                 t_1 = _f1
-                _f2 = torch._foreach_add(g, m, alpha=weight_decay)
-                g_wd = _f2
+                if (weight_decay != 0):
+                    _f2 = torch._foreach_add(g, m, alpha=weight_decay)
+                    g_wd = _f2
+                else:
+                    g_wd = g
                 direction = g_wd
                 if t_0:
                     if (t == 1):
