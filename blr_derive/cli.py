@@ -20,7 +20,7 @@ from pathlib import Path
 from . import __version__
 from .errors import BLRError, SpecError
 
-COMMANDS = ("explain", "catalog", "families")
+COMMANDS = ("explain", "catalog", "families", "check")
 
 
 def _write_atomic(path: Path, text: str):
@@ -135,11 +135,37 @@ def cmd_families(argv):
     return 0
 
 
+def cmd_check(argv):
+    p = argparse.ArgumentParser(prog="blr-derive check",
+                                description="Verify a family (or a recipe's family) numerically at random parameter "
+                                            "points: normalization, mu against quadrature, Monte Carlo and finite "
+                                            "differences, Fisher information, entropy and parameter round trips. "
+                                            "Prints a table; exit status 1 if any check fails.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="family or recipe YAML file(s)")
+    p.add_argument("--points", type=int, default=3, help="random parameter points (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--dim", type=int, default=2, help="dimension for vector/matrix families (default: 2)")
+    args = p.parse_args(argv)
+    if args.points < 1 or not 1 <= args.dim <= 4:
+        p.error("--points must be >= 1 and --dim between 1 and 4")
+    from .check import check_file, format_report
+    failed = []
+    for f in args.files:
+        rep = check_file(f, points=args.points, seed=args.seed, dim=args.dim)
+        sys.stdout.write(format_report(rep))
+        sys.stdout.flush()
+        if not rep.passed:
+            failed.append(f"{f}: {', '.join(c.name for c in rep.failed)}")
+    for line in failed:
+        print(f"blr-derive: check failed: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in COMMANDS:
-            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families}[argv[0]]
+            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "check": cmd_check}[argv[0]]
             return cmd(argv[1:])
         return cmd_generate(argv)
     except BLRError as exc:

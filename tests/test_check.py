@@ -1,0 +1,181 @@
+"""``blr-derive check``: every shipped family passes; wrong declarations fail with exit status 1.
+
+The shipped families are checked through the real command line (``python -m blr_derive
+check``), split over two processes that run in parallel.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blr_derive import cli
+from blr_derive.check import TOLERANCES, _de_rule, check_family, check_recipe_updates, format_report
+from blr_derive.family import builtin_family_names, load_family
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILIES = builtin_family_names()
+CHECKS = list(TOLERANCES)
+HEAVY = ("wishart", "normal_gamma", "gaussian_full", "beta")     # a few seconds each: spread them
+
+
+def run_cli(*args, cwd=ROOT):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "blr_derive", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def sections(stdout):
+    """Split the output into one table per checked file: {family name: text}."""
+    out = {}
+    for block in re.split(r"(?m)^(?=check )", stdout):
+        m = re.match(r"check (?:family|recipe) '(\w+)'", block)
+        if m:
+            out[m.group(1)] = block
+    return out
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """Run `python -m blr_derive check families/*.yaml` in two parallel processes."""
+    order = [n for n in HEAVY if n in FAMILIES] + [n for n in FAMILIES if n not in HEAVY]
+    halves = [order[0::2], order[1::2]]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, "-m", "blr_derive", "check", *[f"families/{n}.yaml" for n in half]],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for half in halves]
+    results = [p.communicate(timeout=600) for p in procs]
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, results)]
+
+
+def test_every_shipped_family_passes_exit_status_0(shipped):
+    for rc, out, err in shipped:
+        assert rc == 0, out + err
+        assert err == ""
+    found = {}
+    for _, out, _ in shipped:
+        found.update(sections(out))
+    assert sorted(found) == FAMILIES
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_shipped_family_table(shipped, name):
+    text = {k: v for _, out, _ in shipped for k, v in sections(out).items()}[name]
+    assert f"({'families/' + name + '.yaml'})" in text
+    assert "check" in text and "value" in text and "tolerance" in text and "result" in text
+    for c in CHECKS:
+        row = re.search(rf"(?m)^  {c}\s+(\S+)\s+(<=|>=) (\S+)(?: σ)?\s+(pass|FAIL)", text)
+        assert row, (c, text)
+        assert row.group(4) == "pass", text
+    assert f"all {len(CHECKS)} checks passed" in text
+    f = load_family(name)
+    assert ("numeric (Newton" in text) == (f.mu_inverse == "numeric")
+    assert ("declared" in text.splitlines()[1]) == f.A_given
+
+
+WRONG_EXPONENTIAL = """
+    name: exponential
+    description: deliberately wrong log-partition (off by a constant)
+    variable: theta
+    support: positive
+    parameters:
+      r: {domain: positive}
+    sufficient_statistics:
+      - theta
+    natural_parameters:
+      - -r
+    log_partition: -log(-lambda1) + 1
+"""
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return p
+
+
+def test_wrong_log_partition_fails_with_exit_status_1(tmp_path):
+    p = write(tmp_path, "expo_wrong.yaml", WRONG_EXPONENTIAL)
+    r = run_cli("check", p)
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"(?m)^  (\w+)\s+\S+\s+[<>]= \S+(?: σ)?\s+(pass|FAIL)", r.stdout)}
+    assert set(rows) == set(CHECKS)
+    assert rows["normalization"] == "FAIL" and rows["entropy_vs_quadrature"] == "FAIL"
+    # a constant offset leaves μ = ∇A, the Fisher information and the maps intact
+    assert rows["mu_vs_quadrature"] == rows["mu_vs_finite_differences"] == rows["fisher_vs_covariance"] == "pass"
+    assert "∫ h exp(<λ,T> - A) = 0.367879" in r.stdout               # e^-1
+    assert "FAIL: 2 of 10 checks failed" in r.stdout and "does not normalize" in r.stdout
+    assert r.stderr.strip() == f"blr-derive: check failed: {p}: normalization, entropy_vs_quadrature"
+
+
+def test_wrong_gradient_of_log_partition_fails(tmp_path, capsys):
+    p = write(tmp_path, "expo_wrong2.yaml", WRONG_EXPONENTIAL.replace("-log(-lambda1) + 1", "-2*log(-lambda1)"))
+    assert cli.main(["check", str(p)]) == 1
+    out = capsys.readouterr()
+    failed = set(re.findall(r"(?m)^  (\w+)\s+\S+\s+[<>]= \S+(?: σ)?\s+FAIL", out.out))
+    assert {"normalization", "mu_vs_quadrature", "mu_vs_monte_carlo", "fisher_vs_covariance"} <= failed
+    assert "mu_vs_finite_differences" not in failed          # A and ∇A agree with each other, not with q
+    assert "∇A(λ) is not the mean of T under q" in out.out
+
+
+def test_bad_input_exits_2_with_one_located_line(tmp_path, capsys):
+    p = write(tmp_path, "bad.yaml", WRONG_EXPONENTIAL.replace("support: positive", "support: positive\n    colour: red"))
+    assert cli.main(["check", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(rf"blr-derive: error: {re.escape(str(p))}:5: unknown key 'colour'", err)
+    assert cli.main(["check", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.strip().endswith("missing.yaml: file not found")
+
+
+def test_recipe_file_checks_its_family(tmp_path, capsys):
+    write(tmp_path, "fam.yaml", WRONG_EXPONENTIAL.replace("    log_partition: -log(-lambda1) + 1\n", ""))
+    p = write(tmp_path, "r.yaml", """
+        name: expo_recipe
+        family: fam.yaml
+        loss: abstract
+    """)
+    assert cli.main(["check", str(p), "--points", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"check recipe 'expo_recipe' ({p}), family 'exponential'")
+    assert "all 10 checks passed" in out and "1 random parameter points" in out
+
+
+def test_recipe_update_hook_is_empty_for_now():
+    assert check_recipe_updates(object()) == []
+    assert "returns ``[]``" in check_recipe_updates.__doc__
+
+
+def test_check_family_api_and_seed_reproducibility():
+    f = load_family("poisson")
+    a = check_family(f, points=2, seed=5, mc_samples=5000)
+    b = check_family(f, points=2, seed=5, mc_samples=5000)
+    assert [c.name for c in a] == CHECKS and all(c.passed for c in a)
+    assert [c.value for c in a] == [c.value for c in b]
+    assert [c.value for c in check_family(f, points=2, seed=6, mc_samples=5000)] != [c.value for c in a]
+
+
+def test_de_rule_integrates_reference_functions():
+    """The sinh-sinh trapezoidal rule used by the quadrature: Gaussian and Student-t-like tails."""
+    z, lw = _de_rule(1 / 32)
+    w = np.exp(lw)
+    assert np.sum(w * np.exp(-z * z / 2)) == pytest.approx(np.sqrt(2 * np.pi), rel=1e-14)
+    assert np.sum(w / (1 + z * z) ** 2) == pytest.approx(np.pi / 2, rel=1e-10)
+    with np.errstate(over="ignore"):            # ∫ e^(0.3 z - e^z) dz = Γ(0.3): a slow left tail
+        assert np.sum(w * np.exp(0.3 * z - np.exp(z))) == pytest.approx(math.gamma(0.3), rel=1e-10)
+
+
+def test_format_report_marks_failures():
+    from blr_derive.check import Check, Report
+    rep = Report("family 'x' (x.yaml)", None, [Check("normalization", 0.5, 1e-7, note="∫ = 1.5"),
+                                              Check("fisher_positive_definite", 0.2, 1e-10, "min")],
+                 ["note"])
+    text = format_report(rep)
+    assert "FAIL" in text and "[∫ = 1.5]" in text and "1 of 2 checks failed" in text
+    assert re.search(r"fisher_positive_definite\s+0\.2\s+>= 1e-10\s+pass", text)
