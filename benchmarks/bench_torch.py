@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -83,7 +82,8 @@ def bandwidth(total):
 def peak_memory(name, total, n):
     code = (f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_torch as b, resource;"
             f"v = b.variants({total}, {n}, only={name!r}); f = v[{name!r}]; [f() for _ in range(3)];"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            # VmHWM is the peak of this address space (ru_maxrss would carry the parent's peak over exec)
+            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return int(r.stdout.strip().splitlines()[-1]) / 1024
 

@@ -163,6 +163,12 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
     assignments = []
     if not any(is_mat(e) for e in exprs):
         reps, exprs = sp.cse(exprs, symbols=sp.numbered_symbols("t_"), optimizations=None)
+        # a temporary for a bare negation or a symbol saves nothing: put it back
+        trivial = {t: e for t, e in reps if e.is_Symbol or (e.is_Mul and len(e.args) == 2 and e.args[0] == -1
+                                                             and e.args[1].is_Symbol)}
+        if trivial:
+            reps = [(t, e.xreplace(trivial)) for t, e in reps if t not in trivial]
+            exprs = [e.xreplace(trivial) for e in exprs]
         assignments.extend(reps)
     assignments.extend(zip(syms, exprs))
     assignments = _toposort(assignments)      # CSE temporaries may use values the program computes
@@ -199,3 +205,38 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
 
 def _camel(name):
     return "".join(w.capitalize() for w in name.split("_"))
+
+
+def usage_condition(expr, sym):
+    """A host condition under which evaluating ``expr`` needs ``sym`` (sound, not minimal)."""
+    if expr == sym:
+        return sp.true
+    if not isinstance(expr, sp.Basic) or not expr.has(sym):
+        return sp.false
+    if isinstance(expr, sp.Piecewise):
+        if any(c.has(sym) for _, c in expr.args):
+            return sp.true                       # conditions are evaluated whenever the expression is
+        out, earlier = [], []
+        for e, c in expr.args:
+            u = usage_condition(e, sym)
+            if u != sp.false:
+                out.append(sp.And(c, u, *[sp.Not(x) for x in earlier]))
+            earlier.append(c)
+        return sp.Or(*out) if out else sp.false
+    return sp.Or(*[usage_condition(a, sym) for a in expr.args])
+
+
+def need_conditions(assignments, outputs, inputs):
+    """For each input symbol, the host condition under which the program reads it."""
+    need = {sym: sp.true for _, sym in outputs}
+    # one backward sweep over the ordered program: a value is needed where a needed value uses it
+    for sym, expr in reversed(assignments):
+        n = need.get(sym, sp.false)
+        if n == sp.false:
+            continue
+        for s2 in expr.free_symbols:
+            u = usage_condition(expr, s2)
+            if u != sp.false:
+                need[s2] = sp.Or(need.get(s2, sp.false), sp.And(n, u))
+    return {x: sp.simplify_logic(need.get(x, sp.false)) if need.get(x, sp.false) not in (sp.true, sp.false)
+            else need.get(x, sp.false) for x in inputs}

@@ -10,8 +10,10 @@ import json
 from pathlib import Path
 
 import jinja2
+import sympy as sp
 
 from blr_derive.errors import CodegenError
+from blr_derive.ir import need_conditions
 
 from ..numpy import pyval
 from .printer import ForeachCompiler, FusedCompiler, HostPrinter
@@ -68,20 +70,24 @@ class TorchTarget:
             theta_c.assign(sm.theta, sm.theta_expr)
             stat_c = ForeachCompiler(state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls}, indent="            ")
             stat_names = []
+            stat_need = need_conditions(ir.assignments, ir.outputs, [a for a, _ in sm.stats])
             for i, (avg, e) in enumerate(sm.stats):
                 val = sp.Symbol(f"_sample_{avg}")
-                stat_c.assign(val, e)
-                stat_names.append((str(avg), str(val)))
+                stat_c.assign(val, e, stat_need[avg])
+                cond = stat_need[avg]
+                stat_names.append((str(avg), str(val), None if cond == sp.true else host.doprint(cond)))
             sampling = {
                 "samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines, "stats": stat_names,
                 "grads": [(str(k), o) for k, o in sm.calls],
             }
+        stats_in = [a for a, _ in ir.sampling.stats] if ir.sampling is not None else []
+        need = need_conditions(ir.assignments, ir.outputs, [s_ for s_, _ in ir.assignments] + stats_in)
         comp = ForeachCompiler(tensors)
         fused = FusedCompiler(tensors)
         for sym, expr in ir.assignments:
-            comp.assign(sym, expr)
-            fused.assign(sym, expr)
+            comp.assign(sym, expr, need[sym])
+            fused.assign(sym, expr, need[sym])
         outputs = [(name, str(sym)) for name, sym in ir.outputs if name != ir.mean and str(sym) != name]
         mean_out = [str(sym) for name, sym in ir.outputs if name == ir.mean][0]
         others = [v for v in ir.state if v.name != ir.mean]
@@ -98,14 +104,16 @@ class TorchTarget:
         theta_syms = {str(s) for s in ir.sampling.theta_expr.free_symbols} if ir.sampling is not None else set()
         stat_syms = set()
         if ir.sampling is not None:
-            for _, e in ir.sampling.stats:
-                stat_syms |= {str(s) for s in e.free_symbols}
+            cond_need = need_conditions(ir.assignments, ir.outputs, [a for a, _ in ir.sampling.stats])
+            for a, e in ir.sampling.stats:
+                stat_syms |= {str(s) for s in e.free_symbols} | {str(s) for s in cond_need[a].free_symbols}
         return self.env.get_template(self.template).render(
             ir=ir, program=comp.lines, outputs=outputs, mean_out=mean_out, others=others,
             host=host.doprint, init_hyper=[h for h in ir.hyperparameters
                                            if any(str(s) in init_syms for s in h.symbols)],
             grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls], sampling=sampling, fused=fused,
             host_unpack=", ".join(a[0] for a in fused.args) + ("," if len(fused.args) == 1 else ""),
+            optional_lists=[str(a) for a in stats_in if need[a] != sp.true],
             kernel_lists=[v.name for v in ir.state] + [str(c.symbol) for c in ir.oracle_calls]
             + ([str(a) for a, _ in ir.sampling.stats] if ir.sampling is not None else []),
             other_oracles=[o for o, _ in ir.oracles if o != "grad"],

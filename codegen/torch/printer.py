@@ -60,15 +60,23 @@ class ForeachCompiler:
         return self.host.doprint(e)
 
     # ------------------------------------------------------------------ statements
-    def assign(self, sym, expr):
-        """Bind ``sym`` to ``expr``: a tensor list (foreach program) or a host scalar."""
+    def assign(self, sym, expr, when=sp.true):
+        """Bind ``sym`` to ``expr``: a tensor list (foreach program) or a host scalar; only when the
+        host condition ``when`` holds (values needed only by branches not taken are not computed)."""
+        if when == sp.false:
+            return
+        if when != sp.true:
+            self.emit(f"if {self.host_expr(when)}:")
+            self.indent += "    "
         if not self.is_tensor(expr):
             self.emit(f"{sym} = {self.host_expr(expr)}")
-            return
-        name = self.compile(expr, target=str(sym))
-        if name != str(sym):
-            self.emit(f"{sym} = {name}")
-        self.tensors.add(sym)
+        else:
+            name = self.compile(expr, target=str(sym))
+            if name != str(sym):
+                self.emit(f"{sym} = {name}")
+            self.tensors.add(sym)
+        if when != sp.true:
+            self.indent = self.indent[:-4]
 
     # ------------------------------------------------------------------ expressions
     def compile(self, e, target=None):
@@ -280,9 +288,16 @@ class FusedCompiler:
             return e
         return e.func(*[self._hoist(a) for a in e.args], evaluate=False)
 
-    def assign(self, sym, expr):
-        if not self.is_tensor(expr):
-            self.host_lines.append(f"{sym} = {self.host.doprint(expr)}")
+    def assign(self, sym, expr, when=sp.true):
+        if when == sp.false:
             return
-        self.body.append(f"{sym} = {self.el.doprint(self._hoist(expr))}")
+        if not self.is_tensor(expr):
+            line = f"{sym} = {self.host.doprint(expr)}"
+            self.host_lines.extend([f"if {self.host.doprint(when)}:", "    " + line] if when != sp.true else [line])
+            return
+        line = f"{sym} = {self.el.doprint(self._hoist(expr))}"
+        if when != sp.true:
+            self.body.extend([f"if {self._hoist(when)}:", "    " + line])
+        else:
+            self.body.append(line)
         self.tensors.add(sym)

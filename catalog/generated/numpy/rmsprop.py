@@ -100,7 +100,6 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     g = numpy.asarray(oracles["grad"](m), dtype=float)
     t_0 = 1 - alpha
     t_1 = numpy.greater(momentum, 0)
-    t_2 = -m
     g_wd = (g + m*weight_decay if numpy.not_equal(weight_decay, 0) else g)
     grad_avg_new = (alpha*grad_avg + g_wd*t_0 if centered else grad_avg)
     s_new = alpha*s + g_wd**2*t_0
@@ -108,7 +107,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     s_root = eps + numpy.sqrt(s_centered)
     direction = g_wd/s_root
     momentum_buffer_new = ((direction if numpy.equal(t, 1) else direction + momentum*momentum_buffer) if t_1 else momentum_buffer)
-    m_new = (-lr*momentum_buffer_new - t_2 if t_1 else -direction*lr - t_2)
+    m_new = (-lr*momentum_buffer_new + m if t_1 else -direction*lr + m)
     return {
         "momentum_buffer": momentum_buffer_new,
         "grad_avg": grad_avg_new,

@@ -83,11 +83,10 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
     g = numpy.asarray(oracles["grad"](m), dtype=float)
     t_0 = numpy.not_equal(momentum, 0)
-    t_1 = -m
     g_wd = (g + m*weight_decay if numpy.not_equal(weight_decay, 0) else g)
     direction = g_wd
     momentum_buffer_new = ((direction if numpy.equal(t, 1) else direction*(1 - dampening) + momentum*momentum_buffer) if t_0 else momentum_buffer)
-    m_new = (-lr*(direction + momentum*momentum_buffer_new if nesterov else momentum_buffer_new) - t_1 if t_0 else -direction*lr - t_1)
+    m_new = (-lr*(direction + momentum*momentum_buffer_new if nesterov else momentum_buffer_new) + m if t_0 else -direction*lr + m)
     return {
         "momentum_buffer": momentum_buffer_new,
         "m": m_new,

@@ -60,28 +60,29 @@ def _kernel(m_list, h_list, momentum_list, g_list, avg_gsq_list, avg_nxg_list, *
     """The whole update for one tensor at a time, elementwise; compiled by torch.compile (fused=True).
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15, _h16 = host
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15, _h16, _h17 = host
     for i in range(len(m_list)):
         m = m_list[i]
         h = h_list[i]
         momentum = momentum_list[i]
         g = g_list[i]
-        avg_gsq = avg_gsq_list[i]
-        avg_nxg = avg_nxg_list[i]
+        avg_gsq = None if avg_gsq_list is None else avg_gsq_list[i]
+        avg_nxg = None if avg_nxg_list is None else avg_nxg_list[i]
         t_0 = _h0 + h
         t_1 = _h1*t_0
-        h_gsq = _h1*avg_gsq
-        h_price = (avg_nxg*t_1 if _h2 else h_gsq)
+        if _h2:
+            h_gsq = _h1*avg_gsq
+        h_price = (avg_nxg*t_1 if _h3 else h_gsq)
         hess_N = _h1*h_price
-        h_wd = _h3 + hess_N
-        s_new = _h4*t_1 + _h5*h_wd + (1/2)*_h6*_h7*(-h_wd + t_1)**2/t_0
-        momentum_new = _h8*momentum + _h9*g
-        momentum_hat = (_h10*momentum_new if _h11 else momentum_new)
+        h_wd = _h4 + hess_N
+        s_new = _h5*t_1 + _h6*h_wd + (1/2)*_h7*_h8*(-h_wd + t_1)**2/t_0
+        momentum_new = _h10*g + _h9*momentum
+        momentum_hat = (_h11*momentum_new if _h12 else momentum_new)
         grad_N = _h1*momentum_hat
-        g_wd = (_h3*m + grad_N if _h12 else grad_N)
+        g_wd = (_h4*m + grad_N if _h13 else grad_N)
         direction = g_wd/s_new
-        h_new = _h13 + _h6*s_new
-        m_new = -_h14*torch.minimum(_h15, torch.maximum(_h16, direction)) + m
+        h_new = _h14 + _h7*s_new
+        m_new = -_h15*torch.minimum(_h16, torch.maximum(_h17, direction)) + m
         if momentum_new is not momentum:
             momentum_list[i].copy_(momentum_new)
         if h_new is not h:
@@ -201,19 +202,24 @@ class IVON(torch.optim.Optimizer):
         for group, params, m, eps, theta_k in drawn:
             ess = group["ess"]
             weight_decay = group["weight_decay"]
+            hess_approx = group["hess_approx"]
+            hess_approx__price = hess_approx == "price"
+            hess_approx__gradsq = hess_approx == "gradsq"
             states = [self._state(p, group) for p in params]
             h = [st["h"] for st in states]
             momentum = [st["momentum"] for st in states]
             g_k = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             _sample_g = g_k
-            _f1 = torch._foreach_mul(g_k, g_k)
-            _sample_avg_gsq = _f1
-            _f2 = torch._foreach_mul(eps, g_k)
-            _f4 = torch._foreach_add(h, weight_decay)
-            _f3 = torch._foreach_mul(_f4, ess)
-            _f5 = torch._foreach_sqrt(_f3)
-            torch._foreach_div_(_f2, _f5)
-            _sample_avg_nxg = _f2
+            if not hess_approx__price:
+                _f1 = torch._foreach_mul(g_k, g_k)
+                _sample_avg_gsq = _f1
+            if hess_approx__price:
+                _f2 = torch._foreach_mul(eps, g_k)
+                _f4 = torch._foreach_add(h, weight_decay)
+                _f3 = torch._foreach_mul(_f4, ess)
+                _f5 = torch._foreach_sqrt(_f3)
+                torch._foreach_div_(_f2, _f5)
+                _sample_avg_nxg = _f2
             acc = self._samples.setdefault(id(group), {"count": 0})
             acc["count"] += 1
             n = acc["count"]
@@ -221,14 +227,16 @@ class IVON(torch.optim.Optimizer):
                 acc["g"] = [x.clone() for x in _sample_g]
             else:
                 torch._foreach_add_(acc["g"], torch._foreach_sub(_sample_g, acc["g"]), alpha=1.0 / n)
-            if n == 1:
-                acc["avg_gsq"] = [x.clone() for x in _sample_avg_gsq]
-            else:
-                torch._foreach_add_(acc["avg_gsq"], torch._foreach_sub(_sample_avg_gsq, acc["avg_gsq"]), alpha=1.0 / n)
-            if n == 1:
-                acc["avg_nxg"] = [x.clone() for x in _sample_avg_nxg]
-            else:
-                torch._foreach_add_(acc["avg_nxg"], torch._foreach_sub(_sample_avg_nxg, acc["avg_nxg"]), alpha=1.0 / n)
+            if not hess_approx__price:
+                if n == 1:
+                    acc["avg_gsq"] = [x.clone() for x in _sample_avg_gsq]
+                else:
+                    torch._foreach_add_(acc["avg_gsq"], torch._foreach_sub(_sample_avg_gsq, acc["avg_gsq"]), alpha=1.0 / n)
+            if hess_approx__price:
+                if n == 1:
+                    acc["avg_nxg"] = [x.clone() for x in _sample_avg_nxg]
+                else:
+                    torch._foreach_add_(acc["avg_nxg"], torch._foreach_sub(_sample_avg_nxg, acc["avg_nxg"]), alpha=1.0 / n)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -267,15 +275,15 @@ class IVON(torch.optim.Optimizer):
             m = params
             h = [st["h"] for st in states]
             momentum = [st["momentum"] for st in states]
-            g = acc["g"]
-            avg_gsq = acc["avg_gsq"]
-            avg_nxg = acc["avg_nxg"]
+            g = acc.get("g")
+            avg_gsq = acc.get("avg_gsq")
+            avg_nxg = acc.get("avg_nxg")
             if group.get("fused", False):
                 t_2 = ess*weight_decay
                 t_3 = 1 - beta2
                 t_4 = 1/ess
                 lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
-                host = (weight_decay, ess, hess_approx__price, t_2, beta2, t_3, t_4, t_3**2, beta1, 1 - beta1, 1/(1 - beta1**t), debias, (t_2 != 0), -weight_decay, lr_mean, clip_radius, -clip_radius, )
+                host = (weight_decay, ess, not hess_approx__price, hess_approx__price, t_2, beta2, t_3, t_4, t_3**2, beta1, 1 - beta1, 1/(1 - beta1**t), debias, (t_2 != 0), -weight_decay, lr_mean, clip_radius, -clip_radius, )
                 dtype, device = params[0].dtype, params[0].device
                 host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
                 _compiled_kernel()(m, h, momentum, g, avg_gsq, avg_nxg, *host)
@@ -287,8 +295,9 @@ class IVON(torch.optim.Optimizer):
                 t_2 = ess*weight_decay
                 t_3 = 1 - beta2
                 t_4 = 1/ess
-                _f3 = torch._foreach_mul(avg_gsq, ess)
-                h_gsq = _f3
+                if not hess_approx__price:
+                    _f3 = torch._foreach_mul(avg_gsq, ess)
+                    h_gsq = _f3
                 if hess_approx__price:
                     _f4 = torch._foreach_mul(t_1, avg_nxg)
                     h_price = _f4

@@ -50,7 +50,6 @@ def _kernel(m_list, s_list, grad_avg_list, momentum_buffer_list, g_list, *host):
         grad_avg = grad_avg_list[i]
         momentum_buffer = momentum_buffer_list[i]
         g = g_list[i]
-        t_2 = -m
         g_wd = (_h0*m + g if _h1 else g)
         grad_avg_new = (_h2*g_wd + _h3*grad_avg if _h4 else grad_avg)
         s_new = _h2*g_wd**2 + _h3*s
@@ -58,7 +57,7 @@ def _kernel(m_list, s_list, grad_avg_list, momentum_buffer_list, g_list, *host):
         s_root = _h5 + torch.sqrt(s_centered)
         direction = g_wd/s_root
         momentum_buffer_new = ((direction if _h6 else _h7*momentum_buffer + direction) if _h8 else momentum_buffer)
-        m_new = (-_h9*momentum_buffer_new - t_2 if _h8 else -_h9*direction - t_2)
+        m_new = (-_h9*momentum_buffer_new + m if _h8 else -_h9*direction + m)
         if momentum_buffer_new is not momentum_buffer:
             momentum_buffer_list[i].copy_(momentum_buffer_new)
         if grad_avg_new is not grad_avg:
@@ -149,51 +148,47 @@ class RMSprop(torch.optim.Optimizer):
             else:
                 t_0 = 1 - alpha
                 t_1 = (momentum > 0)
-                _f1 = torch._foreach_mul(m, -1)
-                t_2 = _f1
                 if (weight_decay != 0):
-                    _f2 = torch._foreach_add(g, m, alpha=weight_decay)
-                    g_wd = _f2
+                    _f1 = torch._foreach_add(g, m, alpha=weight_decay)
+                    g_wd = _f1
                 else:
                     g_wd = g
                 if centered:
-                    _f3 = torch._foreach_mul(g_wd, t_0)
-                    torch._foreach_add_(_f3, grad_avg, alpha=alpha)
-                    grad_avg_new = _f3
+                    _f2 = torch._foreach_mul(g_wd, t_0)
+                    torch._foreach_add_(_f2, grad_avg, alpha=alpha)
+                    grad_avg_new = _f2
                 else:
                     grad_avg_new = grad_avg
-                _f4 = torch._foreach_mul(g_wd, g_wd)
-                _f5 = torch._foreach_mul(_f4, t_0)
-                torch._foreach_add_(_f5, s, alpha=alpha)
-                s_new = _f5
+                _f3 = torch._foreach_mul(g_wd, g_wd)
+                _f4 = torch._foreach_mul(_f3, t_0)
+                torch._foreach_add_(_f4, s, alpha=alpha)
+                s_new = _f4
                 if centered:
-                    _f6 = torch._foreach_mul(grad_avg_new, grad_avg_new)
-                    _f7 = torch._foreach_add(s_new, _f6, alpha=-1)
-                    s_centered = _f7
+                    _f5 = torch._foreach_mul(grad_avg_new, grad_avg_new)
+                    _f6 = torch._foreach_add(s_new, _f5, alpha=-1)
+                    s_centered = _f6
                 else:
                     s_centered = s_new
-                _f8 = torch._foreach_sqrt(s_centered)
-                _f9 = torch._foreach_add(_f8, eps)
-                s_root = _f9
-                _f10 = torch._foreach_div(g_wd, s_root)
-                direction = _f10
+                _f7 = torch._foreach_sqrt(s_centered)
+                _f8 = torch._foreach_add(_f7, eps)
+                s_root = _f8
+                _f9 = torch._foreach_div(g_wd, s_root)
+                direction = _f9
                 if t_1:
                     if (t == 1):
-                        _f11 = direction
+                        _f10 = direction
                     else:
-                        _f12 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
-                        _f11 = _f12
-                    momentum_buffer_new = _f11
+                        _f11 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
+                        _f10 = _f11
+                    momentum_buffer_new = _f10
                 else:
                     momentum_buffer_new = momentum_buffer
                 if t_1:
-                    _f13 = torch._foreach_mul(t_2, -1)
-                    torch._foreach_add_(_f13, momentum_buffer_new, alpha=-lr)
-                    m_new = _f13
+                    _f12 = torch._foreach_add(m, momentum_buffer_new, alpha=-lr)
+                    m_new = _f12
                 else:
-                    _f14 = torch._foreach_mul(t_2, -1)
-                    torch._foreach_add_(_f14, direction, alpha=-lr)
-                    m_new = _f14
+                    _f13 = torch._foreach_add(m, direction, alpha=-lr)
+                    m_new = _f13
                 if momentum_buffer_new is not momentum_buffer:
                     torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
                 if grad_avg_new is not grad_avg:

@@ -40,11 +40,10 @@ def _kernel(m_list, momentum_buffer_list, g_list, *host):
         m = m_list[i]
         momentum_buffer = momentum_buffer_list[i]
         g = g_list[i]
-        t_1 = -m
         g_wd = (_h0*m + g if _h1 else g)
         direction = g_wd
         momentum_buffer_new = ((direction if _h2 else _h3*direction + _h4*momentum_buffer) if _h5 else momentum_buffer)
-        m_new = (-_h6*(_h4*momentum_buffer_new + direction if _h7 else momentum_buffer_new) - t_1 if _h5 else -_h6*direction - t_1)
+        m_new = (-_h6*(_h4*momentum_buffer_new + direction if _h7 else momentum_buffer_new) + m if _h5 else -_h6*direction + m)
         if momentum_buffer_new is not momentum_buffer:
             momentum_buffer_list[i].copy_(momentum_buffer_new)
         m_list[i].copy_(m_new)
@@ -121,37 +120,33 @@ class SGD(torch.optim.Optimizer):
                 _compiled_kernel()(m, momentum_buffer, g, *host)
             else:
                 t_0 = (momentum != 0)
-                _f1 = torch._foreach_mul(m, -1)
-                t_1 = _f1
                 if (weight_decay != 0):
-                    _f2 = torch._foreach_add(g, m, alpha=weight_decay)
-                    g_wd = _f2
+                    _f1 = torch._foreach_add(g, m, alpha=weight_decay)
+                    g_wd = _f1
                 else:
                     g_wd = g
                 direction = g_wd
                 if t_0:
                     if (t == 1):
-                        _f3 = direction
+                        _f2 = direction
                     else:
-                        _f4 = torch._foreach_mul(direction, 1 - dampening)
-                        torch._foreach_add_(_f4, momentum_buffer, alpha=momentum)
-                        _f3 = _f4
-                    momentum_buffer_new = _f3
+                        _f3 = torch._foreach_mul(direction, 1 - dampening)
+                        torch._foreach_add_(_f3, momentum_buffer, alpha=momentum)
+                        _f2 = _f3
+                    momentum_buffer_new = _f2
                 else:
                     momentum_buffer_new = momentum_buffer
                 if t_0:
-                    _f5 = torch._foreach_mul(t_1, -1)
                     if nesterov:
-                        _f7 = torch._foreach_add(direction, momentum_buffer_new, alpha=momentum)
-                        _f6 = _f7
+                        _f5 = torch._foreach_add(direction, momentum_buffer_new, alpha=momentum)
+                        _f4 = _f5
                     else:
-                        _f6 = momentum_buffer_new
-                    torch._foreach_add_(_f5, _f6, alpha=-lr)
-                    m_new = _f5
+                        _f4 = momentum_buffer_new
+                    _f6 = torch._foreach_add(m, _f4, alpha=-lr)
+                    m_new = _f6
                 else:
-                    _f8 = torch._foreach_mul(t_1, -1)
-                    torch._foreach_add_(_f8, direction, alpha=-lr)
-                    m_new = _f8
+                    _f7 = torch._foreach_add(m, direction, alpha=-lr)
+                    m_new = _f7
                 if momentum_buffer_new is not momentum_buffer:
                     torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
                 torch._foreach_copy_(params, m_new)

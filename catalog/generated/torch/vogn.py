@@ -208,8 +208,8 @@ class VOGN(torch.optim.Optimizer):
             states = [self._state(p, group) for p in params]
             m = params
             s = [st["s"] for st in states]
-            g = acc["g"]
-            avg_ggn = acc["avg_ggn"]
+            g = acc.get("g")
+            avg_ggn = acc.get("avg_ggn")
             if group.get("fused", False):
                 host = (ess, prior_precision, (prior_precision != 0), beta, 1 - beta, lr, )
                 dtype, device = params[0].dtype, params[0].device
