@@ -348,14 +348,7 @@ def heavy_ball_momentum(ctx):
     when = ctx.when()
     name = ctx.name("state", "momentum_buffer")
     ctx.done()
-    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
-    mean = _mean_name(D)
-    m = _scalar(D.recipe.family.params[mean].symbol)
-    m_sym, m_expr = _update_of(D, mean)
-    direction = sp.simplify(-(m_expr - m) / rho)
-    if direction.has(rho):
-        raise ctx.fail("the mean update is not of the form m - ρ·direction")
-    d = _new_def(D, "direction", direction)
+    rho, mean, m, d = _mean_direction(ctx)
     t = _step(D)
     b, b_new = _add_aux(ctx, name, sp.Integer(0), "momentum buffer")
     b_rule = sp.Piecewise((d, sp.Eq(t, 1)), (gamma * b + (1 - damp) * d, True))
@@ -380,6 +373,19 @@ def decoupled_weight_decay(ctx):
     _set_update(D, mean, expr - rho * delta * m)
     _record(ctx, "Decoupled weight decay", "m ← m − ρδm added to the mean update (AdamW).",
             [(sym, expr - rho * delta * m, r"\leftarrow")])
+
+
+def _mean_direction(ctx):
+    """Write the mean update as m − ρ·direction; returns (ρ, mean name, m, the 'direction' definition)."""
+    D = ctx.D
+    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
+    mean = _mean_name(D)
+    m = _scalar(D.recipe.family.params[mean].symbol)
+    _, expr = _update_of(D, mean)
+    direction = sp.simplify(-(expr - m) / rho)
+    if direction.has(rho):
+        raise ctx.fail("the mean update is not of the form m - ρ·direction")
+    return rho, mean, m, _new_def(D, "direction", direction)
 
 
 def _scalar(x):
@@ -534,14 +540,8 @@ def clip_step(ctx):
     D = ctx.D
     radius = ctx.expr("radius")
     ctx.done()
-    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
-    mean = _mean_name(D)
-    m = _scalar(D.recipe.family.params[mean].symbol)
-    sym, expr = _update_of(D, mean)
-    direction = sp.simplify(-(expr - m) / rho)
-    if direction.has(rho):
-        raise ctx.fail("the mean update is not of the form m - ρ·direction")
-    d = _new_def(D, "direction", direction)
+    rho, mean, m, d = _mean_direction(ctx)
+    sym, _ = _update_of(D, mean)
     clipped = sp.Min(sp.Max(d, -radius), radius)
     _set_update(D, mean, m - rho * clipped)
     _record(ctx, "Clipped step", "", [(sym, m - rho * clipped, r"\leftarrow")])

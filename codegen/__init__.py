@@ -12,6 +12,58 @@ import importlib
 TARGETS = ("numpy", "torch")
 
 
+class HostConditionalMixin:
+    """Printing shared by the targets: ``Piecewise`` whose conditions are host scalars (hyperparameters,
+    the step counter) becomes a Python conditional expression, and ``Max``/``Min`` fold into the
+    target's two-argument ``maximum``/``minimum`` (``MAXIMUM``/``MINIMUM`` name them)."""
+
+    MAXIMUM = "max"
+    MINIMUM = "min"
+
+    def _print_Piecewise(self, expr):
+        out = self._print(expr.args[-1].expr)
+        for e, c in reversed(expr.args[:-1]):
+            out = f"({self._print(e)} if {self._print(c)} else {out})"
+        return out
+
+    def _fold_binary(self, fn, args):
+        out = self._print(args[0])
+        for a in args[1:]:
+            out = f"{fn}({out}, {self._print(a)})"
+        return out
+
+    def _print_Max(self, expr):
+        return self._fold_binary(self.MAXIMUM, expr.args)
+
+    def _print_Min(self, expr):
+        return self._fold_binary(self.MINIMUM, expr.args)
+
+
+def template_env(folder):
+    """The jinja2 environment every target renders with (deterministic, strict)."""
+    import json
+
+    import jinja2
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)), keep_trailing_newline=True, trim_blocks=True,
+        lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+    )
+    env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
+    env.globals["pyval"] = pyval
+    env.globals["zip"] = zip
+    return env
+
+
+def pyval(v):
+    """A Python literal for a hyperparameter default (deterministic)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return repr(v)
+    if isinstance(v, tuple):
+        return "(" + ", ".join(pyval(x) for x in v) + ")"
+    f = float(v)
+    return "float('inf')" if f == float("inf") else "float('-inf')" if f == float("-inf") else repr(f)
+
+
 def get_target(name: str):
     if name not in TARGETS:
         from blr_derive.errors import CodegenError

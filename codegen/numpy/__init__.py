@@ -1,10 +1,9 @@
 """NumPy target: a plain module with ``init`` and a pure ``step`` function."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import jinja2
+from codegen import pyval, template_env  # noqa: F401  (pyval is re-exported)
 
 from .printer import HELPERS, BLRNumPyPrinter
 
@@ -15,13 +14,7 @@ class NumpyTarget:
     template = "module.py.j2"
 
     def __init__(self):
-        self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-        )
-        self.env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
-        self.env.globals["pyval"] = pyval
-        self.env.globals["zip"] = zip
+        self.env = template_env(Path(__file__).parent / "templates")
 
     def render(self, ir) -> str:
         printer = BLRNumPyPrinter()
@@ -49,16 +42,6 @@ class NumpyTarget:
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)],
         )
         return out
-
-
-def pyval(v):
-    """A Python literal for a hyperparameter default (deterministic)."""
-    if v is None or isinstance(v, (bool, int, str)):
-        return repr(v)
-    if isinstance(v, tuple):
-        return "(" + ", ".join(pyval(x) for x in v) + ")"
-    f = float(v)
-    return "float('inf')" if f == float("inf") else "float('-inf')" if f == float("-inf") else repr(f)
 
 
 TARGET = NumpyTarget()

@@ -12,6 +12,7 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
 from blr_derive.errors import CodegenError
+from codegen import HostConditionalMixin
 
 HELPERS = {
     "_spd_solve": '''def _spd_solve(A, B):
@@ -20,8 +21,10 @@ HELPERS = {
 }
 
 
-class BLRNumPyPrinter(NumPyPrinter):
+class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     printmethod = "_blrnumpycode"
+    MAXIMUM = "numpy.maximum"
+    MINIMUM = "numpy.minimum"
 
     def __init__(self, settings=None):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
@@ -107,25 +110,6 @@ class BLRNumPyPrinter(NumPyPrinter):
         if isinstance(f, (sp.MatAdd,)) or (isinstance(f, sp.MatMul) and f.args and not f.args[0] == 1):
             return f"({s})"
         return s
-
-    def _print_Piecewise(self, expr):
-        # conditions depend only on hyperparameters and the step counter (host scalars)
-        out = self._print(expr.args[-1].expr)
-        for e, c in reversed(expr.args[:-1]):
-            out = f"({self._print(e)} if {self._print(c)} else {out})"
-        return out
-
-    def _print_Max(self, expr):
-        out = self._print(expr.args[0])
-        for a in expr.args[1:]:
-            out = f"numpy.maximum({out}, {self._print(a)})"
-        return out
-
-    def _print_Min(self, expr):
-        out = self._print(expr.args[0])
-        for a in expr.args[1:]:
-            out = f"numpy.minimum({out}, {self._print(a)})"
-        return out
 
     def emptyPrinter(self, expr):
         raise CodegenError(f"the numpy target cannot print {type(expr).__name__}: {expr}")

@@ -6,16 +6,14 @@ gradient at the mean (``p.grad``); anything else is rejected with a CodegenError
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import jinja2
 import sympy as sp
 
 from blr_derive.errors import CodegenError
 from blr_derive.ir import need_conditions
 
-from ..numpy import pyval
+from codegen import template_env
 from .printer import ForeachCompiler, FusedCompiler, HostPrinter
 
 
@@ -25,13 +23,7 @@ class TorchTarget:
     template = "optimizer.py.j2"
 
     def __init__(self):
-        self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-            keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-        )
-        self.env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
-        self.env.globals["pyval"] = pyval
-        self.env.globals["zip"] = zip
+        self.env = template_env(Path(__file__).parent / "templates")
 
     def check(self, ir):
         if not ir.elementwise:

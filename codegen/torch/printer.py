@@ -14,19 +14,14 @@ import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.errors import CodegenError
+from codegen import HostConditionalMixin
 
 
-class HostPrinter(PythonCodePrinter):
+class HostPrinter(HostConditionalMixin, PythonCodePrinter):
     """Host-side scalars: plain Python with the math module."""
 
     def __init__(self):
         super().__init__({"fully_qualified_modules": True, "standard": "python3"})
-
-    def _print_Piecewise(self, expr):
-        out = self._print(expr.args[-1].expr)
-        for e, c in reversed(expr.args[:-1]):
-            out = f"({self._print(e)} if {self._print(c)} else {out})"
-        return out
 
     def _print_Symbol(self, expr):
         return expr.name
@@ -206,8 +201,12 @@ class ForeachCompiler:
         return {s.name for s in self.tensors}
 
 
-class ElementwisePrinter(PythonCodePrinter):
-    """Per-tensor elementwise torch expressions for the compiled (fused) path."""
+class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
+    """Per-tensor elementwise torch expressions for the compiled (fused) path.  Piecewise conditions are
+    host booleans (Python bools): torch.compile specializes on them."""
+
+    MAXIMUM = "torch.maximum"
+    MINIMUM = "torch.minimum"
 
     def __init__(self):
         super().__init__({"fully_qualified_modules": True, "standard": "python3"})
@@ -224,25 +223,6 @@ class ElementwisePrinter(PythonCodePrinter):
         if e == -1:
             return f"(1/{self.parenthesize(b, 60)})"
         return f"{self.parenthesize(b, 60)}**{self.parenthesize(e, 60)}"
-
-    def _print_Piecewise(self, expr):
-        # conditions are host booleans (Python bools): torch.compile specializes on them
-        out = self._print(expr.args[-1].expr)
-        for e, c in reversed(expr.args[:-1]):
-            out = f"({self._print(e)} if {self._print(c)} else {out})"
-        return out
-
-    def _print_Max(self, expr):
-        out = self._print(expr.args[0])
-        for a in expr.args[1:]:
-            out = f"torch.maximum({out}, {self._print(a)})"
-        return out
-
-    def _print_Min(self, expr):
-        out = self._print(expr.args[0])
-        for a in expr.args[1:]:
-            out = f"torch.minimum({out}, {self._print(a)})"
-        return out
 
     def _print_Function(self, expr):
         names = {"exp": "torch.exp", "log": "torch.log", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos"}
