@@ -198,7 +198,7 @@ class _Model:
                     ts.append(np.tensordot(E, v, axes=([0, 1], [0, 1])))
             else:
                 ts.append(v)
-        N = np.broadcast(*[np.asarray(a) for a in args]).shape if args else ()
+        N = np.broadcast_shapes(*[np.shape(a) for a in args])
         return np.broadcast_to(logh, N), np.array([np.broadcast_to(t, N) for t in ts])
 
     # -- continuous: unconstrained coordinates ---------------------------------

@@ -1396,8 +1396,7 @@ class NumericFamily:
         def call(*vals):
             with np.errstate(all="ignore"):
                 outs = fn(*vals)
-            b = np.broadcast(*[np.asarray(v) for v in vals]) if vals else None
-            bshape = b.shape if b is not None else ()
+            bshape = np.broadcast_shapes(*[np.shape(v) for v in vals])
             arr = np.stack([np.broadcast_to(np.asarray(o, dtype=float), bshape) for o in outs])
             return arr.reshape(shape + bshape)
         return call

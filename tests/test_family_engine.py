@@ -398,3 +398,39 @@ def test_divergent_discrete_sum_is_not_normalizable():
     with pytest.raises(SpecError, match="not normalizable") as ei:      # Σ r^k diverges for r >= 1
         build(text, "div.yaml")
     assert ei.value.line == line_of(text, "sufficient_statistics")
+
+
+def test_entropy_by_summation_when_log_h_is_not_linear_in_T():
+    """Two ±1 spins with a fixed coupling in h: log h = s1*s2 is not in span(T), E[log h] is a finite sum."""
+    f = build("""
+        name: coupled
+        variable: {name: s, shape: vector, size: 2}
+        support: binary_pm1
+        parameters:
+          a: {domain: real}
+          b: {domain: real}
+        sufficient_statistics: [s1, s2]
+        base_measure: exp(s1*s2/2)
+        natural_parameters: [a, b]
+    """)
+    assert f.log_h_linear() is None
+    a, b = f.params["a"].symbol, f.params["b"].symbol
+    states = [(s1, s2) for s1 in (-1, 1) for s2 in (-1, 1)]
+    for av, bv in ((0.3, -1.1), (-0.8, 0.25)):
+        logw = np.array([av * s1 + bv * s2 + s1 * s2 / 2 for s1, s2 in states])
+        q = np.exp(logw - np.logaddexp.reduce(logw))
+        assert f.evaluate(f.entropy(), {a: av, b: bv}) == pytest.approx(-np.sum(q * np.log(q)), rel=1e-12)
+
+
+def test_time_limit_interrupts_long_sympy_steps():
+    import time
+    from blr_derive.family import SympyTimeout, _time_limit
+    t0 = time.perf_counter()
+    with pytest.raises(SympyTimeout, match="timed out"):
+        with _time_limit(0.2):
+            while True:
+                sum(range(1000))
+    assert time.perf_counter() - t0 < 5
+    with _time_limit(5):            # an inner limit never replaces a running one
+        with _time_limit(0.01):
+            time.sleep(0.05)
