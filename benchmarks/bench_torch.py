@@ -57,6 +57,32 @@ def variants(total, n, only=None):
         if only in (None, name):
             ps = make_params(total, n)
             out[name] = make(ps).step
+    rms = load_generated("rmsprop", "torch")
+    sgd = load_generated("sgd", "torch")
+    for name, make in [
+        ("generated RMSprop fused", lambda ps: rms.RMSprop(ps, fused=True)),
+        ("generated SGD momentum fused", lambda ps: sgd.SGD(ps, lr=0.01, momentum=0.9, fused=True)),
+    ]:
+        if only in (None, name):
+            ps = make_params(total, n)
+            out[name] = make(ps).step
+
+    def ivon_update_only(opt, ps):
+        """The update alone: one Monte Carlo sample is collected once and reused every call."""
+        ivon_step(opt, ps)()
+        with opt.sampled_params(train=True):
+            for p in ps:
+                p.grad = torch.ones_like(p)
+        saved = dict(opt._samples)
+
+        def run():
+            opt._samples = dict(saved)
+            opt.step()
+        return run
+
+    if only in (None, "generated IVON fused (update only)"):
+        ps = make_params(total, n)
+        out["generated IVON fused (update only)"] = ivon_update_only(ivon.IVON(ps, lr=0.1, ess=1e4, fused=True), ps)
     for name, make in [("ivon-opt IVON", lambda ps: ivon_opt.IVON(ps, lr=0.1, ess=1e4)),
                        ("generated IVON foreach", lambda ps: ivon.IVON(ps, lr=0.1, ess=1e4)),
                        ("generated IVON fused", lambda ps: ivon.IVON(ps, lr=0.1, ess=1e4, fused=True))]:
@@ -147,6 +173,8 @@ def main():
               f"{t / med['torch Adam for-loop']:8.2f} {first[name]:10.2f}s")
     print(f"Adam bandwidth floor (28 B/param): {floor_adam:.2f} ms; generated Adam fused / floor = "
           f"{med['generated Adam fused'] / floor_adam:.2f}")
+    print(f"IVON update-only fused / IVON update floor (32 B/param) = "
+          f"{med['generated IVON fused (update only)'] / floor_ivon:.2f}")
     print(f"IVON update floor (32 B/param, sampling excluded): {floor_ivon:.2f} ms; generated IVON fused step "
           f"(sampling included) / floor = {med['generated IVON fused'] / floor_ivon:.2f}; "
           f"generated IVON fused / ivon-opt = {med['generated IVON fused'] / med['ivon-opt IVON']:.2f}")

@@ -527,11 +527,30 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
         candidates.append(families_dir() / f"{ref}.yaml")
     for c in candidates:
         if c.is_file():
-            spec = load_yaml_file(c)
-            return family_from_spec(spec, str(c))
+            return _load_family_file(c)
     if len(candidates) > 1 or ref.endswith((".yaml", ".yml")):
         raise SpecError(f"family file '{ref}' not found")
     raise SpecError(f"unknown family '{ref}' (built-in: {', '.join(builtin_family_names())})")
+
+
+_FAMILY_CACHE: dict = {}
+
+
+def _load_family_file(path: Path) -> Family:
+    """Derive a family from its file once per process (keyed by path and content): deriving A, μ and
+    the inverse maps is the costly part of loading a recipe, and catalog recipes share families.
+    Derivations only read a Family, never modify it."""
+    try:
+        text = path.read_bytes()
+    except OSError:
+        text = None
+    key = (str(path.resolve()), text)
+    if text is not None and key in _FAMILY_CACHE:
+        return _FAMILY_CACHE[key]
+    fam = family_from_spec(load_yaml_file(path), str(path))
+    if text is not None:
+        _FAMILY_CACHE[key] = fam
+    return fam
 
 
 def builtin_family_names():
