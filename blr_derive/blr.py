@@ -75,9 +75,14 @@ def derive(recipe: Recipe) -> Derivation:
         if "monte_carlo" in names and not fam.elementwise:
             raise _fail(recipe, f"approximation 'monte_carlo' supports mean-field (elementwise) families; "
                         f"'{fam.name}' is not", approx_by_name["monte_carlo"])
+    conjugate = None
     if (recipe.loss_kind == "explicit" or "exact" in names) and not fam.is_gaussian:
-        raise _fail(recipe, f"approximation 'exact' does not apply to family '{fam.name}': it needs Gaussian moments",
-                    approx_by_name.get("exact"))
+        from .family import linear_in_statistics
+        conjugate = linear_in_statistics(fam, recipe.loss)
+        if conjugate is None:
+            raise _fail(recipe, f"approximation 'exact' does not apply to family '{fam.name}': the loss is not linear "
+                        "in its sufficient statistics and the family has no Gaussian moments",
+                        approx_by_name.get("exact"))
 
     # ---- Step: the family
     D.add("family", fam.reference or "Table 2", f"Candidate family `{fam.name}`",
@@ -102,7 +107,15 @@ def derive(recipe: Recipe) -> Derivation:
 
     # ---- Step: base measure
     logh = fam.log_h
-    if logh.has(fam.theta):
+    lin = fam.log_h_linear() if (not fam.is_gaussian and fam.depends_on_variable(logh)) else None
+    if lin is not None:
+        g_logh = list(lin[1])
+        D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
+              "log h(θ) is linear in the sufficient statistics, so ∇_μ E_q[log h] is its coefficient vector.",
+              [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(g_logh)])
+    elif fam.depends_on_variable(logh):
+        if not fam.is_gaussian:
+            raise _fail(recipe, f"family '{fam.name}': E_q[log h] has no closed form the BLR can use")
         e_logh = fam.expect_gaussian(logh, mean=mean_mu, cov=cov_mu)
         g_logh = matcalc.gradient(e_logh, fam.mu, sym)
         D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
@@ -115,7 +128,9 @@ def derive(recipe: Recipe) -> Derivation:
               f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
 
     # ---- Step(s): natural gradient of the expected loss
-    if recipe.loss_kind == "explicit":
+    if conjugate is not None:
+        g_loss = _conjugate_gradient(recipe, D, conjugate)
+    elif recipe.loss_kind == "explicit":
         g_loss = _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
     else:
         g_loss = _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
@@ -290,6 +305,21 @@ def _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
           [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
     return grads
+
+
+def _conjugate_gradient(recipe, D, conjugate):
+    """ℓ = c0 + Σ c_i T_i(θ): E_q[ℓ] = c0 + Σ c_i μ_i, so ∇_μ E_q[ℓ] = c (Sec. 5.1; Eq. 14 for Gaussians)."""
+    fam = recipe.family
+    c0, cs = conjugate
+    e_loss = c0 + sum((c * u for c, u in zip(cs, fam.mu)), sp.Integer(0))
+    D.placeholders["expected_loss"] = e_loss
+    D.placeholders["natural_gradient"] = (list(cs), None, None)
+    D.add("exact", RULES["exact"].equation, "Conjugate loss: linear in the sufficient statistics",
+          "Each term of the loss is a multiple of a sufficient statistic, so E_q[ℓ] is linear in μ and the "
+          "natural gradients are its coefficients (Sec. 5.1).",
+          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), c) for i, c in enumerate(cs)])
+    return list(cs)
 
 
 def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):

@@ -1072,6 +1072,35 @@ def _discrete_expectation(fam, f):
     return sp.Sum(q * f.xreplace({c: k}), (k, 0, sp.oo))
 
 
+def linear_in_statistics(fam, expr):
+    """(c0, [c_i]) with expr = c0 + Σ c_i T_i(θ) and θ-free c_i, or None.
+
+    Terms of the expanded expression are matched to sufficient statistics by their θ-dependent
+    factor (so data and hyperparameters may appear in the coefficients); this is how a conjugate
+    loss is recognised (Sec. 5.1: E_q[ℓ] is then linear in μ and its natural gradient is c)."""
+    if any(is_mat(t) for t in fam.T):
+        return None
+    if not fam.depends_on_variable(expr):
+        return expr, [sp.Integer(0)] * len(fam.T)
+    targets = [sp.expand(t) for t in fam.T]
+    cs = [sp.Integer(0)] * len(fam.T)
+    c0 = sp.Integer(0)
+    for term in sp.Add.make_args(sp.expand(sp.expand_log(expr, force=True))):
+        dep = sp.Mul(*[f for f in sp.Mul.make_args(term) if fam.depends_on_variable(f)])
+        coeff = sp.Mul(*[f for f in sp.Mul.make_args(term) if not fam.depends_on_variable(f)])
+        if dep == 1:
+            c0 += coeff
+            continue
+        for i, t in enumerate(targets):
+            ratio = sp.simplify(dep / t) if t != 0 else None
+            if ratio is not None and not fam.depends_on_variable(ratio):
+                cs[i] += coeff * ratio
+                break
+        else:
+            return None
+    return c0, [sp.expand(c) for c in cs]
+
+
 def _log_h_linear(fam):
     """(c0, [c_i]) with log h = c0 + Σ c_i T_i, or None."""
     lh = fam.log_h
@@ -1079,6 +1108,9 @@ def _log_h_linear(fam):
         return None
     if not fam.depends_on_variable(lh):
         return lh, [sp.Integer(0)] * len(fam.T)
+    direct = linear_in_statistics(fam, lh)
+    if direct is not None:
+        return direct
     ts = [sp.Dummy(f"t{i}") for i in range(len(fam.T))]
     cand = sp.expand(lh.subs({t: s for t, s in zip(fam.T, ts)}, simultaneous=True))
     if not fam.depends_on_variable(cand):

@@ -197,7 +197,7 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         check_keys(loss, LOSS_KEYS, ("expression",), "loss")
         if loss.get("kind", "explicit") != "explicit":
             raise _err("loss kind must be 'abstract' or 'explicit'", loss, "kind")
-        symbols = {str(fam.theta): fam.theta}
+        symbols = dict(fam.variable_symbols)
         if fam.dim is not None:
             symbols[str(fam.dim)] = fam.dim
         symbols.update({h.name: h.symbol for h in hyper if h.kind == "float"})
@@ -239,7 +239,7 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         from .matcalc import is_mat
         if is_mat(expr) and expr.shape != (1, 1):
             raise _err("the loss must be a scalar", loss, "expression")
-        if not expr.has(fam.theta):
+        if not fam.depends_on_variable(expr):
             raise _err(f"the loss does not depend on {fam.theta}", loss, "expression")
         kind = "explicit"
     else:

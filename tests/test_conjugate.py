@@ -1,0 +1,66 @@
+"""Conjugate Bayes by the BLR with rho = 1 (Sec. 5.1): one generated step equals the closed-form posterior."""
+import numpy as np
+
+from conftest import load_generated
+
+
+def test_beta_bernoulli():
+    mod = load_generated("beta_bernoulli")
+    y = np.random.default_rng(0).random(37) < 0.3
+    out = mod.step(mod.init(a=5.0, b=0.5), data={"n1": y.sum(), "n0": (~y).sum()}, a0=2.0, b0=3.0)
+    assert out["a"] == 2.0 + y.sum() and out["b"] == 3.0 + (~y).sum()
+
+
+def test_gamma_poisson():
+    mod = load_generated("gamma_poisson")
+    y = np.random.default_rng(1).poisson(4.0, size=50)
+    out = mod.step(mod.init(alpha=1.0, beta=1.0), data={"n": len(y), "s": y.sum()}, alpha0=2.0, beta0=0.5)
+    np.testing.assert_allclose([out["alpha"], out["beta"]], [2.0 + y.sum(), 0.5 + len(y)], rtol=1e-14)
+
+
+def test_dirichlet_categorical():
+    mod = load_generated("dirichlet_categorical")
+    z = np.random.default_rng(2).integers(0, 3, size=40)
+    c = np.bincount(z, minlength=3)
+    out = mod.step(mod.init(a1=1.0, a2=1.0, a3=1.0), data={"c1": c[0], "c2": c[1], "c3": c[2]},
+                   a01=0.5, a02=1.5, a03=2.5)
+    np.testing.assert_allclose([out["a1"], out["a2"], out["a3"]], np.array([0.5, 1.5, 2.5]) + c, rtol=1e-14)
+
+
+def test_normal_gamma_matches_the_textbook_posterior():
+    mod = load_generated("normal_gamma")
+    y = np.random.default_rng(3).normal(1.3, 0.7, size=25)
+    m0, k0, a0, b0 = 0.2, 2.0, 1.5, 0.8
+    n, S1, S2 = len(y), y.sum(), (y ** 2).sum()
+    out = mod.step(mod.init(m=0.0, kappa=1.0, alpha=1.0, beta=1.0), data={"n": n, "S1": S1, "S2": S2},
+                   m0=m0, kappa0=k0, alpha0=a0, beta0=b0)
+    kn = k0 + n
+    mn = (k0 * m0 + S1) / kn
+    an = a0 + n / 2
+    bn = b0 + 0.5 * ((y - y.mean()) ** 2).sum() + k0 * n * (y.mean() - m0) ** 2 / (2 * kn)   # Murphy (2007), Eq. 89
+    np.testing.assert_allclose([out["m"], out["kappa"], out["alpha"], out["beta"]], [mn, kn, an, bn], rtol=1e-12)
+
+
+def test_normal_normal_known_variance():
+    mod = load_generated("normal_normal")
+    y = np.random.default_rng(4).normal(-0.5, 2.0, size=30)
+    sigma2, m0, s0 = 4.0, 1.0, 0.25
+    out = mod.step(mod.init(m=3.0, s=7.0), data={"n": len(y), "S1": y.sum(), "S2": (y ** 2).sum()},
+                   sigma2=sigma2, m0=m0, s0=s0)
+    prec = s0 + len(y) / sigma2
+    np.testing.assert_allclose(out["s"], prec, rtol=1e-14)
+    np.testing.assert_allclose(out["m"], (s0 * m0 + y.sum() / sigma2) / prec, rtol=1e-13)
+
+
+def test_bayesian_linear_regression():
+    mod = load_generated("bayesian_linear_regression")
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(40, 4))
+    y = X @ np.array([1.0, -2.0, 0.5, 0.0]) + 0.3 * rng.normal(size=40)
+    alpha, beta = 0.7, 11.0
+    out = mod.step(mod.init(m=np.ones(4), S=np.eye(4)), data={"X": X, "y": y}, alpha=alpha, beta=beta)
+    S = beta * X.T @ X + alpha * np.eye(4)
+    np.testing.assert_allclose(out["S"], S, rtol=1e-13)
+    np.testing.assert_allclose(out["m"], beta * np.linalg.solve(S, X.T @ y), rtol=1e-11)
+    np.testing.assert_allclose(np.linalg.inv(out["S"]), np.linalg.inv(S), rtol=1e-10)   # posterior covariance
+
