@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
+from . import specialfns
 from .errors import SpecError
 
 MAX_LENGTH = 2000
@@ -140,6 +141,19 @@ def _mvdigamma(name, args):
     return sp.Sum(sp.polygamma(0, a + (1 - j) / 2), (j, 1, p))
 
 
+def _special(fn, n=None):
+    def apply(name, args):
+        if n is not None and len(args) != n:
+            raise SpecError(f"{name}() takes exactly {n} argument{'s' if n > 1 else ''}")
+        if not args:
+            raise SpecError(f"{name}() needs arguments")
+        out = [_sc(a) for a in args]
+        if any(_is_mat(a) for a in out):
+            raise SpecError(f"{name}() takes scalars, got a matrix expression")
+        return fn(*out)
+    return apply
+
+
 FUNCTIONS: dict[str, Callable] = {
     "log": _unary_scalar(sp.log),
     "exp": _unary_scalar(sp.exp),
@@ -155,6 +169,9 @@ FUNCTIONS: dict[str, Callable] = {
     "log1p": _unary_scalar(_log1p),
     "lmvgamma": _lmvgamma,
     "mvdigamma": _mvdigamma,
+    "softplus": _special(specialfns.softplus, 1),
+    "xlogy": _special(specialfns.xlogy, 2),
+    "logsumexp": _special(specialfns.logsumexp),
     "inv": _inv,
     "det": _det,
     "logdet": _logdet,

@@ -38,6 +38,7 @@ class NumpyTarget:
         out = self.env.get_template(self.template).render(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], sampling=sampling,
+            imports=sorted(printer.imports),
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)],
         )

@@ -29,6 +29,7 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     def __init__(self, settings=None):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
         self.helpers: set = set()
+        self.imports: set = set()
 
     # -- leaves
     def _print_MatrixSymbol(self, expr):
@@ -61,6 +62,7 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
 
     def _print_Inverse(self, expr):
         self.helpers.add("_spd_solve")
+        self.imports.add("scipy.linalg")
         n = self._print(expr.arg.shape[0])
         return f"_spd_solve({self._print(expr.arg)}, numpy.eye({n}))"
 
@@ -82,6 +84,7 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         for i, f in enumerate(mats):
             if isinstance(f, sp.Inverse) and i < len(mats) - 1:
                 self.helpers.add("_spd_solve")
+                self.imports.add("scipy.linalg")
                 left = mats[:i]
                 rest = self._chain(mats[i + 1:])
                 solved = f"_spd_solve({self._print(f.arg)}, {rest})"
@@ -110,6 +113,48 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         if isinstance(f, (sp.MatAdd,)) or (isinstance(f, sp.MatMul) and f.args and not f.args[0] == 1):
             return f"({s})"
         return s
+
+    # special functions (scipy.special; tested against it in tests/test_special_functions.py)
+    def _print_loggamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gammaln({self._print(expr.args[0])})"
+
+    def _print_digamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.digamma({self._print(expr.args[0])})"
+
+    def _print_polygamma(self, expr):
+        self.imports.add("scipy.special")
+        n, x = expr.args
+        if n == 0:
+            return f"scipy.special.digamma({self._print(x)})"
+        return f"scipy.special.polygamma({self._print(n)}, {self._print(x)})"
+
+    def _print_gamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gamma({self._print(expr.args[0])})"
+
+    def _print_factorial(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.factorial({self._print(expr.args[0])})"
+
+    def _print_log(self, expr):
+        arg = expr.args[0]
+        if isinstance(arg, sp.Add) and 1 in arg.args:
+            return f"numpy.log1p({self._print(arg - 1)})"
+        return f"numpy.log({self._print(arg)})"
+
+    def _print_softplus(self, expr):
+        return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
+
+    def _print_xlogy(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_logsumexp(self, expr):
+        self.imports.add("scipy.special")
+        args = ", ".join(self._print(a) for a in expr.args)
+        return f"scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays({args})), axis=0)"
 
     def emptyPrinter(self, expr):
         raise CodegenError(f"the numpy target cannot print {type(expr).__name__}: {expr}")

@@ -28,8 +28,8 @@ class HostPrinter(HostConditionalMixin, PythonCodePrinter):
 
 
 UNARY = {
-    sp.exp: "_foreach_exp", sp.log: "_foreach_log", sp.Abs: "_foreach_abs", sp.tanh: "_foreach_tanh",
-    sp.sin: "_foreach_sin", sp.cos: "_foreach_cos",
+    sp.exp: "_foreach_exp", sp.Abs: "_foreach_abs", sp.tanh: "_foreach_tanh",
+    sp.sin: "_foreach_sin", sp.cos: "_foreach_cos", sp.loggamma: "_foreach_lgamma",
 }
 
 
@@ -187,6 +187,18 @@ class ForeachCompiler:
             out = self.tmp()
             self.emit(f"{out} = torch.{UNARY[type(e)]}({self.compile(e.args[0])})")
             return out
+        if isinstance(e, sp.Function):
+            # no multi-tensor kernel: apply the elementwise form tensor by tensor
+            names = [self.compile(a) if self.is_tensor(a) else None for a in e.args]
+            loc = [sp.Symbol(f"_a{i}") for i in range(len(e.args))]
+            local = e.func(*[l if n is not None else a for l, n, a in zip(loc, names, e.args)])
+            body = ElementwisePrinter().doprint(local)
+            lists = [n for n in names if n is not None]
+            vars_ = [str(l) for l, n in zip(loc, names) if n is not None]
+            out = self.tmp()
+            source = lists[0] if len(lists) == 1 else f"zip({', '.join(lists)})"
+            self.emit(f"{out} = [{body} for {', '.join(vars_)} in {source}]")
+            return out
         raise CodegenError(f"the torch target cannot print {type(e).__name__}: {e}")
 
     def _split(self, e):
@@ -225,11 +237,44 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         return f"{self.parenthesize(b, 60)}**{self.parenthesize(e, 60)}"
 
     def _print_Function(self, expr):
-        names = {"exp": "torch.exp", "log": "torch.log", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos"}
+        names = {"exp": "torch.exp", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos",
+                 "loggamma": "torch.lgamma", "digamma": "torch.digamma", "gamma": "_gamma"}
         n = type(expr).__name__
         if n in names:
+            if n == "gamma":
+                return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
             return f"{names[n]}({self._print(expr.args[0])})"
-        raise CodegenError(f"the fused torch path cannot print {n}")
+        raise CodegenError(f"the torch target cannot print {n}")
+
+    def _print_loggamma(self, expr):
+        return f"torch.lgamma({self._print(expr.args[0])})"
+
+    def _print_digamma(self, expr):
+        return f"torch.digamma({self._print(expr.args[0])})"
+
+    def _print_gamma(self, expr):
+        return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
+
+    def _print_log(self, expr):
+        arg = expr.args[0]
+        if isinstance(arg, sp.Add) and 1 in arg.args:
+            return f"torch.log1p({self._print(arg - 1)})"
+        return f"torch.log({self._print(arg)})"
+
+    def _print_polygamma(self, expr):
+        n, x = expr.args
+        return f"torch.polygamma({self._print(n)}, {self._print(x)})"
+
+    def _print_softplus(self, expr):
+        x = self._print(expr.args[0])
+        return f"torch.logaddexp(torch.zeros_like({x}), {x})"
+
+    def _print_xlogy(self, expr):
+        return f"torch.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_logsumexp(self, expr):
+        args = ", ".join(self._print(a) for a in expr.args)
+        return f"torch.logsumexp(torch.stack(torch.broadcast_tensors({args})), dim=0)"
 
     def _print_Abs(self, expr):
         return f"torch.abs({self._print(expr.args[0])})"

@@ -1,0 +1,44 @@
+"""Special functions the families and losses use that sympy lacks as single nodes.
+
+Each is a sympy ``Function`` with its derivative (``fdiff``) so the engine can differentiate it,
+and every code-generation target prints it (``codegen/*/printer.py``); tests compare each target
+with ``scipy.special``.  ``lgamma``/``digamma``/``polygamma``/``gamma`` are sympy's own
+``loggamma``/``digamma``/``polygamma``/``gamma``; ``log1p(x)`` is written ``log(1 + x)`` and
+printed as ``log1p``.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+
+class softplus(sp.Function):
+    """log(1 + exp(x)), printed as a numerically stable logaddexp(0, x)."""
+
+    def fdiff(self, argindex=1):
+        return 1 / (1 + sp.exp(-self.args[0]))
+
+    def _eval_rewrite_as_log(self, x, **kwargs):
+        return sp.log(1 + sp.exp(x))
+
+
+class xlogy(sp.Function):
+    """x log y with xlogy(0, y) = 0."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        x, y = self.args
+        return sp.log(y) if argindex == 1 else x / y
+
+    def _eval_rewrite_as_log(self, x, y, **kwargs):
+        return x * sp.log(y)
+
+
+class logsumexp(sp.Function):
+    """log Σ_i exp(x_i), printed in the max-shifted stable form."""
+
+    def fdiff(self, argindex=1):
+        return sp.exp(self.args[argindex - 1]) / sp.Add(*[sp.exp(x) for x in self.args])   # softmax
+
+    def _eval_rewrite_as_log(self, *xs, **kwargs):
+        return sp.log(sp.Add(*[sp.exp(x) for x in xs]))
