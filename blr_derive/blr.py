@@ -39,7 +39,7 @@ def _fail(recipe, msg, approx=None):
 def derive(recipe: Recipe) -> Derivation:
     fam = recipe.family
     D = Derivation(recipe)
-    sym = set(fam.symmetric)
+    sym = set(fam.symmetric) | {d.symbol for d in recipe.data if d.symmetric}
     names = {a.name for a in recipe.approximations}
     approx_by_name = {a.name: a for a in recipe.approximations}
     rho = recipe.hyper_symbol(recipe.learning_rate)

@@ -17,7 +17,7 @@ RECIPE_KEYS = {
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
 HP_KEYS = {"default", "description", "names", "type", "choices", "required"}
-DATA_KEYS = {"shape", "description"}
+DATA_KEYS = {"shape", "description", "symmetric"}
 
 
 @dataclass
@@ -36,6 +36,7 @@ class DataVar:
     symbol: object
     shape: tuple          # () scalar, (N,) vector, (N, P) matrix — dims are sympy Symbols
     description: str = ""
+    symmetric: bool = False
 
 
 @dataclass
@@ -202,6 +203,9 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             symbols[str(fam.dim)] = fam.dim
         symbols.update({h.name: h.symbol for h in hyper if h.kind == "float"})
         symbols.update({en: es for h in hyper if h.kind == "tuple" for en, es in h.elements})
+        # the current candidate's parameters may appear as constants (e.g. q_t as the prior of a
+        # filtering step: the posterior is proportional to q_t times the likelihood)
+        symbols.update({p.name: p.symbol for p in fam.params.values()})
         dims = {str(fam.dim): fam.dim} if fam.dim is not None else {}
         dspec = loss.get("data", LDict())
         if not isinstance(dspec, dict):
@@ -228,7 +232,11 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
                 sym = sp.MatrixSymbol(dname, dsyms[0], 1)
             else:
                 sym = sp.MatrixSymbol(dname, dsyms[0], dsyms[1])
-            data.append(DataVar(dname, sym, tuple(dsyms), str(ddecl.get("description", ""))))
+            symmetric = ddecl.get("symmetric", False)
+            if not isinstance(symmetric, bool) or (symmetric and (len(dsyms) != 2 or dsyms[0] != dsyms[1])):
+                raise _err(f"data '{dname}': symmetric must be true or false, and true only for square matrices",
+                           ddecl, "symmetric")
+            data.append(DataVar(dname, sym, tuple(dsyms), str(ddecl.get("description", "")), symmetric))
             symbols[dname] = sym
         text = loss["expression"]
         try:
