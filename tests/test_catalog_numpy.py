@@ -293,6 +293,8 @@ def test_generated_equals_symbolic_update(name, seed):
     for d in recipe.data:
         shape = tuple(P if s_ == fam.dim else 7 for s_ in d.shape)
         v = rng.normal(size=shape)
+        if d.symmetric:                      # declared symmetric: a covariance-like SPD matrix
+            v = v @ v.T + shape[0] * np.eye(shape[0])
         data[d.name] = v
         env[d.symbol] = v
     for h in recipe.hyper:
