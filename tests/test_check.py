@@ -139,17 +139,27 @@ def test_recipe_file_checks_its_family(tmp_path, capsys):
     p = write(tmp_path, "r.yaml", """
         name: expo_recipe
         family: fam.yaml
-        loss: abstract
+        loss: {expression: s*theta, data: {s: {}}}
+        approximations: [exact, unit_learning_rate]
     """)
     assert cli.main(["check", str(p), "--points", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"check recipe 'expo_recipe' ({p}), family 'exponential'")
-    assert "all 10 checks passed" in out and "1 random parameter points" in out
+    assert "all 11 checks passed" in out and "1 random parameter points" in out
+    assert "generated update vs symbolic update" in out
 
 
-def test_recipe_update_hook_is_empty_for_now():
-    assert check_recipe_updates(object()) == []
-    assert "returns ``[]``" in check_recipe_updates.__doc__
+def test_recipe_update_check_passes_and_catches_a_wrong_generated_update(monkeypatch):
+    from blr_derive.recipe import load_recipe
+    from conftest import CATALOG
+    recipe = load_recipe(CATALOG / "adam.yaml")
+    (c,) = check_recipe_updates(recipe)
+    assert c.passed and c.value < 1e-12
+    import codegen
+    real = codegen.emit
+    monkeypatch.setattr(codegen, "emit", lambda ir, t: real(ir, t).replace("m_new = ", "m_new = 1e-6 + "))
+    (bad,) = check_recipe_updates(recipe)
+    assert not bad.passed and bad.value > 1e-7
 
 
 def test_check_family_api_and_seed_reproducibility():
