@@ -61,6 +61,13 @@ def derive(recipe: Recipe) -> Derivation:
                         "loss; this loss is explicit (use 'exact')", approx_by_name["delta"])
         if "exact" not in names:
             raise _fail(recipe, "an explicit loss needs an expectation rule: add 'exact'")
+    elif "score_function" in names:
+        if fam.sampler is None:
+            raise _fail(recipe, f"approximation 'score_function' needs samples of q: family '{fam.name}' declares no "
+                        "'sampler'", approx_by_name["score_function"])
+        if any(is_mat(t) for t in fam.T):
+            raise _fail(recipe, "approximation 'score_function' supports families with scalar statistics",
+                        approx_by_name["score_function"])
     else:
         if "exact" in names:
             raise _fail(recipe, "approximation 'exact' does not apply: the loss is abstract (use 'delta')",
@@ -128,7 +135,9 @@ def derive(recipe: Recipe) -> Derivation:
               f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
 
     # ---- Step(s): natural gradient of the expected loss
-    if conjugate is not None:
+    if "score_function" in names:
+        g_loss = _score_function(recipe, D, approx_by_name["score_function"])
+    elif conjugate is not None:
         g_loss = _conjugate_gradient(recipe, D, conjugate)
     elif recipe.loss_kind == "explicit":
         g_loss = _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
@@ -304,6 +313,39 @@ def _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
           + (" It is linear in μ, so the natural gradients are its coefficients (Eq. 14)." if linear else ""),
           [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+    return grads
+
+
+def _score_function(recipe, D, approx):
+    """∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] = F(λ)⁻¹ Cov_q(ℓ(θ), T(θ)) (Eq. 4 with the score-function identity
+    ∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)]), estimated from the loss at samples θ_k of q."""
+    from .derivation import Sampling
+    from .passes import Ctx
+    fam = recipe.family
+    ctx = Ctx(D, approx)
+    samples = ctx.expr("samples", sp.Integer(1))
+    ctx.done()
+    u = sp.Symbol("u", positive=True)
+    theta = sp.Symbol("theta_k", real=True)
+    l_k = sp.Symbol("loss_k", real=True)
+    th = fam.theta
+    stats, cov = [], []
+    for i, (t, m) in enumerate(zip(fam.T, fam.mu_ord)):
+        avg = sp.Symbol(f"cov_lT{i + 1}", real=True)
+        stats.append((avg, l_k * (t.xreplace({th: theta}) - m)))
+        cov.append(avg)
+    D.sampling = Sampling(samples, u, theta, fam.sampler, [(l_k, "loss")], stats, draw="uniform")
+    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta)))
+    F = F.applyfunc(sp.simplify)
+    nat = F.inv() * sp.Matrix(cov)
+    grads = [sp.simplify(g) for g in nat]
+    D.placeholders["natural_gradient"] = (list(grads), None, None)
+    D.add("score_function", RULES["score_function"].equation, "Score-function natural gradient",
+          "∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)] is estimated with samples θ_k of q (the family's sampler); the Fisher "
+          "information F(λ) = ∇²A turns it into the natural gradient (Eq. 4).",
+          [(theta, fam.sampler)] + [(avg, r"\frac{1}{S}\sum_k \ell(\theta_k)(T_%d(\theta_k) - \mu_%d)" % (i + 1, i + 1))
+                                    for i, (avg, _) in enumerate(stats)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
     return grads
 
 

@@ -25,6 +25,7 @@ class Sampling:
     theta_expr: object              # θ_k in terms of the state and ε_k
     calls: list                     # [(symbol, oracle name)] evaluated at θ_k
     stats: list                     # [(average symbol, per-sample expression)]
+    draw: str = "normal"            # the draw behind eps: "normal" (N(0, 1)) or "uniform" (U(0, 1))
 
 
 @dataclass
@@ -60,7 +61,8 @@ class Derivation:
         out = []
         if self.sampling is not None:
             sm = self.sampling
-            out.append(f"for k in 1..{sm.samples}: {sm.eps} ~ N(0, 1), {sm.theta} = {_plain(sm.theta_expr)}, "
+            dist = "N(0, 1)" if sm.draw == "normal" else "U(0, 1)"
+            out.append(f"for k in 1..{sm.samples}: {sm.eps} ~ {dist}, {sm.theta} = {_plain(sm.theta_expr)}, "
                        + ", ".join(f"{s} = {o}({sm.theta})" for s, o in sm.calls))
             for avg, e in sm.stats:
                 out.append(f"{avg} = mean_k({_plain(e)})")

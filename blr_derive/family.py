@@ -76,7 +76,7 @@ SCALAR_SUPPORTS = tuple(CONTINUOUS_SUPPORTS) + tuple(DISCRETE_SUPPORTS)
 FAMILY_KEYS = {
     "name", "description", "reference", "variable", "dimension", "support", "parameters",
     "sufficient_statistics", "base_measure", "natural_parameters", "log_partition",
-    "expectation_parameters", "gaussian", "elementwise",
+    "expectation_parameters", "gaussian", "elementwise", "sampler",
 }
 PARAM_KEYS = {"shape", "domain", "fixed", "description", "greater_than"}
 VARIABLE_KEYS = {"name", "shape", "size", "components"}
@@ -149,6 +149,7 @@ class Family:
     mu_inverse: str = "symbolic"                        # "symbolic" | "numeric" (see numeric_ord_from_mu)
     gaussian_mean: object = None
     gaussian_cov: object = None
+    sampler: object = None          # θ as an expression of the parameters and a uniform draw u
     elementwise: bool = False
     symmetric: frozenset = frozenset()
     file: str | None = None
@@ -866,6 +867,18 @@ def family_from_spec(spec, file=None) -> Family:
         ms = fam.gaussian_mean.shape if is_mat(fam.gaussian_mean) else None
         if ms != (theta.shape if is_mat(theta) else None):
             raise _err("gaussian mean must have the shape of the variable", g, "mean")
+
+    # 7. a sampler: θ as a function of the parameters and u ~ Uniform(0, 1) (inverse CDF); it is
+    #    checked against μ by Monte Carlo in tests and enables the score-function estimator
+    if "sampler" in spec:
+        if kind != "scalar" or is_mat(theta):
+            raise _err("samplers are supported for scalar variables", spec, "sampler")
+        u = sp.Symbol("u", positive=True)
+        try:
+            fam.sampler = parse_expression(spec["sampler"], {**psyms, "u": u}, what="sampler", logic=True)
+        except SpecError as exc:
+            f, l = where(spec, "sampler")
+            raise exc.located(f or file, l) from None
 
     return fam
 

@@ -48,6 +48,8 @@ register("monte_carlo", "expectation", "Sec. 4.4 (weight perturbation), Eq. 46",
          "Monte Carlo expectations at samples θ_k = m + σε_k of the candidate (reparameterization)")
 register("natural_momentum", "step", "App. F, Eqs. 79-81",
          "BLR with momentum in natural parameters: lambda <- ... + gamma (lambda_t - lambda_{t-1})")
+register("score_function", "expectation", "Eq. 4; score-function identity",
+         "natural gradient F(λ)⁻¹ Cov_q(ℓ, T) from the loss at samples of q (any family with a sampler)")
 register("unit_learning_rate", "step", "Sec. 5.1",
          "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
 

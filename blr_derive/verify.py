@@ -33,6 +33,9 @@ class FixedNoise:
     def standard_normal(self, shape):
         return np.full(shape, 0.37)
 
+    def random(self, shape):
+        return np.full(shape, 0.37)
+
 
 def compare_update(recipe, D, mod, seed=0, P=3):
     """[(state name, generated value, symbolic value)] for one random input."""

@@ -27,6 +27,7 @@ class NumpyTarget:
             sm = ir.sampling
             sampling = {
                 "samples": printer.doprint(sm.samples), "eps": printer.doprint(sm.eps),
+                "draw": "standard_normal" if sm.draw == "normal" else "random",
                 "theta": printer.doprint(sm.theta), "theta_expr": printer.doprint(sm.theta_expr),
                 "calls": [(printer.doprint(s), o) for s, o in sm.calls],
                 "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],

@@ -41,6 +41,9 @@ class TorchTarget:
                 raise CodegenError(f"recipe '{ir.recipe}': the torch target has no Hessian oracle; add an "
                                    "approximation (squared_gradient_hessian, gauss_newton_hessian, price_estimator)")
         if ir.sampling is not None:
+            if ir.sampling.draw != "normal":
+                raise CodegenError(f"recipe '{ir.recipe}': the torch target samples q by reparameterization with "
+                                   "normal draws only")
             for _, o in ir.sampling.calls:
                 if o == "hess":
                     raise CodegenError(f"recipe '{ir.recipe}': the torch target has no Hessian oracle at samples; add "
