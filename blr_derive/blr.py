@@ -61,13 +61,13 @@ def derive(recipe: Recipe) -> Derivation:
                         "loss; this loss is explicit (use 'exact')", approx_by_name["delta"])
         if "exact" not in names:
             raise _fail(recipe, "an explicit loss needs an expectation rule: add 'exact'")
-    elif "score_function" in names:
+    elif "score_function" in names or "reparameterization" in names:
+        a = approx_by_name.get("score_function") or approx_by_name["reparameterization"]
         if fam.sampler is None:
-            raise _fail(recipe, f"approximation 'score_function' needs samples of q: family '{fam.name}' declares no "
-                        "'sampler'", approx_by_name["score_function"])
+            raise _fail(recipe, f"approximation '{a.name}' needs samples of q: family '{fam.name}' declares no "
+                        "'sampler'", a)
         if any(is_mat(t) for t in fam.T):
-            raise _fail(recipe, "approximation 'score_function' supports families with scalar statistics",
-                        approx_by_name["score_function"])
+            raise _fail(recipe, f"approximation '{a.name}' supports families with scalar statistics", a)
     else:
         if "exact" in names:
             raise _fail(recipe, "approximation 'exact' does not apply: the loss is abstract (use 'delta')",
@@ -135,8 +135,9 @@ def derive(recipe: Recipe) -> Derivation:
               f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
 
     # ---- Step(s): natural gradient of the expected loss
-    if "score_function" in names:
-        g_loss = _score_function(recipe, D, approx_by_name["score_function"])
+    if "score_function" in names or "reparameterization" in names:
+        mode = "score_function" if "score_function" in names else "reparameterization"
+        g_loss = _sampled_natural_gradient(recipe, D, approx_by_name[mode], mode)
     elif conjugate is not None:
         g_loss = _conjugate_gradient(recipe, D, conjugate)
     elif recipe.loss_kind == "explicit":
@@ -316,9 +317,12 @@ def _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
     return grads
 
 
-def _score_function(recipe, D, approx):
-    """∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] = F(λ)⁻¹ Cov_q(ℓ(θ), T(θ)) (Eq. 4 with the score-function identity
-    ∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)]), estimated from the loss at samples θ_k of q."""
+def _sampled_natural_gradient(recipe, D, approx, mode):
+    """∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4) with ∇_λ E_q[ℓ] estimated at samples θ_k = sampler(u_k) of q:
+
+    * ``score_function``: ∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)] (loss values at the samples);
+    * ``reparameterization``: ∇_λ E_q[ℓ] = E_u[∇ℓ(θ) ∂θ/∂λ] through the sampler (gradients at the samples).
+    """
     from .derivation import Sampling
     from .passes import Ctx
     fam = recipe.family
@@ -327,23 +331,29 @@ def _score_function(recipe, D, approx):
     ctx.done()
     u = sp.Symbol("u", positive=True)
     theta = sp.Symbol("theta_k", real=True)
-    l_k = sp.Symbol("loss_k", real=True)
     th = fam.theta
-    stats, cov = [], []
-    for i, (t, m) in enumerate(zip(fam.T, fam.mu_ord)):
-        avg = sp.Symbol(f"cov_lT{i + 1}", real=True)
-        stats.append((avg, l_k * (t.xreplace({th: theta}) - m)))
-        cov.append(avg)
-    D.sampling = Sampling(samples, u, theta, fam.sampler, [(l_k, "loss")], stats, draw="uniform")
-    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta)))
-    F = F.applyfunc(sp.simplify)
-    nat = F.inv() * sp.Matrix(cov)
-    grads = [sp.simplify(g) for g in nat]
+    stats, per = [], []
+    if mode == "score_function":
+        o_k, oracle = sp.Symbol("loss_k", real=True), "loss"
+        per = [o_k * (t.xreplace({th: theta}) - m) for t, m in zip(fam.T, fam.mu_ord)]
+        what = r"\ell(\theta_k)(T_%d(\theta_k) - \mu_%d)"
+    else:
+        o_k, oracle = sp.Symbol("g_k", real=True), "grad"
+        of_lam = fam.sampler.xreplace(fam.ord_from_nat)          # θ(u; λ)
+        at = dict(zip(fam.lam, fam.eta))
+        per = [o_k * sp.simplify(sp.diff(of_lam, l).xreplace(at)) for l in fam.lam]
+        what = r"\nabla\ell(\theta_k)\,\partial\theta_k/\partial\lambda_%d"
+    for i, e in enumerate(per):
+        avg = sp.Symbol(f"dlam{i + 1}", real=True)
+        stats.append((avg, e))
+    D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats, draw="uniform")
+    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(sp.simplify)
+    grads = [sp.simplify(g) for g in F.inv() * sp.Matrix([a for a, _ in stats])]
     D.placeholders["natural_gradient"] = (list(grads), None, None)
-    D.add("score_function", RULES["score_function"].equation, "Score-function natural gradient",
-          "∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)] is estimated with samples θ_k of q (the family's sampler); the Fisher "
-          "information F(λ) = ∇²A turns it into the natural gradient (Eq. 4).",
-          [(theta, fam.sampler)] + [(avg, r"\frac{1}{S}\sum_k \ell(\theta_k)(T_%d(\theta_k) - \mu_%d)" % (i + 1, i + 1))
+    D.add(mode, RULES[mode].equation, "Natural gradient from samples of q",
+          "∇_λ E_q[ℓ] is estimated with samples θ_k of q (the family's sampler); the Fisher information "
+          "F(λ) = ∇²A turns it into the natural gradient (Eq. 4).",
+          [(theta, fam.sampler)] + [(avg, r"\frac{1}{S}\sum_k " + what % ((i + 1,) * what.count("%d")))
                                     for i, (avg, _) in enumerate(stats)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
     return grads

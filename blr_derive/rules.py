@@ -50,6 +50,8 @@ register("natural_momentum", "step", "App. F, Eqs. 79-81",
          "BLR with momentum in natural parameters: lambda <- ... + gamma (lambda_t - lambda_{t-1})")
 register("score_function", "expectation", "Eq. 4; score-function identity",
          "natural gradient F(λ)⁻¹ Cov_q(ℓ, T) from the loss at samples of q (any family with a sampler)")
+register("reparameterization", "expectation", "Eq. 4; reparameterization through the sampler",
+         "natural gradient F(λ)⁻¹ E_u[∇ℓ(θ) ∂θ/∂λ] with θ = sampler(u; λ) (any family with a differentiable sampler)")
 register("unit_learning_rate", "step", "Sec. 5.1",
          "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
 
