@@ -193,14 +193,32 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         for p in fam.params.values():
             if p.symbol == fam.gaussian_mean:
                 mean = p.name
+    maps = _family_maps(fam)
     return UpdateIR(
         recipe=r.name, title=r.title, family=fam.name, class_name=r.class_name or _camel(r.name),
         engine_version=__version__, source=source, elementwise=elementwise, state=state,
         hyperparameters=hyper, data=data, dims=dims, oracles=oracles, oracle_calls=calls, random_draws=[],
         assignments=assignments, outputs=outputs, equations=D.update_lines(), step_symbol=D.step_symbol,
         sampling=sampling,
-        mean=mean, paper=r.paper, description=r.description,
+        mean=mean, paper=r.paper, description=r.description, extra={"family_maps": maps} if maps else {},
     )
+
+
+def _family_maps(fam):
+    """For families whose μ → λ map has no closed form (digamma etc.): what the generated module needs to
+    solve ∇A(λ) = μ by Newton's method (λ(ordinary), μ(λ), F(λ) = ∇²A, ordinary(λ), Ω, a starting λ)."""
+    if getattr(fam, "mu_inverse", "symbolic") != "numeric" or any(is_mat(l) for l in fam.lam):
+        return None
+    start = {}
+    for p in fam.params.values():
+        start[p.symbol] = sp.Rational(1, 2) if p.domain in ("unit_interval", "simplex") else sp.Integer(1)
+    lam0 = [sp.nsimplify(e.xreplace(start)) for e in fam.eta]
+    conds = [(name, expr, domain) for name, expr, domain in fam.domain_conditions()]
+    return {
+        "lam": list(fam.lam), "eta": list(fam.eta), "mu": list(fam.mu_of_lam), "fisher": fam.fisher_matrix(),
+        "ordinary": [(p.name, fam.ord_from_nat[p.symbol]) for p in fam.free_params], "lam0": lam0,
+        "conditions": conds, "params": [p for p in fam.params.values()],
+    }
 
 
 def _camel(name):

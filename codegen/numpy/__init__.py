@@ -32,6 +32,24 @@ class NumpyTarget:
                 "calls": [(printer.doprint(s), o) for s, o in sm.calls],
                 "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],
             }
+        maps = None
+        fm = ir.extra.get("family_maps")
+        if fm:
+            conds = []
+            for name, expr, domain in fm["conditions"]:
+                e = printer.doprint(expr)
+                conds.append(f"0 < ({e}) < 1" if domain in ("unit_interval", "simplex") else f"({e}) > 0")
+            maps = {
+                "lam": [str(l) for l in fm["lam"]],
+                "eta": [printer.doprint(e) for e in fm["eta"]],
+                "mu": [printer.doprint(e) for e in fm["mu"]],
+                "fisher": [[printer.doprint(fm["fisher"][i, j]) for j in range(fm["fisher"].shape[1])]
+                           for i in range(fm["fisher"].shape[0])],
+                "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],
+                "lam0": [printer.doprint(v) for v in fm["lam0"]],
+                "conditions": conds,
+                "params": [p.name for p in fm["params"]],
+            }
         init_syms = set()
         for v in ir.state:
             if v.init is not None and v.init_state is None:
@@ -39,7 +57,7 @@ class NumpyTarget:
         out = self.env.get_template(self.template).render(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], sampling=sampling,
-            imports=sorted(printer.imports),
+            imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)],
         )

@@ -14,6 +14,7 @@ Call ``step(state, oracles=..., data=..., **hyperparameters)``; it returns the n
 state and never mutates its input.
 """
 import numpy
+import scipy.special
 
 RECIPE = "gamma_poisson"
 FAMILY = "gamma"
@@ -74,3 +75,66 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "alpha": alpha_new,
         "beta": beta_new,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter maps of the family.  Its expectation parameters have no closed-form inverse, so
+# ordinary_from_expectation() solves ∇A(λ) = μ with a damped Newton method (like efax's exp-to-nat).
+LAMBDA = ("lambda1", "lambda2", )
+
+
+def natural_parameters(alpha, beta):
+    """λ as a function of the ordinary parameters."""
+    return numpy.array([alpha - 1, -beta], dtype=float)
+
+
+def expectation_parameters(lam):
+    """μ = ∇A(λ)."""
+    lambda1, lambda2, = numpy.asarray(lam, dtype=float)
+    return numpy.array([-numpy.log(-lambda2) + scipy.special.digamma(lambda1 + 1), -(lambda1 + 1)/lambda2], dtype=float)
+
+
+def fisher_information(lam):
+    """F(λ) = ∇²A(λ)."""
+    lambda1, lambda2, = numpy.asarray(lam, dtype=float)
+    return numpy.array([[scipy.special.polygamma(1, lambda1 + 1), -1/lambda2], [-1/lambda2, (lambda1 + 1)/lambda2**2], ], dtype=float)
+
+
+def ordinary_from_natural(lam):
+    lambda1, lambda2, = numpy.asarray(lam, dtype=float)
+    return { "alpha": lambda1 + 1, "beta": -lambda2, }
+
+
+def _in_domain(lam):
+    lambda1, lambda2, = numpy.asarray(lam, dtype=float)
+    return bool(((lambda1 + 1) > 0) and ((-lambda2) > 0))
+
+
+def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
+    """The ordinary parameters whose expectation parameters are ``mu``: Newton's method on ∇A(λ) = μ,
+    halving steps that leave Ω or do not reduce the residual (A is strictly convex, so this converges)."""
+    mu = numpy.asarray(mu, dtype=float)
+    lam = numpy.array([0, -1] if lam0 is None else lam0, dtype=float)
+    r = expectation_parameters(lam) - mu
+    for _ in range(max_iter):
+        if numpy.max(numpy.abs(r)) < tol:
+            return ordinary_from_natural(lam)
+        try:
+            step = numpy.linalg.solve(fisher_information(lam), r)
+        except numpy.linalg.LinAlgError:
+            raise ArithmeticError("Newton's method reached a singular Fisher information: "
+                                  "is mu inside the family's expectation space?") from None
+        t = 1.0
+        while True:
+            new = lam - t * step
+            if _in_domain(new):
+                r_new = expectation_parameters(new) - mu
+                if numpy.all(numpy.isfinite(r_new)) and numpy.linalg.norm(r_new) < numpy.linalg.norm(r):
+                    break
+            t /= 2
+            if t < 1e-14:
+                raise ArithmeticError("Newton's method stalled: is mu inside the family's expectation space?")
+        lam, r = new, r_new
+    if numpy.max(numpy.abs(r)) < tol:
+        return ordinary_from_natural(lam)
+    raise ArithmeticError(f"no convergence in {max_iter} Newton steps (residual {numpy.max(numpy.abs(r)):.3g})")
