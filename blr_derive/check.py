@@ -137,8 +137,66 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
         for _, generated, symbolic in compare_update(recipe, D, mod, seed):
             g, s_ = np.asarray(generated, dtype=float), np.asarray(symbolic, dtype=float)
             worst = max(worst, float(np.max(np.abs(g - s_)) / max(1.0, float(np.max(np.abs(s_))))))
-    return [Check("generated update vs symbolic update", worst, 1e-10,
-                  note=f"numpy target, {points} random inputs")]
+    checks = [Check("generated update vs symbolic update", worst, 1e-10,
+                    note=f"numpy target, {points} random inputs")]
+    if "expected_loss" in D.placeholders:
+        checks.append(Check("natural gradient vs finite differences", _natural_gradient_fd(recipe, D, points), 1e-6,
+                            note="∇_μ E_q[loss] against central differences of E_q[loss](μ)"))
+    return checks
+
+
+def _natural_gradient_fd(recipe, D, points):
+    """Worst relative error of the symbolic ∇_μ E_q[ℓ] against central finite differences in μ."""
+    from .family import evaluate
+    from .matcalc import is_mat
+    fam = recipe.family
+    E = D.placeholders["expected_loss"]
+    grads = D.placeholders["natural_gradient"][0]
+    worst = 0.0
+    for seed in range(points):
+        rng = np.random.default_rng(100 + seed)
+        P = 3
+        vals = fam.sample_params(rng, P)
+        env = {}
+        dims = {fam.dim: P} if fam.dim is not None else {}
+        for d in recipe.data:
+            shape = tuple(P if s_ == fam.dim else 5 for s_ in d.shape)
+            v = rng.normal(size=shape) if shape else float(rng.uniform(0.5, 3.0))
+            if d.symmetric:
+                v = v @ v.T + shape[0] * np.eye(shape[0])
+            env[d.symbol] = v
+            dims.update({s_: 5 for s_ in d.shape if s_ != fam.dim})
+        for h in recipe.hyper:
+            if h.kind == "float":
+                env[h.symbol] = float(rng.uniform(0.5, 2.0))
+        env.update({p.symbol: vals[p.symbol] for p in fam.params.values()})
+        mu = {}
+        for u, m in zip(fam.mu, fam.mu_ord):
+            v = evaluate(m, env, dims)
+            mu[u] = np.asarray(v, dtype=float) if is_mat(u) else float(v)
+
+        def f(point):
+            return float(evaluate(E, {**env, **point}, dims))
+        for u, g in zip(fam.mu, grads):
+            gv = np.atleast_2d(evaluate(g, {**env, **mu}, dims)) if is_mat(u) else float(evaluate(g, {**env, **mu}, dims))
+            h = 1e-5
+            if not is_mat(u):
+                fd = (f({**mu, u: mu[u] + h}) - f({**mu, u: mu[u] - h})) / (2 * h)
+                worst = max(worst, abs(fd - gv) / max(1.0, abs(gv)))
+                continue
+            base = np.asarray(mu[u], dtype=float)
+            n, k = base.shape
+            for i in range(n):
+                for j in range(k):
+                    E_ = np.zeros_like(base)
+                    E_[i, j] = 1.0
+                    sym = u.shape[0] == u.shape[1] and n > 1 and u.shape[1] != 1
+                    if sym:
+                        E_[j, i] = 1.0
+                    fd = (f({**mu, u: base + h * E_}) - f({**mu, u: base - h * E_})) / (2 * h)
+                    want = (gv[i, j] if (not sym or i == j) else gv[i, j] + gv[j, i])
+                    worst = max(worst, abs(fd - want) / max(1.0, abs(want)))
+    return worst
 
 
 def _err(got, want):

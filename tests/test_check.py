@@ -145,7 +145,8 @@ def test_recipe_file_checks_its_family(tmp_path, capsys):
     assert cli.main(["check", str(p), "--points", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"check recipe 'expo_recipe' ({p}), family 'exponential'")
-    assert "all 11 checks passed" in out and "1 random parameter points" in out
+    assert "all 12 checks passed" in out and "1 random parameter points" in out
+    assert "natural gradient vs finite differences" in out
     assert "generated update vs symbolic update" in out
 
 
@@ -189,3 +190,22 @@ def test_format_report_marks_failures():
     text = format_report(rep)
     assert "FAIL" in text and "[∫ = 1.5]" in text and "1 of 2 checks failed" in text
     assert re.search(r"fisher_positive_definite\s+0\.2\s+>= 1e-10\s+pass", text)
+
+
+def test_recipe_natural_gradient_check_passes_and_catches_a_wrong_gradient(monkeypatch):
+    from blr_derive import blr
+    from blr_derive.recipe import load_recipe
+    from conftest import CATALOG
+    recipe = load_recipe(CATALOG / "beta_bernoulli.yaml")
+    checks = {c.name: c for c in check_recipe_updates(recipe)}
+    assert checks["natural gradient vs finite differences"].passed
+    assert checks["natural gradient vs finite differences"].value < 1e-8
+    real = blr._conjugate_gradient
+
+    def wrong(recipe, D, conjugate):
+        grads = real(recipe, D, conjugate)
+        D.placeholders["natural_gradient"] = ([2 * g for g in grads], None, None)
+        return grads
+    monkeypatch.setattr(blr, "_conjugate_gradient", wrong)
+    checks = {c.name: c for c in check_recipe_updates(recipe)}
+    assert not checks["natural gradient vs finite differences"].passed
