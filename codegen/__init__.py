@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+import sympy as sp
+
 TARGETS = ("numpy", "torch")
 
 
@@ -19,6 +21,14 @@ class HostConditionalMixin:
 
     MAXIMUM = "max"
     MINIMUM = "min"
+    LOG = "math.log"
+    LOG1P = "math.log1p"
+
+    def _print_log(self, expr):
+        arg = expr.args[0]
+        if isinstance(arg, sp.Add) and 1 in arg.args:       # log(1 + x) → an accurate log1p(x)
+            return f"{self.LOG1P}({self._print(arg - 1)})"
+        return f"{self.LOG}({self._print(arg)})"
 
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr)

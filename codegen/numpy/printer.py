@@ -25,6 +25,8 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     printmethod = "_blrnumpycode"
     MAXIMUM = "numpy.maximum"
     MINIMUM = "numpy.minimum"
+    LOG = "numpy.log"
+    LOG1P = "numpy.log1p"
 
     def __init__(self, settings=None):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
@@ -137,12 +139,6 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     def _print_factorial(self, expr):
         self.imports.add("scipy.special")
         return f"scipy.special.factorial({self._print(expr.args[0])})"
-
-    def _print_log(self, expr):
-        arg = expr.args[0]
-        if isinstance(arg, sp.Add) and 1 in arg.args:
-            return f"numpy.log1p({self._print(arg - 1)})"
-        return f"numpy.log({self._print(arg)})"
 
     def _print_softplus(self, expr):
         return f"numpy.logaddexp(0, {self._print(expr.args[0])})"

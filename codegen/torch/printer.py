@@ -219,6 +219,8 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
 
     MAXIMUM = "torch.maximum"
     MINIMUM = "torch.minimum"
+    LOG = "torch.log"
+    LOG1P = "torch.log1p"
 
     def __init__(self):
         super().__init__({"fully_qualified_modules": True, "standard": "python3"})
@@ -254,12 +256,6 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
 
     def _print_gamma(self, expr):
         return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
-
-    def _print_log(self, expr):
-        arg = expr.args[0]
-        if isinstance(arg, sp.Add) and 1 in arg.args:
-            return f"torch.log1p({self._print(arg - 1)})"
-        return f"torch.log({self._print(arg)})"
 
     def _print_polygamma(self, expr):
         n, x = expr.args
