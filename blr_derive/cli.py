@@ -87,7 +87,6 @@ def cmd_catalog(argv):
     p.add_argument("--target", action="append", help="only this target (repeatable)")
     args = p.parse_args(argv)
     from codegen import TARGETS, get_target
-    from .api import generate
     from .resources import catalog_dir
     root = Path(args.catalog) if args.catalog else catalog_dir()
     targets = args.target or list(TARGETS)
@@ -96,10 +95,16 @@ def cmd_catalog(argv):
         raise SpecError("no recipes found", str(root), None)
     from .errors import CodegenError
     outputs = []
+    from codegen import emit
+
+    from .api import derive_file
+    from .ir import build_ir
     for r in recipes:
+        _, D = derive_file(r)                          # derive once, render for every target
+        ir = build_ir(D, f"catalog/{r.name}")
         for t in targets:
             try:
-                text = generate(r, t, label=f"catalog/{r.name}")
+                text = emit(ir, t)
             except CodegenError:
                 continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
             outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
