@@ -20,7 +20,7 @@ from pathlib import Path
 from . import __version__
 from .errors import BLRError, SpecError
 
-COMMANDS = ("explain", "catalog", "families", "check")
+COMMANDS = ("explain", "catalog", "families", "check", "compare")
 
 
 def _write_atomic(path: Path, text: str):
@@ -71,10 +71,25 @@ def cmd_explain(argv):
                                             "each step names its rule and the paper equation it implements.")
     p.add_argument("recipe")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    p.add_argument("--format", choices=("markdown", "latex"), default="markdown",
+                   help="markdown (default; equations in $$...$$) or a standalone LaTeX document")
     args = p.parse_args(argv)
     from .api import derive_file
     _, D = derive_file(args.recipe)
-    _emit(D.to_markdown(), args.output)
+    _emit(D.to_markdown() if args.format == "markdown" else D.to_latex(), args.output)
+    return 0
+
+
+def cmd_compare(argv):
+    p = argparse.ArgumentParser(prog="blr-derive compare",
+                                description="Show side by side what separates two recipes: the candidate family, "
+                                            "the loss and the approximations each one adds or removes (the Table 1 "
+                                            "view: e.g. OGN vs VOGN is 'remove the delta method').")
+    p.add_argument("recipe_a")
+    p.add_argument("recipe_b")
+    args = p.parse_args(argv)
+    from .compare import compare_recipes
+    sys.stdout.write(compare_recipes(args.recipe_a, args.recipe_b))
     return 0
 
 
@@ -170,7 +185,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in COMMANDS:
-            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "check": cmd_check}[argv[0]]
+            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare, "check": cmd_check}[argv[0]]
             return cmd(argv[1:])
         return cmd_generate(argv)
     except BLRError as exc:

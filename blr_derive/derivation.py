@@ -118,3 +118,61 @@ class Derivation:
 def _plain(e) -> str:
     s = sp.sstr(e)
     return s.replace("**(-1)", "^-1").replace("**", "^")
+
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
+                "{": r"\{", "}": r"\}", "^": r"\^{}", "~": r"\~{}"}
+
+
+def tex_escape(text: str) -> str:
+    """Plain text for LaTeX: specials escaped, and common Unicode math letters mapped to commands."""
+    out = "".join(_TEX_ESCAPES.get(c, c) for c in text)
+    for u, t in {"λ": r"$\lambda$", "μ": r"$\mu$", "ρ": r"$\rho$", "θ": r"$\theta$", "∇": r"$\nabla$",
+                 "ℓ": r"$\ell$", "σ": r"$\sigma$", "ε": r"$\epsilon$", "γ": r"$\gamma$", "δ": r"$\delta$",
+                 "→": r"$\to$", "−": "-", "≈": r"$\approx$", "²": r"$^2$", "ᵀ": r"$^T$", "Ω": r"$\Omega$",
+                 "√": r"$\sqrt{}$", "⁻¹": r"$^{-1}$", "∘": r"$\circ$", "Σ": r"$\Sigma$", "π": r"$\pi$",
+                 "ψ": r"$\psi$", "Γ": r"$\Gamma$", "κ": r"$\kappa$", "α": r"$\alpha$", "β": r"$\beta$",
+                 "τ": r"$\tau$", "ĝ": r"$\hat g$", "½": r"$\frac12$", "…": r"\ldots{}", "–": "--", "—": "---",
+                 "×": r"$\times$", "≤": r"$\le$", "≥": r"$\ge$", "⟨": r"$\langle$", "⟩": r"$\rangle$"}.items():
+        out = out.replace(u, t)
+    return out
+
+
+def _derivation_to_latex(self) -> str:
+    """A standalone LaTeX document with the same content as :meth:`Derivation.to_markdown`."""
+    r = self.recipe
+    lines = [r"\documentclass{article}", r"\usepackage{amsmath,amssymb}", r"\usepackage[margin=2cm]{geometry}",
+             r"\begin{document}", r"\section*{Derivation of \texttt{%s}: %s}" % (tex_escape(r.name), tex_escape(r.title))]
+    if r.description:
+        lines.append(tex_escape(r.description.strip()))
+    lines.append(r"\begin{itemize}")
+    lines.append(r"\item Family: \texttt{%s}" % tex_escape(r.family.name))
+    lines.append(r"\item Approximations: %s" % (", ".join(r"\texttt{%s}" % tex_escape(a.name)
+                                                            for a in r.approximations) or "none"))
+    if r.paper:
+        lines.append(r"\item Paper: %s" % tex_escape(r.paper))
+    lines.append(r"\end{itemize}")
+    for i, st in enumerate(self.steps, 1):
+        lines.append(r"\subsection*{Step %d. %s}" % (i, tex_escape(st.title)))
+        lines.append(r"\emph{rule} \texttt{%s} --- \emph{%s}\par" % (tex_escape(st.rule), tex_escape(st.equation)))
+        if st.text:
+            lines.append(tex_escape(st.text.strip()))
+        for eq in st.equations:
+            if isinstance(eq, str):
+                body = eq
+            else:
+                lhs, rhs, *op = eq
+                body = self.eq_latex(lhs, rhs, op[0] if op else "=")
+            lines.append(r"\begin{equation*}%s\end{equation*}" % body)
+    lines.append(r"\subsection*{Update}")
+    for call in self.oracle_calls:
+        lines.append(r"\begin{equation*}%s = \mathrm{%s}(%s)\end{equation*}"
+                     % (self.latex(call[0]), tex_escape(call[1]), self.latex(call[2])))
+    for l in self.final_latex():
+        lines.append(r"\begin{equation*}%s\end{equation*}" % l)
+    lines.append(r"\end{document}")
+    return "\n".join(lines) + "\n"
+
+
+Derivation.to_latex = _derivation_to_latex
+Derivation._repr_markdown_ = Derivation.to_markdown

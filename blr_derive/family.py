@@ -1584,3 +1584,20 @@ def _exact_basis(E):
                 r.append(sp.sqrt(sp.Rational(1, 2)))
         out.append(r)
     return out
+
+
+def _family_markdown(self) -> str:
+    """Notebook view: T(θ), h(θ), λ, μ and A(λ) in LaTeX."""
+    lx = lambda e: sp.latex(e, mat_symbol_style="bold")
+    rows = [("T(θ)", ", ".join(f"${lx(t)}$" for t in self.T)),
+            ("h(θ)", f"${lx(self.h)}$"),
+            ("λ", ", ".join(f"${lx(e)}$" for e in self.eta)),
+            ("μ = ∇A(λ)", ", ".join(f"${lx(e)}$" for e in self.mu_ord)),
+            ("A(λ)", f"${lx(self.A)}$" + ("" if self.A_given else " (derived)"))]
+    params = ", ".join(f"`{p.name}` ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in self.params.values())
+    out = [f"**Family `{self.name}`** — {self.description}", "", f"parameters: {params}", "",
+           "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(out) + "\n"
+
+
+Family._repr_markdown_ = _family_markdown

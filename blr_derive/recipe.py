@@ -287,3 +287,16 @@ def _state_init(spec):
     if not isinstance(si, dict):
         raise _err("state_init must be a mapping from state names to initial values", spec, "state_init")
     return si
+
+
+def _recipe_markdown(self) -> str:
+    """Notebook view: family, loss, approximations and hyperparameters."""
+    loss = "abstract ℓ(θ) (oracles)" if self.loss_kind == "abstract" else f"${sp.latex(self.loss)}$"
+    hyper = ", ".join(f"`{h.name}` = {h.default!r}" for h in self.hyper) or "none"
+    approx = ", ".join(f"`{a.name}`" for a in self.approximations) or "none"
+    return "\n".join([f"**Recipe `{self.name}`** — {self.title}", "", f"- family: `{self.family.name}`",
+                       f"- loss: {loss}", f"- approximations: {approx}", f"- hyperparameters: {hyper}",
+                       f"- paper: {self.paper}" if self.paper else ""]) + "\n"
+
+
+Recipe._repr_markdown_ = _recipe_markdown

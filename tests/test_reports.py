@@ -1,0 +1,51 @@
+"""Derivation reports (Markdown, LaTeX), notebook views and `blr-derive compare`."""
+import re
+
+from blr_derive.api import derive_file
+from blr_derive.compare import compare_recipes
+from blr_derive.family import load_family
+from conftest import CATALOG
+
+
+def test_latex_report_is_a_balanced_standalone_document():
+    _, D = derive_file(CATALOG / "newton.yaml")
+    tex = D.to_latex()
+    assert tex.startswith("\\documentclass{article}") and tex.rstrip().endswith("\\end{document}")
+    assert tex.count("\\begin{equation*}") == tex.count("\\end{equation*}") >= 10
+    assert tex.count("{") == tex.count("}")
+    assert "Bonnet" in tex and "Price" in tex and "App. D" in tex
+    # outside math, underscores and other specials are escaped
+    text = re.sub(r"\\begin\{equation\*\}.*?\\end\{equation\*\}|\$[^$]*\$", "", tex, flags=re.S)
+    assert not re.search(r"(?<!\\)_", text)
+    assert "S}_{t+1}" in tex                                  # the final update is in the report
+
+
+def test_notebook_views():
+    fam = load_family("gaussian_full")
+    md = fam._repr_markdown_()
+    assert "gaussian_full" in md and "\\mathbf{S} \\mathbf{m}" in md and "A(λ)" in md
+    recipe, D = derive_file(CATALOG / "adam.yaml")
+    assert "`adam`" in recipe._repr_markdown_() and "`debias`" in recipe._repr_markdown_()
+    assert D._repr_markdown_() == D.to_markdown()
+
+
+def test_compare_names_the_approximations_that_separate_algorithms():
+    out = compare_recipes(CATALOG / "ogn.yaml", CATALOG / "vogn.yaml")
+    assert "- remove delta" in out and "- add monte_carlo" in out
+    assert "candidate family: gaussian_diag (both)" in out
+    out = compare_recipes(CATALOG / "gd.yaml", CATALOG / "newton.yaml")
+    assert "change the candidate family gaussian_fixed_cov -> gaussian_full" in out
+    out = compare_recipes(CATALOG / "adam.yaml", CATALOG / "adam.yaml")
+    assert "nothing: the recipes derive the same update" in out
+
+
+def test_cli_explain_latex_and_compare(tmp_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "blr_derive", "explain", str(CATALOG / "ridge.yaml"), "--format", "latex",
+                        "-o", str(tmp_path / "ridge.tex")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ridge.tex").read_text(encoding="utf-8").startswith("\\documentclass")
+    r = subprocess.run([sys.executable, "-m", "blr_derive", "compare", str(CATALOG / "adam.yaml"),
+                        str(CATALOG / "adamw.yaml")], capture_output=True, text=True)
+    assert r.returncode == 0 and "- add decoupled_weight_decay" in r.stdout and "- remove weight_decay" in r.stdout
