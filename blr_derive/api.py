@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .blr import derive
-from .errors import BLRError, DerivationError, SpecError
+from .errors import DerivationError, SpecError
 from .ir import build_ir
 from .recipe import load_recipe
 

@@ -433,9 +433,8 @@ def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
           "Replace the expectations of the gradient and Hessian by their values at the mean (Eq. 13).", eqs)
     hsym = csym | ({H} if is_mat(H) else set())
     grads = [simplify_mat(g_.xreplace(reps), hsym) for g_ in grads]
-    for s in (H,):
-        if is_mat(s):
-            sym.add(s)
+    if is_mat(H):
+        sym.add(H)
     return grads
 
 

@@ -60,12 +60,6 @@ def _occurrences(factors, theta):
     return out
 
 
-def _mm(fs, n):
-    if not fs:
-        return None
-    return sp.MatMul(*fs) if len(fs) > 1 else fs[0]
-
-
 def _vector_expectation(f, theta, mean, M2, symmetric):
     """E of a scalar expression: a sum of c * Trace(product) and theta-free terms."""
     f = sp.expand(f)
@@ -86,7 +80,6 @@ def _trace_expectation(M, theta, mean, M2, symmetric):
     M = sp.expand(M)
     parts = M.args if isinstance(M, sp.MatAdd) else (M,)
     total = sp.Integer(0)
-    n = theta.shape[0]
     for p in parts:
         c, factors = _split_coeff(p.args) if isinstance(p, sp.MatMul) else (sp.Integer(1), [p])
         occ = _occurrences(factors, theta)

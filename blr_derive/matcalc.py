@@ -324,7 +324,6 @@ def _d(e, dv):
             return sp.Integer(0)
         return e * sp.Trace(sp.MatMul(sp.Inverse(e.arg), da))
     atoms = list(e.atoms(sp.Trace, sp.Determinant))
-    atoms = [a for a in atoms if not any(a != b and b.has(a) is False and a in b.args for b in atoms)]
     reps = {a: sp.Dummy(f"t{i}") for i, a in enumerate(atoms)}
     flat = e.xreplace(reps)
     total = sp.Integer(0)

@@ -36,7 +36,7 @@ class AuxState:
 PASSES: dict = {}
 
 
-def register(name, kind_args=()):
+def register(name):
     def deco(fn):
         PASSES[name] = fn
         return fn
@@ -121,6 +121,15 @@ def _replace(D, old, new, only=None, skip=()):
         D.defs = [(s, e.xreplace({old: new})) for s, e in D.defs]
 
 
+def _substitute_def(D, name, old, expr, skip=()):
+    """Define ``name = expr`` and use it in place of ``old`` in the program (but not in the updates named
+    in ``skip``, nor in the new definition itself).  Returns the new symbol."""
+    sym = _new_def(D, name, expr)
+    _replace(D, old, sym, skip=skip)
+    D.defs[-1] = (sym, expr)
+    return sym
+
+
 def _rebind(D, old, new):
     """Every view that pointed at ``old`` now points at ``new``."""
     for k, v in list(D.views.items()):
@@ -183,16 +192,12 @@ def weight_decay(ctx):
     # a zero coefficient (a runtime hyperparameter) skips the term: no work when weight decay is off
     active = sp.Ne(delta, 0) if not delta.is_number else None
     value = _cond(active, g_old + delta * _scalar(m), g_old)
-    gw = _new_def(D, "g_wd", value)
-    _replace(D, g_old, gw)
-    D.defs[-1] = (gw, value)
+    gw = _substitute_def(D, "g_wd", g_old, value)
     D.views["grad"] = gw
     eqs = [(gw, g_old + delta * _scalar(m))]
     if D.views.get("hess") is not None:
         h_old = D.views["hess"]
-        hw = _new_def(D, "h_wd", h_old + delta)
-        _replace(D, h_old, hw)
-        D.defs[-1] = (hw, h_old + delta)
+        hw = _substitute_def(D, "h_wd", h_old, h_old + delta)
         D.views["hess"] = hw
         eqs.append((hw, h_old + delta))
     _record(ctx, "Weight decay as a Gaussian prior", "R(θ) = δ‖θ‖²/2 added to the loss (Eq. 1), through the delta method.",
@@ -212,9 +217,7 @@ def squared_gradient_hessian(ctx):
         # at samples: the average of the squared per-sample gradients (Eq. 45 with weight perturbation)
         g_k = _call_symbol(D, "grad")
         est = _new_stat(D, "gsq", g_k**2)
-        d = _new_def(D, "h_gsq", scale * est)
-        _replace(D, h, d)
-        D.defs[-1] = (d, scale * est)
+        d = _substitute_def(D, "h_gsq", h, scale * est)
         D.views["hess"] = d
         _record(ctx, "Squared-gradient Hessian at samples", "∇²ℓ ≈ mean_k ĝ_k∘ĝ_k (Eqs. 38, 45).",
                 [(h, scale * est, r"\approx")])
@@ -252,9 +255,7 @@ def square_root_scaling(ctx):
     eps = ctx.expr("eps", sp.Integer(0))
     ctx.done()
     v = D.views[p]
-    r = _new_def(D, f"{p}_root", sp.sqrt(v) + eps)
-    _replace(D, v, r, skip=(p,))
-    D.defs[-1] = (r, sp.sqrt(v) + eps)
+    r = _substitute_def(D, f"{p}_root", v, sp.sqrt(v) + eps, skip=(p,))
     D.views[p] = r
     _record(ctx, "Square-root scaling", f"{p} enters the other updates as √{p} + ε (Eq. 38; ε outside the root, "
             "as RMSprop and Adam do).", [(r, sp.sqrt(v) + eps)])
@@ -288,9 +289,7 @@ def debias(ctx):
     v = D.views[p]
     when = ctx.when()
     ctx.done()
-    h = _new_def(D, f"{p}_hat", _cond(when, v / (1 - rate**t), v))
-    _replace(D, v, h, skip=(p,))
-    D.defs[-1] = (h, _cond(when, v / (1 - rate**t), v))
+    h = _substitute_def(D, f"{p}_hat", v, _cond(when, v / (1 - rate**t), v), skip=(p,))
     _rebind(D, v, h)
     _record(ctx, "Bias correction", "Divide the zero-initialised average by 1 − rate^t (Adam's convention).",
             [(h, v / (1 - rate**t))])
@@ -307,9 +306,7 @@ def running_max(ctx):
     v = D.views[p]
     mx, mx_new = _add_aux(ctx, name, sp.Integer(0), f"running maximum of {p}")
     D.updates.append((name, mx_new, _cond(when, sp.Max(mx, v), mx)))
-    used = _new_def(D, f"{p}_used", _cond(when, mx_new, v))
-    _replace(D, v, used, skip=(p, name))
-    D.defs[-1] = (used, _cond(when, mx_new, v))
+    used = _substitute_def(D, f"{p}_used", v, _cond(when, mx_new, v), skip=(p, name))
     D.views[p] = used
     _record(ctx, "Running maximum", "The preconditioner uses max over time of the scale (AMSGrad).",
             [(mx_new, _cond(when, sp.Max(mx, v), mx), r"\leftarrow")])
@@ -328,9 +325,7 @@ def centered(ctx):
     ga, ga_new = _add_aux(ctx, name, sp.Integer(0), "exponential moving average of the gradient")
     D.updates.insert(0, (name, ga_new, _cond(when, rate * ga + (1 - rate) * g, ga)))
     v = D.views[p]
-    c = _new_def(D, f"{p}_centered", _cond(when, v - ga_new**2, v))
-    _replace(D, v, c, skip=(p, name))
-    D.defs[-1] = (c, _cond(when, v - ga_new**2, v))
+    c = _substitute_def(D, f"{p}_centered", v, _cond(when, v - ga_new**2, v), skip=(p, name))
     D.views[p] = c
     _record(ctx, "Centering", "Subtract the squared running mean of the gradient from the scale.",
             [(c, _cond(when, v - ga_new**2, v))])
@@ -425,9 +420,7 @@ def minibatch(ctx):
         v = D.views.get(key)
         if v is None:
             continue
-        new = _new_def(D, f"{key}_N", n * v)
-        _replace(D, v, new)
-        D.defs[-1] = (new, n * v)
+        new = _substitute_def(D, f"{key}_N", v, n * v)
         D.views[key] = new
         eqs.append((new, n * v))
     _record(ctx, "Mini-batch estimates", "The oracles return mini-batch means; the BLR needs sums over the N "
@@ -452,9 +445,7 @@ def price_estimator(ctx):
     nxg = _new_stat(D, "nxg", g_k * noise)
     est = nxg / fam.gaussian_cov
     new = _cond(when, est, h)
-    d = _new_def(D, "h_price", new)
-    _replace(D, h, d)
-    D.defs[-1] = (d, new)
+    d = _substitute_def(D, "h_price", h, new)
     D.views["hess"] = d
     _record(ctx, "Price's reparameterization estimator",
             "E_q[∇²ℓ] = E_q[∇ℓ(θ)(θ − m)]/σ² (Stein's lemma), estimated from the gradients at the samples.",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen import pyval, template_env  # noqa: F401  (pyval is re-exported)
+from codegen import template_env
 
 from .printer import HELPERS, BLRNumPyPrinter
 

@@ -53,7 +53,6 @@ class TorchTarget:
         self.check(ir)
         host = HostPrinter()
         state_syms = {v.symbol for v in ir.state}
-        import sympy as sp
         state_syms = {sp.Symbol(str(s), real=True) for s in state_syms} | state_syms
         tensors = state_syms | {c.symbol for c in ir.oracle_calls}
         sampling = None
