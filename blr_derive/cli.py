@@ -1,7 +1,8 @@
 """The ``blr-derive`` command line.
 
     blr-derive RECIPE.yaml --target numpy [-o OUT]   generate update code
-    blr-derive explain RECIPE.yaml [-o OUT]            the derivation, step by step (Markdown + LaTeX)
+    blr-derive explain RECIPE.yaml [-o OUT] [--format markdown|latex|html]
+                                                       the derivation, step by step
     blr-derive catalog [--check]                       regenerate every catalog artifact
     blr-derive families                                list the built-in families (T, h, λ, μ)
 
@@ -71,12 +72,14 @@ def cmd_explain(argv):
                                             "each step names its rule and the paper equation it implements.")
     p.add_argument("recipe")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
-    p.add_argument("--format", choices=("markdown", "latex"), default="markdown",
-                   help="markdown (default; equations in $$...$$) or a standalone LaTeX document")
+    p.add_argument("--format", choices=("markdown", "latex", "html"), default="markdown",
+                   help="markdown (default; equations in $$...$$), a standalone LaTeX document, or a standalone "
+                        "HTML page with the equations typeset by the bundled KaTeX (no network at view time)")
     args = p.parse_args(argv)
     from .api import derive_file
     _, D = derive_file(args.recipe)
-    _emit(D.to_markdown() if args.format == "markdown" else D.to_latex(), args.output)
+    render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
+    _emit(render(), args.output)
     return 0
 
 

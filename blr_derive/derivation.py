@@ -176,3 +176,24 @@ def _derivation_to_latex(self) -> str:
 
 Derivation.to_latex = _derivation_to_latex
 Derivation._repr_markdown_ = Derivation.to_markdown
+
+
+def _derivation_to_html(self) -> str:
+    """A standalone HTML page with KaTeX inlined (see :mod:`blr_derive.report_html`)."""
+    from .report_html import derivation_page
+    return derivation_page(self)
+
+
+def _derivation_repr_html(self) -> str:
+    from .report_html import derivation_fragment
+    return derivation_fragment(self, heading=3)
+
+
+def _derivation_repr_latex(self) -> str:
+    from .report_html import derivation_latex
+    return derivation_latex(self)
+
+
+Derivation.to_html = _derivation_to_html
+Derivation._repr_html_ = _derivation_repr_html
+Derivation._repr_latex_ = _derivation_repr_latex

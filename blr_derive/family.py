@@ -1601,3 +1601,18 @@ def _family_markdown(self) -> str:
 
 
 Family._repr_markdown_ = _family_markdown
+
+
+def _family_html(self) -> str:
+    """Notebook HTML view (math typeset by the notebook; see blr_derive/report_html.py)."""
+    from .report_html import family_fragment
+    return family_fragment(self)
+
+
+def _family_latex(self) -> str:
+    from .report_html import family_latex
+    return family_latex(self)
+
+
+Family._repr_html_ = _family_html
+Family._repr_latex_ = _family_latex

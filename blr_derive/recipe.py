@@ -13,7 +13,7 @@ from .yamlio import LDict, check_keys, load_yaml_file, where
 
 RECIPE_KEYS = {
     "name", "title", "class_name", "description", "paper", "family", "loss", "approximations",
-    "hyperparameters", "learning_rate", "checked_against", "state_init",
+    "hyperparameters", "learning_rate", "checked_against", "state_init", "parameter",
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
 HP_KEYS = {"default", "description", "names", "type", "choices", "required"}
@@ -66,6 +66,7 @@ class Recipe:
     spec: object = None
 
     state_init: dict = field(default_factory=dict)   # state name -> raw YAML value (parsed by passes)
+    parameter: object = None           # what a model's weights hold (targets that own them, e.g. torch), or None
 
     def hyper_symbol(self, name):
         for h in self.hyper:
@@ -278,8 +279,24 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         paper=str(spec.get("paper", "")), family=fam, loss_kind=kind, loss=expr, loss_text=str(text),
         data=data, hyper=hyper, approximations=approxs, learning_rate=lr,
         class_name=str(spec.get("class_name", "")), checked_against=str(spec.get("checked_against", "")),
-        file=file, spec=spec, state_init=_state_init(spec),
+        file=file, spec=spec, state_init=_state_init(spec), parameter=_parameter(spec, fam),
     )
+
+
+def _parameter(spec, fam):
+    """``parameter``: the quantity the model's weights hold, as an expression of the family's parameters
+    (``sign(lam)``: binary weights of a Bernoulli candidate); default (None) the Gaussian mean."""
+    if "parameter" not in spec:
+        return None
+    symbols = {p.name: p.symbol for p in fam.params.values()}
+    try:
+        expr = parse_expression(spec["parameter"], symbols, what="parameter")
+    except SpecError as exc:
+        f, l = where(spec, "parameter")
+        raise exc.located(f, l) from None
+    if not expr.free_symbols:
+        raise _err("parameter must depend on the family's parameters", spec, "parameter")
+    return expr
 
 
 def _state_init(spec):
@@ -300,3 +317,18 @@ def _recipe_markdown(self) -> str:
 
 
 Recipe._repr_markdown_ = _recipe_markdown
+
+
+def _recipe_html(self) -> str:
+    """Notebook HTML view (math typeset by the notebook; see blr_derive/report_html.py)."""
+    from .report_html import recipe_fragment
+    return recipe_fragment(self)
+
+
+def _recipe_latex(self) -> str:
+    from .report_html import recipe_latex
+    return recipe_latex(self)
+
+
+Recipe._repr_html_ = _recipe_html
+Recipe._repr_latex_ = _recipe_latex

@@ -1,0 +1,143 @@
+"""`blr-derive explain --format html`: a standalone page whose equations KaTeX typesets in a real headless browser.
+
+Chromium is required (CI installs Debian's `chromium`, see .ci/run); the browser tests fail, not skip, without it.
+"""
+import hashlib
+import html.parser
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from blr_derive.api import derive_file
+from blr_derive.family import load_family
+from blr_derive.report_html import KATEX_DIR, KATEX_VERSION, derivation_fragment, katex_files
+from conftest import CATALOG, ROOT
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--virtual-time-budget=15000"]
+
+
+def chromium(*args, tmp_path):
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed (apt-get install -y chromium; .ci/run installs it)")
+    r = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+class Elements(html.parser.HTMLParser):
+    """Counts elements by class in the rendered body and collects the visible text outside KaTeX's MathML."""
+
+    def __init__(self):
+        super().__init__()
+        self.classes, self.text, self.body_attrs, self._skip = {}, [], {}, 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "body":
+            self.body_attrs = attrs
+        for c in (attrs.get("class") or "").split():
+            self.classes[c] = self.classes.get(c, 0) + 1
+        if tag in ("annotation", "script", "style") or self._skip:
+            self._skip += 1
+
+    def handle_endtag(self, tag):
+        if self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.text.append(data)
+
+
+def rendered(dom: str) -> Elements:
+    p = Elements()
+    p.feed(dom[dom.index("<body"):])
+    return p
+
+
+def expected_math(D):
+    frag = derivation_fragment(D)
+    return frag.count("$$") // 2, frag.count("\\(")
+
+
+@pytest.mark.parametrize("recipe", ["newton", "ivon"])
+def test_browser_typesets_every_equation(recipe, tmp_path):
+    out = tmp_path / f"{recipe}.html"
+    r = subprocess.run([sys.executable, "-m", "blr_derive", "explain", str(CATALOG / f"{recipe}.yaml"), "--format",
+                        "html", "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    _, D = derive_file(CATALOG / f"{recipe}.yaml")
+    display, inline = expected_math(D)
+    assert display >= 20 and inline == 10                # 5 family rows: label and value
+    el = rendered(chromium("--dump-dom", out.as_uri(), tmp_path=tmp_path))
+    assert el.classes.get("katex") == display + inline
+    assert el.classes.get("katex-display") == display
+    assert "katex-error" not in el.classes
+    text = "".join(el.text)
+    assert "$$" not in text and "\\(" not in text and "\\frac" not in text
+    assert int(el.body_attrs["data-katex-count"]) == display + inline
+    fonts = el.body_attrs["data-fonts-loaded"].split()   # the inlined woff2 fonts loaded under the CSP
+    assert {"KaTeX_Main", "KaTeX_Math"} <= set(fonts)
+    assert f"Step {len(D.steps)}." in text and "Bonnet" in text
+
+
+def test_screenshot_is_a_nonblank_png(tmp_path):
+    _, D = derive_file(CATALOG / "newton.yaml")
+    page = tmp_path / "newton.html"
+    page.write_text(D.to_html(), encoding="utf-8")
+    png = tmp_path / "newton.png"
+    chromium(f"--screenshot={png}", "--window-size=1000,1400", page.as_uri(), tmp_path=tmp_path)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    from PIL import Image                  # pillow comes with matplotlib (test extra)
+    img = Image.open(png).convert("L")
+    assert img.size == (1000, 1400)
+    hist = img.histogram()
+    dark = sum(hist[:128]) / (img.size[0] * img.size[1])
+    assert 0.005 < dark < 0.5              # typeset text on a white page: ink, but not a blank or black image
+
+
+def test_page_is_self_contained_and_deterministic():
+    _, D = derive_file(CATALOG / "newton.yaml")
+    page = D.to_html()
+    assert page == D.to_html()
+    assert page.startswith("<!DOCTYPE html>") and "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "url(fonts/" not in page and page.count("data:font/woff2;base64,") == 20
+    assert f"KaTeX {KATEX_VERSION}" in page
+    # prose and names are escaped: no stray markup from recipe text
+    assert "<script>" not in derivation_fragment(D)
+
+
+def test_notebook_html_and_latex_views():
+    fam = load_family("gaussian_full")
+    assert "\\mathbf{S} \\mathbf{m}" in fam._repr_html_() and fam._repr_latex_().startswith("$$\\begin{aligned}")
+    recipe, D = derive_file(CATALOG / "newton.yaml")
+    assert "<code>delta</code>" in recipe._repr_html_() and "newton" in recipe._repr_latex_()
+    frag = D._repr_html_()
+    assert "<script" not in frag and "Step 7." in frag and frag.count("$$") % 2 == 0
+    tex = D._repr_latex_()
+    assert tex.startswith("$$\\begin{aligned}") and tex.count("\\leftarrow") == 2      # S and m
+
+
+def test_bundled_katex_matches_checksums_and_is_package_data():
+    sums = {}
+    for line in (KATEX_DIR / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        sums[name] = digest
+    files = {p.relative_to(KATEX_DIR).as_posix(): p for p in katex_files()}
+    assert set(sums) == set(files) - {"SHA256SUMS", "README.md"}
+    for name, digest in sums.items():
+        assert hashlib.sha256(files[name].read_bytes()).hexdigest() == digest, name
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["blr_derive"]
+    import fnmatch
+    for name in files:
+        assert any(fnmatch.fnmatch(f"assets/katex/{name}", pat) for pat in patterns), name
