@@ -109,6 +109,11 @@ class IVON(torch.optim.Optimizer):
     (or pass a closure that does) and then call ``opt.step()``; ``step(closure)`` calls the closure
     ``mc_samples`` times.
 
+    Data parallel: under DistributedDataParallel the gradients are already averaged by DDP.  Without DDP,
+    ``sync=True`` all-reduces (averages) every per-sample statistic accumulated since the last step (the
+    gradient and the Hessian estimate alike) across the ranks of the default process group before the update;
+    it does nothing when torch.distributed is not initialized.
+
     Hyperparameters:
         lr (required): learning rate of the mean
         ess (required): effective sample size N (data-set size)
@@ -123,7 +128,7 @@ class IVON(torch.optim.Optimizer):
         debias (default True): bias-correct the gradient EMA
     """
 
-    def __init__(self, params, lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, mc_samples=1, hess_approx='price', clip_radius=float('inf'), rescale_lr=True, debias=True, *, fused=None):
+    def __init__(self, params, lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, mc_samples=1, hess_approx='price', clip_radius=float('inf'), rescale_lr=True, debias=True, *, fused=None, sync=False):
         if not lr >= 0:
             raise ValueError(f"Invalid lr: {lr}")
         if not ess >= 0:
@@ -145,6 +150,7 @@ class IVON(torch.optim.Optimizer):
         defaults = dict(lr=lr, ess=ess, hess_init=hess_init, beta1=beta1, beta2=beta2, weight_decay=weight_decay, mc_samples=mc_samples, hess_approx=hess_approx, clip_radius=clip_radius, rescale_lr=rescale_lr, debias=debias, fused=bool(fused))
         super().__init__(params, defaults)
         self._samples = {}
+        self._sync = bool(sync)
 
     def _state(self, p, group):
         state = self.state[p]
@@ -238,6 +244,22 @@ class IVON(torch.optim.Optimizer):
                 else:
                     torch._foreach_add_(acc["avg_nxg"], torch._foreach_sub(_sample_avg_nxg, acc["avg_nxg"]), alpha=1.0 / n)
 
+    def _sync_samples(self):
+        """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        world = dist.get_world_size()
+        for group in self.param_groups:
+            acc = self._samples.get(id(group))
+            if acc is None:
+                continue
+            for key in sorted(k for k in acc if k != "count"):
+                flat = torch.cat([x.reshape(-1) for x in acc[key]])
+                dist.all_reduce(flat)
+                flat.div_(world)
+                torch._foreach_copy_(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
+
     @torch.no_grad()
     def step(self, closure=None):
         """One update of every parameter group; ``closure`` re-evaluates the loss (optional)."""
@@ -249,6 +271,8 @@ class IVON(torch.optim.Optimizer):
                 with torch.enable_grad():
                     losses.append(closure())
             loss = sum(losses) / samples
+        if self._sync:
+            self._sync_samples()
         for group in self.param_groups:
             params = list(group["params"])
             if not params:

@@ -89,6 +89,11 @@ class VOGN(torch.optim.Optimizer):
     (or pass a closure that does) and then call ``opt.step()``; ``step(closure)`` calls the closure
     ``mc_samples`` times.
 
+    Data parallel: under DistributedDataParallel the gradients are already averaged by DDP.  Without DDP,
+    ``sync=True`` all-reduces (averages) every per-sample statistic accumulated since the last step (the
+    gradient and the Hessian estimate alike) across the ranks of the default process group before the update;
+    it does nothing when torch.distributed is not initialized.
+
     Besides p.grad it reads ``p.ggn`` from every parameter:
         ggn: ggn of ℓ at samples θ_k of q (Monte Carlo)
 
@@ -100,7 +105,7 @@ class VOGN(torch.optim.Optimizer):
         mc_samples (default 1): samples of q per step
     """
 
-    def __init__(self, params, ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1, *, fused=None):
+    def __init__(self, params, ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1, *, fused=None, sync=False):
         if not ess >= 0:
             raise ValueError(f"Invalid ess: {ess}")
         if not lr >= 0:
@@ -114,6 +119,7 @@ class VOGN(torch.optim.Optimizer):
         defaults = dict(ess=ess, lr=lr, beta=beta, prior_precision=prior_precision, mc_samples=mc_samples, fused=bool(fused))
         super().__init__(params, defaults)
         self._samples = {}
+        self._sync = bool(sync)
 
     def _state(self, p, group):
         state = self.state[p]
@@ -181,6 +187,22 @@ class VOGN(torch.optim.Optimizer):
             else:
                 torch._foreach_add_(acc["avg_ggn"], torch._foreach_sub(_sample_avg_ggn, acc["avg_ggn"]), alpha=1.0 / n)
 
+    def _sync_samples(self):
+        """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+        world = dist.get_world_size()
+        for group in self.param_groups:
+            acc = self._samples.get(id(group))
+            if acc is None:
+                continue
+            for key in sorted(k for k in acc if k != "count"):
+                flat = torch.cat([x.reshape(-1) for x in acc[key]])
+                dist.all_reduce(flat)
+                flat.div_(world)
+                torch._foreach_copy_(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
+
     @torch.no_grad()
     def step(self, closure=None):
         """One update of every parameter group; ``closure`` re-evaluates the loss (optional)."""
@@ -192,6 +214,8 @@ class VOGN(torch.optim.Optimizer):
                 with torch.enable_grad():
                     losses.append(closure())
             loss = sum(losses) / samples
+        if self._sync:
+            self._sync_samples()
         for group in self.param_groups:
             params = list(group["params"])
             if not params:
