@@ -1,9 +1,10 @@
-"""High-level API: recipe file -> derivation -> IR -> source code."""
+"""High-level API: recipe file -> derivation -> IR -> source code, and the notebook API (family, recipe,
+derive; see the README section "Notebook API")."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from .blr import derive
+from .blr import derive as _derive
 from .errors import DerivationError, SpecError
 from .ir import build_ir
 from .recipe import load_recipe
@@ -20,7 +21,7 @@ def source_label(path) -> str:
 def derive_file(path):
     recipe = load_recipe(path)
     try:
-        D = derive(recipe)
+        D = _derive(recipe)
     except DerivationError as exc:
         line = recipe.spec.line if recipe.spec is not None else None
         raise SpecError(f"derivation failed: {exc}", str(path), line) from None
@@ -31,3 +32,119 @@ def generate(path, target: str, label: str | None = None) -> str:
     from codegen import emit
     recipe, D = derive_file(path)
     return emit(build_ir(D, label or source_label(path)), target)
+
+
+# ---------------------------------------------------------------------- notebook API
+#
+#     from blr_derive import api as blr
+#     q = blr.family("gaussian_diag")                       # built-in, a path, a dict or YAML text
+#     r = blr.recipe(family=q, approximations=["delta"], hyperparameters={"rho": 0.1})
+#     d = blr.derive(r)                                     # or blr.derive("adam") for a catalog recipe
+#     d.step("delta").equations, d.update["m"]              # sympy
+#     mod = d.compile("numpy"); state = mod.step(mod.init(m=..., s=...), oracles=...)
+
+def _is_yaml_text(ref) -> bool:
+    return isinstance(ref, str) and ("\n" in ref or ": " in ref or ref.lstrip().startswith("{"))
+
+
+def _spec(ref, what: str):
+    """A dict or YAML text as the engine's located mapping (LDict), so that errors name a line."""
+    import yaml
+
+    from .yamlio import load_yaml_text
+    if isinstance(ref, dict):
+        ref = yaml.safe_dump(_plain(ref), sort_keys=False, allow_unicode=True)
+    return load_yaml_text(ref, f"<{what}>")
+
+
+def _plain(v):
+    from .family import Family
+    if isinstance(v, Family):
+        raise SpecError("a Family object cannot be nested in a mapping: pass it as recipe(family=...)")
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def families() -> list[str]:
+    """Names of the built-in families (``families/*.yaml``)."""
+    from .family import builtin_family_names
+    return builtin_family_names()
+
+
+def catalog() -> list[str]:
+    """Names of the catalog recipes (``catalog/*.yaml``)."""
+    from .resources import catalog_dir
+    return sorted(p.stem for p in catalog_dir().glob("*.yaml"))
+
+
+def family(ref):
+    """A :class:`~blr_derive.family.Family`: a built-in name (``"gaussian_full"``), a path to a family YAML file,
+    a dict, or YAML text declaring one (same keys as a family file)."""
+    return _as_family(ref)
+
+
+def _as_family(ref):
+    from .family import Family, family_from_spec, load_family
+    if isinstance(ref, Family):
+        return ref
+    if isinstance(ref, dict) or _is_yaml_text(ref):
+        return family_from_spec(_spec(ref, "family"), "<family>")
+    return load_family(str(ref))
+
+
+def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperparameters=None, name="custom",
+           **keys):
+    """A :class:`~blr_derive.recipe.Recipe`.
+
+    ``recipe("adam")`` loads a catalog recipe, ``recipe("my.yaml")`` a file, ``recipe(dict_or_yaml_text)`` an
+    inline one. Or declare it by keywords: ``family`` (a Family, a built-in name, a path, a dict or YAML text),
+    ``loss`` (``"abstract"`` or ``{"expression": ..., "data": ...}``), ``approximations`` (names or
+    ``{name: {args}}``), ``hyperparameters`` (``{name: default}`` or full declarations), ``name``, and any other
+    recipe key (``title``, ``learning_rate``, ``state_init``, ...)."""
+    from .recipe import recipe_from_spec
+    from .resources import catalog_dir
+    if ref is not None:
+        if family is not None or keys or approximations or hyperparameters is not None:
+            raise TypeError("recipe(): give either a recipe reference or keywords, not both")
+        if hasattr(ref, "approximations"):             # already a Recipe
+            return ref
+        if isinstance(ref, dict) or _is_yaml_text(ref):
+            return recipe_from_spec(_spec(ref, "recipe"), "<recipe>", Path.cwd())
+        path = Path(ref)
+        if not path.suffix and not path.exists() and (catalog_dir() / f"{ref}.yaml").is_file():
+            path = catalog_dir() / f"{ref}.yaml"
+        return load_recipe(path)
+    if family is None:
+        raise TypeError("recipe(): name a family (family=...)")
+    fam = _as_family(family)
+    spec = {"name": name, **keys, "family": "__FAMILY__", "loss": loss,
+            "approximations": list(approximations), "hyperparameters": dict(hyperparameters or {})}
+    located = _spec(spec, "recipe")
+    located["family"] = fam                            # load_family passes a Family through
+    return recipe_from_spec(located, "<recipe>", Path.cwd())
+
+
+def derive(ref=None, **keys):
+    """Derive a recipe (anything :func:`recipe` accepts, or a Recipe) and return the
+    :class:`~blr_derive.derivation.Derivation`: ``steps``, ``step(rule)``, ``update``, ``definitions``,
+    ``code(target)``, ``compile(target)``, ``to_markdown/to_latex/to_html``, ``save(path)``."""
+    r = recipe(ref, **keys)
+    try:
+        return _derive(r)
+    except DerivationError as exc:
+        line = r.spec.line if r.spec is not None else None
+        raise SpecError(f"derivation failed: {exc}", r.file, line) from None
+
+
+def compare(a, b) -> str:
+    """What separates two recipes (catalog names or paths), as ``blr-derive compare`` prints it."""
+    from .compare import compare_recipes
+    from .resources import catalog_dir
+
+    def path(ref):
+        p = Path(ref)
+        return catalog_dir() / f"{ref}.yaml" if not p.suffix and not p.exists() else p
+    return compare_recipes(path(a), path(b))

@@ -514,6 +514,8 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
     """Load a family by built-in name, by path, or from an inline mapping."""
     from .resources import families_dir
 
+    if isinstance(ref, Family):          # already loaded (the notebook API passes Family objects)
+        return ref
     if isinstance(ref, dict):
         return family_from_spec(ref, getattr(ref, "file", None))
     if not isinstance(ref, str) or not ref:
