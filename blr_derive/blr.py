@@ -56,11 +56,13 @@ def derive(recipe: Recipe) -> Derivation:
         raise _fail(recipe, "at most one expectation rule may be named (got "
                     + ", ".join(a.name for a in expectation_rules) + ")", expectation_rules[1])
     if recipe.loss_kind == "explicit":
-        if "delta" in names:
-            raise _fail(recipe, "approximation 'delta' does not apply: it replaces oracle expectations of an abstract "
-                        "loss; this loss is explicit (use 'exact')", approx_by_name["delta"])
-        if "exact" not in names:
-            raise _fail(recipe, "an explicit loss needs an expectation rule: add 'exact'")
+        derived = [approx_by_name[n] for n in ("delta", "gauss_hermite") if n in names]
+        if derived and not (fam.is_gaussian and not fam.elementwise and is_mat(fam.theta)):
+            raise _fail(recipe, f"approximation '{derived[0].name}' does not apply to an explicit loss over family "
+                        f"'{fam.name}': it needs a Gaussian family over a vector (e.g. gaussian_full)", derived[0])
+        if "exact" not in names and not derived:
+            raise _fail(recipe, "an explicit loss needs an expectation rule: add 'exact' (or 'delta', "
+                        "'gauss_hermite' for sums over data)")
     elif "score_function" in names or "reparameterization" in names:
         a = approx_by_name.get("score_function") or approx_by_name["reparameterization"]
         if fam.sampler is None:
@@ -140,7 +142,7 @@ def derive(recipe: Recipe) -> Derivation:
         g_loss = _sampled_natural_gradient(recipe, D, approx_by_name[mode], mode)
     elif conjugate is not None:
         g_loss = _conjugate_gradient(recipe, D, conjugate)
-    elif recipe.loss_kind == "explicit":
+    elif recipe.loss_kind == "explicit" and "exact" in names:
         g_loss = _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
     else:
         g_loss = _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
@@ -409,6 +411,9 @@ def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
 
     if any(a.name == "monte_carlo" for a in recipe.approximations):
         return _monte_carlo(recipe, D, grads, Eg, EH, uses_cov, mean_mu, cov_mu)
+    if recipe.loss_kind == "explicit":       # delta or gauss_hermite on an explicit loss (datasum.py)
+        from .datasum import explicit_expectations
+        return explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym)
 
     # expectation approximation: delta method, oracles at the mean
     taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper}

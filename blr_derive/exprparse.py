@@ -14,6 +14,8 @@ Grammar
 * attribute: ``X.T`` (transpose) only
 * calls: the functions in :data:`FUNCTIONS` (``log exp sqrt abs inv det tr eye ...``; special
   functions ``lgamma digamma polygamma gamma factorial log1p lmvgamma mvdigamma``)
+* ``sum(v)`` and ``sum(f(v))``: the sum over the entries of a column vector, with f applied entrywise
+  (f in :data:`ELEMENTWISE`), e.g. ``sum(softplus(X*theta))`` for a loss summed over data
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
 from . import specialfns
+from .datasum import U, DataSum
 from .errors import SpecError
 
 MAX_LENGTH = 2000
@@ -181,6 +184,9 @@ FUNCTIONS: dict[str, Callable] = {
 
 CONSTANTS = {"pi": sp.pi, "E": sp.E}
 
+# unary functions that sum() applies entrywise to a vector
+ELEMENTWISE = ("log", "exp", "sqrt", "abs", "tanh", "sigmoid", "softplus", "log1p")
+
 
 def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression", logic: bool = False,
                      choices: Mapping | None = None):
@@ -334,6 +340,8 @@ class _Builder:
             if not isinstance(node.func, ast.Name):
                 self.fail("only plain function calls are allowed")
             name = node.func.id
+            if name == "sum":
+                return self._sum(node, d)
             if name not in FUNCTIONS:
                 self.fail(f"unknown function '{name}'")
             if node.keywords:
@@ -344,3 +352,19 @@ class _Builder:
             except SpecError as exc:
                 self.fail(exc.message)
         self.fail(f"{type(node).__name__} is not allowed")
+
+    def _sum(self, node, depth):
+        """``sum(v)`` or ``sum(f(v))``: Σ_n f(v_n) over the entries of a column vector v, with f one of the
+        unary functions (e.g. ``sum(softplus(X*theta))``; blr_derive/datasum.py)."""
+        if len(node.args) != 1 or node.keywords:
+            self.fail("sum() takes exactly one argument")
+        arg = node.args[0]
+        fname = None
+        if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in ELEMENTWISE
+                and len(arg.args) == 1 and not arg.keywords):
+            fname, arg = arg.func.id, arg.args[0]
+        v = self.build(arg, depth)
+        if not (_is_mat(v) and v.shape[1] == 1 and v.shape[0] != 1):
+            self.fail("sum() takes a column vector or a unary function of one (e.g. sum(softplus(X*theta)))")
+        body = FUNCTIONS[fname](fname, [U]) if fname else U
+        return DataSum(sp.Lambda(U, body), v)

@@ -41,11 +41,15 @@ register("increment_form", "identity", "Eq. 12",
          "for parameters that enter λ linearly, write p_{t+1} = p_t + M_{t+1}^{-1}(λ_{t+1} - M_{t+1} p_t) and cancel")
 # approximations, named by recipes
 register("delta", "expectation", "App. C, Eqs. 13, 65-66",
-         "first/second-order delta method: E_q[∇ℓ(θ)] ≈ ∇ℓ(m), E_q[∇²ℓ(θ)] ≈ ∇²ℓ(m) (oracles at the mean)")
+         "first/second-order delta method: E_q[∇ℓ(θ)] ≈ ∇ℓ(m), E_q[∇²ℓ(θ)] ≈ ∇²ℓ(m) (oracles at the mean, or the "
+         "derived derivatives of an explicit loss)")
 register("exact", "expectation", "Sec. 1.3.3, Eq. 14",
          "closed-form E_q[ℓ(θ)] of an explicit polynomial loss from the Gaussian moments; ∇_μ read off")
 register("monte_carlo", "expectation", "Sec. 4.4 (weight perturbation), Eq. 46",
          "Monte Carlo expectations at samples θ_k = m + σε_k of the candidate (reparameterization)")
+register("gauss_hermite", "expectation", "Sec. 5.4; Eqs. 10-11 (Bonnet, Price)",
+         "E_q[∇ℓ], E_q[∇²ℓ] of an explicit loss with sums over data of f(aᵀθ + b): Aᵀ E[f'], Aᵀ diag(E[f'']) A, "
+         "the one-dimensional Gaussian expectations by Gauss-Hermite quadrature (argument 'nodes')")
 register("natural_momentum", "step", "App. F, Eqs. 79-81",
          "BLR with momentum in natural parameters: lambda <- ... + gamma (lambda_t - lambda_{t-1})")
 register("score_function", "expectation", "Eq. 4; score-function identity",

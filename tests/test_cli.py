@@ -418,9 +418,9 @@ BAD = [
      "r.yaml", "r.yaml:15:", ["does not apply", "delta", "gaussian"]),
     ("delta_with_explicit_loss", {"r.yaml": """
         name: bad
-        family: gaussian_full
+        family: gaussian_diag
         loss:
-          expression: theta.T*theta
+          expression: theta**2
         approximations:
           - delta
      """}, "r.yaml", "r.yaml:6:", ["does not apply", "delta"]),

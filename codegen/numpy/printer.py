@@ -18,6 +18,11 @@ HELPERS = {
     "_spd_solve": '''def _spd_solve(A, B):
     """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
     return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)''',
+    "_gauss_hermite": '''def _gauss_hermite(f, mean, var, nodes):
+    """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    x = mean[:, None] + numpy.sqrt(var)[:, None] * z
+    return f(x) @ (w / numpy.sqrt(2 * numpy.pi))''',
 }
 
 
@@ -103,6 +108,9 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
             if acc is None:
                 acc, shape = s, fs
                 continue
+            if type(f).__name__ == "DiagOf":         # A @ diag(w) = A * w (columns scaled)
+                acc = f"({acc} * {self._print(f.args[0])})"
+                continue
             if shape[1] == 1 and fs[0] == 1 and shape[0] != 1 and fs[1] != 1:
                 acc = f"numpy.outer({acc}, {s})"
             else:
@@ -151,6 +159,35 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.special")
         args = ", ".join(self._print(a) for a in expr.args)
         return f"scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays({args})), axis=0)"
+
+    # sums over data and their Gaussian expectations (blr_derive/datasum.py): vectors are 1-D arrays
+    def _apply(self, f, arg_text):
+        """The one-argument function ``f`` (a Lambda) printed at an already printed argument."""
+        return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(f"({arg_text})")}))
+
+    def _print_DataSum(self, expr):
+        return f"numpy.sum({self._apply(expr.fn, self._print(expr.vec))})"
+
+    def _print_Elementwise(self, expr):
+        return self._apply(expr.args[0], self._print(expr.args[1]))
+
+    def _print_DiagOf(self, expr):
+        return f"numpy.diag({self._print(expr.args[0])})"
+
+    def _print_RowQuadForm(self, expr):
+        A, C = expr.args
+        a = self._wrap(A)
+        if isinstance(C, sp.Inverse):
+            self.helpers.add("_spd_solve")
+            self.imports.add("scipy.linalg")
+            return f"numpy.sum({a} * _spd_solve({self._print(C.arg)}, {self._print(A.T)}).T, axis=1)"
+        return f"numpy.sum(({a} @ {self._wrap(C)}) * {a}, axis=1)"
+
+    def _print_GaussHermite(self, expr):
+        f, mean, var, nodes = expr.args
+        self.helpers.add("_gauss_hermite")
+        return (f"_gauss_hermite(lambda u: {self._apply(f, 'u')}, {self._print(mean)}, {self._print(var)}, "
+                f"{self._print(nodes)})")
 
     def emptyPrinter(self, expr):
         raise CodegenError(f"the numpy target cannot print {type(expr).__name__}: {expr}")
