@@ -147,6 +147,10 @@ def derive(recipe: Recipe) -> Derivation:
     else:
         g_loss = _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
 
+    if recipe.federated is not None:             # client step of Bayesian ADMM (blr_derive/federated.py)
+        from .federated import local_objective
+        g_loss = local_objective(recipe, D, g_loss, g_logh, sym)
+
     # ---- assemble λ_{t+1} at the current state: μ -> μ(ordinary)
     at_state = dict(zip(fam.mu, fam.mu_ord))
     lam_new = []
@@ -173,6 +177,9 @@ def derive(recipe: Recipe) -> Derivation:
     _solve_ordinary(recipe, D, lam_new, sym)
     D.updates.extend(prev_updates)
     _apply_passes(recipe, D)
+    if recipe.federated is not None:             # dual and server steps of Bayesian ADMM
+        from .federated import derive_server
+        derive_server(recipe, D, sym)
     return D
 
 

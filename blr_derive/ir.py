@@ -186,6 +186,9 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
     for v in state:
         if v.init is not None and v.init_state is None:
             used |= v.init.free_symbols
+    for key in ("dual", "message", "server") if getattr(D, "federated", None) else ():
+        for _, e in D.federated[key]:
+            used |= e.free_symbols
     hyper = [h for h in hyper if any(s in used for s in h.symbols)]
 
     mean = None
@@ -200,7 +203,8 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         hyperparameters=hyper, data=data, dims=dims, oracles=oracles, oracle_calls=calls, random_draws=[],
         assignments=assignments, outputs=outputs, equations=D.update_lines(), step_symbol=D.step_symbol,
         sampling=sampling,
-        mean=mean, paper=r.paper, description=r.description, extra={"family_maps": maps} if maps else {},
+        mean=mean, paper=r.paper, description=r.description, extra={**({"family_maps": maps} if maps else {}),
+                                                                                                             **({"federated": D.federated} if getattr(D, "federated", None) else {})},
     )
 
 

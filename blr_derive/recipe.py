@@ -13,7 +13,7 @@ from .yamlio import LDict, check_keys, load_yaml_file, where
 
 RECIPE_KEYS = {
     "name", "title", "class_name", "description", "paper", "family", "loss", "approximations",
-    "hyperparameters", "learning_rate", "checked_against", "state_init", "parameter",
+    "hyperparameters", "learning_rate", "checked_against", "state_init", "parameter", "federated",
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
 HP_KEYS = {"default", "description", "names", "type", "choices", "required"}
@@ -67,6 +67,7 @@ class Recipe:
 
     state_init: dict = field(default_factory=dict)   # state name -> raw YAML value (parsed by passes)
     parameter: object = None           # what a model's weights hold (targets that own them, e.g. torch), or None
+    federated: object = None           # federated.Federated for a 'federated' section (Bayesian ADMM), or None
 
     def hyper_symbol(self, name):
         for h in self.hyper:
@@ -274,12 +275,17 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             raise _err(f"unknown approximation '{aname}' (known: {known})", aspec, i)
         approxs.append(Approx(aname, args, aspec.line_of(i)))
 
+    federated = None
+    if "federated" in spec:
+        from .federated import parse_federated
+        federated = parse_federated(spec, fam, hyper, data, taken)
+
     return Recipe(
         name=name, title=str(spec.get("title", name)), description=str(spec.get("description", "")),
         paper=str(spec.get("paper", "")), family=fam, loss_kind=kind, loss=expr, loss_text=str(text),
         data=data, hyper=hyper, approximations=approxs, learning_rate=lr,
         class_name=str(spec.get("class_name", "")), checked_against=str(spec.get("checked_against", "")),
-        file=file, spec=spec, state_init=_state_init(spec), parameter=_parameter(spec, fam),
+        file=file, spec=spec, state_init=_state_init(spec), parameter=_parameter(spec, fam), federated=federated,
     )
 
 

@@ -59,6 +59,17 @@ register("reparameterization", "expectation", "Eq. 4; reparameterization through
 register("unit_learning_rate", "step", "Sec. 5.1",
          "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
 
+# federated Bayesian ADMM (blr_derive/federated.py; Möllenhoff, Swaroop, Doshi-Velez & Khan 2025, "Federated ADMM
+# from Bayesian Duality"; Eq. 60): exact steps of the derivation, applied when a recipe has a 'federated' section
+register("federated_local", "identity", "Bayesian ADMM local step; Eq. 6",
+         "client objective E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g): ∇_μ E_q[ℓ̄ + log h] = (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g "
+         "(the base measure cancels)")
+register("federated_dual", "identity", "Bayesian ADMM dual step",
+         "η_k ← η_k + ρ(λ_k − λ_g): at the client's optimum η_k = −∇_μ E_{q_k}[ℓ_k], the local natural gradient")
+register("federated_server", "identity", "Bayesian ADMM global step; Eq. 60",
+         "λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k (η_k + ρ_s(λ_k − λ_g)): the global natural parameter is the prior's "
+         "site plus the sum of the clients' sites (ρ_s = 0: their plain sum, Eq. 60)")
+
 
 def approximation_names():
     return sorted(k for k, r in RULES.items() if r.kind != "identity")

@@ -50,6 +50,7 @@ class NumpyTarget:
                 "conditions": conds,
                 "params": [p.name for p in fm["params"]],
             }
+        fed = _federated_view(ir, printer)
         init_syms = set()
         for v in ir.state:
             if v.init is not None and v.init_state is None:
@@ -59,9 +60,36 @@ class NumpyTarget:
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], sampling=sampling,
             imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
-            init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)],
+            init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], fed=fed,
         )
         return out
+
+
+def _federated_view(ir, printer):
+    """The client/server functions of a federated recipe (blr_derive/federated.py), printed."""
+    fed = ir.extra.get("federated")
+    if not fed:
+        return None
+
+    def hyper_of(exprs):
+        free = set().union(*[e.free_symbols for e in exprs]) if exprs else set()
+        return [h.name for h in ir.hyperparameters if h.kind in ("float", "int") and h.symbols[0] in free]
+    server_free = set().union(*[e.free_symbols for _, e in fed["server"]])
+    dim = None
+    if ir.dims and ir.dims[0][0] in server_free:
+        vec = [n for n, e in fed["message"] if getattr(e, "shape", (0, 0))[1:] == (1,)]
+        dim = (str(ir.dims[0][0]), vec[0] if vec else fed["messages"][0])
+    return {
+        "globals": fed["globals"], "duals": fed["duals"], "messages": fed["messages"], "count": str(fed["count"]),
+        "eta": [(d, printer.doprint(e)) for d, e in fed["eta"]],
+        "dual": [(n, printer.doprint(e)) for n, e in fed["dual"]],
+        "message": [(n, printer.doprint(e)) for n, e in fed["message"]],
+        "server": [(n, printer.doprint(e)) for n, e in fed["server"]],
+        "dual_hyper": hyper_of([e for _, e in fed["dual"]]),
+        "message_hyper": hyper_of([e for _, e in fed["message"]]),
+        "server_hyper": hyper_of([e for _, e in fed["server"]]),
+        "equations": fed["equations"], "dim": dim,
+    }
 
 
 TARGET = NumpyTarget()

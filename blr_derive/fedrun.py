@@ -1,0 +1,98 @@
+"""Drive the generated functions of a federated recipe (catalog/generated/numpy/fed_*.py).
+
+The generated module holds the derived algorithm (``step`` is the client's BLR step, ``dual_step``,
+``client_message``, ``server_step``; see blr_derive/federated.py); this runner only moves data around it:
+
+* :func:`simulate` — every client and the server in one process (quick experiments, tests);
+* :func:`run_rank` — one ``torch.distributed`` rank (any backend; gloo on CPU): the clients' messages
+  are summed by ``dist.reduce`` to the server rank, which runs ``server_step`` and ``dist.broadcast``-s the
+  global parameters back.  With ``dedicated_server=True`` the server rank holds no data (it contributes zero
+  messages) and the other ranks are the K clients; otherwise every rank is a client and rank ``server``
+  also runs the server step.
+
+A round: the clients start from their previous local state (initially the broadcast global state), take
+``local_steps`` client steps on their own oracles, update their duals, send their messages; the server
+sums them and solves for the new global parameters.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _copy(d):
+    return {k: np.array(v, dtype=float, copy=True) for k, v in d.items()}
+
+
+def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hyper=None, rng=None):
+    """One client's part of a round: local BLR steps, the dual step and the message (new state, dual, message)."""
+    hyper = hyper or {}
+    step_hp = {k: v for k, v in hyper.items() if k in mod.HYPERPARAMETERS}
+    data = mod.client_data(global_state, dual)
+    for _ in range(local_steps):
+        kw = {"rng": rng} if rng is not None else {}
+        state = mod.step(state, oracles=oracles, data=data, **kw, **step_hp)
+    dual = mod.dual_step(state, global_state, dual, **step_hp)
+    return state, dual, mod.client_message(state, dual, **step_hp)
+
+
+def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=None, rngs=None, client_states=None,
+             callback=None):
+    """Run ``rounds`` rounds with K = len(client_oracles) clients in this process.
+
+    Returns ``(global_state, client_states, duals)``; ``callback(round, global_state, client_states, duals)``
+    is called after every round (e.g. to record iterates)."""
+    K = len(client_oracles)
+    hyper = {k: v for k, v in (hyper or {}).items() if k in mod.HYPERPARAMETERS}
+    g = _copy(global_state)
+    states = [_copy(s) for s in client_states] if client_states is not None else [_copy(g) for _ in range(K)]
+    duals = [mod.init_dual(s) for s in states]
+    rngs = rngs or [None] * K
+    for r in range(rounds):
+        total = None
+        for k in range(K):
+            states[k], duals[k], msg = client_round(mod, states[k], duals[k], g, client_oracles[k],
+                                                    local_steps=local_steps, hyper=hyper, rng=rngs[k])
+            total = msg if total is None else {n: total[n] + msg[n] for n in msg}
+        g = mod.server_step(total, K, **hyper)
+        if callback is not None:
+            callback(r, g, states, duals)
+    return g, states, duals
+
+
+def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, rng=None, state=None, server=0,
+             dedicated_server=False, callback=None):
+    """This process's part of ``rounds`` rounds over the default ``torch.distributed`` process group.
+
+    ``oracles`` are this rank's (ignored on a dedicated server).  Every rank passes the same initial
+    ``global_state``; every rank returns the final global state (broadcast by the server)."""
+    import torch
+    import torch.distributed as dist
+    rank, world = dist.get_rank(), dist.get_world_size()
+    K = world - 1 if dedicated_server else world
+    is_client = not (dedicated_server and rank == server)
+    hyper = {k: v for k, v in (hyper or {}).items() if k in mod.HYPERPARAMETERS}
+    g = _copy(global_state)
+    state = _copy(state) if state is not None else _copy(g)
+    dual = mod.init_dual(state)
+    zero = {n: np.zeros_like(v) for n, v in mod.client_message(state, dual, **hyper).items()}
+    for r in range(rounds):
+        if is_client:
+            state, dual, msg = client_round(mod, state, dual, g, oracles, local_steps=local_steps, hyper=hyper,
+                                            rng=rng)
+        else:
+            msg = zero
+        names = list(mod.FEDERATED_MESSAGES)
+        flat = torch.from_numpy(np.concatenate([np.asarray(msg[n], dtype=np.float64).ravel() for n in names]))
+        dist.reduce(flat, dst=server, op=dist.ReduceOp.SUM)           # the server sums the clients' messages
+        if rank == server:
+            parts = np.split(flat.numpy(), np.cumsum([np.size(zero[n]) for n in names])[:-1])
+            total = {n: p.reshape(np.shape(zero[n])) for n, p in zip(names, parts)}
+            g = mod.server_step(total, K, **hyper)
+        keys = list(g)
+        gflat = torch.from_numpy(np.concatenate([np.asarray(g[n], dtype=np.float64).ravel() for n in keys]))
+        dist.broadcast(gflat, src=server)                              # ... and broadcasts q_g
+        parts = np.split(gflat.numpy(), np.cumsum([np.size(g[n]) for n in keys])[:-1])
+        g = {n: p.reshape(np.shape(g[n])).copy() for n, p in zip(keys, parts)}
+        if callback is not None:
+            callback(r, g, state, dual)
+    return g
