@@ -37,6 +37,9 @@ def _fail(recipe, msg, approx=None):
 
 
 def derive(recipe: Recipe) -> Derivation:
+    if getattr(recipe, "blocks", None):          # factorized candidate: coordinate-wise steps (Sec. 5.2-5.4)
+        from .factorized import derive_factorized
+        return derive_factorized(recipe)
     fam = recipe.family
     D = Derivation(recipe)
     sym = set(fam.symmetric) | {d.symbol for d in recipe.data if d.symmetric}

@@ -96,6 +96,9 @@ class Recipe:
 
 def load_recipe(path) -> Recipe:
     spec = load_yaml_file(path)
+    from .factorized import factorized_from_spec, is_factorized_spec
+    if is_factorized_spec(spec):              # several blocks: a factorized (mean-field) recipe
+        return factorized_from_spec(spec, str(path), Path(path).resolve().parent)
     return recipe_from_spec(spec, str(path), Path(path).resolve().parent)
 
 

@@ -70,6 +70,18 @@ register("federated_server", "identity", "Bayesian ADMM global step; Eq. 60",
          "λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k (η_k + ρ_s(λ_k − λ_g)): the global natural parameter is the prior's "
          "site plus the sum of the clients' sites (ρ_s = 0: their plain sum, Eq. 60)")
 
+# factorized (mean-field) candidates: coordinate-wise BLR steps over blocks (blr_derive/factorized.py)
+register("mean_field", "identity", "Sec. 5.3, Eq. 55",
+         "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
+register("factor_messages", "identity", "Eqs. 58-60",
+         "λ_b ← (1-ρ_b)λ_b + ρ_b Σ_f λ̃_f: per-factor natural-gradient messages summed into the block's λ")
+register("plate_sum", "identity", "Eq. 54",
+         "messages of i.i.d. data factors add up: per-row quantities enter the global blocks through plate sums")
+register("stationarity", "identity", "Sec. 5.2 (M-step)",
+         "a delta block with ρ = 1 jumps to the stationary point ∇_θ E_q[ℓ] = 0 of its expected loss")
+register("robbins_monro", "identity", "Sec. 5.3 (SVI); Hoffman et al. (2013)",
+         "learning-rate schedule ρ_t = (t + delay)^(-forgetting), forgetting in (1/2, 1]")
+
 
 def approximation_names():
     return sorted(k for k, r in RULES.items() if r.kind != "identity")

@@ -39,6 +39,9 @@ class FixedNoise:
 
 def compare_update(recipe, D, mod, seed=0, P=3):
     """[(state name, generated value, symbolic value)] for one random input."""
+    if getattr(D, "factorized", False):
+        from .factorized import compare_factorized
+        return compare_factorized(recipe, D, mod, seed, P)
     fam = recipe.family
     rng = np.random.default_rng(11 + seed)
     elementwise = not any(is_mat(e) for _, _, e in D.updates)

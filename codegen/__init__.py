@@ -83,4 +83,7 @@ def get_target(name: str):
 
 def emit(ir, target: str) -> str:
     """Render the update IR as source code for ``target`` (deterministic output)."""
+    if getattr(ir, "factorized", False) and target != "numpy":
+        from blr_derive.errors import CodegenError
+        raise CodegenError(f"recipe '{ir.recipe}': factorized (several-block) recipes have a numpy target only")
     return get_target(target).render(ir)

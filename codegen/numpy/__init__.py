@@ -17,6 +17,8 @@ class NumpyTarget:
         self.env = template_env(Path(__file__).parent / "templates")
 
     def render(self, ir) -> str:
+        if getattr(ir, "factorized", False):
+            return self.render_factorized(ir)
         printer = BLRNumPyPrinter()
         calls = [(printer.doprint(c.symbol), c.oracle, printer.doprint(c.argument), c.description)
                  for c in ir.oracle_calls]
@@ -63,6 +65,21 @@ class NumpyTarget:
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], fed=fed,
         )
         return out
+
+    def render_factorized(self, ir) -> str:
+        """A factorized recipe: a plate loop for the local blocks and statistics, then the global blocks."""
+        printer = BLRNumPyPrinter()
+        pr = printer.doprint
+        local_assign = [(pr(s), pr(e)) for s, e in ir.local_assign]
+        stats = [(pr(s), pr(e)) for s, e in ir.stats]
+        scale = (pr(ir.scale[0]), pr(ir.scale[1])) if ir.scale is not None else None
+        assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
+        dims = [(str(d), var, axis) for d, var, axis in ir.dims]
+        return self.env.get_template("factorized.py.j2").render(
+            ir=ir, local_assign=local_assign, stats=stats, scale=scale, assigns=assigns, dims=dims,
+            plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
+            helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports),
+            printer=printer)
 
 
 def _federated_view(ir, printer):

@@ -61,7 +61,8 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
 
     def _print_Trace(self, expr):
         if expr.arg.shape == (1, 1):
-            return self._print(expr.arg)     # a 1×1 product of 1-D arrays is already a scalar
+            s = self._print(expr.arg)        # a 1×1 product of 1-D arrays is already a scalar
+            return f"({s})" if isinstance(expr.arg, sp.MatAdd) else s
         return f"numpy.trace({self._print(expr.arg)})"
 
     def _print_Determinant(self, expr):
