@@ -91,6 +91,11 @@ def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _prose(text) -> str:
+    """Escaped text, with Markdown code spans (`name`) as <code>."""
+    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", _e(text))
+
+
 def _display(tex: str) -> str:
     return f'<div class="eq">$$ {_e(tex)} $$</div>'
 
@@ -170,18 +175,18 @@ def derivation_fragment(D, heading: int = 1) -> str:
     out = [f'<div class="blr-derivation">',
            f"<{h1}>Derivation of <code>{_e(r.name)}</code>: <span class=\"prose\">{_e(r.title)}</span></{h1}>"]
     if r.description:
-        out.append(f'<p class="prose">{_e(r.description.strip())}</p>')
+        out.append(f'<p class="prose">{_prose(r.description.strip())}</p>')
     out.append(recipe_fragment(r))
     out.append(family_fragment(r.family))
     for i, (st, eqs) in enumerate(derivation_equations(D), 1):
         if st is None:
             out.append(f'<section class="update"><{h2}>Update</{h2}>')
         else:
-            out.append(f'<section class="step" id="step-{i}"><{h2}>Step {i}. <span class="prose">{_e(st.title)}'
+            out.append(f'<section class="step" id="step-{i}"><{h2}>Step {i}. <span class="prose">{_prose(st.title)}'
                        f"</span></{h2}>")
             out.append(f'<p class="rule">rule <code>{_e(st.rule)}</code> — <em class="prose">{_e(st.equation)}</em></p>')
             if st.text:
-                out.append(f'<p class="prose">{_e(st.text.strip())}</p>')
+                out.append(f'<p class="prose">{_prose(st.text.strip())}</p>')
         out += [_display(t) for t in eqs]
         out.append("</section>")
     out.append("</div>")

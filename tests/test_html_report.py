@@ -141,3 +141,13 @@ def test_bundled_katex_matches_checksums_and_is_package_data():
     import fnmatch
     for name in files:
         assert any(fnmatch.fnmatch(f"assets/katex/{name}", pat) for pat in patterns), name
+
+
+def test_bad_recipe_exits_2_without_writing_the_page(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nfamily: gaussian_diag\nloss: abstract\napproximations: [exact]\n", encoding="utf-8")
+    out = tmp_path / "bad.html"
+    r = subprocess.run([sys.executable, "-m", "blr_derive", "explain", str(bad), "--format", "html", "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "bad.yaml:4:" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == [bad]
