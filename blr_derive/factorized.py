@@ -528,13 +528,30 @@ class _Ctx:
         return simplify_mat(sp.MatAdd(*out) if len(out) > 1 else out[0], self.sym)
 
 
+def _tex(name):
+    return r"\mathrm{%s}" % name.replace("_", r"\_")
+
+
 def _names(D, R):
     for b in R.blocks:
         for name, s, p in b.state:
             if p is not None:
-                D.symbol_names[s] = r"%s_{%s}" % (sp.latex(p), b.name)
+                D.symbol_names[s] = r"%s_{%s}" % (sp.latex(p), _tex(b.name))
             elif is_mat(s):
                 D.symbol_names[s] = r"\mathbf{%s}" % b.name
+
+
+def _linear(b, e):
+    """linear_in_statistics of block b's family, with the block's variables renamed to the family's (other
+    symbols that happen to share a name with the family's variable are kept apart)."""
+    fam = b.family
+    fvars = set(b.to_family.values())
+    protect = {s: sp.Dummy(s.name) for s in e.free_symbols if s in fvars and s not in b.to_family}
+    lin = linear_in_statistics(fam, e.xreplace(protect).xreplace(b.to_family))
+    if lin is None:
+        return None
+    back = {d: s for s, d in protect.items()}
+    return lin[0].xreplace(back), [c.xreplace(back) for c in lin[1]]
 
 
 def _expect(R, ctx, e, skip, current):
@@ -542,7 +559,7 @@ def _expect(R, ctx, e, skip, current):
     for b in R.blocks:
         if b is skip or b.family is None or not any(e.has(v) for v in b.variables):
             continue
-        lin = linear_in_statistics(b.family, e.xreplace(b.to_family))
+        lin = _linear(b, e)
         if lin is None:
             raise DerivationError(f"E over block '{b.name}' of {e} has no closed form: it is not linear in the "
                                   f"sufficient statistics of '{b.family.name}'")
@@ -565,7 +582,7 @@ def derive_factorized(R: FactorizedRecipe) -> FactorizedDerivation:
           f"in the order {order}, each with the other blocks' current candidates (Sec. 5.2-5.3). "
           "The loss is the sum of the factors' negative logs: "
           + ", ".join(f.name + (" (summed over the plate)" if f.plate else "") for f in R.factors) + ".",
-          [(sp.Symbol(r"\bar\ell_{%s}" % f.name), f.expr) for f in R.factors])
+          [(sp.Symbol(r"\bar\ell_{%s}" % _tex(f.name)), f.expr) for f in R.factors])
     constraints = [(v, e) for b in R.blocks for v, e in b.constraint.items()]
     if constraints:
         D.add("family", "Sec. 1.2 (minimal family)", "One-hot constraint of the categorical blocks",
@@ -609,7 +626,7 @@ def _exact_block(R, D, ctx, b, current):
     for f in R.factors:
         if not any(f.expr.has(v) for v in b.variables):
             continue
-        lin = linear_in_statistics(fam, f.expr.xreplace(b.to_family))
+        lin = _linear(b, f.expr)
         if lin is None:
             raise SpecError(f"factor '{f.name}' is not linear in the sufficient statistics of block '{b.name}' "
                             f"(family '{fam.name}'): the exact rule does not apply", R.file, b.line)
@@ -625,7 +642,7 @@ def _exact_block(R, D, ctx, b, current):
                 raise SpecError(str(exc), R.file, b.line) from None
         msgs = [a + x for a, x in zip(msgs, m)]
         for i, x in enumerate(m):
-            eqs.append((sp.Symbol(r"\tilde\lambda^{(%d)}_{%s \to %s}" % (i + 1, f.name, b.name)), x))
+            eqs.append((sp.Symbol(r"\tilde\lambda^{(%d)}_{%s \to %s}" % (i + 1, _tex(f.name), _tex(b.name))), x))
     logh = fam.log_h
     if fam.depends_on_variable(logh):
         lin = fam.log_h_linear()
@@ -643,7 +660,7 @@ def _exact_block(R, D, ctx, b, current):
               f.plate for f in R.factors) and not b.local else "") + ".", eqs)
     lam_new = [sp.Symbol(f"{b.name}_lambda{i + 1}", real=True) for i in range(len(fam.lam))]
     for i, l in enumerate(lam_new):
-        D.symbol_names[l] = r"\lambda^{(%d)}_{%s}" % (i + 1, b.name)
+        D.symbol_names[l] = r"\lambda^{(%d)}_{%s}" % (i + 1, _tex(b.name))
     rho = b.rho
     if b.schedule is not None:
         args = b.schedule[1]
@@ -694,7 +711,7 @@ def _delta_block(R, D, ctx, b, current):
                 g = [ctx.plate_sum(x) for x in g]
         except DerivationError as exc:
             raise SpecError(f"block '{b.name}', factor '{f.name}': {exc}", R.file, b.line) from None
-        eqs += [(sp.Symbol(r"\nabla_{%s}\mathbb{E}[\bar\ell_{%s}]" % (sp.latex(v), f.name)), x)
+        eqs += [(sp.Symbol(r"\nabla_{%s}\mathbb{E}[\bar\ell_{%s}]" % (sp.latex(v), _tex(f.name))), x)
                 for v, x in zip(b.variables, g)]
         grads = g if grads is None else [a + x for a, x in zip(grads, g)]
     if grads is None:
