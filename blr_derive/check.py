@@ -169,6 +169,8 @@ def _natural_gradient_fd(recipe, D, points):
         for h in recipe.hyper:
             if h.kind == "float":
                 env[h.symbol] = float(rng.uniform(0.5, 2.0))
+            elif h.kind == "int":                  # counts (e.g. quadrature nodes) at their defaults
+                env[h.symbol] = h.default
         env.update({p.symbol: vals[p.symbol] for p in fam.params.values()})
         mu = {}
         for u, m in zip(fam.mu, fam.mu_ord):

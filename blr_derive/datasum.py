@@ -191,6 +191,40 @@ class GaussHermite(MatrixExpr):
             printer._print(f.expr), printer._print(mean), printer._print(var), printer._print(n))
 
 
+class GaussHermiteStein(GaussHermite):
+    """The column vector (E[f(x_n)(x_n - mean_n)] / var_n)_n by the same quadrature: Σ_k w_k f(mean + σ z_k) z_k / σ.
+
+    By Stein's lemma this is E[f'(x)]; for f = ℓ' it is Price's E[ℓ''] (Eq. 11) in the form that is exactly
+    2 ∂/∂var of the quadrature of E[ℓ], so natural gradients built from it are exact gradients of the
+    quadrature objective.  Entries with var = 0 (a zero row of the data) are 0."""
+
+    def doit(self, **hints):
+        f, mean, var, n = self.args
+        mean, var, n = mean.doit(**hints), var.doit(**hints), sp.sympify(n).doit(**hints)
+        if _explicit(mean) and _explicit(var) and n.is_number:
+            z, w = gauss_hermite_rule(int(n))
+            fn = sp.lambdify([U], f.expr, modules=[_NUMERIC, "scipy", "numpy"])
+            out = []
+            for i in range(mean.shape[0]):
+                sd = math.sqrt(float(var[i, 0]))
+                x = float(mean[i, 0]) + sd * z
+                val = float(np.dot(np.asarray(fn(x), dtype=float) * np.ones_like(x), w * z)) / sd if sd > 0 else 0.0
+                out.append(sp.Float(val, 17))
+            return sp.ImmutableMatrix(mean.shape[0], 1, out)
+        return GaussHermiteStein(f, mean, var, n)
+
+    def _latex(self, printer):
+        f, mean, var, n = self.args
+        return r"\mathbb{E}^{\mathrm{GH}_{%s}}_{x \sim \mathcal{N}(%s,\, %s)}\left[%s\,\frac{x - %s}{%s}\right]" % (
+            printer._print(n), printer._print(mean), printer._print(var), _fn_latex(printer, f, "x"),
+            printer._print(mean), printer._print(var))
+
+    def _sympystr(self, printer):
+        f, mean, var, n = self.args
+        return "gauss_hermite_stein(u -> %s; mean=%s, var=%s, nodes=%s)" % (
+            printer._print(f.expr), printer._print(mean), printer._print(var), printer._print(n))
+
+
 _NUMERIC = {"softplus": lambda x: np.logaddexp(0, x)}
 
 
@@ -314,7 +348,8 @@ def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nod
         if cov is None:
             d1, d2 = Elementwise(derivative(f, 1), arg), Elementwise(derivative(f, 2), arg)
         else:
-            d1, d2 = GaussHermite(derivative(f, 1), arg, var, nodes), GaussHermite(derivative(f, 2), arg, var, nodes)
+            f1 = derivative(f, 1)
+            d1, d2 = GaussHermite(f1, arg, var, nodes), GaussHermiteStein(f1, arg, var, nodes)
         g = _plus(g, sp.MatMul(c, A.T, d1))
         H = _plus(H, sp.MatMul(c, A.T, DiagOf(d2), A))
     return simplify_mat(g, symmetric), simplify_mat(H, symmetric)
@@ -371,9 +406,11 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     where = r"\mathbf{m}" if is_mat(m) else "m"
     if quadrature:
         text = ("The loss is a polynomial of degree ≤ 2 in θ plus sums over data of one-dimensional functions "
-                "f(aₙᵀθ + bₙ). Under q, aₙᵀθ is Gaussian with mean aₙᵀm + bₙ and variance aₙᵀS⁻¹aₙ, so E_q[f'] and "
-                f"E_q[f''] are one-dimensional integrals, computed by {nodes}-point Gauss–Hermite quadrature; the "
-                "polynomial part is exact (its gradient is affine and its Hessian constant).")
+                "f(aₙᵀθ + bₙ). Under q, xₙ = aₙᵀθ + bₙ is Gaussian with mean ηₙ = aₙᵀm + bₙ and variance "
+                "σₙ² = aₙᵀS⁻¹aₙ, so E_q[f'] (Bonnet) and E_q[f''] (Price, in Stein's form E[f'(x)(x − η)]/σ²) are "
+                f"one-dimensional integrals, computed by {nodes}-point Gauss–Hermite quadrature. The Stein form makes "
+                "the natural gradient the exact gradient of the quadrature E_q[ℓ]. The polynomial part is exact "
+                "(its gradient is affine and its Hessian constant).")
         eqs = []
         title = "Gauss–Hermite expectations of the data terms"
     else:

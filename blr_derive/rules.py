@@ -49,7 +49,8 @@ register("monte_carlo", "expectation", "Sec. 4.4 (weight perturbation), Eq. 46",
          "Monte Carlo expectations at samples θ_k = m + σε_k of the candidate (reparameterization)")
 register("gauss_hermite", "expectation", "Sec. 5.4; Eqs. 10-11 (Bonnet, Price)",
          "E_q[∇ℓ], E_q[∇²ℓ] of an explicit loss with sums over data of f(aᵀθ + b): Aᵀ E[f'], Aᵀ diag(E[f'']) A, "
-         "the one-dimensional Gaussian expectations by Gauss-Hermite quadrature (argument 'nodes')")
+         "the one-dimensional Gaussian expectations by Gauss-Hermite quadrature (argument 'nodes'; E[f''] in "
+         "Stein's form E[f'(x)(x - η)]/σ², the exact variance derivative of the quadrature)")
 register("natural_momentum", "step", "App. F, Eqs. 79-81",
          "BLR with momentum in natural parameters: lambda <- ... + gamma (lambda_t - lambda_{t-1})")
 register("score_function", "expectation", "Eq. 4; score-function identity",

@@ -23,6 +23,13 @@ HELPERS = {
     z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
     x = mean[:, None] + numpy.sqrt(var)[:, None] * z
     return f(x) @ (w / numpy.sqrt(2 * numpy.pi))''',
+    "_gauss_hermite_stein": '''def _gauss_hermite_stein(f, mean, var, nodes):
+    """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
+    quadrature with `nodes` points; 0 where var = 0."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    sd = numpy.sqrt(var)
+    x = mean[:, None] + sd[:, None] * z
+    return numpy.divide(f(x) @ (w * z / numpy.sqrt(2 * numpy.pi)), sd, out=numpy.zeros_like(sd), where=sd > 0)''',
 }
 
 
@@ -184,11 +191,14 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
             return f"numpy.sum({a} * _spd_solve({self._print(C.arg)}, {self._print(A.T)}).T, axis=1)"
         return f"numpy.sum(({a} @ {self._wrap(C)}) * {a}, axis=1)"
 
-    def _print_GaussHermite(self, expr):
+    def _print_GaussHermite(self, expr, helper="_gauss_hermite"):
         f, mean, var, nodes = expr.args
-        self.helpers.add("_gauss_hermite")
-        return (f"_gauss_hermite(lambda u: {self._apply(f, 'u')}, {self._print(mean)}, {self._print(var)}, "
+        self.helpers.add(helper)
+        return (f"{helper}(lambda u: {self._apply(f, 'u')}, {self._print(mean)}, {self._print(var)}, "
                 f"{self._print(nodes)})")
+
+    def _print_GaussHermiteStein(self, expr):
+        return self._print_GaussHermite(expr, "_gauss_hermite_stein")
 
     def emptyPrinter(self, expr):
         raise CodegenError(f"the numpy target cannot print {type(expr).__name__}: {expr}")
