@@ -327,12 +327,16 @@ def _plus(a, b):
     return sp.MatAdd(a, b)
 
 
-def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nodes=None, symmetric=(), defs=None):
+def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nodes=None, symmetric=(), defs=None,
+                         parts=None):
     """E_q[∇ℓ] and E_q[∇²ℓ] under q = N(mean, cov) by quadrature (``nodes``), or ∇ℓ(mean) and ∇²ℓ(mean)
     when ``cov`` is None (the delta method).  With a list ``defs``, the projected means and variances
-    become named definitions ``eta``, ``eta_var`` appended to it."""
+    become named definitions ``eta``, ``eta_var`` appended to it; with a list ``parts``, the contribution
+    (E[∇ℓ_f], E[∇²ℓ_f]) of each part of the loss (the polynomial, then each data sum) is appended to it."""
     g = poly_grad.xreplace({theta: mean})
     H = poly_hess
+    if parts is not None:
+        parts.append((g, H))
     for k, (c, f, A, b) in enumerate(terms):
         arg = simplify_mat(_plus(sp.MatMul(A, mean), b), symmetric)
         var = RowQuadForm(A, cov) if cov is not None else None
@@ -352,6 +356,9 @@ def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nod
             d1, d2 = GaussHermite(f1, arg, var, nodes), GaussHermiteStein(f1, arg, var, nodes)
         g = _plus(g, sp.MatMul(c, A.T, d1))
         H = _plus(H, sp.MatMul(c, A.T, DiagOf(d2), A))
+        if parts is not None:
+            parts.append((simplify_mat(sp.MatMul(c, A.T, d1), symmetric),
+                          simplify_mat(sp.MatMul(c, A.T, DiagOf(d2), A), symmetric)))
     return simplify_mat(g, symmetric), simplify_mat(H, symmetric)
 
 
@@ -385,8 +392,9 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
         from .errors import SpecError
         raise SpecError(f"approximation '{approx.name}': {exc}", recipe.file, approx.line) from None
     m, C = fam.gaussian_mean, fam.gaussian_cov
-    projections = []
-    g_ord, H_ord = expected_derivatives(theta, pg, ph, terms, m, C if quadrature else None, nodes, sym, projections)
+    projections, parts = [], []
+    g_ord, H_ord = expected_derivatives(theta, pg, ph, terms, m, C if quadrature else None, nodes, sym, projections,
+                                        parts)
     taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper} | {d.name for d in recipe.data}
     g = sp.MatrixSymbol("g" if "g" not in taken else "g_", *m.shape)
     H = sp.MatrixSymbol("H" if "H" not in taken else "H_", *C.shape)
@@ -425,4 +433,27 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     else:
         eqs = eqs + projections + [(g, g_ord), (H, H_ord)]
     D.add(approx.name, RULES[approx.name].equation, title, text, eqs)
+    _messages(recipe, D, grads, Eg, EH, parts, sym)
     return [simplify_mat(x.xreplace({Eg: g, EH: H}), sym) for x in grads]
+
+
+def _messages(recipe, D, grads, Eg, EH, parts, sym):
+    """The natural gradient split by the parts of the loss (Eq. 58): each part f sends the message
+    λ̃_f = ∇_μ E_q[-ℓ_f] at μ_t, and λ_{t+1} = (1-ρ)λ_t + ρ Σ_f λ̃_f (Eq. 60 with ρ = 1: their sum)."""
+    from .rules import RULES
+    if len(parts) < 2 or "factor_messages" not in RULES:
+        return
+    fam = recipe.family
+    at_state = dict(zip(fam.mu, fam.mu_ord))
+    eqs = []
+    for k, (gf, Hf) in enumerate(parts):
+        who = "poly" if k == 0 else ("data" if len(parts) == 2 else f"data,{k}")
+        for i, x in enumerate(grads):
+            msg = simplify_mat(sp.MatMul(-1, x.xreplace({Eg: gf, EH: Hf})).doit().xreplace(at_state), sym | {Hf})
+            eqs.append((r"\tilde{\lambda}^{(%d)}_{\mathrm{%s}}" % (i + 1, who), msg))
+    D.add("factor_messages", RULES["factor_messages"].equation, "Messages of the parts of the loss",
+          "The natural gradient is a sum over the parts of the loss (Eq. 58): the polynomial part of degree ≤ 2 "
+          "(conjugate to the Gaussian: its message is exact and constant, Sec. 5.1) and each sum over data (the "
+          "non-conjugate terms). Each sends the message λ̃_f = ∇_μ E_q[-ℓ_f] at the current "
+          "q, and λ_{t+1} = (1-ρ)λ_t + ρ Σ_f λ̃_f; with ρ = 1 this is the message-passing form of Eq. 60 "
+          "(non-conjugate VMP).", eqs)

@@ -230,6 +230,32 @@ def test_symbolic_natural_gradient_equals_finite_differences_of_its_expected_los
     assert abs(f(point) - expected_loss(X, y, ALPHA, m, C, nodes=12)) < 1e-10
 
 
+def test_ncvmp_messages_sum_to_the_new_natural_parameter():
+    """Eq. 60 with ρ = 1: λ_{t+1} = Σ_f λ̃_f, the messages listed by the derivation (the polynomial part's
+    message is the conjugate one, (Xᵀy, -αI/2))."""
+    recipe, D = derive_file(CATALOG / "ncvmp.yaml")
+    (step,) = [s_ for s_ in D.steps if s_.rule == "factor_messages"]
+    msgs = [rhs for _, rhs in step.equations]
+    assert len(msgs) == 4
+    X_, y_, alpha = recipe.data[0].symbol, recipe.data[1].symbol, recipe.hyper_symbol("alpha")
+    assert msgs[0] == X_.T * y_ and msgs[1] == sp.MatMul(-alpha / 2, sp.Identity(recipe.family.dim))
+    X, y = logistic_data(5, 7, 3)
+    rng = np.random.default_rng(5)
+    B = rng.normal(size=(3, 3))
+    m, S = rng.normal(size=3), B @ B.T + 3 * np.eye(3)
+    fam = recipe.family
+    params = {p.name: p.symbol for p in fam.params.values()}
+    env = {X_: X, y_: y, alpha: ALPHA, recipe.hyper_symbol("nodes"): 16, params["m"]: m, params["S"]: S}
+    for s_, e in D.defs:
+        if s_.name.startswith("eta"):
+            env[s_] = evaluate(e, env, {fam.dim: 3, X_.shape[0]: 7}).ravel()
+    val = [evaluate(e, env, {fam.dim: 3, X_.shape[0]: 7}) for e in msgs]
+    lam1, lam2 = val[0].ravel() + val[2].ravel(), val[1] + val[3]
+    new = load_generated("ncvmp").step({"m": m, "S": S}, data={"X": X, "y": y}, alpha=ALPHA, nodes=16)
+    np.testing.assert_allclose(lam1, new["S"] @ new["m"], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(lam2, -new["S"] / 2, rtol=0, atol=1e-10)
+
+
 def test_explain_shows_quadrature_bonnet_price_and_equations():
     for name in ("ncvi", "ncvmp"):
         recipe, D = derive_file(CATALOG / f"{name}.yaml")
