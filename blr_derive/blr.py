@@ -66,13 +66,24 @@ def derive(recipe: Recipe) -> Derivation:
         if "exact" not in names and not derived:
             raise _fail(recipe, "an explicit loss needs an expectation rule: add 'exact' (or 'delta', "
                         "'gauss_hermite' for sums over data)")
-    elif "score_function" in names or "reparameterization" in names:
-        a = approx_by_name.get("score_function") or approx_by_name["reparameterization"]
+    elif names & set(SAMPLER_RULES):
+        a = next(approx_by_name[n] for n in SAMPLER_RULES if n in names)
         if fam.sampler is None:
             raise _fail(recipe, f"approximation '{a.name}' needs samples of q: family '{fam.name}' declares no "
                         "'sampler'", a)
         if any(is_mat(t) for t in fam.T):
             raise _fail(recipe, f"approximation '{a.name}' supports families with scalar statistics", a)
+        hard = fam.sampler.has(sp.sign)
+        if a.name == "reparameterization" and hard:
+            raise _fail(recipe, f"approximation 'reparameterization' needs a differentiable sampler; family "
+                        f"'{fam.name}' samples through sign(·) (use 'concrete_relaxation')", a)
+        if a.name in ("concrete_relaxation", "straight_through"):
+            if not hard:
+                raise _fail(recipe, f"approximation '{a.name}' relaxes a hard threshold sign(·) of the family's "
+                            f"sampler; family '{fam.name}' has none", a)
+            if len(fam.T) != 1 or len(fam.free_params) != 1:
+                raise _fail(recipe, f"approximation '{a.name}' supports binary families (one sufficient statistic, "
+                            "one free parameter)", a)
     else:
         if "exact" in names:
             raise _fail(recipe, "approximation 'exact' does not apply: the loss is abstract (use 'delta')",
@@ -87,14 +98,16 @@ def derive(recipe: Recipe) -> Derivation:
         if "monte_carlo" in names and not fam.elementwise:
             raise _fail(recipe, f"approximation 'monte_carlo' supports mean-field (elementwise) families; "
                         f"'{fam.name}' is not", approx_by_name["monte_carlo"])
-    conjugate = None
+    conjugate = finite = None
     if (recipe.loss_kind == "explicit" or "exact" in names) and not fam.is_gaussian:
-        from .family import linear_in_statistics
+        from .family import linear_in_statistics, support_points
         conjugate = linear_in_statistics(fam, recipe.loss)
         if conjugate is None:
+            finite = support_points(fam) if fam.is_discrete else None
+        if conjugate is None and finite is None:
             raise _fail(recipe, f"approximation 'exact' does not apply to family '{fam.name}': the loss is not linear "
-                        "in its sufficient statistics and the family has no Gaussian moments",
-                        approx_by_name.get("exact"))
+                        "in its sufficient statistics, the support is not finite and the family has no Gaussian "
+                        "moments", approx_by_name.get("exact"))
 
     # ---- Step: the family
     D.add("family", fam.reference or "Table 2", f"Candidate family `{fam.name}`",
@@ -113,6 +126,13 @@ def derive(recipe: Recipe) -> Derivation:
           "Natural-gradient descent on E_q[ℓ] - H(q) in the form of Eq. 6, which keeps the base-measure term "
           "∇_μ E_q[log h] explicit (App. B).",
           [(ln, (1 - rho) * l - rho * g) for ln, l, g in zip(lam_next, fam.lam, gblock)])
+    keep = sp.Integer(1) - rho          # the coefficient of λ_t: the entropy's natural gradient is -λ (App. B)
+    if "no_entropy" in names:
+        keep = sp.Integer(1)
+        D.add("no_entropy", RULES["no_entropy"].equation, "No entropy term",
+              "Minimising E_q[ℓ] alone (Eq. 2 without -H(q)): ∇_μ H(q) = -λ - ∇_μ E_q[log h] drops out, so λ_t is "
+              "not shrunk and the base-measure term vanishes: no exponential smoothing (Sec. 4.5, STE).",
+              [(ln, l - rho * g) for ln, l, g in zip(lam_next, fam.lam, gblock)])
 
     mean_mu = fam.mean_of_mu() if fam.is_gaussian else None
     cov_mu = fam.cov_of_mu() if fam.is_gaussian else None
@@ -120,7 +140,9 @@ def derive(recipe: Recipe) -> Derivation:
     # ---- Step: base measure
     logh = fam.log_h
     lin = fam.log_h_linear() if (not fam.is_gaussian and fam.depends_on_variable(logh)) else None
-    if lin is not None:
+    if "no_entropy" in names:
+        g_logh = [sp.ZeroMatrix(*u.shape) if is_mat(u) else sp.Integer(0) for u in fam.mu]
+    elif lin is not None:
         g_logh = list(lin[1])
         D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
               "log h(θ) is linear in the sufficient statistics, so ∇_μ E_q[log h] is its coefficient vector.",
@@ -140,15 +162,23 @@ def derive(recipe: Recipe) -> Derivation:
               f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
 
     # ---- Step(s): natural gradient of the expected loss
-    if "score_function" in names or "reparameterization" in names:
+    if "concrete_relaxation" in names or "straight_through" in names:
+        mode = "concrete_relaxation" if "concrete_relaxation" in names else "straight_through"
+        g_loss = _relaxed_natural_gradient(recipe, D, approx_by_name[mode], mode)
+    elif "score_function" in names or "reparameterization" in names:
         mode = "score_function" if "score_function" in names else "reparameterization"
         g_loss = _sampled_natural_gradient(recipe, D, approx_by_name[mode], mode)
+    elif finite is not None:
+        g_loss = _finite_sum_gradient(recipe, D, finite)
     elif conjugate is not None:
         g_loss = _conjugate_gradient(recipe, D, conjugate)
     elif recipe.loss_kind == "explicit" and "exact" in names:
         g_loss = _exact_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
     else:
         g_loss = _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
+
+    if "family_prior" in names:
+        g_loss = _family_prior(recipe, D, g_loss, approx_by_name["family_prior"])
 
     if recipe.federated is not None:             # client step of Bayesian ADMM (blr_derive/federated.py)
         from .federated import local_objective
@@ -160,7 +190,7 @@ def derive(recipe: Recipe) -> Derivation:
     for i in range(len(fam.lam)):
         g = g_loss[i] + g_logh[i] if not (is_mat(g_loss[i])) else sp.MatAdd(g_loss[i], g_logh[i])
         g = simplify_mat(_doit(g).xreplace(at_state), sym)
-        new = simplify_mat(_expand((1 - rho) * fam.eta[i] - rho * g), sym)
+        new = simplify_mat(_expand(keep * fam.eta[i] - rho * g), sym)
         lam_new.append(new)
     D.add("blr", RULES["blr"].equation, "Natural-parameter update",
           "Substituting the natural gradients, evaluated at μ_t = μ(ordinary parameters), into Eq. 6.",
@@ -184,6 +214,9 @@ def derive(recipe: Recipe) -> Derivation:
         from .federated import derive_server
         derive_server(recipe, D, sym)
     return D
+
+
+SAMPLER_RULES = ("score_function", "reparameterization", "concrete_relaxation", "straight_through")
 
 
 def _natural_momentum(recipe, D, lam_new, lam_next, sym, approx):
@@ -238,6 +271,8 @@ def _apply_passes(recipe, D):
             for k_sym, oracle in D.sampling.calls:
                 if e == k_sym:
                     D.views[oracle] = avg
+        if D.sampling.grad_stat is not None:
+            D.views["grad"] = D.sampling.grad_stat
     for name, sym, _ in D.updates:
         D.views[name] = sym
     for a in passes:
@@ -369,6 +404,121 @@ def _sampled_natural_gradient(recipe, D, approx, mode):
                                     for i, (avg, _) in enumerate(stats)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
     return grads
+
+
+def _finite_sum_gradient(recipe, D, points):
+    """E_q[ℓ] = Σ_θ q(θ) ℓ(θ) over a finite support (exact for any explicit loss), then ∇_μ.
+
+    With a closed-form μ → ordinary map the sum is written in μ and differentiated; otherwise it is
+    written in λ and ∇_μ = F(λ)⁻¹ ∇_λ (Eq. 4)."""
+    fam = recipe.family
+    logq = fam.log_density()
+    terms = [(sp.exp(logq.xreplace(pt)), recipe.loss.xreplace(pt)) for pt in points]
+    if fam.ord_from_mu:
+        e_loss = sp.Integer(0)
+        for q, l in terms:
+            e_loss += sp.simplify(q.xreplace(fam.ord_from_mu)) * l
+        e_loss = sp.expand(e_loss)
+        grads = [sp.expand(sp.diff(e_loss, u)) for u in fam.mu]
+        D.placeholders["expected_loss"] = e_loss
+        how = "the support probabilities written in μ"
+    else:
+        lam_of = dict(zip(fam.lam, fam.eta))
+        e_lam = sum((q.xreplace(fam.ord_from_nat) * l for q, l in terms), sp.Integer(0))
+        F = fam.fisher_matrix()
+        d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam])
+        grads = [sp.simplify(sp.simplify(g.rewrite(sp.exp)).xreplace(lam_of)) for g in F.inv() * d]
+        e_loss = sp.simplify(e_lam.xreplace(lam_of))
+        how = "the support probabilities written in λ; ∇_μ = F(λ)⁻¹∇_λ (Eq. 4)"
+    D.placeholders["natural_gradient"] = (list(grads), None, None)
+    D.add("exact", RULES["exact"].equation, "Exact expected loss: a finite sum over the support",
+          f"The support of q is finite ({len(points)} points), so E_q[ℓ] = Σ_θ q(θ)ℓ(θ) is exact for any loss; "
+          f"it is differentiated with {how}.",
+          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+    return grads
+
+
+def _relaxed_natural_gradient(recipe, D, approx, mode):
+    """Natural gradients of a binary family through its hard-threshold sampler θ = sign(x(u; params)).
+
+    * ``concrete_relaxation`` (Eqs. 50-51): sign(x) → tanh(x/τ), the binary Concrete (Gumbel-softmax)
+      relaxation on {-1, +1}; ∇_μ E_q[ℓ] ≈ s∘∇ℓ(θ̂) with s = ∇_μ θ̂ = (∂θ̂/∂p)/(∂μ/∂p) by the chain rule through
+      the ordinary parameter p; averaged over ``samples`` uniform draws.  An optional ``eps`` > 0 floors both
+      factors, s = (∂θ̂/∂λ + ε)/(∂μ/∂λ + ε), so that s stays finite where tanh saturates (as the BayesBiNN code
+      does); ``eps: 0`` (the default) is Eq. 51 exactly.
+    * ``straight_through`` (Eq. 48): the τ → 0, zero-noise limit: θ = sign(x(½; params)) and ∇_μ θ ≈ 1.
+    """
+    from .derivation import Sampling
+    from .passes import Ctx
+    fam = recipe.family
+    (p,) = [q.symbol for q in fam.free_params]
+    (mu_p,) = fam.mu_ord
+    u = [s_ for s_ in fam.sampler.free_symbols if s_.name == "u"][0]
+    ctx = Ctx(D, approx)
+    if mode == "straight_through":
+        ctx.done()
+        point = fam.sampler.xreplace({u: sp.Rational(1, 2)})
+        taken = {str(s_) for s_ in fam.params} | {h.name for h in recipe.hyper}
+        g = sp.Symbol("g" if "g" not in taken else "g_", real=True)
+        D.symbol_names[g] = r"\hat{g}"
+        D.oracle_calls.append((g, "grad", point, "∇_θ ℓ(θ) at the zero-noise hard sample (straight-through)"))
+        D.placeholders["natural_gradient"] = ([g], None, None)
+        D.add(mode, RULES[mode].equation, "Straight-through estimator",
+              "Zero noise (u = 1/2, δ = 0) and τ → 0 turn the relaxed sample into the hard one; the straight-through "
+              "estimator (Bengio et al., 2013) takes the Jacobian of the threshold as the identity, ∇_μ θ ≈ 1, since "
+              "E_q[θ] = μ (the delta method E_q[ℓ(θ)] ≈ ℓ(μ), with the gradient at the hard sample).",
+              [(sp.Symbol("theta_t"), point), (r"\nabla_{\mu}\mathbb{E}_q[\bar\ell]", g, r"\approx")])
+        return [g]
+    tau = ctx.expr("temperature")
+    samples = ctx.expr("samples", sp.Integer(1))
+    eps = ctx.expr("eps", sp.Integer(0))
+    ctx.done()
+    relaxed = fam.sampler.replace(sp.sign, lambda x: sp.tanh(x / tau))
+    theta = sp.Symbol("theta_k", real=True)
+    # s = ∇_μ θ̂ = (∂θ̂/∂p) / (∂μ/∂p), with tanh(x/τ) itself written as the sample θ_k
+    num = sp.diff(relaxed, p).xreplace({relaxed: theta})
+    den = sp.diff(mu_p, p)
+    scale = sp.together(sp.cancel(num) / sp.cancel(den))
+    if eps != 0:
+        # a floor ε on both factors of the Jacobian keeps s finite where tanh saturates in floating point
+        dlam = sp.diff(fam.eta[0], p)
+        scale = (sp.cancel(num / dlam) + eps) / (sp.cancel(den / dlam) + eps)
+    g_k = sp.Symbol("g_k", real=True)
+    avg = sp.Symbol("ngrad", real=True)
+    D.symbol_names.update({theta: r"\hat\theta_k", avg: r"\overline{s\hat g}", tau: r"\tau"})
+    D.sampling = Sampling(samples, u, theta, relaxed, [(g_k, "grad")], [(avg, g_k * scale)], draw="uniform",
+                          grad_stat=avg)
+    D.placeholders["natural_gradient"] = ([avg], None, None)
+    D.placeholders["relaxation"] = {"temperature": tau, "sample": relaxed, "scale": scale, "u": u, "theta": theta,
+                                    "eps": eps}
+    s_sym = sp.Symbol("s_k")
+    D.symbol_names[s_sym] = "s_k"
+    D.add(mode, RULES[mode].equation, "Concrete relaxation of the binary sample",
+          "The family's sampler is a hard threshold sign(x) of a uniform draw u; replacing it by tanh(x/τ) gives the "
+          "relaxed sample θ̂ (Eq. 50).  The gradient of the expected loss is taken at θ̂ and carried to μ by the "
+          "chain rule, s = ∇_μ θ̂ (Eq. 51); it is averaged over S = %s draws." % samples
+          + (" A floor ε on the two factors of s keeps it finite where tanh saturates." if eps != 0 else ""),
+          [(fam.theta, fam.sampler), (theta, relaxed), (s_sym, scale),
+           (avg, r"\frac{1}{S}\sum_k s_k \nabla_\theta\bar\ell(\hat\theta_k)"),
+           (r"\nabla_{\mu}\mathbb{E}_q[\bar\ell]", avg, r"\approx")])
+    return [avg]
+
+
+def _family_prior(recipe, D, g_loss, approx):
+    """A prior in the candidate's family, p₀ = q(·; λ₀): ℓ̄ = ℓ - log p₀ adds -λ₀ - ∇_μE_q[log h] to the natural
+    gradient, and Eq. 6's +∇_μE_q[log h] cancels the latter, so ∇_μE_q[ℓ̄ + log h] = ∇_μE_q[ℓ + log h] - λ₀."""
+    from .passes import Ctx
+    fam = recipe.family
+    ctx = Ctx(D, approx)
+    lam0 = [ctx.expr(l.name) for l in fam.lam]
+    ctx.done()
+    out = [g - l0 for g, l0 in zip(g_loss, lam0)]
+    D.add("family_prior", RULES["family_prior"].equation, "Prior in the candidate family",
+          "-log p₀(θ) = -log h(θ) - <λ₀, T(θ)> + A(λ₀) is linear in T up to log h, so its natural gradient is "
+          "exact: -λ₀ (the log h terms cancel in Eq. 6).",
+          [((r"\lambda^{(%d)}_0" % (i + 1)), l0) for i, l0 in enumerate(lam0)])
+    return out
 
 
 def _conjugate_gradient(recipe, D, conjugate):

@@ -225,7 +225,7 @@ class GaussHermiteStein(GaussHermite):
             printer._print(f.expr), printer._print(mean), printer._print(var), printer._print(n))
 
 
-_NUMERIC = {"softplus": lambda x: np.logaddexp(0, x)}
+_NUMERIC = {"softplus": lambda x: np.logaddexp(0, x), "expit": lambda x: 0.5 * (1 + np.tanh(np.asarray(x) / 2))}
 
 
 def gauss_hermite_rule(n):
@@ -314,9 +314,43 @@ def polynomial_derivatives(poly, theta, symmetric=()):
     return g, H
 
 
+class expit(sp.Function):
+    """The logistic function 1/(1 + e^(-x)), the derivative of softplus; its own derivative is
+    expit(x)(1 - expit(x)).  Printed as ``scipy.special.expit``, which stays finite for any x (the
+    quotient e^(-x)/(1 + e^(-x))² would be inf/inf below x ≈ -709)."""
+
+    def fdiff(self, argindex=1):
+        return expit(self.args[0]) * (1 - expit(self.args[0]))
+
+    def _eval_rewrite_as_exp(self, x, **kwargs):
+        return 1 / (1 + sp.exp(-x))
+
+    def _eval_evalf(self, prec):
+        return (1 / (1 + sp.exp(-self.args[0])))._eval_evalf(prec)
+
+    def _latex(self, printer, exp=None):
+        tex = r"\sigma\left(%s\right)" % printer._print(self.args[0])
+        return tex if exp is None else r"%s^{%s}" % (tex, exp)
+
+
+def _logistic(e):
+    """1/(1 + e^a) → expit(-a)."""
+    if isinstance(e, sp.Pow) and e.exp == -1 and isinstance(e.base, sp.Add) and len(e.base.args) == 2 \
+            and sp.Integer(1) in e.base.args:
+        other = [a for a in e.base.args if a != 1][0]
+        if isinstance(other, sp.exp):
+            return expit(-other.args[0])
+    return None
+
+
 def derivative(f, k=1):
-    """f^(k) as a Lambda (sympy's derivative, with the special functions' own ``fdiff``)."""
-    return sp.Lambda(U, sp.diff(f.expr.xreplace({f.variables[0]: U}), U, k))
+    """f^(k) as a Lambda (sympy's derivative, with the special functions' own ``fdiff``); logistic
+    functions 1/(1 + e^(-x)) become ``expit`` before each further derivative."""
+    e = f.expr.xreplace({f.variables[0]: U})
+    for _ in range(k):
+        e = sp.diff(e, U)
+        e = e.replace(lambda n: _logistic(n) is not None, _logistic)
+    return sp.Lambda(U, e)
 
 
 def _plus(a, b):

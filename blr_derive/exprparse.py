@@ -163,6 +163,7 @@ FUNCTIONS: dict[str, Callable] = {
     "sqrt": _unary_scalar(sp.sqrt),
     "abs": _unary_scalar(sp.Abs),
     "tanh": _unary_scalar(sp.tanh),
+    "sign": _unary_scalar(sp.sign),
     "sigmoid": _unary_scalar(_sigmoid),
     "lgamma": _unary_scalar(sp.loggamma),
     "digamma": _unary_scalar(sp.digamma),

@@ -70,6 +70,7 @@ class UpdateIR:
     step_symbol: object = None     # the 1-based step counter, when the update uses it
     sampling: object = None        # derivation.Sampling for Monte Carlo recipes
     mean: str | None = None        # the state that is the parameter itself (torch targets)
+    parameter: object = None       # else: what the parameter holds, an expression of the state (e.g. sign(lam))
     paper: str = ""
     description: str = ""
     extra: dict = field(default_factory=dict)
@@ -206,8 +207,10 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         hyperparameters=hyper, data=data, dims=dims, oracles=oracles, oracle_calls=calls, random_draws=[],
         assignments=assignments, outputs=outputs, equations=D.update_lines(), step_symbol=D.step_symbol,
         sampling=sampling,
-        mean=mean, paper=r.paper, description=r.description, extra={**({"family_maps": maps} if maps else {}),
-                                                                                                             **({"federated": D.federated} if getattr(D, "federated", None) else {})},
+        mean=mean if r.parameter is None or r.parameter == fam.gaussian_mean else None,
+        parameter=None if r.parameter is None or r.parameter == fam.gaussian_mean else r.parameter,
+        paper=r.paper, description=r.description, extra={**({"family_maps": maps} if maps else {}),
+                                                          **({"federated": D.federated} if getattr(D, "federated", None) else {})},
     )
 
 

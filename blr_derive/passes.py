@@ -156,6 +156,8 @@ def _add_aux(ctx, name, init, description, when=None):
     D = ctx.D
     if name in D.recipe.family.params or any(a.name == name for a in D.aux_state):
         raise ctx.fail(f"state '{name}' already exists")
+    if D.sampling is not None and name in (str(D.sampling.eps), str(D.sampling.theta)):
+        raise ctx.fail(f"state '{name}' would shadow the random draw '{name}' of the sampler: pass another 'state'")
     sym = sp.Symbol(name, real=True)
     new = sp.Symbol(f"{name}_new", real=True)
     D.aux_state.append(AuxState(name, sym, new, init, description))
@@ -164,11 +166,15 @@ def _add_aux(ctx, name, init, description, when=None):
 
 
 def _mean_name(D):
+    """The parameter whose update consumes the gradient: the Gaussian mean, or the only free parameter of a
+    non-Gaussian family (e.g. the latent weight of a Bernoulli, Sec. 4.5)."""
     fam = D.recipe.family
     m = fam.gaussian_mean
     for p in fam.params.values():
         if p.symbol == m:
             return p.name
+    if m is None and len(fam.free_params) == 1:
+        return fam.free_params[0].name
     raise SpecError("this approximation needs a family whose mean is one of its parameters")
 
 

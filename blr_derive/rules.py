@@ -57,6 +57,17 @@ register("score_function", "expectation", "Eq. 4; score-function identity",
          "natural gradient F(λ)⁻¹ Cov_q(ℓ, T) from the loss at samples of q (any family with a sampler)")
 register("reparameterization", "expectation", "Eq. 4; reparameterization through the sampler",
          "natural gradient F(λ)⁻¹ E_u[∇ℓ(θ) ∂θ/∂λ] with θ = sampler(u; λ) (any family with a differentiable sampler)")
+register("concrete_relaxation", "expectation", "Sec. 4.5, Eqs. 50-51 (Concrete / Gumbel-softmax)",
+         "relax the hard threshold sign(x) of a binary family's sampler to tanh(x/τ) and take the gradient at the "
+         "relaxed sample: ∇_μ E_q[ℓ] ≈ s∘∇ℓ(θ̂), s = ∇_μ θ̂ (chain rule through the ordinary parameter)")
+register("straight_through", "expectation", "Sec. 4.5, Eq. 48 (τ → 0, zero noise; delta method)",
+         "the τ → 0, zero-noise limit of the Concrete relaxation: the gradient at the hard sample of u = 1/2 "
+         "(θ = sign(λ)), with the straight-through Jacobian ∇_μ θ ≈ 1 (E_q[θ] = μ: the delta method in μ)")
+register("no_entropy", "step", "Eq. 2 without H(q); Sec. 4.5",
+         "drop the entropy from the Bayesian objective: λ ← λ - ρ∇_μ E_q[ℓ] (no exponential smoothing, as in STE)")
+register("family_prior", "step", "Eq. 1 with p(θ) in the candidate family; Sec. 5.1",
+         "a prior p₀(θ) = h(θ)exp(<λ₀, T(θ)> - A(λ₀)) in the candidate's family: ∇_μ E_q[ℓ - log p₀ + log h] "
+         "= ∇_μ E_q[ℓ] - λ₀ (exact)")
 register("unit_learning_rate", "step", "Sec. 5.1",
          "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
 

@@ -71,6 +71,19 @@ def test_laplace_equals_newton_map_and_hessian():
     assert np.max(np.abs(g)) < 1e-10
 
 
+def test_laplace_and_ncvi_stay_finite_for_large_margins():
+    """|xᵀm| beyond 709: the logistic function is printed as scipy.special.expit, not as e^(-x)/(1 + e^(-x))²."""
+    X, y = logistic_data(6, 40, 3)
+    m = np.array([0.0, 900.0, -900.0])
+    for name, hp in (("laplace", {}), ("ncvi", {"nodes": 8})):
+        new = load_generated(name).step({"m": m, "S": np.eye(3)}, data={"X": X, "y": y}, alpha=ALPHA, **hp)
+        assert np.all(np.isfinite(new["m"])) and np.all(np.isfinite(new["S"]))
+    p = sigmoid(X @ m)
+    H = X.T @ (X * (p * (1 - p))[:, None]) + ALPHA * np.eye(3)
+    new = load_generated("laplace").step({"m": m, "S": np.eye(3)}, data={"X": X, "y": y}, alpha=ALPHA)
+    np.testing.assert_allclose(new["S"], H, rtol=1e-12, atol=1e-12)
+
+
 def test_laplace_derivation_uses_delta_method_on_the_derived_derivatives():
     recipe, D = derive_file(CATALOG / "laplace.yaml")
     assert isinstance(recipe.loss.atoms(DataSum).pop(), DataSum)

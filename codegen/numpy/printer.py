@@ -171,7 +171,8 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     # sums over data and their Gaussian expectations (blr_derive/datasum.py): vectors are 1-D arrays
     def _apply(self, f, arg_text):
         """The one-argument function ``f`` (a Lambda) printed at an already printed argument."""
-        return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(f"({arg_text})")}))
+        wrapped = arg_text if arg_text.isidentifier() else f"({arg_text})"
+        return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(wrapped)}))
 
     def _print_DataSum(self, expr):
         return f"numpy.sum({self._apply(expr.fn, self._print(expr.vec))})"
@@ -199,6 +200,10 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
 
     def _print_GaussHermiteStein(self, expr):
         return self._print_GaussHermite(expr, "_gauss_hermite_stein")
+
+    def _print_expit(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.expit({self._print(expr.args[0])})"
 
     def emptyPrinter(self, expr):
         raise CodegenError(f"the numpy target cannot print {type(expr).__name__}: {expr}")

@@ -1,11 +1,17 @@
 """torch target: a ``torch.optim.Optimizer`` subclass per recipe, multi-tensor (``_foreach``) updates.
 
 The family's mean parameter is the torch parameter itself; the other state lives in
-``optimizer.state[p]``.  The target accepts elementwise updates whose oracles are the
-gradient at the mean (``p.grad``); anything else is rejected with a CodegenError.
+``optimizer.state[p]``.  A recipe whose family has no such mean names what the torch parameter
+holds with its ``parameter`` key (an expression of the state, e.g. ``sign(lam)``: binary weights);
+then all the family's state lives in ``optimizer.state[p]`` (a state the parameter reads starts as a
+copy of the tensor given to the optimizer) and the parameter is rewritten from it at construction and
+after every step.  The target accepts elementwise updates whose oracles are the gradient at what the
+parameter holds (``p.grad``), or at samples of q (normal or uniform draws); anything else is rejected
+with a CodegenError.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import sympy as sp
@@ -29,21 +35,22 @@ class TorchTarget:
         if not ir.elementwise:
             raise CodegenError(f"recipe '{ir.recipe}': the torch target needs an elementwise (mean-field) update; "
                                f"family '{ir.family}' mixes coordinates (matrix products, solves)")
-        if ir.mean is None:
-            raise CodegenError(f"recipe '{ir.recipe}': the torch target needs a family with a mean parameter")
+        if ir.mean is None and ir.parameter is None:
+            raise CodegenError(f"recipe '{ir.recipe}': the torch target needs a family with a mean parameter, or a "
+                               "recipe 'parameter' saying what the torch parameter holds")
         if ir.data:
             raise CodegenError(f"recipe '{ir.recipe}': the torch target takes no data inputs (the loss is the model's)")
         for c in ir.oracle_calls:
-            if str(c.argument) != ir.mean:
+            if (str(c.argument) != ir.mean) if ir.mean is not None else (c.argument != ir.parameter):
                 raise CodegenError(f"recipe '{ir.recipe}': the torch target evaluates oracles at the parameters "
                                    f"(the mean) or at samples of q; '{c.oracle}' is asked at {c.argument}")
             if c.oracle == "hess":
                 raise CodegenError(f"recipe '{ir.recipe}': the torch target has no Hessian oracle; add an "
                                    "approximation (squared_gradient_hessian, gauss_newton_hessian, price_estimator)")
         if ir.sampling is not None:
-            if ir.sampling.draw != "normal":
-                raise CodegenError(f"recipe '{ir.recipe}': the torch target samples q by reparameterization with "
-                                   "normal draws only")
+            if ir.sampling.draw not in DRAWS:
+                raise CodegenError(f"recipe '{ir.recipe}': the torch target samples q with normal or uniform draws "
+                                   f"only (got '{ir.sampling.draw}')")
             for _, o in ir.sampling.calls:
                 if o == "hess":
                     raise CodegenError(f"recipe '{ir.recipe}': the torch target has no Hessian oracle at samples; add "
@@ -55,6 +62,20 @@ class TorchTarget:
         state_syms = {v.symbol for v in ir.state}
         state_syms = {sp.Symbol(str(s), real=True) for s in state_syms} | state_syms
         tensors = state_syms | {c.symbol for c in ir.oracle_calls}
+        # what the torch parameter holds: the mean state itself, or an expression of the state
+        point = None
+        if ir.mean is None:
+            point = {"list": "params", "saved": "_saved"}
+            new_of = {sp.Symbol(name, real=True): sym for name, sym in ir.outputs}
+            new_of.update({v.symbol: sym for v in ir.state for name, sym in ir.outputs if name == v.name})
+            point_sym = sp.Symbol("param_new")
+            point_expr = ir.parameter.xreplace(new_of)
+            init_c = ForeachCompiler(set(state_syms), indent="                ")
+            init_c.assign(sp.Symbol("param_init"), ir.parameter)
+            point["init_program"] = init_c.lines
+            point["init_hyper"] = [h for h in ir.hyperparameters
+                                   if any(s in ir.parameter.free_symbols for s in h.symbols)]
+        draw = DRAWS[ir.sampling.draw] if ir.sampling is not None else None
         sampling = None
         if ir.sampling is not None:
             sm = ir.sampling
@@ -73,7 +94,7 @@ class TorchTarget:
             sampling = {
                 "samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines, "stats": stat_names,
-                "grads": [(str(k), o) for k, o in sm.calls],
+                "grads": [(str(k), o) for k, o in sm.calls], "draw": draw,
             }
         stats_in = [a for a, _ in ir.sampling.stats] if ir.sampling is not None else []
         need = need_conditions(ir.assignments, ir.outputs, [s_ for s_, _ in ir.assignments] + stats_in)
@@ -83,9 +104,19 @@ class TorchTarget:
             comp.assign(sym, expr, need[sym])
             fused.assign(sym, expr, need[sym])
         outputs = [(name, str(sym)) for name, sym in ir.outputs if name != ir.mean and str(sym) != name]
-        mean_out = [str(sym) for name, sym in ir.outputs if name == ir.mean][0]
-        others = [v for v in ir.state if v.name != ir.mean]
+        if point is None:
+            mean_out = [str(sym) for name, sym in ir.outputs if name == ir.mean][0]
+            others = [v for v in ir.state if v.name != ir.mean]
+        else:
+            comp.assign(point_sym, point_expr)
+            fused.assign(point_sym, point_expr)
+            mean_out = str(point_sym)
+            reads = {str(s) for s in ir.parameter.free_symbols}
+            others = [dataclasses.replace(v, init_state="param") if v.init is None and v.family and v.name in reads
+                      else v for v in ir.state]
         for v in others:
+            if v.init_state == "param" and point is not None:
+                continue
             if v.init is None:
                 raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)")
             if v.init_state is not None and v.init_state != ir.mean:
@@ -108,12 +139,18 @@ class TorchTarget:
             grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls], sampling=sampling, fused=fused,
             host_unpack=", ".join(a[0] for a in fused.args) + ("," if len(fused.args) == 1 else ""),
             optional_lists=[str(a) for a in stats_in if need[a] != sp.true],
-            kernel_lists=[v.name for v in ir.state] + [str(c.symbol) for c in ir.oracle_calls]
+            point=point, param_list=ir.mean if point is None else point["list"],
+            saved=ir.mean if point is None else point["saved"],
+            kernel_lists=([] if point is None else [point["list"]])
+            + [v.name for v in ir.state] + [str(c.symbol) for c in ir.oracle_calls]
             + ([str(a) for a, _ in ir.sampling.stats] if ir.sampling is not None else []),
             other_oracles=[o for o, _ in ir.oracles if o != "grad"],
             theta_hyper=[h for h in ir.hyperparameters if any(str(s) in theta_syms for s in h.symbols)],
             stat_hyper=[h for h in ir.hyperparameters if any(str(s) in stat_syms for s in h.symbols)],
         )
 
+
+#: sampling draws the torch target supports -> the torch function that makes them
+DRAWS = {"normal": "randn", "uniform": "rand"}
 
 TARGET = TorchTarget()

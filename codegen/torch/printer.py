@@ -29,7 +29,7 @@ class HostPrinter(HostConditionalMixin, PythonCodePrinter):
 
 UNARY = {
     sp.exp: "_foreach_exp", sp.Abs: "_foreach_abs", sp.tanh: "_foreach_tanh",
-    sp.sin: "_foreach_sin", sp.cos: "_foreach_cos", sp.loggamma: "_foreach_lgamma",
+    sp.sin: "_foreach_sin", sp.cos: "_foreach_cos", sp.loggamma: "_foreach_lgamma", sp.sign: "_foreach_sign",
 }
 
 
@@ -239,7 +239,7 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         return f"{self.parenthesize(b, 60)}**{self.parenthesize(e, 60)}"
 
     def _print_Function(self, expr):
-        names = {"exp": "torch.exp", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos",
+        names = {"exp": "torch.exp", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos", "sign": "torch.sign",
                  "loggamma": "torch.lgamma", "digamma": "torch.digamma", "gamma": "_gamma"}
         n = type(expr).__name__
         if n in names:
@@ -250,6 +250,9 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
 
     def _print_loggamma(self, expr):
         return f"torch.lgamma({self._print(expr.args[0])})"
+
+    def _print_sign(self, expr):
+        return f"torch.sign({self._print(expr.args[0])})"
 
     def _print_digamma(self, expr):
         return f"torch.digamma({self._print(expr.args[0])})"
