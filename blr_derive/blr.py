@@ -41,6 +41,9 @@ def derive(recipe: Recipe) -> Derivation:
         from .factorized import derive_factorized
         return derive_factorized(recipe)
     fam = recipe.family
+    if getattr(fam, "is_mixture", False):              # finite mixtures: the mixture BLR (Eq. 28)
+        from .mixture import derive_mixture
+        return derive_mixture(recipe)
     D = Derivation(recipe)
     sym = set(fam.symmetric) | {d.symbol for d in recipe.data if d.symmetric}
     names = {a.name for a in recipe.approximations}
@@ -271,6 +274,7 @@ def _apply_passes(recipe, D):
             for k_sym, oracle in D.sampling.calls:
                 if e == k_sym:
                     D.views[oracle] = avg
+        D.views.update(D.sampling.views)
         if D.sampling.grad_stat is not None:
             D.views["grad"] = D.sampling.grad_stat
     for name, sym, _ in D.updates:

@@ -220,8 +220,9 @@ def squared_gradient_hessian(ctx):
     if h is None:
         raise ctx.fail("the update has no Hessian to approximate")
     if D.sampling is not None and _is_stat(D, h):
-        # at samples: the average of the squared per-sample gradients (Eq. 45 with weight perturbation)
-        g_k = _call_symbol(D, "grad")
+        # at samples: the average of the squared per-sample gradients (Eq. 45 with weight perturbation);
+        # the per-sample gradient is the statistic the gradient view averages (e.g. z·∇ℓ(θ̃) under dropout masks)
+        g_k = next((e for a, e in D.sampling.stats if a == D.views.get("grad")), None) or _call_symbol(D, "grad")
         est = _new_stat(D, "gsq", g_k**2)
         d = _substitute_def(D, "h_gsq", h, scale * est)
         D.views["hess"] = d

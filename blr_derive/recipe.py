@@ -115,7 +115,11 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
     if not isinstance(name, str) or not name.isidentifier():
         raise _err("recipe name must be an identifier", spec, "name")
     try:
-        fam = load_family(spec["family"], base_dir)
+        if isinstance(spec["family"], dict) and "mixture" in spec["family"]:
+            from .mixture import load_mixture              # a finite mixture of a family (Sec. 3.2)
+            fam = load_mixture(spec["family"], base_dir)
+        else:
+            fam = load_family(spec["family"], base_dir)
     except SpecError as exc:
         f, l = where(spec, "family")
         raise exc.located(f, l) from None
@@ -192,6 +196,9 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             raise _err(f"learning_rate '{lr}' must be a numeric hyperparameter", spec, "learning_rate")
         hyper.insert(0, Hyper(lr, sp.Symbol(lr, real=True), 1.0, "learning rate ρ_t of the BLR (Eq. 6)"))
         taken.add(lr)
+    if getattr(fam, "is_mixture", False):           # mixture weights and fixed components name hyperparameters
+        fam.bind({**{h.name: h.symbol for h in hyper if h.kind in ("float", "int")},
+                  **{en: es for h in hyper if h.kind == "tuple" for en, es in h.elements}})
 
     loss = spec["loss"]
     data = []

@@ -122,3 +122,26 @@ register("scale_learning_rate", "pass", "IVON convention", "multiply the mean's 
 register("clip_step", "pass", "IVON convention", "clip the preconditioned mean step elementwise")
 register("gauss_newton_hessian", "pass", "Eq. 45",
          "diagonal Gauss-Newton Hessian from squared per-example gradients (oracle 'ggn')")
+
+# finite mixtures with fixed weights (blr_derive/mixture.py; Sec. 3.2, App. E, App. G)
+register("mixture_parameters", "identity", "Eq. 27",
+         "the joint q(θ, z=k) = π_k q_k(θ) is a minimal conditional exponential family: λ_k of component k, "
+         "μ_k = π_k E_{q_k}[T(θ)]")
+register("mixture_blr", "identity", "Eq. 28",
+         "λ_k ← λ_k - ρ∇_{μ_k}[E_q ℓ - H(q)] with the entropy of the mixture; ∇_{μ_k}(-H) = ∇_{μ_k}E_q[log q] "
+         "with log q held fixed (E_q[∇ log q] = 0)")
+register("mixture_chain_rule", "identity", "App. E, Eqs. 67-68",
+         "∇_{μ_k} through m_k(μ_k) = μ_k⁽¹⁾/π_k and C_k(μ_k) = μ_k⁽²⁾/π_k - m_k m_kᵀ")
+register("mixture_bonnet_price", "identity", "App. E (Lin et al. 2019a, Thms 6-7)",
+         "∇_{m_k}E_q[f] = π_k E_{q_k}[∇f], ∇_{C_k}E_q[f] = ½π_k E_{q_k}[∇²f]")
+register("mixture_score", "identity", "App. E, Eqs. 69-71",
+         "∇log q = Σ_j r_j ∇log q_j, ∇²log q = Σ_j r_j(∇²log q_j + ∇log q_j∇log q_jᵀ) - ∇log q∇log qᵀ with the "
+         "responsibilities r_j(θ) = π_j q_j(θ)/q(θ)")
+register("instantiate", "identity", "Eqs. 29-30",
+         "the generic update of component k written for each free component of the mixture")
+register("separated_components", "mixture", "App. E, Eq. 74; App. G, Eqs. 85-86",
+         "components far apart: r_k(m_k) ≈ 1, r_j(m_k) ≈ 0, so ∇log q(m_k) ≈ ∇log q_k(m_k), "
+         "∇²log q(m_k) ≈ ∇²log q_k(m_k)")
+register("dropout_masks", "expectation", "App. G, Eq. 84",
+         "reparameterize the mixture by its indicator z ~ π (Bernoulli masks from uniform draws), drop the noise: "
+         "∇ℓ, ∇²ℓ at the dropout mean θ̃ = Σ_k 1[z=k] m_k, times ∂θ̃/∂m_k (argument 'samples')")

@@ -42,3 +42,7 @@ class logsumexp(sp.Function):
 
     def _eval_rewrite_as_log(self, *xs, **kwargs):
         return sp.log(sp.Add(*[sp.exp(x) for x in xs]))
+
+    def _eval_evalf(self, prec):
+        if all(x.is_number for x in self.args):
+            return sp.log(sp.Add(*[sp.exp(x) for x in self.args])).evalf(sp.core.evalf.prec_to_dps(prec))

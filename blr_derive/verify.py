@@ -69,6 +69,9 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         state["step"] = 3
         env[D.step_symbol] = 4
     for sym, oracle, arg, _ in D.oracle_calls:
+        if oracle in oracle_vals:           # one value per oracle (a mixture asks it at every component's mean)
+            env[sym] = oracle_vals[oracle]
+            continue
         if is_mat(sym):
             v = rng.normal(size=(P, P)) if sym.shape[1] != 1 else rng.normal(size=P)
             if sym.shape[1] != 1:
