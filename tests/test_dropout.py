@@ -1,0 +1,131 @@
+"""Dropout from the BLR (Sec. 4.3, App. G): the spike-and-slab candidate (Eq. 41) with masks (Eq. 84) and
+separated components (Eqs. 85-86) gives Newton's method with dropout (Eqs. 42-43); with RMSprop's passes
+(Eqs. 36-38) RMSprop with dropout.  The generated modules are compared with references written here from
+those equations, under the same masks (injected through the generated code's ``rng``)."""
+import numpy as np
+import pytest
+
+from blr_derive.api import derive_file
+from conftest import CATALOG, load_generated
+
+N_OUT, N_IN, N = 3, 5, 40
+
+
+def problem(seed=0):
+    """Multi-output logistic regression ℓ(W) = Σ_n Σ_i log(1 + exp(−y_ni (x_n·W_i))) over W (N_OUT × N_IN),
+    flattened; dropout drops input units, i.e. whole columns of W (Eq. 39)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, N_IN))
+    Y = np.sign(X @ rng.normal(size=(N_IN, N_OUT)) + 0.3 * rng.normal(size=(N, N_OUT)))
+
+    def loss(w):
+        A = X @ w.reshape(N_OUT, N_IN).T
+        return float(np.sum(np.logaddexp(0, -Y * A)))
+
+    def grad(w):                              # ∇ℓ at the (masked) weights the network uses
+        A = X @ w.reshape(N_OUT, N_IN).T
+        return (-(Y / (1 + np.exp(Y * A))).T @ X).ravel()
+
+    def hess(w):                              # the diagonal of ∇²ℓ
+        A = X @ w.reshape(N_OUT, N_IN).T
+        p = 1 / (1 + np.exp(-A))
+        return ((p * (1 - p)).T @ X**2).ravel()
+    return loss, grad, hess
+
+
+def unit_masks(rng, pi1, steps):
+    """z_jl per input unit, shared by the unit's outgoing weights (a column of W), flattened like W."""
+    return [np.repeat((rng.random(N_IN) < pi1)[None, :], N_OUT, axis=0).ravel().astype(float) for _ in range(steps)]
+
+
+class MaskRng:
+    """Hands the generated code uniform draws that reproduce given masks: u < pi1 exactly where z = 1."""
+
+    def __init__(self, masks, pi1):
+        self.masks, self.pi1, self.calls = list(masks), pi1, 0
+
+    def random(self, shape):
+        z = self.masks[self.calls]
+        self.calls += 1
+        assert z.shape == tuple(shape)
+        return np.where(z > 0, 0.5 * self.pi1, 0.5 * (1 + self.pi1))
+
+
+def newton_dropout_reference(m, s, masks, grad, hess, rho, pi1):
+    """Eqs. 42-43 with a diagonal precision: gradients and Hessians with respect to θ at θ̃ = z∘m."""
+    for z in masks:
+        theta = z * m
+        g = z * grad(theta)                   # ∇_θ ℓ(θ̃) = z ∘ ∇ℓ(θ̃)
+        h = z * hess(theta)                   # z² = z
+        s = (1 - rho) * s + rho * h / pi1
+        m = m - rho * g / (pi1 * s)
+    return m, s
+
+
+def rmsprop_dropout_reference(m, s, masks, grad, lr, alpha, eps, pi1):
+    """RMSprop (Eq. 38) with dropout: Eq. 43 with the squared masked gradient, rate 1 − alpha, √s + eps."""
+    for z in masks:
+        g = z * grad(z * m)
+        s = alpha * s + (1 - alpha) * g**2 / pi1
+        m = m - lr * g / (pi1 * (np.sqrt(s) + eps))
+    return m, s
+
+
+@pytest.mark.parametrize("pi1, rho", [(0.5, 0.1), (0.8, 0.3)])
+def test_dropout_equals_newton_with_dropout_under_the_same_masks(pi1, rho):
+    mod = load_generated("dropout")
+    loss, grad, hess = problem()
+    masks = unit_masks(np.random.default_rng(1), pi1, 25)
+    m0, s0 = 0.1 * np.random.default_rng(2).normal(size=N_OUT * N_IN), np.full(N_OUT * N_IN, 50.0)
+    state = mod.init(m=m0, s=s0)
+    rng = MaskRng(masks, pi1)
+    for _ in masks:
+        state = mod.step(state, oracles={"grad": grad, "hess": hess}, rng=rng, rho=rho, pi1=pi1)
+    m_ref, s_ref = newton_dropout_reference(m0, s0, masks, grad, hess, rho, pi1)
+    np.testing.assert_allclose(state["m"], m_ref, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(state["s"], s_ref, rtol=1e-12, atol=1e-13)
+    assert loss(state["m"]) < loss(m0)          # and it learns
+
+
+def test_dropout_rmsprop_equals_rmsprop_with_dropout_under_the_same_masks():
+    mod = load_generated("dropout_rmsprop")
+    _, grad, _ = problem(1)
+    pi1, lr, alpha, eps = 0.7, 0.05, 0.9, 1e-8
+    masks = unit_masks(np.random.default_rng(4), pi1, 30)
+    m0 = 0.1 * np.random.default_rng(5).normal(size=N_OUT * N_IN)
+    state = mod.init(m=m0)                                   # s starts at 0 (state_init)
+    rng = MaskRng(masks, pi1)
+    for _ in masks:
+        state = mod.step(state, oracles={"grad": grad}, rng=rng, lr=lr, alpha=alpha, eps=eps, pi1=pi1)
+    m_ref, s_ref = rmsprop_dropout_reference(m0, np.zeros_like(m0), masks, grad, lr, alpha, eps, pi1)
+    np.testing.assert_allclose(state["m"], m_ref, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(state["s"], s_ref, rtol=1e-12, atol=1e-14)
+    assert mod.ORACLES == ("grad",)
+
+
+def test_masks_are_bernoulli_draws_with_the_keep_probability():
+    mod = load_generated("dropout")
+    n, pi1 = 20000, 0.3
+    seen = []
+
+    def grad(theta):
+        seen.append(theta.copy())
+        return np.ones_like(theta)
+    state = mod.init(m=np.ones(n), s=np.ones(n))
+    new = mod.step(state, oracles={"grad": grad, "hess": np.ones_like}, rng=np.random.default_rng(0), pi1=pi1)
+    kept = seen[0] != 0
+    assert abs(kept.mean() - pi1) < 4 * np.sqrt(pi1 * (1 - pi1) / n)
+    # dropped weights get no gradient and keep their mean; their precision decays as (1 - rho) s (Eq. 43)
+    np.testing.assert_array_equal(new["m"][~kept], 1.0)
+    np.testing.assert_allclose(new["s"][~kept], 1 - mod.HYPERPARAMETERS["rho"])
+
+
+def test_explain_shows_the_dropout_derivation_with_equation_numbers():
+    _, D = derive_file(CATALOG / "dropout.yaml")
+    md = D.to_markdown()
+    for rule, eq in [("mixture_blr", "Eq. 28"), ("mixture_chain_rule", "Eqs. 67-68"), ("dropout_masks", "Eq. 84"),
+                     ("separated_components", "Eqs. 85-86"), ("instantiate", "Eqs. 42-43")]:
+        assert f"*rule* `{rule}` — *" in md and eq in md, rule
+    upd = {name: str(e) for name, _, e in D.updates}
+    assert upd == {"s": "h*rho/pi1 + s*(1 - rho)", "m": "-g*rho/(pi1*s_new) + m"}     # Eqs. 42-43
+    assert "s0" not in str(D.sampling.theta_expr)            # the spike's mean is 0: θ̃ = z m
