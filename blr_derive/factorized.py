@@ -457,6 +457,7 @@ class _Ctx:
             self.row |= {d.symbol for d in R.plate["data"]}
         self.dims = set(R.dims.values())
         self.stats = {}          # per-row expr -> statistic symbol
+        self.rates = {}          # learning-rate schedule expression -> its symbol
         self.sym = {b.variables[0] for b in R.blocks if b.symmetric}
         self.scale = None
         if R.plate is not None and R.plate.get("minibatch") is not None:
@@ -663,11 +664,16 @@ def _exact_block(R, D, ctx, b, current):
         D.symbol_names[l] = r"\lambda^{(%d)}_{%s}" % (i + 1, _tex(b.name))
     rho = b.rho
     if b.schedule is not None:
-        args = b.schedule[1]
-        D.add("robbins_monro", RULES["robbins_monro"].equation, f"Block `{b.name}`: Robbins-Monro learning rate",
-              "ρ_t = (t + delay)^(-forgetting) with forgetting in (1/2, 1]: Σρ_t = ∞ and Σρ_t² < ∞, so the "
-              "stochastic steps converge to a fixed point of the full-batch update.",
-              [(sp.Symbol(r"\rho_t"), rho)])
+        if rho not in ctx.rates:
+            rs = sp.Symbol("rho_t" if not ctx.rates else f"rho_t{len(ctx.rates) + 1}", positive=True)
+            D.symbol_names[rs] = r"\rho_t" if not ctx.rates else r"\rho_t^{(%d)}" % (len(ctx.rates) + 1)
+            ctx.rates[rho] = rs
+            D.assignments.append((rs, rho))
+            D.add("robbins_monro", RULES["robbins_monro"].equation, "Robbins-Monro learning rate",
+                  "ρ_t = (t + delay)^(-forgetting) with forgetting in (1/2, 1]: Σρ_t = ∞ and Σρ_t² < ∞, so the "
+                  "stochastic steps converge to a fixed point of the full-batch update (Sec. 5.3).",
+                  [(rs, rho)])
+        rho = ctx.rates[rho]
     eta_now = [e.xreplace(pmap) for e in fam.eta]
     upd = [sp.expand(msg) if rho == 1 else (1 - rho) * e + rho * msg for e, msg in zip(eta_now, msgs)]
     rule_text = ("With ρ = 1 the old natural parameters drop out: λ is the sum of the messages (Eq. 58; the same as "
@@ -883,6 +889,7 @@ class FactorizedIR:
     dims: list                     # [(dim, data name, axis)] (plate data: axis counted after the row axis)
     step_symbol: object
     local_assign: list             # [(symbol, expr)] per row
+    pre_loop: list                 # [(symbol, expr)] row-invariant parts of the per-row program, computed once
     stats: list                    # [(symbol, per-row expr)]
     scale: object                  # (symbol, expr) or None
     assignments: list              # [(symbol, expr)]
@@ -923,17 +930,60 @@ def build_factorized_ir(D: FactorizedDerivation, source: str = "") -> Factorized
                 if s not in seen:
                     seen.add(s)
                     dims.append((s, d.name, axis + 1))
-        plate = {"index": R.plate["index"], "data": pdata, "local_outputs": list(D.local_outputs)}
+        plate = {"index": R.plate["index"], "data": pdata, "local_outputs": list(D.local_outputs),
+                 # scalar rows: the per-row program is elementwise, so numpy evaluates it on all rows at once
+                 "vectorized": all(not d.shape for d in R.plate["data"])}
     for d in R.data:
         for axis, s in enumerate(d.shape):
             if s not in seen:
                 seen.add(s)
                 dims.append((s, d.name, axis))
+    pre_loop, local_assign = _hoist_invariants(D)
     blocks = [(b.name, b.family.name if b.family is not None else "delta (point estimate)",
                "local" if b.local else "global", b.rho_text, b.approximation) for b in R.blocks]
     return FactorizedIR(
         recipe=R.name, title=R.title, class_name=R.class_name or _camel(R.name), engine_version=__version__,
         source=source, paper=R.paper, description=R.description, blocks=blocks, state=state,
         hyperparameters=hyper, data=data, plate=plate, dims=dims, step_symbol=D.step_symbol,
-        local_assign=list(D.local_assign), stats=list(D.stats), scale=D.scale, assignments=list(D.assignments),
+        local_assign=local_assign, pre_loop=pre_loop, stats=list(D.stats), scale=D.scale, assignments=list(D.assignments),
         outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name)
+
+
+def _hoist_invariants(D):
+    """Split the per-row program into row-invariant temporaries (computed once before the plate loop) and
+    the per-row assignments that use them (loop-invariant code motion; the values are unchanged)."""
+    row = set(D.row_symbols) | {s for s, _ in D.local_assign}
+    temps, pre = {}, []
+
+    def temp(e):
+        if e not in temps:
+            t = sp.Symbol(f"row_const{len(temps) + 1}", real=True)
+            temps[e] = t
+            pre.append((t, e))
+        return temps[e]
+
+    def varies(e):
+        return bool(e.free_symbols & row)
+
+    def walk(e):
+        if is_mat(e):
+            return e
+        if not varies(e):
+            return e if (e.is_Atom or e.is_number) else temp(e)
+        if isinstance(e, sp.Trace) and isinstance(e.arg, sp.MatAdd):
+            return walk(sp.Add(*[sp.Trace(a) for a in e.arg.args]))
+        if isinstance(e, sp.Trace) and isinstance(e.arg, sp.MatMul):
+            c, mats = matcalc._split_coeff(e.arg.args)
+            if c != 1:
+                return walk(c * sp.Trace(sp.MatMul(*mats) if len(mats) > 1 else mats[0]))
+        if isinstance(e, (sp.Add, sp.Mul)):
+            inv = [a for a in e.args if not varies(a)]
+            parts = [walk(a) for a in e.args if varies(a)]
+            if inv:
+                c = e.func(*inv)
+                parts.insert(0, c if (c.is_Atom or c.is_number) else temp(c))
+            return e.func(*parts)
+        if isinstance(e, (sp.Function, sp.Pow)):
+            return e.func(*[walk(a) for a in e.args])
+        return e
+    return pre, [(s, walk(e)) for s, e in D.local_assign]

@@ -117,3 +117,113 @@ def test_vmp_derivation_shows_messages_per_factor():
     assert any(r"{likelihood} \to \mathrm{tau}" in m for m in msgs)
     assert any(r"{prior\_theta} \to \mathrm{theta}" in m for m in msgs)
     assert not any(r"{prior\_tau} \to \mathrm{theta}" in m for m in msgs)          # a factor without theta sends no message
+
+
+# ----------------------------------------------------------------------------------------------- SVI
+SVI_HP = dict(sigma2=1.0, a0=1.0, m0=0.0, s0=0.1)
+
+
+def svi_data(seed=0, n=(60, 90, 75)):
+    rng = np.random.default_rng(seed)
+    y = np.concatenate([rng.normal(c, 1.0, size=k) for c, k in zip((-4.0, 0.5, 4.0), n)])
+    return rng.permutation(y)
+
+
+def cavi_bgmm_sweep(y, a, m, s, sigma2, a0, m0, s0):
+    """One full-batch CAVI sweep for the Bayesian mixture with known variance (written from Bishop PRML
+    Sec. 10.2 / Blei et al. 2017, Sec. 3): q(z_n) ∝ exp(E[log w_k] - E[(y_n - mu_k)²]/(2 sigma2)), then
+    q(w) = Dir(a0 + N_k), then q(mu_k) = N(m_k, 1/s_k) with s_k = s0 + N_k/sigma2."""
+    from scipy.special import digamma, logsumexp
+    e_logw = digamma(a) - digamma(a.sum())
+    logits = e_logw[None, :] - ((y[:, None] - m[None, :]) ** 2 + 1 / s[None, :]) / (2 * sigma2)
+    r = np.exp(logits - logsumexp(logits, axis=1, keepdims=True))
+    nk = r.sum(axis=0)
+    a_new = a0 + nk
+    s_new = s0 + nk / sigma2
+    m_new = (s0 * m0 + r.T @ y / sigma2) / s_new
+    return a_new, m_new, s_new, r
+
+
+def svi_state(mod, a, m, s):
+    return mod.init(w_a1=a[0], w_a2=a[1], w_a3=a[2], mu1_m=m[0], mu2_m=m[1], mu3_m=m[2],
+                    mu1_s=s[0], mu2_s=s[1], mu3_s=s[2])
+
+
+def svi_params(state):
+    return (np.array([state["w_a1"], state["w_a2"], state["w_a3"]]),
+            np.array([state["mu1_m"], state["mu2_m"], state["mu3_m"]]),
+            np.array([state["mu1_s"], state["mu2_s"], state["mu3_s"]]))
+
+
+A0, M0, S0 = np.array([2.0, 2.0, 2.0]), np.array([-2.0, 0.0, 2.0]), np.array([1.0, 1.0, 1.0])
+
+
+def vmp_fixed_point(y):
+    a, m, s = A0, M0, S0
+    for _ in range(200):
+        a, m, s, _ = cavi_bgmm_sweep(y, a, m, s, **SVI_HP)
+    a2, m2, s2, _ = cavi_bgmm_sweep(y, a, m, s, **SVI_HP)
+    assert np.abs(m2 - m).max() < 1e-13          # converged
+    return a, m, s
+
+
+def test_svi_full_batch_with_unit_rate_is_one_cavi_sweep():
+    """forgetting = 0 makes rho_t = 1 and the batch the whole data set (N = B): the SVI step is a full-batch
+    VMP (CAVI) sweep, equal to the hand-written one to 1e-12."""
+    mod = load_generated("svi")
+    y = svi_data()
+    state, (a, m, s) = svi_state(mod, A0, M0, S0), (A0, M0, S0)
+    for _ in range(5):
+        state = mod.step(state, data={"y": y}, N=len(y), forgetting=0.0, **SVI_HP)
+        a, m, s, r = cavi_bgmm_sweep(y, a, m, s, **SVI_HP)
+        for got, want in zip(svi_params(state), (a, m, s)):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(state["z_p1"], r[:, 0], rtol=0, atol=1e-12)
+
+
+def test_svi_robbins_monro_converges_to_the_vmp_fixed_point():
+    """Full batch, rho_t = (t + 1)^-0.51 < 1: the damped steps converge to the CAVI fixed point (the error
+    falls from ~7e-4 after 100 steps to ~2e-7 after 400)."""
+    mod = load_generated("svi")
+    y = svi_data()
+    a_star, m_star, s_star = vmp_fixed_point(y)
+    state = svi_state(mod, A0, M0, S0)
+    errors = []
+    for t in range(1, 401):
+        state = mod.step(state, data={"y": y}, N=len(y), delay=1.0, forgetting=0.51, **SVI_HP)
+        if t % 100 == 0:
+            errors.append(np.abs(svi_params(state)[1] - m_star).max())
+    assert int(state["step"]) == 400
+    assert errors[0] > 1e-4 and all(e2 < e1 / 2 for e1, e2 in zip(errors, errors[1:]))
+    a, m, s = svi_params(state)
+    np.testing.assert_allclose(m, m_star, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(a, a_star, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(s, s_star, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(m_star, [-4.0, 0.5, 4.0], atol=0.35)      # the mixture is recovered
+
+
+def test_svi_minibatches_approach_the_vmp_fixed_point():
+    """Minibatches of B = 15 rows scaled by N/B, rho_t = (t + 10)^-0.7: close to the full-batch fixed point."""
+    mod = load_generated("svi")
+    y = svi_data()
+    a_star, m_star, _ = vmp_fixed_point(y)
+    rng = np.random.default_rng(1)
+    state = svi_state(mod, A0, M0, S0)
+    for _ in range(400):
+        batch = y[rng.choice(len(y), 15, replace=False)]
+        state = mod.step(state, data={"y": batch}, N=len(y), delay=10.0, forgetting=0.7, **SVI_HP)
+    a, m, _ = svi_params(state)
+    np.testing.assert_allclose(m, m_star, rtol=0, atol=0.15)
+    np.testing.assert_allclose(a / a.sum(), a_star / a_star.sum(), rtol=0, atol=0.05)
+    # every minibatch carries the same scaled count N, so Σa → 3 a0 + N geometrically (Π(1 - rho_t) ~ 1e-6)
+    np.testing.assert_allclose(a.sum(), a_star.sum(), rtol=1e-5)
+
+
+def test_svi_derivation_local_and_global_blocks():
+    _, D = derive_file(CATALOG / "svi.yaml")
+    md = D.to_markdown()
+    assert "| `z` | `categorical` | local (one per plate row) | 1 | `exact` |" in md
+    assert "| `w` | `dirichlet` | global | robbins_monro(delay=delay, forgetting=forgetting) | `exact` |" in md
+    rules = [s.rule for s in D.steps]
+    assert "robbins_monro" in rules and "minibatch" in rules
+    assert any(line.startswith("batch_scale = N/sum") for line in D.update_lines())

@@ -71,12 +71,14 @@ class NumpyTarget:
         printer = BLRNumPyPrinter()
         pr = printer.doprint
         local_assign = [(pr(s), pr(e)) for s, e in ir.local_assign]
+        pre_loop = [(pr(s), pr(e)) for s, e in ir.pre_loop]
         stats = [(pr(s), pr(e)) for s, e in ir.stats]
         scale = (pr(ir.scale[0]), pr(ir.scale[1])) if ir.scale is not None else None
         assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
         dims = [(str(d), var, axis) for d, var, axis in ir.dims]
         return self.env.get_template("factorized.py.j2").render(
-            ir=ir, local_assign=local_assign, stats=stats, scale=scale, assigns=assigns, dims=dims,
+            ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
+            dims=dims,
             plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports),
             printer=printer)

@@ -134,6 +134,11 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     n_rows = y_rows.shape[0]
     z_p1_rows = numpy.empty(n_rows)
     z_p2_rows = numpy.empty(n_rows)
+    row_const1 = m3 @ L3 @ m3
+    row_const2 = m1 @ L1 @ m1
+    row_const3 = numpy.log(pi1) - numpy.log1p(-pi1 - pi2) + (1/2)*numpy.log(numpy.linalg.det(L1)) - 1/2*numpy.log(numpy.linalg.det(L3))
+    row_const4 = m2 @ L2 @ m2
+    row_const5 = numpy.log(pi2) - numpy.log1p(-pi1 - pi2) + (1/2)*numpy.log(numpy.linalg.det(L2)) - 1/2*numpy.log(numpy.linalg.det(L3))
     sum1 = 0.0
     sum2 = 0.0
     sum3 = 0.0
@@ -146,8 +151,8 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     sum10 = 0.0
     for n in range(n_rows):
         y = y_rows[n]
-        z_lambda1 = numpy.log(pi1) - numpy.log1p(-pi1 - pi2) + (1/2)*numpy.log(numpy.linalg.det(L1)) - 1/2*numpy.log(numpy.linalg.det(L3)) - 1/2*(m1 @ L1 @ m1 + y @ L1 @ y - m1 @ L1 @ y - y @ L1 @ m1) + (1/2)*(m3 @ L3 @ m3 + y @ L3 @ y - m3 @ L3 @ y - y @ L3 @ m3)
-        z_lambda2 = numpy.log(pi2) - numpy.log1p(-pi1 - pi2) + (1/2)*numpy.log(numpy.linalg.det(L2)) - 1/2*numpy.log(numpy.linalg.det(L3)) - 1/2*(m2 @ L2 @ m2 + y @ L2 @ y - m2 @ L2 @ y - y @ L2 @ m2) + (1/2)*(m3 @ L3 @ m3 + y @ L3 @ y - m3 @ L3 @ y - y @ L3 @ m3)
+        z_lambda1 = (1/2)*row_const1 - 1/2*row_const2 + row_const3 + (1/2)*m1 @ L1 @ y - 1/2*m3 @ L3 @ y + (1/2)*y @ L1 @ m1 - 1/2*y @ L1 @ y - 1/2*y @ L3 @ m3 + (1/2)*y @ L3 @ y
+        z_lambda2 = (1/2)*row_const1 - 1/2*row_const4 + row_const5 + (1/2)*m2 @ L2 @ y - 1/2*m3 @ L3 @ y + (1/2)*y @ L2 @ m2 - 1/2*y @ L2 @ y - 1/2*y @ L3 @ m3 + (1/2)*y @ L3 @ y
         z_p1 = numpy.exp(z_lambda1 - scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(0, z_lambda1, z_lambda2)), axis=0))
         z_p2 = numpy.exp(z_lambda2 - scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(0, z_lambda1, z_lambda2)), axis=0))
         z_p1_rows[n] = z_p1

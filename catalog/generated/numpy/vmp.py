@@ -92,14 +92,11 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         raise TypeError("this update needs data: " + ", ".join(DATA))
     y_rows = numpy.asarray(data["y"], dtype=float)
     n_rows = y_rows.shape[0]
-    sum1 = 0.0
-    sum2 = 0.0
-    sum3 = 0.0
-    for n in range(n_rows):
-        y = y_rows[n]
-        sum1 = sum1 + y
-        sum2 = sum2 + 1
-        sum3 = sum3 + y**2
+    # scalar rows: the per-row program runs elementwise on all rows at once
+    y = y_rows
+    sum1 = numpy.sum(numpy.broadcast_to(y, (n_rows,)))
+    sum2 = numpy.sum(numpy.broadcast_to(1, (n_rows,)))
+    sum3 = numpy.sum(numpy.broadcast_to(y**2, (n_rows,)))
     theta_lambda1 = kappa0*m0*tau_alpha/tau_beta + sum1*tau_alpha/tau_beta
     theta_lambda2 = -1/2*kappa0*tau_alpha/tau_beta - 1/2*sum2*tau_alpha/tau_beta
     theta_m_new = -1/2*theta_lambda1/theta_lambda2
