@@ -621,7 +621,9 @@ def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2) -> Report:
         from .recipe import load_recipe
         recipe = load_recipe(path)
         fam = recipe.family
-        rep = Report(f"recipe '{recipe.name}' ({path}), family '{fam.name}'", fam)
+        if getattr(fam, "is_mixture", False):        # a mixture candidate: check its component family
+            fam = fam.base
+        rep = Report(f"recipe '{recipe.name}' ({path}), family '{recipe.family.name}'", fam)
         rep.checks = check_family(fam, points=points, seed=seed, dim=dim) + list(check_recipe_updates(recipe))
     else:
         fam = load_family(str(path))
