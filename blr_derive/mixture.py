@@ -664,7 +664,7 @@ def _dropout_masks(recipe, D, fam, approx, free, csyms):
     ctx = Ctx(D, approx)
     samples = ctx.expr("samples", sp.Integer(1))
     ctx.done()
-    u = sp.Symbol("u", positive=True)
+    u = sp.Symbol("u_mask", positive=True)
     theta = sp.Symbol("theta_tilde", real=True)
     D.symbol_names.update({u: "u", theta: r"\tilde\theta"})
     # indicators from the cumulative weights: 1[z=j] = H(c_j − u) − H(c_{j−1} − u)

@@ -71,6 +71,18 @@ def rmsprop_dropout_reference(m, s, masks, grad, lr, alpha, eps, pi1):
     return m, s
 
 
+def adam_dropout_reference(m, masks, grad, lr, beta1, beta2, eps, pi1):
+    """Adam with dropout: Eq. 43 with the squared masked gradient (Eq. 38), EMA momentum (Eq. 77), Adam's bias
+    corrections, √s + eps, and the 1/π₁ of Eqs. 42-43."""
+    u, s = np.zeros_like(m), np.zeros_like(m)
+    for t, z in enumerate(masks, 1):
+        g = z * grad(z * m)
+        u = beta1 * u + (1 - beta1) * g
+        s = beta2 * s + (1 - beta2) * g**2 / pi1
+        m = m - lr * (u / (1 - beta1**t)) / (pi1 * (np.sqrt(s / (1 - beta2**t)) + eps))
+    return m, u, s
+
+
 @pytest.mark.parametrize("pi1, rho", [(0.5, 0.1), (0.8, 0.3)])
 def test_dropout_equals_newton_with_dropout_under_the_same_masks(pi1, rho):
     mod = load_generated("dropout")
@@ -101,6 +113,22 @@ def test_dropout_rmsprop_equals_rmsprop_with_dropout_under_the_same_masks():
     np.testing.assert_allclose(state["m"], m_ref, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(state["s"], s_ref, rtol=1e-12, atol=1e-14)
     assert mod.ORACLES == ("grad",)
+
+
+def test_dropout_adam_equals_adam_with_dropout_under_the_same_masks():
+    mod = load_generated("dropout_adam")
+    _, grad, _ = problem(2)
+    pi1, lr, betas, eps = 0.6, 0.02, (0.8, 0.95), 1e-8
+    masks = unit_masks(np.random.default_rng(6), pi1, 30)
+    m0 = 0.1 * np.random.default_rng(7).normal(size=N_OUT * N_IN)
+    state = mod.init(m=m0)
+    rng = MaskRng(masks, pi1)
+    for _ in masks:
+        state = mod.step(state, oracles={"grad": grad}, rng=rng, lr=lr, betas=betas, eps=eps, pi1=pi1)
+    m_ref, u_ref, s_ref = adam_dropout_reference(m0, masks, grad, lr, *betas, eps, pi1)
+    np.testing.assert_allclose(state["m"], m_ref, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(state["u"], u_ref, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(state["s"], s_ref, rtol=1e-12, atol=1e-14)
 
 
 def test_masks_are_bernoulli_draws_with_the_keep_probability():

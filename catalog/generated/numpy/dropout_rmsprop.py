@@ -6,9 +6,9 @@
 # Paper: Khan & Rue (2023), Sec. 4.3, Eqs. 42-43 with Sec. 4.2, Eqs. 36-38; App. G
 #
 # Derived update (Bayesian learning rule, Eq. 6):
-#   for k in 1..1: u ~ U(0, 1), theta_tilde = m*Heaviside(pi1 - u, 0), g_s = grad(theta_tilde)
-#   g = mean_k(g_s*Heaviside(pi1 - u, 0))
-#   avg_gsq = mean_k(g_s^2*Heaviside(pi1 - u, 0)^2)
+#   for k in 1..1: u_mask ~ U(0, 1), theta_tilde = m*Heaviside(pi1 - u_mask, 0), g_s = grad(theta_tilde)
+#   g = mean_k(g_s*Heaviside(pi1 - u_mask, 0))
+#   avg_gsq = mean_k(g_s^2*Heaviside(pi1 - u_mask, 0)^2)
 #   h_gsq = avg_gsq
 #   s_root = eps + sqrt(s_new)
 #   s <- alpha*s + h_gsq*(1 - alpha)/pi1
@@ -34,9 +34,9 @@ REQUIRED_STATE = ("m", )
 ORACLES = ("grad", )
 DATA = ()
 EQUATIONS = (
-    "for k in 1..1: u ~ U(0, 1), theta_tilde = m*Heaviside(pi1 - u, 0), g_s = grad(theta_tilde)",
-    "g = mean_k(g_s*Heaviside(pi1 - u, 0))",
-    "avg_gsq = mean_k(g_s^2*Heaviside(pi1 - u, 0)^2)",
+    "for k in 1..1: u_mask ~ U(0, 1), theta_tilde = m*Heaviside(pi1 - u_mask, 0), g_s = grad(theta_tilde)",
+    "g = mean_k(g_s*Heaviside(pi1 - u_mask, 0))",
+    "avg_gsq = mean_k(g_s^2*Heaviside(pi1 - u_mask, 0)^2)",
     "h_gsq = avg_gsq",
     "s_root = eps + sqrt(s_new)",
     "s <- alpha*s + h_gsq*(1 - alpha)/pi1",
@@ -81,18 +81,18 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     s = numpy.asarray(state["s"], dtype=float)
     if oracles is None:
         raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
-    # Monte Carlo over q: 1 sample(s) theta_tilde = m*numpy.heaviside(pi1 - u, 0)
+    # Monte Carlo over q: 1 sample(s) theta_tilde = m*numpy.heaviside(pi1 - u_mask, 0)
     if rng is None:
         raise TypeError("this update draws random numbers: pass rng (a numpy.random.Generator)")
     n_samples = int(1)
     g = numpy.zeros_like(m)
     avg_gsq = numpy.zeros_like(m)
     for k in range(n_samples):
-        u = numpy.asarray(rng.random(numpy.shape(m)), dtype=float)
-        theta_tilde = m*numpy.heaviside(pi1 - u, 0)
+        u_mask = numpy.asarray(rng.random(numpy.shape(m)), dtype=float)
+        theta_tilde = m*numpy.heaviside(pi1 - u_mask, 0)
         g_s = numpy.asarray(oracles["grad"](theta_tilde), dtype=float)
-        g = g + (g_s*numpy.heaviside(pi1 - u, 0) - g) / (k + 1)
-        avg_gsq = avg_gsq + (g_s**2*numpy.heaviside(pi1 - u, 0)**2 - avg_gsq) / (k + 1)
+        g = g + (g_s*numpy.heaviside(pi1 - u_mask, 0) - g) / (k + 1)
+        avg_gsq = avg_gsq + (g_s**2*numpy.heaviside(pi1 - u_mask, 0)**2 - avg_gsq) / (k + 1)
     t_0 = pi1**(-1.0)
     h_gsq = avg_gsq
     s_new = alpha*s + h_gsq*t_0*(1 - alpha)
