@@ -23,6 +23,11 @@ def _copy(d):
     return {k: np.array(v, dtype=float, copy=True) for k, v in d.items()}
 
 
+def _client(mod, global_state, hyper):
+    """A client's initial state: the broadcast global parameters, other state (momentum, ...) at its defaults."""
+    return _copy(mod.init(hyper, **{k: v for k, v in global_state.items() if k in mod.STATE}))
+
+
 def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hyper=None, rng=None):
     """One client's part of a round: local BLR steps, the dual step and the message (new state, dual, message)."""
     hyper = hyper or {}
@@ -44,7 +49,7 @@ def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=
     K = len(client_oracles)
     hyper = {k: v for k, v in (hyper or {}).items() if k in mod.HYPERPARAMETERS}
     g = _copy(global_state)
-    states = [_copy(s) for s in client_states] if client_states is not None else [_copy(g) for _ in range(K)]
+    states = [_copy(s) for s in client_states] if client_states is not None else [_client(mod, g, hyper) for _ in range(K)]
     duals = [mod.init_dual(s) for s in states]
     rngs = rngs or [None] * K
     for r in range(rounds):
@@ -72,7 +77,7 @@ def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, r
     is_client = not (dedicated_server and rank == server)
     hyper = {k: v for k, v in (hyper or {}).items() if k in mod.HYPERPARAMETERS}
     g = _copy(global_state)
-    state = _copy(state) if state is not None else _copy(g)
+    state = _copy(state) if state is not None else _client(mod, g, hyper)
     dual = mod.init_dual(state)
     zero = {n: np.zeros_like(v) for n, v in mod.client_message(state, dual, **hyper).items()}
     for r in range(rounds):

@@ -19,15 +19,21 @@ on the full batch (mean loss over all examples):
 
 Compared: every parameter tensor, float64, |Δ| ≤ 1e-12 (the observed differences are ~1e-16: the only
 difference is the order of floating-point summation).
+
+The same spawn (one start of 4 processes serves every test here) also runs federated Bayesian ADMM with the
+clients and the server as ranks: see tests/federated_problems.py.
 """
 import os
 import socket
 import tempfile
 
+import numpy as np
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import federated_problems as fp
 from conftest import load_module_from_path
 
 GENERATED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "catalog", "generated", "torch")
@@ -98,6 +104,8 @@ def _worker(rank, ports, out):
             shard = [(X[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n])]
             res = {case: _train(case, shard, ddp=not CASES[case][2], sync=CASES[case][2]) for case in CASES}
             torch.save(res, os.path.join(out, f"world{world}_rank{rank}.pt"))
+            if world == fp.K:
+                np.save(os.path.join(out, f"federated_rank{rank}.npy"), fp.rank_runs(rank), allow_pickle=True)
         finally:
             dist.destroy_process_group()
 
@@ -108,10 +116,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _run():
+@pytest.fixture(scope="module")
+def spawned():
+    """One spawn of 4 processes: (DDP/sync results per world size, federated results per rank)."""
     with tempfile.TemporaryDirectory() as out:
         mp.spawn(_worker, args=((_free_port(), _free_port()), out), nprocs=4, join=True)
-        return {w: [torch.load(os.path.join(out, f"world{w}_rank{r}.pt")) for r in range(w)] for w in (4, 2)}
+        ddp = {w: [torch.load(os.path.join(out, f"world{w}_rank{r}.pt")) for r in range(w)] for w in (4, 2)}
+        fed = [np.load(os.path.join(out, f"federated_rank{r}.npy"), allow_pickle=True).item() for r in range(fp.K)]
+    return ddp, fed
 
 
 def _check(world, ranks):
@@ -132,10 +144,29 @@ def _check(world, ranks):
     return worst
 
 
-def test_two_and_four_ranks_equal_single_process_full_batch():
-    runs = _run()
+def test_two_and_four_ranks_equal_single_process_full_batch(spawned):
     for world in (2, 4):
-        _check(world, runs[world])
+        _check(world, spawned[0][world])
+
+
+def test_federated_ranks_equal_the_in_process_simulator(spawned):
+    ref = fp.simulator_runs()
+    for name, g in ref.items():
+        for r, res in enumerate(spawned[1]):
+            for key in g:
+                err = np.max(np.abs(res[name][key] - g[key]))
+                assert err <= 1e-12 * max(1.0, np.max(np.abs(g[key]))), (name, r, key, err)
+    # the full-Gaussian round on the ranks is the centralized least-squares posterior
+    ls = fp.least_squares()
+    S = sum(A.T @ A for A, _ in ls) + fp.DELTA * np.eye(3)
+    assert np.allclose(spawned[1][1]["full"]["m"], np.linalg.solve(S, sum(A.T @ b for A, b in ls)), rtol=1e-10, atol=0)
+
+
+def test_ivon_admm_on_ranks_reaches_fedavg_and_admm_accuracy(spawned):
+    acc_ivon, acc_avg, acc_admm = fp.accuracies(spawned[1][0]["ivon"]["m"])
+    print(f"test accuracy after {fp.ROUNDS} rounds: IVON-ADMM {acc_ivon:.4f}, FedAvg {acc_avg:.4f}, "
+          f"federated ADMM {acc_admm:.4f}")
+    assert acc_ivon >= acc_avg and acc_ivon >= acc_admm
 
 
 def test_sync_without_process_group_is_a_no_op():
