@@ -301,3 +301,40 @@ def test_sum_grammar_and_errors(tmp_path):
     bad.write_text(text.replace("  - delta\n", "  - gauss_hermite: {}\n"))
     with pytest.raises(SpecError, match="missing argument 'nodes'"):
         derive_file(bad)
+
+
+@pytest.mark.parametrize("rule", ["gauss_hermite: {nodes: nodes}", "delta"])
+def test_two_data_sums_with_offsets_against_symbolic_update_and_finite_differences(tmp_path, rule):
+    """A loss with two data sums (an offset inside one, a coefficient on the other): the generated step
+    equals the symbolic one, and the quadrature natural gradient equals finite differences of E_q[ℓ](μ)
+    (blr_derive.check.check_recipe_updates)."""
+    from blr_derive.check import check_recipe_updates
+    from blr_derive.recipe import load_recipe
+    path = tmp_path / "two_sums.yaml"
+    path.write_text(f"""name: two_sums
+family: gaussian_full
+loss:
+  expression: sum(softplus(X*theta + b)) + 0.5*sum(exp(Z*theta)) - y.T*X*theta + 0.5*alpha*theta.T*theta
+  data:
+    X: {{shape: [N, P]}}
+    b: {{shape: [N]}}
+    y: {{shape: [N]}}
+    Z: {{shape: [K, P]}}
+hyperparameters:
+  alpha: {{default: 1.0}}
+  nodes: {{default: 40, type: int}}
+approximations:
+  - {rule}
+""")
+    recipe = load_recipe(path)
+    checks = {c.name: c for c in check_recipe_updates(recipe)}
+    assert checks["generated update vs symbolic update"].passed
+    assert checks["generated update vs symbolic update"].value < 1e-10
+    if rule == "delta":
+        assert "natural gradient vs finite differences" not in checks
+    else:
+        assert checks["natural gradient vs finite differences"].value < 1e-6
+    from blr_derive.blr import derive
+    D = derive(recipe)
+    names = [s_.name for s_, _ in D.defs]
+    assert names[:2] == ["eta1", "eta_var1"] if rule != "delta" else names[:2] == ["eta1", "eta2"]
