@@ -617,6 +617,12 @@ def _describe(fam: Family):
 def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2) -> Report:
     """Check a family file, or the family of a recipe file (plus ``check_recipe_updates``)."""
     spec = load_yaml_file(path)
+    from .errors import SpecError
+    from .factorized import is_factorized_spec
+    if is_factorized_spec(spec):                     # one family per block: name them (checked one by one)
+        fams = sorted({str(b.get("family")) for b in spec["blocks"].values() if isinstance(b, dict) and "family" in b})
+        raise SpecError("a factorized recipe has one family per block; check them one by one: "
+                        + (", ".join(fams) or "none (delta blocks only)"), str(path), None)
     if isinstance(spec, dict) and "family" in spec and "sufficient_statistics" not in spec:
         from .recipe import load_recipe
         recipe = load_recipe(path)

@@ -121,6 +121,17 @@ class FactorizedRecipe:
     def hyper_symbols(self):
         return {h.name: h.symbol for h in self.hyper}
 
+    # what reports and `blr-derive compare` read of a recipe's loss: the sum of the factors
+    loss_kind = "explicit"
+
+    @property
+    def loss(self):
+        return sp.Add(*[f.expr for f in self.factors])
+
+    @property
+    def loss_text(self):
+        return " + ".join(f"[{f.name}{', summed over the plate' if f.plate else ''}: {f.text}]" for f in self.factors)
+
 
 class _FamilyShim:
     """What reports read of ``recipe.family`` for a factorized recipe."""

@@ -177,7 +177,11 @@ def derivation_fragment(D, heading: int = 1) -> str:
     if r.description:
         out.append(f'<p class="prose">{_prose(r.description.strip())}</p>')
     out.append(recipe_fragment(r))
-    out.append(family_fragment(r.family))
+    blocks = getattr(r, "blocks", None)             # a factorized recipe: the family of every exact block
+    fams = [r.family] if not blocks else [b.family for b in blocks if b.family is not None]
+    for j, fam in enumerate(fams):
+        if fam.name not in [f.name for f in fams[:j]]:
+            out.append(family_fragment(fam))
     for i, (st, eqs) in enumerate(derivation_equations(D), 1):
         if st is None:
             out.append(f'<section class="update"><{h2}>Update</{h2}>')

@@ -227,3 +227,70 @@ def test_svi_derivation_local_and_global_blocks():
     rules = [s.rule for s in D.steps]
     assert "robbins_monro" in rules and "minibatch" in rules
     assert any(line.startswith("batch_scale = N/sum") for line in D.update_lines())
+
+
+# ------------------------------------------------------------------------------------ reports and errors
+def test_factorized_recipes_in_explain_compare_and_check(tmp_path):
+    from blr_derive.cli import main
+    for name in ("svi",):                 # em_gmm and vmp: to_markdown in the tests above
+        for fmt in ("markdown", "latex", "html"):
+            out = tmp_path / f"{name}.{fmt}"
+            assert main(["explain", str(CATALOG / f"{name}.yaml"), "--format", fmt, "-o", str(out)]) == 0
+            assert "Factorized candidate and coordinate-wise BLR steps" in out.read_text(encoding="utf-8")
+    out = tmp_path / "cmp.txt"
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["compare", str(CATALOG / "vmp.yaml"), str(CATALOG / "svi.yaml")]) == 0
+    assert "add robbins_monro" in buf.getvalue() and "add minibatch" in buf.getvalue()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["check", str(CATALOG / "svi.yaml")]) == 2
+    assert "check them one by one: categorical, dirichlet, gaussian_diag" in err.getvalue()
+
+
+BASE = """name: bad
+plate: {data: {y: {}}}
+hyperparameters: {s0: 1.0}
+blocks:
+  z: {family: categorical, local: true, approximations: [exact]}
+  mu: {family: gaussian_diag, approximations: [exact]}
+factors:
+  lik: {plate: true, expression: "z1*(y - mu)**2 + z2*(y + mu)**2"}
+  prior: {expression: "s0*mu**2/2"}
+"""
+
+
+@pytest.mark.parametrize("edit, message, line", [
+    (("mu: {family: gaussian_diag, approximations: [exact]}", "mu: {family: gaussian_diag, approximations: [delta]}"),
+     "declares 'variable', not 'family'", 6),
+    (("local: true, approximations: [exact]}", "local: true, approximations: [exact], learning_rate: 0.5}"),
+     "needs learning_rate 1", 5),
+    (("s0*mu**2/2", "s0*exp(mu)"), "not linear in the sufficient statistics of block 'mu'", 6),
+    (("approximations: [exact]}\n  mu", "approximations: [monte_carlo]}\n  mu"), "approximations must be [exact]", 5),
+    (("prior: {expression", "prior: {plate: false, expression: \"z1\", x"), None, None),
+])
+def test_bad_factorized_recipes_are_one_line_errors(tmp_path, edit, message, line):
+    from blr_derive.errors import SpecError
+    text = BASE.replace(*edit)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        derive_file(path)
+    if message is not None:
+        assert message in str(exc.value)
+        assert exc.value.line == line and str(path) in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_local_factor_outside_the_plate_is_rejected(tmp_path):
+    from blr_derive.errors import SpecError
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE.replace('prior: {expression: "s0*mu**2/2"}', 'prior: {expression: "s0*mu**2/2 + z1"}'),
+                    encoding="utf-8")
+    with pytest.raises(SpecError, match="uses the local block 'z': mark it plate: true"):
+        derive_file(path)
+    path.write_text(BASE, encoding="utf-8")
+    _, D = derive_file(path)             # the valid base recipe derives
+    assert [n for n, _ in D.outputs] == ["mu_m", "mu_s"]
