@@ -11,7 +11,7 @@ import importlib
 
 import sympy as sp
 
-TARGETS = ("numpy", "torch")
+TARGETS = ("numpy", "torch", "triton")
 
 
 class HostConditionalMixin:

@@ -1,0 +1,153 @@
+"""triton target: one ``@triton.jit`` kernel per recipe and a ``torch.optim.Optimizer`` subclass
+with the torch target's API (constructor, ``step(closure)``, ``state_dict``, ``sampled_params``).
+
+Every step launches the update kernel once per parameter group (once per parameter dtype in
+the group): each program loads one block of one parameter through a pointer table (so the
+parameters and gradients stay where autograd put them), the rest of the state from per-group
+contiguous fp32 buffers (``optimizer.state[p][name]`` are views of them), and writes every
+output once.  Host scalars (β^t, bias corrections, hyperparameter products) are computed on the
+host in double precision and passed as fp32 arguments; host booleans are ``tl.constexpr``.
+
+Monte Carlo recipes add a draw kernel (θ = m + σε with ε from Triton's Philox, ``tl.randn``
+seeded per sample and offset by the element's index in the group) and a collect kernel that
+restores the means and accumulates the per-sample statistics, regenerating the same ε from the
+same seed and offsets: the noise is never stored.  Same scope as the torch target: elementwise
+recipes whose oracles are taken at the mean or at samples of q; others raise CodegenError.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import sympy as sp
+
+from blr_derive.errors import CodegenError
+from blr_derive.ir import need_conditions
+
+from codegen import template_env
+from codegen.torch import TorchTarget
+from codegen.torch.printer import HostPrinter
+from .printer import HELPERS, TritonFusedCompiler
+
+
+class TritonTarget:
+    name = "triton"
+    suffix = ".py"
+    template = "optimizer.py.j2"
+
+    def __init__(self):
+        self.env = template_env(Path(__file__).parent / "templates")
+
+    def check(self, ir):
+        try:
+            TorchTarget.check(self, ir)
+        except CodegenError as exc:
+            raise CodegenError(str(exc).replace("the torch target", "the triton target")) from None
+
+    def render(self, ir) -> str:
+        self.check(ir)
+        if ir.mean is None:
+            raise CodegenError(f"recipe '{ir.recipe}': the triton target needs a family whose mean is the parameter "
+                               "(recipes with a 'parameter' expression have the torch target)")
+        for sym, expr in ir.assignments:
+            if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
+                raise CodegenError(f"recipe '{ir.recipe}': the triton target needs an elementwise update; "
+                                   f"'{sym}' is a matrix expression")
+        host = HostPrinter()
+        mean = ir.mean
+        others = [v for v in ir.state if v.name != mean]
+        for v in others:
+            if v.init is None:
+                raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)")
+            if v.init_state is not None and v.init_state != mean:
+                raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; the "
+                                   "triton target can only copy the parameters themselves")
+        state_syms = {v.symbol for v in ir.state}
+        state_syms |= {sp.Symbol(str(s), real=True) for s in state_syms}
+        state_names = [v.name for v in ir.state]
+        helpers = set()
+
+        def loads(comp, names, extra=()):
+            """The state arrays a compiled program reads (in state order), by name."""
+            used = set(extra)
+            for line in comp.body:
+                used |= set(_words(line))
+            return [n for n in names if n in used]
+
+        sampling = None
+        stats_in = []
+        if ir.sampling is not None:
+            sm = ir.sampling
+            stats_in = [a for a, _ in sm.stats]
+            stat_need = need_conditions(ir.assignments, ir.outputs, stats_in)
+            theta_c = TritonFusedCompiler(state_syms | {sm.eps})
+            theta_c.assign(sm.theta, sm.theta_expr)
+            stat_c = TritonFusedCompiler(state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls})
+            needs_theta = any(sm.theta in e.free_symbols for _, e in sm.stats)
+            if needs_theta:          # the collect kernel recomputes θ (the parameters hold the mean again)
+                stat_c.assign(sm.theta, sm.theta_expr)
+            stats = []
+            for avg, e in sm.stats:
+                val = sp.Symbol(f"_sample_{avg}")
+                cond = stat_need[avg]
+                flag = None if cond == sp.true else stat_c.hoist_flag(cond)
+                stat_c.assign(val, e, cond)
+                stats.append({"name": str(avg), "val": str(val), "flag": flag,
+                              "cond": None if cond == sp.true else host.doprint(cond)})
+            theta_state = loads(theta_c, state_names)
+            stat_state = loads(stat_c, state_names)
+            helpers |= theta_c.helpers | stat_c.helpers
+            sampling = {
+                "samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
+                "draw": "randn" if sm.draw == "normal" else "rand",
+                "theta_c": theta_c, "stat_c": stat_c, "stats": stats,
+                "needs_theta": needs_theta, "grads": [(str(k), o) for k, o in sm.calls],
+                "theta_state": [n for n in theta_state if n != mean],
+                "stat_state": [n for n in stat_state if n != mean],
+            }
+        need = need_conditions(ir.assignments, ir.outputs, [s_ for s_, _ in ir.assignments] + stats_in)
+        tensors = state_syms | {c.symbol for c in ir.oracle_calls} | set(stats_in)
+        fused = TritonFusedCompiler(tensors)
+        stat_loads = []
+        for a in stats_in:
+            flag = None if need[a] == sp.true else fused.hoist_flag(need[a])
+            stat_loads.append((str(a), flag))
+        for sym, expr in ir.assignments:
+            fused.assign(sym, expr, need[sym])
+        helpers |= fused.helpers
+        outputs = [(name, str(sym)) for name, sym in ir.outputs if name != mean and str(sym) != name]
+        mean_out = [str(sym) for name, sym in ir.outputs if name == mean][0]
+        init_syms = set()
+        for v in others:
+            if v.init_state is None:
+                init_syms |= {str(s) for s in v.init.free_symbols}
+        update_state = [n for n in loads(fused, state_names, [n for n, _ in outputs]) if n != mean]
+        grads = [(str(c.symbol), c.oracle) for c in ir.oracle_calls]
+        theta_syms = {str(s) for s in ir.sampling.theta_expr.free_symbols} if ir.sampling is not None else set()
+        stat_syms = set()
+        if ir.sampling is not None:
+            for a, e in ir.sampling.stats:
+                stat_syms |= {str(s) for s in e.free_symbols} | {str(s) for s in stat_need[a].free_symbols}
+            if sampling["needs_theta"]:
+                stat_syms |= theta_syms
+        cols = []
+        for _, o in list(grads) + (sampling["grads"] if sampling else []):
+            if o not in cols:
+                cols.append(o)
+        return self.env.get_template(self.template).render(
+            ir=ir, mean=mean, outputs=outputs, mean_out=mean_out, others=others, host=host.doprint,
+            init_hyper=[h for h in ir.hyperparameters if any(str(s) in init_syms for s in h.symbols)],
+            grads=grads, sampling=sampling, fused=fused, stat_loads=stat_loads, update_state=update_state,
+            helper_sources=[HELPERS[h] for h in sorted(helpers)],
+            cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)},
+            other_oracles=[o for o, _ in ir.oracles if o != "grad"],
+            theta_hyper=[h for h in ir.hyperparameters if any(str(s) in theta_syms for s in h.symbols)],
+            stat_hyper=[h for h in ir.hyperparameters if any(str(s) in stat_syms for s in h.symbols)],
+        )
+
+
+def _words(line):
+    import re
+    return re.findall(r"[A-Za-z_][A-Za-z_0-9]*", line)
+
+
+TARGET = TritonTarget()
