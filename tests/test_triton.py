@@ -1,0 +1,272 @@
+"""Generated Triton optimizers (catalog/generated/triton) against the torch target of the same recipe.
+
+No GPU is needed: ``TRITON_INTERPRET=1`` makes ``@triton.jit`` return interpreted kernels that run on CPU
+torch tensors.  Triton reads the variable when a kernel is decorated, i.e. when a generated module is
+loaded, so it is set here, before this module or any generated module imports triton (no other test
+module imports triton; torch does not import it on CPU).  The interpreter is slow per program, so the
+tests use few parameter tensors and a large BLOCK (one or two programs per tensor).
+"""
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import contextlib  # noqa: E402
+
+import pytest  # noqa: E402
+import sympy as sp  # noqa: E402
+import torch  # noqa: E402
+
+from blr_derive.api import generate  # noqa: E402
+from blr_derive.errors import CodegenError  # noqa: E402
+from conftest import CATALOG, GENERATED, load_generated  # noqa: E402
+
+if sys.version_info < (3, 11):         # the pinned triton 3.9.0 has wheels for Python >= 3.11 only (pyproject)
+    pytest.skip("triton 3.9.0 needs Python >= 3.11", allow_module_level=True)
+
+# masked lanes of the last block divide zeros by zeros in the interpreter; their results are never stored
+pytestmark = pytest.mark.filterwarnings("ignore:(divide by zero|invalid value):RuntimeWarning")
+
+SHAPES = [(50, 200), (37,)]          # 10037 elements: a full block and a ragged one
+BLOCK = 16384
+
+
+def optimizer_class(mod):
+    return [v for v in vars(mod).values() if isinstance(v, type) and issubclass(v, torch.optim.Optimizer)
+            and v.__module__ == mod.__name__][0]
+
+
+def triton_module(name):
+    mod = load_generated(name, "triton")
+    mod.BLOCK = BLOCK
+    return mod
+
+
+def make_params(seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=g).to(dtype)) for s in SHAPES]
+
+
+def states_close(opt_a, params_a, opt_b, params_b, **tol):
+    for a, b in zip(params_a, params_b):
+        for k, v in opt_b.state[b].items():
+            if k == "step":
+                assert float(opt_a.state[a][k]) == float(v)
+            else:
+                torch.testing.assert_close(opt_a.state[a][k], v.float(), **tol)
+
+
+# ----------------------------------------------------------------- deterministic recipes, 20 steps
+DETERMINISTIC = [
+    ("sgd", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01)),
+    ("adam", dict(lr=1e-2, weight_decay=0.1, amsgrad=True)),
+    ("adamw", dict(lr=1e-2)),
+    ("rmsprop", dict(lr=1e-2, centered=True, momentum=0.5)),
+    ("ogn", dict(lr=0.1, ess=100.0)),
+]
+
+
+@pytest.mark.parametrize("name,kw", DETERMINISTIC, ids=[n for n, _ in DETERMINISTIC])
+def test_deterministic_recipe_equals_torch_target(name, kw):
+    tr, to = triton_module(name), load_generated(name, "torch")
+    pa, pb = make_params(), make_params()
+    opt_a, opt_b = optimizer_class(tr)(pa, **kw), optimizer_class(to)(pb, **kw)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        for a, b in zip(pa, pb):
+            grad = torch.randn(a.shape, generator=g) + 0.3 * a.detach()
+            a.grad, b.grad = grad.clone(), grad.clone()
+            if name == "ogn":
+                a.ggn = b.ggn = torch.rand(a.shape, generator=g) + 0.5
+        opt_a.step()
+        opt_b.step()
+        for a, b in zip(pa, pb):
+            # fp32 agreement to 1e-6; not bitwise because torch's CPU _foreach_sqrt is not correctly rounded
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    states_close(opt_a, pa, opt_b, pb, rtol=1e-6, atol=1e-6)
+    if name == "sgd":                    # no square roots: the same fp32 operations, bit for bit
+        assert all(torch.equal(a, b) for a, b in zip(pa, pb))
+
+
+def test_one_launch_per_group_and_step(monkeypatch):
+    tr = triton_module("adam")
+    launches = []
+
+    class Counting:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return self.kernel[grid]
+
+    monkeypatch.setattr(tr, "_update_kernel", Counting(tr._update_kernel))
+    pa, pb = make_params(), make_params(seed=3)
+    opt = optimizer_class(tr)([{"params": pa}, {"params": pb, "lr": 1e-3}], lr=1e-2)
+    for p in pa + pb:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    opt.step()
+    assert len(launches) == 4                          # 2 groups x 2 steps, all tensors of a group at once
+    assert launches[0] == (1 + 1,)                     # 10000 + 37 elements in BLOCK-sized programs
+    # the state is one contiguous fp32 buffer per group, self.state[p] holds views of it
+    s0, s1 = opt.state[pa[0]]["s"], opt.state[pa[1]]["s"]
+    assert s0.untyped_storage().data_ptr() == s1.untyped_storage().data_ptr() and s0.dtype == torch.float32
+
+
+def test_state_dict_round_trip():
+    tr = triton_module("adam")
+    cls = optimizer_class(tr)
+    pa, pb = make_params(), make_params()
+    opt_a = cls(pa, lr=1e-2)
+    g = torch.Generator().manual_seed(2)
+    grads = [[torch.randn(s, generator=g) for s in SHAPES] for _ in range(6)]
+
+    def run(opt, params, gs):
+        for step in gs:
+            for p, x in zip(params, step):
+                p.grad = x.clone()
+            opt.step()
+
+    run(opt_a, pa, grads)
+    opt_b = cls(pb, lr=1e-2)
+    run(opt_b, pb, grads[:3])
+    opt_c = cls(pb, lr=1e-2)
+    opt_c.load_state_dict(opt_b.state_dict())
+    run(opt_c, pb, grads[3:])
+    assert all(torch.equal(a, b) for a, b in zip(pa, pb))
+
+
+# ----------------------------------------------------------------- Monte Carlo recipes
+@contextlib.contextmanager
+def torch_draws(eps):
+    """Make the torch target's one flat standard-normal draw per group return ``eps``."""
+    orig = torch.randn
+
+    def randn(n, dtype=None, device=None):
+        assert n == eps.numel()
+        return eps.clone().to(dtype)
+
+    torch.randn = randn
+    try:
+        yield
+    finally:
+        torch.randn = orig
+
+
+def quadratic(params, A, C):
+    return sum((0.5 * a * (p - c) ** 2).sum() for a, p, c in zip(A, params, C))
+
+
+SAMPLING = [
+    ("ivon", dict(lr=0.05, ess=100.0), 10),
+    ("ivon", dict(lr=0.05, ess=100.0, mc_samples=2, hess_approx="gradsq", weight_decay=0.0), 5),
+    ("vogn", dict(lr=0.05, ess=100.0, mc_samples=2), 5),
+]
+
+
+@pytest.mark.parametrize("name,kw,steps", SAMPLING, ids=["ivon", "ivon-gradsq-2", "vogn-2"])
+def test_sampling_recipe_equals_torch_target_given_the_kernel_noise(name, kw, steps):
+    tr, to = triton_module(name), load_generated(name, "torch")
+    g = torch.Generator().manual_seed(5)
+    A = [torch.rand(s, generator=g) + 0.5 for s in SHAPES]
+    C = [torch.randn(s, generator=g) for s in SHAPES]
+    pa, pb = make_params(), make_params()
+    opt_a, opt_b = optimizer_class(tr)(pa, **kw), optimizer_class(to)(pb, **kw)
+    torch.manual_seed(0)
+    for _ in range(steps):
+        for _ in range(kw.get("mc_samples", 1)):
+            with opt_a.sampled_params(train=True):
+                opt_a.zero_grad()
+                quadratic(pa, A, C).backward()
+                for p, a in zip(pa, A):
+                    p.ggn = a
+                theta_a = [p.detach().clone() for p in pa]
+            eps = opt_a.noise(0)                          # regenerated from the sample's Philox seed
+            with torch_draws(eps), opt_b.sampled_params(train=True):
+                opt_b.zero_grad()
+                quadratic(pb, A, C).backward()
+                for p, a in zip(pb, A):
+                    p.ggn = a
+                theta_b = [p.detach().clone() for p in pb]
+            for a, b in zip(theta_a, theta_b):
+                torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+        opt_a.step()
+        opt_b.step()
+        for a, b in zip(pa, pb):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    states_close(opt_a, pa, opt_b, pb, rtol=1e-6, atol=1e-6)
+
+
+def test_sampling_noise_distribution_and_restore():
+    tr = triton_module("ivon")
+    params = [torch.nn.Parameter(torch.zeros(60000)), torch.nn.Parameter(torch.zeros(40000))]
+    opt = optimizer_class(tr)(params, lr=0.1, ess=4.0, hess_init=1.0, weight_decay=0.0)
+    means = [p.detach().clone() for p in params]
+    draws = []
+    for _ in range(2):
+        with opt.sampled_params():
+            theta = torch.cat([p.detach().flatten() for p in params])
+        eps = opt.noise(0)
+        # θ = m + ε/sqrt(ess*(h + δ)) with the ε that noise() regenerates from the seed
+        torch.testing.assert_close(theta, eps / 2.0, rtol=1e-6, atol=1e-7)
+        draws.append(eps)
+        assert all(torch.equal(p, m) for p, m in zip(params, means))     # means restored on exit
+    n = draws[0].numel()
+    for eps in draws:                                   # N(0, 1): mean and variance within 5 standard errors
+        assert abs(eps.mean().item()) < 5 / n ** 0.5
+        assert abs(eps.var().item() - 1) < 5 * (2 / n) ** 0.5
+    corr = torch.corrcoef(torch.stack(draws))[0, 1].item()
+    assert abs(corr) < 5 / n ** 0.5                     # a fresh seed per sample
+    with pytest.raises(ZeroDivisionError):              # restored also when the body raises
+        with opt.sampled_params(train=True):
+            1 / 0
+    assert all(torch.equal(p, m) for p, m in zip(params, means))
+
+
+# ----------------------------------------------------------------- low-precision parameters
+def test_bf16_params_fp32_state():
+    """bf16 parameters and gradients, fp32 state and arithmetic: the torch target run in fp32 whose parameters
+    are rounded to bf16 after every step gives the same state, and parameters within one bf16 rounding."""
+    tr, to = triton_module("adam"), load_generated("adam", "torch")
+    pa = make_params(dtype=torch.bfloat16)
+    pb = [torch.nn.Parameter(p.detach().float()) for p in pa]
+    opt_a, opt_b = optimizer_class(tr)(pa, lr=1e-2), optimizer_class(to)(pb, lr=1e-2)
+    g = torch.Generator().manual_seed(4)
+    for _ in range(20):
+        for a, b in zip(pa, pb):
+            grad = torch.randn(a.shape, generator=g).bfloat16()
+            a.grad, b.grad = grad, grad.float()
+        opt_a.step()
+        opt_b.step()
+        for a, b in zip(pa, pb):
+            assert a.dtype == torch.bfloat16
+            torch.testing.assert_close(a.float(), b.bfloat16().float(), rtol=2 ** -8, atol=1e-6)
+            with torch.no_grad():
+                b.copy_(a.float())                      # the bf16 mean both continue from
+    assert all(opt_a.state[p]["s"].dtype == torch.float32 for p in pa)
+    states_close(opt_a, pa, opt_b, pb, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------- code generation
+def test_triton_target_covers_the_torch_recipes_and_rejects_the_rest():
+    names = {p.stem for p in (GENERATED / "triton").glob("*.py")} - {"__init__"}
+    assert {"sgd", "rmsprop", "adam", "adamw", "ogn", "vogn", "ivon"} <= names
+    with pytest.raises(CodegenError, match="triton target needs an elementwise"):
+        generate(CATALOG / "newton.yaml", "triton")
+
+
+def test_kernel_source_has_one_update_kernel_and_no_libdevice():
+    text = (GENERATED / "triton" / "ivon.py").read_text(encoding="utf-8")
+    assert text.count("def _update_kernel(") == 1 and text.count("@triton.jit") >= 3
+    assert "libdevice" not in text and "tl.randn(_seed" in text
+    assert "beta1**t" in text.split("def step(")[1]      # host scalar: computed on the host, not in the kernel
+
+
+def test_printer_rejects_libdevice_functions():
+    from codegen.triton.printer import TritonPrinter
+    x = sp.Symbol("x")
+    with pytest.raises(CodegenError, match="libdevice"):
+        TritonPrinter().doprint(sp.loggamma(x))
+    p = TritonPrinter()
+    assert p.doprint(sp.log(1 + x)) == "_log1p(x)" and "_log1p" in p.helpers
