@@ -6,6 +6,8 @@
   ridge solution (and its precision);
 * the derived server step over the isotropic Gaussian with rho_server = 0 is the plain sum of sites (AMA).
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -102,3 +104,50 @@ def test_full_covariance_one_round_is_the_centralized_solution():
     # a second round stays there (a fixed point)
     g2, _, _ = simulate(mod, oracles, g, rounds=2, hyper=dict(lr=1.0, rho=1.0, rho_server=0.0, delta=delta))
     assert np.max(np.abs(g2["m"] - m_star)) < 1e-9 * np.max(np.abs(m_star))
+
+
+def test_diagonal_server_step_solves_the_site_equation():
+    """fed_ivon_admm's server: (1 + Kρ_s)λ_g + ∇_μ E_{q_g}[δθ²/2] = Σ_k messages, with λ = (s m, −s/2)."""
+    mod = load_generated("fed_ivon_admm")
+    rng = np.random.default_rng(0)
+    K, hp = 3, dict(rho_server=0.7, delta=2.0)
+    msg = {"msg1": rng.normal(size=5), "msg2": -rng.uniform(1, 3, size=5)}
+    g = mod.server_step(msg, K, **hp)
+    c = 1 + K * hp["rho_server"]
+    assert np.allclose(c * g["s"] * g["m"], msg["msg1"], rtol=1e-13, atol=1e-13)
+    assert np.allclose(c * (-g["s"] / 2) + hp["delta"] / 2, msg["msg2"], rtol=1e-13, atol=1e-13)
+    # and the dual step moves the dual by ρ(λ_k − λ_g)
+    st = mod.init({"rho": 1.0}, m=rng.normal(size=5), s=rng.uniform(1, 2, size=5))
+    d = mod.dual_step(st, g, {"dual1": np.zeros(5), "dual2": np.zeros(5)}, rho=0.5)
+    assert np.allclose(d["dual1"], 0.5 * (st["s"] * st["m"] - g["s"] * g["m"]), rtol=1e-14, atol=1e-14)
+    assert np.allclose(d["dual2"], 0.5 * (-st["s"] / 2 + g["s"] / 2), rtol=1e-14, atol=1e-14)
+
+
+def test_derivation_names_the_federated_rules():
+    from blr_derive.api import derive_file
+    _, D = derive_file(Path(__file__).parent.parent / "catalog" / "fed_admm_full.yaml")
+    rules = [s.rule for s in D.steps]
+    # Eq. 6 (blr) first, then the client objective's natural gradient, the natural-parameter update, the dual
+    # and the server steps
+    local = rules.index("federated_local")
+    assert rules.index("blr") < local < len(rules) - 1 - rules[::-1].index("blr") < rules.index("federated_dual") \
+        < rules.index("federated_server")
+
+
+@pytest.mark.parametrize("section,needle", [
+    ("{penalty: nope}", "federated.penalty must name a float hyperparameter"),
+    ("{penalty: rho, extra: 1}", "unknown key 'extra'"),
+    ("{penalty: rho, prior: 'exp(m_g)'}", "prior"),
+])
+def test_bad_federated_section_is_a_one_line_spec_error(tmp_path, section, needle):
+    from blr_derive.errors import SpecError
+    from blr_derive.recipe import load_recipe
+    text = (Path(__file__).parent.parent / "catalog" / "fed_admm_isotropic.yaml").read_text()
+    start = text.index("federated:")
+    end = text.index("hyperparameters:")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text[:start] + f"federated: {section}\n" + text[end:])
+    with pytest.raises(SpecError) as exc:
+        load_recipe(bad)
+    msg = str(exc.value)
+    assert needle in msg and "bad.yaml" in msg and "\n" not in msg
