@@ -82,7 +82,8 @@ class MixtureFamily:
     def description(self):
         fixed = [c.index for c in self.components if c.fixed]
         extra = f"; component(s) {', '.join(map(str, fixed))} fixed" if fixed else ""
-        return f"finite mixture of {self.K} `{self.base.name}` components with fixed weights{extra}"
+        return (f"finite mixture of {self.K} `{self.base.name}` components with fixed weights{extra} "
+                f"(T, h, λ, μ and A are those of one component)")
 
     reference = "Sec. 3.2, Eq. 27; App. E"
 
@@ -144,6 +145,31 @@ class MixtureFamily:
         if len(free) != 1 or self.base.gaussian_cov is None:
             return None
         return self.base.gaussian_cov.xreplace(free[0].subs)
+
+    # the component family's declaration (reports show it as the family of the mixture's components)
+    @property
+    def T(self):
+        return self.base.T
+
+    @property
+    def h(self):
+        return self.base.h
+
+    @property
+    def eta(self):
+        return self.base.eta
+
+    @property
+    def mu_ord(self):
+        return self.base.mu_ord
+
+    @property
+    def A(self):
+        return self.base.A
+
+    @property
+    def A_given(self):
+        return self.base.A_given
 
     def sample_params(self, rng, dim: int = 2):
         vals = {}

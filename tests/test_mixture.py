@@ -244,6 +244,9 @@ def test_explain_shows_the_mixture_steps_with_equation_numbers():
                      ("delta", "Eqs. 13, 65-66"), ("mixture_score", "Eqs. 69-71"), ("instantiate", "Eqs. 29-30")]:
         assert f"*rule* `{rule}` — *" in md and eq in md, rule
     assert [s.rule for s in D.steps].index("mixture_blr") < [s.rule for s in D.steps].index("mixture_score")
+    assert r"\texttt{mixture\_score}" in D.to_latex()
+    if hasattr(D, "to_html"):                                # the standalone report shows the component family
+        assert "mixture_score" in D.to_html() and "gaussian_full" in D.to_html()
 
 
 @pytest.mark.parametrize("family, approx, message", [
