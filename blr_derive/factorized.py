@@ -44,7 +44,7 @@ from .yamlio import LDict, check_keys, where
 
 FACTORIZED_KEYS = {"name", "title", "class_name", "description", "paper", "checked_against", "dimension",
                    "hyperparameters", "data", "plate", "blocks", "factors"}
-BLOCK_KEYS = {"family", "variable", "local", "approximations", "learning_rate", "description", "domain"}
+BLOCK_KEYS = {"family", "variable", "local", "approximations", "learning_rate", "description", "domain", "messages"}
 FACTOR_KEYS = {"expression", "plate", "description"}
 PLATE_KEYS = {"index", "data", "minibatch", "description"}
 HP_KEYS = {"default", "description", "type"}
@@ -72,6 +72,7 @@ class Block:
     symmetric: bool = False
     line: int | None = None
     schedule: object = None        # (rule name, {arg: expr}) of a learning-rate schedule
+    messages: bool = False         # keep one natural parameter per factor as state (Eq. 60)
 
 
 @dataclass
@@ -292,8 +293,14 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
                      for p in fam.params.values()]
             if any(p.fixed for p in fam.params.values()):
                 raise _err(f"block '{bname}': families with fixed parameters are not supported", bdecl, "family")
+            messages = bdecl.get("messages", False)
+            if not isinstance(messages, bool) or (messages and local):
+                raise _err(f"block '{bname}': messages must be true or false, and true only for global blocks",
+                           bdecl, "messages")
+            if messages and fam.depends_on_variable(fam.log_h):
+                raise _err(f"block '{bname}': the message form needs a constant base measure", bdecl, "messages")
             blocks.append(Block(bname, fam, local, "exact", rho, rho_text, variables, to_family, constraint, state,
-                                str(bdecl.get("description", "")), line=line, schedule=schedule))
+                                str(bdecl.get("description", "")), line=line, schedule=schedule, messages=messages))
         else:
             if "family" in bdecl:
                 raise _err(f"block '{bname}': a delta block is a point estimate (q = N(θ_t, I), Eq. 55) and declares "
@@ -396,9 +403,11 @@ class FactorizedDerivation(Derivation):
     assignments: list = field(default_factory=list)      # [(symbol, expr)] global program, in order
     outputs: list = field(default_factory=list)          # [(state name, symbol)]
     row_symbols: set = field(default_factory=set)        # per-row symbols (plate data, local values)
+    prelude: list = field(default_factory=list)          # [(symbol, expr)] first: parameters of message-form blocks
+    message_state: dict = field(default_factory=dict)    # block name -> [(state name, symbol, factor, index)]
 
     def update_lines(self):
-        out = []
+        out = [f"{s} = {_plain(e)}" for s, e in self.prelude]
         if self.local_assign:
             idx = self.recipe.plate["index"]
             out.append(f"for each row {idx} of the plate:")
@@ -634,7 +643,7 @@ def _exact_block(R, D, ctx, b, current):
     fam = b.family
     pmap = {p: s for _, s, p in b.state}
     msgs = [sp.Integer(0)] * len(fam.T)
-    eqs = []
+    eqs, per = [], []
     for f in R.factors:
         if not any(f.expr.has(v) for v in b.variables):
             continue
@@ -653,6 +662,7 @@ def _exact_block(R, D, ctx, b, current):
             except DerivationError as exc:
                 raise SpecError(str(exc), R.file, b.line) from None
         msgs = [a + x for a, x in zip(msgs, m)]
+        per.append((f, m))
         for i, x in enumerate(m):
             eqs.append((sp.Symbol(r"\tilde\lambda^{(%d)}_{%s \to %s}" % (i + 1, _tex(f.name), _tex(b.name))), x))
     logh = fam.log_h
@@ -687,6 +697,8 @@ def _exact_block(R, D, ctx, b, current):
         rho = ctx.rates[rho]
     eta_now = [e.xreplace(pmap) for e in fam.eta]
     upd = [sp.expand(msg) if rho == 1 else (1 - rho) * e + rho * msg for e, msg in zip(eta_now, msgs)]
+    if b.messages:
+        upd = _message_form(R, D, b, per, rho)
     rule_text = ("With ρ = 1 the old natural parameters drop out: λ is the sum of the messages (Eq. 58; the same as "
                  "Eq. 60 with every message replaced)." if rho == 1 else
                  "λ ← (1 - ρ)λ + ρ Σ_f λ̃_f (Eq. 58), equivalently every message smoothed with the same ρ (Eq. 60).")
@@ -710,6 +722,36 @@ def _exact_block(R, D, ctx, b, current):
     target.extend(outs)
     D.add("natural_to_ordinary", RULES["natural_to_ordinary"].equation, f"Block `{b.name}`: ordinary parameters",
           f"The inverse map of `{fam.name}` from natural to ordinary parameters.", [(s, e, r"\leftarrow") for s, e in outs])
+
+
+def _message_form(R, D, b, per, rho):
+    """Eq. 60: one natural parameter λ̃_f per factor is the state; each is smoothed with ρ and λ = Σ_f λ̃_f.
+    The block's ordinary parameters are computed from the stored messages before the step (prelude)."""
+    fam = b.family
+    syms, news, eqs = [], [], []
+    for f, m in per:
+        row, new_row = [], []
+        for i, x in enumerate(m):
+            name = f"{b.name}_{f.name}_msg{i + 1}"
+            ms, ns = sp.Symbol(name, real=True), sp.Symbol(f"{name}_new", real=True)
+            D.symbol_names[ms] = r"\tilde\lambda^{(%d)}_{%s \to %s}" % (i + 1, _tex(f.name), _tex(b.name))
+            D.symbol_names[ns] = D.symbol_names[ms] + "'"
+            D.message_state.setdefault(b.name, []).append((name, ms, f.name, i))
+            D.assignments.append((ns, sp.expand(x) if rho == 1 else (1 - rho) * ms + rho * x))
+            D.outputs.append((name, ns))
+            eqs.append((ns, D.assignments[-1][1], r"\leftarrow"))
+            row.append(ms)
+            new_row.append(ns)
+        syms.append(row)
+        news.append(new_row)
+    lam_old = [sp.Add(*[r[i] for r in syms]) for i in range(len(fam.T))]
+    for name, s, p in b.state:
+        D.prelude.append((s, _stable_softmax(fam.ord_from_nat[p].xreplace(dict(zip(fam.lam, lam_old))))))
+    D.add("factor_messages", "Eq. 60", f"Block `{b.name}`: messages as state (Eq. 60)",
+          "Each factor's message is stored and smoothed with the same ρ; the block's natural parameter is their "
+          "sum, and its current parameters are computed from the stored messages at the start of the step.",
+          [(s, e, "=") for s, e in D.prelude[-len(b.state):]] + eqs)
+    return [sp.Add(*[r[i] for r in news]) for i in range(len(fam.T))]
 
 
 def _delta_block(R, D, ctx, b, current):
@@ -821,6 +863,13 @@ def compare_factorized(R, D, mod, seed=0, P=3, rows=6):
             continue
         if b.family is not None:
             vals = b.family.sample_params(rng, P)
+            if b.name in D.message_state:          # Eq. 60: split λ(sampled parameters) among the messages
+                lam = [float(evaluate(e, vals)) for e in b.family.eta]
+                nf = len({f for _, _, f, _ in D.message_state[b.name]})
+                for name, ms, _, i in D.message_state[b.name]:
+                    state[name] = lam[i] / nf
+                    env[ms] = state[name]
+                continue
             for name, s, p in b.state:
                 state[name] = float(vals[p])
                 env[s] = state[name]
@@ -851,6 +900,8 @@ def compare_factorized(R, D, mod, seed=0, P=3, rows=6):
         state["step"] = 3
         env[D.step_symbol] = 4
     out = mod.step(mod.init(**state), data=data or None, **hp)
+    for s, e in D.prelude:
+        env[s] = evaluate(e, env, dims)
     result = []
     if R.plate:
         sums = {s: None for s, _ in D.stats}
@@ -901,6 +952,7 @@ class FactorizedIR:
     step_symbol: object
     local_assign: list             # [(symbol, expr)] per row
     pre_loop: list                 # [(symbol, expr)] row-invariant parts of the per-row program, computed once
+    prelude: list                  # [(symbol, expr)] parameters of message-form blocks from their messages
     stats: list                    # [(symbol, per-row expr)]
     scale: object                  # (symbol, expr) or None
     assignments: list              # [(symbol, expr)]
@@ -919,13 +971,17 @@ def build_factorized_ir(D: FactorizedDerivation, source: str = "") -> Factorized
     for b in R.blocks:
         if b.local:
             continue
+        if b.name in D.message_state:
+            state += [Var(name, ms, "scalar", f"message of factor '{f}' to q({b.name}), λ̃^({i + 1}) (Eq. 60)")
+                      for name, ms, f, i in D.message_state[b.name]]
+            continue
         for name, s, p in b.state:
             desc = (f"{b.family.params[str(p)].description} of q({b.name}) ({b.family.name})" if p is not None
                     else b.description or f"point estimate of {b.name}")
             kind = "scalar" if not is_mat(s) else ("vector" if s.shape[1] == 1 else "matrix")
             state.append(Var(name, s, kind, desc))
     used = set()
-    for _, e in D.local_assign + D.stats + D.assignments + ([D.scale] if D.scale else []):
+    for _, e in D.prelude + D.local_assign + D.stats + D.assignments + ([D.scale] if D.scale else []):
         used |= e.free_symbols
     hyper = [HyperVar(h.name, h.kind, h.default, h.description, (h.symbol,)) for h in R.hyper if h.symbol in used]
     data = [Var(d.name, d.symbol, "scalar" if not d.shape else ("vector" if len(d.shape) == 1 else "matrix"),
@@ -956,7 +1012,7 @@ def build_factorized_ir(D: FactorizedDerivation, source: str = "") -> Factorized
         recipe=R.name, title=R.title, class_name=R.class_name or _camel(R.name), engine_version=__version__,
         source=source, paper=R.paper, description=R.description, blocks=blocks, state=state,
         hyperparameters=hyper, data=data, plate=plate, dims=dims, step_symbol=D.step_symbol,
-        local_assign=local_assign, pre_loop=pre_loop, stats=list(D.stats), scale=D.scale, assignments=list(D.assignments),
+        local_assign=local_assign, pre_loop=pre_loop, prelude=list(D.prelude), stats=list(D.stats), scale=D.scale, assignments=list(D.assignments),
         outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name)
 
 

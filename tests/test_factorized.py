@@ -294,3 +294,43 @@ def test_local_factor_outside_the_plate_is_rejected(tmp_path):
     path.write_text(BASE, encoding="utf-8")
     _, D = derive_file(path)             # the valid base recipe derives
     assert [n for n, _ in D.outputs] == ["mu_m", "mu_s"]
+
+
+def test_svi_message_form_of_eq60_equals_eq58(tmp_path):
+    """`messages: true` keeps one natural parameter per factor as state and smooths each with rho_t (Eq. 60);
+    started from messages that sum to the same lambda, it is the Eq. 58 step of `svi`, minibatch by minibatch."""
+    from blr_derive.api import generate
+    from blr_derive.verify import compare_update
+    from conftest import load_module_from_path
+    text = (CATALOG / "svi.yaml").read_text(encoding="utf-8").replace("name: svi", "name: svi_messages")
+    for block in ("w", "mu1"):
+        text = text.replace(f"  {block}: {{family: ", f"  {block}: {{messages: true, family: ")
+    path = tmp_path / "svi_messages.yaml"
+    path.write_text(text, encoding="utf-8")
+    out = tmp_path / "svi_messages.py"
+    out.write_text(generate(path, "numpy"), encoding="utf-8")
+    msg = load_module_from_path(out)
+    assert "w_likelihood_msg1" in msg.STATE and "mu1_prior_mu_msg2" in msg.STATE and "mu2_m" in msg.STATE
+    recipe, D = derive_file(path)
+    for _, got, want in compare_update(recipe, D, msg, 0):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+    ref = load_generated("svi")
+    y = svi_data()
+    a0, m0, s0 = SVI_HP["a0"], SVI_HP["m0"], SVI_HP["s0"]
+    prior_w, prior_mu = [a0 - 1] * 3, [s0 * m0, -s0 / 2]            # the priors' messages (Eq. 54: lambda_0)
+    lam_w, lam_mu1 = A0 - 1, [M0[0] * S0[0], -S0[0] / 2]
+    st_ref = svi_state(ref, A0, M0, S0)
+    st_msg = msg.init(**{f"w_prior_w_msg{i + 1}": prior_w[i] for i in range(3)},
+                      **{f"w_likelihood_msg{i + 1}": lam_w[i] - prior_w[i] for i in range(3)},
+                      mu1_prior_mu_msg1=prior_mu[0], mu1_prior_mu_msg2=prior_mu[1],
+                      mu1_likelihood_msg1=lam_mu1[0] - prior_mu[0], mu1_likelihood_msg2=lam_mu1[1] - prior_mu[1],
+                      mu2_m=M0[1], mu2_s=S0[1], mu3_m=M0[2], mu3_s=S0[2])
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        batch = y[rng.choice(len(y), 20, replace=False)]
+        st_ref = ref.step(st_ref, data={"y": batch}, N=len(y), **SVI_HP)
+        st_msg = msg.step(st_msg, data={"y": batch}, N=len(y), **SVI_HP)
+        for name in ("w_a1", "w_a2", "w_a3", "mu1_m", "mu1_s", "mu2_m", "mu3_s"):
+            np.testing.assert_allclose(st_msg[name], st_ref[name], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(st_msg["w_prior_w_msg1"], a0 - 1, rtol=0, atol=1e-15)   # a constant message

@@ -71,7 +71,7 @@ class NumpyTarget:
         printer = BLRNumPyPrinter()
         pr = printer.doprint
         local_assign = [(pr(s), pr(e)) for s, e in ir.local_assign]
-        pre_loop = [(pr(s), pr(e)) for s, e in ir.pre_loop]
+        pre_loop = [(pr(s), pr(e)) for s, e in ir.prelude + ir.pre_loop]
         stats = [(pr(s), pr(e)) for s, e in ir.stats]
         scale = (pr(ir.scale[0]), pr(ir.scale[1])) if ir.scale is not None else None
         assigns = [(pr(s), pr(e)) for s, e in ir.assignments]

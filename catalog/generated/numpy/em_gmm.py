@@ -131,14 +131,14 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         raise TypeError("this update needs data: " + ", ".join(DATA))
     y_rows = numpy.asarray(data["y"], dtype=float)
     P = y_rows.shape[1]
-    n_rows = y_rows.shape[0]
-    z_p1_rows = numpy.empty(n_rows)
-    z_p2_rows = numpy.empty(n_rows)
     row_const1 = m3 @ L3 @ m3
     row_const2 = m1 @ L1 @ m1
     row_const3 = numpy.log(pi1) - numpy.log1p(-pi1 - pi2) + (1/2)*numpy.log(numpy.linalg.det(L1)) - 1/2*numpy.log(numpy.linalg.det(L3))
     row_const4 = m2 @ L2 @ m2
     row_const5 = numpy.log(pi2) - numpy.log1p(-pi1 - pi2) + (1/2)*numpy.log(numpy.linalg.det(L2)) - 1/2*numpy.log(numpy.linalg.det(L3))
+    n_rows = y_rows.shape[0]
+    z_p1_rows = numpy.empty(n_rows)
+    z_p2_rows = numpy.empty(n_rows)
     sum1 = 0.0
     sum2 = 0.0
     sum3 = 0.0

@@ -151,12 +151,12 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if data is None:
         raise TypeError("this update needs data: " + ", ".join(DATA))
     y_rows = numpy.asarray(data["y"], dtype=float)
-    n_rows = y_rows.shape[0]
     row_const1 = mu1_m/sigma2
     row_const2 = -mu3_m/sigma2
     row_const3 = -1/2*mu1_m**2/sigma2 + (1/2)*mu3_m**2/sigma2 + scipy.special.digamma(w_a1) - scipy.special.digamma(w_a3) + (1/2)/(mu3_s*sigma2) - (1/2)/(mu1_s*sigma2)
     row_const4 = mu2_m/sigma2
     row_const5 = -1/2*mu2_m**2/sigma2 + (1/2)*mu3_m**2/sigma2 + scipy.special.digamma(w_a2) - scipy.special.digamma(w_a3) + (1/2)/(mu3_s*sigma2) - (1/2)/(mu2_s*sigma2)
+    n_rows = y_rows.shape[0]
     # scalar rows: the per-row program runs elementwise on all rows at once
     y = y_rows
     z_lambda1 = row_const1*y + row_const2*y + row_const3
