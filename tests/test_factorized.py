@@ -334,3 +334,14 @@ def test_svi_message_form_of_eq60_equals_eq58(tmp_path):
         for name in ("w_a1", "w_a2", "w_a3", "mu1_m", "mu1_s", "mu2_m", "mu3_s"):
             np.testing.assert_allclose(st_msg[name], st_ref[name], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(st_msg["w_prior_w_msg1"], a0 - 1, rtol=0, atol=1e-15)   # a constant message
+
+
+def test_factorized_recipe_from_yaml_text_in_the_python_api():
+    import blr_derive.api as blr
+    d = blr.derive(blr.recipe((CATALOG / "vmp.yaml").read_text(encoding="utf-8")))
+    mod = d.compile("numpy")
+    y = np.array([0.5, 1.5, 2.0])
+    state = mod.step(mod.init(theta_m=0.0, theta_s=1.0, tau_alpha=1.0, tau_beta=1.0), data={"y": y})
+    ref = cavi_normal_gamma(y, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0)
+    np.testing.assert_allclose([state["theta_m"], state["theta_s"], state["tau_alpha"], state["tau_beta"]], ref,
+                               rtol=1e-12)
