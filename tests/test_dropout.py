@@ -157,3 +157,11 @@ def test_explain_shows_the_dropout_derivation_with_equation_numbers():
     upd = {name: str(e) for name, _, e in D.updates}
     assert upd == {"s": "h*rho/pi1 + s*(1 - rho)", "m": "-g*rho/(pi1*s_new) + m"}     # Eqs. 42-43
     assert "s0" not in str(D.sampling.theta_expr)            # the spike's mean is 0: θ̃ = z m
+
+
+def test_blr_derive_check_on_a_mixture_recipe_checks_the_component_family_and_the_update():
+    from blr_derive.check import check_file
+    rep = check_file(CATALOG / "dropout.yaml", points=1)
+    assert rep.passed and "mixture_2_gaussian_diag" in rep.title
+    names = [c.name for c in rep.checks]
+    assert "normalization" in names and "generated update vs symbolic update" in names
