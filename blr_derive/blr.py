@@ -480,30 +480,42 @@ def _relaxed_natural_gradient(recipe, D, approx, mode):
     ctx.done()
     relaxed = fam.sampler.replace(sp.sign, lambda x: sp.tanh(x / tau))
     theta = sp.Symbol("theta_k", real=True)
-    # s = ∇_μ θ̂ = (∂θ̂/∂p) / (∂μ/∂p), with tanh(x/τ) itself written as the sample θ_k
-    num = sp.diff(relaxed, p).xreplace({relaxed: theta})
-    den = sp.diff(mu_p, p)
-    scale = sp.together(sp.cancel(num) / sp.cancel(den))
-    if eps != 0:
-        # a floor ε on both factors of the Jacobian keeps s finite where tanh saturates in floating point
-        dlam = sp.diff(fam.eta[0], p)
-        scale = (sp.cancel(num / dlam) + eps) / (sp.cancel(den / dlam) + eps)
+    # s = ∇_μ θ̂ = (∂θ̂/∂λ) / (∂μ/∂λ), each factor by the chain rule through the ordinary parameter p;
+    # the threshold's argument x stays opaque (X) so that it is printed as the sampler writes it
+    (hard,) = fam.sampler.atoms(sp.sign)
+    X = sp.Dummy("x", real=True)
+    outer = fam.sampler.xreplace({hard: sp.tanh(X / tau)})
+    dlam = sp.diff(fam.eta[0], p)
+    num = (sp.diff(outer, X) * sp.cancel(sp.diff(hard.args[0], p) / dlam)).xreplace({X: hard.args[0]})
+    den = sp.cancel(sp.diff(mu_p, p) / dlam)
+    # shown with tanh(x/τ) written as the sample θ_k (the paper's form); evaluated with 1 - tanh(z)² = sech(z)²,
+    # which does not cancel to 0 where tanh rounds to ±1 (an exact identity, not an approximation)
+    w = sp.Wild("w")
+    num_e, den_e = (f.replace(1 - sp.tanh(w) ** 2, sp.sech(w) ** 2) for f in (num, den))
+    if eps == 0:
+        scale = sp.together(num.xreplace({relaxed: theta}) / den)
+        scale_eval = num_e / den_e
+    else:
+        # a floor ε on both factors of the Jacobian keeps s finite where both underflow
+        scale = (num.xreplace({relaxed: theta}) + eps) / (den + eps)
+        scale_eval = (num_e + eps) / (den_e + eps)
     g_k = sp.Symbol("g_k", real=True)
     avg = sp.Symbol("ngrad", real=True)
     D.symbol_names.update({theta: r"\hat\theta_k", avg: r"\overline{s\hat g}", tau: r"\tau"})
-    D.sampling = Sampling(samples, u, theta, relaxed, [(g_k, "grad")], [(avg, g_k * scale)], draw="uniform",
+    D.sampling = Sampling(samples, u, theta, relaxed, [(g_k, "grad")], [(avg, g_k * scale_eval)], draw="uniform",
                           grad_stat=avg)
     D.placeholders["natural_gradient"] = ([avg], None, None)
     D.placeholders["relaxation"] = {"temperature": tau, "sample": relaxed, "scale": scale, "u": u, "theta": theta,
-                                    "eps": eps}
+                                    "eps": eps, "scale_evaluated": scale_eval}
     s_sym = sp.Symbol("s_k")
     D.symbol_names[s_sym] = "s_k"
     D.add(mode, RULES[mode].equation, "Concrete relaxation of the binary sample",
           "The family's sampler is a hard threshold sign(x) of a uniform draw u; replacing it by tanh(x/τ) gives the "
           "relaxed sample θ̂ (Eq. 50).  The gradient of the expected loss is taken at θ̂ and carried to μ by the "
           "chain rule, s = ∇_μ θ̂ (Eq. 51); it is averaged over S = %s draws." % samples
-          + (" A floor ε on the two factors of s keeps it finite where tanh saturates." if eps != 0 else ""),
-          [(fam.theta, fam.sampler), (theta, relaxed), (s_sym, scale),
+          + " s is evaluated with 1 − tanh²(z) = sech²(z), which does not round to 0 where tanh saturates"
+          + ("; a floor ε on its two factors keeps it finite where both underflow." if eps != 0 else "."),
+          [(fam.theta, fam.sampler), (theta, relaxed), (s_sym, scale), (s_sym, scale_eval),
            (avg, r"\frac{1}{S}\sum_k s_k \nabla_\theta\bar\ell(\hat\theta_k)"),
            (r"\nabla_{\mu}\mathbb{E}_q[\bar\ell]", avg, r"\approx")])
     return [avg]

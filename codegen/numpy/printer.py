@@ -205,6 +205,9 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.special")
         return f"scipy.special.expit({self._print(expr.args[0])})"
 
+    def _print_sech(self, expr):
+        return f"(1/numpy.cosh({self._print(expr.args[0])}))"
+
     def _print_Heaviside(self, expr):
         h0 = expr.args[1] if len(expr.args) > 1 else sp.Rational(1, 2)     # the value at 0 (masks use 0)
         return f"numpy.heaviside({self._print(expr.args[0])}, {self._print(h0)})"

@@ -254,6 +254,9 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
     def _print_sign(self, expr):
         return f"torch.sign({self._print(expr.args[0])})"
 
+    def _print_sech(self, expr):
+        return f"(1/torch.cosh({self._print(expr.args[0])}))"
+
     def _print_digamma(self, expr):
         return f"torch.digamma({self._print(expr.args[0])})"
 

@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6):
 #   for k in 1..mc_samples: u ~ U(0, 1), theta_k = tanh((lam + log(u/(1 - u))/2)/temperature), g_k = grad(theta_k)
-#   ngrad = mean_k(g_k*(eps + (1 - theta_k^2)/temperature)/(eps - tanh(lam)^2 + 1))
+#   ngrad = mean_k(g_k*(eps + sech((lam + log(u/(1 - u))/2)/temperature)^2/temperature)/(eps + sech(lam)^2))
 #   grad_N = ngrad*train_set_size
 #   grad_avg <- grad_N*(1 - momentum) + grad_avg*momentum
 #   lam <- -grad_avg_new*lr + lam*(1 - lr) + lr*prior_lam
@@ -36,7 +36,7 @@ ORACLES = ("grad", )
 DATA = ()
 EQUATIONS = (
     "for k in 1..mc_samples: u ~ U(0, 1), theta_k = tanh((lam + log(u/(1 - u))/2)/temperature), g_k = grad(theta_k)",
-    "ngrad = mean_k(g_k*(eps + (1 - theta_k^2)/temperature)/(eps - tanh(lam)^2 + 1))",
+    "ngrad = mean_k(g_k*(eps + sech((lam + log(u/(1 - u))/2)/temperature)^2/temperature)/(eps + sech(lam)^2))",
     "grad_N = ngrad*train_set_size",
     "grad_avg <- grad_N*(1 - momentum) + grad_avg*momentum",
     "lam <- -grad_avg_new*lr + lam*(1 - lr) + lr*prior_lam",
@@ -92,7 +92,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         u = numpy.asarray(rng.random(numpy.shape(lam)), dtype=float)
         theta_k = numpy.tanh((lam + (1/2)*numpy.log(u/(1 - u)))/temperature)
         g_k = numpy.asarray(oracles["grad"](theta_k), dtype=float)
-        ngrad = ngrad + (g_k*(eps + (1 - theta_k**2)/temperature)/(eps - numpy.tanh(lam)**2 + 1) - ngrad) / (k + 1)
+        ngrad = ngrad + (g_k*(eps + (1/numpy.cosh((lam + (1/2)*numpy.log(u/(1 - u)))/temperature))**2/temperature)/(eps + (1/numpy.cosh(lam))**2) - ngrad) / (k + 1)
     grad_N = ngrad*train_set_size
     grad_avg_new = grad_N*(1 - momentum) + grad_avg*momentum
     lam_new = -grad_avg_new*lr + lam*(1 - lr) + lr*prior_lam

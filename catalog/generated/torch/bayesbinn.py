@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6, then the recipe's approximation passes):
 #   for k in 1..mc_samples: u ~ U(0, 1), theta_k = tanh((lam + log(u/(1 - u))/2)/temperature), g_k = grad(theta_k)
-#   ngrad = mean_k(g_k*(eps + (1 - theta_k^2)/temperature)/(eps - tanh(lam)^2 + 1))
+#   ngrad = mean_k(g_k*(eps + sech((lam + log(u/(1 - u))/2)/temperature)^2/temperature)/(eps + sech(lam)^2))
 #   grad_N = ngrad*train_set_size
 #   grad_avg <- grad_N*(1 - momentum) + grad_avg*momentum
 #   lam <- -grad_avg_new*lr + lam*(1 - lr) + lr*prior_lam
@@ -22,7 +22,7 @@ FAMILY = "bernoulli_logit"
 ENGINE_VERSION = "0.1.0"
 EQUATIONS = (
     "for k in 1..mc_samples: u ~ U(0, 1), theta_k = tanh((lam + log(u/(1 - u))/2)/temperature), g_k = grad(theta_k)",
-    "ngrad = mean_k(g_k*(eps + (1 - theta_k^2)/temperature)/(eps - tanh(lam)^2 + 1))",
+    "ngrad = mean_k(g_k*(eps + sech((lam + log(u/(1 - u))/2)/temperature)^2/temperature)/(eps + sech(lam)^2))",
     "grad_N = ngrad*train_set_size",
     "grad_avg <- grad_N*(1 - momentum) + grad_avg*momentum",
     "lam <- -grad_avg_new*lr + lam*(1 - lr) + lr*prior_lam",
@@ -177,17 +177,21 @@ class BayesBiNN(torch.optim.Optimizer):
             lam = [st["lam"] for st in states]
             grad_avg = [st["grad_avg"] for st in states]
             g_k = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            _f2 = torch._foreach_mul(theta_k, theta_k)
-            _f3 = torch._foreach_mul(_f2, -1)
-            torch._foreach_add_(_f3, 1)
-            _f4 = torch._foreach_mul(_f3, 1/temperature)
-            torch._foreach_add_(_f4, eps)
-            _f1 = torch._foreach_mul(g_k, _f4)
-            _f5 = torch._foreach_tanh(lam)
-            _f6 = torch._foreach_mul(_f5, _f5)
-            _f7 = torch._foreach_mul(_f6, -1)
-            torch._foreach_add_(_f7, eps + 1)
-            torch._foreach_div_(_f1, _f7)
+            _f4 = torch._foreach_mul(u, -1)
+            torch._foreach_add_(_f4, 1)
+            _f3 = torch._foreach_div(u, _f4)
+            _f5 = [torch.log(_a0) for _a0 in _f3]
+            _f6 = torch._foreach_add(lam, _f5, alpha=1/2)
+            _f2 = torch._foreach_mul(_f6, 1/temperature)
+            _f7 = [(1/torch.cosh(_a0)) for _a0 in _f2]
+            _f8 = torch._foreach_mul(_f7, _f7)
+            _f9 = torch._foreach_mul(_f8, 1/temperature)
+            torch._foreach_add_(_f9, eps)
+            _f1 = torch._foreach_mul(g_k, _f9)
+            _f10 = [(1/torch.cosh(_a0)) for _a0 in lam]
+            _f11 = torch._foreach_mul(_f10, _f10)
+            _f12 = torch._foreach_add(_f11, eps)
+            torch._foreach_div_(_f1, _f12)
             _sample_ngrad = _f1
             acc = self._samples.setdefault(id(group), {"count": 0})
             acc["count"] += 1
