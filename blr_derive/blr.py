@@ -183,6 +183,9 @@ def derive(recipe: Recipe) -> Derivation:
     if "family_prior" in names:
         g_loss = _family_prior(recipe, D, g_loss, approx_by_name["family_prior"])
 
+    if "posterior_correction" in names:          # SVRG and beyond (blr_derive/poco.py)
+        from .poco import posterior_correction
+        g_loss = posterior_correction(recipe, D, g_loss, sym)
     if recipe.federated is not None:             # client step of Bayesian ADMM (blr_derive/federated.py)
         from .federated import local_objective
         g_loss = local_objective(recipe, D, g_loss, g_logh, sym)

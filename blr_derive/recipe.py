@@ -288,6 +288,9 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             raise _err(f"unknown approximation '{aname}' (known: {known})", aspec, i)
         approxs.append(Approx(aname, args, aspec.line_of(i)))
 
+    if any(a.name == "posterior_correction" for a in approxs):
+        from .poco import correction_data
+        correction_data(fam, data, taken)
     federated = None
     if "federated" in spec:
         from .federated import parse_federated

@@ -82,6 +82,10 @@ register("federated_server", "identity", "Bayesian ADMM global step; Eq. 60",
          "λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k (η_k + ρ_s(λ_k − λ_g)): the global natural parameter is the prior's "
          "site plus the sum of the clients' sites (ρ_s = 0: their plain sum, Eq. 60)")
 
+register("posterior_correction", "step", "Khan (2025) posterior correction; Daheim et al. (2026)",
+         "replace the batch's old sites in a snapshot q_old: ∇_μ E_q[ℓ_B] − ∇_μ E_{q_old}[ℓ_B] + ∇_μ E_{q_old}[ℓ] "
+         "(SVRG over N(m, I))")
+
 # factorized (mean-field) candidates: coordinate-wise BLR steps over blocks (blr_derive/factorized.py)
 register("mean_field", "identity", "Sec. 5.3, Eq. 55",
          "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
