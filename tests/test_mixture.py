@@ -17,19 +17,6 @@ from conftest import CATALOG, load_generated, load_module_from_path
 
 MULTIMODAL = (CATALOG / "multimodal.yaml").read_text()
 
-EXACT_1D = """\
-name: multimodal_exact
-title: Multimodal optimization with exact Gaussian expectations of a polynomial loss
-family: {mixture: gaussian_diag, components: 2}
-loss:
-  expression: scale*(theta**2 - 4)**2 + theta
-approximations:
-  - exact
-  - delta
-hyperparameters:
-  rho: {default: 0.5}
-  scale: {default: 1.0e+5}
-"""
 
 
 def _derive_and_load(path):
@@ -53,10 +40,9 @@ def mixture3(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def exact1d(tmp_path_factory):
-    p = tmp_path_factory.mktemp("exact") / "multimodal_exact.yaml"
-    p.write_text(EXACT_1D)
-    return _derive_and_load(p)
+def exact1d():
+    recipe, D = derive_file(CATALOG / "multimodal_exact.yaml")
+    return recipe, D, load_generated("multimodal_exact")
 
 
 def _run(mod, state, oracles=None, steps=100, **hp):
