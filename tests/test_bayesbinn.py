@@ -154,7 +154,7 @@ def test_bayesbinn_numpy_equals_eq_52(kw):
         ref, m = eq52_numpy(ref, rng_ref, grad_np, rho, tau, kw.get("N", 1.0), kw.get("lam0", 0.0),
                             kw.get("beta", 0.0), m, kw.get("S", 1))
         state = mod.step(state, oracles={"grad": grad_np}, rng=rng_gen, lr=rho, temperature=tau, eps=0.0,
-                         train_set_size=kw.get("N", 1.0), prior_lam=kw.get("lam0", 0.0),
+                         train_set_size=kw.get("N", 1.0), prior_p=1 / (1 + math.exp(-2 * kw.get("lam0", 0.0))),
                          momentum=kw.get("beta", 0.0), mc_samples=kw.get("S", 1))
         np.testing.assert_allclose(state["lam"], ref, rtol=1e-12, atol=1e-14)
 
@@ -166,8 +166,9 @@ def test_bayesbinn_torch_equals_eq_52():
     y = (X[:, 0] - X[:, 1] > 0).long()
     lin = torch.nn.Linear(5, 2, bias=False).to(torch.float64)
     lam = lin.weight.detach().clone()
-    rho, tau, N, lam0 = 0.05, 0.7, 32.0, 0.2
-    opt = mod.BayesBiNN(lin.parameters(), lr=rho, temperature=tau, train_set_size=N, prior_lam=lam0, eps=0.0)
+    rho, tau, N, prior_p = 0.05, 0.7, 32.0, 0.3
+    lam0 = 0.5 * math.log(prior_p / (1 - prior_p))                    # the prior's natural parameter (negative)
+    opt = mod.BayesBiNN(lin.parameters(), lr=rho, temperature=tau, train_set_size=N, prior_p=prior_p, eps=0.0)
     for step in range(15):
         torch.manual_seed(100 + step)
         with opt.sampled_params(train=True):
