@@ -557,7 +557,7 @@ def _names(D, R):
     for b in R.blocks:
         for name, s, p in b.state:
             if p is not None:
-                D.symbol_names[s] = r"%s_{%s}" % (sp.latex(p), _tex(b.name))
+                D.symbol_names[s] = r"{%s^{(%s)}}" % (sp.latex(p), _tex(b.name))
             elif is_mat(s):
                 D.symbol_names[s] = r"\mathbf{%s}" % b.name
 
@@ -715,7 +715,7 @@ def _exact_block(R, D, ctx, b, current):
             D.local_outputs.append((name, s))
         else:
             ns = sp.Symbol(f"{name}_new", **s.assumptions0)
-            D.symbol_names[ns] = D.symbol_names.get(s, str(s)) + "'"
+            D.symbol_names[ns] = "{%s}'" % D.symbol_names.get(s, str(s))
             outs.append((ns, e))
             D.outputs.append((name, ns))
             current[s] = ns
@@ -735,7 +735,7 @@ def _message_form(R, D, b, per, rho):
             name = f"{b.name}_{f.name}_msg{i + 1}"
             ms, ns = sp.Symbol(name, real=True), sp.Symbol(f"{name}_new", real=True)
             D.symbol_names[ms] = r"\tilde\lambda^{(%d)}_{%s \to %s}" % (i + 1, _tex(f.name), _tex(b.name))
-            D.symbol_names[ns] = D.symbol_names[ms] + "'"
+            D.symbol_names[ns] = "{%s}'" % D.symbol_names[ms]
             D.message_state.setdefault(b.name, []).append((name, ms, f.name, i))
             D.assignments.append((ns, sp.expand(x) if rho == 1 else (1 - rho) * ms + rho * x))
             D.outputs.append((name, ns))
