@@ -172,7 +172,7 @@ def derivation_fragment(D, heading: int = 1) -> str:
     """The derivation as an HTML fragment (no assets): the body of :func:`derivation_page`."""
     r = D.recipe
     h1, h2 = f"h{heading}", f"h{heading + 1}"
-    out = [f'<div class="blr-derivation">',
+    out = ['<div class="blr-derivation">',
            f"<{h1}>Derivation of <code>{_e(r.name)}</code>: <span class=\"prose\">{_e(r.title)}</span></{h1}>"]
     if r.description:
         out.append(f'<p class="prose">{_prose(r.description.strip())}</p>')
