@@ -151,3 +151,29 @@ def test_bad_federated_section_is_a_one_line_spec_error(tmp_path, section, needl
         load_recipe(bad)
     msg = str(exc.value)
     assert needle in msg and "bad.yaml" in msg and "\n" not in msg
+
+
+def test_full_covariance_fixed_point_is_the_global_map_and_its_hessian():
+    """Non-quadratic (logistic) clients: the rounds of the Newton-like recipe converge (quadratically) to the
+    fixed point of Eq. 60 with the delta method, λ_g = λ_0 + Σ_k λ̃_k(μ_g): m_g is the MAP of Σ_k ℓ_k + δ‖θ‖²/2
+    and S_g the Hessian there (computed here by Newton's method on the pooled data)."""
+    mod = load_generated("fed_admm_full")
+    clients, delta = logistic_clients(), 0.5
+
+    def hess(X):
+        def h(th):
+            p = 1 / (1 + np.exp(-X @ th))
+            return (X.T * (p * (1 - p))) @ X
+        return h
+    th = np.zeros(3)
+    for _ in range(30):
+        H = sum(hess(X)(th) for X, _ in clients) + delta * np.eye(3)
+        th = th - np.linalg.solve(H, sum(logistic_grad(X, y)(th) for X, y in clients) + delta * th)
+    H = sum(hess(X)(th) for X, _ in clients) + delta * np.eye(3)
+    errs = []
+    g, _, _ = simulate(mod, [{"grad": logistic_grad(X, y), "hess": hess(X)} for X, y in clients],
+                       {"m": np.zeros(3), "S": np.eye(3)}, rounds=6, local_steps=3,
+                       hyper=dict(lr=1.0, rho=1.0, rho_server=0.0, delta=delta),
+                       callback=lambda r, g, s, d: errs.append(np.max(np.abs(g["m"] - th))))
+    assert errs[3] < 1e-8 and errs[-1] < 1e-13, errs
+    assert np.max(np.abs(g["S"] - H)) < 1e-12 * np.max(np.abs(H))
