@@ -78,6 +78,66 @@ def test_em_gmm_derivation_names_blocks_and_approximations():
     assert any("m1_new" in line and line.startswith("L1_new") for line in D.update_lines())
 
 
+EM_K2 = """name: em_gmm2
+title: EM for a two-component Gaussian mixture (inline K = 2 categorical)
+dimension: P
+plate:
+  data:
+    y: {shape: [P]}
+blocks:
+  z:
+    family:
+      name: categorical2
+      variable: {name: theta, shape: vector, size: 2}
+      support: categorical
+      parameters:
+        p1: {domain: simplex}
+      sufficient_statistics: [theta1]
+      natural_parameters: ["log(p1/(1 - p1))"]
+    local: true
+    approximations: [exact]
+  pi: {variable: {components: [pi1]}, approximations: [delta]}
+  m1: {variable: {shape: vector}, approximations: [delta]}
+  m2: {variable: {shape: vector}, approximations: [delta]}
+  L1: {variable: {shape: matrix, symmetric: true}, approximations: [delta]}
+  L2: {variable: {shape: matrix, symmetric: true}, approximations: [delta]}
+factors:
+  likelihood:
+    plate: true
+    expression: >
+      -z1*(log(pi1) + logdet(L1)/2 - (y - m1).T*L1*(y - m1)/2)
+      - z2*(log(1 - pi1) + logdet(L2)/2 - (y - m2).T*L2*(y - m2)/2)
+"""
+
+
+def test_em_with_an_inline_two_class_categorical_is_two_component_em(tmp_path):
+    """K is the size of the categorical family a recipe names: an inline K = 2 family gives two-component EM,
+    equal to GaussianMixture(n_components=2) after 20 iterations."""
+    from sklearn.mixture import GaussianMixture
+
+    from blr_derive.api import generate
+    from conftest import load_module_from_path
+    path = tmp_path / "em_gmm2.yaml"
+    path.write_text(EM_K2, encoding="utf-8")
+    out = tmp_path / "em_gmm2.py"
+    out.write_text(generate(path, "numpy"), encoding="utf-8")
+    mod = load_module_from_path(out)
+    Y, _, m0, L0 = gmm_data(4)
+    Y = Y[Y[:, 1] < 3.0]                               # two of the three clusters
+    w0, m0, L0 = np.array([0.4, 0.6]), m0[:2], L0[:2]
+    state = mod.init(pi1=w0[0], m1=m0[0], m2=m0[1], L1=L0[0], L2=L0[1])
+    for _ in range(20):
+        state = mod.step(state, data={"y": Y})
+    gm = GaussianMixture(2, covariance_type="full", max_iter=20, tol=0, reg_covar=0, weights_init=w0,
+                         means_init=m0, precisions_init=L0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gm.fit(Y)
+    np.testing.assert_allclose([state["pi1"], 1 - state["pi1"]], gm.weights_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose([state["m1"], state["m2"]], gm.means_, rtol=0, atol=1e-8)
+    np.testing.assert_allclose([state["L1"], state["L2"]], gm.precisions_, rtol=0, atol=1e-8)
+
+
 # ----------------------------------------------------------------------------------------------- VMP
 def cavi_normal_gamma(y, m, s, a, b, m0, kappa0, a0, b0):
     """One sweep of the CAVI fixed-point updates of Bishop, PRML Sec. 10.1.3 (Eqs. 10.26-10.30), written
