@@ -600,13 +600,17 @@ def derive_mixture(recipe) -> Derivation:
                 sym.add(Hq)
             reps[gq_k], reps[Hq_k] = gq, Hq
             qsyms[j] = (gq, Hq)
+            at = sp.latex(mean_j, mat_symbol_style="bold")
+            D.symbol_names[gq] = r"\nabla_\theta\log q(%s)" % at
+            D.symbol_names[Hq] = r"\nabla^2_\theta\log q(%s)" % at
         for name_k, new_k, expr in generic_updates:
             p_b = next(p for p in base.free_params if gen[p.symbol] == gparams[name_k].symbol)
             s = c.subs[p_b.symbol]
             new = _like(f"{s.name}_new", s)
             if s in sym:
                 sym.add(new)
-            D.symbol_names[new] = (r"\mathbf{%s}_{t+1}" if is_mat(s) else "%s_{t+1}") % s.name
+            sub = "t+1" if one else f"{j},t+1"
+            D.symbol_names[new] = (r"\mathbf{%s}_{%s}" if is_mat(s) else "%s_{%s}") % (p_b.name, sub)
             reps[new_k] = new
         for name_k, new_k, expr in generic_updates:
             p_b = next(p for p in base.free_params if gen[p.symbol] == gparams[name_k].symbol)
