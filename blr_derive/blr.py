@@ -57,6 +57,10 @@ def derive(recipe: Recipe) -> Derivation:
     D.symbol_names[rho] = r"\rho" if recipe.learning_rate == "rho" else recipe.learning_rate
 
     # ---- applicability of the named approximations
+    for a in recipe.approximations:
+        if a.name in ("dropout_masks", "separated_components"):
+            raise _fail(recipe, f"approximation '{a.name}' applies to mixture candidates (family: {{mixture: ...}}); "
+                        f"'{fam.name}' is not a mixture", a)
     expectation_rules = [a for a in recipe.approximations if RULES[a.name].kind == "expectation"]
     if len(expectation_rules) > 1:
         raise _fail(recipe, "at most one expectation rule may be named (got "

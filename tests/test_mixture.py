@@ -261,6 +261,8 @@ def test_explain_shows_the_mixture_steps_with_equation_numbers():
     ("{mixture: gaussian_full, components: 2}", "[]", "needs 'delta'"),
     ("{mixture: gaussian_full, components: 2}", "[delta, monte_carlo]", "does not apply to a mixture"),
     ("{mixture: gaussian_full, components: 2}", "[delta, dropout_masks]", "elementwise"),
+    ("gaussian_diag", "[delta, separated_components]", "applies to mixture candidates"),
+    ("gaussian_diag", "[delta, dropout_masks]", "applies to mixture candidates"),
 ])
 def test_bad_mixture_declarations_are_one_line_errors(tmp_path, family, approx, message):
     p = tmp_path / "bad.yaml"
