@@ -165,3 +165,19 @@ def test_blr_derive_check_on_a_mixture_recipe_checks_the_component_family_and_th
     assert rep.passed and "mixture_2_gaussian_diag" in rep.title
     names = [c.name for c in rep.checks]
     assert "normalization" in names and "generated update vs symbolic update" in names
+
+
+def test_masked_gradients_are_unbiased_for_the_mixture_gradients():
+    """Eq. 84: for ℓ = Σ a θ²/2 the spike-and-slab gives ∇_m E_q[ℓ] = π₁ a m and 2∇_{1/s} E_q[ℓ] = π₁ a exactly
+    (mixture Bonnet/Price, App. E); the masked estimates z·a·(z m) and z·a average to them over the mask draws.
+    One step with ρ = ½ from s = 1 exposes them: h = π₁(2 s_new − 1), g = 2π₁ s_new (m − m_new)."""
+    mod = load_generated("dropout")
+    n, pi1, a, m = 40000, 0.35, 3.0, 0.7
+    state = mod.init(m=np.full(n, m), s=np.ones(n))
+    new = mod.step(state, oracles={"grad": lambda t: a * t, "hess": lambda t: np.full_like(t, a)},
+                   rng=np.random.default_rng(5), rho=0.5, pi1=pi1)
+    h = pi1 * (2 * new["s"] - 1)
+    g = 2 * pi1 * new["s"] * (m - new["m"])
+    sd = np.sqrt(pi1 * (1 - pi1) / n)
+    assert abs(h.mean() - pi1 * a) < 4 * a * sd
+    assert abs(g.mean() - pi1 * a * m) < 4 * a * m * sd
