@@ -32,6 +32,9 @@ def _write_atomic(path: Path, text: str):
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
+        umask = os.umask(0)                            # mkstemp creates 0600; give the usual 0666 & ~umask
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -178,6 +178,15 @@ def test_generate_overwrites_existing_output(tmp_path):
     assert listing(tmp_path) == ["out.py"]
 
 
+def test_output_file_has_the_usual_permissions(tmp_path):
+    """Atomic writes go through mkstemp (0600); the written file gets 0666 & ~umask like any other."""
+    r = run_cli(NEWTON, "-o", "out.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "out.py").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
 def test_generate_recipe_with_relative_family_path(tmp_path):
     """A recipe may name a family YAML by a path relative to the recipe itself."""
     sub = tmp_path / "specs"
