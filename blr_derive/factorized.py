@@ -29,7 +29,6 @@ scaled by N/B for a minibatch of B rows (Eq. 34, ``minibatch`` rule).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import sympy as sp
 
@@ -721,7 +720,8 @@ def _exact_block(R, D, ctx, b, current):
             current[s] = ns
     target.extend(outs)
     D.add("natural_to_ordinary", RULES["natural_to_ordinary"].equation, f"Block `{b.name}`: ordinary parameters",
-          f"The inverse map of `{fam.name}` from natural to ordinary parameters.", [(s, e, r"\leftarrow") for s, e in outs])
+          f"The inverse map of `{fam.name}` from natural to ordinary parameters.",
+          [(s, e, r"\leftarrow") for s, e in outs])
 
 
 def _message_form(R, D, b, per, rho):
@@ -892,7 +892,6 @@ def compare_factorized(R, D, mod, seed=0, P=3, rows=6):
         v = rng.uniform(0.5, 2.0, size=tuple(P for _ in d.shape)) if d.shape else float(rng.uniform(0.5, 2.0))
         data[d.name] = v
         env[d.symbol] = v
-    rowdata = []
     if R.plate:
         for d in R.plate["data"]:
             data[d.name] = rng.normal(size=(rows,) + tuple(P for _ in d.shape))
@@ -1012,7 +1011,8 @@ def build_factorized_ir(D: FactorizedDerivation, source: str = "") -> Factorized
         recipe=R.name, title=R.title, class_name=R.class_name or _camel(R.name), engine_version=__version__,
         source=source, paper=R.paper, description=R.description, blocks=blocks, state=state,
         hyperparameters=hyper, data=data, plate=plate, dims=dims, step_symbol=D.step_symbol,
-        local_assign=local_assign, pre_loop=pre_loop, prelude=list(D.prelude), stats=list(D.stats), scale=D.scale, assignments=list(D.assignments),
+        local_assign=local_assign, pre_loop=pre_loop, prelude=list(D.prelude), stats=list(D.stats), scale=D.scale,
+        assignments=list(D.assignments),
         outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name)
 
 
