@@ -6,7 +6,8 @@ Used by the ``exact`` expectation rule (Sec. 1.3.3: for ridge regression
 * scalar θ ~ N(m, c): any polynomial in θ, with raw moments from the recursion
   ``E[θ^k] = m E[θ^{k-1}] + (k-1) c E[θ^{k-2}]``;
 * vector θ ~ N(m, C): polynomials of degree ≤ 2 written with matrix products,
-  using ``E[θ] = m`` and ``E[θθᵀ] = C + m mᵀ`` and the cyclic property of the trace.
+  using ``E[θ] = m`` and ``E[θθᵀ] = C + m mᵀ`` and the cyclic property of the trace; and
+  products of two linear or quadratic forms (degree 3 and 4) by Isserlis' theorem.
 """
 from __future__ import annotations
 
@@ -70,10 +71,101 @@ def _vector_expectation(f, theta, mean, M2, symmetric):
             continue
         traces = [a for a in sp.Mul.make_args(term) if isinstance(a, sp.Trace) and a.has(theta)]
         rest = sp.Mul(*[a for a in sp.Mul.make_args(term) if not (isinstance(a, sp.Trace) and a.has(theta))])
-        if len(traces) != 1 or rest.has(theta):
-            raise DerivationError(f"exact Gaussian expectation supports polynomials of degree <= 2 in {theta}; got term {term}")
+        if len(traces) != 1 or rest.has(theta) or _degree(traces[0].arg, theta) > 2:
+            total += _product_expectation(term, theta, mean, M2, symmetric)
+            continue
         total += rest * _trace_expectation(traces[0].arg, theta, mean, M2, symmetric)
     return total
+
+
+def _degree(M, theta):
+    parts = sp.expand(M).args if isinstance(sp.expand(M), sp.MatAdd) else (M,)
+    return max(sum(1 for f in (p.args if isinstance(p, sp.MatMul) else (p,)) if f.has(theta)) for p in parts)
+
+
+def _scalar_blocks(arg):
+    """A 1×1 matrix product split into its 1×1 sub-products: θᵀBθbᵀθ → [θᵀBθ, bᵀθ]."""
+    factors = list(arg.args) if isinstance(arg, sp.MatMul) else [arg]
+    c, factors = _split_coeff(factors)
+    blocks, cur = [], []
+    for f in factors:
+        cur.append(f)
+        if cur[0].shape[0] == 1 and f.shape[1] == 1:
+            blocks.append(cur)
+            cur = []
+    if cur:
+        return None
+    return c, blocks
+
+
+def _product_expectation(term, theta, mean, M2, symmetric):
+    """E of c·f₁·f₂ with f_i = θᵀA_iθ or b_iᵀθ (degree 3 and 4, Isserlis' theorem). With θ = m + ε, ε ~ N(0, C),
+    f_i = c_i + l_iᵀε + εᵀA_iε (A_i symmetrized), and
+    E[f₁f₂] = c₁c₂ + c₁tr(A₂C) + c₂tr(A₁C) + l₁ᵀCl₂ + tr(A₁C)tr(A₂C) + 2tr(A₁CA₂C)."""
+    fail = DerivationError(f"exact Gaussian expectation supports products of at most two linear or quadratic forms in "
+                           f"{theta}; got term {term}")
+    if term.has(sp.Trace) and any(isinstance(t.arg, sp.MatAdd) for t in term.atoms(sp.Trace)):
+        split = term.replace(lambda x: isinstance(x, sp.Trace) and isinstance(x.arg, sp.MatAdd),
+                             lambda x: sp.Add(*[sp.Trace(a) for a in x.arg.args]))
+        return _vector_expectation(split, theta, mean, M2, symmetric)
+    coeff, forms = sp.Integer(1), []
+    for a in sp.Mul.make_args(term):
+        base, n = (a.base, a.exp) if isinstance(a, sp.Pow) else (a, 1)
+        if not base.has(theta):
+            coeff *= a
+            continue
+        if not isinstance(base, sp.Trace) or not (isinstance(n, int) or n.is_Integer) or n < 1:
+            raise fail
+        split = _scalar_blocks(base.arg)
+        if split is None:
+            raise fail
+        c, blocks = split
+        coeff *= c**n
+        for _ in range(int(n)):
+            for b in blocks:
+                if any(f.has(theta) for f in b):
+                    forms.append(_form(b, theta, fail))
+                else:
+                    coeff *= sp.Trace(sp.MatMul(*b)) if len(b) > 1 else sp.Trace(b[0])
+    if len(forms) > 2:
+        raise fail
+    C = simplify_mat(M2 - mean * mean.T, symmetric)
+    parts = []
+    for kind, X in forms:
+        if kind == "quadratic":
+            As = simplify_mat(sp.MatMul(sp.Rational(1, 2), sp.MatAdd(X, X.T)), symmetric)
+            parts.append((sp.Trace(mean.T * X * mean), simplify_mat(2 * As * mean, symmetric), As))
+        else:
+            parts.append((sp.Trace(X.T * mean), X, None))
+    if len(parts) == 1:
+        (c1, _, A1), = parts
+        return coeff * (c1 + (sp.Trace(A1 * C) if A1 is not None else 0))
+    (c1, l1, A1), (c2, l2, A2) = parts
+    e = c1 * c2 + sp.Trace(l1.T * C * l2)
+    if A2 is not None:
+        e += c1 * sp.Trace(A2 * C)
+    if A1 is not None:
+        e += c2 * sp.Trace(A1 * C)
+    if A1 is not None and A2 is not None:
+        e += sp.Trace(A1 * C) * sp.Trace(A2 * C) + 2 * sp.Trace(A1 * C * A2 * C)
+    return coeff * e
+
+
+def _form(block, theta, fail):
+    """('quadratic', A) for θᵀAθ, ('linear', b) for bᵀθ or θᵀb."""
+    occ = [i for i, f in enumerate(block) if f.has(theta)]
+    if any(block[i] not in (theta, theta.T) for i in occ):
+        raise fail
+    if len(occ) == 2 and occ == [0, len(block) - 1] and block[0] == theta.T and block[-1] == theta:
+        mid = block[1:-1]
+        return "quadratic", (sp.MatMul(*mid) if len(mid) > 1 else mid[0]) if mid else sp.Identity(theta.shape[0])
+    if len(occ) == 1 and occ[0] == len(block) - 1 and block[-1] == theta:
+        left = block[:-1]
+        return "linear", (sp.MatMul(*left) if len(left) > 1 else left[0]).T
+    if len(occ) == 1 and occ[0] == 0 and block[0] == theta.T:
+        right = block[1:]
+        return "linear", sp.MatMul(*right) if len(right) > 1 else right[0]
+    raise fail
 
 
 def _trace_expectation(M, theta, mean, M2, symmetric):

@@ -40,6 +40,7 @@ import sympy as sp
 from . import matcalc
 from .derivation import Derivation, Sampling
 from .errors import DerivationError, SpecError
+from .expect import gaussian_expectation
 from .exprparse import parse_expression
 from .family import Family, Param, load_family
 from .matcalc import is_mat, simplify_mat
@@ -359,9 +360,8 @@ def derive_mixture(recipe) -> Derivation:
         if "dropout_masks" in names:
             raise _fail(recipe, "'dropout_masks' is for an abstract loss (gradients at the masked means)",
                         by_name["dropout_masks"])
-        if base.theta is None or is_mat(base.theta):
-            raise _fail(recipe, "'exact' supports mixtures of scalar Gaussian components (polynomial losses of any "
-                        "degree); use 'delta' for vector components", by_name["exact"])
+        if base.theta is None or (is_mat(base.theta) and base.theta.shape[1] != 1):
+            raise _fail(recipe, "'exact' supports mixtures of scalar or vector Gaussian components", by_name["exact"])
         loss_rule = "exact"
     else:
         if "exact" in names:
@@ -496,12 +496,23 @@ def derive_mixture(recipe) -> Derivation:
               + ([(EH_l, r"\nabla^2_\theta\bar\ell(%s)" % sp.latex(mean_k, mat_symbol_style="bold"), r"\approx"),
                   (H_k, r"\nabla^2_\theta\bar\ell(%s)" % sp.latex(mean_k, mat_symbol_style="bold"))] if uses_hess else []))
     elif loss_rule == "exact":
-        M, C = sp.Symbol("M", real=True), sp.Symbol("C", positive=True)
-        e_loss = base.expect_gaussian(recipe.loss, mean=M, cov=C)
-        dM, dC = sp.diff(e_loss, M), sp.diff(e_loss, C)
+        if is_mat(mean_b):            # Φ(M, C) = E_{N(M, C)}[ℓ̄] by matrix calculus (C symmetric)
+            M, C = sp.MatrixSymbol("M", *mean_b.shape), sp.MatrixSymbol("C", *cov_b.shape)
+            msym = set(hsym) | {C}
+            try:
+                e_loss = simplify_mat(gaussian_expectation(recipe.loss, base.theta, M, C + M * M.T, msym), msym)
+                dM, dC = matcalc.gradient(e_loss, [M, C], msym)
+            except DerivationError as exc:
+                raise _fail(recipe, f"approximation 'exact': {exc}", by_name["exact"]) from None
+        else:
+            M, C = sp.Symbol("M", real=True), sp.Symbol("C", positive=True)
+            e_loss = base.expect_gaussian(recipe.loss, mean=M, cov=C)
+            dM, dC = sp.diff(e_loss, M), sp.diff(e_loss, C)
         at = {M: mean_k, C: cov_k}
-        reps = {Gm_l: (pi_k * dM).xreplace(at), GC_l: (pi_k * dC).xreplace(at)}
-        grads = [sp.expand(_doit(g.xreplace(reps))) for g in grads]
+        reps = {Gm_l: simplify_mat(_doit((pi_k * dM).xreplace(at)), hsym),
+                GC_l: simplify_mat(_doit((pi_k * dC).xreplace(at)), hsym)}
+        grads = [simplify_mat(_doit(g.xreplace(reps)), hsym) if is_mat(g) else sp.expand(_doit(g.xreplace(reps)))
+                 for g in grads]
         D.add("exact", RULES["exact"].equation, "Exact expected loss under a component",
               "The loss is a polynomial in θ: E_{q_k}[ℓ̄] = Φ(m_k, C_k) from the Gaussian moments, and "
               "∇_{m_k} E_q[ℓ̄] = π_k ∂Φ/∂m_k, ∇_{C_k} E_q[ℓ̄] = π_k ∂Φ/∂C_k.",

@@ -122,6 +122,67 @@ def test_exact_expectations_of_a_polynomial_loss_find_both_minima(exact1d):
         assert s == pytest.approx(scale * (12 * (m**2 + 1 / s) - 16), rel=1e-9)
 
 
+EXACT_2D = """\
+name: multimodal_exact_2d
+title: Multimodal optimization in 2-D with exact Gaussian expectations of a quartic loss
+family: {mixture: gaussian_full, components: 2}
+loss:
+  expression: scale*((theta.T*theta - 4)**2 + theta.T*B*theta)
+  data:
+    B: {shape: [P, P], symmetric: true}
+approximations: [exact, delta]
+hyperparameters:
+  rho: {default: 0.5}
+  scale: {default: 1.0e+6}
+"""
+
+
+def test_exact_expectations_of_a_quartic_loss_find_both_minima_in_2d(tmp_path):
+    """ℓ = scale((θᵀθ − 4)² + θᵀBθ), B = diag(0, 10): minima (±2, 0), saddles on the y axis.  E_{q_k}[ℓ] of the
+    quartic by Isserlis' theorem, its gradients in (m_k, C_k) by matrix calculus."""
+    p = tmp_path / "multimodal_exact_2d.yaml"
+    p.write_text(EXACT_2D)
+    _, D, mod = _derive_and_load(p)
+    B = np.diag([0.0, 10.0])
+    st = mod.init(m1=[-1.5, 0.3], S1=1e3 * np.eye(2), m2=[1.5, -0.3], S2=1e3 * np.eye(2))
+    for _ in range(60):
+        st = mod.step(st, data={"B": B})
+    np.testing.assert_allclose(st["m1"], [-2.0, 0.0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(st["m2"], [2.0, 0.0], rtol=0, atol=1e-6)
+    exact = [s_ for s_ in D.steps if s_.rule == "exact"][0]
+    assert "scale" in str(exact.equations[0][1]) and mod.DATA == ("B",)
+
+
+def test_vector_gaussian_expectations_of_cubic_and_quartic_forms_equal_gauss_hermite():
+    """Products of two linear or quadratic forms (Isserlis' theorem, blr_derive/expect.py) against a tensor
+    Gauss-Hermite rule, exact for these degrees."""
+    import sympy as sp
+
+    from blr_derive.exprparse import parse_expression
+    from blr_derive.expect import gaussian_expectation
+    from blr_derive.family import load_family
+    fam = load_family("gaussian_full")
+    P = 2
+    B, b = sp.MatrixSymbol("B", fam.dim, fam.dim), sp.MatrixSymbol("b", fam.dim, 1)
+    M, C = sp.MatrixSymbol("M", fam.dim, 1), sp.MatrixSymbol("C", fam.dim, fam.dim)
+    rng = np.random.default_rng(0)
+    L = rng.normal(size=(P, P)) + 2 * np.eye(P)
+    vals = {B: rng.normal(size=(P, P)), b: rng.normal(size=P), M: rng.normal(size=P), C: L @ L.T}
+    x, w = np.polynomial.hermite_e.hermegauss(6)
+    E1, E2 = np.meshgrid(x, x, indexing="ij")
+    W = np.outer(w, w).ravel() / (2 * np.pi)
+    pts = vals[M] + (L @ np.stack([E1.ravel(), E2.ravel()])).T
+    quad = {"(theta.T*theta - 4)**2 + theta.T*B*theta": lambda t: (t @ t - 4) ** 2 + t @ vals[B] @ t,
+            "(theta.T*B*theta)*(b.T*theta) - 3*b.T*theta": lambda t: (t @ vals[B] @ t) * (vals[b] @ t) - 3 * vals[b] @ t,
+            "(b.T*theta)*(theta.T*b) + theta.T*B*theta*theta.T*theta": lambda t: (vals[b] @ t) ** 2
+            + (t @ vals[B] @ t) * (t @ t)}
+    for text, f in quad.items():
+        e = gaussian_expectation(parse_expression(text, {"theta": fam.theta, "B": B, "b": b}), fam.theta, M, C + M * M.T,
+                                 {C})
+        want = sum(wi * f(t) for wi, t in zip(W, pts))
+        assert evaluate(e, vals, {fam.dim: P}) == pytest.approx(want, rel=1e-12), text
+
+
 # ------------------------------------------------------------------------- the derivation, numerically
 def test_mixture_natural_gradient_equals_quadrature_of_the_mixture_objective(exact1d):
     """Eqs. 27-28 + 67-68 + Bonnet/Price for mixtures: ∇_{μ_k}(E_q[ℓ] − H(q)) with E_{q_k}[∇f], E_{q_k}[∇²f]
