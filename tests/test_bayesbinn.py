@@ -317,3 +317,25 @@ def test_bayesbinn_float32_scale_stays_finite_where_tanh_saturates():
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, want, rtol=2e-5, atol=1e-5)
     assert torch.equal(w.detach(), torch.sign(opt.state[w]["lam"]))
+
+
+def test_bayesbinn_fused_kernel_equals_foreach():
+    """fused=True (one torch.compile'd kernel writing λ, the momentum and sign(λ)) equals the _foreach path."""
+    mod = load_generated("bayesbinn", "torch")
+    torch.manual_seed(0)
+    X, y = torch.randn(32, 5), (torch.randn(32) > 0).long()
+    nets = [torch.nn.Linear(5, 2, bias=False) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [mod.BayesBiNN(n.parameters(), lr=0.05, train_set_size=32.0, momentum=0.5, fused=f)
+            for n, f in zip(nets, (False, True))]
+    for step in range(5):
+        for n, o in zip(nets, opts):
+            torch.manual_seed(step)
+            with o.sampled_params(train=True):
+                o.zero_grad()
+                torch.nn.functional.cross_entropy(n(X), y).backward()
+            o.step()
+    a, b = (o.state[n.weight] for n, o in zip(nets, opts))
+    torch.testing.assert_close(b["lam"], a["lam"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(b["grad_avg"], a["grad_avg"], rtol=1e-5, atol=1e-6)
+    assert torch.equal(nets[1].weight, torch.sign(b["lam"]))
