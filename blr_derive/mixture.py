@@ -571,6 +571,8 @@ def derive_mixture(recipe) -> Derivation:
           [(ln, e, r"\leftarrow") for ln, e in zip(lam_next, lam_new)])
     shim = SimpleNamespace(family=SimpleNamespace(params=gparams, eta=eta_k))
     n_before = len(D.updates)
+    # the generic oracle values are listed while solving so that _solve_ordinary collects terms by them; the
+    # real oracle calls, one per free component, are added when the update is instantiated below
     D.oracle_calls.extend([(g_k, "grad", mean_k, ""), (H_k, "hess", mean_k, "")] if g_k is not None else [])
     _solve_ordinary(shim, D, lam_new, hsym)
     generic_updates = D.updates[n_before:]
