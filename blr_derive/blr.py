@@ -702,7 +702,23 @@ def _solve_ordinary(recipe, D, lam_new, sym):
             remaining.remove(i)
             progress = True
         if not progress:
-            raise DerivationError("cannot solve the updated natural parameters for the ordinary parameters")
+            # coupled blocks (e.g. the categorical's λ_k = log(p_k/p_K)): the family's closed-form inverse
+            # ordinary(λ) at λ_{t+1}, for all the parameters still unknown at once
+            unk = [p for p in free if p.symbol not in solved_expr]
+            inv = getattr(fam, "ord_from_nat", None) or {}
+            if not unk or any(p.symbol not in inv or is_mat(p.symbol) for p in unk) or any(is_mat(l) for l in lam_new):
+                raise DerivationError("cannot solve the updated natural parameters for the ordinary parameters")
+            at_new = dict(zip(fam.lam, lam_new))
+            eqs = []
+            for p in unk:
+                solved_expr[p.symbol] = inv[p.symbol].xreplace(at_new)
+                D.updates.append((p.name, new_sym[p.symbol], solved_expr[p.symbol]))
+                eqs.append((new_sym[p.symbol], solved_expr[p.symbol], r"\leftarrow"))
+            D.add("natural_to_ordinary", RULES["natural_to_ordinary"].equation,
+                  "Update of " + ", ".join(p.name for p in unk),
+                  "The natural parameters couple these parameters; the family's inverse map ordinary(λ) "
+                  "is evaluated at λ_{t+1}.", eqs)
+            remaining = []
 
 
 def _tidy(e, fam, D, sym, new_sym):

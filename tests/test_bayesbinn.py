@@ -339,3 +339,20 @@ def test_bayesbinn_fused_kernel_equals_foreach():
     torch.testing.assert_close(b["lam"], a["lam"], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(b["grad_avg"], a["grad_avg"], rtol=1e-5, atol=1e-6)
     assert torch.equal(nets[1].weight, torch.sign(b["lam"]))
+
+
+def test_exact_finite_sum_on_the_categorical_family(tmp_path):
+    """The same finite sum over the K = 3 one-hot points; the coupled λ_k = log(p_k/p_3) are inverted by the
+    family's closed-form softmax.  Reference: Eq. 6 with ∇_μ E_q[ℓ] = (ℓ(e_k) - ℓ(e_3))_k."""
+    r = recipe_file(tmp_path, "name: catx\nfamily: categorical\nloss:\n"
+                    "  expression: exp(c*theta1) + log(1 + theta2 + 2*theta3)*w\n  data:\n    w: {}\n"
+                    "hyperparameters:\n  c: {default: 0.7}\n  rho: {default: 0.5}\napproximations:\n  - exact\n")
+    D = derive(r)
+    mod = load_module(D, r)
+    c, w, rho, p = 0.7, 1.3, 0.4, np.array([0.2, 0.5, 0.3])
+    ell = np.array([math.exp(c), 1 + w * math.log(2), 1 + w * math.log(3)])
+    lam = np.log(p[:2] / p[2])
+    lam1 = (1 - rho) * lam - rho * (ell[:2] - ell[2])
+    want = np.exp(lam1) / (1 + np.exp(lam1).sum())
+    out = mod.step({"p1": np.array(p[0]), "p2": np.array(p[1])}, data={"w": w}, c=c, rho=rho)
+    np.testing.assert_allclose([out["p1"], out["p2"]], want, rtol=1e-12)
