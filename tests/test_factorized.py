@@ -406,3 +406,30 @@ def test_factorized_recipe_from_yaml_text_in_the_python_api():
     ref = cavi_normal_gamma(y, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0)
     np.testing.assert_allclose([state["theta_m"], state["theta_s"], state["tau_alpha"], state["tau_beta"]], ref,
                                rtol=1e-12)
+
+
+def test_row_loop_fallback_equals_the_batched_rows(monkeypatch):
+    """Per-row programs the row-batched printer cannot express run in a loop over the rows; both agree."""
+    from blr_derive.api import generate
+    from blr_derive.errors import CodegenError
+    from codegen.numpy import rows
+    from conftest import load_module_from_path
+    batched = load_generated("em_gmm")
+    assert "for n in range(n_rows)" not in (CATALOG / "generated/numpy/em_gmm.py").read_text(encoding="utf-8")
+
+    def refuse(self, e):
+        raise CodegenError("forced")
+    monkeypatch.setattr(rows.RowBatchPrinter, "plate_sum", refuse)
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "em_loop.py"
+        out.write_text(generate(CATALOG / "em_gmm.yaml", "numpy"), encoding="utf-8")
+        assert "for n in range(n_rows)" in out.read_text(encoding="utf-8")
+        loop = load_module_from_path(out)
+    Y, w0, m0, L0 = gmm_data(0)
+    s0 = dict(pi1=w0[0], pi2=w0[1], m1=m0[0], m2=m0[1], m3=m0[2], L1=L0[0], L2=L0[1], L3=L0[2])
+    a = batched.step(batched.init(**s0), data={"y": Y})
+    b = loop.step(loop.init(**s0), data={"y": Y})
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-12, atol=1e-12)

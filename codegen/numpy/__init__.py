@@ -76,9 +76,24 @@ class NumpyTarget:
         scale = (pr(ir.scale[0]), pr(ir.scale[1])) if ir.scale is not None else None
         assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
         dims = [(str(d), var, axis) for d, var, axis in ir.dims]
+        rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
+        if ir.plate is not None:
+            from blr_derive.errors import CodegenError
+
+            from .rows import RowBatchPrinter
+            rp = RowBatchPrinter({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
+                                 {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
+                                 | {s for s, _ in ir.local_assign})
+            try:
+                rows = {"local": [(pr(s), rp.doprint(e)) for s, e in ir.local_assign],
+                        "stats": [(pr(s), rp.plate_sum(e)) for s, e in ir.stats]}
+                printer.helpers |= rp.helpers
+                printer.imports |= rp.imports
+            except CodegenError:
+                rows = None
         return self.env.get_template("factorized.py.j2").render(
             ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
-            dims=dims,
+            dims=dims, rows=rows,
             plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports),
             printer=printer)

@@ -137,36 +137,24 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     row_const4 = m2 @ L2 @ m2
     row_const5 = numpy.log(pi2) - numpy.log1p(-pi1 - pi2) + (1/2)*numpy.log(numpy.linalg.det(L2)) - 1/2*numpy.log(numpy.linalg.det(L3))
     n_rows = y_rows.shape[0]
-    z_p1_rows = numpy.empty(n_rows)
-    z_p2_rows = numpy.empty(n_rows)
-    sum1 = 0.0
-    sum2 = 0.0
-    sum3 = 0.0
-    sum4 = 0.0
-    sum5 = 0.0
-    sum6 = 0.0
-    sum7 = 0.0
-    sum8 = 0.0
-    sum9 = 0.0
-    sum10 = 0.0
-    for n in range(n_rows):
-        y = y_rows[n]
-        z_lambda1 = (1/2)*row_const1 - 1/2*row_const2 + row_const3 + (1/2)*m1 @ L1 @ y - 1/2*m3 @ L3 @ y + (1/2)*y @ L1 @ m1 - 1/2*y @ L1 @ y - 1/2*y @ L3 @ m3 + (1/2)*y @ L3 @ y
-        z_lambda2 = (1/2)*row_const1 - 1/2*row_const4 + row_const5 + (1/2)*m2 @ L2 @ y - 1/2*m3 @ L3 @ y + (1/2)*y @ L2 @ m2 - 1/2*y @ L2 @ y - 1/2*y @ L3 @ m3 + (1/2)*y @ L3 @ y
-        z_p1 = numpy.exp(z_lambda1 - scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(0, z_lambda1, z_lambda2)), axis=0))
-        z_p2 = numpy.exp(z_lambda2 - scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(0, z_lambda1, z_lambda2)), axis=0))
-        z_p1_rows[n] = z_p1
-        z_p2_rows[n] = z_p2
-        sum1 = sum1 + 1
-        sum2 = sum2 + z_p1
-        sum3 = sum3 + z_p2
-        sum4 = sum4 + z_p1*y
-        sum5 = sum5 + z_p2*y
-        sum6 = sum6 + z_p1 + z_p2 - 1
-        sum7 = sum7 + (z_p1 + z_p2 - 1)*y
-        sum8 = sum8 + z_p1*(numpy.outer(y, y))
-        sum9 = sum9 + z_p2*(numpy.outer(y, y))
-        sum10 = sum10 + (z_p1 + z_p2 - 1)*(numpy.outer(y, y))
+    # the per-row program on all rows at once (rows are the leading axis)
+    y = y_rows
+    z_lambda1 = (1/2)*row_const1 - 1/2*row_const2 + row_const3 + (1/2)*numpy.einsum('b,bc,nc->n', m1, L1, y) - 1/2*numpy.einsum('b,bc,nc->n', m3, L3, y) + (1/2)*numpy.einsum('nb,bc,c->n', y, L1, m1) - 1/2*numpy.einsum('nb,bc,nc->n', y, L1, y) - 1/2*numpy.einsum('nb,bc,c->n', y, L3, m3) + (1/2)*numpy.einsum('nb,bc,nc->n', y, L3, y)
+    z_lambda2 = (1/2)*row_const1 - 1/2*row_const4 + row_const5 + (1/2)*numpy.einsum('b,bc,nc->n', m2, L2, y) - 1/2*numpy.einsum('b,bc,nc->n', m3, L3, y) + (1/2)*numpy.einsum('nb,bc,c->n', y, L2, m2) - 1/2*numpy.einsum('nb,bc,nc->n', y, L2, y) - 1/2*numpy.einsum('nb,bc,c->n', y, L3, m3) + (1/2)*numpy.einsum('nb,bc,nc->n', y, L3, y)
+    z_p1 = numpy.exp(z_lambda1 - scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(0, z_lambda1, z_lambda2)), axis=0))
+    z_p2 = numpy.exp(z_lambda2 - scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(0, z_lambda1, z_lambda2)), axis=0))
+    z_p1_rows = numpy.broadcast_to(z_p1, (n_rows,)).copy()
+    z_p2_rows = numpy.broadcast_to(z_p2, (n_rows,)).copy()
+    sum1 = numpy.sum(numpy.broadcast_to(1, (n_rows,)))
+    sum2 = numpy.sum(numpy.broadcast_to(z_p1, (n_rows,)))
+    sum3 = numpy.sum(numpy.broadcast_to(z_p2, (n_rows,)))
+    sum4 = numpy.einsum('n,na->a', numpy.broadcast_to(z_p1, (n_rows,)), y)
+    sum5 = numpy.einsum('n,na->a', numpy.broadcast_to(z_p2, (n_rows,)), y)
+    sum6 = numpy.sum(numpy.broadcast_to(z_p1 + z_p2 - 1, (n_rows,)))
+    sum7 = numpy.einsum('n,na->a', numpy.broadcast_to(z_p1 + z_p2 - 1, (n_rows,)), y)
+    sum8 = numpy.einsum('n,na,nc->ac', numpy.broadcast_to(z_p1, (n_rows,)), y, y)
+    sum9 = numpy.einsum('n,na,nc->ac', numpy.broadcast_to(z_p2, (n_rows,)), y, y)
+    sum10 = numpy.einsum('n,na,nc->ac', numpy.broadcast_to(z_p1 + z_p2 - 1, (n_rows,)), y, y)
     pi1_new = sum2/sum1
     pi2_new = sum3/sum1
     m1_new = sum2**(-1.0)*sum4

@@ -157,7 +157,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     row_const4 = mu2_m/sigma2
     row_const5 = -1/2*mu2_m**2/sigma2 + (1/2)*mu3_m**2/sigma2 + scipy.special.digamma(w_a2) - scipy.special.digamma(w_a3) + (1/2)/(mu3_s*sigma2) - (1/2)/(mu2_s*sigma2)
     n_rows = y_rows.shape[0]
-    # scalar rows: the per-row program runs elementwise on all rows at once
+    # the per-row program on all rows at once (rows are the leading axis)
     y = y_rows
     z_lambda1 = row_const1*y + row_const2*y + row_const3
     z_lambda2 = row_const2*y + row_const4*y + row_const5

@@ -92,7 +92,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         raise TypeError("this update needs data: " + ", ".join(DATA))
     y_rows = numpy.asarray(data["y"], dtype=float)
     n_rows = y_rows.shape[0]
-    # scalar rows: the per-row program runs elementwise on all rows at once
+    # the per-row program on all rows at once (rows are the leading axis)
     y = y_rows
     sum1 = numpy.sum(numpy.broadcast_to(y, (n_rows,)))
     sum2 = numpy.sum(numpy.broadcast_to(1, (n_rows,)))
