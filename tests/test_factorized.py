@@ -180,6 +180,41 @@ def test_vmp_derivation_shows_messages_per_factor():
     assert not any(r"{prior\_tau} \to \mathrm{theta}" in m for m in msgs)     # no theta in it: no message
 
 
+VMP_SUMS = """name: vmp_sums
+data:
+  n: {description: count}
+  S1: {}
+  S2: {}
+hyperparameters: {m0: 0.0, kappa0: 1.0, alpha0: 1.0, beta0: 1.0}
+blocks:
+  theta: {family: gaussian_diag, approximations: [exact]}
+  tau: {family: gamma, approximations: [exact]}
+factors:
+  likelihood: "tau*(S2 - 2*theta*S1 + n*theta**2)/2 - n*log(tau)/2"
+  prior_theta: "kappa0*tau*(theta - m0)**2/2 - log(tau)/2"
+  prior_tau: "beta0*tau - (alpha0 - 1)*log(tau)"
+"""
+
+
+def test_plate_sums_equal_declared_summary_data(tmp_path):
+    """The same VMP with the data as declared summaries (n, S1, S2; no plate) equals the plate form (Eq. 54)."""
+    from blr_derive.api import generate
+    from conftest import load_module_from_path
+    path = tmp_path / "vmp_sums.yaml"
+    path.write_text(VMP_SUMS, encoding="utf-8")
+    out = tmp_path / "vmp_sums.py"
+    out.write_text(generate(path, "numpy"), encoding="utf-8")
+    sums, plate = load_module_from_path(out), load_generated("vmp")
+    assert sums.PLATE_DATA == () and "for n in" not in out.read_text(encoding="utf-8")
+    y = np.random.default_rng(3).normal(1.0, 2.0, size=12)
+    a = b = dict(theta_m=0.1, theta_s=2.0, tau_alpha=1.5, tau_beta=0.7)
+    for _ in range(5):
+        a = sums.step(sums.init(**{k: a[k] for k in sums.STATE}), data=dict(n=12.0, S1=y.sum(), S2=(y ** 2).sum()))
+        b = plate.step(plate.init(**{k: b[k] for k in plate.STATE}), data=dict(y=y))
+        for k in sums.STATE:
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-13)
+
+
 # ----------------------------------------------------------------------------------------------- SVI
 SVI_HP = dict(sigma2=1.0, a0=1.0, m0=0.0, s0=0.1)
 
