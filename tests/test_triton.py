@@ -224,6 +224,69 @@ def test_sampling_noise_distribution_and_restore():
     assert all(torch.equal(p, m) for p, m in zip(params, means))
 
 
+# ----------------------------------------------------------------- recipes whose parameter is an expression of the state
+@contextlib.contextmanager
+def torch_uniform_draws(u):
+    """Make the torch target's one flat uniform draw per group return ``u``."""
+    orig = torch.rand
+
+    def rand(n, dtype=None, device=None):
+        assert n == u.numel()
+        return u.clone().to(dtype)
+
+    torch.rand = rand
+    try:
+        yield
+    finally:
+        torch.rand = orig
+
+
+def test_ste_binary_weights_equal_torch_target():
+    tr, to = triton_module("ste"), load_generated("ste", "torch")
+    pa, pb = make_params(), make_params()
+    opt_a, opt_b = optimizer_class(tr)(pa, lr=0.05), optimizer_class(to)(pb, lr=0.05)
+    assert all(torch.equal(a, b) for a, b in zip(pa, pb)) and set(pa[0].unique().tolist()) <= {-1.0, 1.0}
+    g = torch.Generator().manual_seed(6)
+    for _ in range(20):
+        for a, b in zip(pa, pb):
+            grad = torch.randn(a.shape, generator=g)
+            a.grad, b.grad = grad.clone(), grad.clone()
+        opt_a.step()
+        opt_b.step()
+    assert all(torch.equal(a, b) for a, b in zip(pa, pb))                      # sign(lam)
+    states_close(opt_a, pa, opt_b, pb, rtol=1e-6, atol=1e-6)
+
+
+def test_bayesbinn_equals_torch_target_given_the_kernel_uniform_draws():
+    """Concrete samples tanh((lam + logit(u)/2)/tau) with u from tl.rand; tanh and sech are printed through exp
+    identities (no libdevice), so θ agrees to a few 1e-7 and the statistics, which divide by sech(lam)^2, to
+    1e-5 relative.  A linear loss keeps the gradients independent of θ's last bits."""
+    tr, to = triton_module("bayesbinn"), load_generated("bayesbinn", "torch")
+    kw = dict(lr=0.01, train_set_size=10.0, momentum=0.5, temperature=0.5)
+    g = torch.Generator().manual_seed(7)
+    A = [torch.randn(s, generator=g) for s in SHAPES]
+    pa, pb = make_params(), make_params()
+    opt_a, opt_b = optimizer_class(tr)(pa, **kw), optimizer_class(to)(pb, **kw)
+    torch.manual_seed(0)
+    for _ in range(3):
+        with opt_a.sampled_params(train=True):
+            opt_a.zero_grad()
+            sum((a * p).sum() for a, p in zip(A, pa)).backward()
+            theta_a = [p.detach().clone() for p in pa]
+        u = opt_a.noise(0)
+        assert 0 <= u.min() and u.max() < 1 and abs(u.mean().item() - 0.5) < 5 * (1 / 12 / u.numel()) ** 0.5
+        with torch_uniform_draws(u), opt_b.sampled_params(train=True):
+            opt_b.zero_grad()
+            sum((a * p).sum() for a, p in zip(A, pb)).backward()
+            theta_b = [p.detach().clone() for p in pb]
+        for a, b in zip(theta_a, theta_b):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        opt_a.step()
+        opt_b.step()
+    assert all(torch.equal(a, b) for a, b in zip(pa, pb))                      # sign(lam)
+    states_close(opt_a, pa, opt_b, pb, rtol=1e-5, atol=1e-4)
+
+
 # ----------------------------------------------------------------- low-precision parameters
 def test_bf16_params_fp32_state():
     """bf16 parameters and gradients, fp32 state and arithmetic: the torch target run in fp32 whose parameters
@@ -251,7 +314,7 @@ def test_bf16_params_fp32_state():
 # ----------------------------------------------------------------- code generation
 def test_triton_target_covers_the_torch_recipes_and_rejects_the_rest():
     names = {p.stem for p in (GENERATED / "triton").glob("*.py")} - {"__init__"}
-    assert {"sgd", "rmsprop", "adam", "adamw", "ogn", "vogn", "ivon"} <= names
+    assert {"sgd", "rmsprop", "adam", "adamw", "ogn", "vogn", "ivon", "ste", "bayesbinn"} <= names
     with pytest.raises(CodegenError, match="triton target needs an elementwise"):
         generate(CATALOG / "newton.yaml", "triton")
 
@@ -292,7 +355,7 @@ for name in sys.argv[2:]:
         def __getitem__(self, grid):
             return lambda *args, **kwargs: self.calls.setdefault(self.name, (args, kwargs))
 
-    kernels = [k for k in ("_update_kernel", "_draw_kernel", "_collect_kernel") if hasattr(mod, k)]
+    kernels = [k for k in ("_update_kernel", "_draw_kernel", "_collect_kernel", "_point_kernel") if hasattr(mod, k)]
     jit = {k: getattr(mod, k) for k in kernels}
     for k in kernels:
         setattr(mod, k, Recorder(k, calls))
@@ -333,12 +396,14 @@ def test_kernels_compile_for_a_gpu():
     import json
     import subprocess
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", COMPILE_CHECK, str(GENERATED.parent.parent / "tests"), "adam", "ivon"],
+    r = subprocess.run([sys.executable, "-c", COMPILE_CHECK, str(GENERATED.parent.parent / "tests"), "adam", "ivon",
+                        "bayesbinn"],
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(out["adam"]) == {"_update_kernel"}
     assert set(out["ivon"]) == {"_update_kernel", "_draw_kernel", "_collect_kernel"}
+    assert set(out["bayesbinn"]) == {"_update_kernel", "_draw_kernel", "_collect_kernel", "_point_kernel"}
     assert all(v["cubin"] > 0 and v["st.global"] > 0 for r_ in out.values() for v in r_.values())
     # IEEE division and square root, as torch computes them
     assert out["adam"]["_update_kernel"]["div.rn.f32"] > 0 and out["adam"]["_update_kernel"]["sqrt.rn.f32"] > 0

@@ -12,10 +12,14 @@ Monte Carlo recipes add a draw kernel (θ = m + σε with ε from Triton's Philo
 seeded per sample and offset by the element's index in the group) and a collect kernel that
 restores the means and accumulates the per-sample statistics, regenerating the same ε from the
 same seed and offsets: the noise is never stored.  Same scope as the torch target: elementwise
-recipes whose oracles are taken at the mean or at samples of q; others raise CodegenError.
+recipes whose oracles are taken at the parameter or at samples of q (normal or uniform draws); a recipe
+whose parameter holds an expression of the state (``parameter: sign(lam)``) keeps all of the state in
+the buffers and writes the parameter from it (``_point_kernel`` at construction, the update kernel after
+every step).  Others raise CodegenError.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import sympy as sp
@@ -45,17 +49,23 @@ class TritonTarget:
 
     def render(self, ir) -> str:
         self.check(ir)
-        if ir.mean is None:
-            raise CodegenError(f"recipe '{ir.recipe}': the triton target needs a family whose mean is the parameter "
-                               "(recipes with a 'parameter' expression have the torch target)")
         for sym, expr in ir.assignments:
             if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
                 raise CodegenError(f"recipe '{ir.recipe}': the triton target needs an elementwise update; "
                                    f"'{sym}' is a matrix expression")
         host = HostPrinter()
         mean = ir.mean
-        others = [v for v in ir.state if v.name != mean]
+        parameter = getattr(ir, "parameter", None)
+        point = None
+        if mean is None:          # the parameter holds an expression of the state (e.g. sign(lam)), all state in buffers
+            reads = {str(s) for s in parameter.free_symbols}
+            others = [dataclasses.replace(v, init_state="param") if v.init is None and v.family and v.name in reads
+                      else v for v in ir.state]
+        else:
+            others = [v for v in ir.state if v.name != mean]
         for v in others:
+            if v.init_state == "param":
+                continue
             if v.init is None:
                 raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)")
             if v.init_state is not None and v.init_state != mean:
@@ -65,6 +75,12 @@ class TritonTarget:
         state_syms |= {sp.Symbol(str(s), real=True) for s in state_syms}
         state_names = [v.name for v in ir.state]
         helpers = set()
+        if mean is None:
+            init_c = TritonFusedCompiler(state_syms)
+            init_c.assign(sp.Symbol("param_init"), parameter)
+            helpers |= init_c.helpers
+            point = {"init_c": init_c, "init_state": [n for n in state_names if n in set(_body_words(init_c))],
+                     "init_hyper": [h for h in ir.hyperparameters if any(s in parameter.free_symbols for s in h.symbols)]}
 
         def loads(comp, names, extra=()):
             """The state arrays a compiled program reads (in state order), by name."""
@@ -113,9 +129,15 @@ class TritonTarget:
             stat_loads.append((str(a), flag))
         for sym, expr in ir.assignments:
             fused.assign(sym, expr, need[sym])
-        helpers |= fused.helpers
         outputs = [(name, str(sym)) for name, sym in ir.outputs if name != mean and str(sym) != name]
-        mean_out = [str(sym) for name, sym in ir.outputs if name == mean][0]
+        if mean is None:
+            new_of = {sp.Symbol(name, real=True): sym for name, sym in ir.outputs}
+            new_of.update({v.symbol: sym for v in ir.state for name, sym in ir.outputs if name == v.name})
+            fused.assign(sp.Symbol("param_new"), parameter.xreplace(new_of))
+            mean_out = "param_new"
+        else:
+            mean_out = [str(sym) for name, sym in ir.outputs if name == mean][0]
+        helpers |= fused.helpers
         init_syms = set()
         for v in others:
             if v.init_state is None:
@@ -134,7 +156,7 @@ class TritonTarget:
             if o not in cols:
                 cols.append(o)
         return self.env.get_template(self.template).render(
-            ir=ir, mean=mean, outputs=outputs, mean_out=mean_out, others=others, host=host.doprint,
+            ir=ir, mean=mean, pvar=mean or "_p", point=point, outputs=outputs, mean_out=mean_out, others=others, host=host.doprint,
             init_hyper=[h for h in ir.hyperparameters if any(str(s) in init_syms for s in h.symbols)],
             grads=grads, sampling=sampling, fused=fused, stat_loads=stat_loads, update_state=update_state,
             helper_sources=[HELPERS[h] for h in sorted(helpers)],
@@ -143,6 +165,13 @@ class TritonTarget:
             theta_hyper=[h for h in ir.hyperparameters if any(str(s) in theta_syms for s in h.symbols)],
             stat_hyper=[h for h in ir.hyperparameters if any(str(s) in stat_syms for s in h.symbols)],
         )
+
+
+def _body_words(comp):
+    out = []
+    for line in comp.body:
+        out += _words(line)
+    return out
 
 
 def _words(line):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sympy as sp
 from sympy.printing.precedence import precedence
+from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.errors import CodegenError
 from codegen.torch.printer import ElementwisePrinter, FusedCompiler
@@ -36,6 +37,12 @@ def _tanh(x):
     e = tl.exp(-2.0 * tl.abs(x))
     r = tl.div_rn(1.0 - e, 1.0 + e)
     return tl.where(x < 0, -r, r)
+''',
+    "_sech": '''@triton.jit
+def _sech(x):
+    """sech without libdevice: 2e/(1 + e*e), e = exp(-|x|) (no overflow)."""
+    e = tl.exp(-tl.abs(x))
+    return tl.div_rn(2.0 * e, 1.0 + e * e)
 ''',
 }
 
@@ -167,8 +174,25 @@ class TritonPrinter(ElementwisePrinter):
         if n == "tanh":
             self.helpers.add("_tanh")
             return f"_tanh({self._print(expr.args[0])})"
-        raise CodegenError(f"the triton target cannot print {n} (it needs libdevice, which the Triton interpreter "
-                           "cannot run); use the torch target for this recipe")
+        raise CodegenError(f"the triton target cannot print {n}: it prints Triton core math only (no libdevice, "
+                           "which the Triton interpreter cannot run); use the torch target for this recipe")
+
+    def _print_exp(self, expr):
+        return f"tl.exp({self._print(expr.args[0])})"
+
+    def _print_sin(self, expr):
+        return f"tl.sin({self._print(expr.args[0])})"
+
+    def _print_cos(self, expr):
+        return f"tl.cos({self._print(expr.args[0])})"
+
+    def _print_tanh(self, expr):
+        self.helpers.add("_tanh")
+        return f"_tanh({self._print(expr.args[0])})"
+
+    def _print_cosh(self, expr):
+        x = self._print(expr.args[0])
+        return f"(0.5*(tl.exp({x}) + tl.exp(-({x}))))"
 
     def _print_loggamma(self, expr):
         return self._print_Function(expr)
@@ -181,6 +205,14 @@ class TritonPrinter(ElementwisePrinter):
 
     def _print_polygamma(self, expr):
         return self._print_Function(expr)
+
+    def _print_sign(self, expr):
+        x = self._print(expr.args[0])
+        return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0*{x}))"
+
+    def _print_sech(self, expr):
+        self.helpers.add("_sech")
+        return f"_sech({self._print(expr.args[0])})"
 
     def _print_softplus(self, expr):
         x = self._print(expr.args[0])
@@ -258,3 +290,14 @@ class TritonFusedCompiler(FusedCompiler):
     @property
     def flag_args(self):
         return [(n, v) for n, v in self.args if n in self.flag_names]
+
+
+def _unsupported(self, expr):
+    return TritonPrinter._print_Function(self, expr)
+
+
+# functions sympy's Python printer would print from the math module: only those defined above are printed
+for _name in PythonCodePrinter._kf:
+    _attr = f"_print_{_name.split('.')[-1]}"
+    if getattr(TritonPrinter, _attr, None) is getattr(PythonCodePrinter, _attr, None):
+        setattr(TritonPrinter, _attr, _unsupported)

@@ -128,7 +128,7 @@ def _update_kernel(_chunks, _ptrs, _buf_h, _buf_momentum, _buf_g, _buf_avg_gsq, 
 
 @triton.jit(do_not_specialize=["_seed"])
 def _draw_kernel(_chunks, _ptrs, _buf_mean, _buf_h, _seed, _h0, _h1, NPTR: tl.constexpr, PDT: tl.constexpr, BLOCK: tl.constexpr):
-    """Keep the mean and replace the parameter by the sample θ (ε regenerated later from _seed)."""
+    """Keep the parameter and replace it by the sample θ (ε regenerated later from _seed)."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
     _start = tl.load(_chunks + 4 * _pid + 1)
@@ -147,7 +147,7 @@ def _draw_kernel(_chunks, _ptrs, _buf_mean, _buf_h, _seed, _h0, _h1, NPTR: tl.co
 
 @triton.jit(do_not_specialize=["_seed"])
 def _collect_kernel(_chunks, _ptrs, _buf_mean, _buf_h, _buf_g, _buf_avg_gsq, _buf_avg_nxg, _seed, _inv_n, _h2, _h3, _h0: tl.constexpr, _h1: tl.constexpr, COLLECT: tl.constexpr, FIRST: tl.constexpr, NPTR: tl.constexpr, PDT: tl.constexpr, BLOCK: tl.constexpr):
-    """Restore the mean; with COLLECT, add this sample's statistics to their running averages
+    """Restore the parameter; with COLLECT, add this sample's statistics to their running averages
     (Welford: avg += (x - avg)/n; FIRST: avg = x), with ε regenerated from the draw's seed and offsets."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)

@@ -97,7 +97,7 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_g, _buf_avg_ggn, _h0, _h1, _h3, 
 
 @triton.jit(do_not_specialize=["_seed"])
 def _draw_kernel(_chunks, _ptrs, _buf_mean, _buf_s, _seed, NPTR: tl.constexpr, PDT: tl.constexpr, BLOCK: tl.constexpr):
-    """Keep the mean and replace the parameter by the sample θ (ε regenerated later from _seed)."""
+    """Keep the parameter and replace it by the sample θ (ε regenerated later from _seed)."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
     _start = tl.load(_chunks + 4 * _pid + 1)
@@ -116,7 +116,7 @@ def _draw_kernel(_chunks, _ptrs, _buf_mean, _buf_s, _seed, NPTR: tl.constexpr, P
 
 @triton.jit(do_not_specialize=["_seed"])
 def _collect_kernel(_chunks, _ptrs, _buf_mean, _buf_g, _buf_avg_ggn, _seed, _inv_n, COLLECT: tl.constexpr, FIRST: tl.constexpr, NPTR: tl.constexpr, PDT: tl.constexpr, BLOCK: tl.constexpr):
-    """Restore the mean; with COLLECT, add this sample's statistics to their running averages
+    """Restore the parameter; with COLLECT, add this sample's statistics to their running averages
     (Welford: avg += (x - avg)/n; FIRST: avg = x), with ε regenerated from the draw's seed and offsets."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
