@@ -200,7 +200,7 @@ def test_bayesbinn_trains_a_binary_mlp():
     net = torch.nn.Sequential(torch.nn.Linear(D, H, bias=False), torch.nn.BatchNorm1d(H, affine=False),
                               torch.nn.Hardtanh(), torch.nn.Linear(H, 2, bias=False)).to(dt)
     opt = mod.BayesBiNN(net.parameters(), lr=1e-3, temperature=1.0, train_set_size=n)
-    for epoch in range(3):
+    for epoch in range(4):
         perm = torch.randperm(n)
         for i in range(0, n, 100):
             b = perm[i:i + 100]
