@@ -102,6 +102,7 @@ def test_ste_numpy_equals_eq_48():
         ref = ref - alpha * grad_np(np.sign(ref))                     # Eq. 48
         state = mod.step(state, oracles={"grad": grad_np}, lr=alpha)
         np.testing.assert_array_equal(state["lam"], ref)
+        np.testing.assert_array_equal(mod.parameter(state), np.sign(ref))   # the binary weights (recipe 'parameter')
 
 
 def test_ste_torch_equals_eq_48():

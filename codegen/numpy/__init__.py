@@ -53,6 +53,10 @@ class NumpyTarget:
                 "params": [p.name for p in fm["params"]],
             }
         fed = _federated_view(ir, printer)
+        point = None
+        if getattr(ir, "parameter", None) is not None:      # what a model's weights hold (e.g. sign(lam))
+            point = {"code": printer.doprint(ir.parameter),
+                     "reads": [v.name for v in ir.state if v.symbol in ir.parameter.free_symbols]}
         init_syms = set()
         for v in ir.state:
             if v.init is not None and v.init_state is None:
@@ -63,6 +67,7 @@ class NumpyTarget:
             imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], fed=fed,
+            point=point,
         )
         return out
 

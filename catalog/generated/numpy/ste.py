@@ -69,6 +69,12 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     }
 
 
+def parameter(state):
+    """What the model's weights hold, sign(lam) (the recipe's 'parameter'), from a state."""
+    lam = numpy.asarray(state["lam"], dtype=float)
+    return numpy.sign(lam)
+
+
 # ---------------------------------------------------------------------------------------------
 # Parameter maps of the family.  Its expectation parameters have no closed-form inverse, so
 # ordinary_from_expectation() solves ∇A(λ) = μ with a damped Newton method (like efax's exp-to-nat).
