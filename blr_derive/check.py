@@ -142,7 +142,36 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     if "expected_loss" in D.placeholders:
         checks.append(Check("natural gradient vs finite differences", _natural_gradient_fd(recipe, D, points), 1e-6,
                             note="∇_μ E_q[loss] against central differences of E_q[loss](μ)"))
+    if "relaxation" in D.placeholders:
+        checks.append(Check("relaxation scale vs finite differences", _relaxation_scale_fd(recipe, D, points), 1e-6,
+                            note="s = ∇_μ θ̂ (Eq. 51) against central differences of θ̂(u; μ)"))
     return checks
+
+
+def _relaxation_scale_fd(recipe, D, points):
+    """Worst relative error of the derived s = ∇_μ θ̂ (``concrete_relaxation``, with ε = 0) against
+    (θ̂(p + h) − θ̂(p − h)) / (μ(p + h) − μ(p − h)) at random draws u, parameters and temperatures."""
+    import sympy as sp
+    rel = D.placeholders["relaxation"]
+    fam = recipe.family
+    (p,) = [q.symbol for q in fam.free_params]
+    eps = rel["eps"]
+    scale = rel["scale_evaluated"].xreplace({e: 0 for e in getattr(eps, "free_symbols", ())})
+    args = (rel["u"], p, rel["temperature"])
+    s_fn = sp.lambdify(args, scale, "numpy")
+    th_fn = sp.lambdify(args, rel["sample"], "numpy")
+    mu_fn = sp.lambdify((p,), fam.mu_ord[0], "numpy")
+    worst = 0.0
+    for seed in range(points):
+        rng = np.random.default_rng(200 + seed)
+        vals = fam.sample_params(rng, 2)
+        pv = float(vals[p])
+        for _ in range(4):
+            u, tau, h = float(rng.uniform(0.05, 0.95)), float(rng.uniform(0.3, 2.0)), 1e-6 * max(1.0, abs(pv))
+            fd = (th_fn(u, pv + h, tau) - th_fn(u, pv - h, tau)) / (mu_fn(pv + h) - mu_fn(pv - h))
+            got = float(s_fn(u, pv, tau))
+            worst = max(worst, abs(got - fd) / max(1.0, abs(fd)))
+    return worst
 
 
 def _natural_gradient_fd(recipe, D, points):

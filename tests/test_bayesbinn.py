@@ -389,3 +389,12 @@ def test_score_function_on_the_bernoulli_matches_the_exact_natural_gradient(tmp_
     theta = np.where(np.random.default_rng(12).random(S) < (1 + mu) / 2, 1.0, -1.0)
     se = np.std(loss(theta) * (theta - mu)) / (1 - mu ** 2) / math.sqrt(S)
     assert abs(-out["lam"] - exact) < 5 * se
+
+
+def test_check_verifies_the_relaxation_scale_numerically():
+    """`blr-derive check` on bayesbinn compares the derived s = ∇_μ θ̂ with central differences of θ̂(u; μ)."""
+    from blr_derive.check import check_recipe_updates
+    checks = {c.name: c for c in check_recipe_updates(load_recipe(__import__("conftest").CATALOG / "bayesbinn.yaml"))}
+    c = checks["relaxation scale vs finite differences"]
+    assert c.passed and c.value < 1e-8
+    assert checks["generated update vs symbolic update"].passed
