@@ -27,8 +27,8 @@ if sys.version_info < (3, 11):         # the pinned triton 3.9.0 has wheels for 
 # masked lanes of the last block divide zeros by zeros in the interpreter; their results are never stored
 pytestmark = pytest.mark.filterwarnings("ignore:(divide by zero|invalid value):RuntimeWarning")
 
-SHAPES = [(50, 200), (37,)]          # 10037 elements: a full block and a ragged one
-BLOCK = 16384
+SHAPES = [(64, 256), (37,)]          # 16421 elements: two whole blocks (vector path) and a ragged one
+BLOCK = 8192
 
 
 def optimizer_class(mod):
@@ -108,10 +108,26 @@ def test_one_launch_per_group_and_step(monkeypatch):
     opt.step()
     opt.step()
     assert len(launches) == 4                          # 2 groups x 2 steps, all tensors of a group at once
-    assert launches[0] == (1 + 1,)                     # 10000 + 37 elements in BLOCK-sized programs
+    assert launches[0] == (2 + 1,)                     # 16384 + 37 elements in BLOCK-sized programs
     # the state is one contiguous fp32 buffer per group, self.state[p] holds views of it
     s0, s1 = opt.state[pa[0]]["s"], opt.state[pa[1]]["s"]
     assert s0.untyped_storage().data_ptr() == s1.untyped_storage().data_ptr() and s0.dtype == torch.float32
+
+
+def test_unaligned_parameters_take_the_masked_path():
+    """A parameter whose storage is not 16-byte aligned is updated by the masked (scalar) code path."""
+    tr, to = triton_module("adam"), load_generated("adam", "torch")
+    base = torch.randn(2 * BLOCK + 1, generator=torch.Generator().manual_seed(8))
+    pa, pb = [torch.nn.Parameter(base[1:])], [torch.nn.Parameter(base[1:].clone())]
+    assert pa[0].data_ptr() % 16 != 0
+    opt_a, opt_b = optimizer_class(tr)(pa, lr=1e-2), optimizer_class(to)(pb, lr=1e-2)
+    for i in range(3):
+        grad = torch.randn(2 * BLOCK, generator=torch.Generator().manual_seed(i))
+        pa[0].grad, pb[0].grad = grad.clone(), grad.clone()
+        opt_a.step()
+        opt_b.step()
+    torch.testing.assert_close(pa[0], pb[0], rtol=1e-6, atol=1e-6)
+    assert opt_a._layouts[id(opt_a.param_groups[0])].pointers([[pa[0], pa[0].grad]])[0, -1].item() == 0
 
 
 def test_state_dict_round_trip():

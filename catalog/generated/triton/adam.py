@@ -69,33 +69,58 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_u, _buf_s_max, _h0, _h2, _h3, _h
     """One BLR step for one block of one parameter: every array is read once and written once."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_mp, mask=_mask).to(tl.float32)
-    s = tl.load(_buf_s + _at, mask=_mask)
-    u = tl.load(_buf_u + _at, mask=_mask)
-    s_max = tl.load(_buf_s_max + _at, mask=_mask)
-    g = tl.load(tl.load(_row + 1).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-    g_wd = (tl.fma(m, _h0, g) if _h1 else g)
-    u_new = tl.fma(g_wd, _h3, _h2*u)
-    u_hat = _h4*u_new
-    s_new = tl.fma(g_wd*g_wd, _h6, _h5*s)
-    s_max_new = (tl.maximum(s_max, s_new) if _h7 else s_max)
-    s_used = (s_max_new if _h7 else s_new)
-    s_hat = _h8*s_used
-    s_root = tl.sqrt_rn(s_hat) + _h9
-    m_new = tl.fma(tl.div_rn(u_hat, s_root), _h10, m)
-    if u_new is not u:
-        tl.store(_buf_u + _at, u_new, mask=_mask)
-    if s_new is not s:
-        tl.store(_buf_s + _at, s_new, mask=_mask)
-    if s_max_new is not s_max:
-        tl.store(_buf_s_max + _at, s_max_new, mask=_mask)
-    tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_mp).to(tl.float32)
+        s = tl.load(_buf_s + _at)
+        u = tl.load(_buf_u + _at)
+        s_max = tl.load(_buf_s_max + _at)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+        g_wd = (tl.fma(m, _h0, g) if _h1 else g)
+        u_new = tl.fma(g_wd, _h3, _h2*u)
+        u_hat = _h4*u_new
+        s_new = tl.fma(g_wd*g_wd, _h6, _h5*s)
+        s_max_new = (tl.maximum(s_max, s_new) if _h7 else s_max)
+        s_used = (s_max_new if _h7 else s_new)
+        s_hat = _h8*s_used
+        s_root = tl.sqrt_rn(s_hat) + _h9
+        m_new = tl.fma(tl.div_rn(u_hat, s_root), _h10, m)
+        if u_new is not u:
+            tl.store(_buf_u + _at, u_new)
+        if s_new is not s:
+            tl.store(_buf_s + _at, s_new)
+        if s_max_new is not s_max:
+            tl.store(_buf_s_max + _at, s_max_new)
+        tl.store(_mp, _to_param(m_new, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_mp, mask=_mask).to(tl.float32)
+        s = tl.load(_buf_s + _at, mask=_mask)
+        u = tl.load(_buf_u + _at, mask=_mask)
+        s_max = tl.load(_buf_s_max + _at, mask=_mask)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+        g_wd = (tl.fma(m, _h0, g) if _h1 else g)
+        u_new = tl.fma(g_wd, _h3, _h2*u)
+        u_hat = _h4*u_new
+        s_new = tl.fma(g_wd*g_wd, _h6, _h5*s)
+        s_max_new = (tl.maximum(s_max, s_new) if _h7 else s_max)
+        s_used = (s_max_new if _h7 else s_new)
+        s_hat = _h8*s_used
+        s_root = tl.sqrt_rn(s_hat) + _h9
+        m_new = tl.fma(tl.div_rn(u_hat, s_root), _h10, m)
+        if u_new is not u:
+            tl.store(_buf_u + _at, u_new, mask=_mask)
+        if s_new is not s:
+            tl.store(_buf_s + _at, s_new, mask=_mask)
+        if s_max_new is not s_max:
+            tl.store(_buf_s_max + _at, s_max_new, mask=_mask)
+        tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
 class _Layout:
@@ -115,9 +140,9 @@ class _Layout:
         self.sizes = [p.numel() for p in params]
         self.offsets = []
         total = 0
-        for n in self.sizes:
+        for n in self.sizes:        # each parameter starts 16-element aligned in the flat buffers
             self.offsets.append(total)
-            total += n
+            total += -(-n // 16) * 16
         if total >= 2 ** 31:
             raise RuntimeError("the triton target indexes a group with int32 offsets: split groups above 2**31 elements")
         self.total = total
@@ -150,8 +175,10 @@ class _Layout:
         return self._chunks[key]
 
     def pointers(self, tensors):
-        """The pointer table (one row per parameter: the parameter, then its oracle arrays)."""
-        key = tuple(tuple(0 if x is None else x.data_ptr() for x in row) for row in tensors)
+        """The pointer table: one row per parameter (the parameter, its oracle arrays, then 1 when all of
+        them are 16-byte aligned: the kernels then use vector accesses for whole blocks)."""
+        key = [[0 if x is None else x.data_ptr() for x in row] for row in tensors]
+        key = tuple(tuple(row + [int(all(a % 16 == 0 for a in row))]) for row in key)
         if key not in self._ptrs:
             self._ptrs.clear()
             self._ptrs[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
@@ -267,7 +294,7 @@ class Adam(torch.optim.Optimizer):
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
                 keep, ptrs = self._pointer_table(lay, sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], lay.buffers["u"], lay.buffers["s_max"], *stats, *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], lay.buffers["u"], lay.buffers["s_max"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for i in idx:
                 self.state[lay.params[i]]["step"] += 1
         return loss

@@ -81,24 +81,40 @@ def _update_kernel(_chunks, _ptrs, _buf_lam, _buf_grad_avg, _buf_ngrad, _h0, _h1
     """One BLR step for one block of one parameter: every array is read once and written once."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    lam = tl.load(_buf_lam + _at, mask=_mask)
-    grad_avg = tl.load(_buf_grad_avg + _at, mask=_mask)
-    ngrad = tl.load(_buf_ngrad + _at, mask=_mask)
-    grad_N = _h0*ngrad
-    grad_avg_new = tl.fma(grad_avg, _h2, _h1*grad_N)
-    lam_new = tl.fma(grad_avg_new, _h5, _h3*lam) + _h4
-    param_new = tl.where(lam_new > 0, 1.0, tl.where(lam_new < 0, -1.0, 0.0*lam_new))
-    if grad_avg_new is not grad_avg:
-        tl.store(_buf_grad_avg + _at, grad_avg_new, mask=_mask)
-    if lam_new is not lam:
-        tl.store(_buf_lam + _at, lam_new, mask=_mask)
-    tl.store(_mp, _to_param(param_new, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        lam = tl.load(_buf_lam + _at)
+        grad_avg = tl.load(_buf_grad_avg + _at)
+        ngrad = tl.load(_buf_ngrad + _at)
+        grad_N = _h0*ngrad
+        grad_avg_new = tl.fma(grad_avg, _h2, _h1*grad_N)
+        lam_new = tl.fma(grad_avg_new, _h5, _h3*lam) + _h4
+        param_new = tl.where(lam_new > 0, 1.0, tl.where(lam_new < 0, -1.0, 0.0*lam_new))
+        if grad_avg_new is not grad_avg:
+            tl.store(_buf_grad_avg + _at, grad_avg_new)
+        if lam_new is not lam:
+            tl.store(_buf_lam + _at, lam_new)
+        tl.store(_mp, _to_param(param_new, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        lam = tl.load(_buf_lam + _at, mask=_mask)
+        grad_avg = tl.load(_buf_grad_avg + _at, mask=_mask)
+        ngrad = tl.load(_buf_ngrad + _at, mask=_mask)
+        grad_N = _h0*ngrad
+        grad_avg_new = tl.fma(grad_avg, _h2, _h1*grad_N)
+        lam_new = tl.fma(grad_avg_new, _h5, _h3*lam) + _h4
+        param_new = tl.where(lam_new > 0, 1.0, tl.where(lam_new < 0, -1.0, 0.0*lam_new))
+        if grad_avg_new is not grad_avg:
+            tl.store(_buf_grad_avg + _at, grad_avg_new, mask=_mask)
+        if lam_new is not lam:
+            tl.store(_buf_lam + _at, lam_new, mask=_mask)
+        tl.store(_mp, _to_param(param_new, PDT), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -106,18 +122,28 @@ def _draw_kernel(_chunks, _ptrs, _buf_mean, _buf_lam, _seed, _h0, NPTR: tl.const
     """Keep the parameter and replace it by the sample θ (ε regenerated later from _seed)."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    _p = tl.load(_mp, mask=_mask).to(tl.float32)
-    tl.store(_buf_mean + _at, _p, mask=_mask)
-    lam = tl.load(_buf_lam + _at, mask=_mask)
-    u = tl.rand(_seed, _at.to(tl.int32))
-    theta_k = _tanh(_h0*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))
-    tl.store(_mp, _to_param(theta_k, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        _p = tl.load(_mp).to(tl.float32)
+        tl.store(_buf_mean + _at, _p)
+        lam = tl.load(_buf_lam + _at)
+        u = tl.rand(_seed, _at.to(tl.int32))
+        theta_k = _tanh(_h0*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))
+        tl.store(_mp, _to_param(theta_k, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        _p = tl.load(_mp, mask=_mask).to(tl.float32)
+        tl.store(_buf_mean + _at, _p, mask=_mask)
+        lam = tl.load(_buf_lam + _at, mask=_mask)
+        u = tl.rand(_seed, _at.to(tl.int32))
+        theta_k = _tanh(_h0*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))
+        tl.store(_mp, _to_param(theta_k, PDT), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -126,24 +152,40 @@ def _collect_kernel(_chunks, _ptrs, _buf_mean, _buf_lam, _buf_ngrad, _seed, _inv
     (Welford: avg += (x - avg)/n; FIRST: avg = x), with ε regenerated from the draw's seed and offsets."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    _p = tl.load(_buf_mean + _at, mask=_mask)
-    tl.store(_mp, _to_param(_p, PDT), mask=_mask)
-    if COLLECT:
-        lam = tl.load(_buf_lam + _at, mask=_mask)
-        g_k = tl.load(tl.load(_row + 1).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-        u = tl.rand(_seed, _at.to(tl.int32))
-        _sample_ngrad = tl.div_rn(g_k*(_h1*(_sech(_h1*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))*_sech(_h1*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))) + _h0), _sech(lam)*_sech(lam) + _h0)
-        if FIRST:
-            tl.store(_buf_ngrad + _at, _sample_ngrad, mask=_mask)
-        else:
-            _avg = tl.load(_buf_ngrad + _at, mask=_mask)
-            tl.store(_buf_ngrad + _at, _avg + _inv_n * (_sample_ngrad - _avg), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        _p = tl.load(_buf_mean + _at)
+        tl.store(_mp, _to_param(_p, PDT))
+        if COLLECT:
+            lam = tl.load(_buf_lam + _at)
+            g_k = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+            u = tl.rand(_seed, _at.to(tl.int32))
+            _sample_ngrad = tl.div_rn(g_k*(_h1*(_sech(_h1*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))*_sech(_h1*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))) + _h0), _sech(lam)*_sech(lam) + _h0)
+            if FIRST:
+                tl.store(_buf_ngrad + _at, _sample_ngrad)
+            else:
+                _avg = tl.load(_buf_ngrad + _at)
+                tl.store(_buf_ngrad + _at, _avg + _inv_n * (_sample_ngrad - _avg))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        _p = tl.load(_buf_mean + _at, mask=_mask)
+        tl.store(_mp, _to_param(_p, PDT), mask=_mask)
+        if COLLECT:
+            lam = tl.load(_buf_lam + _at, mask=_mask)
+            g_k = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+            u = tl.rand(_seed, _at.to(tl.int32))
+            _sample_ngrad = tl.div_rn(g_k*(_h1*(_sech(_h1*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))*_sech(_h1*(tl.fma(tl.log(tl.div_rn(u, -u + 1)), 1/2, lam)))) + _h0), _sech(lam)*_sech(lam) + _h0)
+            if FIRST:
+                tl.store(_buf_ngrad + _at, _sample_ngrad, mask=_mask)
+            else:
+                _avg = tl.load(_buf_ngrad + _at, mask=_mask)
+                tl.store(_buf_ngrad + _at, _avg + _inv_n * (_sample_ngrad - _avg), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -158,15 +200,22 @@ def _point_kernel(_chunks, _ptrs, _buf_lam, NPTR: tl.constexpr, PDT: tl.constexp
     """Write what the parameter holds, sign(lam), from the state."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    lam = tl.load(_buf_lam + _at, mask=_mask)
-    param_init = tl.where(lam > 0, 1.0, tl.where(lam < 0, -1.0, 0.0*lam))
-    tl.store(_mp, _to_param(param_init, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        lam = tl.load(_buf_lam + _at)
+        param_init = tl.where(lam > 0, 1.0, tl.where(lam < 0, -1.0, 0.0*lam))
+        tl.store(_mp, _to_param(param_init, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        lam = tl.load(_buf_lam + _at, mask=_mask)
+        param_init = tl.where(lam > 0, 1.0, tl.where(lam < 0, -1.0, 0.0*lam))
+        tl.store(_mp, _to_param(param_init, PDT), mask=_mask)
 
 
 class _Layout:
@@ -186,9 +235,9 @@ class _Layout:
         self.sizes = [p.numel() for p in params]
         self.offsets = []
         total = 0
-        for n in self.sizes:
+        for n in self.sizes:        # each parameter starts 16-element aligned in the flat buffers
             self.offsets.append(total)
-            total += n
+            total += -(-n // 16) * 16
         if total >= 2 ** 31:
             raise RuntimeError("the triton target indexes a group with int32 offsets: split groups above 2**31 elements")
         self.total = total
@@ -221,8 +270,10 @@ class _Layout:
         return self._chunks[key]
 
     def pointers(self, tensors):
-        """The pointer table (one row per parameter: the parameter, then its oracle arrays)."""
-        key = tuple(tuple(0 if x is None else x.data_ptr() for x in row) for row in tensors)
+        """The pointer table: one row per parameter (the parameter, its oracle arrays, then 1 when all of
+        them are 16-byte aligned: the kernels then use vector accesses for whole blocks)."""
+        key = [[0 if x is None else x.data_ptr() for x in row] for row in tensors]
+        key = tuple(tuple(row + [int(all(a % 16 == 0 for a in row))]) for row in key)
         if key not in self._ptrs:
             self._ptrs.clear()
             self._ptrs[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
@@ -285,7 +336,7 @@ class BayesBiNN(torch.optim.Optimizer):
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
                 keep, ptrs = self._pointer_table(lay, idx)
-                _point_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["lam"], *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _point_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["lam"], *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
 
     def _layout(self, group):
         """The group's layout; (re)binds ``self.state[p]`` to views of the fp32 buffers, initializing new
@@ -362,7 +413,7 @@ class BayesBiNN(torch.optim.Optimizer):
         lay = self._layout(g)
         out = torch.empty(lay.total, dtype=torch.float32, device=lay.device)
         _noise_kernel[(triton.cdiv(lay.total, BLOCK),)](out, self._seeds[id(g)], lay.total, BLOCK=BLOCK)
-        return out
+        return torch.cat([out[o:o + n] for o, n in zip(lay.offsets, lay.sizes)])
 
     def _draw(self):
         """θ = m + σε for every group, one launch per group and parameter dtype."""
@@ -379,7 +430,7 @@ class BayesBiNN(torch.optim.Optimizer):
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
                 keep, ptrs = self._pointer_table(lay, idx)
-                _draw_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffer("_mean"), lay.buffers["lam"], seed, *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _draw_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffer("_mean"), lay.buffers["lam"], seed, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             drawn.append((group, lay, seed))
         return drawn
 
@@ -400,7 +451,7 @@ class BayesBiNN(torch.optim.Optimizer):
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
                 keep, ptrs = self._pointer_table(lay, idx, use=("grad", ) if collect else ())
-                _collect_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["_mean"], lay.buffers["lam"], *stats, seed, 1.0 / n, *floats, *flags, COLLECT=bool(collect), FIRST=n == 1, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _collect_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["_mean"], lay.buffers["lam"], *stats, seed, 1.0 / n, *floats, *flags, COLLECT=bool(collect), FIRST=n == 1, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
@@ -452,6 +503,6 @@ class BayesBiNN(torch.optim.Optimizer):
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
                 keep, ptrs = self._pointer_table(lay, sub, use=())
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["lam"], lay.buffers["grad_avg"], *stats, *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["lam"], lay.buffers["grad_avg"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         self._samples.clear()
         return loss

@@ -90,40 +90,72 @@ def _update_kernel(_chunks, _ptrs, _buf_h, _buf_momentum, _buf_g, _buf_avg_gsq, 
     """One BLR step for one block of one parameter: every array is read once and written once."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_mp, mask=_mask).to(tl.float32)
-    h = tl.load(_buf_h + _at, mask=_mask)
-    momentum = tl.load(_buf_momentum + _at, mask=_mask)
-    g = tl.load(_buf_g + _at, mask=_mask)
-    if _h0:
-        avg_gsq = tl.load(_buf_avg_gsq + _at, mask=_mask)
-    if _h1:
-        avg_nxg = tl.load(_buf_avg_nxg + _at, mask=_mask)
-    t_0 = h + _h2
-    t_1 = _h3*t_0
-    if _h0:
-        h_gsq = _h3*avg_gsq
-    h_price = (t_1*avg_nxg if _h1 else h_gsq)
-    hess_N = _h3*h_price
-    h_wd = hess_N + _h4
-    s_new = tl.fma(tl.div_rn((t_1 - h_wd)*(t_1 - h_wd), t_0), _h7, tl.fma(h_wd, _h6, _h5*t_1))
-    momentum_new = tl.fma(g, _h9, _h8*momentum)
-    momentum_hat = (_h10*momentum_new if _h11 else momentum_new)
-    grad_N = _h3*momentum_hat
-    g_wd = (tl.fma(m, _h4, grad_N) if _h12 else grad_N)
-    direction = tl.div_rn(g_wd, s_new)
-    h_new = _h14*s_new + _h13
-    m_new = tl.fma(tl.minimum(_h15, tl.maximum(_h16, direction)), _h17, m)
-    if momentum_new is not momentum:
-        tl.store(_buf_momentum + _at, momentum_new, mask=_mask)
-    if h_new is not h:
-        tl.store(_buf_h + _at, h_new, mask=_mask)
-    tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_mp).to(tl.float32)
+        h = tl.load(_buf_h + _at)
+        momentum = tl.load(_buf_momentum + _at)
+        g = tl.load(_buf_g + _at)
+        if _h0:
+            avg_gsq = tl.load(_buf_avg_gsq + _at)
+        if _h1:
+            avg_nxg = tl.load(_buf_avg_nxg + _at)
+        t_0 = h + _h2
+        t_1 = _h3*t_0
+        if _h0:
+            h_gsq = _h3*avg_gsq
+        h_price = (t_1*avg_nxg if _h1 else h_gsq)
+        hess_N = _h3*h_price
+        h_wd = hess_N + _h4
+        s_new = tl.fma(tl.div_rn((t_1 - h_wd)*(t_1 - h_wd), t_0), _h7, tl.fma(h_wd, _h6, _h5*t_1))
+        momentum_new = tl.fma(g, _h9, _h8*momentum)
+        momentum_hat = (_h10*momentum_new if _h11 else momentum_new)
+        grad_N = _h3*momentum_hat
+        g_wd = (tl.fma(m, _h4, grad_N) if _h12 else grad_N)
+        direction = tl.div_rn(g_wd, s_new)
+        h_new = _h14*s_new + _h13
+        m_new = tl.fma(tl.minimum(_h15, tl.maximum(_h16, direction)), _h17, m)
+        if momentum_new is not momentum:
+            tl.store(_buf_momentum + _at, momentum_new)
+        if h_new is not h:
+            tl.store(_buf_h + _at, h_new)
+        tl.store(_mp, _to_param(m_new, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_mp, mask=_mask).to(tl.float32)
+        h = tl.load(_buf_h + _at, mask=_mask)
+        momentum = tl.load(_buf_momentum + _at, mask=_mask)
+        g = tl.load(_buf_g + _at, mask=_mask)
+        if _h0:
+            avg_gsq = tl.load(_buf_avg_gsq + _at, mask=_mask)
+        if _h1:
+            avg_nxg = tl.load(_buf_avg_nxg + _at, mask=_mask)
+        t_0 = h + _h2
+        t_1 = _h3*t_0
+        if _h0:
+            h_gsq = _h3*avg_gsq
+        h_price = (t_1*avg_nxg if _h1 else h_gsq)
+        hess_N = _h3*h_price
+        h_wd = hess_N + _h4
+        s_new = tl.fma(tl.div_rn((t_1 - h_wd)*(t_1 - h_wd), t_0), _h7, tl.fma(h_wd, _h6, _h5*t_1))
+        momentum_new = tl.fma(g, _h9, _h8*momentum)
+        momentum_hat = (_h10*momentum_new if _h11 else momentum_new)
+        grad_N = _h3*momentum_hat
+        g_wd = (tl.fma(m, _h4, grad_N) if _h12 else grad_N)
+        direction = tl.div_rn(g_wd, s_new)
+        h_new = _h14*s_new + _h13
+        m_new = tl.fma(tl.minimum(_h15, tl.maximum(_h16, direction)), _h17, m)
+        if momentum_new is not momentum:
+            tl.store(_buf_momentum + _at, momentum_new, mask=_mask)
+        if h_new is not h:
+            tl.store(_buf_h + _at, h_new, mask=_mask)
+        tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -131,18 +163,28 @@ def _draw_kernel(_chunks, _ptrs, _buf_mean, _buf_h, _seed, _h0, _h1, NPTR: tl.co
     """Keep the parameter and replace it by the sample θ (ε regenerated later from _seed)."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_mp, mask=_mask).to(tl.float32)
-    tl.store(_buf_mean + _at, m, mask=_mask)
-    h = tl.load(_buf_h + _at, mask=_mask)
-    eps = tl.randn(_seed, _at.to(tl.int32))
-    theta_k = m + tl.div_rn(eps, tl.sqrt_rn(_h0*(h + _h1)))
-    tl.store(_mp, _to_param(theta_k, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_mp).to(tl.float32)
+        tl.store(_buf_mean + _at, m)
+        h = tl.load(_buf_h + _at)
+        eps = tl.randn(_seed, _at.to(tl.int32))
+        theta_k = m + tl.div_rn(eps, tl.sqrt_rn(_h0*(h + _h1)))
+        tl.store(_mp, _to_param(theta_k, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_mp, mask=_mask).to(tl.float32)
+        tl.store(_buf_mean + _at, m, mask=_mask)
+        h = tl.load(_buf_h + _at, mask=_mask)
+        eps = tl.randn(_seed, _at.to(tl.int32))
+        theta_k = m + tl.div_rn(eps, tl.sqrt_rn(_h0*(h + _h1)))
+        tl.store(_mp, _to_param(theta_k, PDT), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -151,40 +193,72 @@ def _collect_kernel(_chunks, _ptrs, _buf_mean, _buf_h, _buf_g, _buf_avg_gsq, _bu
     (Welford: avg += (x - avg)/n; FIRST: avg = x), with ε regenerated from the draw's seed and offsets."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_buf_mean + _at, mask=_mask)
-    tl.store(_mp, _to_param(m, PDT), mask=_mask)
-    if COLLECT:
-        h = tl.load(_buf_h + _at, mask=_mask)
-        g_k = tl.load(tl.load(_row + 1).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-        eps = tl.randn(_seed, _at.to(tl.int32))
-        _sample_g = g_k
-        if _h0:
-            _sample_avg_gsq = g_k*g_k
-        if _h1:
-            _sample_avg_nxg = tl.div_rn(eps*g_k, tl.sqrt_rn(_h2*(h + _h3)))
-        if FIRST:
-            tl.store(_buf_g + _at, _sample_g, mask=_mask)
-        else:
-            _avg = tl.load(_buf_g + _at, mask=_mask)
-            tl.store(_buf_g + _at, _avg + _inv_n * (_sample_g - _avg), mask=_mask)
-        if _h0:
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_buf_mean + _at)
+        tl.store(_mp, _to_param(m, PDT))
+        if COLLECT:
+            h = tl.load(_buf_h + _at)
+            g_k = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+            eps = tl.randn(_seed, _at.to(tl.int32))
+            _sample_g = g_k
+            if _h0:
+                _sample_avg_gsq = g_k*g_k
+            if _h1:
+                _sample_avg_nxg = tl.div_rn(eps*g_k, tl.sqrt_rn(_h2*(h + _h3)))
             if FIRST:
-                tl.store(_buf_avg_gsq + _at, _sample_avg_gsq, mask=_mask)
+                tl.store(_buf_g + _at, _sample_g)
             else:
-                _avg = tl.load(_buf_avg_gsq + _at, mask=_mask)
-                tl.store(_buf_avg_gsq + _at, _avg + _inv_n * (_sample_avg_gsq - _avg), mask=_mask)
-        if _h1:
+                _avg = tl.load(_buf_g + _at)
+                tl.store(_buf_g + _at, _avg + _inv_n * (_sample_g - _avg))
+            if _h0:
+                if FIRST:
+                    tl.store(_buf_avg_gsq + _at, _sample_avg_gsq)
+                else:
+                    _avg = tl.load(_buf_avg_gsq + _at)
+                    tl.store(_buf_avg_gsq + _at, _avg + _inv_n * (_sample_avg_gsq - _avg))
+            if _h1:
+                if FIRST:
+                    tl.store(_buf_avg_nxg + _at, _sample_avg_nxg)
+                else:
+                    _avg = tl.load(_buf_avg_nxg + _at)
+                    tl.store(_buf_avg_nxg + _at, _avg + _inv_n * (_sample_avg_nxg - _avg))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_buf_mean + _at, mask=_mask)
+        tl.store(_mp, _to_param(m, PDT), mask=_mask)
+        if COLLECT:
+            h = tl.load(_buf_h + _at, mask=_mask)
+            g_k = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+            eps = tl.randn(_seed, _at.to(tl.int32))
+            _sample_g = g_k
+            if _h0:
+                _sample_avg_gsq = g_k*g_k
+            if _h1:
+                _sample_avg_nxg = tl.div_rn(eps*g_k, tl.sqrt_rn(_h2*(h + _h3)))
             if FIRST:
-                tl.store(_buf_avg_nxg + _at, _sample_avg_nxg, mask=_mask)
+                tl.store(_buf_g + _at, _sample_g, mask=_mask)
             else:
-                _avg = tl.load(_buf_avg_nxg + _at, mask=_mask)
-                tl.store(_buf_avg_nxg + _at, _avg + _inv_n * (_sample_avg_nxg - _avg), mask=_mask)
+                _avg = tl.load(_buf_g + _at, mask=_mask)
+                tl.store(_buf_g + _at, _avg + _inv_n * (_sample_g - _avg), mask=_mask)
+            if _h0:
+                if FIRST:
+                    tl.store(_buf_avg_gsq + _at, _sample_avg_gsq, mask=_mask)
+                else:
+                    _avg = tl.load(_buf_avg_gsq + _at, mask=_mask)
+                    tl.store(_buf_avg_gsq + _at, _avg + _inv_n * (_sample_avg_gsq - _avg), mask=_mask)
+            if _h1:
+                if FIRST:
+                    tl.store(_buf_avg_nxg + _at, _sample_avg_nxg, mask=_mask)
+                else:
+                    _avg = tl.load(_buf_avg_nxg + _at, mask=_mask)
+                    tl.store(_buf_avg_nxg + _at, _avg + _inv_n * (_sample_avg_nxg - _avg), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -211,9 +285,9 @@ class _Layout:
         self.sizes = [p.numel() for p in params]
         self.offsets = []
         total = 0
-        for n in self.sizes:
+        for n in self.sizes:        # each parameter starts 16-element aligned in the flat buffers
             self.offsets.append(total)
-            total += n
+            total += -(-n // 16) * 16
         if total >= 2 ** 31:
             raise RuntimeError("the triton target indexes a group with int32 offsets: split groups above 2**31 elements")
         self.total = total
@@ -246,8 +320,10 @@ class _Layout:
         return self._chunks[key]
 
     def pointers(self, tensors):
-        """The pointer table (one row per parameter: the parameter, then its oracle arrays)."""
-        key = tuple(tuple(0 if x is None else x.data_ptr() for x in row) for row in tensors)
+        """The pointer table: one row per parameter (the parameter, its oracle arrays, then 1 when all of
+        them are 16-byte aligned: the kernels then use vector accesses for whole blocks)."""
+        key = [[0 if x is None else x.data_ptr() for x in row] for row in tensors]
+        key = tuple(tuple(row + [int(all(a % 16 == 0 for a in row))]) for row in key)
         if key not in self._ptrs:
             self._ptrs.clear()
             self._ptrs[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
@@ -388,7 +464,7 @@ class IVON(torch.optim.Optimizer):
         lay = self._layout(g)
         out = torch.empty(lay.total, dtype=torch.float32, device=lay.device)
         _noise_kernel[(triton.cdiv(lay.total, BLOCK),)](out, self._seeds[id(g)], lay.total, BLOCK=BLOCK)
-        return out
+        return torch.cat([out[o:o + n] for o, n in zip(lay.offsets, lay.sizes)])
 
     def _draw(self):
         """θ = m + σε for every group, one launch per group and parameter dtype."""
@@ -406,7 +482,7 @@ class IVON(torch.optim.Optimizer):
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
                 keep, ptrs = self._pointer_table(lay, idx)
-                _draw_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffer("_mean"), lay.buffers["h"], seed, *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _draw_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffer("_mean"), lay.buffers["h"], seed, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             drawn.append((group, lay, seed))
         return drawn
 
@@ -432,7 +508,7 @@ class IVON(torch.optim.Optimizer):
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
                 keep, ptrs = self._pointer_table(lay, idx, use=("grad", ) if collect else ())
-                _collect_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["_mean"], lay.buffers["h"], *stats, seed, 1.0 / n, *floats, *flags, COLLECT=bool(collect), FIRST=n == 1, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _collect_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["_mean"], lay.buffers["h"], *stats, seed, 1.0 / n, *floats, *flags, COLLECT=bool(collect), FIRST=n == 1, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
@@ -495,7 +571,7 @@ class IVON(torch.optim.Optimizer):
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
                 keep, ptrs = self._pointer_table(lay, sub, use=())
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["h"], lay.buffers["momentum"], *stats, *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["h"], lay.buffers["momentum"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for i in idx:
                 self.state[lay.params[i]]["step"] += 1
         self._samples.clear()

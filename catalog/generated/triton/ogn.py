@@ -65,25 +65,42 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _h0, _h1, _h3, _h4, _h5, _h2: tl.cons
     """One BLR step for one block of one parameter: every array is read once and written once."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_mp, mask=_mask).to(tl.float32)
-    s = tl.load(_buf_s + _at, mask=_mask)
-    g = tl.load(tl.load(_row + 1).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-    ggn = tl.load(tl.load(_row + 2).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-    grad_N = _h0*g
-    hess_N = _h0*ggn
-    g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
-    h_wd = hess_N + _h1
-    s_new = tl.fma(s, _h4, _h3*h_wd)
-    m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
-    if s_new is not s:
-        tl.store(_buf_s + _at, s_new, mask=_mask)
-    tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_mp).to(tl.float32)
+        s = tl.load(_buf_s + _at)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+        ggn = tl.load(tl.multiple_of(tl.load(_row + 2).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+        grad_N = _h0*g
+        hess_N = _h0*ggn
+        g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
+        h_wd = hess_N + _h1
+        s_new = tl.fma(s, _h4, _h3*h_wd)
+        m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
+        if s_new is not s:
+            tl.store(_buf_s + _at, s_new)
+        tl.store(_mp, _to_param(m_new, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_mp, mask=_mask).to(tl.float32)
+        s = tl.load(_buf_s + _at, mask=_mask)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+        ggn = tl.load(tl.multiple_of(tl.load(_row + 2).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+        grad_N = _h0*g
+        hess_N = _h0*ggn
+        g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
+        h_wd = hess_N + _h1
+        s_new = tl.fma(s, _h4, _h3*h_wd)
+        m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
+        if s_new is not s:
+            tl.store(_buf_s + _at, s_new, mask=_mask)
+        tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
 def _oracle(p, name):
@@ -112,9 +129,9 @@ class _Layout:
         self.sizes = [p.numel() for p in params]
         self.offsets = []
         total = 0
-        for n in self.sizes:
+        for n in self.sizes:        # each parameter starts 16-element aligned in the flat buffers
             self.offsets.append(total)
-            total += n
+            total += -(-n // 16) * 16
         if total >= 2 ** 31:
             raise RuntimeError("the triton target indexes a group with int32 offsets: split groups above 2**31 elements")
         self.total = total
@@ -147,8 +164,10 @@ class _Layout:
         return self._chunks[key]
 
     def pointers(self, tensors):
-        """The pointer table (one row per parameter: the parameter, then its oracle arrays)."""
-        key = tuple(tuple(0 if x is None else x.data_ptr() for x in row) for row in tensors)
+        """The pointer table: one row per parameter (the parameter, its oracle arrays, then 1 when all of
+        them are 16-byte aligned: the kernels then use vector accesses for whole blocks)."""
+        key = [[0 if x is None else x.data_ptr() for x in row] for row in tensors]
+        key = tuple(tuple(row + [int(all(a % 16 == 0 for a in row))]) for row in key)
         if key not in self._ptrs:
             self._ptrs.clear()
             self._ptrs[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
@@ -267,5 +286,5 @@ class OGN(torch.optim.Optimizer):
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
                 keep, ptrs = self._pointer_table(lay, sub, use=("grad", "ggn", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], *stats, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         return loss

@@ -67,32 +67,56 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_grad_avg, _buf_momentum_buffer, 
     """One BLR step for one block of one parameter: every array is read once and written once."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_mp, mask=_mask).to(tl.float32)
-    s = tl.load(_buf_s + _at, mask=_mask)
-    grad_avg = tl.load(_buf_grad_avg + _at, mask=_mask)
-    momentum_buffer = tl.load(_buf_momentum_buffer + _at, mask=_mask)
-    g = tl.load(tl.load(_row + 1).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-    g_wd = (tl.fma(m, _h0, g) if _h1 else g)
-    grad_avg_new = (tl.fma(grad_avg, _h3, _h2*g_wd) if _h4 else grad_avg)
-    s_new = tl.fma(s, _h3, _h2*(g_wd*g_wd))
-    s_centered = (s_new - grad_avg_new*grad_avg_new if _h4 else s_new)
-    s_root = tl.sqrt_rn(s_centered) + _h5
-    direction = tl.div_rn(g_wd, s_root)
-    momentum_buffer_new = ((direction if _h6 else tl.fma(momentum_buffer, _h7, direction)) if _h8 else momentum_buffer)
-    m_new = (tl.fma(momentum_buffer_new, _h9, m) if _h8 else tl.fma(direction, _h9, m))
-    if momentum_buffer_new is not momentum_buffer:
-        tl.store(_buf_momentum_buffer + _at, momentum_buffer_new, mask=_mask)
-    if grad_avg_new is not grad_avg:
-        tl.store(_buf_grad_avg + _at, grad_avg_new, mask=_mask)
-    if s_new is not s:
-        tl.store(_buf_s + _at, s_new, mask=_mask)
-    tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_mp).to(tl.float32)
+        s = tl.load(_buf_s + _at)
+        grad_avg = tl.load(_buf_grad_avg + _at)
+        momentum_buffer = tl.load(_buf_momentum_buffer + _at)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+        g_wd = (tl.fma(m, _h0, g) if _h1 else g)
+        grad_avg_new = (tl.fma(grad_avg, _h3, _h2*g_wd) if _h4 else grad_avg)
+        s_new = tl.fma(s, _h3, _h2*(g_wd*g_wd))
+        s_centered = (s_new - grad_avg_new*grad_avg_new if _h4 else s_new)
+        s_root = tl.sqrt_rn(s_centered) + _h5
+        direction = tl.div_rn(g_wd, s_root)
+        momentum_buffer_new = ((direction if _h6 else tl.fma(momentum_buffer, _h7, direction)) if _h8 else momentum_buffer)
+        m_new = (tl.fma(momentum_buffer_new, _h9, m) if _h8 else tl.fma(direction, _h9, m))
+        if momentum_buffer_new is not momentum_buffer:
+            tl.store(_buf_momentum_buffer + _at, momentum_buffer_new)
+        if grad_avg_new is not grad_avg:
+            tl.store(_buf_grad_avg + _at, grad_avg_new)
+        if s_new is not s:
+            tl.store(_buf_s + _at, s_new)
+        tl.store(_mp, _to_param(m_new, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_mp, mask=_mask).to(tl.float32)
+        s = tl.load(_buf_s + _at, mask=_mask)
+        grad_avg = tl.load(_buf_grad_avg + _at, mask=_mask)
+        momentum_buffer = tl.load(_buf_momentum_buffer + _at, mask=_mask)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+        g_wd = (tl.fma(m, _h0, g) if _h1 else g)
+        grad_avg_new = (tl.fma(grad_avg, _h3, _h2*g_wd) if _h4 else grad_avg)
+        s_new = tl.fma(s, _h3, _h2*(g_wd*g_wd))
+        s_centered = (s_new - grad_avg_new*grad_avg_new if _h4 else s_new)
+        s_root = tl.sqrt_rn(s_centered) + _h5
+        direction = tl.div_rn(g_wd, s_root)
+        momentum_buffer_new = ((direction if _h6 else tl.fma(momentum_buffer, _h7, direction)) if _h8 else momentum_buffer)
+        m_new = (tl.fma(momentum_buffer_new, _h9, m) if _h8 else tl.fma(direction, _h9, m))
+        if momentum_buffer_new is not momentum_buffer:
+            tl.store(_buf_momentum_buffer + _at, momentum_buffer_new, mask=_mask)
+        if grad_avg_new is not grad_avg:
+            tl.store(_buf_grad_avg + _at, grad_avg_new, mask=_mask)
+        if s_new is not s:
+            tl.store(_buf_s + _at, s_new, mask=_mask)
+        tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
 class _Layout:
@@ -112,9 +136,9 @@ class _Layout:
         self.sizes = [p.numel() for p in params]
         self.offsets = []
         total = 0
-        for n in self.sizes:
+        for n in self.sizes:        # each parameter starts 16-element aligned in the flat buffers
             self.offsets.append(total)
-            total += n
+            total += -(-n // 16) * 16
         if total >= 2 ** 31:
             raise RuntimeError("the triton target indexes a group with int32 offsets: split groups above 2**31 elements")
         self.total = total
@@ -147,8 +171,10 @@ class _Layout:
         return self._chunks[key]
 
     def pointers(self, tensors):
-        """The pointer table (one row per parameter: the parameter, then its oracle arrays)."""
-        key = tuple(tuple(0 if x is None else x.data_ptr() for x in row) for row in tensors)
+        """The pointer table: one row per parameter (the parameter, its oracle arrays, then 1 when all of
+        them are 16-byte aligned: the kernels then use vector accesses for whole blocks)."""
+        key = [[0 if x is None else x.data_ptr() for x in row] for row in tensors]
+        key = tuple(tuple(row + [int(all(a % 16 == 0 for a in row))]) for row in key)
         if key not in self._ptrs:
             self._ptrs.clear()
             self._ptrs[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
@@ -272,7 +298,7 @@ class RMSprop(torch.optim.Optimizer):
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
                 keep, ptrs = self._pointer_table(lay, sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], lay.buffers["grad_avg"], lay.buffers["momentum_buffer"], *stats, *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], lay.buffers["grad_avg"], lay.buffers["momentum_buffer"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for i in idx:
                 self.state[lay.params[i]]["step"] += 1
         return loss

@@ -59,22 +59,36 @@ def _update_kernel(_chunks, _ptrs, _buf_momentum_buffer, _h0, _h3, _h4, _h7, _h1
     """One BLR step for one block of one parameter: every array is read once and written once."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_mp, mask=_mask).to(tl.float32)
-    momentum_buffer = tl.load(_buf_momentum_buffer + _at, mask=_mask)
-    g = tl.load(tl.load(_row + 1).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-    g_wd = (tl.fma(m, _h0, g) if _h1 else g)
-    direction = g_wd
-    momentum_buffer_new = ((direction if _h2 else tl.fma(momentum_buffer, _h4, _h3*direction)) if _h5 else momentum_buffer)
-    m_new = (tl.fma((tl.fma(momentum_buffer_new, _h4, direction) if _h6 else momentum_buffer_new), _h7, m) if _h5 else tl.fma(direction, _h7, m))
-    if momentum_buffer_new is not momentum_buffer:
-        tl.store(_buf_momentum_buffer + _at, momentum_buffer_new, mask=_mask)
-    tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_mp).to(tl.float32)
+        momentum_buffer = tl.load(_buf_momentum_buffer + _at)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+        g_wd = (tl.fma(m, _h0, g) if _h1 else g)
+        direction = g_wd
+        momentum_buffer_new = ((direction if _h2 else tl.fma(momentum_buffer, _h4, _h3*direction)) if _h5 else momentum_buffer)
+        m_new = (tl.fma((tl.fma(momentum_buffer_new, _h4, direction) if _h6 else momentum_buffer_new), _h7, m) if _h5 else tl.fma(direction, _h7, m))
+        if momentum_buffer_new is not momentum_buffer:
+            tl.store(_buf_momentum_buffer + _at, momentum_buffer_new)
+        tl.store(_mp, _to_param(m_new, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_mp, mask=_mask).to(tl.float32)
+        momentum_buffer = tl.load(_buf_momentum_buffer + _at, mask=_mask)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+        g_wd = (tl.fma(m, _h0, g) if _h1 else g)
+        direction = g_wd
+        momentum_buffer_new = ((direction if _h2 else tl.fma(momentum_buffer, _h4, _h3*direction)) if _h5 else momentum_buffer)
+        m_new = (tl.fma((tl.fma(momentum_buffer_new, _h4, direction) if _h6 else momentum_buffer_new), _h7, m) if _h5 else tl.fma(direction, _h7, m))
+        if momentum_buffer_new is not momentum_buffer:
+            tl.store(_buf_momentum_buffer + _at, momentum_buffer_new, mask=_mask)
+        tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
 class _Layout:
@@ -94,9 +108,9 @@ class _Layout:
         self.sizes = [p.numel() for p in params]
         self.offsets = []
         total = 0
-        for n in self.sizes:
+        for n in self.sizes:        # each parameter starts 16-element aligned in the flat buffers
             self.offsets.append(total)
-            total += n
+            total += -(-n // 16) * 16
         if total >= 2 ** 31:
             raise RuntimeError("the triton target indexes a group with int32 offsets: split groups above 2**31 elements")
         self.total = total
@@ -129,8 +143,10 @@ class _Layout:
         return self._chunks[key]
 
     def pointers(self, tensors):
-        """The pointer table (one row per parameter: the parameter, then its oracle arrays)."""
-        key = tuple(tuple(0 if x is None else x.data_ptr() for x in row) for row in tensors)
+        """The pointer table: one row per parameter (the parameter, its oracle arrays, then 1 when all of
+        them are 16-byte aligned: the kernels then use vector accesses for whole blocks)."""
+        key = [[0 if x is None else x.data_ptr() for x in row] for row in tensors]
+        key = tuple(tuple(row + [int(all(a % 16 == 0 for a in row))]) for row in key)
         if key not in self._ptrs:
             self._ptrs.clear()
             self._ptrs[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
@@ -245,7 +261,7 @@ class SGD(torch.optim.Optimizer):
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
                 keep, ptrs = self._pointer_table(lay, sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["momentum_buffer"], *stats, *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["momentum_buffer"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for i in idx:
                 self.state[lay.params[i]]["step"] += 1
         return loss

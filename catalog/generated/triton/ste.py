@@ -53,19 +53,30 @@ def _update_kernel(_chunks, _ptrs, _buf_lam, _h0, NPTR: tl.constexpr, PDT: tl.co
     """One BLR step for one block of one parameter: every array is read once and written once."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    lam = tl.load(_buf_lam + _at, mask=_mask)
-    g = tl.load(tl.load(_row + 1).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-    lam_new = tl.fma(g, _h0, lam)
-    param_new = tl.where(lam_new > 0, 1.0, tl.where(lam_new < 0, -1.0, 0.0*lam_new))
-    if lam_new is not lam:
-        tl.store(_buf_lam + _at, lam_new, mask=_mask)
-    tl.store(_mp, _to_param(param_new, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        lam = tl.load(_buf_lam + _at)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+        lam_new = tl.fma(g, _h0, lam)
+        param_new = tl.where(lam_new > 0, 1.0, tl.where(lam_new < 0, -1.0, 0.0*lam_new))
+        if lam_new is not lam:
+            tl.store(_buf_lam + _at, lam_new)
+        tl.store(_mp, _to_param(param_new, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        lam = tl.load(_buf_lam + _at, mask=_mask)
+        g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+        lam_new = tl.fma(g, _h0, lam)
+        param_new = tl.where(lam_new > 0, 1.0, tl.where(lam_new < 0, -1.0, 0.0*lam_new))
+        if lam_new is not lam:
+            tl.store(_buf_lam + _at, lam_new, mask=_mask)
+        tl.store(_mp, _to_param(param_new, PDT), mask=_mask)
 
 
 @triton.jit
@@ -73,15 +84,22 @@ def _point_kernel(_chunks, _ptrs, _buf_lam, NPTR: tl.constexpr, PDT: tl.constexp
     """Write what the parameter holds, sign(lam), from the state."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    lam = tl.load(_buf_lam + _at, mask=_mask)
-    param_init = tl.where(lam > 0, 1.0, tl.where(lam < 0, -1.0, 0.0*lam))
-    tl.store(_mp, _to_param(param_init, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        lam = tl.load(_buf_lam + _at)
+        param_init = tl.where(lam > 0, 1.0, tl.where(lam < 0, -1.0, 0.0*lam))
+        tl.store(_mp, _to_param(param_init, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        lam = tl.load(_buf_lam + _at, mask=_mask)
+        param_init = tl.where(lam > 0, 1.0, tl.where(lam < 0, -1.0, 0.0*lam))
+        tl.store(_mp, _to_param(param_init, PDT), mask=_mask)
 
 
 class _Layout:
@@ -101,9 +119,9 @@ class _Layout:
         self.sizes = [p.numel() for p in params]
         self.offsets = []
         total = 0
-        for n in self.sizes:
+        for n in self.sizes:        # each parameter starts 16-element aligned in the flat buffers
             self.offsets.append(total)
-            total += n
+            total += -(-n // 16) * 16
         if total >= 2 ** 31:
             raise RuntimeError("the triton target indexes a group with int32 offsets: split groups above 2**31 elements")
         self.total = total
@@ -136,8 +154,10 @@ class _Layout:
         return self._chunks[key]
 
     def pointers(self, tensors):
-        """The pointer table (one row per parameter: the parameter, then its oracle arrays)."""
-        key = tuple(tuple(0 if x is None else x.data_ptr() for x in row) for row in tensors)
+        """The pointer table: one row per parameter (the parameter, its oracle arrays, then 1 when all of
+        them are 16-byte aligned: the kernels then use vector accesses for whole blocks)."""
+        key = [[0 if x is None else x.data_ptr() for x in row] for row in tensors]
+        key = tuple(tuple(row + [int(all(a % 16 == 0 for a in row))]) for row in key)
         if key not in self._ptrs:
             self._ptrs.clear()
             self._ptrs[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
@@ -170,7 +190,7 @@ class STE(torch.optim.Optimizer):
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
                 keep, ptrs = self._pointer_table(lay, idx)
-                _point_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["lam"], *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _point_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["lam"], *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
 
     def _layout(self, group):
         """The group's layout; (re)binds ``self.state[p]`` to views of the fp32 buffers, initializing new
@@ -244,5 +264,5 @@ class STE(torch.optim.Optimizer):
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
                 keep, ptrs = self._pointer_table(lay, sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["lam"], *stats, *floats, *flags, NPTR=2, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["lam"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         return loss

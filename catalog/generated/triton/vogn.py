@@ -74,25 +74,42 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_g, _buf_avg_ggn, _h0, _h1, _h3, 
     """One BLR step for one block of one parameter: every array is read once and written once."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_mp, mask=_mask).to(tl.float32)
-    s = tl.load(_buf_s + _at, mask=_mask)
-    g = tl.load(_buf_g + _at, mask=_mask)
-    avg_ggn = tl.load(_buf_avg_ggn + _at, mask=_mask)
-    grad_N = _h0*g
-    hess_N = _h0*avg_ggn
-    g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
-    h_wd = hess_N + _h1
-    s_new = tl.fma(s, _h4, _h3*h_wd)
-    m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
-    if s_new is not s:
-        tl.store(_buf_s + _at, s_new, mask=_mask)
-    tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_mp).to(tl.float32)
+        s = tl.load(_buf_s + _at)
+        g = tl.load(_buf_g + _at)
+        avg_ggn = tl.load(_buf_avg_ggn + _at)
+        grad_N = _h0*g
+        hess_N = _h0*avg_ggn
+        g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
+        h_wd = hess_N + _h1
+        s_new = tl.fma(s, _h4, _h3*h_wd)
+        m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
+        if s_new is not s:
+            tl.store(_buf_s + _at, s_new)
+        tl.store(_mp, _to_param(m_new, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_mp, mask=_mask).to(tl.float32)
+        s = tl.load(_buf_s + _at, mask=_mask)
+        g = tl.load(_buf_g + _at, mask=_mask)
+        avg_ggn = tl.load(_buf_avg_ggn + _at, mask=_mask)
+        grad_N = _h0*g
+        hess_N = _h0*avg_ggn
+        g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
+        h_wd = hess_N + _h1
+        s_new = tl.fma(s, _h4, _h3*h_wd)
+        m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
+        if s_new is not s:
+            tl.store(_buf_s + _at, s_new, mask=_mask)
+        tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -100,18 +117,28 @@ def _draw_kernel(_chunks, _ptrs, _buf_mean, _buf_s, _seed, NPTR: tl.constexpr, P
     """Keep the parameter and replace it by the sample θ (ε regenerated later from _seed)."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_mp, mask=_mask).to(tl.float32)
-    tl.store(_buf_mean + _at, m, mask=_mask)
-    s = tl.load(_buf_s + _at, mask=_mask)
-    eps = tl.randn(_seed, _at.to(tl.int32))
-    theta_k = m + tl.div_rn(eps, tl.sqrt_rn(s))
-    tl.store(_mp, _to_param(theta_k, PDT), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_mp).to(tl.float32)
+        tl.store(_buf_mean + _at, m)
+        s = tl.load(_buf_s + _at)
+        eps = tl.randn(_seed, _at.to(tl.int32))
+        theta_k = m + tl.div_rn(eps, tl.sqrt_rn(s))
+        tl.store(_mp, _to_param(theta_k, PDT))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_mp, mask=_mask).to(tl.float32)
+        tl.store(_buf_mean + _at, m, mask=_mask)
+        s = tl.load(_buf_s + _at, mask=_mask)
+        eps = tl.randn(_seed, _at.to(tl.int32))
+        theta_k = m + tl.div_rn(eps, tl.sqrt_rn(s))
+        tl.store(_mp, _to_param(theta_k, PDT), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -120,30 +147,52 @@ def _collect_kernel(_chunks, _ptrs, _buf_mean, _buf_g, _buf_avg_ggn, _seed, _inv
     (Welford: avg += (x - avg)/n; FIRST: avg = x), with ε regenerated from the draw's seed and offsets."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
-    _start = tl.load(_chunks + 4 * _pid + 1)
+    _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
+    _n = tl.load(_chunks + 4 * _pid + 2)
     _offs = tl.arange(0, BLOCK)
-    _mask = _offs < tl.load(_chunks + 4 * _pid + 2)
-    _at = tl.load(_chunks + 4 * _pid + 3) + _offs
+    _mask = _offs < _n
+    _at = tl.multiple_of(tl.load(_chunks + 4 * _pid + 3), 16) + _offs
     _row = _ptrs + NPTR * _ti
-    _mp = tl.load(_row).to(tl.pointer_type(PDT)) + _start + _offs
-    m = tl.load(_buf_mean + _at, mask=_mask)
-    tl.store(_mp, _to_param(m, PDT), mask=_mask)
-    if COLLECT:
-        g_k = tl.load(tl.load(_row + 1).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-        ggn_k = tl.load(tl.load(_row + 2).to(tl.pointer_type(PDT)) + _start + _offs, mask=_mask).to(tl.float32)
-        eps = tl.randn(_seed, _at.to(tl.int32))
-        _sample_g = g_k
-        _sample_avg_ggn = ggn_k
-        if FIRST:
-            tl.store(_buf_g + _at, _sample_g, mask=_mask)
-        else:
-            _avg = tl.load(_buf_g + _at, mask=_mask)
-            tl.store(_buf_g + _at, _avg + _inv_n * (_sample_g - _avg), mask=_mask)
-        if FIRST:
-            tl.store(_buf_avg_ggn + _at, _sample_avg_ggn, mask=_mask)
-        else:
-            _avg = tl.load(_buf_avg_ggn + _at, mask=_mask)
-            tl.store(_buf_avg_ggn + _at, _avg + _inv_n * (_sample_avg_ggn - _avg), mask=_mask)
+    if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
+        m = tl.load(_buf_mean + _at)
+        tl.store(_mp, _to_param(m, PDT))
+        if COLLECT:
+            g_k = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+            ggn_k = tl.load(tl.multiple_of(tl.load(_row + 2).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
+            eps = tl.randn(_seed, _at.to(tl.int32))
+            _sample_g = g_k
+            _sample_avg_ggn = ggn_k
+            if FIRST:
+                tl.store(_buf_g + _at, _sample_g)
+            else:
+                _avg = tl.load(_buf_g + _at)
+                tl.store(_buf_g + _at, _avg + _inv_n * (_sample_g - _avg))
+            if FIRST:
+                tl.store(_buf_avg_ggn + _at, _sample_avg_ggn)
+            else:
+                _avg = tl.load(_buf_avg_ggn + _at)
+                tl.store(_buf_avg_ggn + _at, _avg + _inv_n * (_sample_avg_ggn - _avg))
+    else:
+        _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
+        m = tl.load(_buf_mean + _at, mask=_mask)
+        tl.store(_mp, _to_param(m, PDT), mask=_mask)
+        if COLLECT:
+            g_k = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+            ggn_k = tl.load(tl.multiple_of(tl.load(_row + 2).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
+            eps = tl.randn(_seed, _at.to(tl.int32))
+            _sample_g = g_k
+            _sample_avg_ggn = ggn_k
+            if FIRST:
+                tl.store(_buf_g + _at, _sample_g, mask=_mask)
+            else:
+                _avg = tl.load(_buf_g + _at, mask=_mask)
+                tl.store(_buf_g + _at, _avg + _inv_n * (_sample_g - _avg), mask=_mask)
+            if FIRST:
+                tl.store(_buf_avg_ggn + _at, _sample_avg_ggn, mask=_mask)
+            else:
+                _avg = tl.load(_buf_avg_ggn + _at, mask=_mask)
+                tl.store(_buf_avg_ggn + _at, _avg + _inv_n * (_sample_avg_ggn - _avg), mask=_mask)
 
 
 @triton.jit(do_not_specialize=["_seed"])
@@ -179,9 +228,9 @@ class _Layout:
         self.sizes = [p.numel() for p in params]
         self.offsets = []
         total = 0
-        for n in self.sizes:
+        for n in self.sizes:        # each parameter starts 16-element aligned in the flat buffers
             self.offsets.append(total)
-            total += n
+            total += -(-n // 16) * 16
         if total >= 2 ** 31:
             raise RuntimeError("the triton target indexes a group with int32 offsets: split groups above 2**31 elements")
         self.total = total
@@ -214,8 +263,10 @@ class _Layout:
         return self._chunks[key]
 
     def pointers(self, tensors):
-        """The pointer table (one row per parameter: the parameter, then its oracle arrays)."""
-        key = tuple(tuple(0 if x is None else x.data_ptr() for x in row) for row in tensors)
+        """The pointer table: one row per parameter (the parameter, its oracle arrays, then 1 when all of
+        them are 16-byte aligned: the kernels then use vector accesses for whole blocks)."""
+        key = [[0 if x is None else x.data_ptr() for x in row] for row in tensors]
+        key = tuple(tuple(row + [int(all(a % 16 == 0 for a in row))]) for row in key)
         if key not in self._ptrs:
             self._ptrs.clear()
             self._ptrs[key] = torch.tensor(key, dtype=torch.int64, device=self.device)
@@ -347,7 +398,7 @@ class VOGN(torch.optim.Optimizer):
         lay = self._layout(g)
         out = torch.empty(lay.total, dtype=torch.float32, device=lay.device)
         _noise_kernel[(triton.cdiv(lay.total, BLOCK),)](out, self._seeds[id(g)], lay.total, BLOCK=BLOCK)
-        return out
+        return torch.cat([out[o:o + n] for o, n in zip(lay.offsets, lay.sizes)])
 
     def _draw(self):
         """θ = m + σε for every group, one launch per group and parameter dtype."""
@@ -363,7 +414,7 @@ class VOGN(torch.optim.Optimizer):
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
                 keep, ptrs = self._pointer_table(lay, idx)
-                _draw_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffer("_mean"), lay.buffers["s"], seed, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _draw_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffer("_mean"), lay.buffers["s"], seed, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             drawn.append((group, lay, seed))
         return drawn
 
@@ -383,7 +434,7 @@ class VOGN(torch.optim.Optimizer):
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
                 keep, ptrs = self._pointer_table(lay, idx, use=("grad", "ggn", ) if collect else ())
-                _collect_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["_mean"], *stats, seed, 1.0 / n, *floats, *flags, COLLECT=bool(collect), FIRST=n == 1, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _collect_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["_mean"], *stats, seed, 1.0 / n, *floats, *flags, COLLECT=bool(collect), FIRST=n == 1, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
@@ -433,6 +484,6 @@ class VOGN(torch.optim.Optimizer):
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
                 keep, ptrs = self._pointer_table(lay, sub, use=())
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], *stats, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         self._samples.clear()
         return loss
