@@ -241,6 +241,7 @@ class AdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """As torch.optim.Optimizer.load_state_dict, but the state stays fp32 for low-precision parameters."""
         super().load_state_dict(state_dict)
+        self._layouts.clear()          # new param_groups: the next step lays them out and copies the loaded state
         saved = [i for g in state_dict["param_groups"] for i in g["params"]]
         for i, p in zip(saved, [p for g in self.param_groups for p in g["params"]]):
             for name, value in state_dict["state"].get(i, {}).items():
@@ -289,6 +290,8 @@ class AdamW(torch.optim.Optimizer):
             stats = ()
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
+                if not len(chunks):          # only empty parameters
+                    continue
                 keep, ptrs = self._pointer_table(lay, sub, use=("grad", ))
                 _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], lay.buffers["u"], lay.buffers["s_max"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for i in idx:

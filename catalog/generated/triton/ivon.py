@@ -419,6 +419,7 @@ class IVON(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """As torch.optim.Optimizer.load_state_dict, but the state stays fp32 for low-precision parameters."""
         super().load_state_dict(state_dict)
+        self._layouts.clear()          # new param_groups: the next step lays them out and copies the loaded state
         saved = [i for g in state_dict["param_groups"] for i in g["params"]]
         for i, p in zip(saved, [p for g in self.param_groups for p in g["params"]]):
             for name, value in state_dict["state"].get(i, {}).items():
@@ -481,6 +482,8 @@ class IVON(torch.optim.Optimizer):
             self._seeds[id(group)] = seed
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
+                if not len(chunks):          # only empty parameters
+                    continue
                 keep, ptrs = self._pointer_table(lay, idx)
                 _draw_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffer("_mean"), lay.buffers["h"], seed, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             drawn.append((group, lay, seed))
@@ -507,6 +510,8 @@ class IVON(torch.optim.Optimizer):
             stats.append(lay.buffer("avg_nxg") if collect and (hess_approx__price) else lay.buffer("_mean"))
             for dtype, idx in lay.buckets(range(len(lay.params))):
                 chunks = lay.chunks(idx)
+                if not len(chunks):          # only empty parameters
+                    continue
                 keep, ptrs = self._pointer_table(lay, idx, use=("grad", ) if collect else ())
                 _collect_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["_mean"], lay.buffers["h"], *stats, seed, 1.0 / n, *floats, *flags, COLLECT=bool(collect), FIRST=n == 1, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
 
@@ -570,6 +575,8 @@ class IVON(torch.optim.Optimizer):
             stats = (lay.buffers.get("g", lay.buffers["_mean"]), lay.buffers.get("avg_gsq", lay.buffers["_mean"]), lay.buffers.get("avg_nxg", lay.buffers["_mean"]), )
             for dtype, sub in lay.buckets(idx):
                 chunks = lay.chunks(sub)
+                if not len(chunks):          # only empty parameters
+                    continue
                 keep, ptrs = self._pointer_table(lay, sub, use=())
                 _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["h"], lay.buffers["momentum"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for i in idx:
