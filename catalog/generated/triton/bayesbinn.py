@@ -283,8 +283,8 @@ class _Layout:
 class BayesBiNN(torch.optim.Optimizer):
     """BayesBiNN (Bayesian binary neural networks) (Triton kernel).
 
-    The parameters hold sign(lam); the whole candidate (with lam starting as a copy of the
-    tensor given) lives in ``self.state[p]``, and the parameters are rewritten from it after every step:
+    The parameters hold sign(lam), written at construction and after every step from the
+    candidate's state (lam starting as a copy of the tensor given); the state
     (lam, grad_avg) lives in ``self.state[p]`` (fp32 views of one buffer per group).
 
     Gradients are taken at samples of q: evaluate the loss inside ``with opt.sampled_params(train=True):``

@@ -167,8 +167,8 @@ class _Layout:
 class STE(torch.optim.Optimizer):
     """Straight-through estimator (STE) for binary weights (Triton kernel).
 
-    The parameters hold sign(lam); the whole candidate (with lam starting as a copy of the
-    tensor given) lives in ``self.state[p]``, and the parameters are rewritten from it after every step:
+    The parameters hold sign(lam), written at construction and after every step from the
+    candidate's state (lam starting as a copy of the tensor given); the state
     (lam) lives in ``self.state[p]`` (fp32 views of one buffer per group).
 
     Hyperparameters:
