@@ -290,7 +290,11 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
 
     if any(a.name == "posterior_correction" for a in approxs):
         from .poco import correction_data
-        correction_data(fam, data, taken)
+        pc = next(a for a in approxs if a.name == "posterior_correction")
+        try:
+            correction_data(fam, data, taken)
+        except SpecError as e:                       # locate the clash at the approximation that caused it
+            raise e.located(file, pc.line)
     federated = None
     if "federated" in spec:
         from .federated import parse_federated

@@ -67,3 +67,19 @@ def test_newton_like_correction_lands_on_the_full_data_solution_in_one_step():
     m_star = np.linalg.solve(X.T @ X, X.T @ y)
     assert np.max(np.abs(state["m"] - m_star)) < 1e-12 * max(1, np.max(np.abs(m_star)))
     assert np.allclose(state["S"], X.T @ X, rtol=1e-13, atol=1e-12)
+
+
+def test_a_data_name_clash_is_located_at_the_approximation(tmp_path):
+    """posterior_correction adds the data m_old, grad_full; a recipe that already uses one of these names gets a
+    located one-line error (exit 2) naming the approximation's line."""
+    import subprocess
+    import sys
+    src = (tmp_path / "r.yaml")
+    src.write_text("name: clash\nfamily: gaussian_fixed_cov\nloss: abstract\n"
+                   "approximations:\n  - delta\n  - posterior_correction\n"
+                   "hyperparameters:\n  rho: {default: 0.1}\n  grad_full: {default: 1.0}\n")
+    r = subprocess.run([sys.executable, "-m", "blr_derive", str(src)], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert f"{src}:6:" in r.stderr and "grad_full" in r.stderr, r.stderr
