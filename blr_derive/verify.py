@@ -47,9 +47,13 @@ def compare_update(recipe, D, mod, seed=0, P=3):
     elementwise = not any(is_mat(e) for _, _, e in D.updates)
     env, state, oracle_vals, data, hp, flags = {}, {}, {}, {}, {}, {}
     if elementwise:
+        simplex = [p for p in fam.params.values() if p.domain == "simplex"]
+        # the simplex coordinates are drawn jointly (they must sum to less than 1), bounded away from the faces
+        K = len(simplex) + 1
+        on_simplex = dict(zip([p.name for p in simplex], 0.1 + (1 - 0.1 * K) * rng.dirichlet(np.full(K, 4.0)))) if simplex else {}
         for p in fam.params.values():
-            v = (float(rng.normal()) if p.domain == "real" else float(rng.uniform(0.2, 0.8))
-                 if p.domain in ("unit_interval", "simplex") else float(rng.uniform(0.5, 2.0)))
+            v = (float(on_simplex[p.name]) if p.name in on_simplex else float(rng.normal()) if p.domain == "real"
+                 else float(rng.uniform(0.2, 0.8)) if p.domain == "unit_interval" else float(rng.uniform(0.5, 2.0)))
             state[p.name] = v
             env[p.symbol if not is_mat(p.symbol) else sp.Symbol(p.name, real=True)] = v
         for a in D.aux_state:

@@ -398,3 +398,17 @@ def test_check_verifies_the_relaxation_scale_numerically():
     c = checks["relaxation scale vs finite differences"]
     assert c.passed and c.value < 1e-8
     assert checks["generated update vs symbolic update"].passed
+
+
+def test_check_on_a_categorical_recipe_draws_points_inside_the_simplex(tmp_path):
+    """`blr-derive check` draws the coupled simplex coordinates jointly (p1 + p2 < 1), so the generated update,
+    the symbolic update and the finite-difference natural gradient are compared at valid points."""
+    from blr_derive.check import check_file
+    r = tmp_path / "catx.yaml"
+    r.write_text("name: catx\nfamily: categorical\nloss:\n"
+                 "  expression: exp(c*theta1) + log(1 + theta2 + 2*theta3)*w\n  data:\n    w: {}\n"
+                 "hyperparameters:\n  c: {default: 0.7}\n  rho: {default: 0.5}\napproximations:\n  - exact\n")
+    for seed in range(4):
+        rep = check_file(r, seed=seed)
+        assert all(c.passed for c in rep.checks), [(c.name, c.value) for c in rep.checks if not c.passed]
+        assert any(c.name == "natural gradient vs finite differences" for c in rep.checks)
