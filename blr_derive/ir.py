@@ -99,10 +99,10 @@ def _toposort(items):
 
 
 def build_ir(D: Derivation, source: str = "") -> UpdateIR:
-    r = D.recipe
     if getattr(D, "factorized", False):
         from .factorized import build_factorized_ir
         return build_factorized_ir(D, source)
+    r = D.recipe
     fam = r.family
     elementwise = fam.elementwise or D.elementwise
     hsyms = r.hyper_symbols()

@@ -71,6 +71,18 @@ register("family_prior", "step", "Eq. 1 with p(θ) in the candidate family; Sec.
 register("unit_learning_rate", "step", "Sec. 5.1",
          "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
 
+# factorized (mean-field) candidates: coordinate-wise BLR steps over blocks (blr_derive/factorized.py)
+register("mean_field", "identity", "Sec. 5.3, Eq. 55",
+         "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
+register("factor_messages", "identity", "Eqs. 58-60",
+         "λ_b ← (1-ρ_b)λ_b + ρ_b Σ_f λ̃_f: per-factor natural-gradient messages summed into the block's λ")
+register("plate_sum", "identity", "Eq. 54",
+         "messages of i.i.d. data factors add up: per-row quantities enter the global blocks through plate sums")
+register("stationarity", "identity", "Sec. 5.2 (M-step)",
+         "a delta block with ρ = 1 jumps to the stationary point ∇_θ E_q[ℓ] = 0 of its expected loss")
+register("robbins_monro", "identity", "Sec. 5.3 (SVI); Hoffman et al. (2013)",
+         "learning-rate schedule ρ_t = (t + delay)^(-forgetting), forgetting in (1/2, 1]")
+
 # federated Bayesian ADMM (blr_derive/federated.py; Möllenhoff, Swaroop, Doshi-Velez & Khan 2025, "Federated ADMM
 # from Bayesian Duality"; Eq. 60): exact steps of the derivation, applied when a recipe has a 'federated' section
 register("federated_local", "identity", "Bayesian ADMM local step; Eq. 6",
@@ -85,18 +97,6 @@ register("federated_server", "identity", "Bayesian ADMM global step; Eq. 60",
 register("posterior_correction", "step", "Khan (2025) posterior correction; Daheim et al. (2026)",
          "replace the batch's old sites in a snapshot q_old: ∇_μ E_q[ℓ_B] − ∇_μ E_{q_old}[ℓ_B] + ∇_μ E_{q_old}[ℓ] "
          "(SVRG over N(m, I))")
-
-# factorized (mean-field) candidates: coordinate-wise BLR steps over blocks (blr_derive/factorized.py)
-register("mean_field", "identity", "Sec. 5.3, Eq. 55",
-         "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
-register("factor_messages", "identity", "Eqs. 58-60",
-         "λ_b ← (1-ρ_b)λ_b + ρ_b Σ_f λ̃_f: per-factor natural-gradient messages summed into the block's λ")
-register("plate_sum", "identity", "Eq. 54",
-         "messages of i.i.d. data factors add up: per-row quantities enter the global blocks through plate sums")
-register("stationarity", "identity", "Sec. 5.2 (M-step)",
-         "a delta block with ρ = 1 jumps to the stationary point ∇_θ E_q[ℓ] = 0 of its expected loss")
-register("robbins_monro", "identity", "Sec. 5.3 (SVI); Hoffman et al. (2013)",
-         "learning-rate schedule ρ_t = (t + delay)^(-forgetting), forgetting in (1/2, 1]")
 
 
 def approximation_names():

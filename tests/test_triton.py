@@ -21,9 +21,6 @@ from blr_derive.api import generate  # noqa: E402
 from blr_derive.errors import CodegenError  # noqa: E402
 from conftest import CATALOG, GENERATED, load_generated  # noqa: E402
 
-if sys.version_info < (3, 11):         # the pinned triton 3.9.0 has wheels for Python >= 3.11 only (pyproject)
-    pytest.skip("triton 3.9.0 needs Python >= 3.11", allow_module_level=True)
-
 # masked lanes of the last block divide zeros by zeros in the interpreter; their results are never stored
 pytestmark = pytest.mark.filterwarnings("ignore:(divide by zero|invalid value):RuntimeWarning")
 
