@@ -167,6 +167,11 @@ class GaussHermite(MatrixExpr):
     def shape(self):
         return self.args[1].shape
 
+    @staticmethod
+    def _rule(fx, z, w, sd):
+        """The quadrature of one row from f at the nodes mean + sd*z."""
+        return float(np.dot(fx, w))
+
     def doit(self, **hints):
         f, mean, var, n = self.args
         mean, var, n = mean.doit(**hints), var.doit(**hints), sp.sympify(n).doit(**hints)
@@ -175,10 +180,11 @@ class GaussHermite(MatrixExpr):
             fn = sp.lambdify([U], f.expr, modules=[_NUMERIC, "scipy", "numpy"])
             out = []
             for i in range(mean.shape[0]):
-                x = float(mean[i, 0]) + math.sqrt(float(var[i, 0])) * z
-                out.append(sp.Float(float(np.dot(np.asarray(fn(x), dtype=float) * np.ones_like(x), w)), 17))
+                sd = math.sqrt(float(var[i, 0]))
+                x = float(mean[i, 0]) + sd * z
+                out.append(sp.Float(self._rule(np.asarray(fn(x), dtype=float) * np.ones_like(x), z, w, sd), 17))
             return sp.ImmutableMatrix(mean.shape[0], 1, out)
-        return GaussHermite(f, mean, var, n)
+        return type(self)(f, mean, var, n)
 
     def _latex(self, printer):
         f, mean, var, n = self.args
@@ -198,20 +204,9 @@ class GaussHermiteStein(GaussHermite):
     2 ∂/∂var of the quadrature of E[ℓ], so natural gradients built from it are exact gradients of the
     quadrature objective.  Entries with var = 0 (a zero row of the data) are 0."""
 
-    def doit(self, **hints):
-        f, mean, var, n = self.args
-        mean, var, n = mean.doit(**hints), var.doit(**hints), sp.sympify(n).doit(**hints)
-        if _explicit(mean) and _explicit(var) and n.is_number:
-            z, w = gauss_hermite_rule(int(n))
-            fn = sp.lambdify([U], f.expr, modules=[_NUMERIC, "scipy", "numpy"])
-            out = []
-            for i in range(mean.shape[0]):
-                sd = math.sqrt(float(var[i, 0]))
-                x = float(mean[i, 0]) + sd * z
-                val = float(np.dot(np.asarray(fn(x), dtype=float) * np.ones_like(x), w * z)) / sd if sd > 0 else 0.0
-                out.append(sp.Float(val, 17))
-            return sp.ImmutableMatrix(mean.shape[0], 1, out)
-        return GaussHermiteStein(f, mean, var, n)
+    @staticmethod
+    def _rule(fx, z, w, sd):
+        return float(np.dot(fx, w * z)) / sd if sd > 0 else 0.0
 
     def _latex(self, printer):
         f, mean, var, n = self.args

@@ -80,6 +80,24 @@ class Derivation:
         return ([self.eq_latex(sym, expr, "=") for sym, expr in self.defs]
                 + [self.eq_latex(sym, expr) for _, sym, expr in self.updates])
 
+    def steps_markdown(self) -> list[str]:
+        """The derivation steps in Markdown: title, rule and equation cited, text, display equations."""
+        lines = []
+        for i, s in enumerate(self.steps, 1):
+            lines.append(f"## Step {i}. {s.title}  ")
+            lines.append(f"*rule* `{s.rule}` — *{s.equation}*")
+            lines.append("")
+            if s.text:
+                lines += [s.text.strip(), ""]
+            for eq in s.equations:
+                if isinstance(eq, str):
+                    lines.append(f"$$ {eq} $$")
+                else:
+                    lhs, rhs, *op = eq
+                    lines.append(f"$$ {self.eq_latex(lhs, rhs, op[0] if op else '=')} $$")
+            lines.append("")
+        return lines
+
     def to_markdown(self) -> str:
         r = self.recipe
         fam = r.family
@@ -93,20 +111,7 @@ class Derivation:
             f"- **Paper**: {r.paper}" if r.paper else "",
             "",
         ]
-        for i, s in enumerate(self.steps, 1):
-            lines.append(f"## Step {i}. {s.title}  ")
-            lines.append(f"*rule* `{s.rule}` — *{s.equation}*")
-            lines.append("")
-            if s.text:
-                lines.append(s.text.strip())
-                lines.append("")
-            for eq in s.equations:
-                if isinstance(eq, str):
-                    lines.append(f"$$ {eq} $$")
-                else:
-                    lhs, rhs, *op = eq
-                    lines.append(f"$$ {self.eq_latex(lhs, rhs, op[0] if op else '=')} $$")
-            lines.append("")
+        lines += self.steps_markdown()
         lines.append("## Update")
         lines.append("")
         for call in self.oracle_calls:

@@ -446,19 +446,7 @@ class FactorizedDerivation(Derivation):
         if r.paper:
             lines += ["", f"- **Paper**: {r.paper}"]
         lines.append("")
-        for i, s in enumerate(self.steps, 1):
-            lines.append(f"## Step {i}. {s.title}  ")
-            lines.append(f"*rule* `{s.rule}` — *{s.equation}*")
-            lines.append("")
-            if s.text:
-                lines += [s.text.strip(), ""]
-            for eq in s.equations:
-                if isinstance(eq, str):
-                    lines.append(f"$$ {eq} $$")
-                else:
-                    lhs, rhs, *op = eq
-                    lines.append(f"$$ {self.eq_latex(lhs, rhs, op[0] if op else '=')} $$")
-            lines.append("")
+        lines += self.steps_markdown()
         lines += ["## Update", ""]
         for l in self.final_latex():
             lines.append(f"$$ {l} $$")
