@@ -212,7 +212,11 @@ class MixtureFamily:
             if not c.fixed:
                 continue
             decl = c.decl
-            for p in self.base.free_params:
+            # its free parameters, and any of the family's fixed parameters it overrides (a spike's own
+            # precision s0 while the free components share the family's fixed s, Eq. 41)
+            for p in self.base.params.values():
+                if p.name not in decl:
+                    continue
                 v = _parse(decl[p.name], syms, f"component {c.index}: {p.name}", decl, p.name)
                 c.subs[p.symbol] = v
         return self
@@ -249,13 +253,14 @@ def load_mixture(spec, base_dir=None) -> MixtureFamily:
         if not isinstance(decl, dict):
             raise SpecError(f"fixed component {k}: give a mapping parameter -> value", *where(fixed, key))
         names = {p.name for p in base.free_params}
+        known = names | {p.name for p in base.fixed_params}     # a family-fixed parameter may be overridden
         for n in decl:
-            if n not in names:
+            if n not in known:
                 raise SpecError(f"fixed component {k}: '{n}' is not a parameter of '{base.name}'", *where(decl, n))
         for n in sorted(names - set(decl)):
             raise SpecError(f"fixed component {k}: missing a value for '{n}'", *where(fixed, key))
-        for p in base.free_params:
-            if p.shape != "scalar":
+        for p in base.params.values():
+            if p.name in decl and p.shape != "scalar":
                 raise SpecError(f"fixed component {k}: only scalar parameters can be fixed ('{p.name}' is a {p.shape})",
                                 *where(decl, p.name))
     free_idx = [k for k in range(1, K + 1) if k not in fixed_idx]
@@ -410,7 +415,8 @@ def derive_mixture(recipe) -> Derivation:
     for c in fam.components:
         if c.fixed:
             fixed_txt += (f" Component {c.index} is fixed: "
-                          + ", ".join(f"{p.name} = {sp.sstr(c.subs[p.symbol])}" for p in base.free_params) + ".")
+                          + ", ".join(f"{p.name} = {sp.sstr(c.subs[p.symbol])}" for p in base.params.values()
+                                      if p.symbol in c.subs) + ".")
     D.add("family", "Sec. 3.2; Eq. 41" if any(c.fixed for c in fam.components) else "Sec. 3.2",
           f"Candidate: a mixture of {K} `{base.name}` components",
           f"q(θ) = Σ_k π_k q_k(θ) with fixed weights; each free component has its own parameters.{fixed_txt}",
@@ -636,7 +642,8 @@ def derive_mixture(recipe) -> Derivation:
         _mixture_score(recipe, D, fam, score_b, shess_b, free, qsyms)
     if loss_rule == "dropout_masks":
         _dropout_masks(recipe, D, fam, by_name["dropout_masks"], free, csyms)
-    D.add("instantiate", "Eqs. 29-30" if loss_rule != "dropout_masks" else "Eqs. 42-43",
+    # with masks: Newton with dropout (Eqs. 42-43), or SGD with dropout (Eq. 40) when the covariance is fixed
+    D.add("instantiate", "Eqs. 29-30" if loss_rule != "dropout_masks" else ("Eqs. 42-43" if uses_hess else "Eq. 40"),
           "Update of every free component",
           "The generic update of component k, written for each free component.", steps)
     _apply_passes(recipe, D)
@@ -732,17 +739,22 @@ def _dropout_masks(recipe, D, fam, approx, free, csyms):
         return D.latex(out)
     eqs = [("1[z = %d]" % c.index, show(z)) for z, c in zip(ind, fam.components)]
     eqs.append((theta, show(theta_expr)))
+    # only the statistics the update uses are drawn: with a fixed covariance (SGD with dropout, Eq. 40)
+    # no Hessian enters the update, so no Hessian is evaluated at the masked means
+    used = set().union(*(e.free_symbols for _, _, e in D.updates))
     for c in free:
         m_c = mean_b.xreplace(c.subs)
         dth = sp.diff(theta_expr, m_c)
         gbar, hbar = csyms[c.index]
-        stats += [(gbar, dth * g_s), (hbar, _indicator_idempotent(sp.expand(dth**2)) * h_s)]
-        eqs += [(gbar, r"\frac{1}{S}\sum_s %s" % show(dth * g_s), r"\approx"),
-                (hbar, r"\frac{1}{S}\sum_s %s" % show(_indicator_idempotent(sp.expand(dth**2)) * h_s), r"\approx")]
-        if len(free) == 1:
-            views = {"grad": gbar, "hess": hbar}
-    D.sampling = Sampling(samples, u, theta, theta_expr, [(g_s, "grad"), (h_s, "hess")], stats, draw="uniform",
-                          views=views)
+        for avg, per, oracle in [(gbar, dth * g_s, "grad"), (hbar, _indicator_idempotent(sp.expand(dth**2)) * h_s, "hess")]:
+            if avg not in used:
+                continue
+            stats.append((avg, per))
+            eqs.append((avg, r"\frac{1}{S}\sum_s %s" % show(per), r"\approx"))
+            if len(free) == 1:
+                views[oracle] = avg
+    calls = [(k, o) for k, o in [(g_s, "grad"), (h_s, "hess")] if any(e.has(k) for _, e in stats)]
+    D.sampling = Sampling(samples, u, theta, theta_expr, calls, stats, draw="uniform", views=views)
     D.add("dropout_masks", RULES["dropout_masks"].equation, "Mask draws",
           f"u ~ U(0, 1) per coordinate gives the indicator z (keep with probability π_1); S = {samples} draw(s). "
           "To drop whole units, let the draws u agree across a unit's weights.", eqs)
