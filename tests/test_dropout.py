@@ -131,6 +131,66 @@ def test_dropout_adam_equals_adam_with_dropout_under_the_same_masks():
     np.testing.assert_allclose(state["s"], s_ref, rtol=1e-12, atol=1e-14)
 
 
+def sgd_dropout_reference(theta, masks, grad, alpha):
+    """SGD with dropout, Eq. 40: θ ← θ − α ∇_θ ℓ̄(θ̃) with θ̃ = z∘θ, so ∇_θ ℓ̄(θ̃) = z ∘ ∇ℓ̄(z∘θ)."""
+    for z in masks:
+        theta = theta - alpha * z * grad(z * theta)
+    return theta
+
+
+@pytest.mark.parametrize("pi1, rho, alpha", [(0.5, 0.1, 0.05), (0.8, 0.3, 0.02)])
+def test_dropout_sgd_equals_sgd_with_dropout_under_the_same_masks(pi1, rho, alpha):
+    """Fixed slab precision s (gaussian_diag_fixed_precision): the derived step is m ← m − ρ ĝ/(π₁ s), i.e. Eq. 40
+    with α = ρ/(π₁ s); s = ρ/(π₁ α) gives plain SGD with dropout at learning rate α."""
+    mod = load_generated("dropout_sgd")
+    loss, grad, _ = problem(3)
+    masks = unit_masks(np.random.default_rng(8), pi1, 30)
+    m0 = 0.1 * np.random.default_rng(9).normal(size=N_OUT * N_IN)
+    s = np.full(N_OUT * N_IN, rho / (pi1 * alpha))
+    state = mod.init(m=m0, s=s)
+    rng = MaskRng(masks, pi1)
+    for _ in masks:
+        state = mod.step(state, oracles={"grad": grad}, rng=rng, rho=rho, pi1=pi1)
+    assert rng.calls == len(masks) and mod.ORACLES == ("grad",)        # no Hessian: the covariance is fixed
+    np.testing.assert_allclose(state["m"], sgd_dropout_reference(m0, masks, grad, alpha), rtol=1e-12, atol=1e-13)
+    np.testing.assert_array_equal(state["s"], s)                       # the precision is known, not learned
+    assert loss(state["m"]) < loss(m0)
+
+
+def test_dropout_sgd_per_coordinate_precision_is_a_per_coordinate_learning_rate():
+    """A different fixed precision per weight: Eq. 40 with the elementwise rate α = ρ/(π₁ s)."""
+    mod = load_generated("dropout_sgd")
+    _, grad, _ = problem(4)
+    pi1, rho = 0.6, 0.2
+    masks = unit_masks(np.random.default_rng(10), pi1, 20)
+    m0 = 0.1 * np.random.default_rng(11).normal(size=N_OUT * N_IN)
+    s = np.random.default_rng(12).uniform(5.0, 50.0, size=N_OUT * N_IN)
+    state = mod.init(m=m0, s=s)
+    rng = MaskRng(masks, pi1)
+    for _ in masks:
+        state = mod.step(state, oracles={"grad": grad}, rng=rng, rho=rho, pi1=pi1)
+    ref = sgd_dropout_reference(m0, masks, grad, rho / (pi1 * s))
+    np.testing.assert_allclose(state["m"], ref, rtol=1e-12, atol=1e-13)
+
+
+def test_dropout_sgd_derivation_and_the_spike_precision_override(tmp_path):
+    """The spike overrides the family's fixed precision (s0 instead of s): with separated components it drops out
+    (Eq. 85: the slab's own score vanishes at its mean); through the responsibilities (Eqs. 69-71) it enters."""
+    _, D = derive_file(CATALOG / "dropout_sgd.yaml")
+    md = D.to_markdown()
+    for rule, eq in [("mixture_chain_rule", "Eqs. 67-68"), ("dropout_masks", "Eq. 84"),
+                     ("separated_components", "Eqs. 85-86"), ("instantiate", "Eq. 40")]:
+        assert f"*rule* `{rule}` — *" in md and eq in md, rule
+    assert "m = 0, s = s0" in md
+    assert {name: str(e) for name, _, e in D.updates} == {"m": "-g*rho/(pi1*s) + m"}
+    assert [o for _, o in D.sampling.calls] == ["grad"]
+    text = (CATALOG / "dropout_sgd.yaml").read_text().replace("  - separated_components\n", "")
+    (tmp_path / "unseparated.yaml").write_text(text)
+    _, D2 = derive_file(tmp_path / "unseparated.yaml")
+    spike = [e for s, e in D2.defs if str(s) == "a_2_1"]
+    assert spike and "s0" in str(spike[0]) and "s0" not in str([e for s, e in D2.defs if str(s) == "a_1_1"])
+
+
 def test_masks_are_bernoulli_draws_with_the_keep_probability():
     mod = load_generated("dropout")
     n, pi1 = 20000, 0.3
