@@ -8,6 +8,10 @@ A recipe declares a mixture candidate as
     family: {mixture: gaussian_diag, components: 2, weights: [pi1],  # pi_K = 1 - the others
              fixed: {2: {m: 0, s: s0}}}                              # a component with known parameters
 
+A fixed component gives every free parameter of the component family and may override the family's own
+fixed parameters (``gaussian_diag_fixed_precision``: the slab shares the known precision ``s``, the spike
+takes ``s0``; SGD with dropout, Eq. 40).
+
 The candidate is q(θ) = Σ_k π_k q_k(θ) with q_k in the component family.  The joint
 q(θ, z = k) = π_k q_k(θ) is a minimal conditional exponential family (Eq. 27): its natural
 parameters λ_k are those of q_k and its expectation parameters are μ_k = π_k E_{q_k}[T(θ)].  The
