@@ -241,3 +241,19 @@ def test_masked_gradients_are_unbiased_for_the_mixture_gradients():
     sd = np.sqrt(pi1 * (1 - pi1) / n)
     assert abs(h.mean() - pi1 * a) < 4 * a * sd
     assert abs(g.mean() - pi1 * a * m) < 4 * a * m * sd
+
+
+@pytest.mark.parametrize("fixed, message", [
+    ("{2: {s: s0}}", "missing a value for 'm'"),
+    ("{2: {m: 0, s: s0, t: 1}}", "'t' is not a parameter of 'gaussian_diag_fixed_precision'"),
+])
+def test_bad_spike_overrides_are_one_line_errors(tmp_path, fixed, message):
+    from blr_derive.errors import SpecError
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: bad\nfamily: {mixture: gaussian_diag_fixed_precision, components: 2, weights: [pi1],\n"
+                 f"         fixed: {fixed}}}\nloss: abstract\napproximations: [delta, dropout_masks]\n"
+                 "hyperparameters: {pi1: {default: 0.5}, s0: {default: 1.0e+6}}\n")
+    with pytest.raises(SpecError) as exc:
+        derive_file(p)
+    assert message in str(exc.value) and str(exc.value).startswith(str(p)) and exc.value.line is not None
+
