@@ -271,8 +271,6 @@ def load_mixture(spec, base_dir=None) -> MixtureFamily:
     if not free_idx:
         raise SpecError("every component is fixed: nothing to learn", *where(spec, "fixed"))
     comps, params = [], {}
-    for p in base.fixed_params:
-        params[p.name] = p
     for k in range(1, K + 1):
         if k in fixed_idx:
             comps.append(MixtureComponent(k, True, {}, decl=fixed_idx[k]))
@@ -290,6 +288,10 @@ def load_mixture(spec, base_dir=None) -> MixtureFamily:
             ps.append(q)
             params[q.name] = q
         comps.append(MixtureComponent(k, False, subs, ps))
+    # the family's fixed parameters after the free ones, as in the component family (the generated code takes
+    # the shape of its draws from the first state variable: the mean, not a fixed precision given as a scalar)
+    for p in base.fixed_params:
+        params[p.name] = p
     return MixtureFamily(base, K, comps, params, spec, getattr(spec, "file", None))
 
 

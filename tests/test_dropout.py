@@ -146,7 +146,7 @@ def test_dropout_sgd_equals_sgd_with_dropout_under_the_same_masks(pi1, rho, alph
     loss, grad, _ = problem(3)
     masks = unit_masks(np.random.default_rng(8), pi1, 30)
     m0 = 0.1 * np.random.default_rng(9).normal(size=N_OUT * N_IN)
-    s = np.full(N_OUT * N_IN, rho / (pi1 * alpha))
+    s = rho / (pi1 * alpha)                  # one known precision for every weight (a scalar state)
     state = mod.init(m=m0, s=s)
     rng = MaskRng(masks, pi1)
     for _ in masks:

@@ -19,12 +19,12 @@ import numpy
 RECIPE = "dropout_sgd"
 FAMILY = "mixture_2_gaussian_diag_fixed_precision"
 ENGINE_VERSION = "0.1.0"
-STATE = ("s", "m", )
+STATE = ("m", "s", )
 HYPERPARAMETERS = {
     "rho": 0.1,
     "pi1": 0.5,
 }
-REQUIRED_STATE = ("s", "m", )
+REQUIRED_STATE = ("m", "s", )
 ORACLES = ("grad", )
 DATA = ()
 EQUATIONS = (
@@ -35,7 +35,7 @@ EQUATIONS = (
 
 
 def init(hyperparameters=None, **state):
-    """Validate and copy an initial state (s: elementwise, m: elementwise).
+    """Validate and copy an initial state (m: elementwise, s: elementwise).
 
     State with a default (after '=') may be omitted; defaults are computed from ``hyperparameters``
     (a dict, completed by HYPERPARAMETERS).
@@ -63,17 +63,17 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         raise TypeError(f"step() needs the hyperparameters {required}")
     rho = hp["rho"]
     pi1 = hp["pi1"]
-    s = numpy.asarray(state["s"], dtype=float)
     m = numpy.asarray(state["m"], dtype=float)
+    s = numpy.asarray(state["s"], dtype=float)
     if oracles is None:
         raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
     # Monte Carlo over q: 1 sample(s) theta_tilde = m*numpy.heaviside(pi1 - u_mask, 0)
     if rng is None:
         raise TypeError("this update draws random numbers: pass rng (a numpy.random.Generator)")
     n_samples = int(1)
-    g = numpy.zeros_like(s)
+    g = numpy.zeros_like(m)
     for k in range(n_samples):
-        u_mask = numpy.asarray(rng.random(numpy.shape(s)), dtype=float)
+        u_mask = numpy.asarray(rng.random(numpy.shape(m)), dtype=float)
         theta_tilde = m*numpy.heaviside(pi1 - u_mask, 0)
         g_s = numpy.asarray(oracles["grad"](theta_tilde), dtype=float)
         g = g + (g_s*numpy.heaviside(pi1 - u_mask, 0) - g) / (k + 1)
