@@ -37,6 +37,7 @@ from .errors import DerivationError, SpecError
 from .expect import gaussian_expectation
 from .exprparse import parse_expression
 from .matcalc import is_mat, scalarize, simplify_mat
+from .sizes import declared_sizes, instantiate, resolve_sizes
 from .yamlio import LDict, check_keys, load_yaml_file, where
 
 SHAPES = ("scalar", "vector", "matrix")
@@ -76,7 +77,7 @@ SCALAR_SUPPORTS = tuple(CONTINUOUS_SUPPORTS) + tuple(DISCRETE_SUPPORTS)
 FAMILY_KEYS = {
     "name", "description", "reference", "variable", "dimension", "support", "parameters",
     "sufficient_statistics", "base_measure", "natural_parameters", "log_partition",
-    "expectation_parameters", "gaussian", "elementwise", "sampler",
+    "expectation_parameters", "gaussian", "elementwise", "sampler", "sizes",
 }
 PARAM_KEYS = {"shape", "domain", "fixed", "description", "greater_than"}
 VARIABLE_KEYS = {"name", "shape", "size", "components"}
@@ -158,6 +159,7 @@ class Family:
     components: list = field(default_factory=list)      # scalar variable symbols (empty for vector/matrix)
     component_supports: list = field(default_factory=list)   # one scalar support per component
     joint_support: str | None = None                    # categorical | simplex for a sized vector
+    sizes: tuple = ()                                   # ((name, value), ...) a sized family was instantiated at
     _numeric: dict = field(default_factory=dict, repr=False)
     _log_h_linear: object = field(default=None, repr=False)
 
@@ -516,6 +518,15 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
 
     if isinstance(ref, Family):          # already loaded (the notebook API passes Family objects)
         return ref
+    given = None
+    if isinstance(ref, dict) and "name" in ref and not set(ref) & (FAMILY_KEYS - {"name"}):
+        # a reference with sizes: {name: categorical, K: 5} (blr_derive/sizes.py)
+        given = LDict({k: v for k, v in ref.items() if k != "name"})
+        given.file, given.line = getattr(ref, "file", None), getattr(ref, "line", None)
+        given.lines = {k: ref.line_of(k) for k in given} if isinstance(ref, LDict) else {}
+        ref = ref["name"]
+        if not isinstance(ref, str) or not ref:
+            raise SpecError("family name must be a built-in name or a path", given.file, given.line)
     if isinstance(ref, dict):
         return family_from_spec(ref, getattr(ref, "file", None))
     if not isinstance(ref, str) or not ref:
@@ -530,7 +541,7 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
         candidates.append(families_dir() / f"{ref}.yaml")
     for c in candidates:
         if c.is_file():
-            return _load_family_file(c)
+            return _load_family_file(c, given)
     if len(candidates) > 1 or ref.endswith((".yaml", ".yml")):
         raise SpecError(f"family file '{ref}' not found")
     raise SpecError(f"unknown family '{ref}' (built-in: {', '.join(builtin_family_names())})")
@@ -539,20 +550,35 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
 _FAMILY_CACHE: dict = {}
 
 
-def _load_family_file(path: Path) -> Family:
-    """Derive a family from its file once per process (keyed by path and content): deriving A, μ and
-    the inverse maps is the costly part of loading a recipe, and catalog recipes share families.
-    Derivations only read a Family, never modify it."""
+def _load_family_file(path: Path, given=None) -> Family:
+    """Derive a family from its file once per process (keyed by path, content and the sizes it is
+    instantiated at): deriving A, μ and the inverse maps is the costly part of loading a recipe, and catalog
+    recipes share families.  Derivations only read a Family, never modify it."""
     try:
         text = path.read_bytes()
     except OSError:
         text = None
-    key = (str(path.resolve()), text)
+    asked = tuple(sorted((k, v if isinstance(v, int) else repr(v)) for k, v in (given or {}).items()))
+    key = (str(path.resolve()), text, asked)
     if text is not None and key in _FAMILY_CACHE:
         return _FAMILY_CACHE[key]
-    fam = family_from_spec(load_yaml_file(path), str(path))
+    spec = load_yaml_file(path)
+    resolved = None
+    if isinstance(spec, dict) and "sizes" in spec:
+        resolved = resolve_sizes(declared_sizes(spec), given, (given, None), f"family '{path.stem}'")
+        rkey = (str(path.resolve()), text, "resolved", resolved)
+        if text is not None and rkey in _FAMILY_CACHE:
+            _FAMILY_CACHE[key] = _FAMILY_CACHE[rkey]
+            return _FAMILY_CACHE[key]
+    elif given:
+        name = next(iter(given))
+        raise SpecError(f"'{name}' is not a size of the family '{path.stem}' (it declares no sizes)",
+                        getattr(given, "file", None), given.line_of(name) if isinstance(given, LDict) else None)
+    fam = family_from_spec(spec, str(path), resolved)
     if text is not None:
         _FAMILY_CACHE[key] = fam
+        if resolved is not None:
+            _FAMILY_CACHE[(str(path.resolve()), text, "resolved", resolved)] = fam
     return fam
 
 
@@ -640,9 +666,15 @@ def _parse_support(spec, kind, components):
     return support, [support] * len(components), None
 
 
-def family_from_spec(spec, file=None) -> Family:
+def family_from_spec(spec, file=None, sizes: tuple | None = None) -> Family:
+    """Derive a family from its declaration; a declaration with a ``sizes`` section is first instantiated at
+    ``sizes`` (a tuple from :func:`blr_derive.sizes.resolve_sizes`; its defaults when None)."""
     if not isinstance(spec, dict):
         raise SpecError("a family declaration must be a mapping", file, getattr(spec, "line", None))
+    if "sizes" in spec:
+        if sizes is None:
+            sizes = resolve_sizes(declared_sizes(spec), None)
+        spec = instantiate(spec, sizes, file)
     check_keys(spec, FAMILY_KEYS, ("name", "variable", "parameters", "sufficient_statistics", "natural_parameters"), "family")
     name = spec["name"]
     if not isinstance(name, str) or not name.isidentifier():
@@ -774,7 +806,7 @@ def family_from_spec(spec, file=None) -> Family:
         theta=theta, dim=dim, support=support, params=params, T=T, h=h, eta=eta, lam=lam, mu=mu,
         A=None, A_given="log_partition" in spec, elementwise=bool(spec.get("elementwise", False)),
         symmetric=symmetric, file=file, variable_kind=kind, components=components,
-        component_supports=comp_supports, joint_support=joint,
+        component_supports=comp_supports, joint_support=joint, sizes=tuple(sizes or ()),
     )
     if fam.elementwise and kind != "scalar":
         raise _err("elementwise (mean-field) families are declared for one scalar coordinate", spec, "elementwise")
