@@ -185,7 +185,7 @@ def derive(recipe: Recipe) -> Derivation:
         g_loss = _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym)
 
     if "family_prior" in names:
-        g_loss = _family_prior(recipe, D, g_loss, approx_by_name["family_prior"])
+        g_loss = _family_prior(recipe, D, g_loss, g_logh, approx_by_name["family_prior"], "no_entropy" in names)
 
     if "posterior_correction" in names:          # SVRG and beyond (blr_derive/poco.py)
         from .poco import posterior_correction
@@ -528,18 +528,26 @@ def _relaxed_natural_gradient(recipe, D, approx, mode):
     return [avg]
 
 
-def _family_prior(recipe, D, g_loss, approx):
-    """A prior in the candidate's family, p₀ = q(·; λ₀): ℓ̄ = ℓ - log p₀ adds -λ₀ - ∇_μE_q[log h] to the natural
-    gradient, and Eq. 6's +∇_μE_q[log h] cancels the latter, so ∇_μE_q[ℓ̄ + log h] = ∇_μE_q[ℓ + log h] - λ₀."""
+def _family_prior(recipe, D, g_loss, g_logh, approx, no_entropy=False):
+    """A prior in the candidate's family, p₀ = q(·; λ₀): -log p₀ = -log h - <λ₀, T> + A(λ₀), so ℓ̄ = ℓ - log p₀ has
+    ∇_μE_q[ℓ̄] = ∇_μE_q[ℓ] - λ₀ - ∇_μE_q[log h], and in Eq. 6 the base-measure term cancels:
+    ∇_μE_q[ℓ̄ + log h] = ∇_μE_q[ℓ] - λ₀.  The returned blocks are those to which the BLR step adds ``g_logh``
+    (∇_μE_q[log h]), i.e. ∇_μE_q[ℓ] - λ₀ - ∇_μE_q[log h]."""
     from .passes import Ctx
     fam = recipe.family
     ctx = Ctx(D, approx)
+    if any(is_mat(l) for l in fam.lam):
+        raise ctx.fail(f"family '{fam.name}' has vector or matrix natural parameters; family_prior takes scalar ones "
+                       "(scalar or elementwise families)")
+    if no_entropy and fam.depends_on_variable(fam.log_h):
+        raise ctx.fail(f"with 'no_entropy' the prior's -log h(θ) does not cancel, and family '{fam.name}' has a "
+                       "base measure that depends on θ")
     lam0 = [ctx.expr(l.name) for l in fam.lam]
     ctx.done()
-    out = [g - l0 for g, l0 in zip(g_loss, lam0)]
+    out = [g - l0 - gh for g, l0, gh in zip(g_loss, lam0, g_logh)]
     D.add("family_prior", RULES["family_prior"].equation, "Prior in the candidate family",
           "-log p₀(θ) = -log h(θ) - <λ₀, T(θ)> + A(λ₀) is linear in T up to log h, so its natural gradient is "
-          "exact: -λ₀ (the log h terms cancel in Eq. 6).",
+          "exact: -λ₀ - ∇_μE_q[log h], and the base-measure term of Eq. 6 cancels the latter.",
           [((r"\lambda^{(%d)}_0" % (i + 1)), l0) for i, l0 in enumerate(lam0)])
     return out
 
