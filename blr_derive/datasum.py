@@ -470,7 +470,7 @@ def _messages(recipe, D, grads, Eg, EH, parts, sym):
     """The natural gradient split by the parts of the loss (Eq. 58): each part f sends the message
     λ̃_f = ∇_μ E_q[-ℓ_f] at μ_t, and λ_{t+1} = (1-ρ)λ_t + ρ Σ_f λ̃_f (Eq. 60 with ρ = 1: their sum)."""
     from .rules import RULES
-    if len(parts) < 2 or "factor_messages" not in RULES:
+    if len(parts) < 2:
         return
     fam = recipe.family
     at_state = dict(zip(fam.mu, fam.mu_ord))

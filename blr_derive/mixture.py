@@ -25,7 +25,8 @@ and the engine derives the per-component update from the family and named rules 
 * ``mixture_chain_rule`` (Eqs. 27, 67-68): ∇_{μ_k} through m_k(μ_k) = μ_k⁽¹⁾/π_k and C_k(μ_k);
 * ``mixture_bonnet_price`` (App. E): ∇_{m_k} E_q[f] = π_k E_{q_k}[∇f], ∇_{C_k} E_q[f] = ½π_k E_{q_k}[∇²f];
 * the expectation rules: ``delta`` (Eqs. 13, 65-66) at the component means, ``exact`` (closed-form
-  Gaussian moments of a polynomial loss, scalar components) or ``dropout_masks`` (Eq. 84:
+  Gaussian moments of a polynomial loss: any degree for scalar components; products of two linear or
+  quadratic forms, degree <= 4 by Isserlis' theorem, for vector ones) or ``dropout_masks`` (Eq. 84:
   reparameterization by the indicator z, drawn by Bernoulli/categorical masks, noise dropped);
 * ``mixture_score`` (Eqs. 69-71): ∇ log q and ∇² log q through the responsibilities r_j(θ), with
   the component scores ∇_θ log q_j derived from the component family, or ``separated_components``
