@@ -14,7 +14,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Rule:
     name: str
-    kind: str          # identity | expectation | step
+    kind: str          # identity | expectation | step | pass | mixture (all but identity are named by recipes)
     equation: str
     summary: str
 
@@ -72,7 +72,7 @@ register("unit_learning_rate", "step", "Sec. 5.1",
          "set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step solution")
 
 # factorized (mean-field) candidates: coordinate-wise BLR steps over blocks (blr_derive/factorized.py)
-register("mean_field", "identity", "Sec. 5.3, Eq. 55",
+register("mean_field", "identity", "Eq. 55; Secs. 5.2-5.3",
          "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
 register("factor_messages", "identity", "Eqs. 58-60",
          "λ_b ← (1-ρ_b)λ_b + ρ_b Σ_f λ̃_f: per-factor natural-gradient messages summed into the block's λ")
