@@ -8,10 +8,11 @@ contiguous fp32 buffers (``optimizer.state[p][name]`` are views of them), and wr
 output once.  Host scalars (β^t, bias corrections, hyperparameter products) are computed on the
 host in double precision and passed as fp32 arguments; host booleans are ``tl.constexpr``.
 
-Monte Carlo recipes add a draw kernel (θ = m + σε with ε from Triton's Philox, ``tl.randn``
-seeded per sample and offset by the element's index in the group) and a collect kernel that
-restores the means and accumulates the per-sample statistics, regenerating the same ε from the
-same seed and offsets: the noise is never stored.  Same scope as the torch target: elementwise
+Monte Carlo recipes add a draw kernel (the recipe's sample θ(ε), e.g. m + σε, with ε from Triton's
+Philox, ``tl.randn`` for normal draws or ``tl.rand`` for uniform ones, seeded per sample and offset by
+the element's index in the group) and a collect kernel that restores the parameters and accumulates
+the per-sample statistics, regenerating the same ε from the same seed and offsets: the noise is never
+stored.  Same scope as the torch target: elementwise
 recipes whose oracles are taken at the parameter or at samples of q (normal or uniform draws); a recipe
 whose parameter holds an expression of the state (``parameter: sign(lam)``) keeps all of the state in
 the buffers and writes the parameter from it (``_point_kernel`` at construction, the update kernel after
