@@ -18,8 +18,8 @@ def source_label(path) -> str:
     return p.name
 
 
-def derive_file(path):
-    recipe = load_recipe(path)
+def derive_file(path, sizes: dict | None = None):
+    recipe = load_recipe(path, sizes)
     try:
         D = _derive(recipe)
     except DerivationError as exc:
@@ -28,10 +28,12 @@ def derive_file(path):
     return recipe, D
 
 
-def generate(path, target: str, label: str | None = None) -> str:
+def generate(path, target: str, label: str | None = None, sizes: dict | None = None) -> str:
+    """Code for a recipe file; ``sizes`` (e.g. {"K": 5}) instantiates a sized recipe (blr_derive/sizes.py)."""
     from codegen import emit
-    recipe, D = derive_file(path)
-    return emit(build_ir(D, label or source_label(path)), target)
+    recipe, D = derive_file(path, sizes)
+    label = (label or source_label(path)) + "".join(f" --size {k}={v}" for k, v in sorted((sizes or {}).items()))
+    return emit(build_ir(D, label), target)
 
 
 # ---------------------------------------------------------------------- notebook API

@@ -58,14 +58,36 @@ def _parser_generate():
     p.add_argument("recipe", help="recipe YAML file (e.g. catalog/newton.yaml)")
     p.add_argument("--target", default="numpy", help="code generation target (default: numpy)")
     p.add_argument("-o", "--output", help="output file (default: standard output)")
+    _size_option(p)
     p.add_argument("--version", action="version", version=f"blr-derive {__version__}")
     return p
+
+
+def _size_option(p):
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="instantiate a sized recipe at this size, e.g. --size K=5 (repeatable; see 'sizes' in README)")
+
+
+def _sizes(items) -> dict:
+    """--size NAME=N ... → {NAME: N}; a malformed one is a one-line error (exit 2)."""
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name.isidentifier():
+            raise SpecError(f"--size takes NAME=N (e.g. K=5), got '{item}'", "<command line>")
+        if name in out:
+            raise SpecError(f"--size {name} is given twice", "<command line>")
+        if not (value.isdigit() and len(value) <= 9):
+            raise SpecError(f"size {name} must be a positive integer, got '{value}'", "<command line>")
+        out[name] = int(value)
+    return out
 
 
 def cmd_generate(argv):
     args = _parser_generate().parse_args(argv)
     from .api import generate
-    _emit(generate(args.recipe, args.target), args.output)
+    _emit(generate(args.recipe, args.target, sizes=_sizes(args.size)), args.output)
     return 0
 
 
@@ -78,9 +100,10 @@ def cmd_explain(argv):
     p.add_argument("--format", choices=("markdown", "latex", "html"), default="markdown",
                    help="markdown (default; equations in $$...$$), a standalone LaTeX document, or a standalone "
                         "HTML page with the equations typeset by the bundled KaTeX (no network at view time)")
+    _size_option(p)
     args = p.parse_args(argv)
     from .api import derive_file
-    _, D = derive_file(args.recipe)
+    _, D = derive_file(args.recipe, _sizes(args.size))
     render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
     _emit(render(), args.output)
     return 0

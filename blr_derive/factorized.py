@@ -42,7 +42,7 @@ from .rules import RULES
 from .yamlio import LDict, check_keys, where
 
 FACTORIZED_KEYS = {"name", "title", "class_name", "description", "paper", "checked_against", "dimension",
-                   "hyperparameters", "data", "plate", "blocks", "factors"}
+                   "hyperparameters", "data", "plate", "blocks", "factors", "sizes"}
 BLOCK_KEYS = {"family", "variable", "local", "approximations", "learning_rate", "description", "domain", "messages"}
 FACTOR_KEYS = {"expression", "plate", "description"}
 PLATE_KEYS = {"index", "data", "minibatch", "description"}
@@ -149,7 +149,9 @@ def is_factorized_spec(spec) -> bool:
 
 def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
     from .recipe import DataVar, Hyper
+    from .sizes import instantiate_recipe
     check_keys(spec, FACTORIZED_KEYS, ("name", "blocks", "factors"), "factorized recipe")
+    spec = instantiate_recipe(spec, file)      # a sized recipe (K copies of a block) at its default sizes
     name = spec["name"]
     if not isinstance(name, str) or not name.isidentifier():
         raise _err("recipe name must be an identifier", spec, "name")

@@ -13,7 +13,7 @@ from .yamlio import LDict, check_keys, load_yaml_file, where
 
 RECIPE_KEYS = {
     "name", "title", "class_name", "description", "paper", "family", "loss", "approximations",
-    "hyperparameters", "learning_rate", "checked_against", "state_init", "parameter", "federated",
+    "hyperparameters", "learning_rate", "checked_against", "state_init", "parameter", "federated", "sizes",
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
 HP_KEYS = {"default", "description", "names", "type", "choices", "required"}
@@ -94,8 +94,11 @@ class Recipe:
         return {h.name: dict(h.elements) for h in self.hyper if h.kind == "choice"}
 
 
-def load_recipe(path) -> Recipe:
-    spec = load_yaml_file(path)
+def load_recipe(path, sizes: dict | None = None) -> Recipe:
+    """Load a recipe file; ``sizes`` (name -> int) instantiates a recipe that declares size parameters
+    (blr_derive/sizes.py) at those sizes instead of its defaults."""
+    from .sizes import instantiate_recipe
+    spec = instantiate_recipe(load_yaml_file(path), str(path), sizes)
     from .factorized import factorized_from_spec, is_factorized_spec
     if is_factorized_spec(spec):              # several blocks: a factorized (mean-field) recipe
         return factorized_from_spec(spec, str(path), Path(path).resolve().parent)
@@ -114,6 +117,8 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
     if is_factorized_spec(spec):              # several blocks (also for recipes given as YAML text or a dict)
         return factorized_from_spec(spec, file, base_dir)
     check_keys(spec, RECIPE_KEYS, ("name", "family", "loss"), "recipe")
+    from .sizes import instantiate_recipe
+    spec = instantiate_recipe(spec, file)      # a sized recipe at its default sizes
     name = spec["name"]
     if not isinstance(name, str) or not name.isidentifier():
         raise _err("recipe name must be an identifier", spec, "name")
@@ -141,6 +146,7 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             raise _err(f"bad or clashing hyperparameter name '{hname}'", hspec, hname)
         if not isinstance(hdecl, dict):
             hdecl = LDict(default=hdecl)
+            hdecl.file, hdecl.line = where(hspec, hname)     # errors about the shorthand name its line
         required = hdecl.get("required", False)
         if not isinstance(required, bool):
             raise _err(f"hyperparameter '{hname}': 'required' must be true or false", hdecl, "required")
@@ -230,6 +236,9 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
                 raise _err(f"bad or clashing data name '{dname}'", dspec, dname)
             if ddecl is None:
                 ddecl = LDict()
+                ddecl.file, ddecl.line = where(dspec, dname)
+            if not isinstance(ddecl, dict):
+                raise _err(f"data '{dname}' must be a mapping (shape, description, symmetric)", dspec, dname)
             check_keys(ddecl, DATA_KEYS, (), f"data '{dname}'")
             shape = ddecl.get("shape", [])
             if not isinstance(shape, list) or len(shape) > 2:
@@ -278,11 +287,11 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             aname, args = a, {}
         elif isinstance(a, dict) and len(a) == 1:
             aname, args = next(iter(a.items()))
+            if args is not None and not isinstance(args, dict):
+                raise _err(f"arguments of approximation '{aname}' must be a mapping", aspec, i)
             args = dict(args or {})
         else:
             raise _err("each approximation is a rule name or {name: {args}}", aspec, i)
-        if not isinstance(args, dict):
-            raise _err(f"arguments of approximation '{aname}' must be a mapping", aspec, i)
         if aname not in RULES or RULES[aname].kind == "identity":
             known = ", ".join(sorted(k for k, r in RULES.items() if r.kind != "identity"))
             raise _err(f"unknown approximation '{aname}' (known: {known})", aspec, i)

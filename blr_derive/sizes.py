@@ -226,7 +226,7 @@ def _expand(node, env, file):
 
 
 def declared_sizes(spec, what="family"):
-    """The ``sizes`` section → {name: (default, min, max)}; {} when there is none."""
+    """The ``sizes`` section → {name: (default, min, max, (file, line))}; {} when there is none."""
     decl = spec.get("sizes") if isinstance(spec, dict) else None
     if decl is None:
         return {}
@@ -249,17 +249,23 @@ def declared_sizes(spec, what="family"):
         if not vals["min"] <= vals["default"] <= vals["max"]:
             raise SpecError(f"size '{name}': default {vals['default']} is outside {vals['min']}..{vals['max']}",
                             *where(d, "default"))
-        out[name] = (vals["default"], vals["min"], vals["max"])
+        out[name] = (vals["default"], vals["min"], vals["max"], where(decl, name))
     return out
 
 
 def resolve_sizes(declared: dict, given: dict | None, where_given=(None, None), owner="family") -> tuple:
     """Given sizes (name -> value, validated against the declaration) with defaults filled in, as a sorted
     tuple of (name, int) pairs: the cache key of an instantiation."""
+    located = isinstance(given, LDict)
     given = dict(given or {})
     for name, value in given.items():
-        loc = where_given[0].line_of(name) if isinstance(where_given[0], LDict) else where_given[1]
-        file = getattr(where_given[0], "file", None) if where_given[0] is not None else None
+        # a size given in a file is located there; one given on the command line at the size's declaration
+        if located:
+            file, loc = where(where_given[0], name)
+        elif name in declared:
+            file, loc = declared[name][3]
+        else:
+            file, loc = where_given[1] if isinstance(where_given[1], tuple) else (None, None)
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none"
             raise SpecError(f"'{name}' is not a size of the {owner} (sizes: {known})", file, loc)
@@ -294,3 +300,16 @@ def _one(spec, key):
     d.file, d.line = spec.file, spec.line
     d.lines[key] = spec.line_of(key)
     return d
+
+
+def instantiate_recipe(spec, file=None, given: dict | None = None):
+    """A recipe with a ``sizes`` section (e.g. a factorized recipe with K copies of a block) instantiated at
+    ``given`` sizes (name -> int), the others at their defaults; a recipe without one is returned as it is
+    (and must not be given sizes)."""
+    if not isinstance(spec, dict) or "sizes" not in spec:
+        if given:
+            raise SpecError(f"'{next(iter(given))}' is not a size of the recipe (it declares no sizes)", file,
+                            getattr(spec, "line", None))
+        return spec
+    return instantiate(spec, resolve_sizes(declared_sizes(spec, "recipe"), given, (given, where(spec, "sizes")),
+                                               "recipe"), file)
