@@ -33,8 +33,11 @@ CASES = [   # (name, expression, float64 reference of (x, y)); observed worst er
     ("logsumexp", logsumexp(X, Y), lambda x, y: np.logaddexp(x, y)),
     ("cosh", sp.cosh(X), lambda x, y: np.cosh(x)),
     ("sign", sp.sign(X), lambda x, y: np.sign(x)),
+    ("pow5", X**5, lambda x, y: x**5),                 # integer powers of negative numbers (beyond x*x*x*x)
+    ("pow6_over", Y / X**6, lambda x, y: y / x**6),
 ]
-ARG = {"log1p": np.abs, "cosh": lambda x: np.clip(x, -30, 30)}      # inputs in the function's domain
+ARG = {"log1p": np.abs, "cosh": lambda x: np.clip(x, -30, 30), "pow5": lambda x: np.clip(x, -9, 9),
+       "pow6_over": lambda x: np.where(np.abs(x) < 0.05, -1.5, np.clip(x, -9, 9))}      # inputs in the function's domain
 
 
 def kernel_module(tmp_path, name, expr):

@@ -163,6 +163,10 @@ class TritonPrinter(ElementwisePrinter):
             return "*".join([x] * int(e))
         if b.is_number and e.is_number:
             return repr(float(expr))
+        if e.is_Integer:            # |b|^e = exp(e*log|b|), with the sign of b for odd e (b < 0 is allowed)
+            x = self._print(b)
+            mag = f"tl.exp({self._print(e)}*tl.log(tl.abs({x})))"
+            return mag if e % 2 == 0 else f"tl.where({x} < 0, -{mag}, {mag})"
         # no pow without libdevice: exp(e*log(b)), valid for b > 0
         return f"tl.exp({self._print(e)}*tl.log({self._print(b)}))"
 
