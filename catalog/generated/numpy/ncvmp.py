@@ -46,7 +46,7 @@ def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
     z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
     x = mean[:, None] + numpy.sqrt(var)[:, None] * z
-    return f(x) @ (w / numpy.sqrt(2 * numpy.pi))
+    return numpy.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))
 
 
 def _gauss_hermite_stein(f, mean, var, nodes):
@@ -55,7 +55,8 @@ def _gauss_hermite_stein(f, mean, var, nodes):
     z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
     sd = numpy.sqrt(var)
     x = mean[:, None] + sd[:, None] * z
-    return numpy.divide(f(x) @ (w * z / numpy.sqrt(2 * numpy.pi)), sd, out=numpy.zeros_like(sd), where=sd > 0)
+    fx = numpy.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
+    return numpy.divide(fx @ (w * z / numpy.sqrt(2 * numpy.pi)), sd, out=numpy.zeros_like(sd), where=sd > 0)
 
 
 def _spd_solve(A, B):
