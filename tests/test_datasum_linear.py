@@ -40,3 +40,17 @@ def test_linear_data_sum_under_gauss_hermite_equals_closed_form_moments():
     m_new = m - rho * np.linalg.solve(S_new, g)
     np.testing.assert_allclose(out["S"], S_new, rtol=1e-12)
     np.testing.assert_allclose(out["m"], m_new, rtol=1e-12)
+
+
+def test_linear_data_sum_under_the_delta_method_equals_derivatives_at_the_mean():
+    mod = blr.derive(RECIPE.replace("  - gauss_hermite: {nodes: nodes}", "  - delta")).compile("numpy")
+    rng = np.random.default_rng(6)
+    X = 0.4 * rng.normal(size=(7, 3))
+    m = rng.normal(size=3)
+    S = 3 * np.eye(3)
+    out = mod.step(mod.init(m=m, S=S), data={"X": X}, rho=1.0)
+    e = np.exp(X @ m)
+    g = X.T @ e + X.sum(axis=0) + m                   # ∇ℓ(m)
+    H = X.T @ (e[:, None] * X) + np.eye(3)            # ∇²ℓ(m): the linear sum adds nothing
+    np.testing.assert_allclose(out["S"], H, rtol=1e-12)
+    np.testing.assert_allclose(out["m"], m - np.linalg.solve(H, g), rtol=1e-12)   # Newton's step (rho = 1)

@@ -179,7 +179,10 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         return f"numpy.sum({self._apply(expr.fn, self._print(expr.vec))})"
 
     def _print_Elementwise(self, expr):
-        return self._apply(expr.args[0], self._print(expr.args[1]))
+        f, v = expr.args
+        if not f.expr.has(f.variables[0]):          # a constant derivative (a linear data sum): one per row
+            return f"numpy.full(numpy.shape({self._print(v)}), {self._print(f.expr)}, dtype=float)"
+        return self._apply(f, self._print(v))
 
     def _print_DiagOf(self, expr):
         return f"numpy.diag({self._print(expr.args[0])})"
