@@ -121,11 +121,12 @@ def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperpa
         return load_recipe(path)
     if family is None:
         raise TypeError("recipe(): name a family (family=...)")
-    fam = _as_family(family)
-    spec = {"name": name, **keys, "family": "__FAMILY__", "loss": loss,
+    mixture = isinstance(family, dict) and "mixture" in family       # {mixture: F, components: K, ...}
+    spec = {"name": name, **keys, "family": family if mixture else "__FAMILY__", "loss": loss,
             "approximations": list(approximations), "hyperparameters": dict(hyperparameters or {})}
     located = _spec(spec, "recipe")
-    located["family"] = fam                            # load_family passes a Family through
+    if not mixture:
+        located["family"] = _as_family(family)         # load_family passes a Family through
     return recipe_from_spec(located, "<recipe>", Path.cwd())
 
 

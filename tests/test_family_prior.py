@@ -71,3 +71,13 @@ def test_family_prior_on_vector_natural_parameters_is_a_located_error():
 def test_family_prior_without_entropy_needs_a_constant_base_measure():
     with pytest.raises(SpecError, match="does not cancel"):
         prior_recipe(extra=["no_entropy"])
+
+
+def test_the_notebook_api_takes_a_mixture_family_mapping():
+    """blr.derive(family={mixture: ...}) is the recipe key's mixture declaration (it was read as a family file)."""
+    d = blr.derive(family={"mixture": "gaussian_diag", "components": 2}, approximations=["delta", "separated_components"],
+                   hyperparameters={"rho": 0.1})
+    assert set(d.update) == {"m1", "s1", "m2", "s2"}
+    with pytest.raises(SpecError, match="does not apply to a mixture"):
+        blr.derive(family={"mixture": "gaussian_diag", "components": 2},
+                   approximations=["delta", {"family_prior": {"lambda1": "0"}}])
