@@ -3,7 +3,7 @@
 A *factorized recipe* declares several variables ("blocks"), each with its own candidate and learning
 rate, and a loss that is a negative log-joint Σ_f ℓ_f of named *factors* (Sec. 5.2-5.4):
 
-    q(x) = Π_b q_b(x_b)                                         (mean field, Eq. 55 / Sec. 5.3)
+    q(x) = Π_b q_b(x_b)                                         (mean field, Eq. 55; Secs. 5.2-5.3)
 
 Each step updates the blocks one after the other (coordinate-wise), every block's step using the other
 blocks' *current* candidates:
