@@ -387,6 +387,10 @@ def derive_mixture(recipe) -> Derivation:
 
     free = fam.free_components
     K = fam.K
+    passes = [a for a in recipe.approximations if RULES[a.name].kind == "pass"]
+    if passes and len(free) > 1:       # a pass rewrites one gradient, Hessian or mean view; here there is one per component
+        raise _fail(recipe, f"approximation '{passes[0].name}' needs a mixture with one free component (this one has "
+                    f"{len(free)}; fix the others, e.g. a spike as in dropout)", passes[0])
 
     # ---- generic component k
     gen = {}
