@@ -69,6 +69,11 @@ def posterior_correction(recipe, D, g_loss, sym):
             or D.placeholders["natural_gradient"][1] is None or D.sampling is not None:
         raise SpecError("approximation 'posterior_correction' needs an abstract loss with the delta method",
                         recipe.file, approx.line)
+    passes = [a for a in recipe.approximations if RULES[a.name].kind == "pass"]
+    if passes:       # a pass rewrites one gradient/Hessian view; here each oracle is asked at m and at m_old
+        raise SpecError(f"approximation '{passes[0].name}' cannot follow 'posterior_correction': the corrected step "
+                        "uses the oracles at m and at the snapshot's m_old, and a pass would rewrite only one of them",
+                        recipe.file, passes[0].line)
     grads, Eg, EH = D.placeholders["natural_gradient"]
     old = {p.symbol: next(d.symbol for d in recipe.data if d.name == f"{p.name}_old")
            for p in fam.params.values() if not p.fixed}

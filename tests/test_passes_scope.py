@@ -1,4 +1,5 @@
-"""Update passes on mixture candidates rewrite one view (gradient, Hessian, mean): they need one free component."""
+"""Update passes rewrite one view (gradient, Hessian, mean): where a derivation has several (free mixture components,
+posterior correction's current and snapshot oracles) they are located errors instead of silently rewriting one."""
 import pytest
 
 from blr_derive import api as blr
@@ -18,3 +19,12 @@ def test_a_pass_on_a_mixture_with_one_free_component_applies():
                    approximations=["delta", "separated_components", "squared_gradient_hessian"])
     assert "H" not in {str(s) for e in d.update.values() for s in e.free_symbols}
     assert "g" in {str(s) for s in d.update["s"].free_symbols}
+
+
+@pytest.mark.parametrize("p", ["squared_gradient_hessian", {"weight_decay": {"coefficient": 0.1}},
+                               {"minibatch": {"size": 10}}])
+def test_a_pass_after_posterior_correction_is_a_located_error(p):
+    """The passes used to rewrite the snapshot's oracle values (g_old, H_old): the last oracle call took the view."""
+    with pytest.raises(SpecError, match="cannot follow 'posterior_correction'") as exc:
+        blr.derive(family="gaussian_diag", approximations=["delta", "posterior_correction", p])
+    assert exc.value.line is not None
