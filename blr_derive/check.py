@@ -643,26 +643,32 @@ def _describe(fam: Family):
     return [f"A(λ): {how}", f"μ → ordinary: {inv}"]
 
 
-def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2) -> Report:
-    """Check a family file, or the family of a recipe file (plus ``check_recipe_updates``)."""
+def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dict | None = None) -> Report:
+    """Check a family file, or the family of a recipe file (plus ``check_recipe_updates``); ``sizes``
+    instantiates a sized family or recipe (blr_derive/sizes.py) at those sizes."""
     spec = load_yaml_file(path)
     from .errors import SpecError
     from .factorized import is_factorized_spec
+    from .sizes import instantiate_recipe
     if is_factorized_spec(spec):                     # one family per block: name them (checked one by one)
-        fams = sorted({str(b.get("family")) for b in spec["blocks"].values() if isinstance(b, dict) and "family" in b})
+        spec = instantiate_recipe(spec, str(path), sizes)
+        fams = sorted({str(b["family"]["name"] if isinstance(b["family"], dict) and "name" in b["family"]
+                           and "variable" not in b["family"] else b["family"])
+                       for b in spec["blocks"].values() if isinstance(b, dict) and "family" in b})
         raise SpecError("a factorized recipe has one family per block; check them one by one: "
                         + (", ".join(fams) or "none (delta blocks only)"), str(path), None)
     if isinstance(spec, dict) and "family" in spec and "sufficient_statistics" not in spec:
         from .recipe import load_recipe
-        recipe = load_recipe(path)
+        recipe = load_recipe(path, sizes)
         fam = recipe.family
         if getattr(fam, "is_mixture", False):        # a mixture candidate: check its component family
             fam = fam.base
         rep = Report(f"recipe '{recipe.name}' ({path}), family '{recipe.family.name}'", fam)
         rep.checks = check_family(fam, points=points, seed=seed, dim=dim) + list(check_recipe_updates(recipe))
     else:
-        fam = load_family(str(path))
-        rep = Report(f"family '{fam.name}' ({path})", fam)
+        fam = load_family({"name": str(path), **sizes} if sizes else str(path))
+        rep = Report(f"family '{fam.name}' ({path}" + "".join(f", {k} = {v}" for k, v in fam.sizes if sizes) + ")",
+                     fam)
         rep.checks = check_family(fam, points=points, seed=seed, dim=dim)
     rep.notes = _describe(fam) + [f"{points} random parameter points (seed {seed})"
                                   + (f", dimension {dim}" if fam.dim is not None else "")]

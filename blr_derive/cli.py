@@ -194,13 +194,14 @@ def cmd_check(argv):
     p.add_argument("--points", type=int, default=3, help="random parameter points (default: 3)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--dim", type=int, default=2, help="dimension for vector/matrix families (default: 2)")
+    _size_option(p)
     args = p.parse_args(argv)
     if args.points < 1 or not 1 <= args.dim <= 4:
         p.error("--points must be >= 1 and --dim between 1 and 4")
     from .check import check_file, format_report
     failed = []
     for f in args.files:
-        rep = check_file(f, points=args.points, seed=args.seed, dim=args.dim)
+        rep = check_file(f, points=args.points, seed=args.seed, dim=args.dim, sizes=_sizes(args.size))
         sys.stdout.write(format_report(rep))
         sys.stdout.flush()
         if not rep.passed:

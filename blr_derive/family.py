@@ -565,7 +565,8 @@ def _load_family_file(path: Path, given=None) -> Family:
     spec = load_yaml_file(path)
     resolved = None
     if isinstance(spec, dict) and "sizes" in spec:
-        resolved = resolve_sizes(declared_sizes(spec), given, (given, None), f"family '{path.stem}'")
+        resolved = resolve_sizes(declared_sizes(spec), given, (given, where(spec, "sizes")),
+                                 f"family '{path.stem}'")
         rkey = (str(path.resolve()), text, "resolved", resolved)
         if text is not None and rkey in _FAMILY_CACHE:
             _FAMILY_CACHE[key] = _FAMILY_CACHE[rkey]
@@ -573,7 +574,8 @@ def _load_family_file(path: Path, given=None) -> Family:
     elif given:
         name = next(iter(given))
         raise SpecError(f"'{name}' is not a size of the family '{path.stem}' (it declares no sizes)",
-                        getattr(given, "file", None), given.line_of(name) if isinstance(given, LDict) else None)
+                        getattr(given, "file", None) or str(path),
+                        given.line_of(name) if isinstance(given, LDict) else None)
     fam = family_from_spec(spec, str(path), resolved)
     if text is not None:
         _FAMILY_CACHE[key] = fam

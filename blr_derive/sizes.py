@@ -255,17 +255,15 @@ def declared_sizes(spec, what="family"):
 
 def resolve_sizes(declared: dict, given: dict | None, where_given=(None, None), owner="family") -> tuple:
     """Given sizes (name -> value, validated against the declaration) with defaults filled in, as a sorted
-    tuple of (name, int) pairs: the cache key of an instantiation."""
+    tuple of (name, int) pairs: the cache key of an instantiation.  ``where_given`` is (the mapping the
+    sizes were given in, (file, line) of the declaring ``sizes`` section): a size given in a file is located
+    there; one given on the command line at its declaration (an unknown one at the ``sizes`` section)."""
     located = isinstance(given, LDict)
     given = dict(given or {})
     for name, value in given.items():
-        # a size given in a file is located there; one given on the command line at the size's declaration
-        if located:
-            file, loc = where(where_given[0], name)
-        elif name in declared:
-            file, loc = declared[name][3]
-        else:
-            file, loc = where_given[1] if isinstance(where_given[1], tuple) else (None, None)
+        file, loc = where(where_given[0], name) if located else (None, None)
+        if file is None:
+            file, loc = declared[name][3] if name in declared else (where_given[1] or (None, None))
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none"
             raise SpecError(f"'{name}' is not a size of the {owner} (sizes: {known})", file, loc)

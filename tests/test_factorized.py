@@ -399,8 +399,11 @@ def test_svi_message_form_of_eq60_equals_eq58(tmp_path):
     from blr_derive.verify import compare_update
     from conftest import load_module_from_path
     text = (CATALOG / "svi.yaml").read_text(encoding="utf-8").replace("name: svi", "name: svi_messages")
-    for block in ("w", "mu1"):
-        text = text.replace(f"  {block}: {{family: ", f"  {block}: {{messages: true, family: ")
+    text = text.replace("  w: {family: ", "  w: {messages: true, family: ")
+    # svi repeats its mu blocks for k in 1..K (blr_derive/sizes.py): mu1 with messages, then mu2..muK
+    line = next(ln for ln in text.splitlines() if ln.startswith('  "mu{k} for k in 1..K": {family: '))
+    mu1 = line.replace('"mu{k} for k in 1..K": {family: ', "mu1: {messages: true, family: ").replace("{k}", "1")
+    text = text.replace(line, mu1 + "\n" + line.replace("1..K", "2..K"))
     path = tmp_path / "svi_messages.yaml"
     path.write_text(text, encoding="utf-8")
     out = tmp_path / "svi_messages.py"

@@ -260,3 +260,38 @@ def test_a_sized_family_file_in_a_recipe_directory(tmp_path):
     assert [str(t) for t in fam.T] == ["theta1", "theta2", "theta3"]
     assert all(c.passed for c in check_family(fam, points=1))
     assert load_family("cat_t.yaml", tmp_path).sizes == (("K", 3),)
+
+
+def test_svi_at_four_components_full_batch_is_one_cavi_sweep(tmp_path):
+    """svi is a template over K too: at K = 4 (Dirichlet and categorical at K = 4, four Gaussian blocks), a
+    full-batch step with rho = 1 is one CAVI sweep of the four-component Bayesian mixture (the hand-written
+    sweep of tests/test_factorized.py) to 1e-12."""
+    from test_factorized import SVI_HP, cavi_bgmm_sweep
+    out = tmp_path / "svi4.py"
+    out.write_text(generate(CATALOG / "svi.yaml", "numpy", sizes={"K": 4}), encoding="utf-8")
+    mod = load_module_from_path(out)
+    rng = np.random.default_rng(1)
+    y = rng.permutation(np.concatenate([rng.normal(c, 1.0, size=n) for c, n in zip((-6.0, -1.5, 2.0, 6.0),
+                                                                                    (40, 60, 50, 45))]))
+    a, m, s = np.full(4, 2.0), np.array([-3.0, -1.0, 1.0, 3.0]), np.ones(4)
+    state = mod.init(**{f"w_a{k + 1}": a[k] for k in range(4)}, **{f"mu{k + 1}_m": m[k] for k in range(4)},
+                     **{f"mu{k + 1}_s": s[k] for k in range(4)})
+    for _ in range(5):
+        state = mod.step(state, data={"y": y}, N=len(y), forgetting=0.0, **SVI_HP)
+        a, m, s, r = cavi_bgmm_sweep(y, a, m, s, **SVI_HP)
+        np.testing.assert_allclose([state[f"w_a{k + 1}"] for k in range(4)], a, rtol=1e-12, atol=0)
+        np.testing.assert_allclose([state[f"mu{k + 1}_m"] for k in range(4)], m, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose([state[f"mu{k + 1}_s"] for k in range(4)], s, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(state["z_p3"], r[:, 2], rtol=0, atol=1e-12)
+
+
+def test_check_command_takes_a_size(capsys):
+    """`blr-derive check families/categorical.yaml --size K=5` checks the family at K = 5; a size the family
+    does not declare is a located one-line error (exit 2)."""
+    fam_file = str(CATALOG.parent / "families" / "categorical.yaml")
+    assert main(["check", fam_file, "--size", "K=5", "--points", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"check family 'categorical' ({fam_file}, K = 5)" in out and "all 10 checks passed" in out
+    assert main(["check", fam_file, "--size", "J=5"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"blr-derive: error: {fam_file}:6: 'J' is not a size of the family 'categorical' (sizes: K)"]
