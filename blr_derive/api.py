@@ -84,14 +84,17 @@ def catalog() -> list[str]:
 
 def family(ref):
     """A :class:`~blr_derive.family.Family`: a built-in name (``"gaussian_full"``), a path to a family YAML file,
-    a dict, or YAML text declaring one (same keys as a family file)."""
+    a dict, or YAML text declaring one (same keys as a family file); a sized family at a size:
+    ``{"name": "categorical", "K": 5}``."""
     return _as_family(ref)
 
 
 def _as_family(ref):
-    from .family import Family, family_from_spec, load_family
+    from .family import FAMILY_KEYS, Family, family_from_spec, load_family
     if isinstance(ref, Family):
         return ref
+    if isinstance(ref, dict) and "name" in ref and not set(ref) & (FAMILY_KEYS - {"name"}):
+        return load_family(ref)                          # a reference with sizes (blr_derive/sizes.py)
     if isinstance(ref, dict) or _is_yaml_text(ref):
         return family_from_spec(_spec(ref, "family"), "<family>")
     return load_family(str(ref))

@@ -295,3 +295,10 @@ def test_check_command_takes_a_size(capsys):
     assert main(["check", fam_file, "--size", "J=5"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"blr-derive: error: {fam_file}:6: 'J' is not a size of the family 'categorical' (sizes: K)"]
+
+
+def test_python_api_names_a_size():
+    from blr_derive import api as blr
+    assert blr.family({"name": "categorical", "K": 5}) is load_family({"name": "categorical", "K": 5})
+    with pytest.raises(SpecError, match=r"size K = 17 is outside 2\.\.16"):
+        blr.family({"name": "categorical", "K": 17})
