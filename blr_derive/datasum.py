@@ -413,6 +413,8 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     quadrature = approx.name == "gauss_hermite"
     ctx = Ctx(D, approx)
     nodes = ctx.expr("nodes") if quadrature else None
+    if nodes is not None and nodes.is_number and not (nodes.is_Integer and nodes >= 1):
+        raise ctx.fail(f"nodes must be a positive integer (or an int hyperparameter), got {nodes}")
     ctx.done()
     try:
         poly, terms = split_loss(recipe.loss, theta, sym)

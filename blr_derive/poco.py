@@ -65,6 +65,9 @@ def correction_data(fam, data, taken):
 def posterior_correction(recipe, D, g_loss, sym):
     fam = recipe.family
     approx = [a for a in recipe.approximations if a.name == "posterior_correction"][0]
+    if approx.args:
+        raise SpecError(f"approximation 'posterior_correction' takes no arguments (got {', '.join(sorted(approx.args))})",
+                        recipe.file, approx.line)
     if recipe.loss_kind != "abstract" or "natural_gradient" not in D.placeholders \
             or D.placeholders["natural_gradient"][1] is None or D.sampling is not None:
         raise SpecError("approximation 'posterior_correction' needs an abstract loss with the delta method",

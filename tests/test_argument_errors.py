@@ -1,0 +1,32 @@
+"""Bad arguments of the newer approximations are one-line located errors (no traceback, no silent acceptance)."""
+import pytest
+
+from blr_derive.blr import derive
+from blr_derive.errors import SpecError
+from blr_derive.recipe import load_recipe
+
+BASE = """name: bad
+family: {family}
+loss: {loss}
+hyperparameters:
+  rho: {{default: 0.1}}
+approximations:
+{approximations}
+"""
+DATA_LOSS = "{expression: 'sum(exp(X*theta))', data: {X: {shape: [N, P]}}}"
+SPIKE = "{mixture: gaussian_diag, components: 2, fixed: {2: {m: 0, s: 1}}}"
+
+
+@pytest.mark.parametrize("family, loss, approximations, line, message", [
+    ("gaussian_full", DATA_LOSS, "  - gauss_hermite: {nodes: 0}", 7, "nodes must be a positive integer"),
+    ("gaussian_full", DATA_LOSS, "  - gauss_hermite: {nodes: 2.5}", 7, "nodes must be a positive integer"),
+    (SPIKE, "abstract", "  - delta\n  - dropout_masks: {samples: 0}", 8, "samples must be a positive integer"),
+    (SPIKE, "abstract", "  - delta\n  - dropout_masks: {samples: -2}", 8, "samples must be a positive integer"),
+    ("gaussian_diag", "abstract", "  - delta\n  - posterior_correction: {x: 1}", 8, "takes no arguments"),
+], ids=["nodes0", "nodes_float", "samples0", "samples_negative", "poco_args"])
+def test_bad_argument_is_a_located_error(tmp_path, family, loss, approximations, line, message):
+    p = tmp_path / "bad.yaml"
+    p.write_text(BASE.format(family=family, loss=loss, approximations=approximations))
+    with pytest.raises(SpecError, match=message) as exc:
+        derive(load_recipe(p))
+    assert (exc.value.file, exc.value.line) == (str(p), line)
