@@ -25,6 +25,7 @@ A bad size (not an integer, out of range, unknown) is a one-line located :class:
 """
 from __future__ import annotations
 
+import contextvars
 import re
 
 from .errors import SpecError
@@ -39,6 +40,31 @@ _RANGE = re.compile(r"^\s*(?P<var>[A-Za-z_]\w*)\s+in\s+(?P<lo>[^.]+)\.\.(?P<hi>.
 _JOIN = re.compile(r"^\s*(?P<op>[-+*,])\s*(?P<var>[A-Za-z_]\w*)\s+in\s+(?P<lo>[^.:]+)\.\.(?P<hi>[^:]+):", re.S)
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<op>[-+*()]))")
 MAX_ITEMS = 4096
+#: a template string is at most this long (expressions are at most 2000 characters), and one instantiation
+#: produces at most MAX_OUTPUT characters and MAX_NODES list items and mapping entries: untrusted templates
+#: cannot blow up memory or time by nesting repetitions
+MAX_TEMPLATE = 4000
+MAX_OUTPUT = 1_000_000
+MAX_NODES = 100_000
+_BUDGET = contextvars.ContextVar("blr_derive_sizes_budget", default=None)
+
+
+def _charge(chars=0, nodes=0):
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget[0] += chars
+    budget[1] += nodes
+    if budget[0] > MAX_OUTPUT or budget[1] > MAX_NODES:
+        raise _TemplateError(f"the templates expand to more than {MAX_OUTPUT} characters or {MAX_NODES} entries")
+
+
+def _is_template(s: str) -> bool:
+    if "{" not in s and "}" not in s and " for " not in s:
+        return False
+    if len(s) > MAX_TEMPLATE:
+        raise _TemplateError(f"a template string is at most {MAX_TEMPLATE} characters")
+    return True
 
 
 class _TemplateError(Exception):
@@ -163,11 +189,13 @@ def _subst(text: str, env: dict) -> str:
         else:
             out.append(c)
             j += 1
-    return "".join(out)
+    text = "".join(out)
+    _charge(chars=len(text))
+    return text
 
 
 def _scalar(value, env):
-    if not isinstance(value, str):
+    if not isinstance(value, str) or not _is_template(value):
         return value
     s = value.strip()
     if s.startswith("{") and not s.startswith("{{") and _closing(s, 0) == len(s) - 1 and not _JOIN.match(s[1:-1]):
@@ -182,17 +210,19 @@ def _expand(node, env, file):
         for key, value in node.items():
             line = node.line_of(key) if isinstance(node, LDict) else None
             try:
-                m = _FOR.match(key) if isinstance(key, str) else None
+                m = _FOR.match(key) if isinstance(key, str) and _is_template(key) else None
                 envs = _range(m.group("var"), m.group("lo"), m.group("hi"), env) if m else [env]
                 body = m.group("body") if m else key
                 for e in envs:
-                    k = _subst(body, e) if isinstance(body, str) else body
+                    k = _subst(body, e) if isinstance(body, str) and _is_template(body) else body
+                    _charge(nodes=1)
                     if k in out:
                         raise _TemplateError(f"the template gives the key '{k}' twice")
                     out[k] = _expand(value, e, file)
                     out.lines[k] = line
-            except _TemplateError as exc:
-                raise SpecError(str(exc), out.file, line) from None
+            except (_TemplateError, RecursionError) as exc:
+                msg = "templates nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+                raise SpecError(msg, out.file, line) from None
         return out
     if isinstance(node, list):
         out = LList()
@@ -208,17 +238,20 @@ def _expand(node, env, file):
                     for e in _range(m.group("var"), m.group("lo"), m.group("hi"), env):
                         out.append(_expand(item["item"], e, file))
                         out.lines.append(line)
+                        _charge(nodes=1)
                     continue
-                m = _FOR.match(item) if isinstance(item, str) else None
+                m = _FOR.match(item) if isinstance(item, str) and _is_template(item) else None
                 if m:
                     for e in _range(m.group("var"), m.group("lo"), m.group("hi"), env):
                         out.append(_scalar(m.group("body"), e))
                         out.lines.append(line)
+                        _charge(nodes=1)
                     continue
                 out.append(_expand(item, env, file))
                 out.lines.append(line)
-            except _TemplateError as exc:
-                raise SpecError(str(exc), out.file, line) from None
+            except (_TemplateError, RecursionError) as exc:
+                msg = "templates nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+                raise SpecError(msg, out.file, line) from None
             if len(out) > MAX_ITEMS:
                 raise SpecError("the template expands to too many items", out.file, line)
         return out
@@ -279,6 +312,16 @@ def instantiate(spec, sizes: tuple, file=None):
     """The declaration with its templates expanded at the given sizes (a tuple from :func:`resolve_sizes`);
     the ``sizes`` section is dropped."""
     env = dict(sizes)
+    token = _BUDGET.set([0, 0])
+    try:
+        return _instantiate(spec, env, file)
+    except RecursionError:
+        raise SpecError("templates nested too deeply", getattr(spec, "file", file), getattr(spec, "line", None)) from None
+    finally:
+        _BUDGET.reset(token)
+
+
+def _instantiate(spec, env, file):
     out = LDict()
     out.file, out.line = getattr(spec, "file", file), getattr(spec, "line", None)
     for key, value in spec.items():

@@ -302,3 +302,23 @@ def test_python_api_names_a_size():
     assert blr.family({"name": "categorical", "K": 5}) is load_family({"name": "categorical", "K": 5})
     with pytest.raises(SpecError, match=r"size K = 17 is outside 2\.\.16"):
         blr.family({"name": "categorical", "K": 17})
+
+
+@pytest.mark.parametrize("new,message", [
+    ('"{+ a in 1..4000: {+ b in 1..4000: p}}"', "the templates expand to more than 1000000 characters or 100000 "
+                                               "entries"),
+    ('"{' + "(" * 1900 + "K" + ")" * 1900 + '}"', "templates nested too deeply"),
+    ('"{K}' + " " * 4000 + '"', "a template string is at most 4000 characters"),
+    ('"p{k} for k in 1..100000"', "range k in 1..100000 is too long"),
+])
+def test_templates_cannot_blow_up(tmp_path, new, message):
+    """Untrusted templates are bounded: nested repetitions, deep nesting and long strings are located errors
+    (no memory blow-up, no RecursionError traceback)."""
+    text = SIZED_FAMILY.replace('size: "{K}"', f"size: {new}") if "for k" not in new else \
+        SIZED_FAMILY.replace('"p{k} for k in 1..K-1"', new)
+    path = tmp_path / "cat_t.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as ei:
+        load_family(str(path))
+    assert ei.value.message == message
+    assert ei.value.line == line_of(text, "variable:" if "for k" not in new else "p{k} for")
