@@ -322,3 +322,17 @@ def test_templates_cannot_blow_up(tmp_path, new, message):
         load_family(str(path))
     assert ei.value.message == message
     assert ei.value.line == line_of(text, "variable:" if "for k" not in new else "p{k} for")
+
+
+@pytest.mark.parametrize("K", [2, 5])
+def test_dirichlet_categorical_posterior_at_other_sizes(tmp_path, K):
+    """A plain (one-family) recipe is a template over K too: at K = 2 and 5 one step with ρ = 1 is the
+    closed-form Dirichlet posterior a_k = a0_k + c_k (Sec. 5.1)."""
+    out = tmp_path / f"dc{K}.py"
+    out.write_text(generate(CATALOG / "dirichlet_categorical.yaml", "numpy", sizes={"K": K}), encoding="utf-8")
+    mod = load_module_from_path(out)
+    c = np.bincount(np.random.default_rng(K).integers(0, K, size=60), minlength=K)
+    a0 = np.linspace(0.5, 2.5, K)
+    st = mod.step(mod.init(**{f"a{k + 1}": 1.0 for k in range(K)}), data={f"c{k + 1}": c[k] for k in range(K)},
+                  **{f"a0{k + 1}": a0[k] for k in range(K)})
+    np.testing.assert_allclose([st[f"a{k + 1}"] for k in range(K)], a0 + c, rtol=1e-14)
