@@ -287,7 +287,10 @@ def _apply_passes(recipe, D):
     for name, sym, _ in D.updates:
         D.views[name] = sym
     for a in passes:
-        PASSES[a.name](Ctx(D, a))
+        try:
+            PASSES[a.name](Ctx(D, a))
+        except SpecError as exc:                   # e.g. a helper's unlocated error: name the approximation's line
+            raise exc.located(recipe.file, a.line) from None
     # dead definitions and oracle calls are dropped
     used = set()
     for _, _, e in D.updates:

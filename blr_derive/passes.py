@@ -80,10 +80,24 @@ class Ctx:
             raise self.fail(f"argument '{key}' must be a name")
         return v
 
+    def view(self, key):
+        """The symbol through which ``key`` (a parameter, a state, 'grad' or 'hess') currently enters the update;
+        a name the update does not have is a located error (recipe arguments are untrusted)."""
+        v = self.D.views.get(key) if isinstance(key, str) else None
+        if v is None:
+            if key in ("grad", "hess"):
+                raise self.fail(f"the update has no {'gradient' if key == 'grad' else 'Hessian'} to act on")
+            known = ", ".join(sorted(k for k, x in self.D.views.items() if x is not None and k not in ("grad", "hess")))
+            raise self.fail(f"'{key}' is not a parameter or state of this update (known: {known})")
+        return v
+
     def when(self):
         if "when" not in self.args:
             return None
-        return self.expr("when", logic=True)
+        w = self.expr("when", logic=True)
+        if not isinstance(w, sp.logic.boolalg.Boolean) or (w.is_Symbol and w.is_real):
+            raise self.fail(f"'when' must be a condition (a comparison or a boolean hyperparameter), got {w}")
+        return w
 
     def done(self):
         if self.args:
@@ -141,7 +155,8 @@ def _update_of(D, name):
     for n, sym, expr in D.updates:
         if n == name:
             return sym, expr
-    raise KeyError(name)
+    raise SpecError(f"'{name}' is not a parameter updated by this recipe "
+                    f"(updated: {', '.join(n for n, _, _ in D.updates)})")
 
 
 def _set_update(D, name, expr):
@@ -229,7 +244,7 @@ def squared_gradient_hessian(ctx):
         _record(ctx, "Squared-gradient Hessian at samples", "∇²ℓ ≈ mean_k ĝ_k∘ĝ_k (Eqs. 38, 45).",
                 [(h, scale * est, r"\approx")])
         return
-    g = D.views["grad"]
+    g = ctx.view("grad")
     _replace(D, h, scale * g**2)
     D.views["hess"] = None
     _record(ctx, "Squared-gradient Hessian", "∇²ℓ ≈ ĝ∘ĝ (Eq. 38; the Gauss–Newton/gradient-magnitude approximation of Eq. 45).",
@@ -261,7 +276,7 @@ def square_root_scaling(ctx):
     p = ctx.name("param")
     eps = ctx.expr("eps", sp.Integer(0))
     ctx.done()
-    v = D.views[p]
+    v = ctx.view(p)
     r = _substitute_def(D, f"{p}_root", v, sp.sqrt(v) + eps, skip=(p,))
     D.views[p] = r
     _record(ctx, "Square-root scaling", f"{p} enters the other updates as √{p} + ε (Eq. 38; ε outside the root, "
@@ -276,7 +291,7 @@ def ema_momentum(ctx):
     name = ctx.name("state", "u")
     ctx.done()
     mean = _mean_name(D)
-    g = D.views["grad"]
+    g = ctx.view("grad")
     u, u_new = _add_aux(ctx, name, sp.Integer(0), "exponential moving average of the gradient")
     _replace(D, g, u_new, only=(mean,))
     D.updates.insert(0, (name, u_new, rate * u + (1 - rate) * g))
@@ -293,7 +308,7 @@ def debias(ctx):
     p = ctx.name("param")
     rate = ctx.expr("rate")
     t = _step(D)
-    v = D.views[p]
+    v = ctx.view(p)
     when = ctx.when()
     ctx.done()
     h = _substitute_def(D, f"{p}_hat", v, _cond(when, v / (1 - rate**t), v), skip=(p,))
@@ -310,7 +325,7 @@ def running_max(ctx):
     when = ctx.when()
     name = ctx.name("state", f"{p}_max")
     ctx.done()
-    v = D.views[p]
+    v = ctx.view(p)
     mx, mx_new = _add_aux(ctx, name, sp.Integer(0), f"running maximum of {p}")
     D.updates.append((name, mx_new, _cond(when, sp.Max(mx, v), mx)))
     used = _substitute_def(D, f"{p}_used", v, _cond(when, mx_new, v), skip=(p, name))
@@ -328,10 +343,10 @@ def centered(ctx):
     when = ctx.when()
     name = ctx.name("state", "grad_avg")
     ctx.done()
-    g = D.views["grad"]
+    g = ctx.view("grad")
     ga, ga_new = _add_aux(ctx, name, sp.Integer(0), "exponential moving average of the gradient")
     D.updates.insert(0, (name, ga_new, _cond(when, rate * ga + (1 - rate) * g, ga)))
-    v = D.views[p]
+    v = ctx.view(p)
     c = _substitute_def(D, f"{p}_centered", v, _cond(when, v - ga_new**2, v), skip=(p, name))
     D.views[p] = c
     _record(ctx, "Centering", "Subtract the squared running mean of the gradient from the scale.",
@@ -467,8 +482,10 @@ def riemannian_correction(ctx):
     ctx.done()
     rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
     fam = D.recipe.family
-    s_old = fam.params[p].symbol
+    if p not in fam.params:
+        raise ctx.fail(f"'{p}' is not a parameter of family '{fam.name}'")
     sym, expr = _update_of(D, p)
+    s_old = fam.params[p].symbol
     target = sp.simplify((expr - (1 - rho) * s_old) / rho)
     if target.has(rho):
         raise ctx.fail(f"the update of {p} is not of the form (1-ρ){p} + ρT")
