@@ -34,6 +34,11 @@ from .errors import SpecError
 MAX_LENGTH = 2000
 MAX_DEPTH = 200
 MAX_INT_EXPONENT = 64
+MAX_NUMBER_BITS = 3400          # numbers of about 1000 decimal digits at most (no huge constants to print)
+MAX_SPECIAL_ARG = 200           # |x| of a numeric argument of factorial/gamma/lgamma/digamma/... (evaluated exactly)
+SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma")
+_NOT_FINITE = (sp.core.numbers.Infinity, sp.core.numbers.NegativeInfinity, sp.core.numbers.ComplexInfinity,
+               sp.core.numbers.NaN, sp.core.numbers.ImaginaryUnit)
 
 
 def _is_mat(x) -> bool:
@@ -215,9 +220,26 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
         tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:
         raise SpecError(f"{what}: syntax error in {src!r} ({exc.msg})") from None
+    except (RecursionError, MemoryError):
+        raise SpecError(f"{what}: expression nested too deeply") from None
     b = _Builder(symbols, what, src, logic)
     b.choices = choices or {}
-    return b.build(tree.body, 0)
+    out = b.build(tree.body, 0)
+    _check_numbers(out, b)
+    return out
+
+
+def _check_numbers(expr, b):
+    """Reject constants that are not finite real numbers (``1/0``, ``log(0)``, ``sqrt(-1)``) or that are huge
+    (``(10**64)**64``, products of big factorials): generated code must print every number."""
+    for node in sp.preorder_traversal(expr):
+        if isinstance(node, _NOT_FINITE):
+            b.fail(f"the constant {node} is not a finite real number")
+        if isinstance(node, sp.Rational) and max(abs(node.p), node.q).bit_length() > MAX_NUMBER_BITS:
+            b.fail("a number in the expression is too large (more than about 1000 digits)")
+        if (isinstance(node, sp.Pow) and isinstance(node.base, sp.Rational) and isinstance(node.exp, sp.Rational)
+                and max(abs(node.base.p), node.base.q).bit_length() * abs(node.exp) > MAX_NUMBER_BITS):
+            b.fail("a power in the expression is too large (more than about 1000 digits)")
 
 
 class _Builder:
@@ -231,6 +253,23 @@ class _Builder:
         raise SpecError(f"{self.what}: {msg} in {self.src!r}")
 
     def build(self, node, depth):
+        out = self._build(node, depth)
+        if isinstance(node, (ast.BinOp, ast.Call)) and not _is_mat(out) and getattr(out, "is_number", False):
+            self._finite(out)
+        return out
+
+    def _finite(self, x):
+        """A constant subexpression must be a finite real double (``exp(1000)``, ``(-8)**(1/3)`` are not): its
+        arguments were checked before, so evaluating it is cheap and cannot blow up."""
+        try:
+            v = x.evalf(17)
+            ok = bool(v.is_real) and math.isfinite(float(v))
+        except (TypeError, ValueError, OverflowError, ArithmeticError):
+            ok = False
+        if not ok:
+            self.fail("a constant is not a finite real number (overflow, division by zero, or a complex value)")
+
+    def _build(self, node, depth):
         if depth > MAX_DEPTH:
             self.fail("expression nested too deeply")
         d = depth + 1
@@ -348,6 +387,8 @@ class _Builder:
             if node.keywords:
                 self.fail(f"{name}() takes no keyword arguments")
             args = [self.build(a, d) for a in node.args]
+            if name in SPECIAL and any(isinstance(a, sp.Rational) and abs(a) > MAX_SPECIAL_ARG for a in args):
+                self.fail(f"{name}() of a number larger than {MAX_SPECIAL_ARG} in magnitude (evaluated exactly)")
             try:
                 return FUNCTIONS[name](name, args)
             except SpecError as exc:
