@@ -73,9 +73,26 @@ def _convert(node, loader, file, seen=None):
     return loader.construct_object(node)
 
 
+MAX_NESTING = 64
+
+
+def _check_nesting(text, file):
+    """Reject deeply nested collections from the event stream (flat, no recursion) before composing nodes,
+    which recurses once per level (``[[[[...]]]]`` would exhaust the Python stack)."""
+    depth = 0
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise SpecError(f"YAML nested deeper than {MAX_NESTING} levels", file, ev.start_mark.line + 1)
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def load_yaml_text(text: str, file: str = "<string>"):
     loader = yaml.SafeLoader(text)
     try:
+        _check_nesting(text, file)
         node = loader.get_single_node()
         if node is None:
             raise SpecError("empty document", file, 1)
@@ -97,6 +114,9 @@ def load_yaml_file(path) -> object:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError("file not found", str(path), None) from None
+    except UnicodeDecodeError as exc:                  # name the line of the first byte that is not UTF-8
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise SpecError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})", str(path), line) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read file ({type(exc).__name__})", str(path), None) from None
     return load_yaml_text(text, str(path))
