@@ -540,7 +540,11 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
     else:
         candidates.append(families_dir() / f"{ref}.yaml")
     for c in candidates:
-        if c.is_file():
+        try:
+            found = c.is_file()
+        except (OSError, ValueError):                  # e.g. a name too long for the file system, a NUL byte
+            found = False
+        if found:
             return _load_family_file(c, given)
     if len(candidates) > 1 or ref.endswith((".yaml", ".yml")):
         raise SpecError(f"family file '{ref}' not found")
@@ -709,12 +713,15 @@ def family_from_spec(spec, file=None, sizes: tuple | None = None) -> Family:
             raise _err(f"bad or duplicate parameter name '{pname}'", pspec, pname)
         if pdecl is None:
             pdecl = LDict()
+            pdecl.file, pdecl.line = where(pspec, pname)
+        if not isinstance(pdecl, dict):
+            raise _err(f"parameter '{pname}' must be a mapping (domain, shape, ...)", pspec, pname)
         check_keys(pdecl, PARAM_KEYS, (), f"parameter '{pname}'")
         shape = pdecl.get("shape", "scalar")
         domain = pdecl.get("domain", "real")
         if shape not in SHAPES:
             raise _err(f"parameter '{pname}': shape must be one of {', '.join(SHAPES)}", pdecl, "shape")
-        if domain not in DOMAINS:
+        if not isinstance(domain, str) or domain not in DOMAINS:
             raise _err(f"parameter '{pname}': unknown domain '{domain}' (known: {', '.join(DOMAINS)})", pdecl, "domain")
         if shape != "scalar" and dim is None:
             raise _err(f"parameter '{pname}': non-scalar parameters need a 'dimension'", pspec, pname)
