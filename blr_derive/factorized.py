@@ -172,6 +172,7 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
             raise _err(f"bad or clashing hyperparameter name '{hname}'", hspec, hname)
         if not isinstance(hdecl, dict):
             hdecl = LDict(default=hdecl)
+            hdecl.file, hdecl.line = where(hspec, hname)
         check_keys(hdecl, HP_KEYS, ("default",), f"hyperparameter '{hname}'")
         d = hdecl["default"]
         if isinstance(d, bool) or not isinstance(d, (int, float)):
@@ -190,10 +191,15 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
         for dname, ddecl in dspec.items():
             if not isinstance(dname, str) or not dname.isidentifier() or dname in taken:
                 raise _err(f"bad or clashing data name '{dname}'", dspec, dname)
-            ddecl = ddecl if ddecl is not None else LDict()
+            if ddecl is None:
+                ddecl = LDict()
+                ddecl.file, ddecl.line = where(dspec, dname)
+            if not isinstance(ddecl, dict):
+                raise _err(f"data '{dname}' must be a mapping (shape, description, ...)", dspec, dname)
             check_keys(ddecl, DATA_KEYS, (), f"data '{dname}'")
             shape = ddecl.get("shape", [])
-            if not isinstance(shape, list) or len(shape) > 2 or any(s not in dims for s in shape):
+            if not isinstance(shape, list) or len(shape) > 2 or any(not isinstance(s, str) or s not in dims
+                                                                       for s in shape):
                 raise _err(f"data '{dname}': shape must list at most two declared dimensions", ddecl, "shape")
             ds = [dims[s] for s in shape]
             sym = (sp.Symbol(dname, real=True) if not ds else sp.MatrixSymbol(dname, ds[0], 1) if len(ds) == 1
@@ -362,6 +368,7 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
     for fname, fdecl in fspec.items():
         if not isinstance(fdecl, dict):
             fdecl = LDict(expression=fdecl)
+            fdecl.file, fdecl.line = where(fspec, fname)     # errors about the shorthand name its line
         check_keys(fdecl, FACTOR_KEYS, ("expression",), f"factor '{fname}'")
         plated = fdecl.get("plate", False)
         if not isinstance(plated, bool) or (plated and plate is None):

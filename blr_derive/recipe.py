@@ -112,7 +112,7 @@ def _err(msg, container, key=None):
 
 def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
     if not isinstance(spec, dict):
-        raise SpecError("a recipe must be a mapping", file, getattr(spec, "line", None))
+        raise SpecError("a recipe must be a mapping", file, getattr(spec, "line", None) or 1)
     from .factorized import factorized_from_spec, is_factorized_spec
     if is_factorized_spec(spec):              # several blocks (also for recipes given as YAML text or a dict)
         return factorized_from_spec(spec, file, base_dir)
