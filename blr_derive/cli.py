@@ -227,6 +227,13 @@ def main(argv=None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except Exception as exc:  # noqa: BLE001 - an engine bug, not bad input: one line, status 3 (README "Safety model")
+        if os.environ.get("BLR_DERIVE_TRACEBACK"):
+            raise
+        what = " ".join(str(exc).split())[:200]
+        print(f"blr-derive: internal error: {type(exc).__name__}: {what} (a bug in blr-derive: please report it "
+              "with the input files; BLR_DERIVE_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":  # pragma: no cover
