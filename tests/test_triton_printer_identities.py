@@ -23,8 +23,8 @@ XS = np.array([-60.0, -20.0, -9.5, -3.0, -0.7, -1e-3, -1e-9, 0.0, 1e-9, 1e-3, 0.
                0.05, -0.05])
 YS = np.linspace(0.05, 8.0, XS.size)
 
-CASES = [   # (name, expression, float64 reference of (x, y)); observed worst errors: absolute <= 5e-7 (tanh's
-            # documented absolute error: 7e-8), relative <= 3e-7 elsewhere
+CASES = [   # (name, expression, float64 reference of (x, y)); observed worst errors: absolute <= 5e-7,
+            # relative <= 3e-7 elsewhere
     ("tanh", sp.tanh(X), lambda x, y: np.tanh(x)),
     ("sech", sp.sech(X), lambda x, y: 1 / np.cosh(x)),
     ("log1p", sp.log(1 + X), lambda x, y: np.log1p(x)),
@@ -70,3 +70,5 @@ def test_printed_identity_equals_float64(tmp_path, name, expr, ref):
     got = out.numpy().astype(np.float64)
     assert np.all(np.isfinite(got)), (name, got)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-7, err_msg=name)
+    if name in ("tanh", "sech", "sign"):        # odd/even functions of tiny arguments keep their relative accuracy
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=0, err_msg=name)
