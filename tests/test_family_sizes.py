@@ -10,7 +10,7 @@ import pytest
 import scipy.special as sps
 from scipy.stats import dirichlet as scipy_dirichlet
 
-from blr_derive.api import derive_file, generate
+from blr_derive.api import generate
 from blr_derive.check import check_family
 from blr_derive.cli import main
 from blr_derive.errors import SpecError
