@@ -184,10 +184,10 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
             hyper.append(Hyper(hname, sp.Symbol(hname, real=True), float(d), str(hdecl.get("description", ""))))
         taken.add(hname)
 
-    def parse_data(dspec, what):
+    def parse_data(dspec, what, parent, key):
         out = []
         if not isinstance(dspec, dict):
-            raise _err(f"{what} must be a mapping", dspec)
+            raise _err(f"{what} must be a mapping", parent, key)
         for dname, ddecl in dspec.items():
             if not isinstance(dname, str) or not dname.isidentifier() or dname in taken:
                 raise _err(f"bad or clashing data name '{dname}'", dspec, dname)
@@ -208,7 +208,7 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
             taken.add(dname)
         return out
 
-    data = parse_data(spec.get("data", LDict()), "data")
+    data = parse_data(spec.get("data", LDict()), "data", spec, "data")
     plate = None
     if "plate" in spec:
         pspec = spec["plate"]
@@ -221,7 +221,7 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
             mb_sym = next((h.symbol for h in hyper if h.name == mb), None)
             if mb_sym is None:
                 raise _err("plate minibatch must name a hyperparameter (the data-set size N)", pspec, "minibatch")
-        plate = {"index": str(pspec.get("index", "n")), "data": parse_data(pspec["data"], "plate data"),
+        plate = {"index": str(pspec.get("index", "n")), "data": parse_data(pspec["data"], "plate data", pspec, "data"),
                  "minibatch": mb_sym, "description": str(pspec.get("description", ""))}
 
     t = sp.Symbol("t", integer=True, positive=True)

@@ -272,6 +272,9 @@ def declared_sizes(spec, what="family"):
             raise SpecError(f"size name '{name}' must be an identifier", *where(decl, name))
         if isinstance(d, int) and not isinstance(d, bool):
             d = LDict(default=d)
+            d.file, d.line = where(decl, name)
+        if not isinstance(d, dict):
+            raise SpecError(f"size '{name}' must be an integer or a mapping {{default, min, max}}", *where(decl, name))
         check_keys(d, SIZE_KEYS, ("default",), f"size '{name}'")
         vals = {}
         for k, fallback in (("min", 1), ("max", HARD_MAX), ("default", None)):
