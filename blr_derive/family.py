@@ -676,7 +676,7 @@ def family_from_spec(spec, file=None, sizes: tuple | None = None) -> Family:
     """Derive a family from its declaration; a declaration with a ``sizes`` section is first instantiated at
     ``sizes`` (a tuple from :func:`blr_derive.sizes.resolve_sizes`; its defaults when None)."""
     if not isinstance(spec, dict):
-        raise SpecError("a family declaration must be a mapping", file, getattr(spec, "line", None))
+        raise SpecError("a family declaration must be a mapping", file, getattr(spec, "line", None) or 1)
     if "sizes" in spec:
         if sizes is None:
             sizes = resolve_sizes(declared_sizes(spec), None)
@@ -902,6 +902,8 @@ def family_from_spec(spec, file=None, sizes: tuple | None = None) -> Family:
     # 6. Gaussian moments (enable Bonnet / Price / exact rules)
     if "gaussian" in spec:
         g = spec["gaussian"]
+        if not isinstance(g, dict):
+            raise _err("gaussian must be a mapping {mean, covariance}", spec, "gaussian")
         check_keys(g, {"mean", "covariance"}, ("mean", "covariance"), "gaussian")
         if kind not in ("scalar", "vector"):
             raise _err("a gaussian section needs a scalar or vector variable", spec, "gaussian")
@@ -910,6 +912,10 @@ def family_from_spec(spec, file=None, sizes: tuple | None = None) -> Family:
         ms = fam.gaussian_mean.shape if is_mat(fam.gaussian_mean) else None
         if ms != (theta.shape if is_mat(theta) else None):
             raise _err("gaussian mean must have the shape of the variable", g, "mean")
+        cs = fam.gaussian_cov.shape if is_mat(fam.gaussian_cov) else None
+        if cs != ((theta.shape[0], theta.shape[0]) if is_mat(theta) else None):
+            raise _err("gaussian covariance must be a scalar for a scalar variable and a square matrix for a vector",
+                       g, "covariance")
 
     # 7. a sampler: θ as a function of the parameters and u ~ Uniform(0, 1) (inverse CDF); it is
     #    checked against μ by Monte Carlo in tests and enables the score-function estimator
