@@ -243,6 +243,9 @@ def load_mixture(spec, base_dir=None) -> MixtureFamily:
     if not base.is_gaussian:
         raise SpecError(f"mixture components must have Gaussian moments (a 'gaussian' section): '{base.name}' has "
                         "none (the mixture rules of App. E use Bonnet's and Price's theorems)", *where(spec, "mixture"))
+    if not (sp.sympify(base.gaussian_mean).free_symbols & {p.symbol for p in base.free_params}):
+        raise SpecError(f"mixture components need a Gaussian mean that depends on the parameters of '{base.name}' "
+                        f"(its mean is {base.gaussian_mean})", *where(spec, "mixture"))
     K = spec["components"]
     if isinstance(K, bool) or not isinstance(K, int) or not 2 <= K <= MAX_COMPONENTS:
         raise SpecError(f"components must be an integer from 2 to {MAX_COMPONENTS}", *where(spec, "components"))
