@@ -16,7 +16,7 @@ no traceback, and the pre-existing output file untouched with nothing else left 
 
 All mutants are enumerated (about 74,000); the test runs a fixed-seed sample of
 :data:`PER_RECIPE` mutants per recipe and :data:`PER_FAMILY` per family.  ``python tests/test_spec_fuzz.py [--per-file N] [FILE...]`` runs a
-larger campaign and prints every failure with its traceback.
+larger campaign and prints every failure (for a crash, the engine line that raised it).
 """
 from __future__ import annotations
 
@@ -307,6 +307,28 @@ def test_mutants_reach_derivation(tmp_path):
         assert (tmp_path / "out.py").read_text(encoding="utf-8").startswith("# ")
         del doc["description"]
         assert run_mutant(kind, path, "no description", doc, tmp_path, fr) is None
+
+
+def test_internal_error_is_one_line_status_3(tmp_path, monkeypatch, capsys):
+    """An exception that is not a SpecError is an engine bug: one line, exit status 3, output untouched
+    (README, "Safety model"); BLR_DERIVE_TRACEBACK=1 re-raises it."""
+    from blr_derive import api
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("simulated\nengine bug")
+    monkeypatch.setattr(api, "generate", boom)
+    monkeypatch.delenv("BLR_DERIVE_TRACEBACK", raising=False)
+    out = tmp_path / "out.py"
+    out.write_text(SENTINEL, encoding="utf-8")
+    assert cli.main([str(CATALOG / "sgd.yaml"), "-o", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("blr-derive: internal error: ZeroDivisionError: simulated engine bug")
+    assert "report" in err
+    assert out.read_text(encoding="utf-8") == SENTINEL and sorted(p.name for p in tmp_path.iterdir()) == ["out.py"]
+    monkeypatch.setenv("BLR_DERIVE_TRACEBACK", "1")
+    with pytest.raises(ZeroDivisionError):
+        cli.main([str(CATALOG / "sgd.yaml"), "-o", str(out)])
 
 
 # ---------------------------------------------------------------------------- campaign
