@@ -324,8 +324,9 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
             if "components" in var:
                 comps = var["components"]
                 if not isinstance(comps, list) or not comps or any(
-                        not isinstance(c, str) or not c.isidentifier() or c in taken for c in comps):
-                    raise _err(f"block '{bname}': components must be new identifiers", var, "components")
+                        not isinstance(c, str) or not c.isidentifier() or c in taken for c in comps) \
+                        or len(set(comps)) != len(comps):
+                    raise _err(f"block '{bname}': components must be new, distinct identifiers", var, "components")
                 variables = [sp.Symbol(c, real=True) for c in comps]
                 taken.update(comps)
             else:
