@@ -388,7 +388,7 @@ def _sampled_natural_gradient(recipe, D, approx, mode):
     from .passes import Ctx
     fam = recipe.family
     ctx = Ctx(D, approx)
-    samples = ctx.expr("samples", sp.Integer(1))
+    samples = ctx.count("samples")
     ctx.done()
     u = sp.Symbol("u", positive=True)
     theta = sp.Symbol("theta_k", real=True)
@@ -484,8 +484,8 @@ def _relaxed_natural_gradient(recipe, D, approx, mode):
               "E_q[θ] = μ (the delta method E_q[ℓ(θ)] ≈ ℓ(μ), with the gradient at the hard sample).",
               [(sp.Symbol("theta_t"), point), (r"\nabla_{\mu}\mathbb{E}_q[\bar\ell]", g, r"\approx")])
         return [g]
-    tau = ctx.expr("temperature")
-    samples = ctx.expr("samples", sp.Integer(1))
+    tau = ctx.positive("temperature")
+    samples = ctx.count("samples")
     eps = ctx.expr("eps", sp.Integer(0))
     ctx.done()
     relaxed = fam.sampler.replace(sp.sign, lambda x: sp.tanh(x / tau))
@@ -644,7 +644,7 @@ def _monte_carlo(recipe, D, grads, Eg, EH, uses_cov, mean_mu, cov_mu):
     fam = recipe.family
     approx = [a for a in recipe.approximations if a.name == "monte_carlo"][0]
     ctx = Ctx(D, approx)
-    samples = ctx.expr("samples", sp.Integer(1))
+    samples = ctx.count("samples")
     ctx.done()
     m = fam.gaussian_mean
     eps = sp.Symbol("eps", real=True)

@@ -412,9 +412,7 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     approx = [a for a in recipe.approximations if a.name in ("delta", "gauss_hermite")][0]
     quadrature = approx.name == "gauss_hermite"
     ctx = Ctx(D, approx)
-    nodes = ctx.expr("nodes") if quadrature else None
-    if nodes is not None and nodes.is_number and not (nodes.is_Integer and nodes >= 1):
-        raise ctx.fail(f"nodes must be a positive integer (or an int hyperparameter), got {nodes}")
+    nodes = ctx.count("nodes", None) if quadrature else None
     ctx.done()
     try:
         poly, terms = split_loss(recipe.loss, theta, sym)

@@ -726,9 +726,7 @@ def _dropout_masks(recipe, D, fam, approx, free, csyms):
     from .passes import Ctx
     base = fam.base
     ctx = Ctx(D, approx)
-    samples = ctx.expr("samples", sp.Integer(1))
-    if samples.is_number and not (samples.is_Integer and samples >= 1):
-        raise ctx.fail(f"samples must be a positive integer (or an int hyperparameter), got {samples}")
+    samples = ctx.count("samples")
     ctx.done()
     u = sp.Symbol("u_mask", positive=True)
     theta = sp.Symbol("theta_tilde", real=True)

@@ -72,6 +72,21 @@ class Ctx:
         except SpecError as exc:
             raise exc.located(self.r.file, self.approx.line) from None
 
+    def count(self, key, default=1):
+        """A number of draws or nodes: a positive integer, or an expression of hyperparameters (required when
+        ``default`` is None)."""
+        e = self.expr(key, None if default is None else sp.Integer(default))
+        if e.is_number and not (e.is_Integer and e >= 1):
+            raise self.fail(f"{key} must be a positive integer (or an int hyperparameter), got {e}")
+        return e
+
+    def positive(self, key, default=None):
+        """A strictly positive number, or an expression of hyperparameters."""
+        e = self.expr(key, default)
+        if e.is_number and not (e.is_real and e > 0):
+            raise self.fail(f"{key} must be positive, got {e}")
+        return e
+
     def name(self, key, default=None):
         v = self.args.pop(key, default)
         if v is None:

@@ -23,7 +23,13 @@ SPIKE = "{mixture: gaussian_diag, components: 2, fixed: {2: {m: 0, s: 1}}}"
     (SPIKE, "abstract", "  - delta\n  - dropout_masks: {samples: 0}", 8, "samples must be a positive integer"),
     (SPIKE, "abstract", "  - delta\n  - dropout_masks: {samples: -2}", 8, "samples must be a positive integer"),
     ("gaussian_diag", "abstract", "  - delta\n  - posterior_correction: {x: 1}", 8, "takes no arguments"),
-], ids=["nodes0", "nodes_float", "samples0", "samples_negative", "poco_args"])
+    ("gaussian_diag", "abstract", "  - monte_carlo: {samples: 0}", 7, "samples must be a positive integer"),
+    ("bernoulli_logit", "abstract", "  - concrete_relaxation: {temperature: 0}", 7, "temperature must be positive"),
+    ("bernoulli_logit", "abstract", "  - concrete_relaxation: {temperature: -1.5}", 7, "temperature must be positive"),
+    ("bernoulli_logit", "abstract", "  - concrete_relaxation: {temperature: 1, samples: 1.5}", 7,
+     "samples must be a positive integer"),
+], ids=["nodes0", "nodes_float", "samples0", "samples_negative", "poco_args", "mc_samples0", "temperature0",
+        "temperature_negative", "relaxation_samples_float"])
 def test_bad_argument_is_a_located_error(tmp_path, family, loss, approximations, line, message):
     p = tmp_path / "bad.yaml"
     p.write_text(BASE.format(family=family, loss=loss, approximations=approximations))
