@@ -36,6 +36,8 @@ MAX_DEPTH = 200
 MAX_INT_EXPONENT = 64
 MAX_NUMBER_BITS = 3400          # numbers of about 1000 decimal digits at most (no huge constants to print)
 MAX_SPECIAL_ARG = 200           # |x| of a numeric argument of factorial/gamma/lgamma/digamma/... (evaluated exactly)
+MAX_DEGREE = 32                # degree bound (products and powers of symbols): deriving E_q of (theta+1)**64
+                               # took 95 s, ((theta+1)**64)**64 ran out of memory
 SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma")
 _NOT_FINITE = (sp.core.numbers.Infinity, sp.core.numbers.NegativeInfinity, sp.core.numbers.ComplexInfinity,
                sp.core.numbers.NaN, sp.core.numbers.ImaginaryUnit)
@@ -229,9 +231,27 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
     return out
 
 
+def _degree(e, memo):
+    """An upper bound of the polynomial degree of ``e`` in its symbols (a function counts as its argument)."""
+    if e in memo:
+        return memo[e]
+    if isinstance(e, sp.MatrixSymbol) or (e.is_Atom if hasattr(e, "is_Atom") else True):
+        d = 0 if getattr(e, "is_number", False) else 1
+    elif isinstance(e, (sp.Pow, sp.MatPow)) and isinstance(e.args[1], sp.Rational):
+        d = _degree(e.args[0], memo) * math.ceil(abs(e.args[1]))
+    elif isinstance(e, (sp.Mul, sp.MatMul, sp.Pow, sp.MatPow)):
+        d = sum(_degree(a, memo) for a in e.args)
+    else:
+        d = max((_degree(a, memo) for a in e.args), default=0)
+    memo[e] = d
+    return d
+
+
 def _check_numbers(expr, b):
-    """Reject constants that are not finite real numbers (``1/0``, ``log(0)``, ``sqrt(-1)``) or that are huge
+    """Reject expressions of a degree above MAX_DEGREE, and constants that are not finite real numbers (``1/0``, ``log(0)``, ``sqrt(-1)``) or that are huge
     (``(10**64)**64``, products of big factorials): generated code must print every number."""
+    if _degree(expr, {}) > MAX_DEGREE:
+        b.fail(f"the expression's degree exceeds {MAX_DEGREE} (powers and products of symbols)")
     for node in sp.preorder_traversal(expr):
         if isinstance(node, _NOT_FINITE):
             b.fail(f"the constant {node} is not a finite real number")
