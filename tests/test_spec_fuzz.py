@@ -309,6 +309,24 @@ def test_mutants_reach_derivation(tmp_path):
         assert run_mutant(kind, path, "no description", doc, tmp_path, fr) is None
 
 
+@pytest.mark.parametrize("text, words", [
+    ("(theta + 1)**64", "degree exceeds 32"), ("((theta + 1)**64)**64", "degree exceeds 32"),
+    ("1/0", "not a finite real"), ("sqrt(-1)", "not a finite real"), ("exp(exp(exp(1000)))", "not a finite real"),
+    ("(10**64)**64", "not a finite real"),
+    ("lgamma(99999999)", "larger than 200"), ("factorial(10**6)", "larger than 200"),
+    ("-" * 1990 + "1", "nested too deeply"),
+])
+def test_expression_bounds(text, words):
+    """Constants, special-function arguments, degree and nesting are bounded before any derivation runs
+    (each of these hung, ran out of memory or crashed before the bound)."""
+    import sympy as sp
+
+    from blr_derive.errors import SpecError
+    from blr_derive.exprparse import parse_expression
+    with pytest.raises(SpecError, match=re.escape(words)):
+        parse_expression(text, {"theta": sp.Symbol("theta", real=True)})
+
+
 def test_internal_error_is_one_line_status_3(tmp_path, monkeypatch, capsys):
     """An exception that is not a SpecError is an engine bug: one line, exit status 3, output untouched
     (README, "Safety model"); BLR_DERIVE_TRACEBACK=1 re-raises it."""
