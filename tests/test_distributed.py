@@ -106,6 +106,7 @@ def _worker(rank, ports, out):
             torch.save(res, os.path.join(out, f"world{world}_rank{rank}.pt"))
             if world == fp.K:
                 np.save(os.path.join(out, f"federated_rank{rank}.npy"), fp.rank_runs(rank), allow_pickle=True)
+            dist.barrier()          # nobody tears down its gloo pairs while a peer still talks to it
         finally:
             dist.destroy_process_group()
 
