@@ -17,16 +17,9 @@ import sympy as sp
 from . import matcalc
 from .derivation import Derivation
 from .errors import DerivationError, SpecError
-from .matcalc import is_mat, simplify_mat
+from .matcalc import is_mat, like_symbol, simplify_mat
 from .recipe import Recipe
 from .rules import RULES
-
-
-def _like(name, ref):
-    """A placeholder symbol with the shape of ``ref``."""
-    if is_mat(ref):
-        return sp.MatrixSymbol(name, *ref.shape)
-    return sp.Symbol(name, real=True)
 
 
 def _fail(recipe, msg, approx=None):
@@ -123,10 +116,10 @@ def derive(recipe: Recipe) -> Derivation:
           [(l, e) for l, e in zip(fam.lam, fam.eta)] + [(u, e) for u, e in zip(fam.mu, fam.mu_ord)])
 
     # ---- Step: BLR (Eq. 6)
-    gblock = [_like(f"grad_mu{i + 1}", u) for i, u in enumerate(fam.mu)]
+    gblock = [like_symbol(f"grad_mu{i + 1}", u) for i, u in enumerate(fam.mu)]
     for i, g in enumerate(gblock):
         D.symbol_names[g] = r"\nabla_{\mu^{(%d)}} \mathbb{E}_q[\bar\ell + \log h]" % (i + 1)
-    lam_next = [_like(f"{l.name}_next", l) for l in fam.lam]
+    lam_next = [like_symbol(f"{l.name}_next", l) for l in fam.lam]
     for i, l in enumerate(lam_next):
         D.symbol_names[l] = r"\lambda^{(%d)}_{t+1}" % (i + 1)
     D.add("blr", RULES["blr"].equation, "The Bayesian learning rule",
@@ -572,8 +565,8 @@ def _conjugate_gradient(recipe, D, conjugate):
 
 def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
     fam = recipe.family
-    gm = _like("grad_m_E", mean_mu)
-    GC = _like("grad_C_E", cov_mu)
+    gm = like_symbol("grad_m_E", mean_mu)
+    GC = like_symbol("grad_C_E", cov_mu)
     D.symbol_names[gm] = r"\nabla_{m}\mathbb{E}_q[\bar\ell]"
     D.symbol_names[GC] = r"\nabla_{C}\mathbb{E}_q[\bar\ell]"
     csym = set(sym) | ({GC} if is_mat(GC) else set())
@@ -588,8 +581,8 @@ def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
           [(sp.Symbol("m"), mean_mu), (sp.Symbol("C"), cov_mu)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
 
-    Eg = _like("E_grad", mean_mu)
-    EH = _like("E_hess", cov_mu)
+    Eg = like_symbol("E_grad", mean_mu)
+    EH = like_symbol("E_hess", cov_mu)
     D.symbol_names[Eg] = r"\mathbb{E}_q[\nabla_\theta \bar\ell]"
     D.symbol_names[EH] = r"\mathbb{E}_q[\nabla^2_\theta \bar\ell]"
     subs = {gm: Eg}
@@ -613,8 +606,8 @@ def _abstract_loss_gradient(recipe, D, mean_mu, cov_mu, sym):
     taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper}
     gname = "g" if "g" not in taken else "g_"
     hname = "H" if "H" not in taken else "H_"
-    g = _like(gname, mean_mu)
-    H = _like(hname, cov_mu)
+    g = like_symbol(gname, mean_mu)
+    H = like_symbol(hname, cov_mu)
     m_state = fam.gaussian_mean
     D.symbol_names[g] = r"\hat{g}"
     D.symbol_names[H] = r"\hat{H}"
@@ -670,7 +663,7 @@ def _monte_carlo(recipe, D, grads, Eg, EH, uses_cov, mean_mu, cov_mu):
 # ------------------------------------------------------------------- solve for params
 
 def _new_symbol(p):
-    return _like(f"{p.name}_new", p.symbol) if not is_mat(p.symbol) else sp.MatrixSymbol(f"{p.name}_new", *p.symbol.shape)
+    return like_symbol(f"{p.name}_new", p.symbol) if not is_mat(p.symbol) else sp.MatrixSymbol(f"{p.name}_new", *p.symbol.shape)
 
 
 def _solve_ordinary(recipe, D, lam_new, sym):

@@ -25,6 +25,13 @@ def is_mat(x) -> bool:
     return isinstance(x, MatrixExpr)
 
 
+def like_symbol(name, ref, **assumptions):
+    """A placeholder symbol with the shape of ``ref`` (a real scalar, or a MatrixSymbol of ref's shape)."""
+    if is_mat(ref):
+        return sp.MatrixSymbol(name, *ref.shape)
+    return sp.Symbol(name, real=True, **assumptions)
+
+
 def scalarize(x):
     """A 1×1 matrix expression as a scalar (its trace); scalars unchanged."""
     if is_mat(x) and x.shape == (1, 1):

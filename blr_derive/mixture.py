@@ -48,7 +48,7 @@ from .errors import DerivationError, SpecError
 from .expect import gaussian_expectation
 from .exprparse import parse_expression
 from .family import Family, Param, load_family
-from .matcalc import is_mat, simplify_mat
+from .matcalc import is_mat, like_symbol, simplify_mat
 from .rules import RULES
 from .yamlio import LDict, check_keys, where
 
@@ -301,12 +301,6 @@ def load_mixture(spec, base_dir=None) -> MixtureFamily:
 
 # =============================================================================== derivation
 
-def _like(name, ref, **assumptions):
-    if is_mat(ref):
-        return sp.MatrixSymbol(name, *ref.shape)
-    return sp.Symbol(name, real=True, **assumptions)
-
-
 def _inner(a, b):
     return sp.Trace(a.T * b) if is_mat(a) else a * b
 
@@ -410,8 +404,8 @@ def derive_mixture(recipe) -> Derivation:
     D.symbol_names[pi_k] = r"\pi_k"
     eta_k = [base.simp(e.xreplace(gen)) for e in base.eta]
     mu_ord_k = [base.simp(e.xreplace(gen)) for e in base.mu_ord]
-    lam_k = [_like(f"{l.name}_k", l) for l in base.lam]
-    mu_k = [_like(f"{u.name}_k", u) for u in base.mu]
+    lam_k = [like_symbol(f"{l.name}_k", l) for l in base.lam]
+    mu_k = [like_symbol(f"{u.name}_k", u) for u in base.mu]
     for i, (l, u) in enumerate(zip(lam_k, mu_k)):
         D.symbol_names[l] = r"\lambda^{(%d)}_k" % (i + 1)
         D.symbol_names[u] = r"\mu^{(%d)}_k" % (i + 1)
@@ -444,10 +438,10 @@ def derive_mixture(recipe) -> Derivation:
           [(l, e) for l, e in zip(lam_k, eta_k)] + [(u, pi_k * e) for u, e in zip(mu_k, mu_ord_k)])
 
     # ---- Step: mixture BLR (Eq. 28)
-    gblock = [_like(f"grad_mu{i + 1}_k", u) for i, u in enumerate(mu_k)]
+    gblock = [like_symbol(f"grad_mu{i + 1}_k", u) for i, u in enumerate(mu_k)]
     for i, g in enumerate(gblock):
         D.symbol_names[g] = r"\nabla_{\mu^{(%d)}_k} \mathbb{E}_q[\bar\ell + \log q]" % (i + 1)
-    lam_next = [_like(f"{l.name}_next", l) for l in lam_k]
+    lam_next = [like_symbol(f"{l.name}_next", l) for l in lam_k]
     for i, l in enumerate(lam_next):
         D.symbol_names[l] = r"\lambda^{(%d)}_{k,t+1}" % (i + 1)
     D.add("mixture_blr", RULES["mixture_blr"].equation, "The BLR for mixtures",
@@ -459,8 +453,8 @@ def derive_mixture(recipe) -> Derivation:
     to_comp = {u: u_k / pi_k for u, u_k in zip(base.mu, mu_k)}
     mean_mu = base.simp(base.mean_of_mu().xreplace(to_comp))
     cov_mu = base.simp(base.cov_of_mu().xreplace(to_comp))
-    Gm_l, GC_l = _like("gradm_loss_k", mean_b), _like("gradC_loss_k", cov_b)
-    Gm_q, GC_q = _like("gradm_logq_k", mean_b), _like("gradC_logq_k", cov_b)
+    Gm_l, GC_l = like_symbol("gradm_loss_k", mean_b), like_symbol("gradC_loss_k", cov_b)
+    Gm_q, GC_q = like_symbol("gradm_logq_k", mean_b), like_symbol("gradC_logq_k", cov_b)
     D.symbol_names.update({Gm_l: r"\nabla_{m_k}\mathbb{E}_q[\bar\ell]", GC_l: r"\nabla_{C_k}\mathbb{E}_q[\bar\ell]",
                            Gm_q: r"\nabla_{m_k}\mathbb{E}_q[\log q]", GC_q: r"\nabla_{C_k}\mathbb{E}_q[\log q]"})
     csym = set(sym) | ({GC_l, GC_q} if is_mat(GC_l) else set())
@@ -474,8 +468,8 @@ def derive_mixture(recipe) -> Derivation:
           + [(g, e) for g, e in zip(gblock, grads)])
 
     # ---- Step: Bonnet and Price for mixtures (App. E)
-    Eg_l, EH_l = _like("E_grad_loss_k", mean_b), _like("E_hess_loss_k", cov_b)
-    Eg_q, EH_q = _like("E_grad_logq_k", mean_b), _like("E_hess_logq_k", cov_b)
+    Eg_l, EH_l = like_symbol("E_grad_loss_k", mean_b), like_symbol("E_hess_loss_k", cov_b)
+    Eg_q, EH_q = like_symbol("E_grad_logq_k", mean_b), like_symbol("E_hess_logq_k", cov_b)
     D.symbol_names.update({Eg_l: r"\mathbb{E}_{q_k}[\nabla_\theta\bar\ell]", EH_l: r"\mathbb{E}_{q_k}[\nabla^2_\theta\bar\ell]",
                            Eg_q: r"\mathbb{E}_{q_k}[\nabla_\theta\log q]", EH_q: r"\mathbb{E}_{q_k}[\nabla^2_\theta\log q]"})
     hsym = csym | ({EH_l, EH_q} if is_mat(EH_l) else set())
@@ -503,7 +497,7 @@ def derive_mixture(recipe) -> Derivation:
     taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper} | {str(fam.theta)}
     uses_hess = any(g.has(EH_l) for g in exact_grads)
     if loss_rule == "delta":
-        g_k, H_k = _like("g_k", mean_b), _like("H_k", cov_b)
+        g_k, H_k = like_symbol("g_k", mean_b), like_symbol("H_k", cov_b)
         D.symbol_names.update({g_k: r"\hat{g}_k", H_k: r"\hat{H}_k"})
         reps = {Eg_l: g_k, EH_l: H_k}
         if is_mat(H_k):
@@ -553,7 +547,7 @@ def derive_mixture(recipe) -> Derivation:
               + [(g, e) for g, e in zip(gblock, grads)])
 
     # ---- entropy term: delta at the component mean, then Eqs. 69-71 or the separated-components rule
-    gq_k, Hq_k = _like("gq_k", mean_b), _like("Hq_k", cov_b)
+    gq_k, Hq_k = like_symbol("gq_k", mean_b), like_symbol("Hq_k", cov_b)
     D.symbol_names.update({gq_k: r"\nabla_\theta\log q(%s)" % sp.latex(mean_k, mat_symbol_style="bold"),
                            Hq_k: r"\nabla^2_\theta\log q(%s)" % sp.latex(mean_k, mat_symbol_style="bold")})
     if is_mat(Hq_k):
@@ -611,12 +605,12 @@ def derive_mixture(recipe) -> Derivation:
         reps[pi_k] = c.weight
         mean_j = mean_b.xreplace(c.subs)
         if g_k is not None:
-            gj = _like(_free_name("g" + suffix, taken), mean_b)
+            gj = like_symbol(_free_name("g" + suffix, taken), mean_b)
             reps[g_k] = gj
             D.symbol_names[gj] = r"\hat{g}_{%s}" % j if not one else r"\hat{g}"
             D.oracle_calls.append((gj, "grad", mean_j, "∇_θ ℓ̄(θ) at the mean of each free component (delta method)"))
             if uses_hess:
-                Hj = _like(_free_name("H" + suffix, taken), cov_b)
+                Hj = like_symbol(_free_name("H" + suffix, taken), cov_b)
                 reps[H_k] = Hj
                 if is_mat(Hj):
                     sym.add(Hj)
@@ -627,8 +621,8 @@ def derive_mixture(recipe) -> Derivation:
             reps[hhat_k] = sp.Symbol(_free_name("h" + suffix, taken), real=True)
             csyms[j] = (reps[ghat_k], reps[hhat_k])
         if not separated:
-            gq = _like(_free_name("gq" + suffix, taken), mean_b)
-            Hq = _like(_free_name("Hq" + suffix, taken), cov_b)
+            gq = like_symbol(_free_name("gq" + suffix, taken), mean_b)
+            Hq = like_symbol(_free_name("Hq" + suffix, taken), cov_b)
             if is_mat(Hq):
                 sym.add(Hq)
             reps[gq_k], reps[Hq_k] = gq, Hq
@@ -639,7 +633,7 @@ def derive_mixture(recipe) -> Derivation:
         for name_k, new_k, expr in generic_updates:
             p_b = next(p for p in base.free_params if gen[p.symbol] == gparams[name_k].symbol)
             s = c.subs[p_b.symbol]
-            new = _like(f"{s.name}_new", s)
+            new = like_symbol(f"{s.name}_new", s)
             if s in sym:
                 sym.add(new)
             sub = "t+1" if one else f"{j},t+1"

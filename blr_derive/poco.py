@@ -22,12 +22,8 @@ from __future__ import annotations
 import sympy as sp
 
 from .errors import SpecError
-from .matcalc import is_mat, simplify_mat
+from .matcalc import is_mat, like_symbol, simplify_mat
 from .rules import RULES
-
-
-def _like(name, ref):
-    return sp.MatrixSymbol(name, *ref.shape) if is_mat(ref) else sp.Symbol(name, real=True)
 
 
 def uses_hessian(fam):
@@ -85,11 +81,11 @@ def posterior_correction(recipe, D, g_loss, sym):
             sym.add(d.symbol)
     mu_old = {u: e.xreplace(old) for u, e in zip(fam.mu, fam.mu_ord)}
     m_old = fam.gaussian_mean.xreplace(old)
-    g_old = _like("g_old", Eg)
+    g_old = like_symbol("g_old", Eg)
     D.oracle_calls.append((g_old, "grad", m_old, "∇_θ ℓ(θ) at the snapshot's mean (posterior correction)"))
     reps_batch, reps_full = {Eg: g_old}, {Eg: next(d.symbol for d in recipe.data if d.name == "grad_full")}
     if EH is not None and any(g.has(EH) for g in grads):
-        H_old = _like("H_old", EH)
+        H_old = like_symbol("H_old", EH)
         if is_mat(H_old):
             sym.add(H_old)
         D.oracle_calls.append((H_old, "hess", m_old, "∇²_θ ℓ(θ) at the snapshot's mean (posterior correction)"))
