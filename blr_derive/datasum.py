@@ -27,7 +27,7 @@ import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
 from .errors import DerivationError
-from .matcalc import _split_coeff, differential, gradient, is_mat, scalarize, simplify_mat
+from .matcalc import _split_coeff, differential, gradient, hessian_from_gradient, is_mat, scalarize, simplify_mat
 
 U = sp.Symbol("u", real=True)        # the bound variable of the one-dimensional functions
 
@@ -289,23 +289,12 @@ def _left_factor(args, n):
 def polynomial_derivatives(poly, theta, symmetric=()):
     """(∇poly(θ), ∇²poly) for a polynomial of degree ≤ 2 in θ (the Hessian is constant)."""
     g = gradient(poly, [theta], symmetric)[0]
-    if isinstance(g, sp.ZeroMatrix):
-        return g, sp.ZeroMatrix(theta.shape[0], theta.shape[0])
-    dth = sp.MatrixSymbol("d_" + theta.name, *theta.shape)
-    dg = simplify_mat(sp.expand(differential(g, {theta: dth})), symmetric)
-    Hs = []
-    for p in (dg.args if isinstance(dg, sp.MatAdd) else (dg,)):
-        if isinstance(p, sp.ZeroMatrix):
-            continue
-        if p == dth:
-            Hs.append(sp.Identity(theta.shape[0]))
-            continue
-        if isinstance(p, sp.MatMul) and p.args[-1] == dth and not sp.MatMul(*p.args[:-1]).has(theta, dth):
-            Hs.append(_left_factor(p.args[:-1], theta.shape[0]))
-            continue
+    try:
+        H = hessian_from_gradient(g, theta, symmetric)
+    except DerivationError:
+        H = None
+    if H is None or H.has(theta):
         raise DerivationError(f"outside the data sums the loss must be a polynomial of degree <= 2 in {theta}")
-    H = simplify_mat(sp.MatAdd(*Hs) if len(Hs) > 1 else Hs[0], symmetric) if Hs else \
-        sp.ZeroMatrix(theta.shape[0], theta.shape[0])
     return g, H
 
 

@@ -276,6 +276,31 @@ def differential(expr, dvars: Mapping):
     return _d(expr, dvars)
 
 
+def hessian_from_gradient(grad, theta, symmetric: Iterable = ()):
+    """∇²f from ∇f for a vector θ: the Jacobian of the gradient, read off the differential d(∇f) = H dθ.
+    Raises DerivationError when a term of the differential is not of the form M dθ."""
+    from .errors import DerivationError
+    n = theta.shape[0]
+    if isinstance(grad, sp.ZeroMatrix):
+        return sp.ZeroMatrix(n, n)
+    dth = sp.MatrixSymbol("d_" + theta.name, *theta.shape)
+    d = simplify_mat(sp.expand(differential(grad, {theta: dth})), symmetric)
+    out = []
+    for t in (d.args if isinstance(d, sp.MatAdd) else [d]):
+        if isinstance(t, sp.ZeroMatrix):
+            continue
+        coeff, mats = t.as_coeff_mmul()
+        mats = list(mats.args) if isinstance(mats, sp.MatMul) else [mats]
+        if mats[-1] != dth or any(x.has(dth) for x in mats[:-1]):
+            raise DerivationError(f"cannot read the Hessian off the differential term {t}")
+        rest = mats[:-1]
+        body = sp.MatMul(*rest) if len(rest) > 1 else (rest[0] if rest else sp.Identity(n))
+        out.append(coeff * body if coeff != 1 else body)
+    if not out:
+        return sp.ZeroMatrix(n, n)
+    return simplify_mat(sp.MatAdd(*out) if len(out) > 1 else out[0], symmetric)
+
+
 def _zero_like(e):
     return sp.ZeroMatrix(*e.shape) if is_mat(e) else sp.Integer(0)
 

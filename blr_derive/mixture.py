@@ -316,26 +316,6 @@ def _fail(recipe, msg, approx=None):
     return SpecError(msg, recipe.file, line)
 
 
-def _hessian(grad, theta, sym):
-    """∇²f from ∇f: the Jacobian of a gradient (d(∇f) = H dθ, read off the differential)."""
-    if not is_mat(theta):
-        return sp.diff(grad, theta)
-    dth = sp.MatrixSymbol("d_theta", *theta.shape)
-    d = simplify_mat(matcalc.differential(grad, {theta: dth}), sym)
-    if isinstance(d, sp.ZeroMatrix):
-        return sp.ZeroMatrix(theta.shape[0], theta.shape[0])
-    out = []
-    for t in (d.args if isinstance(d, sp.MatAdd) else [d]):
-        coeff, mats = t.as_coeff_mmul()
-        mats = list(mats.args) if isinstance(mats, sp.MatMul) else [mats]
-        if mats[-1] != dth or any(x.has(dth) for x in mats[:-1]):
-            raise DerivationError(f"cannot read the Hessian off the differential term {t}")
-        rest = mats[:-1]
-        body = sp.MatMul(*rest) if len(rest) > 1 else (rest[0] if rest else sp.Identity(theta.shape[0]))
-        out.append(coeff * body if coeff != 1 else body)
-    return simplify_mat(sp.MatAdd(*out) if len(out) > 1 else out[0], sym)
-
-
 def _indicator_idempotent(e):
     """1[z=k]² = 1[z=k] for the Heaviside indicators of the masks."""
     return e.replace(lambda x: x.is_Pow and isinstance(x.base, sp.Heaviside) and x.exp.is_Integer and x.exp > 0,
@@ -562,7 +542,7 @@ def derive_mixture(recipe) -> Derivation:
     logq_b = base.simp(base.log_density())
     score_b = matcalc.gradient(logq_b, [theta], tsym)[0] if is_mat(theta) else sp.diff(logq_b, theta)
     score_b = base.simp(score_b)
-    shess_b = _hessian(score_b, theta, tsym) if is_mat(theta) else sp.diff(score_b, theta)
+    shess_b = matcalc.hessian_from_gradient(score_b, theta, tsym) if is_mat(theta) else sp.diff(score_b, theta)
     if separated:
         own_g = base.simp(score_b.xreplace(gen).xreplace({theta: mean_k}))
         own_H = base.simp(shess_b.xreplace(gen).xreplace({theta: mean_k}))
