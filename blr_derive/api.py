@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import budget
 from .blr import derive as _derive
-from .errors import DerivationError, SpecError
+from .errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget, SpecError,
+                     UnsupportedTarget)
 from .ir import build_ir
 from .recipe import load_recipe
 
@@ -19,7 +21,10 @@ def source_label(path) -> str:
 
 
 def derive_file(path, sizes: dict | None = None):
+    budget.where(str(path), None)
     recipe = load_recipe(path, sizes)
+    spec = recipe.spec
+    budget.where(str(path), spec.line_of("loss") if hasattr(spec, "line_of") and "loss" in spec else None)
     try:
         D = _derive(recipe)
     except DerivationError as exc:
@@ -28,12 +33,32 @@ def derive_file(path, sizes: dict | None = None):
     return recipe, D
 
 
+def located_codegen_error(exc: CodegenError, recipe) -> LocatedCodegenError:
+    """A code generator's refusal as a located error (still a CodegenError, and an UnsupportedTarget if it was
+    one): at the recipe entry it names (``exc.key``), else at the approximations, the loss or the family."""
+    if isinstance(exc, SpecError):
+        return exc
+    spec = recipe.spec
+    line = None
+    if hasattr(spec, "line_of"):
+        for key in ([exc.key] if exc.key else []) + ["approximations", "loss", "family", "blocks"]:
+            if key in spec:
+                line = spec.line_of(key)
+                break
+    cls = LocatedUnsupportedTarget if isinstance(exc, UnsupportedTarget) else LocatedCodegenError
+    return cls(str(exc), recipe.file, line or getattr(spec, "line", None), exc.key)
+
+
 def generate(path, target: str, label: str | None = None, sizes: dict | None = None) -> str:
     """Code for a recipe file; ``sizes`` (e.g. {"K": 5}) instantiates a sized recipe (blr_derive/sizes.py)."""
-    from codegen import emit
+    from codegen import emit, get_target
+    get_target(target)                                 # an unknown target fails before any work
     recipe, D = derive_file(path, sizes)
     label = (label or source_label(path)) + "".join(f" --size {k}={v}" for k, v in sorted((sizes or {}).items()))
-    return emit(build_ir(D, label), target)
+    try:
+        return emit(build_ir(D, label), target)
+    except CodegenError as exc:
+        raise located_codegen_error(exc, recipe) from None
 
 
 # ---------------------------------------------------------------------- notebook API

@@ -20,6 +20,7 @@ from .errors import DerivationError, SpecError
 from .matcalc import is_mat, like_symbol, simplify_mat
 from .recipe import Recipe
 from .rules import RULES
+from .specialfns import binary
 
 
 def _fail(recipe, msg, approx=None):
@@ -73,7 +74,7 @@ def derive(recipe: Recipe) -> Derivation:
                         "'sampler'", a)
         if any(is_mat(t) for t in fam.T):
             raise _fail(recipe, f"approximation '{a.name}' supports families with scalar statistics", a)
-        hard = fam.sampler.has(sp.sign)
+        hard = fam.sampler.has(*THRESHOLDS)
         if a.name == "reparameterization" and hard:
             raise _fail(recipe, f"approximation 'reparameterization' needs a differentiable sampler; family "
                         f"'{fam.name}' samples through sign(·) (use 'concrete_relaxation')", a)
@@ -220,6 +221,8 @@ def derive(recipe: Recipe) -> Derivation:
 
 
 SAMPLER_RULES = ("score_function", "reparameterization", "concrete_relaxation", "straight_through")
+#: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
+THRESHOLDS = (sp.sign, binary)
 
 
 def _natural_momentum(recipe, D, lam_new, lam_next, sym, approx):
@@ -465,7 +468,8 @@ def _relaxed_natural_gradient(recipe, D, approx, mode):
     ctx = Ctx(D, approx)
     if mode == "straight_through":
         ctx.done()
-        point = fam.sampler.xreplace({u: sp.Rational(1, 2)})
+        # the hard sample lies in {-1, +1}: the threshold is binary(x) (sign(0) = 0 is not a sample)
+        point = fam.sampler.xreplace({u: sp.Rational(1, 2)}).replace(sp.sign, binary)
         taken = {str(s_) for s_ in fam.params} | {h.name for h in recipe.hyper}
         g = sp.Symbol("g" if "g" not in taken else "g_", real=True)
         D.symbol_names[g] = r"\hat{g}"
@@ -481,11 +485,11 @@ def _relaxed_natural_gradient(recipe, D, approx, mode):
     samples = ctx.count("samples")
     eps = ctx.expr("eps", sp.Integer(0))
     ctx.done()
-    relaxed = fam.sampler.replace(sp.sign, lambda x: sp.tanh(x / tau))
+    relaxed = fam.sampler.replace(sp.sign, lambda x: sp.tanh(x / tau)).replace(binary, lambda x: sp.tanh(x / tau))
     theta = sp.Symbol("theta_k", real=True)
     # s = ∇_μ θ̂ = (∂θ̂/∂λ) / (∂μ/∂λ), each factor by the chain rule through the ordinary parameter p;
     # the threshold's argument x stays opaque (X) so that it is printed as the sampler writes it
-    (hard,) = fam.sampler.atoms(sp.sign)
+    (hard,) = fam.sampler.atoms(*THRESHOLDS)
     X = sp.Dummy("x", real=True)
     outer = fam.sampler.xreplace({hard: sp.tanh(X / tau)})
     dlam = sp.diff(fam.eta[0], p)

@@ -14,32 +14,89 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
 from . import __version__
+from .budget import DEFAULT_SECONDS, BudgetExceeded, derivation_budget
 from .errors import BLRError, SpecError
+from .text import quote
 
 COMMANDS = ("explain", "catalog", "families", "check", "compare")
+TARGET_NAMES = ("numpy", "torch", "triton")      # codegen.TARGETS (kept here: --help needs no codegen import)
+CMDLINE = "<command line>"
+MAX_POINTS = 1000
+MAX_SEED = 2**32 - 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with bad arguments as one located line (exit 2), like every other input error."""
+
+    def error(self, message):
+        raise SpecError(f"{self.prog}: {message}", CMDLINE)
+
+
+def _output_problem(path: Path):
+    """Why ``-o path`` cannot be written (None if it can): only a regular file, or a new path whose parent is a
+    directory, is ever replaced; FIFOs, devices, sockets and directories are refused before any work."""
+    if str(path) == "":
+        return "empty output path"
+    try:
+        st = os.stat(path)                              # follows symbolic links: the file that would change
+    except FileNotFoundError:
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if parent.exists() and not parent.is_dir():
+            return f"cannot create it: '{quote(parent)}' is not a directory"
+        return None
+    except (OSError, ValueError) as exc:
+        return f"cannot be written ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory (-o takes a file path)"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a device, FIFO or socket); -o writes regular files only"
+    return None
 
 
 def _write_atomic(path: Path, text: str):
-    """Write via a temporary file and rename, so a failure never leaves a partial file."""
+    """Write via a temporary file and rename, so a failure never leaves a partial file; only regular files (or
+    new paths) are replaced, and a symbolic link is followed to the file it names."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    problem = _output_problem(path)
+    if problem is not None:
+        raise SpecError(problem, str(path))
+    target = Path(os.path.realpath(path))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"cannot write ({getattr(exc, 'strerror', None) or type(exc).__name__})", str(path)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
         umask = os.umask(0)                            # mkstemp creates 0600; give the usual 0666 & ~umask
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
+        problem = _output_problem(target)              # replaced by something else meanwhile?
+        if problem is not None:
+            raise SpecError(problem, str(path))
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise SpecError(f"cannot write ({exc.strerror or type(exc).__name__})", str(path)) from None
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+
+
+def _check_output(out):
+    """Refuse a bad ``-o`` before any work (so that nothing is derived for nothing, and nothing is touched)."""
+    if out is not None and out != "-":
+        problem = _output_problem(Path(out))
+        if problem is not None:
+            raise SpecError(problem, out)
 
 
 def _emit(text: str, out):
@@ -49,16 +106,31 @@ def _emit(text: str, out):
         _write_atomic(Path(out), text)
 
 
+def _time_option(p):
+    p.add_argument("--time-limit", type=float, default=DEFAULT_SECONDS, metavar="SECONDS",
+                   help=f"wall-clock budget for each derivation or check (default: {DEFAULT_SECONDS:g} s); when it "
+                        "runs out the command stops with a located error")
+
+
+def _time_limit(args):
+    t = args.time_limit
+    if not (t > 0 and t <= 86400):
+        raise SpecError("--time-limit must be a number of seconds in (0, 86400]", CMDLINE)
+    return t
+
+
 def _parser_generate():
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="blr-derive",
         description="Derive a learning algorithm from the Bayesian learning rule and emit its update code. "
                     f"Other commands: {', '.join(COMMANDS)} (run 'blr-derive COMMAND --help').",
     )
     p.add_argument("recipe", help="recipe YAML file (e.g. catalog/newton.yaml)")
-    p.add_argument("--target", default="numpy", help="code generation target (default: numpy)")
+    p.add_argument("--target", default="numpy", metavar="{" + ",".join(TARGET_NAMES) + "}",
+                   help=f"code generation target: {', '.join(TARGET_NAMES)} (default: numpy)")
     p.add_argument("-o", "--output", help="output file (default: standard output)")
     _size_option(p)
+    _time_option(p)
     p.add_argument("--version", action="version", version=f"blr-derive {__version__}")
     return p
 
@@ -75,83 +147,102 @@ def _sizes(items) -> dict:
         name, eq, value = item.partition("=")
         name, value = name.strip(), value.strip()
         if not eq or not name.isidentifier():
-            raise SpecError(f"--size takes NAME=N (e.g. K=5), got '{item}'", "<command line>")
+            raise SpecError(f"--size takes NAME=N (e.g. K=5), got '{quote(item)}'", CMDLINE)
         if name in out:
-            raise SpecError(f"--size {name} is given twice", "<command line>")
+            raise SpecError(f"--size {name} is given twice", CMDLINE)
         if not (value.isdigit() and len(value) <= 9):
-            raise SpecError(f"size {name} must be a positive integer, got '{value}'", "<command line>")
+            raise SpecError(f"size {name} must be a positive integer, got '{quote(value)}'", CMDLINE)
         out[name] = int(value)
     return out
 
 
 def cmd_generate(argv):
     args = _parser_generate().parse_args(argv)
+    if args.target not in TARGET_NAMES:
+        raise SpecError(f"unknown target '{quote(args.target)}' (known: {', '.join(TARGET_NAMES)})", CMDLINE)
+    _check_output(args.output)
+    sizes, seconds = _sizes(args.size), _time_limit(args)
     from .api import generate
-    _emit(generate(args.recipe, args.target, sizes=_sizes(args.size)), args.output)
+    with derivation_budget(seconds):
+        text = generate(args.recipe, args.target, sizes=sizes)
+    _emit(text, args.output)
     return 0
 
 
 def cmd_explain(argv):
-    p = argparse.ArgumentParser(prog="blr-derive explain",
-                                description="Print the derivation of a recipe step by step (Markdown with LaTeX): "
-                                            "each step names its rule and the paper equation it implements.")
+    p = _Parser(prog="blr-derive explain",
+                description="Print the derivation of a recipe step by step (Markdown with LaTeX): "
+                            "each step names its rule and the paper equation it implements.")
     p.add_argument("recipe")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.add_argument("--format", choices=("markdown", "latex", "html"), default="markdown",
                    help="markdown (default; equations in $$...$$), a standalone LaTeX document, or a standalone "
                         "HTML page with the equations typeset by the bundled KaTeX (no network at view time)")
     _size_option(p)
+    _time_option(p)
     args = p.parse_args(argv)
+    _check_output(args.output)
+    sizes, seconds = _sizes(args.size), _time_limit(args)
     from .api import derive_file
-    _, D = derive_file(args.recipe, _sizes(args.size))
-    render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
-    _emit(render(), args.output)
+    with derivation_budget(seconds):
+        _, D = derive_file(args.recipe, sizes)
+        render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
+        text = render()
+    _emit(text, args.output)
     return 0
 
 
 def cmd_compare(argv):
-    p = argparse.ArgumentParser(prog="blr-derive compare",
-                                description="Show side by side what separates two recipes: the candidate family, "
-                                            "the loss and the approximations each one adds or removes (the Table 1 "
-                                            "view: e.g. OGN vs VOGN is 'remove the delta method').")
+    p = _Parser(prog="blr-derive compare",
+                description="Show side by side what separates two recipes: the candidate family, "
+                            "the loss and the approximations each one adds or removes (the Table 1 "
+                            "view: e.g. OGN vs VOGN is 'remove the delta method').")
     p.add_argument("recipe_a")
     p.add_argument("recipe_b")
+    _time_option(p)
     args = p.parse_args(argv)
+    seconds = _time_limit(args)
     from .compare import compare_recipes
-    sys.stdout.write(compare_recipes(args.recipe_a, args.recipe_b))
+    with derivation_budget(seconds):
+        text = compare_recipes(args.recipe_a, args.recipe_b)
+    sys.stdout.write(text)
     return 0
 
 
 def cmd_catalog(argv):
-    p = argparse.ArgumentParser(prog="blr-derive catalog",
-                                description="Regenerate every artifact catalog/generated/<target>/<recipe>.py from "
-                                            "the catalog recipes.")
+    p = _Parser(prog="blr-derive catalog",
+                description="Regenerate every artifact catalog/generated/<target>/<recipe>.py from "
+                            "the catalog recipes.")
     p.add_argument("--catalog", help="catalog folder (default: the bundled catalog)")
     p.add_argument("--check", action="store_true", help="do not write; exit 1 if any artifact differs")
-    p.add_argument("--target", action="append", help="only this target (repeatable)")
+    p.add_argument("--target", action="append", choices=TARGET_NAMES, help="only this target (repeatable)")
+    _time_option(p)
     args = p.parse_args(argv)
-    from codegen import TARGETS, get_target
+    seconds = _time_limit(args)
+    from codegen import TARGETS, emit, get_target
+
+    from .api import derive_file, located_codegen_error
+    from .errors import CodegenError, UnsupportedTarget
+    from .ir import build_ir
     from .resources import catalog_dir
     root = Path(args.catalog) if args.catalog else catalog_dir()
     targets = args.target or list(TARGETS)
     recipes = sorted(root.glob("*.yaml"))
     if not recipes:
         raise SpecError("no recipes found", str(root), None)
-    from .errors import CodegenError
     outputs = []
-    from codegen import emit
-
-    from .api import derive_file
-    from .ir import build_ir
     for r in recipes:
-        _, D = derive_file(r)                          # derive once, render for every target
-        ir = build_ir(D, f"catalog/{r.name}")
-        for t in targets:
-            try:
-                text = emit(ir, t)
-            except CodegenError:
-                continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
-            outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
+        with derivation_budget(seconds):
+            recipe, D = derive_file(r)                 # derive once, render for every target
+            ir = build_ir(D, f"catalog/{r.name}")
+            for t in targets:
+                try:
+                    text = emit(ir, t)
+                except UnsupportedTarget:
+                    continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
+                except CodegenError as exc:
+                    raise located_codegen_error(exc, recipe) from None
+                outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
     stale = []
     for path, text in outputs:
         old = path.read_text(encoding="utf-8") if path.exists() else None
@@ -166,8 +257,8 @@ def cmd_catalog(argv):
 
 
 def cmd_families(argv):
-    p = argparse.ArgumentParser(prog="blr-derive families",
-                                description="List the built-in exponential families with T(θ), h(θ), λ and μ.")
+    p = _Parser(prog="blr-derive families",
+                description="List the built-in exponential families with T(θ), h(θ), λ and μ.")
     p.parse_args(argv)
     from .family import builtin_family_names, load_family
     for name in builtin_family_names():
@@ -185,41 +276,68 @@ def cmd_families(argv):
 
 
 def cmd_check(argv):
-    p = argparse.ArgumentParser(prog="blr-derive check",
-                                description="Verify a family (or a recipe's family) numerically at random parameter "
-                                            "points: normalization, mu against quadrature, Monte Carlo and finite "
-                                            "differences, Fisher information, entropy and parameter round trips. "
-                                            "Prints a table; exit status 1 if any check fails.")
+    p = _Parser(prog="blr-derive check",
+                description="Verify a family (or a recipe's family) numerically at random parameter "
+                            "points: normalization, mu against quadrature, Monte Carlo and finite "
+                            "differences, Fisher information, entropy and parameter round trips. "
+                            "Prints a table; exit status 1 if any check fails.")
     p.add_argument("files", nargs="+", metavar="FILE", help="family or recipe YAML file(s)")
-    p.add_argument("--points", type=int, default=3, help="random parameter points (default: 3)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--dim", type=int, default=2, help="dimension for vector/matrix families (default: 2)")
+    p.add_argument("--points", type=int, default=3, help=f"random parameter points, 1 to {MAX_POINTS} (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default: 0)")
+    p.add_argument("--dim", type=int, default=2, help="dimension for vector/matrix families, 1 to 4 (default: 2)")
     _size_option(p)
+    _time_option(p)
     args = p.parse_args(argv)
-    if args.points < 1 or not 1 <= args.dim <= 4:
-        p.error("--points must be >= 1 and --dim between 1 and 4")
+    if not 1 <= args.points <= MAX_POINTS:
+        raise SpecError(f"--points must be an integer from 1 to {MAX_POINTS}", CMDLINE)
+    if not 0 <= args.seed <= MAX_SEED:
+        raise SpecError(f"--seed must be an integer from 0 to {MAX_SEED}", CMDLINE)
+    if not 1 <= args.dim <= 4:
+        raise SpecError("--dim must be an integer from 1 to 4", CMDLINE)
+    sizes, seconds = _sizes(args.size), _time_limit(args)
     from .check import check_file, format_report
     failed = []
     for f in args.files:
-        rep = check_file(f, points=args.points, seed=args.seed, dim=args.dim, sizes=_sizes(args.size))
+        with derivation_budget(seconds):
+            rep = check_file(f, points=args.points, seed=args.seed, dim=args.dim, sizes=sizes)
         sys.stdout.write(format_report(rep))
         sys.stdout.flush()
         if not rep.passed:
-            failed.append(f"{f}: {', '.join(c.name for c in rep.failed)}")
+            failed.append(f"{quote(f, 200)}: {', '.join(c.name for c in rep.failed)}")
     for line in failed:
         print(f"blr-derive: check failed: {line}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _error_line(kind: str, text: str) -> str:
+    """One line on stderr: the first line of the message, every non-printable character escaped (a message may
+    quote untrusted text: no control sequence reaches the terminal), at most 1000 characters."""
+    first = str(text).splitlines()[0] if str(text) else ""
+    return f"blr-derive: {kind}: {quote(first, 1000)}"
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in COMMANDS:
-            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare, "check": cmd_check}[argv[0]]
+            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare,
+                   "check": cmd_check}[argv[0]]
             return cmd(argv[1:])
         return cmd_generate(argv)
     except BLRError as exc:
-        print(f"blr-derive: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(_error_line("error", exc), file=sys.stderr)
+        return 2
+    except BudgetExceeded as exc:
+        where = exc.file or (argv[-1] if argv else CMDLINE)
+        print(_error_line("error", f"{where}{f':{exc.line}' if exc.line else ''}: {exc}"), file=sys.stderr)
+        return 2
+    except (RecursionError, MemoryError) as exc:
+        # deeply nested or huge input that the bounds let through: bad input, not an engine bug
+        from .budget import location
+        file, line = location()
+        where = f"{file or CMDLINE}{f':{line}' if line else ''}"
+        print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
+                                   f"({type(exc).__name__})"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # pragma: no cover
         return 130
@@ -227,14 +345,48 @@ def main(argv=None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except SystemExit as exc:                         # --help and --version print and exit 0
+        return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # noqa: BLE001 - an engine bug, not bad input: one line, status 3 (README "Safety model")
         if os.environ.get("BLR_DERIVE_TRACEBACK"):
             raise
         what = " ".join(str(exc).split())[:200]
-        print(f"blr-derive: internal error: {type(exc).__name__}: {what} (a bug in blr-derive: please report it "
-              "with the input files; BLR_DERIVE_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        print(_error_line("internal error", f"{type(exc).__name__}: {what} (a bug in blr-derive: please report it "
+                                            "with the input files; BLR_DERIVE_TRACEBACK=1 shows the traceback)"),
+              file=sys.stderr)
         return 3
 
 
-if __name__ == "__main__":  # pragma: no cover
+def entry():
+    """The console script (``blr-derive``, ``python -m blr_derive``): :func:`main` with a memory bound, so that
+    untrusted input cannot exhaust the machine (``BLR_DERIVE_MEMORY_LIMIT`` in bytes, 0 for none)."""
+    _limit_memory()
     sys.exit(main())
+
+
+DEFAULT_MEMORY = 8 << 30
+
+
+def _limit_memory():
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    try:
+        limit = int(os.environ.get("BLR_DERIVE_MEMORY_LIMIT", DEFAULT_MEMORY))
+    except ValueError:
+        limit = DEFAULT_MEMORY
+    if limit <= 0 or not hasattr(resource, "RLIMIT_DATA"):
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft == resource.RLIM_INFINITY or soft > limit:
+        try:
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        except (ValueError, OSError):  # pragma: no cover
+            pass
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

@@ -36,4 +36,26 @@ class DerivationError(BLRError):
 
 
 class CodegenError(BLRError):
-    """A target cannot print an expression or render an update."""
+    """A target cannot print an expression or render an update.  ``key`` names the recipe entry responsible
+    (``family``, ``approximations``, ``loss``, ``state_init``, ``parameter``) so that the error can be located."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+class UnsupportedTarget(CodegenError):
+    """The target cannot express this recipe at all (e.g. the torch target needs an elementwise update);
+    ``blr-derive catalog`` skips such pairs, every other CodegenError is a failure."""
+
+
+class LocatedCodegenError(SpecError, CodegenError):
+    """A :class:`CodegenError` located in the recipe (file and line of the entry responsible)."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None, key: str | None = None):
+        SpecError.__init__(self, message, file, line)
+        self.key = key
+
+
+class LocatedUnsupportedTarget(LocatedCodegenError, UnsupportedTarget):
+    """An :class:`UnsupportedTarget` located in the recipe."""

@@ -171,6 +171,7 @@ FUNCTIONS: dict[str, Callable] = {
     "abs": _unary_scalar(sp.Abs),
     "tanh": _unary_scalar(sp.tanh),
     "sign": _unary_scalar(sp.sign),
+    "binary": _unary_scalar(specialfns.binary),
     "sigmoid": _unary_scalar(_sigmoid),
     "lgamma": _unary_scalar(sp.loggamma),
     "digamma": _unary_scalar(sp.digamma),

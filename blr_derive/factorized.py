@@ -39,7 +39,8 @@ from .exprparse import parse_expression
 from .family import load_family, linear_in_statistics
 from .matcalc import is_mat, simplify_mat
 from .rules import RULES
-from .yamlio import LDict, check_keys, where
+from .names import check_name_at
+from .yamlio import LDict, check_keys, finite_number, where
 
 FACTORIZED_KEYS = {"name", "title", "class_name", "description", "paper", "checked_against", "dimension",
                    "hyperparameters", "data", "plate", "blocks", "factors", "sizes"}
@@ -152,14 +153,12 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
     from .sizes import instantiate_recipe
     check_keys(spec, FACTORIZED_KEYS, ("name", "blocks", "factors"), "factorized recipe")
     spec = instantiate_recipe(spec, file)      # a sized recipe (K copies of a block) at its default sizes
-    name = spec["name"]
-    if not isinstance(name, str) or not name.isidentifier():
-        raise _err("recipe name must be an identifier", spec, "name")
+    name = check_name_at(spec["name"], "recipe name", spec, "name", scope="label")
+    if "class_name" in spec:
+        check_name_at(spec["class_name"], "class_name", spec, "class_name")
     dims = {}
     if "dimension" in spec:
-        d = spec["dimension"]
-        if not isinstance(d, str) or not d.isidentifier():
-            raise _err("dimension must be an identifier", spec, "dimension")
+        d = check_name_at(spec["dimension"], "dimension", spec, "dimension")
         dims[d] = sp.Symbol(d, integer=True, positive=True)
     taken = set(dims)
 
@@ -168,15 +167,14 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
     if not isinstance(hspec, dict):
         raise _err("hyperparameters must be a mapping", spec, "hyperparameters")
     for hname, hdecl in hspec.items():
-        if not isinstance(hname, str) or not hname.isidentifier() or hname in taken:
-            raise _err(f"bad or clashing hyperparameter name '{hname}'", hspec, hname)
+        check_name_at(hname, "hyperparameter", hspec, hname)
+        if hname in taken:
+            raise _err(f"hyperparameter '{hname}' clashes with another name", hspec, hname)
         if not isinstance(hdecl, dict):
             hdecl = LDict(default=hdecl)
             hdecl.file, hdecl.line = where(hspec, hname)
         check_keys(hdecl, HP_KEYS, ("default",), f"hyperparameter '{hname}'")
-        d = hdecl["default"]
-        if isinstance(d, bool) or not isinstance(d, (int, float)):
-            raise _err(f"hyperparameter '{hname}': default must be a number", hdecl, "default")
+        d = finite_number(hdecl["default"], hdecl, "default", f"hyperparameter '{hname}': default")
         if hdecl.get("type") == "int":
             hyper.append(Hyper(hname, sp.Symbol(hname, integer=True, positive=True), int(d),
                                str(hdecl.get("description", "")), "int"))
@@ -189,8 +187,9 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
         if not isinstance(dspec, dict):
             raise _err(f"{what} must be a mapping", parent, key)
         for dname, ddecl in dspec.items():
-            if not isinstance(dname, str) or not dname.isidentifier() or dname in taken:
-                raise _err(f"bad or clashing data name '{dname}'", dspec, dname)
+            check_name_at(dname, "data", dspec, dname)
+            if dname in taken:
+                raise _err(f"data '{dname}' clashes with another name", dspec, dname)
             if ddecl is None:
                 ddecl = LDict()
                 ddecl.file, ddecl.line = where(dspec, dname)
@@ -221,7 +220,8 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
             mb_sym = next((h.symbol for h in hyper if h.name == mb), None)
             if mb_sym is None:
                 raise _err("plate minibatch must name a hyperparameter (the data-set size N)", pspec, "minibatch")
-        plate = {"index": str(pspec.get("index", "n")), "data": parse_data(pspec["data"], "plate data", pspec, "data"),
+        index = check_name_at(pspec.get("index", "n"), "plate index", pspec, "index")
+        plate = {"index": index, "data": parse_data(pspec["data"], "plate data", pspec, "data"),
                  "minibatch": mb_sym, "description": str(pspec.get("description", ""))}
 
     t = sp.Symbol("t", integer=True, positive=True)
@@ -232,8 +232,9 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
     blocks = []
     hsyms = {h.name: h.symbol for h in hyper}
     for bname, bdecl in bspec.items():
-        if not isinstance(bname, str) or not bname.isidentifier() or bname in taken:
-            raise _err(f"bad or clashing block name '{bname}'", bspec, bname)
+        check_name_at(bname, "block", bspec, bname, scope="prefix")
+        if bname in taken:
+            raise _err(f"block '{bname}' clashes with another name", bspec, bname)
         if not isinstance(bdecl, dict):
             raise _err(f"block '{bname}' must be a mapping", bspec, bname)
         check_keys(bdecl, BLOCK_KEYS, ("approximations",), f"block '{bname}'")
@@ -253,6 +254,7 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
         if isinstance(lr, bool):
             raise _err(f"block '{bname}': bad learning_rate", bdecl, "learning_rate")
         if isinstance(lr, (int, float)):
+            finite_number(lr, bdecl, "learning_rate", f"block '{bname}': learning_rate")
             rho, rho_text = sp.nsimplify(lr), str(lr)
         elif isinstance(lr, str) and lr in hsyms:
             rho, rho_text = hsyms[lr], lr
@@ -327,6 +329,8 @@ def factorized_from_spec(spec, file=None, base_dir=None) -> FactorizedRecipe:
                         not isinstance(c, str) or not c.isidentifier() or c in taken for c in comps) \
                         or len(set(comps)) != len(comps):
                     raise _err(f"block '{bname}': components must be new, distinct identifiers", var, "components")
+                for c in comps:
+                    check_name_at(c, f"block '{bname}': component", var, "components")
                 variables = [sp.Symbol(c, real=True) for c in comps]
                 taken.update(comps)
             else:
@@ -958,6 +962,7 @@ class FactorizedIR:
     family: str = ""
     factorized: bool = True
     elementwise: bool = False
+    symmetric: frozenset = frozenset()   # names of the symmetric matrices among state and data
 
 
 def build_factorized_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
@@ -1005,13 +1010,17 @@ def build_factorized_ir(D: FactorizedDerivation, source: str = "") -> Factorized
     pre_loop, local_assign = _hoist_invariants(D)
     blocks = [(b.name, b.family.name if b.family is not None else "delta (point estimate)",
                "local" if b.local else "global", b.rho_text, b.approximation) for b in R.blocks]
-    return FactorizedIR(
+    from .ir import check_printed_names, seal_text
+    ir = FactorizedIR(
         recipe=R.name, title=R.title, class_name=R.class_name or _camel(R.name), engine_version=__version__,
         source=source, paper=R.paper, description=R.description, blocks=blocks, state=state,
         hyperparameters=hyper, data=data, plate=plate, dims=dims, step_symbol=D.step_symbol,
         local_assign=local_assign, pre_loop=pre_loop, prelude=list(D.prelude), stats=list(D.stats), scale=D.scale,
         assignments=list(D.assignments),
         outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name)
+    ir.symmetric = frozenset(str(b.variables[0]) for b in R.blocks if b.symmetric)
+    check_printed_names(ir, R)
+    return seal_text(ir)
 
 
 def _hoist_invariants(D):

@@ -23,9 +23,6 @@ Declarations that are not normalizable (the integral diverges) or not minimal
 from __future__ import annotations
 
 import itertools
-import signal
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,12 +30,14 @@ import numpy as np
 import sympy as sp
 
 from . import matcalc
+from .budget import StepTimeout, step_limit
 from .errors import DerivationError, SpecError
 from .expect import gaussian_expectation
 from .exprparse import parse_expression
 from .matcalc import is_mat, scalarize, simplify_mat
+from .names import check_name_at
 from .sizes import declared_sizes, instantiate, resolve_sizes
-from .yamlio import LDict, check_keys, load_yaml_file, where
+from .yamlio import LDict, check_keys, load_yaml_text, read_text_file, where
 
 SHAPES = ("scalar", "vector", "matrix")
 DOMAINS = {
@@ -89,31 +88,6 @@ _TRANSCENDENTAL = (sp.polygamma, sp.loggamma, sp.gamma, sp.Sum, sp.LambertW, sp.
 #: wall-clock limits (seconds) for sympy steps that can run away on unusual declarations
 SOLVE_SECONDS = 20
 INTEGRATE_SECONDS = 60
-
-
-class SympyTimeout(Exception):
-    """A sympy step ran longer than its limit (see :func:`_time_limit`)."""
-
-
-@contextmanager
-def _time_limit(seconds):
-    """Interrupt the enclosed sympy computation after ``seconds`` (main thread on POSIX only;
-    elsewhere, or when another timer is already running, no limit is applied)."""
-    if (threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer")
-            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SympyTimeout(f"timed out after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @dataclass
@@ -541,7 +515,7 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
         candidates.append(families_dir() / f"{ref}.yaml")
     for c in candidates:
         try:
-            found = c.is_file()
+            found = c.exists()                         # special files are refused when read (read_text_file)
         except (OSError, ValueError):                  # e.g. a name too long for the file system, a NUL byte
             found = False
         if found:
@@ -558,21 +532,22 @@ def _load_family_file(path: Path, given=None) -> Family:
     """Derive a family from its file once per process (keyed by path, content and the sizes it is
     instantiated at): deriving A, μ and the inverse maps is the costly part of loading a recipe, and catalog
     recipes share families.  Derivations only read a Family, never modify it."""
-    try:
-        text = path.read_bytes()
-    except OSError:
-        text = None
+    text = read_text_file(path, "family file")
     asked = tuple(sorted((k, v if isinstance(v, int) else repr(v)) for k, v in (given or {}).items()))
     key = (str(path.resolve()), text, asked)
-    if text is not None and key in _FAMILY_CACHE:
+    if key in _FAMILY_CACHE:
         return _FAMILY_CACHE[key]
-    spec = load_yaml_file(path)
+    spec = load_yaml_text(text, str(path))
+    if not isinstance(spec, dict) or not {"sufficient_statistics", "natural_parameters"} & set(spec):
+        # never quote a file that is not a family declaration: it may be anything the recipe pointed at
+        raise SpecError("not a family declaration (a family file declares name, variable, parameters, "
+                        "sufficient_statistics and natural_parameters)", str(path), getattr(spec, "line", None) or 1)
     resolved = None
     if isinstance(spec, dict) and "sizes" in spec:
         resolved = resolve_sizes(declared_sizes(spec), given, (given, where(spec, "sizes")),
                                  f"family '{path.stem}'")
         rkey = (str(path.resolve()), text, "resolved", resolved)
-        if text is not None and rkey in _FAMILY_CACHE:
+        if rkey in _FAMILY_CACHE:
             _FAMILY_CACHE[key] = _FAMILY_CACHE[rkey]
             return _FAMILY_CACHE[key]
     elif given:
@@ -581,10 +556,9 @@ def _load_family_file(path: Path, given=None) -> Family:
                         getattr(given, "file", None) or str(path),
                         given.line_of(name) if isinstance(given, LDict) else None)
     fam = family_from_spec(spec, str(path), resolved)
-    if text is not None:
-        _FAMILY_CACHE[key] = fam
-        if resolved is not None:
-            _FAMILY_CACHE[(str(path.resolve()), text, "resolved", resolved)] = fam
+    _FAMILY_CACHE[key] = fam
+    if resolved is not None:
+        _FAMILY_CACHE[(str(path.resolve()), text, "resolved", resolved)] = fam
     return fam
 
 
@@ -613,13 +587,13 @@ def _parse_variable(spec, dim):
         if (not isinstance(comps, list) or len(comps) < 2 or len(comps) > MAX_SIZE
                 or not all(isinstance(c, str) and c.isidentifier() for c in comps) or len(set(comps)) != len(comps)):
             raise _err(f"components must be a list of 2 to {MAX_SIZE} distinct names", var, "components")
+        for c in comps:
+            check_name_at(c, "variable component", var, "components")
         syms = [sp.Symbol(c, real=True) for c in comps]
         return "components", "(" + ", ".join(comps) + ")", sp.ImmutableMatrix(syms), syms
     if "name" not in var:
         raise _err("missing required key 'name' in variable", var, None)
-    vname = var["name"]
-    if not isinstance(vname, str) or not vname.isidentifier():
-        raise _err("variable name must be an identifier", var, "name")
+    vname = check_name_at(var["name"], "variable name", var, "name", scope="prefix")
     vshape = var.get("shape", "scalar")
     if vshape not in SHAPES:
         raise _err("variable shape must be scalar, vector or matrix", var, "shape")
@@ -682,14 +656,11 @@ def family_from_spec(spec, file=None, sizes: tuple | None = None) -> Family:
             sizes = resolve_sizes(declared_sizes(spec), None)
         spec = instantiate(spec, sizes, file)
     check_keys(spec, FAMILY_KEYS, ("name", "variable", "parameters", "sufficient_statistics", "natural_parameters"), "family")
-    name = spec["name"]
-    if not isinstance(name, str) or not name.isidentifier():
-        raise _err("family name must be an identifier", spec, "name")
+    name = check_name_at(spec["name"], "family name", spec, "name", scope="label")
 
     dim = None
     if "dimension" in spec:
-        if not isinstance(spec["dimension"], str) or not spec["dimension"].isidentifier():
-            raise _err("dimension must be a symbol name such as P", spec, "dimension")
+        check_name_at(spec["dimension"], "dimension (a symbol name such as P)", spec, "dimension")
         dim = sp.Symbol(spec["dimension"], integer=True, positive=True)
 
     kind, vname, theta, components = _parse_variable(spec, dim)
@@ -709,8 +680,9 @@ def family_from_spec(spec, file=None, sizes: tuple | None = None) -> Family:
     if not isinstance(pspec, dict) or not pspec:
         raise _err("parameters must be a non-empty mapping", spec, "parameters")
     for pname, pdecl in pspec.items():
-        if not pname.isidentifier() or pname in symbols:
-            raise _err(f"bad or duplicate parameter name '{pname}'", pspec, pname)
+        check_name_at(pname, "parameter", pspec, pname)
+        if pname in symbols:
+            raise _err(f"parameter '{pname}' clashes with another name", pspec, pname)
         if pdecl is None:
             pdecl = LDict()
             pdecl.file, pdecl.line = where(pspec, pname)
@@ -1001,11 +973,11 @@ def _definite_integral(f, x, lo, hi):
     tried = []
     for kw in ({"meijerg": True}, {}):
         try:
-            with _time_limit(INTEGRATE_SECONDS):
+            with step_limit(INTEGRATE_SECONDS):
                 r = sp.integrate(f, (x, lo, hi), conds="none", **kw)
                 if r.has(sp.hyper, sp.meijerg):
                     r = sp.hyperexpand(r)
-        except Exception as exc:  # sympy internals, or SympyTimeout
+        except Exception as exc:  # sympy internals, or StepTimeout
             tried.append(type(exc).__name__)
             continue
         if not r.has(sp.Integral, sp.hyper, sp.meijerg):
@@ -1112,9 +1084,9 @@ def _sum_log_partition(fam: Family, spec):
     Z = Z.rewrite(sp.factorial) if Z.has(sp.gamma) else Z
     for x in xs:
         try:
-            with _time_limit(INTEGRATE_SECONDS):
+            with step_limit(INTEGRATE_SECONDS):
                 Z = sp.summation(Z, (x, 0, sp.oo))
-        except Exception:  # sympy internals, or SympyTimeout
+        except Exception:  # sympy internals, or StepTimeout
             Z = None
             break
     return _finish_log_partition(fam, Z, spec, f"Σ h exp(<λ,T>) over {fam.theta}")
@@ -1291,11 +1263,11 @@ def numeric_fisher(fam: Family, lam_vals: dict, dim: int):
 def _solve(exprs, targets, unknown_params, symmetric, fam=None, what=None):
     """Solve exprs[i](params) = targets[i] for the unknown parameters, block by block."""
     try:
-        with _time_limit(SOLVE_SECONDS):
+        with step_limit(SOLVE_SECONDS):
             sol = _solve_blocks(exprs, targets, unknown_params, symmetric, fam, what)
     except DerivationError:
         raise
-    except SympyTimeout as exc:
+    except StepTimeout as exc:
         raise DerivationError(f"the solver {exc}") from None
     except Exception as exc:  # sympy's solvers raise NotImplementedError and friends
         raise DerivationError(f"the solver failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None

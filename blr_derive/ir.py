@@ -17,6 +17,7 @@ from .derivation import Derivation
 from .errors import SpecError
 from .exprparse import parse_expression
 from .matcalc import is_mat
+from .text import Prose
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Var:
     init: object = None  # sympy expression of hyperparameters, or None (must be given)
     family: bool = True  # a parameter of the family (False: auxiliary state)
     init_state: str | None = None   # initialised as a copy of this (family) state instead
+    fixed: bool = False  # a fixed parameter of the family (never updated)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class UpdateIR:
     paper: str = ""
     description: str = ""
     extra: dict = field(default_factory=dict)
+    symmetric: frozenset = frozenset()   # names of the symmetric matrices among state, data and oracle values
 
 
 def _kind(sym, elementwise):
@@ -125,7 +128,8 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
             new, nsym, value = D.renamed[p.name]
             state.append(Var(new, nsym, _kind(nsym, elementwise), f"{p.name} = {value}", init_of(new), True))
         else:
-            state.append(Var(p.name, p.symbol, _kind(p.symbol, elementwise), p.description, init_of(p.name), True))
+            state.append(Var(p.name, p.symbol, _kind(p.symbol, elementwise), p.description, init_of(p.name), True,
+                             fixed=p.fixed))
     state += [Var(a.name, a.symbol, "elementwise", a.description, init_of(a.name) if a.name in r.state_init else a.init,
                   False) for a in D.aux_state]
     by_symbol = {p.symbol: p.name for p in fam.params.values()}
@@ -201,7 +205,7 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
             if p.symbol == fam.gaussian_mean:
                 mean = p.name
     maps = _family_maps(fam)
-    return UpdateIR(
+    ir = UpdateIR(
         recipe=r.name, title=r.title, family=fam.name, class_name=r.class_name or _camel(r.name),
         engine_version=__version__, source=source, elementwise=elementwise, state=state,
         hyperparameters=hyper, data=data, dims=dims, oracles=oracles, oracle_calls=calls, random_draws=[],
@@ -212,6 +216,72 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
         paper=r.paper, description=r.description, extra={**({"family_maps": maps} if maps else {}),
                                                           **({"federated": D.federated} if getattr(D, "federated", None) else {})},
     )
+    sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}
+    sym |= {str(c.symbol) for c in calls if c.oracle == "hess" and is_mat(c.symbol)}
+    names = {v.name for v in state} | {v.name for v in data} | {str(c.symbol) for c in calls}
+    ir.symmetric = frozenset(n for n in sym if n in names)
+    check_printed_names(ir, r)
+    return seal_text(ir)
+
+
+def seal_text(ir):
+    """Mark every piece of recipe or family text in an IR as :class:`~blr_derive.text.Prose` (principle 4): the
+    code generators must render it through their escaping filters, never paste it.  Returns ``ir``."""
+    for key in ("title", "paper", "description", "source", "family"):
+        setattr(ir, key, Prose(getattr(ir, key)))
+    ir.equations = [Prose(x) for x in ir.equations]
+    for v in list(ir.state) + list(ir.data) + list(ir.hyperparameters):
+        v.description = Prose(v.description)
+    if hasattr(ir, "oracles"):
+        ir.oracles = [(name, Prose(desc)) for name, desc in ir.oracles]
+        for c in ir.oracle_calls:
+            c.description = Prose(c.description)
+    if getattr(ir, "blocks", None):
+        ir.blocks = [tuple(Prose(x) if i in (1, 3, 4) else x for i, x in enumerate(b)) for b in ir.blocks]
+    if getattr(ir, "plate", None):
+        ir.plate["data"] = [(n, s_, k, Prose(d)) for n, s_, k, d in ir.plate["data"]]
+    fed = ir.extra.get("federated") if hasattr(ir, "extra") else None
+    if fed:
+        fed["equations"] = [Prose(x) for x in fed["equations"]]
+    return ir
+
+
+def check_printed_names(ir, recipe):
+    """Distinct symbols of an update must print as distinct names: a declared name that the derivation also
+    uses for one of its own quantities (a hyperparameter ``g`` next to the gradient ``g``, a data name ``m_new``)
+    is a located error, never two values under one name in the generated code."""
+    declared = {}
+    for h in ir.hyperparameters:
+        for s in h.symbols:
+            declared[str(s)] = ("hyperparameter", h.name)
+    for v in ir.data:
+        declared[str(v.symbol)] = ("data", v.name)
+    for v in ir.state:
+        declared.setdefault(str(v.symbol), ("state", v.name))
+    seen = {}
+    exprs = [e for pair in getattr(ir, "assignments", []) for e in pair]
+    exprs += [c.symbol for c in getattr(ir, "oracle_calls", [])]
+    for sym in set().union(*[e.free_symbols | e.atoms(sp.MatrixSymbol) for e in exprs if isinstance(e, sp.Basic)]) \
+            | {s for s, _ in getattr(ir, "assignments", [])}:
+        if not isinstance(sym, (sp.Symbol, sp.MatrixSymbol)):
+            continue
+        name = str(sym)
+        if name in seen and seen[name] != sym:
+            what = declared.get(name)
+            where = what[1] if what else name
+            file = getattr(recipe, "file", None)
+            spec = getattr(recipe, "spec", None)
+            line = None
+            if what and spec is not None:
+                section = {"hyperparameter": "hyperparameters", "data": "loss"}.get(what[0])
+                container = spec.get(section) if section else None
+                if what[0] == "hyperparameter" and container is not None and hasattr(container, "line_of"):
+                    line = container.line_of(what[1])
+                elif section and hasattr(spec, "line_of"):
+                    line = spec.line_of(section)
+            raise SpecError(f"the name '{where}' is also used by the derivation for another quantity; rename the "
+                            f"{what[0] if what else 'declaration'}", file, line)
+        seen[name] = sym
 
 
 def _family_maps(fam):

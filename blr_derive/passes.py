@@ -22,6 +22,7 @@ import sympy as sp
 from .errors import SpecError
 from .exprparse import parse_expression
 from .matcalc import is_mat
+from .names import name_problem
 
 
 @dataclass
@@ -93,6 +94,9 @@ class Ctx:
             raise self.fail(f"missing argument '{key}'")
         if not isinstance(v, str):
             raise self.fail(f"argument '{key}' must be a name")
+        problem = name_problem(v)
+        if problem is not None:
+            raise self.fail(f"argument '{key}': {problem}")
         return v
 
     def view(self, key):

@@ -9,14 +9,15 @@ import sympy as sp
 from .errors import SpecError
 from .exprparse import parse_expression
 from .family import Family, load_family
-from .yamlio import LDict, check_keys, load_yaml_file, where
+from .names import check_name_at
+from .yamlio import LDict, check_keys, finite_number, load_yaml_file, where
 
 RECIPE_KEYS = {
     "name", "title", "class_name", "description", "paper", "family", "loss", "approximations",
     "hyperparameters", "learning_rate", "checked_against", "state_init", "parameter", "federated", "sizes",
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
-HP_KEYS = {"default", "description", "names", "type", "choices", "required"}
+HP_KEYS = {"default", "description", "names", "type", "choices", "required", "allow_infinite"}
 DATA_KEYS = {"shape", "description", "symmetric"}
 
 
@@ -119,9 +120,9 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
     check_keys(spec, RECIPE_KEYS, ("name", "family", "loss"), "recipe")
     from .sizes import instantiate_recipe
     spec = instantiate_recipe(spec, file)      # a sized recipe at its default sizes
-    name = spec["name"]
-    if not isinstance(name, str) or not name.isidentifier():
-        raise _err("recipe name must be an identifier", spec, "name")
+    name = check_name_at(spec["name"], "recipe name", spec, "name", scope="label")
+    if "class_name" in spec:
+        check_name_at(spec["class_name"], "class_name", spec, "class_name")
     try:
         if isinstance(spec["family"], dict) and "mixture" in spec["family"]:
             from .mixture import load_mixture              # a finite mixture of a family (Sec. 3.2)
@@ -133,8 +134,9 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         raise exc.located(f, l) from None
 
     lr = spec.get("learning_rate", "rho")
-    if not isinstance(lr, str) or not lr.isidentifier():
+    if not isinstance(lr, str):
         raise _err("learning_rate must name a hyperparameter", spec, "learning_rate")
+    check_name_at(lr, "learning_rate", spec, "learning_rate")
 
     taken = {str(fam.theta)} | set(fam.params) | ({str(fam.dim)} if fam.dim is not None else set())
     hyper = []
@@ -142,8 +144,9 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
     if not isinstance(hspec, dict):
         raise _err("hyperparameters must be a mapping", spec, "hyperparameters")
     for hname, hdecl in hspec.items():
-        if not hname.isidentifier() or hname in taken:
-            raise _err(f"bad or clashing hyperparameter name '{hname}'", hspec, hname)
+        check_name_at(hname, "hyperparameter", hspec, hname)
+        if hname in taken:
+            raise _err(f"hyperparameter '{hname}' clashes with a name of the family", hspec, hname)
         if not isinstance(hdecl, dict):
             hdecl = LDict(default=hdecl)
             hdecl.file, hdecl.line = where(hspec, hname)     # errors about the shorthand name its line
@@ -166,6 +169,8 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
                     or any(not isinstance(c, str) or not c.isidentifier() for c in choices)):
                 raise _err(f"hyperparameter '{hname}': a string default needs 'choices' (identifiers) containing it",
                            hdecl, "choices" if "choices" in hdecl else "default")
+            for c in choices:
+                check_name_at(c, f"hyperparameter '{hname}': choice", hdecl, "choices")
             elems = tuple((c, sp.Symbol(f"{hname}__{c}")) for c in choices)
             hyper.append(Hyper(hname, None, d, desc, "choice", elems))
         elif isinstance(d, bool):
@@ -178,14 +183,22 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
                     or any(not isinstance(n, str) or not n.isidentifier() or n in taken for n in names)):
                 raise _err(f"hyperparameter '{hname}': a tuple default needs 'names', one new identifier per element",
                            hdecl, "names" if "names" in hdecl else "default")
+            for n in names:
+                check_name_at(n, f"hyperparameter '{hname}': element name", hdecl, "names")
             if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in d):
                 raise _err(f"hyperparameter '{hname}': tuple elements must be numbers", hdecl, "default")
+            for v in d:
+                finite_number(v, hdecl, "default", f"hyperparameter '{hname}': a tuple element")
             elems = tuple((n, sp.Symbol(n, real=True)) for n in names)
             hyper.append(Hyper(hname, None, tuple(float(v) for v in d), desc, "tuple", elems))
             taken.update(names)
         else:
             if not isinstance(d, (int, float)) or "names" in hdecl:
                 raise _err(f"hyperparameter '{hname}': default must be a number, a boolean or a list", hdecl, "default")
+            allow_inf = hdecl.get("allow_infinite", False)
+            if not isinstance(allow_inf, bool):
+                raise _err(f"hyperparameter '{hname}': allow_infinite must be true or false", hdecl, "allow_infinite")
+            finite_number(d, hdecl, "default", f"hyperparameter '{hname}': default", allow_infinite=allow_inf)
             if htype == "int":
                 if d != int(d):
                     raise _err(f"hyperparameter '{hname}': default must be an integer", hdecl, "default")
@@ -232,8 +245,9 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
         if not isinstance(dspec, dict):
             raise _err("loss data must be a mapping", loss, "data")
         for dname, ddecl in dspec.items():
-            if not dname.isidentifier() or dname in taken or dname in symbols:
-                raise _err(f"bad or clashing data name '{dname}'", dspec, dname)
+            check_name_at(dname, "data", dspec, dname)
+            if dname in taken or dname in symbols:
+                raise _err(f"data '{dname}' clashes with another name", dspec, dname)
             if ddecl is None:
                 ddecl = LDict()
                 ddecl.file, ddecl.line = where(dspec, dname)
@@ -247,6 +261,8 @@ def recipe_from_spec(spec, file=None, base_dir=None) -> Recipe:
             for s in shape:
                 if not isinstance(s, str) or not s.isidentifier():
                     raise _err(f"data '{dname}': dimension names must be identifiers", ddecl, "shape")
+                if s not in dims:
+                    check_name_at(s, f"data '{dname}': dimension", ddecl, "shape")
                 if s not in dims:
                     dims[s] = sp.Symbol(s, integer=True, positive=True)
                 dsyms.append(dims[s])

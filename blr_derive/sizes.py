@@ -29,6 +29,7 @@ import contextvars
 import re
 
 from .errors import SpecError
+from .text import quote
 from .yamlio import LDict, LList, check_keys, where
 
 #: no size may exceed this, whatever a file declares: the engine sums over K one-hot points and derives
@@ -268,8 +269,8 @@ def declared_sizes(spec, what="family"):
                         *where(spec, "sizes"))
     out = {}
     for name, d in decl.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise SpecError(f"size name '{name}' must be an identifier", *where(decl, name))
+        if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+            raise SpecError(f"size name '{quote(name)}' must be an identifier", *where(decl, name))
         if isinstance(d, int) and not isinstance(d, bool):
             d = LDict(default=d)
             d.file, d.line = where(decl, name)

@@ -46,3 +46,19 @@ class logsumexp(sp.Function):
     def _eval_evalf(self, prec):
         if all(x.is_number for x in self.args):
             return sp.log(sp.Add(*[sp.exp(x) for x in self.args])).evalf(sp.core.evalf.prec_to_dps(prec))
+
+
+class binary(sp.Function):
+    """The binary value of x: -1 where x < 0 and +1 elsewhere (0 and NaN included), so that a binary weight always
+    holds -1 or +1 (``sign`` gives 0 at 0).  Piecewise constant: its derivative is 0 (straight-through and
+    relaxation rules supply their own Jacobians)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_number and x.is_real:
+            return sp.Integer(-1) if x < 0 else sp.Integer(1)
+
+    def fdiff(self, argindex=1):
+        return sp.Integer(0)

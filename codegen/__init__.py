@@ -11,13 +11,22 @@ import importlib
 
 import sympy as sp
 
+from .inert import audit, identifier, pyval, template_env  # noqa: F401  (the one way text reaches a template)
+
 TARGETS = ("numpy", "torch", "triton")
 
 
 class HostConditionalMixin:
     """Printing shared by the targets: ``Piecewise`` whose conditions are host scalars (hyperparameters,
     the step counter) becomes a Python conditional expression, and ``Max``/``Min`` fold into the
-    target's two-argument ``maximum``/``minimum`` (``MAXIMUM``/``MINIMUM`` name them)."""
+    target's two-argument ``maximum``/``minimum`` (``MAXIMUM``/``MINIMUM`` name them).  Every symbol is
+    printed as a checked identifier (:func:`codegen.inert.identifier`)."""
+
+    def _print_Symbol(self, expr):
+        return identifier(expr.name)
+
+    def _print_MatrixSymbol(self, expr):
+        return identifier(expr.name)
 
     MAXIMUM = "max"
     MINIMUM = "min"
@@ -29,6 +38,9 @@ class HostConditionalMixin:
         if isinstance(arg, sp.Add) and 1 in arg.args:       # log(1 + x) → an accurate log1p(x)
             return f"{self.LOG1P}({self._print(arg - 1)})"
         return f"{self.LOG}({self._print(arg)})"
+
+    def _print_binary(self, expr):
+        return f"(-1.0 if {self.parenthesize(expr.args[0], 0)} < 0 else 1.0)"
 
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr)
@@ -49,31 +61,6 @@ class HostConditionalMixin:
         return self._fold_binary(self.MINIMUM, expr.args)
 
 
-def template_env(folder):
-    """The jinja2 environment every target renders with (deterministic, strict)."""
-    import json
-
-    import jinja2
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(folder)), keep_trailing_newline=True, trim_blocks=True,
-        lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-    )
-    env.filters["q"] = lambda s: json.dumps(str(s), ensure_ascii=False)
-    env.globals["pyval"] = pyval
-    env.globals["zip"] = zip
-    return env
-
-
-def pyval(v):
-    """A Python literal for a hyperparameter default (deterministic)."""
-    if v is None or isinstance(v, (bool, int, str)):
-        return repr(v)
-    if isinstance(v, tuple):
-        return "(" + ", ".join(pyval(x) for x in v) + ")"
-    f = float(v)
-    return "float('inf')" if f == float("inf") else "float('-inf')" if f == float("-inf") else repr(f)
-
-
 def get_target(name: str):
     if name not in TARGETS:
         from blr_derive.errors import CodegenError
@@ -84,6 +71,8 @@ def get_target(name: str):
 def emit(ir, target: str) -> str:
     """Render the update IR as source code for ``target`` (deterministic output)."""
     if getattr(ir, "factorized", False) and target != "numpy":
-        from blr_derive.errors import CodegenError
-        raise CodegenError(f"recipe '{ir.recipe}': factorized (several-block) recipes have a numpy target only")
-    return get_target(target).render(ir)
+        from blr_derive.errors import UnsupportedTarget
+        raise UnsupportedTarget(f"recipe '{ir.recipe}': factorized (several-block) recipes have a numpy target only",
+                                "blocks")
+    t = get_target(target)
+    return audit(t.render(ir), target, t.modules)

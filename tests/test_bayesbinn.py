@@ -274,14 +274,16 @@ def test_relaxation_derived_for_the_p_parameterized_family_matches_autograd():
 
 
 def test_zero_noise_small_temperature_limit_is_the_ste_sample():
-    """θ̂ at u = 1/2 (δ = 0) tends to sign(λ) as τ → 0 (Eq. 50); STE's oracle is asked exactly there."""
+    """θ̂ at u = 1/2 (δ = 0) tends to sign(λ) as τ → 0 (Eq. 50); STE's oracle is asked exactly there, at the binary
+    value binary(λ) (= sign(λ) for λ ≠ 0, and +1, a sample of q, at λ = 0)."""
     lam = np.array([0.3, -0.02, 1.5, -2.0])
     for tau in (1e-2, 1e-3):
         theta = np.tanh((lam + 0.5 * np.log(0.5 / 0.5)) / tau)
         assert np.max(np.abs(theta - np.sign(lam))) < 2 * math.exp(-2 * 0.02 / tau) + 1e-15
     r = load_recipe(__import__("conftest").CATALOG / "ste.yaml")
     D = derive(r)
-    assert D.oracle_calls[0][2] == sp.sign(r.family.params["lam"].symbol)
+    from blr_derive.specialfns import binary
+    assert D.oracle_calls[0][2] == binary(r.family.params["lam"].symbol)
 
 
 def test_relaxation_rules_need_a_hard_threshold_sampler(tmp_path):

@@ -422,15 +422,23 @@ def test_entropy_by_summation_when_log_h_is_not_linear_in_T():
         assert f.evaluate(f.entropy(), {a: av, b: bv}) == pytest.approx(-np.sum(q * np.log(q)), rel=1e-12)
 
 
-def test_time_limit_interrupts_long_sympy_steps():
+def test_step_limits_interrupt_long_sympy_steps_and_nest():
     import time
-    from blr_derive.family import SympyTimeout, _time_limit
+    from blr_derive.budget import StepTimeout, step_limit
     t0 = time.perf_counter()
-    with pytest.raises(SympyTimeout, match="timed out"):
-        with _time_limit(0.2):
+    with pytest.raises(StepTimeout, match="timed out"):
+        with step_limit(0.2):
             while True:
                 sum(range(1000))
     assert time.perf_counter() - t0 < 5
-    with _time_limit(5):            # an inner limit never replaces a running one
-        with _time_limit(0.01):
-            time.sleep(0.05)
+    t0 = time.perf_counter()
+    with step_limit(5):             # an inner limit fires inside an outer one, and the outer one stays armed
+        with pytest.raises(StepTimeout):
+            with step_limit(0.05):
+                time.sleep(1)
+        assert time.perf_counter() - t0 < 0.5
+        with pytest.raises(StepTimeout):
+            with step_limit(0.05):
+                while True:
+                    sum(range(1000))
+    assert time.perf_counter() - t0 < 2

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen import template_env
+import sympy as sp
+
+from codegen.inert import identifier, template_env
 
 from .printer import HELPERS, BLRNumPyPrinter
 
@@ -11,6 +13,7 @@ from .printer import HELPERS, BLRNumPyPrinter
 class NumpyTarget:
     name = "numpy"
     suffix = ".py"
+    modules = frozenset({"numpy", "scipy.linalg", "scipy.special"})          # what a generated module may import (codegen.inert.audit)
     template = "module.py.j2"
 
     def __init__(self):
@@ -61,13 +64,22 @@ class NumpyTarget:
         for v in ir.state:
             if v.init is not None and v.init_state is None:
                 init_syms |= v.init.free_symbols
+        elementwise = any(v.kind == "elementwise" for v in ir.state)
+        # fixed parameters and scalar data of an elementwise update may be one number or one per coordinate ("?")
+        shapes = {v.name: "?" if v.fixed and v.kind == "elementwise" else _shape(v.symbol, v.kind == "elementwise")
+                  for v in ir.state}
+        shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, False) for v in ir.data})
+        shapes.update({str(c.symbol): _shape(c.symbol, elementwise) for c in ir.oracle_calls})
+        if ir.sampling is not None:
+            shapes.update({str(k): _shape(k, elementwise) for k, _ in ir.sampling.calls})
+        printer.helpers |= {"_array", "_need"}
         out = self.env.get_template(self.template).render(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], sampling=sampling,
             imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], fed=fed,
-            point=point,
+            point=point, shapes=shapes, symmetric=sorted(ir.symmetric),
         )
         return out
 
@@ -96,12 +108,29 @@ class NumpyTarget:
                 printer.imports |= rp.imports
             except CodegenError:
                 rows = None
+        shapes = {v.name: _shape(v.symbol, False) for v in ir.state + ir.data}
+        if ir.plate is not None:
+            shapes.update({name: ("n_rows",) + _shape(sym, False) for name, sym, _, _ in ir.plate["data"]})
+        printer.helpers |= {"_array", "_need"}
         return self.env.get_template("factorized.py.j2").render(
             ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
             dims=dims, rows=rows,
             plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports),
-            printer=printer)
+            printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric))
+
+
+def _shape(sym, elementwise):
+    """The shape a generated module checks for a value: ``"*"`` (elementwise: that of the other elementwise
+    arrays; ``"?"``: that or a single number), ``()`` for a scalar, or a tuple of dimension names and integers
+    (a vector is 1-D)."""
+    if elementwise:
+        return "*"
+    if not isinstance(sym, sp.MatrixSymbol):
+        return ()
+    r, c = sym.shape
+    dims = (r,) if c == 1 else (r, c)
+    return tuple(int(d) if d.is_Integer else identifier(str(d)) for d in dims)
 
 
 def _federated_view(ir, printer):

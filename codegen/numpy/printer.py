@@ -11,10 +11,36 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
-from blr_derive.errors import CodegenError
-from codegen import HostConditionalMixin
+from blr_derive.errors import CodegenError, UnsupportedTarget
+from codegen import HostConditionalMixin, identifier
 
 HELPERS = {
+    "_array": '''def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a''',
+    "_need": '''def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")''',
     "_spd_solve": '''def _spd_solve(A, B):
     """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
     return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)''',
@@ -48,7 +74,7 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
 
     # -- leaves
     def _print_MatrixSymbol(self, expr):
-        return expr.name
+        return identifier(expr.name)
 
     def _print_Identity(self, expr):
         return f"numpy.eye({self._print(expr.shape[0])})"
@@ -160,6 +186,9 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     def _print_softplus(self, expr):
         return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
 
+    def _print_binary(self, expr):
+        return f"numpy.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
+
     def _print_xlogy(self, expr):
         self.imports.add("scipy.special")
         return f"scipy.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
@@ -217,10 +246,10 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         return f"numpy.heaviside({self._print(expr.args[0])}, {self._print(h0)})"
 
     def emptyPrinter(self, expr):
-        raise CodegenError(f"the numpy target cannot print {type(expr).__name__}: {expr}")
+        raise UnsupportedTarget(f"the numpy target cannot print {type(expr).__name__}: {expr}")
 
     def _print_Integral(self, expr):
-        raise CodegenError(f"the numpy target cannot print an unevaluated integral: {expr}")
+        raise UnsupportedTarget(f"the numpy target cannot print an unevaluated integral: {expr}")
 
 
 class _Printed:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.errors import CodegenError
+from codegen.inert import identifier
 from blr_derive.matcalc import is_mat
 
 from .printer import BLRNumPyPrinter
@@ -44,7 +45,7 @@ class RowBatchPrinter(BLRNumPyPrinter):
     def _print_MatrixSymbol(self, expr):
         if expr in self.row_vectors:
             raise CodegenError(f"a per-row vector outside a 1×1 product or a plate sum: {expr}")
-        return expr.name
+        return identifier(expr.name)
 
     def _chain(self, mats):
         """einsum operands and subscripts of the product of ``mats`` (each a matrix symbol or its transpose),
@@ -63,7 +64,7 @@ class RowBatchPrinter(BLRNumPyPrinter):
                 sub = sub[::-1]                       # the array is the base matrix: its own index order
             if base in self.row_vectors:
                 sub = "n" + sub
-            ops.append(base.name)
+            ops.append(identifier(base.name))
             subs.append(sub)
         return ops, subs, idx[0], idx[-1]
 

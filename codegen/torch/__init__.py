@@ -16,45 +16,48 @@ from pathlib import Path
 
 import sympy as sp
 
-from blr_derive.errors import CodegenError
+from blr_derive.errors import CodegenError, UnsupportedTarget
 from blr_derive.ir import need_conditions
 
-from codegen import template_env
+from codegen.inert import template_env
 from .printer import ForeachCompiler, FusedCompiler, HostPrinter
 
 
 class TorchTarget:
     name = "torch"
     suffix = ".py"
+    modules = frozenset({"contextlib", "math", "torch"})          # what a generated module may import (codegen.inert.audit)
     template = "optimizer.py.j2"
 
     def __init__(self):
         self.env = template_env(Path(__file__).parent / "templates")
 
     def check(self, ir):
+        """Whether the target can express the recipe (UnsupportedTarget, naming the recipe entry, if not)."""
+        def no(msg, key):
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': the {self.name} target {msg}", key)
         if not ir.elementwise:
-            raise CodegenError(f"recipe '{ir.recipe}': the torch target needs an elementwise (mean-field) update; "
-                               f"family '{ir.family}' mixes coordinates (matrix products, solves)")
+            no(f"needs an elementwise (mean-field) update; family '{ir.family.text}' mixes coordinates (matrix "
+               "products, solves)", "family")
         if ir.mean is None and ir.parameter is None:
-            raise CodegenError(f"recipe '{ir.recipe}': the torch target needs a family with a mean parameter, or a "
-                               "recipe 'parameter' saying what the torch parameter holds")
+            no("needs a family with a mean parameter, or a recipe 'parameter' saying what the torch parameter holds",
+               "family")
         if ir.data:
-            raise CodegenError(f"recipe '{ir.recipe}': the torch target takes no data inputs (the loss is the model's)")
+            no("takes no data inputs (the loss is the model's)", "loss")
         for c in ir.oracle_calls:
             if (str(c.argument) != ir.mean) if ir.mean is not None else (c.argument != ir.parameter):
-                raise CodegenError(f"recipe '{ir.recipe}': the torch target evaluates oracles at the parameters "
-                                   f"(the mean) or at samples of q; '{c.oracle}' is asked at {c.argument}")
+                no(f"evaluates oracles at the parameters (the mean) or at samples of q; '{c.oracle}' is asked at "
+                   f"{c.argument}", "approximations")
             if c.oracle == "hess":
-                raise CodegenError(f"recipe '{ir.recipe}': the torch target has no Hessian oracle; add an "
-                                   "approximation (squared_gradient_hessian, gauss_newton_hessian, price_estimator)")
+                no("has no Hessian oracle; add an approximation (squared_gradient_hessian, gauss_newton_hessian, "
+                   "price_estimator)", "approximations")
         if ir.sampling is not None:
             if ir.sampling.draw not in DRAWS:
-                raise CodegenError(f"recipe '{ir.recipe}': the torch target samples q with normal or uniform draws "
-                                   f"only (got '{ir.sampling.draw}')")
+                no(f"samples q with normal or uniform draws only (got '{ir.sampling.draw}')", "approximations")
             for _, o in ir.sampling.calls:
                 if o == "hess":
-                    raise CodegenError(f"recipe '{ir.recipe}': the torch target has no Hessian oracle at samples; add "
-                                       "an approximation (price_estimator, squared_gradient_hessian, gauss_newton_hessian)")
+                    no("has no Hessian oracle at samples; add an approximation (price_estimator, "
+                       "squared_gradient_hessian, gauss_newton_hessian)", "approximations")
 
     def render(self, ir) -> str:
         self.check(ir)
@@ -65,7 +68,7 @@ class TorchTarget:
         # what the torch parameter holds: the mean state itself, or an expression of the state
         point = None
         if ir.mean is None:
-            point = {"list": "params", "saved": "_saved"}
+            point = {"list": "params", "saved": "_saved", "text": sp.sstr(ir.parameter)}
             new_of = {sp.Symbol(name, real=True): sym for name, sym in ir.outputs}
             new_of.update({v.symbol: sym for v in ir.state for name, sym in ir.outputs if name == v.name})
             point_sym = sp.Symbol("param_new")
@@ -118,10 +121,11 @@ class TorchTarget:
             if v.init_state == "param" and point is not None:
                 continue
             if v.init is None:
-                raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)")
+                raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)",
+                                        "state_init")
             if v.init_state is not None and v.init_state != ir.mean:
-                raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; the "
-                                   "torch target can only copy the parameters themselves")
+                raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; the "
+                                        "torch target can only copy the parameters themselves", "state_init")
         init_syms = set()
         for v in others:
             if v.init_state is None:

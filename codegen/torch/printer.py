@@ -13,8 +13,8 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
-from blr_derive.errors import CodegenError
-from codegen import HostConditionalMixin
+from blr_derive.errors import CodegenError, UnsupportedTarget
+from codegen import HostConditionalMixin, identifier
 
 
 class HostPrinter(HostConditionalMixin, PythonCodePrinter):
@@ -24,7 +24,7 @@ class HostPrinter(HostConditionalMixin, PythonCodePrinter):
         super().__init__({"fully_qualified_modules": True, "standard": "python3"})
 
     def _print_Symbol(self, expr):
-        return expr.name
+        return identifier(expr.name)
 
 
 UNARY = {
@@ -64,9 +64,9 @@ class ForeachCompiler:
             self.emit(f"if {self.host_expr(when)}:")
             self.indent += "    "
         if not self.is_tensor(expr):
-            self.emit(f"{sym} = {self.host_expr(expr)}")
+            self.emit(f"{identifier(str(sym))} = {self.host_expr(expr)}")
         else:
-            name = self.compile(expr, target=str(sym))
+            name = self.compile(expr, target=identifier(str(sym)))
             if name != str(sym):
                 self.emit(f"{sym} = {name}")
             self.tensors.add(sym)
@@ -76,7 +76,7 @@ class ForeachCompiler:
     # ------------------------------------------------------------------ expressions
     def compile(self, e, target=None):
         if isinstance(e, sp.Symbol):
-            return e.name
+            return identifier(e.name)
         if isinstance(e, sp.Piecewise):
             out = target or self.tmp()
             first = True
@@ -172,7 +172,7 @@ class ForeachCompiler:
             elif not self.is_tensor(p):
                 self.emit(f"{out} = torch._foreach_pow({x}, {self.host_expr(p)})")
             else:
-                raise CodegenError(f"the torch target cannot print a tensor exponent: {e}")
+                raise UnsupportedTarget(f"the torch target cannot print a tensor exponent: {e}")
             return out
         if isinstance(e, (sp.Max, sp.Min)):
             fn = "_foreach_maximum" if isinstance(e, sp.Max) else "_foreach_minimum"
@@ -199,7 +199,7 @@ class ForeachCompiler:
             source = lists[0] if len(lists) == 1 else f"zip({', '.join(lists)})"
             self.emit(f"{out} = [{body} for {', '.join(vars_)} in {source}]")
             return out
-        raise CodegenError(f"the torch target cannot print {type(e).__name__}: {e}")
+        raise UnsupportedTarget(f"the torch target cannot print {type(e).__name__}: {e}")
 
     def _split(self, e):
         """Split a product into (host coefficient, tensor part)."""
@@ -226,7 +226,7 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         super().__init__({"fully_qualified_modules": True, "standard": "python3"})
 
     def _print_Symbol(self, expr):
-        return expr.name
+        return identifier(expr.name)
 
     def _print_Pow(self, expr, rational=False):
         b, e = expr.args
@@ -246,13 +246,16 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
             if n == "gamma":
                 return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
             return f"{names[n]}({self._print(expr.args[0])})"
-        raise CodegenError(f"the torch target cannot print {n}")
+        raise UnsupportedTarget(f"the torch target cannot print {n}")
 
     def _print_loggamma(self, expr):
         return f"torch.lgamma({self._print(expr.args[0])})"
 
     def _print_sign(self, expr):
         return f"torch.sign({self._print(expr.args[0])})"
+
+    def _print_binary(self, expr):
+        return f"torch.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
 
     def _print_sech(self, expr):
         return f"(1/torch.cosh({self._print(expr.args[0])}))"
@@ -319,10 +322,10 @@ class FusedCompiler:
         if when == sp.false:
             return
         if not self.is_tensor(expr):
-            line = f"{sym} = {self.host.doprint(expr)}"
+            line = f"{identifier(str(sym))} = {self.host.doprint(expr)}"
             self.host_lines.extend([f"if {self.host.doprint(when)}:", "    " + line] if when != sp.true else [line])
             return
-        line = f"{sym} = {self.el.doprint(self._hoist(expr))}"
+        line = f"{identifier(str(sym))} = {self.el.doprint(self._hoist(expr))}"
         if when != sp.true:
             self.body.extend([f"if {self._hoist(when)}:", "    " + line])
         else:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import sympy as sp
 
-from blr_derive.errors import CodegenError
+from blr_derive.errors import CodegenError, UnsupportedTarget
 from blr_derive.ir import need_conditions
 
-from codegen import template_env
+from codegen.inert import template_env
 from codegen.torch import TorchTarget
 from codegen.torch.printer import HostPrinter
 from .printer import HELPERS, TritonFusedCompiler
@@ -37,23 +37,21 @@ from .printer import HELPERS, TritonFusedCompiler
 class TritonTarget:
     name = "triton"
     suffix = ".py"
+    modules = frozenset({"contextlib", "math", "torch", "triton", "triton.language"})          # what a generated module may import (codegen.inert.audit)
     template = "optimizer.py.j2"
 
     def __init__(self):
         self.env = template_env(Path(__file__).parent / "templates")
 
     def check(self, ir):
-        try:
-            TorchTarget.check(self, ir)
-        except CodegenError as exc:
-            raise CodegenError(str(exc).replace("the torch target", "the triton target")) from None
+        TorchTarget.check(self, ir)
 
     def render(self, ir) -> str:
         self.check(ir)
         for sym, expr in ir.assignments:
             if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
-                raise CodegenError(f"recipe '{ir.recipe}': the triton target needs an elementwise update; "
-                                   f"'{sym}' is a matrix expression")
+                raise UnsupportedTarget(f"recipe '{ir.recipe}': the triton target needs an elementwise update; "
+                                        f"'{sym}' is a matrix expression", "family")
         host = HostPrinter()
         mean = ir.mean
         parameter = getattr(ir, "parameter", None)
@@ -68,10 +66,11 @@ class TritonTarget:
             if v.init_state == "param":
                 continue
             if v.init is None:
-                raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)")
+                raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)",
+                                        "state_init")
             if v.init_state is not None and v.init_state != mean:
-                raise CodegenError(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; the "
-                                   "triton target can only copy the parameters themselves")
+                raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; the "
+                                        "triton target can only copy the parameters themselves", "state_init")
         state_syms = {v.symbol for v in ir.state}
         state_syms |= {sp.Symbol(str(s), real=True) for s in state_syms}
         state_names = [v.name for v in ir.state]
@@ -80,7 +79,7 @@ class TritonTarget:
             init_c = TritonFusedCompiler(state_syms)
             init_c.assign(sp.Symbol("param_init"), parameter)
             helpers |= init_c.helpers
-            point = {"init_c": init_c, "init_state": [n for n in state_names if n in set(_body_words(init_c))],
+            point = {"init_c": init_c, "text": sp.sstr(parameter), "init_state": [n for n in state_names if n in set(_body_words(init_c))],
                      "init_hyper": [h for h in ir.hyperparameters if any(s in parameter.free_symbols for s in h.symbols)]}
 
         def loads(comp, names, extra=()):
@@ -115,7 +114,7 @@ class TritonTarget:
             helpers |= theta_c.helpers | stat_c.helpers
             sampling = {
                 "samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
-                "draw": "randn" if sm.draw == "normal" else "rand",
+                "theta_text": sp.sstr(sm.theta_expr), "draw": "randn" if sm.draw == "normal" else "rand",
                 "theta_c": theta_c, "stat_c": stat_c, "stats": stats,
                 "needs_theta": needs_theta, "grads": [(str(k), o) for k, o in sm.calls],
                 "theta_state": [n for n in theta_state if n != mean],

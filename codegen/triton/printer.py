@@ -21,7 +21,7 @@ import sympy as sp
 from sympy.printing.precedence import precedence
 from sympy.printing.pycode import PythonCodePrinter
 
-from blr_derive.errors import CodegenError
+from blr_derive.errors import CodegenError, UnsupportedTarget
 from codegen.torch.printer import ElementwisePrinter, FusedCompiler
 
 HELPERS = {
@@ -182,7 +182,7 @@ class TritonPrinter(ElementwisePrinter):
         if n == "tanh":
             self.helpers.add("_tanh")
             return f"_tanh({self._print(expr.args[0])})"
-        raise CodegenError(f"the triton target cannot print {n}: it prints Triton core math only (no libdevice, "
+        raise UnsupportedTarget(f"the triton target cannot print {n}: it prints Triton core math only (no libdevice, "
                            "which the Triton interpreter cannot run); use the torch target for this recipe")
 
     def _print_exp(self, expr):
@@ -217,6 +217,10 @@ class TritonPrinter(ElementwisePrinter):
     def _print_sign(self, expr):
         x = self._print(expr.args[0])
         return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0*{x}))"
+
+    def _print_binary(self, expr):
+        x = self._print(expr.args[0])
+        return f"tl.where({x} < 0, -1.0, tl.zeros_like({x}) + 1.0)"
 
     def _print_sech(self, expr):
         self.helpers.add("_sech")

@@ -47,6 +47,45 @@ EQUATIONS = (
     "m <- -lr*m*weight_decay - lr*u_hat/s_root + m",
     "s_max <- Piecewise((Max(s_max, s_new), amsgrad), (s_max, True))",
 )
+SHAPES = {
+    "m": "*",
+    "s": "*",
+    "u": "*",
+    "s_max": "*",
+    "g": "*",
+    "step": (),
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(hyperparameters=None, **state):
@@ -59,7 +98,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     if "s" not in out:
         out["s"] = numpy.full_like(out["m"], 0)
     if "u" not in out:
@@ -89,13 +129,14 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     weight_decay = hp["weight_decay"]
     amsgrad = bool(hp["amsgrad"])
     t = int(state["step"]) + 1
-    m = numpy.asarray(state["m"], dtype=float)
-    s = numpy.asarray(state["s"], dtype=float)
-    u = numpy.asarray(state["u"], dtype=float)
-    s_max = numpy.asarray(state["s_max"], dtype=float)
-    if oracles is None:
-        raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
-    g = numpy.asarray(oracles["grad"](m), dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    m = _array("m", state["m"], _dims)
+    s = _array("s", state["s"], _dims)
+    u = _array("u", state["u"], _dims)
+    s_max = _array("s_max", state["s_max"], _dims)
+    _need(oracles, ORACLES, "the oracles")
+    g = _array("g", oracles["grad"](m), _dims)
     u_new = beta1*u + g*(1 - beta1)
     u_hat = u_new/(1 - beta1**t)
     s_new = beta2*s + g**2*(1 - beta2)

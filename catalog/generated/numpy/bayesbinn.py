@@ -41,6 +41,42 @@ EQUATIONS = (
     "grad_avg <- grad_N*(1 - momentum) + grad_avg*momentum",
     "lam <- -grad_avg_new*lr + lam*(1 - lr) + lr*log(-prior_p/(prior_p - 1))/2",
 )
+SHAPES = {
+    "lam": "*",
+    "grad_avg": "*",
+    "g_k": "*",
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(hyperparameters=None, **state):
@@ -53,7 +89,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     if "grad_avg" not in out:
         out["grad_avg"] = numpy.full_like(out["lam"], 0)
     return out
@@ -79,20 +116,21 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     momentum = hp["momentum"]
     mc_samples = int(hp["mc_samples"])
     eps = hp["eps"]
-    lam = numpy.asarray(state["lam"], dtype=float)
-    grad_avg = numpy.asarray(state["grad_avg"], dtype=float)
-    if oracles is None:
-        raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
+    _need(state, STATE, "the state")
+    _dims = {}
+    lam = _array("lam", state["lam"], _dims)
+    grad_avg = _array("grad_avg", state["grad_avg"], _dims)
+    _need(oracles, ORACLES, "the oracles")
     # Monte Carlo over q: mc_samples sample(s) theta_k = numpy.tanh((lam + (1/2)*numpy.log(u/(1 - u)))/temperature)
     if rng is None:
         raise TypeError("this update draws random numbers: pass rng (a numpy.random.Generator)")
     n_samples = int(mc_samples)
     ngrad = numpy.zeros_like(lam)
-    for k in range(n_samples):
+    for _k in range(n_samples):
         u = numpy.asarray(rng.random(numpy.shape(lam)), dtype=float)
         theta_k = numpy.tanh((lam + (1/2)*numpy.log(u/(1 - u)))/temperature)
-        g_k = numpy.asarray(oracles["grad"](theta_k), dtype=float)
-        ngrad = ngrad + (g_k*(eps + (1/numpy.cosh((lam + (1/2)*numpy.log(u/(1 - u)))/temperature))**2/temperature)/(eps + (1/numpy.cosh(lam))**2) - ngrad) / (k + 1)
+        g_k = _array("g_k", oracles["grad"](theta_k), _dims)
+        ngrad = ngrad + (g_k*(eps + (1/numpy.cosh((lam + (1/2)*numpy.log(u/(1 - u)))/temperature))**2/temperature)/(eps + (1/numpy.cosh(lam))**2) - ngrad) / (_k + 1)
     grad_N = ngrad*train_set_size
     grad_avg_new = grad_N*(1 - momentum) + grad_avg*momentum
     lam_new = -grad_avg_new*lr + lam*(1 - lr) + (1/2)*lr*numpy.log(-prior_p/(prior_p - 1))
@@ -103,9 +141,9 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
 
 
 def parameter(state):
-    """What the model's weights hold, sign(lam) (the recipe's 'parameter'), from a state."""
+    """What the model's weights hold, numpy.where(lam < 0, -1.0, 1.0) (the recipe's 'parameter'), from a state."""
     lam = numpy.asarray(state["lam"], dtype=float)
-    return numpy.sign(lam)
+    return numpy.where(lam < 0, -1.0, 1.0)
 
 
 # ---------------------------------------------------------------------------------------------

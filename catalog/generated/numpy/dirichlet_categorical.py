@@ -34,6 +34,45 @@ EQUATIONS = (
     "a2 <- a02 + c2",
     "a3 <- a03 + c3",
 )
+SHAPES = {
+    "a1": "*",
+    "a2": "*",
+    "a3": "*",
+    "c1": "?",
+    "c2": "?",
+    "c3": "?",
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(hyperparameters=None, **state):
@@ -46,7 +85,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     return out
 
 
@@ -68,14 +108,15 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     a01 = hp["a01"]
     a02 = hp["a02"]
     a03 = hp["a03"]
-    a1 = numpy.asarray(state["a1"], dtype=float)
-    a2 = numpy.asarray(state["a2"], dtype=float)
-    a3 = numpy.asarray(state["a3"], dtype=float)
-    if data is None:
-        raise TypeError("this update needs data: " + ", ".join(DATA))
-    c1 = numpy.asarray(data["c1"], dtype=float)
-    c2 = numpy.asarray(data["c2"], dtype=float)
-    c3 = numpy.asarray(data["c3"], dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    a1 = _array("a1", state["a1"], _dims)
+    a2 = _array("a2", state["a2"], _dims)
+    a3 = _array("a3", state["a3"], _dims)
+    _need(data, DATA, "the data")
+    c1 = _array("c1", data["c1"], _dims)
+    c2 = _array("c2", data["c2"], _dims)
+    c3 = _array("c3", data["c3"], _dims)
     a1_new = a01 + c1
     a2_new = a02 + c2
     a3_new = a03 + c3

@@ -32,6 +32,42 @@ EQUATIONS = (
     "g = mean_k(g_s*Heaviside(pi1 - u_mask, 0))",
     "m <- -g*rho/(pi1*s) + m",
 )
+SHAPES = {
+    "m": "*",
+    "s": "?",
+    "g_s": "*",
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(hyperparameters=None, **state):
@@ -44,7 +80,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     return out
 
 
@@ -63,20 +100,21 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         raise TypeError(f"step() needs the hyperparameters {required}")
     rho = hp["rho"]
     pi1 = hp["pi1"]
-    m = numpy.asarray(state["m"], dtype=float)
-    s = numpy.asarray(state["s"], dtype=float)
-    if oracles is None:
-        raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
+    _need(state, STATE, "the state")
+    _dims = {}
+    m = _array("m", state["m"], _dims)
+    s = _array("s", state["s"], _dims)
+    _need(oracles, ORACLES, "the oracles")
     # Monte Carlo over q: 1 sample(s) theta_tilde = m*numpy.heaviside(pi1 - u_mask, 0)
     if rng is None:
         raise TypeError("this update draws random numbers: pass rng (a numpy.random.Generator)")
     n_samples = int(1)
     g = numpy.zeros_like(m)
-    for k in range(n_samples):
+    for _k in range(n_samples):
         u_mask = numpy.asarray(rng.random(numpy.shape(m)), dtype=float)
         theta_tilde = m*numpy.heaviside(pi1 - u_mask, 0)
-        g_s = numpy.asarray(oracles["grad"](theta_tilde), dtype=float)
-        g = g + (g_s*numpy.heaviside(pi1 - u_mask, 0) - g) / (k + 1)
+        g_s = _array("g_s", oracles["grad"](theta_tilde), _dims)
+        g = g + (g_s*numpy.heaviside(pi1 - u_mask, 0) - g) / (_k + 1)
     m_new = -g*rho/(pi1*s) + m
     return {
         "m": m_new,

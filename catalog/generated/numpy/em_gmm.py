@@ -92,6 +92,48 @@ EQUATIONS = (
     "L2_new = ((-1/sum3)*m2_new*sum5.T + (-1/sum3)*sum5*m2_new.T + m2_new*m2_new.T + 1/sum3*sum9)^-1",
     "L3_new = ((-1/sum6)*m3_new*sum7.T + (-1/sum6)*sum7*m3_new.T + m3_new*m3_new.T + 1/sum6*sum10)^-1",
 )
+SHAPES = {
+    "pi1": (),
+    "pi2": (),
+    "m1": ("P", ),
+    "m2": ("P", ),
+    "m3": ("P", ),
+    "L1": ("P", "P", ),
+    "L2": ("P", "P", ),
+    "L3": ("P", "P", ),
+    "y": ("n_rows", "P", ),
+}
+SYMMETRIC = ("L1", "L2", "L3", )
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def _spd_solve(A, B):
@@ -105,7 +147,8 @@ def init(**state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     return out
 
 
@@ -119,17 +162,18 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
     hp = {**HYPERPARAMETERS, **hyperparameters}
-    pi1 = numpy.asarray(state["pi1"], dtype=float)
-    pi2 = numpy.asarray(state["pi2"], dtype=float)
-    m1 = numpy.asarray(state["m1"], dtype=float)
-    m2 = numpy.asarray(state["m2"], dtype=float)
-    m3 = numpy.asarray(state["m3"], dtype=float)
-    L1 = numpy.asarray(state["L1"], dtype=float)
-    L2 = numpy.asarray(state["L2"], dtype=float)
-    L3 = numpy.asarray(state["L3"], dtype=float)
-    if data is None:
-        raise TypeError("this update needs data: " + ", ".join(DATA))
-    y_rows = numpy.asarray(data["y"], dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    pi1 = _array("pi1", state["pi1"], _dims)
+    pi2 = _array("pi2", state["pi2"], _dims)
+    m1 = _array("m1", state["m1"], _dims)
+    m2 = _array("m2", state["m2"], _dims)
+    m3 = _array("m3", state["m3"], _dims)
+    L1 = _array("L1", state["L1"], _dims)
+    L2 = _array("L2", state["L2"], _dims)
+    L3 = _array("L3", state["L3"], _dims)
+    _need(data, DATA, "the data")
+    y_rows = _array("y", data["y"], _dims)
     P = y_rows.shape[1]
     row_const1 = m3 @ L3 @ m3
     row_const2 = m1 @ L1 @ m1

@@ -47,6 +47,48 @@ EQUATIONS = (
     "s <- beta2*s + 2*dual2*(1 - beta2)/rho + h_price*(1 - beta2)/rho + s_g*(1 - beta2) + (1 - beta2)^2*(s - (2*dual2 + h_price + rho*s_g)/rho)^2/(2*s)",
     "m <- m*(-2*dual2*lr/(rho*s_new) - lr*s_g/s_new + 1) + (-dual1*lr/rho + lr*m_g*s_g - lr*momentum_hat/rho)/s_new",
 )
+SHAPES = {
+    "m": "*",
+    "s": "*",
+    "momentum": "*",
+    "m_g": "?",
+    "s_g": "?",
+    "dual1": "?",
+    "dual2": "?",
+    "g_k": "*",
+    "step": (),
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(hyperparameters=None, **state):
@@ -59,7 +101,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     if "momentum" not in out:
         out["momentum"] = numpy.full_like(out["m"], 0)
     out["step"] = numpy.asarray(state.get("step", 0))
@@ -93,29 +136,29 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     beta2 = hp["beta2"]
     mc_samples = int(hp["mc_samples"])
     t = int(state["step"]) + 1
-    m = numpy.asarray(state["m"], dtype=float)
-    s = numpy.asarray(state["s"], dtype=float)
-    momentum = numpy.asarray(state["momentum"], dtype=float)
-    if data is None:
-        raise TypeError("this update needs data: " + ", ".join(DATA))
-    m_g = numpy.asarray(data["m_g"], dtype=float)
-    s_g = numpy.asarray(data["s_g"], dtype=float)
-    dual1 = numpy.asarray(data["dual1"], dtype=float)
-    dual2 = numpy.asarray(data["dual2"], dtype=float)
-    if oracles is None:
-        raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
+    _need(state, STATE, "the state")
+    _dims = {}
+    m = _array("m", state["m"], _dims)
+    s = _array("s", state["s"], _dims)
+    momentum = _array("momentum", state["momentum"], _dims)
+    _need(data, DATA, "the data")
+    m_g = _array("m_g", data["m_g"], _dims)
+    s_g = _array("s_g", data["s_g"], _dims)
+    dual1 = _array("dual1", data["dual1"], _dims)
+    dual2 = _array("dual2", data["dual2"], _dims)
+    _need(oracles, ORACLES, "the oracles")
     # Monte Carlo over q: mc_samples sample(s) theta_k = eps/numpy.sqrt(s) + m
     if rng is None:
         raise TypeError("this update draws random numbers: pass rng (a numpy.random.Generator)")
     n_samples = int(mc_samples)
     g = numpy.zeros_like(m)
     avg_nxg = numpy.zeros_like(m)
-    for k in range(n_samples):
+    for _k in range(n_samples):
         eps = numpy.asarray(rng.standard_normal(numpy.shape(m)), dtype=float)
         theta_k = eps/numpy.sqrt(s) + m
-        g_k = numpy.asarray(oracles["grad"](theta_k), dtype=float)
-        g = g + (g_k - g) / (k + 1)
-        avg_nxg = avg_nxg + (eps*g_k/numpy.sqrt(s) - avg_nxg) / (k + 1)
+        g_k = _array("g_k", oracles["grad"](theta_k), _dims)
+        g = g + (g_k - g) / (_k + 1)
+        avg_nxg = avg_nxg + (eps*g_k/numpy.sqrt(s) - avg_nxg) / (_k + 1)
     t_0 = 1 - beta2
     t_1 = rho**(-1.0)
     t_2 = t_0*t_1

@@ -69,6 +69,44 @@ EQUATIONS = (
     "h <- -weight_decay + s_new/ess",
     "m <- -lr_mean*Min(clip_radius, Max(-clip_radius, direction)) + m",
 )
+SHAPES = {
+    "m": "*",
+    "h": "*",
+    "momentum": "*",
+    "g_k": "*",
+    "step": (),
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(hyperparameters=None, **state):
@@ -81,7 +119,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     hp = {**HYPERPARAMETERS, **(hyperparameters or {})}
     if hp["hess_init"] is None:
         raise TypeError("init() needs the hyperparameter hess_init for the default state")
@@ -123,11 +162,12 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     rescale_lr = bool(hp["rescale_lr"])
     debias = bool(hp["debias"])
     t = int(state["step"]) + 1
-    m = numpy.asarray(state["m"], dtype=float)
-    h = numpy.asarray(state["h"], dtype=float)
-    momentum = numpy.asarray(state["momentum"], dtype=float)
-    if oracles is None:
-        raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
+    _need(state, STATE, "the state")
+    _dims = {}
+    m = _array("m", state["m"], _dims)
+    h = _array("h", state["h"], _dims)
+    momentum = _array("momentum", state["momentum"], _dims)
+    _need(oracles, ORACLES, "the oracles")
     # Monte Carlo over q: mc_samples sample(s) theta_k = eps/numpy.sqrt(ess*(h + weight_decay)) + m
     if rng is None:
         raise TypeError("this update draws random numbers: pass rng (a numpy.random.Generator)")
@@ -135,13 +175,13 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     g = numpy.zeros_like(m)
     avg_gsq = numpy.zeros_like(m)
     avg_nxg = numpy.zeros_like(m)
-    for k in range(n_samples):
+    for _k in range(n_samples):
         eps = numpy.asarray(rng.standard_normal(numpy.shape(m)), dtype=float)
         theta_k = eps/numpy.sqrt(ess*(h + weight_decay)) + m
-        g_k = numpy.asarray(oracles["grad"](theta_k), dtype=float)
-        g = g + (g_k - g) / (k + 1)
-        avg_gsq = avg_gsq + (g_k**2 - avg_gsq) / (k + 1)
-        avg_nxg = avg_nxg + (eps*g_k/numpy.sqrt(ess*(h + weight_decay)) - avg_nxg) / (k + 1)
+        g_k = _array("g_k", oracles["grad"](theta_k), _dims)
+        g = g + (g_k - g) / (_k + 1)
+        avg_gsq = avg_gsq + (g_k**2 - avg_gsq) / (_k + 1)
+        avg_nxg = avg_nxg + (eps*g_k/numpy.sqrt(ess*(h + weight_decay)) - avg_nxg) / (_k + 1)
     t_0 = h + weight_decay
     t_1 = ess*t_0
     t_2 = ess*weight_decay

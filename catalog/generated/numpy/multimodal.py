@@ -67,6 +67,47 @@ EQUATIONS = (
     "S2 <- rho*H2 + rho*Hq2 + S2",
     "m2 <- S2_new^-1*((-rho)*g2 + (-rho)*gq2) + m2",
 )
+SHAPES = {
+    "m1": ("P", ),
+    "S1": ("P", "P", ),
+    "m2": ("P", ),
+    "S2": ("P", "P", ),
+    "g1": ("P", ),
+    "H1": ("P", "P", ),
+    "g2": ("P", ),
+    "H2": ("P", "P", ),
+}
+SYMMETRIC = ("H1", "H2", "S1", "S2", )
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def _spd_solve(A, B):
@@ -84,7 +125,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     return out
 
 
@@ -103,17 +145,18 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if required:
         raise TypeError(f"step() needs the hyperparameters {required}")
     rho = hp["rho"]
-    m1 = numpy.asarray(state["m1"], dtype=float)
-    S1 = numpy.asarray(state["S1"], dtype=float)
-    m2 = numpy.asarray(state["m2"], dtype=float)
-    S2 = numpy.asarray(state["S2"], dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    m1 = _array("m1", state["m1"], _dims)
+    S1 = _array("S1", state["S1"], _dims)
+    m2 = _array("m2", state["m2"], _dims)
+    S2 = _array("S2", state["S2"], _dims)
     P = m1.shape[0]
-    if oracles is None:
-        raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
-    g1 = numpy.asarray(oracles["grad"](m1), dtype=float)
-    H1 = numpy.asarray(oracles["hess"](m1), dtype=float)
-    g2 = numpy.asarray(oracles["grad"](m2), dtype=float)
-    H2 = numpy.asarray(oracles["hess"](m2), dtype=float)
+    _need(oracles, ORACLES, "the oracles")
+    g1 = _array("g1", oracles["grad"](m1), _dims)
+    H1 = _array("H1", oracles["hess"](m1), _dims)
+    g2 = _array("g2", oracles["grad"](m2), _dims)
+    H2 = _array("H2", oracles["hess"](m2), _dims)
     a_1_1 = -1/2*P*(numpy.log(2) + numpy.log(numpy.pi)) + (1/2)*numpy.log(numpy.linalg.det(S1)) - numpy.log(2)
     a_2_1 = -1/2*P*(numpy.log(2) + numpy.log(numpy.pi)) + (1/2)*numpy.log(numpy.linalg.det(S2)) - 1/2*numpy.trace(numpy.outer(S2 @ m1, m1)) + numpy.trace(numpy.outer(S2 @ m1, m2)) - 1/2*numpy.trace(numpy.outer(S2 @ m2, m2)) - numpy.log(2)
     r_1_1 = numpy.exp(a_1_1 - scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(a_1_1, a_2_1)), axis=0))

@@ -59,6 +59,43 @@ EQUATIONS = (
     "s2 <- Hq2*rho + 12*m2^2*rho*scale - 16*rho*scale + 12*rho*scale/s2 + s2",
     "m2 <- 8*m2^3*rho*scale/s2_new + m2*(Hq2*rho/s2_new + s2/s2_new) + (-gq2*rho - rho)/s2_new",
 )
+SHAPES = {
+    "m1": "*",
+    "s1": "*",
+    "m2": "*",
+    "s2": "*",
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(hyperparameters=None, **state):
@@ -71,7 +108,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     return out
 
 
@@ -87,10 +125,12 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         raise TypeError(f"step() needs the hyperparameters {required}")
     rho = hp["rho"]
     scale = hp["scale"]
-    m1 = numpy.asarray(state["m1"], dtype=float)
-    s1 = numpy.asarray(state["s1"], dtype=float)
-    m2 = numpy.asarray(state["m2"], dtype=float)
-    s2 = numpy.asarray(state["s2"], dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    m1 = _array("m1", state["m1"], _dims)
+    s1 = _array("s1", state["s1"], _dims)
+    m2 = _array("m2", state["m2"], _dims)
+    s2 = _array("s2", state["s2"], _dims)
     t_0 = (1/2)*s1
     t_1 = (1/2)*numpy.log(numpy.pi) + numpy.log(2)
     t_2 = t_1 - 1/2*numpy.log(t_0)

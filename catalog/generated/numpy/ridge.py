@@ -30,6 +30,43 @@ EQUATIONS = (
     "S <- delta*I + X.T*X",
     "m <- S_new^-1*X.T*y",
 )
+SHAPES = {
+    "m": ("P", ),
+    "S": ("P", "P", ),
+    "X": ("N", "P", ),
+    "y": ("N", ),
+}
+SYMMETRIC = ("S", )
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def _spd_solve(A, B):
@@ -47,7 +84,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     return out
 
 
@@ -66,12 +104,13 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if required:
         raise TypeError(f"step() needs the hyperparameters {required}")
     delta = hp["delta"]
-    m = numpy.asarray(state["m"], dtype=float)
-    S = numpy.asarray(state["S"], dtype=float)
-    if data is None:
-        raise TypeError("this update needs data: " + ", ".join(DATA))
-    X = numpy.asarray(data["X"], dtype=float)
-    y = numpy.asarray(data["y"], dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    m = _array("m", state["m"], _dims)
+    S = _array("S", state["S"], _dims)
+    _need(data, DATA, "the data")
+    X = _array("X", data["X"], _dims)
+    y = _array("y", data["y"], _dims)
     P = m.shape[0]
     N = X.shape[0]
     S_new = delta*numpy.eye(P) + X.T @ X

@@ -108,6 +108,50 @@ EQUATIONS = (
     "mu3_m_new = -mu3_lambda1/(2*mu3_lambda2)",
     "mu3_s_new = -2*mu3_lambda2",
 )
+SHAPES = {
+    "w_a1": (),
+    "w_a2": (),
+    "w_a3": (),
+    "mu1_m": (),
+    "mu1_s": (),
+    "mu2_m": (),
+    "mu2_s": (),
+    "mu3_m": (),
+    "mu3_s": (),
+    "y": ("n_rows", ),
+    "step": (),
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(**state):
@@ -116,7 +160,8 @@ def init(**state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     out["step"] = numpy.asarray(state.get("step", 0))
     return out
 
@@ -139,18 +184,19 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     delay = hp["delay"]
     forgetting = hp["forgetting"]
     t = int(state["step"]) + 1
-    w_a1 = numpy.asarray(state["w_a1"], dtype=float)
-    w_a2 = numpy.asarray(state["w_a2"], dtype=float)
-    w_a3 = numpy.asarray(state["w_a3"], dtype=float)
-    mu1_m = numpy.asarray(state["mu1_m"], dtype=float)
-    mu1_s = numpy.asarray(state["mu1_s"], dtype=float)
-    mu2_m = numpy.asarray(state["mu2_m"], dtype=float)
-    mu2_s = numpy.asarray(state["mu2_s"], dtype=float)
-    mu3_m = numpy.asarray(state["mu3_m"], dtype=float)
-    mu3_s = numpy.asarray(state["mu3_s"], dtype=float)
-    if data is None:
-        raise TypeError("this update needs data: " + ", ".join(DATA))
-    y_rows = numpy.asarray(data["y"], dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    w_a1 = _array("w_a1", state["w_a1"], _dims)
+    w_a2 = _array("w_a2", state["w_a2"], _dims)
+    w_a3 = _array("w_a3", state["w_a3"], _dims)
+    mu1_m = _array("mu1_m", state["mu1_m"], _dims)
+    mu1_s = _array("mu1_s", state["mu1_s"], _dims)
+    mu2_m = _array("mu2_m", state["mu2_m"], _dims)
+    mu2_s = _array("mu2_s", state["mu2_s"], _dims)
+    mu3_m = _array("mu3_m", state["mu3_m"], _dims)
+    mu3_s = _array("mu3_s", state["mu3_s"], _dims)
+    _need(data, DATA, "the data")
+    y_rows = _array("y", data["y"], _dims)
     row_const1 = mu1_m/sigma2
     row_const2 = -mu3_m/sigma2
     row_const3 = -1/2*mu1_m**2/sigma2 + (1/2)*mu3_m**2/sigma2 + scipy.special.digamma(w_a1) - scipy.special.digamma(w_a3) + (1/2)/(mu3_s*sigma2) - (1/2)/(mu1_s*sigma2)

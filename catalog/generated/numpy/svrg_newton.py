@@ -38,6 +38,49 @@ EQUATIONS = (
     "S <- (-rho)*H_old + rho*H + rho*hess_full + (1 - rho)*S",
     "m <- S_new^-1*((-rho)*H_old*m_old + (-rho)*g + (-rho)*grad_full + rho*H*m + rho*g_old + rho*hess_full*m_old + (1 - rho)*S*m)",
 )
+SHAPES = {
+    "m": ("P", ),
+    "S": ("P", "P", ),
+    "m_old": ("P", ),
+    "S_old": ("P", "P", ),
+    "grad_full": ("P", ),
+    "hess_full": ("P", "P", ),
+    "g": ("P", ),
+    "H": ("P", "P", ),
+    "g_old": ("P", ),
+    "H_old": ("P", "P", ),
+}
+SYMMETRIC = ("H", "H_old", "S", "S_old", "hess_full", )
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def _spd_solve(A, B):
@@ -55,7 +98,8 @@ def init(hyperparameters=None, **state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     return out
 
 
@@ -80,21 +124,21 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     if required:
         raise TypeError(f"step() needs the hyperparameters {required}")
     rho = hp["rho"]
-    m = numpy.asarray(state["m"], dtype=float)
-    S = numpy.asarray(state["S"], dtype=float)
-    if data is None:
-        raise TypeError("this update needs data: " + ", ".join(DATA))
-    m_old = numpy.asarray(data["m_old"], dtype=float)
-    S_old = numpy.asarray(data["S_old"], dtype=float)
-    grad_full = numpy.asarray(data["grad_full"], dtype=float)
-    hess_full = numpy.asarray(data["hess_full"], dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    m = _array("m", state["m"], _dims)
+    S = _array("S", state["S"], _dims)
+    _need(data, DATA, "the data")
+    m_old = _array("m_old", data["m_old"], _dims)
+    S_old = _array("S_old", data["S_old"], _dims)
+    grad_full = _array("grad_full", data["grad_full"], _dims)
+    hess_full = _array("hess_full", data["hess_full"], _dims)
     P = m.shape[0]
-    if oracles is None:
-        raise TypeError("this update needs oracles: " + ", ".join(ORACLES))
-    g = numpy.asarray(oracles["grad"](m), dtype=float)
-    H = numpy.asarray(oracles["hess"](m), dtype=float)
-    g_old = numpy.asarray(oracles["grad"](m_old), dtype=float)
-    H_old = numpy.asarray(oracles["hess"](m_old), dtype=float)
+    _need(oracles, ORACLES, "the oracles")
+    g = _array("g", oracles["grad"](m), _dims)
+    H = _array("H", oracles["hess"](m), _dims)
+    g_old = _array("g_old", oracles["grad"](m_old), _dims)
+    H_old = _array("H_old", oracles["hess"](m_old), _dims)
     S_new = rho*H + rho*hess_full + (-rho)*H_old + (1 - rho)*S
     m_new = _spd_solve(S_new, ((-rho)*g + (-rho)*grad_full + rho*g_old + (-rho)*H_old @ m_old + rho*H @ m + rho*hess_full @ m_old + (1 - rho)*S @ m))
     return {

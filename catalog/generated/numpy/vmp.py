@@ -58,6 +58,44 @@ EQUATIONS = (
     "tau_alpha_new = tau_lambda1 + 1",
     "tau_beta_new = -tau_lambda2",
 )
+SHAPES = {
+    "theta_m": (),
+    "theta_s": (),
+    "tau_alpha": (),
+    "tau_beta": (),
+    "y": ("n_rows", ),
+}
+SYMMETRIC = ()
+
+
+def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
 def init(**state):
@@ -66,7 +104,8 @@ def init(**state):
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:
         raise TypeError(f"init() needs {REQUIRED_STATE} (optional: {STATE}); missing {missing}, unknown {unknown}")
-    out = {name: numpy.array(value, dtype=float) for name, value in state.items()}
+    _dims = {}
+    out = {name: numpy.array(_array(name, value, _dims)) for name, value in state.items()}
     return out
 
 
@@ -84,13 +123,14 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     kappa0 = hp["kappa0"]
     alpha0 = hp["alpha0"]
     beta0 = hp["beta0"]
-    theta_m = numpy.asarray(state["theta_m"], dtype=float)
-    theta_s = numpy.asarray(state["theta_s"], dtype=float)
-    tau_alpha = numpy.asarray(state["tau_alpha"], dtype=float)
-    tau_beta = numpy.asarray(state["tau_beta"], dtype=float)
-    if data is None:
-        raise TypeError("this update needs data: " + ", ".join(DATA))
-    y_rows = numpy.asarray(data["y"], dtype=float)
+    _need(state, STATE, "the state")
+    _dims = {}
+    theta_m = _array("theta_m", state["theta_m"], _dims)
+    theta_s = _array("theta_s", state["theta_s"], _dims)
+    tau_alpha = _array("tau_alpha", state["tau_alpha"], _dims)
+    tau_beta = _array("tau_beta", state["tau_beta"], _dims)
+    _need(data, DATA, "the data")
+    y_rows = _array("y", data["y"], _dims)
     n_rows = y_rows.shape[0]
     # the per-row program on all rows at once (rows are the leading axis)
     y = y_rows

@@ -38,6 +38,19 @@ EQUATIONS = (
 )
 
 
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _work(tensors):
+    """Tensors for the arithmetic: float16/bfloat16 ones as float32 copies (their state is float32 too), the
+    others as they are."""
+    return [t.float() if t.dtype in _LOW else t for t in tensors]
+
+
+def _no_sparse(params, name):
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            raise RuntimeError(f"{name} does not support sparse gradients")
 
 
 
@@ -46,12 +59,12 @@ def _kernel(m_list, s_list, u_list, s_max_list, g_list, *host):
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10 = host
-    for i in range(len(m_list)):
-        m = m_list[i]
-        s = s_list[i]
-        u = u_list[i]
-        s_max = s_max_list[i]
-        g = g_list[i]
+    for _i in range(len(m_list)):
+        m = m_list[_i]
+        s = s_list[_i]
+        u = u_list[_i]
+        s_max = s_max_list[_i]
+        g = g_list[_i]
         g_wd = (_h0*m + g if _h1 else g)
         u_new = _h2*u + _h3*g_wd
         u_hat = _h4*u_new
@@ -62,12 +75,12 @@ def _kernel(m_list, s_list, u_list, s_max_list, g_list, *host):
         s_root = _h9 + torch.sqrt(s_hat)
         m_new = -_h10*u_hat/s_root + m
         if u_new is not u:
-            u_list[i].copy_(u_new)
+            u_list[_i].copy_(u_new)
         if s_new is not s:
-            s_list[i].copy_(s_new)
+            s_list[_i].copy_(s_new)
         if s_max_new is not s_max:
-            s_max_list[i].copy_(s_max_new)
-        m_list[i].copy_(m_new)
+            s_max_list[_i].copy_(s_max_new)
+        m_list[_i].copy_(m_new)
 
 
 _COMPILED = []
@@ -103,13 +116,16 @@ class Adam(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, fused=bool(fused))
         super().__init__(params, defaults)
 
-    def _state(self, p, group):
-        state = self.state[p]
+    def _state(self, _p, group):
+        state = self.state[_p]
         if len(state) == 0:
             state["step"] = torch.tensor(0.0)
-            state["s"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
-            state["u"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
-            state["s_max"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
+            state["s"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+            state["u"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+            state["s_max"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @torch.no_grad()
@@ -119,10 +135,11 @@ class Adam(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
+            _no_sparse(params, "Adam")
             lr = group["lr"]
             beta1, beta2 = group["betas"]
             eps = group["eps"]
@@ -130,16 +147,18 @@ class Adam(torch.optim.Optimizer):
             amsgrad = bool(group["amsgrad"])
             states = [self._state(p, group) for p in params]
             t = int(states[0]["step"].item()) + 1
-            m = params
+            m = _work(params)
             s = [st["s"] for st in states]
             u = [st["u"] for st in states]
             s_max = [st["s_max"] for st in states]
-            g = [p.grad for p in params]
+            g = _work([p.grad for p in params])
             if group.get("fused", False):
                 host = (weight_decay, (weight_decay != 0), beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, lr, )
-                dtype, device = params[0].dtype, params[0].device
-                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                dtype = torch.float32 if params[0].dtype in _LOW else params[0].dtype
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=params[0].device) for v in host]
                 _compiled_kernel()(m, s, u, s_max, g, *host)
+                if any(a is not b for a, b in zip(m, params)):
+                    torch._foreach_copy_(params, m)
             else:
                 if (weight_decay != 0):
                     _f1 = torch._foreach_add(g, m, alpha=weight_decay)
@@ -179,6 +198,6 @@ class Adam(torch.optim.Optimizer):
                 if s_max_new is not s_max:
                     torch._foreach_copy_(s_max, s_max_new)
                 torch._foreach_copy_(params, m_new)
-            for st in states:
-                st["step"] += 1
+            for _st in states:
+                _st["step"] += 1
         return loss

@@ -29,6 +29,19 @@ EQUATIONS = (
 )
 
 
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _work(tensors):
+    """Tensors for the arithmetic: float16/bfloat16 ones as float32 copies (their state is float32 too), the
+    others as they are."""
+    return [t.float() if t.dtype in _LOW else t for t in tensors]
+
+
+def _no_sparse(params, name):
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            raise RuntimeError(f"{name} does not support sparse gradients")
 
 
 
@@ -37,20 +50,20 @@ def _kernel(params_list, lam_list, grad_avg_list, ngrad_list, *host):
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5 = host
-    for i in range(len(params_list)):
-        params = params_list[i]
-        lam = lam_list[i]
-        grad_avg = grad_avg_list[i]
-        ngrad = ngrad_list[i]
+    for _i in range(len(params_list)):
+        params = params_list[_i]
+        lam = lam_list[_i]
+        grad_avg = grad_avg_list[_i]
+        ngrad = ngrad_list[_i]
         grad_N = _h0*ngrad
         grad_avg_new = _h1*grad_N + _h2*grad_avg
         lam_new = _h3*lam + _h4 - _h5*grad_avg_new
-        param_new = torch.sign(lam_new)
+        param_new = torch.where(lam_new < 0, -1.0, 1.0)
         if grad_avg_new is not grad_avg:
-            grad_avg_list[i].copy_(grad_avg_new)
+            grad_avg_list[_i].copy_(grad_avg_new)
         if lam_new is not lam:
-            lam_list[i].copy_(lam_new)
-        params_list[i].copy_(param_new)
+            lam_list[_i].copy_(lam_new)
+        params_list[_i].copy_(param_new)
 
 
 _COMPILED = []
@@ -65,7 +78,7 @@ def _compiled_kernel():
 class BayesBiNN(torch.optim.Optimizer):
     """BayesBiNN (Bayesian binary neural networks).
 
-    The parameters hold `sign(lam)` (set at construction and after every step); the state of the
+    The parameters hold `binary(lam)` (set at construction and after every step); the state of the
     candidate distribution (lam, grad_avg) lives in ``self.state[p]``; `lam` starts as a copy of the tensor given.
 
     Gradients are taken at samples of q: evaluate the loss inside ``with opt.sampled_params(train=True):``
@@ -106,6 +119,7 @@ class BayesBiNN(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self._samples = {}
         self._sync = bool(sync)
+        self._sampling = False
         with torch.no_grad():
             for group in self.param_groups:
                 params = list(group["params"])
@@ -114,29 +128,36 @@ class BayesBiNN(torch.optim.Optimizer):
                 states = [self._state(p, group) for p in params]
                 lam = [st["lam"] for st in states]
                 grad_avg = [st["grad_avg"] for st in states]
-                _f1 = torch._foreach_sign(lam)
+                _f1 = [torch.where(_a0 < 0, -1.0, 1.0) for _a0 in lam]
                 param_init = _f1
                 torch._foreach_copy_(params, param_init)
 
-    def _state(self, p, group):
-        state = self.state[p]
+    def _state(self, _p, group):
+        state = self.state[_p]
         if len(state) == 0:
-            state["lam"] = p.detach().clone(memory_format=torch.preserve_format)
-            state["grad_avg"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
+            state["lam"] = _p.detach().clone(memory_format=torch.preserve_format)
+            if _p.dtype in _LOW:
+                state["lam"] = state["lam"].float()
+            state["grad_avg"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @contextlib.contextmanager
     def sampled_params(self, train=False):
         """Replace every parameter by a sample of q (one flat uniform draw per group) and restore
         the means on exit, also when the body raises.  With ``train=True`` the gradients left in ``p.grad``
-        are collected as one Monte Carlo sample for the next ``step()``."""
+        are collected as one Monte Carlo sample for the next ``step()``.  Samples do not nest."""
+        if self._sampling:
+            raise RuntimeError("sampled_params() is already active: leave it before drawing another sample")
         with torch.no_grad():
             drawn = self._draw()
+        self._sampling = True
         try:
             yield
         finally:
+            self._sampling = False
             with torch.no_grad():
-                for group, params, mean, _, _ in drawn:
+                for _, params, mean, _, _ in drawn:
                     torch._foreach_copy_(params, mean)
         if train:
             with torch.no_grad():
@@ -145,16 +166,16 @@ class BayesBiNN(torch.optim.Optimizer):
     def _draw(self):
         """θ_k for every group; returns what is needed to restore the parameters and collect statistics."""
         drawn = []
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
             temperature = group["temperature"]
             states = [self._state(p, group) for p in params]
-            _saved = [p.detach().clone() for p in params]
+            _saved = _work([p.detach().clone() for p in params])
             lam = [st["lam"] for st in states]
             grad_avg = [st["grad_avg"] for st in states]
-            flat = torch.rand(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+            flat = torch.rand(sum(p.numel() for p in params), dtype=_saved[0].dtype, device=params[0].device)
             u = [x.view_as(p) for x, p in zip(flat.split([p.numel() for p in params]), params)]
             _f4 = torch._foreach_mul(u, -1)
             torch._foreach_add_(_f4, 1)
@@ -165,18 +186,20 @@ class BayesBiNN(torch.optim.Optimizer):
             _f1 = torch._foreach_tanh(_f2)
             theta_k = _f1
             torch._foreach_copy_(params, theta_k)
-            drawn.append((group, params, _saved, u, theta_k))
+            drawn.append((index, params, _saved, u, theta_k))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean)."""
-        for group, params, _saved, u, theta_k in drawn:
+        for index, params, _saved, u, theta_k in drawn:
+            group = self.param_groups[index]
+            _no_sparse(params, "BayesBiNN")
             temperature = group["temperature"]
             eps = group["eps"]
             states = [self._state(p, group) for p in params]
             lam = [st["lam"] for st in states]
             grad_avg = [st["grad_avg"] for st in states]
-            g_k = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            g_k = _work([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])
             _f4 = torch._foreach_mul(u, -1)
             torch._foreach_add_(_f4, 1)
             _f3 = torch._foreach_div(u, _f4)
@@ -193,13 +216,13 @@ class BayesBiNN(torch.optim.Optimizer):
             _f12 = torch._foreach_add(_f11, eps)
             torch._foreach_div_(_f1, _f12)
             _sample_ngrad = _f1
-            acc = self._samples.setdefault(id(group), {"count": 0})
-            acc["count"] += 1
-            n = acc["count"]
-            if n == 1:
-                acc["ngrad"] = [x.clone() for x in _sample_ngrad]
+            _acc = self._samples.setdefault(index, {"count": 0})
+            _acc["count"] += 1
+            _n = _acc["count"]
+            if _n == 1:
+                _acc["ngrad"] = [x.clone() for x in _sample_ngrad]
             else:
-                torch._foreach_add_(acc["ngrad"], torch._foreach_sub(_sample_ngrad, acc["ngrad"]), alpha=1.0 / n)
+                torch._foreach_add_(_acc["ngrad"], torch._foreach_sub(_sample_ngrad, _acc["ngrad"]), alpha=1.0 / _n)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
@@ -207,8 +230,8 @@ class BayesBiNN(torch.optim.Optimizer):
         if not (dist.is_available() and dist.is_initialized()):
             return
         world = dist.get_world_size()
-        for group in self.param_groups:
-            acc = self._samples.get(id(group))
+        for index in range(len(self.param_groups)):
+            acc = self._samples.get(index)
             if acc is None:
                 continue
             for key in sorted(k for k in acc if k != "count"):
@@ -216,6 +239,18 @@ class BayesBiNN(torch.optim.Optimizer):
                 dist.all_reduce(flat)
                 flat.div_(world)
                 torch._foreach_copy_(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_sync"] = self._sync
+        state["_samples"] = self._samples       # per group index: statistics collected for the next step()
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._sync = state.get("_sync", False)
+        self._samples = state.get("_samples", {})
+        self._sampling = False
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -230,12 +265,12 @@ class BayesBiNN(torch.optim.Optimizer):
             loss = sum(losses) / samples
         if self._sync:
             self._sync_samples()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
-            acc = self._samples.get(id(group))
-            if acc is None or acc["count"] == 0:
+            _acc = self._samples.get(index)
+            if _acc is None or _acc["count"] == 0:
                 raise RuntimeError("no Monte Carlo samples: compute the loss inside "
                                    "`with optimizer.sampled_params(train=True):` before step()")
             lr = group["lr"]
@@ -248,11 +283,11 @@ class BayesBiNN(torch.optim.Optimizer):
             states = [self._state(p, group) for p in params]
             lam = [st["lam"] for st in states]
             grad_avg = [st["grad_avg"] for st in states]
-            ngrad = acc.get("ngrad")
+            ngrad = _acc.get("ngrad")
             if group.get("fused", False):
                 host = (train_set_size, 1 - momentum, momentum, 1 - lr, (1/2)*lr*math.log(-prior_p/(prior_p - 1)), lr, )
-                dtype, device = params[0].dtype, params[0].device
-                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                dtype = torch.float32 if params[0].dtype in _LOW else params[0].dtype
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=params[0].device) for v in host]
                 _compiled_kernel()(params, lam, grad_avg, ngrad, *host)
             else:
                 _f1 = torch._foreach_mul(ngrad, train_set_size)
@@ -264,7 +299,7 @@ class BayesBiNN(torch.optim.Optimizer):
                 torch._foreach_add_(_f3, grad_avg_new, alpha=-lr)
                 torch._foreach_add_(_f3, (1/2)*lr*math.log(-prior_p/(prior_p - 1)))
                 lam_new = _f3
-                _f4 = torch._foreach_sign(lam_new)
+                _f4 = [torch.where(_a0 < 0, -1.0, 1.0) for _a0 in lam_new]
                 param_new = _f4
                 if grad_avg_new is not grad_avg:
                     torch._foreach_copy_(grad_avg, grad_avg_new)

@@ -53,6 +53,19 @@ EQUATIONS = (
 )
 
 
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _work(tensors):
+    """Tensors for the arithmetic: float16/bfloat16 ones as float32 copies (their state is float32 too), the
+    others as they are."""
+    return [t.float() if t.dtype in _LOW else t for t in tensors]
+
+
+def _no_sparse(params, name):
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            raise RuntimeError(f"{name} does not support sparse gradients")
 
 
 
@@ -61,13 +74,13 @@ def _kernel(m_list, h_list, momentum_list, g_list, avg_gsq_list, avg_nxg_list, *
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15, _h16, _h17 = host
-    for i in range(len(m_list)):
-        m = m_list[i]
-        h = h_list[i]
-        momentum = momentum_list[i]
-        g = g_list[i]
-        avg_gsq = None if avg_gsq_list is None else avg_gsq_list[i]
-        avg_nxg = None if avg_nxg_list is None else avg_nxg_list[i]
+    for _i in range(len(m_list)):
+        m = m_list[_i]
+        h = h_list[_i]
+        momentum = momentum_list[_i]
+        g = g_list[_i]
+        avg_gsq = None if avg_gsq_list is None else avg_gsq_list[_i]
+        avg_nxg = None if avg_nxg_list is None else avg_nxg_list[_i]
         t_0 = _h0 + h
         t_1 = _h1*t_0
         if _h2:
@@ -84,10 +97,10 @@ def _kernel(m_list, h_list, momentum_list, g_list, avg_gsq_list, avg_nxg_list, *
         h_new = _h14 + _h7*s_new
         m_new = -_h15*torch.minimum(_h16, torch.maximum(_h17, direction)) + m
         if momentum_new is not momentum:
-            momentum_list[i].copy_(momentum_new)
+            momentum_list[_i].copy_(momentum_new)
         if h_new is not h:
-            h_list[i].copy_(h_new)
-        m_list[i].copy_(m_new)
+            h_list[_i].copy_(h_new)
+        m_list[_i].copy_(m_new)
 
 
 _COMPILED = []
@@ -151,28 +164,35 @@ class IVON(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self._samples = {}
         self._sync = bool(sync)
+        self._sampling = False
 
-    def _state(self, p, group):
-        state = self.state[p]
+    def _state(self, _p, group):
+        state = self.state[_p]
         if len(state) == 0:
             hess_init = group["hess_init"]
             state["step"] = torch.tensor(0.0)
-            state["h"] = torch.full_like(p, hess_init, memory_format=torch.preserve_format)
-            state["momentum"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
+            state["h"] = torch.full_like(_p, hess_init, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+            state["momentum"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @contextlib.contextmanager
     def sampled_params(self, train=False):
         """Replace every parameter by a sample of q (one flat standard-normal draw per group) and restore
         the means on exit, also when the body raises.  With ``train=True`` the gradients left in ``p.grad``
-        are collected as one Monte Carlo sample for the next ``step()``."""
+        are collected as one Monte Carlo sample for the next ``step()``.  Samples do not nest."""
+        if self._sampling:
+            raise RuntimeError("sampled_params() is already active: leave it before drawing another sample")
         with torch.no_grad():
             drawn = self._draw()
+        self._sampling = True
         try:
             yield
         finally:
+            self._sampling = False
             with torch.no_grad():
-                for group, params, mean, _, _ in drawn:
+                for _, params, mean, _, _ in drawn:
                     torch._foreach_copy_(params, mean)
         if train:
             with torch.no_grad():
@@ -181,17 +201,17 @@ class IVON(torch.optim.Optimizer):
     def _draw(self):
         """θ_k = m + σε for every group; returns what is needed to restore the means and collect statistics."""
         drawn = []
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
             ess = group["ess"]
             weight_decay = group["weight_decay"]
             states = [self._state(p, group) for p in params]
-            m = [p.detach().clone() for p in params]
+            m = _work([p.detach().clone() for p in params])
             h = [st["h"] for st in states]
             momentum = [st["momentum"] for st in states]
-            flat = torch.randn(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+            flat = torch.randn(sum(p.numel() for p in params), dtype=m[0].dtype, device=params[0].device)
             eps = [x.view_as(p) for x, p in zip(flat.split([p.numel() for p in params]), params)]
             _f3 = torch._foreach_add(h, weight_decay)
             _f2 = torch._foreach_mul(_f3, ess)
@@ -200,12 +220,14 @@ class IVON(torch.optim.Optimizer):
             _f5 = torch._foreach_add(m, _f1)
             theta_k = _f5
             torch._foreach_copy_(params, theta_k)
-            drawn.append((group, params, m, eps, theta_k))
+            drawn.append((index, params, m, eps, theta_k))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean)."""
-        for group, params, m, eps, theta_k in drawn:
+        for index, params, m, eps, theta_k in drawn:
+            group = self.param_groups[index]
+            _no_sparse(params, "IVON")
             ess = group["ess"]
             weight_decay = group["weight_decay"]
             hess_approx = group["hess_approx"]
@@ -214,7 +236,7 @@ class IVON(torch.optim.Optimizer):
             states = [self._state(p, group) for p in params]
             h = [st["h"] for st in states]
             momentum = [st["momentum"] for st in states]
-            g_k = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            g_k = _work([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])
             _sample_g = g_k
             if not hess_approx__price:
                 _f1 = torch._foreach_mul(g_k, g_k)
@@ -226,23 +248,23 @@ class IVON(torch.optim.Optimizer):
                 _f5 = torch._foreach_sqrt(_f3)
                 torch._foreach_div_(_f2, _f5)
                 _sample_avg_nxg = _f2
-            acc = self._samples.setdefault(id(group), {"count": 0})
-            acc["count"] += 1
-            n = acc["count"]
-            if n == 1:
-                acc["g"] = [x.clone() for x in _sample_g]
+            _acc = self._samples.setdefault(index, {"count": 0})
+            _acc["count"] += 1
+            _n = _acc["count"]
+            if _n == 1:
+                _acc["g"] = [x.clone() for x in _sample_g]
             else:
-                torch._foreach_add_(acc["g"], torch._foreach_sub(_sample_g, acc["g"]), alpha=1.0 / n)
+                torch._foreach_add_(_acc["g"], torch._foreach_sub(_sample_g, _acc["g"]), alpha=1.0 / _n)
             if not hess_approx__price:
-                if n == 1:
-                    acc["avg_gsq"] = [x.clone() for x in _sample_avg_gsq]
+                if _n == 1:
+                    _acc["avg_gsq"] = [x.clone() for x in _sample_avg_gsq]
                 else:
-                    torch._foreach_add_(acc["avg_gsq"], torch._foreach_sub(_sample_avg_gsq, acc["avg_gsq"]), alpha=1.0 / n)
+                    torch._foreach_add_(_acc["avg_gsq"], torch._foreach_sub(_sample_avg_gsq, _acc["avg_gsq"]), alpha=1.0 / _n)
             if hess_approx__price:
-                if n == 1:
-                    acc["avg_nxg"] = [x.clone() for x in _sample_avg_nxg]
+                if _n == 1:
+                    _acc["avg_nxg"] = [x.clone() for x in _sample_avg_nxg]
                 else:
-                    torch._foreach_add_(acc["avg_nxg"], torch._foreach_sub(_sample_avg_nxg, acc["avg_nxg"]), alpha=1.0 / n)
+                    torch._foreach_add_(_acc["avg_nxg"], torch._foreach_sub(_sample_avg_nxg, _acc["avg_nxg"]), alpha=1.0 / _n)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
@@ -250,8 +272,8 @@ class IVON(torch.optim.Optimizer):
         if not (dist.is_available() and dist.is_initialized()):
             return
         world = dist.get_world_size()
-        for group in self.param_groups:
-            acc = self._samples.get(id(group))
+        for index in range(len(self.param_groups)):
+            acc = self._samples.get(index)
             if acc is None:
                 continue
             for key in sorted(k for k in acc if k != "count"):
@@ -259,6 +281,18 @@ class IVON(torch.optim.Optimizer):
                 dist.all_reduce(flat)
                 flat.div_(world)
                 torch._foreach_copy_(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_sync"] = self._sync
+        state["_samples"] = self._samples       # per group index: statistics collected for the next step()
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._sync = state.get("_sync", False)
+        self._samples = state.get("_samples", {})
+        self._sampling = False
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -273,12 +307,12 @@ class IVON(torch.optim.Optimizer):
             loss = sum(losses) / samples
         if self._sync:
             self._sync_samples()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
-            acc = self._samples.get(id(group))
-            if acc is None or acc["count"] == 0:
+            _acc = self._samples.get(index)
+            if _acc is None or _acc["count"] == 0:
                 raise RuntimeError("no Monte Carlo samples: compute the loss inside "
                                    "`with optimizer.sampled_params(train=True):` before step()")
             lr = group["lr"]
@@ -296,21 +330,23 @@ class IVON(torch.optim.Optimizer):
             debias = bool(group["debias"])
             states = [self._state(p, group) for p in params]
             t = int(states[0]["step"].item()) + 1
-            m = params
+            m = _work(params)
             h = [st["h"] for st in states]
             momentum = [st["momentum"] for st in states]
-            g = acc.get("g")
-            avg_gsq = acc.get("avg_gsq")
-            avg_nxg = acc.get("avg_nxg")
+            g = _acc.get("g")
+            avg_gsq = _acc.get("avg_gsq")
+            avg_nxg = _acc.get("avg_nxg")
             if group.get("fused", False):
                 t_2 = ess*weight_decay
                 t_3 = 1 - beta2
                 t_4 = 1/ess
                 lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
                 host = (weight_decay, ess, not hess_approx__price, hess_approx__price, t_2, beta2, t_3, t_4, t_3**2, beta1, 1 - beta1, 1/(1 - beta1**t), debias, (t_2 != 0), -weight_decay, lr_mean, clip_radius, -clip_radius, )
-                dtype, device = params[0].dtype, params[0].device
-                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                dtype = torch.float32 if params[0].dtype in _LOW else params[0].dtype
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=params[0].device) for v in host]
                 _compiled_kernel()(m, h, momentum, g, avg_gsq, avg_nxg, *host)
+                if any(a is not b for a, b in zip(m, params)):
+                    torch._foreach_copy_(params, m)
             else:
                 _f1 = torch._foreach_add(h, weight_decay)
                 t_0 = _f1
@@ -368,7 +404,7 @@ class IVON(torch.optim.Optimizer):
                 if h_new is not h:
                     torch._foreach_copy_(h, h_new)
                 torch._foreach_copy_(params, m_new)
-            for st in states:
-                st["step"] += 1
+            for _st in states:
+                _st["step"] += 1
         self._samples.clear()
         return loss

@@ -34,13 +34,26 @@ EQUATIONS = (
 )
 
 
+_LOW = (torch.float16, torch.bfloat16)
 
 
-def _oracle(params, name):
+def _work(tensors):
+    """Tensors for the arithmetic: float16/bfloat16 ones as float32 copies (their state is float32 too), the
+    others as they are."""
+    return [t.float() if t.dtype in _LOW else t for t in tensors]
+
+
+def _no_sparse(params, name):
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            raise RuntimeError(f"{name} does not support sparse gradients")
+
+
+def _oracle(params, read, name):
     """Oracle values other than the gradient are read from an attribute of each parameter (p.<name>),
     set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK)."""
     try:
-        return [getattr(p, name) for p in params]
+        return [read(p) for p in params]
     except AttributeError:
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
 
@@ -51,11 +64,11 @@ def _kernel(m_list, s_list, g_list, ggn_list, *host):
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5 = host
-    for i in range(len(m_list)):
-        m = m_list[i]
-        s = s_list[i]
-        g = g_list[i]
-        ggn = ggn_list[i]
+    for _i in range(len(m_list)):
+        m = m_list[_i]
+        s = s_list[_i]
+        g = g_list[_i]
+        ggn = ggn_list[_i]
         grad_N = _h0*g
         hess_N = _h0*ggn
         g_wd = (_h1*m + grad_N if _h2 else grad_N)
@@ -63,8 +76,8 @@ def _kernel(m_list, s_list, g_list, ggn_list, *host):
         s_new = _h3*h_wd + _h4*s
         m_new = -_h5*g_wd/s_new + m
         if s_new is not s:
-            s_list[i].copy_(s_new)
-        m_list[i].copy_(m_new)
+            s_list[_i].copy_(s_new)
+        m_list[_i].copy_(m_new)
 
 
 _COMPILED = []
@@ -104,12 +117,13 @@ class OGN(torch.optim.Optimizer):
         defaults = dict(ess=ess, lr=lr, beta=beta, prior_precision=prior_precision, fused=bool(fused))
         super().__init__(params, defaults)
 
-    def _state(self, p, group):
-        state = self.state[p]
+    def _state(self, _p, group):
+        state = self.state[_p]
         if len(state) == 0:
             ess = group["ess"]
             prior_precision = group["prior_precision"]
-            state["s"] = torch.full_like(p, ess*prior_precision, memory_format=torch.preserve_format)
+            state["s"] = torch.full_like(_p, ess*prior_precision, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @torch.no_grad()
@@ -119,24 +133,27 @@ class OGN(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
+            _no_sparse(params, "OGN")
             ess = group["ess"]
             lr = group["lr"]
             beta = group["beta"]
             prior_precision = group["prior_precision"]
             states = [self._state(p, group) for p in params]
-            m = params
+            m = _work(params)
             s = [st["s"] for st in states]
-            g = [p.grad for p in params]
-            ggn = _oracle(params, "ggn")
+            g = _work([p.grad for p in params])
+            ggn = _work(_oracle(params, lambda p: p.ggn, "ggn"))
             if group.get("fused", False):
                 host = (ess, prior_precision, (prior_precision != 0), beta, 1 - beta, lr, )
-                dtype, device = params[0].dtype, params[0].device
-                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                dtype = torch.float32 if params[0].dtype in _LOW else params[0].dtype
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=params[0].device) for v in host]
                 _compiled_kernel()(m, s, g, ggn, *host)
+                if any(a is not b for a, b in zip(m, params)):
+                    torch._foreach_copy_(params, m)
             else:
                 _f1 = torch._foreach_mul(g, ess)
                 grad_N = _f1

@@ -36,6 +36,19 @@ EQUATIONS = (
 )
 
 
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _work(tensors):
+    """Tensors for the arithmetic: float16/bfloat16 ones as float32 copies (their state is float32 too), the
+    others as they are."""
+    return [t.float() if t.dtype in _LOW else t for t in tensors]
+
+
+def _no_sparse(params, name):
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            raise RuntimeError(f"{name} does not support sparse gradients")
 
 
 
@@ -44,12 +57,12 @@ def _kernel(m_list, s_list, grad_avg_list, momentum_buffer_list, g_list, *host):
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9 = host
-    for i in range(len(m_list)):
-        m = m_list[i]
-        s = s_list[i]
-        grad_avg = grad_avg_list[i]
-        momentum_buffer = momentum_buffer_list[i]
-        g = g_list[i]
+    for _i in range(len(m_list)):
+        m = m_list[_i]
+        s = s_list[_i]
+        grad_avg = grad_avg_list[_i]
+        momentum_buffer = momentum_buffer_list[_i]
+        g = g_list[_i]
         g_wd = (_h0*m + g if _h1 else g)
         grad_avg_new = (_h2*g_wd + _h3*grad_avg if _h4 else grad_avg)
         s_new = _h2*g_wd**2 + _h3*s
@@ -59,12 +72,12 @@ def _kernel(m_list, s_list, grad_avg_list, momentum_buffer_list, g_list, *host):
         momentum_buffer_new = ((direction if _h6 else _h7*momentum_buffer + direction) if _h8 else momentum_buffer)
         m_new = (-_h9*momentum_buffer_new + m if _h8 else -_h9*direction + m)
         if momentum_buffer_new is not momentum_buffer:
-            momentum_buffer_list[i].copy_(momentum_buffer_new)
+            momentum_buffer_list[_i].copy_(momentum_buffer_new)
         if grad_avg_new is not grad_avg:
-            grad_avg_list[i].copy_(grad_avg_new)
+            grad_avg_list[_i].copy_(grad_avg_new)
         if s_new is not s:
-            s_list[i].copy_(s_new)
-        m_list[i].copy_(m_new)
+            s_list[_i].copy_(s_new)
+        m_list[_i].copy_(m_new)
 
 
 _COMPILED = []
@@ -105,13 +118,16 @@ class RMSprop(torch.optim.Optimizer):
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, fused=bool(fused))
         super().__init__(params, defaults)
 
-    def _state(self, p, group):
-        state = self.state[p]
+    def _state(self, _p, group):
+        state = self.state[_p]
         if len(state) == 0:
             state["step"] = torch.tensor(0.0)
-            state["s"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
-            state["grad_avg"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
-            state["momentum_buffer"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
+            state["s"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+            state["grad_avg"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+            state["momentum_buffer"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @torch.no_grad()
@@ -121,10 +137,11 @@ class RMSprop(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
+            _no_sparse(params, "RMSprop")
             lr = group["lr"]
             alpha = group["alpha"]
             eps = group["eps"]
@@ -133,18 +150,20 @@ class RMSprop(torch.optim.Optimizer):
             centered = bool(group["centered"])
             states = [self._state(p, group) for p in params]
             t = int(states[0]["step"].item()) + 1
-            m = params
+            m = _work(params)
             s = [st["s"] for st in states]
             grad_avg = [st["grad_avg"] for st in states]
             momentum_buffer = [st["momentum_buffer"] for st in states]
-            g = [p.grad for p in params]
+            g = _work([p.grad for p in params])
             if group.get("fused", False):
                 t_0 = 1 - alpha
                 t_1 = (momentum > 0)
                 host = (weight_decay, (weight_decay != 0), t_0, alpha, centered, eps, (t == 1), momentum, t_1, lr, )
-                dtype, device = params[0].dtype, params[0].device
-                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                dtype = torch.float32 if params[0].dtype in _LOW else params[0].dtype
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=params[0].device) for v in host]
                 _compiled_kernel()(m, s, grad_avg, momentum_buffer, g, *host)
+                if any(a is not b for a, b in zip(m, params)):
+                    torch._foreach_copy_(params, m)
             else:
                 t_0 = 1 - alpha
                 t_1 = (momentum > 0)
@@ -196,6 +215,6 @@ class RMSprop(torch.optim.Optimizer):
                 if s_new is not s:
                     torch._foreach_copy_(s, s_new)
                 torch._foreach_copy_(params, m_new)
-            for st in states:
-                st["step"] += 1
+            for _st in states:
+                _st["step"] += 1
         return loss

@@ -28,6 +28,19 @@ EQUATIONS = (
 )
 
 
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _work(tensors):
+    """Tensors for the arithmetic: float16/bfloat16 ones as float32 copies (their state is float32 too), the
+    others as they are."""
+    return [t.float() if t.dtype in _LOW else t for t in tensors]
+
+
+def _no_sparse(params, name):
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            raise RuntimeError(f"{name} does not support sparse gradients")
 
 
 
@@ -36,17 +49,17 @@ def _kernel(m_list, momentum_buffer_list, g_list, *host):
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7 = host
-    for i in range(len(m_list)):
-        m = m_list[i]
-        momentum_buffer = momentum_buffer_list[i]
-        g = g_list[i]
+    for _i in range(len(m_list)):
+        m = m_list[_i]
+        momentum_buffer = momentum_buffer_list[_i]
+        g = g_list[_i]
         g_wd = (_h0*m + g if _h1 else g)
         direction = g_wd
         momentum_buffer_new = ((direction if _h2 else _h3*direction + _h4*momentum_buffer) if _h5 else momentum_buffer)
         m_new = (-_h6*(_h4*momentum_buffer_new + direction if _h7 else momentum_buffer_new) + m if _h5 else -_h6*direction + m)
         if momentum_buffer_new is not momentum_buffer:
-            momentum_buffer_list[i].copy_(momentum_buffer_new)
-        m_list[i].copy_(m_new)
+            momentum_buffer_list[_i].copy_(momentum_buffer_new)
+        m_list[_i].copy_(m_new)
 
 
 _COMPILED = []
@@ -84,11 +97,12 @@ class SGD(torch.optim.Optimizer):
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, fused=bool(fused))
         super().__init__(params, defaults)
 
-    def _state(self, p, group):
-        state = self.state[p]
+    def _state(self, _p, group):
+        state = self.state[_p]
         if len(state) == 0:
             state["step"] = torch.tensor(0.0)
-            state["momentum_buffer"] = torch.full_like(p, 0, memory_format=torch.preserve_format)
+            state["momentum_buffer"] = torch.full_like(_p, 0, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @torch.no_grad()
@@ -98,10 +112,11 @@ class SGD(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
+            _no_sparse(params, "SGD")
             lr = group["lr"]
             momentum = group["momentum"]
             dampening = group["dampening"]
@@ -109,15 +124,17 @@ class SGD(torch.optim.Optimizer):
             nesterov = bool(group["nesterov"])
             states = [self._state(p, group) for p in params]
             t = int(states[0]["step"].item()) + 1
-            m = params
+            m = _work(params)
             momentum_buffer = [st["momentum_buffer"] for st in states]
-            g = [p.grad for p in params]
+            g = _work([p.grad for p in params])
             if group.get("fused", False):
                 t_0 = (momentum != 0)
                 host = (weight_decay, (weight_decay != 0), (t == 1), 1 - dampening, momentum, t_0, lr, nesterov, )
-                dtype, device = params[0].dtype, params[0].device
-                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                dtype = torch.float32 if params[0].dtype in _LOW else params[0].dtype
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=params[0].device) for v in host]
                 _compiled_kernel()(m, momentum_buffer, g, *host)
+                if any(a is not b for a, b in zip(m, params)):
+                    torch._foreach_copy_(params, m)
             else:
                 t_0 = (momentum != 0)
                 if (weight_decay != 0):
@@ -150,6 +167,6 @@ class SGD(torch.optim.Optimizer):
                 if momentum_buffer_new is not momentum_buffer:
                     torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
                 torch._foreach_copy_(params, m_new)
-            for st in states:
-                st["step"] += 1
+            for _st in states:
+                _st["step"] += 1
         return loss

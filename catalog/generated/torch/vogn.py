@@ -37,13 +37,26 @@ EQUATIONS = (
 )
 
 
+_LOW = (torch.float16, torch.bfloat16)
 
 
-def _oracle(params, name):
+def _work(tensors):
+    """Tensors for the arithmetic: float16/bfloat16 ones as float32 copies (their state is float32 too), the
+    others as they are."""
+    return [t.float() if t.dtype in _LOW else t for t in tensors]
+
+
+def _no_sparse(params, name):
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            raise RuntimeError(f"{name} does not support sparse gradients")
+
+
+def _oracle(params, read, name):
     """Oracle values other than the gradient are read from an attribute of each parameter (p.<name>),
     set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK)."""
     try:
-        return [getattr(p, name) for p in params]
+        return [read(p) for p in params]
     except AttributeError:
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
 
@@ -54,11 +67,11 @@ def _kernel(m_list, s_list, g_list, avg_ggn_list, *host):
     Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay Python
     bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5 = host
-    for i in range(len(m_list)):
-        m = m_list[i]
-        s = s_list[i]
-        g = g_list[i]
-        avg_ggn = avg_ggn_list[i]
+    for _i in range(len(m_list)):
+        m = m_list[_i]
+        s = s_list[_i]
+        g = g_list[_i]
+        avg_ggn = avg_ggn_list[_i]
         grad_N = _h0*g
         hess_N = _h0*avg_ggn
         g_wd = (_h1*m + grad_N if _h2 else grad_N)
@@ -66,8 +79,8 @@ def _kernel(m_list, s_list, g_list, avg_ggn_list, *host):
         s_new = _h3*h_wd + _h4*s
         m_new = -_h5*g_wd/s_new + m
         if s_new is not s:
-            s_list[i].copy_(s_new)
-        m_list[i].copy_(m_new)
+            s_list[_i].copy_(s_new)
+        m_list[_i].copy_(m_new)
 
 
 _COMPILED = []
@@ -120,27 +133,33 @@ class VOGN(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self._samples = {}
         self._sync = bool(sync)
+        self._sampling = False
 
-    def _state(self, p, group):
-        state = self.state[p]
+    def _state(self, _p, group):
+        state = self.state[_p]
         if len(state) == 0:
             ess = group["ess"]
             prior_precision = group["prior_precision"]
-            state["s"] = torch.full_like(p, ess*prior_precision, memory_format=torch.preserve_format)
+            state["s"] = torch.full_like(_p, ess*prior_precision, dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @contextlib.contextmanager
     def sampled_params(self, train=False):
         """Replace every parameter by a sample of q (one flat standard-normal draw per group) and restore
         the means on exit, also when the body raises.  With ``train=True`` the gradients left in ``p.grad``
-        are collected as one Monte Carlo sample for the next ``step()``."""
+        are collected as one Monte Carlo sample for the next ``step()``.  Samples do not nest."""
+        if self._sampling:
+            raise RuntimeError("sampled_params() is already active: leave it before drawing another sample")
         with torch.no_grad():
             drawn = self._draw()
+        self._sampling = True
         try:
             yield
         finally:
+            self._sampling = False
             with torch.no_grad():
-                for group, params, mean, _, _ in drawn:
+                for _, params, mean, _, _ in drawn:
                     torch._foreach_copy_(params, mean)
         if train:
             with torch.no_grad():
@@ -149,43 +168,45 @@ class VOGN(torch.optim.Optimizer):
     def _draw(self):
         """θ_k = m + σε for every group; returns what is needed to restore the means and collect statistics."""
         drawn = []
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
             states = [self._state(p, group) for p in params]
-            m = [p.detach().clone() for p in params]
+            m = _work([p.detach().clone() for p in params])
             s = [st["s"] for st in states]
-            flat = torch.randn(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+            flat = torch.randn(sum(p.numel() for p in params), dtype=m[0].dtype, device=params[0].device)
             eps = [x.view_as(p) for x, p in zip(flat.split([p.numel() for p in params]), params)]
             _f2 = torch._foreach_sqrt(s)
             _f1 = torch._foreach_div(eps, _f2)
             _f3 = torch._foreach_add(m, _f1)
             theta_k = _f3
             torch._foreach_copy_(params, theta_k)
-            drawn.append((group, params, m, eps, theta_k))
+            drawn.append((index, params, m, eps, theta_k))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean)."""
-        for group, params, m, eps, theta_k in drawn:
+        for index, params, m, eps, theta_k in drawn:
+            group = self.param_groups[index]
+            _no_sparse(params, "VOGN")
             states = [self._state(p, group) for p in params]
             s = [st["s"] for st in states]
-            g_k = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            ggn_k = _oracle(params, "ggn")
+            g_k = _work([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])
+            ggn_k = _work(_oracle(params, lambda p: p.ggn, "ggn"))
             _sample_g = g_k
             _sample_avg_ggn = ggn_k
-            acc = self._samples.setdefault(id(group), {"count": 0})
-            acc["count"] += 1
-            n = acc["count"]
-            if n == 1:
-                acc["g"] = [x.clone() for x in _sample_g]
+            _acc = self._samples.setdefault(index, {"count": 0})
+            _acc["count"] += 1
+            _n = _acc["count"]
+            if _n == 1:
+                _acc["g"] = [x.clone() for x in _sample_g]
             else:
-                torch._foreach_add_(acc["g"], torch._foreach_sub(_sample_g, acc["g"]), alpha=1.0 / n)
-            if n == 1:
-                acc["avg_ggn"] = [x.clone() for x in _sample_avg_ggn]
+                torch._foreach_add_(_acc["g"], torch._foreach_sub(_sample_g, _acc["g"]), alpha=1.0 / _n)
+            if _n == 1:
+                _acc["avg_ggn"] = [x.clone() for x in _sample_avg_ggn]
             else:
-                torch._foreach_add_(acc["avg_ggn"], torch._foreach_sub(_sample_avg_ggn, acc["avg_ggn"]), alpha=1.0 / n)
+                torch._foreach_add_(_acc["avg_ggn"], torch._foreach_sub(_sample_avg_ggn, _acc["avg_ggn"]), alpha=1.0 / _n)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
@@ -193,8 +214,8 @@ class VOGN(torch.optim.Optimizer):
         if not (dist.is_available() and dist.is_initialized()):
             return
         world = dist.get_world_size()
-        for group in self.param_groups:
-            acc = self._samples.get(id(group))
+        for index in range(len(self.param_groups)):
+            acc = self._samples.get(index)
             if acc is None:
                 continue
             for key in sorted(k for k in acc if k != "count"):
@@ -202,6 +223,18 @@ class VOGN(torch.optim.Optimizer):
                 dist.all_reduce(flat)
                 flat.div_(world)
                 torch._foreach_copy_(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_sync"] = self._sync
+        state["_samples"] = self._samples       # per group index: statistics collected for the next step()
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._sync = state.get("_sync", False)
+        self._samples = state.get("_samples", {})
+        self._sampling = False
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -216,12 +249,12 @@ class VOGN(torch.optim.Optimizer):
             loss = sum(losses) / samples
         if self._sync:
             self._sync_samples()
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
-            acc = self._samples.get(id(group))
-            if acc is None or acc["count"] == 0:
+            _acc = self._samples.get(index)
+            if _acc is None or _acc["count"] == 0:
                 raise RuntimeError("no Monte Carlo samples: compute the loss inside "
                                    "`with optimizer.sampled_params(train=True):` before step()")
             ess = group["ess"]
@@ -230,15 +263,17 @@ class VOGN(torch.optim.Optimizer):
             prior_precision = group["prior_precision"]
             mc_samples = int(group["mc_samples"])
             states = [self._state(p, group) for p in params]
-            m = params
+            m = _work(params)
             s = [st["s"] for st in states]
-            g = acc.get("g")
-            avg_ggn = acc.get("avg_ggn")
+            g = _acc.get("g")
+            avg_ggn = _acc.get("avg_ggn")
             if group.get("fused", False):
                 host = (ess, prior_precision, (prior_precision != 0), beta, 1 - beta, lr, )
-                dtype, device = params[0].dtype, params[0].device
-                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                dtype = torch.float32 if params[0].dtype in _LOW else params[0].dtype
+                host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=params[0].device) for v in host]
                 _compiled_kernel()(m, s, g, avg_ggn, *host)
+                if any(a is not b for a, b in zip(m, params)):
+                    torch._foreach_copy_(params, m)
             else:
                 _f1 = torch._foreach_mul(g, ess)
                 grad_N = _f1

@@ -99,7 +99,7 @@ def _update_kernel(_chunks, _ptrs, _buf_lam, _buf_grad_avg, _buf_ngrad, _h0, _h1
         grad_N = _h0*ngrad
         grad_avg_new = tl.fma(grad_avg, _h2, _h1*grad_N)
         lam_new = tl.fma(grad_avg_new, _h5, _h3*lam) + _h4
-        param_new = tl.where(lam_new > 0, 1.0, tl.where(lam_new < 0, -1.0, 0.0*lam_new))
+        param_new = tl.where(lam_new < 0, -1.0, tl.zeros_like(lam_new) + 1.0)
         if grad_avg_new is not grad_avg:
             tl.store(_buf_grad_avg + _at, grad_avg_new)
         if lam_new is not lam:
@@ -113,7 +113,7 @@ def _update_kernel(_chunks, _ptrs, _buf_lam, _buf_grad_avg, _buf_ngrad, _h0, _h1
         grad_N = _h0*ngrad
         grad_avg_new = tl.fma(grad_avg, _h2, _h1*grad_N)
         lam_new = tl.fma(grad_avg_new, _h5, _h3*lam) + _h4
-        param_new = tl.where(lam_new > 0, 1.0, tl.where(lam_new < 0, -1.0, 0.0*lam_new))
+        param_new = tl.where(lam_new < 0, -1.0, tl.zeros_like(lam_new) + 1.0)
         if grad_avg_new is not grad_avg:
             tl.store(_buf_grad_avg + _at, grad_avg_new, mask=_mask)
         if lam_new is not lam:
@@ -201,7 +201,7 @@ def _noise_kernel(_out, _seed, _n, BLOCK: tl.constexpr):
 
 @triton.jit
 def _point_kernel(_chunks, _ptrs, _buf_lam, NPTR: tl.constexpr, PDT: tl.constexpr, BLOCK: tl.constexpr):
-    """Write what the parameter holds, sign(lam), from the state."""
+    """Write what the parameter holds, binary(lam), from the state."""
     _pid = tl.program_id(0)
     _ti = tl.load(_chunks + 4 * _pid)
     _start = tl.multiple_of(tl.load(_chunks + 4 * _pid + 1), 16)
@@ -213,12 +213,12 @@ def _point_kernel(_chunks, _ptrs, _buf_lam, NPTR: tl.constexpr, PDT: tl.constexp
     if (_n == BLOCK) & (tl.load(_row + NPTR - 1) != 0):      # a whole block, 16-byte aligned: vector accesses
         _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 16) + _start + _offs
         lam = tl.load(_buf_lam + _at)
-        param_init = tl.where(lam > 0, 1.0, tl.where(lam < 0, -1.0, 0.0*lam))
+        param_init = tl.where(lam < 0, -1.0, tl.zeros_like(lam) + 1.0)
         tl.store(_mp, _to_param(param_init, PDT))
     else:
         _mp = tl.multiple_of(tl.load(_row).to(tl.pointer_type(PDT)), 1) + _start + _offs
         lam = tl.load(_buf_lam + _at, mask=_mask)
-        param_init = tl.where(lam > 0, 1.0, tl.where(lam < 0, -1.0, 0.0*lam))
+        param_init = tl.where(lam < 0, -1.0, tl.zeros_like(lam) + 1.0)
         tl.store(_mp, _to_param(param_init, PDT), mask=_mask)
 
 
@@ -287,7 +287,7 @@ class _Layout:
 class BayesBiNN(torch.optim.Optimizer):
     """BayesBiNN (Bayesian binary neural networks) (Triton kernel).
 
-    The parameters hold sign(lam), written at construction and after every step from the
+    The parameters hold binary(lam), written at construction and after every step from the
     candidate's state (lam starting as a copy of the tensor given); the state
     (lam, grad_avg) lives in ``self.state[p]`` (fp32 views of one buffer per group).
 
@@ -331,7 +331,7 @@ class BayesBiNN(torch.optim.Optimizer):
         self._samples = {}
         self._seeds = {}
         self._sync = bool(sync)
-        for group in self.param_groups:         # the parameters hold sign(lam) of the state
+        for group in self.param_groups:         # the parameters hold binary(lam) of the state
             if not group["params"]:
                 continue
             lay = self._layout(group)

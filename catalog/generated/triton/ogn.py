@@ -103,11 +103,11 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _h0, _h1, _h3, _h4, _h5, _h2: tl.cons
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
-def _oracle(p, name):
+def _oracle(p, read, name):
     """Oracle values other than the gradient are read from an attribute of each parameter (p.<name>),
     set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK)."""
     try:
-        return getattr(p, name)
+        return read(p)
     except AttributeError:
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
 
@@ -255,7 +255,7 @@ class OGN(torch.optim.Optimizer):
             row.append(g)
             g = None
             if "ggn" in use:
-                g = _oracle(p, "ggn")
+                g = _oracle(p, lambda p: p.ggn, "ggn")
                 if g.dtype != p.dtype or not g.is_contiguous():
                     g = g.to(p.dtype).contiguous()
             row.append(g)

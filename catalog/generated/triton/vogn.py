@@ -202,11 +202,11 @@ def _noise_kernel(_out, _seed, _n, BLOCK: tl.constexpr):
     tl.store(_out + _offs, tl.randn(_seed, _offs), mask=_offs < _n)
 
 
-def _oracle(p, name):
+def _oracle(p, read, name):
     """Oracle values other than the gradient are read from an attribute of each parameter (p.<name>),
     set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK)."""
     try:
-        return getattr(p, name)
+        return read(p)
     except AttributeError:
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
 
@@ -369,7 +369,7 @@ class VOGN(torch.optim.Optimizer):
             row.append(g)
             g = None
             if "ggn" in use:
-                g = _oracle(p, "ggn")
+                g = _oracle(p, lambda p: p.ggn, "ggn")
                 if g.dtype != p.dtype or not g.is_contiguous():
                     g = g.to(p.dtype).contiguous()
             row.append(g)

@@ -1,0 +1,117 @@
+"""Wall-clock budgets for untrusted work (principle 4: bounded time).
+
+Two kinds of limit nest:
+
+* the **derivation budget** of a command (``blr-derive ... --time-limit S``, default
+  :data:`DEFAULT_SECONDS`): when it runs out, :class:`BudgetExceeded` is raised wherever the engine is.  It
+  derives from ``BaseException`` so that no ``except Exception`` inside sympy or the engine can swallow it,
+  and it is re-raised every :data:`REPEAT` seconds until the budget's block has been left; the command line
+  turns it into one located error (exit status 2);
+* **step limits** (:func:`step_limit`) around single sympy calls that can run away on unusual declarations
+  (an integral, a solve): they raise :class:`StepTimeout`, an ordinary exception that the engine catches to
+  try another method or report "no closed form".
+
+Both use one ``SIGALRM`` timer armed for the earliest pending deadline, so any number of limits nest.
+Signals reach the main thread only: in another thread the limits are not applied (the API documents this).
+:func:`where` records what the engine is working on (file and line), so that the error can name it.
+"""
+from __future__ import annotations
+
+import contextvars
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+DEFAULT_SECONDS = 120.0
+REPEAT = 0.25
+
+_stack: list = []             # [(deadline, exception factory)], innermost last
+_location = contextvars.ContextVar("blr_derive_budget_location", default=(None, None))
+
+
+class BudgetExceeded(BaseException):
+    """The derivation budget ran out (not an Exception: broad handlers must not swallow it)."""
+
+    def __init__(self, seconds, file=None, line=None):
+        super().__init__(f"the derivation did not finish within the time limit of {seconds:g} s "
+                         "(a larger --time-limit allows more)")
+        self.seconds, self.file, self.line = seconds, file, line
+
+
+class StepTimeout(Exception):
+    """A single sympy step ran longer than its limit (see :func:`step_limit`)."""
+
+
+def _usable() -> bool:
+    return threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+
+def _arm():
+    if not _stack:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return
+    delay = min(d for d, _ in _stack) - time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-3))
+
+
+def _on_alarm(signum, frame):
+    now = time.monotonic()
+    expired = [(d, make) for d, make in _stack if d <= now]
+    if not expired:
+        _arm()
+        return
+    _, make = min(expired, key=lambda x: x[0])
+    signal.setitimer(signal.ITIMER_REAL, REPEAT)      # again, in case a handler swallows this one
+    raise make()
+
+
+@contextmanager
+def _deadline(seconds, make):
+    if not _usable() or seconds is None:
+        yield
+        return
+    entry = (time.monotonic() + float(seconds), make)
+    outermost = not _stack
+    old = signal.signal(signal.SIGALRM, _on_alarm) if outermost else None
+    _stack.append(entry)
+    _arm()
+    try:
+        yield
+    finally:
+        _stack.remove(entry)
+        if outermost:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        else:
+            _arm()
+
+
+@contextmanager
+def derivation_budget(seconds=DEFAULT_SECONDS):
+    """Raise :class:`BudgetExceeded` (located by :func:`where`) if the block runs longer than ``seconds``."""
+    def make():
+        file, line = _location.get()
+        return BudgetExceeded(seconds, file, line)
+    token = _location.set((None, None))
+    try:
+        with _deadline(seconds, make):
+            yield
+    finally:
+        _location.reset(token)
+
+
+@contextmanager
+def step_limit(seconds):
+    """Raise :class:`StepTimeout` if the block runs longer than ``seconds``."""
+    with _deadline(seconds, lambda: StepTimeout(f"timed out after {seconds} s")):
+        yield
+
+
+def where(file=None, line=None):
+    """Record what the engine is working on now (a budget error names it)."""
+    _location.set((file, line))
+
+
+def location():
+    return _location.get()

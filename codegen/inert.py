@@ -1,0 +1,194 @@
+"""How recipe text reaches generated code: as inert data, through this module only (principle 4).
+
+Generated modules contain three kinds of text that come from a recipe or a family file:
+
+* **identifiers** (class, hyperparameter, state, data and oracle names): validated when the file is read
+  (:mod:`blr_derive.names`) and checked again by every printer (:func:`identifier`);
+* **prose** (title, paper, descriptions, the source path, the plain-text equations): wrapped in
+  :class:`Prose` when the update IR is built.  A ``Prose`` has no text of its own for a template: ``str()``,
+  formatting, concatenation and joins of it raise, and the template environment's ``finalize`` refuses it.
+  Its only renderings are the filters ``comment`` (one physical line for a ``#`` comment), ``doc`` (the
+  inside of a ``\"\"\"`` docstring) and ``q`` (a Python string literal), which escape everything that could
+  end the comment or the string;
+* **numbers and choices**, printed by :func:`pyval` as Python literals.
+
+Jinja2 has no autoescaping for Python, so the environment (:func:`template_env`) is the one place where these
+filters are installed, and :func:`audit` checks every rendered module before it is returned: it must parse,
+import only the target's modules, bind nothing at the top level but what the templates bind, and call none of
+``eval``, ``exec``, ``open``, ``__import__``, ``getattr`` and their kind.  A recipe whose text would break out
+of its place is therefore either rendered inert or refused, never emitted.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import keyword
+import math
+import re
+
+import sympy as sp
+
+from blr_derive.errors import CodegenError
+from blr_derive.text import Prose
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _text(value) -> str:
+    if isinstance(value, Prose):
+        return value.text
+    if isinstance(value, str):
+        return value
+    raise CodegenError(f"expected text, got {type(value).__name__}")
+
+
+_SHORT = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape_char(c: str) -> str:
+    o = ord(c)
+    if o < 0x100:
+        return f"\\x{o:02x}"
+    if o < 0x10000:
+        return f"\\u{o:04x}"
+    return f"\\U{o:08x}"
+
+
+def comment(value) -> str:
+    """Text for the rest of a ``#`` comment line: every character that is not printable (newlines, carriage
+    returns, NUL, form feeds, Unicode line and paragraph separators, unpaired surrogates ...) is written as an
+    escape sequence, so the comment is one physical line whatever the text."""
+    return "".join(c if c.isprintable() and not _is_surrogate(c) else _SHORT.get(c) or _escape_char(c)
+                   for c in _text(value))
+
+
+def doc(value) -> str:
+    """Text for the inside of a ``\"\"\"`` docstring: backslashes and double quotes are escaped (the string can
+    neither end nor escape its closing quotes), line breaks are kept and every other non-printable character is
+    written as the text of its escape sequence (the docstring's value then holds no control character)."""
+    out = []
+    for c in _text(value):
+        if c == "\\":
+            out.append("\\\\")
+        elif c == '"':
+            out.append('\\"')
+        elif c == "\n" or (c.isprintable() and not _is_surrogate(c)):
+            out.append(c)
+        else:                           # shown as text (\\x00 reads as \x00): the docstring holds no control character
+            out.append("\\" + (_SHORT.get(c) or _escape_char(c)))
+    return "".join(out)
+
+
+def pystr(value) -> str:
+    """A double-quoted Python string literal equal to the text (``ast.literal_eval`` gives it back)."""
+    out = ['"']
+    for c in _text(value):
+        if c == "\\":
+            out.append("\\\\")
+        elif c == '"':
+            out.append('\\"')
+        elif c.isprintable() and not _is_surrogate(c):
+            out.append(c)
+        else:
+            out.append(_SHORT.get(c) or _escape_char(c))
+    out.append('"')
+    return "".join(out)
+
+
+def _is_surrogate(c: str) -> bool:
+    return 0xD800 <= ord(c) <= 0xDFFF
+
+
+def identifier(name) -> str:
+    """A name printed into code: an ASCII identifier that is not a keyword (a last line of defence; declared
+    names are validated when the file is read)."""
+    s = name if isinstance(name, str) else str(name)
+    if not _IDENT.match(s) or keyword.iskeyword(s):
+        raise CodegenError(f"'{comment(s)[:60]}' is not a valid Python identifier")
+    return s
+
+
+def pyval(v) -> str:
+    """A Python literal for a hyperparameter default or a choice (deterministic)."""
+    if v is None or isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, int):
+        return repr(v)
+    if isinstance(v, str):
+        return repr(identifier(v))          # choices are validated identifiers
+    if isinstance(v, tuple):
+        return "(" + ", ".join(pyval(x) for x in v) + ")"
+    f = float(v)
+    if math.isnan(f):
+        raise CodegenError("NaN cannot be a default value")
+    return "float('inf')" if f == math.inf else "float('-inf')" if f == -math.inf else repr(f)
+
+
+def _finalize(value):
+    """Every ``{{ ... }}`` of a template passes here: untrusted prose must have gone through a filter, a symbol
+    is printed as a checked identifier, and any other expression must have been printed by the target's
+    printer."""
+    if isinstance(value, Prose):
+        value._refuse()
+    if isinstance(value, (sp.Symbol, sp.MatrixSymbol)):
+        return identifier(value.name)
+    if isinstance(value, sp.Basic):
+        raise CodegenError(f"a sympy expression reached a template unprinted: {comment(sp.sstr(value))[:80]}")
+    return value
+
+
+def template_env(folder):
+    """The jinja2 environment every target renders with: deterministic, strict about undefined names, with the
+    rendering helpers as filters and ``finalize`` refusing raw prose."""
+    import jinja2
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)), keep_trailing_newline=True, trim_blocks=True,
+        lstrip_blocks=True, undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
+    )
+    env.filters["q"] = pystr
+    env.filters["comment"] = comment
+    env.filters["doc"] = doc
+    env.filters["tojson"] = lambda v: json.dumps([_text(x) for x in v], ensure_ascii=True)
+    env.globals["pyval"] = pyval
+    env.globals["zip"] = zip
+    return env
+
+
+# --------------------------------------------------------------------------------------------- audit
+
+#: names a generated module may never mention (code execution, introspection, files, the environment)
+FORBIDDEN_NAMES = frozenset({
+    "eval", "exec", "compile", "__import__", "open", "globals", "locals", "vars", "getattr", "setattr",
+    "delattr", "breakpoint", "input", "exit", "quit", "help", "memoryview", "__builtins__", "__loader__",
+    "__spec__", "os", "sys", "subprocess", "shutil", "socket", "importlib", "builtins", "pickle", "marshal",
+    "ctypes", "pathlib", "io",
+})
+#: dunder attributes the templates use (constructors and pickling of the torch optimizers)
+ALLOWED_DUNDER = frozenset({"__init__", "__setstate__", "__getstate__", "__name__"})
+_TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.ClassDef, ast.Expr)
+
+
+def audit(source: str, target: str, modules: frozenset) -> str:
+    """Check a rendered module (see the module docstring); returns it unchanged or raises CodegenError."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise CodegenError(f"the {target} target rendered invalid Python (line {exc.lineno}: {exc.msg})") from None
+    for i, node in enumerate(tree.body):
+        if not isinstance(node, _TOP_LEVEL) or (isinstance(node, ast.Expr) and not (
+                i == 0 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))):
+            raise CodegenError(f"the {target} target rendered an unexpected top-level statement "
+                               f"(line {node.lineno}: {type(node).__name__})")
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for n in names:
+                if n not in modules:
+                    raise CodegenError(f"the {target} target rendered an import of '{comment(n)[:60]}' "
+                                       f"(line {node.lineno}); it imports only {', '.join(sorted(modules))}")
+        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            raise CodegenError(f"the {target} target rendered a use of '{node.id}' (line {node.lineno})")
+        elif (isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__")
+              and node.attr not in ALLOWED_DUNDER):
+            raise CodegenError(f"the {target} target rendered an access to '{node.attr}' (line {node.lineno})")
+    return source
