@@ -1,0 +1,368 @@
+"""Principle 4 end to end: recipe text never becomes code in a generated module.
+
+Payloads that try every way out of a comment, a docstring, a string literal or a jinja2 template (newlines,
+carriage returns, Unicode line and paragraph separators, NUL and other control characters, triple quotes,
+trailing backslashes, ``}}``/``{%``, very long text) are written into the string fields of every catalog
+recipe and every built-in family, and into a recipe's file name.  Each payload carries code that, if it ever
+ran, would create a *canary* file.  Every mutant is derived and generated for every target; each module that
+is generated is then imported in a subprocess, and the test fails if any canary exists.
+
+* **prose** fields (title, description, paper, checked_against, reference, every ``description``) are
+  poisoned all at once, one payload per field (rotated over rounds): the recipe must still generate, and the
+  module must import without running anything;
+* **names and expressions** (every other string, and every mapping key) are replaced one at a time: each
+  mutant must either generate an inert module or be refused with one located line (exit 2).
+
+The test runs all payload rounds for a few recipes and families and one round for every other file, plus a
+fixed-seed sample of the name and key mutants; ``python tests/test_injection_fuzz.py`` runs every round and
+every mutant.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from blr_derive import cli  # noqa: E402
+
+CATALOG = ROOT / "catalog"
+FAMILIES = ROOT / "families"
+TARGETS = ("numpy", "torch", "triton")
+PROSE_KEYS = {"title", "description", "paper", "checked_against", "reference"}
+#: files that get every payload round in the test (the others get one round)
+FULL = {"adam.yaml", "ivon.yaml", "newton.yaml", "em_gmm.yaml", "bayesbinn.yaml", "fed_admm_full.yaml",
+        "gaussian_diag.yaml", "bernoulli_logit.yaml"}
+SEED = 20261123
+NAME_SAMPLE = 6          # name/expression/key mutants per file in the test
+
+
+def payloads(code: str) -> list[str]:
+    """Strings that try to end a comment, a docstring, a string literal or a template tag, then run ``code``."""
+    return [
+        f"x\n{code}\n#",
+        f"x\r{code}\r#",
+        f"x\r\n{code}\r\n#",
+        f"x\u2028{code}\u2029#",
+        f"x\x0b\x0c\x1c\x1d\x1e\x85{code}",
+        f'x"""\n{code}\n"""',
+        f"x'''\n{code}\n'''",
+        f'x"\n{code}\n"',
+        "x\\",
+        f"x\\\n{code}",
+        f"}}}}\n{code}\n{{{{ 1 }}}}{{% raw %}}{{%",
+        f"{{{{ ir }}}}{{% for a in b %}}\n{code}\n{{% endfor %}}",
+        f"x\x00\n{code}",
+        "A" * 3000 + f"\n{code}",
+        code,
+    ]
+
+
+def _code(canary: Path) -> str:
+    return f"__import__('pathlib').Path({str(canary)!r}).write_text('pwned')"
+
+
+def _paths(doc, prefix=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield prefix + (k,), v
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield prefix + (i,), v
+            yield from _paths(v, prefix + (i,))
+
+
+def _parent(doc, path):
+    for k in path[:-1]:
+        doc = doc[k]
+    return doc
+
+
+def _dump(doc) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, default_flow_style=False, width=10**6)
+
+
+def prose_paths(doc):
+    return [p for p, v in _paths(doc) if isinstance(v, str) and isinstance(p[-1], str) and p[-1] in PROSE_KEYS]
+
+
+def other_string_paths(doc):
+    return [p for p, v in _paths(doc) if isinstance(v, str) and not (isinstance(p[-1], str) and p[-1] in PROSE_KEYS)]
+
+
+def key_paths(doc):
+    return [p for p, _ in _paths(doc) if isinstance(p[-1], str)]
+
+
+def _family_recipes():
+    out = {}
+    for r in sorted(CATALOG.glob("*.yaml")):
+        doc = yaml.safe_load(r.read_text(encoding="utf-8"))
+        fam = doc.get("family")
+        if isinstance(fam, str) and fam not in out:
+            out[fam] = (doc, ("family",))
+        elif isinstance(fam, dict) and isinstance(fam.get("mixture"), str) and fam["mixture"] not in out:
+            out[fam["mixture"]] = (doc, ("family", "mixture"))
+    return out
+
+
+#: a recipe that derives for each built-in family that no catalog recipe uses (a loss linear in its statistics)
+EXTRA_RECIPES = {"bernoulli": "theta", "categorical": "theta1", "dirichlet": "log(theta1)",
+                 "inverse_gamma": "log(theta)"}
+#: families no recipe can derive with yet (E_q[log h] of the Poisson, matrix statistics of the Wishart): their
+#: poisoned prose is only loaded
+LOAD_ONLY = {"poisson", "wishart"}
+
+
+def _minimal_recipe(name):
+    return ({"name": "fuzz", "family": name, "loss": {"expression": EXTRA_RECIPES[name]}, "approximations": ["exact"]},
+            ("family",))
+
+
+# ---------------------------------------------------------------------------- one mutant
+def write_mutant(kind, path, doc, workdir: Path, recipe_name="recipe.yaml"):
+    """Write a mutated document (a recipe, or a family plus a recipe that uses it); returns the recipe path."""
+    if kind == "recipe":
+        recipe = workdir / recipe_name
+        recipe.write_text(_dump(doc), encoding="utf-8")
+        return recipe
+    fam = workdir / f"mutant_{path.stem}.yaml"
+    fam.write_text(_dump(doc), encoding="utf-8")
+    rdoc, fpath = _family_recipes().get(path.stem) or _minimal_recipe(path.stem)
+    rdoc = copy.deepcopy(rdoc)
+    _parent(rdoc, fpath)[fpath[-1]] = str(fam)
+    recipe = workdir / recipe_name
+    recipe.write_text(_dump(rdoc), encoding="utf-8")
+    return recipe
+
+
+def generate_all(recipe: Path, outdir: Path, tag: str):
+    """Run the CLI in process for every target; returns ({target: exit status}, [generated module paths],
+    [problems], {target: stderr}).  Exit 0 must write a module; exit 2 must be one located line; nothing else is
+    allowed."""
+    codes, modules, problems, messages = {}, [], [], {}
+    for t in TARGETS:
+        out = outdir / f"gen_{tag}_{t}.py"
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = cli.main([str(recipe), "--target", t, "-o", str(out)])
+        codes[t] = rc
+        msg = messages[t] = err.getvalue()
+        if rc == 0:
+            if not out.exists():
+                problems.append(f"{t}: exit 0 without output")
+            else:
+                modules.append(out)
+        elif rc == 2:
+            if msg.count("\n") != 1 or "Traceback" in msg or not msg.startswith("blr-derive: error: "):
+                problems.append(f"{t}: not one located line: {msg[:300]!r}")
+            elif any(c in msg[:-1] for c in "\r\x00\x0b\x0c\u2028\u2029\x85"):
+                problems.append(f"{t}: control characters in the error line: {msg[:300]!r}")
+        else:
+            problems.append(f"{t}: exit status {rc}: {msg[:300]!r}")
+    return codes, modules, problems, messages
+
+
+IMPORTER = textwrap.dedent("""
+    import importlib.util, sys
+    failures = 0
+    for i, path in enumerate(sys.argv[1:]):
+        spec = importlib.util.spec_from_file_location(f"_injected_{i}", path)
+        mod = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as exc:              # an import that fails is reported, never silent
+            failures += 1
+            print(f"IMPORT-FAILED {path}: {type(exc).__name__}: {exc}")
+    print(f"imported {len(sys.argv) - 1 - failures} of {len(sys.argv) - 1}")
+""")
+
+
+def import_all(modules, canaries: Path):
+    """Import every module in one subprocess; returns (problems, canaries that exist)."""
+    if not modules:
+        return [], []
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", IMPORTER, *map(str, modules)], capture_output=True, text=True,
+                       env=env, timeout=600, cwd=str(canaries))
+    problems = [line for line in r.stdout.splitlines() if line.startswith("IMPORT-FAILED")]
+    if r.returncode != 0:
+        problems.append(f"importer exit {r.returncode}: {r.stderr[-500:]}")
+    return problems, sorted(p.name for p in canaries.iterdir())
+
+
+# ---------------------------------------------------------------------------- mutants
+def prose_round(doc, canaries: Path, rnd: int, label: str):
+    """The document with every prose field poisoned (payload index rotated by ``rnd``).  In a sized document
+    text is a template (``{K}`` is replaced), so the payload's braces are written as the template's literal
+    braces ``{{``/``}}``: it arrives in the expanded text as it is."""
+    new = copy.deepcopy(doc)
+    sized = isinstance(doc, dict) and "sizes" in doc
+    for i, p in enumerate(prose_paths(doc)):
+        canary = canaries / f"{label}.prose{i}.r{rnd}"
+        pl = payloads(_code(canary))[(i + rnd) % len(payloads("x"))]
+        if sized:
+            pl = pl.replace("{", "{{").replace("}", "}}")
+        parent = _parent(new, p)
+        parent[p[-1]] = parent[p[-1]] + " " + pl
+    return new
+
+
+def name_mutants(doc, canaries: Path, label: str):
+    """(description, document) with one name, expression or key replaced by a payload."""
+    out = []
+    for j, p in enumerate(other_string_paths(doc)):
+        for k, pl in enumerate(payloads(_code(canaries / f"{label}.value{j}"))):
+            new = copy.deepcopy(doc)
+            _parent(new, p)[p[-1]] = pl
+            out.append((f"value {'/'.join(map(str, p))} <- payload {k}", new))
+    for j, p in enumerate(key_paths(doc)):
+        for k, pl in enumerate(payloads(_code(canaries / f"{label}.key{j}"))):
+            new = copy.deepcopy(doc)
+            parent = _parent(new, p)
+            items = list(parent.items())
+            parent.clear()
+            for key, v in items:
+                parent[pl if key == p[-1] else key] = v
+            out.append((f"key {'/'.join(map(str, p))} <- payload {k}", new))
+    return out
+
+
+def load_family_mutant(path, doc, d):
+    """A family no recipe derives with: the mutant loads, or is refused with a located SpecError."""
+    from blr_derive.api import family
+    from blr_derive.errors import SpecError
+    fam_file = d / f"{path.stem}.yaml"
+    fam_file.write_text(_dump(doc), encoding="utf-8")
+    try:
+        family(str(fam_file))
+    except SpecError as exc:
+        if exc.file is None or exc.line is None:
+            return [f"unlocated error {str(exc)[:200]!r}"]
+    except Exception as exc:  # noqa: BLE001 - the failure reported
+        return [f"crash {type(exc).__name__}: {str(exc)[:200]}"]
+    return []
+
+
+def subjects():
+    return ([("recipe", p) for p in sorted(CATALOG.glob("*.yaml"))]
+            + [("family", p) for p in sorted(FAMILIES.glob("*.yaml"))])
+
+
+def run_file(kind, path: Path, work: Path, rounds, name_sample):
+    """All checks for one file; returns a list of problems (empty: the file passed)."""
+    canaries = work / "canaries"
+    canaries.mkdir(exist_ok=True)
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    label = path.stem
+    problems, modules = [], []
+    for rnd in rounds:
+        d = work / f"prose{rnd}"
+        d.mkdir()
+        if kind == "family" and path.stem in LOAD_ONLY:
+            mutant = prose_round(doc, canaries, rnd, label)
+            problems += [f"prose round {rnd}: {p}" for p in load_family_mutant(path, mutant, d)]
+            continue
+        recipe = write_mutant(kind, path, prose_round(doc, canaries, rnd, label), d)
+        codes, mods, probs, messages = generate_all(recipe, d, f"p{rnd}")
+        problems += [f"prose round {rnd}: {p}" for p in probs]
+        if codes["numpy"] != 0:
+            problems.append(f"prose round {rnd}: poisoned prose must not change the derivation (numpy exit "
+                            f"{codes['numpy']}: {messages['numpy']})")
+        modules += mods
+    muts = name_mutants(doc, canaries, label)
+    if name_sample is not None and len(muts) > name_sample:
+        rng = random.Random(f"{SEED}:{label}")
+        muts = [muts[i] for i in sorted(rng.sample(range(len(muts)), name_sample))]
+    for j, (what, m) in enumerate(muts):
+        d = work / f"name{j}"
+        d.mkdir()
+        if kind == "family" and path.stem in LOAD_ONLY:
+            problems += [f"{what}: {p}" for p in load_family_mutant(path, m, d)]
+            continue
+        recipe = write_mutant(kind, path, m, d)
+        _, mods, probs, _ = generate_all(recipe, d, f"n{j}")
+        problems += [f"{what}: {p}" for p in probs]
+        modules += mods
+    probs, fired = import_all(modules, canaries)
+    problems += probs
+    problems += [f"CANARY {c}: a payload ran when a generated module was imported" for c in fired]
+    return problems
+
+
+@pytest.mark.parametrize("kind, path", subjects(), ids=[p.name for _, p in subjects()])
+def test_payloads_stay_inert(kind, path, tmp_path):
+    n = len(payloads("x"))
+    rounds = range(n) if path.name in FULL else [sum(map(ord, path.name)) % n]
+    problems = run_file(kind, path, tmp_path, rounds, NAME_SAMPLE)
+    assert not problems, "\n".join(problems[:30])
+
+
+def test_payload_in_the_recipe_file_name(tmp_path):
+    """The source path is written into the generated header: a file name with a newline stays a comment."""
+    canaries = tmp_path / "canaries"
+    canaries.mkdir()
+    name = "adam\n" + _code(Path("filename")) + "\n#.yaml"           # relative: the importer runs in canaries/
+    recipe = tmp_path / name
+    recipe.write_text((CATALOG / "adam.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    codes, mods, probs, _ = generate_all(recipe, tmp_path, "fname")
+    assert not probs and codes == {"numpy": 0, "torch": 0, "triton": 0}
+    header = mods[0].read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("# Generated by blr-derive") and "\\n__import__" in header
+    problems, fired = import_all(mods, canaries)
+    assert not problems and not fired
+
+
+def test_unpaired_surrogates_are_refused_where_they_are(tmp_path):
+    """Text that is not valid Unicode (an unpaired surrogate, written as a YAML escape) is refused when the file
+    is read: one located line, every target (no UnicodeEncodeError on the way to the output file)."""
+    doc = yaml.safe_load((CATALOG / "adam.yaml").read_text(encoding="utf-8"))
+    doc["title"] += "\ud800"
+    recipe = write_mutant("recipe", CATALOG / "adam.yaml", doc, tmp_path)
+    codes, mods, probs, messages = generate_all(recipe, tmp_path, "sur")
+    assert not probs and not mods and set(codes.values()) == {2}
+    line = next(i for i, t in enumerate(recipe.read_text(encoding="utf-8").splitlines(), 1) if t.startswith("title"))
+    assert all(f"recipe.yaml:{line}: a string holds an unpaired surrogate" in m for m in messages.values())
+
+
+def test_the_harness_detects_a_payload_that_runs(tmp_path):
+    """The canary mechanism works: a module that does run the payload is caught."""
+    canaries = tmp_path / "canaries"
+    canaries.mkdir()
+    bad = tmp_path / "bad.py"
+    bad.write_text(_code(canaries / "direct") + "\n", encoding="utf-8")
+    problems, fired = import_all([bad], canaries)
+    assert fired == ["direct"]
+
+
+def main():
+    import tempfile
+    import time
+    n = len(payloads("x"))
+    t0, bad = time.time(), 0
+    for kind, path in subjects():
+        with tempfile.TemporaryDirectory() as d:
+            t1 = time.time()
+            problems = run_file(kind, path, Path(d), range(n), None)
+            bad += len(problems)
+            for p in problems:
+                print(f"FAIL {path.name}: {p}", flush=True)
+            print(f"# {path.name}: {time.time() - t1:.1f} s, {len(problems)} problems", flush=True)
+    print(f"# {bad} problems, {time.time() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
