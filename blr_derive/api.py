@@ -21,7 +21,7 @@ def source_label(path) -> str:
 
 
 def derive_file(path, sizes: dict | None = None):
-    budget.where(str(path), None)
+    budget.where(str(path), 1)                        # the recipe as a whole, until its loss is known
     recipe = load_recipe(path, sizes)
     spec = recipe.spec
     budget.where(str(path), spec.line_of("loss") if hasattr(spec, "line_of") and "loss" in spec else None)

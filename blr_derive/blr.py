@@ -694,7 +694,10 @@ def _solve_ordinary(recipe, D, lam_new, sym):
             p = unk[0]
             known_new = {q: new_sym[q] for q in solved_expr}
             e_new = e.xreplace(known_new)
-            direct = _isolate(e_new, lam_new[i], p.symbol, sym)
+            inverse = getattr(fam, "ord_from_nat", {}).get(p.symbol)  # the family's closed-form ordinary(λ), verified at load
+            if inverse is not None:
+                inverse = inverse.xreplace(dict(zip(fam.lam, lam_new)))
+            direct = _isolate(e_new, lam_new[i], p.symbol, sym, inverse)
             steps = [(new_sym[p.symbol], direct, r"\leftarrow")]
             chosen, rule, text = direct, "natural_to_ordinary", (
                 f"Solve λ^({i + 1})_(t+1) = {sp.sstr(e)} for {p.name}, using the parameters already updated.")
@@ -736,10 +739,26 @@ def _tidy(e, fam, D, sym, new_sym):
     return sp.collect(sp.expand(e), keys)
 
 
-def _isolate(e, target, p, sym):
+#: above this many operations in the updated natural parameter, a parameter that enters it linearly is isolated
+#: without sympy's solve (which simplifies, and takes minutes on large polynomial losses)
+ISOLATE_SIMPLIFY_OPS = 400
+
+
+def _isolate(e, target, p, sym, inverse=None):
+    """Solve e(p) = target for the parameter p (Eq. 9).  A scalar p that enters λ non-linearly is read off the
+    family's closed-form inverse ``inverse`` = ordinary(λ_{t+1}) (the one solver of the family, checked when it
+    was loaded), never re-solved: sympy's solve simplifies the whole target and can take minutes."""
     if not is_mat(p):
         x = sp.Dummy(p.name, **p.assumptions0)
-        sol = sp.solve(sp.Eq(e.xreplace({p: x}), target), x, dict=False)
+        ex = e.xreplace({p: x})
+        c = sp.diff(ex, x)
+        if c != 0 and not c.has(x) and not target.has(x) and sp.count_ops(target) > ISOLATE_SIMPLIFY_OPS:
+            # e linear in p (λ = c p + r) and a large target: p = (target - r)/c directly; sympy's solve would
+            # simplify the whole target (a degree-32 polynomial loss took 40 s)
+            return (target - ex.xreplace({x: 0})) / c
+        if c.has(x) and inverse is not None:
+            return inverse
+        sol = sp.solve(sp.Eq(ex, target), x, dict=False)
         if len(sol) != 1:
             raise DerivationError(f"cannot isolate {p} in {e}")
         return sol[0]

@@ -41,10 +41,10 @@ class _Parser(argparse.ArgumentParser):
 def _output_problem(path: Path):
     """Why ``-o path`` cannot be written (None if it can): only a regular file, or a new path whose parent is a
     directory, is ever replaced; FIFOs, devices, sockets and directories are refused before any work."""
-    if str(path) == "":
-        return "empty output path"
     try:
         st = os.stat(path)                              # follows symbolic links: the file that would change
+    except NotADirectoryError:
+        return "cannot create it: a parent in the path is not a directory"
     except FileNotFoundError:
         parent = path.parent
         while not parent.exists() and parent != parent.parent:
@@ -93,6 +93,8 @@ def _write_atomic(path: Path, text: str):
 
 def _check_output(out):
     """Refuse a bad ``-o`` before any work (so that nothing is derived for nothing, and nothing is touched)."""
+    if out == "":
+        raise SpecError("-o: empty output path", CMDLINE)
     if out is not None and out != "-":
         problem = _output_problem(Path(out))
         if problem is not None:

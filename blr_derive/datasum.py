@@ -286,8 +286,31 @@ def _left_factor(args, n):
     return sp.MatMul(c, *mats) if c != 1 else sp.MatMul(*mats)
 
 
+def degree_in(e, x):
+    """An upper bound of the polynomial degree of ``e`` in ``x``, or None when ``e`` is not a polynomial in ``x``
+    (a function, a negative or symbolic power, an inverse of an expression in ``x``)."""
+    if not e.has(x):
+        return 0
+    if e == x:
+        return 1
+    if isinstance(e, (sp.Add, sp.MatAdd, sp.Transpose, sp.Trace)):
+        ds = [degree_in(a, x) for a in e.args]
+        return None if None in ds else max(ds)
+    if isinstance(e, (sp.Mul, sp.MatMul)):
+        ds = [degree_in(a, x) for a in e.args]
+        return None if None in ds else sum(ds)
+    if isinstance(e, (sp.Pow, sp.MatPow)) and e.exp.is_Integer and e.exp >= 0:
+        d = degree_in(e.base, x)
+        return None if d is None else d * int(e.exp)
+    return None
+
+
 def polynomial_derivatives(poly, theta, symmetric=()):
-    """(∇poly(θ), ∇²poly) for a polynomial of degree ≤ 2 in θ (the Hessian is constant)."""
+    """(∇poly(θ), ∇²poly) for a polynomial of degree ≤ 2 in θ (the Hessian is constant).  Anything else is
+    refused before it is differentiated (nested functions of θ grow without bound under the chain rule)."""
+    d = degree_in(poly, theta)
+    if d is None or d > 2:
+        raise DerivationError(f"outside the data sums the loss must be a polynomial of degree <= 2 in {theta}")
     g = gradient(poly, [theta], symmetric)[0]
     try:
         H = hessian_from_gradient(g, theta, symmetric)

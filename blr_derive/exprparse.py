@@ -36,6 +36,7 @@ MAX_DEPTH = 200
 MAX_INT_EXPONENT = 64
 MAX_NUMBER_BITS = 3400          # numbers of about 1000 decimal digits at most (no huge constants to print)
 MAX_SPECIAL_ARG = 200           # |x| of a numeric argument of factorial/gamma/lgamma/digamma/... (evaluated exactly)
+MAX_TERMS = 10_000             # terms after expansion: a product of 32 sums of two symbols expands to 2**32 terms
 MAX_DEGREE = 32                # degree bound (products and powers of symbols): deriving E_q of (theta+1)**64
                                # took 95 s, ((theta+1)**64)**64 ran out of memory
 SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma")
@@ -248,11 +249,33 @@ def _degree(e, memo):
     return d
 
 
+def _terms(e, memo):
+    """An upper bound of the number of terms of ``e`` fully expanded (a function application counts as one)."""
+    if e in memo:
+        return memo[e]
+    if isinstance(e, (sp.Add, sp.MatAdd)):
+        n = sum(_terms(a, memo) for a in e.args)
+    elif isinstance(e, (sp.Mul, sp.MatMul)):
+        n = 1
+        for a in e.args:
+            n = min(n * _terms(a, memo), MAX_TERMS + 1)
+    elif isinstance(e, (sp.Pow, sp.MatPow)) and isinstance(e.args[1], sp.Integer) and e.args[1] > 0:
+        k, p = _terms(e.args[0], memo), int(e.args[1])
+        n = math.comb(k + p - 1, p) if k <= MAX_TERMS else MAX_TERMS + 1      # monomials of degree p in k terms
+    else:
+        n = 1
+    memo[e] = n = min(n, MAX_TERMS + 1)
+    return n
+
+
 def _check_numbers(expr, b):
-    """Reject expressions of a degree above MAX_DEGREE, and constants that are not finite real numbers (``1/0``, ``log(0)``, ``sqrt(-1)``) or that are huge
-    (``(10**64)**64``, products of big factorials): generated code must print every number."""
+    """Reject expressions of a degree above MAX_DEGREE or that expand to more than MAX_TERMS terms, and constants
+    that are not finite real numbers (``1/0``, ``log(0)``, ``sqrt(-1)``) or that are huge (``(10**64)**64``,
+    products of big factorials): generated code must print every number."""
     if _degree(expr, {}) > MAX_DEGREE:
         b.fail(f"the expression's degree exceeds {MAX_DEGREE} (powers and products of symbols)")
+    if _terms(expr, {}) > MAX_TERMS:
+        b.fail(f"the expression expands to more than {MAX_TERMS} terms (products of sums, powers of sums)")
     for node in sp.preorder_traversal(expr):
         if isinstance(node, _NOT_FINITE):
             b.fail(f"the constant {node} is not a finite real number")
@@ -271,7 +294,8 @@ class _Builder:
         self.src = src
 
     def fail(self, msg):
-        raise SpecError(f"{self.what}: {msg} in {self.src!r}")
+        src = self.src if len(self.src) <= 160 else self.src[:160] + "…"
+        raise SpecError(f"{self.what}: {msg} in {src!r}")
 
     def build(self, node, depth):
         out = self._build(node, depth)

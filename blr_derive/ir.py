@@ -247,41 +247,45 @@ def seal_text(ir):
 
 
 def check_printed_names(ir, recipe):
-    """Distinct symbols of an update must print as distinct names: a declared name that the derivation also
-    uses for one of its own quantities (a hyperparameter ``g`` next to the gradient ``g``, a data name ``m_new``)
-    is a located error, never two values under one name in the generated code."""
+    """Distinct quantities of an update must print as distinct names: a declared hyperparameter or data name that
+    the derivation also uses for one of its own quantities (``g`` next to the gradient ``g``, ``H`` next to the
+    Hessian), or two different symbols under one name, is a located error — never two values under one name in
+    the generated code, nor two quantities merged into one sympy symbol."""
     declared = {}
     for h in ir.hyperparameters:
-        for s in h.symbols:
-            declared[str(s)] = ("hyperparameter", h.name)
+        for s_ in h.symbols:
+            declared[str(s_)] = ("hyperparameter", h.name)
     for v in ir.data:
         declared[str(v.symbol)] = ("data", v.name)
-    for v in ir.state:
-        declared.setdefault(str(v.symbol), ("state", v.name))
+    defined = [s_ for s_, _ in getattr(ir, "assignments", [])]
+    defined += [c.symbol for c in getattr(ir, "oracle_calls", [])]
+    sm = getattr(ir, "sampling", None)
+    if sm is not None:
+        defined += [sm.eps, sm.theta] + [k for k, _ in sm.calls] + [a for a, _ in sm.stats]
+    for sym in defined:
+        if str(sym) in declared:
+            _name_clash(declared[str(sym)], recipe)
     seen = {}
-    exprs = [e for pair in getattr(ir, "assignments", []) for e in pair]
-    exprs += [c.symbol for c in getattr(ir, "oracle_calls", [])]
-    for sym in set().union(*[e.free_symbols | e.atoms(sp.MatrixSymbol) for e in exprs if isinstance(e, sp.Basic)]) \
-            | {s for s, _ in getattr(ir, "assignments", [])}:
+    exprs = [e for pair in getattr(ir, "assignments", []) for e in pair] + defined
+    for sym in set().union(*[e.free_symbols | e.atoms(sp.MatrixSymbol) for e in exprs if isinstance(e, sp.Basic)]):
         if not isinstance(sym, (sp.Symbol, sp.MatrixSymbol)):
             continue
         name = str(sym)
         if name in seen and seen[name] != sym:
-            what = declared.get(name)
-            where = what[1] if what else name
-            file = getattr(recipe, "file", None)
-            spec = getattr(recipe, "spec", None)
-            line = None
-            if what and spec is not None:
-                section = {"hyperparameter": "hyperparameters", "data": "loss"}.get(what[0])
-                container = spec.get(section) if section else None
-                if what[0] == "hyperparameter" and container is not None and hasattr(container, "line_of"):
-                    line = container.line_of(what[1])
-                elif section and hasattr(spec, "line_of"):
-                    line = spec.line_of(section)
-            raise SpecError(f"the name '{where}' is also used by the derivation for another quantity; rename the "
-                            f"{what[0] if what else 'declaration'}", file, line)
+            _name_clash(declared.get(name, ("declaration", name)), recipe)
         seen[name] = sym
+
+
+def _name_clash(what, recipe):
+    kind, name = what
+    file, spec, line = getattr(recipe, "file", None), getattr(recipe, "spec", None), None
+    if spec is not None and hasattr(spec, "line_of"):
+        if kind == "hyperparameter" and hasattr(spec.get("hyperparameters"), "line_of"):
+            line = spec["hyperparameters"].line_of(name)
+        elif "loss" in spec:
+            line = spec.line_of("loss")
+    raise SpecError(f"the name '{name}' is also used by the derivation for another quantity; rename the {kind}",
+                    file, line)
 
 
 def _family_maps(fam):

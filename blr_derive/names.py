@@ -48,10 +48,12 @@ RESERVED = frozenset("""
 """.split())
 
 #: symbol names the derivation creates for itself (natural and expectation parameters and their gradients,
-#: the step counter t, common-subexpression temporaries t_0, t_1, ...)
+#: the step counter t, common-subexpression temporaries t_0, t_1, ..., and the names it derives from declared
+#: ones: m_new, m_list, X_rows, m_prev)
 ENGINE_PATTERNS = (
     re.compile(r"(lambda|mu|grad_mu|d_lambda|d_mu|dlam)\d+(_next)?\Z"),
     re.compile(r"t(_\d+)?\Z"),
+    re.compile(r".+_(new|list|rows|prev|next)\Z"),      # the new value, tensor list, data rows ... of a name
 )
 
 _BUILTINS = frozenset(dir(builtins))

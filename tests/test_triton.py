@@ -237,6 +237,43 @@ def test_sampling_noise_distribution_and_restore():
     assert all(torch.equal(p, m) for p, m in zip(params, means))
 
 
+def test_copies_of_the_triton_ivon_continue_like_the_original_and_samples_do_not_nest():
+    """copy.deepcopy and pickle re-lay the groups out from self.state (the fp32 buffers are not state_dict
+    entries); a copy steps exactly as the original.  Nested sampled_params is an error."""
+    import copy
+    import io
+    tr = triton_module("ivon")
+    sys.modules[tr.__name__] = tr                       # pickle finds the class by its module's name
+    g = torch.Generator().manual_seed(5)
+    A = [torch.rand(s, generator=g) + 0.5 for s in SHAPES]
+    C = [torch.randn(s, generator=g) for s in SHAPES]
+    params = make_params()
+    opt = optimizer_class(tr)(params, lr=0.05, ess=100.0, sync=True)
+
+    def step(o, ps):
+        with o.sampled_params(train=True):
+            o.zero_grad()
+            quadratic(ps, A, C).backward()
+        o.step()
+    torch.manual_seed(0)
+    step(opt, params)
+    params2, opt2 = copy.deepcopy((params, opt))
+    buf = io.BytesIO()
+    torch.save((params, opt), buf)
+    buf.seek(0)
+    params3, opt3 = torch.load(buf, weights_only=False)
+    for o, ps in ((opt, params), (opt2, params2), (opt3, params3)):
+        torch.manual_seed(1)
+        step(o, ps)
+    for a, b, c in zip(params, params2, params3):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert opt2._sync is True and opt3._sync is True
+    with opt.sampled_params():
+        with pytest.raises(RuntimeError, match="already active"):
+            with opt.sampled_params():
+                pass
+
+
 # ----------------------------------------------------------------- recipes whose parameter is an expression of the state
 @contextlib.contextmanager
 def torch_uniform_draws(u):

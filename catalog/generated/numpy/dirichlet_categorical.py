@@ -164,27 +164,27 @@ def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
     """The ordinary parameters whose expectation parameters are ``mu``: Newton's method on ∇A(λ) = μ,
     halving steps that leave Ω or do not reduce the residual (A is strictly convex, so this converges)."""
     mu = numpy.asarray(mu, dtype=float)
-    lam = numpy.array([0, 0, 0] if lam0 is None else lam0, dtype=float)
-    r = expectation_parameters(lam) - mu
+    _lam = numpy.array([0, 0, 0] if lam0 is None else lam0, dtype=float)
+    _r = expectation_parameters(_lam) - mu
     for _ in range(max_iter):
-        if numpy.max(numpy.abs(r)) < tol:
-            return ordinary_from_natural(lam)
+        if numpy.max(numpy.abs(_r)) < tol:
+            return ordinary_from_natural(_lam)
         try:
-            step = numpy.linalg.solve(fisher_information(lam), r)
+            _step = numpy.linalg.solve(fisher_information(_lam), _r)
         except numpy.linalg.LinAlgError:
             raise ArithmeticError("Newton's method reached a singular Fisher information: "
                                   "is mu inside the family's expectation space?") from None
-        t = 1.0
+        _t = 1.0
         while True:
-            new = lam - t * step
-            if _in_domain(new):
-                r_new = expectation_parameters(new) - mu
-                if numpy.all(numpy.isfinite(r_new)) and numpy.linalg.norm(r_new) < numpy.linalg.norm(r):
+            _new = _lam - _t * _step
+            if _in_domain(_new):
+                _r_new = expectation_parameters(_new) - mu
+                if numpy.all(numpy.isfinite(_r_new)) and numpy.linalg.norm(_r_new) < numpy.linalg.norm(_r):
                     break
-            t /= 2
-            if t < 1e-14:
+            _t /= 2
+            if _t < 1e-14:
                 raise ArithmeticError("Newton's method stalled: is mu inside the family's expectation space?")
-        lam, r = new, r_new
-    if numpy.max(numpy.abs(r)) < tol:
-        return ordinary_from_natural(lam)
-    raise ArithmeticError(f"no convergence in {max_iter} Newton steps (residual {numpy.max(numpy.abs(r)):.3g})")
+        _lam, _r = _new, _r_new
+    if numpy.max(numpy.abs(_r)) < tol:
+        return ordinary_from_natural(_lam)
+    raise ArithmeticError(f"no convergence in {max_iter} Newton steps (residual {numpy.max(numpy.abs(_r)):.3g})")

@@ -166,7 +166,7 @@ class BayesBiNN(torch.optim.Optimizer):
     def _draw(self):
         """θ_k for every group; returns what is needed to restore the parameters and collect statistics."""
         drawn = []
-        for index, group in enumerate(self.param_groups):
+        for _index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
@@ -186,13 +186,13 @@ class BayesBiNN(torch.optim.Optimizer):
             _f1 = torch._foreach_tanh(_f2)
             theta_k = _f1
             torch._foreach_copy_(params, theta_k)
-            drawn.append((index, params, _saved, u, theta_k))
+            drawn.append((_index, params, _saved, u, theta_k))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean)."""
-        for index, params, _saved, u, theta_k in drawn:
-            group = self.param_groups[index]
+        for _index, params, _saved, u, theta_k in drawn:
+            group = self.param_groups[_index]
             _no_sparse(params, "BayesBiNN")
             temperature = group["temperature"]
             eps = group["eps"]
@@ -216,7 +216,7 @@ class BayesBiNN(torch.optim.Optimizer):
             _f12 = torch._foreach_add(_f11, eps)
             torch._foreach_div_(_f1, _f12)
             _sample_ngrad = _f1
-            _acc = self._samples.setdefault(index, {"count": 0})
+            _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1
             _n = _acc["count"]
             if _n == 1:
@@ -230,8 +230,8 @@ class BayesBiNN(torch.optim.Optimizer):
         if not (dist.is_available() and dist.is_initialized()):
             return
         world = dist.get_world_size()
-        for index in range(len(self.param_groups)):
-            acc = self._samples.get(index)
+        for _index in range(len(self.param_groups)):
+            acc = self._samples.get(_index)
             if acc is None:
                 continue
             for key in sorted(k for k in acc if k != "count"):
@@ -265,11 +265,11 @@ class BayesBiNN(torch.optim.Optimizer):
             loss = sum(losses) / samples
         if self._sync:
             self._sync_samples()
-        for index, group in enumerate(self.param_groups):
+        for _index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
-            _acc = self._samples.get(index)
+            _acc = self._samples.get(_index)
             if _acc is None or _acc["count"] == 0:
                 raise RuntimeError("no Monte Carlo samples: compute the loss inside "
                                    "`with optimizer.sampled_params(train=True):` before step()")

@@ -201,7 +201,7 @@ class IVON(torch.optim.Optimizer):
     def _draw(self):
         """θ_k = m + σε for every group; returns what is needed to restore the means and collect statistics."""
         drawn = []
-        for index, group in enumerate(self.param_groups):
+        for _index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
@@ -220,13 +220,13 @@ class IVON(torch.optim.Optimizer):
             _f5 = torch._foreach_add(m, _f1)
             theta_k = _f5
             torch._foreach_copy_(params, theta_k)
-            drawn.append((index, params, m, eps, theta_k))
+            drawn.append((_index, params, m, eps, theta_k))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean)."""
-        for index, params, m, eps, theta_k in drawn:
-            group = self.param_groups[index]
+        for _index, params, m, eps, theta_k in drawn:
+            group = self.param_groups[_index]
             _no_sparse(params, "IVON")
             ess = group["ess"]
             weight_decay = group["weight_decay"]
@@ -248,7 +248,7 @@ class IVON(torch.optim.Optimizer):
                 _f5 = torch._foreach_sqrt(_f3)
                 torch._foreach_div_(_f2, _f5)
                 _sample_avg_nxg = _f2
-            _acc = self._samples.setdefault(index, {"count": 0})
+            _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1
             _n = _acc["count"]
             if _n == 1:
@@ -272,8 +272,8 @@ class IVON(torch.optim.Optimizer):
         if not (dist.is_available() and dist.is_initialized()):
             return
         world = dist.get_world_size()
-        for index in range(len(self.param_groups)):
-            acc = self._samples.get(index)
+        for _index in range(len(self.param_groups)):
+            acc = self._samples.get(_index)
             if acc is None:
                 continue
             for key in sorted(k for k in acc if k != "count"):
@@ -307,11 +307,11 @@ class IVON(torch.optim.Optimizer):
             loss = sum(losses) / samples
         if self._sync:
             self._sync_samples()
-        for index, group in enumerate(self.param_groups):
+        for _index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
-            _acc = self._samples.get(index)
+            _acc = self._samples.get(_index)
             if _acc is None or _acc["count"] == 0:
                 raise RuntimeError("no Monte Carlo samples: compute the loss inside "
                                    "`with optimizer.sampled_params(train=True):` before step()")

@@ -168,7 +168,7 @@ class VOGN(torch.optim.Optimizer):
     def _draw(self):
         """θ_k = m + σε for every group; returns what is needed to restore the means and collect statistics."""
         drawn = []
-        for index, group in enumerate(self.param_groups):
+        for _index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
@@ -182,13 +182,13 @@ class VOGN(torch.optim.Optimizer):
             _f3 = torch._foreach_add(m, _f1)
             theta_k = _f3
             torch._foreach_copy_(params, theta_k)
-            drawn.append((index, params, m, eps, theta_k))
+            drawn.append((_index, params, m, eps, theta_k))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean)."""
-        for index, params, m, eps, theta_k in drawn:
-            group = self.param_groups[index]
+        for _index, params, m, eps, theta_k in drawn:
+            group = self.param_groups[_index]
             _no_sparse(params, "VOGN")
             states = [self._state(p, group) for p in params]
             s = [st["s"] for st in states]
@@ -196,7 +196,7 @@ class VOGN(torch.optim.Optimizer):
             ggn_k = _work(_oracle(params, lambda p: p.ggn, "ggn"))
             _sample_g = g_k
             _sample_avg_ggn = ggn_k
-            _acc = self._samples.setdefault(index, {"count": 0})
+            _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1
             _n = _acc["count"]
             if _n == 1:
@@ -214,8 +214,8 @@ class VOGN(torch.optim.Optimizer):
         if not (dist.is_available() and dist.is_initialized()):
             return
         world = dist.get_world_size()
-        for index in range(len(self.param_groups)):
-            acc = self._samples.get(index)
+        for _index in range(len(self.param_groups)):
+            acc = self._samples.get(_index)
             if acc is None:
                 continue
             for key in sorted(k for k in acc if k != "count"):
@@ -249,11 +249,11 @@ class VOGN(torch.optim.Optimizer):
             loss = sum(losses) / samples
         if self._sync:
             self._sync_samples()
-        for index, group in enumerate(self.param_groups):
+        for _index, group in enumerate(self.param_groups):
             params = list(group["params"])
             if not params:
                 continue
-            _acc = self._samples.get(index)
+            _acc = self._samples.get(_index)
             if _acc is None or _acc["count"] == 0:
                 raise RuntimeError("no Monte Carlo samples: compute the loss inside "
                                    "`with optimizer.sampled_params(train=True):` before step()")

@@ -206,63 +206,75 @@ class AdamW(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self._layouts = {}
 
+    def __getstate__(self):
+        state = super().__getstate__()
+        return state
+
+    def __setstate__(self, state):
+        """A copy (copy.deepcopy, pickle) lays its groups out again from self.state on its next step; samples
+        collected but not yet applied are not copied (draw them again)."""
+        super().__setstate__(state)
+        self._layouts = {}
+
     def _layout(self, group):
         """The group's layout; (re)binds ``self.state[p]`` to views of the fp32 buffers, initializing new
         state and copying state that was replaced (e.g. by load_state_dict) into the buffers."""
         params = list(group["params"])
-        lay = self._layouts.get(id(group))
-        if lay is None or lay.key != tuple((id(p), p.numel()) for p in params):
-            lay = self._layouts[id(group)] = _Layout(params)
+        _lay = self._layouts.get(id(group))
+        if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
+            _lay = self._layouts[id(group)] = _Layout(params)
         for name in ("s", "u", "s_max", ):
-            views = lay.views.get(name)
-            if views is not None and all(self.state[p].get(name) is v for p, v in zip(params, views)):
+            _views = _lay.views.get(name)
+            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
                 continue
-            flat = lay.buffer(name)
-            views = []
-            for p, o, n in zip(params, lay.offsets, lay.sizes):
-                state = self.state[p]
-                view = flat[o:o + n].view_as(p)
+            flat = _lay.buffer(name)
+            _views = []
+            for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
+                state = self.state[_p]
+                _view = flat[_o:_o + _n].view_as(_p)
                 if name in state:
-                    view.copy_(state[name])
+                    _view.copy_(state[name])
                 elif name == "s":
-                    view.fill_(0)
+                    _view.fill_(0)
                 elif name == "u":
-                    view.fill_(0)
+                    _view.fill_(0)
                 elif name == "s_max":
-                    view.fill_(0)
-                state[name] = view
-                views.append(view)
-            lay.views[name] = views
-        for p in params:
-            if "step" not in self.state[p]:
-                self.state[p]["step"] = torch.tensor(0.0)
-        return lay
+                    _view.fill_(0)
+                state[name] = _view
+                _views.append(_view)
+            _lay.views[name] = _views
+        for _p in params:
+            if "step" not in self.state[_p]:
+                self.state[_p]["step"] = torch.tensor(0.0)
+        return _lay
 
     def load_state_dict(self, state_dict):
         """As torch.optim.Optimizer.load_state_dict, but the state stays fp32 for low-precision parameters."""
         super().load_state_dict(state_dict)
         self._layouts.clear()          # new param_groups: the next step lays them out and copies the loaded state
-        saved = [i for g in state_dict["param_groups"] for i in g["params"]]
-        for i, p in zip(saved, [p for g in self.param_groups for p in g["params"]]):
-            for name, value in state_dict["state"].get(i, {}).items():
+        saved = [_i for g in state_dict["param_groups"] for _i in g["params"]]
+        for _i, _p in zip(saved, [_p for g in self.param_groups for _p in g["params"]]):
+            for name, value in state_dict["state"].get(_i, {}).items():
                 if name != "step" and torch.is_tensor(value) and value.is_floating_point():
-                    self.state[p][name] = value.to(device=p.device, dtype=torch.float32)
+                    self.state[_p][name] = value.to(device=_p.device, dtype=torch.float32)
 
-    def _pointer_table(self, lay, idx, use=()):
+    def _pointer_table(self, _lay, _idx, use=()):
         """Rows (parameter, grad) for the parameters idx; only the oracles in ``use`` are
         looked up (a missing gradient reads as zeros), the others are null pointers."""
         rows = []
-        for i in idx:
-            p = lay.params[i]
-            row = [p]
+        for _i in _idx:
+            _p = _lay.params[_i]
+            row = [_p]
             g = None
             if "grad" in use:
-                g = p.grad if p.grad is not None else torch.zeros_like(p)
-                if g.dtype != p.dtype or not g.is_contiguous():
-                    g = g.to(p.dtype).contiguous()
+                g = _p.grad if _p.grad is not None else torch.zeros_like(_p)
+                if g.is_sparse:
+                    raise RuntimeError("AdamW does not support sparse gradients")
+                if g.dtype != _p.dtype or not g.is_contiguous():
+                    g = g.to(_p.dtype).contiguous()
             row.append(g)
             rows.append(row)
-        return rows, lay.pointers(rows)
+        return rows, _lay.pointers(rows)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -275,25 +287,25 @@ class AdamW(torch.optim.Optimizer):
         for group in self.param_groups:
             if not group["params"]:
                 continue
-            lay = self._layout(group)
-            idx = [i for i, p in enumerate(lay.params) if p.grad is not None]
-            if not idx:
+            _lay = self._layout(group)
+            _idx = [_i for _i, _p in enumerate(_lay.params) if _p.grad is not None]
+            if not _idx:
                 continue
             lr = group["lr"]
             beta1, beta2 = group["betas"]
             eps = group["eps"]
             weight_decay = group["weight_decay"]
             amsgrad = bool(group["amsgrad"])
-            t = int(self.state[lay.params[idx[0]]]["step"].item()) + 1
+            t = int(self.state[_lay.params[_idx[0]]]["step"].item()) + 1
             floats = (float(beta1), float(1 - beta1), float(1/(1 - beta1**t)), float(beta2), float(1 - beta2), float(1/(1 - beta2**t)), float(eps), float(-lr*weight_decay), float(-lr), )
             flags = (bool(amsgrad), )
-            stats = ()
-            for dtype, sub in lay.buckets(idx):
-                chunks = lay.chunks(sub)
+            _stats = ()
+            for dtype, _sub in _lay.buckets(_idx):
+                chunks = _lay.chunks(_sub)
                 if not len(chunks):          # only empty parameters
                     continue
-                keep, ptrs = self._pointer_table(lay, sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], lay.buffers["u"], lay.buffers["s_max"], *stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
-            for i in idx:
-                self.state[lay.params[i]]["step"] += 1
+                _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["u"], _lay.buffers["s_max"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for _i in _idx:
+                self.state[_lay.params[_i]]["step"] += 1
         return loss

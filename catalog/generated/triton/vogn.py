@@ -316,90 +316,113 @@ class VOGN(torch.optim.Optimizer):
         self._samples = {}
         self._seeds = {}
         self._sync = bool(sync)
+        self._sampling = False
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_sync"] = self._sync
+        return state
+
+    def __setstate__(self, state):
+        """A copy (copy.deepcopy, pickle) lays its groups out again from self.state on its next step; samples
+        collected but not yet applied are not copied (draw them again)."""
+        super().__setstate__(state)
+        self._layouts = {}
+        self._samples = {}
+        self._seeds = {}
+        self._sync = state.get("_sync", False)
+        self._sampling = False
 
     def _layout(self, group):
         """The group's layout; (re)binds ``self.state[p]`` to views of the fp32 buffers, initializing new
         state and copying state that was replaced (e.g. by load_state_dict) into the buffers."""
         params = list(group["params"])
-        lay = self._layouts.get(id(group))
-        if lay is None or lay.key != tuple((id(p), p.numel()) for p in params):
-            lay = self._layouts[id(group)] = _Layout(params)
+        _lay = self._layouts.get(id(group))
+        if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
+            _lay = self._layouts[id(group)] = _Layout(params)
         ess = group["ess"]
         prior_precision = group["prior_precision"]
         for name in ("s", ):
-            views = lay.views.get(name)
-            if views is not None and all(self.state[p].get(name) is v for p, v in zip(params, views)):
+            _views = _lay.views.get(name)
+            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
                 continue
-            flat = lay.buffer(name)
-            views = []
-            for p, o, n in zip(params, lay.offsets, lay.sizes):
-                state = self.state[p]
-                view = flat[o:o + n].view_as(p)
+            flat = _lay.buffer(name)
+            _views = []
+            for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
+                state = self.state[_p]
+                _view = flat[_o:_o + _n].view_as(_p)
                 if name in state:
-                    view.copy_(state[name])
+                    _view.copy_(state[name])
                 elif name == "s":
-                    view.fill_(ess*prior_precision)
-                state[name] = view
-                views.append(view)
-            lay.views[name] = views
-        return lay
+                    _view.fill_(ess*prior_precision)
+                state[name] = _view
+                _views.append(_view)
+            _lay.views[name] = _views
+        return _lay
 
     def load_state_dict(self, state_dict):
         """As torch.optim.Optimizer.load_state_dict, but the state stays fp32 for low-precision parameters."""
         super().load_state_dict(state_dict)
         self._layouts.clear()          # new param_groups: the next step lays them out and copies the loaded state
-        saved = [i for g in state_dict["param_groups"] for i in g["params"]]
-        for i, p in zip(saved, [p for g in self.param_groups for p in g["params"]]):
-            for name, value in state_dict["state"].get(i, {}).items():
+        saved = [_i for g in state_dict["param_groups"] for _i in g["params"]]
+        for _i, _p in zip(saved, [_p for g in self.param_groups for _p in g["params"]]):
+            for name, value in state_dict["state"].get(_i, {}).items():
                 if name != "step" and torch.is_tensor(value) and value.is_floating_point():
-                    self.state[p][name] = value.to(device=p.device, dtype=torch.float32)
+                    self.state[_p][name] = value.to(device=_p.device, dtype=torch.float32)
 
-    def _pointer_table(self, lay, idx, use=()):
+    def _pointer_table(self, _lay, _idx, use=()):
         """Rows (parameter, grad, ggn) for the parameters idx; only the oracles in ``use`` are
         looked up (a missing gradient reads as zeros), the others are null pointers."""
         rows = []
-        for i in idx:
-            p = lay.params[i]
-            row = [p]
+        for _i in _idx:
+            _p = _lay.params[_i]
+            row = [_p]
             g = None
             if "grad" in use:
-                g = p.grad if p.grad is not None else torch.zeros_like(p)
-                if g.dtype != p.dtype or not g.is_contiguous():
-                    g = g.to(p.dtype).contiguous()
+                g = _p.grad if _p.grad is not None else torch.zeros_like(_p)
+                if g.is_sparse:
+                    raise RuntimeError("VOGN does not support sparse gradients")
+                if g.dtype != _p.dtype or not g.is_contiguous():
+                    g = g.to(_p.dtype).contiguous()
             row.append(g)
             g = None
             if "ggn" in use:
-                g = _oracle(p, lambda p: p.ggn, "ggn")
-                if g.dtype != p.dtype or not g.is_contiguous():
-                    g = g.to(p.dtype).contiguous()
+                g = _oracle(_p, lambda _p: _p.ggn, "ggn")
+                if g.dtype != _p.dtype or not g.is_contiguous():
+                    g = g.to(_p.dtype).contiguous()
             row.append(g)
             rows.append(row)
-        return rows, lay.pointers(rows)
+        return rows, _lay.pointers(rows)
 
     @contextlib.contextmanager
     def sampled_params(self, train=False):
         """Replace every parameter by a sample of q and restore the means on exit, also when the body
         raises.  With ``train=True`` the gradients left in ``p.grad`` are collected as one Monte Carlo
-        sample for the next ``step()``."""
+        sample for the next ``step()``.  Samples do not nest."""
+        if self._sampling:
+            raise RuntimeError("sampled_params() is already active: leave it before drawing another sample")
         with torch.no_grad():
             drawn = self._draw()
+        self._sampling = True
         try:
             yield
         except BaseException:
+            self._sampling = False
             with torch.no_grad():
-                self._restore(drawn, collect=False)
+                self._restore(drawn, _collecting=False)
             raise
+        self._sampling = False
         with torch.no_grad():
-            self._restore(drawn, collect=train)
+            self._restore(drawn, _collecting=train)
 
     def noise(self, group=0):
         """The draw ε (flat, in parameter order) of the latest sample of param_groups[group], regenerated
         from its Philox seed."""
         g = self.param_groups[group]
-        lay = self._layout(g)
-        out = torch.empty(lay.total, dtype=torch.float32, device=lay.device)
-        _noise_kernel[(triton.cdiv(lay.total, BLOCK),)](out, self._seeds[id(g)], lay.total, BLOCK=BLOCK)
-        return torch.cat([out[o:o + n] for o, n in zip(lay.offsets, lay.sizes)])
+        _lay = self._layout(g)
+        out = torch.empty(_lay.total, dtype=torch.float32, device=_lay.device)
+        _noise_kernel[(triton.cdiv(_lay.total, BLOCK),)](out, self._seeds[id(g)], _lay.total, BLOCK=BLOCK)
+        return torch.cat([out[_o:_o + _n] for _o, _n in zip(_lay.offsets, _lay.sizes)])
 
     def _draw(self):
         """θ = m + σε for every group, one launch per group and parameter dtype."""
@@ -407,39 +430,39 @@ class VOGN(torch.optim.Optimizer):
         for group in self.param_groups:
             if not group["params"]:
                 continue
-            lay = self._layout(group)
+            _lay = self._layout(group)
             floats = ()
             flags = ()
-            seed = int(torch.randint(0, 2 ** 31 - 1, ()).item())
-            self._seeds[id(group)] = seed
-            for dtype, idx in lay.buckets(range(len(lay.params))):
-                chunks = lay.chunks(idx)
+            _sd = int(torch.randint(0, 2 ** 31 - 1, ()).item())
+            self._seeds[id(group)] = _sd
+            for dtype, _idx in _lay.buckets(range(len(_lay.params))):
+                chunks = _lay.chunks(_idx)
                 if not len(chunks):          # only empty parameters
                     continue
-                keep, ptrs = self._pointer_table(lay, idx)
-                _draw_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffer("_mean"), lay.buffers["s"], seed, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
-            drawn.append((group, lay, seed))
+                _keep, ptrs = self._pointer_table(_lay, _idx)
+                _draw_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffer("_mean"), _lay.buffers["s"], _sd, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            drawn.append((group, _lay, _sd))
         return drawn
 
-    def _restore(self, drawn, collect):
+    def _restore(self, drawn, _collecting):
         """Put the means back; with ``collect``, add the sample's statistics (one launch per group and dtype)."""
-        for group, lay, seed in drawn:
+        for group, _lay, _sd in drawn:
             floats = ()
             flags = ()
-            n = 1
-            if collect:
+            _n = 1
+            if _collecting:
                 acc = self._samples.setdefault(id(group), {"count": 0})
                 acc["count"] += 1
-                n = acc["count"]
-            stats = []
-            stats.append(lay.buffer("g"))
-            stats.append(lay.buffer("avg_ggn"))
-            for dtype, idx in lay.buckets(range(len(lay.params))):
-                chunks = lay.chunks(idx)
+                _n = acc["count"]
+            _stats = []
+            _stats.append(_lay.buffer("g"))
+            _stats.append(_lay.buffer("avg_ggn"))
+            for dtype, _idx in _lay.buckets(range(len(_lay.params))):
+                chunks = _lay.chunks(_idx)
                 if not len(chunks):          # only empty parameters
                     continue
-                keep, ptrs = self._pointer_table(lay, idx, use=("grad", "ggn", ) if collect else ())
-                _collect_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["_mean"], *stats, seed, 1.0 / n, *floats, *flags, COLLECT=bool(collect), FIRST=n == 1, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _keep, ptrs = self._pointer_table(_lay, _idx, use=("grad", "ggn", ) if _collecting else ())
+                _collect_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["_mean"], *_stats, _sd, 1.0 / _n, *floats, *flags, COLLECT=bool(_collecting), FIRST=_n == 1, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
@@ -450,10 +473,10 @@ class VOGN(torch.optim.Optimizer):
         for group in self.param_groups:
             if id(group) not in self._samples:
                 continue
-            lay = self._layouts[id(group)]
-            for key in sorted(k for k in lay.buffers if k in ("g", "avg_ggn", )):
-                dist.all_reduce(lay.buffers[key])
-                lay.buffers[key].div_(world)
+            _lay = self._layouts[id(group)]
+            for key in sorted(k for k in _lay.buffers if k in ("g", "avg_ggn", )):
+                dist.all_reduce(_lay.buffers[key])
+                _lay.buffers[key].div_(world)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -472,8 +495,8 @@ class VOGN(torch.optim.Optimizer):
         for group in self.param_groups:
             if not group["params"]:
                 continue
-            lay = self._layout(group)
-            idx = list(range(len(lay.params)))
+            _lay = self._layout(group)
+            _idx = list(range(len(_lay.params)))
             acc = self._samples.get(id(group))
             if acc is None or acc["count"] == 0:
                 raise RuntimeError("no Monte Carlo samples: compute the loss inside "
@@ -485,12 +508,12 @@ class VOGN(torch.optim.Optimizer):
             mc_samples = int(group["mc_samples"])
             floats = (float(ess), float(prior_precision), float(beta), float(1 - beta), float(-lr), )
             flags = (bool((prior_precision != 0)), )
-            stats = (lay.buffers.get("g", lay.buffers["_mean"]), lay.buffers.get("avg_ggn", lay.buffers["_mean"]), )
-            for dtype, sub in lay.buckets(idx):
-                chunks = lay.chunks(sub)
+            _stats = (_lay.buffers.get("g", _lay.buffers["_mean"]), _lay.buffers.get("avg_ggn", _lay.buffers["_mean"]), )
+            for dtype, _sub in _lay.buckets(_idx):
+                chunks = _lay.chunks(_sub)
                 if not len(chunks):          # only empty parameters
                     continue
-                keep, ptrs = self._pointer_table(lay, sub, use=())
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, lay.buffers["s"], *stats, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+                _keep, ptrs = self._pointer_table(_lay, _sub, use=())
+                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], *_stats, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         self._samples.clear()
         return loss
