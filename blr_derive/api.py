@@ -2,12 +2,13 @@
 derive; see the README section "Notebook API")."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import budget
 from .blr import derive as _derive
 from .errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget, SpecError,
-                     UnsupportedTarget)
+                     TimeLimitExceeded, UnsupportedTarget)
 from .ir import build_ir
 from .recipe import load_recipe
 
@@ -21,10 +22,7 @@ def source_label(path) -> str:
 
 
 def derive_file(path, sizes: dict | None = None):
-    budget.where(str(path), 1)                        # the recipe as a whole, until its loss is known
     recipe = load_recipe(path, sizes)
-    spec = recipe.spec
-    budget.where(str(path), spec.line_of("loss") if hasattr(spec, "line_of") and "loss" in spec else None)
     try:
         D = _derive(recipe)
     except DerivationError as exc:
@@ -49,11 +47,29 @@ def located_codegen_error(exc: CodegenError, recipe) -> LocatedCodegenError:
     return cls(str(exc), recipe.file, line or getattr(spec, "line", None), exc.key)
 
 
-def generate(path, target: str, label: str | None = None, sizes: dict | None = None) -> str:
-    """Code for a recipe file; ``sizes`` (e.g. {"K": 5}) instantiates a sized recipe (blr_derive/sizes.py)."""
+@contextmanager
+def time_limited(seconds):
+    """Run the block under a wall-clock budget of ``seconds`` (None: no budget); running out raises
+    :class:`~blr_derive.errors.TimeLimitExceeded`, located at what the engine was working on.  Signals reach the
+    main thread only: elsewhere no limit applies."""
+    if seconds is None:
+        yield
+        return
+    try:
+        with budget.derivation_budget(seconds):
+            yield
+    except budget.BudgetExceeded as exc:
+        raise TimeLimitExceeded(str(exc), exc.file, exc.line) from None
+
+
+def generate(path, target: str, label: str | None = None, sizes: dict | None = None,
+             time_limit: float | None = None) -> str:
+    """Code for a recipe file; ``sizes`` (e.g. {"K": 5}) instantiates a sized recipe (blr_derive/sizes.py);
+    ``time_limit`` (seconds) bounds the derivation (see :func:`time_limited`)."""
     from codegen import emit, get_target
     get_target(target)                                 # an unknown target fails before any work
-    recipe, D = derive_file(path, sizes)
+    with time_limited(time_limit):
+        recipe, D = derive_file(path, sizes)
     label = (label or source_label(path)) + "".join(f" --size {k}={v}" for k, v in sorted((sizes or {}).items()))
     try:
         return emit(build_ir(D, label), target)
@@ -158,16 +174,18 @@ def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperpa
     return recipe_from_spec(located, "<recipe>", Path.cwd())
 
 
-def derive(ref=None, **keys):
+def derive(ref=None, *, time_limit: float | None = None, **keys):
     """Derive a recipe (anything :func:`recipe` accepts, or a Recipe) and return the
     :class:`~blr_derive.derivation.Derivation`: ``steps``, ``step(rule)``, ``update``, ``definitions``,
-    ``code(target)``, ``compile(target)``, ``to_markdown/to_latex/to_html``, ``save(path)``."""
-    r = recipe(ref, **keys)
-    try:
-        return _derive(r)
-    except DerivationError as exc:
-        line = r.spec.line if r.spec is not None else None
-        raise SpecError(f"derivation failed: {exc}", r.file, line) from None
+    ``code(target)``, ``compile(target)``, ``to_markdown/to_latex/to_html``, ``save(path)``.  ``time_limit``
+    (seconds) bounds loading and deriving (:class:`~blr_derive.errors.TimeLimitExceeded`)."""
+    with time_limited(time_limit):
+        r = recipe(ref, **keys)
+        try:
+            return _derive(r)
+        except DerivationError as exc:
+            line = r.spec.line if r.spec is not None else None
+            raise SpecError(f"derivation failed: {exc}", r.file, line) from None
 
 
 def compare(a, b) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from . import matcalc
+from . import budget, matcalc
 from .derivation import Derivation
 from .errors import DerivationError, SpecError
 from .matcalc import is_mat, like_symbol, simplify_mat
@@ -31,6 +31,8 @@ def _fail(recipe, msg, approx=None):
 
 
 def derive(recipe: Recipe) -> Derivation:
+    spec = recipe.spec
+    budget.where(recipe.file, spec.line_of("loss") if hasattr(spec, "line_of") and "loss" in spec else 1)
     if getattr(recipe, "blocks", None):          # factorized candidate: coordinate-wise steps (Sec. 5.2-5.4)
         from .factorized import derive_factorized
         return derive_factorized(recipe)

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import __version__
 from .budget import DEFAULT_SECONDS, BudgetExceeded, derivation_budget
 from .errors import BLRError, SpecError
-from .text import quote
+from .text import quote, terminal_safe
 
 COMMANDS = ("explain", "catalog", "families", "check", "compare")
 TARGET_NAMES = ("numpy", "torch", "triton")      # codegen.TARGETS (kept here: --help needs no codegen import)
@@ -103,7 +103,7 @@ def _check_output(out):
 
 def _emit(text: str, out):
     if out is None or out == "-":
-        sys.stdout.write(text)
+        sys.stdout.write(terminal_safe(text))
     else:
         _write_atomic(Path(out), text)
 
@@ -207,7 +207,7 @@ def cmd_compare(argv):
     from .compare import compare_recipes
     with derivation_budget(seconds):
         text = compare_recipes(args.recipe_a, args.recipe_b)
-    sys.stdout.write(text)
+    sys.stdout.write(terminal_safe(text))
     return 0
 
 
@@ -302,7 +302,7 @@ def cmd_check(argv):
     for f in args.files:
         with derivation_budget(seconds):
             rep = check_file(f, points=args.points, seed=args.seed, dim=args.dim, sizes=sizes)
-        sys.stdout.write(format_report(rep))
+        sys.stdout.write(terminal_safe(format_report(rep)))
         sys.stdout.flush()
         if not rep.passed:
             failed.append(f"{quote(f, 200)}: {', '.join(c.name for c in rep.failed)}")

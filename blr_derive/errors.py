@@ -31,6 +31,10 @@ class SpecError(BLRError):
         return f"{where}: {self.message}"
 
 
+class TimeLimitExceeded(SpecError):
+    """A derivation ran past its wall-clock budget (the API's ``time_limit``; the CLI's ``--time-limit``)."""
+
+
 class DerivationError(BLRError):
     """The engine cannot carry out a derivation step (e.g. a rule does not apply)."""
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import sympy as sp
 
+from . import budget
 from .errors import SpecError
 from .exprparse import parse_expression
 from .family import Family, load_family
@@ -99,6 +100,7 @@ def load_recipe(path, sizes: dict | None = None) -> Recipe:
     """Load a recipe file; ``sizes`` (name -> int) instantiates a recipe that declares size parameters
     (blr_derive/sizes.py) at those sizes instead of its defaults."""
     from .sizes import instantiate_recipe
+    budget.where(str(path), 1)                  # a budget error names the recipe as a whole while it loads
     spec = instantiate_recipe(load_yaml_file(path), str(path), sizes)
     from .factorized import factorized_from_spec, is_factorized_spec
     if is_factorized_spec(spec):              # several blocks: a factorized (mean-field) recipe

@@ -44,3 +44,10 @@ def quote(text, limit: int = MAX_QUOTED) -> str:
     out = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
                   for c in s[:limit])
     return out + ("…" if len(s) > limit else "")
+
+
+def terminal_safe(text: str) -> str:
+    """Text for a terminal: every control character but newline and tab (ESC sequences, BEL, carriage returns,
+    Unicode separators) written as an escape, so that a recipe's text cannot drive the terminal it is shown on."""
+    return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import stat
-from pathlib import Path
 
 import yaml
 

@@ -242,3 +242,33 @@ def test_target_refusals_are_located(tmp_path):
     line = _assert_one_line_error(r, r"newton\.yaml:\d+:", ["needs an elementwise"])
     n = int(line.split("newton.yaml:")[1].split(":")[0])
     assert NEWTON.read_text(encoding="utf-8").splitlines()[n - 1].startswith("family:")
+
+
+def test_api_time_limit(tmp_path):
+    """The notebook/library API takes the same budget as a parameter; running out is a located SpecError
+    (TimeLimitExceeded), not a BaseException that a notebook cannot catch."""
+    from blr_derive import api
+    from blr_derive.errors import SpecError, TimeLimitExceeded
+    write(tmp_path, "r.yaml", """
+        name: r
+        family: gaussian_diag
+        loss: {expression: "(theta + 1)**32"}
+        approximations: [exact]
+    """)
+    t0 = time.perf_counter()
+    with pytest.raises(TimeLimitExceeded, match="time limit of 0.3 s") as ei:
+        api.derive(str(tmp_path / "r.yaml"), time_limit=0.3)
+    assert isinstance(ei.value, SpecError) and ei.value.file.endswith("r.yaml")
+    assert time.perf_counter() - t0 < 10
+
+
+def test_terminal_output_escapes_control_characters(tmp_path):
+    """What a command prints on the terminal (explain, compare, check) shows a recipe's control characters as
+    escapes: a title cannot move the cursor or retitle the terminal."""
+    write(tmp_path, "r.yaml", 'name: r\ntitle: "evil \\e]0;owned\\a \\e[2J title"\nfamily: gaussian_diag\n'
+                              "loss: abstract\napproximations: [delta]\n")
+    r = run_cli("explain", "r.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "evil \\x1b]0;owned\\x07" in r.stdout
+    r = run_cli("compare", "r.yaml", "r.yaml", cwd=tmp_path)
+    assert r.returncode == 0 and "\x1b" not in r.stdout

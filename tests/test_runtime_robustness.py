@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import io
-import os
 import pickle
 
 import numpy as np

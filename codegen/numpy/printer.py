@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
-from blr_derive.errors import CodegenError, UnsupportedTarget
+from blr_derive.errors import UnsupportedTarget
 from codegen import HostConditionalMixin, identifier
 
 HELPERS = {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sympy as sp
 
-from blr_derive.errors import CodegenError, UnsupportedTarget
+from blr_derive.errors import UnsupportedTarget
 from blr_derive.ir import need_conditions
 
 from codegen.inert import template_env
