@@ -576,7 +576,8 @@ def _parse_variable(spec, dim):
     """The variable declaration → (kind, name, theta, components, names)."""
     var = spec["variable"]
     if isinstance(var, str):
-        var = {"name": var, "shape": "scalar"}
+        var = LDict(name=var, shape="scalar")           # the shorthand names the line of 'variable'
+        var.file, var.line = where(spec, "variable")
     if not isinstance(var, dict):
         raise _err("variable must be a name or a mapping {name, shape}", spec, "variable")
     check_keys(var, VARIABLE_KEYS, (), "variable")
