@@ -1,3 +1,3 @@
-from .cli import entry
+from blr_derive.cli import entry
 
 entry()

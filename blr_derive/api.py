@@ -5,12 +5,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import budget
-from .blr import derive as _derive
-from .errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget, SpecError,
+from blr_derive.core import budget
+from blr_derive.candidates.single import derive as _derive
+from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget, SpecError,
                      TimeLimitExceeded, UnsupportedTarget)
-from .ir import build_ir
-from .recipe import load_recipe
+from blr_derive.ir.build import build_ir
+from blr_derive.spec.recipe import load_recipe
 
 
 def source_label(path) -> str:
@@ -66,7 +66,8 @@ def generate(path, target: str, label: str | None = None, sizes: dict | None = N
              time_limit: float | None = None) -> str:
     """Code for a recipe file; ``sizes`` (e.g. {"K": 5}) instantiates a sized recipe (blr_derive/sizes.py);
     ``time_limit`` (seconds) bounds the derivation (see :func:`time_limited`)."""
-    from codegen import emit, get_target
+    from blr_derive.codegen import emit
+    from blr_derive.codegen import get_target
     get_target(target)                                 # an unknown target fails before any work
     with time_limited(time_limit):
         recipe, D = derive_file(path, sizes)
@@ -94,14 +95,14 @@ def _spec(ref, what: str):
     """A dict or YAML text as the engine's located mapping (LDict), so that errors name a line."""
     import yaml
 
-    from .yamlio import load_yaml_text
+    from blr_derive.core.yamlio import load_yaml_text
     if isinstance(ref, dict):
         ref = yaml.safe_dump(_plain(ref), sort_keys=False, allow_unicode=True)
     return load_yaml_text(ref, f"<{what}>")
 
 
 def _plain(v):
-    from .family import Family
+    from blr_derive.families.family import Family
     if isinstance(v, Family):
         raise SpecError("a Family object cannot be nested in a mapping: pass it as recipe(family=...)")
     if isinstance(v, dict):
@@ -113,13 +114,13 @@ def _plain(v):
 
 def families() -> list[str]:
     """Names of the built-in families (``families/*.yaml``)."""
-    from .family import builtin_family_names
+    from blr_derive.families.family import builtin_family_names
     return builtin_family_names()
 
 
 def catalog() -> list[str]:
     """Names of the catalog recipes (``catalog/*.yaml``)."""
-    from .resources import catalog_dir
+    from blr_derive.core.resources import catalog_dir
     return sorted(p.stem for p in catalog_dir().glob("*.yaml"))
 
 
@@ -131,7 +132,7 @@ def family(ref):
 
 
 def _as_family(ref):
-    from .family import FAMILY_KEYS, Family, family_from_spec, load_family
+    from blr_derive.families.family import FAMILY_KEYS, Family, family_from_spec, load_family
     if isinstance(ref, Family):
         return ref
     if isinstance(ref, dict) and "name" in ref and not set(ref) & (FAMILY_KEYS - {"name"}):
@@ -150,8 +151,8 @@ def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperpa
     ``loss`` (``"abstract"`` or ``{"expression": ..., "data": ...}``), ``approximations`` (names or
     ``{name: {args}}``), ``hyperparameters`` (``{name: default}`` or full declarations), ``name``, and any other
     recipe key (``title``, ``learning_rate``, ``state_init``, ...)."""
-    from .recipe import recipe_from_spec
-    from .resources import catalog_dir
+    from blr_derive.spec.recipe import recipe_from_spec
+    from blr_derive.core.resources import catalog_dir
     if ref is not None:
         if family is not None or keys or approximations or hyperparameters is not None:
             raise TypeError("recipe(): give either a recipe reference or keywords, not both")
@@ -190,8 +191,8 @@ def derive(ref=None, *, time_limit: float | None = None, **keys):
 
 def compare(a, b) -> str:
     """What separates two recipes (catalog names or paths), as ``blr-derive compare`` prints it."""
-    from .compare import compare_recipes
-    from .resources import catalog_dir
+    from blr_derive.report.compare import compare_recipes
+    from blr_derive.core.resources import catalog_dir
 
     def path(ref):
         p = Path(ref)

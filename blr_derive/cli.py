@@ -19,10 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import __version__
-from .budget import DEFAULT_SECONDS, BudgetExceeded, derivation_budget
-from .errors import BLRError, SpecError
-from .text import quote, terminal_safe
+from blr_derive import __version__
+from blr_derive.core.budget import DEFAULT_SECONDS, BudgetExceeded, derivation_budget
+from blr_derive.core.errors import BLRError, SpecError
+from blr_derive.core.text import quote, terminal_safe
 
 COMMANDS = ("explain", "catalog", "families", "check", "compare")
 TARGET_NAMES = ("numpy", "torch", "triton")      # codegen.TARGETS (kept here: --help needs no codegen import)
@@ -164,7 +164,7 @@ def cmd_generate(argv):
         raise SpecError(f"unknown target '{quote(args.target)}' (known: {', '.join(TARGET_NAMES)})", CMDLINE)
     _check_output(args.output)
     sizes, seconds = _sizes(args.size), _time_limit(args)
-    from .api import generate
+    from blr_derive.api import generate
     with derivation_budget(seconds):
         text = generate(args.recipe, args.target, sizes=sizes)
     _emit(text, args.output)
@@ -185,7 +185,7 @@ def cmd_explain(argv):
     args = p.parse_args(argv)
     _check_output(args.output)
     sizes, seconds = _sizes(args.size), _time_limit(args)
-    from .api import derive_file
+    from blr_derive.api import derive_file
     with derivation_budget(seconds):
         _, D = derive_file(args.recipe, sizes)
         render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
@@ -204,7 +204,7 @@ def cmd_compare(argv):
     _time_option(p)
     args = p.parse_args(argv)
     seconds = _time_limit(args)
-    from .compare import compare_recipes
+    from blr_derive.report.compare import compare_recipes
     with derivation_budget(seconds):
         text = compare_recipes(args.recipe_a, args.recipe_b)
     sys.stdout.write(terminal_safe(text))
@@ -221,12 +221,14 @@ def cmd_catalog(argv):
     _time_option(p)
     args = p.parse_args(argv)
     seconds = _time_limit(args)
-    from codegen import TARGETS, emit, get_target
+    from blr_derive.codegen import TARGETS
+    from blr_derive.codegen import emit
+    from blr_derive.codegen import get_target
 
-    from .api import derive_file, located_codegen_error
-    from .errors import CodegenError, UnsupportedTarget
-    from .ir import build_ir
-    from .resources import catalog_dir
+    from blr_derive.api import derive_file, located_codegen_error
+    from blr_derive.core.errors import CodegenError, UnsupportedTarget
+    from blr_derive.ir.build import build_ir
+    from blr_derive.core.resources import catalog_dir
     root = Path(args.catalog) if args.catalog else catalog_dir()
     targets = args.target or list(TARGETS)
     recipes = sorted(root.glob("*.yaml"))
@@ -262,7 +264,7 @@ def cmd_families(argv):
     p = _Parser(prog="blr-derive families",
                 description="List the built-in exponential families with T(θ), h(θ), λ and μ.")
     p.parse_args(argv)
-    from .family import builtin_family_names, load_family
+    from blr_derive.families.family import builtin_family_names, load_family
     for name in builtin_family_names():
         f = load_family(name)
         print(f"{f.name}: {f.description}")
@@ -297,7 +299,7 @@ def cmd_check(argv):
     if not 1 <= args.dim <= 4:
         raise SpecError("--dim must be an integer from 1 to 4", CMDLINE)
     sizes, seconds = _sizes(args.size), _time_limit(args)
-    from .check import check_file, format_report
+    from blr_derive.verify.check import check_file, format_report
     failed = []
     for f in args.files:
         with derivation_budget(seconds):
@@ -335,7 +337,7 @@ def main(argv=None) -> int:
         return 2
     except (RecursionError, MemoryError) as exc:
         # deeply nested or huge input that the bounds let through: bad input, not an engine bug
-        from .budget import location
+        from blr_derive.core.budget import location
         file, line = location()
         where = f"{file or CMDLINE}{f':{line}' if line else ''}"
         print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "

@@ -28,8 +28,8 @@ import re
 
 import sympy as sp
 
-from blr_derive.errors import CodegenError
-from blr_derive.text import Prose
+from blr_derive.core.errors import CodegenError
+from blr_derive.core.text import Prose
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

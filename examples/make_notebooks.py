@@ -204,7 +204,7 @@ nakagami'''),
     ("md", "Check the derived family numerically (normalisation, $\\mu$ against quadrature and Monte Carlo, "
            "Fisher information, entropy, round trips), as `blr-derive check` does for files:"),
     ("code", '''\
-from blr_derive.check import check_family
+from blr_derive.verify.check import check_family
 checks = check_family(nakagami, points=2, seed=0, mc_samples=5000)
 for c in checks:
     print(f"{c.name:28s} {c.value:10.3g}  {'pass' if c.passed else 'FAIL'}")

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from blr_derive.fedrun import run_rank, simulate
+from blr_derive.runtime.fedrun import run_rank, simulate
 from conftest import load_module_from_path
 
 GEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "catalog", "generated", "numpy")

@@ -8,9 +8,9 @@ import pytest
 import sympy as sp
 import torch
 
-from blr_derive.blr import derive
-from blr_derive.errors import SpecError
-from blr_derive.recipe import load_recipe
+from blr_derive.candidates.single import derive
+from blr_derive.core.errors import SpecError
+from blr_derive.spec.recipe import load_recipe
 from conftest import load_generated
 
 
@@ -75,8 +75,8 @@ def test_exact_natural_gradient_of_a_nonlinear_loss_is_a_finite_sum(tmp_path, fa
 def load_module(D, r):
     import types
 
-    from blr_derive.ir import build_ir
-    from codegen import emit
+    from blr_derive.ir.build import build_ir
+    from blr_derive.codegen import emit
     mod = types.ModuleType(f"_gen_{r.name}")
     exec(compile(emit(build_ir(D, r.name), "numpy"), r.name, "exec"), mod.__dict__)
     return mod
@@ -252,8 +252,8 @@ def test_relaxed_natural_gradient_is_the_derivative_in_mu_of_the_relaxed_loss(ta
 
 def test_relaxation_derived_for_the_p_parameterized_family_matches_autograd():
     """On `bernoulli` (state p) the engine derives s = (θ̂² - 1)/(4τp(p - 1)); torch autograd of θ̂(u; p(μ))."""
-    from blr_derive.recipe import recipe_from_spec
-    from blr_derive.yamlio import load_yaml_text
+    from blr_derive.spec.recipe import recipe_from_spec
+    from blr_derive.core.yamlio import load_yaml_text
     spec = load_yaml_text("name: r\nfamily: bernoulli\nloss: abstract\n"
                           "approximations:\n  - concrete_relaxation: {temperature: tau}\n"
                           "hyperparameters:\n  tau: {default: 0.6}\n")
@@ -282,7 +282,7 @@ def test_zero_noise_small_temperature_limit_is_the_ste_sample():
         assert np.max(np.abs(theta - np.sign(lam))) < 2 * math.exp(-2 * 0.02 / tau) + 1e-15
     r = load_recipe(__import__("conftest").CATALOG / "ste.yaml")
     D = derive(r)
-    from blr_derive.specialfns import binary
+    from blr_derive.core.specialfns import binary
     assert D.oracle_calls[0][2] == binary(r.family.params["lam"].symbol)
 
 
@@ -365,7 +365,7 @@ def test_exact_finite_sum_on_the_categorical_family(tmp_path):
 def test_hard_threshold_sampler_has_the_bernoulli_law(fam):
     """θ = sign(λ + ½ log(u/(1-u))) is +1 exactly when u > 1 - p: on a midpoint grid of u the frequency of +1
     is p to within the grid step."""
-    from blr_derive.family import load_family
+    from blr_derive.families.family import load_family
     f = load_family(fam)
     (param,) = [p.symbol for p in f.params.values()]
     u = sp.Symbol("u", positive=True)
@@ -395,7 +395,7 @@ def test_score_function_on_the_bernoulli_matches_the_exact_natural_gradient(tmp_
 
 def test_check_verifies_the_relaxation_scale_numerically():
     """`blr-derive check` on bayesbinn compares the derived s = ∇_μ θ̂ with central differences of θ̂(u; μ)."""
-    from blr_derive.check import check_recipe_updates
+    from blr_derive.verify.check import check_recipe_updates
     checks = {c.name: c for c in check_recipe_updates(load_recipe(__import__("conftest").CATALOG / "bayesbinn.yaml"))}
     c = checks["relaxation scale vs finite differences"]
     assert c.passed and c.value < 1e-8
@@ -405,7 +405,7 @@ def test_check_verifies_the_relaxation_scale_numerically():
 def test_check_on_a_categorical_recipe_draws_points_inside_the_simplex(tmp_path):
     """`blr-derive check` draws the coupled simplex coordinates jointly (p1 + p2 < 1), so the generated update,
     the symbolic update and the finite-difference natural gradient are compared at valid points."""
-    from blr_derive.check import check_file
+    from blr_derive.verify.check import check_file
     r = tmp_path / "catx.yaml"
     r.write_text("name: catx\nfamily: categorical\nloss:\n"
                  "  expression: exp(c*theta1) + log(1 + theta2 + 2*theta3)*w\n  data:\n    w: {}\n"

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from blr_derive import cli
-from blr_derive.check import TOLERANCES, _de_rule, check_family, check_recipe_updates, format_report
-from blr_derive.family import builtin_family_names, load_family
+from blr_derive.verify.check import TOLERANCES, _de_rule, check_family, check_recipe_updates, format_report
+from blr_derive.families.family import builtin_family_names, load_family
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = builtin_family_names()
@@ -151,12 +151,12 @@ def test_recipe_file_checks_its_family(tmp_path, capsys):
 
 
 def test_recipe_update_check_passes_and_catches_a_wrong_generated_update(monkeypatch):
-    from blr_derive.recipe import load_recipe
+    from blr_derive.spec.recipe import load_recipe
     from conftest import CATALOG
     recipe = load_recipe(CATALOG / "adam.yaml")
     (c,) = check_recipe_updates(recipe)
     assert c.passed and c.value < 1e-12
-    import codegen
+    from blr_derive import codegen
     real = codegen.emit
     monkeypatch.setattr(codegen, "emit", lambda ir, t: real(ir, t).replace("m_new = ", "m_new = 1e-6 + "))
     (bad,) = check_recipe_updates(recipe)
@@ -183,7 +183,7 @@ def test_de_rule_integrates_reference_functions():
 
 
 def test_format_report_marks_failures():
-    from blr_derive.check import Check, Report
+    from blr_derive.verify.check import Check, Report
     rep = Report("family 'x' (x.yaml)", None, [Check("normalization", 0.5, 1e-7, note="∫ = 1.5"),
                                               Check("fisher_positive_definite", 0.2, 1e-10, "min")],
                  ["note"])
@@ -193,8 +193,8 @@ def test_format_report_marks_failures():
 
 
 def test_recipe_natural_gradient_check_passes_and_catches_a_wrong_gradient(monkeypatch):
-    from blr_derive import blr
-    from blr_derive.recipe import load_recipe
+    from blr_derive.candidates import single as blr
+    from blr_derive.spec.recipe import load_recipe
     from conftest import CATALOG
     recipe = load_recipe(CATALOG / "beta_bernoulli.yaml")
     checks = {c.name: c for c in check_recipe_updates(recipe)}

@@ -248,7 +248,7 @@ def test_api_time_limit(tmp_path):
     """The notebook/library API takes the same budget as a parameter; running out is a located SpecError
     (TimeLimitExceeded), not a BaseException that a notebook cannot catch."""
     from blr_derive import api
-    from blr_derive.errors import SpecError, TimeLimitExceeded
+    from blr_derive.core.errors import SpecError, TimeLimitExceeded
     write(tmp_path, "r.yaml", """
         name: r
         family: gaussian_diag

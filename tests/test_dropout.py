@@ -220,7 +220,7 @@ def test_explain_shows_the_dropout_derivation_with_equation_numbers():
 
 
 def test_blr_derive_check_on_a_mixture_recipe_checks_the_component_family_and_the_update():
-    from blr_derive.check import check_file
+    from blr_derive.verify.check import check_file
     rep = check_file(CATALOG / "dropout.yaml", points=1)
     assert rep.passed and "mixture_2_gaussian_diag" in rep.title
     names = [c.name for c in rep.checks]
@@ -248,7 +248,7 @@ def test_masked_gradients_are_unbiased_for_the_mixture_gradients():
     ("{2: {m: 0, s: s0, t: 1}}", "'t' is not a parameter of 'gaussian_diag_fixed_precision'"),
 ])
 def test_bad_spike_overrides_are_one_line_errors(tmp_path, fixed, message):
-    from blr_derive.errors import SpecError
+    from blr_derive.core.errors import SpecError
     p = tmp_path / "bad.yaml"
     p.write_text("name: bad\nfamily: {mixture: gaussian_diag_fixed_precision, components: 2, weights: [pi1],\n"
                  f"         fixed: {fixed}}}\nloss: abstract\napproximations: [delta, dropout_masks]\n"

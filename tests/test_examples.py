@@ -74,7 +74,7 @@ def test_api_family_from_name_dict_and_yaml_text():
     import yaml
 
     from blr_derive import api as blr
-    from blr_derive.errors import SpecError
+    from blr_derive.core.errors import SpecError
     assert blr.family("gaussian_full").name == "gaussian_full" and "gaussian_diag" in blr.families()
     a = blr.family(RAYLEIGH_LIKE)
     b = blr.family(yaml.safe_load(RAYLEIGH_LIKE))
@@ -110,7 +110,7 @@ def test_api_recipe_by_keywords_equals_the_catalog_recipe_and_runs():
 
 def test_api_inline_recipe_text_save_and_compare(tmp_path):
     from blr_derive import api as blr
-    from blr_derive.errors import SpecError
+    from blr_derive.core.errors import SpecError
     d = blr.derive("name: gd_inline\nfamily: gaussian_fixed_cov\nloss: abstract\napproximations: [delta]\n")
     assert list(d.update) == ["m"]
     for suffix, start in ((".html", "<!DOCTYPE html>"), (".md", "# Derivation"), (".tex", "\\documentclass"),

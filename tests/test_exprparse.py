@@ -9,9 +9,9 @@ import time
 import pytest
 import sympy as sp
 
-from blr_derive.errors import SpecError
-from blr_derive.exprparse import MAX_LENGTH, parse_expression
-from blr_derive.yamlio import LDict, LList, load_yaml_text
+from blr_derive.core.errors import SpecError
+from blr_derive.core.exprparse import MAX_LENGTH, parse_expression
+from blr_derive.core.yamlio import LDict, LList, load_yaml_text
 
 P = sp.Symbol("P", integer=True, positive=True)
 x = sp.Symbol("x", real=True)

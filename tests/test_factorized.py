@@ -368,7 +368,7 @@ factors:
     (("prior: {expression", "prior: {plate: false, expression: \"z1\", x"), None, None),
 ])
 def test_bad_factorized_recipes_are_one_line_errors(tmp_path, edit, message, line):
-    from blr_derive.errors import SpecError
+    from blr_derive.core.errors import SpecError
     text = BASE.replace(*edit)
     path = tmp_path / "bad.yaml"
     path.write_text(text, encoding="utf-8")
@@ -381,7 +381,7 @@ def test_bad_factorized_recipes_are_one_line_errors(tmp_path, edit, message, lin
 
 
 def test_local_factor_outside_the_plate_is_rejected(tmp_path):
-    from blr_derive.errors import SpecError
+    from blr_derive.core.errors import SpecError
     path = tmp_path / "bad.yaml"
     path.write_text(BASE.replace('prior: {expression: "s0*mu**2/2"}', 'prior: {expression: "s0*mu**2/2 + z1"}'),
                     encoding="utf-8")
@@ -396,7 +396,7 @@ def test_svi_message_form_of_eq60_equals_eq58(tmp_path):
     """`messages: true` keeps one natural parameter per factor as state and smooths each with rho_t (Eq. 60);
     started from messages that sum to the same lambda, it is the Eq. 58 step of `svi`, minibatch by minibatch."""
     from blr_derive.api import generate
-    from blr_derive.verify import compare_update
+    from blr_derive.verify.update import compare_update
     from conftest import load_module_from_path
     text = (CATALOG / "svi.yaml").read_text(encoding="utf-8").replace("name: svi", "name: svi_messages")
     text = text.replace("  w: {family: ", "  w: {messages: true, family: ")
@@ -449,8 +449,8 @@ def test_factorized_recipe_from_yaml_text_in_the_python_api():
 def test_row_loop_fallback_equals_the_batched_rows(monkeypatch):
     """Per-row programs the row-batched printer cannot express run in a loop over the rows; both agree."""
     from blr_derive.api import generate
-    from blr_derive.errors import CodegenError
-    from codegen.numpy import rows
+    from blr_derive.core.errors import CodegenError
+    from blr_derive.codegen.backends.numpy import rows
     from conftest import load_module_from_path
     batched = load_generated("em_gmm")
     assert "for n in range(n_rows)" not in (CATALOG / "generated/numpy/em_gmm.py").read_text(encoding="utf-8")

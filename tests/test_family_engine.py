@@ -14,10 +14,10 @@ import pytest
 import sympy as sp
 from scipy import integrate, special, stats
 
-from blr_derive.errors import DerivationError, SpecError
-from blr_derive.exprparse import parse_expression
-from blr_derive.family import family_from_spec
-from blr_derive.yamlio import load_yaml_text
+from blr_derive.core.errors import DerivationError, SpecError
+from blr_derive.core.exprparse import parse_expression
+from blr_derive.families.family import family_from_spec
+from blr_derive.core.yamlio import load_yaml_text
 
 
 def build(text, file="inline.yaml"):
@@ -285,7 +285,7 @@ def test_greater_than_domain():
 # ---------------------------------------------------------------------------
 
 def test_numeric_inverse_agrees_with_closed_form_for_gaussians():
-    from blr_derive.family import load_family
+    from blr_derive.families.family import load_family
     f = load_family("gaussian_full")
     rng = np.random.default_rng(3)
     vals = f.sample_params(rng, 3)
@@ -297,7 +297,7 @@ def test_numeric_inverse_agrees_with_closed_form_for_gaussians():
 
 
 def test_numeric_inverse_with_a_fixed_parameter():
-    from blr_derive.family import load_family
+    from blr_derive.families.family import load_family
     f = load_family("gaussian_fixed_precision")
     rng = np.random.default_rng(4)
     vals = f.sample_params(rng, 2)
@@ -424,7 +424,7 @@ def test_entropy_by_summation_when_log_h_is_not_linear_in_T():
 
 def test_step_limits_interrupt_long_sympy_steps_and_nest():
     import time
-    from blr_derive.budget import StepTimeout, step_limit
+    from blr_derive.core.budget import StepTimeout, step_limit
     t0 = time.perf_counter()
     with pytest.raises(StepTimeout, match="timed out"):
         with step_limit(0.2):

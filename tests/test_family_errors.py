@@ -8,9 +8,9 @@ import pytest
 import sympy as sp
 from scipy import integrate
 
-from blr_derive.errors import SpecError
-from blr_derive.family import Family, family_from_spec, numeric_fisher
-from blr_derive.yamlio import load_yaml_text
+from blr_derive.core.errors import SpecError
+from blr_derive.families.family import Family, family_from_spec, numeric_fisher
+from blr_derive.core.yamlio import load_yaml_text
 
 
 def build(text, file="inline.yaml"):

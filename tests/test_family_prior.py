@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from blr_derive import api as blr
-from blr_derive.errors import SpecError
+from blr_derive.core.errors import SpecError
 
 A, B = 1.7, 0.4                 # the loss ℓ(θ) = A(θ - B)²/2: the delta method is exact for it
 

@@ -11,11 +11,11 @@ import scipy.special as sps
 from scipy.stats import dirichlet as scipy_dirichlet
 
 from blr_derive.api import generate
-from blr_derive.check import check_family
+from blr_derive.verify.check import check_family
 from blr_derive.cli import main
-from blr_derive.errors import SpecError
-from blr_derive.family import load_family
-from blr_derive.recipe import load_recipe
+from blr_derive.core.errors import SpecError
+from blr_derive.families.family import load_family
+from blr_derive.spec.recipe import load_recipe
 from conftest import CATALOG, load_module_from_path
 
 

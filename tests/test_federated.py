@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blr_derive.fedrun import simulate
+from blr_derive.runtime.fedrun import simulate
 from conftest import load_generated
 
 
@@ -140,8 +140,8 @@ def test_derivation_names_the_federated_rules():
     ("{penalty: rho, prior: 'exp(m_g)'}", "prior"),
 ])
 def test_bad_federated_section_is_a_one_line_spec_error(tmp_path, section, needle):
-    from blr_derive.errors import SpecError
-    from blr_derive.recipe import load_recipe
+    from blr_derive.core.errors import SpecError
+    from blr_derive.spec.recipe import load_recipe
     text = (Path(__file__).parent.parent / "catalog" / "fed_admm_isotropic.yaml").read_text()
     start = text.index("federated:")
     end = text.index("hyperparameters:")

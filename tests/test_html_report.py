@@ -12,8 +12,8 @@ import tomllib
 import pytest
 
 from blr_derive.api import derive_file
-from blr_derive.family import load_family
-from blr_derive.report_html import KATEX_DIR, KATEX_VERSION, derivation_fragment, katex_files
+from blr_derive.families.family import load_family
+from blr_derive.report.html import KATEX_DIR, KATEX_VERSION, derivation_fragment, katex_files
 from conftest import CATALOG, ROOT
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -244,7 +244,7 @@ def name_mutants(doc, canaries: Path, label: str):
 def load_family_mutant(path, doc, d):
     """A family no recipe derives with: the mutant loads, or is refused with a located SpecError."""
     from blr_derive.api import family
-    from blr_derive.errors import SpecError
+    from blr_derive.core.errors import SpecError
     fam_file = d / f"{path.stem}.yaml"
     fam_file.write_text(_dump(doc), encoding="utf-8")
     try:

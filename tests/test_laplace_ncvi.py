@@ -13,9 +13,9 @@ import scipy.optimize
 import sympy as sp
 
 from blr_derive.api import derive_file
-from blr_derive.datasum import DataSum, gauss_hermite_rule
-from blr_derive.errors import SpecError
-from blr_derive.family import evaluate
+from blr_derive.rules.datasum import DataSum, gauss_hermite_rule
+from blr_derive.core.errors import SpecError
+from blr_derive.families.family import evaluate
 from conftest import CATALOG, load_generated
 
 ALPHA = 0.7
@@ -285,7 +285,7 @@ def test_explain_shows_quadrature_bonnet_price_and_equations():
 # ------------------------------------------------------------------------------- grammar and errors
 
 def test_sum_grammar_and_errors(tmp_path):
-    from blr_derive.exprparse import parse_expression
+    from blr_derive.core.exprparse import parse_expression
     X = sp.MatrixSymbol("X", sp.Symbol("N", integer=True, positive=True), sp.Symbol("P", integer=True, positive=True))
     th = sp.MatrixSymbol("theta", X.shape[1], 1)
     e = parse_expression("sum(softplus(X*theta)) + sum(X*theta)", {"X": X, "theta": th})
@@ -308,8 +308,8 @@ def test_two_data_sums_with_offsets_against_symbolic_update_and_finite_differenc
     """A loss with two data sums (an offset inside one, a coefficient on the other): the generated step
     equals the symbolic one, and the quadrature natural gradient equals finite differences of E_q[ℓ](μ)
     (blr_derive.check.check_recipe_updates)."""
-    from blr_derive.check import check_recipe_updates
-    from blr_derive.recipe import load_recipe
+    from blr_derive.verify.check import check_recipe_updates
+    from blr_derive.spec.recipe import load_recipe
     path = tmp_path / "two_sums.yaml"
     path.write_text(f"""name: two_sums
 family: gaussian_full
@@ -334,7 +334,7 @@ approximations:
         assert "natural gradient vs finite differences" not in checks
     else:
         assert checks["natural gradient vs finite differences"].value < 1e-6
-    from blr_derive.blr import derive
+    from blr_derive.candidates.single import derive
     D = derive(recipe)
     names = [s_.name for s_, _ in D.defs]
     assert names[:2] == ["eta1", "eta_var1"] if rule != "delta" else names[:2] == ["eta1", "eta2"]

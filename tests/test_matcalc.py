@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from blr_derive import matcalc
-from blr_derive.family import evaluate
+from blr_derive.core import matcalc
+from blr_derive.families.family import evaluate
 
 n = sp.Symbol("n", integer=True, positive=True)
 X = sp.MatrixSymbol("X", n, n)

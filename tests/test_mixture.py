@@ -8,11 +8,11 @@ import scipy.optimize
 import scipy.special
 
 from blr_derive.api import derive_file
-from blr_derive.ir import build_ir
-from codegen import emit
-from blr_derive.errors import SpecError
-from blr_derive.family import evaluate
-from blr_derive.ir import _toposort
+from blr_derive.ir.build import build_ir
+from blr_derive.codegen import emit
+from blr_derive.core.errors import SpecError
+from blr_derive.families.family import evaluate
+from blr_derive.ir.build import _toposort
 from conftest import CATALOG, load_generated, load_module_from_path
 
 MULTIMODAL = (CATALOG / "multimodal.yaml").read_text()
@@ -158,9 +158,9 @@ def test_vector_gaussian_expectations_of_cubic_and_quartic_forms_equal_gauss_her
     Gauss-Hermite rule, exact for these degrees."""
     import sympy as sp
 
-    from blr_derive.exprparse import parse_expression
-    from blr_derive.expect import gaussian_expectation
-    from blr_derive.family import load_family
+    from blr_derive.core.exprparse import parse_expression
+    from blr_derive.core.expect import gaussian_expectation
+    from blr_derive.families.family import load_family
     fam = load_family("gaussian_full")
     P = 2
     B, b = sp.MatrixSymbol("B", fam.dim, fam.dim), sp.MatrixSymbol("b", fam.dim, 1)
@@ -278,7 +278,7 @@ def test_separated_components_give_one_newton_step_per_component(tmp_path):
     derived from the family), so each component takes the online Newton step of Eq. 12 whatever its weight."""
     import types
 
-    from blr_derive.verify import compare_update
+    from blr_derive.verify.update import compare_update
     p = tmp_path / "separated.yaml"
     p.write_text("name: separated\nfamily: {mixture: gaussian_full, components: 2, weights: [0.3]}\nloss: abstract\n"
                  "approximations: [delta, separated_components]\n")

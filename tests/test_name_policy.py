@@ -18,9 +18,9 @@ import pytest
 import sympy as sp
 
 from blr_derive.api import derive_file
-from blr_derive.errors import SpecError
-from blr_derive.ir import build_ir
-from blr_derive.names import RESERVED, check_name, name_problem
+from blr_derive.core.errors import SpecError
+from blr_derive.ir.build import build_ir
+from blr_derive.core.names import RESERVED, check_name, name_problem
 from conftest import CATALOG, GENERATED
 
 DERIVED = re.compile(r".*_(new|list|rows)\Z")

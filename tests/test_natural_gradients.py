@@ -3,10 +3,10 @@ quadrature estimates of E_q[ℓ] as a function of μ."""
 import numpy as np
 import pytest
 
-from blr_derive.blr import derive
-from blr_derive.family import evaluate
-from blr_derive.recipe import recipe_from_spec
-from blr_derive.yamlio import load_yaml_text
+from blr_derive.candidates.single import derive
+from blr_derive.families.family import evaluate
+from blr_derive.spec.recipe import recipe_from_spec
+from blr_derive.core.yamlio import load_yaml_text
 
 GH_X, GH_W = np.polynomial.hermite_e.hermegauss(80)   # probabilists' Gauss–Hermite
 GH_W = GH_W / GH_W.sum()

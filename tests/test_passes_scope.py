@@ -3,7 +3,7 @@ posterior correction's current and snapshot oracles) they are located errors ins
 import pytest
 
 from blr_derive import api as blr
-from blr_derive.errors import SpecError
+from blr_derive.core.errors import SpecError
 
 
 def test_a_pass_on_a_mixture_with_two_free_components_is_a_located_error():

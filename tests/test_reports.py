@@ -2,8 +2,8 @@
 import re
 
 from blr_derive.api import derive_file
-from blr_derive.compare import compare_recipes
-from blr_derive.family import load_family
+from blr_derive.report.compare import compare_recipes
+from blr_derive.families.family import load_family
 from conftest import CATALOG
 
 

@@ -321,8 +321,8 @@ def test_expression_bounds(text, words):
     (each of these hung, ran out of memory or crashed before the bound)."""
     import sympy as sp
 
-    from blr_derive.errors import SpecError
-    from blr_derive.exprparse import parse_expression
+    from blr_derive.core.errors import SpecError
+    from blr_derive.core.exprparse import parse_expression
     with pytest.raises(SpecError, match=re.escape(words)):
         parse_expression(text, {"theta": sp.Symbol("theta", real=True)})
 

@@ -5,9 +5,9 @@ import scipy.special as sps
 import sympy as sp
 import torch
 
-from blr_derive.exprparse import parse_expression
-from codegen.numpy.printer import BLRNumPyPrinter
-from codegen.torch.printer import ElementwisePrinter, ForeachCompiler
+from blr_derive.core.exprparse import parse_expression
+from blr_derive.codegen.backends.numpy.printer import BLRNumPyPrinter
+from blr_derive.codegen.backends.torch.printer import ElementwisePrinter, ForeachCompiler
 
 x, y = sp.symbols("x y", real=True)
 X = np.linspace(0.3, 6.0, 17)

@@ -18,7 +18,7 @@ import sympy as sp  # noqa: E402
 import torch  # noqa: E402
 
 from blr_derive.api import generate  # noqa: E402
-from blr_derive.errors import CodegenError  # noqa: E402
+from blr_derive.core.errors import CodegenError  # noqa: E402
 from conftest import CATALOG, GENERATED, load_generated  # noqa: E402
 
 # masked lanes of the last block divide zeros by zeros in the interpreter; their results are never stored
@@ -377,7 +377,7 @@ def test_kernel_source_has_one_update_kernel_and_no_libdevice():
 
 
 def test_printer_rejects_libdevice_functions():
-    from codegen.triton.printer import TritonPrinter
+    from blr_derive.codegen.backends.triton.printer import TritonPrinter
     x = sp.Symbol("x")
     with pytest.raises(CodegenError, match="libdevice"):
         TritonPrinter().doprint(sp.loggamma(x))

@@ -14,8 +14,8 @@ import pytest  # noqa: E402
 import sympy as sp  # noqa: E402
 import torch  # noqa: E402
 
-from blr_derive.specialfns import logsumexp, softplus, xlogy  # noqa: E402
-from codegen.triton.printer import HELPERS, TritonPrinter  # noqa: E402
+from blr_derive.core.specialfns import logsumexp, softplus, xlogy  # noqa: E402
+from blr_derive.codegen.backends.triton.printer import HELPERS, TritonPrinter  # noqa: E402
 
 X, Y = sp.symbols("x y", real=True)
 XS = np.array([-60.0, -20.0, -9.5, -3.0, -0.7, -1e-3, -1e-9, 0.0, 1e-9, 1e-3, 0.4, 2.5, 9.5, 20.0, 60.0,

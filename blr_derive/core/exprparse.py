@@ -1,0 +1,457 @@
+"""A restricted expression grammar for family and recipe files.
+
+Untrusted input is data: expressions are parsed with :func:`ast.parse` (which only
+builds a syntax tree, it never executes anything) and the tree is walked with an
+explicit whitelist that builds sympy objects directly.  ``sympify``/``parse_expr``/
+``eval`` are never called.  Anything outside the grammar is rejected with a
+one-line :class:`~blr_derive.errors.SpecError`.
+
+Grammar
+-------
+* numbers: integers and decimals (decimals become exact rationals), ``pi``, ``E``
+* names: only the symbols the caller declares (parameters, data, dimensions, λ, μ ...)
+* operators: ``+ - * / **`` and ``@`` (matrix product), unary ``-``/``+``, parentheses
+* attribute: ``X.T`` (transpose) only
+* calls: the functions in :data:`FUNCTIONS` (``log exp sqrt abs inv det tr eye ...``; special
+  functions ``lgamma digamma polygamma gamma factorial log1p lmvgamma mvdigamma``)
+* ``sum(v)`` and ``sum(f(v))``: the sum over the entries of a column vector, with f applied entrywise
+  (f in :data:`ELEMENTWISE`), e.g. ``sum(softplus(X*theta))`` for a loss summed over data
+"""
+from __future__ import annotations
+
+import ast
+import math
+from fractions import Fraction
+from typing import Callable, Mapping
+
+import sympy as sp
+from sympy.matrices.expressions.matexpr import MatrixExpr
+
+from blr_derive.core import specialfns
+from blr_derive.rules.datasum import U, DataSum
+from blr_derive.core.errors import SpecError
+
+MAX_LENGTH = 2000
+MAX_DEPTH = 200
+MAX_INT_EXPONENT = 64
+MAX_NUMBER_BITS = 3400          # numbers of about 1000 decimal digits at most (no huge constants to print)
+MAX_SPECIAL_ARG = 200           # |x| of a numeric argument of factorial/gamma/lgamma/digamma/... (evaluated exactly)
+MAX_TERMS = 10_000             # terms after expansion: a product of 32 sums of two symbols expands to 2**32 terms
+MAX_DEGREE = 32                # degree bound (products and powers of symbols): deriving E_q of (theta+1)**64
+                               # took 95 s, ((theta+1)**64)**64 ran out of memory
+SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma")
+_NOT_FINITE = (sp.core.numbers.Infinity, sp.core.numbers.NegativeInfinity, sp.core.numbers.ComplexInfinity,
+               sp.core.numbers.NaN, sp.core.numbers.ImaginaryUnit)
+
+
+def _is_mat(x) -> bool:
+    return isinstance(x, MatrixExpr)
+
+
+def _sc(x):
+    """A 1×1 matrix expression (e.g. ``theta.T*theta``) as a scalar: its trace."""
+    if _is_mat(x) and x.shape == (1, 1):
+        return sp.Trace(x)
+    return x
+
+
+def _unary_scalar(fn: Callable) -> Callable:
+    def apply(name, args):
+        if len(args) != 1:
+            raise SpecError(f"{name}() takes exactly one argument")
+        x = _sc(args[0])
+        if _is_mat(x):
+            raise SpecError(f"{name}() takes a scalar, got a matrix expression")
+        return fn(x)
+    return apply
+
+
+def _inv(name, args):
+    (x,) = _one(name, args)
+    if _is_mat(x):
+        if not x.is_square:
+            raise SpecError("inv() of a non-square matrix")
+        return sp.Inverse(x)
+    return 1 / x
+
+
+def _det(name, args):
+    (x,) = _one(name, args)
+    if not _is_mat(x):
+        return x
+    return sp.Determinant(x)
+
+
+def _tr(name, args):
+    (x,) = _one(name, args)
+    if not _is_mat(x):
+        return x
+    return sp.Trace(x)
+
+
+def _logdet(name, args):
+    return sp.log(_det(name, args))
+
+
+def _eye(name, args):
+    (x,) = _one(name, args)
+    if _is_mat(x) or not ((x.is_Integer and x > 0) or (x.is_Symbol and x.is_integer and x.is_positive)):
+        raise SpecError("eye() takes a positive integer or a dimension symbol")
+    return sp.Identity(x)
+
+
+def _one(name, args):
+    if len(args) != 1:
+        raise SpecError(f"{name}() takes exactly one argument")
+    return args
+
+
+def _sigmoid(x):
+    return 1 / (1 + sp.exp(-x))
+
+
+def _log1p(x):
+    return sp.log(1 + x)
+
+
+def _scalar_args(name, args, n):
+    if len(args) != n:
+        raise SpecError(f"{name}() takes exactly {n} arguments")
+    out = [_sc(a) for a in args]
+    if any(_is_mat(a) for a in out):
+        raise SpecError(f"{name}() takes scalars, got a matrix expression")
+    return out
+
+
+def _polygamma(name, args):
+    n, x = _scalar_args(name, args, 2)
+    if not (n.is_Integer and 0 <= n <= 16):
+        raise SpecError("polygamma(n, x) needs an integer order 0 <= n <= 16")
+    return sp.polygamma(n, x)
+
+
+def _dimension_arg(name, p):
+    if not ((p.is_Integer and 0 < p <= 64) or (p.is_Symbol and p.is_integer and p.is_positive)):
+        raise SpecError(f"{name}(a, P): P must be a positive integer or a dimension symbol")
+    return p
+
+
+def _lmvgamma(name, args):
+    """log Γ_P(a) = P(P-1)/4 log π + Σ_{j=1}^P log Γ(a + (1-j)/2)  (multivariate log-gamma)."""
+    a, p = _scalar_args(name, args, 2)
+    p = _dimension_arg(name, p)
+    j = sp.Dummy("j", integer=True, positive=True)
+    return p * (p - 1) / 4 * sp.log(sp.pi) + sp.Sum(sp.loggamma(a + (1 - j) / 2), (j, 1, p))
+
+
+def _mvdigamma(name, args):
+    """ψ_P(a) = Σ_{j=1}^P ψ(a + (1-j)/2), the derivative of lmvgamma(a, P) in a."""
+    a, p = _scalar_args(name, args, 2)
+    p = _dimension_arg(name, p)
+    j = sp.Dummy("j", integer=True, positive=True)
+    return sp.Sum(sp.polygamma(0, a + (1 - j) / 2), (j, 1, p))
+
+
+def _special(fn, n=None):
+    def apply(name, args):
+        if n is not None and len(args) != n:
+            raise SpecError(f"{name}() takes exactly {n} argument{'s' if n > 1 else ''}")
+        if not args:
+            raise SpecError(f"{name}() needs arguments")
+        out = [_sc(a) for a in args]
+        if any(_is_mat(a) for a in out):
+            raise SpecError(f"{name}() takes scalars, got a matrix expression")
+        return fn(*out)
+    return apply
+
+
+FUNCTIONS: dict[str, Callable] = {
+    "log": _unary_scalar(sp.log),
+    "exp": _unary_scalar(sp.exp),
+    "sqrt": _unary_scalar(sp.sqrt),
+    "abs": _unary_scalar(sp.Abs),
+    "tanh": _unary_scalar(sp.tanh),
+    "sign": _unary_scalar(sp.sign),
+    "binary": _unary_scalar(specialfns.binary),
+    "sigmoid": _unary_scalar(_sigmoid),
+    "lgamma": _unary_scalar(sp.loggamma),
+    "digamma": _unary_scalar(sp.digamma),
+    "polygamma": _polygamma,
+    "gamma": _unary_scalar(sp.gamma),
+    "factorial": _unary_scalar(sp.factorial),
+    "log1p": _unary_scalar(_log1p),
+    "lmvgamma": _lmvgamma,
+    "mvdigamma": _mvdigamma,
+    "softplus": _special(specialfns.softplus, 1),
+    "xlogy": _special(specialfns.xlogy, 2),
+    "logsumexp": _special(specialfns.logsumexp),
+    "inv": _inv,
+    "det": _det,
+    "logdet": _logdet,
+    "tr": _tr,
+    "eye": _eye,
+}
+
+CONSTANTS = {"pi": sp.pi, "E": sp.E}
+
+# unary functions that sum() applies entrywise to a vector
+ELEMENTWISE = ("log", "exp", "sqrt", "abs", "tanh", "sigmoid", "softplus", "log1p")
+
+
+def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression", logic: bool = False,
+                     choices: Mapping | None = None):
+    """Parse ``text`` into a sympy expression using only ``symbols``.
+
+    ``text`` may be a string, an int or a float (YAML scalars).  Raises
+    :class:`SpecError` (without location; callers add file and line).
+    """
+    if isinstance(text, bool):
+        raise SpecError(f"{what}: expected an expression, got a boolean")
+    if isinstance(text, int):
+        return sp.Integer(text)
+    if isinstance(text, float):
+        if not math.isfinite(text):
+            raise SpecError(f"{what}: {text!r} is not a finite number")
+        return sp.Rational(Fraction(repr(text)))
+    if not isinstance(text, str):
+        raise SpecError(f"{what}: expected an expression string, got {type(text).__name__}")
+    src = text.strip()
+    if not src:
+        raise SpecError(f"{what}: empty expression")
+    if len(src) > MAX_LENGTH:
+        raise SpecError(f"{what}: expression longer than {MAX_LENGTH} characters")
+    try:
+        tree = ast.parse(src, mode="eval")
+    except SyntaxError as exc:
+        raise SpecError(f"{what}: syntax error in {src!r} ({exc.msg})") from None
+    except (RecursionError, MemoryError):
+        raise SpecError(f"{what}: expression nested too deeply") from None
+    b = _Builder(symbols, what, src, logic)
+    b.choices = choices or {}
+    out = b.build(tree.body, 0)
+    _check_numbers(out, b)
+    return out
+
+
+def _degree(e, memo):
+    """An upper bound of the polynomial degree of ``e`` in its symbols (a function counts as its argument)."""
+    if e in memo:
+        return memo[e]
+    if isinstance(e, sp.MatrixSymbol) or (e.is_Atom if hasattr(e, "is_Atom") else True):
+        d = 0 if getattr(e, "is_number", False) else 1
+    elif isinstance(e, (sp.Pow, sp.MatPow)) and isinstance(e.args[1], sp.Rational):
+        d = _degree(e.args[0], memo) * math.ceil(abs(e.args[1]))
+    elif isinstance(e, (sp.Mul, sp.MatMul, sp.Pow, sp.MatPow)):
+        d = sum(_degree(a, memo) for a in e.args)
+    else:
+        d = max((_degree(a, memo) for a in e.args), default=0)
+    memo[e] = d
+    return d
+
+
+def _terms(e, memo):
+    """An upper bound of the number of terms of ``e`` fully expanded (a function application counts as one)."""
+    if e in memo:
+        return memo[e]
+    if isinstance(e, (sp.Add, sp.MatAdd)):
+        n = sum(_terms(a, memo) for a in e.args)
+    elif isinstance(e, (sp.Mul, sp.MatMul)):
+        n = 1
+        for a in e.args:
+            n = min(n * _terms(a, memo), MAX_TERMS + 1)
+    elif isinstance(e, (sp.Pow, sp.MatPow)) and isinstance(e.args[1], sp.Integer) and e.args[1] > 0:
+        k, p = _terms(e.args[0], memo), int(e.args[1])
+        n = math.comb(k + p - 1, p) if k <= MAX_TERMS else MAX_TERMS + 1      # monomials of degree p in k terms
+    else:
+        n = 1
+    memo[e] = n = min(n, MAX_TERMS + 1)
+    return n
+
+
+def _check_numbers(expr, b):
+    """Reject expressions of a degree above MAX_DEGREE or that expand to more than MAX_TERMS terms, and constants
+    that are not finite real numbers (``1/0``, ``log(0)``, ``sqrt(-1)``) or that are huge (``(10**64)**64``,
+    products of big factorials): generated code must print every number."""
+    if _degree(expr, {}) > MAX_DEGREE:
+        b.fail(f"the expression's degree exceeds {MAX_DEGREE} (powers and products of symbols)")
+    if _terms(expr, {}) > MAX_TERMS:
+        b.fail(f"the expression expands to more than {MAX_TERMS} terms (products of sums, powers of sums)")
+    for node in sp.preorder_traversal(expr):
+        if isinstance(node, _NOT_FINITE):
+            b.fail(f"the constant {node} is not a finite real number")
+        if isinstance(node, sp.Rational) and max(abs(node.p), node.q).bit_length() > MAX_NUMBER_BITS:
+            b.fail("a number in the expression is too large (more than about 1000 digits)")
+        if (isinstance(node, sp.Pow) and isinstance(node.base, sp.Rational) and isinstance(node.exp, sp.Rational)
+                and max(abs(node.base.p), node.base.q).bit_length() * abs(node.exp) > MAX_NUMBER_BITS):
+            b.fail("a power in the expression is too large (more than about 1000 digits)")
+
+
+class _Builder:
+    def __init__(self, symbols, what, src, logic=False):
+        self.logic = logic
+        self.symbols = symbols
+        self.what = what
+        self.src = src
+
+    def fail(self, msg):
+        src = self.src if len(self.src) <= 160 else self.src[:160] + "…"
+        raise SpecError(f"{self.what}: {msg} in {src!r}")
+
+    def build(self, node, depth):
+        out = self._build(node, depth)
+        if isinstance(node, (ast.BinOp, ast.Call)) and not _is_mat(out) and getattr(out, "is_number", False):
+            self._finite(out)
+        return out
+
+    def _finite(self, x):
+        """A constant subexpression must be a finite real double (``exp(1000)``, ``(-8)**(1/3)`` are not): its
+        arguments were checked before, so evaluating it is cheap and cannot blow up."""
+        try:
+            v = x.evalf(17)
+            ok = bool(v.is_real) and math.isfinite(float(v))
+        except (TypeError, ValueError, OverflowError, ArithmeticError):
+            ok = False
+        if not ok:
+            self.fail("a constant is not a finite real number (overflow, division by zero, or a complex value)")
+
+    def _build(self, node, depth):
+        if depth > MAX_DEPTH:
+            self.fail("expression nested too deeply")
+        d = depth + 1
+        if isinstance(node, ast.Constant):
+            v = node.value
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                self.fail(f"literal {v!r} is not a number")
+            if isinstance(v, int):
+                return sp.Integer(v)
+            if not math.isfinite(v):
+                self.fail(f"literal {v!r} is not a finite number")
+            return sp.Rational(Fraction(repr(v)))
+        if isinstance(node, ast.Name):
+            if node.id in self.symbols:
+                return self.symbols[node.id]
+            if node.id in CONSTANTS:
+                return CONSTANTS[node.id]
+            self.fail(f"unknown symbol '{node.id}'")
+        if isinstance(node, ast.UnaryOp):
+            x = self.build(node.operand, d)
+            if isinstance(node.op, ast.USub):
+                return -x
+            if isinstance(node.op, ast.UAdd):
+                return x
+            if isinstance(node.op, ast.Not) and self.logic:
+                return sp.Not(x)
+            self.fail(f"operator {type(node.op).__name__} is not allowed")
+        if isinstance(node, ast.BinOp):
+            a = self.build(node.left, d)
+            b = self.build(node.right, d)
+            op = node.op
+            if isinstance(op, (ast.Add, ast.Sub, ast.Div, ast.Pow)) or _is_mat(a) != _is_mat(b):
+                if not (_is_mat(a) and _is_mat(b)):
+                    a, b = _sc(a), _sc(b)
+            elif isinstance(op, (ast.Mult, ast.MatMult)) and _is_mat(a) and _is_mat(b) and a.shape[1] != b.shape[0]:
+                a, b = _sc(a), _sc(b)
+            if _is_mat(a) and _is_mat(b):
+                if isinstance(op, (ast.Add, ast.Sub)) and a.shape != b.shape:
+                    self.fail(f"shape mismatch: {a.shape} {'+' if isinstance(op, ast.Add) else '-'} {b.shape}")
+                if isinstance(op, (ast.Mult, ast.MatMult)) and a.shape[1] != b.shape[0]:
+                    self.fail(f"shape mismatch in a matrix product: {a.shape} times {b.shape}")
+            try:
+                if isinstance(op, ast.Add):
+                    return a + b
+                if isinstance(op, ast.Sub):
+                    return a - b
+                if isinstance(op, (ast.Mult, ast.MatMult)):
+                    return a * b
+                if isinstance(op, ast.Div):
+                    if _is_mat(b):
+                        self.fail("division by a matrix (use inv())")
+                    return a / b
+                if isinstance(op, ast.Pow):
+                    if _is_mat(b):
+                        self.fail("matrix exponent")
+                    if b.is_number:
+                        if not (b.is_Rational and abs(b.p) <= MAX_INT_EXPONENT and b.q <= MAX_INT_EXPONENT):
+                            self.fail(f"numeric exponents must be rationals p/q with |p|, q <= {MAX_INT_EXPONENT}")
+                    if _is_mat(a):
+                        if b == -1:
+                            return sp.Inverse(a)
+                        self.fail("only X**-1 is allowed for matrices")
+                    if a.is_number and b.is_number and (not a.is_Rational or abs(a.p) > 10**6 or a.q > 10**6):
+                        return sp.Pow(a, b, evaluate=False)
+                    return a ** b
+            except SpecError:
+                raise
+            except Exception as exc:  # shape mismatch and similar sympy errors
+                self.fail(f"invalid operation ({type(exc).__name__}: {exc})")
+            self.fail(f"operator {type(op).__name__} is not allowed")
+        if isinstance(node, (ast.Compare, ast.BoolOp)) and not self.logic:
+            self.fail(f"{type(node).__name__} is not allowed")
+        if isinstance(node, ast.Compare):
+            if len(node.ops) != 1:
+                self.fail("chained comparisons are not allowed")
+            right = node.comparators[0]
+            if isinstance(right, ast.Constant) and isinstance(right.value, str):
+                if not (isinstance(node.left, ast.Name) and node.left.id in self.choices):
+                    self.fail("only a choice hyperparameter can be compared with a string")
+                opts = self.choices[node.left.id]
+                if right.value not in opts:
+                    self.fail(f"'{right.value}' is not a choice of {node.left.id} ({', '.join(opts)})")
+                if isinstance(node.ops[0], ast.Eq):
+                    return opts[right.value]
+                if isinstance(node.ops[0], ast.NotEq):
+                    return sp.Not(opts[right.value])
+                self.fail("choices compare with == or != only")
+            a = self.build(node.left, d)
+            b = self.build(node.comparators[0], d)
+            if _is_mat(a) or _is_mat(b):
+                self.fail("comparisons take scalars")
+            ops = {ast.Eq: sp.Eq, ast.NotEq: sp.Ne, ast.Lt: sp.Lt, ast.LtE: sp.Le, ast.Gt: sp.Gt, ast.GtE: sp.Ge}
+            op = type(node.ops[0])
+            if op not in ops:
+                self.fail(f"comparison {op.__name__} is not allowed")
+            return ops[op](a, b)
+        if isinstance(node, ast.BoolOp):
+            vals = [self.build(v, d) for v in node.values]
+            return sp.And(*vals) if isinstance(node.op, ast.And) else sp.Or(*vals)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return sp.Not(self.build(node.operand, d))
+        if isinstance(node, ast.Attribute):
+            if node.attr != "T":
+                self.fail(f"attribute '.{node.attr}' is not allowed (only .T)")
+            x = self.build(node.value, d)
+            return x.T if _is_mat(x) else x
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name):
+                self.fail("only plain function calls are allowed")
+            name = node.func.id
+            if name == "sum":
+                return self._sum(node, d)
+            if name not in FUNCTIONS:
+                self.fail(f"unknown function '{name}'")
+            if node.keywords:
+                self.fail(f"{name}() takes no keyword arguments")
+            args = [self.build(a, d) for a in node.args]
+            if name in SPECIAL and any(isinstance(a, sp.Rational) and abs(a) > MAX_SPECIAL_ARG for a in args):
+                self.fail(f"{name}() of a number larger than {MAX_SPECIAL_ARG} in magnitude (evaluated exactly)")
+            try:
+                return FUNCTIONS[name](name, args)
+            except SpecError as exc:
+                self.fail(exc.message)
+        self.fail(f"{type(node).__name__} is not allowed")
+
+    def _sum(self, node, depth):
+        """``sum(v)`` or ``sum(f(v))``: Σ_n f(v_n) over the entries of a column vector v, with f one of the
+        unary functions (e.g. ``sum(softplus(X*theta))``; blr_derive/datasum.py)."""
+        if len(node.args) != 1 or node.keywords:
+            self.fail("sum() takes exactly one argument")
+        arg = node.args[0]
+        fname = None
+        if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in ELEMENTWISE
+                and len(arg.args) == 1 and not arg.keywords):
+            fname, arg = arg.func.id, arg.args[0]
+        v = self.build(arg, depth)
+        if not (_is_mat(v) and v.shape[1] == 1 and v.shape[0] != 1):
+            self.fail("sum() takes a column vector or a unary function of one (e.g. sum(softplus(X*theta)))")
+        body = FUNCTIONS[fname](fname, [U]) if fname else U
+        return DataSum(sp.Lambda(U, body), v)

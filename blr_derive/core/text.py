@@ -1,0 +1,53 @@
+"""Untrusted text as data: :class:`Prose` marks recipe and family text (titles, descriptions, paper
+references, source paths) on its way to generated code, and :func:`quote` makes such text safe to show in
+a one-line error message.  How prose is rendered into code is decided by the code generators
+(``codegen/inert.py``); here it is only kept from being used as text by accident."""
+from __future__ import annotations
+
+from blr_derive.core.errors import CodegenError
+
+
+class Prose:
+    """Untrusted text on its way to a template: render it with ``|comment``, ``|doc`` or ``|q``."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text=""):
+        self.text = text.text if isinstance(text, Prose) else str(text)
+
+    def _refuse(self, *_args, **_kw):
+        raise CodegenError("recipe text reached generated code without a rendering helper "
+                           "(use the |comment, |doc or |q filter)")
+
+    __str__ = __format__ = __add__ = __radd__ = __mod__ = __iter__ = _refuse
+
+    def __bool__(self):
+        return bool(self.text)
+
+    def __eq__(self, other):
+        return isinstance(other, Prose) and other.text == self.text
+
+    def __hash__(self):
+        return hash(("Prose", self.text))
+
+    def __repr__(self):
+        return f"Prose({self.text!r})"
+
+
+MAX_QUOTED = 80
+
+
+def quote(text, limit: int = MAX_QUOTED) -> str:
+    """Untrusted text for an error message: at most ``limit`` characters, every non-printable character
+    escaped (an error is one line), so a message never carries a file's content or a control sequence."""
+    s = str(text)
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                  for c in s[:limit])
+    return out + ("…" if len(s) > limit else "")
+
+
+def terminal_safe(text: str) -> str:
+    """Text for a terminal: every control character but newline and tab (ESC sequences, BEL, carriage returns,
+    Unicode separators) written as an escape, so that a recipe's text cannot drive the terminal it is shown on."""
+    return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)

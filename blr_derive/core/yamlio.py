@@ -1,0 +1,240 @@
+"""Safe YAML loading that remembers line numbers.
+
+Only ``yaml.SafeLoader`` node composition is used (no Python object tags).  Mappings
+become :class:`LDict` and sequences :class:`LList`; both know the 1-based line of
+each entry so errors can name the line of the offending value.
+"""
+from __future__ import annotations
+
+import math
+import os
+import stat
+
+import yaml
+
+from blr_derive.core.errors import SpecError
+from blr_derive.core.text import quote
+
+#: recipe and family files are small (the largest bundled one is a few kB): a larger file, or anything that is
+#: not a regular file (a FIFO, /dev/zero, a directory), is refused before it is read
+MAX_FILE_BYTES = 1 << 20
+#: integers beyond what a double can hold are not numbers any declaration needs
+MAX_INT = 2 ** 1023
+
+
+class LDict(dict):
+    """A dict that knows the source line of itself and of each key."""
+
+    file: str | None = None
+    line: int | None = None
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.lines: dict = {}
+
+    def line_of(self, key) -> int | None:
+        return self.lines.get(key, self.line)
+
+
+class LList(list):
+    file: str | None = None
+    line: int | None = None
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.lines: list = []
+
+    def line_of(self, i) -> int | None:
+        return self.lines[i] if 0 <= i < len(self.lines) else self.line
+
+
+_DEFAULT_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+
+
+def _convert(node, loader, file, seen=None):
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        raise SpecError("YAML anchors and aliases are not supported", file, node.start_mark.line + 1)
+    seen.add(id(node))
+    if type(node) in _DEFAULT_TAGS and node.tag != _DEFAULT_TAGS[type(node)]:
+        raise SpecError(f"YAML tag '{node.tag}' is not allowed", file, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out = LDict()
+        out.file, out.line = file, node.start_mark.line + 1
+        for knode, vnode in node.value:
+            if not isinstance(knode, yaml.ScalarNode):
+                raise SpecError("mapping keys must be plain strings", file, knode.start_mark.line + 1)
+            key = _convert(knode, loader, file, seen)
+            if not isinstance(key, str):
+                key = str(key)
+            if key in out:
+                raise SpecError(f"duplicate key '{key}'", file, knode.start_mark.line + 1)
+            out[key] = _convert(vnode, loader, file, seen)
+            out.lines[key] = knode.start_mark.line + 1
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        out = LList()
+        out.file, out.line = file, node.start_mark.line + 1
+        for item in node.value:
+            out.append(_convert(item, loader, file, seen))
+            out.lines.append(item.start_mark.line + 1)
+        return out
+    try:
+        value = loader.construct_object(node)
+    except (ValueError, OverflowError):          # e.g. an integer of 5000 digits (int-to-str limit)
+        raise SpecError("number too large", file, node.start_mark.line + 1) from None
+    if isinstance(value, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise SpecError("a string holds an unpaired surrogate (\\ud800-\\udfff): not valid Unicode text", file,
+                        node.start_mark.line + 1)
+    if isinstance(value, float) and math.isnan(value):
+        raise SpecError("not a number (NaN): numbers must be finite", file, node.start_mark.line + 1)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise SpecError("number too large", file, node.start_mark.line + 1)
+    return value
+
+
+MAX_NESTING = 64
+
+
+def _check_nesting(text, file):
+    """Reject deeply nested collections from the event stream (flat, no recursion) before composing nodes,
+    which recurses once per level (``[[[[...]]]]`` would exhaust the Python stack)."""
+    depth = 0
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise SpecError(f"YAML nested deeper than {MAX_NESTING} levels", file, ev.start_mark.line + 1)
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def load_yaml_text(text: str, file: str = "<string>"):
+    if not isinstance(text, str):
+        raise SpecError("YAML input must be text", file, None)
+    if len(text) > MAX_FILE_BYTES:
+        raise SpecError(f"larger than {MAX_FILE_BYTES} characters", file, None)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:            # control characters, NUL: checked before parsing starts
+        line = text[:max(exc.position, 0)].count("\n") + 1
+        raise SpecError(f"malformed YAML: {_reader_problem(exc)}", file, line) from None
+    try:
+        _check_nesting(text, file)
+        node = loader.get_single_node()
+        if node is None:
+            raise SpecError("empty document", file, 1)
+        return _convert(node, loader, file)
+    except yaml.reader.ReaderError as exc:
+        line = text[:max(exc.position, 0)].count("\n") + 1
+        raise SpecError(f"malformed YAML: {_reader_problem(exc)}", file, line) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = (exc.problem or exc.context or "malformed YAML").strip()
+        raise SpecError(f"malformed YAML: {quote(problem)}", file, line) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"malformed YAML: {quote(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}",
+                        file, None) from None
+    except RecursionError:
+        raise SpecError("YAML nested too deeply", file, None) from None
+    finally:
+        loader.dispose()
+
+
+def _reader_problem(exc) -> str:
+    """What PyYAML's reader refused (a control character, NUL, invalid UTF-8), without quoting the input."""
+    ch = exc.character if isinstance(exc.character, int) else ord(exc.character)
+    if exc.encoding != "unicode":
+        return f"byte 0x{ch:02x} is not valid {exc.encoding}"
+    return f"character U+{ch:04X} is not allowed (control characters are not printable YAML)"
+
+
+def read_text_file(path, what: str = "file") -> str:
+    """The text of a regular file of at most :data:`MAX_FILE_BYTES` bytes, decoded as UTF-8.  Special files
+    (FIFOs, devices, sockets, directories) are refused without reading from them: the file is opened
+    non-blocking and checked with ``fstat`` before one bounded read."""
+    name = str(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise SpecError("file not found", name, None) from None
+    except IsADirectoryError:
+        raise SpecError(f"is a directory, not a {what}", name, None) from None
+    except (OSError, ValueError) as exc:                 # permissions, a NUL byte in the name, a name too long
+        raise SpecError(f"cannot read {what} ({_os_problem(exc)})", name, None) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise SpecError(f"is a directory, not a {what}", name, None)
+        if not stat.S_ISREG(st.st_mode):
+            raise SpecError(f"is not a regular file (a device, FIFO or socket); a {what} must be a regular file",
+                            name, None)
+        if st.st_size > MAX_FILE_BYTES:
+            raise SpecError(f"{what} larger than {MAX_FILE_BYTES} bytes", name, None)
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+        while len(data) <= MAX_FILE_BYTES:                # a file that grew, or short reads
+            more = os.read(fd, MAX_FILE_BYTES + 1 - len(data))
+            if not more:
+                break
+            data += more
+    except OSError as exc:
+        raise SpecError(f"cannot read {what} ({_os_problem(exc)})", name, None) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"{what} larger than {MAX_FILE_BYTES} bytes", name, None)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:                  # name the line of the first byte that is not UTF-8
+        line = data[:exc.start].count(b"\n") + 1
+        raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x})", name, line) from None
+
+
+def _os_problem(exc) -> str:
+    return exc.strerror or type(exc).__name__ if isinstance(exc, OSError) else type(exc).__name__
+
+
+def load_yaml_file(path, what: str = "YAML file") -> object:
+    return load_yaml_text(read_text_file(path, what), str(path))
+
+
+def finite_number(value, container, key, what: str, allow_infinite: bool = False):
+    """``value`` if it is a finite int or float (``+inf`` too when ``allow_infinite``), else a located error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{what} must be a number", *where(container, key))
+    if isinstance(value, float) and not math.isfinite(value) and not (allow_infinite and value == math.inf):
+        hint = " (a bound that may be infinite declares allow_infinite: true)" if value == math.inf else ""
+        raise SpecError(f"{what} must be a finite number, got {value!r}{hint}", *where(container, key))
+    return value
+
+
+def check_keys(mapping, allowed, required=(), what="mapping"):
+    """Reject unknown keys and missing required keys with a located error."""
+    if not isinstance(mapping, dict):
+        raise SpecError(f"{what} must be a mapping", getattr(mapping, "file", None), getattr(mapping, "line", None))
+    for key in mapping:
+        if key not in allowed:
+            raise SpecError(
+                f"unknown key '{quote(key)}' in {what} (allowed: {', '.join(sorted(allowed))})",
+                mapping.file if isinstance(mapping, LDict) else None,
+                mapping.line_of(key) if isinstance(mapping, LDict) else None,
+            )
+    for key in required:
+        if key not in mapping:
+            raise SpecError(
+                f"missing required key '{key}' in {what}",
+                mapping.file if isinstance(mapping, LDict) else None,
+                mapping.line if isinstance(mapping, LDict) else None,
+            )
+
+
+def where(container, key=None):
+    """(file, line) of a container entry, for error messages."""
+    file = getattr(container, "file", None)
+    if key is None:
+        return file, getattr(container, "line", None)
+    if isinstance(container, (LDict, LList)):
+        return file, container.line_of(key)
+    return file, None

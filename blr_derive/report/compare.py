@@ -1,0 +1,51 @@
+"""``blr-derive compare A B``: what separates two algorithms (the Table 1 view of Khan & Rue 2023)."""
+from __future__ import annotations
+
+from blr_derive.api import derive_file
+from blr_derive.rules.registry import RULES
+
+
+def _approx_words(a):
+    args = ", ".join(f"{k}: {v}" for k, v in a.args.items())
+    return f"{a.name}" + (f" {{{args}}}" if args else "")
+
+
+def compare_recipes(path_a, path_b) -> str:
+    ra, Da = derive_file(path_a)
+    rb, Db = derive_file(path_b)
+    lines = [f"compare {ra.name} ({ra.title}) with {rb.name} ({rb.title})", ""]
+    same_family = ra.family.name == rb.family.name
+    lines.append(f"candidate family: {ra.family.name}" + (" (both)" if same_family else f" vs {rb.family.name}"))
+    la = ra.loss_kind if ra.loss_kind == "abstract" else f"explicit: {ra.loss_text}"
+    lb = rb.loss_kind if rb.loss_kind == "abstract" else f"explicit: {rb.loss_text}"
+    lines.append(f"loss: {la}" + (" (both)" if la == lb else f" vs {lb}"))
+    # pair the k-th use of a rule in A with the k-th use in B (a rule may be named more than once)
+    def keyed(r):
+        seen, out = {}, {}
+        for a in r.approximations:
+            seen[a.name] = seen.get(a.name, 0) + 1
+            out[(a.name, seen[a.name])] = a
+        return out
+    ka, kb = keyed(ra), keyed(rb)
+    shared = list(dict.fromkeys(a.name for k, a in ka.items() if k in kb))
+    only_a = [a for k, a in ka.items() if k not in kb]
+    only_b = [b for k, b in kb.items() if k not in ka]
+    changed = [(ka[k], kb[k]) for k in ka if k in kb and ka[k].args != kb[k].args]
+    lines.append(f"shared approximations: {', '.join(shared) or 'none'}")
+    lines.append("")
+    lines.append(f"to go from {ra.name} to {rb.name}:")
+    if not same_family:
+        lines.append(f"  - change the candidate family {ra.family.name} -> {rb.family.name}")
+    for a in only_a:
+        lines.append(f"  - remove {_approx_words(a)}  ({RULES[a.name].equation}: {RULES[a.name].summary})")
+    for b in only_b:
+        lines.append(f"  - add {_approx_words(b)}  ({RULES[b.name].equation}: {RULES[b.name].summary})")
+    for a, b in changed:
+        lines.append(f"  - change {_approx_words(a)} -> {_approx_words(b)}")
+    if same_family and not only_a and not only_b and not changed and la == lb:
+        lines.append("  - nothing: the recipes derive the same update")
+    lines.append("")
+    for r, D in ((ra, Da), (rb, Db)):
+        lines.append(f"{r.name} update:")
+        lines += [f"  {l}" for l in D.update_lines()]
+    return "\n".join(lines) + "\n"

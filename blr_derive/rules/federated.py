@@ -1,0 +1,253 @@
+"""Federated Bayesian ADMM, derived for the recipe's family (a recipe with a ``federated`` section).
+
+Möllenhoff, Swaroop, Doshi-Velez & Khan, *Federated ADMM from Bayesian Duality* (ICLR 2026, arXiv
+2506.13150; ``shared/references/federated-admm-from-bayesian-duality.md``) solve the variational objective
+Σ_k E_q[ℓ_k] + KL(q ‖ p_0) over K clients with the primal-dual structure of ADMM, in natural (λ) and
+expectation (μ) parameters.  Client k holds a local candidate q_k (λ_k) and a dual natural parameter η_k;
+the server holds the global q_g (λ_g).  One round:
+
+1. the server broadcasts q_g (its ordinary parameters, i.e. μ_g);
+2. ``federated_local``: each client takes BLR steps (Eq. 6) on its local objective
+       E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g),
+   whose natural gradient is (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g: the base measure cancels between the
+   entropy and KL(q ‖ q_g), so λ_k ← (1−β)λ_k + β(λ_g − (∇_μ E_q[ℓ_k] + η_k)/ρ);
+3. ``federated_dual``: η_k ← η_k + ρ(λ_k − λ_g).  At the client's optimum this is η_k = −∇_μ E_{q_k}[ℓ_k],
+   the local natural gradient (the site parameter of Khan & Rue, Sec. 5.4);
+4. ``federated_server``: the clients send η_k + ρ_s λ_k, the server sums them and solves
+       λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k (η_k + ρ_s(λ_k − λ_g))
+   for the ordinary parameters of q_g: the global natural parameter is the prior's site plus the sum of the
+   clients' sites, Eq. 60 of Khan & Rue (2023); ρ_s > 0 adds ADMM's augmented term at the server.
+
+Over the isotropic Gaussian N(m, I) these steps are federated ADMM (gradient steps on the augmented
+Lagrangian, v_k ← v_k + ρ(θ_k − θ_g), θ_g = (Σ_k v_k + ρ_s Σ_k θ_k)/(δ + Kρ_s)); over the full Gaussian the
+local step is Newton's and, with ρ_s = 0, one round solves a quadratic problem exactly.
+
+Everything here is derived from the family (its λ(params), μ, base measure and Gaussian moments) and the
+recipe (prior expression, penalty names); no update of a named algorithm is written down.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from blr_derive.core import matcalc
+from blr_derive.core.errors import DerivationError, SpecError
+from blr_derive.core.exprparse import parse_expression
+from blr_derive.core.matcalc import is_mat, simplify_mat
+from blr_derive.rules.registry import RULES
+from blr_derive.core.yamlio import check_keys, where
+
+FED_KEYS = {"penalty", "server_penalty", "prior", "description"}
+
+
+@dataclass
+class Federated:
+    penalty: object                   # ρ (a hyperparameter symbol)
+    server_penalty: object            # ρ_s (a hyperparameter symbol, or 0)
+    prior: object                     # ℓ_0(θ): the prior's negative log density up to a constant (sympy), or 0
+    prior_text: str
+    globals: list                     # [(family parameter, DataVar of its global value)]
+    duals: list                       # [DataVar] one per natural-parameter block
+    count: object = field(default_factory=lambda: sp.Symbol("K", integer=True, positive=True))
+
+
+def _err(msg, container, key=None):
+    f, l = where(container, key)
+    return SpecError(msg, f, l)
+
+
+def parse_federated(spec, fam, hyper, data, taken) -> Federated:
+    """Read the ``federated`` section; the global parameters and duals become data inputs of the client step."""
+    from blr_derive.spec.recipe import DataVar
+    fs = spec["federated"]
+    if not isinstance(fs, dict):
+        raise _err("federated must be a mapping (penalty, server_penalty, prior)", spec, "federated")
+    check_keys(fs, FED_KEYS, ("penalty",), "federated")
+    if not fam.is_gaussian:
+        raise _err(f"federated: family '{fam.name}' has no Gaussian moments (the prior's site needs them)",
+                   spec, "federated")
+    floats = {h.name: h.symbol for h in hyper if h.kind == "float"}
+
+    def hyper_of(key):
+        v = fs[key]
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0 and key == "server_penalty":
+            return sp.Integer(0)
+        if not isinstance(v, str) or v not in floats:
+            raise _err(f"federated.{key} must name a float hyperparameter", fs, key)
+        return floats[v]
+    rho = hyper_of("penalty")
+    rho_s = hyper_of("server_penalty") if "server_penalty" in fs else rho
+    prior, text = sp.Integer(0), ""
+    if "prior" in fs:
+        text = str(fs["prior"])
+        symbols = dict(fam.variable_symbols)
+        if fam.dim is not None:
+            symbols[str(fam.dim)] = fam.dim
+        symbols.update(floats)
+        try:
+            prior = parse_expression(text, symbols, what="federated prior")
+        except SpecError as exc:
+            f, l = where(fs, "prior")
+            raise exc.located(f, l) from None
+        if (is_mat(prior) and prior.shape != (1, 1)) or not fam.depends_on_variable(prior):
+            raise _err(f"federated.prior must be a scalar expression in {fam.theta}", fs, "prior")
+    names = {d.name for d in data} | set(taken)
+
+    def new(name, like, what):
+        if name in names:
+            raise _err(f"federated: the name '{name}' ({what}) is taken", spec, "federated")
+        names.add(name)
+        if is_mat(like):
+            sym = sp.MatrixSymbol(name, *like.shape)
+            shape = tuple(like.shape) if like.shape[1] != 1 else (like.shape[0],)
+        else:
+            sym, shape = sp.Symbol(name, real=True), ()
+        dv = DataVar(name, sym, shape, what, is_mat(like) and like in fam.symmetric)
+        data.append(dv)
+        return dv
+    globals_ = [(p, new(f"{p.name}_g", p.symbol, f"global {p.name} (broadcast by the server)"))
+                for p in fam.params.values() if not p.fixed]
+    duals = [new(f"dual{i + 1}", l, f"dual natural parameter, block {i + 1}") for i, l in enumerate(fam.lam)]
+    for (p, dv) in globals_:
+        if dv.symmetric or p.symbol in fam.symmetric:
+            dv.symmetric = True
+    for dv, l in zip(duals, fam.lam):
+        if is_mat(l) and l.shape[0] == l.shape[1] and l.shape[1] != 1:
+            dv.symmetric = True
+    return Federated(rho, rho_s, prior, text, globals_, duals)
+
+
+def _sym_set(fed, sym):
+    out = set(sym)
+    out |= {dv.symbol for _, dv in fed.globals if dv.symmetric}
+    out |= {dv.symbol for dv in fed.duals if dv.symmetric}
+    return out
+
+
+def local_objective(recipe, D, g_loss, g_logh, sym):
+    """``federated_local``: the natural gradient of the client objective (see the module docstring).
+
+    Returns the blocks that the BLR step adds to ∇_μ E_q[log h], so that their sum is
+    (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g."""
+    fed, fam = recipe.federated, recipe.family
+    sym.update(_sym_set(fed, ()))
+    rho = fed.penalty
+    to_global = {p.symbol: dv.symbol for p, dv in fed.globals}
+    lam_g = [e.xreplace(to_global) for e in fam.eta]
+    out = []
+    for gl, dv, lg, gh in zip(g_loss, fed.duals, lam_g, g_logh):
+        out.append((gl + dv.symbol) / rho - lg - gh)
+    names = [dv.symbol for dv in fed.duals]
+    for i, (dv, lg) in enumerate(zip(fed.duals, lam_g)):
+        D.symbol_names[dv.symbol] = r"\eta^{(%d)}_k" % (i + 1)
+    for p, dv in fed.globals:
+        D.symbol_names[dv.symbol] = (r"\mathbf{%s}_g" if is_mat(p.symbol) else "%s_g") % p.name
+    D.add("federated_local", RULES["federated_local"].equation, "Client objective of Bayesian ADMM",
+          "Client k minimises E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g).  Divided by ρ this is a variational objective "
+          "with loss ℓ_k/ρ + <η_k/ρ − λ_g, T(θ)> − log h(θ) (from −log q_g), so Eq. 6 needs "
+          "∇_μ E_q[ℓ̄ + log h] = (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g: the base measure cancels.",
+          [((r"\lambda^{(%d)}_g" % (i + 1)), lg) for i, lg in enumerate(lam_g)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell + \log h]" % (i + 1)),
+              simplify_mat((g + d) / rho - lg, sym) if is_mat(g) else (g + d) / rho - lg)
+             for i, (g, d, lg) in enumerate(zip(g_loss, names, lam_g))])
+    return out
+
+
+def derive_server(recipe, D, sym):
+    """``federated_dual`` and ``federated_server``: the dual step, the client message and the server's solve.
+
+    Sets ``D.federated`` (a dict read by :func:`blr_derive.ir.build_ir`) with, in order,
+    ``dual`` [(name, expr)], ``message`` [(name, expr)] and ``server`` [(param name, expr)] (the server
+    assigns its parameters in that order; later expressions use the ones already assigned)."""
+    fed, fam = recipe.federated, recipe.family
+    if D.renamed:
+        raise SpecError("federated recipes need the family's own parameters as state (no change_variable)",
+                        recipe.file, recipe.spec.line_of("federated"))
+    sym = _sym_set(fed, sym)
+    rho, rho_s, K = fed.penalty, fed.server_penalty, fed.count
+    to_global = {p.symbol: dv.symbol for p, dv in fed.globals}
+    eta = list(fam.eta)
+    if fam.elementwise:
+        eta = [_scalar(e) for e in eta]
+    lam_g = [e.xreplace(to_global) for e in eta]
+    dual, message = [], []
+    for dv, e, lg in zip(fed.duals, eta, lam_g):
+        dual.append((dv.name, simplify_mat(dv.symbol + rho * (e - lg), sym) if is_mat(e)
+                     else sp.expand(dv.symbol + rho * (e - lg))))
+    msgs = []
+    for i, (dv, e) in enumerate(zip(fed.duals, eta)):
+        msgs.append(sp.MatrixSymbol(f"msg{i + 1}", *e.shape) if is_mat(e) else sp.Symbol(f"msg{i + 1}", real=True))
+        message.append((msgs[-1].name, simplify_mat(dv.symbol + rho_s * e, sym) if is_mat(e)
+                        else sp.expand(dv.symbol + rho_s * e)))
+        if is_mat(e) and e.shape[0] == e.shape[1] and e.shape[1] != 1:
+            sym.add(msgs[-1])
+    D.add("federated_dual", RULES["federated_dual"].equation, "Dual step and client message",
+          "After its local steps client k moves its dual natural parameter by ρ(λ_k − λ_g) and sends "
+          "η_k + ρ_s λ_k to the server.",
+          [((r"\eta^{(%d)}_k" % (i + 1)), e) for i, (_, e) in enumerate(dual)]
+          + [(sp.Symbol(n), e, "=") for n, e in message])
+
+    # the prior's and the base measure's sites, ∇_μ E_q[ℓ_0 + log h], at the global candidate
+    terms = [t for t in (fed.prior, fam.log_h) if t != 0 and fam.depends_on_variable(t)]
+    mean_mu, cov_mu = fam.mean_of_mu(), fam.cov_of_mu()
+    at_state = dict(zip(fam.mu, fam.mu_ord))
+    grads = [sp.ZeroMatrix(*u.shape) if is_mat(u) else sp.Integer(0) for u in fam.mu]
+    for t in terms:
+        gs = matcalc.gradient(fam.expect_gaussian(t, mean=mean_mu, cov=cov_mu), fam.mu, sym)
+        grads = [simplify_mat(sp.MatAdd(a, b).doit(), sym) if is_mat(a) else a + b for a, b in zip(grads, gs)]
+    grads = [simplify_mat(g.doit().xreplace(at_state), sym) if is_mat(g) else sp.simplify(g.xreplace(at_state))
+             for g in grads]
+    if fam.elementwise:
+        grads = [_scalar(g) for g in grads]
+    # (1 + Kρ_s) λ(params) + ∇_μ E[ℓ_0 + log h](params) = Σ_k (η_k + ρ_s λ_k), solved block by block
+    lhs = []
+    for e, g in zip(eta, grads):
+        lhs.append(simplify_mat(sp.MatAdd((1 + K * rho_s) * e, g).doit(), sym) if is_mat(e)
+                   else sp.expand((1 + K * rho_s) * e + g))
+    from blr_derive.candidates.single import _isolate
+    free = [p for p in fam.params.values() if not p.fixed]
+    solved, server, remaining = set(), [], list(range(len(eta)))
+    while remaining:
+        progress = False
+        for i in list(remaining):
+            unk = [p for p in free if lhs[i].has(p.symbol) and p.symbol not in solved]
+            if len(unk) > 1:
+                continue
+            remaining.remove(i)
+            progress = True
+            if not unk:
+                continue
+            p = unk[0]
+            try:
+                val = _isolate(lhs[i], msgs[i], p.symbol, sym)
+            except DerivationError as exc:
+                raise SpecError(f"federated server step: {exc}", recipe.file, recipe.spec.line_of("federated")) from None
+            val = simplify_mat(val, sym) if is_mat(val) else sp.simplify(val)
+            server.append((p.name, val))
+            solved.add(p.symbol)
+        if not progress:
+            raise SpecError("federated server step: cannot solve the global natural parameters for the family's "
+                            "parameters", recipe.file, recipe.spec.line_of("federated"))
+    D.add("federated_server", RULES["federated_server"].equation, "Server step: sum of the sites",
+          "The global natural parameter is the prior's site −∇_μ E_q[ℓ_0 + log h] plus the sum of the clients' "
+          "messages minus Kρ_s λ_g; solved for the parameters of q_g (with msg_i = Σ_k of the clients' messages).",
+          [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_{q_g}[\ell_0 + \log h]" % (i + 1)), g) for i, g in enumerate(grads)]
+          + [(sp.Symbol(f"{n}_g"), e, r"\leftarrow") for n, e in server])
+    D.federated = {"dual": dual, "message": message, "server": server, "count": K,
+                   "penalty": rho, "server_penalty": rho_s,
+                   "globals": [(p.name, dv.name) for p, dv in fed.globals],
+                   "duals": [dv.name for dv in fed.duals], "messages": [m.name for m in msgs],
+                   "prior": fed.prior_text, "eta": [(dv.name, e) for dv, e in zip(fed.duals, eta)],
+                   "equations": [f"{n} <- {_plain(e)}" for n, e in dual] + [f"{n} = {_plain(e)}" for n, e in message]
+                   + [f"{n}_g <- {_plain(e)}" for n, e in server]}
+
+
+def _scalar(e):
+    from blr_derive.candidates.single import _scalar_expr
+    return _scalar_expr(e) if is_mat(e) else e
+
+
+def _plain(e):
+    from blr_derive.derive.derivation import _plain as plain_text
+    return plain_text(e)

@@ -1,0 +1,131 @@
+"""Generated code against the symbolic update it was rendered from (used by tests and ``blr-derive check``).
+
+Random valid state, hyperparameters, oracle values and data are drawn; the derivation's own program
+(definitions and updates in dependency order) is evaluated with sympy; the generated numpy module's
+``step`` is run on the same inputs.  Monte Carlo recipes get a fixed-noise ``rng`` so that every sample
+is the same and the averages are known.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from blr_derive.families.family import evaluate
+from blr_derive.ir.build import _toposort
+from blr_derive.core.matcalc import is_mat
+
+
+def _host_value(rng, h):
+    if h.kind == "bool":
+        return bool(rng.random() < 0.5)
+    if h.kind == "int":
+        return int(rng.integers(1, 4))
+    if h.kind == "choice":
+        return str(rng.choice([c for c, _ in h.elements]))
+    if h.kind == "tuple":
+        return tuple(float(rng.uniform(0.5, 0.95)) for _ in h.elements)
+    return float(rng.uniform(0.1, 0.9))
+
+
+class FixedNoise:
+    """An rng whose every standard-normal draw is 0.37 (so Monte Carlo averages equal one sample)."""
+
+    def standard_normal(self, shape):
+        return np.full(shape, 0.37)
+
+    def random(self, shape):
+        return np.full(shape, 0.37)
+
+
+def compare_update(recipe, D, mod, seed=0, P=3):
+    """[(state name, generated value, symbolic value)] for one random input."""
+    if getattr(D, "factorized", False):
+        from blr_derive.candidates.product import compare_factorized
+        return compare_factorized(recipe, D, mod, seed, P)
+    fam = recipe.family
+    rng = np.random.default_rng(11 + seed)
+    elementwise = not any(is_mat(e) for _, _, e in D.updates)
+    env, state, oracle_vals, data, hp, flags = {}, {}, {}, {}, {}, {}
+    if elementwise:
+        simplex = [p for p in fam.params.values() if p.domain == "simplex"]
+        # the simplex coordinates are drawn jointly (they must sum to less than 1), bounded away from the faces
+        K = len(simplex) + 1
+        on_simplex = dict(zip([p.name for p in simplex], 0.1 + (1 - 0.1 * K) * rng.dirichlet(np.full(K, 4.0)))) if simplex else {}
+        for p in fam.params.values():
+            v = (float(on_simplex[p.name]) if p.name in on_simplex else float(rng.normal()) if p.domain == "real"
+                 else float(rng.uniform(0.2, 0.8)) if p.domain == "unit_interval" else float(rng.uniform(0.5, 2.0)))
+            state[p.name] = v
+            env[p.symbol if not is_mat(p.symbol) else sp.Symbol(p.name, real=True)] = v
+        for a in D.aux_state:
+            v = float(rng.uniform(0.1, 1.0))
+            state[a.name] = v
+            env[a.symbol] = v
+        for old, (new, nsym, _) in D.renamed.items():
+            v = float(rng.uniform(0.5, 2.0))
+            state.pop(old, None)
+            state[new] = v
+            env[nsym] = v
+    else:
+        vals = fam.sample_params(rng, P)
+        env.update(vals)
+        state = {p.name: vals[p.symbol] for p in fam.params.values()}
+    if D.step_symbol is not None:
+        state["step"] = 3
+        env[D.step_symbol] = 4
+    for sym, oracle, arg, _ in D.oracle_calls:
+        if oracle in oracle_vals:           # one value per oracle (a mixture asks it at every component's mean)
+            env[sym] = oracle_vals[oracle]
+            continue
+        if is_mat(sym):
+            v = rng.normal(size=(P, P)) if sym.shape[1] != 1 else rng.normal(size=P)
+            if sym.shape[1] != 1:
+                v = v @ v.T + P * np.eye(P)
+        else:
+            v = float(rng.uniform(0.5, 2.0))
+        oracle_vals[oracle] = v
+        env[sym] = v
+    for d in recipe.data:
+        shape = tuple(P if s_ == fam.dim else 7 for s_ in d.shape)
+        v = rng.normal(size=shape)
+        if d.symmetric:                      # declared symmetric: a covariance-like SPD matrix
+            v = v @ v.T + shape[0] * np.eye(shape[0])
+        data[d.name] = v
+        env[d.symbol] = v
+    for h in recipe.hyper:
+        v = _host_value(rng, h)
+        hp[h.name] = v
+        if h.kind == "tuple":
+            env.update({es: x for (_, es), x in zip(h.elements, v)})
+        elif h.kind == "bool":
+            flags[h.symbol] = sp.true if v else sp.false
+        elif h.kind == "choice":
+            flags.update({cs: (sp.true if c == v else sp.false) for c, cs in h.elements})
+        else:
+            env[h.symbol] = v
+    hp = {k: v for k, v in hp.items() if k in mod.HYPERPARAMETERS}
+    dims = {fam.dim: P} if fam.dim is not None else {}
+    for d in recipe.data:
+        for s_ in d.shape:
+            if s_ != fam.dim:
+                dims[s_] = 7
+    if D.sampling is not None:
+        sm = D.sampling
+        env[sm.eps] = 0.37
+        env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)
+        for k_sym, oracle in sm.calls:
+            oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
+            env[k_sym] = oracle_vals[oracle]
+        for avg, e in sm.stats:
+            env[avg] = evaluate(e.xreplace(flags), env, dims)
+    out = mod.step(mod.init(hyperparameters=hp, **state),
+                   oracles={k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()},
+                   data=data or None, rng=FixedNoise(), **hp)
+    program = _toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
+    names = {sym: n for n, sym, _ in D.updates}
+    result = []
+    for sym, expr in program:
+        val = evaluate(expr.xreplace(flags), env, dims)
+        env[sym] = val if np.ndim(val) == 0 or val.shape[1] != 1 else val.ravel()
+        if sym in names:
+            result.append((names[sym], np.reshape(out[names[sym]], np.shape(val)), val))
+    return result

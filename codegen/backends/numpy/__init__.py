@@ -1,0 +1,163 @@
+"""NumPy target: a plain module with ``init`` and a pure ``step`` function."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import sympy as sp
+
+from blr_derive.codegen.inert import identifier, template_env
+
+from blr_derive.codegen.backends.numpy.printer import HELPERS, BLRNumPyPrinter
+
+
+class NumpyTarget:
+    name = "numpy"
+    suffix = ".py"
+    modules = frozenset({"numpy", "scipy.linalg", "scipy.special"})          # what a generated module may import (codegen.inert.audit)
+    template = "module.py.j2"
+
+    def __init__(self):
+        self.env = template_env(Path(__file__).parent / "templates")
+
+    def render(self, ir) -> str:
+        if getattr(ir, "factorized", False):
+            return self.render_factorized(ir)
+        printer = BLRNumPyPrinter()
+        calls = [(printer.doprint(c.symbol), c.oracle, printer.doprint(c.argument), c.description)
+                 for c in ir.oracle_calls]
+        assigns = [(printer.doprint(s), printer.doprint(e)) for s, e in ir.assignments]
+        dims = [(str(d), var, axis) for d, var, axis in ir.dims]
+        sampling = None
+        if ir.sampling is not None:
+            sm = ir.sampling
+            sampling = {
+                "samples": printer.doprint(sm.samples), "eps": printer.doprint(sm.eps),
+                "draw": "standard_normal" if sm.draw == "normal" else "random",
+                "theta": printer.doprint(sm.theta), "theta_expr": printer.doprint(sm.theta_expr),
+                "calls": [(printer.doprint(s), o) for s, o in sm.calls],
+                "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],
+            }
+        maps = None
+        fm = ir.extra.get("family_maps")
+        if fm:
+            conds = []
+            for name, expr, domain in fm["conditions"]:
+                e = printer.doprint(expr)
+                conds.append(f"0 < ({e}) < 1" if domain in ("unit_interval", "simplex") else f"({e}) > 0")
+            maps = {
+                "lam": [str(l) for l in fm["lam"]],
+                "eta": [printer.doprint(e) for e in fm["eta"]],
+                "mu": [printer.doprint(e) for e in fm["mu"]],
+                "fisher": [[printer.doprint(fm["fisher"][i, j]) for j in range(fm["fisher"].shape[1])]
+                           for i in range(fm["fisher"].shape[0])],
+                "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],
+                "lam0": [printer.doprint(v) for v in fm["lam0"]],
+                "conditions": conds,
+                "params": [p.name for p in fm["params"]],
+            }
+        fed = _federated_view(ir, printer)
+        point = None
+        if getattr(ir, "parameter", None) is not None:      # what a model's weights hold (e.g. sign(lam))
+            point = {"code": printer.doprint(ir.parameter),
+                     "reads": [v.name for v in ir.state if v.symbol in ir.parameter.free_symbols]}
+        init_syms = set()
+        for v in ir.state:
+            if v.init is not None and v.init_state is None:
+                init_syms |= v.init.free_symbols
+        elementwise = any(v.kind == "elementwise" for v in ir.state)
+        # fixed parameters and scalar data of an elementwise update may be one number or one per coordinate ("?")
+        shapes = {v.name: "?" if v.fixed and v.kind == "elementwise" else _shape(v.symbol, v.kind == "elementwise")
+                  for v in ir.state}
+        shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, False) for v in ir.data})
+        shapes.update({str(c.symbol): _shape(c.symbol, elementwise) for c in ir.oracle_calls})
+        if ir.sampling is not None:
+            shapes.update({str(k): _shape(k, elementwise) for k, _ in ir.sampling.calls})
+        printer.helpers |= {"_array", "_need"}
+        out = self.env.get_template(self.template).render(
+            ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
+            helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], sampling=sampling,
+            imports=sorted(printer.imports), maps=maps,
+            state_names=[v.name for v in ir.state], printer=printer,
+            init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], fed=fed,
+            point=point, shapes=shapes, symmetric=sorted(ir.symmetric),
+        )
+        return out
+
+    def render_factorized(self, ir) -> str:
+        """A factorized recipe: a plate loop for the local blocks and statistics, then the global blocks."""
+        printer = BLRNumPyPrinter()
+        pr = printer.doprint
+        local_assign = [(pr(s), pr(e)) for s, e in ir.local_assign]
+        pre_loop = [(pr(s), pr(e)) for s, e in ir.prelude + ir.pre_loop]
+        stats = [(pr(s), pr(e)) for s, e in ir.stats]
+        scale = (pr(ir.scale[0]), pr(ir.scale[1])) if ir.scale is not None else None
+        assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
+        dims = [(str(d), var, axis) for d, var, axis in ir.dims]
+        rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
+        if ir.plate is not None:
+            from blr_derive.core.errors import CodegenError
+
+            from blr_derive.codegen.backends.numpy.rows import RowBatchPrinter
+            rp = RowBatchPrinter({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
+                                 {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
+                                 | {s for s, _ in ir.local_assign})
+            try:
+                rows = {"local": [(pr(s), rp.doprint(e)) for s, e in ir.local_assign],
+                        "stats": [(pr(s), rp.plate_sum(e)) for s, e in ir.stats]}
+                printer.helpers |= rp.helpers
+                printer.imports |= rp.imports
+            except CodegenError:
+                rows = None
+        shapes = {v.name: _shape(v.symbol, False) for v in ir.state + ir.data}
+        if ir.plate is not None:
+            shapes.update({name: ("n_rows",) + _shape(sym, False) for name, sym, _, _ in ir.plate["data"]})
+        printer.helpers |= {"_array", "_need"}
+        return self.env.get_template("factorized.py.j2").render(
+            ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
+            dims=dims, rows=rows,
+            plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
+            helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports),
+            printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric))
+
+
+def _shape(sym, elementwise):
+    """The shape a generated module checks for a value: ``"*"`` (elementwise: that of the other elementwise
+    arrays; ``"?"``: that or a single number), ``()`` for a scalar, or a tuple of dimension names and integers
+    (a vector is 1-D)."""
+    if elementwise:
+        return "*"
+    if not isinstance(sym, sp.MatrixSymbol):
+        return ()
+    r, c = sym.shape
+    dims = (r,) if c == 1 else (r, c)
+    return tuple(int(d) if d.is_Integer else identifier(str(d)) for d in dims)
+
+
+def _federated_view(ir, printer):
+    """The client/server functions of a federated recipe (blr_derive/federated.py), printed."""
+    fed = ir.extra.get("federated")
+    if not fed:
+        return None
+
+    def hyper_of(exprs):
+        free = set().union(*[e.free_symbols for e in exprs]) if exprs else set()
+        return [h.name for h in ir.hyperparameters if h.kind in ("float", "int") and h.symbols[0] in free]
+    server_free = set().union(*[e.free_symbols for _, e in fed["server"]])
+    dim = None
+    if ir.dims and ir.dims[0][0] in server_free:
+        vec = [n for n, e in fed["message"] if getattr(e, "shape", (0, 0))[1:] == (1,)]
+        dim = (str(ir.dims[0][0]), vec[0] if vec else fed["messages"][0])
+    return {
+        "globals": fed["globals"], "duals": fed["duals"], "messages": fed["messages"], "count": str(fed["count"]),
+        "eta": [(d, printer.doprint(e)) for d, e in fed["eta"]],
+        "dual": [(n, printer.doprint(e)) for n, e in fed["dual"]],
+        "message": [(n, printer.doprint(e)) for n, e in fed["message"]],
+        "server": [(n, printer.doprint(e)) for n, e in fed["server"]],
+        "dual_hyper": hyper_of([e for _, e in fed["dual"]]),
+        "message_hyper": hyper_of([e for _, e in fed["message"]]),
+        "server_hyper": hyper_of([e for _, e in fed["server"]]),
+        "equations": fed["equations"], "dim": dim,
+    }
+
+
+TARGET = NumpyTarget()

@@ -1,0 +1,262 @@
+"""The NumPy printer: sympy's NumPyPrinter extended for the update IR.
+
+Vectors (P×1 matrix symbols) are 1-D arrays, so matrix products print with ``@``
+and column-times-row products as ``numpy.outer``.  ``Inverse(A) * B`` prints as a
+Cholesky solve (``_spd_solve``), never as an explicit inverse.  Unsupported nodes
+raise :class:`~blr_derive.errors.CodegenError` (sympy printers' ``_print_<Node>``
+extension points; loud failure).
+"""
+from __future__ import annotations
+
+import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
+
+from blr_derive.core.errors import UnsupportedTarget
+from blr_derive.codegen import HostConditionalMixin
+from blr_derive.codegen import identifier
+
+HELPERS = {
+    "_array": '''def _array(name, value, dims):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a''',
+    "_need": '''def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")''',
+    "_spd_solve": '''def _spd_solve(A, B):
+    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
+    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)''',
+    "_gauss_hermite": '''def _gauss_hermite(f, mean, var, nodes):
+    """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    x = mean[:, None] + numpy.sqrt(var)[:, None] * z
+    return numpy.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))''',
+    "_gauss_hermite_stein": '''def _gauss_hermite_stein(f, mean, var, nodes):
+    """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
+    quadrature with `nodes` points; 0 where var = 0."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    sd = numpy.sqrt(var)
+    x = mean[:, None] + sd[:, None] * z
+    fx = numpy.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
+    return numpy.divide(fx @ (w * z / numpy.sqrt(2 * numpy.pi)), sd, out=numpy.zeros_like(sd), where=sd > 0)''',
+}
+
+
+class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
+    printmethod = "_blrnumpycode"
+    MAXIMUM = "numpy.maximum"
+    MINIMUM = "numpy.minimum"
+    LOG = "numpy.log"
+    LOG1P = "numpy.log1p"
+
+    def __init__(self, settings=None):
+        super().__init__({"fully_qualified_modules": True, **(settings or {})})
+        self.helpers: set = set()
+        self.imports: set = set()
+
+    # -- leaves
+    def _print_MatrixSymbol(self, expr):
+        return identifier(expr.name)
+
+    def _print_Identity(self, expr):
+        return f"numpy.eye({self._print(expr.shape[0])})"
+
+    def _print_ZeroMatrix(self, expr):
+        r, c = expr.shape
+        if c == 1:
+            return f"numpy.zeros({self._print(r)})"
+        return f"numpy.zeros(({self._print(r)}, {self._print(c)}))"
+
+    def _print_Transpose(self, expr):
+        arg = expr.arg
+        if arg.shape[1] == 1 or arg.shape[0] == 1:
+            return self._print(arg)          # 1-D arrays: transpose is a no-op
+        if isinstance(arg, sp.MatrixSymbol):
+            return f"{self._print(arg)}.T"
+        return f"({self._print(arg)}).T"
+
+    def _print_Trace(self, expr):
+        if expr.arg.shape == (1, 1):
+            s = self._print(expr.arg)        # a 1×1 product of 1-D arrays is already a scalar
+            return f"({s})" if isinstance(expr.arg, sp.MatAdd) else s
+        return f"numpy.trace({self._print(expr.arg)})"
+
+    def _print_Determinant(self, expr):
+        return f"numpy.linalg.det({self._print(expr.arg)})"
+
+    def _print_Inverse(self, expr):
+        self.helpers.add("_spd_solve")
+        self.imports.add("scipy.linalg")
+        n = self._print(expr.arg.shape[0])
+        return f"_spd_solve({self._print(expr.arg)}, numpy.eye({n}))"
+
+    def _print_MatAdd(self, expr):
+        return " + ".join(self.parenthesize(a, 11) for a in expr.args).replace("+ -", "- ")
+
+    def _print_MatMul(self, expr):
+        coeff, mats = expr.as_coeff_mmul()
+        mats = list(mats.args) if isinstance(mats, sp.MatMul) else [mats]
+        body = self._chain(mats)
+        if coeff == 1:
+            return body
+        if coeff == -1:
+            return f"-{body}"
+        return f"{self.parenthesize(coeff, 50)}*{body}"
+
+    def _chain(self, mats):
+        # Inverse(A) * rest  ->  _spd_solve(A, rest)
+        for i, f in enumerate(mats):
+            if isinstance(f, sp.Inverse) and i < len(mats) - 1:
+                self.helpers.add("_spd_solve")
+                self.imports.add("scipy.linalg")
+                left = mats[:i]
+                rest = self._chain(mats[i + 1:])
+                solved = f"_spd_solve({self._print(f.arg)}, {rest})"
+                if not left:
+                    return solved
+                return self._fold(left + [_Printed(solved, _shape(sp.MatMul(*mats[i:])))])
+        return self._fold(mats)
+
+    def _fold(self, mats):
+        acc, shape = None, None
+        for f in mats:
+            s = f.text if isinstance(f, _Printed) else self._wrap(f)
+            fs = f.shape if isinstance(f, _Printed) else f.shape
+            if acc is None:
+                acc, shape = s, fs
+                continue
+            if type(f).__name__ == "DiagOf":         # A @ diag(w) = A * w (columns scaled)
+                acc = f"({acc} * {self._print(f.args[0])})"
+                continue
+            if shape[1] == 1 and fs[0] == 1 and shape[0] != 1 and fs[1] != 1:
+                acc = f"numpy.outer({acc}, {s})"
+            else:
+                acc = f"{acc} @ {s}"
+            shape = (shape[0], fs[1])
+        return acc
+
+    def _wrap(self, f):
+        s = self._print(f)
+        if isinstance(f, (sp.MatAdd,)) or (isinstance(f, sp.MatMul) and f.args and not f.args[0] == 1):
+            return f"({s})"
+        return s
+
+    # special functions (scipy.special; tested against it in tests/test_special_functions.py)
+    def _print_loggamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gammaln({self._print(expr.args[0])})"
+
+    def _print_digamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.digamma({self._print(expr.args[0])})"
+
+    def _print_polygamma(self, expr):
+        self.imports.add("scipy.special")
+        n, x = expr.args
+        if n == 0:
+            return f"scipy.special.digamma({self._print(x)})"
+        return f"scipy.special.polygamma({self._print(n)}, {self._print(x)})"
+
+    def _print_gamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gamma({self._print(expr.args[0])})"
+
+    def _print_factorial(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.factorial({self._print(expr.args[0])})"
+
+    def _print_softplus(self, expr):
+        return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
+
+    def _print_binary(self, expr):
+        return f"numpy.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
+
+    def _print_xlogy(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_logsumexp(self, expr):
+        self.imports.add("scipy.special")
+        args = ", ".join(self._print(a) for a in expr.args)
+        return f"scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays({args})), axis=0)"
+
+    # sums over data and their Gaussian expectations (blr_derive/datasum.py): vectors are 1-D arrays
+    def _apply(self, f, arg_text):
+        """The one-argument function ``f`` (a Lambda) printed at an already printed argument."""
+        wrapped = arg_text if arg_text.isidentifier() else f"({arg_text})"
+        return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(wrapped)}))
+
+    def _print_DataSum(self, expr):
+        return f"numpy.sum({self._apply(expr.fn, self._print(expr.vec))})"
+
+    def _print_Elementwise(self, expr):
+        f, v = expr.args
+        if not f.expr.has(f.variables[0]):          # a constant derivative (a linear data sum): one per row
+            return f"numpy.full(numpy.shape({self._print(v)}), {self._print(f.expr)}, dtype=float)"
+        return self._apply(f, self._print(v))
+
+    def _print_DiagOf(self, expr):
+        return f"numpy.diag({self._print(expr.args[0])})"
+
+    def _print_RowQuadForm(self, expr):
+        A, C = expr.args
+        a = self._wrap(A)
+        if isinstance(C, sp.Inverse):
+            self.helpers.add("_spd_solve")
+            self.imports.add("scipy.linalg")
+            return f"numpy.sum({a} * _spd_solve({self._print(C.arg)}, {self._print(A.T)}).T, axis=1)"
+        return f"numpy.sum(({a} @ {self._wrap(C)}) * {a}, axis=1)"
+
+    def _print_GaussHermite(self, expr, helper="_gauss_hermite"):
+        f, mean, var, nodes = expr.args
+        self.helpers.add(helper)
+        return (f"{helper}(lambda u: {self._apply(f, 'u')}, {self._print(mean)}, {self._print(var)}, "
+                f"{self._print(nodes)})")
+
+    def _print_GaussHermiteStein(self, expr):
+        return self._print_GaussHermite(expr, "_gauss_hermite_stein")
+
+    def _print_expit(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.expit({self._print(expr.args[0])})"
+
+    def _print_sech(self, expr):
+        return f"(1/numpy.cosh({self._print(expr.args[0])}))"
+
+    def _print_Heaviside(self, expr):
+        h0 = expr.args[1] if len(expr.args) > 1 else sp.Rational(1, 2)     # the value at 0 (masks use 0)
+        return f"numpy.heaviside({self._print(expr.args[0])}, {self._print(h0)})"
+
+    def emptyPrinter(self, expr):
+        raise UnsupportedTarget(f"the numpy target cannot print {type(expr).__name__}: {expr}")
+
+    def _print_Integral(self, expr):
+        raise UnsupportedTarget(f"the numpy target cannot print an unevaluated integral: {expr}")
+
+
+class _Printed:
+    def __init__(self, text, shape):
+        self.text, self.shape = text, shape
+
+
+def _shape(e):
+    return e.shape

@@ -1,0 +1,334 @@
+"""The torch printer: compiles elementwise update expressions into multi-tensor
+``torch._foreach_*`` programs.
+
+Every symbol is either a *tensor list* (state, gradients, earlier assignments that
+depend on them) or a *host scalar* (hyperparameters, the step counter and expressions
+of those), which is printed as ordinary Python (``math``) and computed once per group.
+Conditions of ``Piecewise`` are host scalars, so they become Python ``if`` blocks that
+pick one multi-tensor program.  Unsupported nodes raise
+:class:`~blr_derive.errors.CodegenError`.
+"""
+from __future__ import annotations
+
+import sympy as sp
+from sympy.printing.pycode import PythonCodePrinter
+
+from blr_derive.core.errors import CodegenError, UnsupportedTarget
+from blr_derive.codegen import HostConditionalMixin
+from blr_derive.codegen import identifier
+
+
+class HostPrinter(HostConditionalMixin, PythonCodePrinter):
+    """Host-side scalars: plain Python with the math module."""
+
+    def __init__(self):
+        super().__init__({"fully_qualified_modules": True, "standard": "python3"})
+
+    def _print_Symbol(self, expr):
+        return identifier(expr.name)
+
+
+UNARY = {
+    sp.exp: "_foreach_exp", sp.Abs: "_foreach_abs", sp.tanh: "_foreach_tanh",
+    sp.sin: "_foreach_sin", sp.cos: "_foreach_cos", sp.loggamma: "_foreach_lgamma", sp.sign: "_foreach_sign",
+}
+
+
+class ForeachCompiler:
+    def __init__(self, tensors, indent="            "):
+        self.tensors = set(tensors)       # symbols bound to lists of tensors
+        self.host = HostPrinter()
+        self.lines: list[str] = []
+        self.indent = indent
+        self.n = 0
+
+    def tmp(self):
+        self.n += 1
+        return f"_f{self.n}"
+
+    def emit(self, line):
+        self.lines.append(self.indent + line)
+
+    def is_tensor(self, e):
+        return bool(e.free_symbols & self.tensors)
+
+    def host_expr(self, e):
+        return self.host.doprint(e)
+
+    # ------------------------------------------------------------------ statements
+    def assign(self, sym, expr, when=sp.true):
+        """Bind ``sym`` to ``expr``: a tensor list (foreach program) or a host scalar; only when the
+        host condition ``when`` holds (values needed only by branches not taken are not computed)."""
+        if when == sp.false:
+            return
+        if when != sp.true:
+            self.emit(f"if {self.host_expr(when)}:")
+            self.indent += "    "
+        if not self.is_tensor(expr):
+            self.emit(f"{identifier(str(sym))} = {self.host_expr(expr)}")
+        else:
+            name = self.compile(expr, target=identifier(str(sym)))
+            if name != str(sym):
+                self.emit(f"{sym} = {name}")
+            self.tensors.add(sym)
+        if when != sp.true:
+            self.indent = self.indent[:-4]
+
+    # ------------------------------------------------------------------ expressions
+    def compile(self, e, target=None):
+        if isinstance(e, sp.Symbol):
+            return identifier(e.name)
+        if isinstance(e, sp.Piecewise):
+            out = target or self.tmp()
+            first = True
+            for expr, cond in e.args:
+                if cond == sp.true:
+                    self.emit("else:" if not first else "if True:")
+                else:
+                    self.emit(f"{'if' if first else 'elif'} {self.host_expr(cond)}:")
+                first = False
+                self.indent += "    "
+                if self.is_tensor(expr):
+                    name = self.compile(expr)
+                else:
+                    raise CodegenError(f"a Piecewise branch without tensors cannot be broadcast: {expr}")
+                self.emit(f"{out} = {name}")
+                self.indent = self.indent[:-4]
+            return out
+        if isinstance(e, sp.Add):
+            host = [a for a in e.args if not self.is_tensor(a)]
+            terms = [a for a in e.args if self.is_tensor(a)]
+            acc, owned = None, False
+            for term in terms:
+                coeff, rest = self._split(term)
+                x = self.compile(rest)
+                if acc is None:
+                    if coeff == 1:
+                        acc, owned = x, False
+                    else:
+                        acc, owned = self.tmp(), True
+                        self.emit(f"{acc} = torch._foreach_mul({x}, {self.host_expr(coeff)})")
+                    continue
+                alpha = "" if coeff == 1 else f", alpha={self.host_expr(coeff)}"
+                if owned:
+                    self.emit(f"torch._foreach_add_({acc}, {x}{alpha})")
+                else:
+                    new = self.tmp()
+                    self.emit(f"{new} = torch._foreach_add({acc}, {x}{alpha})")
+                    acc, owned = new, True
+            if host:
+                c = self.host_expr(sp.Add(*host))
+                if owned:
+                    self.emit(f"torch._foreach_add_({acc}, {c})")
+                else:
+                    new = self.tmp()
+                    self.emit(f"{new} = torch._foreach_add({acc}, {c})")
+                    acc = new
+            return acc
+        if isinstance(e, sp.Mul):
+            coeff, rest = self._split(e)
+            num, den = [], []
+            for f in sp.Mul.make_args(rest):
+                if isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0:
+                    den.append(f.base ** (-f.exp))
+                else:
+                    num.append(f)
+            out = self.tmp()
+            if len(num) == 1 and not den:
+                self.emit(f"{out} = torch._foreach_mul({self.compile(num[0])}, {self.host_expr(coeff)})")
+                return out
+            if num:
+                first = self.compile(num[0])
+                rest_num = num[1:]
+                if rest_num:
+                    self.emit(f"{out} = torch._foreach_mul({first}, {self.compile(rest_num[0])})")
+                    for f in rest_num[1:]:
+                        self.emit(f"torch._foreach_mul_({out}, {self.compile(f)})")
+                elif den:
+                    self.emit(f"{out} = torch._foreach_div({first}, {self.compile(den[0])})")
+                    den = den[1:]
+                else:
+                    self.emit(f"{out} = torch._foreach_mul({first}, 1.0)")
+            else:
+                self.emit(f"{out} = torch._foreach_reciprocal({self.compile(den[0])})")
+                den = den[1:]
+            for f in den:
+                self.emit(f"torch._foreach_div_({out}, {self.compile(f)})")
+            if coeff != 1:
+                self.emit(f"torch._foreach_mul_({out}, {self.host_expr(coeff)})")
+            return out
+        if isinstance(e, sp.Pow):
+            b, p = e.args
+            x = self.compile(b)
+            out = self.tmp()
+            if p == 2:
+                self.emit(f"{out} = torch._foreach_mul({x}, {x})")
+            elif p == sp.Rational(1, 2):
+                self.emit(f"{out} = torch._foreach_sqrt({x})")
+            elif p == -1:
+                self.emit(f"{out} = torch._foreach_reciprocal({x})")
+            elif p == sp.Rational(-1, 2):
+                self.emit(f"{out} = torch._foreach_sqrt({x})")
+                self.emit(f"torch._foreach_reciprocal_({out})")
+            elif not self.is_tensor(p):
+                self.emit(f"{out} = torch._foreach_pow({x}, {self.host_expr(p)})")
+            else:
+                raise UnsupportedTarget(f"the torch target cannot print a tensor exponent: {e}")
+            return out
+        if isinstance(e, (sp.Max, sp.Min)):
+            fn = "_foreach_maximum" if isinstance(e, sp.Max) else "_foreach_minimum"
+            tens = [a for a in e.args if self.is_tensor(a)]
+            host = [a for a in e.args if not self.is_tensor(a)]
+            out = self.tmp()
+            self.emit(f"{out} = torch.{fn}({self.compile(tens[0])}, {self.compile(tens[1]) if len(tens) > 1 else self.host_expr(host[0])})")
+            for a in tens[2:]:
+                self.emit(f"torch.{fn}_({out}, {self.compile(a)})")
+            return out
+        if isinstance(e, sp.Function) and type(e) in UNARY:
+            out = self.tmp()
+            self.emit(f"{out} = torch.{UNARY[type(e)]}({self.compile(e.args[0])})")
+            return out
+        if isinstance(e, sp.Function):
+            # no multi-tensor kernel: apply the elementwise form tensor by tensor
+            names = [self.compile(a) if self.is_tensor(a) else None for a in e.args]
+            loc = [sp.Symbol(f"_a{i}") for i in range(len(e.args))]
+            local = e.func(*[l if n is not None else a for l, n, a in zip(loc, names, e.args)])
+            body = ElementwisePrinter().doprint(local)
+            lists = [n for n in names if n is not None]
+            vars_ = [str(l) for l, n in zip(loc, names) if n is not None]
+            out = self.tmp()
+            source = lists[0] if len(lists) == 1 else f"zip({', '.join(lists)})"
+            self.emit(f"{out} = [{body} for {', '.join(vars_)} in {source}]")
+            return out
+        raise UnsupportedTarget(f"the torch target cannot print {type(e).__name__}: {e}")
+
+    def _split(self, e):
+        """Split a product into (host coefficient, tensor part)."""
+        if isinstance(e, sp.Mul):
+            host = [a for a in e.args if not self.is_tensor(a)]
+            tens = [a for a in e.args if self.is_tensor(a)]
+            return sp.Mul(*host), sp.Mul(*tens)
+        return sp.Integer(1), e
+
+    def _bound_names(self):
+        return {s.name for s in self.tensors}
+
+
+class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
+    """Per-tensor elementwise torch expressions for the compiled (fused) path.  Piecewise conditions are
+    host booleans (Python bools): torch.compile specializes on them."""
+
+    MAXIMUM = "torch.maximum"
+    MINIMUM = "torch.minimum"
+    LOG = "torch.log"
+    LOG1P = "torch.log1p"
+
+    def __init__(self):
+        super().__init__({"fully_qualified_modules": True, "standard": "python3"})
+
+    def _print_Symbol(self, expr):
+        return identifier(expr.name)
+
+    def _print_Pow(self, expr, rational=False):
+        b, e = expr.args
+        if e == sp.Rational(1, 2):
+            return f"torch.sqrt({self._print(b)})"
+        if e == sp.Rational(-1, 2):
+            return f"torch.rsqrt({self._print(b)})"
+        if e == -1:
+            return f"(1/{self.parenthesize(b, 60)})"
+        return f"{self.parenthesize(b, 60)}**{self.parenthesize(e, 60)}"
+
+    def _print_Function(self, expr):
+        names = {"exp": "torch.exp", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos", "sign": "torch.sign",
+                 "loggamma": "torch.lgamma", "digamma": "torch.digamma", "gamma": "_gamma"}
+        n = type(expr).__name__
+        if n in names:
+            if n == "gamma":
+                return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
+            return f"{names[n]}({self._print(expr.args[0])})"
+        raise UnsupportedTarget(f"the torch target cannot print {n}")
+
+    def _print_loggamma(self, expr):
+        return f"torch.lgamma({self._print(expr.args[0])})"
+
+    def _print_sign(self, expr):
+        return f"torch.sign({self._print(expr.args[0])})"
+
+    def _print_binary(self, expr):
+        return f"torch.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
+
+    def _print_sech(self, expr):
+        return f"(1/torch.cosh({self._print(expr.args[0])}))"
+
+    def _print_digamma(self, expr):
+        return f"torch.digamma({self._print(expr.args[0])})"
+
+    def _print_gamma(self, expr):
+        return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
+
+    def _print_polygamma(self, expr):
+        n, x = expr.args
+        return f"torch.polygamma({self._print(n)}, {self._print(x)})"
+
+    def _print_softplus(self, expr):
+        x = self._print(expr.args[0])
+        return f"torch.logaddexp(torch.zeros_like({x}), {x})"
+
+    def _print_xlogy(self, expr):
+        return f"torch.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_logsumexp(self, expr):
+        args = ", ".join(self._print(a) for a in expr.args)
+        return f"torch.logsumexp(torch.stack(torch.broadcast_tensors({args})), dim=0)"
+
+    def _print_Abs(self, expr):
+        return f"torch.abs({self._print(expr.args[0])})"
+
+
+class FusedCompiler:
+    """Split an elementwise program into host scalars (hoisted, passed as 0-d tensors so that one
+    compiled graph serves every step) and a per-tensor kernel body."""
+
+    def __init__(self, tensors, flags=()):
+        self.tensors = set(tensors)
+        self.flags = set(flags)            # boolean host symbols (flags, choices)
+        self.host = HostPrinter()
+        self.el = ElementwisePrinter()
+        self.host_lines: list[str] = []    # Python statements computing host values
+        self.args: list[tuple] = []        # (name, host expression text, is_bool)
+        self.body: list[str] = []          # per-tensor statements (inside the kernel loop)
+        self._hoisted: dict = {}
+
+    def is_tensor(self, e):
+        return bool(e.free_symbols & self.tensors)
+
+    def _hoist(self, e):
+        if not isinstance(e, sp.Basic) or e.is_Number or e in (sp.true, sp.false):
+            return e
+        if not self.is_tensor(e):
+            if e not in self._hoisted:
+                name = sp.Symbol(f"_h{len(self._hoisted)}")
+                self._hoisted[e] = name
+                self.args.append((name.name, self.host.doprint(e)))
+            return self._hoisted[e]
+        if isinstance(e, sp.Piecewise):
+            return sp.Piecewise(*[(self._hoist(x), self._hoist(c)) if c != sp.true else (self._hoist(x), True)
+                                  for x, c in e.args])
+        if not e.args:
+            return e
+        return e.func(*[self._hoist(a) for a in e.args], evaluate=False)
+
+    def assign(self, sym, expr, when=sp.true):
+        if when == sp.false:
+            return
+        if not self.is_tensor(expr):
+            line = f"{identifier(str(sym))} = {self.host.doprint(expr)}"
+            self.host_lines.extend([f"if {self.host.doprint(when)}:", "    " + line] if when != sp.true else [line])
+            return
+        line = f"{identifier(str(sym))} = {self.el.doprint(self._hoist(expr))}"
+        if when != sp.true:
+            self.body.extend([f"if {self._hoist(when)}:", "    " + line])
+        else:
+            self.body.append(line)
+        self.tensors.add(sym)
