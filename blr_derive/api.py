@@ -5,30 +5,49 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
+from blr_derive.candidates.load import load_recipe, recipe_from_spec
+from blr_derive.codegen import TARGETS, emit, get_target
 from blr_derive.core import budget
-from blr_derive.candidates.single import derive as _derive
-from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget, SpecError,
-                     TimeLimitExceeded, UnsupportedTarget)
+from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget,
+                                    SpecError, TimeLimitExceeded, UnsupportedTarget)
+from blr_derive.core.io import source_label
+from blr_derive.core.resources import catalog_dir
+from blr_derive.core.yamlio import load_yaml_text
+from blr_derive.derive.driver import derive as derive_recipe
+from blr_derive.families.library import builtin_family_names, family_from_spec, load_family
+from blr_derive.families.model import Family
 from blr_derive.ir.build import build_ir
-from blr_derive.spec.recipe import load_recipe
+from blr_derive.report.compare import compare_recipes
+from blr_derive.report.views import DerivationView, register_notebook_views
+from blr_derive.spec.vocabulary import FAMILY_KEYS
+from blr_derive.verify.check import check_file  # noqa: F401  (the CLI's `check`)
+from blr_derive.verify.results import format_report  # noqa: F401
+
+__all__ = ["source_label", "derive_file", "generate", "family", "families", "catalog", "recipe", "derive", "compare",
+           "time_limited", "located_codegen_error", "DerivationView"]
 
 
-def source_label(path) -> str:
-    """A machine-independent label for a recipe path (for reproducible headers)."""
-    p = Path(path).resolve()
-    if p.parent.name == "catalog":
-        return f"catalog/{p.name}"
-    return p.name
+def _derived(recipe, file=None):
+    """The derivation record of a parsed recipe; an engine failure is a SpecError located at the recipe."""
+    try:
+        return derive_recipe(recipe)
+    except DerivationError as exc:
+        line = recipe.spec.line if recipe.spec is not None else None
+        raise SpecError(f"derivation failed: {exc}", file if file is not None else recipe.file, line) from None
+
+
+def derive_record(path, sizes: dict | None = None):
+    """(recipe, derivation record) of a recipe file (what the CLI and code generation use)."""
+    recipe = load_recipe(path, sizes)
+    return recipe, _derived(recipe, str(path))
 
 
 def derive_file(path, sizes: dict | None = None):
-    recipe = load_recipe(path, sizes)
-    try:
-        D = _derive(recipe)
-    except DerivationError as exc:
-        line = recipe.spec.line if recipe.spec is not None else None
-        raise SpecError(f"derivation failed: {exc}", str(path), line) from None
-    return recipe, D
+    """(recipe, :class:`~blr_derive.report.views.DerivationView`) of a recipe file."""
+    recipe, D = derive_record(path, sizes)
+    return recipe, DerivationView(D)
 
 
 def located_codegen_error(exc: CodegenError, recipe) -> LocatedCodegenError:
@@ -66,16 +85,38 @@ def generate(path, target: str, label: str | None = None, sizes: dict | None = N
              time_limit: float | None = None) -> str:
     """Code for a recipe file; ``sizes`` (e.g. {"K": 5}) instantiates a sized recipe (blr_derive/sizes.py);
     ``time_limit`` (seconds) bounds the derivation (see :func:`time_limited`)."""
-    from blr_derive.codegen import emit
-    from blr_derive.codegen import get_target
     get_target(target)                                 # an unknown target fails before any work
     with time_limited(time_limit):
-        recipe, D = derive_file(path, sizes)
+        recipe, D = derive_record(path, sizes)
     label = (label or source_label(path)) + "".join(f" --size {k}={v}" for k, v in sorted((sizes or {}).items()))
     try:
         return emit(build_ir(D, label), target)
     except CodegenError as exc:
         raise located_codegen_error(exc, recipe) from None
+
+
+def catalog_artifacts(root=None, targets=None, seconds=None) -> list:
+    """[(path, text)] of every generated artifact of a catalog folder (default: the bundled catalog):
+    ``generated/<target>/<recipe><suffix>``.  Each recipe is derived once (under its own time budget of
+    ``seconds``) and rendered for every target that can express it."""
+    root = Path(root) if root else catalog_dir()
+    recipes = sorted(root.glob("*.yaml"))
+    if not recipes:
+        raise SpecError("no recipes found", str(root), None)
+    outputs = []
+    for r in recipes:
+        with budget.derivation_budget(seconds):
+            recipe, D = derive_record(r)                 # derive once, render for every target
+            ir = build_ir(D, f"catalog/{r.name}")
+            for t in targets or TARGETS:
+                try:
+                    text = emit(ir, t)
+                except UnsupportedTarget:
+                    continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
+                except CodegenError as exc:
+                    raise located_codegen_error(exc, recipe) from None
+                outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
+    return outputs
 
 
 # ---------------------------------------------------------------------- notebook API
@@ -93,16 +134,12 @@ def _is_yaml_text(ref) -> bool:
 
 def _spec(ref, what: str):
     """A dict or YAML text as the engine's located mapping (LDict), so that errors name a line."""
-    import yaml
-
-    from blr_derive.core.yamlio import load_yaml_text
     if isinstance(ref, dict):
         ref = yaml.safe_dump(_plain(ref), sort_keys=False, allow_unicode=True)
     return load_yaml_text(ref, f"<{what}>")
 
 
 def _plain(v):
-    from blr_derive.families.family import Family
     if isinstance(v, Family):
         raise SpecError("a Family object cannot be nested in a mapping: pass it as recipe(family=...)")
     if isinstance(v, dict):
@@ -114,13 +151,11 @@ def _plain(v):
 
 def families() -> list[str]:
     """Names of the built-in families (``families/*.yaml``)."""
-    from blr_derive.families.family import builtin_family_names
     return builtin_family_names()
 
 
 def catalog() -> list[str]:
     """Names of the catalog recipes (``catalog/*.yaml``)."""
-    from blr_derive.core.resources import catalog_dir
     return sorted(p.stem for p in catalog_dir().glob("*.yaml"))
 
 
@@ -132,7 +167,6 @@ def family(ref):
 
 
 def _as_family(ref):
-    from blr_derive.families.family import FAMILY_KEYS, Family, family_from_spec, load_family
     if isinstance(ref, Family):
         return ref
     if isinstance(ref, dict) and "name" in ref and not set(ref) & (FAMILY_KEYS - {"name"}):
@@ -151,8 +185,6 @@ def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperpa
     ``loss`` (``"abstract"`` or ``{"expression": ..., "data": ...}``), ``approximations`` (names or
     ``{name: {args}}``), ``hyperparameters`` (``{name: default}`` or full declarations), ``name``, and any other
     recipe key (``title``, ``learning_rate``, ``state_init``, ...)."""
-    from blr_derive.spec.recipe import recipe_from_spec
-    from blr_derive.core.resources import catalog_dir
     if ref is not None:
         if family is not None or keys or approximations or hyperparameters is not None:
             raise TypeError("recipe(): give either a recipe reference or keywords, not both")
@@ -176,25 +208,23 @@ def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperpa
 
 
 def derive(ref=None, *, time_limit: float | None = None, **keys):
-    """Derive a recipe (anything :func:`recipe` accepts, or a Recipe) and return the
-    :class:`~blr_derive.derivation.Derivation`: ``steps``, ``step(rule)``, ``update``, ``definitions``,
-    ``code(target)``, ``compile(target)``, ``to_markdown/to_latex/to_html``, ``save(path)``.  ``time_limit``
-    (seconds) bounds loading and deriving (:class:`~blr_derive.errors.TimeLimitExceeded`)."""
+    """Derive a recipe (anything :func:`recipe` accepts, or a Recipe) and return a
+    :class:`~blr_derive.report.views.DerivationView`: ``steps``, ``step(rule)``, ``update``, ``definitions``,
+    ``code(target)``, ``compile(target)``, ``to_markdown/to_latex/to_html``, ``save(path)``; ``.record`` is the
+    engine's :class:`~blr_derive.rules.base.Derivation`.  ``time_limit`` (seconds) bounds loading and deriving
+    (:class:`~blr_derive.core.errors.TimeLimitExceeded`)."""
     with time_limited(time_limit):
         r = recipe(ref, **keys)
-        try:
-            return _derive(r)
-        except DerivationError as exc:
-            line = r.spec.line if r.spec is not None else None
-            raise SpecError(f"derivation failed: {exc}", r.file, line) from None
+        return DerivationView(_derived(r))
 
 
 def compare(a, b) -> str:
     """What separates two recipes (catalog names or paths), as ``blr-derive compare`` prints it."""
-    from blr_derive.report.compare import compare_recipes
-    from blr_derive.core.resources import catalog_dir
 
     def path(ref):
         p = Path(ref)
         return catalog_dir() / f"{ref}.yaml" if not p.suffix and not p.exists() else p
     return compare_recipes(path(a), path(b))
+
+
+register_notebook_views()          # in an IPython session, families and recipes display with their math

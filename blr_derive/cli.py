@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import sys
-import tempfile
 from pathlib import Path
 
 from blr_derive import __version__
-from blr_derive.core.budget import DEFAULT_SECONDS, BudgetExceeded, derivation_budget
+from blr_derive.core.io import output_problem, write_atomic
+from blr_derive.core.budget import DEFAULT_SECONDS, BudgetExceeded, derivation_budget, location
 from blr_derive.core.errors import BLRError, SpecError
 from blr_derive.core.text import quote, terminal_safe
 
@@ -38,65 +37,12 @@ class _Parser(argparse.ArgumentParser):
         raise SpecError(f"{self.prog}: {message}", CMDLINE)
 
 
-def _output_problem(path: Path):
-    """Why ``-o path`` cannot be written (None if it can): only a regular file, or a new path whose parent is a
-    directory, is ever replaced; FIFOs, devices, sockets and directories are refused before any work."""
-    try:
-        st = os.stat(path)                              # follows symbolic links: the file that would change
-    except NotADirectoryError:
-        return "cannot create it: a parent in the path is not a directory"
-    except FileNotFoundError:
-        parent = path.parent
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent
-        if parent.exists() and not parent.is_dir():
-            return f"cannot create it: '{quote(parent)}' is not a directory"
-        return None
-    except (OSError, ValueError) as exc:
-        return f"cannot be written ({getattr(exc, 'strerror', None) or type(exc).__name__})"
-    if stat.S_ISDIR(st.st_mode):
-        return "is a directory (-o takes a file path)"
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file (a device, FIFO or socket); -o writes regular files only"
-    return None
-
-
-def _write_atomic(path: Path, text: str):
-    """Write via a temporary file and rename, so a failure never leaves a partial file; only regular files (or
-    new paths) are replaced, and a symbolic link is followed to the file it names."""
-    path = Path(path)
-    problem = _output_problem(path)
-    if problem is not None:
-        raise SpecError(problem, str(path))
-    target = Path(os.path.realpath(path))
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"cannot write ({getattr(exc, 'strerror', None) or type(exc).__name__})", str(path)) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        umask = os.umask(0)                            # mkstemp creates 0600; give the usual 0666 & ~umask
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        problem = _output_problem(target)              # replaced by something else meanwhile?
-        if problem is not None:
-            raise SpecError(problem, str(path))
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise SpecError(f"cannot write ({exc.strerror or type(exc).__name__})", str(path)) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _check_output(out):
     """Refuse a bad ``-o`` before any work (so that nothing is derived for nothing, and nothing is touched)."""
     if out == "":
         raise SpecError("-o: empty output path", CMDLINE)
     if out is not None and out != "-":
-        problem = _output_problem(Path(out))
+        problem = output_problem(Path(out))
         if problem is not None:
             raise SpecError(problem, out)
 
@@ -105,7 +51,7 @@ def _emit(text: str, out):
     if out is None or out == "-":
         sys.stdout.write(terminal_safe(text))
     else:
-        _write_atomic(Path(out), text)
+        write_atomic(Path(out), text)
 
 
 def _time_option(p):
@@ -187,7 +133,7 @@ def cmd_explain(argv):
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import derive_file
     with derivation_budget(seconds):
-        _, D = derive_file(args.recipe, sizes)
+        _, D = derive_file(args.recipe, sizes)              # a DerivationView: the reports
         render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
         text = render()
     _emit(text, args.output)
@@ -204,7 +150,7 @@ def cmd_compare(argv):
     _time_option(p)
     args = p.parse_args(argv)
     seconds = _time_limit(args)
-    from blr_derive.report.compare import compare_recipes
+    from blr_derive.api import compare_recipes
     with derivation_budget(seconds):
         text = compare_recipes(args.recipe_a, args.recipe_b)
     sys.stdout.write(terminal_safe(text))
@@ -221,39 +167,15 @@ def cmd_catalog(argv):
     _time_option(p)
     args = p.parse_args(argv)
     seconds = _time_limit(args)
-    from blr_derive.codegen import TARGETS
-    from blr_derive.codegen import emit
-    from blr_derive.codegen import get_target
-
-    from blr_derive.api import derive_file, located_codegen_error
-    from blr_derive.core.errors import CodegenError, UnsupportedTarget
-    from blr_derive.ir.build import build_ir
-    from blr_derive.core.resources import catalog_dir
-    root = Path(args.catalog) if args.catalog else catalog_dir()
-    targets = args.target or list(TARGETS)
-    recipes = sorted(root.glob("*.yaml"))
-    if not recipes:
-        raise SpecError("no recipes found", str(root), None)
-    outputs = []
-    for r in recipes:
-        with derivation_budget(seconds):
-            recipe, D = derive_file(r)                 # derive once, render for every target
-            ir = build_ir(D, f"catalog/{r.name}")
-            for t in targets:
-                try:
-                    text = emit(ir, t)
-                except UnsupportedTarget:
-                    continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
-                except CodegenError as exc:
-                    raise located_codegen_error(exc, recipe) from None
-                outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
+    from blr_derive.api import catalog_artifacts
+    outputs = catalog_artifacts(args.catalog, args.target, seconds)
     stale = []
     for path, text in outputs:
         old = path.read_text(encoding="utf-8") if path.exists() else None
         if old != text:
             stale.append(path)
             if not args.check:
-                _write_atomic(path, text)
+                write_atomic(path, text)
     for path in stale:
         print(f"{'differs' if args.check else 'wrote'}: {path}")
     print(f"{len(outputs)} artifacts, {len(stale)} {'differ' if args.check else 'updated'}")
@@ -264,9 +186,9 @@ def cmd_families(argv):
     p = _Parser(prog="blr-derive families",
                 description="List the built-in exponential families with T(θ), h(θ), λ and μ.")
     p.parse_args(argv)
-    from blr_derive.families.family import builtin_family_names, load_family
-    for name in builtin_family_names():
-        f = load_family(name)
+    from blr_derive.api import families, family
+    for name in families():
+        f = family(name)
         print(f"{f.name}: {f.description}")
         params = [f"{p.name} ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in f.params.values()]
         print(f"  params : {', '.join(params)}")
@@ -299,7 +221,7 @@ def cmd_check(argv):
     if not 1 <= args.dim <= 4:
         raise SpecError("--dim must be an integer from 1 to 4", CMDLINE)
     sizes, seconds = _sizes(args.size), _time_limit(args)
-    from blr_derive.verify.check import check_file, format_report
+    from blr_derive.api import check_file, format_report
     failed = []
     for f in args.files:
         with derivation_budget(seconds):
@@ -337,7 +259,6 @@ def main(argv=None) -> int:
         return 2
     except (RecursionError, MemoryError) as exc:
         # deeply nested or huge input that the bounds let through: bad input, not an engine bug
-        from blr_derive.core.budget import location
         file, line = location()
         where = f"{file or CMDLINE}{f':{line}' if line else ''}"
         print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "

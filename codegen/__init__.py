@@ -12,6 +12,7 @@ import importlib
 import sympy as sp
 
 from blr_derive.codegen.inert import audit, identifier
+from blr_derive.core.errors import CodegenError, UnsupportedTarget
 
 TARGETS = ("numpy", "torch", "triton")
 
@@ -63,7 +64,6 @@ class HostConditionalMixin:
 
 def get_target(name: str):
     if name not in TARGETS:
-        from blr_derive.core.errors import CodegenError
         raise CodegenError(f"unknown target '{name}' (known: {', '.join(TARGETS)})")
     return importlib.import_module(f"blr_derive.codegen.backends.{name}").TARGET
 
@@ -71,7 +71,6 @@ def get_target(name: str):
 def emit(ir, target: str) -> str:
     """Render the update IR as source code for ``target`` (deterministic output)."""
     if getattr(ir, "factorized", False) and target != "numpy":
-        from blr_derive.core.errors import UnsupportedTarget
         raise UnsupportedTarget(f"recipe '{ir.recipe}': factorized (several-block) recipes have a numpy target only",
                                 "blocks")
     t = get_target(target)

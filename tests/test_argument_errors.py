@@ -1,9 +1,9 @@
 """Bad arguments of the newer approximations are one-line located errors (no traceback, no silent acceptance)."""
 import pytest
 
-from blr_derive.candidates.single import derive
+from blr_derive.derive.driver import derive
 from blr_derive.core.errors import SpecError
-from blr_derive.spec.recipe import load_recipe
+from blr_derive.candidates.load import load_recipe
 
 BASE = """name: bad
 family: {family}

@@ -8,9 +8,9 @@ import pytest
 import sympy as sp
 import torch
 
-from blr_derive.candidates.single import derive
+from blr_derive.derive.driver import derive
 from blr_derive.core.errors import SpecError
-from blr_derive.spec.recipe import load_recipe
+from blr_derive.candidates.load import load_recipe
 from conftest import load_generated
 
 
@@ -46,7 +46,7 @@ def test_exact_natural_gradient_of_a_nonlinear_loss_is_a_finite_sum(tmp_path, fa
     """E_q[ℓ] = q(+1)ℓ(+1) + q(-1)ℓ(-1) for a loss that is not linear in T; ∇_μ against central differences."""
     r = recipe_file(tmp_path, EXPLICIT.format(fam=fam))
     D = derive(r)
-    (g,) = D.placeholders["natural_gradient"][0]
+    (g,) = D.natural_gradient.grads
     (param,) = [p.symbol for p in r.family.params.values()]
     a_s, y_s = r.hyper_symbol("a"), r.data[0].symbol
     f = sp.lambdify((param, a_s, y_s, r.family.mu[0]), g, "numpy")
@@ -252,17 +252,17 @@ def test_relaxed_natural_gradient_is_the_derivative_in_mu_of_the_relaxed_loss(ta
 
 def test_relaxation_derived_for_the_p_parameterized_family_matches_autograd():
     """On `bernoulli` (state p) the engine derives s = (θ̂² - 1)/(4τp(p - 1)); torch autograd of θ̂(u; p(μ))."""
-    from blr_derive.spec.recipe import recipe_from_spec
+    from blr_derive.candidates.load import recipe_from_spec
     from blr_derive.core.yamlio import load_yaml_text
     spec = load_yaml_text("name: r\nfamily: bernoulli\nloss: abstract\n"
                           "approximations:\n  - concrete_relaxation: {temperature: tau}\n"
                           "hyperparameters:\n  tau: {default: 0.6}\n")
     r = recipe_from_spec(spec)
     D = derive(r)
-    rel = D.placeholders["relaxation"]
+    rel = D.relaxation
     p = r.family.params["p"].symbol
-    s_fn = sp.lambdify((rel["theta"], p, rel["temperature"]), rel["scale"], "math")
-    th_fn = sp.lambdify((rel["u"], p, rel["temperature"]), rel["sample"], "math")
+    s_fn = sp.lambdify((rel.theta, p, rel.temperature), rel.scale, "math")
+    th_fn = sp.lambdify((rel.u, p, rel.temperature), rel.sample, "math")
     for uu, pp in [(0.2, 0.3), (0.6, 0.85), (0.93, 0.1)]:
         mu = torch.tensor(2 * pp - 1, dtype=torch.float64, requires_grad=True)
         P = (1 + mu) / 2
@@ -365,7 +365,7 @@ def test_exact_finite_sum_on_the_categorical_family(tmp_path):
 def test_hard_threshold_sampler_has_the_bernoulli_law(fam):
     """θ = sign(λ + ½ log(u/(1-u))) is +1 exactly when u > 1 - p: on a midpoint grid of u the frequency of +1
     is p to within the grid step."""
-    from blr_derive.families.family import load_family
+    from blr_derive.families.library import load_family
     f = load_family(fam)
     (param,) = [p.symbol for p in f.params.values()]
     u = sp.Symbol("u", positive=True)

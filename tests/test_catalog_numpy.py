@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from blr_derive.api import derive_file, generate
-from blr_derive.families.family import evaluate
+from blr_derive.api import derive_record, generate
+from blr_derive.families.symbolic import evaluate
 from conftest import CATALOG, GENERATED, load_generated
 
 RECIPES = sorted(p.stem for p in CATALOG.glob("*.yaml"))
@@ -17,7 +17,7 @@ RECIPES = sorted(p.stem for p in CATALOG.glob("*.yaml"))
 @functools.lru_cache(maxsize=None)
 def _catalog_ir(name):
     from blr_derive.ir.build import build_ir
-    _, D = derive_file(CATALOG / f"{name}.yaml")
+    _, D = derive_record(CATALOG / f"{name}.yaml")
     return build_ir(D, f"catalog/{name}.yaml")
 
 
@@ -250,7 +250,7 @@ def test_generated_equals_symbolic_update(name, seed):
     """Evaluate the derivation's own program (definitions + updates, in dependency order) with sympy
     and compare with the generated module's step (blr_derive.verify.compare_update)."""
     from blr_derive.verify.update import compare_update
-    recipe, D = derive_file(CATALOG / f"{name}.yaml")
+    recipe, D = derive_record(CATALOG / f"{name}.yaml")
     pairs = compare_update(recipe, D, load_generated(name), seed)
     assert len(pairs) == len(D.updates)
     for _, generated, symbolic in pairs:

@@ -17,8 +17,11 @@ import numpy as np
 import pytest
 
 from blr_derive import cli
-from blr_derive.verify.check import TOLERANCES, _de_rule, check_family, check_recipe_updates, format_report
-from blr_derive.families.family import builtin_family_names, load_family
+from blr_derive.verify.family import check_family
+from blr_derive.verify.quadrature import de_rule
+from blr_derive.verify.recipe import check_recipe_updates
+from blr_derive.verify.results import TOLERANCES, format_report
+from blr_derive.families.library import builtin_family_names, load_family
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = builtin_family_names()
@@ -151,14 +154,14 @@ def test_recipe_file_checks_its_family(tmp_path, capsys):
 
 
 def test_recipe_update_check_passes_and_catches_a_wrong_generated_update(monkeypatch):
-    from blr_derive.spec.recipe import load_recipe
+    from blr_derive.candidates.load import load_recipe
     from conftest import CATALOG
     recipe = load_recipe(CATALOG / "adam.yaml")
     (c,) = check_recipe_updates(recipe)
     assert c.passed and c.value < 1e-12
-    from blr_derive import codegen
-    real = codegen.emit
-    monkeypatch.setattr(codegen, "emit", lambda ir, t: real(ir, t).replace("m_new = ", "m_new = 1e-6 + "))
+    from blr_derive.verify import recipe as verify_recipe
+    real = verify_recipe.emit
+    monkeypatch.setattr(verify_recipe, "emit", lambda ir, t: real(ir, t).replace("m_new = ", "m_new = 1e-6 + "))
     (bad,) = check_recipe_updates(recipe)
     assert not bad.passed and bad.value > 1e-7
 
@@ -174,7 +177,7 @@ def test_check_family_api_and_seed_reproducibility():
 
 def test_de_rule_integrates_reference_functions():
     """The sinh-sinh trapezoidal rule used by the quadrature: Gaussian and Student-t-like tails."""
-    z, lw = _de_rule(1 / 32)
+    z, lw = de_rule(1 / 32)
     w = np.exp(lw)
     assert np.sum(w * np.exp(-z * z / 2)) == pytest.approx(np.sqrt(2 * np.pi), rel=1e-14)
     assert np.sum(w / (1 + z * z) ** 2) == pytest.approx(np.pi / 2, rel=1e-10)
@@ -183,7 +186,7 @@ def test_de_rule_integrates_reference_functions():
 
 
 def test_format_report_marks_failures():
-    from blr_derive.verify.check import Check, Report
+    from blr_derive.verify.results import Check, Report
     rep = Report("family 'x' (x.yaml)", None, [Check("normalization", 0.5, 1e-7, note="∫ = 1.5"),
                                               Check("fisher_positive_definite", 0.2, 1e-10, "min")],
                  ["note"])
@@ -193,19 +196,20 @@ def test_format_report_marks_failures():
 
 
 def test_recipe_natural_gradient_check_passes_and_catches_a_wrong_gradient(monkeypatch):
-    from blr_derive.candidates import single as blr
-    from blr_derive.spec.recipe import load_recipe
+    from blr_derive.candidates.load import load_recipe
+    from blr_derive.rules import exact
+    from blr_derive.rules.base import NaturalGradient
     from conftest import CATALOG
     recipe = load_recipe(CATALOG / "beta_bernoulli.yaml")
     checks = {c.name: c for c in check_recipe_updates(recipe)}
     assert checks["natural gradient vs finite differences"].passed
     assert checks["natural gradient vs finite differences"].value < 1e-8
-    real = blr._conjugate_gradient
+    real = exact.conjugate
 
-    def wrong(recipe, D, conjugate):
-        grads = real(recipe, D, conjugate)
-        D.placeholders["natural_gradient"] = ([2 * g for g in grads], None, None)
+    def wrong(recipe, D, linear):
+        grads = real(recipe, D, linear)
+        D.natural_gradient = NaturalGradient([2 * g for g in grads])
         return grads
-    monkeypatch.setattr(blr, "_conjugate_gradient", wrong)
+    monkeypatch.setattr(exact, "conjugate", wrong)
     checks = {c.name: c for c in check_recipe_updates(recipe)}
     assert not checks["natural gradient vs finite differences"].passed

@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from blr_derive.api import derive_file
+from blr_derive.api import derive_file, derive_record
 from conftest import CATALOG, load_generated
 
 
@@ -410,7 +410,7 @@ def test_svi_message_form_of_eq60_equals_eq58(tmp_path):
     out.write_text(generate(path, "numpy"), encoding="utf-8")
     msg = load_module_from_path(out)
     assert "w_likelihood_msg1" in msg.STATE and "mu1_prior_mu_msg2" in msg.STATE and "mu2_m" in msg.STATE
-    recipe, D = derive_file(path)
+    recipe, D = derive_record(path)
     for _, got, want in compare_update(recipe, D, msg, 0):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 

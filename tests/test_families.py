@@ -14,8 +14,9 @@ import pytest
 import sympy as sp
 from scipy import integrate, stats
 
-from blr_derive.families.family import load_family, numeric_fisher
-from blr_derive.core.matcalc import is_mat
+from blr_derive.families.library import load_family
+from blr_derive.families.numeric import numeric_fisher
+from blr_derive.core.matexpr import is_mat
 
 FAMILIES = ["gaussian_full", "gaussian_diag", "gaussian_fixed_cov", "gaussian_fixed_precision"]
 CASES = [(name, P) for name in FAMILIES for P in ((None,) if name == "gaussian_diag" else (1, 2, 3))]

@@ -16,7 +16,7 @@ from scipy import integrate, special, stats
 
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.exprparse import parse_expression
-from blr_derive.families.family import family_from_spec
+from blr_derive.families.library import family_from_spec
 from blr_derive.core.yamlio import load_yaml_text
 
 
@@ -285,7 +285,7 @@ def test_greater_than_domain():
 # ---------------------------------------------------------------------------
 
 def test_numeric_inverse_agrees_with_closed_form_for_gaussians():
-    from blr_derive.families.family import load_family
+    from blr_derive.families.library import load_family
     f = load_family("gaussian_full")
     rng = np.random.default_rng(3)
     vals = f.sample_params(rng, 3)
@@ -297,7 +297,7 @@ def test_numeric_inverse_agrees_with_closed_form_for_gaussians():
 
 
 def test_numeric_inverse_with_a_fixed_parameter():
-    from blr_derive.families.family import load_family
+    from blr_derive.families.library import load_family
     f = load_family("gaussian_fixed_precision")
     rng = np.random.default_rng(4)
     vals = f.sample_params(rng, 2)

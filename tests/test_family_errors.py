@@ -9,7 +9,9 @@ import sympy as sp
 from scipy import integrate
 
 from blr_derive.core.errors import SpecError
-from blr_derive.families.family import Family, family_from_spec, numeric_fisher
+from blr_derive.families.model import Family
+from blr_derive.families.library import family_from_spec
+from blr_derive.families.numeric import numeric_fisher
 from blr_derive.core.yamlio import load_yaml_text
 
 

@@ -14,8 +14,8 @@ from blr_derive.api import generate
 from blr_derive.verify.check import check_family
 from blr_derive.cli import main
 from blr_derive.core.errors import SpecError
-from blr_derive.families.family import load_family
-from blr_derive.spec.recipe import load_recipe
+from blr_derive.families.library import load_family
+from blr_derive.candidates.load import load_recipe
 from conftest import CATALOG, load_module_from_path
 
 

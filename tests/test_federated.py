@@ -141,7 +141,7 @@ def test_derivation_names_the_federated_rules():
 ])
 def test_bad_federated_section_is_a_one_line_spec_error(tmp_path, section, needle):
     from blr_derive.core.errors import SpecError
-    from blr_derive.spec.recipe import load_recipe
+    from blr_derive.candidates.load import load_recipe
     text = (Path(__file__).parent.parent / "catalog" / "fed_admm_isotropic.yaml").read_text()
     start = text.index("federated:")
     end = text.index("hyperparameters:")

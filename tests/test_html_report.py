@@ -12,7 +12,7 @@ import tomllib
 import pytest
 
 from blr_derive.api import derive_file
-from blr_derive.families.family import load_family
+from blr_derive.families.library import load_family
 from blr_derive.report.html import KATEX_DIR, KATEX_VERSION, derivation_fragment, katex_files
 from conftest import CATALOG, ROOT
 
@@ -111,10 +111,15 @@ def test_page_is_self_contained_and_deterministic():
 
 
 def test_notebook_html_and_latex_views():
-    fam = load_family("gaussian_full")
-    assert "\\mathbf{S} \\mathbf{m}" in fam._repr_html_() and fam._repr_latex_().startswith("$$\\begin{aligned}")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from blr_derive.report.views import register_notebook_views
+    fmt = register_notebook_views(InteractiveShell.instance()).display_formatter.format
+    data, _ = fmt(load_family("gaussian_full"))
+    assert "\\mathbf{S} \\mathbf{m}" in data["text/html"] and data["text/latex"].startswith("$$\\begin{aligned}")
     recipe, D = derive_file(CATALOG / "newton.yaml")
-    assert "<code>delta</code>" in recipe._repr_html_() and "newton" in recipe._repr_latex_()
+    data, _ = fmt(recipe)
+    assert "<code>delta</code>" in data["text/html"] and "newton" in data["text/latex"]
     frag = D._repr_html_()
     assert "<script" not in frag and "Step 7." in frag and frag.count("$$") % 2 == 0
     tex = D._repr_latex_()

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from blr_derive.core import matcalc
-from blr_derive.families.family import evaluate
+from blr_derive.core import matcalc, matexpr
+from blr_derive.families.symbolic import evaluate
 
 n = sp.Symbol("n", integer=True, positive=True)
 X = sp.MatrixSymbol("X", n, n)
@@ -81,7 +81,7 @@ def fd_gradient(expr, vals, var, k, symmetric, eps=1e-6):
         v[var] = vals[var] + delta
         return scalar_value(expr, v, k)
 
-    if not matcalc.is_mat(var):
+    if not matexpr.is_mat(var):
         return (at(eps) - at(-eps)) / (2 * eps)
     base = np.asarray(vals[var], dtype=float)
     G = np.zeros_like(base)
@@ -113,7 +113,7 @@ def test_gradient_matches_finite_differences(fid, symmetric, k):
     for var, g in zip(wrt, grads):
         got = evaluate(g, vals, {n: k})
         want = fd_gradient(expr, vals, var, k, symmetric and var in sym)
-        if matcalc.is_mat(var):
+        if matexpr.is_mat(var):
             got = np.asarray(got, dtype=float)
             assert got.shape == np.shape(vals[var])
             if var in sym:
@@ -180,6 +180,6 @@ SIMPLIFY = {
 def test_simplify_mat_preserves_value(sid):
     expr, sym = SIMPLIFY[sid]
     vals = random_values(3, bool(sym), seed=7)
-    simp = matcalc.simplify_mat(expr, sym)
+    simp = matexpr.simplify_mat(expr, sym)
     np.testing.assert_allclose(np.asarray(evaluate(simp, vals, {n: 3}), dtype=float),
                                np.asarray(evaluate(expr, vals, {n: 3}), dtype=float), rtol=1e-12, atol=1e-12)

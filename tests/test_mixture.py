@@ -11,8 +11,8 @@ from blr_derive.api import derive_file
 from blr_derive.ir.build import build_ir
 from blr_derive.codegen import emit
 from blr_derive.core.errors import SpecError
-from blr_derive.families.family import evaluate
-from blr_derive.ir.build import _toposort
+from blr_derive.families.symbolic import evaluate
+from blr_derive.ir.common import toposort as _toposort
 from conftest import CATALOG, load_generated, load_module_from_path
 
 MULTIMODAL = (CATALOG / "multimodal.yaml").read_text()
@@ -160,7 +160,7 @@ def test_vector_gaussian_expectations_of_cubic_and_quartic_forms_equal_gauss_her
 
     from blr_derive.core.exprparse import parse_expression
     from blr_derive.core.expect import gaussian_expectation
-    from blr_derive.families.family import load_family
+    from blr_derive.families.library import load_family
     fam = load_family("gaussian_full")
     P = 2
     B, b = sp.MatrixSymbol("B", fam.dim, fam.dim), sp.MatrixSymbol("b", fam.dim, 1)
@@ -188,7 +188,7 @@ def test_mixture_natural_gradient_equals_quadrature_of_the_mixture_objective(exa
     """Eqs. 27-28 + 67-68 + Bonnet/Price for mixtures: ∇_{μ_k}(E_q[ℓ] − H(q)) with E_{q_k}[∇f], E_{q_k}[∇²f]
     (f = ℓ + log q) by quadrature, against central differences in μ_k of the objective by quadrature."""
     recipe, D, _ = exact1d
-    info = D.placeholders["mixture_natural_gradient"]
+    info = D.mixture_gradient.values
     (Eg_l, Eg_q), (EH_l, EH_q) = info["E_grad"], info["E_hess"]
     scale = 1.0
     loss = lambda t: scale * (t**2 - 4) ** 2 + t                    # noqa: E731

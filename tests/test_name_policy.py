@@ -17,7 +17,7 @@ import re
 import pytest
 import sympy as sp
 
-from blr_derive.api import derive_file
+from blr_derive.api import derive_record
 from blr_derive.core.errors import SpecError
 from blr_derive.ir.build import build_ir
 from blr_derive.core.names import RESERVED, check_name, name_problem
@@ -126,7 +126,7 @@ def _template_names():
     need = {}
     texts = _function_texts()
     for recipe in sorted(CATALOG.glob("*.yaml")):
-        _, D = derive_file(recipe)
+        _, D = derive_record(recipe)
         ir = build_ir(D, f"catalog/{recipe.name}")
         declared, every = _declared(ir), _symbols(ir) | _declared(ir)
         for target in ("numpy", "torch", "triton"):

@@ -3,9 +3,9 @@ quadrature estimates of E_q[ℓ] as a function of μ."""
 import numpy as np
 import pytest
 
-from blr_derive.candidates.single import derive
-from blr_derive.families.family import evaluate
-from blr_derive.spec.recipe import recipe_from_spec
+from blr_derive.derive.driver import derive
+from blr_derive.families.symbolic import evaluate
+from blr_derive.candidates.load import recipe_from_spec
 from blr_derive.core.yamlio import load_yaml_text
 
 GH_X, GH_W = np.polynomial.hermite_e.hermegauss(80)   # probabilists' Gauss–Hermite
@@ -36,7 +36,7 @@ def expect1(f, m, c):
 
 def test_diag_natural_gradient_bonnet_price_matches_finite_differences():
     D = derivation("name: t\nfamily: gaussian_diag\nloss: abstract\napproximations: [delta]\n")
-    grads, Eg, EH = D.placeholders["natural_gradient"]
+    grads, Eg, EH = D.natural_gradient.grads, D.natural_gradient.Eg, D.natural_gradient.EH
     fam = D.recipe.family
     mu1, mu2 = fam.mu
     m, c = 0.4, 0.3
@@ -86,7 +86,7 @@ def expect2(f, m, C):
 
 def test_full_natural_gradient_matches_finite_differences():
     D = derivation("name: t\nfamily: gaussian_full\nloss: abstract\napproximations: [delta]\n")
-    grads, Eg, EH = D.placeholders["natural_gradient"]
+    grads, Eg, EH = D.natural_gradient.grads, D.natural_gradient.Eg, D.natural_gradient.EH
     fam = D.recipe.family
     mu1, mu2 = fam.mu
     m = np.array([0.3, -0.5])
@@ -118,8 +118,8 @@ def test_exact_scalar_polynomial_expectation_and_gradient():
         "approximations: [exact]\n")
     fam = D.recipe.family
     mu1, mu2 = fam.mu
-    E = D.placeholders["expected_loss"]
-    grads, _, _ = D.placeholders["natural_gradient"]
+    E = D.expected_loss
+    grads = D.natural_gradient.grads
     f = lambda t: t ** 4 - 2 * t ** 3 + t - 3
     for m, c in [(0.3, 0.5), (-1.2, 2.0)]:
         u1, u2 = m, m * m + c
@@ -155,12 +155,12 @@ def test_exact_ridge_expected_loss_against_monte_carlo_and_fd():
         return 0.5 * res @ res + 0.5 * np.trace(X.T @ X @ Cu) + 0.5 * delta * (u1 @ u1 + np.trace(Cu))
 
     U1, U2 = m, C + np.outer(m, m)
-    E = evaluate(D.placeholders["expected_loss"], {**env, mu1: U1, mu2: U2}, dims)
+    E = evaluate(D.expected_loss, {**env, mu1: U1, mu2: U2}, dims)
     np.testing.assert_allclose(E, exact(U1, U2), rtol=1e-12)
     th = rng.multivariate_normal(m, C, size=400_000)
     vals = 0.5 * np.sum((y - th @ X.T) ** 2, axis=1) + 0.5 * delta * np.sum(th ** 2, axis=1)
     assert abs(vals.mean() - E) < 5 * vals.std() / np.sqrt(len(vals))
-    grads, _, _ = D.placeholders["natural_gradient"]
+    grads = D.natural_gradient.grads
     g1 = evaluate(grads[0], {**env, mu1: U1, mu2: U2}, dims).ravel()
     g2 = evaluate(grads[1], {**env, mu1: U1, mu2: U2}, dims)
     # Eq. 14: the coefficients -X^T y and (X^T X + delta I)/2

@@ -3,7 +3,7 @@ import re
 
 from blr_derive.api import derive_file
 from blr_derive.report.compare import compare_recipes
-from blr_derive.families.family import load_family
+from blr_derive.families.library import load_family
 from conftest import CATALOG
 
 
@@ -20,13 +20,36 @@ def test_latex_report_is_a_balanced_standalone_document():
     assert "S}_{t+1}" in tex                                  # the final update is in the report
 
 
-def test_notebook_views():
-    fam = load_family("gaussian_full")
-    md = fam._repr_markdown_()
+def _shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from blr_derive.report.views import register_notebook_views
+    return register_notebook_views(InteractiveShell.instance())
+
+
+def test_notebook_views_display_through_ipython_formatters():
+    """What a notebook shows: families and recipes through the display formatters the API registers, and a
+    derivation through its own views — with the content each view must have (not one view against another)."""
+    fmt = _shell().display_formatter.format
+    data, _ = fmt(load_family("gaussian_full"))
+    md = data["text/markdown"]
     assert "gaussian_full" in md and "\\mathbf{S} \\mathbf{m}" in md and "A(λ)" in md
     recipe, D = derive_file(CATALOG / "adam.yaml")
-    assert "`adam`" in recipe._repr_markdown_() and "`debias`" in recipe._repr_markdown_()
-    assert D._repr_markdown_() == D.to_markdown()
+    md = fmt(recipe)[0]["text/markdown"]
+    assert "`adam`" in md and "`debias`" in md and "`lr` = 0.001" in md
+    md = fmt(D)[0]["text/markdown"]
+    assert md.startswith("# Derivation of `adam`") and md.count("\n## Step ") == len(D.steps)
+    for s in D.steps:              # every step names its rule and the equation it cites; conventions say so
+        tag = " (a peer's convention, not a BLR step)" if s.rule in ("debias", "running_max") else ""
+        assert f"*rule* `{s.rule}`{tag} — *{s.equation}*" in md
+    assert md.count("(a peer's convention, not a BLR step)") == len(D.steps_for("debias")) + len(D.steps_for("running_max"))
+    assert md.rstrip().endswith("$$") and "## Update" in md and "m_{t+1}" in md.split("## Update")[1]
+
+
+def test_compare_marks_conventions():
+    out = compare_recipes(CATALOG / "rmsprop.yaml", CATALOG / "adam.yaml")
+    assert "- add debias {param: u, rate: beta1}  (convention, not a consequence of the BLR; Adam convention" in out
+    assert "- add ema_momentum {rate: beta1, state: u}  (App. F, Eq. 77:" in out      # a BLR step: no tag
 
 
 def test_compare_names_the_approximations_that_separate_algorithms():

@@ -1,7 +1,7 @@
 """Every rule in the registry (blr_derive/rules.py) is documented in the README and cites where it comes from."""
 from pathlib import Path
 
-from blr_derive.rules.registry import RULES
+from blr_derive.rules.base import RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 

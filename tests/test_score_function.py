@@ -1,7 +1,7 @@
 """The score-function natural gradient F(λ)⁻¹ Cov_q(ℓ, T) for a non-Gaussian candidate (exponential)."""
 import numpy as np
 
-from blr_derive.families.family import load_family
+from blr_derive.families.library import load_family
 from conftest import load_generated
 
 loss = lambda t: (t - 2.0) ** 2      # E_q[loss] = 2/r² − 4/r + 4 under Exp(r), so ∇_μ E_q[loss] = 4/r − 4

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.core.errors import DerivationError
-from blr_derive.core.matcalc import _split_coeff, is_mat, scalarize, simplify_mat
+from blr_derive.core.matexpr import split_coeff, is_mat, scalarize, simplify_mat
 
 
 def gaussian_expectation(f, theta, mean, second_moment, symmetric=()):
@@ -86,7 +86,7 @@ def _degree(M, theta):
 def _scalar_blocks(arg):
     """A 1×1 matrix product split into its 1×1 sub-products: θᵀBθbᵀθ → [θᵀBθ, bᵀθ]."""
     factors = list(arg.args) if isinstance(arg, sp.MatMul) else [arg]
-    c, factors = _split_coeff(factors)
+    c, factors = split_coeff(factors)
     blocks, cur = [], []
     for f in factors:
         cur.append(f)
@@ -173,7 +173,7 @@ def _trace_expectation(M, theta, mean, M2, symmetric):
     parts = M.args if isinstance(M, sp.MatAdd) else (M,)
     total = sp.Integer(0)
     for p in parts:
-        c, factors = _split_coeff(p.args) if isinstance(p, sp.MatMul) else (sp.Integer(1), [p])
+        c, factors = split_coeff(p.args) if isinstance(p, sp.MatMul) else (sp.Integer(1), [p])
         occ = _occurrences(factors, theta)
         if len(occ) == 0:
             total += c * sp.Trace(p if c == 1 else sp.MatMul(*factors))

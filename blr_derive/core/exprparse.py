@@ -28,7 +28,7 @@ import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
 from blr_derive.core import specialfns
-from blr_derive.rules.datasum import U, DataSum
+from blr_derive.core.nodes import U, DataSum
 from blr_derive.core.errors import SpecError
 
 MAX_LENGTH = 2000

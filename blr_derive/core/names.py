@@ -26,6 +26,7 @@ import re
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.text import quote
+from blr_derive.core.yamlio import where
 
 MAX_NAME = 64
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
@@ -96,7 +97,6 @@ def check_name(name, what: str, file=None, line=None, scope: str = "symbol") -> 
 
 def check_name_at(name, what: str, container, key=None, scope: str = "symbol") -> str:
     """:func:`check_name` located at ``container[key]`` (an LDict/LList entry)."""
-    from blr_derive.core.yamlio import where
     if name_problem(name, scope) is None:
         return name
     f, l = where(container, key)

@@ -1,82 +1,20 @@
-"""The update IR: what a generated module needs, independent of any target.
-
-state (the family's ordinary parameters plus auxiliary state added by passes, each with
-an initial value), hyperparameters with defaults (numbers, booleans, tuples), data
-inputs, dimension bindings, the step counter, oracle calls (with the state expression
-they are evaluated at), random draws, and the assignments of the update in dependency
-order after common-subexpression elimination (``sympy.cse``).
-"""
+"""Building the update IR (``blr_derive/ir/model.py``) from a derivation record: the program in dependency
+order after common-subexpression elimination, the state with its initial values, and the names the generated
+code will print (checked to be distinct)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import sympy as sp
 
 from blr_derive import __version__
-from blr_derive.derive.derivation import Derivation
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
-from blr_derive.core.matcalc import is_mat
-from blr_derive.core.text import Prose
-
-
-@dataclass
-class Var:
-    name: str
-    symbol: object
-    kind: str            # scalar | vector | matrix | elementwise
-    description: str = ""
-    init: object = None  # sympy expression of hyperparameters, or None (must be given)
-    family: bool = True  # a parameter of the family (False: auxiliary state)
-    init_state: str | None = None   # initialised as a copy of this (family) state instead
-    fixed: bool = False  # a fixed parameter of the family (never updated)
-
-
-@dataclass
-class HyperVar:
-    name: str
-    kind: str            # float | int | bool | tuple | choice
-    default: object      # None: required
-    description: str
-    symbols: tuple       # the scalar symbols it binds (one, one per tuple element, or one boolean per choice)
-    choices: tuple = ()
-
-
-@dataclass
-class OracleCall:
-    symbol: object
-    oracle: str
-    argument: object
-    description: str
-
-
-@dataclass
-class UpdateIR:
-    recipe: str
-    title: str
-    family: str
-    class_name: str
-    engine_version: str
-    source: str
-    elementwise: bool
-    state: list                    # [Var] family parameters then auxiliary state
-    hyperparameters: list          # [HyperVar]
-    data: list                     # [Var]
-    dims: list                     # [(dim symbol, var name, axis)]
-    oracles: list                  # [(name, description)]
-    oracle_calls: list             # [OracleCall]
-    random_draws: list             # [] for now
-    assignments: list              # [(symbol, expr)] temporaries, definitions and new state values
-    outputs: list                  # [(state name, symbol holding the new value)]
-    equations: list                # plain-text update equations
-    step_symbol: object = None     # the 1-based step counter, when the update uses it
-    sampling: object = None        # derivation.Sampling for Monte Carlo recipes
-    mean: str | None = None        # the state that is the parameter itself (torch targets)
-    parameter: object = None       # else: what the parameter holds, an expression of the state (e.g. sign(lam))
-    paper: str = ""
-    description: str = ""
-    extra: dict = field(default_factory=dict)
-    symmetric: frozenset = frozenset()   # names of the symmetric matrices among state, data and oracle values
+from blr_derive.core.matexpr import is_mat
+from blr_derive.ir.common import camel, check_printed_names, seal_text, toposort
+from blr_derive.ir.model import HyperVar, OracleCall, UpdateIR, Var
+from blr_derive.ir.product import build_product_ir
+from blr_derive.rules.base import Derivation
+from blr_derive.rules.product import FactorizedDerivation
 
 
 def _kind(sym, elementwise):
@@ -85,26 +23,15 @@ def _kind(sym, elementwise):
     return "elementwise" if elementwise else "scalar"
 
 
-def _toposort(items):
-    """Stable topological order of [(symbol, expr)] by the symbols each expression uses."""
-    defined = {s for s, _ in items}
-    done, out, pending = set(), [], list(items)
-    while pending:
-        for i, (s, e) in enumerate(pending):
-            if all(d in done or d not in defined or d == s for d in e.free_symbols):
-                out.append((s, e))
-                done.add(s)
-                pending.pop(i)
-                break
-        else:
-            raise SpecError("the update program has a dependency cycle: " + ", ".join(str(s) for s, _ in pending))
-    return out
+def build_ir(D: Derivation, source: str = ""):
+    """The IR of a derivation record (an :class:`UpdateIR`, or a :class:`FactorizedIR` for a product candidate);
+    ``source`` labels the recipe in generated headers."""
+    if isinstance(D, FactorizedDerivation):
+        return build_product_ir(D, source)
+    return build_update_ir(D, source)
 
 
-def build_ir(D: Derivation, source: str = "") -> UpdateIR:
-    if getattr(D, "factorized", False):
-        from blr_derive.candidates.product import build_factorized_ir
-        return build_factorized_ir(D, source)
+def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     r = D.recipe
     fam = r.family
     elementwise = fam.elementwise or D.elementwise
@@ -165,7 +92,7 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
                 oracles.append((o, f"{o} of ℓ at samples θ_k of q (Monte Carlo)"))
 
     outputs = [(name, sym) for name, sym, _ in D.updates]
-    program = _toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
+    program = toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     syms = [s for s, _ in program]
     exprs = [e for _, e in program]
     assignments = []
@@ -179,7 +106,7 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
             exprs = [e.xreplace(trivial) for e in exprs]
         assignments.extend(reps)
     assignments.extend(zip(syms, exprs))
-    assignments = _toposort(assignments)      # CSE temporaries may use values the program computes
+    assignments = toposort(assignments)      # CSE temporaries may use values the program computes
     for p in fam.params.values():
         if p.fixed:
             outputs.append((p.name, p.symbol))
@@ -194,8 +121,8 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
     for v in state:
         if v.init is not None and v.init_state is None:
             used |= v.init.free_symbols
-    for key in ("dual", "message", "server") if getattr(D, "federated", None) else ():
-        for _, e in D.federated[key]:
+    if D.federated is not None:
+        for _, e in D.federated.dual + D.federated.message + D.federated.server:
             used |= e.free_symbols
     hyper = [h for h in hyper if any(s in used for s in h.symbols)]
 
@@ -206,15 +133,14 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
                 mean = p.name
     maps = _family_maps(fam)
     ir = UpdateIR(
-        recipe=r.name, title=r.title, family=fam.name, class_name=r.class_name or _camel(r.name),
+        recipe=r.name, title=r.title, family=fam.name, class_name=r.class_name or camel(r.name),
         engine_version=__version__, source=source, elementwise=elementwise, state=state,
         hyperparameters=hyper, data=data, dims=dims, oracles=oracles, oracle_calls=calls, random_draws=[],
         assignments=assignments, outputs=outputs, equations=D.update_lines(), step_symbol=D.step_symbol,
         sampling=sampling,
         mean=mean if r.parameter is None or r.parameter == fam.gaussian_mean else None,
         parameter=None if r.parameter is None or r.parameter == fam.gaussian_mean else r.parameter,
-        paper=r.paper, description=r.description, extra={**({"family_maps": maps} if maps else {}),
-                                                          **({"federated": D.federated} if getattr(D, "federated", None) else {})},
+        paper=r.paper, description=r.description, family_maps=maps, federated=D.federated,
     )
     sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}
     sym |= {str(c.symbol) for c in calls if c.oracle == "hess" and is_mat(c.symbol)}
@@ -222,70 +148,6 @@ def build_ir(D: Derivation, source: str = "") -> UpdateIR:
     ir.symmetric = frozenset(n for n in sym if n in names)
     check_printed_names(ir, r)
     return seal_text(ir)
-
-
-def seal_text(ir):
-    """Mark every piece of recipe or family text in an IR as :class:`~blr_derive.text.Prose` (principle 4): the
-    code generators must render it through their escaping filters, never paste it.  Returns ``ir``."""
-    for key in ("title", "paper", "description", "source", "family"):
-        setattr(ir, key, Prose(getattr(ir, key)))
-    ir.equations = [Prose(x) for x in ir.equations]
-    for v in list(ir.state) + list(ir.data) + list(ir.hyperparameters):
-        v.description = Prose(v.description)
-    if hasattr(ir, "oracles"):
-        ir.oracles = [(name, Prose(desc)) for name, desc in ir.oracles]
-        for c in ir.oracle_calls:
-            c.description = Prose(c.description)
-    if getattr(ir, "blocks", None):
-        ir.blocks = [tuple(Prose(x) if i in (1, 3, 4) else x for i, x in enumerate(b)) for b in ir.blocks]
-    if getattr(ir, "plate", None):
-        ir.plate["data"] = [(n, s_, k, Prose(d)) for n, s_, k, d in ir.plate["data"]]
-    fed = ir.extra.get("federated") if hasattr(ir, "extra") else None
-    if fed:
-        fed["equations"] = [Prose(x) for x in fed["equations"]]
-    return ir
-
-
-def check_printed_names(ir, recipe):
-    """Distinct quantities of an update must print as distinct names: a declared hyperparameter or data name that
-    the derivation also uses for one of its own quantities (``g`` next to the gradient ``g``, ``H`` next to the
-    Hessian), or two different symbols under one name, is a located error — never two values under one name in
-    the generated code, nor two quantities merged into one sympy symbol."""
-    declared = {}
-    for h in ir.hyperparameters:
-        for s_ in h.symbols:
-            declared[str(s_)] = ("hyperparameter", h.name)
-    for v in ir.data:
-        declared[str(v.symbol)] = ("data", v.name)
-    defined = [s_ for s_, _ in getattr(ir, "assignments", [])]
-    defined += [c.symbol for c in getattr(ir, "oracle_calls", [])]
-    sm = getattr(ir, "sampling", None)
-    if sm is not None:
-        defined += [sm.eps, sm.theta] + [k for k, _ in sm.calls] + [a for a, _ in sm.stats]
-    for sym in defined:
-        if str(sym) in declared:
-            _name_clash(declared[str(sym)], recipe)
-    seen = {}
-    exprs = [e for pair in getattr(ir, "assignments", []) for e in pair] + defined
-    for sym in set().union(*[e.free_symbols | e.atoms(sp.MatrixSymbol) for e in exprs if isinstance(e, sp.Basic)]):
-        if not isinstance(sym, (sp.Symbol, sp.MatrixSymbol)):
-            continue
-        name = str(sym)
-        if name in seen and seen[name] != sym:
-            _name_clash(declared.get(name, ("declaration", name)), recipe)
-        seen[name] = sym
-
-
-def _name_clash(what, recipe):
-    kind, name = what
-    file, spec, line = getattr(recipe, "file", None), getattr(recipe, "spec", None), None
-    if spec is not None and hasattr(spec, "line_of"):
-        if kind == "hyperparameter" and hasattr(spec.get("hyperparameters"), "line_of"):
-            line = spec["hyperparameters"].line_of(name)
-        elif "loss" in spec:
-            line = spec.line_of("loss")
-    raise SpecError(f"the name '{name}' is also used by the derivation for another quantity; rename the {kind}",
-                    file, line)
 
 
 def _family_maps(fam):
@@ -304,41 +166,3 @@ def _family_maps(fam):
         "conditions": conds, "params": [p for p in fam.params.values()],
     }
 
-
-def _camel(name):
-    return "".join(w.capitalize() for w in name.split("_"))
-
-
-def usage_condition(expr, sym):
-    """A host condition under which evaluating ``expr`` needs ``sym`` (sound, not minimal)."""
-    if expr == sym:
-        return sp.true
-    if not isinstance(expr, sp.Basic) or not expr.has(sym):
-        return sp.false
-    if isinstance(expr, sp.Piecewise):
-        if any(c.has(sym) for _, c in expr.args):
-            return sp.true                       # conditions are evaluated whenever the expression is
-        out, earlier = [], []
-        for e, c in expr.args:
-            u = usage_condition(e, sym)
-            if u != sp.false:
-                out.append(sp.And(c, u, *[sp.Not(x) for x in earlier]))
-            earlier.append(c)
-        return sp.Or(*out) if out else sp.false
-    return sp.Or(*[usage_condition(a, sym) for a in expr.args])
-
-
-def need_conditions(assignments, outputs, inputs):
-    """For each input symbol, the host condition under which the program reads it."""
-    need = {sym: sp.true for _, sym in outputs}
-    # one backward sweep over the ordered program: a value is needed where a needed value uses it
-    for sym, expr in reversed(assignments):
-        n = need.get(sym, sp.false)
-        if n == sp.false:
-            continue
-        for s2 in expr.free_symbols:
-            u = usage_condition(expr, s2)
-            if u != sp.false:
-                need[s2] = sp.Or(need.get(s2, sp.false), sp.And(n, u))
-    return {x: sp.simplify_logic(need.get(x, sp.false)) if need.get(x, sp.false) not in (sp.true, sp.false)
-            else need.get(x, sp.false) for x in inputs}

@@ -1,13 +1,20 @@
 """``blr-derive compare A B``: what separates two algorithms (the Table 1 view of Khan & Rue 2023)."""
 from __future__ import annotations
 
-from blr_derive.api import derive_file
-from blr_derive.rules.registry import RULES
+from blr_derive.derive.driver import derive_file
+from blr_derive.rules.base import RULES
 
 
 def _approx_words(a):
     args = ", ".join(f"{k}: {v}" for k, v in a.args.items())
     return f"{a.name}" + (f" {{{args}}}" if args else "")
+
+
+def _rule_words(name):
+    """The rule's equation and summary; a convention says it is a peer's convention, not a BLR step."""
+    r = RULES[name]
+    tag = "convention, not a consequence of the BLR; " if r.kind == "convention" else ""
+    return f"({tag}{r.equation}: {r.summary})"
 
 
 def compare_recipes(path_a, path_b) -> str:
@@ -37,9 +44,9 @@ def compare_recipes(path_a, path_b) -> str:
     if not same_family:
         lines.append(f"  - change the candidate family {ra.family.name} -> {rb.family.name}")
     for a in only_a:
-        lines.append(f"  - remove {_approx_words(a)}  ({RULES[a.name].equation}: {RULES[a.name].summary})")
+        lines.append(f"  - remove {_approx_words(a)}  {_rule_words(a.name)}")
     for b in only_b:
-        lines.append(f"  - add {_approx_words(b)}  ({RULES[b.name].equation}: {RULES[b.name].summary})")
+        lines.append(f"  - add {_approx_words(b)}  {_rule_words(b.name)}")
     for a, b in changed:
         lines.append(f"  - change {_approx_words(a)} -> {_approx_words(b)}")
     if same_family and not only_a and not only_b and not changed and la == lb:

@@ -9,7 +9,7 @@
   ``_repr_html_`` views for notebooks: small HTML with ``$$…$$`` and ``\\(…\\)`` math, which the
   notebook's own MathJax/KaTeX typesets (no assets inlined).
 
-The content is that of :meth:`Derivation.to_markdown`: recipe, family (T, h, λ, μ, A), each step with
+The content is that of the Markdown report (``blr_derive/report/markdown.py``): recipe, family (T, h, λ, μ, A), each step with
 its rule name and paper equation, and the final update.
 """
 from __future__ import annotations
@@ -21,6 +21,10 @@ import re
 from pathlib import Path
 
 import sympy as sp
+
+from blr_derive import __version__
+from blr_derive.report.latex import tex_escape
+from blr_derive.report.markdown import CONVENTION, final_latex, is_convention
 
 KATEX_VERSION = "0.16.22"
 KATEX_DIR = Path(__file__).resolve().parents[1] / "assets" / "katex"
@@ -163,7 +167,7 @@ def derivation_equations(D) -> list[tuple[str | None, list[str]]]:
                 lhs, rhs, *op = eq
                 eqs.append(D.eq_latex(lhs, rhs, op[0] if op else "="))
         groups.append((st, eqs))
-    final = [f"{D.latex(c[0])} = \\mathrm{{{c[1]}}}({D.latex(c[2])})" for c in D.oracle_calls] + D.final_latex()
+    final = [f"{D.latex(c[0])} = \\mathrm{{{c[1]}}}({D.latex(c[2])})" for c in D.oracle_calls] + final_latex(D)
     groups.append((None, final))
     return groups
 
@@ -188,7 +192,8 @@ def derivation_fragment(D, heading: int = 1) -> str:
         else:
             out.append(f'<section class="step" id="step-{i}"><{h2}>Step {i}. <span class="prose">{_prose(st.title)}'
                        f"</span></{h2}>")
-            out.append(f'<p class="rule">rule <code>{_e(st.rule)}</code> — <em class="prose">{_e(st.equation)}</em></p>')
+            tag = f' <span class="prose">({CONVENTION})</span>' if is_convention(st.rule) else ""
+            out.append(f'<p class="rule">rule <code>{_e(st.rule)}</code>{tag} — <em class="prose">{_e(st.equation)}</em></p>')
             if st.text:
                 out.append(f'<p class="prose">{_prose(st.text.strip())}</p>')
         out += [_display(t) for t in eqs]
@@ -199,7 +204,6 @@ def derivation_fragment(D, heading: int = 1) -> str:
 
 def derivation_page(D) -> str:
     """A standalone HTML page (KaTeX inlined; no network at view time)."""
-    from blr_derive import __version__
     r = D.recipe
     css, js = katex_inline()
     parts = [
@@ -229,7 +233,6 @@ def derivation_page(D) -> str:
 # ---------------------------------------------------------------------- text/latex views
 
 def _text(s: str) -> str:
-    from blr_derive.derive.derivation import tex_escape
     return r"\text{" + tex_escape(str(s)).replace("$", "") + "}"
 
 

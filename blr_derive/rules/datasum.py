@@ -20,216 +20,15 @@ prints them (``codegen/numpy/printer.py``).
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import sympy as sp
-from sympy.matrices.expressions.matexpr import MatrixExpr
 
-from blr_derive.core.errors import DerivationError
-from blr_derive.core.matcalc import _split_coeff, differential, gradient, hessian_from_gradient, is_mat, scalarize, simplify_mat
-
-U = sp.Symbol("u", real=True)        # the bound variable of the one-dimensional functions
-
-
-def _explicit(x):
-    return isinstance(x, sp.MatrixBase)
-
-
-def _fn_latex(printer, f, arg_tex):
-    return printer._print(f.expr.xreplace({f.variables[0]: sp.Symbol(arg_tex)}))
-
-
-class DataSum(sp.Expr):
-    """Σ_n f(v_n) for a column vector v (a scalar)."""
-
-    is_commutative = True
-    is_real = True
-
-    def __new__(cls, f, v):
-        if not isinstance(f, sp.Lambda) or not (is_mat(v) or _explicit(v)) or v.shape[1] != 1:
-            raise DerivationError("DataSum(f, v) needs a one-argument function and a column vector")
-        return sp.Basic.__new__(cls, f, v)
-
-    @property
-    def fn(self):
-        return self.args[0]
-
-    @property
-    def vec(self):
-        return self.args[1]
-
-    def doit(self, **hints):
-        v = self.vec.doit(**hints) if hints.get("deep", True) else self.vec
-        if _explicit(v):
-            return sp.Add(*[self.fn(v[i, 0]) for i in range(v.shape[0])]).doit(**hints)
-        return DataSum(self.fn, v)
-
-    def _latex(self, printer):
-        return r"\sum_n %s" % _fn_latex(printer, self.fn, r"(%s)_n" % printer._print(self.vec))
-
-    def _sympystr(self, printer):
-        return "sum(%s)" % printer._print(self.fn.expr.xreplace({self.fn.variables[0]: sp.Symbol(
-            printer._print(self.vec))}))
-
-
-class Elementwise(MatrixExpr):
-    """f applied to every entry of a column vector v."""
-
-    def __new__(cls, f, v):
-        return sp.Basic.__new__(cls, f, v)
-
-    @property
-    def shape(self):
-        return self.args[1].shape
-
-    def _entry(self, i, j, **kwargs):
-        return self.args[0](self.args[1]._entry(i, j, **kwargs))
-
-    def doit(self, **hints):
-        v = self.args[1].doit(**hints)
-        if _explicit(v):
-            return sp.ImmutableMatrix(v.shape[0], 1, [self.args[0](v[i, 0]).doit(**hints) for i in range(v.shape[0])])
-        return Elementwise(self.args[0], v)
-
-    def _latex(self, printer):
-        return _fn_latex(printer, self.args[0], printer._print(self.args[1]))
-
-    def _sympystr(self, printer):
-        return printer._print(self.args[0].expr.xreplace({self.args[0].variables[0]: sp.Symbol(
-            printer._print(self.args[1]))}))
-
-
-class DiagOf(MatrixExpr):
-    """The diagonal matrix diag(w) of a column vector w."""
-
-    def __new__(cls, w):
-        return sp.Basic.__new__(cls, w)
-
-    @property
-    def shape(self):
-        n = self.args[0].shape[0]
-        return (n, n)
-
-    def _entry(self, i, j, **kwargs):
-        return sp.KroneckerDelta(i, j) * self.args[0]._entry(i, 0, **kwargs)
-
-    def _eval_transpose(self):
-        return self
-
-    def doit(self, **hints):
-        w = self.args[0].doit(**hints)
-        if _explicit(w):
-            return sp.ImmutableMatrix(sp.diag(*[w[i, 0] for i in range(w.shape[0])]))
-        return DiagOf(w)
-
-    def _latex(self, printer):
-        return r"\operatorname{diag}\left(%s\right)" % printer._print(self.args[0])
-
-    def _sympystr(self, printer):
-        return "diag(%s)" % printer._print(self.args[0])
-
-
-class RowQuadForm(MatrixExpr):
-    """The column vector (a_nᵀ C a_n)_n of the rows a_n of A: the variances of Aθ under Cov(θ) = C."""
-
-    def __new__(cls, A, C):
-        return sp.Basic.__new__(cls, A, C)
-
-    @property
-    def shape(self):
-        return (self.args[0].shape[0], 1)
-
-    def doit(self, **hints):
-        A, C = self.args[0].doit(**hints), self.args[1].doit(**hints)
-        if _explicit(A) and _explicit(C):
-            M = A * C * A.T
-            return sp.ImmutableMatrix(A.shape[0], 1, [M[i, i] for i in range(A.shape[0])])
-        return RowQuadForm(A, C)
-
-    def _latex(self, printer):
-        A = printer._print(self.args[0])
-        return r"\operatorname{diag}\left(%s %s %s^\top\right)" % (A, printer._print(self.args[1]), A)
-
-    def _sympystr(self, printer):
-        A = printer._print(self.args[0])
-        return "diag(%s*%s*%s.T)" % (A, printer._print(self.args[1]), A)
-
-
-class GaussHermite(MatrixExpr):
-    """The column vector (E[f(x_n)])_n for x_n ~ N(mean_n, var_n), by ``nodes``-point Gauss–Hermite
-    quadrature: E[f(x)] ≈ Σ_k w_k f(mean + √var z_k) / √(2π) with the probabilists' rule (hermegauss)."""
-
-    def __new__(cls, f, mean, var, nodes):
-        return sp.Basic.__new__(cls, f, mean, var, sp.sympify(nodes))
-
-    @property
-    def shape(self):
-        return self.args[1].shape
-
-    @staticmethod
-    def _rule(fx, z, w, sd):
-        """The quadrature of one row from f at the nodes mean + sd*z."""
-        return float(np.dot(fx, w))
-
-    def doit(self, **hints):
-        f, mean, var, n = self.args
-        mean, var, n = mean.doit(**hints), var.doit(**hints), sp.sympify(n).doit(**hints)
-        if _explicit(mean) and _explicit(var) and n.is_number:
-            z, w = gauss_hermite_rule(int(n))
-            fn = sp.lambdify([U], f.expr, modules=[_NUMERIC, "scipy", "numpy"])
-            out = []
-            for i in range(mean.shape[0]):
-                sd = math.sqrt(float(var[i, 0]))
-                x = float(mean[i, 0]) + sd * z
-                out.append(sp.Float(self._rule(np.asarray(fn(x), dtype=float) * np.ones_like(x), z, w, sd), 17))
-            return sp.ImmutableMatrix(mean.shape[0], 1, out)
-        return type(self)(f, mean, var, n)
-
-    def _latex(self, printer):
-        f, mean, var, n = self.args
-        return r"\mathbb{E}^{\mathrm{GH}_{%s}}_{x \sim \mathcal{N}(%s,\, %s)}\left[%s\right]" % (
-            printer._print(n), printer._print(mean), printer._print(var), _fn_latex(printer, f, "x"))
-
-    def _sympystr(self, printer):
-        f, mean, var, n = self.args
-        return "gauss_hermite(u -> %s; mean=%s, var=%s, nodes=%s)" % (
-            printer._print(f.expr), printer._print(mean), printer._print(var), printer._print(n))
-
-
-class GaussHermiteStein(GaussHermite):
-    """The column vector (E[f(x_n)(x_n - mean_n)] / var_n)_n by the same quadrature: Σ_k w_k f(mean + σ z_k) z_k / σ.
-
-    By Stein's lemma this is E[f'(x)]; for f = ℓ' it is Price's E[ℓ''] (Eq. 11) in the form that is exactly
-    2 ∂/∂var of the quadrature of E[ℓ], so natural gradients built from it are exact gradients of the
-    quadrature objective.  Entries with var = 0 (a zero row of the data) are 0."""
-
-    @staticmethod
-    def _rule(fx, z, w, sd):
-        return float(np.dot(fx, w * z)) / sd if sd > 0 else 0.0
-
-    def _latex(self, printer):
-        f, mean, var, n = self.args
-        return r"\mathbb{E}^{\mathrm{GH}_{%s}}_{x \sim \mathcal{N}(%s,\, %s)}\left[%s\,\frac{x - %s}{%s}\right]" % (
-            printer._print(n), printer._print(mean), printer._print(var), _fn_latex(printer, f, "x"),
-            printer._print(mean), printer._print(var))
-
-    def _sympystr(self, printer):
-        f, mean, var, n = self.args
-        return "gauss_hermite_stein(u -> %s; mean=%s, var=%s, nodes=%s)" % (
-            printer._print(f.expr), printer._print(mean), printer._print(var), printer._print(n))
-
-
-_NUMERIC = {"softplus": lambda x: np.logaddexp(0, x), "expit": lambda x: 0.5 * (1 + np.tanh(np.asarray(x) / 2))}
-
-
-def gauss_hermite_rule(n):
-    """Nodes z_k and weights w_k with Σ_k w_k g(z_k) ≈ E[g(z)], z ~ N(0, 1)."""
-    if n < 1:
-        raise ValueError("Gauss-Hermite quadrature needs at least one node")
-    z, w = np.polynomial.hermite_e.hermegauss(n)
-    return z, w / math.sqrt(2 * math.pi)
-
+from blr_derive.core.errors import DerivationError, SpecError
+from blr_derive.core.matcalc import differential, gradient, hessian_from_gradient
+from blr_derive.core.matexpr import split_coeff, is_mat, scalarize, simplify_mat
+from blr_derive.core.nodes import (U, DataSum, DiagOf, Elementwise, GaussHermite, GaussHermiteStein, RowQuadForm,
+                                   logistic_of)
+from blr_derive.rules.args import Ctx
+from blr_derive.rules.base import RULES, NaturalGradient
 
 # ----------------------------------------------------------------------------- loss analysis
 
@@ -280,7 +79,7 @@ def affine_parts(v, theta, symmetric=()):
 
 def _left_factor(args, n):
     """The matrix M of a differential term M dθ (a scalar multiple of the identity when M is a scalar)."""
-    c, mats = _split_coeff(args)
+    c, mats = split_coeff(args)
     if not mats:
         return sp.MatMul(c, sp.Identity(n)) if c != 1 else sp.Identity(n)
     return sp.MatMul(c, *mats) if c != 1 else sp.MatMul(*mats)
@@ -321,42 +120,13 @@ def polynomial_derivatives(poly, theta, symmetric=()):
     return g, H
 
 
-class expit(sp.Function):
-    """The logistic function 1/(1 + e^(-x)), the derivative of softplus; its own derivative is
-    expit(x)(1 - expit(x)).  Printed as ``scipy.special.expit``, which stays finite for any x (the
-    quotient e^(-x)/(1 + e^(-x))² would be inf/inf below x ≈ -709)."""
-
-    def fdiff(self, argindex=1):
-        return expit(self.args[0]) * (1 - expit(self.args[0]))
-
-    def _eval_rewrite_as_exp(self, x, **kwargs):
-        return 1 / (1 + sp.exp(-x))
-
-    def _eval_evalf(self, prec):
-        return (1 / (1 + sp.exp(-self.args[0])))._eval_evalf(prec)
-
-    def _latex(self, printer, exp=None):
-        tex = r"\sigma\left(%s\right)" % printer._print(self.args[0])
-        return tex if exp is None else r"%s^{%s}" % (tex, exp)
-
-
-def _logistic(e):
-    """1/(1 + e^a) → expit(-a)."""
-    if isinstance(e, sp.Pow) and e.exp == -1 and isinstance(e.base, sp.Add) and len(e.base.args) == 2 \
-            and sp.Integer(1) in e.base.args:
-        other = [a for a in e.base.args if a != 1][0]
-        if isinstance(other, sp.exp):
-            return expit(-other.args[0])
-    return None
-
-
 def derivative(f, k=1):
     """f^(k) as a Lambda (sympy's derivative, with the special functions' own ``fdiff``); logistic
     functions 1/(1 + e^(-x)) become ``expit`` before each further derivative."""
     e = f.expr.xreplace({f.variables[0]: U})
     for _ in range(k):
         e = sp.diff(e, U)
-        e = e.replace(lambda n: _logistic(n) is not None, _logistic)
+        e = e.replace(lambda n: logistic_of(n) is not None, logistic_of)
     return sp.Lambda(U, e)
 
 
@@ -417,8 +187,6 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     """Replace E_q[∇ℓ], E_q[∇²ℓ] in the natural gradients (after Bonnet and Price, Eqs. 10–11) by their values
     for an explicit loss: derivatives at the mean (``delta``, App. C) or Gauss–Hermite quadrature of the
     one-dimensional projections (``gauss_hermite``).  They become definitions ``g``, ``H`` of the update."""
-    from blr_derive.rules.passes import Ctx
-    from blr_derive.rules.registry import RULES
     fam = recipe.family
     theta = fam.theta
     approx = [a for a in recipe.approximations if a.name in ("delta", "gauss_hermite")][0]
@@ -430,7 +198,6 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
         poly, terms = split_loss(recipe.loss, theta, sym)
         pg, ph = polynomial_derivatives(poly, theta, sym)
     except DerivationError as exc:
-        from blr_derive.core.errors import SpecError
         raise SpecError(f"approximation '{approx.name}': {exc}", recipe.file, approx.line) from None
     m, C = fam.gaussian_mean, fam.gaussian_cov
     projections, parts = [], []
@@ -449,9 +216,9 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     # the exact natural gradient of the approximated E_q[ℓ], written in μ (for checks against finite differences)
     g_mu, H_mu = expected_derivatives(theta, pg, ph, terms, mean_mu, cov_mu if quadrature else None, nodes, sym)
     if quadrature:
-        D.placeholders["expected_loss"] = expected_loss(fam, poly, terms, mean_mu, cov_mu, nodes)
-    D.placeholders["natural_gradient"] = ([simplify_mat(x.xreplace({Eg: g_mu, EH: H_mu}).doit(), sym | {H_mu})
-                                           for x in grads], Eg, EH)
+        D.expected_loss = expected_loss(fam, poly, terms, mean_mu, cov_mu, nodes)
+    D.natural_gradient = NaturalGradient([simplify_mat(x.xreplace({Eg: g_mu, EH: H_mu}).doit(), sym | {H_mu})
+                                          for x in grads], Eg, EH)
     where = r"\mathbf{m}" if is_mat(m) else "m"
     if quadrature:
         text = ("The loss is a polynomial of degree ≤ 2 in θ plus sums over data of one-dimensional functions "
@@ -481,7 +248,6 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
 def _messages(recipe, D, grads, Eg, EH, parts, sym):
     """The natural gradient split by the parts of the loss (Eq. 58): each part f sends the message
     λ̃_f = ∇_μ E_q[-ℓ_f] at μ_t, and λ_{t+1} = (1-ρ)λ_t + ρ Σ_f λ̃_f (Eq. 60 with ρ = 1: their sum)."""
-    from blr_derive.rules.registry import RULES
     if len(parts) < 2:
         return
     fam = recipe.family

@@ -27,95 +27,15 @@ recipe (prior expression, penalty names); no update of a named algorithm is writ
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import sympy as sp
 
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError, SpecError
-from blr_derive.core.exprparse import parse_expression
-from blr_derive.core.matcalc import is_mat, simplify_mat
-from blr_derive.rules.registry import RULES
-from blr_derive.core.yamlio import check_keys, where
-
-FED_KEYS = {"penalty", "server_penalty", "prior", "description"}
-
-
-@dataclass
-class Federated:
-    penalty: object                   # ρ (a hyperparameter symbol)
-    server_penalty: object            # ρ_s (a hyperparameter symbol, or 0)
-    prior: object                     # ℓ_0(θ): the prior's negative log density up to a constant (sympy), or 0
-    prior_text: str
-    globals: list                     # [(family parameter, DataVar of its global value)]
-    duals: list                       # [DataVar] one per natural-parameter block
-    count: object = field(default_factory=lambda: sp.Symbol("K", integer=True, positive=True))
-
-
-def _err(msg, container, key=None):
-    f, l = where(container, key)
-    return SpecError(msg, f, l)
-
-
-def parse_federated(spec, fam, hyper, data, taken) -> Federated:
-    """Read the ``federated`` section; the global parameters and duals become data inputs of the client step."""
-    from blr_derive.spec.recipe import DataVar
-    fs = spec["federated"]
-    if not isinstance(fs, dict):
-        raise _err("federated must be a mapping (penalty, server_penalty, prior)", spec, "federated")
-    check_keys(fs, FED_KEYS, ("penalty",), "federated")
-    if not fam.is_gaussian:
-        raise _err(f"federated: family '{fam.name}' has no Gaussian moments (the prior's site needs them)",
-                   spec, "federated")
-    floats = {h.name: h.symbol for h in hyper if h.kind == "float"}
-
-    def hyper_of(key):
-        v = fs[key]
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0 and key == "server_penalty":
-            return sp.Integer(0)
-        if not isinstance(v, str) or v not in floats:
-            raise _err(f"federated.{key} must name a float hyperparameter", fs, key)
-        return floats[v]
-    rho = hyper_of("penalty")
-    rho_s = hyper_of("server_penalty") if "server_penalty" in fs else rho
-    prior, text = sp.Integer(0), ""
-    if "prior" in fs:
-        text = str(fs["prior"])
-        symbols = dict(fam.variable_symbols)
-        if fam.dim is not None:
-            symbols[str(fam.dim)] = fam.dim
-        symbols.update(floats)
-        try:
-            prior = parse_expression(text, symbols, what="federated prior")
-        except SpecError as exc:
-            f, l = where(fs, "prior")
-            raise exc.located(f, l) from None
-        if (is_mat(prior) and prior.shape != (1, 1)) or not fam.depends_on_variable(prior):
-            raise _err(f"federated.prior must be a scalar expression in {fam.theta}", fs, "prior")
-    names = {d.name for d in data} | set(taken)
-
-    def new(name, like, what):
-        if name in names:
-            raise _err(f"federated: the name '{name}' ({what}) is taken", spec, "federated")
-        names.add(name)
-        if is_mat(like):
-            sym = sp.MatrixSymbol(name, *like.shape)
-            shape = tuple(like.shape) if like.shape[1] != 1 else (like.shape[0],)
-        else:
-            sym, shape = sp.Symbol(name, real=True), ()
-        dv = DataVar(name, sym, shape, what, is_mat(like) and like in fam.symmetric)
-        data.append(dv)
-        return dv
-    globals_ = [(p, new(f"{p.name}_g", p.symbol, f"global {p.name} (broadcast by the server)"))
-                for p in fam.params.values() if not p.fixed]
-    duals = [new(f"dual{i + 1}", l, f"dual natural parameter, block {i + 1}") for i, l in enumerate(fam.lam)]
-    for (p, dv) in globals_:
-        if dv.symmetric or p.symbol in fam.symmetric:
-            dv.symmetric = True
-    for dv, l in zip(duals, fam.lam):
-        if is_mat(l) and l.shape[0] == l.shape[1] and l.shape[1] != 1:
-            dv.symmetric = True
-    return Federated(rho, rho_s, prior, text, globals_, duals)
+from blr_derive.core.matexpr import is_mat, simplify_mat
+from blr_derive.core.plain import plain
+from blr_derive.rules.base import RULES, FederatedSteps, Rule, register, rule
+from blr_derive.rules.blr import isolate
+from blr_derive.rules.program import scalar_expr
 
 
 def _sym_set(fed, sym):
@@ -157,9 +77,8 @@ def local_objective(recipe, D, g_loss, g_logh, sym):
 def derive_server(recipe, D, sym):
     """``federated_dual`` and ``federated_server``: the dual step, the client message and the server's solve.
 
-    Sets ``D.federated`` (a dict read by :func:`blr_derive.ir.build_ir`) with, in order,
-    ``dual`` [(name, expr)], ``message`` [(name, expr)] and ``server`` [(param name, expr)] (the server
-    assigns its parameters in that order; later expressions use the ones already assigned)."""
+    Sets ``D.federated`` (:class:`~blr_derive.rules.base.FederatedSteps`): the dual step, the client message and
+    the server's parameters in assignment order (later expressions use the ones already assigned)."""
     fed, fam = recipe.federated, recipe.family
     if D.renamed:
         raise SpecError("federated recipes need the family's own parameters as state (no change_variable)",
@@ -205,7 +124,6 @@ def derive_server(recipe, D, sym):
     for e, g in zip(eta, grads):
         lhs.append(simplify_mat(sp.MatAdd((1 + K * rho_s) * e, g).doit(), sym) if is_mat(e)
                    else sp.expand((1 + K * rho_s) * e + g))
-    from blr_derive.candidates.single import _isolate
     free = [p for p in fam.params.values() if not p.fixed]
     solved, server, remaining = set(), [], list(range(len(eta)))
     while remaining:
@@ -220,7 +138,7 @@ def derive_server(recipe, D, sym):
                 continue
             p = unk[0]
             try:
-                val = _isolate(lhs[i], msgs[i], p.symbol, sym)
+                val = isolate(lhs[i], msgs[i], p.symbol, sym)
             except DerivationError as exc:
                 raise SpecError(f"federated server step: {exc}", recipe.file, recipe.spec.line_of("federated")) from None
             val = simplify_mat(val, sym) if is_mat(val) else sp.simplify(val)
@@ -234,20 +152,45 @@ def derive_server(recipe, D, sym):
           "messages minus Kρ_s λ_g; solved for the parameters of q_g (with msg_i = Σ_k of the clients' messages).",
           [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_{q_g}[\ell_0 + \log h]" % (i + 1)), g) for i, g in enumerate(grads)]
           + [(sp.Symbol(f"{n}_g"), e, r"\leftarrow") for n, e in server])
-    D.federated = {"dual": dual, "message": message, "server": server, "count": K,
-                   "penalty": rho, "server_penalty": rho_s,
-                   "globals": [(p.name, dv.name) for p, dv in fed.globals],
-                   "duals": [dv.name for dv in fed.duals], "messages": [m.name for m in msgs],
-                   "prior": fed.prior_text, "eta": [(dv.name, e) for dv, e in zip(fed.duals, eta)],
-                   "equations": [f"{n} <- {_plain(e)}" for n, e in dual] + [f"{n} = {_plain(e)}" for n, e in message]
-                   + [f"{n}_g <- {_plain(e)}" for n, e in server]}
+    D.federated = FederatedSteps(
+        dual=dual, message=message, server=server, count=K, penalty=rho, server_penalty=rho_s,
+        globals=[(p.name, dv.name) for p, dv in fed.globals], duals=[dv.name for dv in fed.duals],
+        messages=[m.name for m in msgs], prior=fed.prior_text, eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
+        equations=[f"{n} <- {plain(e)}" for n, e in dual] + [f"{n} = {plain(e)}" for n, e in message]
+        + [f"{n}_g <- {plain(e)}" for n, e in server])
 
 
 def _scalar(e):
-    from blr_derive.candidates.single import _scalar_expr
-    return _scalar_expr(e) if is_mat(e) else e
+    return scalar_expr(e) if is_mat(e) else e
 
 
-def _plain(e):
-    from blr_derive.derive.derivation import _plain as plain_text
-    return plain_text(e)
+class FederatedLocal(Rule):
+    """Implied by a recipe's ``federated`` section: the client objective's natural gradient."""
+    name = "federated_local"
+    kind = "identity"
+    equation = "Bayesian ADMM local step; Eq. 6"
+    summary = ("client objective E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g): ∇_μ E_q[ℓ̄ + log h] = (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g "
+               "(the base measure cancels)")
+
+    def adjust_gradient(self, ctx, grads):
+        return local_objective(ctx.recipe, ctx.D, grads, ctx.g_logh, ctx.sym)
+
+
+class FederatedServer(Rule):
+    """Implied by a recipe's ``federated`` section: the dual step, the client message and the server's solve."""
+    name = "federated_server"
+    kind = "identity"
+    equation = "Bayesian ADMM global step; Eq. 60"
+    summary = ("λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k (η_k + ρ_s(λ_k − λ_g)): the global natural parameter is the "
+               "prior's site plus the sum of the clients' sites (ρ_s = 0: their plain sum, Eq. 60)")
+
+    def finish(self, ctx):
+        derive_server(ctx.recipe, ctx.D, ctx.sym)
+
+
+register(FederatedLocal())
+rule("federated_dual", "identity", "Bayesian ADMM dual step",
+     "η_k ← η_k + ρ(λ_k − λ_g): at the client's optimum η_k = −∇_μ E_{q_k}[ℓ_k], the local natural gradient")
+register(FederatedServer())
+#: the rules a recipe's ``federated`` section implies, in the order they act
+IMPLIED = ("federated_local", "federated_dual", "federated_server")

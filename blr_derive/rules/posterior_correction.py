@@ -22,40 +22,8 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.core.errors import SpecError
-from blr_derive.core.matcalc import is_mat, like_symbol, simplify_mat
-from blr_derive.rules.registry import RULES
-
-
-def uses_hessian(fam):
-    """Whether the family's natural gradient needs E_q[∇²ℓ] (its covariance depends on its parameters)."""
-    return fam.is_gaussian and bool(sp.sympify(fam.gaussian_cov).free_symbols
-                                    & {p.symbol for p in fam.params.values() if not p.fixed})
-
-
-def correction_data(fam, data, taken):
-    """The data a corrected step needs: the snapshot's parameters (<p>_old) and the full-data gradient
-    (and Hessian) at the snapshot's mean."""
-    from blr_derive.spec.recipe import DataVar
-    names = {d.name for d in data} | set(taken)
-
-    def add(name, like, what, symmetric=False):
-        if name in names:
-            raise SpecError(f"posterior_correction: the name '{name}' is taken", None, None)
-        names.add(name)
-        if is_mat(like):
-            shape = tuple(like.shape) if like.shape[1] != 1 else (like.shape[0],)
-            data.append(DataVar(name, sp.MatrixSymbol(name, *like.shape), shape, what, symmetric))
-        else:
-            data.append(DataVar(name, sp.Symbol(name, real=True), (), what))
-    for p in fam.params.values():
-        if not p.fixed:
-            add(f"{p.name}_old", p.symbol, f"{p.name} of the snapshot q_old",
-                is_mat(p.symbol) and p.symbol in fam.symmetric)
-    mean = fam.gaussian_mean
-    add("grad_full", mean, "full-data gradient at the snapshot's mean")
-    if uses_hessian(fam):
-        cov = fam.gaussian_cov
-        add("hess_full", cov, "full-data Hessian at the snapshot's mean", is_mat(cov))
+from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
+from blr_derive.rules.base import PROGRAM_KINDS, RULES, Rule, register
 
 
 def posterior_correction(recipe, D, g_loss, sym):
@@ -64,16 +32,16 @@ def posterior_correction(recipe, D, g_loss, sym):
     if approx.args:
         raise SpecError(f"approximation 'posterior_correction' takes no arguments (got {', '.join(sorted(approx.args))})",
                         recipe.file, approx.line)
-    if recipe.loss_kind != "abstract" or "natural_gradient" not in D.placeholders \
-            or D.placeholders["natural_gradient"][1] is None or D.sampling is not None:
+    if recipe.loss_kind != "abstract" or D.natural_gradient is None \
+            or D.natural_gradient.Eg is None or D.sampling is not None:
         raise SpecError("approximation 'posterior_correction' needs an abstract loss with the delta method",
                         recipe.file, approx.line)
-    passes = [a for a in recipe.approximations if RULES[a.name].kind == "pass"]
+    passes = [a for a in recipe.approximations if RULES[a.name].kind in PROGRAM_KINDS]
     if passes:       # a pass rewrites one gradient/Hessian view; here each oracle is asked at m and at m_old
         raise SpecError(f"approximation '{passes[0].name}' cannot follow 'posterior_correction': the corrected step "
                         "uses the oracles at m and at the snapshot's m_old, and a pass would rewrite only one of them",
                         recipe.file, passes[0].line)
-    grads, Eg, EH = D.placeholders["natural_gradient"]
+    grads, Eg, EH = D.natural_gradient.grads, D.natural_gradient.Eg, D.natural_gradient.EH
     old = {p.symbol: next(d.symbol for d in recipe.data if d.name == f"{p.name}_old")
            for p in fam.params.values() if not p.fixed}
     for d in recipe.data:
@@ -107,3 +75,17 @@ def posterior_correction(recipe, D, g_loss, sym):
           "gradient at q_old (the same derived expression at the snapshot, with the batch oracles and with the "
           "stored full-data gradient and Hessian).", eqs)
     return out
+
+
+class PosteriorCorrection(Rule):
+    name = "posterior_correction"
+    kind = "step"
+    equation = "Khan (2025) posterior correction; Daheim et al. (2026)"
+    summary = ("replace the batch's old sites in a snapshot q_old: ∇_μ E_q[ℓ_B] − ∇_μ E_{q_old}[ℓ_B] + ∇_μ E_{q_old}[ℓ] "
+               "(SVRG over N(m, I))")
+
+    def adjust_gradient(self, ctx, grads):
+        return posterior_correction(ctx.recipe, ctx.D, grads, ctx.sym)
+
+
+register(PosteriorCorrection())

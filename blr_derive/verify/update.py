@@ -10,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from blr_derive.families.family import evaluate
-from blr_derive.ir.build import _toposort
-from blr_derive.core.matcalc import is_mat
+from blr_derive.families.symbolic import evaluate
+from blr_derive.ir.common import toposort
+from blr_derive.rules.product import FactorizedDerivation
+from blr_derive.verify.product import compare_product
+from blr_derive.core.matexpr import is_mat
 
 
 def _host_value(rng, h):
@@ -39,9 +41,8 @@ class FixedNoise:
 
 def compare_update(recipe, D, mod, seed=0, P=3):
     """[(state name, generated value, symbolic value)] for one random input."""
-    if getattr(D, "factorized", False):
-        from blr_derive.candidates.product import compare_factorized
-        return compare_factorized(recipe, D, mod, seed, P)
+    if isinstance(D, FactorizedDerivation):
+        return compare_product(recipe, D, mod, seed, P)
     fam = recipe.family
     rng = np.random.default_rng(11 + seed)
     elementwise = not any(is_mat(e) for _, _, e in D.updates)
@@ -120,7 +121,7 @@ def compare_update(recipe, D, mod, seed=0, P=3):
     out = mod.step(mod.init(hyperparameters=hp, **state),
                    oracles={k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()},
                    data=data or None, rng=FixedNoise(), **hp)
-    program = _toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
+    program = toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     names = {sym: n for n, sym, _ in D.updates}
     result = []
     for sym, expr in program:

@@ -8,6 +8,8 @@ import sympy as sp
 from blr_derive.codegen.inert import identifier, template_env
 
 from blr_derive.codegen.backends.numpy.printer import HELPERS, BLRNumPyPrinter
+from blr_derive.codegen.backends.numpy.rows import RowBatchPrinter
+from blr_derive.core.errors import CodegenError
 
 
 class NumpyTarget:
@@ -38,7 +40,7 @@ class NumpyTarget:
                 "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],
             }
         maps = None
-        fm = ir.extra.get("family_maps")
+        fm = ir.family_maps
         if fm:
             conds = []
             for name, expr, domain in fm["conditions"]:
@@ -95,9 +97,6 @@ class NumpyTarget:
         dims = [(str(d), var, axis) for d, var, axis in ir.dims]
         rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
         if ir.plate is not None:
-            from blr_derive.core.errors import CodegenError
-
-            from blr_derive.codegen.backends.numpy.rows import RowBatchPrinter
             rp = RowBatchPrinter({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
                                  {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
                                  | {s for s, _ in ir.local_assign})
@@ -135,28 +134,28 @@ def _shape(sym, elementwise):
 
 def _federated_view(ir, printer):
     """The client/server functions of a federated recipe (blr_derive/federated.py), printed."""
-    fed = ir.extra.get("federated")
-    if not fed:
+    fed = ir.federated
+    if fed is None:
         return None
 
     def hyper_of(exprs):
         free = set().union(*[e.free_symbols for e in exprs]) if exprs else set()
         return [h.name for h in ir.hyperparameters if h.kind in ("float", "int") and h.symbols[0] in free]
-    server_free = set().union(*[e.free_symbols for _, e in fed["server"]])
+    server_free = set().union(*[e.free_symbols for _, e in fed.server])
     dim = None
     if ir.dims and ir.dims[0][0] in server_free:
-        vec = [n for n, e in fed["message"] if getattr(e, "shape", (0, 0))[1:] == (1,)]
-        dim = (str(ir.dims[0][0]), vec[0] if vec else fed["messages"][0])
+        vec = [n for n, e in fed.message if getattr(e, "shape", (0, 0))[1:] == (1,)]
+        dim = (str(ir.dims[0][0]), vec[0] if vec else fed.messages[0])
     return {
-        "globals": fed["globals"], "duals": fed["duals"], "messages": fed["messages"], "count": str(fed["count"]),
-        "eta": [(d, printer.doprint(e)) for d, e in fed["eta"]],
-        "dual": [(n, printer.doprint(e)) for n, e in fed["dual"]],
-        "message": [(n, printer.doprint(e)) for n, e in fed["message"]],
-        "server": [(n, printer.doprint(e)) for n, e in fed["server"]],
-        "dual_hyper": hyper_of([e for _, e in fed["dual"]]),
-        "message_hyper": hyper_of([e for _, e in fed["message"]]),
-        "server_hyper": hyper_of([e for _, e in fed["server"]]),
-        "equations": fed["equations"], "dim": dim,
+        "globals": fed.globals, "duals": fed.duals, "messages": fed.messages, "count": str(fed.count),
+        "eta": [(d, printer.doprint(e)) for d, e in fed.eta],
+        "dual": [(n, printer.doprint(e)) for n, e in fed.dual],
+        "message": [(n, printer.doprint(e)) for n, e in fed.message],
+        "server": [(n, printer.doprint(e)) for n, e in fed.server],
+        "dual_hyper": hyper_of([e for _, e in fed.dual]),
+        "message_hyper": hyper_of([e for _, e in fed.message]),
+        "server_hyper": hyper_of([e for _, e in fed.server]),
+        "equations": fed.equations, "dim": dim,
     }
 
 

@@ -12,7 +12,7 @@ import sympy as sp
 
 from blr_derive.core.errors import CodegenError
 from blr_derive.codegen.inert import identifier
-from blr_derive.core.matcalc import is_mat
+from blr_derive.core.matexpr import is_mat
 
 from blr_derive.codegen.backends.numpy.printer import BLRNumPyPrinter
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import sympy as sp
 
 from blr_derive.core.errors import UnsupportedTarget
-from blr_derive.ir.build import need_conditions
+from blr_derive.ir.common import need_conditions
 
 from blr_derive.codegen.inert import template_env
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter

@@ -1,0 +1,147 @@
+"""Deriving a family from its declaration (``blr_derive/spec/family.py``): the engine *derives*, or *verifies
+when given*,
+
+1. the map ordinary → natural parameters (declared) and its inverse (solved, ``solve.py``);
+2. the log-partition A(λ): declared (checked numerically by ``blr-derive check``), or integrated over a continuous
+   support / summed over a discrete one (``partition.py``);
+3. the expectation parameters μ = ∇A(λ) (Eq. 4), by matrix differential calculus (declared ones are checked);
+4. minimality: the Fisher information ∇²A(λ) must be non-singular;
+5. the map μ → ordinary parameters: solved symbolically when a closed form exists, otherwise *numeric*
+   (Newton's method on the convex dual problem, ``numeric.py``).
+
+A declaration that is not normalizable or not minimal is a located SpecError.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from blr_derive.core import matcalc
+from blr_derive.core.errors import DerivationError, SpecError
+from blr_derive.core.matexpr import is_mat
+from blr_derive.core.yamlio import where
+from blr_derive.families.model import Family
+from blr_derive.families.numeric import numeric_fisher
+from blr_derive.families.partition import integrate_log_partition, sum_log_partition, support_words
+from blr_derive.families.solve import solve
+from blr_derive.spec.family import FamilyDecl
+
+
+def _err(msg, container, key=None):
+    f, l = where(container, key)
+    return SpecError(msg, f, l)
+
+
+def build_family(decl: FamilyDecl) -> Family:
+    """The derived :class:`Family` of a declaration (see the module docstring)."""
+    spec = decl.spec
+    eta, lam, mu, symmetric, vname = decl.eta, decl.lam, decl.mu, decl.symmetric, decl.vname
+    fam = Family(
+        name=decl.name, description=decl.description, reference=decl.reference, theta=decl.theta, dim=decl.dim,
+        support=decl.support, params=decl.params, T=decl.T, h=decl.h, eta=eta, lam=lam, mu=mu, A=None,
+        A_given=decl.A is not None, elementwise=decl.elementwise, symmetric=symmetric, file=decl.file,
+        variable_kind=decl.variable_kind, components=decl.components, component_supports=decl.component_supports,
+        joint_support=decl.joint_support, sizes=decl.sizes, gaussian_mean=decl.gaussian_mean,
+        gaussian_cov=decl.gaussian_cov, sampler=decl.sampler)
+
+    # 1. ordinary <- natural (solve λ = η(params))
+    try:
+        fam.ord_from_nat = solve(eta, lam, fam.free_params, symmetric, fam, "nat")
+    except DerivationError as exc:
+        raise _err(f"cannot invert the natural parameters: {exc}", spec, "natural_parameters") from None
+    fam.steps.append(("ordinary from natural", "solved λ = η(params) block by block"))
+
+    # 2. log-partition
+    if fam.A_given:
+        fam.A = decl.A
+        fam.steps.append(("log-partition", "declared; checked numerically by `blr-derive check`"))
+    else:
+        if fam.is_discrete:
+            fam.A = sum_log_partition(fam, spec)
+            fam.steps.append(("log-partition", f"A = log Σ h exp(<λ,T>) over the {support_words(fam)} support "
+                                               "(symbolic summation)"))
+        else:
+            fam.A = integrate_log_partition(fam, spec)
+            fam.steps.append(("log-partition", f"A = log ∫ h exp(<λ,T>) d{vname} over the {support_words(fam)} "
+                                               "support (symbolic integration)"))
+
+    # 3. μ = ∇A(λ)  (Eq. 4)
+    try:
+        fam.mu_of_lam = matcalc.gradient(fam.A, lam, symmetric)
+    except DerivationError as exc:
+        raise _err(f"cannot differentiate the log-partition: {exc}", spec, "log_partition" if fam.A_given else "name") from None
+    sub = dict(zip(lam, eta))
+    fam.mu_ord = [clean(fam.simp(m.xreplace(sub).doit())) for m in fam.mu_of_lam]
+    fam.steps.append(("expectation parameters", "μ = ∇_λ A(λ) by matrix differential calculus (Eq. 4)"))
+
+    for i, (dexpr, d, (f, l)) in enumerate(decl.mu_decl or ()):
+        if not equal_numeric(fam, dexpr, fam.mu_ord[i]):
+            raise SpecError(f"declared expectation parameter {i + 1} ({d}) differs from the derived ∇A = {fam.mu_ord[i]}",
+                            f, l)
+        fam.mu_ord[i] = fam.simp(dexpr)
+
+    # 4. minimality: the Fisher information must be non-singular
+    check_minimal(fam, spec)
+
+    # 5. ordinary <- expectation: closed form when sympy finds one, else Newton's method (numeric_ord_from_mu)
+    reason = None
+    free_syms = [p.symbol for p in fam.free_params if not is_mat(p.symbol)]
+    if any(m.has(*_TRANSCENDENTAL) for m in fam.mu_ord if not is_mat(m)) or any(
+            is_mat(m) and m.has(sp.Sum) for m in fam.mu_ord):
+        reason = "μ(ordinary) involves special functions (e.g. digamma)"
+    elif any(not is_mat(m) and not m.is_rational_function(*free_syms) for m in fam.mu_ord):
+        # closed forms are only sought for rational maps: sympy's solve can run for very long on
+        # transcendental systems (e.g. μ = tanh-like functions of an Ising pair)
+        reason = "μ(ordinary) is not a rational function of the parameters"
+    else:
+        try:
+            fam.ord_from_mu = solve(fam.mu_ord, mu, fam.free_params, symmetric, fam, "mu")
+        except DerivationError as exc:
+            reason = str(exc)
+    if reason is None:
+        fam.steps.append(("ordinary from expectation", "solved μ = ∇A(λ(params)) block by block"))
+    else:
+        fam.ord_from_mu = {}
+        fam.mu_inverse = "numeric"
+        fam.steps.append(("ordinary from expectation",
+                          f"no closed form ({reason}): numeric, by Newton's method on A(λ) - <λ, μ> "
+                          "(Family.numeric_ord_from_mu)"))
+    return fam
+
+
+#: functions whose presence in μ(ordinary) means sympy will not find a closed-form inverse
+_TRANSCENDENTAL = (sp.polygamma, sp.loggamma, sp.gamma, sp.Sum, sp.LambertW, sp.erf, sp.erfc, sp.erfi, sp.hyper,
+                   sp.meijerg, sp.besseli, sp.besselk, sp.zeta, sp.Piecewise, sp.uppergamma, sp.lowergamma,
+                   sp.Ei, sp.expint)
+
+
+def clean(e):
+    if is_mat(e):
+        return e
+    e2 = sp.simplify(e) if sp.count_ops(e) < 60 else e
+    return e2
+
+
+def equal_numeric(fam, a, b, trials=3):
+    rng = np.random.default_rng(1234)
+    for _ in range(trials):
+        vals = fam.sample_params(rng, 2)
+        x = np.atleast_1d(fam.evaluate(a, vals, 2))
+        y = np.atleast_1d(fam.evaluate(b, vals, 2))
+        if x.shape != y.shape or not np.allclose(x, y, rtol=1e-9, atol=1e-9):
+            return False
+    return True
+
+
+def check_minimal(fam: Family, spec):
+    rng = np.random.default_rng(7)
+    vals = fam.sample_params(rng, 2)
+    lam_vals = {}
+    for l, e in zip(fam.lam, fam.eta):
+        lam_vals[l] = fam.evaluate(e, vals, 2)
+    lam_vals.update({p.symbol: vals[p.symbol] for p in fam.fixed_params})
+    F = numeric_fisher(fam, lam_vals, 2)
+    ev = np.linalg.eigvalsh(0.5 * (F + F.T))
+    if not np.all(np.isfinite(ev)) or ev.min() <= 1e-9 * max(1.0, abs(ev).max()):
+        raise SpecError("not minimal: the Fisher information ∇²A(λ) is singular (sufficient statistics are linearly dependent)",
+                   *where(spec, "sufficient_statistics"))

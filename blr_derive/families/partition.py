@@ -1,0 +1,206 @@
+"""The log-partition A(λ) of a family without a declared one: Z = ∫ h exp(<λ, T>) over a continuous support
+(sympy's integration, Meijer-G first) or Σ over a discrete one (finite supports directly in λ, infinite ones by
+symbolic summation); and expectations by summation over a discrete support."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import sympy as sp
+
+from blr_derive.core.budget import step_limit
+from blr_derive.core.errors import DerivationError, SpecError
+from blr_derive.core.matexpr import is_mat
+from blr_derive.core.yamlio import where
+from blr_derive.families.symbolic import loggamma_form
+from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS
+
+
+def _err(msg, container, key=None):
+    f, l = where(container, key)
+    return SpecError(msg, f, l)
+
+
+def support_words(fam):
+    if fam.joint_support:
+        return fam.joint_support
+    s = sorted(set(fam.component_supports))
+    return s[0] if len(s) == 1 else "×".join(fam.component_supports)
+
+
+INTEGRATE_SECONDS = 60
+
+
+def power_form(e, variables):
+    """Rewrite exp(c·log g) → g**c and exp(c·loggamma(g)) → Γ(g)**c inside a product.
+
+    ``sympy.integrate`` recognises Gamma and Beta kernels (θ^(a-1) e^(-bθ), θ^(a-1)(1-θ)^(b-1))
+    in power form but not as exp(...) of logarithms; ``summation`` needs r**k/k! for the Poisson sum.
+    """
+    out = sp.Integer(1)
+    for f in sp.Mul.make_args(sp.powsimp(e)):
+        if not isinstance(f, sp.exp):
+            out *= f
+            continue
+        keep = sp.Integer(0)
+        for term in sp.Add.make_args(sp.expand(f.args[0])):
+            logs = [a for a in sp.Mul.make_args(term) if isinstance(a, (sp.log, sp.loggamma))]
+            if len(logs) == 1 and any(term.has(v) for v in variables):
+                c = term / logs[0]
+                g = logs[0].args[0]
+                out *= (sp.gamma(g) if isinstance(logs[0], sp.loggamma) else g) ** c
+            else:
+                keep += term
+        out *= sp.exp(keep)
+    return out
+
+
+def positive_dummies(fam):
+    """Integration/summation variables with the assumptions of their supports."""
+    reps = {}
+    for c, s in zip(fam.components, fam.component_supports):
+        if s in ("positive", "unit_interval"):
+            reps[c] = sp.Dummy(c.name, positive=True)
+        elif s == "nonnegative_integers":
+            reps[c] = sp.Dummy(c.name, integer=True, nonnegative=True)
+        else:
+            reps[c] = sp.Dummy(c.name, real=True)
+    return reps
+
+
+def definite_integral(f, x, lo, hi):
+    """∫_lo^hi f dx with sympy: Meijer-G first (fast for Gamma/Beta kernels), then the default algorithm."""
+    tried = []
+    for kw in ({"meijerg": True}, {}):
+        try:
+            with step_limit(INTEGRATE_SECONDS):
+                r = sp.integrate(f, (x, lo, hi), conds="none", **kw)
+                if r.has(sp.hyper, sp.meijerg):
+                    r = sp.hyperexpand(r)
+        except Exception as exc:  # sympy internals, or StepTimeout
+            tried.append(type(exc).__name__)
+            continue
+        if not r.has(sp.Integral, sp.hyper, sp.meijerg):
+            return r
+        tried.append("no closed form")
+    return None
+
+
+def resolve_piecewise(fam, e):
+    """Pick, for each Piecewise in a result, the branch that holds at random valid parameters."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.Piecewise):
+        return e
+    rng = np.random.default_rng(11)
+    samples = [fam.sample_params(rng, 2) for _ in range(5)]
+    reps = {}
+    for pw in e.atoms(sp.Piecewise):
+        chosen = None
+        for expr, cond in pw.args:
+            ok = True
+            for vals in samples:
+                c = cond.xreplace({k: sp.Float(float(v), 30) for k, v in vals.items() if not is_mat(k)})
+                if c not in (sp.true, True):
+                    ok = False
+                    break
+            if ok:
+                chosen = expr
+                break
+        if chosen is None:
+            return None
+        reps[pw] = chosen
+    return e.xreplace(reps)
+
+
+def finish_log_partition(fam, Z, spec, what):
+    if Z is not None:
+        Z = resolve_piecewise(fam, Z)
+    if Z is None or Z.has(sp.Integral, sp.Sum) or Z.has(sp.oo, -sp.oo, sp.zoo, sp.nan) or Z == 0:
+        raise _err(f"not normalizable: {what} over the {support_words(fam)} support diverges or has no closed form "
+                   "(declare log_partition)", spec, "sufficient_statistics")
+    Z = sp.simplify(Z)
+    A_ord = loggamma_form(sp.expand_log(sp.log(Z), force=True))
+    A = sp.simplify(A_ord.xreplace(fam.ord_from_nat))
+    return loggamma_form(sp.expand_log(A, force=True)) if A.has(sp.gamma) else A
+
+
+def integrate_log_partition(fam, spec):
+    if fam.joint_support == "simplex":
+        raise _err("log_partition must be given for the simplex support (the engine integrates over products of "
+                   "real, positive and unit_interval components only)", spec, "sufficient_statistics")
+    reps = positive_dummies(fam)
+    xs = [reps[c] for c in fam.components]
+    kernel = fam.h * sp.exp(sum((e * t for e, t in zip(fam.eta, fam.T)), sp.Integer(0)))
+    integrand = power_form(kernel.xreplace(reps), xs)
+    what = f"∫ h exp(<λ,T>) d{fam.theta}"
+    Z = integrand
+    for x, s in zip(xs, fam.component_supports):
+        lo, hi = CONTINUOUS_SUPPORTS[s]
+        try:
+            Z = definite_integral(Z, x, lo, hi)
+        except Exception:  # pragma: no cover - sympy internals
+            Z = None
+        if Z is None:
+            break
+        Z = resolve_piecewise(fam, Z)
+        if Z is None:
+            break
+        if len(xs) > 1:
+            Z = power_form(sp.simplify(Z), xs)
+    return finish_log_partition(fam, Z, spec, what)
+
+
+def support_points(fam, limit: int | None = None):
+    """The points of a finite discrete support as dicts {component symbol: value} (None if infinite)."""
+    if fam.joint_support == "categorical":
+        K = len(fam.components)
+        return [{c: int(i == k) for i, c in enumerate(fam.components)} for k in range(K)]
+    sets = []
+    for s in fam.component_supports:
+        if s == "binary_pm1":
+            sets.append((-1, 1))
+        elif s == "nonnegative_integers":
+            if limit is None:
+                return None
+            sets.append(tuple(range(limit)))
+        else:
+            return None
+    return [dict(zip(fam.components, pt)) for pt in itertools.product(*sets)]
+
+
+def sum_log_partition(fam, spec):
+    pts = support_points(fam)
+    if pts is not None:
+        # finite support: Z(λ) = Σ_θ h(θ) exp(<λ, T(θ)>) directly in λ
+        Z = sp.Integer(0)
+        for pt in pts:
+            Z += fam.h.xreplace(pt) * sp.exp(sum((l * t.xreplace(pt) for l, t in zip(fam.lam, fam.T)), sp.Integer(0)))
+        if Z == 0:
+            raise _err("not normalizable: h vanishes on the whole support", spec, "base_measure")
+        return sp.log(Z)
+    reps = positive_dummies(fam)
+    xs = [reps[c] for c in fam.components]
+    kernel = fam.h * sp.exp(sum((e * t for e, t in zip(fam.eta, fam.T)), sp.Integer(0)))
+    Z = power_form(kernel.xreplace(reps), xs)
+    Z = Z.rewrite(sp.factorial) if Z.has(sp.gamma) else Z
+    for x in xs:
+        try:
+            with step_limit(INTEGRATE_SECONDS):
+                Z = sp.summation(Z, (x, 0, sp.oo))
+        except Exception:  # sympy internals, or StepTimeout
+            Z = None
+            break
+    return finish_log_partition(fam, Z, spec, f"Σ h exp(<λ,T>) over {fam.theta}")
+
+
+def discrete_expectation(fam, f):
+    """E_q[f(θ)] by summation over a discrete support, in ordinary parameters."""
+    logq = fam.log_density()
+    pts = support_points(fam)
+    if pts is not None:
+        return sum((sp.exp(logq.xreplace(pt)) * f.xreplace(pt) for pt in pts), sp.Integer(0))
+    if len(fam.components) != 1:
+        raise DerivationError("E_q[log h] by summation is implemented for one discrete component")
+    k = sp.Dummy("k", integer=True, nonnegative=True)
+    (c,) = fam.components
+    q = power_form(sp.exp(sp.expand(logq.xreplace({c: k}))), [k])
+    return sp.Sum(q * f.xreplace({c: k}), (k, 0, sp.oo))

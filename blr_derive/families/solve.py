@@ -1,0 +1,112 @@
+"""The one solver for λ ↔ ordinary parameters: params = η⁻¹(λ) (and μ → params where a closed form exists), block
+by block, each symbolic solution checked by a numerical round trip at random valid parameters.  Where no closed
+form exists the map is numeric (``numeric.py``), with the damped Newton method the generated modules use."""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from blr_derive.core.budget import StepTimeout, step_limit
+from blr_derive.core.errors import DerivationError
+from blr_derive.core.matexpr import is_mat, simplify_mat, split_coeff
+
+
+#: wall-clock limits (seconds) for sympy steps that can run away on unusual declarations
+SOLVE_SECONDS = 20
+
+
+def solve(exprs, targets, unknown_params, symmetric, fam=None, what=None):
+    """Solve exprs[i](params) = targets[i] for the unknown parameters, block by block."""
+    try:
+        with step_limit(SOLVE_SECONDS):
+            sol = solve_blocks(exprs, targets, unknown_params, symmetric, fam, what)
+    except DerivationError:
+        raise
+    except StepTimeout as exc:
+        raise DerivationError(f"the solver {exc}") from None
+    except Exception as exc:  # sympy's solvers raise NotImplementedError and friends
+        raise DerivationError(f"the solver failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None
+    if fam is not None and not round_trips(fam, exprs, targets, sol):
+        raise DerivationError("the symbolic solution does not reproduce the parameters numerically")
+    return sol
+
+
+def round_trips(fam, exprs, targets, sol, trials=3):
+    """params → exprs(params) = targets → sol(targets) gives back params, at random valid parameters."""
+    rng = np.random.default_rng(99)
+    try:
+        for _ in range(trials):
+            vals = fam.sample_params(rng, 2)
+            tv = {t: fam.evaluate(e, vals, 2) for t, e in zip(targets, exprs)}
+            tv.update({p.symbol: vals[p.symbol] for p in fam.fixed_params})
+            for s, e in sol.items():
+                got = np.asarray(fam.evaluate(e, tv, 2), dtype=float)
+                want = np.asarray(vals[s], dtype=float).reshape(got.shape)
+                if not np.allclose(got, want, rtol=1e-8, atol=1e-10):
+                    return False
+    except (TypeError, ValueError, ZeroDivisionError):
+        return False
+    return True
+
+
+def solve_blocks(exprs, targets, unknown_params, symmetric, fam=None, what=None):
+    unknown = [p.symbol for p in unknown_params]
+    if all(not is_mat(u) for u in unknown) and all(not is_mat(e) for e in exprs):
+        eqs = [sp.Eq(e, t) for e, t in zip(exprs, targets)]
+        sols = sp.solve(eqs, unknown, dict=True)
+        sols = [s for s in sols if all(u in s for u in unknown)]
+        if not sols:
+            raise DerivationError("no solution found")
+        sols = [{u: sp.simplify(s[u]) for u in unknown} for s in sols]
+        if fam is not None and len(sols) > 1:
+            # several branches: keep the one that reproduces valid parameters
+            for s in sols:
+                if round_trips(fam, exprs, targets, s):
+                    return s
+        return sols[0]
+    solved: dict = {}
+    remaining = list(range(len(exprs)))
+    progress = True
+    while remaining and progress:
+        progress = False
+        for i in list(remaining):
+            e = simplify_mat(exprs[i].xreplace(solved), symmetric) if solved else exprs[i]
+            unk = [u for u in unknown if u not in solved and e.has(u)]
+            if len(unk) == 0:
+                remaining.remove(i)
+                progress = True
+                continue
+            if len(unk) == 1:
+                solved[unk[0]] = isolate_block(e, targets[i], unk[0], symmetric)
+                remaining.remove(i)
+                progress = True
+    missing = [u for u in unknown if u not in solved]
+    if missing:
+        raise DerivationError(f"could not solve for {', '.join(map(str, missing))}")
+    return solved
+
+
+def isolate_block(e, target, p, symmetric):
+    """Solve e(p) = target for p when e = c*p + r, c*M*p + r or c*inv(p) + r."""
+    if not is_mat(e):
+        sol = sp.solve(sp.Eq(e, target), p)
+        if len(sol) != 1:
+            raise DerivationError(f"cannot isolate {p} in {e}")
+        return sol[0]
+    terms = e.args if isinstance(e, sp.MatAdd) else (e,)
+    with_p = [t for t in terms if t.has(p)]
+    rest = [t for t in terms if not t.has(p)]
+    if len(with_p) != 1:
+        raise DerivationError(f"{p} appears in more than one term of {e}")
+    t = with_p[0]
+    c, mats = split_coeff(t.args) if isinstance(t, sp.MatMul) else (sp.Integer(1), [t])
+    rhs = target - sp.MatAdd(*rest) if rest else target
+    rhs = simplify_mat(rhs * (1 / c) if c != 1 else rhs, symmetric)
+    if mats == [p]:
+        return rhs
+    if len(mats) == 1 and mats[0] == sp.Inverse(p):
+        return simplify_mat(sp.Inverse(rhs), symmetric)
+    if mats[-1] == p and all(not m.has(p) for m in mats[:-1]):
+        M = sp.MatMul(*mats[:-1]) if len(mats) > 2 else mats[0]
+        return simplify_mat(sp.Inverse(M) * rhs, symmetric)
+    raise DerivationError(f"cannot isolate {p} in {e}")

@@ -1,0 +1,104 @@
+"""Expressions that are linear in a family's sufficient statistics: a conjugate loss (Sec. 5.1), or a log base
+measure log h = c0 + Σ c_i T_i, whose expectation is then c0 + Σ c_i μ_i (App. B, Eq. 64)."""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from blr_derive.core.matexpr import is_mat
+
+
+def linear_in_statistics(fam, expr):
+    """(c0, [c_i]) with expr = c0 + Σ c_i T_i(θ) and θ-free c_i, or None.
+
+    Terms of the expanded expression are matched to sufficient statistics by their θ-dependent
+    factor (so data and hyperparameters may appear in the coefficients); this is how a conjugate
+    loss is recognised (Sec. 5.1: E_q[ℓ] is then linear in μ and its natural gradient is c)."""
+    if any(is_mat(t) for t in fam.T):
+        return None
+    if not fam.depends_on_variable(expr):
+        return expr, [sp.Integer(0)] * len(fam.T)
+    targets = [sp.expand(t) for t in fam.T]
+    cs = [sp.Integer(0)] * len(fam.T)
+    c0 = sp.Integer(0)
+    for term in sp.Add.make_args(sp.expand(sp.expand_log(expr, force=True))):
+        dep = sp.Mul(*[f for f in sp.Mul.make_args(term) if fam.depends_on_variable(f)])
+        coeff = sp.Mul(*[f for f in sp.Mul.make_args(term) if not fam.depends_on_variable(f)])
+        if dep == 1:
+            c0 += coeff
+            continue
+        for i, t in enumerate(targets):
+            ratio = sp.simplify(dep / t) if t != 0 else None
+            if ratio is not None and not fam.depends_on_variable(ratio):
+                cs[i] += coeff * ratio
+                break
+        else:
+            return None
+    return c0, [sp.expand(c) for c in cs]
+
+
+def log_h_linear(fam):
+    """(c0, [c_i]) with log h = c0 + Σ c_i T_i, or None."""
+    lh = fam.log_h
+    if any(is_mat(t) for t in fam.T) or not fam.components:
+        return None
+    if not fam.depends_on_variable(lh):
+        return lh, [sp.Integer(0)] * len(fam.T)
+    direct = linear_in_statistics(fam, lh)
+    if direct is not None:
+        return direct
+    ts = [sp.Dummy(f"t{i}") for i in range(len(fam.T))]
+    cand = sp.expand(lh.subs({t: s for t, s in zip(fam.T, ts)}, simultaneous=True))
+    if not fam.depends_on_variable(cand):
+        try:
+            poly = sp.Poly(cand, *ts)
+        except sp.PolynomialError:
+            poly = None
+        if poly is not None and poly.total_degree() <= 1:
+            cs = [poly.coeff_monomial(s) for s in ts]
+            c0 = poly.coeff_monomial(1)
+            if not any(fam.depends_on_variable(c) for c in cs + [c0]):
+                return c0, cs
+    # numeric least squares at random support points, rationalized and then verified symbolically
+    rng = np.random.default_rng(5)
+    pts = random_support_points(fam, rng, len(fam.T) + 6)
+    if pts is None:
+        return None
+    rows, rhs = [], []
+    for pt in pts:
+        try:
+            rows.append([1.0] + [float(sp.N(t.xreplace(pt))) for t in fam.T])
+            rhs.append(float(sp.N(lh.xreplace(pt))))
+        except (TypeError, ValueError):
+            return None
+    coef, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
+    cs = [sp.nsimplify(c, rational=True, tolerance=1e-9) for c in coef]
+    resid = sp.simplify(lh - cs[0] - sum((c * t for c, t in zip(cs[1:], fam.T)), sp.Integer(0)))
+    if fam.depends_on_variable(resid):
+        return None
+    return cs[0] + resid, cs[1:]
+
+
+def random_support_points(fam, rng, n):
+    if fam.joint_support == "simplex":
+        return [dict(zip(fam.components, [sp.Rational(int(v * 10**6), 10**6) or sp.Rational(1, 10**6)
+                                          for v in rng.dirichlet(np.ones(len(fam.components)))])) for _ in range(n)]
+    if fam.joint_support == "categorical" or not fam.component_supports:
+        return None
+    out = []
+    for _ in range(n):
+        pt = {}
+        for c, s in zip(fam.components, fam.component_supports):
+            if s == "real":
+                v = sp.Rational(int(rng.normal() * 1000), 1000)
+            elif s == "positive":
+                v = sp.Rational(int(np.exp(rng.normal()) * 1000) + 1, 1000)
+            elif s == "unit_interval":
+                v = sp.Rational(int(rng.uniform(0.05, 0.95) * 1000), 1000)
+            elif s == "binary_pm1":
+                v = sp.Integer(int(rng.choice([-1, 1])))
+            else:
+                v = sp.Integer(int(rng.integers(0, 20)))
+            pt[c] = v
+        out.append(pt)
+    return out

@@ -1,0 +1,102 @@
+"""Symbolic helpers of the family engine: substitution, safe log expansion, tidying, log-gamma forms, and exact
+numerical evaluation of expressions (infinite sums summed until negligible)."""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from blr_derive.core.matexpr import is_mat
+
+
+def subs(e, mapping):
+    return e.xreplace(mapping) if mapping else e
+
+
+def safe_expand_log(e):
+    """Expand logarithms only where it is valid: each log's argument is first cancelled
+    (log(x/y) with x, y < 0 must not become log(x) - log(y)), then split by assumptions."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.log):
+        return e
+    reps = {}
+    for lg in e.atoms(sp.log):
+        a = lg.args[0]
+        if a.has(sp.Trace, sp.Determinant) or a.is_Atom:
+            continue
+        c = sp.factor(sp.cancel(a))
+        if c != a:
+            reps[lg] = sp.log(c)
+    e = e.xreplace(reps) if reps else e
+    return sp.expand_log(e, force=False)
+
+
+def tidy(e):
+    if is_mat(e):
+        return e
+    e = safe_expand_log(e) if e.has(sp.log) else e
+    if e.has(sp.Sum):
+        return e
+    return sp.simplify(e) if sp.count_ops(e) < 80 and not e.has(sp.Trace) else sp.expand(e)
+
+
+def loggamma_form(e):
+    """log Γ(x) → loggamma(x), log x! → loggamma(x + 1) (numerically stable, differentiable)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.log):
+        return e
+    reps = {}
+    for lg in e.atoms(sp.log):
+        a = lg.args[0]
+        if isinstance(a, sp.gamma):
+            reps[lg] = sp.loggamma(a.args[0])
+        elif isinstance(a, sp.factorial):
+            reps[lg] = sp.loggamma(a.args[0] + 1)
+    return e.xreplace(reps) if reps else e
+
+
+def evaluate(expr, values: dict, dims: dict | None = None):
+    """Numerically evaluate ``expr`` with ``values`` (numpy arrays for matrix symbols)."""
+    reps = {}
+    for k, v in values.items():
+        if is_mat(k):
+            arr = np.asarray(v, dtype=float)
+            if arr.ndim == 1:
+                arr = arr.reshape(-1, 1)
+            reps[k] = sp.ImmutableMatrix(arr.tolist())
+        else:
+            reps[k] = sp.Float(float(v), 30)
+    for k, v in (dims or {}).items():
+        reps[k] = sp.Integer(v)
+    e = expr.xreplace(reps)
+    e = numeric_infinite_sums(e)
+    e = e.doit()
+    if isinstance(e, sp.MatrixBase) or is_mat(e):
+        e = sp.Matrix(e).evalf(30)
+        arr = np.array(e.tolist(), dtype=float)
+        return arr
+    return float(sp.N(e, 30))
+
+
+def numeric_infinite_sums(e):
+    """Replace Σ_{k=a}^{∞} f(k) with numeric f by its value (terms summed until negligible)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.Sum):
+        return e
+    reps = {}
+    for s in e.atoms(sp.Sum):
+        if len(s.limits) != 1:
+            continue
+        k, lo, hi = s.limits[0]
+        if hi != sp.oo or not lo.is_Integer or (s.function.free_symbols - {k}):
+            continue
+        f = sp.lambdify([k], loggamma_form(s.function), modules=["scipy", "numpy"])
+        total, start, block = 0.0, int(lo), 256
+        for _ in range(400):
+            ks = np.arange(start, start + block, dtype=float)
+            with np.errstate(all="ignore"):
+                vals = np.asarray(f(ks), dtype=float) * np.ones_like(ks)
+            vals = np.where(np.isfinite(vals), vals, 0.0)
+            total += float(vals.sum())
+            if np.all(np.abs(vals[-16:]) <= 1e-18 * max(1.0, abs(total))) and abs(vals[-1]) <= abs(vals[0]) + 1e-300:
+                break
+            start += block
+            block *= 2
+        reps[s] = sp.Float(total, 30)
+    return e.xreplace(reps)

@@ -1,0 +1,106 @@
+"""The update IR: what a generated module needs, independent of any target (rendered by
+``blr_derive/codegen/backends/<target>``).
+
+:class:`UpdateIR` — a single family or a mixture: state (the family's ordinary parameters plus auxiliary state
+added by rules, each with an initial value), hyperparameters with defaults (numbers, booleans, tuples, choices),
+data inputs, dimension bindings, the step counter, oracle calls (with the state expression they are evaluated
+at), Monte Carlo sampling, and the assignments of the update in dependency order after common-subexpression
+elimination (``sympy.cse``).
+
+:class:`FactorizedIR` — a product (mean-field) candidate: the same, with the plate of per-row blocks and
+statistics as a first-class axis.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Var:
+    name: str
+    symbol: object
+    kind: str            # scalar | vector | matrix | elementwise
+    description: str = ""
+    init: object = None  # sympy expression of hyperparameters, or None (must be given)
+    family: bool = True  # a parameter of the family (False: auxiliary state)
+    init_state: str | None = None   # initialised as a copy of this (family) state instead
+    fixed: bool = False  # a fixed parameter of the family (never updated)
+
+
+@dataclass
+class HyperVar:
+    name: str
+    kind: str            # float | int | bool | tuple | choice
+    default: object      # None: required
+    description: str
+    symbols: tuple       # the scalar symbols it binds (one, one per tuple element, or one boolean per choice)
+    choices: tuple = ()
+
+
+@dataclass
+class OracleCall:
+    symbol: object
+    oracle: str
+    argument: object
+    description: str
+
+
+@dataclass
+class UpdateIR:
+    recipe: str
+    title: str
+    family: str
+    class_name: str
+    engine_version: str
+    source: str
+    elementwise: bool
+    state: list                    # [Var] family parameters then auxiliary state
+    hyperparameters: list          # [HyperVar]
+    data: list                     # [Var]
+    dims: list                     # [(dim symbol, var name, axis)]
+    oracles: list                  # [(name, description)]
+    oracle_calls: list             # [OracleCall]
+    random_draws: list             # [] for now
+    assignments: list              # [(symbol, expr)] temporaries, definitions and new state values
+    outputs: list                  # [(state name, symbol holding the new value)]
+    equations: list                # plain-text update equations
+    step_symbol: object = None     # the 1-based step counter, when the update uses it
+    sampling: object = None        # rules.base.Sampling for Monte Carlo recipes
+    mean: str | None = None        # the state that is the parameter itself (torch targets)
+    parameter: object = None       # else: what the parameter holds, an expression of the state (e.g. sign(lam))
+    paper: str = ""
+    description: str = ""
+    family_maps: dict | None = None      # μ → λ by Newton's method in the generated module (numeric inverses)
+    federated: object = None             # rules.base.FederatedSteps: the dual/server steps of Bayesian ADMM
+    symmetric: frozenset = frozenset()   # names of the symmetric matrices among state, data and oracle values
+
+
+@dataclass
+class FactorizedIR:
+    """What a generated module of a factorized recipe needs (rendered by codegen/<target>/factorized.*)."""
+    recipe: str
+    title: str
+    class_name: str
+    engine_version: str
+    source: str
+    paper: str
+    description: str
+    blocks: list                   # [(name, candidate, scope, rho text, approximation)]
+    state: list                    # [ir.Var] global blocks' parameters
+    hyperparameters: list          # [ir.HyperVar]
+    data: list                     # [ir.Var] global data
+    plate: dict | None             # {index, data: [(name, symbol, kind)], local_outputs: [(name, symbol)]}
+    dims: list                     # [(dim, data name, axis)] (plate data: axis counted after the row axis)
+    step_symbol: object
+    local_assign: list             # [(symbol, expr)] per row
+    pre_loop: list                 # [(symbol, expr)] row-invariant parts of the per-row program, computed once
+    prelude: list                  # [(symbol, expr)] parameters of message-form blocks from their messages
+    stats: list                    # [(symbol, per-row expr)]
+    scale: object                  # (symbol, expr) or None
+    assignments: list              # [(symbol, expr)]
+    outputs: list                  # [(state name, symbol)]
+    equations: list                # plain-text update
+    family: str = ""
+    factorized: bool = True
+    elementwise: bool = False
+    symmetric: frozenset = frozenset()   # names of the symmetric matrices among state and data

@@ -1,0 +1,108 @@
+"""The IR of a product (mean-field) candidate: the plate of per-row blocks as a first-class axis."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive import __version__
+from blr_derive.core import matexpr
+from blr_derive.core.matexpr import is_mat
+from blr_derive.ir.common import camel, check_printed_names, seal_text
+from blr_derive.ir.model import FactorizedIR, HyperVar, Var
+from blr_derive.rules.product import FactorizedDerivation
+
+
+def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
+    """The IR of a product candidate: the plate's per-row program (its row-invariant parts hoisted), the plate
+    statistics and the global program."""
+    R = D.recipe
+    state = []
+    for b in R.blocks:
+        if b.local:
+            continue
+        if b.name in D.message_state:
+            state += [Var(name, ms, "scalar", f"message of factor '{f}' to q({b.name}), λ̃^({i + 1}) (Eq. 60)")
+                      for name, ms, f, i in D.message_state[b.name]]
+            continue
+        for name, s, p in b.state:
+            desc = (f"{b.family.params[str(p)].description} of q({b.name}) ({b.family.name})" if p is not None
+                    else b.description or f"point estimate of {b.name}")
+            kind = "scalar" if not is_mat(s) else ("vector" if s.shape[1] == 1 else "matrix")
+            state.append(Var(name, s, kind, desc))
+    used = set()
+    for _, e in D.prelude + D.local_assign + D.stats + D.assignments + ([D.scale] if D.scale else []):
+        used |= e.free_symbols
+    hyper = [HyperVar(h.name, h.kind, h.default, h.description, (h.symbol,)) for h in R.hyper if h.symbol in used]
+    data = [Var(d.name, d.symbol, "scalar" if not d.shape else ("vector" if len(d.shape) == 1 else "matrix"),
+                d.description) for d in R.data if d.symbol in used]
+    dims, seen = [], set()
+    plate = None
+    if R.plate is not None:
+        pdata = []
+        for d in R.plate["data"]:
+            pdata.append((d.name, d.symbol, "scalar" if not d.shape else "vector" if len(d.shape) == 1 else "matrix",
+                          d.description))
+            for axis, s in enumerate(d.shape):
+                if s not in seen:
+                    seen.add(s)
+                    dims.append((s, d.name, axis + 1))
+        plate = {"index": R.plate["index"], "data": pdata, "local_outputs": list(D.local_outputs),
+                 # scalar rows: the per-row program is elementwise, so numpy evaluates it on all rows at once
+                 "vectorized": all(not d.shape for d in R.plate["data"])}
+    for d in R.data:
+        for axis, s in enumerate(d.shape):
+            if s not in seen:
+                seen.add(s)
+                dims.append((s, d.name, axis))
+    pre_loop, local_assign = hoist_invariants(D)
+    blocks = [(b.name, b.family.name if b.family is not None else "delta (point estimate)",
+               "local" if b.local else "global", b.rho_text, b.approximation) for b in R.blocks]
+    ir = FactorizedIR(
+        recipe=R.name, title=R.title, class_name=R.class_name or camel(R.name), engine_version=__version__,
+        source=source, paper=R.paper, description=R.description, blocks=blocks, state=state,
+        hyperparameters=hyper, data=data, plate=plate, dims=dims, step_symbol=D.step_symbol,
+        local_assign=local_assign, pre_loop=pre_loop, prelude=list(D.prelude), stats=list(D.stats), scale=D.scale,
+        assignments=list(D.assignments),
+        outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name)
+    ir.symmetric = frozenset(str(b.variables[0]) for b in R.blocks if b.symmetric)
+    check_printed_names(ir, R)
+    return seal_text(ir)
+
+
+def hoist_invariants(D):
+    """Split the per-row program into row-invariant temporaries (computed once before the plate loop) and
+    the per-row assignments that use them (loop-invariant code motion; the values are unchanged)."""
+    row = set(D.row_symbols) | {s for s, _ in D.local_assign}
+    temps, pre = {}, []
+
+    def temp(e):
+        if e not in temps:
+            t = sp.Symbol(f"row_const{len(temps) + 1}", real=True)
+            temps[e] = t
+            pre.append((t, e))
+        return temps[e]
+
+    def varies(e):
+        return bool(e.free_symbols & row)
+
+    def walk(e):
+        if is_mat(e):
+            return e
+        if not varies(e):
+            return e if (e.is_Atom or e.is_number) else temp(e)
+        if isinstance(e, sp.Trace) and isinstance(e.arg, sp.MatAdd):
+            return walk(sp.Add(*[sp.Trace(a) for a in e.arg.args]))
+        if isinstance(e, sp.Trace) and isinstance(e.arg, sp.MatMul):
+            c, mats = matexpr.split_coeff(e.arg.args)
+            if c != 1:
+                return walk(c * sp.Trace(sp.MatMul(*mats) if len(mats) > 1 else mats[0]))
+        if isinstance(e, (sp.Add, sp.Mul)):
+            inv = [a for a in e.args if not varies(a)]
+            parts = [walk(a) for a in e.args if varies(a)]
+            if inv:
+                c = e.func(*inv)
+                parts.insert(0, c if (c.is_Atom or c.is_number) else temp(c))
+            return e.func(*parts)
+        if isinstance(e, (sp.Function, sp.Pow)):
+            return e.func(*[walk(a) for a in e.args])
+        return e
+    return pre, [(s, walk(e)) for s, e in D.local_assign]

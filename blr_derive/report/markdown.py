@@ -1,0 +1,118 @@
+"""Markdown views of families, recipes and derivations (``blr-derive explain``, notebooks).
+
+A derivation report lists the recipe, each step with the rule it applied and the paper equation it cites,
+and the final update; a product (mean-field) recipe adds its blocks and factors."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.rules.base import RULES
+from blr_derive.spec.product import FactorizedRecipe
+
+
+def final_latex(D) -> list[str]:
+    """The update after the oracle calls, one LaTeX equation per definition or state update."""
+    return [D.eq_latex(lhs, rhs, op) for lhs, rhs, op in D.final_equations()]
+
+
+def is_convention(rule_name) -> bool:
+    """A step applied a peer's convention (``Rule.kind == 'convention'``), not a consequence of the BLR."""
+    r = RULES.get(rule_name)
+    return r is not None and r.kind == "convention"
+
+
+CONVENTION = "a peer's convention, not a BLR step"
+
+
+def steps_markdown(D) -> list[str]:
+    """The derivation steps in Markdown: title, rule and equation cited, text, display equations."""
+    lines = []
+    for i, s in enumerate(D.steps, 1):
+        lines.append(f"## Step {i}. {s.title}  ")
+        tag = f" ({CONVENTION})" if is_convention(s.rule) else ""
+        lines.append(f"*rule* `{s.rule}`{tag} — *{s.equation}*")
+        lines.append("")
+        if s.text:
+            lines += [s.text.strip(), ""]
+        for eq in s.equations:
+            if isinstance(eq, str):
+                lines.append(f"$$ {eq} $$")
+            else:
+                lhs, rhs, *op = eq
+                lines.append(f"$$ {D.eq_latex(lhs, rhs, op[0] if op else '=')} $$")
+        lines.append("")
+    return lines
+
+
+def _recipe_lines(D) -> list[str]:
+    r = D.recipe
+    fam = r.family
+    return [
+        f"- **Family**: `{fam.name}` — {fam.description}",
+        f"- **Loss**: {'abstract ℓ(θ) (oracles)' if r.loss_kind == 'abstract' else '$' + D.latex(r.loss) + '$'}",
+        f"- **Approximations**: {', '.join(a.name for a in r.approximations) or 'none'}",
+        f"- **Paper**: {r.paper}" if r.paper else "",
+        "",
+    ]
+
+
+def _product_lines(D) -> list[str]:
+    r = D.recipe
+    lines = ["| block | candidate | scope | learning rate ρ | approximation | step |", "|---|---|---|---|---|---|"]
+    for b in r.blocks:
+        cand = f"`{b.family.name}`" if b.family is not None else "N(θ_t, I), point estimate"
+        kind = ("exact natural-gradient step (Eq. 6)" if b.approximation == "exact"
+                else "fixed point under the delta method (stationarity)")
+        lines.append(f"| `{b.name}` | {cand} | {'local (one per plate row)' if b.local else 'global'} | "
+                     f"{b.rho_text} | `{b.approximation}` | coordinate-wise: {kind} |")
+    lines.append("")
+    lines.append("**Factors** (loss = Σ of their negative logs): "
+                 + "; ".join(f"`{f.name}`{' (summed over the plate)' if f.plate else ''}: ${D.latex(f.expr)}$"
+                             for f in r.factors))
+    if r.paper:
+        lines += ["", f"- **Paper**: {r.paper}"]
+    lines.append("")
+    return lines
+
+
+def derivation_markdown(D) -> str:
+    r = D.recipe
+    lines = [f"# Derivation of `{r.name}`: {r.title}", ""]
+    if r.description:
+        lines += [r.description.strip(), ""]
+    product = isinstance(r, FactorizedRecipe)
+    lines += _product_lines(D) if product else _recipe_lines(D)
+    lines += steps_markdown(D)
+    lines += ["## Update", ""]
+    if not product:
+        for call in D.oracle_calls:
+            lines.append(f"$$ {D.latex(call[0])} = \\mathrm{{{call[1]}}}({D.latex(call[2])}) $$")
+    for l in final_latex(D):
+        lines.append(f"$$ {l} $$")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def family_markdown(fam) -> str:
+    """T(θ), h(θ), λ, μ and A(λ) in LaTeX."""
+    def lx(e):
+        return sp.latex(e, mat_symbol_style="bold")
+    rows = [("T(θ)", ", ".join(f"${lx(t)}$" for t in fam.T)),
+            ("h(θ)", f"${lx(fam.h)}$"),
+            ("λ", ", ".join(f"${lx(e)}$" for e in fam.eta)),
+            ("μ = ∇A(λ)", ", ".join(f"${lx(e)}$" for e in fam.mu_ord)),
+            ("A(λ)", f"${lx(fam.A)}$" + ("" if fam.A_given else " (derived)"))]
+    params = ", ".join(f"`{p.name}` ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in fam.params.values())
+    out = [f"**Family `{fam.name}`** — {fam.description}", "", f"parameters: {params}", "",
+           "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(out) + "\n"
+
+
+def recipe_markdown(r) -> str:
+    """Family, loss, approximations and hyperparameters."""
+    loss = "abstract ℓ(θ) (oracles)" if r.loss_kind == "abstract" else f"${sp.latex(r.loss)}$"
+    hyper = ", ".join(f"`{h.name}` = {h.default!r}" for h in r.hyper) or "none"
+    approx = ", ".join(f"`{a.name}`" for a in r.approximations) or "none"
+    return "\n".join([f"**Recipe `{r.name}`** — {r.title}", "", f"- family: `{r.family.name}`",
+                      f"- loss: {loss}", f"- approximations: {approx}", f"- hyperparameters: {hyper}",
+                      f"- paper: {r.paper}" if r.paper else ""]) + "\n"

@@ -1,0 +1,86 @@
+"""Reading a rule's arguments from a recipe (untrusted: every value is parsed by the restricted grammar, every
+name validated, every unknown argument a located error)."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core.errors import SpecError
+from blr_derive.core.exprparse import parse_expression
+from blr_derive.core.names import name_problem
+
+
+class Ctx:
+    def __init__(self, D, approx):
+        self.D = D
+        self.r = D.recipe
+        self.approx = approx
+        self.args = dict(approx.args)
+
+    def fail(self, msg):
+        return SpecError(f"approximation '{self.approx.name}': {msg}", self.r.file, self.approx.line)
+
+    def symbols(self):
+        syms = dict(self.r.hyper_symbols())
+        if self.D.step_symbol is not None:
+            syms["t"] = self.D.step_symbol
+        return syms
+
+    def expr(self, key, default=None, logic=False):
+        if key not in self.args:
+            if default is None:
+                raise self.fail(f"missing argument '{key}'")
+            return default
+        try:
+            return parse_expression(self.args.pop(key), self.symbols(), what=f"{self.approx.name}.{key}", logic=logic,
+                                    choices=self.r.choices())
+        except SpecError as exc:
+            raise exc.located(self.r.file, self.approx.line) from None
+
+    def count(self, key, default=1):
+        """A number of draws or nodes: a positive integer, or an expression of hyperparameters (required when
+        ``default`` is None)."""
+        e = self.expr(key, None if default is None else sp.Integer(default))
+        if e.is_number and not (e.is_Integer and e >= 1):
+            raise self.fail(f"{key} must be a positive integer (or an int hyperparameter), got {e}")
+        return e
+
+    def positive(self, key, default=None):
+        """A strictly positive number, or an expression of hyperparameters."""
+        e = self.expr(key, default)
+        if e.is_number and not (e.is_real and e > 0):
+            raise self.fail(f"{key} must be positive, got {e}")
+        return e
+
+    def name(self, key, default=None):
+        v = self.args.pop(key, default)
+        if v is None:
+            raise self.fail(f"missing argument '{key}'")
+        if not isinstance(v, str):
+            raise self.fail(f"argument '{key}' must be a name")
+        problem = name_problem(v)
+        if problem is not None:
+            raise self.fail(f"argument '{key}': {problem}")
+        return v
+
+    def view(self, key):
+        """The symbol through which ``key`` (a parameter, a state, 'grad' or 'hess') currently enters the update;
+        a name the update does not have is a located error (recipe arguments are untrusted)."""
+        v = self.D.views.get(key) if isinstance(key, str) else None
+        if v is None:
+            if key in ("grad", "hess"):
+                raise self.fail(f"the update has no {'gradient' if key == 'grad' else 'Hessian'} to act on")
+            known = ", ".join(sorted(k for k, x in self.D.views.items() if x is not None and k not in ("grad", "hess")))
+            raise self.fail(f"'{key}' is not a parameter or state of this update (known: {known})")
+        return v
+
+    def when(self):
+        if "when" not in self.args:
+            return None
+        w = self.expr("when", logic=True)
+        if not isinstance(w, sp.logic.boolalg.Boolean) or (w.is_Symbol and w.is_real):
+            raise self.fail(f"'when' must be a condition (a comparison or a boolean hyperparameter), got {w}")
+        return w
+
+    def done(self):
+        if self.args:
+            raise self.fail(f"unknown argument(s): {', '.join(sorted(self.args))}")

@@ -1,0 +1,231 @@
+"""The BLR step itself (Eq. 6) and the way back to ordinary parameters (Eqs. 9, 12): identities applied by every
+candidate.
+
+* ``blr`` — λ ← (1−ρ)λ − ρ∇_μ E_q[ℓ + log h], the BLR (Eq. 3) with ∇_μ H(q) = −λ − ∇_μ E_q[log h] (App. B);
+* ``base_measure`` — ∇_μ E_q[log h] (App. B, Eq. 64): zero for a constant h, the coefficients when log h is
+  linear in the statistics, Gaussian moments otherwise;
+* ``natural_to_ordinary`` — the updated λ solved for the ordinary parameters block by block (Eq. 9), with the
+  family's closed-form inverse ordinary(λ) where a parameter enters λ non-linearly;
+* ``increment_form`` — p_{t+1} = p_t + Δ where a parameter enters λ linearly (Eq. 12).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core import matcalc
+from blr_derive.core.errors import DerivationError
+from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
+from blr_derive.families.solve import isolate_block
+from blr_derive.rules.base import RULES, rule
+
+rule("blr", "identity", "Eq. 6",
+     "λ ← (1-ρ)λ - ρ ∇_μ E_q[ℓ(θ) + log h(θ)]: the BLR (Eq. 3) with ∇_μ H(q) = -λ - ∇_μ E_q[log h] (App. B)")
+rule("base_measure", "identity", "App. B, Eq. 64",
+     "∇_μ E_q[log h(θ)] from the closed-form Gaussian moments of log h (zero when h is constant)")
+rule("natural_to_ordinary", "identity", "Eq. 9",
+     "solve the updated natural parameters for the ordinary parameters, block by block")
+rule("increment_form", "identity", "Eq. 12",
+     "for parameters that enter λ linearly, write p_{t+1} = p_t + M_{t+1}^{-1}(λ_{t+1} - M_{t+1} p_t) and cancel")
+
+
+def doit(e):
+    return e.doit() if hasattr(e, "doit") else e
+
+
+def expand(e):
+    try:
+        return sp.expand(e)
+    except Exception:  # pragma: no cover
+        return e
+
+
+def new_symbol(p):
+    return like_symbol(f"{p.name}_new", p.symbol) if not is_mat(p.symbol) else sp.MatrixSymbol(f"{p.name}_new", *p.symbol.shape)
+
+
+def solve_ordinary(recipe, D, lam_new, sym):
+    fam = recipe.family
+    free = [p for p in fam.params.values() if not p.fixed]
+    new_sym = {p.symbol: new_symbol(p) for p in free}
+    for p in free:
+        D.symbol_names[new_sym[p.symbol]] = (r"\mathbf{%s}_{t+1}" if is_mat(p.symbol) else "%s_{t+1}") % p.name
+        if new_sym[p.symbol] not in sym and p.symbol in sym:
+            sym.add(new_sym[p.symbol])
+    solved_expr: dict = {}     # param symbol -> expression (old state) of its new value
+    remaining = list(range(len(fam.eta)))
+    while remaining:
+        progress = False
+        for i in list(remaining):
+            e = fam.eta[i]
+            unk = [p for p in free if e.has(p.symbol) and p.symbol not in solved_expr]
+            if not unk:
+                remaining.remove(i)
+                progress = True
+                continue
+            if len(unk) > 1:
+                continue
+            p = unk[0]
+            known_new = {q: new_sym[q] for q in solved_expr}
+            e_new = e.xreplace(known_new)
+            inverse = getattr(fam, "ord_from_nat", {}).get(p.symbol)  # the family's closed-form ordinary(λ), verified at load
+            if inverse is not None:
+                inverse = inverse.xreplace(dict(zip(fam.lam, lam_new)))
+            direct = isolate(e_new, lam_new[i], p.symbol, sym, inverse)
+            steps = [(new_sym[p.symbol], direct, r"\leftarrow")]
+            chosen, rule, text = direct, "natural_to_ordinary", (
+                f"Solve λ^({i + 1})_(t+1) = {sp.sstr(e)} for {p.name}, using the parameters already updated.")
+            incr = increment(e, lam_new[i], p.symbol, known_new, solved_expr, sym)
+            if incr is not None and sp.count_ops(incr) < sp.count_ops(direct):
+                chosen, rule = incr, "increment_form"
+                text = (f"{p.name} enters λ^({i + 1}) linearly; writing {p.name}_(t+1) = {p.name}_t + Δ, the terms "
+                        f"of λ^({i + 1})_(t+1) that reproduce the old {p.name} cancel (as in Eq. 12 / App. D).")
+                steps = [(new_sym[p.symbol], incr, r"\leftarrow")]
+            D.add(rule, RULES[rule].equation, f"Update of {p.name}", text, steps)
+            solved_expr[p.symbol] = tidy(chosen, fam, D, sym, new_sym)
+            D.updates.append((p.name, new_sym[p.symbol], solved_expr[p.symbol]))
+            remaining.remove(i)
+            progress = True
+        if not progress:
+            # coupled blocks (e.g. the categorical's λ_k = log(p_k/p_K)): the family's closed-form inverse
+            # ordinary(λ) at λ_{t+1}, for all the parameters still unknown at once
+            unk = [p for p in free if p.symbol not in solved_expr]
+            inv = getattr(fam, "ord_from_nat", None) or {}
+            if not unk or any(p.symbol not in inv or is_mat(p.symbol) for p in unk) or any(is_mat(l) for l in lam_new):
+                raise DerivationError("cannot solve the updated natural parameters for the ordinary parameters")
+            at_new = dict(zip(fam.lam, lam_new))
+            eqs = []
+            for p in unk:
+                solved_expr[p.symbol] = inv[p.symbol].xreplace(at_new)
+                D.updates.append((p.name, new_sym[p.symbol], solved_expr[p.symbol]))
+                eqs.append((new_sym[p.symbol], solved_expr[p.symbol], r"\leftarrow"))
+            D.add("natural_to_ordinary", RULES["natural_to_ordinary"].equation,
+                  "Update of " + ", ".join(p.name for p in unk),
+                  "The natural parameters couple these parameters; the family's inverse map ordinary(λ) "
+                  "is evaluated at λ_{t+1}.", eqs)
+            remaining = []
+
+
+def tidy(e, fam, D, sym, new_sym):
+    if is_mat(e):
+        return simplify_mat(e, sym)
+    keys = [p.symbol for p in fam.params.values()] + [c[0] for c in D.oracle_calls] + list(new_sym.values())
+    return sp.collect(sp.expand(e), keys)
+
+
+#: above this many operations in the updated natural parameter, a parameter that enters it linearly is isolated
+#: without sympy's solve (which simplifies, and takes minutes on large polynomial losses)
+ISOLATE_SIMPLIFY_OPS = 400
+
+
+def isolate(e, target, p, sym, inverse=None):
+    """Solve e(p) = target for the parameter p (Eq. 9).  A scalar p that enters λ non-linearly is read off the
+    family's closed-form inverse ``inverse`` = ordinary(λ_{t+1}) (the one solver of the family, checked when it
+    was loaded), never re-solved: sympy's solve simplifies the whole target and can take minutes."""
+    if not is_mat(p):
+        x = sp.Dummy(p.name, **p.assumptions0)
+        ex = e.xreplace({p: x})
+        c = sp.diff(ex, x)
+        if c != 0 and not c.has(x) and not target.has(x) and sp.count_ops(target) > ISOLATE_SIMPLIFY_OPS:
+            # e linear in p (λ = c p + r) and a large target: p = (target - r)/c directly; sympy's solve would
+            # simplify the whole target (a degree-32 polynomial loss took 40 s)
+            return (target - ex.xreplace({x: 0})) / c
+        if c.has(x) and inverse is not None:
+            return inverse
+        sol = sp.solve(sp.Eq(ex, target), x, dict=False)
+        if len(sol) != 1:
+            raise DerivationError(f"cannot isolate {p} in {e}")
+        return sol[0]
+    return isolate_block(e, target, p, sym)
+
+
+def increment(e, target, p, known_new, solved_expr, sym):
+    """p_{t+1} = p_t + Δ with Δ solving η(Δ; new others) = λ_{t+1} - η(p_t; new others), when η is linear in p."""
+    zero = sp.ZeroMatrix(*p.shape) if is_mat(p) else sp.Integer(0)
+    at_zero = simplify_mat(doit(e.xreplace({p: zero})), sym)
+    if not (at_zero == 0 or isinstance(at_zero, sp.ZeroMatrix)):
+        return None
+    if not is_mat(p) and sp.diff(e, p, 2) != 0:
+        return None
+    if is_mat(p) and any(isinstance(a, sp.Inverse) and a.has(p) for a in sp.preorder_traversal(e)):
+        return None
+    old_at_new = e.xreplace(solved_expr)
+    resid = simplify_mat(expand(doit(target - old_at_new)), sym)
+    e_new = e.xreplace(known_new)
+    try:
+        delta = isolate(e_new, resid, p, sym)
+    except DerivationError:
+        return None
+    return simplify_mat(p + delta, sym) if is_mat(p) else p + delta
+
+
+def introduce(ctx):
+    """The candidate family (λ, T, μ) and the statement of the BLR (Eq. 6) with the symbols λ_{t+1}."""
+    recipe, D, fam = ctx.recipe, ctx.D, ctx.family
+    for p in fam.params.values():
+        D.symbol_names[p.symbol] = (r"\mathbf{%s}" % p.name) if is_mat(p.symbol) else p.name
+    for l, u in zip(fam.lam, fam.mu):
+        D.symbol_names[l] = r"\lambda^{(%s)}" % l.name[6:]
+        D.symbol_names[u] = r"\mu^{(%s)}" % u.name[2:]
+    D.symbol_names[ctx.rho] = r"\rho" if recipe.learning_rate == "rho" else recipe.learning_rate
+    D.add("family", fam.reference or "Table 2", f"Candidate family `{fam.name}`",
+          "Natural parameters λ, sufficient statistics T(θ) and expectation parameters μ = ∇A(λ) "
+          "(derived by matrix differential calculus).",
+          [(l, e) for l, e in zip(fam.lam, fam.eta)] + [(u, e) for u, e in zip(fam.mu, fam.mu_ord)])
+    gblock = ctx.gblock = [like_symbol(f"grad_mu{i + 1}", u) for i, u in enumerate(fam.mu)]
+    for i, g in enumerate(gblock):
+        D.symbol_names[g] = r"\nabla_{\mu^{(%d)}} \mathbb{E}_q[\bar\ell + \log h]" % (i + 1)
+    ctx.lam_next = [like_symbol(f"{l.name}_next", l) for l in fam.lam]
+    for i, l in enumerate(ctx.lam_next):
+        D.symbol_names[l] = r"\lambda^{(%d)}_{t+1}" % (i + 1)
+    D.add("blr", RULES["blr"].equation, "The Bayesian learning rule",
+          "Natural-gradient descent on E_q[ℓ] - H(q) in the form of Eq. 6, which keeps the base-measure term "
+          "∇_μ E_q[log h] explicit (App. B).",
+          [(ln, (1 - ctx.rho) * l - ctx.rho * g) for ln, l, g in zip(ctx.lam_next, fam.lam, gblock)])
+    if fam.is_gaussian:
+        ctx.mean_mu, ctx.cov_mu = fam.mean_of_mu(), fam.cov_of_mu()
+
+
+def zeros_like_mu(fam):
+    return [sp.ZeroMatrix(*u.shape) if is_mat(u) else sp.Integer(0) for u in fam.mu]
+
+
+def base_measure(ctx):
+    """``base_measure`` (App. B): ∇_μ E_q[log h] into ``ctx.g_logh`` (kept when a rule already set it)."""
+    if ctx.g_logh is not None:
+        return
+    D, fam = ctx.D, ctx.family
+    logh = fam.log_h
+    lin = fam.log_h_linear() if (not fam.is_gaussian and fam.depends_on_variable(logh)) else None
+    if lin is not None:
+        ctx.g_logh = list(lin[1])
+        D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
+              "log h(θ) is linear in the sufficient statistics, so ∇_μ E_q[log h] is its coefficient vector.",
+              [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
+    elif fam.depends_on_variable(logh):
+        if not fam.is_gaussian:
+            raise ctx.fail(f"family '{fam.name}': E_q[log h] has no closed form the BLR can use")
+        e_logh = fam.expect_gaussian(logh, mean=ctx.mean_mu, cov=ctx.cov_mu)
+        ctx.g_logh = matcalc.gradient(e_logh, fam.mu, ctx.sym)
+        D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
+              "h(θ) is not constant, so E_q[log h(θ)] is computed from the Gaussian moments in μ and differentiated.",
+              [((r"\mathbb{E}_q[\log h]"), e_logh)]
+              + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
+    else:
+        ctx.g_logh = zeros_like_mu(fam)
+        D.add("base_measure", RULES["base_measure"].equation, "Constant base measure",
+              f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
+
+
+def assemble(ctx, g_loss):
+    """λ_{t+1} = keep·λ(params) − ρ(∇_μ E_q[ℓ] + ∇_μ E_q[log h]) at μ = μ(params) (Eq. 6)."""
+    fam, sym = ctx.family, ctx.sym
+    at_state = dict(zip(fam.mu, fam.mu_ord))
+    lam_new = []
+    for i in range(len(fam.lam)):
+        g = g_loss[i] + ctx.g_logh[i] if not (is_mat(g_loss[i])) else sp.MatAdd(g_loss[i], ctx.g_logh[i])
+        g = simplify_mat(doit(g).xreplace(at_state), sym)
+        lam_new.append(simplify_mat(expand(ctx.keep * fam.eta[i] - ctx.rho * g), sym))
+    ctx.D.add("blr", RULES["blr"].equation, "Natural-parameter update",
+              "Substituting the natural gradients, evaluated at μ_t = μ(ordinary parameters), into Eq. 6.",
+              [(ln, e, r"\leftarrow") for ln, e in zip(ctx.lam_next, lam_new)])
+    return lam_new

@@ -1,0 +1,54 @@
+"""Store parameter p through a new state variable: p = value(new)."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core.exprparse import parse_expression
+from blr_derive.rules.base import Rule, register
+from blr_derive.rules.program import record, update_of
+
+
+class ChangeVariable(Rule):
+    name = 'change_variable'
+    kind = 'convention'
+    equation = "IVON's parameterization"
+    summary = 'store a parameter through an invertible affine map (e.g. s = ess*(h + delta))'
+
+    def rewrite(self, ctx):
+        D = ctx.D
+        p = ctx.name("param")
+        new_name = ctx.name("to")
+        fam = D.recipe.family
+        if p not in fam.params:
+            raise ctx.fail(f"'{p}' is not a parameter of family '{fam.name}'")
+        new_sym = sp.Symbol(new_name, real=True)
+        syms = ctx.symbols()
+        syms[new_name] = new_sym
+        try:
+            value = parse_expression(ctx.args.pop("value"), syms, what="change_variable.value")
+        except KeyError:
+            raise ctx.fail("missing argument 'value'") from None
+        ctx.done()
+        old = fam.params[p].symbol
+        old_sym, old_expr = update_of(D, p)
+        x = sp.Dummy(new_name)
+        sol = sp.solve(sp.Eq(value.xreplace({new_sym: x}), old_sym), x)
+        if len(sol) != 1:
+            raise ctx.fail(f"cannot invert {p} = {value} for {new_name}")
+        new_new = sp.Symbol(f"{new_name}_new", real=True)
+        # p_{t+1} stays a definition (written with the new variable); the state stores new_{t+1} = map⁻¹(p_{t+1})
+        new_update = sol[0]
+        reps = {old: value}
+        D.updates = [(n, s, e.xreplace(reps)) if n != p else (new_name, new_new, new_update) for n, s, e in D.updates]
+        D.defs = [(s, e.xreplace(reps)) for s, e in D.defs] + [(old_sym, old_expr.xreplace(reps))]
+        if D.sampling is not None:
+            D.sampling.theta_expr = D.sampling.theta_expr.xreplace(reps)
+            D.sampling.stats = [(a, e.xreplace(reps)) for a, e in D.sampling.stats]
+        D.renamed[p] = (new_name, new_sym, value)
+        D.views[new_name] = new_new
+        D.symbol_names[new_new] = f"{new_name}_{{t+1}}"
+        record(ctx, f"Change of variable {p} = {value}", "The state stores the new variable; every use of "
+                f"{p} is rewritten through the map.", [(new_new, new_update, r"\leftarrow")])
+
+
+register(ChangeVariable())

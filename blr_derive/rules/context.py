@@ -1,0 +1,67 @@
+"""What a rule sees while a candidate is derived: the recipe, the record being written, the candidate's family,
+the symmetric symbols, the learning rate, and the intermediate results of the BLR step (Eq. 6) that later stages
+read.  Candidates create it (``blr_derive/candidates``); rules only read and extend it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from blr_derive.core.errors import SpecError
+from blr_derive.rules.args import Ctx
+from blr_derive.rules.base import RULES
+
+
+@dataclass
+class BLRContext:
+    recipe: object
+    D: object
+    candidate: str = "single"          # single | mixture | product: the candidate structure being derived
+    sym: set = field(default_factory=set)
+    rho: object = None
+    keep: object = None                # the coefficient of λ_t in Eq. 6 (1 − ρ; 1 without the entropy)
+    mean_mu: object = None             # the Gaussian mean and covariance written in μ (Gaussian families)
+    cov_mu: object = None
+    g_logh: list = None                # ∇_μ E_q[log h] per block
+    lam_next: list = field(default_factory=list)   # the symbols λ_{t+1}
+    gblock: list = field(default_factory=list)     # the symbols ∇_μ E_q[ℓ + log h] of the BLR's statement
+    prev_updates: list = field(default_factory=list)
+    conjugate: object = None           # (c0, [c_i]) when the loss is linear in the statistics
+    finite: object = None              # the support points when the support is finite
+
+    def __post_init__(self):
+        fam = self.recipe.family
+        if not self.sym:
+            self.sym = set(getattr(fam, "symmetric", ())) | {d.symbol for d in self.recipe.data if d.symmetric}
+        if self.rho is None:
+            self.rho = self.recipe.hyper_symbol(self.recipe.learning_rate)
+        if self.keep is None:
+            self.keep = sp.Integer(1) - self.rho
+
+    @property
+    def family(self):
+        return self.recipe.family
+
+    @property
+    def names(self) -> set:
+        return {a.name for a in self.recipe.approximations}
+
+    def approx(self, name):
+        """The recipe's approximation entry for ``name`` (its arguments and line), or None."""
+        return next((a for a in self.recipe.approximations if a.name == name), None)
+
+    def rules(self, *kinds):
+        """(rule, approximation entry) for the named rules of these kinds, in recipe order."""
+        return [(RULES[a.name], a) for a in self.recipe.approximations if RULES[a.name].kind in kinds]
+
+    def args(self, name):
+        """The argument reader of the named rule ``name``."""
+        return Ctx(self.D, self.approx(name))
+
+    def fail(self, msg, approx=None) -> SpecError:
+        """A located error: at the approximation's line, else at the recipe's approximations (or loss)."""
+        r = self.recipe
+        line = approx.line if approx is not None else None
+        if line is None and r.spec is not None:
+            line = r.spec.line_of("approximations") if "approximations" in r.spec else r.spec.line_of("loss")
+        return SpecError(msg, r.file, line)

@@ -1,0 +1,28 @@
+"""Adam's bias correction x / (1 - rate^t) of an EMA started at zero (a convention, not a BLR consequence)."""
+from __future__ import annotations
+
+from blr_derive.rules.base import Rule, register
+from blr_derive.rules.program import cond, rebind, record, step, substitute_def
+
+
+class Debias(Rule):
+    name = 'debias'
+    kind = 'convention'
+    equation = 'Adam convention'
+    summary = 'bias correction x / (1 - rate^t) of zero-initialised averages'
+
+    def rewrite(self, ctx):
+        D = ctx.D
+        p = ctx.name("param")
+        rate = ctx.expr("rate")
+        t = step(D)
+        v = ctx.view(p)
+        when = ctx.when()
+        ctx.done()
+        h = substitute_def(D, f"{p}_hat", v, cond(when, v / (1 - rate**t), v), skip=(p,))
+        rebind(D, v, h)
+        record(ctx, "Bias correction", "Divide the zero-initialised average by 1 − rate^t (Adam's convention).",
+                [(h, v / (1 - rate**t))])
+
+
+register(Debias())

@@ -1,0 +1,183 @@
+"""``delta`` — the delta method (App. C, Eqs. 13, 65-66): E_q[∇ℓ(θ)] ≈ ∇ℓ(m), E_q[∇²ℓ(θ)] ≈ ∇²ℓ(m).
+
+For an abstract loss the generated step calls the oracles at the mean; for an explicit loss the derivatives
+are derived (``blr_derive/rules/datasum.py``: polynomials of degree ≤ 2 and sums over data of f(Aθ + b)).
+Mixture candidates take it at the component means (``mixture_loss_gradient``), and product candidates for their
+parameter blocks (``product_block``: the stationary point of the block's expected loss, Sec. 5.2)."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core import matcalc
+from blr_derive.core.errors import DerivationError, SpecError
+from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
+from blr_derive.families.solve import isolate_block
+from blr_derive.rules.base import RULES, Rule, register
+from blr_derive.rules.datasum import explicit_expectations
+from blr_derive.rules.gaussian import gaussian_natural_gradient
+from blr_derive.rules.mixture import ComponentSymbol
+from blr_derive.rules.product import expect_over_blocks, positive_inverses, tex_name
+
+
+def needs_gaussian_vector(ctx, approx):
+    """Explicit losses: the derivatives are derived for Gaussian families over a vector."""
+    fam = ctx.family
+    if not (fam.is_gaussian and not fam.elementwise and is_mat(fam.theta)):
+        raise ctx.fail(f"approximation '{approx.name}' does not apply to an explicit loss over family "
+                       f"'{fam.name}': it needs a Gaussian family over a vector (e.g. gaussian_full)", approx)
+
+
+def needs_gaussian_moments(ctx, approx):
+    """Abstract losses: Bonnet's and Price's theorems need the family's Gaussian moments."""
+    fam = ctx.family
+    if not fam.is_gaussian:
+        raise ctx.fail(f"approximation '{approx.name if approx else 'delta'}' does not apply to family "
+                       f"'{fam.name}': Bonnet/Price gradients need a family with Gaussian moments (a 'gaussian' "
+                       "section)", approx)
+
+
+class Delta(Rule):
+    name = "delta"
+    kind = "expectation"
+    equation = "App. C, Eqs. 13, 65-66"
+    structures = ("single", "mixture")
+    summary = ("first/second-order delta method: E_q[∇ℓ(θ)] ≈ ∇ℓ(m), E_q[∇²ℓ(θ)] ≈ ∇²ℓ(m) (oracles at the mean, "
+               "or the derived derivatives of an explicit loss)")
+    losses = ("abstract", "explicit")
+
+    def check(self, ctx):
+        if ctx.candidate != "single":
+            return
+        approx = ctx.approx(self.name)
+        if ctx.recipe.loss_kind == "explicit":
+            needs_gaussian_vector(ctx, approx)
+        else:
+            needs_gaussian_moments(ctx, approx)
+
+    #: mixtures: the delta method also gives the loss term its Bonnet/Price form under component k
+    mixture_note = "."
+    mixture_bonnet_price = True
+
+    def mixture_loss_gradient(self, ctx, M, grads):
+        """Mixture candidates: E_{q_k}[∇ℓ̄] ≈ ∇ℓ̄(m_k), E_{q_k}[∇²ℓ̄] ≈ ∇²ℓ̄(m_k), one oracle call per free
+        component (Eqs. 13, 85-86)."""
+        D = ctx.D
+        mean_b, cov_b = M.base.gaussian_mean, M.base.gaussian_cov
+        g_k, H_k = like_symbol("g_k", mean_b), like_symbol("H_k", cov_b)
+        D.symbol_names.update({g_k: r"\hat{g}_k", H_k: r"\hat{H}_k"})
+        if is_mat(H_k):
+            M.hsym.add(H_k)
+        grads = [simplify_mat(g.xreplace({M.Eg_l: g_k, M.EH_l: H_k}), M.hsym) for g in grads]
+        at = sp.latex(M.mean_k, mat_symbol_style="bold")
+        D.add("delta", RULES["delta"].equation, "Delta method for the loss",
+              "The expectations under component k are replaced by the values at its mean (Eq. 13).",
+              [(M.Eg_l, r"\nabla_\theta\bar\ell(%s)" % at, r"\approx"), (g_k, r"\nabla_\theta\bar\ell(%s)" % at)]
+              + ([(M.EH_l, r"\nabla^2_\theta\bar\ell(%s)" % at, r"\approx"),
+                  (H_k, r"\nabla^2_\theta\bar\ell(%s)" % at)] if M.uses_hess else []))
+        desc = "at the mean of each free component (delta method)"
+        M.symbols += [
+            ComponentSymbol(g_k, "g", mean_b, "grad", f"∇_θ ℓ̄(θ) {desc}",
+                            lambda j, mean, one: r"\hat{g}" if one else r"\hat{g}_{%s}" % j),
+            ComponentSymbol(H_k, "H", cov_b, "hess", f"∇²_θ ℓ̄(θ) {desc}",
+                            lambda j, mean, one: r"\hat{H}" if one else r"\hat{H}_{%s}" % j,
+                            symmetric=is_mat(H_k), copy=M.uses_hess)]
+        return grads
+
+    def product_block(self, R, D, sums, b, current):
+        """Product candidates: a parameter block jumps to its stationary point (Sec. 5.2)."""
+        product_block(R, D, sums, b, current)
+
+    def natural_gradient(self, ctx):
+        ng, uses_cov, csym = gaussian_natural_gradient(ctx)
+        if ctx.recipe.loss_kind == "explicit":
+            return explicit_expectations(ctx.recipe, ctx.D, ng.grads, ng.Eg, ng.EH, ctx.mean_mu, ctx.cov_mu, ctx.sym)
+        return oracles_at_the_mean(ctx, ng.grads, ng.Eg, ng.EH, uses_cov, csym)
+
+
+def oracles_at_the_mean(ctx, grads, Eg, EH, uses_cov, csym):
+    """E_q[∇ℓ] ≈ grad(m), E_q[∇²ℓ] ≈ hess(m): oracle calls of the generated step."""
+    recipe, D, fam, sym = ctx.recipe, ctx.D, ctx.family, ctx.sym
+    mean_mu, cov_mu = ctx.mean_mu, ctx.cov_mu
+    taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper}
+    gname = "g" if "g" not in taken else "g_"
+    hname = "H" if "H" not in taken else "H_"
+    g = like_symbol(gname, mean_mu)
+    H = like_symbol(hname, cov_mu)
+    m_state = fam.gaussian_mean
+    D.symbol_names[g] = r"\hat{g}"
+    D.symbol_names[H] = r"\hat{H}"
+    desc = "elementwise second derivative" if not is_mat(H) else "Hessian"
+    D.oracle_calls.append((g, "grad", m_state, "∇_θ ℓ(θ) at the mean (delta method)"))
+    reps = {Eg: g}
+    eqs = [(Eg, (r"\nabla_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")), r"\approx"),
+           (g, (r"\nabla_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")))]
+    if uses_cov:
+        D.oracle_calls.append((H, "hess", m_state, f"∇²_θ ℓ(θ) at the mean ({desc}; delta method)"))
+        reps[EH] = H
+        eqs += [(EH, (r"\nabla^2_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")), r"\approx"),
+                (H, (r"\nabla^2_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")))]
+    D.add("delta", RULES["delta"].equation, "Delta method",
+          "Replace the expectations of the gradient and Hessian by their values at the mean (Eq. 13).", eqs)
+    hsym = csym | ({H} if is_mat(H) else set())
+    grads = [simplify_mat(g_.xreplace(reps), hsym) for g_ in grads]
+    if is_mat(H):
+        sym.add(H)
+    return grads
+
+
+# ------------------------------------------------------------------------------- product candidates
+
+def product_block(R, D, ctx, b, current):
+    """A parameter block q_b = N(θ_b, I) (Eq. 55) with ρ = 1: under the delta method its BLR step jumps to the
+    stationary point ∇_θ E_{q_{−θ}}[ℓ](θ) = 0 (the M-step of Sec. 5.2), solved symbolically."""
+    grads = None
+    eqs = []
+    for f in R.factors:
+        if not any(f.expr.has(v) for v in b.variables):
+            continue
+        try:
+            e = expect_over_blocks(R, ctx, f.expr, b, {})
+            if is_mat(b.variables[0]):
+                g = [matcalc.gradient(e, b.variables, ctx.sym)[0]]
+            else:
+                g = [sp.diff(sp.expand(e), v) for v in b.variables]
+            if f.plate:
+                g = [ctx.plate_sum(x) for x in g]
+        except DerivationError as exc:
+            raise SpecError(f"block '{b.name}', factor '{f.name}': {exc}", R.file, b.line) from None
+        eqs += [(sp.Symbol(r"\nabla_{%s}\mathbb{E}[\bar\ell_{%s}]" % (sp.latex(v), tex_name(f.name))), x)
+                for v, x in zip(b.variables, g)]
+        grads = g if grads is None else [a + x for a, x in zip(grads, g)]
+    if grads is None:
+        raise SpecError(f"block '{b.name}' appears in no factor", R.file, b.line)
+    D.add("delta", RULES["delta"].equation, f"Block `{b.name}`: delta method",
+          f"q({b.name}) = N({b.name}_t, I) (Eq. 55): with the delta method the expected loss is its value at the mean, "
+          "averaged over the other blocks; its gradient, summed over the plate rows into plate statistics "
+          "(Eq. 54):", eqs)
+    v0 = b.variables[0]
+    try:
+        if is_mat(v0):
+            sol = [isolate_block(simplify_mat(grads[0], ctx.sym), sp.ZeroMatrix(*v0.shape), v0, ctx.sym)]
+        else:
+            s = sp.solve([sp.together(g) for g in grads], b.variables, dict=True)
+            if len(s) != 1:
+                raise DerivationError(f"{len(s)} stationary points")
+            sol = [sp.factor_terms(s[0][v]) for v in b.variables]
+    except DerivationError as exc:
+        raise SpecError(f"block '{b.name}': cannot solve the stationarity condition: {exc}", R.file, b.line) from None
+    sol = [positive_inverses(e, ctx.sym) for e in sol]
+    out = []
+    for v, e in zip(b.variables, sol):
+        ns = (sp.MatrixSymbol(f"{v.name}_new", *v.shape) if is_mat(v) else sp.Symbol(f"{v.name}_new", real=True))
+        D.symbol_names[ns] = (r"\mathbf{%s}'" if is_mat(v) else "%s'") % sp.latex(v)
+        out.append((ns, e.xreplace(current)))
+        D.outputs.append((str(v), ns))
+        current[v] = ns
+    D.assignments.extend(out)
+    D.add("stationarity", RULES["stationarity"].equation, f"Block `{b.name}`: fixed point with ρ = 1",
+          "With ρ = 1 the BLR step under the delta method lands where the expected gradient vanishes (the M-step of "
+          "Sec. 5.2); solved for the block, with the blocks updated before it at their new values.",
+          [(ns, e, r"\leftarrow") for ns, e in out])
+
+
+register(Delta())

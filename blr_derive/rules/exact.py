@@ -1,0 +1,295 @@
+"""``exact`` — closed-form expectations of an explicit loss (Sec. 1.3.3, Eq. 14):
+
+* a polynomial loss under a Gaussian candidate: E_q[ℓ] from the Gaussian moments written in μ, then ∇_μ;
+* a loss linear in the sufficient statistics (a conjugate loss, Sec. 5.1): ∇_μ E_q[ℓ] is its coefficient vector;
+* any loss over a finite support: E_q[ℓ] = Σ_θ q(θ)ℓ(θ), differentiated in μ (or in λ, then F(λ)⁻¹, Eq. 4).
+
+Mixture candidates take it under each component (``mixture_loss_gradient``: closed-form Gaussian moments), and
+product candidates for each exponential-family block (``product_block``: the factors' messages, Eqs. 58-60).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core import matcalc
+from blr_derive.core.errors import DerivationError, SpecError
+from blr_derive.core.expect import gaussian_expectation
+from blr_derive.core.matexpr import is_mat, simplify_mat
+from blr_derive.families.partition import support_points
+from blr_derive.families.statistics import linear_in_statistics
+from blr_derive.rules.base import RULES, NaturalGradient, Rule, register
+from blr_derive.rules.blr import doit
+from blr_derive.rules.product import expect_over_blocks, linear_in_block, stable_softmax, tex_name
+
+
+class Exact(Rule):
+    name = "exact"
+    kind = "expectation"
+    equation = "Sec. 1.3.3, Eq. 14"
+    structures = ("single", "mixture")
+    summary = "closed-form E_q[ℓ(θ)] of an explicit polynomial loss from the Gaussian moments; ∇_μ read off"
+    losses = ("explicit",)
+
+    def check(self, ctx):
+        approx, fam = ctx.approx(self.name), ctx.family
+        if ctx.recipe.loss_kind != "explicit":
+            raise ctx.fail("approximation 'exact' does not apply: the loss is abstract (use 'delta')", approx)
+        if ctx.candidate == "mixture":
+            theta = fam.base.theta
+            if theta is None or (is_mat(theta) and theta.shape[1] != 1):
+                raise ctx.fail("'exact' supports mixtures of scalar or vector Gaussian components", approx)
+            return
+        if fam.is_gaussian:
+            return
+        ctx.conjugate = linear_in_statistics(fam, ctx.recipe.loss)
+        if ctx.conjugate is None:
+            ctx.finite = support_points(fam) if fam.is_discrete else None
+        if ctx.conjugate is None and ctx.finite is None:
+            raise ctx.fail(f"approximation 'exact' does not apply to family '{fam.name}': the loss is not linear "
+                           "in its sufficient statistics, the support is not finite and the family has no Gaussian "
+                           "moments", approx)
+
+    #: mixtures: the loss term is differentiated in closed form under component k
+    mixture_note = " — applied to the entropy term; the loss term is differentiated in closed form below."
+    mixture_bonnet_price = False
+
+    def mixture_loss_gradient(self, ctx, M, grads):
+        """Mixture candidates: E_{q_k}[ℓ̄] = Φ(m_k, C_k) from the Gaussian moments (any degree for scalar components;
+        Isserlis' theorem for vector ones), ∇_{m_k} E_q[ℓ̄] = π_k ∂Φ/∂m_k, ∇_{C_k} E_q[ℓ̄] = π_k ∂Φ/∂C_k."""
+        D, base, recipe, hsym = ctx.D, M.base, ctx.recipe, M.hsym
+        mean_b, cov_b = base.gaussian_mean, base.gaussian_cov
+        if is_mat(mean_b):            # Φ(M, C) = E_{N(M, C)}[ℓ̄] by matrix calculus (C symmetric)
+            Mm, C = sp.MatrixSymbol("M", *mean_b.shape), sp.MatrixSymbol("C", *cov_b.shape)
+            msym = set(hsym) | {C}
+            try:
+                e_loss = simplify_mat(gaussian_expectation(recipe.loss, base.theta, Mm, C + Mm * Mm.T, msym), msym)
+                dM, dC = matcalc.gradient(e_loss, [Mm, C], msym)
+            except DerivationError as exc:
+                raise ctx.fail(f"approximation 'exact': {exc}", ctx.approx(self.name)) from None
+        else:
+            Mm, C = sp.Symbol("M", real=True), sp.Symbol("C", positive=True)
+            e_loss = base.expect_gaussian(recipe.loss, mean=Mm, cov=C)
+            dM, dC = sp.diff(e_loss, Mm), sp.diff(e_loss, C)
+        at = {Mm: M.mean_k, C: M.cov_k}
+        reps = {M.Gm_l: simplify_mat(doit((M.pi_k * dM).xreplace(at)), hsym),
+                M.GC_l: simplify_mat(doit((M.pi_k * dC).xreplace(at)), hsym)}
+        grads = [simplify_mat(doit(g.xreplace(reps)), hsym) if is_mat(g) else sp.expand(doit(g.xreplace(reps)))
+                 for g in grads]
+        D.add("exact", RULES["exact"].equation, "Exact expected loss under a component",
+              "The loss is a polynomial in θ: E_{q_k}[ℓ̄] = Φ(m_k, C_k) from the Gaussian moments, and "
+              "∇_{m_k} E_q[ℓ̄] = π_k ∂Φ/∂m_k, ∇_{C_k} E_q[ℓ̄] = π_k ∂Φ/∂C_k.",
+              [(r"\mathbb{E}_{q_k}[\bar\ell]", e_loss.xreplace(at)), (M.Gm_l, reps[M.Gm_l]), (M.GC_l, reps[M.GC_l])]
+              + [(g, e) for g, e in zip(M.gblock, grads)])
+        return grads
+
+    def product_block(self, R, D, sums, b, current):
+        """Product candidates: the natural-gradient messages of the factors to block b (Eqs. 58-60)."""
+        product_block(R, D, sums, b, current)
+
+    def natural_gradient(self, ctx):
+        if ctx.finite is not None:
+            return finite_sum(ctx.recipe, ctx.D, ctx.finite)
+        if ctx.conjugate is not None:
+            return conjugate(ctx.recipe, ctx.D, ctx.conjugate)
+        return polynomial_expectation(ctx.recipe, ctx.D, ctx.mean_mu, ctx.cov_mu, ctx.sym)
+
+
+def polynomial_expectation(recipe, D, mean_mu, cov_mu, sym):
+    """A polynomial loss under a Gaussian: E_q[ℓ] from E[θ] and E[θθᵀ] written in μ, differentiated (Eq. 14)."""
+    fam = recipe.family
+    e_loss = fam.expect_gaussian(recipe.loss, mean=mean_mu, cov=cov_mu)
+    grads = matcalc.gradient(e_loss, fam.mu, sym)
+    D.expected_loss = e_loss
+    D.natural_gradient = NaturalGradient(list(grads))
+    linear = all(not any(g.has(u) for u in fam.mu) for g in grads)
+    D.add("exact", RULES["exact"].equation, "Exact expected loss",
+          "The loss is a polynomial in θ: its expectation follows from E[θ] and E[θθᵀ] written in μ."
+          + (" It is linear in μ, so the natural gradients are its coefficients (Eq. 14)." if linear else ""),
+          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+    return grads
+
+
+def finite_sum(recipe, D, points):
+    """E_q[ℓ] = Σ_θ q(θ) ℓ(θ) over a finite support (exact for any explicit loss), then ∇_μ.
+
+    With a closed-form μ → ordinary map the sum is written in μ and differentiated; otherwise it is
+    written in λ and ∇_μ = F(λ)⁻¹ ∇_λ (Eq. 4)."""
+    fam = recipe.family
+    logq = fam.log_density()
+    terms = [(sp.exp(logq.xreplace(pt)), recipe.loss.xreplace(pt)) for pt in points]
+    if fam.ord_from_mu:
+        e_loss = sp.Integer(0)
+        for q, l in terms:
+            e_loss += sp.simplify(q.xreplace(fam.ord_from_mu)) * l
+        e_loss = sp.expand(e_loss)
+        grads = [sp.expand(sp.diff(e_loss, u)) for u in fam.mu]
+        D.expected_loss = e_loss
+        how = "the support probabilities written in μ"
+    else:
+        lam_of = dict(zip(fam.lam, fam.eta))
+        e_lam = sum((q.xreplace(fam.ord_from_nat) * l for q, l in terms), sp.Integer(0))
+        F = fam.fisher_matrix()
+        d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam])
+        grads = [sp.simplify(sp.simplify(g.rewrite(sp.exp)).xreplace(lam_of)) for g in F.inv() * d]
+        e_loss = sp.simplify(e_lam.xreplace(lam_of))
+        how = "the support probabilities written in λ; ∇_μ = F(λ)⁻¹∇_λ (Eq. 4)"
+    D.natural_gradient = NaturalGradient(list(grads))
+    D.add("exact", RULES["exact"].equation, "Exact expected loss: a finite sum over the support",
+          f"The support of q is finite ({len(points)} points), so E_q[ℓ] = Σ_θ q(θ)ℓ(θ) is exact for any loss; "
+          f"it is differentiated with {how}.",
+          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+    return grads
+
+
+def conjugate(recipe, D, linear):
+    """ℓ = c0 + Σ c_i T_i(θ): E_q[ℓ] = c0 + Σ c_i μ_i, so ∇_μ E_q[ℓ] = c (Sec. 5.1; Eq. 14 for Gaussians)."""
+    fam = recipe.family
+    c0, cs = linear
+    e_loss = c0 + sum((c * u for c, u in zip(cs, fam.mu)), sp.Integer(0))
+    D.expected_loss = e_loss
+    D.natural_gradient = NaturalGradient(list(cs))
+    D.add("exact", RULES["exact"].equation, "Conjugate loss: linear in the sufficient statistics",
+          "Each term of the loss is a multiple of a sufficient statistic, so E_q[ℓ] is linear in μ and the "
+          "natural gradients are its coefficients (Sec. 5.1).",
+          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), c) for i, c in enumerate(cs)])
+    return list(cs)
+
+
+# ------------------------------------------------------------------------------- product candidates
+
+def factor_messages(R, D, ctx, b, current):
+    """The natural-gradient messages of the factors to block b (Sec. 5.1), summed over the plate for a global
+    block (Eq. 54), with the base measure's coefficients when log h is linear in T."""
+    fam = b.family
+    msgs = [sp.Integer(0)] * len(fam.T)
+    eqs, per = [], []
+    for f in R.factors:
+        if not any(f.expr.has(v) for v in b.variables):
+            continue
+        lin = linear_in_block(b, f.expr)
+        if lin is None:
+            raise SpecError(f"factor '{f.name}' is not linear in the sufficient statistics of block '{b.name}' "
+                            f"(family '{fam.name}'): the exact rule does not apply", R.file, b.line)
+        _, cs = lin
+        try:
+            m = [-expect_over_blocks(R, ctx, c, b, current) for c in cs]
+        except DerivationError as exc:
+            raise SpecError(str(exc), R.file, b.line) from None
+        if f.plate and not b.local:
+            try:
+                m = [ctx.plate_sum(x) for x in m]
+            except DerivationError as exc:
+                raise SpecError(str(exc), R.file, b.line) from None
+        msgs = [a + x for a, x in zip(msgs, m)]
+        per.append((f, m))
+        for i, x in enumerate(m):
+            eqs.append((sp.Symbol(r"\tilde\lambda^{(%d)}_{%s \to %s}" % (i + 1, tex_name(f.name), tex_name(b.name))), x))
+    logh = fam.log_h
+    if fam.depends_on_variable(logh):
+        lin = fam.log_h_linear()
+        if not lin:
+            raise SpecError(f"block '{b.name}': E_q[log h] of family '{fam.name}' is not linear in T", R.file, b.line)
+        msgs = [a - c for a, c in zip(msgs, lin[1])]
+    if b.local:
+        for _, s, _ in b.state:
+            ctx.row.add(s)
+    D.add("exact", RULES["exact"].equation, f"Block `{b.name}`: natural-gradient messages of the factors",
+          f"Each factor is linear in T(x_{b.name}) of `{fam.name}`, so its natural gradient is minus its coefficients "
+          "(Sec. 5.1); the coefficients are averaged over the other blocks' current candidates (exactly, since "
+          "they are linear in those blocks' statistics, or at the point value of a delta block)"
+          + (", and summed over the plate rows into plate statistics (Eq. 54)" if any(
+              f.plate for f in R.factors) and not b.local else "") + ".", eqs)
+    return msgs, per
+
+
+def learning_rate(D, ctx, b):
+    """ρ of block b: a number, a hyperparameter or a Robbins-Monro schedule in t (one symbol per schedule)."""
+    rho = b.rho
+    if b.schedule is not None:
+        if rho not in ctx.rates:
+            rs = sp.Symbol("rho_t" if not ctx.rates else f"rho_t{len(ctx.rates) + 1}", positive=True)
+            D.symbol_names[rs] = r"\rho_t" if not ctx.rates else r"\rho_t^{(%d)}" % (len(ctx.rates) + 1)
+            ctx.rates[rho] = rs
+            D.assignments.append((rs, rho))
+            D.add("robbins_monro", RULES["robbins_monro"].equation, "Robbins-Monro learning rate",
+                  "ρ_t = (t + delay)^(-forgetting) with forgetting in (1/2, 1]: Σρ_t = ∞ and Σρ_t² < ∞, so the "
+                  "stochastic steps converge to a fixed point of the full-batch update (Sec. 5.3).",
+                  [(rs, rho)])
+        rho = ctx.rates[rho]
+    return rho
+
+
+def product_block(R, D, ctx, b, current):
+    """A block with an exponential family: the BLR step (Eq. 6) on q_b with the other blocks fixed; each factor
+    linear in T_b sends the message λ̃_f = −E_{q_{−b}}[c_f] (Sec. 5.1) and λ_b ← (1−ρ_b)λ_b + ρ_b Σ_f λ̃_f (Eq. 58)."""
+    fam = b.family
+    pmap = {p: s for _, s, p in b.state}
+    msgs, per = factor_messages(R, D, ctx, b, current)
+    rho = learning_rate(D, ctx, b)
+    eta_now = [e.xreplace(pmap) for e in fam.eta]
+    lam_new = [sp.Symbol(f"{b.name}_lambda{i + 1}", real=True) for i in range(len(fam.lam))]
+    for i, l in enumerate(lam_new):
+        D.symbol_names[l] = r"\lambda^{(%d)}_{%s}" % (i + 1, tex_name(b.name))
+    upd = [sp.expand(msg) if rho == 1 else (1 - rho) * e + rho * msg for e, msg in zip(eta_now, msgs)]
+    if b.messages:
+        upd = message_form(R, D, b, per, rho)
+    rule_text = ("With ρ = 1 the old natural parameters drop out: λ is the sum of the messages (Eq. 58; the same as "
+                 "Eq. 60 with every message replaced)." if rho == 1 else
+                 "λ ← (1 - ρ)λ + ρ Σ_f λ̃_f (Eq. 58), equivalently every message smoothed with the same ρ (Eq. 60).")
+    D.add("factor_messages", RULES["factor_messages"].equation,
+          f"Block `{b.name}`: {'local ' if b.local else ''}BLR step", rule_text,
+          [(l, u, r"\leftarrow") for l, u in zip(lam_new, upd)])
+    target = D.local_assign if b.local else D.assignments
+    target.extend(zip(lam_new, upd))
+    outs = []
+    for name, s, p in b.state:
+        e = stable_softmax(fam.ord_from_nat[p].xreplace(dict(zip(fam.lam, lam_new))))
+        if b.local:
+            outs.append((s, e))
+            D.local_outputs.append((name, s))
+        else:
+            ns = sp.Symbol(f"{name}_new", **s.assumptions0)
+            D.symbol_names[ns] = "{%s}'" % D.symbol_names.get(s, str(s))
+            outs.append((ns, e))
+            D.outputs.append((name, ns))
+            current[s] = ns
+    target.extend(outs)
+    D.add("natural_to_ordinary", RULES["natural_to_ordinary"].equation, f"Block `{b.name}`: ordinary parameters",
+          f"The inverse map of `{fam.name}` from natural to ordinary parameters.",
+          [(s, e, r"\leftarrow") for s, e in outs])
+
+
+def message_form(R, D, b, per, rho):
+    """Eq. 60: one natural parameter λ̃_f per factor is the state; each is smoothed with ρ and λ = Σ_f λ̃_f.
+    The block's ordinary parameters are computed from the stored messages before the step (prelude)."""
+    fam = b.family
+    syms, news, eqs = [], [], []
+    for f, m in per:
+        row, new_row = [], []
+        for i, x in enumerate(m):
+            name = f"{b.name}_{f.name}_msg{i + 1}"
+            ms, ns = sp.Symbol(name, real=True), sp.Symbol(f"{name}_new", real=True)
+            D.symbol_names[ms] = r"\tilde\lambda^{(%d)}_{%s \to %s}" % (i + 1, tex_name(f.name), tex_name(b.name))
+            D.symbol_names[ns] = "{%s}'" % D.symbol_names[ms]
+            D.message_state.setdefault(b.name, []).append((name, ms, f.name, i))
+            D.assignments.append((ns, sp.expand(x) if rho == 1 else (1 - rho) * ms + rho * x))
+            D.outputs.append((name, ns))
+            eqs.append((ns, D.assignments[-1][1], r"\leftarrow"))
+            row.append(ms)
+            new_row.append(ns)
+        syms.append(row)
+        news.append(new_row)
+    lam_old = [sp.Add(*[r[i] for r in syms]) for i in range(len(fam.T))]
+    for name, s, p in b.state:
+        D.prelude.append((s, stable_softmax(fam.ord_from_nat[p].xreplace(dict(zip(fam.lam, lam_old))))))
+    D.add("factor_messages", "Eq. 60", f"Block `{b.name}`: messages as state (Eq. 60)",
+          "Each factor's message is stored and smoothed with the same ρ; the block's natural parameter is their "
+          "sum, and its current parameters are computed from the stored messages at the start of the step.",
+          [(s, e, "=") for s, e in D.prelude[-len(b.state):]] + eqs)
+    return [sp.Add(*[r[i] for r in news]) for i in range(len(fam.T))]
+
+
+register(Exact())

@@ -1,0 +1,239 @@
+"""Mean-field (product) candidates: what their rules share (Secs. 5.2-5.4), applied by
+``blr_derive/candidates/product.py`` block by block.
+
+* identities: ``mean_field`` (Eq. 55), ``factor_messages`` (Eqs. 58-60), ``plate_sum`` (Eq. 54),
+  ``stationarity`` (Sec. 5.2) and ``robbins_monro`` (Sec. 5.3);
+* the record of a product derivation (:class:`FactorizedDerivation`) and its plate statistics
+  (:class:`PlateSums`);
+* expectations over the other blocks (exact for statistics they are linear in, Sec. 5.1).
+
+The block steps themselves are rules' stages: ``exact`` (``Exact.product_block``: natural-gradient messages of
+the factors) and ``delta`` (``Delta.product_block``: the stationary point of a parameter block).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy as sp
+
+from blr_derive.core import matexpr
+from blr_derive.core.errors import DerivationError
+from blr_derive.core.matexpr import is_mat, simplify_mat
+from blr_derive.core.plain import plain
+from blr_derive.core.specialfns import logsumexp
+from blr_derive.families.statistics import linear_in_statistics
+from blr_derive.rules.base import Derivation, rule
+
+rule('mean_field', 'identity', 'Eq. 55; Secs. 5.2-5.3',
+     "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
+rule('factor_messages', 'identity', 'Eqs. 58-60',
+     "λ_b ← (1-ρ_b)λ_b + ρ_b Σ_f λ̃_f: per-factor natural-gradient messages summed into the block's λ")
+rule('plate_sum', 'identity', 'Eq. 54',
+     'messages of i.i.d. data factors add up: per-row quantities enter the global blocks through plate sums')
+rule('stationarity', 'identity', 'Sec. 5.2 (M-step)',
+     'a delta block with ρ = 1 jumps to the stationary point ∇_θ E_q[ℓ] = 0 of its expected loss')
+rule('robbins_monro', 'identity', 'Sec. 5.3 (SVI); Hoffman et al. (2013)',
+     'learning-rate schedule ρ_t = (t + delay)^(-forgetting), forgetting in (1/2, 1]')
+
+
+@dataclass
+class FactorizedDerivation(Derivation):
+    """The record of a product candidate's derivation: the per-row program of the local blocks, the plate
+    statistics, and the global program in coordinate order."""
+    factorized: bool = True
+    local_assign: list = field(default_factory=list)     # [(symbol, expr)] per plate row, in order
+    local_outputs: list = field(default_factory=list)    # [(name, symbol)] per-row values returned as arrays
+    stats: list = field(default_factory=list)            # [(symbol, per-row expr)] plate statistics
+    scale: object = None                                 # (symbol, expr): minibatch scale N/B, or None
+    count: object = None                                 # the statistic Σ_n 1 (rows of the plate)
+    assignments: list = field(default_factory=list)      # [(symbol, expr)] global program, in order
+    outputs: list = field(default_factory=list)          # [(state name, symbol)]
+    row_symbols: set = field(default_factory=set)        # per-row symbols (plate data, local values)
+    prelude: list = field(default_factory=list)          # [(symbol, expr)] first: parameters of message-form blocks
+    message_state: dict = field(default_factory=dict)    # block name -> [(state name, symbol, factor, index)]
+
+    def update_lines(self):
+        out = [f"{s} = {plain(e)}" for s, e in self.prelude]
+        if self.local_assign:
+            idx = self.recipe.plate["index"]
+            out.append(f"for each row {idx} of the plate:")
+            out += [f"  {s} = {plain(e)}" for s, e in self.local_assign]
+        for s, e in self.stats:
+            out.append(f"{s} = sum_{self.recipe.plate['index']} {plain(e)}")
+        if self.scale is not None:
+            out.append(f"{self.scale[0]} = {plain(self.scale[1])}")
+        for s, e in self.assignments:
+            out.append(f"{s} = {plain(e)}")
+        return out
+
+    def final_equations(self):
+        """The per-row program, the plate sums, the minibatch scale and the global program, as (lhs, rhs, op)."""
+        idx = self.recipe.plate["index"] if self.recipe.plate else "n"
+        return ([(s, e, "=") for s, e in self.local_assign]
+                + [(s, r"\sum_{%s} %s" % (idx, self.latex(e)), "=") for s, e in self.stats]
+                + ([(self.scale[0], self.scale[1], "=")] if self.scale is not None else [])
+                + [(s, e, r"\leftarrow") for s, e in self.assignments])
+
+
+class PlateSums:
+    """Bookkeeping of one derivation: plate statistics and the symbols that vary per row."""
+
+    def __init__(self, R, D):
+        self.R, self.D = R, D
+        self.row = set()
+        if R.plate:
+            self.row |= {d.symbol for d in R.plate["data"]}
+        self.dims = set(R.dims.values())
+        self.stats = {}          # per-row expr -> statistic symbol
+        self.rates = {}          # learning-rate schedule expression -> its symbol
+        self.sym = {b.variables[0] for b in R.blocks if b.symmetric}
+        self.scale = None
+        if R.plate is not None and R.plate.get("minibatch") is not None:
+            self.scale = sp.Symbol("batch_scale", positive=True)
+            D.symbol_names[self.scale] = r"\frac{N}{B}"
+
+    def is_row(self, e):
+        syms = e.free_symbols if isinstance(e, sp.Basic) else set()
+        return bool(syms & self.row)
+
+    def stat(self, d):
+        if isinstance(d, sp.Transpose):
+            return sp.Transpose(self.stat(d.arg))
+        if d in self.stats:
+            return self.stats[d]
+        k = len(self.stats) + 1
+        s = (sp.MatrixSymbol(f"sum{k}", *d.shape) if is_mat(d) else sp.Symbol(f"sum{k}", real=True))
+        self.stats[d] = s
+        self.D.stats.append((s, d))
+        if d == 1:
+            self.D.count = s
+        return s
+
+    def _split_scalar(self, c):
+        row, glob = [], []
+        for f in sp.Mul.make_args(c):
+            if self.is_row(f):
+                if (f.free_symbols - self.row - self.dims):
+                    raise DerivationError(f"cannot separate the plate sum: {f} mixes per-row and global quantities")
+                row.append(f)
+            else:
+                glob.append(f)
+        row, glob = sp.Mul(*row), sp.Mul(*glob)
+        if row.could_extract_minus_sign():       # one statistic for d and -d
+            row, glob = -row, -glob
+        return row, glob
+
+    def plate_sum(self, e):
+        """Σ_n e(row n) with per-row parts collected into plate statistics (sums the generated code forms)."""
+        sc = self.scale if self.scale is not None else sp.Integer(1)
+        if not is_mat(e):
+            total = sp.Integer(0)
+            for term in sp.Add.make_args(sp.expand(e)):
+                row, glob = self._split_scalar(term)
+                total += sc * glob * self.stat(row)
+            return total
+        e = simplify_mat(sp.expand(e), self.sym)
+        terms = e.args if isinstance(e, sp.MatAdd) else (e,)
+        out = []
+        for term in terms:
+            c, mats = matexpr.split_coeff(term.args) if isinstance(term, sp.MatMul) else (sp.Integer(1), [term])
+            crow, cglob = self._split_scalar(c)
+            idx = [i for i, m in enumerate(mats) if self.is_row(m)]
+            if idx and idx != list(range(idx[0], idx[-1] + 1)):
+                raise DerivationError(f"cannot separate the plate sum of {term}: per-row factors are not adjacent")
+            if idx:
+                rowpart = mats[idx[0]:idx[-1] + 1]
+                rm = rowpart[0] if len(rowpart) == 1 else sp.MatMul(*rowpart)
+                if rm.free_symbols - self.row - self.dims:
+                    raise DerivationError(f"cannot separate the plate sum of {term}")
+                d = rm if crow == 1 else sp.MatMul(crow, rm)
+                if crow != 1 and isinstance(rm, sp.Transpose):
+                    d = sp.Transpose(sp.MatMul(crow, rm.arg))
+                new = mats[:idx[0]] + [self.stat(d)] + mats[idx[-1] + 1:]
+            else:
+                new = [self.stat(crow) * mats[0]] + mats[1:] if mats else []
+            cglob = cglob * sc
+            out.append(sp.MatMul(cglob, *new) if cglob != 1 else (sp.MatMul(*new) if len(new) > 1 else new[0]))
+        return simplify_mat(sp.MatAdd(*out) if len(out) > 1 else out[0], self.sym)
+
+
+def tex_name(name):
+    return r"\mathrm{%s}" % name.replace("_", r"\_")
+
+
+def name_states(D, R):
+    for b in R.blocks:
+        for name, s, p in b.state:
+            if p is not None:
+                D.symbol_names[s] = r"{%s^{(%s)}}" % (sp.latex(p), tex_name(b.name))
+            elif is_mat(s):
+                D.symbol_names[s] = r"\mathbf{%s}" % b.name
+
+
+def linear_in_block(b, e):
+    """linear_in_statistics of block b's family, with the block's variables renamed to the family's (other
+    symbols that happen to share a name with the family's variable are kept apart)."""
+    fam = b.family
+    fvars = set(b.to_family.values())
+    protect = {s: sp.Dummy(s.name) for s in e.free_symbols if s in fvars and s not in b.to_family}
+    lin = linear_in_statistics(fam, e.xreplace(protect).xreplace(b.to_family))
+    if lin is None:
+        return None
+    back = {d: s for s, d in protect.items()}
+    return lin[0].xreplace(back), [c.xreplace(back) for c in lin[1]]
+
+
+def expect_over_blocks(R, ctx, e, skip, current):
+    """E over every exact block except ``skip`` (mean field: one block at a time, each linear in its T)."""
+    for b in R.blocks:
+        if b is skip or b.family is None or not any(e.has(v) for v in b.variables):
+            continue
+        lin = linear_in_block(b, e)
+        if lin is None:
+            raise DerivationError(f"E over block '{b.name}' of {e} has no closed form: it is not linear in the "
+                                  f"sufficient statistics of '{b.family.name}'")
+        c0, cs = lin
+        mus = [m.xreplace({p: s for _, s, p in b.state}) for m in b.family.mu_ord]
+        e = c0 + sum((c * m for c, m in zip(cs, mus)), sp.Integer(0))
+    return e.xreplace(current)
+
+
+def stable_softmax(e):
+    """exp(a) / (Σ_j exp(b_j) + c) as exp(a - logsumexp(b_j, log c)): the same value without overflow."""
+    num, den = sp.fraction(sp.together(e))
+    if not (isinstance(num, sp.exp) and isinstance(den, sp.Add)):
+        return e
+    parts = []
+    for t in den.args:
+        if isinstance(t, sp.exp):
+            parts.append(t.args[0])
+        elif t.is_number and t.is_positive:
+            parts.append(sp.log(t))
+        else:
+            return e
+    return sp.exp(num.args[0] - logsumexp(*parts))
+
+
+def positive_inverses(e, sym):
+    """c·(X)⁻¹ becomes (X/c)⁻¹ with the scalar absorbed term by term, so that the generated Cholesky solve sees the
+    positive-definite matrix (e.g. a covariance rather than minus half a scatter matrix times a count)."""
+    if not is_mat(e):
+        return e
+
+    def flip_inv(c, inv):
+        terms = []
+        for t in inv.arg.args:
+            tc, tm = matexpr.split_coeff(t.args) if isinstance(t, sp.MatMul) else (sp.Integer(1), [t])
+            k = sp.factor_terms(sp.cancel(tc / c))
+            terms.append(sp.MatMul(k, *tm) if k != 1 else (sp.MatMul(*tm) if len(tm) > 1 else tm[0]))
+        return sp.Integer(1), sp.Inverse(sp.MatAdd(*terms))
+
+    def flip(node):
+        if isinstance(node, sp.MatAdd):
+            return sp.MatAdd(*[flip(a) for a in node.args])
+        c, mats = (matexpr.split_coeff(node.args) if isinstance(node, sp.MatMul) else (sp.Integer(1), [node]))
+        if len(mats) == 1 and isinstance(mats[0], sp.Inverse) and isinstance(mats[0].arg, sp.MatAdd):
+            c, inv = flip_inv(c, mats[0])
+            return sp.MatMul(c, inv) if c != 1 else inv
+        return node
+    return flip(e)

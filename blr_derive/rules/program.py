@@ -1,0 +1,239 @@
+"""Rewriting a derived update program: what pass and convention rules share.
+
+The program is: oracle calls, intermediate definitions ``D.defs`` and the state updates ``D.updates``.  Rules
+never pattern-match the algebra produced by sympy; they work on *views*: ``D.views['grad']`` is the symbol that
+currently stands for the gradient, ``D.views['hess']`` for the Hessian, and ``D.views[p]`` for the way parameter
+``p`` enters the other updates.  A rule defines a new symbol, substitutes it for the view in the consuming updates
+and moves the view, so rules compose in recipe order.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core.errors import SpecError
+from blr_derive.core.matexpr import is_mat
+from blr_derive.rules.args import Ctx
+from blr_derive.rules.base import PROGRAM_KINDS, RULES, AuxState
+
+
+def step(D):
+    if D.step_symbol is None:
+        D.step_symbol = sp.Symbol("t", positive=True, integer=True)
+        D.symbol_names[D.step_symbol] = "t"
+    return D.step_symbol
+
+
+def new_def(D, name, expr):
+    taken = {str(s) for s, _ in D.defs} | {str(u[1]) for u in D.updates} | {a.name for a in D.aux_state}
+    base, i = name, 1
+    while name in taken:
+        i += 1
+        name = f"{base}{i}"
+    sym = sp.Symbol(name, real=True)
+    D.defs.append((sym, expr))
+    return sym
+
+
+def replace(D, old, new, only=None, skip=()):
+    """Substitute ``new`` for ``old`` in the updates (``only`` = names) and definitions."""
+    out = []
+    for name, sym, expr in D.updates:
+        if name in skip or (only is not None and name not in only):
+            out.append((name, sym, expr))
+        else:
+            out.append((name, sym, expr.xreplace({old: new})))
+    D.updates = out
+    if only is None:
+        D.defs = [(s, e.xreplace({old: new})) for s, e in D.defs]
+
+
+def substitute_def(D, name, old, expr, skip=()):
+    """Define ``name = expr`` and use it in place of ``old`` in the program (but not in the updates named
+    in ``skip``, nor in the new definition itself).  Returns the new symbol."""
+    sym = new_def(D, name, expr)
+    replace(D, old, sym, skip=skip)
+    D.defs[-1] = (sym, expr)
+    return sym
+
+
+def rebind(D, old, new):
+    """Every view that pointed at ``old`` now points at ``new``."""
+    for k, v in list(D.views.items()):
+        if v == old:
+            D.views[k] = new
+
+
+def update_of(D, name):
+    for n, sym, expr in D.updates:
+        if n == name:
+            return sym, expr
+    raise SpecError(f"'{name}' is not a parameter updated by this recipe "
+                    f"(updated: {', '.join(n for n, _, _ in D.updates)})")
+
+
+def set_update(D, name, expr):
+    D.updates = [(n, s, expr if n == name else e) for n, s, e in D.updates]
+
+
+def cond(when, a, b):
+    return a if when is None else sp.Piecewise((a, when), (b, True))
+
+
+def add_aux(ctx, name, init, description, when=None):
+    D = ctx.D
+    if name in D.recipe.family.params or any(a.name == name for a in D.aux_state):
+        raise ctx.fail(f"state '{name}' already exists")
+    if D.sampling is not None and name in (str(D.sampling.eps), str(D.sampling.theta)):
+        raise ctx.fail(f"state '{name}' would shadow the random draw '{name}' of the sampler: pass another 'state'")
+    sym = sp.Symbol(name, real=True)
+    new = sp.Symbol(f"{name}_new", real=True)
+    D.aux_state.append(AuxState(name, sym, new, init, description))
+    D.symbol_names[new] = f"{name}_{{t+1}}"
+    return sym, new
+
+
+def mean_name(D):
+    """The parameter whose update consumes the gradient: the Gaussian mean, or the only free parameter of a
+    non-Gaussian family (e.g. the latent weight of a Bernoulli, Sec. 4.5)."""
+    fam = D.recipe.family
+    m = fam.gaussian_mean
+    for p in fam.params.values():
+        if p.symbol == m:
+            return p.name
+    if m is None and len(fam.free_params) == 1:
+        return fam.free_params[0].name
+    raise SpecError("this approximation needs a family whose mean is one of its parameters")
+
+
+def record(ctx, title, text, eqs=()):
+    rule = RULES[ctx.approx.name]
+    ctx.D.add(ctx.approx.name, rule.equation, title, text, eqs)
+
+
+def mean_direction(ctx):
+    """Write the mean update as m − ρ·direction; returns (ρ, mean name, m, the 'direction' definition)."""
+    D = ctx.D
+    rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
+    mean = mean_name(D)
+    m = scalar(D.recipe.family.params[mean].symbol)
+    _, expr = update_of(D, mean)
+    direction = sp.simplify(-(expr - m) / rho)
+    if direction.has(rho):
+        raise ctx.fail("the mean update is not of the form m - ρ·direction")
+    return rho, mean, m, new_def(D, "direction", direction)
+
+
+def scalar(x):
+    """Vector symbols of elementwise updates are treated as scalars."""
+    if is_mat(x):
+        return sp.Symbol(x.name, real=True)
+    return x
+
+
+def is_stat(D, sym):
+    return D.sampling is not None and any(a == sym for a, _ in D.sampling.stats)
+
+
+def call_symbol(D, oracle):
+    for k, o in D.sampling.calls:
+        if o == oracle:
+            return k
+    k = sp.Symbol(f"{oracle}_k", real=True)
+    D.sampling.calls.append((k, oracle))
+    return k
+
+
+def new_stat(D, name, per_sample):
+    sym = sp.Symbol(f"avg_{name}", real=True)
+    D.sampling.stats.append((sym, per_sample))
+    return sym
+
+
+def apply_program_rules(recipe, D, fail):
+    """The recipe's pass and convention rules, in recipe order, on the derived update program (each rewrites the
+    views it names); the update is first written coordinate-wise where it acts elementwise.  ``fail(msg,
+    approx)`` makes a located error."""
+    passes = [a for a in recipe.approximations if RULES[a.name].kind in PROGRAM_KINDS]
+    D.elementwise = recipe.family.elementwise or scalarize_elementwise(D, dry=True)
+    if not passes:
+        return
+    if not D.elementwise:
+        raise fail(f"approximation '{passes[0].name}' needs an elementwise update; this update mixes "
+                    "coordinates (matrix products)", passes[0])
+    if not recipe.family.elementwise:
+        scalarize_elementwise(D)
+    D.views = {"grad": None, "hess": None}
+    for sym, oracle, _, _ in D.oracle_calls:
+        D.views[oracle] = sym
+    if D.sampling is not None:
+        for avg, e in D.sampling.stats:
+            for k_sym, oracle in D.sampling.calls:
+                if e == k_sym:
+                    D.views[oracle] = avg
+        D.views.update(D.sampling.views)
+        if D.sampling.grad_stat is not None:
+            D.views["grad"] = D.sampling.grad_stat
+    for name, sym, _ in D.updates:
+        D.views[name] = sym
+    for a in passes:
+        try:
+            RULES[a.name].rewrite(Ctx(D, a))
+        except SpecError as exc:                   # e.g. a helper's unlocated error: name the approximation's line
+            raise exc.located(recipe.file, a.line) from None
+    # dead definitions and oracle calls are dropped
+    used = set()
+    for _, _, e in D.updates:
+        used |= e.free_symbols
+    changed = True
+    while changed:
+        changed = False
+        for s, e in D.defs:
+            if s in used and not e.free_symbols <= used:
+                used |= e.free_symbols
+                changed = True
+    D.defs = [(s, e) for s, e in D.defs if s in used]
+    D.oracle_calls = [c for c in D.oracle_calls if c[0] in used]
+    if D.sampling is not None:
+        sm = D.sampling
+        sm.stats = [(a, e) for a, e in sm.stats if a in used]
+        needed = set()
+        for _, e in sm.stats:
+            needed |= e.free_symbols
+        sm.calls = [(k, o) for k, o in sm.calls if k in needed]
+
+
+def scalarize_elementwise(D, dry=False):
+    """Vector updates that only add and scale vectors act coordinate-wise: rewrite them with scalars."""
+    def ok(e):
+        for node in sp.preorder_traversal(e):
+            if isinstance(node, (sp.Inverse, sp.Transpose, sp.Trace, sp.Determinant, sp.Identity)):
+                return False
+            if isinstance(node, sp.MatrixSymbol) and node.shape[1] != 1:
+                return False
+            if isinstance(node, sp.MatMul) and sum(1 for a in node.args if is_mat(a)) > 1:
+                return False
+        return True
+    if not all(ok(e) for _, _, e in D.updates):
+        return False
+    if dry:
+        return True
+
+    def scal(e):
+        return scalar_expr(e)
+    D.updates = [(n, sp.Symbol(s.name, real=True), scal(e)) for n, s, e in D.updates]
+    D.oracle_calls = [(sp.Symbol(c[0].name, real=True), c[1], sp.Symbol(c[2].name, real=True), c[3])
+                      for c in D.oracle_calls]
+    return True
+
+
+def scalar_expr(e):
+    """The same expression with vector symbols read as scalars (coordinate-wise)."""
+    if isinstance(e, sp.MatrixSymbol):
+        return sp.Symbol(e.name, real=True)
+    if isinstance(e, sp.MatAdd):
+        return sp.Add(*[scalar_expr(a) for a in e.args])
+    if isinstance(e, sp.MatMul):
+        return sp.Mul(*[scalar_expr(a) for a in e.args])
+    if not e.args:
+        return e
+    return e.func(*[scalar_expr(a) for a in e.args])

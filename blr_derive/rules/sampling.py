@@ -1,0 +1,156 @@
+"""Natural gradients from samples of the candidate through its declared sampler θ = sampler(u; params):
+the score-function and reparameterization estimators (``score_function``, ``reparameterization``) and the
+relaxations of a binary family's hard threshold (``concrete_relaxation``, ``straight_through``)."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import binary
+from blr_derive.rules.args import Ctx
+from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Sampling
+
+#: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
+THRESHOLDS = (sp.sign, binary)
+
+
+def check_sampler(ctx, rule_name):
+    """The family must declare a sampler (θ as a function of a uniform draw u and the parameters) with scalar
+    statistics; relaxations need a hard threshold sign(·)/binary(·) in it, the reparameterization needs none."""
+    fam, approx = ctx.family, ctx.approx(rule_name)
+    if ctx.recipe.loss_kind != "abstract":
+        return
+    if fam.sampler is None:
+        raise ctx.fail(f"approximation '{rule_name}' needs samples of q: family '{fam.name}' declares no 'sampler'",
+                       approx)
+    if any(is_mat(t) for t in fam.T):
+        raise ctx.fail(f"approximation '{rule_name}' supports families with scalar statistics", approx)
+    hard = fam.sampler.has(*THRESHOLDS)
+    if rule_name == "reparameterization" and hard:
+        raise ctx.fail(f"approximation 'reparameterization' needs a differentiable sampler; family '{fam.name}' "
+                       "samples through sign(·) (use 'concrete_relaxation')", approx)
+    if rule_name in ("concrete_relaxation", "straight_through"):
+        if not hard:
+            raise ctx.fail(f"approximation '{rule_name}' relaxes a hard threshold sign(·) of the family's sampler; "
+                           f"family '{fam.name}' has none", approx)
+        if len(fam.T) != 1 or len(fam.free_params) != 1:
+            raise ctx.fail(f"approximation '{rule_name}' supports binary families (one sufficient statistic, one free "
+                           "parameter)", approx)
+
+
+def sampled_natural_gradient(recipe, D, approx, mode):
+    """∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4) with ∇_λ E_q[ℓ] estimated at samples θ_k = sampler(u_k) of q:
+
+    * ``score_function``: ∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)] (loss values at the samples);
+    * ``reparameterization``: ∇_λ E_q[ℓ] = E_u[∇ℓ(θ) ∂θ/∂λ] through the sampler (gradients at the samples).
+    """
+    fam = recipe.family
+    ctx = Ctx(D, approx)
+    samples = ctx.count("samples")
+    ctx.done()
+    u = sp.Symbol("u", positive=True)
+    theta = sp.Symbol("theta_k", real=True)
+    th = fam.theta
+    stats, per = [], []
+    if mode == "score_function":
+        o_k, oracle = sp.Symbol("loss_k", real=True), "loss"
+        per = [o_k * (t.xreplace({th: theta}) - m) for t, m in zip(fam.T, fam.mu_ord)]
+        what = r"\ell(\theta_k)(T_%d(\theta_k) - \mu_%d)"
+    else:
+        o_k, oracle = sp.Symbol("g_k", real=True), "grad"
+        of_lam = fam.sampler.xreplace(fam.ord_from_nat)          # θ(u; λ)
+        at = dict(zip(fam.lam, fam.eta))
+        per = [o_k * sp.simplify(sp.diff(of_lam, l).xreplace(at)) for l in fam.lam]
+        what = r"\nabla\ell(\theta_k)\,\partial\theta_k/\partial\lambda_%d"
+    for i, e in enumerate(per):
+        avg = sp.Symbol(f"dlam{i + 1}", real=True)
+        stats.append((avg, e))
+    D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats, draw="uniform")
+    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(sp.simplify)
+    grads = [sp.simplify(g) for g in F.inv() * sp.Matrix([a for a, _ in stats])]
+    D.natural_gradient = NaturalGradient(list(grads))
+    D.add(mode, RULES[mode].equation, "Natural gradient from samples of q",
+          "∇_λ E_q[ℓ] is estimated with samples θ_k of q (the family's sampler); the Fisher information "
+          "F(λ) = ∇²A turns it into the natural gradient (Eq. 4).",
+          [(theta, fam.sampler)] + [(avg, r"\frac{1}{S}\sum_k " + what % ((i + 1,) * what.count("%d")))
+                                    for i, (avg, _) in enumerate(stats)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
+    return grads
+
+
+def relaxed_natural_gradient(recipe, D, approx, mode):
+    """Natural gradients of a binary family through its hard-threshold sampler θ = sign(x(u; params)).
+
+    * ``concrete_relaxation`` (Eqs. 50-51): sign(x) → tanh(x/τ), the binary Concrete (Gumbel-softmax)
+      relaxation on {-1, +1}; ∇_μ E_q[ℓ] ≈ s∘∇ℓ(θ̂) with s = ∇_μ θ̂ = (∂θ̂/∂p)/(∂μ/∂p) by the chain rule through
+      the ordinary parameter p; averaged over ``samples`` uniform draws.  An optional ``eps`` > 0 floors both
+      factors, s = (∂θ̂/∂λ + ε)/(∂μ/∂λ + ε), so that s stays finite where tanh saturates (as the BayesBiNN code
+      does); ``eps: 0`` (the default) is Eq. 51 exactly.
+    * ``straight_through`` (Eq. 48): the τ → 0, zero-noise limit: θ = sign(x(½; params)) and ∇_μ θ ≈ 1.
+    """
+    fam = recipe.family
+    (p,) = [q.symbol for q in fam.free_params]
+    (mu_p,) = fam.mu_ord
+    u = [s_ for s_ in fam.sampler.free_symbols if s_.name == "u"][0]
+    ctx = Ctx(D, approx)
+    if mode == "straight_through":
+        ctx.done()
+        # the hard sample lies in {-1, +1}: the threshold is binary(x) (sign(0) = 0 is not a sample)
+        point = fam.sampler.xreplace({u: sp.Rational(1, 2)}).replace(sp.sign, binary)
+        taken = {str(s_) for s_ in fam.params} | {h.name for h in recipe.hyper}
+        g = sp.Symbol("g" if "g" not in taken else "g_", real=True)
+        D.symbol_names[g] = r"\hat{g}"
+        D.oracle_calls.append((g, "grad", point, "∇_θ ℓ(θ) at the zero-noise hard sample (straight-through)"))
+        D.natural_gradient = NaturalGradient([g])
+        D.add(mode, RULES[mode].equation, "Straight-through estimator",
+              "Zero noise (u = 1/2, δ = 0) and τ → 0 turn the relaxed sample into the hard one; the straight-through "
+              "estimator (Bengio et al., 2013) takes the Jacobian of the threshold as the identity, ∇_μ θ ≈ 1, since "
+              "E_q[θ] = μ (the delta method E_q[ℓ(θ)] ≈ ℓ(μ), with the gradient at the hard sample).",
+              [(sp.Symbol("theta_t"), point), (r"\nabla_{\mu}\mathbb{E}_q[\bar\ell]", g, r"\approx")])
+        return [g]
+    tau = ctx.positive("temperature")
+    samples = ctx.count("samples")
+    eps = ctx.expr("eps", sp.Integer(0))
+    ctx.done()
+    relaxed = fam.sampler.replace(sp.sign, lambda x: sp.tanh(x / tau)).replace(binary, lambda x: sp.tanh(x / tau))
+    theta = sp.Symbol("theta_k", real=True)
+    # s = ∇_μ θ̂ = (∂θ̂/∂λ) / (∂μ/∂λ), each factor by the chain rule through the ordinary parameter p;
+    # the threshold's argument x stays opaque (X) so that it is printed as the sampler writes it
+    (hard,) = fam.sampler.atoms(*THRESHOLDS)
+    X = sp.Dummy("x", real=True)
+    outer = fam.sampler.xreplace({hard: sp.tanh(X / tau)})
+    dlam = sp.diff(fam.eta[0], p)
+    num = (sp.diff(outer, X) * sp.cancel(sp.diff(hard.args[0], p) / dlam)).xreplace({X: hard.args[0]})
+    den = sp.cancel(sp.diff(mu_p, p) / dlam)
+    # shown with tanh(x/τ) written as the sample θ_k (the paper's form); evaluated with 1 - tanh(z)² = sech(z)²,
+    # which does not cancel to 0 where tanh rounds to ±1 (an exact identity, not an approximation)
+    w = sp.Wild("w")
+    num_e, den_e = (f.replace(1 - sp.tanh(w) ** 2, sp.sech(w) ** 2) for f in (num, den))
+    if eps == 0:
+        scale = sp.together(num.xreplace({relaxed: theta}) / den)
+        scale_eval = num_e / den_e
+    else:
+        # a floor ε on both factors of the Jacobian keeps s finite where both underflow
+        scale = (num.xreplace({relaxed: theta}) + eps) / (den + eps)
+        scale_eval = (num_e + eps) / (den_e + eps)
+    g_k = sp.Symbol("g_k", real=True)
+    avg = sp.Symbol("ngrad", real=True)
+    D.symbol_names.update({theta: r"\hat\theta_k", avg: r"\overline{s\hat g}", tau: r"\tau"})
+    D.sampling = Sampling(samples, u, theta, relaxed, [(g_k, "grad")], [(avg, g_k * scale_eval)], draw="uniform",
+                          grad_stat=avg)
+    D.natural_gradient = NaturalGradient([avg])
+    D.relaxation = Relaxation(temperature=tau, sample=relaxed, scale=scale, u=u, theta=theta, eps=eps,
+                              scale_evaluated=scale_eval)
+    s_sym = sp.Symbol("s_k")
+    D.symbol_names[s_sym] = "s_k"
+    D.add(mode, RULES[mode].equation, "Concrete relaxation of the binary sample",
+          "The family's sampler is a hard threshold sign(x) of a uniform draw u; replacing it by tanh(x/τ) gives the "
+          "relaxed sample θ̂ (Eq. 50).  The gradient of the expected loss is taken at θ̂ and carried to μ by the "
+          "chain rule, s = ∇_μ θ̂ (Eq. 51); it is averaged over S = %s draws." % samples
+          + " s is evaluated with 1 − tanh²(z) = sech²(z), which does not round to 0 where tanh saturates"
+          + ("; a floor ε on its two factors keeps it finite where both underflow." if eps != 0 else "."),
+          [(fam.theta, fam.sampler), (theta, relaxed), (s_sym, scale), (s_sym, scale_eval),
+           (avg, r"\frac{1}{S}\sum_k s_k \nabla_\theta\bar\ell(\hat\theta_k)"),
+           (r"\nabla_{\mu}\mathbb{E}_q[\bar\ell]", avg, r"\approx")])
+    return [avg]
+

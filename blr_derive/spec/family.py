@@ -1,0 +1,345 @@
+"""Family declarations (``families/*.yaml``, or inline in a recipe) read into a :class:`FamilyDecl`: the variable and
+its support, the parameters and their domains, T(θ), h(θ), λ(params), and what the file may add (a log-partition,
+expectation parameters to check, Gaussian moments, a sampler).  The symbols of the variable, the parameters and
+the natural and expectation parameters are made here; ``blr_derive/families/build.py`` derives the rest."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from blr_derive.core.errors import SpecError
+from blr_derive.core.exprparse import parse_expression
+from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
+from blr_derive.core.names import check_name_at
+from blr_derive.core.sizes import declared_sizes, instantiate, resolve_sizes
+from blr_derive.core.yamlio import LDict, check_keys, where
+from blr_derive.spec.vocabulary import (DOMAINS, FAMILY_KEYS, JOINT_SUPPORTS, MAX_SIZE, PARAM_KEYS, SCALAR_SUPPORTS,
+                                        SHAPES, SUPPORTS, VARIABLE_KEYS, DISCRETE_SUPPORTS)
+
+
+@dataclass
+class Param:
+    name: str
+    symbol: object
+    shape: str
+    domain: str
+    fixed: bool = False
+    description: str = ""
+    greater_than: object = None      # lower bound (an expression in the dimension) for scalar parameters
+
+
+def _err(msg, container, key=None):
+    f, l = where(container, key)
+    return SpecError(msg, f, l)
+
+
+def _parse_variable(spec, dim):
+    """The variable declaration → (kind, name, theta, components, names)."""
+    var = spec["variable"]
+    if isinstance(var, str):
+        var = LDict(name=var, shape="scalar")           # the shorthand names the line of 'variable'
+        var.file, var.line = where(spec, "variable")
+    if not isinstance(var, dict):
+        raise _err("variable must be a name or a mapping {name, shape}", spec, "variable")
+    check_keys(var, VARIABLE_KEYS, (), "variable")
+    if "components" in var:
+        if "name" in var or "shape" in var or "size" in var:
+            raise _err("a variable with 'components' takes no name, shape or size", var, "components")
+        comps = var["components"]
+        if (not isinstance(comps, list) or len(comps) < 2 or len(comps) > MAX_SIZE
+                or not all(isinstance(c, str) and c.isidentifier() for c in comps) or len(set(comps)) != len(comps)):
+            raise _err(f"components must be a list of 2 to {MAX_SIZE} distinct names", var, "components")
+        for c in comps:
+            check_name_at(c, "variable component", var, "components")
+        syms = [sp.Symbol(c, real=True) for c in comps]
+        return "components", "(" + ", ".join(comps) + ")", sp.ImmutableMatrix(syms), syms
+    if "name" not in var:
+        raise _err("missing required key 'name' in variable", var, None)
+    vname = check_name_at(var["name"], "variable name", var, "name", scope="prefix")
+    vshape = var.get("shape", "scalar")
+    if vshape not in SHAPES:
+        raise _err("variable shape must be scalar, vector or matrix", var, "shape")
+    if "size" in var:
+        size = var["size"]
+        if vshape != "vector":
+            raise _err("'size' is for vector variables", var, "size")
+        if isinstance(size, bool) or not isinstance(size, int) or not 2 <= size <= MAX_SIZE:
+            raise _err(f"size must be an integer from 2 to {MAX_SIZE}", var, "size")
+        syms = [sp.Symbol(f"{vname}{i + 1}", real=True) for i in range(size)]
+        return "sized", vname, sp.ImmutableMatrix(syms), syms
+    if vshape != "scalar" and dim is None:
+        raise _err(f"a {vshape} variable needs a 'dimension' symbol (or a fixed 'size')", spec, "variable")
+    if vshape == "vector":
+        return "vector", vname, sp.MatrixSymbol(vname, dim, 1), []
+    if vshape == "matrix":
+        return "matrix", vname, sp.MatrixSymbol(vname, dim, dim), []
+    sym = sp.Symbol(vname, real=True)
+    return "scalar", vname, sym, [sym]
+
+
+def _parse_support(spec, kind, components):
+    """→ (declared support, per-component supports, joint support)."""
+    default = "positive_definite" if kind == "matrix" else "real"
+    support = spec.get("support", default)
+    known = ", ".join(SUPPORTS)
+    if isinstance(support, list):
+        if kind != "components" or len(support) != len(components):
+            raise _err("a list of supports must be aligned with the variable's components", spec, "support")
+        for s in support:
+            if s not in SCALAR_SUPPORTS:
+                raise _err(f"unsupported component support '{s}' (known: {', '.join(SCALAR_SUPPORTS)})", spec, "support")
+        if len({s in DISCRETE_SUPPORTS for s in support}) > 1:
+            raise _err("mixing discrete and continuous components is not supported", spec, "support")
+        return tuple(support), list(support), None
+    if not isinstance(support, str) or support not in SUPPORTS:
+        raise _err(f"unsupported support '{support}' (known: {known})", spec, "support")
+    if kind == "vector" and support != "real":
+        raise _err("a vector variable with a symbolic dimension has support 'real' (use a fixed 'size' for "
+                   "categorical or simplex supports)", spec, "support")
+    if kind == "matrix" and support != "positive_definite":
+        raise _err("a matrix variable has support 'positive_definite'", spec, "support")
+    if support == "positive_definite" and kind != "matrix":
+        raise _err("support 'positive_definite' is for matrix variables", spec, "support")
+    if support in JOINT_SUPPORTS:
+        if kind != "sized":
+            raise _err(f"support '{support}' needs a vector variable with a fixed size "
+                       "(variable: {name: theta, shape: vector, size: K})", spec, "support")
+        return support, [], support
+    return support, [support] * len(components), None
+
+
+
+@dataclass
+class FamilyDecl:
+    """A family as declared (parsed, not yet derived)."""
+    name: str
+    description: str
+    reference: str
+    theta: object
+    dim: object
+    support: object
+    params: dict
+    T: list
+    h: object
+    eta: list
+    lam: list
+    mu: list
+    A: object                    # the declared log-partition, or None (derived)
+    elementwise: bool
+    symmetric: frozenset
+    file: str | None
+    variable_kind: str
+    vname: str
+    components: list
+    component_supports: list
+    joint_support: str | None
+    sizes: tuple
+    mu_decl: list | None         # [(expression, text, (file, line))] declared expectation parameters
+    gaussian_mean: object
+    gaussian_cov: object
+    sampler: object
+    spec: object                 # the located mapping (for errors found while deriving)
+
+
+def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
+    """Read a family declaration (a YAML mapping) into a :class:`FamilyDecl`; a declaration with a ``sizes`` section
+    is first instantiated at ``sizes`` (a tuple from :func:`blr_derive.core.sizes.resolve_sizes`; its defaults
+    when None).  Every problem is a located SpecError."""
+    if not isinstance(spec, dict):
+        raise SpecError("a family declaration must be a mapping", file, getattr(spec, "line", None) or 1)
+    if "sizes" in spec:
+        if sizes is None:
+            sizes = resolve_sizes(declared_sizes(spec), None)
+        spec = instantiate(spec, sizes, file)
+    check_keys(spec, FAMILY_KEYS, ("name", "variable", "parameters", "sufficient_statistics", "natural_parameters"), "family")
+    name = check_name_at(spec["name"], "family name", spec, "name", scope="label")
+
+    dim = None
+    if "dimension" in spec:
+        check_name_at(spec["dimension"], "dimension (a symbol name such as P)", spec, "dimension")
+        dim = sp.Symbol(spec["dimension"], integer=True, positive=True)
+
+    kind, vname, theta, components = _parse_variable(spec, dim)
+    support, comp_supports, joint = _parse_support(spec, kind, components)
+
+    tsyms = {str(c): c for c in components} if components else {vname: theta}
+    symbols = dict(tsyms)
+    if dim is not None:
+        if str(dim) in symbols:
+            raise _err(f"the dimension '{dim}' clashes with the variable", spec, "dimension")
+        symbols[str(dim)] = dim
+    symmetric = set()
+    if kind == "matrix":
+        symmetric.add(theta)
+    params = {}
+    pspec = spec["parameters"]
+    if not isinstance(pspec, dict) or not pspec:
+        raise _err("parameters must be a non-empty mapping", spec, "parameters")
+    for pname, pdecl in pspec.items():
+        check_name_at(pname, "parameter", pspec, pname)
+        if pname in symbols:
+            raise _err(f"parameter '{pname}' clashes with another name", pspec, pname)
+        if pdecl is None:
+            pdecl = LDict()
+            pdecl.file, pdecl.line = where(pspec, pname)
+        if not isinstance(pdecl, dict):
+            raise _err(f"parameter '{pname}' must be a mapping (domain, shape, ...)", pspec, pname)
+        check_keys(pdecl, PARAM_KEYS, (), f"parameter '{pname}'")
+        shape = pdecl.get("shape", "scalar")
+        domain = pdecl.get("domain", "real")
+        if shape not in SHAPES:
+            raise _err(f"parameter '{pname}': shape must be one of {', '.join(SHAPES)}", pdecl, "shape")
+        if not isinstance(domain, str) or domain not in DOMAINS:
+            raise _err(f"parameter '{pname}': unknown domain '{domain}' (known: {', '.join(DOMAINS)})", pdecl, "domain")
+        if shape != "scalar" and dim is None:
+            raise _err(f"parameter '{pname}': non-scalar parameters need a 'dimension'", pspec, pname)
+        if shape == "matrix" and domain not in ("positive_definite", "symmetric"):
+            raise _err(f"parameter '{pname}': matrix parameters must be positive_definite or symmetric", pdecl, "domain")
+        if shape != "matrix" and domain in ("positive_definite", "symmetric"):
+            raise _err(f"parameter '{pname}': domain '{domain}' is for matrix parameters", pdecl, "domain")
+        if shape != "scalar" and domain in ("unit_interval", "simplex"):
+            raise _err(f"parameter '{pname}': domain '{domain}' is for scalar parameters", pdecl, "domain")
+        bound = None
+        if "greater_than" in pdecl:
+            if shape != "scalar" or domain != "real":
+                raise _err(f"parameter '{pname}': 'greater_than' needs a scalar parameter with domain real", pdecl,
+                           "greater_than")
+            try:
+                bound = parse_expression(pdecl["greater_than"], {str(dim): dim} if dim is not None else {},
+                                         what=f"parameter '{pname}' greater_than")
+            except SpecError as exc:
+                f, l = where(pdecl, "greater_than")
+                raise exc.located(f or file, l) from None
+            if is_mat(bound) or bound.free_symbols - ({dim} if dim is not None else set()):
+                raise _err(f"parameter '{pname}': 'greater_than' must be a number or an expression in the dimension",
+                           pdecl, "greater_than")
+        if shape == "scalar":
+            if domain in ("positive", "unit_interval", "simplex") or (bound is not None and bound.is_nonnegative):
+                sym = sp.Symbol(pname, positive=True)
+            else:
+                sym = sp.Symbol(pname, real=True)
+        elif shape == "vector":
+            sym = sp.MatrixSymbol(pname, dim, 1)
+        else:
+            sym = sp.MatrixSymbol(pname, dim, dim)
+            symmetric.add(sym)
+        fixed = pdecl.get("fixed", False)
+        if not isinstance(fixed, bool):
+            raise _err("'fixed' must be true or false", pdecl, "fixed")
+        if fixed and domain == "simplex":
+            raise _err(f"parameter '{pname}': simplex parameters cannot be fixed", pdecl, "fixed")
+        params[pname] = Param(pname, sym, shape, domain, fixed, str(pdecl.get("description", "")), bound)
+        symbols[pname] = sym
+
+    def parse(text, container, key, allowed, what):
+        try:
+            return parse_expression(text, allowed, what=what)
+        except SpecError as exc:
+            f, l = where(container, key)
+            raise exc.located(f or file, l) from None
+
+    T_list = spec["sufficient_statistics"]
+    eta_list = spec["natural_parameters"]
+    if not isinstance(T_list, list) or not T_list:
+        raise _err("sufficient_statistics must be a non-empty list", spec, "sufficient_statistics")
+    if not isinstance(eta_list, list) or len(eta_list) != len(T_list):
+        raise _err("natural_parameters must be a list aligned with sufficient_statistics", spec, "natural_parameters")
+    tsyms = {**tsyms, **({str(dim): dim} if dim is not None else {})}
+    fixed_syms = {p.name: p.symbol for p in params.values() if p.fixed}
+    psyms = {k: v for k, v in symbols.items() if k not in tsyms or (dim is not None and k == str(dim))}
+    T = [parse(t, T_list, i, tsyms, f"sufficient statistic {i + 1}") for i, t in enumerate(T_list)]
+    eta = [parse(e, eta_list, i, psyms, f"natural parameter {i + 1}") for i, e in enumerate(eta_list)]
+
+    def depends(e):
+        return any(e.has(c) for c in components) if components else e.has(theta)
+
+    lam, mu = [], []
+    for i, (t, e) in enumerate(zip(T, eta)):
+        tshape = t.shape if is_mat(t) else None
+        eshape = e.shape if is_mat(e) else None
+        if tshape != eshape:
+            raise _err(f"natural parameter {i + 1} has shape {eshape or 'scalar'} but T_{i + 1} has {tshape or 'scalar'}",
+                       eta_list, i)
+        if not depends(t):
+            raise _err(f"sufficient statistic {i + 1} does not depend on {vname}", T_list, i)
+        if tshape:
+            l = sp.MatrixSymbol(f"lambda{i + 1}", *tshape)
+            u = sp.MatrixSymbol(f"mu{i + 1}", *tshape)
+            if tshape[0] == tshape[1] and tshape[0] != 1:
+                if simplify_mat(t.T, symmetric) == simplify_mat(t, symmetric):
+                    symmetric.update({l, u})
+        else:
+            l, u = sp.Symbol(f"lambda{i + 1}", real=True), sp.Symbol(f"mu{i + 1}", real=True)
+        lam.append(l)
+        mu.append(u)
+    symmetric = frozenset(symmetric)
+    hsyms = {**tsyms, **fixed_syms}
+    h = parse(spec.get("base_measure", 1), spec, "base_measure", hsyms, "base_measure")
+    if is_mat(h):
+        raise _err("base_measure must be a scalar", spec, "base_measure")
+
+    if bool(spec.get("elementwise", False)) and kind != "scalar":
+        raise _err("elementwise (mean-field) families are declared for one scalar coordinate", spec, "elementwise")
+    if not any(not p.fixed for p in params.values()):
+        raise _err("at least one parameter must be free (not fixed)", spec, "parameters")
+
+    A = None
+    if "log_partition" in spec:
+        lsyms = {f"lambda{i + 1}": l for i, l in enumerate(lam)}
+        lsyms.update({str(dim): dim} if dim is not None else {})
+        lsyms.update(fixed_syms)
+        A = scalarize(parse(spec["log_partition"], spec, "log_partition", lsyms, "log_partition"))
+        if is_mat(A):
+            raise _err("log_partition must be a scalar", spec, "log_partition")
+    elif kind in ("vector", "matrix"):
+        raise _err(f"log_partition must be given for {kind} families (A is integrated or summed for scalar "
+                   "variables, components and fixed-size vectors only)", spec, "sufficient_statistics")
+
+    mu_decl = None
+    if "expectation_parameters" in spec:
+        decl = spec["expectation_parameters"]
+        if not isinstance(decl, list) or len(decl) != len(T):
+            raise _err("expectation_parameters must be a list aligned with sufficient_statistics", spec,
+                       "expectation_parameters")
+        mu_decl = [(parse(d, decl, i, psyms, f"expectation parameter {i + 1}"), str(d), where(decl, i))
+                   for i, d in enumerate(decl)]
+
+    gauss_mean = gauss_cov = sampler = None
+    # 6. Gaussian moments (enable Bonnet / Price / exact rules)
+    if "gaussian" in spec:
+        g = spec["gaussian"]
+        if not isinstance(g, dict):
+            raise _err("gaussian must be a mapping {mean, covariance}", spec, "gaussian")
+        check_keys(g, {"mean", "covariance"}, ("mean", "covariance"), "gaussian")
+        if kind not in ("scalar", "vector"):
+            raise _err("a gaussian section needs a scalar or vector variable", spec, "gaussian")
+        gauss_mean = parse(g["mean"], g, "mean", psyms, "gaussian mean")
+        gauss_cov = parse(g["covariance"], g, "covariance", psyms, "gaussian covariance")
+        ms = gauss_mean.shape if is_mat(gauss_mean) else None
+        if ms != (theta.shape if is_mat(theta) else None):
+            raise _err("gaussian mean must have the shape of the variable", g, "mean")
+        cs = gauss_cov.shape if is_mat(gauss_cov) else None
+        if cs != ((theta.shape[0], theta.shape[0]) if is_mat(theta) else None):
+            raise _err("gaussian covariance must be a scalar for a scalar variable and a square matrix for a vector",
+                       g, "covariance")
+
+    # 7. a sampler: θ as a function of the parameters and u ~ Uniform(0, 1) (inverse CDF); it is
+    #    checked against μ by Monte Carlo in tests and enables the score-function estimator
+    if "sampler" in spec:
+        if kind != "scalar" or is_mat(theta):
+            raise _err("samplers are supported for scalar variables", spec, "sampler")
+        u = sp.Symbol("u", positive=True)
+        try:
+            sampler = parse_expression(spec["sampler"], {**psyms, "u": u}, what="sampler", logic=True)
+        except SpecError as exc:
+            f, l = where(spec, "sampler")
+            raise exc.located(f or file, l) from None
+
+    return FamilyDecl(
+        name=name, description=str(spec.get("description", "")), reference=str(spec.get("reference", "")),
+        theta=theta, dim=dim, support=support, params=params, T=T, h=h, eta=eta, lam=lam, mu=mu, A=A,
+        elementwise=bool(spec.get("elementwise", False)), symmetric=symmetric, file=file, variable_kind=kind,
+        vname=vname, components=components, component_supports=comp_supports, joint_support=joint,
+        sizes=tuple(sizes or ()), mu_decl=mu_decl, gaussian_mean=gauss_mean, gaussian_cov=gauss_cov,
+        sampler=sampler, spec=spec)

@@ -1,0 +1,247 @@
+"""The parts every recipe shares: hyperparameters, data declarations and the approximations list.
+
+Each is read from untrusted YAML into a typed record; names are validated (``blr_derive/core/names.py``) and
+every error is located at its line.  Single-family, mixture and product recipes all use these readers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from blr_derive.core.errors import SpecError
+from blr_derive.core.names import check_name_at
+from blr_derive.core.yamlio import LDict, check_keys, finite_number, where
+
+HP_KEYS = {"default", "description", "names", "type", "choices", "required", "allow_infinite"}
+DATA_KEYS = {"shape", "description", "symmetric"}
+
+
+@dataclass
+class Hyper:
+    name: str
+    symbol: object           # None for tuples and choices (see ``elements``)
+    default: object          # float, int, bool, str (a choice) or tuple of floats; None when required
+    description: str = ""
+    kind: str = "float"      # float | int | bool | tuple | choice
+    elements: tuple = ()     # tuples: ((name, symbol), ...); choices: ((choice, boolean symbol), ...)
+
+
+@dataclass
+class DataVar:
+    name: str
+    symbol: object
+    shape: tuple          # () scalar, (N,) vector, (N, P) matrix — dims are sympy Symbols
+    description: str = ""
+    symmetric: bool = False
+
+
+@dataclass
+class Approx:
+    name: str
+    args: dict
+    line: int | None = None
+
+
+def err(msg, container, key=None) -> SpecError:
+    f, l = where(container, key)
+    return SpecError(msg, f, l)
+
+
+# ----------------------------------------------------------------------------------------- hyperparameters
+
+def _choice(hname, hdecl, d, desc):
+    choices = hdecl.get("choices")
+    if (not isinstance(choices, list) or not choices or d not in choices
+            or any(not isinstance(c, str) or not c.isidentifier() for c in choices)):
+        raise err(f"hyperparameter '{hname}': a string default needs 'choices' (identifiers) containing it",
+                  hdecl, "choices" if "choices" in hdecl else "default")
+    for c in choices:
+        check_name_at(c, f"hyperparameter '{hname}': choice", hdecl, "choices")
+    return Hyper(hname, None, d, desc, "choice", tuple((c, sp.Symbol(f"{hname}__{c}")) for c in choices))
+
+
+def _tuple(hname, hdecl, d, desc, taken):
+    names = hdecl.get("names")
+    if (not isinstance(names, list) or len(names) != len(d) or not d
+            or any(not isinstance(n, str) or not n.isidentifier() or n in taken for n in names)):
+        raise err(f"hyperparameter '{hname}': a tuple default needs 'names', one new identifier per element",
+                  hdecl, "names" if "names" in hdecl else "default")
+    for n in names:
+        check_name_at(n, f"hyperparameter '{hname}': element name", hdecl, "names")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in d):
+        raise err(f"hyperparameter '{hname}': tuple elements must be numbers", hdecl, "default")
+    for v in d:
+        finite_number(v, hdecl, "default", f"hyperparameter '{hname}': a tuple element")
+    taken.update(names)
+    return Hyper(hname, None, tuple(float(v) for v in d), desc, "tuple",
+                 tuple((n, sp.Symbol(n, real=True)) for n in names))
+
+
+def _number(hname, hdecl, d, desc, htype):
+    if not isinstance(d, (int, float)) or isinstance(d, bool) or "names" in hdecl:
+        raise err(f"hyperparameter '{hname}': default must be a number, a boolean or a list", hdecl, "default")
+    allow_inf = hdecl.get("allow_infinite", False)
+    if not isinstance(allow_inf, bool):
+        raise err(f"hyperparameter '{hname}': allow_infinite must be true or false", hdecl, "allow_infinite")
+    finite_number(d, hdecl, "default", f"hyperparameter '{hname}': default", allow_infinite=allow_inf)
+    if htype == "int":
+        if d != int(d):
+            raise err(f"hyperparameter '{hname}': default must be an integer", hdecl, "default")
+        return Hyper(hname, sp.Symbol(hname, integer=True, positive=True), int(d), desc, "int")
+    return Hyper(hname, sp.Symbol(hname, real=True), float(d), desc)
+
+
+ALL_KINDS = ("float", "int", "bool", "tuple", "choice")
+
+
+def parse_hyperparameter(hname, hdecl, hspec, taken, kinds=ALL_KINDS, keys=HP_KEYS,
+                         clash="a name of the family") -> Hyper:
+    """One entry of ``hyperparameters`` (a number, or a mapping with default/type/choices/names/required);
+    ``kinds`` and ``keys`` restrict what a recipe structure supports (products: numbers only)."""
+    check_name_at(hname, "hyperparameter", hspec, hname)
+    if hname in taken:
+        raise err(f"hyperparameter '{hname}' clashes with {clash}", hspec, hname)
+    if not isinstance(hdecl, dict):
+        hdecl = LDict(default=hdecl)
+        hdecl.file, hdecl.line = where(hspec, hname)     # errors about the shorthand name its line
+    required = hdecl.get("required", False)
+    if not isinstance(required, bool):
+        raise err(f"hyperparameter '{hname}': 'required' must be true or false", hdecl, "required")
+    check_keys(hdecl, keys, () if required else ("default",), f"hyperparameter '{hname}'")
+    d = hdecl.get("default")
+    desc = str(hdecl.get("description", ""))
+    htype = hdecl.get("type")
+    if htype not in (None, "int", "float"):
+        raise err(f"hyperparameter '{hname}': type must be int or float", hdecl, "type")
+    if required:
+        if d is not None or "choices" in hdecl or "names" in hdecl:
+            raise err(f"hyperparameter '{hname}': a required hyperparameter has no default", hdecl, "required")
+        h = Hyper(hname, sp.Symbol(hname, real=True), None, desc, htype or "float")
+    elif isinstance(d, str) or "choices" in hdecl:
+        h = _choice(hname, hdecl, d, desc)
+    elif isinstance(d, bool):
+        if "names" in hdecl:
+            raise err(f"hyperparameter '{hname}': 'names' is only for tuples", hdecl, "names")
+        h = Hyper(hname, sp.Symbol(hname), d, desc, "bool")
+    elif isinstance(d, list):
+        h = _tuple(hname, hdecl, d, desc, taken)
+    else:
+        h = _number(hname, hdecl, d, desc, htype)
+    if h.kind not in kinds:
+        raise err(f"hyperparameter '{hname}': a {h.kind} hyperparameter is not supported here "
+                  f"(use {' or '.join(kinds)})", hdecl, "default")
+    taken.add(hname)
+    return h
+
+
+def parse_hyperparameters(spec, taken: set, **how) -> list:
+    """The ``hyperparameters`` section: required ones first, then those with defaults (``how``: the
+    restrictions of :func:`parse_hyperparameter`)."""
+    hspec = spec.get("hyperparameters", LDict())
+    if not isinstance(hspec, dict):
+        raise err("hyperparameters must be a mapping", spec, "hyperparameters")
+    hyper = [parse_hyperparameter(n, d, hspec, taken, **how) for n, d in hspec.items()]
+    seen_default = None
+    for h in hyper:
+        if h.default is not None:
+            seen_default = h.name
+        elif seen_default is not None:
+            raise err(f"required hyperparameter '{h.name}' must come before those with defaults ('{seen_default}')",
+                      hspec, h.name)
+    return hyper
+
+
+def learning_rate_name(spec) -> str:
+    """``learning_rate`` names a numeric hyperparameter (default ``rho``)."""
+    lr = spec.get("learning_rate", "rho")
+    if not isinstance(lr, str):
+        raise err("learning_rate must name a hyperparameter", spec, "learning_rate")
+    check_name_at(lr, "learning_rate", spec, "learning_rate")
+    return lr
+
+
+def add_learning_rate(lr, spec, hyper, taken):
+    """An undeclared learning rate is added as a hyperparameter ρ = 1.0 (first)."""
+    if lr not in {h.name for h in hyper if h.kind in ("float", "int")}:
+        if lr in taken:
+            raise err(f"learning_rate '{lr}' must be a numeric hyperparameter", spec, "learning_rate")
+        hyper.insert(0, Hyper(lr, sp.Symbol(lr, real=True), 1.0, "learning rate ρ_t of the BLR (Eq. 6)"))
+        taken.add(lr)
+
+
+def scalar_symbols(hyper) -> dict:
+    """name -> symbol of every float hyperparameter and tuple element (what expressions may name)."""
+    out = {h.name: h.symbol for h in hyper if h.kind == "float"}
+    out.update({en: es for h in hyper if h.kind == "tuple" for en, es in h.elements})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- data
+
+def parse_data(dspec, symbols: dict, taken: set, dims: dict, keys=DATA_KEYS, new_dims=True) -> list:
+    """``data``: name -> {shape: [dims], symmetric, description}; new dimension names join ``dims`` (or, with
+    ``new_dims=False``, must be declared) and every data symbol joins ``symbols`` and ``taken``."""
+    data = []
+    for dname, ddecl in dspec.items():
+        check_name_at(dname, "data", dspec, dname)
+        if dname in taken or dname in symbols:
+            raise err(f"data '{dname}' clashes with another name", dspec, dname)
+        if ddecl is None:
+            ddecl = LDict()
+            ddecl.file, ddecl.line = where(dspec, dname)
+        if not isinstance(ddecl, dict):
+            raise err(f"data '{dname}' must be a mapping (shape, description, symmetric)", dspec, dname)
+        check_keys(ddecl, keys, (), f"data '{dname}'")
+        shape = ddecl.get("shape", [])
+        if not new_dims and (not isinstance(shape, list) or len(shape) > 2
+                             or any(not isinstance(s, str) or s not in dims for s in shape)):
+            raise err(f"data '{dname}': shape must list at most two declared dimensions", ddecl, "shape")
+        if not isinstance(shape, list) or len(shape) > 2:
+            raise err(f"data '{dname}': shape must be a list of at most two dimension names", ddecl, "shape")
+        dsyms = []
+        for s in shape:
+            if not isinstance(s, str) or not s.isidentifier():
+                raise err(f"data '{dname}': dimension names must be identifiers", ddecl, "shape")
+            if s not in dims:
+                check_name_at(s, f"data '{dname}': dimension", ddecl, "shape")
+                dims[s] = sp.Symbol(s, integer=True, positive=True)
+            dsyms.append(dims[s])
+        if len(dsyms) == 0:
+            sym = sp.Symbol(dname, real=True)
+        elif len(dsyms) == 1:
+            sym = sp.MatrixSymbol(dname, dsyms[0], 1)
+        else:
+            sym = sp.MatrixSymbol(dname, dsyms[0], dsyms[1])
+        symmetric = ddecl.get("symmetric", False)
+        if not isinstance(symmetric, bool) or (symmetric and (len(dsyms) != 2 or dsyms[0] != dsyms[1])):
+            raise err(f"data '{dname}': symmetric must be true or false, and true only for square matrices",
+                      ddecl, "symmetric")
+        data.append(DataVar(dname, sym, tuple(dsyms), str(ddecl.get("description", "")), symmetric))
+        symbols[dname] = sym
+        taken.add(dname)
+    return data
+
+
+# ------------------------------------------------------------------------------------------- approximations
+
+def parse_approximations(spec, kinds: dict) -> list:
+    """``approximations``: rule names or ``{name: {args}}``; ``kinds`` maps every rule a recipe may name to its
+    kind (the rule registry, given by the caller)."""
+    aspec = spec.get("approximations", [])
+    if not isinstance(aspec, list):
+        raise err("approximations must be a list", spec, "approximations")
+    out = []
+    for i, a in enumerate(aspec):
+        if isinstance(a, str):
+            aname, args = a, {}
+        elif isinstance(a, dict) and len(a) == 1:
+            aname, args = next(iter(a.items()))
+            if args is not None and not isinstance(args, dict):
+                raise err(f"arguments of approximation '{aname}' must be a mapping", aspec, i)
+            args = dict(args or {})
+        else:
+            raise err("each approximation is a rule name or {name: {args}}", aspec, i)
+        if not isinstance(aname, str) or aname not in kinds:
+            raise err(f"unknown approximation '{aname}' (known: {', '.join(sorted(kinds))})", aspec, i)
+        out.append(Approx(aname, args, aspec.line_of(i)))
+    return out

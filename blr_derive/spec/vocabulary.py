@@ -1,0 +1,68 @@
+"""The vocabulary of family declarations: shapes, parameter domains, supports (with the integration limits of the
+continuous ones) and the keys a family file may use."""
+from __future__ import annotations
+
+import sympy as sp
+
+SHAPES = ("scalar", "vector", "matrix")
+
+
+DOMAINS = {
+    "real": "a real number (vector)",
+    "positive": "positive (elementwise)",
+    "unit_interval": "a number in (0, 1)",
+    "simplex": "the scalar parameters with this domain are together the first K-1 coordinates of a "
+               "probability vector: each positive, their sum below 1",
+    "positive_definite": "a symmetric positive-definite matrix",
+    "symmetric": "a symmetric matrix",
+}
+
+
+#: continuous scalar supports: integration limits
+CONTINUOUS_SUPPORTS = {
+    "real": (-sp.oo, sp.oo),
+    "positive": (0, sp.oo),
+    "unit_interval": (0, 1),
+}
+
+
+#: discrete scalar supports
+DISCRETE_SUPPORTS = {
+    "binary_pm1": "{-1, +1}",
+    "nonnegative_integers": "{0, 1, 2, ...}",
+}
+
+
+#: supports of a fixed-size vector variable taken as a whole
+JOINT_SUPPORTS = {
+    "categorical": "one-hot vectors of length K (exactly one component is 1, the others 0)",
+    "simplex": "the open probability simplex: components positive and summing to 1 "
+               "(the last component is 1 minus the others)",
+}
+
+
+SUPPORTS = {
+    **{k: f"({lo}, {hi})" for k, (lo, hi) in CONTINUOUS_SUPPORTS.items()},
+    **DISCRETE_SUPPORTS,
+    **JOINT_SUPPORTS,
+    "positive_definite": "symmetric positive-definite matrices (matrix variables)",
+}
+
+
+SCALAR_SUPPORTS = tuple(CONTINUOUS_SUPPORTS) + tuple(DISCRETE_SUPPORTS)
+
+
+FAMILY_KEYS = {
+    "name", "description", "reference", "variable", "dimension", "support", "parameters",
+    "sufficient_statistics", "base_measure", "natural_parameters", "log_partition",
+    "expectation_parameters", "gaussian", "elementwise", "sampler", "sizes",
+}
+
+
+PARAM_KEYS = {"shape", "domain", "fixed", "description", "greater_than"}
+
+
+VARIABLE_KEYS = {"name", "shape", "size", "components"}
+
+
+MAX_SIZE = 16

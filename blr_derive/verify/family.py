@@ -1,0 +1,156 @@
+"""``blr-derive check`` for a family: what the engine derives (or takes as declared) for the family against
+quadrature, Monte Carlo and finite differences at random valid parameter points (see
+``blr_derive/verify/check.py`` for the table of checks)."""
+from __future__ import annotations
+
+import numpy as np
+
+from blr_derive.core.errors import BLRError, DerivationError
+from blr_derive.verify.quadrature import FamilyModel, Quadrature
+from blr_derive.verify.results import TOLERANCES, Check
+
+
+MAX_QUADRATURE_DIM = 4
+
+
+def rel_err(got, want):
+    got = np.asarray(got, dtype=float)
+    want = np.asarray(want, dtype=float).reshape(got.shape)
+    return float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want)))) if got.size else 0.0
+
+
+def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_samples: int = 20000) -> list:
+    """Run every numeric check at ``points`` random parameter points; a list of :class:`Check`."""
+    rng = np.random.default_rng(seed)
+    model = FamilyModel(fam, dim)
+    if not model.discrete and model.ndim_u > MAX_QUADRATURE_DIM:
+        raise DerivationError(f"the numeric checks integrate over at most {MAX_QUADRATURE_DIM} coordinates; family "
+                              f"'{fam.name}' at dimension {dim} has {model.ndim_u} (use a smaller --dim)")
+    nf = model.nf
+    d = nf.dim
+    worst: dict = {}
+    notes: dict = {}
+
+    def record(name, value, note=""):
+        value = float(value) if np.isfinite(value) else float("inf")
+        kind = "min" if name == "fisher_positive_definite" else "max"
+        old = worst.get(name)
+        if old is None or (value > old if kind == "max" else value < old) or not np.isfinite(value):
+            worst[name] = value
+            if note:
+                notes[name] = note
+
+    def guarded(name, fn):
+        try:
+            fn()
+        except (BLRError, ValueError, ArithmeticError, np.linalg.LinAlgError, TypeError) as exc:
+            record(name, float("inf"), f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+
+    try:
+        H_sym = fam.entropy()
+    except DerivationError as exc:
+        H_sym = None
+        record("entropy_vs_quadrature", float("inf"), str(exc).splitlines()[0][:160])
+
+    with np.errstate(all="ignore"):      # overflow far in the quadrature tails is expected and handled
+        for _ in range(points):
+            _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded)
+
+    out = []
+    for name, tol in TOLERANCES.items():
+        if name not in worst:
+            continue
+        out.append(Check(name, worst[name], tol, "min" if name == "fisher_positive_definite" else "max",
+                         notes.get(name, "")))
+    return out
+
+
+def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded):
+    """All checks at one random parameter point; ``record`` keeps the worst value of each."""
+    nf = model.nf
+    vals = fam.sample_params(rng, d or 2)
+    fixed_vals = {p.symbol: vals[p.symbol] for p in fam.fixed_params}
+    lam_vals = {l: fam.evaluate(e, vals, d) for l, e in zip(fam.lam, fam.eta)}
+    c = nf.coords_of(lam_vals)
+    A = nf.A(c, fixed_vals)
+    mu_blocks = {u: fam.evaluate(m, {**lam_vals, **fixed_vals}, d) for u, m in zip(fam.mu, fam.mu_of_lam)}
+    mu_c = nf.coords_of(mu_blocks)
+    quad = None
+    try:
+        quad = Quadrature(model, c, fixed_vals, A)
+    except (BLRError, ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        for n in ("normalization", "mu_vs_quadrature", "fisher_vs_covariance", "entropy_vs_quadrature",
+                  "mu_vs_monte_carlo"):
+            record(n, float("inf"), f"quadrature failed: {exc}")
+
+    if quad is not None:
+        Zr = quad.normalization
+        record("normalization", abs(Zr - 1.0), f"∫ h exp(<λ,T> - A) = {Zr:.6g}")
+        record("mu_vs_quadrature", rel_err(mu_c, quad.mean), f"∇A = {fmt(mu_c)}, E_q[T] = {fmt(quad.mean)}")
+
+        def mc():
+            S = quad.sample(rng, mc_samples)
+            est = S.mean(axis=0)
+            se = S.std(axis=0, ddof=1) / np.sqrt(len(S))
+            z = np.abs(est - mu_c) / np.where(se > 0, se, np.inf)
+            z = np.where((se == 0) & (np.abs(est - mu_c) > 1e-12 * (1 + np.abs(mu_c))), np.inf, z)
+            record("mu_vs_monte_carlo", float(np.max(z)), f"∇A = {fmt(mu_c)}, MC mean = {fmt(est)}")
+        guarded("mu_vs_monte_carlo", mc)
+
+    def fd():
+        g = np.zeros_like(c)
+        for k in range(len(c)):
+            eps = 1e-5 * max(1.0, abs(c[k]))
+            e = np.zeros_like(c)
+            e[k] = eps
+            g[k] = (nf.A(c + e, fixed_vals) - nf.A(c - e, fixed_vals)) / (2 * eps)
+        record("mu_vs_finite_differences", rel_err(g, mu_c), f"∇A = {fmt(mu_c)}, FD = {fmt(g)}")
+    guarded("mu_vs_finite_differences", fd)
+
+    def mu_ord():
+        got = nf.coords_of({u: fam.evaluate(m, vals, d) for u, m in zip(fam.mu, fam.mu_ord)})
+        record("mu_ordinary", rel_err(got, mu_c), f"μ(ordinary) = {fmt(got)}, ∇A = {fmt(mu_c)}")
+    guarded("mu_ordinary", mu_ord)
+
+    def fisher():
+        F = fam.fisher_at({**lam_vals, **fixed_vals}, d)
+        ev = np.linalg.eigvalsh(0.5 * (F + F.T))
+        record("fisher_positive_definite", ev.min() / max(abs(ev).max(), 1e-300), f"eigenvalues {fmt(ev)}")
+        if quad is not None:
+            record("fisher_vs_covariance", rel_err(F, quad.cov), f"max |F - Cov| = {np.max(np.abs(F - quad.cov)):.3g}")
+    guarded("fisher_positive_definite", fisher)
+
+    if H_sym is not None and quad is not None:
+        def entropy():
+            H = fam.evaluate(H_sym, vals, d)
+            record("entropy_vs_quadrature", rel_err(H, quad.entropy), f"H = {H:.10g}, -∫ q log q = {quad.entropy:.10g}")
+        guarded("entropy_vs_quadrature", entropy)
+
+    def rt_nat():
+        errs = [rel_err(np.asarray(fam.evaluate(e, {**lam_vals, **fixed_vals}, d)).reshape(np.shape(vals[s]) or ()),
+                     vals[s]) for s, e in fam.ord_from_nat.items()]
+        record("round_trip_natural", max(errs))
+    guarded("round_trip_natural", rt_nat)
+
+    def rt_mu():
+        mvals = {u: fam.evaluate(m, vals, d) for u, m in zip(fam.mu, fam.mu_ord)}
+        if fam.mu_inverse == "numeric":
+            back = fam.numeric_ord_from_mu({**mvals, **fixed_vals}, d)
+        else:
+            back = {s: fam.evaluate(e, {**mvals, **fixed_vals}, d) for s, e in fam.ord_from_mu.items()}
+        errs = [rel_err(np.asarray(back[p.symbol]).reshape(np.shape(vals[p.symbol]) or ()), vals[p.symbol])
+                for p in fam.free_params]
+        record("round_trip_expectation", max(errs))
+    guarded("round_trip_expectation", rt_mu)
+
+
+def fmt(v):
+    v = np.atleast_1d(np.asarray(v, dtype=float)).ravel()
+    s = ", ".join(f"{x:.6g}" for x in v[:6])
+    return f"[{s}{', ...' if v.size > 6 else ''}]"
+
+
+def describe(fam):
+    how = "declared" if fam.A_given else next((h for w, h in fam.steps if w == "log-partition"), "derived")
+    inv = "numeric (Newton's method)" if fam.mu_inverse == "numeric" else "closed form"
+    return [f"A(λ): {how}", f"μ → ordinary: {inv}"]

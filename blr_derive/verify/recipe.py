@@ -1,0 +1,119 @@
+"""``blr-derive check`` for a recipe: the derivation's correctness (its natural gradients against finite
+differences of the expected loss it derived; a relaxation's chain rule against finite differences) and the
+generated code's fidelity (the numpy module against the symbolic update, at random inputs)."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import sympy as sp
+
+from blr_derive.codegen import emit
+from blr_derive.core.matexpr import is_mat
+from blr_derive.derive.driver import derive
+from blr_derive.families.symbolic import evaluate
+from blr_derive.ir.build import build_ir
+from blr_derive.verify.results import Check
+from blr_derive.verify.update import compare_update
+
+
+def check_recipe_updates(recipe, points: int = 3) -> list:
+    """The generated numpy update against the symbolic update it was derived as, at random inputs.
+
+    Relative error max|generated - symbolic| / max(|symbolic|, 1), tolerance 1e-10."""
+    D = derive(recipe)
+    mod = types.ModuleType(f"_blr_check_{recipe.name}")
+    exec(compile(emit(build_ir(D, recipe.name), "numpy"), f"<generated {recipe.name}>", "exec"), mod.__dict__)
+    worst = 0.0
+    for seed in range(points):
+        for _, generated, symbolic in compare_update(recipe, D, mod, seed):
+            g, s_ = np.asarray(generated, dtype=float), np.asarray(symbolic, dtype=float)
+            worst = max(worst, float(np.max(np.abs(g - s_)) / max(1.0, float(np.max(np.abs(s_))))))
+    checks = [Check("generated update vs symbolic update", worst, 1e-10,
+                    note=f"numpy target, {points} random inputs", group="codegen")]
+    if D.expected_loss is not None and D.natural_gradient is not None:
+        checks.append(Check("natural gradient vs finite differences", _natural_gradient_fd(recipe, D, points), 1e-6,
+                            note="∇_μ E_q[loss] against central differences of E_q[loss](μ)", group="derivation"))
+    if D.relaxation is not None:
+        checks.append(Check("relaxation scale vs finite differences", _relaxation_scale_fd(recipe, D, points), 1e-6,
+                            note="s = ∇_μ θ̂ (Eq. 51) against central differences of θ̂(u; μ)", group="derivation"))
+    return checks
+
+
+def _relaxation_scale_fd(recipe, D, points):
+    """Worst relative error of the derived s = ∇_μ θ̂ (``concrete_relaxation``, with ε = 0) against
+    (θ̂(p + h) − θ̂(p − h)) / (μ(p + h) − μ(p − h)) at random draws u, parameters and temperatures."""
+    rel = D.relaxation
+    fam = recipe.family
+    (p,) = [q.symbol for q in fam.free_params]
+    eps = rel.eps
+    scale = rel.scale_evaluated.xreplace({e: 0 for e in getattr(eps, "free_symbols", ())})
+    args = (rel.u, p, rel.temperature)
+    s_fn = sp.lambdify(args, scale, "numpy")
+    th_fn = sp.lambdify(args, rel.sample, "numpy")
+    mu_fn = sp.lambdify((p,), fam.mu_ord[0], "numpy")
+    worst = 0.0
+    for seed in range(points):
+        rng = np.random.default_rng(200 + seed)
+        vals = fam.sample_params(rng, 2)
+        pv = float(vals[p])
+        for _ in range(4):
+            u, tau, h = float(rng.uniform(0.05, 0.95)), float(rng.uniform(0.3, 2.0)), 1e-6 * max(1.0, abs(pv))
+            fd = (th_fn(u, pv + h, tau) - th_fn(u, pv - h, tau)) / (mu_fn(pv + h) - mu_fn(pv - h))
+            got = float(s_fn(u, pv, tau))
+            worst = max(worst, abs(got - fd) / max(1.0, abs(fd)))
+    return worst
+
+
+def _natural_gradient_fd(recipe, D, points):
+    """Worst relative error of the symbolic ∇_μ E_q[ℓ] against central finite differences in μ."""
+    fam = recipe.family
+    E = D.expected_loss
+    grads = D.natural_gradient.grads
+    worst = 0.0
+    for seed in range(points):
+        rng = np.random.default_rng(100 + seed)
+        P = 3
+        vals = fam.sample_params(rng, P)
+        env = {}
+        dims = {fam.dim: P} if fam.dim is not None else {}
+        for d in recipe.data:
+            shape = tuple(P if s_ == fam.dim else 5 for s_ in d.shape)
+            v = rng.normal(size=shape) if shape else float(rng.uniform(0.5, 3.0))
+            if d.symmetric:
+                v = v @ v.T + shape[0] * np.eye(shape[0])
+            env[d.symbol] = v
+            dims.update({s_: 5 for s_ in d.shape if s_ != fam.dim})
+        for h in recipe.hyper:
+            if h.kind == "float":
+                env[h.symbol] = float(rng.uniform(0.5, 2.0))
+            elif h.kind == "int":                  # counts (e.g. quadrature nodes) at their defaults
+                env[h.symbol] = h.default
+        env.update({p.symbol: vals[p.symbol] for p in fam.params.values()})
+        mu = {}
+        for u, m in zip(fam.mu, fam.mu_ord):
+            v = evaluate(m, env, dims)
+            mu[u] = np.asarray(v, dtype=float) if is_mat(u) else float(v)
+
+        def f(point):
+            return float(evaluate(E, {**env, **point}, dims))
+        for u, g in zip(fam.mu, grads):
+            gv = np.atleast_2d(evaluate(g, {**env, **mu}, dims)) if is_mat(u) else float(evaluate(g, {**env, **mu}, dims))
+            h = 1e-5
+            if not is_mat(u):
+                fd = (f({**mu, u: mu[u] + h}) - f({**mu, u: mu[u] - h})) / (2 * h)
+                worst = max(worst, abs(fd - gv) / max(1.0, abs(gv)))
+                continue
+            base = np.asarray(mu[u], dtype=float)
+            n, k = base.shape
+            for i in range(n):
+                for j in range(k):
+                    E_ = np.zeros_like(base)
+                    E_[i, j] = 1.0
+                    sym = u.shape[0] == u.shape[1] and n > 1 and u.shape[1] != 1
+                    if sym:
+                        E_[j, i] = 1.0
+                    fd = (f({**mu, u: base + h * E_}) - f({**mu, u: base - h * E_})) / (2 * h)
+                    want = (gv[i, j] if (not sym or i == j) else gv[i, j] + gv[j, i])
+                    worst = max(worst, abs(fd - want) / max(1.0, abs(want)))
+    return worst
