@@ -1,77 +1,14 @@
-"""Code generation targets.
+"""Code generation: the update IR (``blr_derive/ir``) rendered for a target.
 
-Each target is a package ``codegen/<target>/`` with a sympy printer subclass
-(``printer.py``), a config (``TARGET`` in ``__init__.py``: file suffix, template
-name) and jinja2 templates that render a generic :class:`~blr_derive.ir.UpdateIR`.
-Adding a target means adding such a package and registering it in :data:`TARGETS`.
+Each target is a package ``codegen/backends/<target>/`` (SymForce's backend layout): ``config.py`` (a
+:class:`~blr_derive.codegen.config.TargetConfig`: file suffix, allowed imports, template, the IR kinds it
+renders), ``printer.py`` (sympy printer subclasses with ``KNOWN_FUNCTIONS`` tables), ``templates/`` (jinja2) and
+the renderer in ``__init__.py``.  Targets are discovered in one place (:mod:`blr_derive.codegen.registry`);
+what every generated module shares — escaping recipe text, validating names, auditing the output — is
+:mod:`blr_derive.codegen.inert`.
 """
 from __future__ import annotations
 
-import importlib
+from blr_derive.codegen.registry import TARGETS, emit, get_target
 
-import sympy as sp
-
-from blr_derive.codegen.inert import audit, identifier
-from blr_derive.core.errors import CodegenError, UnsupportedTarget
-
-TARGETS = ("numpy", "torch", "triton")
-
-
-class HostConditionalMixin:
-    """Printing shared by the targets: ``Piecewise`` whose conditions are host scalars (hyperparameters,
-    the step counter) becomes a Python conditional expression, and ``Max``/``Min`` fold into the
-    target's two-argument ``maximum``/``minimum`` (``MAXIMUM``/``MINIMUM`` name them).  Every symbol is
-    printed as a checked identifier (:func:`codegen.inert.identifier`)."""
-
-    def _print_Symbol(self, expr):
-        return identifier(expr.name)
-
-    def _print_MatrixSymbol(self, expr):
-        return identifier(expr.name)
-
-    MAXIMUM = "max"
-    MINIMUM = "min"
-    LOG = "math.log"
-    LOG1P = "math.log1p"
-
-    def _print_log(self, expr):
-        arg = expr.args[0]
-        if isinstance(arg, sp.Add) and 1 in arg.args:       # log(1 + x) → an accurate log1p(x)
-            return f"{self.LOG1P}({self._print(arg - 1)})"
-        return f"{self.LOG}({self._print(arg)})"
-
-    def _print_binary(self, expr):
-        return f"(-1.0 if {self.parenthesize(expr.args[0], 0)} < 0 else 1.0)"
-
-    def _print_Piecewise(self, expr):
-        out = self._print(expr.args[-1].expr)
-        for e, c in reversed(expr.args[:-1]):
-            out = f"({self._print(e)} if {self._print(c)} else {out})"
-        return out
-
-    def _fold_binary(self, fn, args):
-        out = self._print(args[0])
-        for a in args[1:]:
-            out = f"{fn}({out}, {self._print(a)})"
-        return out
-
-    def _print_Max(self, expr):
-        return self._fold_binary(self.MAXIMUM, expr.args)
-
-    def _print_Min(self, expr):
-        return self._fold_binary(self.MINIMUM, expr.args)
-
-
-def get_target(name: str):
-    if name not in TARGETS:
-        raise CodegenError(f"unknown target '{name}' (known: {', '.join(TARGETS)})")
-    return importlib.import_module(f"blr_derive.codegen.backends.{name}").TARGET
-
-
-def emit(ir, target: str) -> str:
-    """Render the update IR as source code for ``target`` (deterministic output)."""
-    if getattr(ir, "factorized", False) and target != "numpy":
-        raise UnsupportedTarget(f"recipe '{ir.recipe}': factorized (several-block) recipes have a numpy target only",
-                                "blocks")
-    t = get_target(target)
-    return audit(t.render(ir), target, t.modules)
+__all__ = ["TARGETS", "emit", "get_target"]

@@ -245,3 +245,9 @@ def logistic_of(e):
         if isinstance(other, sp.exp):
             return expit(-other.args[0])
     return None
+
+
+class ZerosLike(sp.Function):
+    """An array of zeros with the shape of its argument (printed ``numpy.zeros_like``): the initial value of
+    state shaped like an expression of other state (e.g. dual natural parameters shaped like λ)."""
+    nargs = 1

@@ -10,6 +10,7 @@ from blr_derive import __version__
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
+from blr_derive.ir.federated import federated_entry_points
 from blr_derive.ir.common import camel, check_printed_names, seal_text, toposort
 from blr_derive.ir.model import HyperVar, OracleCall, UpdateIR, Var
 from blr_derive.ir.product import build_product_ir
@@ -140,7 +141,8 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
         sampling=sampling,
         mean=mean if r.parameter is None or r.parameter == fam.gaussian_mean else None,
         parameter=None if r.parameter is None or r.parameter == fam.gaussian_mean else r.parameter,
-        paper=r.paper, description=r.description, family_maps=maps, federated=D.federated,
+        paper=r.paper, description=r.description, family_maps=maps,
+        entry_points=federated_entry_points(D.federated, state, hyper, dims) if D.federated is not None else None,
     )
     sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}
     sym |= {str(c.symbol) for c in calls if c.oracle == "hess" and is_mat(c.symbol)}

@@ -42,10 +42,21 @@ def seal_text(ir):
         ir.blocks = [tuple(Prose(x) if i in (1, 3, 4) else x for i, x in enumerate(b)) for b in ir.blocks]
     if getattr(ir, "plate", None):
         ir.plate["data"] = [(n, s_, k, Prose(d)) for n, s_, k, d in ir.plate["data"]]
-    fed = getattr(ir, "federated", None)
-    if fed is not None:
-        ir.federated = dataclasses.replace(fed, equations=[Prose(x) for x in fed.equations])
+    eps = getattr(ir, "entry_points", None)
+    if eps is not None:
+        ir.entry_points = dataclasses.replace(
+            eps, title=Prose(eps.title), notes=[Prose(x) for x in eps.notes],
+            constants=[(name, _prose(value)) for name, value in eps.constants],
+            functions=[dataclasses.replace(f, doc=Prose(f.doc)) for f in eps.functions])
     return ir
+
+
+def _prose(value):
+    if isinstance(value, dict):
+        return {Prose(k): Prose(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(Prose(x) for x in value)
+    return Prose(value)
 
 
 def check_printed_names(ir, recipe):

@@ -38,6 +38,30 @@ class HyperVar:
 
 
 @dataclass
+class EntryPoint:
+    """A function of a generated module besides ``init``/``step``: it reads arrays from mapping arguments,
+    assigns a program and returns a mapping.  Rendered by every target's generic entry-point template."""
+    name: str
+    doc: str
+    params: list                   # positional argument names
+    hyper: list | None             # hyperparameters it reads (None: it takes none)
+    reads: list                    # [(symbol, argument, key)]: symbol = the float array argument[key]
+    counts: list = None            # [(symbol, argument)]: symbol = int(argument)
+    dims: list = None              # [(dimension symbol, symbol)]: the dimension is the symbol's length
+    assignments: list = None       # [(symbol, expr)] in order
+    returns: list = None           # [(key, expr)]
+
+
+@dataclass
+class EntryPoints:
+    """A group of entry points with the constants and notes that document them."""
+    title: str
+    notes: list                    # comment lines
+    constants: list                # [(NAME, value)]: a str, a tuple of str or a dict of str
+    functions: list                # [EntryPoint]
+
+
+@dataclass
 class OracleCall:
     symbol: object
     oracle: str
@@ -71,7 +95,7 @@ class UpdateIR:
     paper: str = ""
     description: str = ""
     family_maps: dict | None = None      # μ → λ by Newton's method in the generated module (numeric inverses)
-    federated: object = None             # rules.base.FederatedSteps: the dual/server steps of Bayesian ADMM
+    entry_points: object = None          # EntryPoints: more functions of the module (e.g. Bayesian ADMM's steps)
     symmetric: frozenset = frozenset()   # names of the symmetric matrices among state, data and oracle values
 
 

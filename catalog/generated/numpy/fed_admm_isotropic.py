@@ -123,13 +123,17 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
 
 
 # ---------------------------------------------------------------- federated Bayesian ADMM
-# Derived by blr_derive/federated.py (rules federated_local, federated_dual, federated_server).  One round:
-# the server broadcasts its parameters; each client runs step(state, oracles=..., data=client_data(global_state,
-# dual)) on its own loss, then dual = dual_step(...), and sends client_message(state, dual); the server sums
+# Derived by the rules federated_local, federated_dual, federated_server.  One round: the server broadcasts
+# its parameters; each client runs step(state, oracles=..., data=client_data(global_state, dual)) on
+# its own loss, then dual = dual_step(...), and sends client_message(state, dual); the server sums
 # the messages over the K clients and calls server_step(message_sum, K).
 FEDERATED_GLOBALS = {"m": "m_g", }
-FEDERATED_DUALS = ("dual1", )
-FEDERATED_MESSAGES = ("msg1", )
+FEDERATED_DUALS = (
+    "dual1",
+)
+FEDERATED_MESSAGES = (
+    "msg1",
+)
 FEDERATED_EQUATIONS = (
     "dual1 <- rho*(m - m_g) + dual1",
     "msg1 = rho_server*m + dual1",
@@ -139,9 +143,11 @@ FEDERATED_EQUATIONS = (
 
 def client_data(global_state, dual):
     """The ``data`` of a client's ``step``: the server's broadcast parameters and the client's dual."""
+    m_g = numpy.asarray(global_state["m"], dtype=float)
+    dual1 = numpy.asarray(dual["dual1"], dtype=float)
     return {
-        "m_g": global_state["m"],
-        "dual1": dual["dual1"],
+        "m_g": m_g,
+        "dual1": dual1,
     }
 
 
@@ -154,7 +160,8 @@ def init_dual(state):
 
 
 def dual_step(state, global_state, dual, **hyperparameters):
-    """Dual step (rule federated_dual): η_k ← η_k + ρ(λ_k − λ_g)."""
+    """Dual step (rule federated_dual, Bayesian ADMM dual step): η_k ← η_k + ρ(λ_k − λ_g): at the client's optimum η_k
+    = −∇_μ E_{q_k}[ℓ_k], the local natural gradient."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
@@ -171,7 +178,8 @@ def dual_step(state, global_state, dual, **hyperparameters):
 
 
 def client_message(state, dual, **hyperparameters):
-    """What a client sends after its dual step: η_k + ρ_s λ_k, one array per natural-parameter block."""
+    """What a client sends after its dual step: its site η_k + ρ_s λ_k (rule federated_server), one array per
+    natural-parameter block."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
@@ -187,8 +195,10 @@ def client_message(state, dual, **hyperparameters):
 
 
 def server_step(message_sum, clients, **hyperparameters):
-    """Server step (rule federated_server): solve λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k (η_k + ρ_s(λ_k − λ_g))
-    for the global parameters; ``message_sum`` is the sum over the ``clients`` clients of client_message."""
+    """Server step (rule federated_server, Bayesian ADMM global step; Eq. 60): λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k
+    (η_k + ρ_s(λ_k − λ_g)): the global natural parameter is the prior's site plus the sum of the clients' sites
+    (ρ_s = 0: their plain sum, Eq. 60); ``message_sum`` is the sum over the ``clients`` clients of
+    client_message."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")

@@ -1,28 +1,33 @@
 """NumPy target: a plain module with ``init`` and a pure ``step`` function."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import sympy as sp
 
+from blr_derive.codegen.backends.numpy.config import CONFIG
+from blr_derive.codegen.model import structure_of
 from blr_derive.codegen.inert import identifier, template_env
 
 from blr_derive.codegen.backends.numpy.printer import HELPERS, BLRNumPyPrinter
 from blr_derive.codegen.backends.numpy.rows import RowBatchPrinter
 from blr_derive.core.errors import CodegenError
+from blr_derive.core.text import Prose
 
 
 class NumpyTarget:
-    name = "numpy"
-    suffix = ".py"
-    modules = frozenset({"numpy", "scipy.linalg", "scipy.special"})          # what a generated module may import (codegen.inert.audit)
-    template = "module.py.j2"
+    config = CONFIG
+    name = CONFIG.name
+    suffix = CONFIG.suffix
+    modules = CONFIG.modules
+    template = CONFIG.template
 
     def __init__(self):
         self.env = template_env(Path(__file__).parent / "templates")
 
     def render(self, ir) -> str:
-        if getattr(ir, "factorized", False):
+        if structure_of(ir) == "product":
             return self.render_factorized(ir)
         printer = BLRNumPyPrinter()
         calls = [(printer.doprint(c.symbol), c.oracle, printer.doprint(c.argument), c.description)
@@ -57,7 +62,7 @@ class NumpyTarget:
                 "conditions": conds,
                 "params": [p.name for p in fm["params"]],
             }
-        fed = _federated_view(ir, printer)
+        entries = _entry_view(ir, printer)
         point = None
         if getattr(ir, "parameter", None) is not None:      # what a model's weights hold (e.g. sign(lam))
             point = {"code": printer.doprint(ir.parameter),
@@ -80,7 +85,7 @@ class NumpyTarget:
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], sampling=sampling,
             imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
-            init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], fed=fed,
+            init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], entries=entries,
             point=point, shapes=shapes, symmetric=sorted(ir.symmetric),
         )
         return out
@@ -132,31 +137,21 @@ def _shape(sym, elementwise):
     return tuple(int(d) if d.is_Integer else identifier(str(d)) for d in dims)
 
 
-def _federated_view(ir, printer):
-    """The client/server functions of a federated recipe (blr_derive/federated.py), printed."""
-    fed = ir.federated
-    if fed is None:
+def _entry_view(ir, printer):
+    """The entry points of the module besides init/step (e.g. Bayesian ADMM's dual and server steps), printed."""
+    eps = ir.entry_points
+    if eps is None:
         return None
-
-    def hyper_of(exprs):
-        free = set().union(*[e.free_symbols for e in exprs]) if exprs else set()
-        return [h.name for h in ir.hyperparameters if h.kind in ("float", "int") and h.symbols[0] in free]
-    server_free = set().union(*[e.free_symbols for _, e in fed.server])
-    dim = None
-    if ir.dims and ir.dims[0][0] in server_free:
-        vec = [n for n, e in fed.message if getattr(e, "shape", (0, 0))[1:] == (1,)]
-        dim = (str(ir.dims[0][0]), vec[0] if vec else fed.messages[0])
-    return {
-        "globals": fed.globals, "duals": fed.duals, "messages": fed.messages, "count": str(fed.count),
-        "eta": [(d, printer.doprint(e)) for d, e in fed.eta],
-        "dual": [(n, printer.doprint(e)) for n, e in fed.dual],
-        "message": [(n, printer.doprint(e)) for n, e in fed.message],
-        "server": [(n, printer.doprint(e)) for n, e in fed.server],
-        "dual_hyper": hyper_of([e for _, e in fed.dual]),
-        "message_hyper": hyper_of([e for _, e in fed.message]),
-        "server_hyper": hyper_of([e for _, e in fed.server]),
-        "equations": fed.equations, "dim": dim,
-    }
+    pr = printer.doprint
+    functions = [{
+        "name": identifier(f.name), "doc": Prose(textwrap.fill(f.doc.text, 112, subsequent_indent="    ", break_on_hyphens=False)), "params": [identifier(p) for p in f.params], "hyper": f.hyper,
+        "reads": [(pr(s), identifier(a), k) for s, a, k in f.reads],
+        "counts": [(pr(s), identifier(a)) for s, a in f.counts or ()],
+        "dims": [(pr(d), pr(s)) for d, s in f.dims or ()],
+        "assignments": [(pr(s), pr(e)) for s, e in f.assignments or ()],
+        "returns": [(k, pr(e)) for k, e in f.returns or ()],
+    } for f in eps.functions]
+    return {"title": eps.title, "notes": eps.notes, "constants": eps.constants, "functions": functions}
 
 
 TARGET = NumpyTarget()

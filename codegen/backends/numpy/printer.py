@@ -12,8 +12,8 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
 from blr_derive.core.errors import UnsupportedTarget
-from blr_derive.codegen import HostConditionalMixin
-from blr_derive.codegen import identifier
+from blr_derive.codegen.inert import identifier
+from blr_derive.codegen.printing import HostConditionalMixin
 
 HELPERS = {
     "_array": '''def _array(name, value, dims):
@@ -234,6 +234,9 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
 
     def _print_GaussHermiteStein(self, expr):
         return self._print_GaussHermite(expr, "_gauss_hermite_stein")
+
+    def _print_ZerosLike(self, expr):
+        return f"numpy.zeros_like({self._print(expr.args[0])})"
 
     def _print_expit(self, expr):
         self.imports.add("scipy.special")

@@ -14,8 +14,8 @@ import sympy as sp
 from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
-from blr_derive.codegen import HostConditionalMixin
-from blr_derive.codegen import identifier
+from blr_derive.codegen.inert import identifier
+from blr_derive.codegen.printing import HostConditionalMixin
 
 
 class HostPrinter(HostConditionalMixin, PythonCodePrinter):
@@ -76,131 +76,153 @@ class ForeachCompiler:
 
     # ------------------------------------------------------------------ expressions
     def compile(self, e, target=None):
+        """The name of a tensor list holding ``e`` (statements emitted as needed); ``target`` names a Piecewise's result."""
         if isinstance(e, sp.Symbol):
             return identifier(e.name)
         if isinstance(e, sp.Piecewise):
-            out = target or self.tmp()
-            first = True
-            for expr, cond in e.args:
-                if cond == sp.true:
-                    self.emit("else:" if not first else "if True:")
-                else:
-                    self.emit(f"{'if' if first else 'elif'} {self.host_expr(cond)}:")
-                first = False
-                self.indent += "    "
-                if self.is_tensor(expr):
-                    name = self.compile(expr)
-                else:
-                    raise CodegenError(f"a Piecewise branch without tensors cannot be broadcast: {expr}")
-                self.emit(f"{out} = {name}")
-                self.indent = self.indent[:-4]
-            return out
+            return self._piecewise(e, target)
         if isinstance(e, sp.Add):
-            host = [a for a in e.args if not self.is_tensor(a)]
-            terms = [a for a in e.args if self.is_tensor(a)]
-            acc, owned = None, False
-            for term in terms:
-                coeff, rest = self._split(term)
-                x = self.compile(rest)
-                if acc is None:
-                    if coeff == 1:
-                        acc, owned = x, False
-                    else:
-                        acc, owned = self.tmp(), True
-                        self.emit(f"{acc} = torch._foreach_mul({x}, {self.host_expr(coeff)})")
-                    continue
-                alpha = "" if coeff == 1 else f", alpha={self.host_expr(coeff)}"
-                if owned:
-                    self.emit(f"torch._foreach_add_({acc}, {x}{alpha})")
-                else:
-                    new = self.tmp()
-                    self.emit(f"{new} = torch._foreach_add({acc}, {x}{alpha})")
-                    acc, owned = new, True
-            if host:
-                c = self.host_expr(sp.Add(*host))
-                if owned:
-                    self.emit(f"torch._foreach_add_({acc}, {c})")
-                else:
-                    new = self.tmp()
-                    self.emit(f"{new} = torch._foreach_add({acc}, {c})")
-                    acc = new
-            return acc
+            return self._add(e)
         if isinstance(e, sp.Mul):
-            coeff, rest = self._split(e)
-            num, den = [], []
-            for f in sp.Mul.make_args(rest):
-                if isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0:
-                    den.append(f.base ** (-f.exp))
-                else:
-                    num.append(f)
-            out = self.tmp()
-            if len(num) == 1 and not den:
-                self.emit(f"{out} = torch._foreach_mul({self.compile(num[0])}, {self.host_expr(coeff)})")
-                return out
-            if num:
-                first = self.compile(num[0])
-                rest_num = num[1:]
-                if rest_num:
-                    self.emit(f"{out} = torch._foreach_mul({first}, {self.compile(rest_num[0])})")
-                    for f in rest_num[1:]:
-                        self.emit(f"torch._foreach_mul_({out}, {self.compile(f)})")
-                elif den:
-                    self.emit(f"{out} = torch._foreach_div({first}, {self.compile(den[0])})")
-                    den = den[1:]
-                else:
-                    self.emit(f"{out} = torch._foreach_mul({first}, 1.0)")
-            else:
-                self.emit(f"{out} = torch._foreach_reciprocal({self.compile(den[0])})")
-                den = den[1:]
-            for f in den:
-                self.emit(f"torch._foreach_div_({out}, {self.compile(f)})")
-            if coeff != 1:
-                self.emit(f"torch._foreach_mul_({out}, {self.host_expr(coeff)})")
-            return out
+            return self._mul(e)
         if isinstance(e, sp.Pow):
-            b, p = e.args
-            x = self.compile(b)
-            out = self.tmp()
-            if p == 2:
-                self.emit(f"{out} = torch._foreach_mul({x}, {x})")
-            elif p == sp.Rational(1, 2):
-                self.emit(f"{out} = torch._foreach_sqrt({x})")
-            elif p == -1:
-                self.emit(f"{out} = torch._foreach_reciprocal({x})")
-            elif p == sp.Rational(-1, 2):
-                self.emit(f"{out} = torch._foreach_sqrt({x})")
-                self.emit(f"torch._foreach_reciprocal_({out})")
-            elif not self.is_tensor(p):
-                self.emit(f"{out} = torch._foreach_pow({x}, {self.host_expr(p)})")
-            else:
-                raise UnsupportedTarget(f"the torch target cannot print a tensor exponent: {e}")
-            return out
+            return self._pow(e)
         if isinstance(e, (sp.Max, sp.Min)):
-            fn = "_foreach_maximum" if isinstance(e, sp.Max) else "_foreach_minimum"
-            tens = [a for a in e.args if self.is_tensor(a)]
-            host = [a for a in e.args if not self.is_tensor(a)]
-            out = self.tmp()
-            self.emit(f"{out} = torch.{fn}({self.compile(tens[0])}, {self.compile(tens[1]) if len(tens) > 1 else self.host_expr(host[0])})")
-            for a in tens[2:]:
-                self.emit(f"torch.{fn}_({out}, {self.compile(a)})")
-            return out
+            return self._minmax(e)
         if isinstance(e, sp.Function) and type(e) in UNARY:
-            out = self.tmp()
-            self.emit(f"{out} = torch.{UNARY[type(e)]}({self.compile(e.args[0])})")
-            return out
+            return self._unary(e)
         if isinstance(e, sp.Function):
-            # no multi-tensor kernel: apply the elementwise form tensor by tensor
-            names = [self.compile(a) if self.is_tensor(a) else None for a in e.args]
-            loc = [sp.Symbol(f"_a{i}") for i in range(len(e.args))]
-            local = e.func(*[l if n is not None else a for l, n, a in zip(loc, names, e.args)])
-            body = ElementwisePrinter().doprint(local)
-            lists = [n for n in names if n is not None]
-            vars_ = [str(l) for l, n in zip(loc, names) if n is not None]
-            out = self.tmp()
-            source = lists[0] if len(lists) == 1 else f"zip({', '.join(lists)})"
-            self.emit(f"{out} = [{body} for {', '.join(vars_)} in {source}]")
-            return out
+            return self._per_tensor(e)
         raise UnsupportedTarget(f"the torch target cannot print {type(e).__name__}: {e}")
+
+    def _piecewise(self, e, target):
+        out = target or self.tmp()
+        first = True
+        for expr, cond in e.args:
+            if cond == sp.true:
+                self.emit("else:" if not first else "if True:")
+            else:
+                self.emit(f"{'if' if first else 'elif'} {self.host_expr(cond)}:")
+            first = False
+            self.indent += "    "
+            if self.is_tensor(expr):
+                name = self.compile(expr)
+            else:
+                raise CodegenError(f"a Piecewise branch without tensors cannot be broadcast: {expr}")
+            self.emit(f"{out} = {name}")
+            self.indent = self.indent[:-4]
+        return out
+
+    def _add(self, e):
+        host = [a for a in e.args if not self.is_tensor(a)]
+        terms = [a for a in e.args if self.is_tensor(a)]
+        acc, owned = None, False
+        for term in terms:
+            coeff, rest = self._split(term)
+            x = self.compile(rest)
+            if acc is None:
+                if coeff == 1:
+                    acc, owned = x, False
+                else:
+                    acc, owned = self.tmp(), True
+                    self.emit(f"{acc} = torch._foreach_mul({x}, {self.host_expr(coeff)})")
+                continue
+            alpha = "" if coeff == 1 else f", alpha={self.host_expr(coeff)}"
+            if owned:
+                self.emit(f"torch._foreach_add_({acc}, {x}{alpha})")
+            else:
+                new = self.tmp()
+                self.emit(f"{new} = torch._foreach_add({acc}, {x}{alpha})")
+                acc, owned = new, True
+        if host:
+            c = self.host_expr(sp.Add(*host))
+            if owned:
+                self.emit(f"torch._foreach_add_({acc}, {c})")
+            else:
+                new = self.tmp()
+                self.emit(f"{new} = torch._foreach_add({acc}, {c})")
+                acc = new
+        return acc
+
+    def _mul(self, e):
+        coeff, rest = self._split(e)
+        num, den = [], []
+        for f in sp.Mul.make_args(rest):
+            if isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0:
+                den.append(f.base ** (-f.exp))
+            else:
+                num.append(f)
+        out = self.tmp()
+        if len(num) == 1 and not den:
+            self.emit(f"{out} = torch._foreach_mul({self.compile(num[0])}, {self.host_expr(coeff)})")
+            return out
+        if num:
+            first = self.compile(num[0])
+            rest_num = num[1:]
+            if rest_num:
+                self.emit(f"{out} = torch._foreach_mul({first}, {self.compile(rest_num[0])})")
+                for f in rest_num[1:]:
+                    self.emit(f"torch._foreach_mul_({out}, {self.compile(f)})")
+            elif den:
+                self.emit(f"{out} = torch._foreach_div({first}, {self.compile(den[0])})")
+                den = den[1:]
+            else:
+                self.emit(f"{out} = torch._foreach_mul({first}, 1.0)")
+        else:
+            self.emit(f"{out} = torch._foreach_reciprocal({self.compile(den[0])})")
+            den = den[1:]
+        for f in den:
+            self.emit(f"torch._foreach_div_({out}, {self.compile(f)})")
+        if coeff != 1:
+            self.emit(f"torch._foreach_mul_({out}, {self.host_expr(coeff)})")
+        return out
+
+    def _pow(self, e):
+        b, p = e.args
+        x = self.compile(b)
+        out = self.tmp()
+        if p == 2:
+            self.emit(f"{out} = torch._foreach_mul({x}, {x})")
+        elif p == sp.Rational(1, 2):
+            self.emit(f"{out} = torch._foreach_sqrt({x})")
+        elif p == -1:
+            self.emit(f"{out} = torch._foreach_reciprocal({x})")
+        elif p == sp.Rational(-1, 2):
+            self.emit(f"{out} = torch._foreach_sqrt({x})")
+            self.emit(f"torch._foreach_reciprocal_({out})")
+        elif not self.is_tensor(p):
+            self.emit(f"{out} = torch._foreach_pow({x}, {self.host_expr(p)})")
+        else:
+            raise UnsupportedTarget(f"the torch target cannot print a tensor exponent: {e}")
+        return out
+
+    def _minmax(self, e):
+        fn = "_foreach_maximum" if isinstance(e, sp.Max) else "_foreach_minimum"
+        tens = [a for a in e.args if self.is_tensor(a)]
+        host = [a for a in e.args if not self.is_tensor(a)]
+        out = self.tmp()
+        self.emit(f"{out} = torch.{fn}({self.compile(tens[0])}, {self.compile(tens[1]) if len(tens) > 1 else self.host_expr(host[0])})")
+        for a in tens[2:]:
+            self.emit(f"torch.{fn}_({out}, {self.compile(a)})")
+        return out
+
+    def _unary(self, e):
+        out = self.tmp()
+        self.emit(f"{out} = torch.{UNARY[type(e)]}({self.compile(e.args[0])})")
+        return out
+
+    def _per_tensor(self, e):
+        """No multi-tensor kernel: apply the elementwise form tensor by tensor."""
+        names = [self.compile(a) if self.is_tensor(a) else None for a in e.args]
+        loc = [sp.Symbol(f"_a{i}") for i in range(len(e.args))]
+        local = e.func(*[l if n is not None else a for l, n, a in zip(loc, names, e.args)])
+        body = ElementwisePrinter().doprint(local)
+        lists = [n for n in names if n is not None]
+        vars_ = [str(l) for l, n in zip(loc, names) if n is not None]
+        out = self.tmp()
+        source = lists[0] if len(lists) == 1 else f"zip({', '.join(lists)})"
+        self.emit(f"{out} = [{body} for {', '.join(vars_)} in {source}]")
+        return out
 
     def _split(self, e):
         """Split a product into (host coefficient, tensor part)."""
@@ -239,30 +261,31 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
             return f"(1/{self.parenthesize(b, 60)})"
         return f"{self.parenthesize(b, 60)}**{self.parenthesize(e, 60)}"
 
+    #: sympy function name -> the torch function that computes it elementwise (sympy's known_functions model;
+    #: functions with no entry here raise UnsupportedTarget, never fall back to the math module)
+    KNOWN_FUNCTIONS = {
+        "exp": "torch.exp", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos", "cosh": "torch.cosh",
+        "sinh": "torch.sinh", "sign": "torch.sign", "loggamma": "torch.lgamma", "digamma": "torch.digamma",
+        "Abs": "torch.abs", "sqrt": "torch.sqrt", "erf": "torch.erf", "erfc": "torch.erfc", "expm1": "torch.expm1",
+        "atan": "torch.atan", "asin": "torch.asin", "acos": "torch.acos", "tan": "torch.tan", "atanh": "torch.atanh",
+        "asinh": "torch.asinh", "acosh": "torch.acosh", "floor": "torch.floor", "ceiling": "torch.ceil",
+    }
+    TARGET_NAME = "torch"
+
+    def _print_known_function(self, expr):
+        fn = self.KNOWN_FUNCTIONS.get(type(expr).__name__)
+        if fn is None:                  # a subclass's table (another target) has no entry for it
+            return self._print_Function(expr)
+        return f"{fn}({', '.join(self._print(a) for a in expr.args)})"
+
     def _print_Function(self, expr):
-        names = {"exp": "torch.exp", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos", "sign": "torch.sign",
-                 "loggamma": "torch.lgamma", "digamma": "torch.digamma", "gamma": "_gamma"}
-        n = type(expr).__name__
-        if n in names:
-            if n == "gamma":
-                return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
-            return f"{names[n]}({self._print(expr.args[0])})"
-        raise UnsupportedTarget(f"the torch target cannot print {n}")
-
-    def _print_loggamma(self, expr):
-        return f"torch.lgamma({self._print(expr.args[0])})"
-
-    def _print_sign(self, expr):
-        return f"torch.sign({self._print(expr.args[0])})"
+        raise UnsupportedTarget(f"the {self.TARGET_NAME} target cannot print {type(expr).__name__}")
 
     def _print_binary(self, expr):
         return f"torch.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
 
     def _print_sech(self, expr):
         return f"(1/torch.cosh({self._print(expr.args[0])}))"
-
-    def _print_digamma(self, expr):
-        return f"torch.digamma({self._print(expr.args[0])})"
 
     def _print_gamma(self, expr):
         return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
@@ -282,8 +305,23 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         args = ", ".join(self._print(a) for a in expr.args)
         return f"torch.logsumexp(torch.stack(torch.broadcast_tensors({args})), dim=0)"
 
-    def _print_Abs(self, expr):
-        return f"torch.abs({self._print(expr.args[0])})"
+
+
+def _not_elementwise(self, expr):
+    return self._print_Function(expr)
+
+
+# sympy's Python printer prints its known functions from the math module, which cannot take a tensor: each is
+# printed from KNOWN_FUNCTIONS (or by a _print_ method of its own above) or refused
+for _name in PythonCodePrinter._kf:
+    _fn = _name.split(".")[-1]
+    _attr = f"_print_{_fn}"
+    if getattr(ElementwisePrinter, _attr, None) is getattr(PythonCodePrinter, _attr, None):   # sympy's math.*
+        setattr(ElementwisePrinter, _attr, ElementwisePrinter._print_known_function
+                if _fn in ElementwisePrinter.KNOWN_FUNCTIONS else _not_elementwise)
+for _fn in ElementwisePrinter.KNOWN_FUNCTIONS:
+    if getattr(ElementwisePrinter, f"_print_{_fn}", None) is getattr(PythonCodePrinter, f"_print_{_fn}", None):
+        setattr(ElementwisePrinter, f"_print_{_fn}", ElementwisePrinter._print_known_function)
 
 
 class FusedCompiler:

@@ -20,151 +20,122 @@ every step).  Others raise CodegenError.
 """
 from __future__ import annotations
 
-import dataclasses
+import re
 from pathlib import Path
 
 import sympy as sp
 
 from blr_derive.core.errors import UnsupportedTarget
-from blr_derive.ir.common import need_conditions
 
+from blr_derive.codegen.backends.triton.config import CONFIG
 from blr_derive.codegen.inert import template_env
-from blr_derive.codegen.backends.torch import TorchTarget
+from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer
 from blr_derive.codegen.backends.torch.printer import HostPrinter
 from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
 
 
 class TritonTarget:
-    name = "triton"
-    suffix = ".py"
-    modules = frozenset({"contextlib", "math", "torch", "triton", "triton.language"})          # what a generated module may import (codegen.inert.audit)
-    template = "optimizer.py.j2"
+    config = CONFIG
+    name = CONFIG.name
+    suffix = CONFIG.suffix
+    modules = CONFIG.modules
+    template = CONFIG.template
 
     def __init__(self):
         self.env = template_env(Path(__file__).parent / "templates")
 
     def check(self, ir):
-        TorchTarget.check(self, ir)
+        check_optimizer(ir, self.name)
 
     def render(self, ir) -> str:
-        self.check(ir)
         for sym, expr in ir.assignments:
             if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
                 raise UnsupportedTarget(f"recipe '{ir.recipe}': the triton target needs an elementwise update; "
                                         f"'{sym}' is a matrix expression", "family")
+        plan = plan_optimizer(ir, self.name)
         host = HostPrinter()
-        mean = ir.mean
-        parameter = getattr(ir, "parameter", None)
-        point = None
-        if mean is None:          # the parameter holds an expression of the state (e.g. sign(lam)), all state in buffers
-            reads = {str(s) for s in parameter.free_symbols}
-            others = [dataclasses.replace(v, init_state="param") if v.init is None and v.family and v.name in reads
-                      else v for v in ir.state]
-        else:
-            others = [v for v in ir.state if v.name != mean]
-        for v in others:
-            if v.init_state == "param":
-                continue
-            if v.init is None:
-                raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)",
-                                        "state_init")
-            if v.init_state is not None and v.init_state != mean:
-                raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; the "
-                                        "triton target can only copy the parameters themselves", "state_init")
-        state_syms = {v.symbol for v in ir.state}
-        state_syms |= {sp.Symbol(str(s), real=True) for s in state_syms}
-        state_names = [v.name for v in ir.state]
-        helpers = set()
-        if mean is None:
-            init_c = TritonFusedCompiler(state_syms)
-            init_c.assign(sp.Symbol("param_init"), parameter)
-            helpers |= init_c.helpers
-            point = {"init_c": init_c, "text": sp.sstr(parameter), "init_state": [n for n in state_names if n in set(_body_words(init_c))],
-                     "init_hyper": [h for h in ir.hyperparameters if any(s in parameter.free_symbols for s in h.symbols)]}
-
-        def loads(comp, names, extra=()):
-            """The state arrays a compiled program reads (in state order), by name."""
-            used = set(extra)
-            for line in comp.body:
-                used |= set(_words(line))
-            return [n for n in names if n in used]
-
-        sampling = None
-        stats_in = []
-        if ir.sampling is not None:
-            sm = ir.sampling
-            stats_in = [a for a, _ in sm.stats]
-            stat_need = need_conditions(ir.assignments, ir.outputs, stats_in)
-            theta_c = TritonFusedCompiler(state_syms | {sm.eps})
-            theta_c.assign(sm.theta, sm.theta_expr)
-            stat_c = TritonFusedCompiler(state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls})
-            needs_theta = any(sm.theta in e.free_symbols for _, e in sm.stats)
-            if needs_theta:          # the collect kernel recomputes θ (the parameters hold the mean again)
-                stat_c.assign(sm.theta, sm.theta_expr)
-            stats = []
-            for avg, e in sm.stats:
-                val = sp.Symbol(f"_sample_{avg}")
-                cond = stat_need[avg]
-                flag = None if cond == sp.true else stat_c.hoist_flag(cond)
-                stat_c.assign(val, e, cond)
-                stats.append({"name": str(avg), "val": str(val), "flag": flag,
-                              "cond": None if cond == sp.true else host.doprint(cond)})
-            theta_state = loads(theta_c, state_names)
-            stat_state = loads(stat_c, state_names)
-            helpers |= theta_c.helpers | stat_c.helpers
-            sampling = {
-                "samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
-                "theta_text": sp.sstr(sm.theta_expr), "draw": "randn" if sm.draw == "normal" else "rand",
-                "theta_c": theta_c, "stat_c": stat_c, "stats": stats,
-                "needs_theta": needs_theta, "grads": [(str(k), o) for k, o in sm.calls],
-                "theta_state": [n for n in theta_state if n != mean],
-                "stat_state": [n for n in stat_state if n != mean],
-            }
-        need = need_conditions(ir.assignments, ir.outputs, [s_ for s_, _ in ir.assignments] + stats_in)
-        tensors = state_syms | {c.symbol for c in ir.oracle_calls} | set(stats_in)
+        point = self.point_view(plan)
+        sampling = self.sampling_view(plan, host)
+        tensors = plan.state_syms | {c.symbol for c in ir.oracle_calls} | set(plan.stats_in)
         fused = TritonFusedCompiler(tensors)
         stat_loads = []
-        for a in stats_in:
-            flag = None if need[a] == sp.true else fused.hoist_flag(need[a])
+        for a in plan.stats_in:
+            flag = None if plan.need[a] == sp.true else fused.hoist_flag(plan.need[a])
             stat_loads.append((str(a), flag))
         for sym, expr in ir.assignments:
-            fused.assign(sym, expr, need[sym])
-        outputs = [(name, str(sym)) for name, sym in ir.outputs if name != mean and str(sym) != name]
-        if mean is None:
-            new_of = {sp.Symbol(name, real=True): sym for name, sym in ir.outputs}
-            new_of.update({v.symbol: sym for v in ir.state for name, sym in ir.outputs if name == v.name})
-            fused.assign(sp.Symbol("param_new"), parameter.xreplace(new_of))
+            fused.assign(sym, expr, plan.need[sym])
+        if plan.param_new is not None:
+            fused.assign(*plan.param_new)
             mean_out = "param_new"
         else:
-            mean_out = [str(sym) for name, sym in ir.outputs if name == mean][0]
-        helpers |= fused.helpers
-        init_syms = set()
-        for v in others:
-            if v.init_state is None:
-                init_syms |= {str(s) for s in v.init.free_symbols}
-        update_state = [n for n in loads(fused, state_names, [n for n, _ in outputs]) if n != mean]
-        grads = [(str(c.symbol), c.oracle) for c in ir.oracle_calls]
-        theta_syms = {str(s) for s in ir.sampling.theta_expr.free_symbols} if ir.sampling is not None else set()
+            mean_out = [str(sym) for name, sym in ir.outputs if name == plan.mean][0]
+        helpers = set(fused.helpers) | (point["init_c"].helpers if point else set()) | (
+            sampling["theta_c"].helpers | sampling["stat_c"].helpers if sampling else set())
         stat_syms = set()
         if ir.sampling is not None:
-            for a, e in ir.sampling.stats:
-                stat_syms |= {str(s) for s in e.free_symbols} | {str(s) for s in stat_need[a].free_symbols}
+            stat_syms = plan.stat_symbols()
             if sampling["needs_theta"]:
-                stat_syms |= theta_syms
+                stat_syms |= {str(s) for s in ir.sampling.theta_expr.free_symbols}
         cols = []
-        for _, o in list(grads) + (sampling["grads"] if sampling else []):
+        for _, o in list(plan.grads) + (sampling["grads"] if sampling else []):
             if o not in cols:
                 cols.append(o)
         return self.env.get_template(self.template).render(
-            ir=ir, mean=mean, pvar=mean or "_p", point=point, outputs=outputs, mean_out=mean_out, others=others, host=host.doprint,
-            init_hyper=[h for h in ir.hyperparameters if any(str(s) in init_syms for s in h.symbols)],
-            grads=grads, sampling=sampling, fused=fused, stat_loads=stat_loads, update_state=update_state,
+            ir=ir, mean=plan.mean, pvar=plan.mean or "_p", point=point, outputs=plan.outputs, mean_out=mean_out,
+            others=plan.others, host=host.doprint, init_hyper=plan.init_hyper, grads=plan.grads, sampling=sampling,
+            fused=fused, stat_loads=stat_loads,
+            update_state=[n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean],
             helper_sources=[HELPERS[h] for h in sorted(helpers)],
-            cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)},
-            other_oracles=[o for o, _ in ir.oracles if o != "grad"],
-            theta_hyper=[h for h in ir.hyperparameters if any(str(s) in theta_syms for s in h.symbols)],
-            stat_hyper=[h for h in ir.hyperparameters if any(str(s) in stat_syms for s in h.symbols)],
+            cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)}, other_oracles=plan.other_oracles,
+            theta_hyper=plan.theta_hyper, stat_hyper=plan.hyper_using(stat_syms),
         )
+
+    @staticmethod
+    def point_view(plan):
+        """A parameter that holds an expression of the state: the kernel body that writes it at construction."""
+        if plan.mean is not None:
+            return None
+        init_c = TritonFusedCompiler(plan.state_syms)
+        init_c.assign(sp.Symbol("param_init"), plan.parameter)
+        return {"init_c": init_c, "text": sp.sstr(plan.parameter),
+                "init_state": [n for n in plan.state_names if n in set(_body_words(init_c))],
+                "init_hyper": [h for h in plan.ir.hyperparameters
+                               if any(s in plan.parameter.free_symbols for s in h.symbols)]}
+
+    @staticmethod
+    def sampling_view(plan, host):
+        """Monte Carlo recipes: the draw kernel's θ(ε) and the collect kernel's per-sample statistics."""
+        sm = plan.ir.sampling
+        if sm is None:
+            return None
+        theta_c = TritonFusedCompiler(plan.state_syms | {sm.eps})
+        theta_c.assign(sm.theta, sm.theta_expr)
+        stat_c = TritonFusedCompiler(plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls})
+        needs_theta = any(sm.theta in e.free_symbols for _, e in sm.stats)
+        if needs_theta:          # the collect kernel recomputes θ (the parameters hold the mean again)
+            stat_c.assign(sm.theta, sm.theta_expr)
+        stats = []
+        for avg, e in sm.stats:
+            val = sp.Symbol(f"_sample_{avg}")
+            cond = plan.stat_need[avg]
+            flag = None if cond == sp.true else stat_c.hoist_flag(cond)
+            stat_c.assign(val, e, cond)
+            stats.append({"name": str(avg), "val": str(val), "flag": flag,
+                          "cond": None if cond == sp.true else host.doprint(cond)})
+        return {"samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
+                "theta_text": sp.sstr(sm.theta_expr), "draw": DRAWS[sm.draw],
+                "theta_c": theta_c, "stat_c": stat_c, "stats": stats,
+                "needs_theta": needs_theta, "grads": [(str(k), o) for k, o in sm.calls],
+                "theta_state": [n for n in _loads(theta_c, plan.state_names) if n != plan.mean],
+                "stat_state": [n for n in _loads(stat_c, plan.state_names) if n != plan.mean]}
+
+
+def _loads(comp, names, extra=()):
+    """The state arrays a compiled program reads (in state order), by name."""
+    used = set(extra)
+    for line in comp.body:
+        used |= set(_words(line))
+    return [n for n in names if n in used]
 
 
 def _body_words(comp):
@@ -175,7 +146,6 @@ def _body_words(comp):
 
 
 def _words(line):
-    import re
     return re.findall(r"[A-Za-z_][A-Za-z_0-9]*", line)
 
 

@@ -174,25 +174,14 @@ class TritonPrinter(ElementwisePrinter):
         # no pow without libdevice: exp(e*log(b)), valid for b > 0
         return f"tl.exp({self._print(e)}*tl.log({self._print(b)}))"
 
+    #: Triton core math only (no libdevice, which the Triton interpreter cannot run)
+    KNOWN_FUNCTIONS = {"exp": "tl.exp", "sin": "tl.sin", "cos": "tl.cos", "Abs": "tl.abs"}
+    TARGET_NAME = "triton"
+
     def _print_Function(self, expr):
-        n = type(expr).__name__
-        simple = {"exp": "tl.exp", "sin": "tl.sin", "cos": "tl.cos"}
-        if n in simple:
-            return f"{simple[n]}({self._print(expr.args[0])})"
-        if n == "tanh":
-            self.helpers.add("_tanh")
-            return f"_tanh({self._print(expr.args[0])})"
-        raise UnsupportedTarget(f"the triton target cannot print {n}: it prints Triton core math only (no libdevice, "
-                           "which the Triton interpreter cannot run); use the torch target for this recipe")
-
-    def _print_exp(self, expr):
-        return f"tl.exp({self._print(expr.args[0])})"
-
-    def _print_sin(self, expr):
-        return f"tl.sin({self._print(expr.args[0])})"
-
-    def _print_cos(self, expr):
-        return f"tl.cos({self._print(expr.args[0])})"
+        raise UnsupportedTarget(f"the triton target cannot print {type(expr).__name__}: it prints Triton core math "
+                                "only (no libdevice, which the Triton interpreter cannot run); use the torch target "
+                                "for this recipe")
 
     def _print_tanh(self, expr):
         self.helpers.add("_tanh")
@@ -242,9 +231,6 @@ class TritonPrinter(ElementwisePrinter):
             top = f"tl.maximum({top}, {a})"
         return f"_lse_max + tl.log({' + '.join(f'tl.exp({a} - _lse_max)' for a in args)})".replace(
             "_lse_max", f"({top})")
-
-    def _print_Abs(self, expr):
-        return f"tl.abs({self._print(expr.args[0])})"
 
     def _print_Float(self, expr):
         return repr(float(expr))

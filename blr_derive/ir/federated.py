@@ -1,0 +1,66 @@
+"""Federated Bayesian ADMM's client and server steps as entry points of the generated module.
+
+The rules ``federated_dual`` and ``federated_server`` derive the dual step, the client message and the server's
+solve (a :class:`~blr_derive.rules.base.FederatedSteps` record, in site parameters of the recipe's family); here
+they become generic :class:`~blr_derive.ir.model.EntryPoint` functions that any target renders with its entry-point
+template (the round driver is ``blr_derive/runtime/fedrun.py``)."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core.matexpr import is_mat
+from blr_derive.core.nodes import ZerosLike
+from blr_derive.ir.model import EntryPoint, EntryPoints
+from blr_derive.rules.base import RULES
+
+
+def _hyper_of(exprs, hyper):
+    free = set().union(*[e.free_symbols for e in exprs]) if exprs else set()
+    return [h.name for h in hyper if h.kind in ("float", "int") and h.symbols[0] in free]
+
+
+def _sym(name, like=None):
+    return sp.MatrixSymbol(name, *like.shape) if like is not None and is_mat(like) else sp.Symbol(name, real=True)
+
+
+def federated_entry_points(fed, state, hyper, dims) -> EntryPoints:
+    """``client_data``, ``init_dual``, ``dual_step``, ``client_message``, ``server_step`` of a federated recipe."""
+    state_reads = [(v.symbol, "state", v.name) for v in state]
+    symbols = {v.name: v.symbol for v in state}
+    glob = [(_sym(g, symbols.get(p)), "global_state", p) for p, g in fed.globals]
+    duals = [(_sym(d, e), "dual", d) for d, e in fed.eta]
+    msgs = [(sp.Symbol(m, real=True) if not is_mat(e) else sp.MatrixSymbol(m, *e.shape), "message_sum", m)
+            for m, (_, e) in zip(fed.messages, fed.message)]
+    server_syms = [(_sym(p, symbols.get(p)), e) for p, e in fed.server]
+    server_free = set().union(*[e.free_symbols for _, e in fed.server])
+    dim = []
+    if dims and dims[0][0] in server_free:
+        vec = [s for s, _, _ in msgs if is_mat(s) and s.shape[1] == 1]
+        dim = [(dims[0][0], vec[0] if vec else msgs[0][0])]
+    rule = {n: RULES[n] for n in ("federated_local", "federated_dual", "federated_server")}
+    functions = [
+        EntryPoint("client_data", "The ``data`` of a client's ``step``: the server's broadcast parameters and the "
+                   "client's dual.", ["global_state", "dual"], None, glob + duals,
+                   returns=[(str(s), s) for s, _, _ in glob + duals]),
+        EntryPoint("init_dual", "Zero dual natural parameters, shaped like the natural parameters of ``state``.",
+                   ["state"], None, state_reads, returns=[(d, ZerosLike(e)) for d, e in fed.eta]),
+        EntryPoint("dual_step", f"Dual step (rule federated_dual, {rule['federated_dual'].equation}): "
+                   f"{rule['federated_dual'].summary}.", ["state", "global_state", "dual"],
+                   _hyper_of([e for _, e in fed.dual], hyper), state_reads + glob + duals,
+                   returns=list(fed.dual)),
+        EntryPoint("client_message", "What a client sends after its dual step: its site η_k + ρ_s λ_k (rule "
+                   "federated_server), one array per natural-parameter block.", ["state", "dual"],
+                   _hyper_of([e for _, e in fed.message], hyper), state_reads + duals, returns=list(fed.message)),
+        EntryPoint("server_step", f"Server step (rule federated_server, {rule['federated_server'].equation}): "
+                   f"{rule['federated_server'].summary}; ``message_sum`` is the sum over the ``clients`` clients "
+                   "of client_message.", ["message_sum", "clients"],
+                   _hyper_of([e for _, e in fed.server], hyper), msgs, counts=[(fed.count, "clients")], dims=dim,
+                   assignments=server_syms, returns=[(p, _sym(p, symbols.get(p))) for p, _ in fed.globals]),
+    ]
+    notes = [f"Derived by the rules {', '.join(rule)}.  One round: the server broadcasts",
+             "its parameters; each client runs step(state, oracles=..., data=client_data(global_state, dual)) on",
+             "its own loss, then dual = dual_step(...), and sends client_message(state, dual); the server sums",
+             "the messages over the K clients and calls server_step(message_sum, K)."]
+    constants = [("FEDERATED_GLOBALS", dict(fed.globals)), ("FEDERATED_DUALS", tuple(fed.duals)),
+                 ("FEDERATED_MESSAGES", tuple(fed.messages)), ("FEDERATED_EQUATIONS", tuple(fed.equations))]
+    return EntryPoints("federated Bayesian ADMM", notes, constants, functions)
