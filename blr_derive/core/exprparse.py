@@ -22,14 +22,13 @@ from __future__ import annotations
 import ast
 import math
 from fractions import Fraction
-from typing import Callable, Mapping
+from typing import Mapping
 
 import sympy as sp
-from sympy.matrices.expressions.matexpr import MatrixExpr
 
-from blr_derive.core import specialfns
-from blr_derive.core.nodes import U, DataSum
 from blr_derive.core.errors import SpecError
+from blr_derive.core.exprfuncs import CONSTANTS, ELEMENTWISE, FUNCTIONS, as_scalar as _sc, is_mat as _is_mat
+from blr_derive.core.nodes import U, DataSum
 
 MAX_LENGTH = 2000
 MAX_DEPTH = 200
@@ -42,160 +41,6 @@ MAX_DEGREE = 32                # degree bound (products and powers of symbols): 
 SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma")
 _NOT_FINITE = (sp.core.numbers.Infinity, sp.core.numbers.NegativeInfinity, sp.core.numbers.ComplexInfinity,
                sp.core.numbers.NaN, sp.core.numbers.ImaginaryUnit)
-
-
-def _is_mat(x) -> bool:
-    return isinstance(x, MatrixExpr)
-
-
-def _sc(x):
-    """A 1×1 matrix expression (e.g. ``theta.T*theta``) as a scalar: its trace."""
-    if _is_mat(x) and x.shape == (1, 1):
-        return sp.Trace(x)
-    return x
-
-
-def _unary_scalar(fn: Callable) -> Callable:
-    def apply(name, args):
-        if len(args) != 1:
-            raise SpecError(f"{name}() takes exactly one argument")
-        x = _sc(args[0])
-        if _is_mat(x):
-            raise SpecError(f"{name}() takes a scalar, got a matrix expression")
-        return fn(x)
-    return apply
-
-
-def _inv(name, args):
-    (x,) = _one(name, args)
-    if _is_mat(x):
-        if not x.is_square:
-            raise SpecError("inv() of a non-square matrix")
-        return sp.Inverse(x)
-    return 1 / x
-
-
-def _det(name, args):
-    (x,) = _one(name, args)
-    if not _is_mat(x):
-        return x
-    return sp.Determinant(x)
-
-
-def _tr(name, args):
-    (x,) = _one(name, args)
-    if not _is_mat(x):
-        return x
-    return sp.Trace(x)
-
-
-def _logdet(name, args):
-    return sp.log(_det(name, args))
-
-
-def _eye(name, args):
-    (x,) = _one(name, args)
-    if _is_mat(x) or not ((x.is_Integer and x > 0) or (x.is_Symbol and x.is_integer and x.is_positive)):
-        raise SpecError("eye() takes a positive integer or a dimension symbol")
-    return sp.Identity(x)
-
-
-def _one(name, args):
-    if len(args) != 1:
-        raise SpecError(f"{name}() takes exactly one argument")
-    return args
-
-
-def _sigmoid(x):
-    return 1 / (1 + sp.exp(-x))
-
-
-def _log1p(x):
-    return sp.log(1 + x)
-
-
-def _scalar_args(name, args, n):
-    if len(args) != n:
-        raise SpecError(f"{name}() takes exactly {n} arguments")
-    out = [_sc(a) for a in args]
-    if any(_is_mat(a) for a in out):
-        raise SpecError(f"{name}() takes scalars, got a matrix expression")
-    return out
-
-
-def _polygamma(name, args):
-    n, x = _scalar_args(name, args, 2)
-    if not (n.is_Integer and 0 <= n <= 16):
-        raise SpecError("polygamma(n, x) needs an integer order 0 <= n <= 16")
-    return sp.polygamma(n, x)
-
-
-def _dimension_arg(name, p):
-    if not ((p.is_Integer and 0 < p <= 64) or (p.is_Symbol and p.is_integer and p.is_positive)):
-        raise SpecError(f"{name}(a, P): P must be a positive integer or a dimension symbol")
-    return p
-
-
-def _lmvgamma(name, args):
-    """log Γ_P(a) = P(P-1)/4 log π + Σ_{j=1}^P log Γ(a + (1-j)/2)  (multivariate log-gamma)."""
-    a, p = _scalar_args(name, args, 2)
-    p = _dimension_arg(name, p)
-    j = sp.Dummy("j", integer=True, positive=True)
-    return p * (p - 1) / 4 * sp.log(sp.pi) + sp.Sum(sp.loggamma(a + (1 - j) / 2), (j, 1, p))
-
-
-def _mvdigamma(name, args):
-    """ψ_P(a) = Σ_{j=1}^P ψ(a + (1-j)/2), the derivative of lmvgamma(a, P) in a."""
-    a, p = _scalar_args(name, args, 2)
-    p = _dimension_arg(name, p)
-    j = sp.Dummy("j", integer=True, positive=True)
-    return sp.Sum(sp.polygamma(0, a + (1 - j) / 2), (j, 1, p))
-
-
-def _special(fn, n=None):
-    def apply(name, args):
-        if n is not None and len(args) != n:
-            raise SpecError(f"{name}() takes exactly {n} argument{'s' if n > 1 else ''}")
-        if not args:
-            raise SpecError(f"{name}() needs arguments")
-        out = [_sc(a) for a in args]
-        if any(_is_mat(a) for a in out):
-            raise SpecError(f"{name}() takes scalars, got a matrix expression")
-        return fn(*out)
-    return apply
-
-
-FUNCTIONS: dict[str, Callable] = {
-    "log": _unary_scalar(sp.log),
-    "exp": _unary_scalar(sp.exp),
-    "sqrt": _unary_scalar(sp.sqrt),
-    "abs": _unary_scalar(sp.Abs),
-    "tanh": _unary_scalar(sp.tanh),
-    "sign": _unary_scalar(sp.sign),
-    "binary": _unary_scalar(specialfns.binary),
-    "sigmoid": _unary_scalar(_sigmoid),
-    "lgamma": _unary_scalar(sp.loggamma),
-    "digamma": _unary_scalar(sp.digamma),
-    "polygamma": _polygamma,
-    "gamma": _unary_scalar(sp.gamma),
-    "factorial": _unary_scalar(sp.factorial),
-    "log1p": _unary_scalar(_log1p),
-    "lmvgamma": _lmvgamma,
-    "mvdigamma": _mvdigamma,
-    "softplus": _special(specialfns.softplus, 1),
-    "xlogy": _special(specialfns.xlogy, 2),
-    "logsumexp": _special(specialfns.logsumexp),
-    "inv": _inv,
-    "det": _det,
-    "logdet": _logdet,
-    "tr": _tr,
-    "eye": _eye,
-}
-
-CONSTANTS = {"pi": sp.pi, "E": sp.E}
-
-# unary functions that sum() applies entrywise to a vector
-ELEMENTWISE = ("log", "exp", "sqrt", "abs", "tanh", "sigmoid", "softplus", "log1p")
 
 
 def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression", logic: bool = False,
@@ -317,128 +162,137 @@ class _Builder:
     def _build(self, node, depth):
         if depth > MAX_DEPTH:
             self.fail("expression nested too deeply")
-        d = depth + 1
-        if isinstance(node, ast.Constant):
-            v = node.value
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                self.fail(f"literal {v!r} is not a number")
-            if isinstance(v, int):
-                return sp.Integer(v)
-            if not math.isfinite(v):
-                self.fail(f"literal {v!r} is not a finite number")
-            return sp.Rational(Fraction(repr(v)))
-        if isinstance(node, ast.Name):
-            if node.id in self.symbols:
-                return self.symbols[node.id]
-            if node.id in CONSTANTS:
-                return CONSTANTS[node.id]
-            self.fail(f"unknown symbol '{node.id}'")
-        if isinstance(node, ast.UnaryOp):
-            x = self.build(node.operand, d)
-            if isinstance(node.op, ast.USub):
-                return -x
-            if isinstance(node.op, ast.UAdd):
-                return x
-            if isinstance(node.op, ast.Not) and self.logic:
-                return sp.Not(x)
-            self.fail(f"operator {type(node.op).__name__} is not allowed")
-        if isinstance(node, ast.BinOp):
-            a = self.build(node.left, d)
-            b = self.build(node.right, d)
-            op = node.op
-            if isinstance(op, (ast.Add, ast.Sub, ast.Div, ast.Pow)) or _is_mat(a) != _is_mat(b):
-                if not (_is_mat(a) and _is_mat(b)):
-                    a, b = _sc(a), _sc(b)
-            elif isinstance(op, (ast.Mult, ast.MatMult)) and _is_mat(a) and _is_mat(b) and a.shape[1] != b.shape[0]:
-                a, b = _sc(a), _sc(b)
-            if _is_mat(a) and _is_mat(b):
-                if isinstance(op, (ast.Add, ast.Sub)) and a.shape != b.shape:
-                    self.fail(f"shape mismatch: {a.shape} {'+' if isinstance(op, ast.Add) else '-'} {b.shape}")
-                if isinstance(op, (ast.Mult, ast.MatMult)) and a.shape[1] != b.shape[0]:
-                    self.fail(f"shape mismatch in a matrix product: {a.shape} times {b.shape}")
-            try:
-                if isinstance(op, ast.Add):
-                    return a + b
-                if isinstance(op, ast.Sub):
-                    return a - b
-                if isinstance(op, (ast.Mult, ast.MatMult)):
-                    return a * b
-                if isinstance(op, ast.Div):
-                    if _is_mat(b):
-                        self.fail("division by a matrix (use inv())")
-                    return a / b
-                if isinstance(op, ast.Pow):
-                    if _is_mat(b):
-                        self.fail("matrix exponent")
-                    if b.is_number:
-                        if not (b.is_Rational and abs(b.p) <= MAX_INT_EXPONENT and b.q <= MAX_INT_EXPONENT):
-                            self.fail(f"numeric exponents must be rationals p/q with |p|, q <= {MAX_INT_EXPONENT}")
-                    if _is_mat(a):
-                        if b == -1:
-                            return sp.Inverse(a)
-                        self.fail("only X**-1 is allowed for matrices")
-                    if a.is_number and b.is_number and (not a.is_Rational or abs(a.p) > 10**6 or a.q > 10**6):
-                        return sp.Pow(a, b, evaluate=False)
-                    return a ** b
-            except SpecError:
-                raise
-            except Exception as exc:  # shape mismatch and similar sympy errors
-                self.fail(f"invalid operation ({type(exc).__name__}: {exc})")
-            self.fail(f"operator {type(op).__name__} is not allowed")
-        if isinstance(node, (ast.Compare, ast.BoolOp)) and not self.logic:
+        handler = getattr(self, f"_node_{type(node).__name__}", None)
+        if handler is None or (isinstance(node, (ast.Compare, ast.BoolOp)) and not self.logic):
             self.fail(f"{type(node).__name__} is not allowed")
-        if isinstance(node, ast.Compare):
-            if len(node.ops) != 1:
-                self.fail("chained comparisons are not allowed")
-            right = node.comparators[0]
-            if isinstance(right, ast.Constant) and isinstance(right.value, str):
-                if not (isinstance(node.left, ast.Name) and node.left.id in self.choices):
-                    self.fail("only a choice hyperparameter can be compared with a string")
-                opts = self.choices[node.left.id]
-                if right.value not in opts:
-                    self.fail(f"'{right.value}' is not a choice of {node.left.id} ({', '.join(opts)})")
-                if isinstance(node.ops[0], ast.Eq):
-                    return opts[right.value]
-                if isinstance(node.ops[0], ast.NotEq):
-                    return sp.Not(opts[right.value])
-                self.fail("choices compare with == or != only")
-            a = self.build(node.left, d)
-            b = self.build(node.comparators[0], d)
-            if _is_mat(a) or _is_mat(b):
-                self.fail("comparisons take scalars")
-            ops = {ast.Eq: sp.Eq, ast.NotEq: sp.Ne, ast.Lt: sp.Lt, ast.LtE: sp.Le, ast.Gt: sp.Gt, ast.GtE: sp.Ge}
-            op = type(node.ops[0])
-            if op not in ops:
-                self.fail(f"comparison {op.__name__} is not allowed")
-            return ops[op](a, b)
-        if isinstance(node, ast.BoolOp):
-            vals = [self.build(v, d) for v in node.values]
-            return sp.And(*vals) if isinstance(node.op, ast.And) else sp.Or(*vals)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return sp.Not(self.build(node.operand, d))
-        if isinstance(node, ast.Attribute):
-            if node.attr != "T":
-                self.fail(f"attribute '.{node.attr}' is not allowed (only .T)")
-            x = self.build(node.value, d)
-            return x.T if _is_mat(x) else x
-        if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name):
-                self.fail("only plain function calls are allowed")
-            name = node.func.id
-            if name == "sum":
-                return self._sum(node, d)
-            if name not in FUNCTIONS:
-                self.fail(f"unknown function '{name}'")
-            if node.keywords:
-                self.fail(f"{name}() takes no keyword arguments")
-            args = [self.build(a, d) for a in node.args]
-            if name in SPECIAL and any(isinstance(a, sp.Rational) and abs(a) > MAX_SPECIAL_ARG for a in args):
-                self.fail(f"{name}() of a number larger than {MAX_SPECIAL_ARG} in magnitude (evaluated exactly)")
-            try:
-                return FUNCTIONS[name](name, args)
-            except SpecError as exc:
-                self.fail(exc.message)
-        self.fail(f"{type(node).__name__} is not allowed")
+        return handler(node, depth + 1)
+
+    def _node_Constant(self, node, d):
+        v = node.value
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            self.fail(f"literal {v!r} is not a number")
+        if isinstance(v, int):
+            return sp.Integer(v)
+        if not math.isfinite(v):
+            self.fail(f"literal {v!r} is not a finite number")
+        return sp.Rational(Fraction(repr(v)))
+
+    def _node_Name(self, node, d):
+        if node.id in self.symbols:
+            return self.symbols[node.id]
+        if node.id in CONSTANTS:
+            return CONSTANTS[node.id]
+        self.fail(f"unknown symbol '{node.id}'")
+
+    def _node_UnaryOp(self, node, d):
+        x = self.build(node.operand, d)
+        if isinstance(node.op, ast.USub):
+            return -x
+        if isinstance(node.op, ast.UAdd):
+            return x
+        if isinstance(node.op, ast.Not) and self.logic:
+            return sp.Not(x)
+        self.fail(f"operator {type(node.op).__name__} is not allowed")
+
+    def _node_BinOp(self, node, d):
+        a = self.build(node.left, d)
+        b = self.build(node.right, d)
+        op = node.op
+        if isinstance(op, (ast.Add, ast.Sub, ast.Div, ast.Pow)) or _is_mat(a) != _is_mat(b):
+            if not (_is_mat(a) and _is_mat(b)):
+                a, b = _sc(a), _sc(b)
+        elif isinstance(op, (ast.Mult, ast.MatMult)) and _is_mat(a) and _is_mat(b) and a.shape[1] != b.shape[0]:
+            a, b = _sc(a), _sc(b)
+        if _is_mat(a) and _is_mat(b):
+            if isinstance(op, (ast.Add, ast.Sub)) and a.shape != b.shape:
+                self.fail(f"shape mismatch: {a.shape} {'+' if isinstance(op, ast.Add) else '-'} {b.shape}")
+            if isinstance(op, (ast.Mult, ast.MatMult)) and a.shape[1] != b.shape[0]:
+                self.fail(f"shape mismatch in a matrix product: {a.shape} times {b.shape}")
+        try:
+            return self._apply(op, a, b)
+        except SpecError:
+            raise
+        except Exception as exc:  # shape mismatch and similar sympy errors
+            self.fail(f"invalid operation ({type(exc).__name__}: {exc})")
+
+    def _apply(self, op, a, b):
+        if isinstance(op, ast.Add):
+            return a + b
+        if isinstance(op, ast.Sub):
+            return a - b
+        if isinstance(op, (ast.Mult, ast.MatMult)):
+            return a * b
+        if isinstance(op, ast.Div):
+            if _is_mat(b):
+                self.fail("division by a matrix (use inv())")
+            return a / b
+        if isinstance(op, ast.Pow):
+            if _is_mat(b):
+                self.fail("matrix exponent")
+            if b.is_number:
+                if not (b.is_Rational and abs(b.p) <= MAX_INT_EXPONENT and b.q <= MAX_INT_EXPONENT):
+                    self.fail(f"numeric exponents must be rationals p/q with |p|, q <= {MAX_INT_EXPONENT}")
+            if _is_mat(a):
+                if b == -1:
+                    return sp.Inverse(a)
+                self.fail("only X**-1 is allowed for matrices")
+            if a.is_number and b.is_number and (not a.is_Rational or abs(a.p) > 10**6 or a.q > 10**6):
+                return sp.Pow(a, b, evaluate=False)
+            return a ** b
+        self.fail(f"operator {type(op).__name__} is not allowed")
+
+    def _node_Compare(self, node, d):
+        if len(node.ops) != 1:
+            self.fail("chained comparisons are not allowed")
+        right = node.comparators[0]
+        if isinstance(right, ast.Constant) and isinstance(right.value, str):
+            if not (isinstance(node.left, ast.Name) and node.left.id in self.choices):
+                self.fail("only a choice hyperparameter can be compared with a string")
+            opts = self.choices[node.left.id]
+            if right.value not in opts:
+                self.fail(f"'{right.value}' is not a choice of {node.left.id} ({', '.join(opts)})")
+            if isinstance(node.ops[0], ast.Eq):
+                return opts[right.value]
+            if isinstance(node.ops[0], ast.NotEq):
+                return sp.Not(opts[right.value])
+            self.fail("choices compare with == or != only")
+        a = self.build(node.left, d)
+        b = self.build(node.comparators[0], d)
+        if _is_mat(a) or _is_mat(b):
+            self.fail("comparisons take scalars")
+        ops = {ast.Eq: sp.Eq, ast.NotEq: sp.Ne, ast.Lt: sp.Lt, ast.LtE: sp.Le, ast.Gt: sp.Gt, ast.GtE: sp.Ge}
+        op = type(node.ops[0])
+        if op not in ops:
+            self.fail(f"comparison {op.__name__} is not allowed")
+        return ops[op](a, b)
+
+    def _node_BoolOp(self, node, d):
+        vals = [self.build(v, d) for v in node.values]
+        return sp.And(*vals) if isinstance(node.op, ast.And) else sp.Or(*vals)
+
+    def _node_Attribute(self, node, d):
+        if node.attr != "T":
+            self.fail(f"attribute '.{node.attr}' is not allowed (only .T)")
+        x = self.build(node.value, d)
+        return x.T if _is_mat(x) else x
+
+    def _node_Call(self, node, d):
+        if not isinstance(node.func, ast.Name):
+            self.fail("only plain function calls are allowed")
+        name = node.func.id
+        if name == "sum":
+            return self._sum(node, d)
+        if name not in FUNCTIONS:
+            self.fail(f"unknown function '{name}'")
+        if node.keywords:
+            self.fail(f"{name}() takes no keyword arguments")
+        args = [self.build(a, d) for a in node.args]
+        if name in SPECIAL and any(isinstance(a, sp.Rational) and abs(a) > MAX_SPECIAL_ARG for a in args):
+            self.fail(f"{name}() of a number larger than {MAX_SPECIAL_ARG} in magnitude (evaluated exactly)")
+        try:
+            return FUNCTIONS[name](name, args)
+        except SpecError as exc:
+            self.fail(exc.message)
 
     def _sum(self, node, depth):
         """``sum(v)`` or ``sum(f(v))``: Σ_n f(v_n) over the entries of a column vector v, with f one of the

@@ -32,11 +32,10 @@ def build_ir(D: Derivation, source: str = ""):
     return build_update_ir(D, source)
 
 
-def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
-    r = D.recipe
-    fam = r.family
-    elementwise = fam.elementwise or D.elementwise
-    hsyms = r.hyper_symbols()
+def _state(D, r, elementwise) -> list:
+    """The state: the family's parameters (renamed by a change of variable) then the rules' auxiliary state, each
+    with its initial value (``state_init``, else the rule's; a copy of a family state when it is one)."""
+    fam, hsyms = r.family, r.hyper_symbols()
 
     def init_of(name):
         if name not in r.state_init:
@@ -64,35 +63,35 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     for v in state:
         if v.init is not None and v.init in by_symbol:
             v.init_state = by_symbol[v.init]
-    data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description) for d in r.data]
-    hyper = [HyperVar(h.name, h.kind, h.default, h.description,
-                      (h.symbol,) if h.symbol is not None else tuple(es for _, es in h.elements),
-                      tuple(c for c, _ in h.elements) if h.kind == "choice" else ()) for h in r.hyper]
+    return state
 
-    scalarized = D.elementwise and not any(is_mat(e) for _, _, e in D.updates)
-    if scalarized:
-        for v in state:
-            v.kind = "elementwise"
-    dims = []
-    seen = set()
-    for v in ([] if scalarized else state) + data:
+
+def _dims(variables) -> list:
+    """(dimension symbol, the variable that binds it, axis) of every symbolic dimension, first use first."""
+    dims, seen = [], set()
+    for v in variables:
         if is_mat(v.symbol):
             for axis, s in enumerate(v.symbol.shape):
                 if isinstance(s, sp.Symbol) and s not in seen:
                     seen.add(s)
                     dims.append((s, v.name, axis))
+    return dims
 
-    calls = [OracleCall(s, name, arg, desc) for (s, name, arg, desc) in D.oracle_calls]
+
+def _oracles(calls, sampling) -> list:
     oracles = []
     for c in calls:
         if c.oracle not in [o[0] for o in oracles]:
             oracles.append((c.oracle, c.description))
-    if D.sampling is not None:
-        for _, o in D.sampling.calls:
+    if sampling is not None:
+        for _, o in sampling.calls:
             if o not in [x[0] for x in oracles]:
                 oracles.append((o, f"{o} of ℓ at samples θ_k of q (Monte Carlo)"))
+    return oracles
 
-    outputs = [(name, sym) for name, sym, _ in D.updates]
+
+def _program(D) -> list:
+    """The definitions and updates in dependency order after common-subexpression elimination (scalar programs)."""
     program = toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     syms = [s for s, _ in program]
     exprs = [e for _, e in program]
@@ -107,17 +106,18 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
             exprs = [e.xreplace(trivial) for e in exprs]
         assignments.extend(reps)
     assignments.extend(zip(syms, exprs))
-    assignments = toposort(assignments)      # CSE temporaries may use values the program computes
-    for p in fam.params.values():
-        if p.fixed:
-            outputs.append((p.name, p.symbol))
+    return toposort(assignments)      # CSE temporaries may use values the program computes
+
+
+def _used_symbols(D, assignments, state) -> set:
+    """Every symbol the generated module reads (the program, the sampler, initial values, other entry points)."""
     used = set()
     for _, e in assignments:
         used |= e.free_symbols
-    sampling = D.sampling
-    if sampling is not None:
-        used |= sampling.theta_expr.free_symbols | sp.sympify(sampling.samples).free_symbols
-        for _, e in sampling.stats:
+    sm = D.sampling
+    if sm is not None:
+        used |= sm.theta_expr.free_symbols | sp.sympify(sm.samples).free_symbols
+        for _, e in sm.stats:
             used |= e.free_symbols
     for v in state:
         if v.init is not None and v.init_state is None:
@@ -125,23 +125,40 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     if D.federated is not None:
         for _, e in D.federated.dual + D.federated.message + D.federated.server:
             used |= e.free_symbols
-    hyper = [h for h in hyper if any(s in used for s in h.symbols)]
+    return used
 
-    mean = None
-    if fam.gaussian_mean is not None:
-        for p in fam.params.values():
-            if p.symbol == fam.gaussian_mean:
-                mean = p.name
-    maps = _family_maps(fam)
+
+def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
+    r = D.recipe
+    fam = r.family
+    elementwise = fam.elementwise or D.elementwise
+    state = _state(D, r, elementwise)
+    data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description) for d in r.data]
+    scalarized = D.elementwise and not any(is_mat(e) for _, _, e in D.updates)
+    if scalarized:
+        for v in state:
+            v.kind = "elementwise"
+    dims = _dims(([] if scalarized else state) + data)
+    calls = [OracleCall(s, name, arg, desc) for (s, name, arg, desc) in D.oracle_calls]
+    assignments = _program(D)
+    outputs = [(name, sym) for name, sym, _ in D.updates] + [(p.name, p.symbol) for p in fam.params.values()
+                                                             if p.fixed]
+    used = _used_symbols(D, assignments, state)
+    hyper = [HyperVar(h.name, h.kind, h.default, h.description,
+                      (h.symbol,) if h.symbol is not None else tuple(es for _, es in h.elements),
+                      tuple(c for c, _ in h.elements) if h.kind == "choice" else ()) for h in r.hyper]
+    hyper = [h for h in hyper if any(s in used for s in h.symbols)]
+    mean = next((p.name for p in fam.params.values() if fam.gaussian_mean is not None
+                 and p.symbol == fam.gaussian_mean), None)
+    own = r.parameter is None or r.parameter == fam.gaussian_mean
     ir = UpdateIR(
         recipe=r.name, title=r.title, family=fam.name, class_name=r.class_name or camel(r.name),
         engine_version=__version__, source=source, elementwise=elementwise, state=state,
-        hyperparameters=hyper, data=data, dims=dims, oracles=oracles, oracle_calls=calls, random_draws=[],
-        assignments=assignments, outputs=outputs, equations=D.update_lines(), step_symbol=D.step_symbol,
-        sampling=sampling,
-        mean=mean if r.parameter is None or r.parameter == fam.gaussian_mean else None,
-        parameter=None if r.parameter is None or r.parameter == fam.gaussian_mean else r.parameter,
-        paper=r.paper, description=r.description, family_maps=maps,
+        hyperparameters=hyper, data=data, dims=dims, oracles=_oracles(calls, D.sampling), oracle_calls=calls,
+        random_draws=[], assignments=assignments, outputs=outputs, equations=D.update_lines(),
+        step_symbol=D.step_symbol, sampling=D.sampling, mean=mean if own else None,
+        parameter=None if own else r.parameter, paper=r.paper, description=r.description,
+        family_maps=_family_maps(fam),
         entry_points=federated_entry_points(D.federated, state, hyper, dims) if D.federated is not None else None,
     )
     sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}

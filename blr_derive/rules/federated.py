@@ -74,6 +74,57 @@ def local_objective(recipe, D, g_loss, g_logh, sym):
     return out
 
 
+def _prior_sites(fed, fam, eta, K, rho_s, sym):
+    """∇_μ E_q[ℓ_0 + log h] (the prior's and the base measure's sites) at the global candidate, and the left side
+    (1 + Kρ_s) λ(params) + ∇_μ E[ℓ_0 + log h](params) of the server's equation, block by block."""
+    terms = [t for t in (fed.prior, fam.log_h) if t != 0 and fam.depends_on_variable(t)]
+    mean_mu, cov_mu = fam.mean_of_mu(), fam.cov_of_mu()
+    at_state = dict(zip(fam.mu, fam.mu_ord))
+    grads = [sp.ZeroMatrix(*u.shape) if is_mat(u) else sp.Integer(0) for u in fam.mu]
+    for t in terms:
+        gs = matcalc.gradient(fam.expect_gaussian(t, mean=mean_mu, cov=cov_mu), fam.mu, sym)
+        grads = [simplify_mat(sp.MatAdd(a, b).doit(), sym) if is_mat(a) else a + b for a, b in zip(grads, gs)]
+    grads = [simplify_mat(g.doit().xreplace(at_state), sym) if is_mat(g) else sp.simplify(g.xreplace(at_state))
+             for g in grads]
+    if fam.elementwise:
+        grads = [_scalar(g) for g in grads]
+    # (1 + Kρ_s) λ(params) + ∇_μ E[ℓ_0 + log h](params) = Σ_k (η_k + ρ_s λ_k), solved block by block
+    lhs = []
+    for e, g in zip(eta, grads):
+        lhs.append(simplify_mat(sp.MatAdd((1 + K * rho_s) * e, g).doit(), sym) if is_mat(e)
+                   else sp.expand((1 + K * rho_s) * e + g))
+    return grads, lhs
+
+
+def _solve_server(recipe, fam, lhs, msgs, sym):
+    """The server's equation lhs_i(params) = msg_i solved for the global parameters, block by block (later blocks
+    use the parameters already solved); [(parameter name, expression)] in assignment order."""
+    free = [p for p in fam.params.values() if not p.fixed]
+    solved, server, remaining = set(), [], list(range(len(lhs)))
+    while remaining:
+        progress = False
+        for i in list(remaining):
+            unk = [p for p in free if lhs[i].has(p.symbol) and p.symbol not in solved]
+            if len(unk) > 1:
+                continue
+            remaining.remove(i)
+            progress = True
+            if not unk:
+                continue
+            p = unk[0]
+            try:
+                val = isolate(lhs[i], msgs[i], p.symbol, sym)
+            except DerivationError as exc:
+                raise SpecError(f"federated server step: {exc}", recipe.file, recipe.spec.line_of("federated")) from None
+            val = simplify_mat(val, sym) if is_mat(val) else sp.simplify(val)
+            server.append((p.name, val))
+            solved.add(p.symbol)
+        if not progress:
+            raise SpecError("federated server step: cannot solve the global natural parameters for the family's "
+                            "parameters", recipe.file, recipe.spec.line_of("federated"))
+    return server
+
+
 def derive_server(recipe, D, sym):
     """``federated_dual`` and ``federated_server``: the dual step, the client message and the server's solve.
 
@@ -107,46 +158,8 @@ def derive_server(recipe, D, sym):
           [((r"\eta^{(%d)}_k" % (i + 1)), e) for i, (_, e) in enumerate(dual)]
           + [(sp.Symbol(n), e, "=") for n, e in message])
 
-    # the prior's and the base measure's sites, ∇_μ E_q[ℓ_0 + log h], at the global candidate
-    terms = [t for t in (fed.prior, fam.log_h) if t != 0 and fam.depends_on_variable(t)]
-    mean_mu, cov_mu = fam.mean_of_mu(), fam.cov_of_mu()
-    at_state = dict(zip(fam.mu, fam.mu_ord))
-    grads = [sp.ZeroMatrix(*u.shape) if is_mat(u) else sp.Integer(0) for u in fam.mu]
-    for t in terms:
-        gs = matcalc.gradient(fam.expect_gaussian(t, mean=mean_mu, cov=cov_mu), fam.mu, sym)
-        grads = [simplify_mat(sp.MatAdd(a, b).doit(), sym) if is_mat(a) else a + b for a, b in zip(grads, gs)]
-    grads = [simplify_mat(g.doit().xreplace(at_state), sym) if is_mat(g) else sp.simplify(g.xreplace(at_state))
-             for g in grads]
-    if fam.elementwise:
-        grads = [_scalar(g) for g in grads]
-    # (1 + Kρ_s) λ(params) + ∇_μ E[ℓ_0 + log h](params) = Σ_k (η_k + ρ_s λ_k), solved block by block
-    lhs = []
-    for e, g in zip(eta, grads):
-        lhs.append(simplify_mat(sp.MatAdd((1 + K * rho_s) * e, g).doit(), sym) if is_mat(e)
-                   else sp.expand((1 + K * rho_s) * e + g))
-    free = [p for p in fam.params.values() if not p.fixed]
-    solved, server, remaining = set(), [], list(range(len(eta)))
-    while remaining:
-        progress = False
-        for i in list(remaining):
-            unk = [p for p in free if lhs[i].has(p.symbol) and p.symbol not in solved]
-            if len(unk) > 1:
-                continue
-            remaining.remove(i)
-            progress = True
-            if not unk:
-                continue
-            p = unk[0]
-            try:
-                val = isolate(lhs[i], msgs[i], p.symbol, sym)
-            except DerivationError as exc:
-                raise SpecError(f"federated server step: {exc}", recipe.file, recipe.spec.line_of("federated")) from None
-            val = simplify_mat(val, sym) if is_mat(val) else sp.simplify(val)
-            server.append((p.name, val))
-            solved.add(p.symbol)
-        if not progress:
-            raise SpecError("federated server step: cannot solve the global natural parameters for the family's "
-                            "parameters", recipe.file, recipe.spec.line_of("federated"))
+    grads, lhs = _prior_sites(fed, fam, eta, K, rho_s, sym)
+    server = _solve_server(recipe, fam, lhs, msgs, sym)
     D.add("federated_server", RULES["federated_server"].equation, "Server step: sum of the sites",
           "The global natural parameter is the prior's site −∇_μ E_q[ℓ_0 + log h] plus the sum of the clients' "
           "messages minus Kρ_s λ_g; solved for the parameters of q_g (with msg_i = Σ_k of the clients' messages).",

@@ -142,118 +142,80 @@ class FamilyDecl:
     spec: object                 # the located mapping (for errors found while deriving)
 
 
-def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
-    """Read a family declaration (a YAML mapping) into a :class:`FamilyDecl`; a declaration with a ``sizes`` section
-    is first instantiated at ``sizes`` (a tuple from :func:`blr_derive.core.sizes.resolve_sizes`; its defaults
-    when None).  Every problem is a located SpecError."""
-    if not isinstance(spec, dict):
-        raise SpecError("a family declaration must be a mapping", file, getattr(spec, "line", None) or 1)
-    if "sizes" in spec:
-        if sizes is None:
-            sizes = resolve_sizes(declared_sizes(spec), None)
-        spec = instantiate(spec, sizes, file)
-    check_keys(spec, FAMILY_KEYS, ("name", "variable", "parameters", "sufficient_statistics", "natural_parameters"), "family")
-    name = check_name_at(spec["name"], "family name", spec, "name", scope="label")
+def _expr(text, container, key, allowed, what, file):
+    try:
+        return parse_expression(text, allowed, what=what)
+    except SpecError as exc:
+        f, l = where(container, key)
+        raise exc.located(f or file, l) from None
 
-    dim = None
-    if "dimension" in spec:
-        check_name_at(spec["dimension"], "dimension (a symbol name such as P)", spec, "dimension")
-        dim = sp.Symbol(spec["dimension"], integer=True, positive=True)
 
-    kind, vname, theta, components = _parse_variable(spec, dim)
-    support, comp_supports, joint = _parse_support(spec, kind, components)
+def _parse_param(pname, pdecl, pspec, dim, file, symmetric) -> Param:
+    """One entry of ``parameters``: shape, domain, an optional lower bound, fixed or free."""
+    if pdecl is None:
+        pdecl = LDict()
+        pdecl.file, pdecl.line = where(pspec, pname)
+    if not isinstance(pdecl, dict):
+        raise _err(f"parameter '{pname}' must be a mapping (domain, shape, ...)", pspec, pname)
+    check_keys(pdecl, PARAM_KEYS, (), f"parameter '{pname}'")
+    shape = pdecl.get("shape", "scalar")
+    domain = pdecl.get("domain", "real")
+    if shape not in SHAPES:
+        raise _err(f"parameter '{pname}': shape must be one of {', '.join(SHAPES)}", pdecl, "shape")
+    if not isinstance(domain, str) or domain not in DOMAINS:
+        raise _err(f"parameter '{pname}': unknown domain '{domain}' (known: {', '.join(DOMAINS)})", pdecl, "domain")
+    if shape != "scalar" and dim is None:
+        raise _err(f"parameter '{pname}': non-scalar parameters need a 'dimension'", pspec, pname)
+    if shape == "matrix" and domain not in ("positive_definite", "symmetric"):
+        raise _err(f"parameter '{pname}': matrix parameters must be positive_definite or symmetric", pdecl, "domain")
+    if shape != "matrix" and domain in ("positive_definite", "symmetric"):
+        raise _err(f"parameter '{pname}': domain '{domain}' is for matrix parameters", pdecl, "domain")
+    if shape != "scalar" and domain in ("unit_interval", "simplex"):
+        raise _err(f"parameter '{pname}': domain '{domain}' is for scalar parameters", pdecl, "domain")
+    bound = None
+    if "greater_than" in pdecl:
+        if shape != "scalar" or domain != "real":
+            raise _err(f"parameter '{pname}': 'greater_than' needs a scalar parameter with domain real", pdecl,
+                       "greater_than")
+        bound = _expr(pdecl["greater_than"], pdecl, "greater_than", {str(dim): dim} if dim is not None else {},
+                      f"parameter '{pname}' greater_than", file)
+        if is_mat(bound) or bound.free_symbols - ({dim} if dim is not None else set()):
+            raise _err(f"parameter '{pname}': 'greater_than' must be a number or an expression in the dimension",
+                       pdecl, "greater_than")
+    if shape == "scalar":
+        if domain in ("positive", "unit_interval", "simplex") or (bound is not None and bound.is_nonnegative):
+            sym = sp.Symbol(pname, positive=True)
+        else:
+            sym = sp.Symbol(pname, real=True)
+    elif shape == "vector":
+        sym = sp.MatrixSymbol(pname, dim, 1)
+    else:
+        sym = sp.MatrixSymbol(pname, dim, dim)
+        symmetric.add(sym)
+    fixed = pdecl.get("fixed", False)
+    if not isinstance(fixed, bool):
+        raise _err("'fixed' must be true or false", pdecl, "fixed")
+    if fixed and domain == "simplex":
+        raise _err(f"parameter '{pname}': simplex parameters cannot be fixed", pdecl, "fixed")
+    return Param(pname, sym, shape, domain, fixed, str(pdecl.get("description", "")), bound)
 
-    tsyms = {str(c): c for c in components} if components else {vname: theta}
-    symbols = dict(tsyms)
-    if dim is not None:
-        if str(dim) in symbols:
-            raise _err(f"the dimension '{dim}' clashes with the variable", spec, "dimension")
-        symbols[str(dim)] = dim
-    symmetric = set()
-    if kind == "matrix":
-        symmetric.add(theta)
-    params = {}
+
+def _parse_parameters(spec, symbols, dim, file, symmetric) -> dict:
     pspec = spec["parameters"]
     if not isinstance(pspec, dict) or not pspec:
         raise _err("parameters must be a non-empty mapping", spec, "parameters")
+    params = {}
     for pname, pdecl in pspec.items():
         check_name_at(pname, "parameter", pspec, pname)
         if pname in symbols:
             raise _err(f"parameter '{pname}' clashes with another name", pspec, pname)
-        if pdecl is None:
-            pdecl = LDict()
-            pdecl.file, pdecl.line = where(pspec, pname)
-        if not isinstance(pdecl, dict):
-            raise _err(f"parameter '{pname}' must be a mapping (domain, shape, ...)", pspec, pname)
-        check_keys(pdecl, PARAM_KEYS, (), f"parameter '{pname}'")
-        shape = pdecl.get("shape", "scalar")
-        domain = pdecl.get("domain", "real")
-        if shape not in SHAPES:
-            raise _err(f"parameter '{pname}': shape must be one of {', '.join(SHAPES)}", pdecl, "shape")
-        if not isinstance(domain, str) or domain not in DOMAINS:
-            raise _err(f"parameter '{pname}': unknown domain '{domain}' (known: {', '.join(DOMAINS)})", pdecl, "domain")
-        if shape != "scalar" and dim is None:
-            raise _err(f"parameter '{pname}': non-scalar parameters need a 'dimension'", pspec, pname)
-        if shape == "matrix" and domain not in ("positive_definite", "symmetric"):
-            raise _err(f"parameter '{pname}': matrix parameters must be positive_definite or symmetric", pdecl, "domain")
-        if shape != "matrix" and domain in ("positive_definite", "symmetric"):
-            raise _err(f"parameter '{pname}': domain '{domain}' is for matrix parameters", pdecl, "domain")
-        if shape != "scalar" and domain in ("unit_interval", "simplex"):
-            raise _err(f"parameter '{pname}': domain '{domain}' is for scalar parameters", pdecl, "domain")
-        bound = None
-        if "greater_than" in pdecl:
-            if shape != "scalar" or domain != "real":
-                raise _err(f"parameter '{pname}': 'greater_than' needs a scalar parameter with domain real", pdecl,
-                           "greater_than")
-            try:
-                bound = parse_expression(pdecl["greater_than"], {str(dim): dim} if dim is not None else {},
-                                         what=f"parameter '{pname}' greater_than")
-            except SpecError as exc:
-                f, l = where(pdecl, "greater_than")
-                raise exc.located(f or file, l) from None
-            if is_mat(bound) or bound.free_symbols - ({dim} if dim is not None else set()):
-                raise _err(f"parameter '{pname}': 'greater_than' must be a number or an expression in the dimension",
-                           pdecl, "greater_than")
-        if shape == "scalar":
-            if domain in ("positive", "unit_interval", "simplex") or (bound is not None and bound.is_nonnegative):
-                sym = sp.Symbol(pname, positive=True)
-            else:
-                sym = sp.Symbol(pname, real=True)
-        elif shape == "vector":
-            sym = sp.MatrixSymbol(pname, dim, 1)
-        else:
-            sym = sp.MatrixSymbol(pname, dim, dim)
-            symmetric.add(sym)
-        fixed = pdecl.get("fixed", False)
-        if not isinstance(fixed, bool):
-            raise _err("'fixed' must be true or false", pdecl, "fixed")
-        if fixed and domain == "simplex":
-            raise _err(f"parameter '{pname}': simplex parameters cannot be fixed", pdecl, "fixed")
-        params[pname] = Param(pname, sym, shape, domain, fixed, str(pdecl.get("description", "")), bound)
-        symbols[pname] = sym
+        params[pname] = _parse_param(pname, pdecl, pspec, dim, file, symmetric)
+        symbols[pname] = params[pname].symbol
+    return params
 
-    def parse(text, container, key, allowed, what):
-        try:
-            return parse_expression(text, allowed, what=what)
-        except SpecError as exc:
-            f, l = where(container, key)
-            raise exc.located(f or file, l) from None
 
-    T_list = spec["sufficient_statistics"]
-    eta_list = spec["natural_parameters"]
-    if not isinstance(T_list, list) or not T_list:
-        raise _err("sufficient_statistics must be a non-empty list", spec, "sufficient_statistics")
-    if not isinstance(eta_list, list) or len(eta_list) != len(T_list):
-        raise _err("natural_parameters must be a list aligned with sufficient_statistics", spec, "natural_parameters")
-    tsyms = {**tsyms, **({str(dim): dim} if dim is not None else {})}
-    fixed_syms = {p.name: p.symbol for p in params.values() if p.fixed}
-    psyms = {k: v for k, v in symbols.items() if k not in tsyms or (dim is not None and k == str(dim))}
-    T = [parse(t, T_list, i, tsyms, f"sufficient statistic {i + 1}") for i, t in enumerate(T_list)]
-    eta = [parse(e, eta_list, i, psyms, f"natural parameter {i + 1}") for i, e in enumerate(eta_list)]
-
-    def depends(e):
-        return any(e.has(c) for c in components) if components else e.has(theta)
-
+def _natural_symbols(T, eta, T_list, eta_list, depends, vname, symmetric):
+    """The symbols λ_i, μ_i of each statistic (matrix symbols shaped like T_i; symmetric when T_i is)."""
     lam, mu = [], []
     for i, (t, e) in enumerate(zip(T, eta)):
         tshape = t.shape if is_mat(t) else None
@@ -273,73 +235,122 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
             l, u = sp.Symbol(f"lambda{i + 1}", real=True), sp.Symbol(f"mu{i + 1}", real=True)
         lam.append(l)
         mu.append(u)
-    symmetric = frozenset(symmetric)
-    hsyms = {**tsyms, **fixed_syms}
-    h = parse(spec.get("base_measure", 1), spec, "base_measure", hsyms, "base_measure")
-    if is_mat(h):
-        raise _err("base_measure must be a scalar", spec, "base_measure")
+    return lam, mu
 
-    if bool(spec.get("elementwise", False)) and kind != "scalar":
-        raise _err("elementwise (mean-field) families are declared for one scalar coordinate", spec, "elementwise")
-    if not any(not p.fixed for p in params.values()):
-        raise _err("at least one parameter must be free (not fixed)", spec, "parameters")
 
-    A = None
+def _parse_log_partition(spec, kind, lam, dim, fixed_syms, file):
     if "log_partition" in spec:
         lsyms = {f"lambda{i + 1}": l for i, l in enumerate(lam)}
         lsyms.update({str(dim): dim} if dim is not None else {})
         lsyms.update(fixed_syms)
-        A = scalarize(parse(spec["log_partition"], spec, "log_partition", lsyms, "log_partition"))
+        A = scalarize(_expr(spec["log_partition"], spec, "log_partition", lsyms, "log_partition", file))
         if is_mat(A):
             raise _err("log_partition must be a scalar", spec, "log_partition")
-    elif kind in ("vector", "matrix"):
+        return A
+    if kind in ("vector", "matrix"):
         raise _err(f"log_partition must be given for {kind} families (A is integrated or summed for scalar "
                    "variables, components and fixed-size vectors only)", spec, "sufficient_statistics")
+    return None
 
+
+def _parse_gaussian(spec, kind, theta, psyms, file):
+    """The Gaussian moments (mean, covariance) in the parameters: they enable Bonnet / Price / exact rules."""
+    if "gaussian" not in spec:
+        return None, None
+    g = spec["gaussian"]
+    if not isinstance(g, dict):
+        raise _err("gaussian must be a mapping {mean, covariance}", spec, "gaussian")
+    check_keys(g, {"mean", "covariance"}, ("mean", "covariance"), "gaussian")
+    if kind not in ("scalar", "vector"):
+        raise _err("a gaussian section needs a scalar or vector variable", spec, "gaussian")
+    mean = _expr(g["mean"], g, "mean", psyms, "gaussian mean", file)
+    cov = _expr(g["covariance"], g, "covariance", psyms, "gaussian covariance", file)
+    ms = mean.shape if is_mat(mean) else None
+    if ms != (theta.shape if is_mat(theta) else None):
+        raise _err("gaussian mean must have the shape of the variable", g, "mean")
+    cs = cov.shape if is_mat(cov) else None
+    if cs != ((theta.shape[0], theta.shape[0]) if is_mat(theta) else None):
+        raise _err("gaussian covariance must be a scalar for a scalar variable and a square matrix for a vector",
+                   g, "covariance")
+    return mean, cov
+
+
+def _parse_sampler(spec, kind, theta, psyms, file):
+    """θ as a function of the parameters and u ~ Uniform(0, 1) (inverse CDF); checked against μ by Monte Carlo in
+    tests, it enables the score-function and reparameterization estimators."""
+    if "sampler" not in spec:
+        return None
+    if kind != "scalar" or is_mat(theta):
+        raise _err("samplers are supported for scalar variables", spec, "sampler")
+    u = sp.Symbol("u", positive=True)
+    try:
+        return parse_expression(spec["sampler"], {**psyms, "u": u}, what="sampler", logic=True)
+    except SpecError as exc:
+        f, l = where(spec, "sampler")
+        raise exc.located(f or file, l) from None
+
+
+def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
+    """Read a family declaration (a YAML mapping) into a :class:`FamilyDecl`; a declaration with a ``sizes`` section
+    is first instantiated at ``sizes`` (a tuple from :func:`blr_derive.core.sizes.resolve_sizes`; its defaults
+    when None).  Every problem is a located SpecError."""
+    if not isinstance(spec, dict):
+        raise SpecError("a family declaration must be a mapping", file, getattr(spec, "line", None) or 1)
+    if "sizes" in spec:
+        if sizes is None:
+            sizes = resolve_sizes(declared_sizes(spec), None)
+        spec = instantiate(spec, sizes, file)
+    check_keys(spec, FAMILY_KEYS, ("name", "variable", "parameters", "sufficient_statistics", "natural_parameters"), "family")
+    name = check_name_at(spec["name"], "family name", spec, "name", scope="label")
+    dim = None
+    if "dimension" in spec:
+        check_name_at(spec["dimension"], "dimension (a symbol name such as P)", spec, "dimension")
+        dim = sp.Symbol(spec["dimension"], integer=True, positive=True)
+    kind, vname, theta, components = _parse_variable(spec, dim)
+    support, comp_supports, joint = _parse_support(spec, kind, components)
+    tsyms = {str(c): c for c in components} if components else {vname: theta}
+    symbols = dict(tsyms)
+    if dim is not None:
+        if str(dim) in symbols:
+            raise _err(f"the dimension '{dim}' clashes with the variable", spec, "dimension")
+        symbols[str(dim)] = dim
+    symmetric = {theta} if kind == "matrix" else set()
+    params = _parse_parameters(spec, symbols, dim, file, symmetric)
+    T_list, eta_list = spec["sufficient_statistics"], spec["natural_parameters"]
+    if not isinstance(T_list, list) or not T_list:
+        raise _err("sufficient_statistics must be a non-empty list", spec, "sufficient_statistics")
+    if not isinstance(eta_list, list) or len(eta_list) != len(T_list):
+        raise _err("natural_parameters must be a list aligned with sufficient_statistics", spec, "natural_parameters")
+    tsyms = {**tsyms, **({str(dim): dim} if dim is not None else {})}
+    fixed_syms = {p.name: p.symbol for p in params.values() if p.fixed}
+    psyms = {k: v for k, v in symbols.items() if k not in tsyms or (dim is not None and k == str(dim))}
+    T = [_expr(t, T_list, i, tsyms, f"sufficient statistic {i + 1}", file) for i, t in enumerate(T_list)]
+    eta = [_expr(e, eta_list, i, psyms, f"natural parameter {i + 1}", file) for i, e in enumerate(eta_list)]
+
+    def depends(e):
+        return any(e.has(c) for c in components) if components else e.has(theta)
+    lam, mu = _natural_symbols(T, eta, T_list, eta_list, depends, vname, symmetric)
+    h = _expr(spec.get("base_measure", 1), spec, "base_measure", {**tsyms, **fixed_syms}, "base_measure", file)
+    if is_mat(h):
+        raise _err("base_measure must be a scalar", spec, "base_measure")
+    if bool(spec.get("elementwise", False)) and kind != "scalar":
+        raise _err("elementwise (mean-field) families are declared for one scalar coordinate", spec, "elementwise")
+    if not any(not p.fixed for p in params.values()):
+        raise _err("at least one parameter must be free (not fixed)", spec, "parameters")
+    A = _parse_log_partition(spec, kind, lam, dim, fixed_syms, file)
     mu_decl = None
     if "expectation_parameters" in spec:
         decl = spec["expectation_parameters"]
         if not isinstance(decl, list) or len(decl) != len(T):
             raise _err("expectation_parameters must be a list aligned with sufficient_statistics", spec,
                        "expectation_parameters")
-        mu_decl = [(parse(d, decl, i, psyms, f"expectation parameter {i + 1}"), str(d), where(decl, i))
+        mu_decl = [(_expr(d, decl, i, psyms, f"expectation parameter {i + 1}", file), str(d), where(decl, i))
                    for i, d in enumerate(decl)]
-
-    gauss_mean = gauss_cov = sampler = None
-    # 6. Gaussian moments (enable Bonnet / Price / exact rules)
-    if "gaussian" in spec:
-        g = spec["gaussian"]
-        if not isinstance(g, dict):
-            raise _err("gaussian must be a mapping {mean, covariance}", spec, "gaussian")
-        check_keys(g, {"mean", "covariance"}, ("mean", "covariance"), "gaussian")
-        if kind not in ("scalar", "vector"):
-            raise _err("a gaussian section needs a scalar or vector variable", spec, "gaussian")
-        gauss_mean = parse(g["mean"], g, "mean", psyms, "gaussian mean")
-        gauss_cov = parse(g["covariance"], g, "covariance", psyms, "gaussian covariance")
-        ms = gauss_mean.shape if is_mat(gauss_mean) else None
-        if ms != (theta.shape if is_mat(theta) else None):
-            raise _err("gaussian mean must have the shape of the variable", g, "mean")
-        cs = gauss_cov.shape if is_mat(gauss_cov) else None
-        if cs != ((theta.shape[0], theta.shape[0]) if is_mat(theta) else None):
-            raise _err("gaussian covariance must be a scalar for a scalar variable and a square matrix for a vector",
-                       g, "covariance")
-
-    # 7. a sampler: θ as a function of the parameters and u ~ Uniform(0, 1) (inverse CDF); it is
-    #    checked against μ by Monte Carlo in tests and enables the score-function estimator
-    if "sampler" in spec:
-        if kind != "scalar" or is_mat(theta):
-            raise _err("samplers are supported for scalar variables", spec, "sampler")
-        u = sp.Symbol("u", positive=True)
-        try:
-            sampler = parse_expression(spec["sampler"], {**psyms, "u": u}, what="sampler", logic=True)
-        except SpecError as exc:
-            f, l = where(spec, "sampler")
-            raise exc.located(f or file, l) from None
-
+    gauss_mean, gauss_cov = _parse_gaussian(spec, kind, theta, psyms, file)
     return FamilyDecl(
         name=name, description=str(spec.get("description", "")), reference=str(spec.get("reference", "")),
         theta=theta, dim=dim, support=support, params=params, T=T, h=h, eta=eta, lam=lam, mu=mu, A=A,
-        elementwise=bool(spec.get("elementwise", False)), symmetric=symmetric, file=file, variable_kind=kind,
-        vname=vname, components=components, component_supports=comp_supports, joint_support=joint,
-        sizes=tuple(sizes or ()), mu_decl=mu_decl, gaussian_mean=gauss_mean, gaussian_cov=gauss_cov,
-        sampler=sampler, spec=spec)
+        elementwise=bool(spec.get("elementwise", False)), symmetric=frozenset(symmetric), file=file,
+        variable_kind=kind, vname=vname, components=components, component_supports=comp_supports,
+        joint_support=joint, sizes=tuple(sizes or ()), mu_decl=mu_decl, gaussian_mean=gauss_mean,
+        gaussian_cov=gauss_cov, sampler=_parse_sampler(spec, kind, theta, psyms, file), spec=spec)

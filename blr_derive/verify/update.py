@@ -39,40 +39,37 @@ class FixedNoise:
         return np.full(shape, 0.37)
 
 
-def compare_update(recipe, D, mod, seed=0, P=3):
-    """[(state name, generated value, symbolic value)] for one random input."""
-    if isinstance(D, FactorizedDerivation):
-        return compare_product(recipe, D, mod, seed, P)
-    fam = recipe.family
-    rng = np.random.default_rng(11 + seed)
-    elementwise = not any(is_mat(e) for _, _, e in D.updates)
-    env, state, oracle_vals, data, hp, flags = {}, {}, {}, {}, {}, {}
-    if elementwise:
-        simplex = [p for p in fam.params.values() if p.domain == "simplex"]
-        # the simplex coordinates are drawn jointly (they must sum to less than 1), bounded away from the faces
-        K = len(simplex) + 1
-        on_simplex = dict(zip([p.name for p in simplex], 0.1 + (1 - 0.1 * K) * rng.dirichlet(np.full(K, 4.0)))) if simplex else {}
-        for p in fam.params.values():
-            v = (float(on_simplex[p.name]) if p.name in on_simplex else float(rng.normal()) if p.domain == "real"
-                 else float(rng.uniform(0.2, 0.8)) if p.domain == "unit_interval" else float(rng.uniform(0.5, 2.0)))
-            state[p.name] = v
-            env[p.symbol if not is_mat(p.symbol) else sp.Symbol(p.name, real=True)] = v
-        for a in D.aux_state:
-            v = float(rng.uniform(0.1, 1.0))
-            state[a.name] = v
-            env[a.symbol] = v
-        for old, (new, nsym, _) in D.renamed.items():
-            v = float(rng.uniform(0.5, 2.0))
-            state.pop(old, None)
-            state[new] = v
-            env[nsym] = v
-    else:
+def _random_state(fam, D, rng, P, env):
+    """Random valid state: coordinate values for an elementwise update (the simplex drawn jointly), else the
+    family's own sampler of parameters at dimension P."""
+    state = {}
+    if any(is_mat(e) for _, _, e in D.updates):
         vals = fam.sample_params(rng, P)
         env.update(vals)
-        state = {p.name: vals[p.symbol] for p in fam.params.values()}
-    if D.step_symbol is not None:
-        state["step"] = 3
-        env[D.step_symbol] = 4
+        return {p.name: vals[p.symbol] for p in fam.params.values()}
+    simplex = [p for p in fam.params.values() if p.domain == "simplex"]
+    # the simplex coordinates are drawn jointly (they must sum to less than 1), bounded away from the faces
+    K = len(simplex) + 1
+    on_simplex = dict(zip([p.name for p in simplex], 0.1 + (1 - 0.1 * K) * rng.dirichlet(np.full(K, 4.0)))) if simplex else {}
+    for p in fam.params.values():
+        v = (float(on_simplex[p.name]) if p.name in on_simplex else float(rng.normal()) if p.domain == "real"
+             else float(rng.uniform(0.2, 0.8)) if p.domain == "unit_interval" else float(rng.uniform(0.5, 2.0)))
+        state[p.name] = v
+        env[p.symbol if not is_mat(p.symbol) else sp.Symbol(p.name, real=True)] = v
+    for a in D.aux_state:
+        v = float(rng.uniform(0.1, 1.0))
+        state[a.name] = v
+        env[a.symbol] = v
+    for old, (new, nsym, _) in D.renamed.items():
+        v = float(rng.uniform(0.5, 2.0))
+        state.pop(old, None)
+        state[new] = v
+        env[nsym] = v
+    return state
+
+
+def _random_oracles(D, rng, P, env):
+    oracle_vals = {}
     for sym, oracle, arg, _ in D.oracle_calls:
         if oracle in oracle_vals:           # one value per oracle (a mixture asks it at every component's mean)
             env[sym] = oracle_vals[oracle]
@@ -85,13 +82,12 @@ def compare_update(recipe, D, mod, seed=0, P=3):
             v = float(rng.uniform(0.5, 2.0))
         oracle_vals[oracle] = v
         env[sym] = v
-    for d in recipe.data:
-        shape = tuple(P if s_ == fam.dim else 7 for s_ in d.shape)
-        v = rng.normal(size=shape)
-        if d.symmetric:                      # declared symmetric: a covariance-like SPD matrix
-            v = v @ v.T + shape[0] * np.eye(shape[0])
-        data[d.name] = v
-        env[d.symbol] = v
+    return oracle_vals
+
+
+def _random_hyper(recipe, rng, env):
+    """Hyperparameter values, and the truth values of boolean and choice symbols (``flags``)."""
+    hp, flags = {}, {}
     for h in recipe.hyper:
         v = _host_value(rng, h)
         hp[h.name] = v
@@ -103,6 +99,29 @@ def compare_update(recipe, D, mod, seed=0, P=3):
             flags.update({cs: (sp.true if c == v else sp.false) for c, cs in h.elements})
         else:
             env[h.symbol] = v
+    return hp, flags
+
+
+def compare_update(recipe, D, mod, seed=0, P=3):
+    """[(state name, generated value, symbolic value)] for one random input."""
+    if isinstance(D, FactorizedDerivation):
+        return compare_product(recipe, D, mod, seed, P)
+    fam = recipe.family
+    rng = np.random.default_rng(11 + seed)
+    env, data = {}, {}
+    state = _random_state(fam, D, rng, P, env)
+    if D.step_symbol is not None:
+        state["step"] = 3
+        env[D.step_symbol] = 4
+    oracle_vals = _random_oracles(D, rng, P, env)
+    for d in recipe.data:
+        shape = tuple(P if s_ == fam.dim else 7 for s_ in d.shape)
+        v = rng.normal(size=shape)
+        if d.symmetric:                      # declared symmetric: a covariance-like SPD matrix
+            v = v @ v.T + shape[0] * np.eye(shape[0])
+        data[d.name] = v
+        env[d.symbol] = v
+    hp, flags = _random_hyper(recipe, rng, env)
     hp = {k: v for k, v in hp.items() if k in mod.HYPERPARAMETERS}
     dims = {fam.dim: P} if fam.dim is not None else {}
     for d in recipe.data:
@@ -121,10 +140,9 @@ def compare_update(recipe, D, mod, seed=0, P=3):
     out = mod.step(mod.init(hyperparameters=hp, **state),
                    oracles={k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()},
                    data=data or None, rng=FixedNoise(), **hp)
-    program = toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     names = {sym: n for n, sym, _ in D.updates}
     result = []
-    for sym, expr in program:
+    for sym, expr in toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates]):
         val = evaluate(expr.xreplace(flags), env, dims)
         env[sym] = val if np.ndim(val) == 0 or val.shape[1] != 1 else val.ravel()
         if sym in names:

@@ -1,0 +1,165 @@
+"""The vocabulary of the restricted expression grammar (``blr_derive/core/exprparse.py``): the functions a
+family or recipe expression may call, each a builder from parsed arguments to a sympy object with its own
+argument checks, the named constants, and the unary functions ``sum()`` applies entrywise."""
+from __future__ import annotations
+
+from typing import Callable
+
+import sympy as sp
+from sympy.matrices.expressions.matexpr import MatrixExpr
+
+from blr_derive.core import specialfns
+from blr_derive.core.errors import SpecError
+
+def is_mat(x) -> bool:
+    return isinstance(x, MatrixExpr)
+
+
+def as_scalar(x):
+    """A 1×1 matrix expression (e.g. ``theta.T*theta``) as a scalar: its trace."""
+    if is_mat(x) and x.shape == (1, 1):
+        return sp.Trace(x)
+    return x
+
+
+def _unary_scalar(fn: Callable) -> Callable:
+    def apply(name, args):
+        if len(args) != 1:
+            raise SpecError(f"{name}() takes exactly one argument")
+        x = as_scalar(args[0])
+        if is_mat(x):
+            raise SpecError(f"{name}() takes a scalar, got a matrix expression")
+        return fn(x)
+    return apply
+
+
+def _inv(name, args):
+    (x,) = _one(name, args)
+    if is_mat(x):
+        if not x.is_square:
+            raise SpecError("inv() of a non-square matrix")
+        return sp.Inverse(x)
+    return 1 / x
+
+
+def _det(name, args):
+    (x,) = _one(name, args)
+    if not is_mat(x):
+        return x
+    return sp.Determinant(x)
+
+
+def _tr(name, args):
+    (x,) = _one(name, args)
+    if not is_mat(x):
+        return x
+    return sp.Trace(x)
+
+
+def _logdet(name, args):
+    return sp.log(_det(name, args))
+
+
+def _eye(name, args):
+    (x,) = _one(name, args)
+    if is_mat(x) or not ((x.is_Integer and x > 0) or (x.is_Symbol and x.is_integer and x.is_positive)):
+        raise SpecError("eye() takes a positive integer or a dimension symbol")
+    return sp.Identity(x)
+
+
+def _one(name, args):
+    if len(args) != 1:
+        raise SpecError(f"{name}() takes exactly one argument")
+    return args
+
+
+def _sigmoid(x):
+    return 1 / (1 + sp.exp(-x))
+
+
+def _log1p(x):
+    return sp.log(1 + x)
+
+
+def _scalar_args(name, args, n):
+    if len(args) != n:
+        raise SpecError(f"{name}() takes exactly {n} arguments")
+    out = [as_scalar(a) for a in args]
+    if any(is_mat(a) for a in out):
+        raise SpecError(f"{name}() takes scalars, got a matrix expression")
+    return out
+
+
+def _polygamma(name, args):
+    n, x = _scalar_args(name, args, 2)
+    if not (n.is_Integer and 0 <= n <= 16):
+        raise SpecError("polygamma(n, x) needs an integer order 0 <= n <= 16")
+    return sp.polygamma(n, x)
+
+
+def _dimension_arg(name, p):
+    if not ((p.is_Integer and 0 < p <= 64) or (p.is_Symbol and p.is_integer and p.is_positive)):
+        raise SpecError(f"{name}(a, P): P must be a positive integer or a dimension symbol")
+    return p
+
+
+def _lmvgamma(name, args):
+    """log Γ_P(a) = P(P-1)/4 log π + Σ_{j=1}^P log Γ(a + (1-j)/2)  (multivariate log-gamma)."""
+    a, p = _scalar_args(name, args, 2)
+    p = _dimension_arg(name, p)
+    j = sp.Dummy("j", integer=True, positive=True)
+    return p * (p - 1) / 4 * sp.log(sp.pi) + sp.Sum(sp.loggamma(a + (1 - j) / 2), (j, 1, p))
+
+
+def _mvdigamma(name, args):
+    """ψ_P(a) = Σ_{j=1}^P ψ(a + (1-j)/2), the derivative of lmvgamma(a, P) in a."""
+    a, p = _scalar_args(name, args, 2)
+    p = _dimension_arg(name, p)
+    j = sp.Dummy("j", integer=True, positive=True)
+    return sp.Sum(sp.polygamma(0, a + (1 - j) / 2), (j, 1, p))
+
+
+def _special(fn, n=None):
+    def apply(name, args):
+        if n is not None and len(args) != n:
+            raise SpecError(f"{name}() takes exactly {n} argument{'s' if n > 1 else ''}")
+        if not args:
+            raise SpecError(f"{name}() needs arguments")
+        out = [as_scalar(a) for a in args]
+        if any(is_mat(a) for a in out):
+            raise SpecError(f"{name}() takes scalars, got a matrix expression")
+        return fn(*out)
+    return apply
+
+
+FUNCTIONS: dict[str, Callable] = {
+    "log": _unary_scalar(sp.log),
+    "exp": _unary_scalar(sp.exp),
+    "sqrt": _unary_scalar(sp.sqrt),
+    "abs": _unary_scalar(sp.Abs),
+    "tanh": _unary_scalar(sp.tanh),
+    "sign": _unary_scalar(sp.sign),
+    "binary": _unary_scalar(specialfns.binary),
+    "sigmoid": _unary_scalar(_sigmoid),
+    "lgamma": _unary_scalar(sp.loggamma),
+    "digamma": _unary_scalar(sp.digamma),
+    "polygamma": _polygamma,
+    "gamma": _unary_scalar(sp.gamma),
+    "factorial": _unary_scalar(sp.factorial),
+    "log1p": _unary_scalar(_log1p),
+    "lmvgamma": _lmvgamma,
+    "mvdigamma": _mvdigamma,
+    "softplus": _special(specialfns.softplus, 1),
+    "xlogy": _special(specialfns.xlogy, 2),
+    "logsumexp": _special(specialfns.logsumexp),
+    "inv": _inv,
+    "det": _det,
+    "logdet": _logdet,
+    "tr": _tr,
+    "eye": _eye,
+}
+
+CONSTANTS = {"pi": sp.pi, "E": sp.E}
+
+# unary functions that sum() applies entrywise to a vector
+ELEMENTWISE = ("log", "exp", "sqrt", "abs", "tanh", "sigmoid", "softplus", "log1p")
