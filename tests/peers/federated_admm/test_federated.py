@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from blr_derive.runtime.fedrun import simulate
-from conftest import load_generated
+from conftest import CATALOG, load_generated
 
 
 def logistic_clients(K=4, P=3, n=20, seed=0):
@@ -125,7 +125,7 @@ def test_diagonal_server_step_solves_the_site_equation():
 
 def test_derivation_names_the_federated_rules():
     from blr_derive.api import derive_file
-    _, D = derive_file(Path(__file__).parent.parent / "catalog" / "fed_admm_full.yaml")
+    _, D = derive_file(CATALOG / "fed_admm_full.yaml")
     rules = [s.rule for s in D.steps]
     # Eq. 6 (blr) first, then the client objective's natural gradient, the natural-parameter update, the dual
     # and the server steps
@@ -142,7 +142,7 @@ def test_derivation_names_the_federated_rules():
 def test_bad_federated_section_is_a_one_line_spec_error(tmp_path, section, needle):
     from blr_derive.core.errors import SpecError
     from blr_derive.candidates.load import load_recipe
-    text = (Path(__file__).parent.parent / "catalog" / "fed_admm_isotropic.yaml").read_text()
+    text = (CATALOG / "fed_admm_isotropic.yaml").read_text()
     start = text.index("federated:")
     end = text.index("hyperparameters:")
     bad = tmp_path / "bad.yaml"

@@ -20,9 +20,9 @@ import os
 import numpy as np
 
 from blr_derive.runtime.fedrun import run_rank, simulate
-from conftest import load_module_from_path
+from conftest import GENERATED, load_module_from_path
 
-GEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "catalog", "generated", "numpy")
+GEN = str(GENERATED / "numpy")
 K, P, ROUNDS, LOCAL, DELTA = 4, 8, 8, 10, 1.0
 IVON_HP = dict(lr=0.3, rho=1.0, rho_server=0.0, delta=DELTA, beta2=0.5, mc_samples=16)
 IVON_S0 = 10.0

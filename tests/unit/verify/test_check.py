@@ -23,7 +23,7 @@ from blr_derive.verify.recipe import check_recipe_updates
 from blr_derive.verify.results import TOLERANCES, format_report
 from blr_derive.families.library import builtin_family_names, load_family
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT  # noqa: E402
 FAMILIES = builtin_family_names()
 CHECKS = list(TOLERANCES)
 HEAVY = ("wishart", "normal_gamma", "gaussian_full", "beta")     # a few seconds each: spread them

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT  # noqa: E402
 CATALOG = ROOT / "catalog"
 NEWTON = CATALOG / "newton.yaml"
 FAMILY_NAMES = ("gaussian_full", "gaussian_diag", "gaussian_fixed_cov", "gaussian_fixed_precision")

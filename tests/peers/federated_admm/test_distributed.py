@@ -34,9 +34,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import federated_problems as fp
-from conftest import load_module_from_path
+from conftest import GENERATED, load_module_from_path
 
-GENERATED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "catalog", "generated", "torch")
+TORCH_GENERATED = str(GENERATED / "torch")
 
 N, D, STEPS = 24, 4, 6
 TOL = 1e-12
@@ -72,7 +72,7 @@ def _train(case, shards, ddp=False, sync=False):
     recipe, kw, sampling = CASES[case]
     net = _net()
     model = torch.nn.parallel.DistributedDataParallel(net) if ddp else net
-    cls = getattr(load_module_from_path(os.path.join(GENERATED, recipe + ".py")), {"adam": "Adam", "sgd": "SGD", "ivon": "IVON"}[recipe])
+    cls = getattr(load_module_from_path(os.path.join(TORCH_GENERATED, recipe + ".py")), {"adam": "Adam", "sgd": "SGD", "ivon": "IVON"}[recipe])
     opt = cls(net.parameters(), **kw, sync=sync) if sampling else cls(net.parameters(), **kw)
     torch.manual_seed(7)            # the same noise stream on every rank and in the single process
     for _ in range(STEPS):

@@ -1,56 +1,14 @@
 """Generated numpy code against hand-written references written from the paper's
 equations, against closed forms, and against the symbolic update itself."""
-import functools
-
 import numpy as np
 import pytest
-import sympy as sp
 
-from blr_derive.api import derive_record, generate
-from blr_derive.families.symbolic import evaluate
-from conftest import CATALOG, GENERATED, load_generated
+from blr_derive.api import derive_record
+from conftest import CATALOG, load_generated
 
 RECIPES = sorted(p.stem for p in CATALOG.glob("*.yaml"))
 
 
-# ----------------------------------------------------------------- golden files
-@functools.lru_cache(maxsize=None)
-def _catalog_ir(name):
-    from blr_derive.ir.build import build_ir
-    _, D = derive_record(CATALOG / f"{name}.yaml")
-    return build_ir(D, f"catalog/{name}.yaml")
-
-
-@pytest.mark.parametrize("target", ["numpy", "torch", "triton"])
-@pytest.mark.parametrize("name", RECIPES)
-def test_golden_artifact_is_byte_identical(name, target):
-    from blr_derive.core.errors import CodegenError
-    from blr_derive.codegen import emit
-    path = GENERATED / target / f"{name}.py"
-    try:
-        text = emit(_catalog_ir(name), target)      # derived once for every target, as `blr-derive catalog` does
-    except CodegenError:
-        assert target != "numpy" and not path.exists()      # the numpy target covers every recipe
-        return
-    assert path.read_text(encoding="utf-8") == text
-
-
-def test_torch_target_covers_the_deep_learning_recipes():
-    names = {p.stem for p in (GENERATED / "torch").glob("*.py")} - {"__init__"}
-    assert {"sgd", "rmsprop", "adam", "adamw"} <= names
-    assert "newton" not in names          # full-covariance updates are rejected for torch
-
-
-def test_generation_is_deterministic():
-    a = generate(CATALOG / "newton.yaml", "numpy")
-    b = generate(CATALOG / "newton.yaml", "numpy")
-    assert a == b
-    assert "blr-derive 0.1.0" in a and "recipe 'newton'" in a
-    assert "S <- rho*H + (1 - rho)*S" in a
-    assert "numpy.linalg.inv" not in a and "_spd_solve" in a
-
-
-# ----------------------------------------------------------------- test functions (P >= 5)
 def quad_fn(P, seed=0):
     rng = np.random.default_rng(seed)
     B = rng.normal(size=(P, P))

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from blr_derive.rules.base import RULES
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT  # noqa: E402
 
 
 def test_every_registered_rule_is_named_in_the_readme():
