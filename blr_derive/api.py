@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from blr_derive.candidates.load import load_recipe, recipe_from_spec
-from blr_derive.codegen import TARGETS, emit, get_target
+from blr_derive.codegen.registry import TARGETS, emit, get_target
 from blr_derive.core import budget
 from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget,
                                     SpecError, TimeLimitExceeded, UnsupportedTarget)

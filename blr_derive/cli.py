@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 from blr_derive import __version__
+from blr_derive.codegen import TARGET_NAMES
 from blr_derive.core.io import output_problem, write_atomic
 from blr_derive.core.budget import DEFAULT_SECONDS, BudgetExceeded, derivation_budget, location
 from blr_derive.core.errors import BLRError, SpecError
 from blr_derive.core.text import quote, terminal_safe
 
 COMMANDS = ("explain", "catalog", "families", "check", "compare")
-TARGET_NAMES = ("numpy", "torch", "triton")      # codegen.TARGETS (kept here: --help needs no codegen import)
 CMDLINE = "<command line>"
 MAX_POINTS = 1000
 MAX_SEED = 2**32 - 1

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
-from blr_derive.codegen import backends
+from blr_derive.codegen import TARGET_NAMES, backends
 from blr_derive.codegen.inert import audit
 from blr_derive.codegen.model import structure_of
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 
 #: target name -> its renderer (an object with ``config`` and ``render(ir)``), in name order
-RENDERERS = {m.name: importlib.import_module(f"{backends.__name__}.{m.name}").TARGET
-             for m in sorted(pkgutil.iter_modules(backends.__path__), key=lambda m: m.name) if m.ispkg}
+RENDERERS = {name: importlib.import_module(f"{backends.__name__}.{name}").TARGET for name in TARGET_NAMES}
 TARGETS = tuple(RENDERERS)
 
 

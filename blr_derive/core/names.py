@@ -39,6 +39,7 @@ RESERVED = frozenset("""
     LAMBDA BLOCK BLOCKS COLLECT FIRST NPTR PDT PLATE_DATA LOCAL_OUTPUTS
     FEDERATED_GLOBALS FEDERATED_DUALS FEDERATED_MESSAGES FEDERATED_EQUATIONS
     init step parameter natural_parameters expectation_parameters fisher_information ordinary_from_natural
+    log_partition
     ordinary_from_expectation client_data init_dual dual_step client_message server_step
     state oracles data rng hyperparameters
     self params closure train fused sync foreach maximize capturable differentiable defaults group groups

@@ -7,6 +7,7 @@ import numpy as np
 import sympy as sp
 
 from blr_derive.core.errors import DerivationError
+from blr_derive.core.newton import newton_dual
 from blr_derive.core.matexpr import is_mat, scalarize
 from blr_derive.families.symbolic import loggamma_form, subs
 
@@ -239,6 +240,8 @@ class NumericFamily:
             return False
 
     def ord_from_mu(self, values: dict, tol: float = 1e-12, max_iter: int = 200):
+        """The ordinary parameters whose expectation parameters are ``values[μ]``, by the solver every generated
+        module embeds (:func:`blr_derive.core.newton.newton_dual`)."""
         fam = self.fam
         fixed_vals = {p.symbol: values[p.symbol] for p in fam.fixed_params}
         m = self.coords_of({u: values[u] for u in fam.mu})
@@ -247,41 +250,11 @@ class NumericFamily:
         c = self.coords_of({l: fam.evaluate(e, start, self.dim) for l, e in zip(fam.lam, fam.eta)})
         if not self.valid(c, fixed_vals):
             raise DerivationError("numeric μ → λ: the starting point is not in the domain")
-
-        def phi(x):
-            return self.A(x, fixed_vals) - float(x @ m)
-
-        f = phi(c)
-        scale = 1.0 + float(np.max(np.abs(m)))
-        for _ in range(max_iter):
-            g = self.grad(c, fixed_vals) - m
-            if np.max(np.abs(g)) <= tol * scale:
-                break
-            H = self.hess(c, fixed_vals)
-            try:
-                step = np.linalg.solve(H, g)
-            except np.linalg.LinAlgError:
-                step = np.linalg.lstsq(H, g, rcond=None)[0]
-            if not np.all(np.isfinite(step)) or float(g @ step) <= 0:
-                step = g / max(1.0, float(np.max(np.abs(np.diag(H)))))
-            t = 1.0
-            while t > 1e-14:
-                cn = c - t * step
-                if self.valid(cn, fixed_vals):
-                    fn = phi(cn)
-                    if fn <= f - 1e-4 * t * float(g @ step) or np.max(np.abs(t * step)) <= 1e-15 * (1 + np.max(np.abs(c))):
-                        break
-                t *= 0.5
-            else:
-                break
-            if np.max(np.abs(cn - c)) <= 1e-16 * (1 + np.max(np.abs(c))):
-                c = cn
-                break
-            c, f = cn, fn
-        g = self.grad(c, fixed_vals) - m
-        if not np.max(np.abs(g)) <= max(1e3 * tol, 1e-9) * scale:
-            raise DerivationError(f"numeric μ → λ did not converge (|∇A(λ) - μ| = {np.max(np.abs(g)):.3g}); "
-                                  "is μ inside the interior of the expectation-parameter space?")
+        try:
+            c = newton_dual(m, c, lambda x: self.A(x, fixed_vals), lambda x: self.grad(x, fixed_vals),
+                            lambda x: self.hess(x, fixed_vals), lambda x: self.valid(x, fixed_vals), tol, max_iter)
+        except ArithmeticError as exc:
+            raise DerivationError(f"numeric μ → λ: {exc}") from None
         return self.ordinary(c, fixed_vals)
 
 

@@ -181,6 +181,7 @@ def _family_maps(fam):
     conds = [(name, expr, domain) for name, expr, domain in fam.domain_conditions()]
     return {
         "lam": list(fam.lam), "eta": list(fam.eta), "mu": list(fam.mu_of_lam), "fisher": fam.fisher_matrix(),
+        "A": fam.A,
         "ordinary": [(p.name, fam.ord_from_nat[p.symbol]) for p in fam.free_params], "lam0": lam0,
         "conditions": conds, "params": [p for p in fam.params.values()],
     }

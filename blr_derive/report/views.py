@@ -14,7 +14,7 @@ import sys
 import types
 from pathlib import Path
 
-from blr_derive.codegen import emit
+from blr_derive.codegen.registry import emit
 from blr_derive.core.io import source_label, write_atomic
 from blr_derive.families.mixture import MixtureFamily
 from blr_derive.families.model import Family

@@ -8,7 +8,7 @@ import types
 import numpy as np
 import sympy as sp
 
-from blr_derive.codegen import emit
+from blr_derive.codegen.registry import emit
 from blr_derive.core.matexpr import is_mat
 from blr_derive.derive.driver import derive
 from blr_derive.families.symbolic import evaluate

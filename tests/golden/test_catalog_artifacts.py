@@ -5,7 +5,7 @@ import functools
 import pytest
 
 from blr_derive.api import derive_record, generate
-from blr_derive.codegen import emit
+from blr_derive.codegen.registry import emit
 from blr_derive.core.errors import CodegenError
 from blr_derive.ir.build import build_ir
 from conftest import CATALOG, GENERATED

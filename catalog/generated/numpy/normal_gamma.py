@@ -137,13 +137,19 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
 
 # ---------------------------------------------------------------------------------------------
 # Parameter maps of the family.  Its expectation parameters have no closed-form inverse, so
-# ordinary_from_expectation() solves ∇A(λ) = μ with a damped Newton method (like efax's exp-to-nat).
+# ordinary_from_expectation() solves ∇A(λ) = μ with the engine's damped Newton method (like efax's exp-to-nat).
 LAMBDA = ("lambda1", "lambda2", "lambda3", "lambda4", )
 
 
 def natural_parameters(m, kappa, alpha, beta):
     """λ as a function of the ordinary parameters."""
     return numpy.array([kappa*m, -1/2*kappa, -beta - 1/2*kappa*m**2, alpha - 1/2], dtype=float)
+
+
+def log_partition(lam):
+    """A(λ)."""
+    lambda1, lambda2, lambda3, lambda4, = numpy.asarray(lam, dtype=float)
+    return float(-1/2*(2*lambda4 + 1)*numpy.log((1/4)*(lambda1**2 - 4*lambda2*lambda3)/lambda2) - 1/2*numpy.log(-2*lambda2) + scipy.special.gammaln(lambda4 + 1/2))
 
 
 def expectation_parameters(lam):
@@ -168,31 +174,51 @@ def _in_domain(lam):
     return bool(((-2*lambda2) > 0) and ((lambda4 + 1/2) > 0) and (((1/4)*lambda1**2/lambda2 - lambda3) > 0))
 
 
-def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
-    """The ordinary parameters whose expectation parameters are ``mu``: Newton's method on ∇A(λ) = μ,
-    halving steps that leave Ω or do not reduce the residual (A is strictly convex, so this converges)."""
+def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200):
+    """λ with ∇A(λ) = μ, from a start ``lam`` in Ω: ``value(λ)`` = A(λ), ``grad`` = ∇A, ``hess`` = ∇²A (the Fisher
+    information), ``in_domain(λ)`` tells whether λ is in Ω.  Raises ArithmeticError when it does not converge."""
     mu = numpy.asarray(mu, dtype=float)
-    _lam = numpy.array([1, -1/2, -3/2, 1/2] if lam0 is None else lam0, dtype=float)
-    _r = expectation_parameters(_lam) - mu
+    lam = numpy.asarray(lam, dtype=float)
+    if not in_domain(lam):
+        raise ArithmeticError("Newton's method: the starting point is not in the natural-parameter space")
+    scale = 1.0 + float(numpy.max(numpy.abs(mu)))
+    f = value(lam) - float(lam @ mu)
     for _ in range(max_iter):
-        if numpy.max(numpy.abs(_r)) < tol:
-            return ordinary_from_natural(_lam)
+        g = grad(lam) - mu
+        if numpy.max(numpy.abs(g)) <= tol * scale:
+            break
+        H = hess(lam)
         try:
-            _step = numpy.linalg.solve(fisher_information(_lam), _r)
+            step = numpy.linalg.solve(H, g)
         except numpy.linalg.LinAlgError:
-            raise ArithmeticError("Newton's method reached a singular Fisher information: "
-                                  "is mu inside the family's expectation space?") from None
-        _t = 1.0
-        while True:
-            _new = _lam - _t * _step
-            if _in_domain(_new):
-                _r_new = expectation_parameters(_new) - mu
-                if numpy.all(numpy.isfinite(_r_new)) and numpy.linalg.norm(_r_new) < numpy.linalg.norm(_r):
+            step = numpy.linalg.lstsq(H, g, rcond=None)[0]
+        if not numpy.all(numpy.isfinite(step)) or float(g @ step) <= 0:
+            step = g / max(1.0, float(numpy.max(numpy.abs(numpy.diag(H)))))
+        t = 1.0
+        while t > 1e-14:
+            new = lam - t * step
+            if in_domain(new):
+                f_new = value(new) - float(new @ mu)
+                if (f_new <= f - 1e-4 * t * float(g @ step)
+                        or numpy.max(numpy.abs(t * step)) <= 1e-15 * (1 + numpy.max(numpy.abs(lam)))):
                     break
-            _t /= 2
-            if _t < 1e-14:
-                raise ArithmeticError("Newton's method stalled: is mu inside the family's expectation space?")
-        _lam, _r = _new, _r_new
-    if numpy.max(numpy.abs(_r)) < tol:
-        return ordinary_from_natural(_lam)
-    raise ArithmeticError(f"no convergence in {max_iter} Newton steps (residual {numpy.max(numpy.abs(_r)):.3g})")
+            t *= 0.5
+        else:
+            break
+        if numpy.max(numpy.abs(new - lam)) <= 1e-16 * (1 + numpy.max(numpy.abs(lam))):
+            lam = new
+            break
+        lam, f = new, f_new
+    residual = numpy.max(numpy.abs(grad(lam) - mu))
+    if not residual <= max(1e3 * tol, 1e-9) * scale:
+        raise ArithmeticError(f"Newton's method did not converge (|∇A(λ) - μ| = {residual:.3g}): is μ inside the "
+                              "interior of the expectation-parameter space?")
+    return lam
+
+
+def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
+    """The ordinary parameters whose expectation parameters are ``mu``: Newton's method on ∇A(λ) = μ (the
+    engine's solver, blr_derive/core/newton.py), steps halved until they stay in Ω and decrease A(λ) - <λ, μ>."""
+    _lam = numpy.array([1, -1/2, -3/2, 1/2] if lam0 is None else lam0, dtype=float)
+    return ordinary_from_natural(_newton_dual(mu, _lam, log_partition, expectation_parameters, fisher_information,
+                                              _in_domain, tol, max_iter))

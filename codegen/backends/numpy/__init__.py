@@ -1,6 +1,7 @@
 """NumPy target: a plain module with ``init`` and a pure ``step`` function."""
 from __future__ import annotations
 
+import inspect
 import textwrap
 from pathlib import Path
 
@@ -12,8 +13,13 @@ from blr_derive.codegen.inert import identifier, template_env
 
 from blr_derive.codegen.backends.numpy.printer import HELPERS, BLRNumPyPrinter
 from blr_derive.codegen.backends.numpy.rows import RowBatchPrinter
+from blr_derive.core import newton
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.text import Prose
+
+
+#: the engine's solver of ∇A(λ) = μ (blr_derive/core/newton.py), embedded in the modules that need it
+NEWTON_SOURCE = inspect.getsource(newton.newton_dual).replace("def newton_dual(", "def _newton_dual(", 1)
 
 
 class NumpyTarget:
@@ -55,6 +61,8 @@ class NumpyTarget:
                 "lam": [str(l) for l in fm["lam"]],
                 "eta": [printer.doprint(e) for e in fm["eta"]],
                 "mu": [printer.doprint(e) for e in fm["mu"]],
+                "A": printer.doprint(fm["A"]),
+                "solver": NEWTON_SOURCE,
                 "fisher": [[printer.doprint(fm["fisher"][i, j]) for j in range(fm["fisher"].shape[1])]
                            for i in range(fm["fisher"].shape[0])],
                 "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],

@@ -76,7 +76,7 @@ def load_module(D, r):
     import types
 
     from blr_derive.ir.build import build_ir
-    from blr_derive.codegen import emit
+    from blr_derive.codegen.registry import emit
     mod = types.ModuleType(f"_gen_{r.name}")
     exec(compile(emit(build_ir(D, r.name), "numpy"), r.name, "exec"), mod.__dict__)
     return mod

@@ -9,7 +9,7 @@ import scipy.special
 
 from blr_derive.api import derive_file
 from blr_derive.ir.build import build_ir
-from blr_derive.codegen import emit
+from blr_derive.codegen.registry import emit
 from blr_derive.core.errors import SpecError
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.common import toposort as _toposort
