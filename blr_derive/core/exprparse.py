@@ -304,8 +304,65 @@ class _Builder:
         if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in ELEMENTWISE
                 and len(arg.args) == 1 and not arg.keywords):
             fname, arg = arg.func.id, arg.args[0]
-        v = self.build(arg, depth)
-        if not (_is_mat(v) and v.shape[1] == 1 and v.shape[0] != 1):
-            self.fail("sum() takes a column vector or a unary function of one (e.g. sum(softplus(X*theta)))")
-        body = FUNCTIONS[fname](fname, [U]) if fname else U
-        return DataSum(sp.Lambda(U, body), v)
+        else:
+            # an expression in the rows of data vectors (sum(theta - y*log(theta)), sum(0.5*y*theta**2)) is
+            # summed term by term; a vector expression that is not one (sum(X*theta)) is summed as a vector
+            try:
+                return self._row_sum(arg, depth)
+            except SpecError as row_error:
+                try:
+                    v = self.build(arg, depth)
+                except SpecError:
+                    raise row_error from None
+                if not (_is_mat(v) and v.shape[1] == 1 and v.shape[0] != 1):
+                    raise row_error from None
+                return DataSum(sp.Lambda(U, U), v)
+        try:
+            v = self.build(arg, depth)
+        except SpecError:
+            v = None
+        if not (_is_mat(v) and v.shape[1] == 1 and v.shape[0] != 1):      # sum(log(1 + theta*y)): by rows
+            return self._row_sum(node.args[0], depth)
+        return DataSum(sp.Lambda(U, FUNCTIONS[fname](fname, [U])), v)
+
+    def _row_sum(self, arg, depth):
+        """``sum(g(theta, y))`` over the rows of data column vectors, each written as if it were one number
+        (``sum(theta - y*log(theta))``): every column vector of the argument becomes its row, and each term of
+        the expanded argument must be a function of the scalars times a function of one vector's row,
+        Σ_n a(θ) b(y_n) = a(θ) Σ_n b(y_n) (Σ_n 1 is the number of rows)."""
+        if any(isinstance(n, ast.Attribute) for n in ast.walk(arg)):
+            self.fail("sum() of a matrix expression: write sum(v) for a column vector v, or an expression in the "
+                      "rows of data vectors without transposes")
+        vectors = sorted({s for s in self.symbols.values() if _is_mat(s) and s.shape[1] == 1 and s.shape[0] != 1
+                          and isinstance(s, sp.MatrixSymbol)}, key=str)
+        rows = {v: sp.Dummy(f"{v.name}_n", real=True) for v in vectors}
+        saved = self.symbols
+        self.symbols = {**saved, **{v.name: rows[v] for v in vectors}}
+        try:
+            body = self.build(arg, depth)
+        finally:
+            self.symbols = saved
+        if _is_mat(body):
+            self.fail("sum() takes a column vector, a unary function of one, or an expression in the rows of data "
+                      "vectors (e.g. sum(theta - y*log(theta)))")
+        used = [v for v in vectors if body.has(rows[v])]
+        if not used:
+            self.fail("sum() needs a data vector in its argument")
+        if len({v.shape[0] for v in used}) > 1:
+            self.fail("sum() over vectors of different lengths")
+        total = sp.Integer(0)
+        for term in sp.Add.make_args(sp.expand(body)):
+            per_row = [f for f in sp.Mul.make_args(term) if f.has(*rows.values())]
+            scalar = sp.Mul(*[f for f in sp.Mul.make_args(term) if not f.has(*rows.values())])
+            row = sp.Mul(*per_row)
+            present = [v for v in used if row.has(rows[v])]
+            if len(present) > 1:
+                self.fail("sum(): a term multiplies the rows of two data vectors; write it as a product, "
+                          "e.g. x.T*y for Σ_n x_n y_n")
+            vec = present[0] if present else used[0]
+            f = row.xreplace({rows[vec]: U}) if present else sp.Integer(1)
+            if f.has(*rows.values()):
+                self.fail("sum(): the argument does not separate into a function of the parameters times a "
+                          "function of one data row")
+            total += scalar * DataSum(sp.Lambda(U, f), vec)
+        return total

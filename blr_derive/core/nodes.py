@@ -27,6 +27,18 @@ def _fn_latex(printer, f, arg_tex):
     return printer._print(f.expr.xreplace({f.variables[0]: sp.Symbol(arg_tex)}))
 
 
+class RowFunction(sp.Lambda):
+    """The per-row function of a data sum: a Lambda that sympy's numeric evaluation leaves alone (sympy 1.14's
+    ``Lambda._eval_evalf`` raises IndexError, which solve and simplify reach through the sum's arguments)."""
+
+    def __new__(cls, signature, expr):
+        sig = sp.Tuple(*(signature if isinstance(signature, (tuple, sp.Tuple)) else (signature,)))
+        return sp.Expr.__new__(cls, sig, sp.sympify(expr))     # Lambda(u, u) would become IdentityFunction
+
+    def _eval_evalf(self, prec):
+        return self
+
+
 class DataSum(sp.Expr):
     """Σ_n f(v_n) for a column vector v (a scalar)."""
 
@@ -36,6 +48,8 @@ class DataSum(sp.Expr):
     def __new__(cls, f, v):
         if not isinstance(f, sp.Lambda) or not (is_mat(v) or _explicit(v)) or v.shape[1] != 1:
             raise DerivationError("DataSum(f, v) needs a one-argument function and a column vector")
+        if not isinstance(f, RowFunction):
+            f = RowFunction(f.signature, f.expr) if isinstance(f, sp.Lambda) and f.args else RowFunction(U, U)
         return sp.Basic.__new__(cls, f, v)
 
     @property
@@ -56,6 +70,8 @@ class DataSum(sp.Expr):
         return r"\sum_n %s" % _fn_latex(printer, self.fn, r"(%s)_n" % printer._print(self.vec))
 
     def _sympystr(self, printer):
+        if not self.fn.expr.has(self.fn.variables[0]):
+            return "%s*len(%s)" % (printer._print(self.fn.expr), printer._print(self.vec))
         return "sum(%s)" % printer._print(self.fn.expr.xreplace({self.fn.variables[0]: sp.Symbol(
             printer._print(self.vec))}))
 

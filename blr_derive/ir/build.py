@@ -57,8 +57,10 @@ def _state(D, r, elementwise) -> list:
         else:
             state.append(Var(p.name, p.symbol, _kind(p.symbol, elementwise), p.description, init_of(p.name), True,
                              fixed=p.fixed))
-    state += [Var(a.name, a.symbol, "elementwise", a.description, init_of(a.name) if a.name in r.state_init else a.init,
-                  False) for a in D.aux_state]
+    # a rule's auxiliary state has the shape of what it stores: elementwise for a scalar, its own for a matrix
+    # (natural_momentum over the full Gaussian keeps S_prev of shape (P, P))
+    state += [Var(a.name, a.symbol, _kind(a.symbol, True), a.description,
+                  init_of(a.name) if a.name in r.state_init else a.init, False) for a in D.aux_state]
     by_symbol = {p.symbol: p.name for p in fam.params.values()}
     for v in state:
         if v.init is not None and v.init in by_symbol:

@@ -75,7 +75,10 @@ def solve_ordinary(recipe, D, lam_new, sym):
             chosen, rule, text = direct, "natural_to_ordinary", (
                 f"Solve λ^({i + 1})_(t+1) = {sp.sstr(e)} for {p.name}, using the parameters already updated.")
             incr = increment(e, lam_new[i], p.symbol, known_new, solved_expr, sym)
-            if incr is not None and sp.count_ops(incr) < sp.count_ops(direct):
+            # the increment form m + Δ (Eq. 12) unless the direct solve is shorter once expanded: passes that
+            # rewrite learning rates (separate_learning_rates) then act on the step Δ, as in the peers
+            direct_size = sp.count_ops(direct if is_mat(direct) else sp.expand(direct))
+            if incr is not None and sp.count_ops(incr) < direct_size:
                 chosen, rule = incr, "increment_form"
                 text = (f"{p.name} enters λ^({i + 1}) linearly; writing {p.name}_(t+1) = {p.name}_t + Δ, the terms "
                         f"of λ^({i + 1})_(t+1) that reproduce the old {p.name} cancel (as in Eq. 12 / App. D).")
@@ -131,11 +134,43 @@ def isolate(e, target, p, sym, inverse=None):
             return (target - ex.xreplace({x: 0})) / c
         if c.has(x) and inverse is not None:
             return inverse
-        sol = sp.solve(sp.Eq(ex, target), x, dict=False)
+        # solve e(x) = L for a placeholder L, then put the target in: the target (old state, oracles, data sums)
+        # never enters sympy's solver, whose simplification cannot handle data-sum nodes and is slow on big targets
+        level = sp.Dummy("L", real=True)
+        sol = roots_in_domain(sp.solve(sp.Eq(ex, level), x, dict=False), ex, x, level)
         if len(sol) != 1:
             raise DerivationError(f"cannot isolate {p} in {e}")
-        return sol[0]
+        return sol[0].xreplace({level: target})
     return isolate_block(e, target, p, sym)
+
+
+#: sample points of a scalar parameter's domain, used to tell apart the roots of λ = e(x) (Eq. 9)
+DOMAIN_POINTS = {"positive": (0.7, 1.9), "negative": (-0.7, -1.9), "nonnegative": (0.7, 1.9),
+                 "real": (-0.6, 1.3)}
+
+
+def roots_in_domain(roots, ex, x, level):
+    """The roots x(L) of e(x) = L that give back the parameter at points of its domain: for x₀ in the domain,
+    x(e(x₀)) = x₀.  The other symbols of e are set to positive sample values (every root is checked at the same
+    values).  With a single root nothing is checked."""
+    if len(roots) <= 1:
+        return roots
+    kind = next((k for k in ("positive", "negative", "nonnegative") if x.assumptions0.get(k)), "real")
+    others = {s: sp.Float(1.3) + sp.Float(0.1) * i for i, s in enumerate(sorted(ex.free_symbols - {x}, key=str))}
+    keep = []
+    for r in roots:
+        ok = True
+        for x0 in DOMAIN_POINTS[kind]:
+            at = sp.N(ex.xreplace({**others, x: sp.Float(x0)}))
+            if not at.is_finite or not at.is_real:
+                continue
+            got = sp.N(r.xreplace({**others, level: at}))
+            if not got.is_finite or abs(complex(got) - x0) > 1e-9 * (1 + abs(x0)):
+                ok = False
+                break
+        if ok:
+            keep.append(r)
+    return keep
 
 
 def increment(e, target, p, known_new, solved_expr, sym):

@@ -206,6 +206,9 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(wrapped)}))
 
     def _print_DataSum(self, expr):
+        if not expr.fn.expr.has(expr.fn.variables[0]):      # Σ_n c: c times the number of rows
+            size = f"numpy.size({self._print(expr.vec)})"
+            return size if expr.fn.expr == 1 else f"({self._print(expr.fn.expr)})*{size}"
         return f"numpy.sum({self._apply(expr.fn, self._print(expr.vec))})"
 
     def _print_Elementwise(self, expr):

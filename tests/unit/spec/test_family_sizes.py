@@ -266,7 +266,7 @@ def test_svi_at_four_components_full_batch_is_one_cavi_sweep(tmp_path):
     """svi is a template over K too: at K = 4 (Dirichlet and categorical at K = 4, four Gaussian blocks), a
     full-batch step with rho = 1 is one CAVI sweep of the four-component Bayesian mixture (the hand-written
     sweep of tests/test_factorized.py) to 1e-12."""
-    from test_factorized import SVI_HP, cavi_bgmm_sweep
+    from references.bgmm import SVI_HP, cavi_bgmm_sweep
     out = tmp_path / "svi4.py"
     out.write_text(generate(CATALOG / "svi.yaml", "numpy", sizes={"K": 4}), encoding="utf-8")
     mod = load_module_from_path(out)
