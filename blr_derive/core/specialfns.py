@@ -62,3 +62,21 @@ class binary(sp.Function):
 
     def fdiff(self, argindex=1):
         return sp.Integer(0)
+
+
+def stable_softmax(e):
+    """exp(a) / (Σ_j exp(b_j) + c) as exp(a - logsumexp(b_j, log c)): the same value without overflow."""
+    num, den = sp.fraction(sp.together(e))
+    if num == 1:
+        num = sp.exp(sp.Integer(0), evaluate=False)
+    if not (isinstance(num, sp.exp) and isinstance(den, sp.Add)):
+        return e
+    parts = []
+    for t in den.args:
+        if isinstance(t, sp.exp):
+            parts.append(t.args[0])
+        elif t.is_number and t.is_positive:
+            parts.append(sp.log(t))
+        else:
+            return e
+    return sp.exp(num.args[0] - logsumexp(*parts))

@@ -15,8 +15,10 @@ import sympy as sp
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
+from blr_derive.core.specialfns import stable_softmax
 from blr_derive.families.solve import isolate_block
 from blr_derive.rules.base import RULES, rule
+from blr_derive.rules.program import new_def
 
 rule("blr", "identity", "Eq. 6",
      "λ ← (1-ρ)λ - ρ ∇_μ E_q[ℓ(θ) + log h(θ)]: the BLR (Eq. 3) with ∇_μ H(q) = -λ - ∇_μ E_q[log h] (App. B)")
@@ -69,7 +71,7 @@ def solve_ordinary(recipe, D, lam_new, sym):
             e_new = e.xreplace(known_new)
             inverse = getattr(fam, "ord_from_nat", {}).get(p.symbol)  # the family's closed-form ordinary(λ), verified at load
             if inverse is not None:
-                inverse = inverse.xreplace(dict(zip(fam.lam, lam_new)))
+                inverse = inverse_at(D, fam, inverse, lam_new)
             direct = isolate(e_new, lam_new[i], p.symbol, sym, inverse)
             steps = [(new_sym[p.symbol], direct, r"\leftarrow")]
             chosen, rule, text = direct, "natural_to_ordinary", (
@@ -95,10 +97,9 @@ def solve_ordinary(recipe, D, lam_new, sym):
             inv = getattr(fam, "ord_from_nat", None) or {}
             if not unk or any(p.symbol not in inv or is_mat(p.symbol) for p in unk) or any(is_mat(l) for l in lam_new):
                 raise DerivationError("cannot solve the updated natural parameters for the ordinary parameters")
-            at_new = dict(zip(fam.lam, lam_new))
             eqs = []
             for p in unk:
-                solved_expr[p.symbol] = inv[p.symbol].xreplace(at_new)
+                solved_expr[p.symbol] = inverse_at(D, fam, inv[p.symbol], lam_new)
                 D.updates.append((p.name, new_sym[p.symbol], solved_expr[p.symbol]))
                 eqs.append((new_sym[p.symbol], solved_expr[p.symbol], r"\leftarrow"))
             D.add("natural_to_ordinary", RULES["natural_to_ordinary"].equation,
@@ -108,11 +109,28 @@ def solve_ordinary(recipe, D, lam_new, sym):
             remaining = []
 
 
+def inverse_at(D, fam, inverse, lam_new):
+    """The family's inverse map ordinary(λ) at λ_{t+1} (Eq. 9).  A softmax of λ (Bernoulli, categorical) is
+    evaluated stably, exp(a − logsumexp(...)), at λ_{t+1} computed once as a definition: substituted into exp(...),
+    sympy would split it into products of powers that overflow or cancel (p near 0 or 1)."""
+    stable = stable_softmax(inverse)
+    if stable == inverse or any(is_mat(l) for l in lam_new):
+        return inverse.xreplace(dict(zip(fam.lam, lam_new)))
+    taken = {p.name for p in fam.params.values()}
+    at = {}
+    for i, (l, new) in enumerate(zip(fam.lam, lam_new)):
+        if stable.has(l):
+            name = f"lambda{i + 1}_next"
+            at[l] = new_def(D, name if name not in taken else f"{name}_", new)
+    return stable.xreplace(at)
+
+
 def tidy(e, fam, D, sym, new_sym):
     if is_mat(e):
         return simplify_mat(e, sym)
     keys = [p.symbol for p in fam.params.values()] + [c[0] for c in D.oracle_calls] + list(new_sym.values())
-    return sp.collect(sp.expand(e), keys)
+    # exp(a + b) stays whole: split into exp(a)·exp(b) it overflows where the whole does not (a softmax)
+    return sp.collect(sp.expand(e, power_exp=False), keys)
 
 
 #: above this many operations in the updated natural parameter, a parameter that enters it linearly is isolated

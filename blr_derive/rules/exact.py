@@ -19,7 +19,8 @@ from blr_derive.families.partition import support_points
 from blr_derive.families.statistics import linear_in_statistics
 from blr_derive.rules.base import RULES, NaturalGradient, Rule, register
 from blr_derive.rules.blr import doit
-from blr_derive.rules.product import expect_over_blocks, linear_in_block, stable_softmax, tex_name
+from blr_derive.core.specialfns import stable_softmax
+from blr_derive.rules.product import expect_over_blocks, linear_in_block, tex_name
 
 
 class Exact(Rule):

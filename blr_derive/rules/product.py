@@ -20,7 +20,6 @@ from blr_derive.core import matexpr
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.plain import plain
-from blr_derive.core.specialfns import logsumexp
 from blr_derive.families.statistics import linear_in_statistics
 from blr_derive.rules.base import Derivation, rule
 
@@ -196,22 +195,6 @@ def expect_over_blocks(R, ctx, e, skip, current):
         mus = [m.xreplace({p: s for _, s, p in b.state}) for m in b.family.mu_ord]
         e = c0 + sum((c * m for c, m in zip(cs, mus)), sp.Integer(0))
     return e.xreplace(current)
-
-
-def stable_softmax(e):
-    """exp(a) / (Σ_j exp(b_j) + c) as exp(a - logsumexp(b_j, log c)): the same value without overflow."""
-    num, den = sp.fraction(sp.together(e))
-    if not (isinstance(num, sp.exp) and isinstance(den, sp.Add)):
-        return e
-    parts = []
-    for t in den.args:
-        if isinstance(t, sp.exp):
-            parts.append(t.args[0])
-        elif t.is_number and t.is_positive:
-            parts.append(sp.log(t))
-        else:
-            return e
-    return sp.exp(num.args[0] - logsumexp(*parts))
 
 
 def positive_inverses(e, sym):
