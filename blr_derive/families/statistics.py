@@ -71,6 +71,8 @@ def log_h_linear(fam):
             rhs.append(float(sp.N(lh.xreplace(pt))))
         except (TypeError, ValueError):
             return None
+    if not (np.all(np.isfinite(rows)) and np.all(np.isfinite(rhs))):
+        return None              # log h = -inf somewhere (e.g. a binomial coefficient outside 0..n): not linear
     coef, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
     cs = [sp.nsimplify(c, rational=True, tolerance=1e-9) for c in coef]
     resid = sp.simplify(lh - cs[0] - sum((c * t for c, t in zip(cs[1:], fam.T)), sp.Integer(0)))

@@ -2,9 +2,11 @@
 numerical evaluation of expressions (infinite sums summed until negligible)."""
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 import sympy as sp
 
+from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat
 
 
@@ -76,7 +78,11 @@ def evaluate(expr, values: dict, dims: dict | None = None):
 
 
 def numeric_infinite_sums(e):
-    """Replace Σ_{k=a}^{∞} f(k) with numeric f by its value (terms summed until negligible)."""
+    """Replace Σ_{k=a}^{∞} f(k) with numeric f by its value.  Terms are evaluated in floating point, and those that
+    are not finite there (Γ(k + r)/Γ(k + 1) overflows past k ≈ 171 although the product with the pmf is tiny) again
+    in 50-digit arithmetic, never dropped; summation stops when the terms decrease geometrically and the bound
+    |f(k)| r/(1 − r) on the tail (r the largest ratio of successive terms in the last block) is below 1e-16 of the
+    sum.  A term that stays non-finite, or a series that does not settle, is a DerivationError."""
     if not isinstance(e, sp.Basic) or not e.has(sp.Sum):
         return e
     reps = {}
@@ -86,17 +92,37 @@ def numeric_infinite_sums(e):
         k, lo, hi = s.limits[0]
         if hi != sp.oo or not lo.is_Integer or (s.function.free_symbols - {k}):
             continue
-        f = sp.lambdify([k], loggamma_form(s.function), modules=["scipy", "numpy"])
-        total, start, block = 0.0, int(lo), 256
-        for _ in range(400):
-            ks = np.arange(start, start + block, dtype=float)
-            with np.errstate(all="ignore"):
-                vals = np.asarray(f(ks), dtype=float) * np.ones_like(ks)
-            vals = np.where(np.isfinite(vals), vals, 0.0)
-            total += float(vals.sum())
-            if np.all(np.abs(vals[-16:]) <= 1e-18 * max(1.0, abs(total))) and abs(vals[-1]) <= abs(vals[0]) + 1e-300:
-                break
-            start += block
-            block *= 2
-        reps[s] = sp.Float(total, 30)
+        reps[s] = sp.Float(_series_value(loggamma_form(s.function), k, int(lo)), 30)
     return e.xreplace(reps)
+
+
+#: terms of an infinite series summed at most (in blocks of growing size): about a second of numpy
+MAX_SERIES_TERMS = 1 << 21
+
+
+def _series_value(term, k, start):
+    f = sp.lambdify([k], term, modules=["scipy", "numpy"])
+    precise = None
+    total, block = 0.0, 256
+    while start < MAX_SERIES_TERMS:
+        ks = np.arange(start, start + block, dtype=float)
+        with np.errstate(all="ignore"):
+            vals = np.asarray(f(ks), dtype=float) * np.ones_like(ks)
+        bad = ~np.isfinite(vals)
+        if bad.any():
+            if precise is None:
+                precise = sp.lambdify([k], term, modules="mpmath")
+            with mpmath.workdps(50):
+                vals[bad] = [float(precise(mpmath.mpf(int(x)))) for x in ks[bad]]
+            if not np.all(np.isfinite(vals)):
+                raise DerivationError(f"the series Σ {sp.sstr(term)} has a term that is not finite")
+        total += float(vals.sum())
+        tail = np.abs(vals[-17:])
+        with np.errstate(all="ignore"):
+            ratios = tail[1:] / tail[:-1]
+        r = float(np.nanmax(ratios)) if np.any(tail > 0) else 0.0
+        if tail[-1] == 0.0 or (r < 1.0 and tail[-1] * r / (1.0 - r) <= 1e-16 * max(1.0, abs(total))):
+            return total
+        start += block
+        block *= 2
+    raise DerivationError(f"the series Σ {sp.sstr(term)} did not settle (terms are not summable in double precision)")

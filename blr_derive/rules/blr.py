@@ -254,9 +254,19 @@ def base_measure(ctx):
         D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
               "log h(θ) is linear in the sufficient statistics, so ∇_μ E_q[log h] is its coefficient vector.",
               [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
+    elif fam.depends_on_variable(logh) and not fam.is_gaussian and cancelled_by_prior(ctx):
+        # a prior in the candidate family brings -log h, which cancels this term exactly (family_prior); the
+        # placeholders must be gone from λ_{t+1} (assemble checks)
+        ctx.g_logh = [sp.Dummy(f"grad_mu{i + 1}_E_log_h") for i in range(len(fam.mu))]
+        ctx.logh_placeholders = set(ctx.g_logh)
+        D.add("base_measure", RULES["base_measure"].equation, "Base-measure term",
+              "E_q[log h] has no closed form here, but the prior in the candidate family contributes "
+              "-∇_μE_q[log h], which cancels it exactly (App. B; Sec. 5.1).",
+              [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
     elif fam.depends_on_variable(logh):
         if not fam.is_gaussian:
-            raise ctx.fail(f"family '{fam.name}': E_q[log h] has no closed form the BLR can use")
+            raise ctx.fail(f"family '{fam.name}': E_q[log h] has no closed form the BLR can use (a prior in the "
+                           "candidate family, approximation 'family_prior', cancels it)")
         e_logh = fam.expect_gaussian(logh, mean=ctx.mean_mu, cov=ctx.cov_mu)
         ctx.g_logh = matcalc.gradient(e_logh, fam.mu, ctx.sym)
         D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
@@ -269,6 +279,11 @@ def base_measure(ctx):
               f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
 
 
+def cancelled_by_prior(ctx):
+    """Whether a ``family_prior`` step will cancel the base-measure term (not with ``no_entropy``)."""
+    return "family_prior" in ctx.names and "no_entropy" not in ctx.names
+
+
 def assemble(ctx, g_loss):
     """λ_{t+1} = keep·λ(params) − ρ(∇_μ E_q[ℓ] + ∇_μ E_q[log h]) at μ = μ(params) (Eq. 6)."""
     fam, sym = ctx.family, ctx.sym
@@ -278,6 +293,9 @@ def assemble(ctx, g_loss):
         g = g_loss[i] + ctx.g_logh[i] if not (is_mat(g_loss[i])) else sp.MatAdd(g_loss[i], ctx.g_logh[i])
         g = simplify_mat(doit(g).xreplace(at_state), sym)
         lam_new.append(simplify_mat(expand(ctx.keep * fam.eta[i] - ctx.rho * g), sym))
+        if ctx.logh_placeholders and lam_new[-1].has(*ctx.logh_placeholders):
+            raise ctx.fail(f"family '{fam.name}': E_q[log h] has no closed form, and the rules between the prior "
+                           "and the BLR step keep it from cancelling")
     ctx.D.add("blr", RULES["blr"].equation, "Natural-parameter update",
               "Substituting the natural gradients, evaluated at μ_t = μ(ordinary parameters), into Eq. 6.",
               [(ln, e, r"\leftarrow") for ln, e in zip(ctx.lam_next, lam_new)])

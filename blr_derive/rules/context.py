@@ -23,6 +23,7 @@ class BLRContext:
     mean_mu: object = None             # the Gaussian mean and covariance written in μ (Gaussian families)
     cov_mu: object = None
     g_logh: list = None                # ∇_μ E_q[log h] per block
+    logh_placeholders: set = None      # symbols for a base-measure term that a prior cancels (family_prior)
     lam_next: list = field(default_factory=list)   # the symbols λ_{t+1}
     gblock: list = field(default_factory=list)     # the symbols ∇_μ E_q[ℓ + log h] of the BLR's statement
     prev_updates: list = field(default_factory=list)
