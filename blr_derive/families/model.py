@@ -17,7 +17,7 @@ from blr_derive.core.errors import DerivationError
 from blr_derive.core.expect import gaussian_expectation
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.numeric import NumericFamily, numeric_fisher
-from blr_derive.families.partition import discrete_expectation
+from blr_derive.families.partition import discrete_expectation, tilted_expectation
 from blr_derive.families.statistics import log_h_linear as log_h_linear_coefficients
 from blr_derive.families.symbolic import evaluate, loggamma_form, subs, tidy
 from blr_derive.spec.vocabulary import DISCRETE_SUPPORTS
@@ -155,6 +155,9 @@ class Family:
             return c0 + sum((c * m for c, m in zip(cs, self.mu_ord)), sp.Integer(0))
         if self.is_discrete:
             return discrete_expectation(self, lh)
+        tilted = tilted_expectation(self, lh)
+        if tilted is not None:
+            return tilted
         raise DerivationError(
             f"family '{self.name}': E_q[log h] has no closed form here: log h = {sp.sstr(lh)} is neither constant, "
             "nor a linear combination of the sufficient statistics, nor on a discrete support")

@@ -204,3 +204,30 @@ def discrete_expectation(fam, f):
     (c,) = fam.components
     q = power_form(sp.exp(sp.expand(logq.xreplace({c: k}))), [k])
     return sp.Sum(q * f.xreplace({c: k}), (k, 0, sp.oo))
+
+
+def tilted_expectation(fam, g):
+    """E_q[g(θ)] for a scalar continuous family as the derivative of a tilted log-partition (App. B):
+    E_q[g] = d/ds log ∫ h e^{s g} exp(<λ, T>) dθ at s = 0.  For g = log h the tilt is h^{1+s}, an integral of the
+    same kind as A's (θ^{a+s}, Γ kernels), e.g. E[log θ] under a Weibull is −(log(−λ) + γ)/k.  None when sympy
+    finds no closed form (then the caller reports it)."""
+    if len(fam.components) != 1 or fam.component_supports[0] not in CONTINUOUS_SUPPORTS:
+        return None
+    reps = positive_dummies(fam)
+    x = reps[fam.components[0]]
+    s = sp.Dummy("s", positive=True)
+    tilt = sp.powsimp(sp.expand_power_base(fam.h ** (1 + s), force=True)) if g == fam.log_h else fam.h * sp.exp(s * g)
+    kernel = tilt * sp.exp(sum((e * t for e, t in zip(fam.eta, fam.T)), sp.Integer(0)))
+    lo, hi = CONTINUOUS_SUPPORTS[fam.component_supports[0]]
+    try:
+        Z = definite_integral(power_form(kernel.xreplace(reps), [x]), x, lo, hi)
+    except Exception:  # pragma: no cover - sympy internals
+        return None
+    if Z is None or Z.has(sp.Piecewise, sp.oo, -sp.oo, sp.zoo, sp.nan):
+        return None
+    with step_limit(INTEGRATE_SECONDS):
+        e = sp.unpolarify(sp.diff(sp.log(Z), s).xreplace({s: 0}))
+        e = sp.simplify(sp.expand_log(e, force=True))
+    if e.has(sp.Integral, sp.Derivative, sp.Subs, sp.oo, -sp.oo, sp.zoo, sp.nan, x):     # e.g. d/dν I_ν
+        return None
+    return loggamma_form(e)

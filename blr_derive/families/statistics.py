@@ -74,6 +74,8 @@ def log_h_linear(fam):
     if not (np.all(np.isfinite(rows)) and np.all(np.isfinite(rhs))):
         return None              # log h = -inf somewhere (e.g. a binomial coefficient outside 0..n): not linear
     coef, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
+    if np.max(np.abs(np.array(rows) @ coef - np.array(rhs))) > 1e-8 * max(1.0, np.max(np.abs(rhs))):
+        return None              # no linear combination fits at the points: do not ask sympy to simplify noise
     cs = [sp.nsimplify(c, rational=True, tolerance=1e-9) for c in coef]
     resid = sp.simplify(lh - cs[0] - sum((c * t for c, t in zip(cs[1:], fam.T)), sp.Integer(0)))
     if fam.depends_on_variable(resid):

@@ -263,6 +263,13 @@ def base_measure(ctx):
               "E_q[log h] has no closed form here, but the prior in the candidate family contributes "
               "-∇_μE_q[log h], which cancels it exactly (App. B; Sec. 5.1).",
               [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
+    elif fam.depends_on_variable(logh) and not fam.is_gaussian and (tilted := gradient_through_ordinary(fam)):
+        e_logh, ctx.g_logh = tilted
+        D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
+              "E_q[log h] in closed form from the tilted log-partition, d/ds log ∫ h^{1+s} exp(<λ,T>) at s = 0, "
+              "differentiated through the ordinary parameters o: ∇_μ = (∂μ/∂o)^{-T} ∂/∂o.",
+              [((r"\mathbb{E}_q[\log h]"), e_logh)]
+              + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
     elif fam.depends_on_variable(logh):
         if not fam.is_gaussian:
             raise ctx.fail(f"family '{fam.name}': E_q[log h] has no closed form the BLR can use (a prior in the "
@@ -277,6 +284,29 @@ def base_measure(ctx):
         ctx.g_logh = zeros_like_mu(fam)
         D.add("base_measure", RULES["base_measure"].equation, "Constant base measure",
               f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
+
+
+def gradient_through_ordinary(fam):
+    """(E_q[log h], ∇_μ E_q[log h]) for a scalar family whose E_q[log h] has a closed form in the ordinary
+    parameters o (the tilted log-partition, App. B): ∇_μ E = (∂μ/∂o)^{-T} ∂E/∂o.  None otherwise."""
+    if any(is_mat(l) for l in fam.lam) or not fam.components:
+        return None
+    try:
+        e = fam.expect_log_h()
+    except DerivationError:
+        return None
+    if e.has(sp.Sum, sp.Integral):           # an infinite series (the Poisson's E[log θ!]) is not a closed form
+        return None
+    free = [p.symbol for p in fam.params.values() if not p.fixed]
+    if len(free) != len(fam.mu_ord):
+        return None
+    J = sp.Matrix([[sp.diff(m, o) for o in free] for m in fam.mu_ord])
+    grad_o = sp.Matrix([sp.diff(e, o) for o in free])
+    try:
+        g = J.T.LUsolve(grad_o)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return e, [sp.simplify(x) for x in g]
 
 
 def cancelled_by_prior(ctx):

@@ -122,7 +122,8 @@ def _family_recipes():
 #: a recipe that derives for each built-in family that no catalog recipe uses (a loss linear in its statistics)
 EXTRA_RECIPES = {"bernoulli": "theta", "categorical": "theta1", "dirichlet": "log(theta1)",
                  "inverse_gamma": "log(theta)", "geometric": "theta", "pareto": "log(1 + theta)",
-                 "laplace": "abs(theta)", "log_normal": "log(theta)"}
+                 "laplace": "abs(theta)", "log_normal": "log(theta)", "rayleigh": "theta**2",
+                 "weibull": "theta**2", "chi_square": "log(theta)"}
 #: families that the minimal recipe (``exact`` alone) cannot derive with (E_q[log h] of the Poisson, negative
 #: binomial and logarithmic needs a prior in the family; matrix statistics of the Wishart): their poisoned prose
 #: is only loaded
