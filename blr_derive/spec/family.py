@@ -276,18 +276,24 @@ def _parse_gaussian(spec, kind, theta, psyms, file):
 
 
 def _parse_sampler(spec, kind, theta, psyms, file):
-    """θ as a function of the parameters and u ~ Uniform(0, 1) (inverse CDF); checked against μ by Monte Carlo in
-    tests, it enables the score-function and reparameterization estimators."""
+    """θ as a function of the parameters and one draw, u ~ Uniform(0, 1) (an inverse CDF) or z ~ N(0, 1); `check`
+    compares its moments with the density's, and it enables the score-function and reparameterization
+    estimators."""
     if "sampler" not in spec:
         return None
     if kind != "scalar" or is_mat(theta):
         raise _err("samplers are supported for scalar variables", spec, "sampler")
-    u = sp.Symbol("u", positive=True)
+    draws = {"u": sp.Symbol("u", positive=True), "z": sp.Symbol("z", real=True)}
+    f, l = where(spec, "sampler")
     try:
-        return parse_expression(spec["sampler"], {**psyms, "u": u}, what="sampler", logic=True)
+        expr = parse_expression(spec["sampler"], {**psyms, **draws}, what="sampler", logic=True)
     except SpecError as exc:
-        f, l = where(spec, "sampler")
         raise exc.located(f or file, l) from None
+    used = [d for d in draws.values() if expr.has(d)]
+    if len(used) != 1:
+        raise SpecError("sampler: write theta as a function of one draw, u ~ Uniform(0, 1) (an inverse CDF) or "
+                        "z ~ N(0, 1), and the parameters", f or file, l)
+    return expr
 
 
 def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:

@@ -4,6 +4,7 @@ quadrature, Monte Carlo and finite differences at random valid parameter points 
 from __future__ import annotations
 
 import numpy as np
+import sympy as sp
 
 from blr_derive.core.errors import BLRError, DerivationError
 from blr_derive.verify.quadrature import FamilyModel, Quadrature
@@ -96,6 +97,8 @@ def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded):
             z = np.where((se == 0) & (np.abs(est - mu_c) > 1e-12 * (1 + np.abs(mu_c))), np.inf, z)
             record("mu_vs_monte_carlo", float(np.max(z)), f"∇A = {fmt(mu_c)}, MC mean = {fmt(est)}")
         guarded("mu_vs_monte_carlo", mc)
+        if fam.sampler is not None:
+            guarded("sampler_vs_density", lambda: sampler_moments(fam, vals, quad, rng, mc_samples, record))
 
     def fd():
         g = np.zeros_like(c)
@@ -154,3 +157,29 @@ def describe(fam):
     how = "declared" if fam.A_given else next((h for w, h in fam.steps if w == "log-partition"), "derived")
     inv = "numeric (Newton's method)" if fam.mu_inverse == "numeric" else "closed form"
     return [f"A(λ): {how}", f"μ → ordinary: {inv}"]
+
+
+def sampler_moments(fam, vals, quad, rng, n, record):
+    """The declared sampler θ(u) (u ~ U(0, 1)) or θ(z) (z ~ N(0, 1)) against the density: z-scores of the sample
+    means of T_i and T_i T_j against E_q[T] and E_q[T Tᵀ] by quadrature (a sampler of the wrong law, scale or
+    location fails; every moment of T exists inside Ω)."""
+    draw = next(s for s in fam.sampler.free_symbols if s.name in ("u", "z"))
+    params = sorted((s for s in fam.sampler.free_symbols if s != draw), key=str)
+    f = sp.lambdify([draw, *params], fam.sampler, modules=["scipy", "numpy"])
+    eps = rng.random(n) if draw.name == "u" else rng.standard_normal(n)
+    theta = np.asarray(f(eps, *[vals[p] for p in params]), dtype=float) * np.ones(n)
+    ts = [np.asarray(sp.lambdify([fam.theta], t, modules=["scipy", "numpy"])(theta), dtype=float) * np.ones(n)
+          for t in fam.T]
+    second = quad.cov + np.outer(quad.mean, quad.mean)
+    samples = [(t, quad.mean[i]) for i, t in enumerate(ts)]
+    samples += [(ts[i] * ts[j], second[i, j]) for i in range(len(ts)) for j in range(i, len(ts))]
+    worst = 0.0
+    for x, want in samples:
+        if not np.all(np.isfinite(x)):
+            worst = float("inf")
+            break
+        se = x.std(ddof=1) / np.sqrt(n)
+        z = abs(x.mean() - want) / se if se > 0 else (0.0 if abs(x.mean() - want) <= 1e-12 * (1 + abs(want))
+                                                       else float("inf"))
+        worst = max(worst, float(z))
+    record("sampler_vs_density", worst, f"{n} draws of the declared sampler, E[T] = {fmt(quad.mean)}")

@@ -10,6 +10,7 @@ TOLERANCES = {
     "normalization": 1e-7,
     "mu_vs_quadrature": 1e-7,
     "mu_vs_monte_carlo": 5.0,           # z-score
+    "sampler_vs_density": 5.0,          # z-score
     "mu_vs_finite_differences": 1e-6,
     "mu_ordinary": 1e-9,
     "fisher_positive_definite": 1e-10,  # smallest/largest eigenvalue must exceed this
@@ -24,6 +25,7 @@ DESCRIPTIONS = {
     "normalization": "∫ h exp(<λ,T> - A) = 1",
     "mu_vs_quadrature": "∇A(λ) = E_q[T] (quadrature/summation)",
     "mu_vs_monte_carlo": "∇A(λ) = mean of T over samples (z-score)",
+    "sampler_vs_density": "the declared sampler's E[T], E[T Tᵀ] = the density's (z-score)",
     "mu_vs_finite_differences": "∇A(λ) = central differences of A",
     "mu_ordinary": "μ(ordinary) = ∇A(λ(ordinary))",
     "fisher_positive_definite": "min/max eigenvalue of ∇²A(λ)",
