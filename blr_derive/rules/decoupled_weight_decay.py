@@ -3,7 +3,7 @@ to the mean only)."""
 from __future__ import annotations
 
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import mean_name, record, scalar, set_update, update_of
+from blr_derive.rules.program import cond, mean_name, record, scalar, set_update, update_of
 
 
 class DecoupledWeightDecay(Rule):
@@ -15,12 +15,13 @@ class DecoupledWeightDecay(Rule):
     def rewrite(self, ctx):
         D = ctx.D
         delta = ctx.expr("coefficient")
+        when = ctx.when()
         ctx.done()
         rho = D.recipe.hyper_symbol(D.recipe.learning_rate)
         mean = mean_name(D)
         m = scalar(D.recipe.family.params[mean].symbol)
         sym, expr = update_of(D, mean)
-        set_update(D, mean, expr - rho * delta * m)
+        set_update(D, mean, cond(when, expr - rho * delta * m, expr))
         record(ctx, "Decoupled weight decay", "m ← m − ρδm added to the mean update (AdamW).",
                 [(sym, expr - rho * delta * m, r"\leftarrow")])
 

@@ -60,6 +60,10 @@ DETERMINISTIC = [
     ("adamw", dict(lr=1e-2)),
     ("rmsprop", dict(lr=1e-2, centered=True, momentum=0.5)),
     ("ogn", dict(lr=0.1, ess=100.0)),
+    ("adagrad", dict(lr=0.05, lr_decay=0.01, weight_decay=0.01)),
+    ("adamax", dict(lr=1e-2, weight_decay=0.05)),
+    ("nadam", dict(lr=1e-2, weight_decay=0.05, decoupled_weight_decay=True)),
+    ("adadelta", dict(lr=0.5, weight_decay=0.01)),
 ]
 
 

@@ -102,3 +102,20 @@ def test_under_monte_carlo_the_prior_terms_are_delta_m_and_delta():
                      rng=np.random.default_rng(9), lr=0.2)
     for k in ("m", "s"):
         np.testing.assert_allclose(a[k], b[k], rtol=RTOL, atol=0)
+
+
+def test_when_false_is_the_plain_update_bit_for_bit():
+    """``when`` (e.g. ``not decoupled_weight_decay`` in NAdam) switches the prior off at run time."""
+    text = yaml.safe_dump({"name": "wd_when", "family": "gaussian_diag", "loss": "abstract", "learning_rate": "lr",
+                           "hyperparameters": {"lr": 0.2, "wd": WD, "on": True},
+                           "approximations": ["delta", {"weight_decay": {"coefficient": "wd", "when": "on"}}]})
+    mod = api.derive(text).compile("numpy")
+    without = compiled(with_rule=False)
+    m0, s0, grad, hess = problem(4)
+    a = mod.step(mod.init(m=m0, s=s0), oracles={"grad": grad, "hess": hess}, lr=0.2, wd=WD, on=False)
+    b = without.step(without.init(m=m0, s=s0), oracles={"grad": grad, "hess": hess}, lr=0.2)
+    np.testing.assert_array_equal(a["m"], b["m"])
+    np.testing.assert_array_equal(a["s"], b["s"])
+    c = mod.step(mod.init(m=m0, s=s0), oracles={"grad": grad, "hess": hess}, lr=0.2, wd=WD, on=True)
+    d = compiled().step(compiled().init(m=m0, s=s0), oracles={"grad": grad, "hess": hess}, lr=0.2, wd=WD)
+    np.testing.assert_allclose(c["m"], d["m"], rtol=RTOL)
