@@ -29,6 +29,44 @@ def _scalar_expectation(f, theta, m, m2):
     f = sp.expand(f)
     if not f.has(theta):
         return f
+    poly_part, mgf_part = sp.Integer(0), sp.Integer(0)
+    for term in sp.Add.make_args(f):
+        exps = [x for x in sp.Mul.make_args(term) if isinstance(x, sp.exp) and x.has(theta)]
+        if exps:
+            mgf_part += _mgf_term(term, exps, theta, m, m2 - m**2)
+        else:
+            poly_part += term
+    return _polynomial_expectation(poly_part, theta, m, m2) + mgf_part
+
+
+def _mgf_term(term, exps, theta, m, var):
+    """E[P(θ) e^{aθ + b}] for θ ~ N(m, v) and a polynomial P: Σ_k p_k ∂ᵏ/∂tᵏ M(t) at t = a, times e^b, with the
+    moment-generating function M(t) = exp(tm + t²v/2) (e.g. E[e^θ] = e^{m + v/2}, the Poisson log-link)."""
+    arg = sp.Add(*[x.args[0] for x in exps])
+    rest = sp.expand(term / sp.Mul(*exps))
+    a = sp.diff(arg, theta)
+    if a.has(theta):
+        raise DerivationError(f"exact Gaussian expectation needs exp(a*{theta} + b) with a linear exponent, got "
+                              f"exp({arg})")
+    b = sp.expand(arg - a * theta)
+    try:
+        poly = sp.Poly(rest, theta)
+    except sp.PolynomialError:
+        raise DerivationError(f"exact Gaussian expectation needs a polynomial times exp(a*{theta} + b), got "
+                              f"{term}") from None
+    if any(c.has(theta) for c in poly.coeffs()):
+        raise DerivationError(f"exact Gaussian expectation needs a polynomial times exp(a*{theta} + b), got {term}")
+    t = sp.Dummy("t")
+    mgf = sp.exp(t * m + t**2 * var / 2)
+    total = sp.Integer(0)
+    for (k,), coeff in poly.terms():
+        total += coeff * sp.diff(mgf, t, k).xreplace({t: a})
+    return sp.expand(total * sp.exp(b), power_exp=False)
+
+
+def _polynomial_expectation(f, theta, m, m2):
+    if not f.has(theta):
+        return f
     try:
         poly = sp.Poly(f, theta)
     except sp.PolynomialError:

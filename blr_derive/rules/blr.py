@@ -36,7 +36,7 @@ def doit(e):
 
 def expand(e):
     try:
-        return sp.expand(e)
+        return sp.expand(e, power_exp=False)      # exp(a + b) stays whole (no overflow of one factor)
     except Exception:  # pragma: no cover
         return e
 
@@ -130,6 +130,8 @@ def tidy(e, fam, D, sym, new_sym):
         return simplify_mat(e, sym)
     keys = [p.symbol for p in fam.params.values()] + [c[0] for c in D.oracle_calls] + list(new_sym.values())
     # exp(a + b) stays whole: split into exp(a)·exp(b) it overflows where the whole does not (a softmax)
+    if e.has(sp.exp):      # exp(a)·exp(b) → exp(a + b): one factor cannot overflow while the product is finite
+        e = sp.powsimp(e, combine="exp")
     return sp.collect(sp.expand(e, power_exp=False), keys)
 
 
