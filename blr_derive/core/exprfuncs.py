@@ -138,6 +138,8 @@ FUNCTIONS: dict[str, Callable] = {
     "sqrt": _unary_scalar(sp.sqrt),
     "abs": _unary_scalar(sp.Abs),
     "tanh": _unary_scalar(sp.tanh),
+    "sin": _unary_scalar(sp.sin),
+    "cos": _unary_scalar(sp.cos),
     "sign": _unary_scalar(sp.sign),
     "binary": _unary_scalar(specialfns.binary),
     "sigmoid": _unary_scalar(_sigmoid),
@@ -148,6 +150,7 @@ FUNCTIONS: dict[str, Callable] = {
     "factorial": _unary_scalar(sp.factorial),
     "log1p": _unary_scalar(_log1p),
     "lmvgamma": _lmvgamma,
+    "besseli": _special(sp.besseli, 2),
     "mvdigamma": _mvdigamma,
     "softplus": _special(specialfns.softplus, 1),
     "xlogy": _special(specialfns.xlogy, 2),
@@ -162,4 +165,4 @@ FUNCTIONS: dict[str, Callable] = {
 CONSTANTS = {"pi": sp.pi, "E": sp.E}
 
 # unary functions that sum() applies entrywise to a vector
-ELEMENTWISE = ("log", "exp", "sqrt", "abs", "tanh", "sigmoid", "softplus", "log1p")
+ELEMENTWISE = ("log", "exp", "sqrt", "abs", "tanh", "sin", "cos", "sigmoid", "softplus", "log1p")

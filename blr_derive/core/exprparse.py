@@ -38,7 +38,7 @@ MAX_SPECIAL_ARG = 200           # |x| of a numeric argument of factorial/gamma/l
 MAX_TERMS = 10_000             # terms after expansion: a product of 32 sums of two symbols expands to 2**32 terms
 MAX_DEGREE = 32                # degree bound (products and powers of symbols): deriving E_q of (theta+1)**64
                                # took 95 s, ((theta+1)**64)**64 ran out of memory
-SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma")
+SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma", "besseli")
 _NOT_FINITE = (sp.core.numbers.Infinity, sp.core.numbers.NegativeInfinity, sp.core.numbers.ComplexInfinity,
                sp.core.numbers.NaN, sp.core.numbers.ImaginaryUnit)
 

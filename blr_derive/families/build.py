@@ -32,6 +32,30 @@ def _err(msg, container, key=None):
     return SpecError(msg, f, l)
 
 
+_X, _Y = sp.Wild("x"), sp.Wild("y")
+
+
+def angle_form(e):
+    """Forms of a closed-form inverse map that stay defined where sympy's are 0/0: sympy solves
+    (κ cos a, κ sin a) = (x, y) for a as the half-angle form −2 atan((x − √(x² + y²))/y), which is atan2(y, x),
+    and for κ as a ratio with a radical in the denominator, which rationalised is √(x² + y²)."""
+    if not isinstance(e, sp.Basic):
+        return e
+    if any(isinstance(d, sp.Pow) and d.exp.is_Rational and not d.exp.is_Integer
+           for d in sp.preorder_traversal(sp.denom(e))):
+        # a radical in the denominator (κ = (λ₁r − r²)/(λ₁ − r), 0/0 on the axis): rationalised, it is r
+        tidy = sp.cancel(sp.radsimp(e))
+        if sp.count_ops(tidy) < sp.count_ops(e):
+            e = tidy
+    if not e.has(sp.atan):
+        return e
+
+    def swap(node):
+        m = node.match(-2 * sp.atan((_X - sp.sqrt(_X**2 + _Y**2)) / _Y))
+        return sp.atan2(m[_Y], m[_X]) if m and m.get(_Y, 0) != 0 else node
+    return e.replace(lambda n: isinstance(n, sp.Mul) and n.has(sp.atan), swap)
+
+
 def build_family(decl: FamilyDecl) -> Family:
     """The derived :class:`Family` of a declaration (see the module docstring)."""
     spec = decl.spec
@@ -46,7 +70,7 @@ def build_family(decl: FamilyDecl) -> Family:
 
     # 1. ordinary <- natural (solve λ = η(params))
     try:
-        fam.ord_from_nat = solve(eta, lam, fam.free_params, symmetric, fam, "nat")
+        fam.ord_from_nat = {k: angle_form(v) for k, v in solve(eta, lam, fam.free_params, symmetric, fam, "nat").items()}
     except DerivationError as exc:
         raise _err(f"cannot invert the natural parameters: {exc}", spec, "natural_parameters") from None
     fam.steps.append(("ordinary from natural", "solved λ = η(params) block by block"))

@@ -239,17 +239,26 @@ class NumericFamily:
         except (ValueError, ZeroDivisionError, np.linalg.LinAlgError):
             return False
 
+    def _start(self, fixed_vals):
+        """A starting λ in Ω: the central ordinary parameters, else (where the closed-form inverse is singular
+        there, e.g. the von Mises direction at λ₂ = 0) the first of a few fixed random valid ones."""
+        fam = self.fam
+        rng = np.random.default_rng(0)
+        for k in range(9):
+            start = fam.default_params(self.dim or 2) if k == 0 else fam.sample_params(rng, self.dim or 2)
+            start.update(fixed_vals)
+            c = self.coords_of({l: fam.evaluate(e, start, self.dim) for l, e in zip(fam.lam, fam.eta)})
+            if self.valid(c, fixed_vals):
+                return c
+        raise DerivationError("numeric μ → λ: no starting point in the domain")
+
     def ord_from_mu(self, values: dict, tol: float = 1e-12, max_iter: int = 200):
         """The ordinary parameters whose expectation parameters are ``values[μ]``, by the solver every generated
         module embeds (:func:`blr_derive.core.newton.newton_dual`)."""
         fam = self.fam
         fixed_vals = {p.symbol: values[p.symbol] for p in fam.fixed_params}
         m = self.coords_of({u: values[u] for u in fam.mu})
-        start = fam.default_params(self.dim or 2)
-        start.update(fixed_vals)
-        c = self.coords_of({l: fam.evaluate(e, start, self.dim) for l, e in zip(fam.lam, fam.eta)})
-        if not self.valid(c, fixed_vals):
-            raise DerivationError("numeric μ → λ: the starting point is not in the domain")
+        c = self._start(fixed_vals)
         try:
             c = newton_dual(m, c, lambda x: self.A(x, fixed_vals), lambda x: self.grad(x, fixed_vals),
                             lambda x: self.hess(x, fixed_vals), lambda x: self.valid(x, fixed_vals), tol, max_iter)

@@ -21,6 +21,8 @@ def linear_in_statistics(fam, expr):
     targets = [sp.expand(t) for t in fam.T]
     cs = [sp.Integer(0)] * len(fam.T)
     c0 = sp.Integer(0)
+    if expr.has(sp.sin, sp.cos):       # cos(θ − b) = cos θ cos b + sin θ sin b (von Mises statistics)
+        expr = sp.expand_trig(expr)
     for term in sp.Add.make_args(sp.expand(sp.expand_log(expr, force=True))):
         dep = sp.Mul(*[f for f in sp.Mul.make_args(term) if fam.depends_on_variable(f)])
         coeff = sp.Mul(*[f for f in sp.Mul.make_args(term) if not fam.depends_on_variable(f)])
@@ -99,6 +101,8 @@ def random_support_points(fam, rng, n):
                 v = sp.Rational(int(np.exp(rng.normal()) * 1000) + 1, 1000)
             elif s == "unit_interval":
                 v = sp.Rational(int(rng.uniform(0.05, 0.95) * 1000), 1000)
+            elif s == "circular":
+                v = sp.Rational(int(rng.uniform(-3.1, 3.1) * 1000), 1000)
             elif s == "binary_pm1":
                 v = sp.Integer(int(rng.choice([-1, 1])))
             else:

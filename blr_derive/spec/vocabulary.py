@@ -23,6 +23,7 @@ CONTINUOUS_SUPPORTS = {
     "real": (-sp.oo, sp.oo),
     "positive": (0, sp.oo),
     "unit_interval": (0, 1),
+    "circular": (-sp.pi, sp.pi),        # an angle (von Mises)
 }
 
 

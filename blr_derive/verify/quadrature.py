@@ -121,6 +121,10 @@ class FamilyModel:
             elif s == "positive":
                 entries.append(np.exp(u[k]))
                 logJ = logJ + u[k]
+            elif s == "circular":              # θ = π(2σ(u) − 1) on (−π, π)
+                lv, lvb = -np.logaddexp(0, -u[k]), -np.logaddexp(0, u[k])
+                entries.append(np.pi * (np.exp(lv) - np.exp(lvb)))
+                logJ = logJ + np.log(2 * np.pi) + lv + lvb
             else:
                 lv, lvb = -np.logaddexp(0, -u[k]), -np.logaddexp(0, u[k])
                 entries.append(np.exp(lv))
