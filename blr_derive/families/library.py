@@ -9,6 +9,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.resources import families_dir
 from blr_derive.core.sizes import declared_sizes, resolve_sizes
 from blr_derive.core.yamlio import LDict, load_yaml_text, read_text_file, where
+from blr_derive.families import diskcache
 from blr_derive.families.build import build_family
 from blr_derive.families.model import Family
 from blr_derive.spec.family import parse_family
@@ -16,8 +17,9 @@ from blr_derive.spec.vocabulary import FAMILY_KEYS
 
 
 def family_from_spec(spec, file=None, sizes: tuple | None = None) -> Family:
-    """Derive a family from its declaration (a located mapping); see ``blr_derive/families/build.py``."""
-    return build_family(parse_family(spec, file, sizes))
+    """Derive a family from its declaration (a located mapping); see ``blr_derive/families/build.py``.  The result
+    is in the cache's canonical form (:func:`blr_derive.families.diskcache.canonical`) however it is loaded."""
+    return diskcache.canonical(build_family(parse_family(spec, file, sizes)))
 
 
 def load_family(ref, base_dir: Path | None = None) -> Family:
@@ -103,7 +105,11 @@ def _load_family_file(path: Path, given=None) -> Family:
         raise SpecError(f"'{name}' is not a size of the family '{path.stem}' (it declares no sizes)",
                         getattr(given, "file", None) or str(path),
                         given.line_of(name) if isinstance(given, LDict) else None)
-    fam = family_from_spec(spec, str(path), resolved)
+    disk_key = (str(path.resolve()), text, resolved)
+    fam = diskcache.load(disk_key)
+    if fam is None:
+        fam = family_from_spec(spec, str(path), resolved)
+        diskcache.store(disk_key, fam)
     _remember(key, fam)
     if resolved is not None:
         _remember((str(path.resolve()), text, "resolved", resolved), fam)

@@ -1,0 +1,65 @@
+"""The on-disk cache of derived families (blr_derive/families/diskcache.py): a warm cache gives the same family
+(and the same generated code) as a fresh derivation, entries that others could have written are ignored, and
+the cache can be switched off."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPT = """
+import sys, time
+from blr_derive import api
+from blr_derive.families import library
+t = time.perf_counter()
+f = api.family("log_normal")
+print(repr(f.h), repr(f.A), repr(f.mu_ord))
+print(api.generate("catalog/gamma_poisson.yaml", "numpy"))
+print("seconds", time.perf_counter() - t, file=sys.stderr)
+"""
+
+
+def run(env):
+    r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env={**os.environ, **env}, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_warm_cache_equals_cold_cache_equals_no_cache(tmp_path):
+    env = {"BLR_DERIVE_CACHE_DIR": str(tmp_path)}
+    cold = run(env)
+    entries = list((tmp_path / "families").glob("*.pickle"))
+    assert entries                                                     # the derivations were stored
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in entries)
+    warm = run(env)
+    off = run({"BLR_DERIVE_CACHE": "0", "BLR_DERIVE_CACHE_DIR": str(tmp_path / "unused")})
+    assert cold == warm == off
+    assert not (tmp_path / "unused").exists()
+
+
+def test_entries_writable_by_others_are_ignored(tmp_path):
+    from blr_derive.families import diskcache
+    os.environ["BLR_DERIVE_CACHE_DIR"] = str(tmp_path)
+    try:
+        diskcache.store(("k",), {"value": 1})
+        assert diskcache.load(("k",)) == {"value": 1}
+        (entry,) = (tmp_path / "families").glob("*.pickle")
+        os.chmod(entry, 0o666)
+        assert diskcache.load(("k",)) is None
+        os.chmod(entry, 0o600)
+        entry.write_bytes(b"not a pickle")
+        assert diskcache.load(("k",)) is None
+    finally:
+        del os.environ["BLR_DERIVE_CACHE_DIR"]
+
+
+@pytest.mark.parametrize("name", ["log_normal", "gaussian_full"])
+def test_a_derived_family_is_already_in_canonical_form(name):
+    from blr_derive.families import diskcache
+    from blr_derive.families.library import load_family
+    f = load_family(name)
+    g = diskcache.canonical(f)
+    assert repr(g.h) == repr(f.h) and repr(g.A) == repr(f.A) and repr(g.mu_ord) == repr(f.mu_ord)
