@@ -13,7 +13,7 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.yamlio import where
 from blr_derive.families.symbolic import loggamma_form
-from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS
+from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS, integer_range
 
 
 def _err(msg, container, key=None):
@@ -61,7 +61,7 @@ def positive_dummies(fam):
     for c, s in zip(fam.components, fam.component_supports):
         if s in ("positive", "unit_interval"):
             reps[c] = sp.Dummy(c.name, positive=True)
-        elif s == "nonnegative_integers":
+        elif s == "nonnegative_integers" or integer_range(s):
             reps[c] = sp.Dummy(c.name, integer=True, nonnegative=True)
         else:
             reps[c] = sp.Dummy(c.name, real=True)
@@ -162,6 +162,9 @@ def support_points(fam, limit: int | None = None):
             if limit is None:
                 return None
             sets.append(tuple(range(limit)))
+        elif integer_range(s):
+            lo, hi = integer_range(s)
+            sets.append(tuple(range(lo, hi + 1)))
         else:
             return None
     return [dict(zip(fam.components, pt)) for pt in itertools.product(*sets)]

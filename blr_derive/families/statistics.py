@@ -6,6 +6,7 @@ import numpy as np
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
+from blr_derive.spec.vocabulary import integer_range
 
 
 def linear_in_statistics(fam, expr):
@@ -105,6 +106,8 @@ def random_support_points(fam, rng, n):
                 v = sp.Rational(int(rng.uniform(-3.1, 3.1) * 1000), 1000)
             elif s == "binary_pm1":
                 v = sp.Integer(int(rng.choice([-1, 1])))
+            elif integer_range(s):
+                v = sp.Integer(int(rng.integers(integer_range(s)[0], integer_range(s)[1] + 1)))
             else:
                 v = sp.Integer(int(rng.integers(0, 20)))
             pt[c] = v

@@ -37,7 +37,11 @@ def tidy(e):
     e = safe_expand_log(e) if e.has(sp.log) else e
     if e.has(sp.Sum):
         return e
-    return sp.simplify(e) if sp.count_ops(e) < 80 and not e.has(sp.Trace) else sp.expand(e)
+    if sp.count_ops(e) >= 80 or e.has(sp.Trace):
+        # kept as derived: expanding a large sum of terms such as C(n, k) p^k (1 − p)^(n−k) log C(n, k) into
+        # monomials cancels catastrophically in floating point (the binomial entropy at n = 25 came out −26)
+        return e
+    return sp.simplify(e)
 
 
 def loggamma_form(e):

@@ -15,7 +15,8 @@ from blr_derive.core.names import check_name_at
 from blr_derive.core.sizes import declared_sizes, instantiate, resolve_sizes
 from blr_derive.core.yamlio import LDict, check_keys, where
 from blr_derive.spec.vocabulary import (DOMAINS, FAMILY_KEYS, JOINT_SUPPORTS, MAX_SIZE, PARAM_KEYS, SCALAR_SUPPORTS,
-                                        SHAPES, SUPPORTS, VARIABLE_KEYS, DISCRETE_SUPPORTS)
+                                        SHAPES, SUPPORTS, VARIABLE_KEYS, is_discrete,
+                                        is_scalar_support)
 
 
 @dataclass
@@ -87,13 +88,13 @@ def _parse_support(spec, kind, components):
         if kind != "components" or len(support) != len(components):
             raise _err("a list of supports must be aligned with the variable's components", spec, "support")
         for s in support:
-            if s not in SCALAR_SUPPORTS:
+            if not is_scalar_support(s):
                 raise _err(f"unsupported component support '{s}' (known: {', '.join(SCALAR_SUPPORTS)})", spec, "support")
-        if len({s in DISCRETE_SUPPORTS for s in support}) > 1:
+        if len({is_discrete(s) for s in support}) > 1:
             raise _err("mixing discrete and continuous components is not supported", spec, "support")
         return tuple(support), list(support), None
-    if not isinstance(support, str) or support not in SUPPORTS:
-        raise _err(f"unsupported support '{support}' (known: {known})", spec, "support")
+    if not isinstance(support, str) or not (support in SUPPORTS or is_scalar_support(support)):
+        raise _err(f"unsupported support '{support}' (known: {known}, integers LO..HI)", spec, "support")
     if kind == "vector" and support != "real":
         raise _err("a vector variable with a symbolic dimension has support 'real' (use a fixed 'size' for "
                    "categorical or simplex supports)", spec, "support")

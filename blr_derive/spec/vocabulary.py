@@ -2,6 +2,8 @@
 continuous ones) and the keys a family file may use."""
 from __future__ import annotations
 
+import re
+
 import sympy as sp
 
 SHAPES = ("scalar", "vector", "matrix")
@@ -32,6 +34,27 @@ DISCRETE_SUPPORTS = {
     "binary_pm1": "{-1, +1}",
     "nonnegative_integers": "{0, 1, 2, ...}",
 }
+
+
+#: a finite range of integers, "integers 0..n" (lo and hi written out; a sized family writes "integers 0..{n}")
+MAX_RANGE = 10_000
+
+
+def integer_range(support):
+    """(lo, hi) of a support "integers LO..HI" (0 ≤ LO < HI, at most MAX_RANGE values), else None."""
+    m = re.fullmatch(r"integers (\d{1,6})\.\.(\d{1,6})", support) if isinstance(support, str) else None
+    if m is None:
+        return None
+    lo, hi = int(m.group(1)), int(m.group(2))
+    return (lo, hi) if lo < hi and hi - lo < MAX_RANGE else None
+
+
+def is_discrete(support) -> bool:
+    return support in DISCRETE_SUPPORTS or integer_range(support) is not None
+
+
+def is_scalar_support(support) -> bool:
+    return support in SCALAR_SUPPORTS or integer_range(support) is not None
 
 
 #: supports of a fixed-size vector variable taken as a whole

@@ -123,7 +123,8 @@ def _family_recipes():
 EXTRA_RECIPES = {"bernoulli": "theta", "categorical": "theta1", "dirichlet": "log(theta1)",
                  "inverse_gamma": "log(theta)", "geometric": "theta", "pareto": "log(1 + theta)",
                  "laplace": "abs(theta)", "log_normal": "log(theta)", "rayleigh": "theta**2",
-                 "weibull": "theta**2", "chi_square": "log(theta)", "von_mises": "cos(theta)"}
+                 "weibull": "theta**2", "chi_square": "log(theta)", "von_mises": "cos(theta)",
+                 "binomial": "theta"}
 #: families that the minimal recipe (``exact`` alone) cannot derive with (E_q[log h] of the Poisson, negative
 #: binomial and logarithmic needs a prior in the family; matrix statistics of the Wishart): their poisoned prose
 #: is only loaded
