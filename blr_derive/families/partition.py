@@ -185,6 +185,7 @@ def sum_log_partition(fam, spec):
     kernel = fam.h * sp.exp(sum((e * t for e, t in zip(fam.eta, fam.T)), sp.Integer(0)))
     Z = power_form(kernel.xreplace(reps), xs)
     Z = Z.rewrite(sp.factorial) if Z.has(sp.gamma) else Z
+    Z, back = geometric_form(Z, xs)
     for x in xs:
         try:
             with step_limit(INTEGRATE_SECONDS):
@@ -192,7 +193,26 @@ def sum_log_partition(fam, spec):
         except Exception:  # sympy internals, or StepTimeout
             Z = None
             break
+    Z = Z.xreplace(back) if Z is not None else None
     return finish_log_partition(fam, Z, spec, f"Σ h exp(<λ,T>) over {fam.theta}")
+
+
+def geometric_form(e, variables):
+    """exp(a·k + b) → e^b u^k with u = e^a a positive placeholder, for a summation variable k, so that sympy's
+    summation sees the power series (Σ e^{wk}/k! = exp(e^w) for a Poisson written in its natural parameter w);
+    returns the expression and the map u → e^a to apply to the sum."""
+    back = {}
+
+    def split(node):
+        arg = sp.expand(node.args[0])
+        for k in variables:
+            a = sp.diff(arg, k)
+            if a != 0 and not a.has(*variables):
+                u = sp.Dummy("u", positive=True)
+                back[u] = sp.exp(a)
+                return sp.exp(sp.expand(arg - a * k)) * u ** k
+        return node
+    return e.replace(lambda n: isinstance(n, sp.exp) and n.has(*variables), split), back
 
 
 def discrete_expectation(fam, f):
