@@ -61,7 +61,9 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
 
 #: families derived in this process, by (path, content, sizes): least recently used first, at most CACHE_SIZE
 _FAMILY_CACHE: "OrderedDict" = OrderedDict()
-CACHE_SIZE = 64
+CACHE_SIZE = 256
+#: the resolved-size entry of each request for a sized family ({name: categorical} and {K: 3} share one)
+_ALIASES: dict = {}
 
 
 def _cached(key):
@@ -86,6 +88,9 @@ def _load_family_file(path: Path, given=None) -> Family:
     asked = tuple(sorted((k, v if isinstance(v, int) else repr(v)) for k, v in (given or {}).items()))
     key = (str(path.resolve()), text, asked)
     if _cached(key) is not None:
+        alias = _ALIASES.get(key)
+        if alias is not None and alias not in _FAMILY_CACHE:
+            _remember(alias, _cached(key))      # the resolved size's entry lives as long as this one
         return _cached(key)
     spec = load_yaml_text(text, str(path))
     if not isinstance(spec, dict) or not {"sufficient_statistics", "natural_parameters"} & set(spec):
@@ -98,6 +103,7 @@ def _load_family_file(path: Path, given=None) -> Family:
                                  f"family '{path.stem}'")
         rkey = (str(path.resolve()), text, "resolved", resolved)
         if _cached(rkey) is not None:
+            _ALIASES[key] = rkey
             _remember(key, _cached(rkey))
             return _cached(key)
     elif given:
@@ -112,7 +118,8 @@ def _load_family_file(path: Path, given=None) -> Family:
         diskcache.store(disk_key, fam)
     _remember(key, fam)
     if resolved is not None:
-        _remember((str(path.resolve()), text, "resolved", resolved), fam)
+        _ALIASES[key] = (str(path.resolve()), text, "resolved", resolved)
+        _remember(_ALIASES[key], fam)
     return fam
 
 

@@ -63,3 +63,14 @@ def test_a_derived_family_is_already_in_canonical_form(name):
     f = load_family(name)
     g = diskcache.canonical(f)
     assert repr(g.h) == repr(f.h) and repr(g.A) == repr(f.A) and repr(g.mu_ord) == repr(f.mu_ord)
+
+
+def test_a_sized_family_stays_one_object_after_its_resolved_entry_is_evicted():
+    """{name: categorical} and {name: categorical, K: 3} are one derivation even when the in-process LRU dropped the
+    entry of the resolved size (the suite's many families did that with the old size of 64)."""
+    from blr_derive.families import library
+    cat = library.load_family("categorical")
+    for key in [k for k in library._FAMILY_CACHE if k[2] == "resolved"]:
+        del library._FAMILY_CACHE[key]
+    assert library.load_family("categorical") is cat                       # refreshes the alias
+    assert library.load_family({"name": "categorical", "K": 3}) is cat
