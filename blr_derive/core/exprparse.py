@@ -296,34 +296,32 @@ class _Builder:
 
     def _sum(self, node, depth):
         """``sum(v)`` or ``sum(f(v))``: Σ_n f(v_n) over the entries of a column vector v, with f one of the
-        unary functions (e.g. ``sum(softplus(X*theta))``; blr_derive/datasum.py)."""
+        unary functions (e.g. ``sum(softplus(X*theta))``; blr_derive/rules/datasum.py); otherwise an expression in
+        the rows of data vectors (``sum(theta - y*log(theta))``, :meth:`_row_sum`)."""
         if len(node.args) != 1 or node.keywords:
             self.fail("sum() takes exactly one argument")
         arg = node.args[0]
-        fname = None
         if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in ELEMENTWISE
                 and len(arg.args) == 1 and not arg.keywords):
-            fname, arg = arg.func.id, arg.args[0]
-        else:
-            # an expression in the rows of data vectors (sum(theta - y*log(theta)), sum(0.5*y*theta**2)) is
-            # summed term by term; a vector expression that is not one (sum(X*theta)) is summed as a vector
-            try:
+            v = self._column(arg.args[0], depth)
+            if v is None:                                   # sum(log(1 + theta*y)): by rows
                 return self._row_sum(arg, depth)
-            except SpecError as row_error:
-                try:
-                    v = self.build(arg, depth)
-                except SpecError:
-                    raise row_error from None
-                if not (_is_mat(v) and v.shape[1] == 1 and v.shape[0] != 1):
-                    raise row_error from None
-                return DataSum(sp.Lambda(U, U), v)
+            return DataSum(sp.Lambda(U, FUNCTIONS[arg.func.id](arg.func.id, [U])), v)
         try:
-            v = self.build(arg, depth)
+            return self._row_sum(arg, depth)
+        except SpecError as row_error:                      # sum(X*theta): a vector expression, summed as one
+            v = self._column(arg, depth)
+            if v is None:
+                raise row_error from None
+            return DataSum(sp.Lambda(U, U), v)
+
+    def _column(self, node, depth):
+        """The column vector ``node`` builds to, or None (it does not build, or is not a column vector)."""
+        try:
+            v = self.build(node, depth)
         except SpecError:
-            v = None
-        if not (_is_mat(v) and v.shape[1] == 1 and v.shape[0] != 1):      # sum(log(1 + theta*y)): by rows
-            return self._row_sum(node.args[0], depth)
-        return DataSum(sp.Lambda(U, FUNCTIONS[fname](fname, [U])), v)
+            return None
+        return v if _is_mat(v) and v.shape[1] == 1 and v.shape[0] != 1 else None
 
     def _row_sum(self, arg, depth):
         """``sum(g(theta, y))`` over the rows of data column vectors, each written as if it were one number

@@ -35,7 +35,7 @@ def _err(msg, container, key=None):
 _X, _Y = sp.Wild("x"), sp.Wild("y")
 
 
-def angle_form(e):
+def defined_inverse(e):
     """Forms of a closed-form inverse map that stay defined where sympy's are 0/0: sympy solves
     (κ cos a, κ sin a) = (x, y) for a as the half-angle form −2 atan((x − √(x² + y²))/y), which is atan2(y, x),
     and for κ as a ratio with a radical in the denominator, which rationalised is √(x² + y²)."""
@@ -70,7 +70,7 @@ def build_family(decl: FamilyDecl) -> Family:
 
     # 1. ordinary <- natural (solve λ = η(params))
     try:
-        fam.ord_from_nat = {k: angle_form(v) for k, v in solve(eta, lam, fam.free_params, symmetric, fam, "nat").items()}
+        fam.ord_from_nat = {k: defined_inverse(v) for k, v in solve(eta, lam, fam.free_params, symmetric, fam, "nat").items()}
     except DerivationError as exc:
         raise _err(f"cannot invert the natural parameters: {exc}", spec, "natural_parameters") from None
     fam.steps.append(("ordinary from natural", "solved λ = η(params) block by block"))

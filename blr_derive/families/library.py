@@ -77,7 +77,8 @@ def _remember(key, fam):
     _FAMILY_CACHE[key] = fam
     _FAMILY_CACHE.move_to_end(key)
     while len(_FAMILY_CACHE) > CACHE_SIZE:
-        _FAMILY_CACHE.popitem(last=False)
+        evicted, _ = _FAMILY_CACHE.popitem(last=False)
+        _ALIASES.pop(evicted, None)
 
 
 def _load_family_file(path: Path, given=None) -> Family:

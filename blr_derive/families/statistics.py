@@ -107,7 +107,8 @@ def random_support_points(fam, rng, n):
             elif s == "binary_pm1":
                 v = sp.Integer(int(rng.choice([-1, 1])))
             elif integer_range(s):
-                v = sp.Integer(int(rng.integers(integer_range(s)[0], integer_range(s)[1] + 1)))
+                lo, hi = integer_range(s)
+                v = sp.Integer(int(rng.integers(lo, hi + 1)))
             else:
                 v = sp.Integer(int(rng.integers(0, 20)))
             pt[c] = v

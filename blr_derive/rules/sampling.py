@@ -8,7 +8,7 @@ import sympy as sp
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import binary
 from blr_derive.rules.args import Ctx
-from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Sampling
+from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling
 
 #: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
 THRESHOLDS = (sp.sign, binary)
@@ -158,3 +158,17 @@ def relaxed_natural_gradient(recipe, D, approx, mode):
            (r"\nabla_{\mu}\mathbb{E}_q[\bar\ell]", avg, r"\approx")])
     return [avg]
 
+
+class SampledRule(Rule):
+    """An expectation rule that draws from the family's sampler: the shared applicability check, and
+    ``derive`` (one of the derivations above) for the natural gradient."""
+    kind = "expectation"
+    losses = ("abstract",)
+    derive = staticmethod(sampled_natural_gradient)
+
+    def check(self, ctx):
+        if ctx.candidate == "single":
+            check_sampler(ctx, self.name)
+
+    def natural_gradient(self, ctx):
+        return self.derive(ctx.recipe, ctx.D, ctx.approx(self.name), self.name)
