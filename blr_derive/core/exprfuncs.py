@@ -151,6 +151,7 @@ FUNCTIONS: dict[str, Callable] = {
     "log1p": _unary_scalar(_log1p),
     "lmvgamma": _lmvgamma,
     "besseli": _special(sp.besseli, 2),
+    "exp1": _unary_scalar(specialfns.exp1),
     "mvdigamma": _mvdigamma,
     "softplus": _special(specialfns.softplus, 1),
     "xlogy": _special(specialfns.xlogy, 2),

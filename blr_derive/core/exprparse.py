@@ -13,7 +13,7 @@ Grammar
 * operators: ``+ - * / **`` and ``@`` (matrix product), unary ``-``/``+``, parentheses
 * attribute: ``X.T`` (transpose) only
 * calls: the functions in :data:`FUNCTIONS` (``log exp sqrt abs inv det tr eye ...``; special
-  functions ``lgamma digamma polygamma gamma factorial log1p lmvgamma mvdigamma``)
+  functions ``lgamma digamma polygamma gamma factorial log1p lmvgamma mvdigamma besseli exp1``)
 * ``sum(v)`` and ``sum(f(v))``: the sum over the entries of a column vector, with f applied entrywise
   (f in :data:`ELEMENTWISE`), e.g. ``sum(softplus(X*theta))`` for a loss summed over data
 """
@@ -38,7 +38,7 @@ MAX_SPECIAL_ARG = 200           # |x| of a numeric argument of factorial/gamma/l
 MAX_TERMS = 10_000             # terms after expansion: a product of 32 sums of two symbols expands to 2**32 terms
 MAX_DEGREE = 32                # degree bound (products and powers of symbols): deriving E_q of (theta+1)**64
                                # took 95 s, ((theta+1)**64)**64 ran out of memory
-SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma", "besseli")
+SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma", "besseli", "exp1")
 _NOT_FINITE = (sp.core.numbers.Infinity, sp.core.numbers.NegativeInfinity, sp.core.numbers.ComplexInfinity,
                sp.core.numbers.NaN, sp.core.numbers.ImaginaryUnit)
 

@@ -48,6 +48,33 @@ class logsumexp(sp.Function):
             return sp.log(sp.Add(*[sp.exp(x) for x in self.args])).evalf(sp.core.evalf.prec_to_dps(prec))
 
 
+class exp1(sp.Function):
+    """The exponential integral E₁(x) = ∫₁^∞ e^{-xt}/t dt for x > 0 (``scipy.special.exp1``, by whose name
+    ``lambdify`` finds it).  E[log θ] of the inverse Gaussian is log m − e^{2s/m} E₁(2s/m)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        x = self.args[0]
+        return -sp.exp(-x) / x
+
+    def _eval_rewrite_as_expint(self, x, **kwargs):
+        return sp.expint(1, x)
+
+    def _eval_evalf(self, prec):
+        if self.args[0].is_number:
+            return sp.expint(1, self.args[0]).evalf(sp.core.evalf.prec_to_dps(prec))
+
+    def _numpycode(self, printer):
+        """numpy-style printers (sympy's ``printmethod``): ``scipy.special.exp1``, its import recorded the way the
+        printer records others (``imports``, else sympy's ``_module_format``)."""
+        imports = getattr(printer, "imports", None)
+        if isinstance(imports, set):
+            imports.add("scipy.special")
+            return f"scipy.special.exp1({printer._print(self.args[0])})"
+        return f"{printer._module_format('scipy.special.exp1')}({printer._print(self.args[0])})"
+
+
 class binary(sp.Function):
     """The binary value of x: -1 where x < 0 and +1 elsewhere (0 and NaN included), so that a binary weight always
     holds -1 or +1 (``sign`` gives 0 at 0).  Piecewise constant: its derivative is 0 (straight-through and

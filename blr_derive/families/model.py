@@ -47,6 +47,7 @@ class Family:
     gaussian_mean: object = None
     gaussian_cov: object = None
     sampler: object = None          # θ as an expression of the parameters and a uniform draw u
+    expected_log_h: object = None   # a declared E_q[log h] in ordinary parameters (`expected_log_base_measure`)
     elementwise: bool = False
     symmetric: frozenset = frozenset()
     file: str | None = None
@@ -136,6 +137,7 @@ class Family:
     def expect_log_h(self):
         """E_q[log h(θ)] in ordinary parameters.
 
+        * a declared ``expected_log_base_measure``: as declared (``check`` tests it against quadrature);
         * constant log h: itself;
         * Gaussian families: closed-form Gaussian moments of a polynomial log h;
         * log h = c0 + Σ c_i T_i(θ): c0 + Σ c_i μ_i;
@@ -144,6 +146,8 @@ class Family:
         lh = self.log_h
         if not self.depends_on_variable(lh):
             return lh
+        if self.expected_log_h is not None:
+            return self.expected_log_h
         if self.is_gaussian:
             try:
                 return self.expect_gaussian(lh)

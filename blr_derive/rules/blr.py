@@ -129,6 +129,8 @@ def tidy(e, fam, D, sym, new_sym):
     if is_mat(e):
         return simplify_mat(e, sym)
     keys = [p.symbol for p in fam.params.values()] + [c[0] for c in D.oracle_calls] + list(new_sym.values())
+    if e.atoms(sp.MatrixSymbol):     # a scalar with matrix parts (tr(H)/P of an isotropic Gaussian): collect by
+        keys = [k for k in keys if not is_mat(k)]      # the scalar keys (sympy cannot collect by a matrix symbol)
     # exp(a + b) stays whole: split into exp(a)·exp(b) it overflows where the whole does not (a softmax)
     if e.has(sp.exp):      # exp(a)·exp(b) → exp(a + b): one factor cannot overflow while the product is finite
         e = sp.powsimp(e, combine="exp")
@@ -195,13 +197,13 @@ def roots_in_domain(roots, ex, x, level):
 
 def increment(e, target, p, known_new, solved_expr, sym):
     """p_{t+1} = p_t + Δ with Δ solving η(Δ; new others) = λ_{t+1} - η(p_t; new others), when η is linear in p."""
+    if is_mat(p) and any(isinstance(a, sp.Inverse) and a.has(p) for a in sp.preorder_traversal(e)):
+        return None                  # not linear (and inv(0) below would not exist: λ = -inv(Sigma)/2)
     zero = sp.ZeroMatrix(*p.shape) if is_mat(p) else sp.Integer(0)
     at_zero = simplify_mat(doit(e.xreplace({p: zero})), sym)
     if not (at_zero == 0 or isinstance(at_zero, sp.ZeroMatrix)):
         return None
     if not is_mat(p) and sp.diff(e, p, 2) != 0:
-        return None
-    if is_mat(p) and any(isinstance(a, sp.Inverse) and a.has(p) for a in sp.preorder_traversal(e)):
         return None
     old_at_new = e.xreplace(solved_expr)
     resid = simplify_mat(expand(doit(target - old_at_new)), sym)

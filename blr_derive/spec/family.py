@@ -140,6 +140,7 @@ class FamilyDecl:
     gaussian_mean: object
     gaussian_cov: object
     sampler: object
+    expected_log_h: object       # a declared E_q[log h] in ordinary parameters (checked by `check`), or None
     spec: object                 # the located mapping (for errors found while deriving)
 
 
@@ -354,10 +355,17 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
         mu_decl = [(_expr(d, decl, i, psyms, f"expectation parameter {i + 1}", file), str(d), where(decl, i))
                    for i, d in enumerate(decl)]
     gauss_mean, gauss_cov = _parse_gaussian(spec, kind, theta, psyms, file)
+    e_logh = None
+    if "expected_log_base_measure" in spec:
+        e_logh = _expr(spec["expected_log_base_measure"], spec, "expected_log_base_measure", psyms,
+                       "expected_log_base_measure", file)
+        if is_mat(e_logh):
+            raise _err("expected_log_base_measure must be a scalar", spec, "expected_log_base_measure")
     return FamilyDecl(
         name=name, description=str(spec.get("description", "")), reference=str(spec.get("reference", "")),
         theta=theta, dim=dim, support=support, params=params, T=T, h=h, eta=eta, lam=lam, mu=mu, A=A,
         elementwise=bool(spec.get("elementwise", False)), symmetric=frozenset(symmetric), file=file,
         variable_kind=kind, vname=vname, components=components, component_supports=comp_supports,
         joint_support=joint, sizes=tuple(sizes or ()), mu_decl=mu_decl, gaussian_mean=gauss_mean,
-        gaussian_cov=gauss_cov, sampler=_parse_sampler(spec, kind, theta, psyms, file), spec=spec)
+        gaussian_cov=gauss_cov, sampler=_parse_sampler(spec, kind, theta, psyms, file), expected_log_h=e_logh,
+        spec=spec)

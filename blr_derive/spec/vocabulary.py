@@ -79,7 +79,7 @@ SCALAR_SUPPORTS = tuple(CONTINUOUS_SUPPORTS) + tuple(DISCRETE_SUPPORTS)
 FAMILY_KEYS = {
     "name", "description", "reference", "variable", "dimension", "support", "parameters",
     "sufficient_statistics", "base_measure", "natural_parameters", "log_partition",
-    "expectation_parameters", "gaussian", "elementwise", "sampler", "sizes",
+    "expectation_parameters", "gaussian", "elementwise", "sampler", "sizes", "expected_log_base_measure",
 }
 
 
