@@ -65,15 +65,6 @@ class exp1(sp.Function):
         if self.args[0].is_number:
             return sp.expint(1, self.args[0]).evalf(sp.core.evalf.prec_to_dps(prec))
 
-    def _numpycode(self, printer):
-        """numpy-style printers (sympy's ``printmethod``): ``scipy.special.exp1``, its import recorded the way the
-        printer records others (``imports``, else sympy's ``_module_format``)."""
-        imports = getattr(printer, "imports", None)
-        if isinstance(imports, set):
-            imports.add("scipy.special")
-            return f"scipy.special.exp1({printer._print(self.args[0])})"
-        return f"{printer._module_format('scipy.special.exp1')}({printer._print(self.args[0])})"
-
 
 class binary(sp.Function):
     """The binary value of x: -1 where x < 0 and +1 elsewhere (0 and NaN included), so that a binary weight always

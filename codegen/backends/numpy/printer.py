@@ -161,6 +161,10 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         return s
 
     # special functions (scipy.special; tested against it in tests/test_special_functions.py)
+    def _print_exp1(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.exp1({self._print(expr.args[0])})"
+
     def _print_besseli(self, expr):
         self.imports.add("scipy.special")
         return f"scipy.special.iv({self._print(expr.args[0])}, {self._print(expr.args[1])})"
