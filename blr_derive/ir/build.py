@@ -146,9 +146,12 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     outputs = [(name, sym) for name, sym, _ in D.updates] + [(p.name, p.symbol) for p in fam.params.values()
                                                              if p.fixed]
     used = _used_symbols(D, assignments, state)
+    if r.peer is not None:
+        _check_peer_states(r, state)
+        used |= {x for c in (r.peer.checks or []) + (r.peer.sparse_checks or []) for x in c.condition.free_symbols}
     hyper = [HyperVar(h.name, h.kind, h.default, h.description,
                       (h.symbol,) if h.symbol is not None else tuple(es for _, es in h.elements),
-                      tuple(c for c, _ in h.elements) if h.kind == "choice" else ()) for h in r.hyper]
+                      tuple(c for c, _ in h.elements) if h.kind == "choice" else (), h.keyword_only) for h in r.hyper]
     hyper = [h for h in hyper if any(s in used for s in h.symbols)]
     mean = next((p.name for p in fam.params.values() if fam.gaussian_mean is not None
                  and p.symbol == fam.gaussian_mean), None)
@@ -163,12 +166,22 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
         family_maps=_family_maps(fam),
         entry_points=federated_entry_points(D.federated, state, hyper, dims) if D.federated is not None else None,
     )
+    ir.peer = r.peer
     sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}
     sym |= {str(c.symbol) for c in calls if c.oracle == "hess" and is_mat(c.symbol)}
     names = {v.name for v in state} | {v.name for v in data} | {str(c.symbol) for c in calls}
     ir.symmetric = frozenset(n for n in sym if n in names)
     check_printed_names(ir, r)
     return seal_text(ir)
+
+
+def _check_peer_states(r, state):
+    """``peer.state_names`` may only rename state the update keeps."""
+    known = {v.name for v in state}
+    for name in r.peer.state_names:
+        if name not in known:
+            raise SpecError(f"peer: state_names names unknown state '{name}' (known: {', '.join(sorted(known))})",
+                            r.file, r.peer.state_lines.get(name))
 
 
 def _family_maps(fam):

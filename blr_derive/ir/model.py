@@ -35,6 +35,7 @@ class HyperVar:
     description: str
     symbols: tuple       # the scalar symbols it binds (one, one per tuple element, or one boolean per choice)
     choices: tuple = ()
+    keyword_only: bool = False   # passed by name only (after ``*`` in a constructor)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class UpdateIR:
     family_maps: dict | None = None      # μ → λ by Newton's method in the generated module (numeric inverses)
     entry_points: object = None          # EntryPoints: more functions of the module (e.g. Bayesian ADMM's steps)
     symmetric: frozenset = frozenset()   # names of the symmetric matrices among state, data and oracle values
+    peer: object = None                  # spec.peer.Peer: stored state names and constructor checks, or None
 
 
 @dataclass

@@ -12,7 +12,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.names import check_name_at
 from blr_derive.core.yamlio import LDict, check_keys, finite_number, where
 
-HP_KEYS = {"default", "description", "names", "type", "choices", "required", "allow_infinite"}
+HP_KEYS = {"default", "description", "names", "type", "choices", "required", "allow_infinite", "keyword_only"}
 DATA_KEYS = {"shape", "description", "symmetric"}
 
 
@@ -24,6 +24,7 @@ class Hyper:
     description: str = ""
     kind: str = "float"      # float | int | bool | tuple | choice
     elements: tuple = ()     # tuples: ((name, symbol), ...); choices: ((choice, boolean symbol), ...)
+    keyword_only: bool = False   # a constructor argument that can only be passed by name (after ``*``)
 
 
 @dataclass
@@ -127,6 +128,11 @@ def parse_hyperparameter(hname, hdecl, hspec, taken, kinds=ALL_KINDS, keys=HP_KE
         h = _tuple(hname, hdecl, d, desc, taken)
     else:
         h = _number(hname, hdecl, d, desc, htype)
+    kw_only = hdecl.get("keyword_only", False)
+    if not isinstance(kw_only, bool) or (kw_only and required):
+        raise err(f"hyperparameter '{hname}': keyword_only must be true or false (and needs a default)", hdecl,
+                  "keyword_only")
+    h.keyword_only = kw_only
     if h.kind not in kinds:
         raise err(f"hyperparameter '{hname}': a {h.kind} hyperparameter is not supported here "
                   f"(use {' or '.join(kinds)})", hdecl, "default")
@@ -141,6 +147,7 @@ def parse_hyperparameters(spec, taken: set, **how) -> list:
     if not isinstance(hspec, dict):
         raise err("hyperparameters must be a mapping", spec, "hyperparameters")
     hyper = [parse_hyperparameter(n, d, hspec, taken, **how) for n, d in hspec.items()]
+    hyper = [h for h in hyper if not h.keyword_only] + [h for h in hyper if h.keyword_only]
     seen_default = None
     for h in hyper:
         if h.default is not None:

@@ -14,12 +14,14 @@ from blr_derive.core.names import check_name_at
 from blr_derive.core.yamlio import LDict, check_keys, where
 from blr_derive.spec.correction import correction_data
 from blr_derive.spec.federated import parse_federated
+from blr_derive.spec.peer import parse_peer
 from blr_derive.spec.hyper import (Approx, DataVar, Hyper, add_learning_rate, err, learning_rate_name, parse_approximations,  # noqa: F401
                                    parse_data, parse_hyperparameters, scalar_symbols)
 
 RECIPE_KEYS = {
     "name", "title", "class_name", "description", "paper", "family", "loss", "approximations",
     "hyperparameters", "learning_rate", "checked_against", "state_init", "parameter", "federated", "sizes",
+    "peer",
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
 
@@ -46,6 +48,7 @@ class Recipe:
     state_init: dict = field(default_factory=dict)   # state name -> raw YAML value (parsed by passes)
     parameter: object = None           # what a model's weights hold (targets that own them, e.g. torch), or None
     federated: object = None           # spec.federated.Federated for a 'federated' section (Bayesian ADMM), or None
+    peer: object = None                # spec.peer.Peer: state names and argument checks of a hand-written peer
 
     def hyper_symbol(self, name):
         for h in self.hyper:
@@ -137,12 +140,17 @@ def parse_recipe(spec, fam, rule_kinds: dict, file=None) -> Recipe:
         except SpecError as e:                       # locate the clash at the approximation that caused it
             raise e.located(file, pc.line)
     federated = parse_federated(spec, fam, hyper, data, taken) if "federated" in spec else None
+    shown = {h.name for h in hyper} | {n for h in hyper if h.kind == "tuple" for n, _ in h.elements}
+    hsyms = {h.name: h.symbol for h in hyper if h.symbol is not None}
+    hsyms.update(scalar_symbols(hyper))
+    peer = parse_peer(spec, hsyms, {h.name: dict(h.elements) for h in hyper if h.kind == "choice"}, shown)
     return Recipe(
         name=name, title=str(spec.get("title", name)), description=str(spec.get("description", "")),
         paper=str(spec.get("paper", "")), family=fam, loss_kind=kind, loss=expr, loss_text=text,
         data=data, hyper=hyper, approximations=approxs, learning_rate=lr,
         class_name=str(spec.get("class_name", "")), checked_against=str(spec.get("checked_against", "")),
         file=file, spec=spec, state_init=_state_init(spec), parameter=_parameter(spec, fam), federated=federated,
+        peer=peer,
     )
 
 
