@@ -96,6 +96,127 @@ def _others(ir, target, mean, parameter):
     return others
 
 
+def _drop_identity(expr, sym):
+    """``expr`` with the Piecewise branches that keep ``sym`` unchanged replaced by 0 (not a use of its value)."""
+    if isinstance(expr, sp.Piecewise):
+        return sp.Piecewise(*[(sp.Integer(0) if e == sym else e, c) for e, c in expr.args])
+    return expr
+
+
+def stored_names(plan) -> dict:
+    """The key under which each state variable is kept in ``optimizer.state[p]``: the recipe's peer name
+    (``peer: state_names``, e.g. Adam's ``exp_avg``) where it gives one, else the variable's own name."""
+    names = plan.ir.peer.state_names if plan.ir.peer is not None else {}
+    return {v.name: names.get(v.name, v.name) for v in plan.others}
+
+
+def state_conditions(plan) -> dict:
+    """For each state besides the parameter, the host condition under which a step reads it or changes it
+    (e.g. AMSGrad's running maximum: ``amsgrad``); a state is kept only while its condition holds, as torch
+    keeps ``max_exp_avg_sq`` only with ``amsgrad=True``."""
+    ir = plan.ir
+    always = set()
+    if ir.sampling is not None:
+        always |= ir.sampling.theta_expr.free_symbols
+        for _, e in ir.sampling.stats:
+            always |= e.free_symbols
+    if plan.mean is None:
+        always |= plan.parameter.free_symbols
+    out_of = dict(ir.outputs)
+    out = {}
+    for v in plan.others:
+        if v.symbol in always or v.name not in out_of:
+            out[v.name] = sp.true
+            continue
+        new = out_of[v.name]
+        program = [(s, _drop_identity(e, v.symbol) if s == new else e) for s, e in ir.assignments]
+        read = need_conditions(program, ir.outputs, [v.symbol])[v.symbol]
+        out[v.name] = _by_definition(ir, sp.Or(read, _write_condition(ir.assignments, new, v.symbol)))
+    return out
+
+
+def step_condition(plan):
+    """When a state keeps its step count: always for a peer that counts steps, else while the update reads
+    the count (SGD reads it only for its momentum buffer's first step); None: never."""
+    ir = plan.ir
+    if ir.peer is not None and ir.peer.counts_steps:
+        return sp.true
+    if ir.step_symbol is None or first_step_only(plan):
+        return None
+    cond = sp.Or(*[need_conditions(ir.assignments, ir.outputs, [ir.step_symbol])[ir.step_symbol]] +
+                 ([sp.true] if plan.mean is None and plan.parameter.has(ir.step_symbol) else []))
+    cond = _by_definition(ir, cond)
+    return None if cond == sp.false else cond
+
+
+def host_states(plan) -> dict:
+    """The states that are one number per tensor: a numeric start and an update that reads only
+    hyperparameters, the step count and such states (NAdam's running product of the momentum schedule,
+    kept by torch.optim.NAdam as a 0-d tensor ``mu_product``).  Returns {name: (symbol, new symbol, the new
+    value as an expression of hyperparameters, t and the old host states)}.  Only for recipes with a
+    ``peer`` section (the peer's checkpoint layout is what asks for a 0-d tensor)."""
+    ir = plan.ir
+    if ir.peer is None:
+        return {}
+    new_of = {name: sym for name, sym in ir.outputs}
+    hyper = {x for h in ir.hyperparameters for x in h.symbols} | ({ir.step_symbol} if ir.step_symbol else set())
+    cands = {v.name: v for v in plan.others if v.init_state is None and v.init is not None
+             and not sp.sympify(v.init).free_symbols and v.name in new_of}
+    defs = dict(ir.assignments)
+
+    def expand(e):
+        for s_, e_ in reversed(ir.assignments):
+            e = e.xreplace({s_: e_}) if e.has(s_) else e
+        return e
+
+    while True:
+        allowed = hyper | {v.symbol for v in cands.values()} | {sp.Symbol(n, real=True) for n in cands}
+        drop = [n for n in cands if n in new_of and new_of[n] in defs
+                and not expand(defs[new_of[n]]).free_symbols <= allowed]
+        drop += [n for n in cands if new_of[n] not in defs]
+        if not drop:
+            break
+        for n in drop:
+            cands.pop(n, None)
+    return {n: (v.symbol, new_of[n], expand(defs[new_of[n]])) for n, v in cands.items()}
+
+
+def first_step_only(plan) -> bool:
+    """Whether a peer that keeps no step count (``peer: counts_steps: false``, e.g. SGD) can run the update
+    without one: the update reads t only as ``t == 1`` (a state's first step, SGD's momentum buffer starting as
+    the direction) and the parameter does not read it; then t is 1 on the step that creates a parameter's state
+    and 2 after it, as torch.optim.SGD tests ``momentum_buffer is None``."""
+    ir = plan.ir
+    t = ir.step_symbol
+    if t is None or ir.peer is None or ir.peer.counts_steps or (plan.mean is None and plan.parameter.has(t)):
+        return False
+    first = sp.Symbol("_first_step")
+    marks = {sp.Eq(t, 1): first, sp.Eq(1, t): first, sp.Ne(t, 1): sp.Not(first), sp.Ne(1, t): sp.Not(first)}
+    return not any(e.xreplace(marks).has(t) for _, e in ir.assignments)
+
+
+def _by_definition(ir, cond):
+    """A condition on hyperparameters only (host values it names replaced by their definitions), or true."""
+    cond = sp.simplify_logic(cond) if cond not in (sp.true, sp.false) else cond
+    for s_, e_ in reversed(ir.assignments):
+        cond = cond.xreplace({s_: e_}) if cond.has(s_) else cond
+    hyper = {x for h in ir.hyperparameters for x in h.symbols}
+    return cond if cond.free_symbols <= hyper else sp.true
+
+
+def _write_condition(assignments, new, old):
+    """When the step gives the state a value other than its own (a Piecewise branch that is not ``old``)."""
+    expr = dict(assignments).get(new)
+    if not isinstance(expr, sp.Piecewise):
+        return sp.true
+    out, earlier = [], []
+    for e, c in expr.args:
+        if e != old:
+            out.append(sp.And(c, *[sp.Not(x) for x in earlier]))
+        earlier.append(c)
+    return sp.Or(*out)
+
+
 def plan_optimizer(ir, target: str) -> OptimizerPlan:
     check_optimizer(ir, target)
     mean, parameter = ir.mean, ir.parameter

@@ -78,11 +78,11 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_acc_delta, _h0, _h2, _h3, _h4, _
         acc_delta = tl.load(_buf_acc_delta + _at)
         g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
         g_wd = (tl.fma(m, _h0, g) if _h1 else g)
-        s_new = tl.fma(s, _h3, _h2*(g_wd*g_wd))
+        s_new = tl.fma(g_wd*g_wd, _h2, _h3*s)
         s_rms = tl.sqrt_rn(s_new + _h4)
         direction = tl.div_rn(g_wd, s_rms)
         acc_delta_step = direction*tl.sqrt_rn(acc_delta + _h4)
-        acc_delta_new = tl.fma(acc_delta, _h3, _h2*(acc_delta_step*acc_delta_step))
+        acc_delta_new = tl.fma(acc_delta_step*acc_delta_step, _h2, _h3*acc_delta)
         m_new = tl.fma(acc_delta_step, _h5, m)
         if acc_delta_new is not acc_delta:
             tl.store(_buf_acc_delta + _at, acc_delta_new)
@@ -96,11 +96,11 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_acc_delta, _h0, _h2, _h3, _h4, _
         acc_delta = tl.load(_buf_acc_delta + _at, mask=_mask)
         g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
         g_wd = (tl.fma(m, _h0, g) if _h1 else g)
-        s_new = tl.fma(s, _h3, _h2*(g_wd*g_wd))
+        s_new = tl.fma(g_wd*g_wd, _h2, _h3*s)
         s_rms = tl.sqrt_rn(s_new + _h4)
         direction = tl.div_rn(g_wd, s_rms)
         acc_delta_step = direction*tl.sqrt_rn(acc_delta + _h4)
-        acc_delta_new = tl.fma(acc_delta, _h3, _h2*(acc_delta_step*acc_delta_step))
+        acc_delta_new = tl.fma(acc_delta_step*acc_delta_step, _h2, _h3*acc_delta)
         m_new = tl.fma(acc_delta_step, _h5, m)
         if acc_delta_new is not acc_delta:
             tl.store(_buf_acc_delta + _at, acc_delta_new, mask=_mask)
@@ -175,7 +175,7 @@ class Adadelta(torch.optim.Optimizer):
     """Adadelta (Triton kernel).
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    (s, acc_delta) lives in ``self.state[p]`` (fp32 views of one buffer per group).
+    (square_avg, acc_delta, step) lives in ``self.state[p]`` (fp32 views of one buffer per group).
 
     Hyperparameters:
         lr (default 1.0): learning rate (scales the unit-corrected step)
@@ -214,24 +214,27 @@ class Adadelta(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
-        for name in ("s", "acc_delta", ):
+        for name, _key in (("s", "square_avg"), ("acc_delta", "acc_delta"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "s":
                     _view.fill_(0)
                 elif name == "acc_delta":
                     _view.fill_(0)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
+        for _p in params:
+            if "step" not in self.state[_p]:
+                self.state[_p]["step"] = torch.tensor(0.0)
         return _lay
 
     def load_state_dict(self, state_dict):
@@ -281,14 +284,17 @@ class Adadelta(torch.optim.Optimizer):
             rho = group["rho"]
             eps = group["eps"]
             weight_decay = group["weight_decay"]
-            t_0 = 1 - rho
-            floats = (float(weight_decay), float(t_0), float(rho), float(eps), float(-lr), )
-            flags = (bool((weight_decay != 0)), )
-            _stats = ()
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["acc_delta"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for _idx_t in (_idx, ):
+                t_0 = 1 - rho
+                floats = (float(weight_decay), float(t_0), float(rho), float(eps), float(-lr), )
+                flags = (bool((weight_decay != 0)), )
+                _stats = ()
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["acc_delta"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for _i in _idx:
+                self.state[_lay.params[_i]]["step"] += 1
         return loss

@@ -101,6 +101,15 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_u, _h0, _h2, _h3, _h4, _h5, _h6,
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _step_buckets(state, params, idx):
+    """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
+    skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
+    buckets = {}
+    for _i in idx:
+        buckets.setdefault(int(state[params[_i]]["step"].item()) + 1, []).append(_i)
+    return sorted(buckets.items())
+
+
 class _Layout:
     """One parameter group laid out for the kernels: element offsets, fp32 state buffers, chunk tables."""
 
@@ -167,7 +176,7 @@ class Adamax(torch.optim.Optimizer):
     """Adamax (Triton kernel).
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    (s, u, step) lives in ``self.state[p]`` (fp32 views of one buffer per group).
+    (exp_inf, exp_avg, step) lives in ``self.state[p]`` (fp32 views of one buffer per group).
 
     Hyperparameters:
         lr (default 0.002): learning rate of the mean
@@ -204,22 +213,22 @@ class Adamax(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
-        for name in ("s", "u", ):
+        for name, _key in (("s", "exp_inf"), ("u", "exp_avg"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "s":
                     _view.fill_(0)
                 elif name == "u":
                     _view.fill_(0)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         for _p in params:
@@ -274,16 +283,16 @@ class Adamax(torch.optim.Optimizer):
             beta1, beta2 = group["betas"]
             eps = group["eps"]
             weight_decay = group["weight_decay"]
-            t = int(self.state[_lay.params[_idx[0]]]["step"].item()) + 1
-            floats = (float(weight_decay), float(beta1), float(1 - beta1), float(1/(1 - beta1**t)), float(beta2), float(eps), float(-lr), )
-            flags = (bool((weight_decay != 0)), )
-            _stats = ()
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["u"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for t, _idx_t in _step_buckets(self.state, _lay.params, _idx):
+                floats = (float(weight_decay), float(beta1), float(1 - beta1), float(1/(1 - beta1**t)), float(beta2), float(eps), float(-lr), )
+                flags = (bool((weight_decay != 0)), )
+                _stats = ()
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["u"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for _i in _idx:
                 self.state[_lay.params[_i]]["step"] += 1
         return loss

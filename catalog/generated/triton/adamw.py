@@ -119,6 +119,15 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_u, _buf_s_max, _h0, _h1, _h2, _h
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _step_buckets(state, params, idx):
+    """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
+    skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
+    buckets = {}
+    for _i in idx:
+        buckets.setdefault(int(state[params[_i]]["step"].item()) + 1, []).append(_i)
+    return sorted(buckets.items())
+
+
 class _Layout:
     """One parameter group laid out for the kernels: element offsets, fp32 state buffers, chunk tables."""
 
@@ -185,7 +194,7 @@ class AdamW(torch.optim.Optimizer):
     """AdamW (decoupled weight decay) (Triton kernel).
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    (s, u, s_max, step) lives in ``self.state[p]`` (fp32 views of one buffer per group).
+    (exp_avg_sq, exp_avg, max_exp_avg_sq, step) lives in ``self.state[p]`` (fp32 views of one buffer per group).
 
     Hyperparameters:
         lr (default 0.001): learning rate of the mean
@@ -223,24 +232,24 @@ class AdamW(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
-        for name in ("s", "u", "s_max", ):
+        for name, _key in (("s", "exp_avg_sq"), ("u", "exp_avg"), ("s_max", "max_exp_avg_sq"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "s":
                     _view.fill_(0)
                 elif name == "u":
                     _view.fill_(0)
                 elif name == "s_max":
                     _view.fill_(0)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         for _p in params:
@@ -296,16 +305,16 @@ class AdamW(torch.optim.Optimizer):
             eps = group["eps"]
             weight_decay = group["weight_decay"]
             amsgrad = bool(group["amsgrad"])
-            t = int(self.state[_lay.params[_idx[0]]]["step"].item()) + 1
-            floats = (float(beta1), float(1 - beta1), float(1/(1 - beta1**t)), float(beta2), float(1 - beta2), float(1/(1 - beta2**t)), float(eps), float(-lr*weight_decay), float(-lr), )
-            flags = (bool(amsgrad), )
-            _stats = ()
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["u"], _lay.buffers["s_max"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for t, _idx_t in _step_buckets(self.state, _lay.params, _idx):
+                floats = (float(beta1), float(1 - beta1), float(1/(1 - beta1**t)), float(beta2), float(1 - beta2), float(1/(1 - beta2**t)), float(eps), float(-lr*weight_decay), float(-lr), )
+                flags = (bool(amsgrad), )
+                _stats = ()
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["u"], _lay.buffers["s_max"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for _i in _idx:
                 self.state[_lay.params[_i]]["step"] += 1
         return loss

@@ -97,7 +97,7 @@ def _update_kernel(_chunks, _ptrs, _buf_lam, _buf_grad_avg, _buf_ngrad, _h0, _h1
         grad_avg = tl.load(_buf_grad_avg + _at)
         ngrad = tl.load(_buf_ngrad + _at)
         grad_N = _h0*ngrad
-        grad_avg_new = tl.fma(grad_avg, _h2, _h1*grad_N)
+        grad_avg_new = tl.fma(grad_N, _h1, _h2*grad_avg)
         lam_new = tl.fma(grad_avg_new, _h5, _h3*lam) + _h4
         param_new = tl.where(lam_new < 0, -1.0, tl.zeros_like(lam_new) + 1.0)
         if grad_avg_new is not grad_avg:
@@ -111,7 +111,7 @@ def _update_kernel(_chunks, _ptrs, _buf_lam, _buf_grad_avg, _buf_ngrad, _h0, _h1
         grad_avg = tl.load(_buf_grad_avg + _at, mask=_mask)
         ngrad = tl.load(_buf_ngrad + _at, mask=_mask)
         grad_N = _h0*ngrad
-        grad_avg_new = tl.fma(grad_avg, _h2, _h1*grad_N)
+        grad_avg_new = tl.fma(grad_N, _h1, _h2*grad_avg)
         lam_new = tl.fma(grad_avg_new, _h5, _h3*lam) + _h4
         param_new = tl.where(lam_new < 0, -1.0, tl.zeros_like(lam_new) + 1.0)
         if grad_avg_new is not grad_avg:
@@ -367,22 +367,22 @@ class BayesBiNN(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
-        for name in ("lam", "grad_avg", ):
+        for name, _key in (("lam", "lam"), ("grad_avg", "grad_avg"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "lam":
                     _view.copy_(_p.detach())
                 elif name == "grad_avg":
                     _view.fill_(0)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         return _lay
@@ -531,14 +531,15 @@ class BayesBiNN(torch.optim.Optimizer):
             momentum = group["momentum"]
             mc_samples = int(group["mc_samples"])
             eps = group["eps"]
-            floats = (float(train_set_size), float(1 - momentum), float(momentum), float(1 - lr), float((1/2)*lr*math.log(prior_p/(1 - prior_p))), float(-lr), )
-            flags = ()
-            _stats = (_lay.buffers.get("ngrad", _lay.buffers["_mean"]), )
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=())
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["lam"], _lay.buffers["grad_avg"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for _idx_t in (_idx, ):
+                floats = (float(train_set_size), float(1 - momentum), float(momentum), float(1 - lr), float((1/2)*lr*math.log(prior_p/(1 - prior_p))), float(-lr), )
+                flags = ()
+                _stats = (_lay.buffers.get("ngrad", _lay.buffers["_mean"]), )
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=())
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["lam"], _lay.buffers["grad_avg"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         self._samples.clear()
         return loss

@@ -268,6 +268,15 @@ def _noise_kernel(_out, _seed, _n, BLOCK: tl.constexpr):
     tl.store(_out + _offs, tl.randn(_seed, _offs), mask=_offs < _n)
 
 
+def _step_buckets(state, params, idx):
+    """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
+    skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
+    buckets = {}
+    for _i in idx:
+        buckets.setdefault(int(state[params[_i]]["step"].item()) + 1, []).append(_i)
+    return sorted(buckets.items())
+
+
 class _Layout:
     """One parameter group laid out for the kernels: element offsets, fp32 state buffers, chunk tables."""
 
@@ -409,22 +418,22 @@ class IVON(torch.optim.Optimizer):
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
         hess_init = group["hess_init"]
-        for name in ("h", "momentum", ):
+        for name, _key in (("h", "h"), ("momentum", "momentum"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "h":
                     _view.fill_(hess_init)
                 elif name == "momentum":
                     _view.fill_(0)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         for _p in params:
@@ -588,20 +597,20 @@ class IVON(torch.optim.Optimizer):
             clip_radius = group["clip_radius"]
             rescale_lr = bool(group["rescale_lr"])
             debias = bool(group["debias"])
-            t = int(self.state[_lay.params[_idx[0]]]["step"].item()) + 1
-            t_2 = ess*weight_decay
-            t_3 = 1 - beta2
-            t_4 = 1/ess
-            lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
-            floats = (float(weight_decay), float(ess), float(t_2), float(beta2), float(t_3), float((1/2)*t_3**2*t_4), float(beta1), float(1 - beta1), float(1/(1 - beta1**t)), float(-weight_decay), float(t_4), float(clip_radius), float(-clip_radius), float(-lr_mean), )
-            flags = (bool(not hess_approx__price), bool(hess_approx__price), bool(debias), bool((t_2 != 0)), )
-            _stats = (_lay.buffers.get("g", _lay.buffers["_mean"]), _lay.buffers.get("avg_gsq", _lay.buffers["_mean"]), _lay.buffers.get("avg_nxg", _lay.buffers["_mean"]), )
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=())
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["h"], _lay.buffers["momentum"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for t, _idx_t in _step_buckets(self.state, _lay.params, _idx):
+                t_2 = ess*weight_decay
+                t_3 = 1 - beta2
+                t_4 = 1/ess
+                lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
+                floats = (float(weight_decay), float(ess), float(t_2), float(beta2), float(t_3), float((1/2)*t_3**2*t_4), float(beta1), float(1 - beta1), float(1/(1 - beta1**t)), float(-weight_decay), float(t_4), float(clip_radius), float(-clip_radius), float(-lr_mean), )
+                flags = (bool(not hess_approx__price), bool(hess_approx__price), bool(debias), bool((t_2 != 0)), )
+                _stats = (_lay.buffers.get("g", _lay.buffers["_mean"]), _lay.buffers.get("avg_gsq", _lay.buffers["_mean"]), _lay.buffers.get("avg_nxg", _lay.buffers["_mean"]), )
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=())
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["h"], _lay.buffers["momentum"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for _i in _idx:
                 self.state[_lay.params[_i]]["step"] += 1
         self._samples.clear()

@@ -81,7 +81,7 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _h0, _h1, _h3, _h4, _h5, _h2: tl.cons
         hess_N = _h0*ggn
         g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
         h_wd = hess_N + _h1
-        s_new = tl.fma(s, _h4, _h3*h_wd)
+        s_new = tl.fma(h_wd, _h3, _h4*s)
         m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
         if s_new is not s:
             tl.store(_buf_s + _at, s_new)
@@ -96,7 +96,7 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _h0, _h1, _h3, _h4, _h5, _h2: tl.cons
         hess_N = _h0*ggn
         g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
         h_wd = hess_N + _h1
-        s_new = tl.fma(s, _h4, _h3*h_wd)
+        s_new = tl.fma(h_wd, _h3, _h4*s)
         m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
         if s_new is not s:
             tl.store(_buf_s + _at, s_new, mask=_mask)
@@ -222,20 +222,20 @@ class OGN(torch.optim.Optimizer):
             _lay = self._layouts[id(group)] = _Layout(params)
         ess = group["ess"]
         prior_precision = group["prior_precision"]
-        for name in ("s", ):
+        for name, _key in (("s", "s"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "s":
                     _view.fill_(ess*prior_precision)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         return _lay
@@ -293,13 +293,14 @@ class OGN(torch.optim.Optimizer):
             lr = group["lr"]
             beta = group["beta"]
             prior_precision = group["prior_precision"]
-            floats = (float(ess), float(prior_precision), float(beta), float(1 - beta), float(-lr), )
-            flags = (bool((prior_precision != 0)), )
-            _stats = ()
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", "ggn", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], *_stats, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for _idx_t in (_idx, ):
+                floats = (float(ess), float(prior_precision), float(beta), float(1 - beta), float(-lr), )
+                flags = (bool((prior_precision != 0)), )
+                _stats = ()
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", "ggn", ))
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], *_stats, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         return loss

@@ -81,12 +81,12 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_grad_avg, _buf_momentum_buffer, 
         momentum_buffer = tl.load(_buf_momentum_buffer + _at)
         g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
         g_wd = (tl.fma(m, _h0, g) if _h1 else g)
-        grad_avg_new = (tl.fma(grad_avg, _h3, _h2*g_wd) if _h4 else grad_avg)
-        s_new = tl.fma(s, _h3, _h2*(g_wd*g_wd))
+        grad_avg_new = (tl.fma(g_wd, _h2, _h3*grad_avg) if _h4 else grad_avg)
+        s_new = tl.fma(g_wd*g_wd, _h2, _h3*s)
         s_centered = (s_new - grad_avg_new*grad_avg_new if _h4 else s_new)
         s_root = tl.sqrt_rn(s_centered) + _h5
         direction = tl.div_rn(g_wd, s_root)
-        momentum_buffer_new = ((direction if _h6 else tl.fma(momentum_buffer, _h7, direction)) if _h8 else momentum_buffer)
+        momentum_buffer_new = ((direction if _h6 else _h7*momentum_buffer + direction) if _h8 else momentum_buffer)
         m_new = (tl.fma(momentum_buffer_new, _h9, m) if _h8 else tl.fma(direction, _h9, m))
         if momentum_buffer_new is not momentum_buffer:
             tl.store(_buf_momentum_buffer + _at, momentum_buffer_new)
@@ -103,12 +103,12 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_grad_avg, _buf_momentum_buffer, 
         momentum_buffer = tl.load(_buf_momentum_buffer + _at, mask=_mask)
         g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
         g_wd = (tl.fma(m, _h0, g) if _h1 else g)
-        grad_avg_new = (tl.fma(grad_avg, _h3, _h2*g_wd) if _h4 else grad_avg)
-        s_new = tl.fma(s, _h3, _h2*(g_wd*g_wd))
+        grad_avg_new = (tl.fma(g_wd, _h2, _h3*grad_avg) if _h4 else grad_avg)
+        s_new = tl.fma(g_wd*g_wd, _h2, _h3*s)
         s_centered = (s_new - grad_avg_new*grad_avg_new if _h4 else s_new)
         s_root = tl.sqrt_rn(s_centered) + _h5
         direction = tl.div_rn(g_wd, s_root)
-        momentum_buffer_new = ((direction if _h6 else tl.fma(momentum_buffer, _h7, direction)) if _h8 else momentum_buffer)
+        momentum_buffer_new = ((direction if _h6 else _h7*momentum_buffer + direction) if _h8 else momentum_buffer)
         m_new = (tl.fma(momentum_buffer_new, _h9, m) if _h8 else tl.fma(direction, _h9, m))
         if momentum_buffer_new is not momentum_buffer:
             tl.store(_buf_momentum_buffer + _at, momentum_buffer_new, mask=_mask)
@@ -117,6 +117,15 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_grad_avg, _buf_momentum_buffer, 
         if s_new is not s:
             tl.store(_buf_s + _at, s_new, mask=_mask)
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
+
+
+def _step_buckets(state, params, idx):
+    """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
+    skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
+    buckets = {}
+    for _i in idx:
+        buckets.setdefault(int(state[params[_i]]["step"].item()) + 1, []).append(_i)
+    return sorted(buckets.items())
 
 
 class _Layout:
@@ -185,7 +194,7 @@ class RMSprop(torch.optim.Optimizer):
     """RMSprop (Triton kernel).
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    (s, grad_avg, momentum_buffer, step) lives in ``self.state[p]`` (fp32 views of one buffer per group).
+    (square_avg, grad_avg, momentum_buffer, step) lives in ``self.state[p]`` (fp32 views of one buffer per group).
 
     Hyperparameters:
         lr (default 0.01): learning rate of the mean
@@ -228,24 +237,24 @@ class RMSprop(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
-        for name in ("s", "grad_avg", "momentum_buffer", ):
+        for name, _key in (("s", "square_avg"), ("grad_avg", "grad_avg"), ("momentum_buffer", "momentum_buffer"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "s":
                     _view.fill_(0)
                 elif name == "grad_avg":
                     _view.fill_(0)
                 elif name == "momentum_buffer":
                     _view.fill_(0)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         for _p in params:
@@ -302,18 +311,18 @@ class RMSprop(torch.optim.Optimizer):
             weight_decay = group["weight_decay"]
             momentum = group["momentum"]
             centered = bool(group["centered"])
-            t = int(self.state[_lay.params[_idx[0]]]["step"].item()) + 1
-            t_0 = 1 - alpha
-            t_1 = (momentum > 0)
-            floats = (float(weight_decay), float(t_0), float(alpha), float(eps), float(momentum), float(-lr), )
-            flags = (bool((weight_decay != 0)), bool(centered), bool((t == 1)), bool(t_1), )
-            _stats = ()
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["grad_avg"], _lay.buffers["momentum_buffer"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for t, _idx_t in _step_buckets(self.state, _lay.params, _idx):
+                t_0 = 1 - alpha
+                t_1 = (momentum > 0)
+                floats = (float(weight_decay), float(t_0), float(alpha), float(eps), float(momentum), float(-lr), )
+                flags = (bool((weight_decay != 0)), bool(centered), bool((t == 1)), bool(t_1), )
+                _stats = ()
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], _lay.buffers["grad_avg"], _lay.buffers["momentum_buffer"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for _i in _idx:
                 self.state[_lay.params[_i]]["step"] += 1
         return loss

@@ -72,7 +72,7 @@ def _update_kernel(_chunks, _ptrs, _buf_momentum_buffer, _h0, _h3, _h4, _h7, _h1
         g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 16) + _start + _offs).to(tl.float32)
         g_wd = (tl.fma(m, _h0, g) if _h1 else g)
         direction = g_wd
-        momentum_buffer_new = ((direction if _h2 else tl.fma(momentum_buffer, _h4, _h3*direction)) if _h5 else momentum_buffer)
+        momentum_buffer_new = ((direction if _h2 else tl.fma(direction, _h3, _h4*momentum_buffer)) if _h5 else momentum_buffer)
         m_new = (tl.fma((tl.fma(momentum_buffer_new, _h4, direction) if _h6 else momentum_buffer_new), _h7, m) if _h5 else tl.fma(direction, _h7, m))
         if momentum_buffer_new is not momentum_buffer:
             tl.store(_buf_momentum_buffer + _at, momentum_buffer_new)
@@ -84,11 +84,20 @@ def _update_kernel(_chunks, _ptrs, _buf_momentum_buffer, _h0, _h3, _h4, _h7, _h1
         g = tl.load(tl.multiple_of(tl.load(_row + 1).to(tl.pointer_type(PDT)), 1) + _start + _offs, mask=_mask).to(tl.float32)
         g_wd = (tl.fma(m, _h0, g) if _h1 else g)
         direction = g_wd
-        momentum_buffer_new = ((direction if _h2 else tl.fma(momentum_buffer, _h4, _h3*direction)) if _h5 else momentum_buffer)
+        momentum_buffer_new = ((direction if _h2 else tl.fma(direction, _h3, _h4*momentum_buffer)) if _h5 else momentum_buffer)
         m_new = (tl.fma((tl.fma(momentum_buffer_new, _h4, direction) if _h6 else momentum_buffer_new), _h7, m) if _h5 else tl.fma(direction, _h7, m))
         if momentum_buffer_new is not momentum_buffer:
             tl.store(_buf_momentum_buffer + _at, momentum_buffer_new, mask=_mask)
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
+
+
+def _step_buckets(state, params, idx):
+    """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
+    skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
+    buckets = {}
+    for _i in idx:
+        buckets.setdefault(int(state[params[_i]]["step"].item()) + 1, []).append(_i)
+    return sorted(buckets.items())
 
 
 class _Layout:
@@ -197,20 +206,20 @@ class SGD(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
-        for name in ("momentum_buffer", ):
+        for name, _key in (("momentum_buffer", "momentum_buffer"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "momentum_buffer":
                     _view.fill_(0)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         for _p in params:
@@ -266,17 +275,17 @@ class SGD(torch.optim.Optimizer):
             dampening = group["dampening"]
             weight_decay = group["weight_decay"]
             nesterov = bool(group["nesterov"])
-            t = int(self.state[_lay.params[_idx[0]]]["step"].item()) + 1
-            t_0 = (momentum != 0)
-            floats = (float(weight_decay), float(1 - dampening), float(momentum), float(-lr), )
-            flags = (bool((weight_decay != 0)), bool((t == 1)), bool(t_0), bool(nesterov), )
-            _stats = ()
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["momentum_buffer"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for t, _idx_t in _step_buckets(self.state, _lay.params, _idx):
+                t_0 = (momentum != 0)
+                floats = (float(weight_decay), float(1 - dampening), float(momentum), float(-lr), )
+                flags = (bool((weight_decay != 0)), bool((t == 1)), bool(t_0), bool(nesterov), )
+                _stats = ()
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["momentum_buffer"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
             for _i in _idx:
                 self.state[_lay.params[_i]]["step"] += 1
         return loss

@@ -211,20 +211,20 @@ class STE(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
-        for name in ("lam", ):
+        for name, _key in (("lam", "lam"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "lam":
                     _view.copy_(_p.detach())
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         return _lay
@@ -273,13 +273,14 @@ class STE(torch.optim.Optimizer):
             if not _idx:
                 continue
             lr = group["lr"]
-            floats = (float(-lr), )
-            flags = ()
-            _stats = ()
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["lam"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for _idx_t in (_idx, ):
+                floats = (float(-lr), )
+                flags = ()
+                _stats = ()
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=("grad", ))
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["lam"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         return loss

@@ -90,7 +90,7 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_g, _buf_avg_ggn, _h0, _h1, _h3, 
         hess_N = _h0*avg_ggn
         g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
         h_wd = hess_N + _h1
-        s_new = tl.fma(s, _h4, _h3*h_wd)
+        s_new = tl.fma(h_wd, _h3, _h4*s)
         m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
         if s_new is not s:
             tl.store(_buf_s + _at, s_new)
@@ -105,7 +105,7 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_g, _buf_avg_ggn, _h0, _h1, _h3, 
         hess_N = _h0*avg_ggn
         g_wd = (tl.fma(m, _h1, grad_N) if _h2 else grad_N)
         h_wd = hess_N + _h1
-        s_new = tl.fma(s, _h4, _h3*h_wd)
+        s_new = tl.fma(h_wd, _h3, _h4*s)
         m_new = tl.fma(tl.div_rn(g_wd, s_new), _h5, m)
         if s_new is not s:
             tl.store(_buf_s + _at, s_new, mask=_mask)
@@ -342,20 +342,20 @@ class VOGN(torch.optim.Optimizer):
             _lay = self._layouts[id(group)] = _Layout(params)
         ess = group["ess"]
         prior_precision = group["prior_precision"]
-        for name in ("s", ):
+        for name, _key in (("s", "s"), ):
             _views = _lay.views.get(name)
-            if _views is not None and all(self.state[_p].get(name) is v for _p, v in zip(params, _views)):
+            if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
                 continue
             flat = _lay.buffer(name)
             _views = []
             for _p, _o, _n in zip(params, _lay.offsets, _lay.sizes):
                 state = self.state[_p]
                 _view = flat[_o:_o + _n].view_as(_p)
-                if name in state:
-                    _view.copy_(state[name])
+                if _key in state:
+                    _view.copy_(state[_key])
                 elif name == "s":
                     _view.fill_(ess*prior_precision)
-                state[name] = _view
+                state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
         return _lay
@@ -506,14 +506,15 @@ class VOGN(torch.optim.Optimizer):
             beta = group["beta"]
             prior_precision = group["prior_precision"]
             mc_samples = int(group["mc_samples"])
-            floats = (float(ess), float(prior_precision), float(beta), float(1 - beta), float(-lr), )
-            flags = (bool((prior_precision != 0)), )
-            _stats = (_lay.buffers.get("g", _lay.buffers["_mean"]), _lay.buffers.get("avg_ggn", _lay.buffers["_mean"]), )
-            for dtype, _sub in _lay.buckets(_idx):
-                chunks = _lay.chunks(_sub)
-                if not len(chunks):          # only empty parameters
-                    continue
-                _keep, ptrs = self._pointer_table(_lay, _sub, use=())
-                _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], *_stats, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
+            for _idx_t in (_idx, ):
+                floats = (float(ess), float(prior_precision), float(beta), float(1 - beta), float(-lr), )
+                flags = (bool((prior_precision != 0)), )
+                _stats = (_lay.buffers.get("g", _lay.buffers["_mean"]), _lay.buffers.get("avg_ggn", _lay.buffers["_mean"]), )
+                for dtype, _sub in _lay.buckets(_idx_t):
+                    chunks = _lay.chunks(_sub)
+                    if not len(chunks):          # only empty parameters
+                        continue
+                    _keep, ptrs = self._pointer_table(_lay, _sub, use=())
+                    _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s"], *_stats, *floats, *flags, NPTR=4, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         self._samples.clear()
         return loss

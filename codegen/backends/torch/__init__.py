@@ -18,8 +18,15 @@ import sympy as sp
 
 from blr_derive.codegen.backends.torch.config import CONFIG
 from blr_derive.codegen.inert import template_env
-from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer
+from blr_derive.spec.peer import SWITCHES
+from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer, state_conditions, step_condition, stored_names, first_step_only, host_states
+from blr_derive.codegen.backends.torch.inplace import PlannedCompiler, inline_single_use
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
+
+
+#: torch.optim's implementation switches and their defaults (a recipe's ``peer: switches`` places them)
+SWITCH_DEFAULTS = {"maximize": "False", "foreach": "None", "capturable": "False", "differentiable": "False",
+                   "fused": "None"}
 
 
 class TorchTarget:
@@ -39,33 +46,82 @@ class TorchTarget:
     def render(self, ir) -> str:
         plan = plan_optimizer(ir, self.name)
         host = HostPrinter()
-        tensors = plan.state_syms | {c.symbol for c in ir.oracle_calls} | set(plan.stats_in)
-        comp = ForeachCompiler(tensors)
+        scalar_states = host_states(plan)            # one number per tensor (0-d tensors in the state)
+        scalar_new = {new for _, new, _ in scalar_states.values()}
+        tensors = {s for s in plan.state_syms if str(s) not in scalar_states} | {c.symbol for c in ir.oracle_calls} \
+            | set(plan.stats_in)
+        point = self.point_view(plan)
+        program = self.program(ir, plan, tensors, point, scalar_new)   # first: it refuses what no torch program can print
         fused = FusedCompiler(tensors)
         for sym, expr in ir.assignments:
-            comp.assign(sym, expr, plan.need[sym])
-            fused.assign(sym, expr, plan.need[sym])
-        point = self.point_view(plan)
+            if sym not in scalar_new:
+                fused.assign(sym, expr, plan.need[sym])
         if point is None:
             mean_out = [str(sym) for name, sym in ir.outputs if name == ir.mean][0]
         else:
-            comp.assign(*plan.param_new)
             fused.assign(*plan.param_new)
             mean_out = str(plan.param_new[0])
         sampling = self.sampling_view(plan, host)
         stat_syms = plan.stat_symbols() if ir.sampling is not None else set()
+        stored = stored_names(plan)
+        checks, check_hyper = self.checks_view(ir, host)
+        sparse_checks, sparse_hyper = self.checks_view(ir, host, "sparse_checks")
+        conds = state_conditions(plan)
+        step_cond = step_condition(plan)
+        state_cond = {k: None if c == sp.true else host.doprint(c) for k, c in conds.items()}
+        cond_syms = {str(x) for c in list(conds.values()) + [sp.true if step_cond is None else step_cond] for x in c.free_symbols}
+        init_hyper = plan.init_hyper + [h for h in plan.hyper_using(cond_syms) if h not in plan.init_hyper]
         return self.env.get_template(self.template).render(
-            ir=ir, program=comp.lines, outputs=plan.outputs, mean_out=mean_out, others=plan.others,
-            host=host.doprint, init_hyper=plan.init_hyper, grads=plan.grads, sampling=sampling, fused=fused,
-            host_unpack=", ".join(a[0] for a in fused.args) + ("," if len(fused.args) == 1 else ""),
-            optional_lists=[str(a) for a in plan.stats_in if plan.need[a] != sp.true],
+            ir=ir, program=program, outputs=[(n, o) for n, o in plan.outputs if n not in scalar_states],
+            scalar_states=[(n, str(new), host.doprint(e)) for n, (_, new, e) in scalar_states.items()],
+            scalar_names=set(scalar_states),
+            mean_out=mean_out,
+            others=plan.others, host=host.doprint, init_hyper=init_hyper, state_cond=state_cond, grads=plan.grads, sampling=sampling,
+            fused=fused, host_unpack=", ".join(a[0] for a in fused.args) + ("," if len(fused.args) == 1 else ""),
             point=point, param_list=ir.mean if point is None else point["list"],
             saved=ir.mean if point is None else point["saved"],
             kernel_lists=([] if point is None else [point["list"]])
-            + [v.name for v in ir.state] + [str(c.symbol) for c in ir.oracle_calls] + [str(a) for a in plan.stats_in],
+            + [v.name for v in ir.state if v.name not in scalar_states] + [str(c.symbol) for c in ir.oracle_calls]
+            + [str(a) for a in plan.stats_in],
             other_oracles=plan.other_oracles, theta_hyper=plan.theta_hyper,
-            stat_hyper=plan.hyper_using(stat_syms),
+            stat_hyper=plan.hyper_using(stat_syms), stored=stored,
+            renamed=[(k, v) for k, v in stored.items() if k != v], checks=checks, check_hyper=check_hyper,
+            sparse_checks=sparse_checks, sparse_hyper=sparse_hyper,
+            keeps_step=step_cond is not None, first_step=first_step_only(plan),
+            switches=ir.peer.switches if ir.peer is not None and ir.peer.switches else ((), SWITCHES),
+            switch_defaults=SWITCH_DEFAULTS,
+            group_entries=sorted(ir.peer.group_entries.items()) if ir.peer is not None else [],
+            step_cond=None if step_cond is None or step_cond == sp.true else host.doprint(step_cond),
         )
+
+    @staticmethod
+    def program(ir, plan, tensors, point, scalar_new=frozenset()):
+        """The multi-tensor program with planned buffers (codegen/backends/torch/inplace.py): every state whose
+        old value is dead is updated in its own tensors, the mean (the parameter) included.  The new values of
+        states that are one number per tensor (``scalar_new``) are computed on the host before it."""
+        assignments = [(s_, e) for s_, e in ir.assignments if s_ not in scalar_new] \
+            + ([plan.param_new] if point is not None else [])
+        final = {sym for _, sym in ir.outputs if sym not in scalar_new} | ({plan.param_new[0]} if point is not None else set())
+        keep = final | {s for c in plan.need.values() for s in c.free_symbols}
+        program = inline_single_use(assignments, keep, tensors)
+        by_name = {v.name: v.symbol for v in ir.state}
+        dests = {sym: (name, by_name[name]) for name, sym in ir.outputs
+                 if name in by_name and str(sym) != name and (point is None or name != ir.mean) and sym not in scalar_new}
+        comp = PlannedCompiler(tensors, dests, final, indent="        ")
+        return comp.compile_program(program, plan.need)
+
+    @staticmethod
+    def checks_view(ir, host, which="checks"):
+        """A recipe's peer checks (``which``: the constructor's, or those on sparse gradients) as (Python
+        condition, message pieces), and the hyperparameters they read."""
+        checks = None if ir.peer is None else getattr(ir.peer, which)
+        if checks is None:
+            return None, []
+        used = set()
+        for c in checks:
+            used |= {str(s) for s in c.condition.free_symbols}
+        return ([(host.doprint(c.condition), c.message) for c in checks],
+                [h for h in ir.hyperparameters if any(str(s) in used for s in h.symbols)])
 
     @staticmethod
     def point_view(plan):
@@ -74,7 +130,7 @@ class TorchTarget:
             return None
         init_c = ForeachCompiler(set(plan.state_syms), indent="                ")
         init_c.assign(sp.Symbol("param_init"), plan.parameter)
-        return {"list": "params", "saved": "_saved", "text": sp.sstr(plan.parameter), "init_program": init_c.lines,
+        return {"list": "_pr", "saved": "_saved", "text": sp.sstr(plan.parameter), "init_program": init_c.lines,
                 "init_hyper": [h for h in plan.ir.hyperparameters
                                if any(s in plan.parameter.free_symbols for s in h.symbols)]}
 

@@ -4,7 +4,7 @@ from blr_derive.codegen.config import TargetConfig
 CONFIG = TargetConfig(
     name="torch",
     suffix=".py",
-    modules=frozenset({"contextlib", "math", "torch"}),
+    modules=frozenset({"contextlib", "math", "torch", "warnings"}),
     template="optimizer.py.j2",
     structures=("single",),
     description="a ``torch.optim.Optimizer`` subclass with multi-tensor (``_foreach``) and fused updates",

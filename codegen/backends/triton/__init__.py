@@ -29,7 +29,7 @@ from blr_derive.core.errors import UnsupportedTarget
 
 from blr_derive.codegen.backends.triton.config import CONFIG
 from blr_derive.codegen.inert import template_env
-from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer
+from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer, step_condition, stored_names
 from blr_derive.codegen.backends.torch.printer import HostPrinter
 from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
 
@@ -57,7 +57,8 @@ class TritonTarget:
         point = self.point_view(plan)
         sampling = self.sampling_view(plan, host)
         tensors = plan.state_syms | {c.symbol for c in ir.oracle_calls} | set(plan.stats_in)
-        fused = TritonFusedCompiler(tensors)
+        by_name = {v.name: v.symbol for v in ir.state}
+        fused = TritonFusedCompiler(tensors, {sym: by_name[name] for name, sym in ir.outputs if name in by_name})
         stat_loads = []
         for a in plan.stats_in:
             flag = None if plan.need[a] == sp.true else fused.hoist_flag(plan.need[a])
@@ -87,7 +88,8 @@ class TritonTarget:
             update_state=[n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean],
             helper_sources=[HELPERS[h] for h in sorted(helpers)],
             cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)}, other_oracles=plan.other_oracles,
-            theta_hyper=plan.theta_hyper, stat_hyper=plan.hyper_using(stat_syms),
+            theta_hyper=plan.theta_hyper, stat_hyper=plan.hyper_using(stat_syms), stored=stored_names(plan),
+            keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
         )
 
     @staticmethod

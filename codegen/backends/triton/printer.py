@@ -65,6 +65,7 @@ class TritonPrinter(ElementwisePrinter):
         super().__init__()
         self.flags = flags if isinstance(flags, set) else set(flags)     # shared with the compiler
         self.helpers: set[str] = set()
+        self.first = None          # the state an update is written into: its term is printed first (_print_Add)
 
     def _print_log(self, expr):
         arg = expr.args[0]
@@ -130,6 +131,8 @@ class TritonPrinter(ElementwisePrinter):
         multiply-add), then the host scalar."""
         scal = [a for a in expr.args if self._is_scalar(a)]
         terms = [a for a in expr.args if not self._is_scalar(a)]
+        if self.first is not None:      # a state update c·old + Σ terms starts from c·old, as the torch target's mul_ + add_
+            terms.sort(key=lambda a: self.first not in sp.Mul.make_args(a))
         if not terms:
             return super()._print_Add(expr)
         acc = None
@@ -241,10 +244,11 @@ class TritonFusedCompiler(FusedCompiler):
     hoisted as one scalar computed in double precision on the host, as the multi-tensor path of the torch
     target does; hoisted booleans (conditions) are recorded in :attr:`flags` (constexpr arguments)."""
 
-    def __init__(self, tensors):
+    def __init__(self, tensors, dests=None):
         super().__init__(tensors)
         self.flag_names: set[str] = set()
         self.el = TritonPrinter(self.flag_names)
+        self.dests = dests or {}
 
     @property
     def helpers(self):
@@ -279,7 +283,11 @@ class TritonFusedCompiler(FusedCompiler):
     def assign(self, sym, expr, when=sp.true):
         if when not in (sp.true, sp.false) and self.is_tensor(expr):
             self.hoist_flag(when)
-        super().assign(sym, expr, when)
+        self.el.first = self.dests.get(sym)
+        try:
+            super().assign(sym, expr, when)
+        finally:
+            self.el.first = None
 
     @property
     def float_args(self):

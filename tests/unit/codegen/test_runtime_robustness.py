@@ -119,9 +119,10 @@ def test_nested_samples_are_an_error_and_the_means_come_back(name):
         pass
 
 
-@pytest.mark.parametrize("name, kw", [("adam", {}), ("sgd", {"lr": 0.1}), ("rmsprop", {}), ("adamw", {}),
+@pytest.mark.parametrize("name, kw", [("adam", {}), ("rmsprop", {}), ("adamw", {}),
                                       ("ogn", {"ess": 10}), ("ste", {}), ("ivon", {"lr": 0.1, "ess": 10})])
 def test_sparse_gradients_are_refused_like_torch_optim(name, kw):
+    """(SGD and Adagrad take sparse gradients, as torch.optim's do: tests/peers/torch_optim/test_torch_contract_api.py)"""
     mod = load_generated(name, "torch")
     cls = [getattr(mod, c) for c in dir(mod) if isinstance(getattr(mod, c), type)
            and issubclass(getattr(mod, c), torch.optim.Optimizer)][0]

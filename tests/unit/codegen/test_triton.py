@@ -49,8 +49,8 @@ def states_close(opt_a, params_a, opt_b, params_b, **tol):
         for k, v in opt_b.state[b].items():
             if k == "step":
                 assert float(opt_a.state[a][k]) == float(v)
-            else:
-                torch.testing.assert_close(opt_a.state[a][k], v.float(), **tol)
+            else:       # a per-tensor number (NAdam's mu_product, 0-d in the torch target) is elementwise here
+                torch.testing.assert_close(opt_a.state[a][k], v.float().expand_as(opt_a.state[a][k]), **tol)
 
 
 # ----------------------------------------------------------------- deterministic recipes, 20 steps
@@ -111,7 +111,7 @@ def test_one_launch_per_group_and_step(monkeypatch):
     assert len(launches) == 4                          # 2 groups x 2 steps, all tensors of a group at once
     assert launches[0] == (2 + 1,)                     # 16384 + 37 elements in BLOCK-sized programs
     # the state is one contiguous fp32 buffer per group, self.state[p] holds views of it
-    s0, s1 = opt.state[pa[0]]["s"], opt.state[pa[1]]["s"]
+    s0, s1 = opt.state[pa[0]]["exp_avg_sq"], opt.state[pa[1]]["exp_avg_sq"]
     assert s0.untyped_storage().data_ptr() == s1.untyped_storage().data_ptr() and s0.dtype == torch.float32
 
 
@@ -361,7 +361,7 @@ def test_bf16_params_fp32_state():
             torch.testing.assert_close(a.float(), b.bfloat16().float(), rtol=2 ** -8, atol=1e-6)
             with torch.no_grad():
                 b.copy_(a.float())                      # the bf16 mean both continue from
-    assert all(opt_a.state[p]["s"].dtype == torch.float32 for p in pa)
+    assert all(opt_a.state[p]["exp_avg_sq"].dtype == torch.float32 for p in pa)
     states_close(opt_a, pa, opt_b, pb, rtol=1e-6, atol=1e-6)
 
 
@@ -468,3 +468,22 @@ def test_kernels_compile_for_a_gpu():
     assert out["ivon"]["_draw_kernel"]["sqrt.rn.f32"] > 0
     # whole aligned blocks use 128-bit accesses: Adam's update loads m, g (bf16) and u, s, stores m, u, s vectorized
     assert out["adam"]["_update_kernel"]["ld.global.v4"] >= 2 + 2 * 2 and out["adam"]["_update_kernel"]["st.global.v4"] >= 5
+
+
+def test_per_parameter_step_counts_follow_the_torch_target():
+    """A parameter that starts receiving gradients late keeps its own step count (bias correction), as in the
+    torch target and torch.optim: the group's tensors are launched in buckets of equal step."""
+    tr, to = triton_module("adam"), load_generated("adam", "torch")
+    pa, pb = make_params(), make_params()
+    opt_a, opt_b = optimizer_class(tr)(pa, lr=1e-2), optimizer_class(to)(pb, lr=1e-2)
+    g = torch.Generator().manual_seed(5)
+    for k in range(6):
+        for i, (a, b) in enumerate(zip(pa, pb)):
+            grad = torch.randn(a.shape, generator=g) if (i == 0 or k >= 3) else None
+            a.grad, b.grad = (None, None) if grad is None else (grad.clone(), grad.clone())
+        opt_a.step()
+        opt_b.step()
+    assert [float(opt_a.state[p]["step"]) for p in pa] == [6.0, 3.0]
+    for a, b in zip(pa, pb):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    states_close(opt_a, pa, opt_b, pb, rtol=1e-6, atol=1e-6)

@@ -6,6 +6,10 @@ from blr_derive.report.compare import compare_recipes
 from blr_derive.families.library import load_family
 from conftest import CATALOG
 
+#: the conventions adam.yaml applies: Adam's bias correction, AMSGrad's running max, AdamW's decoupled decay
+#: (torch.optim.Adam's decoupled_weight_decay switch)
+CONVENTIONS = ("debias", "running_max", "decoupled_weight_decay")
+
 
 def test_latex_report_is_a_balanced_standalone_document():
     _, D = derive_file(CATALOG / "newton.yaml")
@@ -40,9 +44,9 @@ def test_notebook_views_display_through_ipython_formatters():
     md = fmt(D)[0]["text/markdown"]
     assert md.startswith("# Derivation of `adam`") and md.count("\n## Step ") == len(D.steps)
     for s in D.steps:              # every step names its rule and the equation it cites; conventions say so
-        tag = " (a peer's convention, not a BLR step)" if s.rule in ("debias", "running_max") else ""
+        tag = " (a peer's convention, not a BLR step)" if s.rule in CONVENTIONS else ""
         assert f"*rule* `{s.rule}`{tag} — *{s.equation}*" in md
-    assert md.count("(a peer's convention, not a BLR step)") == len(D.steps_for("debias")) + len(D.steps_for("running_max"))
+    assert md.count("(a peer's convention, not a BLR step)") == sum(len(D.steps_for(r)) for r in CONVENTIONS)
     assert md.rstrip().endswith("$$") and "## Update" in md and "m_{t+1}" in md.split("## Update")[1]
 
 
@@ -71,4 +75,7 @@ def test_cli_explain_latex_and_compare(tmp_path):
     assert (tmp_path / "ridge.tex").read_text(encoding="utf-8").startswith("\\documentclass")
     r = subprocess.run([sys.executable, "-m", "blr_derive", "compare", str(CATALOG / "adam.yaml"),
                         str(CATALOG / "adamw.yaml")], capture_output=True, text=True)
-    assert r.returncode == 0 and "- add decoupled_weight_decay" in r.stdout and "- remove weight_decay" in r.stdout
+    # adam.yaml applies either decay under its decoupled_weight_decay switch; adamw.yaml always decouples
+    assert r.returncode == 0 and "- remove weight_decay {coefficient: weight_decay, when: not decoupled_weight_decay}" \
+        in r.stdout and "- change decoupled_weight_decay {coefficient: weight_decay, when: decoupled_weight_decay} " \
+        "-> decoupled_weight_decay {coefficient: weight_decay}" in r.stdout

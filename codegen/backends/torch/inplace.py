@@ -1,0 +1,368 @@
+"""Buffer planning for the torch target's default (multi-tensor) path, as torch's own foreach optimizers do it.
+
+:class:`~codegen.backends.torch.printer.ForeachCompiler` prints each operation of an update into a fresh
+tensor list.  :class:`PlannedCompiler` prints the same program with three transformations, all decided from
+the IR alone (no algorithm is named):
+
+* **inlining** — an intermediate tensor value read by exactly one later assignment is substituted into it, so
+  host factors fold into one coefficient (``u_hat = c·u`` read once by ``m - lr·u_hat/…`` becomes one
+  ``addcdiv_`` with value ``-lr·c``);
+* **in-place temporaries** — a temporary that nothing reads any more is updated in place (``sqrt_``,
+  ``add_``, ``mul_``) instead of allocating the next one;
+* **state updated in place** — a new state value whose old value no later assignment reads is computed in the
+  state's own tensors (liveness): ``a·x + (1-a)·y`` as ``lerp_``, ``c·x + Σ terms`` as ``mul_`` then
+  ``add_``/``addcmul_``/``addcdiv_``, ``x·y`` as ``mul_``, ``max(x, y)`` as ``maximum_``, host ``Piecewise`` as
+  ``if`` blocks.  The parameter itself is a state (the mean), so the last step writes into it directly.
+
+The values are those of the unplanned program (same operations on the same operands, up to the order of
+floating-point additions in ``lerp``), checked against torch.optim and the numpy target by the tests.
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.codegen.inert import identifier
+from blr_derive.codegen.backends.torch.printer import UNARY, ElementwisePrinter, HostPrinter
+from blr_derive.core.errors import UnsupportedTarget
+
+_INPLACE_UNARY = {sp.exp: "_foreach_exp_", sp.Abs: "_foreach_abs_", sp.tanh: "_foreach_tanh_",
+                  sp.sin: "_foreach_sin_", sp.cos: "_foreach_cos_", sp.loggamma: "_foreach_lgamma_",
+                  sp.sign: "_foreach_sign_"}
+
+
+def _occurrences(expr, sym):
+    return sum(1 for x in sp.preorder_traversal(expr) if x == sym)
+
+
+def inline_single_use(assignments, keep, tensors):
+    """Substitute every tensor intermediate that exactly one later assignment reads, once, into that
+    assignment (not Piecewise values, not the symbols in ``keep``: outputs and values read elsewhere;
+    ``tensors``: the symbols bound to tensor lists before the program)."""
+    tensors = set(tensors)
+    reads = {}
+    for _, e in assignments:
+        for s in e.free_symbols:
+            reads[s] = reads.get(s, 0) + _occurrences(e, s)
+    inlined, out = {}, []
+    for sym, e in assignments:
+        e = e.xreplace(inlined) if inlined else e
+        if not e.free_symbols & tensors:
+            out.append((sym, e))
+            continue
+        tensors.add(sym)
+        if reads.get(sym, 0) == 1 and sym not in keep and not e.has(sp.Piecewise):
+            inlined[sym] = e
+            continue
+        out.append((sym, e))
+    return out
+
+
+class PlannedCompiler:
+    """Compile a whole elementwise program (``assignments`` in order) into ``_foreach`` statements with the
+    buffer plan above.  ``tensors``: symbols bound to tensor lists; ``dests``: output symbol -> (state list
+    name, state symbol) of values that may be computed in their state's tensors; ``final``: symbols read after
+    the program (the outputs and what the parameter holds)."""
+
+    def __init__(self, tensors, dests, final, indent="            "):
+        self.tensors = set(tensors)
+        self.dests = dict(dests)
+        self.final = set(final)
+        self.host = HostPrinter()
+        self.lines: list[str] = []
+        self.indent = indent
+        self.n = 0
+        self.binding = {}          # symbol -> list name it is bound to
+        self.temps = set()         # list names this program allocated
+        self.later = set()         # symbols read after the assignment being compiled
+        self.expr = None           # the expression being compiled
+
+    # --------------------------------------------------------------------------------------- helpers
+    def emit(self, line):
+        self.lines.append(self.indent + line)
+
+    def tmp(self):
+        self.n += 1
+        name = f"_f{self.n}"
+        self.temps.add(name)
+        return name
+
+    def is_tensor(self, e):
+        return bool(e.free_symbols & self.tensors)
+
+    def h(self, e):
+        return self.host.doprint(e)
+
+    def name_of(self, sym):
+        return self.binding.get(sym, identifier(sym.name))
+
+    def _live(self, name):
+        """Whether the tensor list ``name`` is still read after this assignment (by any symbol bound to it)."""
+        return any(self.name_of(s) == name for s in self.later | self.final)
+
+    def _split(self, e):
+        if isinstance(e, sp.Mul):
+            return (sp.Mul(*[a for a in e.args if not self.is_tensor(a)]),
+                    sp.Mul(*[a for a in e.args if self.is_tensor(a)]))
+        return sp.Integer(1), e
+
+    # --------------------------------------------------------------------------------------- program
+    def compile_program(self, assignments, need):
+        for k, (sym, expr) in enumerate(assignments):
+            self.later = set().union(*[e.free_symbols for _, e in assignments[k + 1:]]) if k + 1 < len(assignments) \
+                else set()
+            self.assign(sym, expr, need.get(sym, sp.true))
+        return self.lines
+
+    def assign(self, sym, expr, when=sp.true):
+        if when == sp.false:
+            return
+        cond = when != sp.true
+        if cond:
+            self.emit(f"if {self.h(when)}:")
+            self.indent += "    "
+        self.expr = expr
+        if not self.is_tensor(expr):
+            self.emit(f"{identifier(str(sym))} = {self.h(expr)}")
+        else:
+            dest = self.dests.get(sym)
+            if dest is not None and not cond and self._dest_free(dest, expr):
+                self.compile_into(expr, *dest)
+                self.binding[sym] = dest[0]
+                self.emit(f"{identifier(str(sym))} = {dest[0]}")
+            else:
+                name, _ = self.compile(expr, target=identifier(str(sym)))
+                if name != str(sym):
+                    self.emit(f"{identifier(str(sym))} = {name}")
+                    if name in self.temps:
+                        self.binding[sym] = name
+            self.tensors.add(sym)
+        if cond:
+            self.indent = self.indent[:-4]
+
+    def _dest_free(self, dest, expr):
+        """The state's old value is read by no later assignment (so its tensors may take the new value), and
+        the new value reads the state's tensors through its old symbol only."""
+        lst, old = dest
+        if any(s != old and self.name_of(s) == lst for s in expr.free_symbols):
+            return False
+        return not any(self.name_of(s) == lst or s == old for s in self.later)
+
+    # --------------------------------------------------------------------------------------- into a state
+    def compile_into(self, e, lst, old):
+        if e == old:
+            return
+        if isinstance(e, sp.Piecewise) and all(not self.is_tensor(c) for _, c in e.args):
+            for i, (x, c) in enumerate(e.args):
+                self.emit("else:" if c == sp.true else f"{'if' if i == 0 else 'elif'} {self.h(c)}:")
+                self.indent += "    "
+                n = len(self.lines)
+                self.compile_into(x, lst, old)
+                if len(self.lines) == n:
+                    self.emit("pass")
+                self.indent = self.indent[:-4]
+            return
+        if isinstance(e, sp.Add) and self._into_add(e, lst, old):
+            return
+        if isinstance(e, sp.Mul) and e.args.count(old) == 1 and _occurrences(e, old) == 1:
+            c, rest = self._split(sp.Mul(*[a for a in e.args if a != old]))
+            if rest != 1:
+                self._accumulate_factor(lst, rest)
+            if c != 1:
+                self.emit(f"torch._foreach_mul_({lst}, {self.h(c)})")
+            return
+        if isinstance(e, (sp.Max, sp.Min)) and old in e.args and _occurrences(e, old) == 1:
+            fn = "_foreach_maximum_" if isinstance(e, sp.Max) else "_foreach_minimum_"
+            for a in e.args:
+                if a != old:
+                    self.emit(f"torch.{fn}({lst}, {self.compile(a)[0] if self.is_tensor(a) else self.h(a)})")
+            return
+        name, _ = self.compile(e)
+        self.emit(f"torch._foreach_copy_({lst}, {name})")
+
+    def _into_add(self, e, lst, old):
+        """``c·old + Σ terms`` in the state's tensors (False when ``old`` is not one linear term)."""
+        with_old = [a for a in e.args if a.has(old)]
+        if len(with_old) != 1:
+            return False
+        c, rest = self._split(with_old[0])
+        if rest != old or c.has(old):
+            return False
+        others = [a for a in e.args if a is not with_old[0]]
+        tens = [a for a in others if self.is_tensor(a)]
+        host = [a for a in others if not self.is_tensor(a)]
+        if len(tens) == 1 and not host:
+            b, x = self._split(tens[0])
+            if isinstance(x, sp.Symbol) and sp.expand(c + b - 1) == 0:      # c·old + (1 - c)·x
+                self.emit(f"torch._foreach_lerp_({lst}, {self.compile(x)[0]}, {self.h(b)})")
+                return True
+        if c != 1:
+            self.emit(f"torch._foreach_mul_({lst}, {self.h(c)})")
+        for t in tens:
+            self._accumulate(lst, t)
+        if host:
+            self.emit(f"torch._foreach_add_({lst}, {self.h(sp.Add(*host))})")
+        return True
+
+    def _accumulate(self, acc, term):
+        """acc += term, as ``add_``, ``addcmul_`` (c·x·y, c·x²) or ``addcdiv_`` (c·x/y)."""
+        c, rest = self._split(term)
+        num, den = [], []
+        for f in sp.Mul.make_args(rest):
+            if isinstance(f, sp.Pow) and f.exp == 2 and self.is_tensor(f.base):
+                num += [f.base, f.base]
+            elif isinstance(f, sp.Pow) and f.exp == -1 and self.is_tensor(f.base):
+                den.append(f.base)
+            else:
+                num.append(f)
+        value = "" if c == 1 else f", value={self.h(c)}"
+        if len(num) == 2 and not den:
+            a, b = self.compile(num[0])[0], self.compile(num[1])[0]
+            self.emit(f"torch._foreach_addcmul_({acc}, {a}, {b}{value})")
+        elif len(num) == 1 and len(den) == 1:
+            a, b = self.compile(num[0])[0], self.compile(den[0])[0]
+            self.emit(f"torch._foreach_addcdiv_({acc}, {a}, {b}{value})")
+        else:
+            x = self.compile(rest)[0]
+            alpha = "" if c == 1 else f", alpha={self.h(c)}"
+            self.emit(f"torch._foreach_add_({acc}, {x}{alpha})")
+
+    def _accumulate_factor(self, acc, rest):
+        for f in sp.Mul.make_args(rest):
+            if isinstance(f, sp.Pow) and f.exp == -1:
+                self.emit(f"torch._foreach_div_({acc}, {self.compile(f.base)[0]})")
+            else:
+                self.emit(f"torch._foreach_mul_({acc}, {self.compile(f)[0]})")
+
+    # --------------------------------------------------------------------------------------- expressions
+    def compile(self, e, target=None):
+        """(name of a tensor list holding ``e``, whether this program owns it and nothing else reads it)."""
+        if isinstance(e, sp.Symbol):
+            name = self.name_of(e)
+            owned = (name in self.temps and e not in self.later and e not in self.final
+                     and _occurrences(self.expr, e) == 1 and not self._shared(name, e))
+            return name, owned
+        if isinstance(e, sp.Piecewise):
+            return self._piecewise(e, target), False
+        if isinstance(e, sp.Add):
+            return self._add(e)
+        if isinstance(e, sp.Mul):
+            return self._mul(e)
+        if isinstance(e, sp.Pow):
+            return self._pow(e)
+        if isinstance(e, (sp.Max, sp.Min)):
+            return self._minmax(e)
+        if isinstance(e, sp.Function) and type(e) in UNARY:
+            x, owned = self.compile(e.args[0])
+            if owned:
+                self.emit(f"torch.{_INPLACE_UNARY[type(e)]}({x})")
+                return x, True
+            out = self.tmp()
+            self.emit(f"{out} = torch.{UNARY[type(e)]}({x})")
+            return out, True
+        if isinstance(e, sp.Function):
+            return self._per_tensor(e), True
+        raise UnsupportedTarget(f"the torch target cannot print {type(e).__name__}: {e}")
+
+    def _shared(self, name, sym):
+        return any(s != sym and self.name_of(s) == name for s in self.binding)
+
+    def _fresh(self, x, owned, op, *args):
+        """``op`` applied to list ``x``: in place when owned, else into a new temporary."""
+        tail = "".join(f", {a}" for a in args)
+        if owned:
+            self.emit(f"torch._foreach_{op}_({x}{tail})")
+            return x
+        out = self.tmp()
+        self.emit(f"{out} = torch._foreach_{op}({x}{tail})")
+        return out
+
+    def _piecewise(self, e, target):
+        out = target or self.tmp()
+        for i, (x, c) in enumerate(e.args):
+            if c == sp.true:
+                self.emit("else:" if i else "if True:")
+            else:
+                self.emit(f"{'elif' if i else 'if'} {self.h(c)}:")
+            self.indent += "    "
+            if not self.is_tensor(x):
+                raise UnsupportedTarget(f"a Piecewise branch without tensors cannot be broadcast: {x}")
+            self.emit(f"{out} = {self.compile(x)[0]}")
+            self.indent = self.indent[:-4]
+        return out
+
+    def _add(self, e):
+        terms = [a for a in e.args if self.is_tensor(a)]
+        host = [a for a in e.args if not self.is_tensor(a)]
+        c, rest = self._split(terms[0])
+        acc, owned = self.compile(rest)
+        if c != 1:
+            acc, owned = self._fresh(acc, owned, "mul", self.h(c)), True
+        for t in terms[1:]:
+            if not owned:
+                x = acc
+                c2, r2 = self._split(t)
+                alpha = "" if c2 == 1 else f", alpha={self.h(c2)}"
+                acc, owned = self.tmp(), True
+                self.emit(f"{acc} = torch._foreach_add({x}, {self.compile(r2)[0]}{alpha})")
+                continue
+            self._accumulate(acc, t)
+        if host:
+            acc = self._fresh(acc, owned, "add", self.h(sp.Add(*host)))
+        return acc, True
+
+    def _mul(self, e):
+        c, rest = self._split(e)
+        num, den = [], []
+        for f in sp.Mul.make_args(rest):
+            (den.append(f.base ** (-f.exp)) if isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0
+             else num.append(f))
+        if num:
+            acc, owned = self.compile(num[0])
+            for f in num[1:]:
+                acc, owned = self._fresh(acc, owned, "mul", self.compile(f)[0]), True
+        else:
+            acc, owned = self._fresh(self.compile(den.pop(0))[0], False, "reciprocal"), True
+        for f in den:
+            acc, owned = self._fresh(acc, owned, "div", self.compile(f)[0]), True
+        if c != 1:
+            acc, owned = self._fresh(acc, owned, "mul", self.h(c)), True
+        return acc, owned
+
+    def _pow(self, e):
+        b, p = e.args
+        x, owned = self.compile(b)
+        if p == 2:
+            return self._fresh(x, owned, "mul", x), True
+        if p == sp.Rational(1, 2):
+            return self._fresh(x, owned, "sqrt"), True
+        if p == -1:
+            return self._fresh(x, owned, "reciprocal"), True
+        if p == sp.Rational(-1, 2):
+            return self._fresh(self._fresh(x, owned, "sqrt"), True, "reciprocal"), True
+        if not self.is_tensor(p):
+            return self._fresh(x, owned, "pow", self.h(p)), True
+        raise UnsupportedTarget(f"the torch target cannot print a tensor exponent: {e}")
+
+    def _minmax(self, e):
+        fn = "maximum" if isinstance(e, sp.Max) else "minimum"
+        tens = [a for a in e.args if self.is_tensor(a)]
+        host = [a for a in e.args if not self.is_tensor(a)]
+        acc, owned = self.compile(tens[0])
+        for a in tens[1:]:
+            acc, owned = self._fresh(acc, owned, fn, self.compile(a)[0]), True
+        for a in host:
+            acc, owned = self._fresh(acc, owned, fn, self.h(a)), True
+        return acc, owned
+
+    def _per_tensor(self, e):
+        """No multi-tensor kernel: the elementwise form, tensor by tensor."""
+        names = [self.compile(a)[0] if self.is_tensor(a) else None for a in e.args]
+        loc = [sp.Symbol(f"_a{i}") for i in range(len(e.args))]
+        body = ElementwisePrinter().doprint(e.func(*[l if n is not None else a
+                                                      for l, n, a in zip(loc, names, e.args)]))
+        lists = [n for n in names if n is not None]
+        vars_ = [str(l) for l, n in zip(loc, names) if n is not None]
+        out = self.tmp()
+        source = lists[0] if len(lists) == 1 else f"zip({', '.join(lists)})"
+        self.emit(f"{out} = [{body} for {', '.join(vars_)} in {source}]")
+        return out
