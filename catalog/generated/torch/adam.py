@@ -332,19 +332,17 @@ class Adam(torch.optim.Optimizer):
             s_used = s_max
         else:
             s_used = s
-        _f3 = torch._foreach_mul(m, -1)
-        _f4 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
-        torch._foreach_sqrt_(_f4)
-        torch._foreach_add_(_f4, eps)
-        torch._foreach_addcdiv_(_f3, u, _f4, value=lr/(1 - beta1**t))
-        t_1 = _f3
         if decoupled_weight_decay:
-            _f5 = torch._foreach_mul(_f3, -1)
-            torch._foreach_add_(_f5, _f1, alpha=-lr)
-            torch._foreach_copy_(m, _f5)
+            torch._foreach_add_(m, _f1, alpha=-lr)
+            _f3 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
+            torch._foreach_sqrt_(_f3)
+            torch._foreach_add_(_f3, eps)
+            torch._foreach_addcdiv_(m, u, _f3, value=-lr/(1 - beta1**t))
         else:
-            _f6 = torch._foreach_mul(_f3, -1)
-            torch._foreach_copy_(m, _f6)
+            _f4 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
+            torch._foreach_sqrt_(_f4)
+            torch._foreach_add_(_f4, eps)
+            torch._foreach_addcdiv_(m, u, _f4, value=-lr/(1 - beta1**t))
         m_new = m
         if u_new is not u:
             torch._foreach_copy_(u, u_new)

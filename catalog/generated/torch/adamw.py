@@ -317,12 +317,11 @@ class AdamW(torch.optim.Optimizer):
             s_used = s_max
         else:
             s_used = s
-        _f1 = torch._foreach_add(m, m, alpha=-lr*weight_decay)
-        _f2 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
-        torch._foreach_sqrt_(_f2)
-        torch._foreach_add_(_f2, eps)
-        torch._foreach_addcdiv_(_f1, u, _f2, value=-lr/(1 - beta1**t))
-        torch._foreach_copy_(m, _f1)
+        torch._foreach_mul_(m, -lr*weight_decay + 1)
+        _f1 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
+        torch._foreach_sqrt_(_f1)
+        torch._foreach_add_(_f1, eps)
+        torch._foreach_addcdiv_(m, u, _f1, value=-lr/(1 - beta1**t))
         m_new = m
         if u_new is not u:
             torch._foreach_copy_(u, u_new)

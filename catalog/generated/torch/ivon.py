@@ -525,13 +525,13 @@ class IVON(torch.optim.Optimizer):
             momentum_hat = _f8
         else:
             momentum_hat = momentum
-        _f9 = torch._foreach_mul(momentum_hat, ess)
-        grad_N = _f9
         if (t_2 != 0):
-            _f10 = torch._foreach_add(_f9, m, alpha=t_2)
-            g_wd = _f10
-        else:
+            _f9 = torch._foreach_mul(m, t_2)
+            torch._foreach_add_(_f9, momentum_hat, alpha=ess)
             g_wd = _f9
+        else:
+            _f10 = torch._foreach_mul(momentum_hat, ess)
+            g_wd = _f10
         _f11 = torch._foreach_mul(_f6, t_4)
         torch._foreach_add_(_f11, -weight_decay)
         torch._foreach_copy_(h, _f11)

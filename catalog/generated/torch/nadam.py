@@ -353,21 +353,21 @@ class NAdam(torch.optim.Optimizer):
         torch._foreach_mul_(s, beta2)
         torch._foreach_addcmul_(s, g_wd, g_wd, value=1 - beta2)
         s_new = s
-        _f3 = torch._foreach_mul(m, -1)
-        _f4 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
-        torch._foreach_add_(_f4, u, alpha=mu_product_rate_next/(1 - mu_product_next))
-        _f5 = torch._foreach_mul(s, 1/(1 - beta2**t))
-        torch._foreach_sqrt_(_f5)
-        torch._foreach_add_(_f5, eps)
-        torch._foreach_addcdiv_(_f3, _f4, _f5, value=lr)
-        t_1 = _f3
         if decoupled_weight_decay:
-            _f6 = torch._foreach_mul(_f3, -1)
-            torch._foreach_add_(_f6, _f1, alpha=-lr)
-            torch._foreach_copy_(m, _f6)
+            torch._foreach_add_(m, _f1, alpha=-lr)
+            _f3 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
+            torch._foreach_add_(_f3, u, alpha=mu_product_rate_next/(1 - mu_product_next))
+            _f4 = torch._foreach_mul(s, 1/(1 - beta2**t))
+            torch._foreach_sqrt_(_f4)
+            torch._foreach_add_(_f4, eps)
+            torch._foreach_addcdiv_(m, _f3, _f4, value=-lr)
         else:
-            _f7 = torch._foreach_mul(_f3, -1)
-            torch._foreach_copy_(m, _f7)
+            _f5 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
+            torch._foreach_add_(_f5, u, alpha=mu_product_rate_next/(1 - mu_product_next))
+            _f6 = torch._foreach_mul(s, 1/(1 - beta2**t))
+            torch._foreach_sqrt_(_f6)
+            torch._foreach_add_(_f6, eps)
+            torch._foreach_addcdiv_(m, _f5, _f6, value=-lr)
         m_new = m
         if u_new is not u:
             torch._foreach_copy_(u, u_new)

@@ -283,13 +283,13 @@ class OGN(torch.optim.Optimizer):
                                        {_n: _sub(_v, _rest) for _n, _v in _inputs.items()}, False)
             _copy_back(_pr, m)
             return
-        _f1 = torch._foreach_mul(g, ess)
-        grad_N = _f1
         if (prior_precision != 0):
-            _f2 = torch._foreach_add(_f1, m, alpha=prior_precision)
-            g_wd = _f2
-        else:
+            _f1 = torch._foreach_mul(g, ess)
+            torch._foreach_add_(_f1, m, alpha=prior_precision)
             g_wd = _f1
+        else:
+            _f2 = torch._foreach_mul(g, ess)
+            g_wd = _f2
         torch._foreach_mul_(s, 1 - beta)
         _f3 = torch._foreach_mul(ggn, ess)
         torch._foreach_add_(_f3, prior_precision)

@@ -314,8 +314,7 @@ class RMSprop(torch.optim.Optimizer):
         else:
             g_wd = g
         if centered:
-            torch._foreach_mul_(grad_avg, alpha)
-            torch._foreach_add_(grad_avg, g_wd, alpha=t_0)
+            torch._foreach_lerp_(grad_avg, g_wd, t_0)
         else:
             pass
         grad_avg_new = grad_avg
@@ -330,21 +329,21 @@ class RMSprop(torch.optim.Optimizer):
             s_centered = s
         _f4 = torch._foreach_sqrt(s_centered)
         torch._foreach_add_(_f4, eps)
-        _f5 = torch._foreach_div(g_wd, _f4)
-        direction = _f5
+        s_root = _f4
         if t_1:
             if (t == 1):
+                _f5 = torch._foreach_div(g_wd, _f4)
                 torch._foreach_copy_(momentum_buffer, _f5)
             else:
                 torch._foreach_mul_(momentum_buffer, momentum)
-                torch._foreach_add_(momentum_buffer, _f5)
+                torch._foreach_addcdiv_(momentum_buffer, g_wd, _f4)
         else:
             pass
         momentum_buffer_new = momentum_buffer
         if t_1:
             torch._foreach_add_(m, momentum_buffer, alpha=-lr)
         else:
-            torch._foreach_add_(m, _f5, alpha=-lr)
+            torch._foreach_addcdiv_(m, g_wd, _f4, value=-lr)
         m_new = m
         if momentum_buffer_new is not momentum_buffer:
             torch._foreach_copy_(momentum_buffer, momentum_buffer_new)

@@ -296,15 +296,14 @@ class SGD(torch.optim.Optimizer):
         momentum_buffer_new = momentum_buffer
         if t_0:
             if nesterov:
-                _f4 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
-                _f3 = _f4
+                _f3 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
+                _f2 = _f3
             else:
-                _f3 = momentum_buffer
-            _f2 = torch._foreach_add(m, _f3, alpha=-lr)
-            m_new = _f2
+                _f2 = momentum_buffer
+            torch._foreach_add_(m, _f2, alpha=-lr)
         else:
-            _f5 = torch._foreach_add(m, direction, alpha=-lr)
-            m_new = _f5
+            torch._foreach_add_(m, direction, alpha=-lr)
+        m_new = m
         if momentum_buffer_new is not momentum_buffer:
             torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
         _copy_back(_pr, m_new)

@@ -105,6 +105,7 @@ class TorchTarget:
         keep = final | {s for c in plan.need.values() for s in c.free_symbols}
         program = inline_single_use(assignments, keep, tensors)
         by_name = {v.name: v.symbol for v in ir.state}
+        by_name.update({str(x): x for _, e in assignments for x in e.free_symbols if str(x) in by_name})  # as read
         dests = {sym: (name, by_name[name]) for name, sym in ir.outputs
                  if name in by_name and str(sym) != name and (point is None or name != ir.mean) and sym not in scalar_new}
         comp = PlannedCompiler(tensors, dests, final, indent="        ")

@@ -34,15 +34,49 @@ def _occurrences(expr, sym):
     return sum(1 for x in sp.preorder_traversal(expr) if x == sym)
 
 
+def _reads(expr, sym):
+    """How many times evaluating ``expr`` reads ``sym``: one branch of a Piecewise runs (its conditions are all
+    read), so its values count by their maximum."""
+    if expr == sym:
+        return 1
+    if isinstance(expr, sp.Piecewise):
+        return (sum(_reads(c, sym) for _, c in expr.args)
+                + max((_reads(v, sym) for v, _ in expr.args), default=0))
+    return sum(_reads(a, sym) for a in expr.args)
+
+
+def _fusable(e, tensors):
+    """A product that one fused accumulation computes in its reader (``c·x·y``, ``c·x/y``, ``c·x²``: addcmul_,
+    addcdiv_): substituted into each of several readers it costs no extra pass, and saves a buffer."""
+    if not isinstance(e, sp.Mul):
+        return False
+    factors = [f for f in e.args if f.free_symbols & tensors]
+    shapes = []
+    for f in factors:
+        base, ex = f.as_base_exp()
+        if not isinstance(base, sp.Symbol) or ex not in (1, -1, 2):
+            return False
+        shapes += [ex] if ex != 2 else [1, 1]
+    return sorted(shapes) in ([-1, 1], [1, 1])
+
+
 def inline_single_use(assignments, keep, tensors):
     """Substitute every tensor intermediate that exactly one later assignment reads, once, into that
-    assignment (not Piecewise values, not the symbols in ``keep``: outputs and values read elsewhere;
-    ``tensors``: the symbols bound to tensor lists before the program)."""
+    assignment, and a fusable product (see _fusable) into each assignment that reads it once (not Piecewise
+    values, not the symbols in ``keep``: outputs and values read elsewhere; ``tensors``: the symbols bound to
+    tensor lists before the program)."""
     tensors = set(tensors)
     reads = {}
     for _, e in assignments:
         for s in e.free_symbols:
-            reads[s] = reads.get(s, 0) + _occurrences(e, s)
+            reads[s] = reads.get(s, 0) + _reads(e, s)
+    all_tensors = set(tensors)
+    for sym, e in assignments:
+        if e.free_symbols & all_tensors:
+            all_tensors.add(sym)
+    fusable = {sym for sym, e in assignments if sym not in keep and reads.get(sym, 0) > 1
+               and _fusable(e, all_tensors) and all(_reads(r, sym) <= 1 for _, r in assignments)}
+    pinned = {x for sym, e in assignments if sym in fusable for x in e.free_symbols}   # its operands stay names
     inlined, out = {}, []
     for sym, e in assignments:
         e = e.xreplace(inlined) if inlined else e
@@ -50,7 +84,8 @@ def inline_single_use(assignments, keep, tensors):
             out.append((sym, e))
             continue
         tensors.add(sym)
-        if reads.get(sym, 0) == 1 and sym not in keep and not e.has(sp.Piecewise):
+        if sym not in keep and sym not in pinned and not e.has(sp.Piecewise) and (
+                reads.get(sym, 0) == 1 or sym in fusable):
             inlined[sym] = e
             continue
         out.append((sym, e))
@@ -75,6 +110,7 @@ class PlannedCompiler:
         self.temps = set()         # list names this program allocated
         self.later = set()         # symbols read after the assignment being compiled
         self.expr = None           # the expression being compiled
+        self.host_defs = {}        # host symbol -> its definition (to recognise c·old + (1 − c)·x through a name)
 
     # --------------------------------------------------------------------------------------- helpers
     def emit(self, line):
@@ -123,6 +159,8 @@ class PlannedCompiler:
         self.expr = expr
         if not self.is_tensor(expr):
             self.emit(f"{identifier(str(sym))} = {self.h(expr)}")
+            if not cond:
+                self.host_defs[sym] = expr.xreplace(self.host_defs)
         else:
             dest = self.dests.get(sym)
             if dest is not None and not cond and self._dest_free(dest, expr):
@@ -182,17 +220,21 @@ class PlannedCompiler:
     def _into_add(self, e, lst, old):
         """``c·old + Σ terms`` in the state's tensors (False when ``old`` is not one linear term)."""
         with_old = [a for a in e.args if a.has(old)]
-        if len(with_old) != 1:
+        if not with_old:
             return False
-        c, rest = self._split(with_old[0])
-        if rest != old or c.has(old):
-            return False
-        others = [a for a in e.args if a is not with_old[0]]
+        coefs = []
+        for a in with_old:                      # old·(c₁ + c₂ + …): the terms linear in old, collected
+            c_i, rest = self._split(a)
+            if rest != old or c_i.has(old):
+                return False
+            coefs.append(c_i)
+        c = sp.Add(*coefs)
+        others = [a for a in e.args if not any(a is w for w in with_old)]
         tens = [a for a in others if self.is_tensor(a)]
         host = [a for a in others if not self.is_tensor(a)]
         if len(tens) == 1 and not host:
             b, x = self._split(tens[0])
-            if isinstance(x, sp.Symbol) and sp.expand(c + b - 1) == 0:      # c·old + (1 - c)·x
+            if isinstance(x, sp.Symbol) and sp.expand((c + b - 1).xreplace(self.host_defs)) == 0:  # c·old + (1 - c)·x
                 self.emit(f"torch._foreach_lerp_({lst}, {self.compile(x)[0]}, {self.h(b)})")
                 return True
         if c != 1:

@@ -58,6 +58,7 @@ class TritonTarget:
         sampling = self.sampling_view(plan, host)
         tensors = plan.state_syms | {c.symbol for c in ir.oracle_calls} | set(plan.stats_in)
         by_name = {v.name: v.symbol for v in ir.state}
+        by_name.update({str(x): x for _, e in ir.assignments for x in e.free_symbols if str(x) in by_name})  # as read
         fused = TritonFusedCompiler(tensors, {sym: by_name[name] for name, sym in ir.outputs if name in by_name})
         stat_loads = []
         for a in plan.stats_in:

@@ -1,0 +1,64 @@
+"""The torch target's buffer planner (codegen/backends/torch/inplace.py): what it inlines and which in-place
+programs it writes, each program run on random tensors against the expression it compiles (float64)."""
+import sympy as sp
+import torch
+
+from blr_derive.codegen.backends.torch.inplace import PlannedCompiler, _fusable, _reads, inline_single_use
+
+g, s, buf, m, root, d = sp.symbols("g s buf m root d", real=True)
+a, lr, mom, eps = sp.symbols("a lr mom eps", positive=True)
+flag = sp.Symbol("flag")
+TENSORS = {g, s, buf, m}
+
+
+def test_reads_counts_one_branch_of_a_piecewise():
+    e = sp.Piecewise((d + buf, flag), (2 * d, True))
+    assert _reads(e, d) == 1 and _reads(d * d + d, d) == 2 and _reads(e, flag) == 1
+
+
+def test_a_fusable_product_is_inlined_into_each_reader_and_its_operands_stay_names():
+    assert _fusable(g / root, {g, root}) and _fusable(3 * g * s, {g, s}) and _fusable(a * g ** 2, {g})
+    assert not _fusable(g / (root + 1), {g, root}) and not _fusable(g * s * buf, {g, s, buf})
+    prog = [(root, eps + sp.sqrt(s)), (d, g / root),
+            (sp.Symbol("buf_new", real=True), mom * buf + d), (sp.Symbol("m_new", real=True), m - lr * d)]
+    out = dict(inline_single_use(prog, {sp.Symbol("buf_new", real=True), sp.Symbol("m_new", real=True)}, TENSORS))
+    assert d not in out and root in out                  # d = g/root went into both readers; root stayed a name
+    assert out[sp.Symbol("m_new", real=True)] == m - lr * g / root
+
+
+def _run(program, dests, final, values, host):
+    comp = PlannedCompiler(set(TENSORS), dests, final, indent="")
+    lines = comp.compile_program(program, {})
+    env = {"torch": torch, **host, **{k: [v.clone() for v in vs] for k, vs in values.items()}}
+    exec("\n".join(lines), env)           # noqa: S102 -- the planner's own output on test data
+    return lines, env
+
+
+def test_state_updates_are_written_in_place_with_fused_accumulations():
+    rng = torch.Generator().manual_seed(0)
+    vals = {str(x): [torch.rand(5, generator=rng, dtype=torch.float64) + 0.1 for _ in range(2)] for x in TENSORS}
+    host = {"a": 0.9, "lr": 0.1, "mom": 0.5, "eps": 1e-8}
+    s_new, m_new, t0 = sp.Symbol("s_new", real=True), sp.Symbol("m_new", real=True), sp.Symbol("t_0", real=True)
+    program = [(t0, 1 - a), (s_new, a * s + t0 * g ** 2), (m_new, m - lr * g / (eps + sp.sqrt(s_new))),
+               (sp.Symbol("buf_new", real=True), a * buf + t0 * g)]
+    dests = {s_new: ("s", s), m_new: ("m", m), sp.Symbol("buf_new", real=True): ("buf", buf)}
+    lines, env = _run(program, dests, set(dests), vals, host)
+    text = "\n".join(lines)
+    assert "_foreach_addcmul_(s, g, g" in text and "_foreach_addcdiv_(m, g," in text
+    assert "_foreach_lerp_(buf, g, t_0)" in text        # a·buf + (1 − a)·g through the host name t_0
+    for i in range(2):
+        gi, si, mi, bi = (vals[k][i] for k in ("g", "s", "m", "buf"))
+        s2 = 0.9 * si + 0.1 * gi ** 2
+        torch.testing.assert_close(env["s"][i], s2, rtol=1e-14, atol=0)
+        torch.testing.assert_close(env["m"][i], mi - 0.1 * gi / (1e-8 + s2.sqrt()), rtol=1e-14, atol=0)
+        torch.testing.assert_close(env["buf"][i], 0.9 * bi + 0.1 * gi, rtol=1e-14, atol=0)
+
+
+def test_terms_linear_in_the_state_are_collected():
+    rng = torch.Generator().manual_seed(1)
+    vals = {str(x): [torch.rand(4, generator=rng, dtype=torch.float64) for _ in range(2)] for x in TENSORS}
+    m_new = sp.Symbol("m_new", real=True)
+    lines, env = _run([(m_new, m - lr * a * m - lr * g)], {m_new: ("m", m)}, {m_new}, vals, {"lr": 0.1, "a": 0.3})
+    assert "_foreach_mul_(m, " in "\n".join(lines) and "_foreach_copy_" not in "\n".join(lines)
+    for i in range(2):
+        torch.testing.assert_close(env["m"][i], vals["m"][i] * (1 - 0.03) - 0.1 * vals["g"][i], rtol=1e-14, atol=0)
