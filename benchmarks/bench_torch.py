@@ -60,7 +60,11 @@ def variants(total, n, only=None):
     rms = load_generated("rmsprop", "torch")
     sgd = load_generated("sgd", "torch")
     for name, make in [
+        ("torch RMSprop foreach", lambda ps: torch.optim.RMSprop(ps, foreach=True)),
+        ("generated RMSprop foreach", lambda ps: rms.RMSprop(ps)),
         ("generated RMSprop fused", lambda ps: rms.RMSprop(ps, fused=True)),
+        ("torch SGD momentum foreach", lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9, foreach=True)),
+        ("generated SGD momentum foreach", lambda ps: sgd.SGD(ps, lr=0.01, momentum=0.9)),
         ("generated SGD momentum fused", lambda ps: sgd.SGD(ps, lr=0.01, momentum=0.9, fused=True)),
     ]:
         if only in (None, name):

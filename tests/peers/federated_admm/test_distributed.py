@@ -5,7 +5,9 @@ the same small network; the parameters every rank ends with are compared with on
 on the full batch (mean loss over all examples):
 
 * ``adam``, ``sgd`` (momentum, Nesterov, weight decay): the model is wrapped in
-  ``DistributedDataParallel``; the optimizers are used unchanged.  DDP averages the shard gradients, the
+  ``DistributedDataParallel``; the optimizers are used unchanged.  ``adam_fsdp2`` (AMSGrad): the model is
+  sharded with FSDP2 (``fully_shard`` on each Linear and on the whole net): the optimizer updates DTensor
+  shards with its unchanged multi-tensor program.  DDP averages the shard gradients, the
   mean of equal-shard means is the full-batch mean, so the runs agree up to the rounding of the sums.
 * ``ivon`` with ``sync=True`` and the Price estimator, no DDP: every rank seeds the same noise stream
   (``torch.manual_seed``), so the samples θ_k are the same on every rank and in the single process.  The
@@ -60,6 +62,7 @@ def _loss(net, X, y):
 
 CASES = {
     "adam": ("adam", dict(lr=0.05, weight_decay=1e-3), False),
+    "adam_fsdp2": ("adam", dict(lr=0.05, weight_decay=1e-3, amsgrad=True), False),
     "sgd": ("sgd", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3), False),
     "ivon_price": ("ivon", dict(lr=0.05, ess=N, mc_samples=2, hess_approx="price"), True),
     "ivon_gradsq": ("ivon", dict(lr=0.05, ess=N, mc_samples=2, hess_approx="gradsq"), True),
@@ -71,7 +74,14 @@ def _train(case, shards, ddp=False, sync=False):
     gradients of all shards at the same sample are collected (the serial twin of a synced run)."""
     recipe, kw, sampling = CASES[case]
     net = _net()
-    model = torch.nn.parallel.DistributedDataParallel(net) if ddp else net
+    if ddp and case.endswith("_fsdp2"):         # FSDP2: every Linear and the whole net sharded over the ranks
+        from torch.distributed.fsdp import fully_shard
+        for layer in net:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        model = fully_shard(net)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(net) if ddp else net
     cls = getattr(load_module_from_path(os.path.join(TORCH_GENERATED, recipe + ".py")), {"adam": "Adam", "sgd": "SGD", "ivon": "IVON"}[recipe])
     opt = cls(net.parameters(), **kw, sync=sync) if sampling else cls(net.parameters(), **kw)
     torch.manual_seed(7)            # the same noise stream on every rank and in the single process
@@ -88,7 +98,7 @@ def _train(case, shards, ddp=False, sync=False):
                         opt.zero_grad()
                         _loss(model, X, y).backward()
         opt.step()
-    return [p.detach().clone() for p in net.parameters()]
+    return [(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for p in net.parameters()]
 
 
 def _worker(rank, ports, out):
