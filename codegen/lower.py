@@ -160,25 +160,26 @@ def host_states(plan) -> dict:
         return {}
     new_of = {name: sym for name, sym in ir.outputs}
     hyper = {x for h in ir.hyperparameters for x in h.symbols} | ({ir.step_symbol} if ir.step_symbol else set())
-    cands = {v.name: v for v in plan.others if v.init_state is None and v.init is not None
-             and not sp.sympify(v.init).free_symbols and v.name in new_of}
     defs = dict(ir.assignments)
-
-    def expand(e):
-        for s_, e_ in reversed(ir.assignments):
-            e = e.xreplace({s_: e_}) if e.has(s_) else e
-        return e
-
-    while True:
+    cands = {v.name: v for v in plan.others if v.init_state is None and v.init is not None
+             and not sp.sympify(v.init).free_symbols and new_of.get(v.name) in defs}
+    expanded = {n: _defined(ir, defs[new_of[n]]) for n in cands}
+    while True:                     # drop those whose update reads a state that is not (or no longer) a candidate
         allowed = hyper | {v.symbol for v in cands.values()} | {sp.Symbol(n, real=True) for n in cands}
-        drop = [n for n in cands if n in new_of and new_of[n] in defs
-                and not expand(defs[new_of[n]]).free_symbols <= allowed]
-        drop += [n for n in cands if new_of[n] not in defs]
+        drop = [n for n in cands if not expanded[n].free_symbols <= allowed]
         if not drop:
             break
         for n in drop:
-            cands.pop(n, None)
-    return {n: (v.symbol, new_of[n], expand(defs[new_of[n]])) for n, v in cands.items()}
+            del cands[n]
+    return {n: (v.symbol, new_of[n], expanded[n]) for n, v in cands.items()}
+
+
+def state_symbols(ir) -> dict:
+    """Each state's symbol as the update reads it (the IR's state list may carry a symbol with other
+    assumptions than the one in the expressions, e.g. SGD's mean ``m``)."""
+    by_name = {v.name: v.symbol for v in ir.state}
+    by_name.update({str(x): x for _, e in ir.assignments for x in e.free_symbols if str(x) in by_name})
+    return by_name
 
 
 def first_step_only(plan) -> bool:
@@ -198,10 +199,16 @@ def first_step_only(plan) -> bool:
 def _by_definition(ir, cond):
     """A condition on hyperparameters only (host values it names replaced by their definitions), or true."""
     cond = sp.simplify_logic(cond) if cond not in (sp.true, sp.false) else cond
-    for s_, e_ in reversed(ir.assignments):
-        cond = cond.xreplace({s_: e_}) if cond.has(s_) else cond
+    cond = _defined(ir, cond)
     hyper = {x for h in ir.hyperparameters for x in h.symbols}
     return cond if cond.free_symbols <= hyper else sp.true
+
+
+def _defined(ir, e):
+    """``e`` with every value the update assigns replaced by its definition (last to first)."""
+    for s_, e_ in reversed(ir.assignments):
+        e = e.xreplace({s_: e_}) if e.has(s_) else e
+    return e
 
 
 def _write_condition(assignments, new, old):

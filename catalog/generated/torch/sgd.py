@@ -201,9 +201,6 @@ class SGD(torch.optim.Optimizer):
             if "momentum_buffer" not in state and (momentum != 0):
                 state["momentum_buffer"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
                                                    memory_format=torch.preserve_format)
-        for _k, _v in state.items():            # a peer's checkpoint may hold sparse state (SGD's momentum buffer)
-            if torch.is_tensor(_v) and _v.is_sparse:
-                state[_k] = _v.to_dense()
         return state
 
     def __getstate__(self):
@@ -212,7 +209,8 @@ class SGD(torch.optim.Optimizer):
 
     def __setstate__(self, state):
         """Also what load_state_dict calls: groups saved without torch's newer flags get their defaults, a
-        ``step`` saved as a number becomes a tensor, and state saved under its own name takes its stored name."""
+        ``step`` saved as a number becomes a tensor, and state saved under its own name takes its stored name.
+        Sparse state (the peer keeps it for sparse gradients) becomes dense."""
         super().__setstate__(state)
         for group in self.param_groups:
             for key, value in _GROUP_DEFAULTS.items():
@@ -225,6 +223,9 @@ class SGD(torch.optim.Optimizer):
                     st[new] = st.pop(old)
             if "step" in st and not torch.is_tensor(st["step"]):
                 st["step"] = torch.tensor(float(st["step"]))
+            for _k, _v in st.items():            # a peer's checkpoint may hold sparse state (SGD's momentum buffer)
+                if torch.is_tensor(_v) and _v.is_sparse:
+                    st[_k] = _v.to_dense()
 
     @torch.no_grad()
     def step(self, closure=None):

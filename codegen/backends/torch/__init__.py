@@ -19,7 +19,8 @@ import sympy as sp
 from blr_derive.codegen.backends.torch.config import CONFIG
 from blr_derive.codegen.inert import template_env
 from blr_derive.spec.peer import SWITCHES
-from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer, state_conditions, step_condition, stored_names, first_step_only, host_states
+from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, host_states, plan_optimizer,
+                                     state_conditions, state_symbols, step_condition, stored_names)
 from blr_derive.codegen.backends.torch.inplace import PlannedCompiler, inline_single_use
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
 
@@ -104,8 +105,7 @@ class TorchTarget:
         final = {sym for _, sym in ir.outputs if sym not in scalar_new} | ({plan.param_new[0]} if point is not None else set())
         keep = final | {s for c in plan.need.values() for s in c.free_symbols}
         program = inline_single_use(assignments, keep, tensors)
-        by_name = {v.name: v.symbol for v in ir.state}
-        by_name.update({str(x): x for _, e in assignments for x in e.free_symbols if str(x) in by_name})  # as read
+        by_name = state_symbols(ir)
         dests = {sym: (name, by_name[name]) for name, sym in ir.outputs
                  if name in by_name and str(sym) != name and (point is None or name != ir.mean) and sym not in scalar_new}
         comp = PlannedCompiler(tensors, dests, final, indent="        ")

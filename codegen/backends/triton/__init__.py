@@ -29,7 +29,7 @@ from blr_derive.core.errors import UnsupportedTarget
 
 from blr_derive.codegen.backends.triton.config import CONFIG
 from blr_derive.codegen.inert import template_env
-from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer, step_condition, stored_names
+from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer, state_symbols, step_condition, stored_names
 from blr_derive.codegen.backends.torch.printer import HostPrinter
 from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
 
@@ -57,8 +57,7 @@ class TritonTarget:
         point = self.point_view(plan)
         sampling = self.sampling_view(plan, host)
         tensors = plan.state_syms | {c.symbol for c in ir.oracle_calls} | set(plan.stats_in)
-        by_name = {v.name: v.symbol for v in ir.state}
-        by_name.update({str(x): x for _, e in ir.assignments for x in e.free_symbols if str(x) in by_name})  # as read
+        by_name = state_symbols(ir)
         fused = TritonFusedCompiler(tensors, {sym: by_name[name] for name, sym in ir.outputs if name in by_name})
         stat_loads = []
         for a in plan.stats_in:

@@ -186,6 +186,31 @@ def test_sparse_gradients_match_torch_where_torch_takes_them(name, index):
         assert (q.detach() - init).abs().max() > 1e-2
 
 
+def test_a_torch_sgd_checkpoint_with_a_sparse_momentum_buffer_loads_and_continues_identically():
+    """torch's SGD keeps its momentum buffer sparse for sparse gradients; loaded into the generated SGD it
+    becomes dense and both continue with the same numbers."""
+    with default_dtype(torch.float64):
+        init = torch.randn(4, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+        q = torch.nn.Parameter(init.clone())
+        ref = PEERS["sgd"]([q], lr=0.1, momentum=0.9)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")       # torch's sparse-invariant-checks warning
+            for k in range(3):
+                q.grad = _sparse_grad(k)
+                ref.step()
+            assert ref.state[q]["momentum_buffer"].is_sparse
+            p = torch.nn.Parameter(q.detach().clone())
+            opt = generated_class("sgd")([p], lr=0.1, momentum=0.9)
+            opt.load_state_dict(copy.deepcopy(ref.state_dict()))
+            assert not opt.state[p]["momentum_buffer"].is_sparse
+            for k in range(3, 8):
+                p.grad, q.grad = _sparse_grad(k), _sparse_grad(k)
+                ref.step()
+                opt.step()
+        assert_params_close([p], [q])
+        assert_state_matches(opt, [p], ref, [q])
+
+
 def test_adagrad_sparse_gradients_with_weight_decay_are_refused_like_torch():
     for cls in (PEERS["adagrad"], generated_class("adagrad")):
         p = torch.nn.Parameter(torch.randn(4, dtype=torch.float64))
