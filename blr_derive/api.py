@@ -13,13 +13,14 @@ from blr_derive.core import budget
 from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget,
                                     SpecError, TimeLimitExceeded, UnsupportedTarget)
 from blr_derive.core.io import source_label
-from blr_derive.core.resources import catalog_dir
+from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.core.yamlio import load_yaml_text
 from blr_derive.derive.driver import derive as derive_recipe
 from blr_derive.families.library import builtin_family_names, family_from_spec, load_family
 from blr_derive.families.model import Family
 from blr_derive.ir.build import build_ir
 from blr_derive.report.compare import compare_recipes
+from blr_derive.report.family_index import INDEX_NAME, index_text
 from blr_derive.report.views import DerivationView, register_notebook_views
 from blr_derive.spec.vocabulary import FAMILY_KEYS
 from blr_derive.verify.check import check_file  # noqa: F401  (the CLI's `check`)
@@ -116,6 +117,9 @@ def catalog_artifacts(root=None, targets=None, seconds=None) -> list:
                 except CodegenError as exc:
                     raise located_codegen_error(exc, recipe) from None
                 outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
+    if root.resolve() == catalog_dir().resolve():       # the bundled catalog also indexes the built-in families
+        paths = list(families_dir().glob("*.yaml"))
+        outputs.append((root / "generated" / INDEX_NAME, index_text(paths, family)))
     return outputs
 
 

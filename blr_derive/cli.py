@@ -186,18 +186,15 @@ def cmd_families(argv):
     p = _Parser(prog="blr-derive families",
                 description="List the built-in exponential families with T(θ), h(θ), λ and μ.")
     p.parse_args(argv)
-    from blr_derive.api import families, family
-    for name in families():
-        f = family(name)
-        print(f"{f.name}: {f.description}")
-        params = [f"{p.name} ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in f.params.values()]
-        print(f"  params : {', '.join(params)}")
-        print(f"  T(θ)   : {', '.join(map(str, f.T))}")
-        print(f"  h(θ)   : {f.h}")
-        print(f"  λ      : {', '.join(map(str, f.eta))}")
-        print(f"  μ      : {', '.join(map(str, f.mu_ord))}")
-        print(f"  A(λ)   : {f.A}")
-        print()
+    from blr_derive.core.resources import catalog_dir, families_dir
+    from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
+    index = read_index(catalog_dir() / "generated" / INDEX_NAME)
+    for path in sorted(families_dir().glob("*.yaml"), key=lambda p: p.stem):
+        sha, block = index.get(path.stem, (None, None))
+        if sha != digest(path):              # not in the index, or edited since: derive it
+            from blr_derive.api import family
+            block = listing(family(str(path)))
+        sys.stdout.write(terminal_safe(block) + "\n")
     return 0
 
 

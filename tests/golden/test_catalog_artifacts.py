@@ -53,3 +53,21 @@ def test_generation_is_deterministic():
 
 
 # ----------------------------------------------------------------- test functions (P >= 5)
+
+
+# ----------------------------------------------------------------- the built-in families' index
+def test_family_index_is_what_the_families_derive_today():
+    """catalog/generated/families.txt (what `blr-derive families` prints without deriving) equals a fresh
+    derivation of every families/*.yaml, with each file's current SHA-256."""
+    from blr_derive.api import family
+    from blr_derive.core.resources import families_dir
+    from blr_derive.report.family_index import INDEX_NAME, digest, index_text, read_index
+    paths = sorted(families_dir().glob("*.yaml"))
+    committed = (GENERATED / INDEX_NAME).read_text(encoding="utf-8")
+    assert committed == index_text(paths, family)
+    entries = read_index(GENERATED / INDEX_NAME)
+    assert set(entries) == {p.stem for p in paths}
+    for p in paths:
+        sha, block = entries[p.stem]
+        assert sha == digest(p)
+        assert block.startswith(f"{p.stem}: ") and "  A(λ)   : " in block

@@ -513,3 +513,39 @@ def test_catalog_check_on_empty_folder_is_an_error(tmp_path):
     (tmp_path / "cat").mkdir()
     r = run_cli("catalog", "--check", "--catalog", "cat", cwd=tmp_path)
     _assert_one_line_error(r, "cat", ["no recipes"])
+
+
+def test_families_listing_derives_a_family_missing_from_or_stale_in_the_index(tmp_path, monkeypatch):
+    """`blr-derive families` prints the generated index's block only while a family file is unchanged: a stale
+    entry (edited file) and a file not in the index are derived, and the output equals a full derivation."""
+    import io
+    import shutil
+    from contextlib import redirect_stdout
+
+    from blr_derive import cli
+    from blr_derive.api import family
+    from blr_derive.core import resources
+    from blr_derive.report.family_index import INDEX_NAME, listing, read_index
+
+    fams, cat = tmp_path / "families", tmp_path / "catalog" / "generated"
+    fams.mkdir()
+    cat.mkdir(parents=True)
+    for name in ("exponential", "poisson"):
+        shutil.copy(resources.families_dir() / f"{name}.yaml", fams / f"{name}.yaml")
+    index = (resources.catalog_dir() / "generated" / INDEX_NAME).read_text(encoding="utf-8")
+    # a stale entry for exponential: its file now says rate r -> 'rate'
+    text = (fams / "exponential.yaml").read_text().replace("description:", "description: (edited)", 1)
+    (fams / "exponential.yaml").write_text(text)
+    (fams / "rayleigh.yaml").write_text((resources.families_dir() / "rayleigh.yaml").read_text())
+    (cat / INDEX_NAME).write_text(index)
+    monkeypatch.setattr(resources, "families_dir", lambda: fams)
+    monkeypatch.setattr(resources, "catalog_dir", lambda: tmp_path / "catalog")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli.main(["families"]) == 0
+    blocks = out.getvalue().split("\n\n")
+    assert blocks[0].startswith("exponential: (edited)")           # derived, not the stale indexed text
+    assert blocks[0] + "\n" == listing(family(str(fams / "exponential.yaml")))
+    assert blocks[1] + "\n" == read_index(cat / INDEX_NAME)["poisson"][1]
+    assert blocks[2] + "\n" == listing(family(str(fams / "rayleigh.yaml")))
+    assert len([b for b in blocks if b.strip()]) == 3
