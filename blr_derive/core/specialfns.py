@@ -66,6 +66,68 @@ class exp1(sp.Function):
             return sp.expint(1, self.args[0]).evalf(sp.core.evalf.prec_to_dps(prec))
 
 
+def _scipy_evalf(fn_name, args, prec):
+    """Evaluate a scipy.special function at numeric arguments (float64: these are inverse CDFs for samplers and
+    their derivatives, never part of a symbolic simplification)."""
+    if not all(a.is_number and a.is_real for a in args):
+        return None
+    import scipy.special
+    return sp.Float(float(getattr(scipy.special, fn_name)(*[float(a) for a in args])), prec)
+
+
+class gammaincinv(sp.Function):
+    """x with P(a, x) = y, P the regularized lower incomplete gamma function (``scipy.special.gammaincinv``): the
+    inverse CDF of Gamma(a, 1).  A sampler draws gamma, chi, chi-square and inverse-gamma variables from one
+    uniform draw with it.  Its derivative in y is 1/p(x) = Γ(a) x^{1-a} e^x; the one in the shape a has no
+    closed form and stays an unevaluated derivative (the reparameterization rule refuses it)."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=2):
+        a, _ = self.args
+        if argindex == 2:
+            return sp.exp(self + sp.loggamma(a)) * self ** (1 - a)
+        return super().fdiff(argindex)
+
+    def _eval_evalf(self, prec):
+        return _scipy_evalf("gammaincinv", self.args, prec)
+
+
+class betaincinv(sp.Function):
+    """x with I_x(a, b) = y, I the regularized incomplete beta function (``scipy.special.betaincinv``): the inverse
+    CDF of Beta(a, b).  Its derivative in y is 1/p(x) = B(a, b) x^{1-a} (1 - x)^{1-b}; those in a and b have no
+    closed form and stay unevaluated."""
+
+    nargs = 3
+
+    def fdiff(self, argindex=3):
+        a, b, _ = self.args
+        if argindex == 3:
+            return sp.exp(sp.loggamma(a) + sp.loggamma(b) - sp.loggamma(a + b)) * self ** (1 - a) * (1 - self) ** (1 - b)
+        return super().fdiff(argindex)
+
+    def _eval_evalf(self, prec):
+        return _scipy_evalf("betaincinv", self.args, prec)
+
+
+class ndtri(sp.Function):
+    """Φ⁻¹(y), the inverse CDF of N(0, 1) (``scipy.special.ndtri``, ``torch.special.ndtri``); its derivative is
+    √(2π) exp(Φ⁻¹(y)²/2)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        return sp.sqrt(2 * sp.pi) * sp.exp(self ** 2 / 2)
+
+    @classmethod
+    def eval(cls, y):
+        if y == sp.Rational(1, 2):
+            return sp.Integer(0)
+
+    def _eval_evalf(self, prec):
+        return _scipy_evalf("ndtri", self.args, prec)
+
+
 class binary(sp.Function):
     """The binary value of x: -1 where x < 0 and +1 elsewhere (0 and NaN included), so that a binary weight always
     holds -1 or +1 (``sign`` gives 0 at 0).  Piecewise constant: its derivative is 0 (straight-through and

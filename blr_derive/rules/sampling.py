@@ -64,6 +64,9 @@ def sampled_natural_gradient(recipe, D, approx, mode):
         of_lam = fam.sampler.xreplace(fam.ord_from_nat)          # θ(u; λ)
         at = dict(zip(fam.lam, fam.eta))
         per = [o_k * sp.simplify(sp.diff(of_lam, l).xreplace(at)) for l in fam.lam]
+        if any(e.has(sp.Derivative, sp.Subs) for e in per):       # e.g. gammaincinv(a, u) in its shape a
+            raise ctx.fail(f"the derivative of family '{fam.name}''s sampler {fam.sampler} in its parameters "
+                           "has no closed form; use 'score_function'")
         what = r"\nabla\ell(\theta_k)\,\partial\theta_k/\partial\lambda_%d"
     for i, e in enumerate(per):
         avg = sp.Symbol(f"dlam{i + 1}", real=True)

@@ -11,6 +11,7 @@ TOLERANCES = {
     "mu_vs_quadrature": 1e-7,
     "mu_vs_monte_carlo": 5.0,           # z-score
     "sampler_vs_density": 5.0,          # z-score
+    "sampler_ks": 3.0,                  # √n·D, Kolmogorov's statistic (P(K > 3) ≈ 3e-8 for a right sampler)
     "mu_vs_finite_differences": 1e-6,
     "mu_ordinary": 1e-9,
     "fisher_positive_definite": 1e-10,  # smallest/largest eigenvalue must exceed this
@@ -26,6 +27,7 @@ DESCRIPTIONS = {
     "mu_vs_quadrature": "∇A(λ) = E_q[T] (quadrature/summation)",
     "mu_vs_monte_carlo": "∇A(λ) = mean of T over samples (z-score)",
     "sampler_vs_density": "the declared sampler's E[T], E[T Tᵀ] = the density's (z-score)",
+    "sampler_ks": "the declared sampler's law = the density's CDF (Kolmogorov-Smirnov √n·D)",
     "mu_vs_finite_differences": "∇A(λ) = central differences of A",
     "mu_ordinary": "μ(ordinary) = ∇A(λ(ordinary))",
     "fisher_positive_definite": "min/max eigenvalue of ∇²A(λ)",
@@ -40,6 +42,8 @@ HINTS = {
     "normalization": "the log-partition does not normalize h·exp(<λ,T>) (check log_partition and base_measure)",
     "mu_vs_quadrature": "∇A(λ) is not the mean of T under q (check log_partition)",
     "mu_vs_monte_carlo": "∇A(λ) is not the mean of T over samples of q (check log_partition)",
+    "sampler_vs_density": "the declared sampler's moments of T are not the density's (check sampler)",
+    "sampler_ks": "the declared sampler draws from another law than the density (check sampler)",
     "mu_vs_finite_differences": "the derived gradient of A disagrees with finite differences",
     "mu_ordinary": "the expectation parameters in ordinary parameters disagree with ∇A(λ(ordinary))",
     "fisher_positive_definite": "the Fisher information is not positive definite (A is not strictly convex)",

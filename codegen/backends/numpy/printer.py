@@ -165,6 +165,18 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.special")
         return f"scipy.special.exp1({self._print(expr.args[0])})"
 
+    def _print_gammaincinv(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gammaincinv({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_betaincinv(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.betaincinv({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_ndtri(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.ndtri({self._print(expr.args[0])})"
+
     def _print_besseli(self, expr):
         self.imports.add("scipy.special")
         return f"scipy.special.iv({self._print(expr.args[0])}, {self._print(expr.args[1])})"

@@ -104,7 +104,7 @@ SPECS = {
     "logarithmic": Spec("logarithmic", [{"p": 0.1}, {"p": 0.6}, {"p": 0.95}],
                         lambda t: [t], _logarithmic),
     "log_normal": Spec("log_normal", [{"m": 0.3, "s": 2.0}, {"m": -1.2, "s": 0.5}, {"m": 2.0, "s": 8.0}],
-                       lambda t: [np.log(t), np.log(t) ** 2], _log_normal),
+                       lambda t: [np.log(t), np.log(t) ** 2], _log_normal, sampler=True),
     "pareto": Spec("pareto", [{"alpha": 0.7, "xm": 1.0}, {"alpha": 2.5, "xm": 2.5}, {"alpha": 6.0, "xm": 0.3}],
                    lambda t: [np.log1p(t)], _pareto, sampler=True),
     "laplace": Spec("laplace", [{"b": 0.3, "loc": 0.7}, {"b": 1.0, "loc": -2.0}, {"b": 4.0, "loc": 0.0}],
@@ -159,8 +159,8 @@ def test_the_new_families_are_built_in():
 
 @pytest.mark.parametrize("name", list(SPECS))
 def test_declared_sampler_only_where_an_inverse_cdf_is_expressible(name):
-    """pareto and laplace declare an inverse-CDF sampler; the discrete families would need floor() and the
-    log-normal the inverse normal CDF, which the expression grammar lacks (blr_derive/core/exprfuncs.py)."""
+    """pareto and laplace declare an inverse-CDF sampler, log_normal a normal-draw one; the discrete families
+    would need floor(), which the expression grammar lacks (blr_derive/core/exprfuncs.py)."""
     f = family(name)
     assert (f.sampler is not None) == SPECS[name].sampler
     if f.sampler is not None:
@@ -173,7 +173,9 @@ def test_blr_derive_check_passes(name):
     from blr_derive.verify.family import check_family
     checks = check_family(family(name), points=2, seed=1, mc_samples=5000)
     failed = [c for c in checks if not c.passed]
-    assert len(checks) == 10 + (family(name).sampler is not None) and not failed, failed
+    sampled = family(name).sampler is not None
+    continuous = sampled and not family(name).is_discrete          # + the Kolmogorov-Smirnov check (sampler_ks)
+    assert len(checks) == 10 + sampled + continuous and not failed, failed
 
 
 # --------------------------------------------------------------------------------------- against scipy.stats
@@ -225,10 +227,11 @@ N_DRAWS = 1_000_000
 
 
 def draws(c, seed):
-    u_sym = next(s for s in c.f.sampler.free_symbols if s.name == "u")
+    d_sym = next(s for s in c.f.sampler.free_symbols if s.name in ("u", "z"))
     params = [p.symbol for p in c.f.params.values()]
-    fn = sp.lambdify([u_sym, *params], c.f.sampler, "numpy")
-    u = np.random.default_rng(seed).random(N_DRAWS)
+    fn = sp.lambdify([d_sym, *params], c.f.sampler, "numpy")
+    rng = np.random.default_rng(seed)
+    u = rng.random(N_DRAWS) if d_sym.name == "u" else rng.standard_normal(N_DRAWS)
     return fn(u, *[c.vals[p] for p in params])
 
 
@@ -242,14 +245,18 @@ def test_sampler_moments_and_law(name, i):
     c = Case(name, i)
     x = draws(c, 100 + i)
     assert np.all(np.isfinite(x))
-    (t,) = c.spec.T(x)
-    assert z(t, c.ev(c.f.mu_ord[0])) < 5                           # E[T] = μ
+    for t, mu in zip(c.spec.T(x), c.f.mu_ord):
+        assert z(t, c.ev(mu)) < 5                                   # E[T] = μ
     # moments of θ itself from scipy (where its variance is finite), and the whole law by Kolmogorov-Smirnov
     if name == "pareto":
         xm, a = c.o["xm"], c.o["alpha"]
         if a > 2:
             assert z(x, stats.pareto(a, scale=xm).mean() / xm - 1) < 5
         cdf = lambda v: stats.pareto(a, scale=xm).cdf(xm * (1 + v))              # noqa: E731
+    elif name == "log_normal":
+        d = stats.lognorm(1 / math.sqrt(c.o["s"]), scale=math.exp(c.o["m"]))
+        assert z(x, d.mean()) < 5 and z(x ** 2, d.var() + d.mean() ** 2) < 5
+        cdf = d.cdf
     else:
         d = stats.laplace(loc=c.o["loc"], scale=c.o["b"])
         assert z(x, d.mean() - c.o["loc"]) < 5 and z(x ** 2, d.var()) < 5

@@ -25,8 +25,9 @@ from blr_derive.families.library import builtin_family_names, load_family
 
 from conftest import ROOT  # noqa: E402
 FAMILIES = builtin_family_names()
-#: the checks of every family; ``sampler_vs_density`` only runs for a family that declares a sampler
-CHECKS = [c for c in TOLERANCES if c != "sampler_vs_density"]
+#: the checks of every family; the sampler checks only run for a family that declares a sampler (the
+#: Kolmogorov-Smirnov one for a continuous scalar variable)
+CHECKS = [c for c in TOLERANCES if c not in ("sampler_vs_density", "sampler_ks")]
 HEAVY = ("wishart", "normal_gamma", "gaussian_full", "beta")     # a few seconds each: spread them
 
 
@@ -76,6 +77,7 @@ def test_shipped_family_table(shipped, name):
     assert "check" in text and "value" in text and "tolerance" in text and "result" in text
     f = load_family(name)
     expected = CHECKS + (["sampler_vs_density"] if f.sampler is not None else [])
+    expected += ["sampler_ks"] if f.sampler is not None and not f.is_discrete and f.variable_kind == "scalar" else []
     for c in expected:
         row = re.search(rf"(?m)^  {c}\s+(\S+)\s+(<=|>=) (\S+)(?: σ)?\s+(pass|FAIL)", text)
         assert row, (c, text)
