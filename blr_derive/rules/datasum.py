@@ -32,9 +32,32 @@ from blr_derive.rules.base import RULES, NaturalGradient
 
 # ----------------------------------------------------------------------------- loss analysis
 
+def _exp_as_sum(e, theta):
+    """exp(aᵀθ + b) of a scalar affine argument (a 1×1 trace) as the one-row data sum Σ exp(·) of that 1×1
+    product, so that its Gaussian expectation is the moment-generating function of one projection."""
+    arg = e.args[0]
+    traces = [t for t in sp.Add.make_args(arg) if t.has(theta)]
+    if not traces or not all(isinstance(t, sp.Trace) or (isinstance(t, sp.Mul) and sum(
+            isinstance(f, sp.Trace) for f in t.args) == 1) for t in traces):
+        return e
+    rest = sp.Add(*[t for t in sp.Add.make_args(arg) if not t.has(theta)])
+    mats = []
+    for t in traces:
+        c = sp.Mul(*[f for f in sp.Mul.make_args(t) if not isinstance(f, sp.Trace)])
+        (tr,) = [f for f in sp.Mul.make_args(t) if isinstance(f, sp.Trace)]
+        if c.has(theta) or tr.arg.shape != (1, 1):
+            return e
+        mats.append(sp.MatMul(c, tr.arg) if c != 1 else tr.arg)
+    v = sp.MatAdd(*mats) if len(mats) > 1 else mats[0]
+    return DataSum(sp.Lambda(U, sp.exp(U + rest)), v)
+
+
 def split_loss(loss, theta, symmetric=()):
-    """loss = poly(θ) + Σ_k c_k Σ_n f_k(a_knᵀθ + b_kn): returns (poly, [(c, f, A, b)])."""
+    """loss = poly(θ) + Σ_k c_k Σ_n f_k(a_knᵀθ + b_kn): returns (poly, [(c, f, A, b)]).  A term exp(aᵀθ + b)
+    outside a data sum counts as a data sum over one row."""
     loss = scalarize(loss)
+    loss = loss.replace(lambda e: isinstance(e, sp.exp) and e.has(theta) and not e.has(DataSum),
+                        lambda e: _exp_as_sum(e, theta))
     sums = sorted(loss.atoms(DataSum), key=sp.default_sort_key)
     dummies = {s: sp.Dummy(f"s{i}") for i, s in enumerate(sums)}
     flat = loss.xreplace(dummies)
@@ -130,6 +153,29 @@ def derivative(f, k=1):
     return sp.Lambda(U, e)
 
 
+def exponential_rate(f):
+    """a when f(u) = Σ_k c_k exp(a u + b_k) (one rate a, the c_k and b_k free of u), else None.  Then, for
+    x ~ N(η, σ²), E[f(x)] = f(η + aσ²/2), and the same for f' and f'' (each of the same form): the Gaussian
+    moment-generating function E[e^{ax}] = e^{aη + a²σ²/2} (a closed form of the one-dimensional integrals that
+    Gauss–Hermite quadrature approximates)."""
+    u = f.variables[0]
+    e = sp.expand(f.expr, power_exp=True)
+    rate = None
+    for term in sp.Add.make_args(e):
+        if not term.has(u):
+            return None                        # a constant part is a polynomial, not an exponential
+        exps = [x for x in sp.Mul.make_args(term) if isinstance(x, sp.exp) and x.has(u)]
+        rest = sp.Mul(*[x for x in sp.Mul.make_args(term) if not (isinstance(x, sp.exp) and x.has(u))])
+        if rest.has(u) or not exps:
+            return None
+        arg = sp.expand(sp.Add(*[x.args[0] for x in exps]))
+        a = sp.diff(arg, u)
+        if a.has(u) or a == 0 or (rate is not None and sp.simplify(a - rate) != 0):
+            return None
+        rate = a
+    return rate
+
+
 def _plus(a, b):
     if isinstance(a, sp.ZeroMatrix):
         return b
@@ -160,8 +206,19 @@ def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nod
                 named = sp.MatrixSymbol("eta_var" + suffix, *arg.shape)
                 defs.append((named, var))
                 var = named
+        rate = exponential_rate(f) if cov is not None and nodes is None else None     # `exact`, not quadrature
         if cov is None:
             d1, d2 = Elementwise(derivative(f, 1), arg), Elementwise(derivative(f, 2), arg)
+        elif rate is not None:                 # the moment-generating function: exact, no quadrature
+            shifted = _plus(arg, sp.MatMul(rate / 2, var))
+            if defs is not None:
+                named = sp.MatrixSymbol("eta_mgf" + suffix, *arg.shape)
+                defs.append((named, shifted))
+                shifted = named
+            d1, d2 = Elementwise(derivative(f, 1), shifted), Elementwise(derivative(f, 2), shifted)
+        elif nodes is None:
+            raise DerivationError(f"E_q[f(aᵀθ + b)] has no closed form for f(u) = {f.expr.xreplace({f.variables[0]: U})} "
+                                  "(closed forms: sums of c·exp(a·u + b) with one rate a); use 'gauss_hermite'")
         else:
             f1 = derivative(f, 1)
             d1, d2 = GaussHermite(f1, arg, var, nodes), GaussHermiteStein(f1, arg, var, nodes)
@@ -177,7 +234,11 @@ def expected_loss(fam, poly, terms, mean, cov, nodes):
     """E_q[ℓ] as a function of (mean, cov): the polynomial part exactly, the data sums by quadrature."""
     e = fam.expect_gaussian(poly, mean=mean, cov=cov)
     for c, f, A, b in terms:
-        e = e + c * DataSum(sp.Lambda(U, U), GaussHermite(f, _plus(sp.MatMul(A, mean), b), RowQuadForm(A, cov), nodes))
+        arg, var = _plus(sp.MatMul(A, mean), b), RowQuadForm(A, cov)
+        rate = exponential_rate(f) if nodes is None else None
+        inner = (Elementwise(f, _plus(arg, sp.MatMul(rate / 2, var))) if rate is not None
+                 else GaussHermite(f, arg, var, nodes))
+        e = e + c * DataSum(sp.Lambda(U, U), inner)
     return e
 
 
@@ -189,10 +250,10 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     one-dimensional projections (``gauss_hermite``).  They become definitions ``g``, ``H`` of the update."""
     fam = recipe.family
     theta = fam.theta
-    approx = [a for a in recipe.approximations if a.name in ("delta", "gauss_hermite")][0]
-    quadrature = approx.name == "gauss_hermite"
+    approx = [a for a in recipe.approximations if a.name in ("delta", "gauss_hermite", "exact")][0]
+    quadrature = approx.name in ("gauss_hermite", "exact")       # expectations under q (closed form or nodes)
     ctx = Ctx(D, approx)
-    nodes = ctx.count("nodes", None) if quadrature else None
+    nodes = ctx.count("nodes", None) if approx.name == "gauss_hermite" else None
     ctx.done()
     try:
         poly, terms = split_loss(recipe.loss, theta, sym)
@@ -201,8 +262,11 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
         raise SpecError(f"approximation '{approx.name}': {exc}", recipe.file, approx.line) from None
     m, C = fam.gaussian_mean, fam.gaussian_cov
     projections, parts = [], []
-    g_ord, H_ord = expected_derivatives(theta, pg, ph, terms, m, C if quadrature else None, nodes, sym, projections,
-                                        parts)
+    try:
+        g_ord, H_ord = expected_derivatives(theta, pg, ph, terms, m, C if quadrature else None, nodes, sym,
+                                            projections, parts)
+    except DerivationError as exc:
+        raise SpecError(f"approximation '{approx.name}': {exc}", recipe.file, approx.line) from None
     taken = {str(s) for s in fam.params} | {h.name for h in recipe.hyper} | {d.name for d in recipe.data}
     g = sp.MatrixSymbol("g" if "g" not in taken else "g_", *m.shape)
     H = sp.MatrixSymbol("H" if "H" not in taken else "H_", *C.shape)
@@ -210,7 +274,9 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     D.symbol_names[H] = r"\hat{H}"
     D.defs += projections + [(g, g_ord), (H, H_ord)]
     for s_, _ in projections:
-        base, k = (r"\boldsymbol{\sigma}^2", s_.name[7:]) if s_.name.startswith("eta_var") else (r"\boldsymbol{\eta}", s_.name[3:])
+        base, k = ((r"\boldsymbol{\sigma}^2", s_.name[7:]) if s_.name.startswith("eta_var") else
+                   (r"\tilde{\boldsymbol{\eta}}", s_.name[7:]) if s_.name.startswith("eta_mgf") else
+                   (r"\boldsymbol{\eta}", s_.name[3:]))
         D.symbol_names[s_] = base + (f"_{{{k}}}" if k else "")
     sym.add(H)
     # the exact natural gradient of the approximated E_q[ℓ], written in μ (for checks against finite differences)
@@ -220,7 +286,15 @@ def explicit_expectations(recipe, D, grads, Eg, EH, mean_mu, cov_mu, sym):
     D.natural_gradient = NaturalGradient([simplify_mat(x.xreplace({Eg: g_mu, EH: H_mu}).doit(), sym | {H_mu})
                                           for x in grads], Eg, EH)
     where = r"\mathbf{m}" if is_mat(m) else "m"
-    if quadrature:
+    if approx.name == "exact":
+        text = ("The loss is a polynomial of degree ≤ 2 in θ plus exponentials c·exp(a·xₙ + b) of projections "
+                "xₙ = aₙᵀθ + bₙ. Under q, xₙ is Gaussian with mean ηₙ = aₙᵀm + bₙ and variance σₙ² = aₙᵀS⁻¹aₙ, so "
+                "the moment-generating function E[e^{a xₙ}] = e^{aηₙ + a²σₙ²/2} gives E_q[f'] (Bonnet) and E_q[f''] "
+                "(Price) in closed form: f' and f'' evaluated at ηₙ + aσₙ²/2 (Eqs. 10-11). The polynomial part is "
+                "exact (its gradient is affine and its Hessian constant).")
+        eqs = []
+        title = "Closed-form expectations of the exponential terms (moment-generating function)"
+    elif quadrature:
         text = ("The loss is a polynomial of degree ≤ 2 in θ plus sums over data of one-dimensional functions "
                 "f(aₙᵀθ + bₙ). Under q, xₙ = aₙᵀθ + bₙ is Gaussian with mean ηₙ = aₙᵀm + bₙ and variance "
                 "σₙ² = aₙᵀS⁻¹aₙ, so E_q[f'] (Bonnet) and E_q[f''] (Price, in Stein's form E[f'(x)(x − η)]/σ²) are "

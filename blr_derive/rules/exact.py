@@ -18,7 +18,10 @@ from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.families.statistics import linear_in_statistics
 from blr_derive.rules.base import RULES, NaturalGradient, Rule, register
+from blr_derive.core.nodes import DataSum
 from blr_derive.rules.blr import doit
+from blr_derive.rules.datasum import explicit_expectations
+from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.core.specialfns import stable_softmax
 from blr_derive.rules.product import expect_over_blocks, linear_in_block, tex_name
 
@@ -92,7 +95,23 @@ class Exact(Rule):
             return finite_sum(ctx.recipe, ctx.D, ctx.finite)
         if ctx.conjugate is not None:
             return conjugate(ctx.recipe, ctx.D, ctx.conjugate)
-        return polynomial_expectation(ctx.recipe, ctx.D, ctx.mean_mu, ctx.cov_mu, ctx.sym)
+        try:
+            return polynomial_expectation(ctx.recipe, ctx.D, ctx.mean_mu, ctx.cov_mu, ctx.sym)
+        except DerivationError as exc:
+            fam = ctx.family
+            if not (is_mat(fam.theta) and not fam.elementwise and ctx.recipe.loss.has(sp.exp, DataSum)):
+                raise
+            first = exc
+        # a vector Gaussian and exponentials of projections aᵀθ + b (alone or in data sums): their expectations
+        # are the Gaussian moment-generating function of each projection (blr_derive/rules/datasum.py)
+        ng, _, _ = gaussian_natural_gradient(ctx)
+        try:
+            return explicit_expectations(ctx.recipe, ctx.D, ng.grads, ng.Eg, ng.EH, ctx.mean_mu, ctx.cov_mu, ctx.sym)
+        except SpecError as exc:
+            if "no closed form" in str(exc):
+                raise
+            raise SpecError(f"approximation 'exact': {first}", ctx.recipe.file,
+                            ctx.approx(self.name).line) from None
 
 
 def polynomial_expectation(recipe, D, mean_mu, cov_mu, sym):

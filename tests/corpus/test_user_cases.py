@@ -1847,11 +1847,12 @@ def test_cli_numpy_output_is_deterministic_and_equals_the_api(cli):
 
 def test_cli_check_passes_on_user_families(cli):
     """`blr-derive check` on new, correct families: every numerical check passes (exit 0), including
-    the sampler's moments for the scaled exponential and a sized family at a chosen size."""
+    the sampler's moments and law (Kolmogorov-Smirnov) for the scaled exponential and a sized family at a chosen
+    size."""
     res, res2 = cli.results["check_ok"][0], cli.results["check_erlang"][0]
     assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.count("all 10 checks passed") == 2 and res.stdout.count("all 11 checks passed") == 1
-    assert "sampler_vs_density" in res.stdout
+    assert res.stdout.count("all 10 checks passed") == 2 and res.stdout.count("all 12 checks passed") == 1
+    assert "sampler_vs_density" in res.stdout and "sampler_ks" in res.stdout
     assert res2.returncode == 0 and "4 random parameter points" in res2.stdout, res2.stdout + res2.stderr
 
 

@@ -149,6 +149,8 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
                 continue
             if shape[1] == 1 and fs[0] == 1 and shape[0] != 1 and fs[1] != 1:
                 acc = f"numpy.outer({acc}, {s})"
+            elif shape[1] == 1 and fs == (1, 1) and shape[0] != 1:     # a column times a 1×1 (a number here)
+                acc = f"{acc} * {s}"
             else:
                 acc = f"{acc} @ {s}"
             shape = (shape[0], fs[1])
@@ -243,11 +245,12 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     def _print_RowQuadForm(self, expr):
         A, C = expr.args
         a = self._wrap(A)
+        axis = -1 if A.shape[0] == 1 else 1           # one row (a vector here): the whole product is the form
         if isinstance(C, sp.Inverse):
             self.helpers.add("_spd_solve")
             self.imports.add("scipy.linalg")
-            return f"numpy.sum({a} * _spd_solve({self._print(C.arg)}, {self._print(A.T)}).T, axis=1)"
-        return f"numpy.sum(({a} @ {self._wrap(C)}) * {a}, axis=1)"
+            return f"numpy.sum({a} * _spd_solve({self._print(C.arg)}, {self._print(A.T)}).T, axis={axis})"
+        return f"numpy.sum(({a} @ {self._wrap(C)}) * {a}, axis={axis})"
 
     def _print_GaussHermite(self, expr, helper="_gauss_hermite"):
         f, mean, var, nodes = expr.args
