@@ -21,7 +21,8 @@ from blr_derive.codegen.inert import template_env
 from blr_derive.spec.peer import SWITCHES
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, host_states, plan_optimizer,
                                      state_conditions, state_symbols, step_condition, stored_names)
-from blr_derive.codegen.backends.torch.inplace import PlannedCompiler, inline_single_use
+from blr_derive.codegen.backends.torch.inline import inline_single_use
+from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
 
 

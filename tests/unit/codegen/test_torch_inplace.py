@@ -3,7 +3,8 @@ programs it writes, each program run on random tensors against the expression it
 import sympy as sp
 import torch
 
-from blr_derive.codegen.backends.torch.inplace import PlannedCompiler, _fusable, _reads, inline_single_use
+from blr_derive.codegen.backends.torch.inline import _fusable, _reads, inline_single_use
+from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
 
 g, s, buf, m, root, d = sp.symbols("g s buf m root d", real=True)
 a, lr, mom, eps = sp.symbols("a lr mom eps", positive=True)
