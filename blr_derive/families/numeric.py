@@ -54,7 +54,10 @@ def numeric_fisher(fam, lam_vals: dict, dim: int):
     return np.array(cols).T
 
 
-MODULES = ["scipy", "numpy"]
+#: the engine's own special functions that scipy does not name, as numpy functions (binary: -1 for x < 0, else 1)
+OWN_FUNCTIONS = {"binary": lambda x: np.where(np.asarray(x) < 0, -1.0, 1.0),
+                 "softplus": lambda x: np.logaddexp(0.0, x)}
+MODULES = [OWN_FUNCTIONS, "scipy", "numpy"]
 
 
 class NumericFamily:

@@ -143,6 +143,7 @@ class Sampling:
     calls: list                     # [(symbol, oracle name)] evaluated at θ_k
     stats: list                     # [(average symbol, per-sample expression)]
     draw: str = "normal"            # the draw behind eps: "normal" (N(0, 1)) or "uniform" (U(0, 1))
+    more_draws: list = field(default_factory=list)   # [(symbol, "uniform" | "normal")]: further draws per sample
     views: dict = field(default_factory=dict)   # oracle name -> the averaged statistic that stands for it
     grad_stat: object = None        # the average that stands for the loss gradient in the update (for passes)
 

@@ -9,6 +9,7 @@ from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import binary
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling
+from blr_derive.spec.family import sampler_draws
 
 #: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
 THRESHOLDS = (sp.sign, binary)
@@ -33,9 +34,9 @@ def check_sampler(ctx, rule_name):
         if not hard:
             raise ctx.fail(f"approximation '{rule_name}' relaxes a hard threshold sign(·) of the family's sampler; "
                            f"family '{fam.name}' has none", approx)
-        if not any(s_.name == "u" for s_ in fam.sampler.free_symbols):
-            raise ctx.fail(f"approximation '{rule_name}' relaxes a threshold of a uniform draw u; family "
-                           f"'{fam.name}' samples from a normal draw z", approx)
+        if [d.name for d, _ in sampler_draws(fam.sampler)] != ["u"]:
+            raise ctx.fail(f"approximation '{rule_name}' relaxes a threshold of one uniform draw u; family "
+                           f"'{fam.name}' samples from other draws", approx)
         if len(fam.T) != 1 or len(fam.free_params) != 1:
             raise ctx.fail(f"approximation '{rule_name}' supports binary families (one sufficient statistic, one free "
                            "parameter)", approx)
@@ -51,7 +52,7 @@ def sampled_natural_gradient(recipe, D, approx, mode):
     ctx = Ctx(D, approx)
     samples = ctx.count("samples")
     ctx.done()
-    u = next(s_ for s_ in fam.sampler.free_symbols if s_.name in ("u", "z"))     # the draw: uniform or normal
+    (u, law), *more = sampler_draws(fam.sampler)          # the draws: uniform or normal
     theta = sp.Symbol("theta_k", real=True)
     th = fam.theta
     stats, per = [], []
@@ -72,7 +73,7 @@ def sampled_natural_gradient(recipe, D, approx, mode):
         avg = sp.Symbol(f"dlam{i + 1}", real=True)
         stats.append((avg, e))
     D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats,
-                          draw="uniform" if u.name == "u" else "normal")
+                          draw=law, more_draws=more)
     F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(sp.simplify)
     grads = [sp.simplify(g) for g in F.inv() * sp.Matrix([a for a, _ in stats])]
     D.natural_gradient = NaturalGradient(list(grads))

@@ -277,24 +277,41 @@ def _parse_gaussian(spec, kind, theta, psyms, file):
     return mean, cov
 
 
+#: the random draws a sampler may use: independent uniforms on (0, 1) and standard normals
+UNIFORM_DRAWS = ("u", "u2", "u3", "u4")
+NORMAL_DRAWS = ("z", "z2", "z3", "z4")
+
+
+def sampler_draws(sampler):
+    """The draws a sampler uses, in declaration order (u, u2, …, z, z2, …), each with its law."""
+    by_name = {s.name: s for s in sampler.free_symbols}
+    return ([(by_name[n], "uniform") for n in UNIFORM_DRAWS if n in by_name]
+            + [(by_name[n], "normal") for n in NORMAL_DRAWS if n in by_name])
+
+
 def _parse_sampler(spec, kind, theta, psyms, file):
-    """θ as a function of the parameters and one draw, u ~ Uniform(0, 1) (an inverse CDF) or z ~ N(0, 1); `check`
-    compares its moments with the density's, and it enables the score-function and reparameterization
-    estimators."""
+    """θ as a function of the parameters and independent draws u, u2, … ~ Uniform(0, 1) (inverse CDFs) and z,
+    z2, … ~ N(0, 1); `check` compares its moments and law with the density's, and it enables the score-function
+    and reparameterization estimators."""
     if "sampler" not in spec:
         return None
     if kind != "scalar" or is_mat(theta):
         raise _err("samplers are supported for scalar variables", spec, "sampler")
-    draws = {"u": sp.Symbol("u", positive=True), "z": sp.Symbol("z", real=True)}
+    draws = {**{n: sp.Symbol(n, positive=True) for n in UNIFORM_DRAWS},
+             **{n: sp.Symbol(n, real=True) for n in NORMAL_DRAWS}}
     f, l = where(spec, "sampler")
+    clash = sorted(set(draws) & set(psyms))
+    if clash:
+        raise SpecError(f"sampler: the parameter '{clash[0]}' has the name of a random draw (draws: "
+                        f"{', '.join(draws)}); rename it", f or file, l)
     try:
         expr = parse_expression(spec["sampler"], {**psyms, **draws}, what="sampler", logic=True)
     except SpecError as exc:
         raise exc.located(f or file, l) from None
     used = [d for d in draws.values() if expr.has(d)]
-    if len(used) != 1:
-        raise SpecError("sampler: write theta as a function of one draw, u ~ Uniform(0, 1) (an inverse CDF) or "
-                        "z ~ N(0, 1), and the parameters", f or file, l)
+    if not used:
+        raise SpecError("sampler: write theta as a function of the parameters and independent draws u, u2, u3, u4 "
+                        "~ Uniform(0, 1) (an inverse CDF) and z, z2, z3, z4 ~ N(0, 1)", f or file, l)
     return expr
 
 

@@ -46,6 +46,8 @@ class NumpyTarget:
             sampling = {
                 "samples": printer.doprint(sm.samples), "eps": printer.doprint(sm.eps),
                 "draw": "standard_normal" if sm.draw == "normal" else "random",
+                "more": [(printer.doprint(d), "standard_normal" if law == "normal" else "random")
+                         for d, law in getattr(sm, "more_draws", [])],
                 "theta": printer.doprint(sm.theta), "theta_expr": printer.doprint(sm.theta_expr),
                 "calls": [(printer.doprint(s), o) for s, o in sm.calls],
                 "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],

@@ -48,8 +48,8 @@ def test_mu_fisher_entropy_density_match_scipy(fam, sigma, k):
 
 def test_check_passes(fam):
     checks = check_family(fam, points=3, seed=0)
-    assert len(checks) == 10 and all(c.passed for c in checks), [c for c in checks if not c.passed]
-    assert fam.sampler is None
+    assert len(checks) == 12 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert {"sampler_vs_density", "sampler_ks"} <= {c.name for c in checks}      # σ√(2·gammaincinv(k/2, u))
 
 
 def test_conjugate_step_for_gaussian_data_with_unknown_scale():

@@ -71,7 +71,8 @@ def test_declared_mean_of_log_h_is_the_closed_form_of_E_log_theta(fam):
 
 def test_check_passes(fam):
     checks = check_family(fam, points=3, seed=0)
-    assert len(checks) == 10 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert len(checks) == 12 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert {"sampler_vs_density", "sampler_ks"} <= {c.name for c in checks}      # two draws (z, u)
 
 
 def test_a_wrong_declared_mean_of_log_h_fails_check(tmp_path):
