@@ -22,6 +22,8 @@ from blr_derive.codegen import TARGET_NAMES
 from blr_derive.core.io import output_problem, write_atomic
 from blr_derive.core.budget import DEFAULT_SECONDS, BudgetExceeded, derivation_budget, location
 from blr_derive.core.errors import BLRError, SpecError
+from blr_derive.core.resources import catalog_dir, families_dir
+from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
 from blr_derive.core.text import quote, terminal_safe
 
 COMMANDS = ("explain", "catalog", "families", "check", "compare")
@@ -186,8 +188,6 @@ def cmd_families(argv):
     p = _Parser(prog="blr-derive families",
                 description="List the built-in exponential families with T(θ), h(θ), λ and μ.")
     p.parse_args(argv)
-    from blr_derive.core.resources import catalog_dir, families_dir
-    from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
     index = read_index(catalog_dir() / "generated" / INDEX_NAME)
     for path in sorted(families_dir().glob("*.yaml"), key=lambda p: p.stem):
         sha, block = index.get(path.stem, (None, None))

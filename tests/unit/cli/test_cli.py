@@ -538,8 +538,8 @@ def test_families_listing_derives_a_family_missing_from_or_stale_in_the_index(tm
     (fams / "exponential.yaml").write_text(text)
     (fams / "rayleigh.yaml").write_text((resources.families_dir() / "rayleigh.yaml").read_text())
     (cat / INDEX_NAME).write_text(index)
-    monkeypatch.setattr(resources, "families_dir", lambda: fams)
-    monkeypatch.setattr(resources, "catalog_dir", lambda: tmp_path / "catalog")
+    monkeypatch.setattr(cli, "families_dir", lambda: fams)
+    monkeypatch.setattr(cli, "catalog_dir", lambda: tmp_path / "catalog")
     out = io.StringIO()
     with redirect_stdout(out):
         assert cli.main(["families"]) == 0
