@@ -58,7 +58,7 @@ def split_loss(loss, theta, symmetric=()):
     loss = scalarize(loss)
     loss = loss.replace(lambda e: isinstance(e, sp.exp) and e.has(theta) and not e.has(DataSum),
                         lambda e: _exp_as_sum(e, theta))
-    sums = sorted(loss.atoms(DataSum), key=sp.default_sort_key)
+    sums = sorted((s for s in loss.atoms(DataSum) if s.has(theta)), key=sp.default_sort_key)   # θ-free: constants
     dummies = {s: sp.Dummy(f"s{i}") for i, s in enumerate(sums)}
     flat = loss.xreplace(dummies)
     poly = flat.xreplace({d: 0 for d in dummies.values()})

@@ -95,23 +95,15 @@ class Exact(Rule):
             return finite_sum(ctx.recipe, ctx.D, ctx.finite)
         if ctx.conjugate is not None:
             return conjugate(ctx.recipe, ctx.D, ctx.conjugate)
-        try:
-            return polynomial_expectation(ctx.recipe, ctx.D, ctx.mean_mu, ctx.cov_mu, ctx.sym)
-        except DerivationError as exc:
-            fam = ctx.family
-            if not (is_mat(fam.theta) and not fam.elementwise and ctx.recipe.loss.has(sp.exp, DataSum)):
-                raise
-            first = exc
-        # a vector Gaussian and exponentials of projections aᵀθ + b (alone or in data sums): their expectations
-        # are the Gaussian moment-generating function of each projection (blr_derive/rules/datasum.py)
-        ng, _, _ = gaussian_natural_gradient(ctx)
-        try:
+        fam = ctx.family
+        theta, loss = fam.theta, ctx.recipe.loss
+        if is_mat(theta) and not fam.elementwise and any(x.has(theta) for x in loss.atoms(sp.exp, DataSum)):
+            # a vector Gaussian and exponentials of projections aᵀθ + b (alone or in data sums): their expectations
+            # are the Gaussian moment-generating function of each projection (blr_derive/rules/datasum.py); any
+            # other data sum is a located error there
+            ng, _, _ = gaussian_natural_gradient(ctx)
             return explicit_expectations(ctx.recipe, ctx.D, ng.grads, ng.Eg, ng.EH, ctx.mean_mu, ctx.cov_mu, ctx.sym)
-        except SpecError as exc:
-            if "no closed form" in str(exc):
-                raise
-            raise SpecError(f"approximation 'exact': {first}", ctx.recipe.file,
-                            ctx.approx(self.name).line) from None
+        return polynomial_expectation(ctx.recipe, ctx.D, ctx.mean_mu, ctx.cov_mu, ctx.sym)
 
 
 def polynomial_expectation(recipe, D, mean_mu, cov_mu, sym):

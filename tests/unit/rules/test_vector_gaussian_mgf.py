@@ -90,3 +90,21 @@ def test_exact_refuses_a_data_sum_without_a_closed_form_with_a_located_line():
     with pytest.raises(SpecError, match="no closed form .*use 'gauss_hermite'") as exc:
         api.derive(text)
     assert exc.value.line is not None
+
+
+def test_a_data_sum_free_of_theta_is_a_constant(problem):
+    """Σ log y_n (the Poisson likelihood's log y! stand-in) does not depend on θ: the step is Poisson
+    regression's, and a loss with only such a sum keeps its polynomial derivation."""
+    m, S, X, y = problem
+    y = y + 1.0
+    data = {"X": {"shape": ["N", "P"]}, "y": {"shape": ["N"]}}
+    mod = api.derive(recipe("sum(log(y)) + sum(exp(X*theta)) - y.T*X*theta + 0.5*alpha*theta.T*theta",
+                            data)).compile("numpy")
+    out = mod.step({"m": m, "S": S}, data={"X": X, "y": y}, rho=0.3, alpha=0.5)
+    S_ref, m_ref = reference_step(m, S, X, y, 0.5, 0.3)
+    np.testing.assert_allclose(out["S"], S_ref, rtol=1e-12)
+    np.testing.assert_allclose(out["m"], m_ref, rtol=1e-12)
+    ridge = api.derive(recipe("sum(log(y)) + 0.5*alpha*theta.T*theta", data)).compile("numpy")
+    out = ridge.step({"m": m, "S": S}, data={"X": X, "y": y}, rho=1.0, alpha=0.5)
+    np.testing.assert_allclose(out["S"], 0.5 * np.eye(len(m)), atol=1e-14)      # one step, ρ = 1: the prior
+    np.testing.assert_allclose(out["m"], 0 * m, atol=1e-14)
