@@ -176,6 +176,11 @@ def exponential_rate(f):
     return rate
 
 
+def mgf_point(arg, var, rate):
+    """η + aσ²/2, where f(η + aσ²/2) = E[f(x)] for x ~ N(η, σ²) and f of rate a (see exponential_rate)."""
+    return _plus(arg, sp.MatMul(rate / 2, var))
+
+
 def _plus(a, b):
     if isinstance(a, sp.ZeroMatrix):
         return b
@@ -210,7 +215,7 @@ def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nod
         if cov is None:
             d1, d2 = Elementwise(derivative(f, 1), arg), Elementwise(derivative(f, 2), arg)
         elif rate is not None:                 # the moment-generating function: exact, no quadrature
-            shifted = _plus(arg, sp.MatMul(rate / 2, var))
+            shifted = mgf_point(arg, var, rate)
             if defs is not None:
                 named = sp.MatrixSymbol("eta_mgf" + suffix, *arg.shape)
                 defs.append((named, shifted))
@@ -236,7 +241,7 @@ def expected_loss(fam, poly, terms, mean, cov, nodes):
     for c, f, A, b in terms:
         arg, var = _plus(sp.MatMul(A, mean), b), RowQuadForm(A, cov)
         rate = exponential_rate(f) if nodes is None else None
-        inner = (Elementwise(f, _plus(arg, sp.MatMul(rate / 2, var))) if rate is not None
+        inner = (Elementwise(f, mgf_point(arg, var, rate)) if rate is not None
                  else GaussHermite(f, arg, var, nodes))
         e = e + c * DataSum(sp.Lambda(U, U), inner)
     return e

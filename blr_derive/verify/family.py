@@ -165,10 +165,17 @@ def describe(fam):
 
 
 def _sampler_checks(fam, model, vals, quad, rng, n, record, guarded):
-    """The declared sampler's moments of T and (continuous scalar variables) its law, against the density."""
-    guarded("sampler_vs_density", lambda: sampler_moments(fam, vals, quad, rng, n, record))
+    """The declared sampler's moments of T and (continuous scalar variables) its law, against the density, both
+    from the same n draws."""
+    drawn = []
+
+    def theta():
+        if not drawn:
+            drawn.append(_draw_sampler(fam, vals, rng, n))
+        return drawn[0]
+    guarded("sampler_vs_density", lambda: sampler_moments(fam, theta(), quad, record))
     if ks_applies(fam, model):
-        guarded("sampler_ks", lambda: sampler_ks(fam, vals, quad, rng, n, record))
+        guarded("sampler_ks", lambda: sampler_ks(theta(), quad, record))
 
 
 def _draw_sampler(fam, vals, rng, n):
@@ -187,13 +194,14 @@ def ks_applies(fam, model):
             and len(fam.components) == 1)
 
 
-def sampler_ks(fam, vals, quad, rng, n, record):
-    """The declared sampler against the density's CDF: Kolmogorov's statistic √n·sup|F_n − F| with F the
-    cumulative quadrature weights at the nodes (each node's cell counted half below it), linearly interpolated.
+def sampler_ks(theta, quad, record):
+    """Draws ``theta`` of the declared sampler against the density's CDF: Kolmogorov's statistic √n·sup|F_n − F|
+    with F the cumulative quadrature weights at the nodes (each node's cell counted half below it), linearly
+    interpolated.
     The nodes are spaced ~0.05 standard deviations apart, so F is accurate to ~1e-4, far below the statistic's
     resolution 1/√n; a sampler with the right moments of T but the wrong law (a log-normal for an exponential
     with the same mean and variance) fails here."""
-    theta = _draw_sampler(fam, vals, rng, n)
+    n = len(theta)
     if not np.all(np.isfinite(theta)):
         record("sampler_ks", float("inf"), "the sampler gave non-finite values")
         return
@@ -210,11 +218,11 @@ def sampler_ks(fam, vals, quad, rng, n, record):
     record("sampler_ks", np.sqrt(n) * D, f"{n} draws of the declared sampler, sup|F_n - F| = {D:.3g}")
 
 
-def sampler_moments(fam, vals, quad, rng, n, record):
-    """The declared sampler θ(u) (u ~ U(0, 1)) or θ(z) (z ~ N(0, 1)) against the density: z-scores of the sample
-    means of T_i and T_i T_j against E_q[T] and E_q[T Tᵀ] by quadrature (a sampler of the wrong law, scale or
-    location fails; every moment of T exists inside Ω)."""
-    theta = _draw_sampler(fam, vals, rng, n)
+def sampler_moments(fam, theta, quad, record):
+    """Draws ``theta`` of the declared sampler against the density: z-scores of the sample means of T_i and
+    T_i T_j against E_q[T] and E_q[T Tᵀ] by quadrature (a sampler of the wrong law, scale or location fails;
+    every moment of T exists inside Ω)."""
+    n = len(theta)
     ts = [np.asarray(sp.lambdify([fam.theta], t, modules=MODULES)(theta), dtype=float) * np.ones(n)
           for t in fam.T]
     second = quad.cov + np.outer(quad.mean, quad.mean)
