@@ -20,7 +20,7 @@ from blr_derive.families.numeric import NumericFamily, numeric_fisher
 from blr_derive.families.partition import discrete_expectation, tilted_expectation
 from blr_derive.families.statistics import log_h_linear as log_h_linear_coefficients
 from blr_derive.families.symbolic import evaluate, loggamma_form, subs, tidy
-from blr_derive.spec.vocabulary import is_discrete
+from blr_derive.spec.vocabulary import count_total, is_discrete
 
 
 @dataclass
@@ -75,7 +75,7 @@ class Family:
 
     @property
     def is_discrete(self) -> bool:
-        return self.joint_support == "categorical" or (
+        return self.joint_support == "categorical" or count_total(self.joint_support) is not None or (
             bool(self.component_supports) and all(is_discrete(s) for s in self.component_supports))
 
     @property

@@ -13,7 +13,7 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.yamlio import where
 from blr_derive.families.symbolic import loggamma_form
-from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS, integer_range
+from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS, count_total, integer_range
 
 
 def _err(msg, container, key=None):
@@ -190,6 +190,8 @@ def support_points(fam, limit: int | None = None):
     if fam.joint_support == "categorical":
         K = len(fam.components)
         return [{c: int(i == k) for i, c in enumerate(fam.components)} for k in range(K)]
+    if count_total(fam.joint_support) is not None:
+        return [dict(zip(fam.components, pt)) for pt in compositions(count_total(fam.joint_support), len(fam.components))]
     sets = []
     for s in fam.component_supports:
         if s == "binary_pm1":
@@ -204,6 +206,13 @@ def support_points(fam, limit: int | None = None):
         else:
             return None
     return [dict(zip(fam.components, pt)) for pt in itertools.product(*sets)]
+
+
+def compositions(n: int, k: int):
+    """The vectors of k nonnegative integers adding up to n, in lexicographic order."""
+    if k == 1:
+        return [(n,)]
+    return [(i,) + rest for i in range(n + 1) for rest in compositions(n - i, k - 1)]
 
 
 def sum_log_partition(fam, spec):

@@ -6,7 +6,7 @@ import numpy as np
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
-from blr_derive.spec.vocabulary import integer_range
+from blr_derive.spec.vocabulary import count_total, integer_range
 
 
 def linear_in_statistics(fam, expr):
@@ -90,6 +90,9 @@ def random_support_points(fam, rng, n):
     if fam.joint_support == "simplex":
         return [dict(zip(fam.components, [sp.Rational(int(v * 10**6), 10**6) or sp.Rational(1, 10**6)
                                           for v in rng.dirichlet(np.ones(len(fam.components)))])) for _ in range(n)]
+    if count_total(fam.joint_support) is not None:
+        n, K = count_total(fam.joint_support), len(fam.components)
+        return [dict(zip(fam.components, map(sp.Integer, rng.multinomial(n, np.full(K, 1 / K))))) for _ in range(n)]
     if fam.joint_support == "categorical" or not fam.component_supports:
         return None
     out = []

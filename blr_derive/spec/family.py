@@ -4,6 +4,8 @@ expectation parameters to check, Gaussian moments, a sampler).  The symbols of t
 the natural and expectation parameters are made here; ``blr_derive/families/build.py`` derives the rest."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import sympy as sp
@@ -15,7 +17,7 @@ from blr_derive.core.names import check_name_at
 from blr_derive.core.sizes import declared_sizes, instantiate, resolve_sizes
 from blr_derive.core.yamlio import LDict, check_keys, where
 from blr_derive.spec.vocabulary import (DOMAINS, FAMILY_KEYS, JOINT_SUPPORTS, MAX_SIZE, PARAM_KEYS, SCALAR_SUPPORTS,
-                                        SHAPES, SUPPORTS, VARIABLE_KEYS, is_discrete,
+                                        SHAPES, SUPPORTS, VARIABLE_KEYS, MAX_JOINT_POINTS, count_total, is_discrete,
                                         is_scalar_support)
 
 
@@ -93,7 +95,8 @@ def _parse_support(spec, kind, components):
         if len({is_discrete(s) for s in support}) > 1:
             raise _err("mixing discrete and continuous components is not supported", spec, "support")
         return tuple(support), list(support), None
-    if not isinstance(support, str) or not (support in SUPPORTS or is_scalar_support(support)):
+    if not isinstance(support, str) or not (support in SUPPORTS or is_scalar_support(support)
+                                            or count_total(support) is not None):
         raise _err(f"unsupported support '{support}' (known: {known}, integers LO..HI)", spec, "support")
     if kind == "vector" and support != "real":
         raise _err("a vector variable with a symbolic dimension has support 'real' (use a fixed 'size' for "
@@ -102,10 +105,14 @@ def _parse_support(spec, kind, components):
         raise _err("a matrix variable has support 'positive_definite'", spec, "support")
     if support == "positive_definite" and kind != "matrix":
         raise _err("support 'positive_definite' is for matrix variables", spec, "support")
-    if support in JOINT_SUPPORTS:
+    if support in JOINT_SUPPORTS or count_total(support) is not None:
         if kind != "sized":
             raise _err(f"support '{support}' needs a vector variable with a fixed size "
                        "(variable: {name: theta, shape: vector, size: K})", spec, "support")
+        if count_total(support) is not None and math.comb(count_total(support) + len(components) - 1,
+                                                          len(components) - 1) > MAX_JOINT_POINTS:
+            raise _err(f"support '{support}' has more than {MAX_JOINT_POINTS} count vectors of size {len(components)} "
+                       "(they are enumerated); use a smaller total or size", spec, "support")
         return support, [], support
     return support, [support] * len(components), None
 

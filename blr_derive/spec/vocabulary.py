@@ -50,11 +50,22 @@ def integer_range(support):
 
 
 def is_discrete(support) -> bool:
-    return support in DISCRETE_SUPPORTS or integer_range(support) is not None
+    return support in DISCRETE_SUPPORTS or integer_range(support) is not None or count_total(support) is not None
 
 
 def is_scalar_support(support) -> bool:
     return support in SCALAR_SUPPORTS or integer_range(support) is not None
+
+
+def count_total(support):
+    """N of a support "counts summing to N" (a fixed-size vector of nonnegative integers whose components add up
+    to N, the multinomial's), else None."""
+    m = re.fullmatch(r"counts summing to (\d{1,4})", support) if isinstance(support, str) else None
+    return int(m.group(1)) if m is not None and int(m.group(1)) >= 1 else None
+
+
+#: the most points a finite joint support may have (they are enumerated: sums, checks)
+MAX_JOINT_POINTS = 500
 
 
 #: supports of a fixed-size vector variable taken as a whole
@@ -70,6 +81,8 @@ SUPPORTS = {
     **DISCRETE_SUPPORTS,
     **JOINT_SUPPORTS,
     "positive_definite": "symmetric positive-definite matrices (matrix variables)",
+    "counts summing to N": "vectors of nonnegative integers of a fixed size K adding up to N (multinomial counts; "
+                           "at most 500 such vectors)",
 }
 
 
