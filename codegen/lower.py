@@ -39,6 +39,9 @@ def check_optimizer(ir, target: str):
     if ir.sampling is not None:
         if ir.sampling.draw not in DRAWS:
             no(f"samples q with normal or uniform draws only (got '{ir.sampling.draw}')", "approximations")
+        if getattr(ir.sampling, "accept", None) is not None:
+            no("draws once per sample; the family's sampler rejects draws until a condition holds (the numpy "
+               "target draws again)", "family")
         if getattr(ir.sampling, "more_draws", None):
             no("draws one random number per sample; the family's sampler uses "
                f"{1 + len(ir.sampling.more_draws)} (the numpy target draws any number)", "family")

@@ -140,6 +140,8 @@ FUNCTIONS: dict[str, Callable] = {
     "tanh": _unary_scalar(sp.tanh),
     "sin": _unary_scalar(sp.sin),
     "cos": _unary_scalar(sp.cos),
+    "acos": _unary_scalar(sp.acos),
+    "atan2": _special(sp.atan2, 2),
     "sign": _unary_scalar(sp.sign),
     "binary": _unary_scalar(specialfns.binary),
     "sigmoid": _unary_scalar(_sigmoid),

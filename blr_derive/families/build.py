@@ -66,7 +66,7 @@ def build_family(decl: FamilyDecl) -> Family:
         A_given=decl.A is not None, elementwise=decl.elementwise, symmetric=symmetric, file=decl.file,
         variable_kind=decl.variable_kind, components=decl.components, component_supports=decl.component_supports,
         joint_support=decl.joint_support, sizes=decl.sizes, gaussian_mean=decl.gaussian_mean,
-        gaussian_cov=decl.gaussian_cov, sampler=decl.sampler, expected_log_h=decl.expected_log_h)
+        gaussian_cov=decl.gaussian_cov, sampler=decl.sampler, sampler_accept=decl.sampler_accept, expected_log_h=decl.expected_log_h)
 
     # 1. ordinary <- natural (solve λ = η(params))
     try:

@@ -46,7 +46,8 @@ class Family:
     mu_inverse: str = "symbolic"                        # "symbolic" | "numeric" (see numeric_ord_from_mu)
     gaussian_mean: object = None
     gaussian_cov: object = None
-    sampler: object = None          # θ as an expression of the parameters and a uniform draw u
+    sampler: object = None          # θ as an expression of the parameters and draws u, u2, …, z, z2, …
+    sampler_accept: object = None   # a rejection sampler's acceptance condition on the same draws, or None
     expected_log_h: object = None   # a declared E_q[log h] in ordinary parameters (`expected_log_base_measure`)
     elementwise: bool = False
     symmetric: frozenset = frozenset()

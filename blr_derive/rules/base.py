@@ -144,6 +144,7 @@ class Sampling:
     stats: list                     # [(average symbol, per-sample expression)]
     draw: str = "normal"            # the draw behind eps: "normal" (N(0, 1)) or "uniform" (U(0, 1))
     more_draws: list = field(default_factory=list)   # [(symbol, "uniform" | "normal")]: further draws per sample
+    accept: object = None           # a rejection sampler's condition on the draws (drawn again until it holds)
     views: dict = field(default_factory=dict)   # oracle name -> the averaged statistic that stands for it
     grad_stat: object = None        # the average that stands for the loss gradient in the update (for passes)
 

@@ -26,6 +26,10 @@ def check_sampler(ctx, rule_name):
                        approx)
     if any(is_mat(t) for t in fam.T):
         raise ctx.fail(f"approximation '{rule_name}' supports families with scalar statistics", approx)
+    if getattr(fam, "sampler_accept", None) is not None and rule_name != "score_function":
+        raise ctx.fail(f"approximation '{rule_name}' differentiates through the sampler; family '{fam.name}' "
+                       "declares a rejection sampler (its acceptance depends on the parameters, so that gradient "
+                       "is biased): use 'score_function'", approx)
     hard = fam.sampler.has(*THRESHOLDS)
     if rule_name == "reparameterization" and hard:
         raise ctx.fail(f"approximation 'reparameterization' needs a differentiable sampler; family '{fam.name}' "
@@ -52,7 +56,9 @@ def sampled_natural_gradient(recipe, D, approx, mode):
     ctx = Ctx(D, approx)
     samples = ctx.count("samples")
     ctx.done()
-    (u, law), *more = sampler_draws(fam.sampler)          # the draws: uniform or normal
+    accept = getattr(fam, "sampler_accept", None)         # a rejection sampler's condition, or None
+    # the draws, uniform or normal (those of the acceptance condition too)
+    (u, law), *more = sampler_draws(fam.sampler if accept is None else sp.Tuple(fam.sampler, accept))
     theta = sp.Symbol("theta_k", real=True)
     th = fam.theta
     stats, per = [], []
@@ -73,14 +79,15 @@ def sampled_natural_gradient(recipe, D, approx, mode):
         avg = sp.Symbol(f"dlam{i + 1}", real=True)
         stats.append((avg, e))
     D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats,
-                          draw=law, more_draws=more)
+                          draw=law, more_draws=more, accept=accept)
     F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(sp.simplify)
     grads = [sp.simplify(g) for g in F.inv() * sp.Matrix([a for a, _ in stats])]
     D.natural_gradient = NaturalGradient(list(grads))
     D.add(mode, RULES[mode].equation, "Natural gradient from samples of q",
           "∇_λ E_q[ℓ] is estimated with samples θ_k of q (the family's sampler); the Fisher information "
           "F(λ) = ∇²A turns it into the natural gradient (Eq. 4).",
-          [(theta, fam.sampler)] + [(avg, r"\frac{1}{S}\sum_k " + what % ((i + 1,) * what.count("%d")))
+          [(theta, fam.sampler)] + ([(r"\text{accept}\ \theta_k\ \text{if}", accept, r"\;")] if accept is not None else [])
+          + [(avg, r"\frac{1}{S}\sum_k " + what % ((i + 1,) * what.count("%d")))
                                     for i, (avg, _) in enumerate(stats)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
     return grads

@@ -147,6 +147,7 @@ class FamilyDecl:
     gaussian_mean: object
     gaussian_cov: object
     sampler: object
+    sampler_accept: object       # the acceptance condition of a rejection sampler, or None
     expected_log_h: object       # a declared E_q[log h] in ordinary parameters (checked by `check`), or None
     spec: object                 # the located mapping (for errors found while deriving)
 
@@ -296,12 +297,24 @@ def sampler_draws(sampler):
             + [(by_name[n], "normal") for n in NORMAL_DRAWS if n in by_name])
 
 
+SAMPLER_KEYS = {"value", "accept", "define"}
+MAX_SAMPLER_DEFINITIONS = 16
+
+
 def _parse_sampler(spec, kind, theta, psyms, file):
     """θ as a function of the parameters and independent draws u, u2, … ~ Uniform(0, 1) (inverse CDFs) and z,
     z2, … ~ N(0, 1); `check` compares its moments and law with the density's, and it enables the score-function
-    and reparameterization estimators."""
+    and reparameterization estimators.  → (value, accept), both None without a sampler.  ``sampler`` is the
+    expression of θ, or a mapping with
+
+    * ``value``: θ (required);
+    * ``accept``: a condition on the same draws and parameters (``u2 <= c*exp(1 - c)``), which makes a rejection
+      sampler: every draw is made again until the condition holds (Best & Fisher's von Mises sampler); None for a
+      direct sampler;
+    * ``define``: named intermediate expressions, in order, each usable by the later ones, by ``value`` and by
+      ``accept``; they are substituted (names are identifiers that are neither parameters, draws nor θ)."""
     if "sampler" not in spec:
-        return None
+        return None, None
     if kind != "scalar" or is_mat(theta):
         raise _err("samplers are supported for scalar variables", spec, "sampler")
     draws = {**{n: sp.Symbol(n, positive=True) for n in UNIFORM_DRAWS},
@@ -311,15 +324,57 @@ def _parse_sampler(spec, kind, theta, psyms, file):
     if clash:
         raise SpecError(f"sampler: the parameter '{clash[0]}' has the name of a random draw (draws: "
                         f"{', '.join(draws)}); rename it", f or file, l)
-    try:
-        expr = parse_expression(spec["sampler"], {**psyms, **draws}, what="sampler", logic=True)
-    except SpecError as exc:
-        raise exc.located(f or file, l) from None
+    raw = spec["sampler"]
+    known = {**psyms, **draws}
+    accept = None
+    if isinstance(raw, dict):
+        check_keys(raw, SAMPLER_KEYS, required=("value",), what="sampler")
+        defs = raw.get("define", {})
+        if not isinstance(defs, dict):
+            raise _err("sampler: 'define' must be a mapping of names to expressions", raw, "define")
+        if len(defs) > MAX_SAMPLER_DEFINITIONS:
+            raise _err(f"sampler: at most {MAX_SAMPLER_DEFINITIONS} definitions", raw, "define")
+        subs = []             # each definition is parsed on its own (the grammar's size limits apply to each)
+        for name, text in defs.items():
+            check_name_at(name, "sampler definition", defs, name)
+            if name in known or name == str(theta):
+                raise _err(f"sampler: '{name}' is already a parameter, a draw or the variable; pick another name",
+                           defs, name)
+            e = _sampler_expr(text, known, defs, name, file, "sampler definition")
+            known[name] = sp.Dummy(name, real=True)
+            subs.append((known[name], e))
+
+        def inline(e):
+            for sym, d in reversed(subs):
+                e = e.xreplace({sym: d})
+            return e
+        expr = inline(_sampler_expr(raw["value"], known, raw, "value", file, "sampler"))
+        if "accept" in raw:
+            accept = inline(_sampler_expr(raw["accept"], known, raw, "accept", file, "sampler acceptance",
+                                          logic=True))
+            if not isinstance(accept, (sp.core.relational.Relational, sp.logic.boolalg.BooleanFunction)):
+                raise _err("sampler: 'accept' must be a condition (a comparison such as u2 <= exp(-x), combined "
+                           "with 'and'/'or')", raw, "accept")
+            if not any(accept.has(d) for d in draws.values()):
+                raise _err("sampler: 'accept' must depend on a random draw (a condition of the parameters alone "
+                           "accepts all draws or none)", raw, "accept")
+        fl = where(raw, "value")
+    else:
+        expr = _sampler_expr(raw, known, spec, "sampler", file, "sampler", logic=True)
+        fl = (f, l)
     used = [d for d in draws.values() if expr.has(d)]
     if not used:
         raise SpecError("sampler: write theta as a function of the parameters and independent draws u, u2, u3, u4 "
-                        "~ Uniform(0, 1) (an inverse CDF) and z, z2, z3, z4 ~ N(0, 1)", f or file, l)
-    return expr
+                        "~ Uniform(0, 1) (an inverse CDF) and z, z2, z3, z4 ~ N(0, 1)", fl[0] or file, fl[1])
+    return expr, accept
+
+
+def _sampler_expr(text, known, container, key, file, what, logic=False):
+    try:
+        return parse_expression(text, known, what=what, logic=logic)
+    except SpecError as exc:
+        f, l = where(container, key)
+        raise exc.located(f or file, l) from None
 
 
 def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
@@ -385,11 +440,11 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
                        "expected_log_base_measure", file)
         if is_mat(e_logh):
             raise _err("expected_log_base_measure must be a scalar", spec, "expected_log_base_measure")
+    sampler, accept = _parse_sampler(spec, kind, theta, psyms, file)
     return FamilyDecl(
         name=name, description=str(spec.get("description", "")), reference=str(spec.get("reference", "")),
         theta=theta, dim=dim, support=support, params=params, T=T, h=h, eta=eta, lam=lam, mu=mu, A=A,
         elementwise=bool(spec.get("elementwise", False)), symmetric=frozenset(symmetric), file=file,
         variable_kind=kind, vname=vname, components=components, component_supports=comp_supports,
         joint_support=joint, sizes=tuple(sizes or ()), mu_decl=mu_decl, gaussian_mean=gauss_mean,
-        gaussian_cov=gauss_cov, sampler=_parse_sampler(spec, kind, theta, psyms, file), expected_log_h=e_logh,
-        spec=spec)
+        gaussian_cov=gauss_cov, sampler=sampler, sampler_accept=accept, expected_log_h=e_logh, spec=spec)

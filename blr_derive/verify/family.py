@@ -178,13 +178,42 @@ def _sampler_checks(fam, model, vals, quad, rng, n, record, guarded):
         guarded("sampler_ks", lambda: sampler_ks(theta(), quad, record))
 
 
+#: a rejection sampler gives up after this many rounds of drawing again the rejected ones
+MAX_REJECTION_ROUNDS = 1000
+
+
 def _draw_sampler(fam, vals, rng, n):
-    """n values of the declared sampler θ(u, …, z, …) (independent u ~ U(0, 1), z ~ N(0, 1)) at ``vals``."""
+    """n values of the declared sampler θ(u, …, z, …) (independent u ~ U(0, 1), z ~ N(0, 1)) at ``vals``; a
+    rejection sampler draws every draw again where its acceptance condition fails, until all n are accepted (at
+    most MAX_REJECTION_ROUNDS rounds; the values not accepted by then are NaN, which fails the sampler checks)."""
     draws = sampler_draws(fam.sampler)
-    params = sorted((s for s in fam.sampler.free_symbols if s not in {d for d, _ in draws}), key=str)
-    f = sp.lambdify([*[d for d, _ in draws], *params], fam.sampler, modules=MODULES)
-    eps = [rng.random(n) if law == "uniform" else rng.standard_normal(n) for _, law in draws]
-    return np.asarray(f(*eps, *[vals[p] for p in params]), dtype=float) * np.ones(n)
+    accept = fam.sampler_accept
+    if accept is not None:
+        draws = sampler_draws(sp.Tuple(fam.sampler, accept))
+    syms = {d for d, _ in draws}
+    free = fam.sampler.free_symbols | (accept.free_symbols if accept is not None else set())
+    params = sorted((s for s in free if s not in syms), key=str)
+    args = [*[d for d, _ in draws], *params]
+    f = sp.lambdify(args, fam.sampler, modules=MODULES)
+    pvals = [vals[p] for p in params]
+
+    def draw(m):
+        return [rng.random(m) if law == "uniform" else rng.standard_normal(m) for _, law in draws]
+    if accept is None:
+        return np.asarray(f(*draw(n), *pvals), dtype=float) * np.ones(n)
+    ok_of = sp.lambdify(args, accept, modules=MODULES)
+    out = np.full(n, np.nan)
+    todo = np.arange(n)
+    for _ in range(MAX_REJECTION_ROUNDS):
+        eps = draw(len(todo))
+        with np.errstate(all="ignore"):
+            ok = np.asarray(ok_of(*eps, *pvals), dtype=bool) * np.ones(len(todo), dtype=bool)
+            vals_ = np.asarray(f(*eps, *pvals), dtype=float) * np.ones(len(todo))
+        out[todo[ok]] = vals_[ok]
+        todo = todo[~ok]
+        if not len(todo):
+            break
+    return out
 
 
 def ks_applies(fam, model):

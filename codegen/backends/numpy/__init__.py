@@ -49,6 +49,7 @@ class NumpyTarget:
                 "more": [(printer.doprint(d), "standard_normal" if law == "normal" else "random")
                          for d, law in getattr(sm, "more_draws", [])],
                 "theta": printer.doprint(sm.theta), "theta_expr": printer.doprint(sm.theta_expr),
+                "accept": printer.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
                 "calls": [(printer.doprint(s), o) for s, o in sm.calls],
                 "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],
             }

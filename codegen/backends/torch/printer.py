@@ -269,7 +269,7 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         "Abs": "torch.abs", "sqrt": "torch.sqrt", "erf": "torch.erf", "erfc": "torch.erfc", "expm1": "torch.expm1",
         "atan": "torch.atan", "asin": "torch.asin", "acos": "torch.acos", "tan": "torch.tan", "atanh": "torch.atanh",
         "asinh": "torch.asinh", "acosh": "torch.acosh", "floor": "torch.floor", "ceiling": "torch.ceil",
-        "ndtri": "torch.special.ndtri",
+        "ndtri": "torch.special.ndtri", "atan2": "torch.atan2",
     }
     TARGET_NAME = "torch"
 
