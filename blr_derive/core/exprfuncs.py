@@ -153,6 +153,7 @@ FUNCTIONS: dict[str, Callable] = {
     "log1p": _unary_scalar(_log1p),
     "lmvgamma": _lmvgamma,
     "besseli": _special(sp.besseli, 2),
+    "besselk": _special(lambda nu, x: specialfns.dbesselk(0, nu, x), 2),
     "exp1": _unary_scalar(specialfns.exp1),
     "gammaincinv": _special(specialfns.gammaincinv, 2),
     "betaincinv": _special(specialfns.betaincinv, 3),

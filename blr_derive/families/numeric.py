@@ -8,6 +8,7 @@ import sympy as sp
 
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.newton import newton_dual
+from blr_derive.core.specialfns import dbesselk_numpy
 from blr_derive.core.matexpr import is_mat, scalarize
 from blr_derive.families.symbolic import loggamma_form, subs
 
@@ -56,7 +57,7 @@ def numeric_fisher(fam, lam_vals: dict, dim: int):
 
 #: the engine's own special functions that scipy does not name, as numpy functions (binary: -1 for x < 0, else 1)
 OWN_FUNCTIONS = {"binary": lambda x: np.where(np.asarray(x) < 0, -1.0, 1.0),
-                 "softplus": lambda x: np.logaddexp(0.0, x)}
+                 "softplus": lambda x: np.logaddexp(0.0, x), "dbesselk": dbesselk_numpy}
 MODULES = [OWN_FUNCTIONS, "scipy", "numpy"]
 
 

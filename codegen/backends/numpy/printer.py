@@ -8,14 +8,19 @@ extension points; loud failure).
 """
 from __future__ import annotations
 
+import inspect
+
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
+from blr_derive.core import specialfns
 from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.printing import HostConditionalMixin
 
 HELPERS = {
+    # ∂ⁿK_ν(x)/∂νⁿ by the trapezoidal rule on its integral (the engine's own function, copied into the module)
+    "_dbesselk": inspect.getsource(specialfns.dbesselk_numpy).replace("def dbesselk_numpy(", "def _dbesselk(", 1),
     "_array": '''def _array(name, value, dims):
     """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
     a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
@@ -178,6 +183,14 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     def _print_ndtri(self, expr):
         self.imports.add("scipy.special")
         return f"scipy.special.ndtri({self._print(expr.args[0])})"
+
+    def _print_dbesselk(self, expr):
+        n, nu, x = expr.args
+        if n == 0:
+            self.imports.add("scipy.special")
+            return f"scipy.special.kv({self._print(nu)}, {self._print(x)})"
+        self.helpers.add("_dbesselk")
+        return f"_dbesselk({self._print(n)}, {self._print(nu)}, {self._print(x)})"
 
     def _print_besseli(self, expr):
         self.imports.add("scipy.special")
