@@ -160,8 +160,8 @@ def agrees_with_log(fam, A, Z):
 
 
 def integrate_log_partition(fam, spec):
-    if fam.joint_support == "simplex":
-        raise _err("log_partition must be given for the simplex support (the engine integrates over products of "
+    if fam.joint_support in ("simplex", "sphere"):
+        raise _err(f"log_partition must be given for the {fam.joint_support} support (the engine integrates over products of "
                    "real, positive and unit_interval components only)", spec, "sufficient_statistics")
     reps = positive_dummies(fam)
     xs = [reps[c] for c in fam.components]

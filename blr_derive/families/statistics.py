@@ -90,6 +90,8 @@ def random_support_points(fam, rng, n):
     if fam.joint_support == "simplex":
         return [dict(zip(fam.components, [sp.Rational(int(v * 10**6), 10**6) or sp.Rational(1, 10**6)
                                           for v in rng.dirichlet(np.ones(len(fam.components)))])) for _ in range(n)]
+    if fam.joint_support == "sphere":
+        return None             # points on the sphere are not rational: no exact symbolic test points
     if count_total(fam.joint_support) is not None:
         n, K = count_total(fam.joint_support), len(fam.components)
         return [dict(zip(fam.components, map(sp.Integer, rng.multinomial(n, np.full(K, 1 / K))))) for _ in range(n)]

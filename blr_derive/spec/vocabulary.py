@@ -71,6 +71,7 @@ MAX_JOINT_POINTS = 500
 #: supports of a fixed-size vector variable taken as a whole
 JOINT_SUPPORTS = {
     "categorical": "one-hot vectors of length K (exactly one component is 1, the others 0)",
+    "sphere": "unit vectors of length K (the sphere S^(K-1); von Mises-Fisher)",
     "simplex": "the open probability simplex: components positive and summing to 1 "
                "(the last component is 1 minus the others)",
 }

@@ -83,7 +83,7 @@ class FamilyModel:
             return self.dim * (self.dim + 1) // 2
         if f.variable_kind == "vector":
             return self.dim
-        if f.joint_support == "simplex":
+        if f.joint_support in ("simplex", "sphere"):
             return len(f.components) - 1
         return len(f.components)
 
@@ -103,6 +103,8 @@ class FamilyModel:
                         logJ = logJ + (P - i + 1) * u[k]      # 2^P Π L_ii^(P-i) (0-based) and dL_ii = L_ii du
                     k += 1
             return list(u), [], logJ
+        if f.joint_support == "sphere":
+            return _sphere_from_u(u)
         if f.joint_support == "simplex":
             K = len(f.components)
             logv, logvb = -np.logaddexp(0, -u), -np.logaddexp(0, u)
@@ -131,6 +133,26 @@ class FamilyModel:
                 bars.append(np.exp(lvb))
                 logJ = logJ + lv + lvb
         return entries, bars, logJ
+
+
+def _sphere_from_u(u):
+    """Hyperspherical coordinates on S^(K-1) from u (K-1, N): polar angles φ_j = π σ(u_j) ∈ (0, π) for
+    j < K-1 and the azimuth φ_{K-1} = π(2σ(u) − 1) ∈ (−π, π); x_1 = cos φ_1, x_j = Π_{i<j} sin φ_i cos φ_j, x_K =
+    Π sin φ_i; surface element Π_j sin^(K-1-j) φ_j, times dφ/du."""
+    d = u.shape[0]
+    lv, lvb = -np.logaddexp(0, -u), -np.logaddexp(0, u)
+    phi = np.pi * np.exp(lv)
+    phi[d - 1] = np.pi * (np.exp(lv[d - 1]) - np.exp(lvb[d - 1]))
+    logJ = np.sum(lv + lvb, axis=0) + (d - 1) * np.log(np.pi) + np.log(2 * np.pi)
+    entries, s = [], np.ones(u.shape[1])
+    for j in range(d):
+        entries.append(s * np.cos(phi[j]))
+        if j < d - 1:
+            with np.errstate(divide="ignore"):
+                logJ = logJ + (d - 1 - j) * np.log(np.sin(phi[j]))
+        s = s * np.sin(phi[j])
+    entries.append(s)
+    return entries, [], logJ
 
 
 def de_rule(h, zmax=1e8):

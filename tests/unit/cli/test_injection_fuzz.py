@@ -127,7 +127,7 @@ EXTRA_RECIPES = {"bernoulli": "theta", "categorical": "theta1", "dirichlet": "lo
                  "binomial": "theta", "chi": "theta**2", "inverse_gaussian": "theta + 1/theta",
                  "gaussian_isotropic": "tr(theta.T*theta)", "gaussian_mean_covariance": "tr(theta.T*theta)",
                  "multinomial": "theta1*theta2", "continuous_bernoulli": "theta",
-                 "generalized_inverse_gaussian": "theta + 1/theta"}
+                 "generalized_inverse_gaussian": "theta + 1/theta", "von_mises_fisher": "theta1"}
 #: families that the minimal recipe (``exact`` alone) cannot derive with (E_q[log h] of the Poisson, negative
 #: binomial and logarithmic needs a prior in the family; matrix statistics of the Wishart and inverse Wishart): their
 #: poisoned prose is only loaded

@@ -1,0 +1,58 @@
+"""The von Mises-Fisher on the sphere S^(K-1) (a joint support 'sphere': `check` integrates in hyperspherical
+coordinates), in its natural parameters v = κm.  Against scipy.stats.vonmises_fisher (mean E[θ] = A_K(κ)m,
+entropy, log-density, Fisher = Cov[θ] from scipy's samples) at K = 3 and 4, and as a BLR candidate: a loss linear in
+θ is a conjugate step, v ← (1 − ρ)v − ρc (Eq. 6, h = 1), through the generated numpy module."""
+import numpy as np
+import pytest
+import yaml
+from scipy import special, stats
+
+from blr_derive import api
+from blr_derive.core.errors import SpecError
+from blr_derive.families.library import load_family
+
+
+def mean_resultant(K, kappa):
+    return special.iv(K / 2, kappa) / special.iv(K / 2 - 1, kappa)
+
+
+@pytest.mark.parametrize("K, seed", [(3, 0), (3, 1), (4, 2)])
+def test_von_mises_fisher_matches_scipy(K, seed):
+    rng = np.random.default_rng(seed)
+    v = rng.normal(size=K) * 1.5
+    kappa = np.linalg.norm(v)
+    m = v / kappa
+    fam = load_family({"name": "von_mises_fisher", "K": K})
+    vals = {fam.params[f"v{k + 1}"].symbol: v[k] for k in range(K)}
+    law = stats.vonmises_fisher(m, kappa)
+    assert [float(fam.evaluate(e, vals)) for e in fam.mu_ord] == pytest.approx(mean_resultant(K, kappa) * m,
+                                                                               rel=1e-12, abs=1e-14)
+    assert float(fam.evaluate(fam.entropy(), vals)) == pytest.approx(float(law.entropy()), rel=1e-12)
+    x = rng.normal(size=K)
+    x /= np.linalg.norm(x)
+    got = float(fam.evaluate(fam.log_density(), {**vals, **dict(zip(fam.components, x))}))
+    assert got == pytest.approx(float(law.logpdf(x)), rel=1e-12)
+    # Cov[θ] = (A/κ) I + (1 − A² − (K−1)A/κ) m mᵀ... here against scipy's own samples (independent of A)
+    S = law.rvs(400_000, random_state=rng)
+    F = np.asarray(fam.fisher_at(dict(zip(fam.lam, v))), dtype=float)
+    C = np.cov(S.T)
+    se = np.sqrt((np.var(S[:, :, None] * S[:, None, :], axis=0) + 1e-12) / len(S))
+    assert np.all(np.abs(F - C) < 6 * se + 1e-4)
+
+
+def test_a_linear_loss_is_a_conjugate_step():
+    rho, c = 0.3, np.array([0.5, -1.0, 2.0])
+    mod = api.derive(yaml.safe_dump({"name": "vmf_lin", "family": "von_mises_fisher",
+                                     "loss": {"expression": "0.5*theta1 - theta2 + 2*theta3"},
+                                     "hyperparameters": {"rho": rho}, "approximations": ["exact"]})).compile("numpy")
+    v = np.array([1.2, 0.4, -0.7])
+    out = mod.step(mod.init(v1=v[0], v2=v[1], v3=v[2]), rho=rho)
+    assert [float(out[f"v{k}"]) for k in (1, 2, 3)] == pytest.approx((1 - rho) * v - rho * c, rel=1e-10)
+
+
+def test_the_sphere_needs_a_declared_log_partition(tmp_path):
+    path = tmp_path / "sph.yaml"
+    path.write_text("name: sph\nvariable: {name: x, shape: vector, size: 3}\nsupport: sphere\nparameters:\n"
+                    "  a: {domain: real}\nsufficient_statistics: [x3]\nnatural_parameters: [a]\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="log_partition must be given for the sphere support"):
+        load_family(str(path))
