@@ -24,6 +24,9 @@ def check_sampler(ctx, rule_name):
     if fam.sampler is None:
         raise ctx.fail(f"approximation '{rule_name}' needs samples of q: family '{fam.name}' declares no 'sampler'",
                        approx)
+    if isinstance(fam.sampler, sp.Tuple):
+        raise ctx.fail(f"approximation '{rule_name}' draws one scalar variable; family '{fam.name}' samples "
+                       f"{len(fam.sampler)} components (its sampler serves `check`)", approx)
     if any(is_mat(t) for t in fam.T):
         raise ctx.fail(f"approximation '{rule_name}' supports families with scalar statistics", approx)
     if getattr(fam, "sampler_accept", None) is not None and rule_name != "score_function":

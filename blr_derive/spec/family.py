@@ -286,8 +286,8 @@ def _parse_gaussian(spec, kind, theta, psyms, file):
 
 
 #: the random draws a sampler may use: independent uniforms on (0, 1) and standard normals
-UNIFORM_DRAWS = ("u", "u2", "u3", "u4")
-NORMAL_DRAWS = ("z", "z2", "z3", "z4")
+UNIFORM_DRAWS = ("u",) + tuple(f"u{i}" for i in range(2, 17))
+NORMAL_DRAWS = ("z",) + tuple(f"z{i}" for i in range(2, 17))
 
 
 def sampler_draws(sampler):
@@ -301,7 +301,7 @@ SAMPLER_KEYS = {"value", "accept", "define"}
 MAX_SAMPLER_DEFINITIONS = 16
 
 
-def _parse_sampler(spec, kind, theta, psyms, file):
+def _parse_sampler(spec, kind, theta, psyms, file, components=()):
     """θ as a function of the parameters and independent draws u, u2, … ~ Uniform(0, 1) (inverse CDFs) and z,
     z2, … ~ N(0, 1); `check` compares its moments and law with the density's, and it enables the score-function
     and reparameterization estimators.  → (value, accept), both None without a sampler.  ``sampler`` is the
@@ -315,8 +315,11 @@ def _parse_sampler(spec, kind, theta, psyms, file):
       ``accept``; they are substituted (names are identifiers that are neither parameters, draws nor θ)."""
     if "sampler" not in spec:
         return None, None
-    if kind != "scalar" or is_mat(theta):
-        raise _err("samplers are supported for scalar variables", spec, "sampler")
+    several = kind in ("sized", "components")
+    if not several and (kind != "scalar" or is_mat(theta)):
+        raise _err("samplers are supported for scalar variables and for variables of named scalar components "
+                   "(a fixed size, or components); a vector of symbolic dimension or a matrix has none", spec,
+                   "sampler")
     draws = {**{n: sp.Symbol(n, positive=True) for n in UNIFORM_DRAWS},
              **{n: sp.Symbol(n, real=True) for n in NORMAL_DRAWS}}
     f, l = where(spec, "sampler")
@@ -348,7 +351,7 @@ def _parse_sampler(spec, kind, theta, psyms, file):
             for sym, d in reversed(subs):
                 e = e.xreplace({sym: d})
             return e
-        expr = inline(_sampler_expr(raw["value"], known, raw, "value", file, "sampler"))
+        expr = _sampler_value(raw["value"], several, components, known, raw, file, inline)
         if "accept" in raw:
             accept = inline(_sampler_expr(raw["accept"], known, raw, "accept", file, "sampler acceptance",
                                           logic=True))
@@ -360,13 +363,25 @@ def _parse_sampler(spec, kind, theta, psyms, file):
                            "accepts all draws or none)", raw, "accept")
         fl = where(raw, "value")
     else:
-        expr = _sampler_expr(raw, known, spec, "sampler", file, "sampler", logic=True)
+        expr = _sampler_value(raw, several, components, known, spec, file, lambda e: e, key="sampler")
         fl = (f, l)
     used = [d for d in draws.values() if expr.has(d)]
     if not used:
-        raise SpecError("sampler: write theta as a function of the parameters and independent draws u, u2, u3, u4 "
-                        "~ Uniform(0, 1) (an inverse CDF) and z, z2, z3, z4 ~ N(0, 1)", fl[0] or file, fl[1])
+        raise SpecError("sampler: write theta as a function of the parameters and independent draws u, u2, ..., u16 "
+                        "~ Uniform(0, 1) (an inverse CDF) and z, z2, ..., z16 ~ N(0, 1)", fl[0] or file, fl[1])
     return expr, accept
+
+
+def _sampler_value(raw, several, components, known, container, file, inline, key="value"):
+    """The sampled value: one expression for a scalar variable, a list aligned with the components otherwise
+    (returned as a sympy Tuple)."""
+    if not several:
+        return inline(_sampler_expr(raw, known, container, key, file, "sampler", logic=key == "sampler"))
+    if not isinstance(raw, list) or len(raw) != len(components):
+        raise _err(f"sampler: give a list of {len(components)} expressions, one per component "
+                   f"({', '.join(map(str, components))})", container, key)
+    return sp.Tuple(*[inline(_sampler_expr(t, known, raw, i, file, f"sampler of {c}"))
+                      for i, (t, c) in enumerate(zip(raw, components))])
 
 
 def _sampler_expr(text, known, container, key, file, what, logic=False):
@@ -440,7 +455,7 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
                        "expected_log_base_measure", file)
         if is_mat(e_logh):
             raise _err("expected_log_base_measure must be a scalar", spec, "expected_log_base_measure")
-    sampler, accept = _parse_sampler(spec, kind, theta, psyms, file)
+    sampler, accept = _parse_sampler(spec, kind, theta, psyms, file, components)
     return FamilyDecl(
         name=name, description=str(spec.get("description", "")), reference=str(spec.get("reference", "")),
         theta=theta, dim=dim, support=support, params=params, T=T, h=h, eta=eta, lam=lam, mu=mu, A=A,

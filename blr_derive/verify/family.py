@@ -197,19 +197,27 @@ def _draw_sampler(fam, vals, rng, n):
     f = sp.lambdify(args, fam.sampler, modules=MODULES)
     pvals = [vals[p] for p in params]
 
+    several = isinstance(fam.sampler, sp.Tuple)      # one value per component (a list in the declaration)
+
     def draw(m):
         return [rng.random(m) if law == "uniform" else rng.standard_normal(m) for _, law in draws]
+
+    def value(eps, m):
+        v = f(*eps, *pvals)
+        if several:
+            return np.array([np.asarray(x, dtype=float) * np.ones(m) for x in v])
+        return np.asarray(v, dtype=float) * np.ones(m)
     if accept is None:
-        return np.asarray(f(*draw(n), *pvals), dtype=float) * np.ones(n)
+        return value(draw(n), n)
     ok_of = sp.lambdify(args, accept, modules=MODULES)
-    out = np.full(n, np.nan)
+    out = np.full((len(fam.sampler), n) if several else n, np.nan)
     todo = np.arange(n)
     for _ in range(MAX_REJECTION_ROUNDS):
         eps = draw(len(todo))
         with np.errstate(all="ignore"):
             ok = np.asarray(ok_of(*eps, *pvals), dtype=bool) * np.ones(len(todo), dtype=bool)
-            vals_ = np.asarray(f(*eps, *pvals), dtype=float) * np.ones(len(todo))
-        out[todo[ok]] = vals_[ok]
+            vals_ = value(eps, len(todo))
+        out[..., todo[ok]] = vals_[..., ok]
         todo = todo[~ok]
         if not len(todo):
             break
@@ -251,9 +259,10 @@ def sampler_moments(fam, theta, quad, record):
     """Draws ``theta`` of the declared sampler against the density: z-scores of the sample means of T_i and
     T_i T_j against E_q[T] and E_q[T Tᵀ] by quadrature (a sampler of the wrong law, scale or location fails;
     every moment of T exists inside Ω)."""
-    n = len(theta)
-    ts = [np.asarray(sp.lambdify([fam.theta], t, modules=MODULES)(theta), dtype=float) * np.ones(n)
-          for t in fam.T]
+    several = isinstance(fam.sampler, sp.Tuple)
+    n = theta.shape[-1]
+    args, vals = (list(fam.components), list(theta)) if several else ([fam.theta], [theta])
+    ts = [np.asarray(sp.lambdify(args, t, modules=MODULES)(*vals), dtype=float) * np.ones(n) for t in fam.T]
     second = quad.cov + np.outer(quad.mean, quad.mean)
     samples = [(t, quad.mean[i]) for i, t in enumerate(ts)]
     samples += [(ts[i] * ts[j], second[i, j]) for i in range(len(ts)) for j in range(i, len(ts))]

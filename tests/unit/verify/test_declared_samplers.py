@@ -40,7 +40,7 @@ def test_a_sampler_of_the_wrong_law_fails_check(text, old, new, tmp_path):
 
 
 @pytest.mark.parametrize("old, new, msg", [
-    ("sampler: m + z/sqrt(s)", "sampler: m + 1/sqrt(s)", "independent draws u, u2, u3, u4"),       # no draw
+    ("sampler: m + z/sqrt(s)", "sampler: m + 1/sqrt(s)", "independent draws u, u2, ..., u16"),       # no draw
     ("sampler: m + z/sqrt(s)", "sampler: m + z/sqrt(s) + w", "unknown"),                          # not a draw
 ])
 def test_a_sampler_needs_draws_and_only_draws_and_parameters(old, new, msg, tmp_path):
