@@ -29,6 +29,7 @@ class BLRContext:
     prev_updates: list = field(default_factory=list)
     conjugate: object = None           # (c0, [c_i]) when the loss is linear in the statistics
     finite: object = None              # the support points when the support is finite
+    tilted: object = None              # (E_q[ℓ](λ), shifts) from the tilted log-partition (families/tilting.py)
 
     def __post_init__(self):
         fam = self.recipe.family

@@ -17,6 +17,7 @@ from blr_derive.core.expect import gaussian_expectation
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.families.statistics import linear_in_statistics
+from blr_derive.families.tilting import tilted_expectation
 from blr_derive.rules.base import RULES, NaturalGradient, Rule, register
 from blr_derive.core.nodes import DataSum
 from blr_derive.rules.blr import doit
@@ -49,9 +50,13 @@ class Exact(Rule):
         if ctx.conjugate is None:
             ctx.finite = support_points(fam) if fam.is_discrete else None
         if ctx.conjugate is None and ctx.finite is None:
+            ctx.tilted = tilted_expectation(fam, ctx.recipe.loss)
+        if ctx.conjugate is None and ctx.finite is None and ctx.tilted is None:
             raise ctx.fail(f"approximation 'exact' does not apply to family '{fam.name}': the loss is not linear "
-                           "in its sufficient statistics, the support is not finite and the family has no Gaussian "
-                           "moments", approx)
+                           "in its sufficient statistics, nor a sum of polynomials in them times exponentials of "
+                           "linear combinations of them (closed forms from the tilted log-partition), the support is "
+                           "not finite and the family has no Gaussian moments; use a sampling rule "
+                           "('score_function') or a family with a closed form", approx)
 
     #: mixtures: the loss term is differentiated in closed form under component k
     mixture_note = " — applied to the entropy term; the loss term is differentiated in closed form below."
@@ -95,6 +100,8 @@ class Exact(Rule):
             return finite_sum(ctx.recipe, ctx.D, ctx.finite)
         if ctx.conjugate is not None:
             return conjugate(ctx.recipe, ctx.D, ctx.conjugate)
+        if ctx.tilted is not None:
+            return tilted(ctx.recipe, ctx.D, *ctx.tilted)
         fam = ctx.family
         theta, loss = fam.theta, ctx.recipe.loss
         if is_mat(theta) and not fam.elementwise and any(x.has(theta) for x in loss.atoms(sp.exp, DataSum)):
@@ -150,6 +157,32 @@ def finite_sum(recipe, D, points):
     D.add("exact", RULES["exact"].equation, "Exact expected loss: a finite sum over the support",
           f"The support of q is finite ({len(points)} points), so E_q[ℓ] = Σ_θ q(θ)ℓ(θ) is exact for any loss; "
           f"it is differentiated with {how}.",
+          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+    return grads
+
+
+def tilted(recipe, D, e_lam, shifts):
+    """E_q[ℓ] for ℓ = Σ P(T)·exp(d + cᵀT) from the tilted log-partition, E_q[Tᵏe^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ))
+    (App. B; ``families/tilting.py``), written in λ; ∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4), in the ordinary
+    parameters."""
+    fam = recipe.family
+    lam_of = dict(zip(fam.lam, fam.eta))
+    F = fam.fisher_matrix()
+    d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam])
+    grads = [sp.simplify(g.xreplace(lam_of)) for g in F.inv() * d]
+    e_loss = sp.simplify(e_lam.xreplace(lam_of))
+    D.expected_loss = e_loss
+    D.natural_gradient = NaturalGradient(list(grads))
+    where = ""
+    if shifts:
+        where = (" The value is finite only while λ + c stays in the natural parameter space for each shift c used ("
+                 + "; ".join("(" + ", ".join(sp.sstr(x) for x in c) + ")" for c in shifts)
+                 + "), e.g. E[1/θ] under a gamma needs α > 1.")
+    D.add("exact", RULES["exact"].equation, "Exact expected loss from the tilted log-partition",
+          "Each term of the loss is a polynomial in the sufficient statistics times an exponential of a linear "
+          "combination cᵀT of them, so E_q[Tᵏ e^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ)) (App. B) gives E_q[ℓ] in λ; "
+          "∇_μ = F(λ)⁻¹∇_λ (Eq. 4)." + where,
           [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
     return grads

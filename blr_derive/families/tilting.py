@@ -1,0 +1,88 @@
+"""Closed-form expectations by tilting the log-partition (App. B): for a term
+
+    f(θ) = P(T(θ)) · exp(d + cᵀT(θ))
+
+(P a polynomial in the sufficient statistics, the exponent linear in them) the exponential family gives
+
+    E_q[exp(cᵀT)] = exp(A(λ + c) − A(λ)),      E_q[Tᵏ exp(cᵀT)] = ∂ᵏ/∂cᵏ exp(A(λ + c) − A(λ)),
+
+valid while λ + c stays in the natural parameter space Ω (else the expectation is infinite).  So under a gamma
+candidate (T = (log θ, θ)) E[√θ] = Γ(α + ½)/(Γ(α)√β), E[θ²], E[e^{−θ}] = (β/(β + 1))^α, E[(log θ)²] = ψ'(α) + (ψ(α)
+− log β)² are all derived from A alone; under a beta, E[θ^s (1 − θ)^r]; under a Poisson, E[e^{cθ}].
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core.matexpr import is_mat
+from blr_derive.families.statistics import linear_in_statistics
+
+
+def tilted_expectation(fam, expr):
+    """E_q[expr] as an expression of λ, or None when a term of ``expr`` is not of the form P(T)·exp(d + cᵀT).
+
+    Returns (E(λ), shifts): ``shifts`` lists the distinct c ≠ 0 used (λ + c must lie in Ω for the value to be
+    finite; the caller states it)."""
+    if any(is_mat(t) for t in fam.T) or fam.theta is None or is_mat(fam.theta) or not fam.depends_on_variable(expr):
+        return None
+    taus = [sp.Dummy(f"tau{i}") for i in range(len(fam.T))]
+    cs = [sp.Dummy(f"c{i}") for i in range(len(fam.T))]
+    shift = dict(zip(fam.lam, [l + c for l, c in zip(fam.lam, cs)]))
+    tilt = sp.exp(fam.A.xreplace(shift) - fam.A)          # M(c) = E_q[exp(cᵀT)]
+    total, shifts = sp.Integer(0), []
+    for term in sp.Add.make_args(sp.expand(expr)):
+        split = _split(fam, term, taus)
+        if split is None:
+            return None
+        const, poly, c_vec, d = split
+        value = sp.Integer(0)
+        for monom, coef in poly.terms():
+            deriv = tilt
+            for c, k in zip(cs, monom):
+                if k:
+                    deriv = sp.diff(deriv, c, k)
+            value += coef * deriv
+        at = dict(zip(cs, c_vec))
+        total += const * sp.exp(d) * value.xreplace(at)
+        if any(c != 0 for c in c_vec) and tuple(c_vec) not in shifts:
+            shifts.append(tuple(c_vec))
+    return total, shifts
+
+
+def _split(fam, term, taus):
+    """term = const · P(T) · exp(d + cᵀT) → (const, Poly P in taus, c, d), or None."""
+    const, poly_part, c_vec, d = sp.Integer(1), sp.Integer(1), [sp.Integer(0)] * len(fam.T), sp.Integer(0)
+    for f in sp.Mul.make_args(term):
+        if not fam.depends_on_variable(f):
+            const *= f
+            continue
+        p = _as_polynomial(fam, f, taus)
+        if p is not None:
+            poly_part *= p
+            continue
+        lin = linear_in_statistics(fam, sp.expand_log(sp.log(f), force=True))
+        if lin is None:
+            return None
+        d += lin[0]
+        c_vec = [a + b for a, b in zip(c_vec, lin[1])]
+    try:
+        poly = sp.Poly(poly_part, *taus)
+    except sp.PolynomialError:
+        return None
+    return const, poly, c_vec, d
+
+
+def _as_polynomial(fam, f, taus):
+    """f as a polynomial in the statistics (τ_i standing for T_i), or None: the statistics that are not the
+    variable itself (log θ, 1/θ, cos θ) are replaced first, then the variable."""
+    order = sorted(zip(fam.T, taus), key=lambda p: p[0] in fam.components)
+    g = f
+    for t, tau in order:
+        g = g.subs(t, tau)
+    if fam.depends_on_variable(g):
+        return None
+    try:
+        sp.Poly(g, *taus)
+    except sp.PolynomialError:
+        return None
+    return g
