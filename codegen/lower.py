@@ -37,6 +37,9 @@ def check_optimizer(ir, target: str):
             no("has no Hessian oracle; add an approximation (squared_gradient_hessian, gauss_newton_hessian, "
                "price_estimator)", "approximations")
     if ir.sampling is not None:
+        if ir.sampling.draw == "tanh_sinh":
+            no("evaluates the loss at random samples of q; the recipe's 'quadrature' evaluates it at deterministic "
+               "nodes (the numpy target)", "approximations")
         if ir.sampling.draw not in DRAWS:
             no(f"samples q with normal or uniform draws only (got '{ir.sampling.draw}')", "approximations")
         if getattr(ir.sampling, "accept", None) is not None:

@@ -8,6 +8,7 @@ is the same and the averages are known.
 from __future__ import annotations
 
 import numpy as np
+from scipy import special
 import sympy as sp
 
 from blr_derive.families.symbolic import evaluate
@@ -128,7 +129,26 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         for s_ in d.shape:
             if s_ != fam.dim:
                 dims[s_] = 7
-    if D.sampling is not None:
+    if D.sampling is not None and D.sampling.draw == "tanh_sinh":
+        # deterministic nodes: Σ_k w_k e(u_k), the tanh-sinh rule written out again here (u = σ(π sinh t), up to
+        # π sinh t = 34) as an independent check of the generated module's helper
+        sm = D.sampling
+        n = int(evaluate(sm.samples.xreplace(flags), env, dims))
+        m = (n - 1) // 2
+        t = np.arange(-m, m + 1) * (np.arcsinh(34 / np.pi) / max(m, 1))
+        u_k = special.expit(np.pi * np.sinh(t))
+        w_k = np.arcsinh(34 / np.pi) / max(m, 1) * np.pi * np.cosh(t) * u_k * (1 - u_k)
+        for k_sym, oracle in sm.calls:
+            oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
+            env[k_sym] = oracle_vals[oracle]
+        sums = {avg: 0.0 for avg, _ in sm.stats}
+        for u, w in zip(u_k, w_k):
+            env[sm.eps] = u
+            env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)
+            for avg, e in sm.stats:
+                sums[avg] = sums[avg] + w * evaluate(e.xreplace(flags), env, dims)
+        env.update(sums)
+    elif D.sampling is not None:
         sm = D.sampling
         env[sm.eps] = 0.37
         env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)

@@ -43,9 +43,12 @@ class NumpyTarget:
         sampling = None
         if ir.sampling is not None:
             sm = ir.sampling
+            if sm.draw == "tanh_sinh":
+                printer.helpers.add("_tanh_sinh")
             sampling = {
                 "samples": printer.doprint(sm.samples), "eps": printer.doprint(sm.eps),
                 "draw": "standard_normal" if sm.draw == "normal" else "random",
+                "quadrature": sm.draw == "tanh_sinh",
                 "more": [(printer.doprint(d), "standard_normal" if law == "normal" else "random")
                          for d, law in getattr(sm, "more_draws", [])],
                 "theta": printer.doprint(sm.theta), "theta_expr": printer.doprint(sm.theta_expr),

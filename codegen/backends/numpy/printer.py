@@ -19,6 +19,17 @@ from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.printing import HostConditionalMixin
 
 HELPERS = {
+    "_tanh_sinh": '''def _tanh_sinh(n):
+    """Nodes u_k in (0, 1) and weights w_k of the tanh-sinh rule with n points (odd n: symmetric about 1/2):
+    u = sigmoid(pi sinh t), t = k h, k = -(n-1)/2 .. (n-1)/2, up to pi sinh t = 34 (1 - u stays above 0 in float64);
+    the weights integrate a function on (0, 1) and sum to 1 up to e^-34."""
+    m = (int(n) - 1) // 2
+    h = numpy.arcsinh(34 / numpy.pi) / max(m, 1)
+    t = numpy.arange(-m, m + 1) * h
+    x = numpy.pi * numpy.sinh(t)
+    u = 1 / (1 + numpy.exp(-x))
+    w = h * numpy.pi * numpy.cosh(t) * u * (1 - u)
+    return u, w''',
     # ∂ⁿK_ν(x)/∂νⁿ by the trapezoidal rule on its integral (the engine's own function, copied into the module)
     "_dbesselk": inspect.getsource(specialfns.dbesselk_numpy).replace("def dbesselk_numpy(", "def _dbesselk(", 1),
     "_array": '''def _array(name, value, dims):
