@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from blr_derive.core.errors import SpecError
+from blr_derive.core.exprfuncs import CONSTANTS, FUNCTIONS
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.core.names import check_name_at
@@ -343,6 +344,9 @@ def _parse_sampler(spec, kind, theta, psyms, file, components=()):
             if name in known or name == str(theta):
                 raise _err(f"sampler: '{name}' is already a parameter, a draw or the variable; pick another name",
                            defs, name)
+            if name in FUNCTIONS or name in CONSTANTS or name == "sum":
+                raise _err(f"sampler: '{name}' is a function or constant of the expression grammar; pick another "
+                           "name", defs, name)
             e = _sampler_expr(text, known, defs, name, file, "sampler definition")
             known[name] = sp.Dummy(name, real=True)
             subs.append((known[name], e))

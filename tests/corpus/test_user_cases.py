@@ -2158,3 +2158,117 @@ def test_api_reports_located_errors_for_inline_family_text():
     with pytest.raises(Exception) as info:
         api.family(bad)
     assert ":8:" in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------
+# A user's truncated exponential on (0, 1), written with an inverse-CDF sampler, under a loss
+# without closed form: the `quadrature` rule through the CLI's numpy module, against Eq. 6 by
+# scipy quadrature and central differences
+# ------------------------------------------------------------------------------------------
+
+TRUNC_EXP_FAMILY = """\
+name: truncated_exponential
+description: "Exponential with rate r truncated to (0, 1): density r e^(-r x)/(1 - e^(-r))"
+variable: x
+support: unit_interval
+parameters:
+  r: {domain: positive, description: rate}
+sufficient_statistics: [x]
+natural_parameters: [-r]
+sampler: -log(1 - u*(1 - exp(-r)))/r
+"""
+
+
+def test_truncated_exponential_quadrature_through_the_cli(tmp_path):
+    fam = write(tmp_path, "truncated_exponential.yaml", TRUNC_EXP_FAMILY)
+    check = subprocess.run(CLI + ["check", str(fam)], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    recipe = write(tmp_path, "q.yaml", f"""\
+        name: trunc_quad
+        family: {fam}
+        loss: {{expression: 'log(1 + x**2)'}}
+        hyperparameters: {{rho: {{default: 0.3}}}}
+        approximations: [{{quadrature: {{nodes: 81}}}}]
+        """)
+    out_py = tmp_path / "trunc_quad.py"
+    run = subprocess.run(CLI + [str(recipe), "--target", "numpy", "-o", str(out_py)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    mod = import_file(out_py, "trunc_quad")
+    r, rho = 2.2, 0.3
+
+    def E(f, rate):
+        z = -np.expm1(-rate)
+        return scipy.integrate.quad(lambda x: f(x) * rate * np.exp(-rate * x) / z, 0, 1, epsabs=0, epsrel=1e-13)[0]
+    h = 1e-5
+    g = (E(lambda x: np.log1p(x ** 2), r - h) - E(lambda x: np.log1p(x ** 2), r + h)) / (2 * h)   # d/dλ, λ = -r
+    mean = E(lambda x: x, r)
+    F = E(lambda x: (x - mean) ** 2, r)
+    lam_new = (1 - rho) * (-r) - rho * g / F
+    assert float(mod.step(mod.init(r=r), rho=rho)["r"]) == pytest.approx(-lam_new, rel=1e-8)
+
+
+# ------------------------------------------------------------------------------------------
+# A user's half-normal written as a rejection sampler (exponential proposal, Devroye), checked
+# against the density; and its mistaken variant (no acceptance step) rejected by `check`
+# ------------------------------------------------------------------------------------------
+
+HALF_NORMAL = """\
+name: half_normal
+description: "Half-normal with scale s: density 2/(s sqrt(2 pi)) e^(-x^2/(2 s^2)) on (0, inf)"
+variable: x
+support: positive
+parameters:
+  s: {domain: positive, description: scale}
+sufficient_statistics: [x**2]
+natural_parameters: [-1/(2*s**2)]
+sampler:
+  define:
+    e: -log(u)
+  value: s*e
+  accept: u2 <= exp(-(e - 1)**2/2)
+"""
+
+
+def test_half_normal_rejection_sampler(tmp_path):
+    good = write(tmp_path, "half_normal.yaml", HALF_NORMAL)
+    run = subprocess.run(CLI + ["check", str(good)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "sampler_ks" in run.stdout, run.stdout + run.stderr
+    from blr_derive.families.library import load_family
+    from blr_derive.verify.family import _draw_sampler
+    fam = load_family(str(good))
+    x = _draw_sampler(fam, {fam.params["s"].symbol: 1.7}, np.random.default_rng(3), 100_000)
+    assert scipy.stats.kstest(x, scipy.stats.halfnorm(scale=1.7).cdf).pvalue > 1e-4
+    bad = write(tmp_path, "half_normal_bad.yaml", HALF_NORMAL.replace("  accept: u2 <= exp(-(e - 1)**2/2)\n", ""))
+    run = subprocess.run(CLI + ["check", str(bad)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and "sampler_ks" in run.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# An inverse-gamma candidate under a loss with E[theta] and E[theta^2]: `exact` from the tilted
+# log-partition, against scipy.stats.invgamma moments in Eq. 6
+# ------------------------------------------------------------------------------------------
+
+def test_inverse_gamma_tilted_exact_against_scipy():
+    a, b, rho = 3.5, 2.0, 0.25
+    mod = compiled("""\
+        name: invgamma_tilt
+        family: inverse_gamma
+        loss: {expression: 'theta + theta**2/4'}
+        hyperparameters: {rho: 0.25}
+        approximations: [exact]
+        """)
+
+    # λ = (−α − 1, −β) for T = (log θ, 1/θ); E_q[ℓ](λ) by scipy moments, ∇_λ by central differences
+    def E(lam):
+        al, be = -lam[0] - 1, -lam[1]
+        law = scipy.stats.invgamma(al, scale=be)
+        return law.mean() + law.moment(2) / 4
+    lam = np.array([-a - 1, -b])
+    h = 1e-6
+    g = np.array([(E(lam + h * e) - E(lam - h * e)) / (2 * h) for e in np.eye(2)])
+    # Cov of (log θ, 1/θ) = Cov of (−log Y, Y) for Y = 1/θ ~ Gamma(α, rate β)
+    F = np.array([[scipy.special.polygamma(1, a), -1 / b], [-1 / b, a / b ** 2]])
+    new = (1 - rho) * lam - rho * np.linalg.solve(F, g)
+    out = mod.step(mod.init(alpha=a, beta=b), rho=rho)
+    assert [float(out["alpha"]), float(out["beta"])] == pytest.approx([-new[0] - 1, -new[1]], rel=1e-7)

@@ -78,6 +78,8 @@ def test_rejection_samplers_are_refused_where_they_cannot_be_used():
     ("{accept: u < 1/2}", "missing required key 'value'"),
     ("{value: u, acept: u < 1/2}", "unknown key 'acept' in sampler"),
     ("{value: x*r, define: {x: u, y: import}}", "sampler definition"),
+    ("{value: pi*r, define: {pi: u}}", "'pi' is a function or constant of the expression grammar"),
+    ("{value: r*exp, define: {exp: u}}", "'exp' is a function or constant of the expression grammar"),
 ])
 def test_bad_rejection_samplers_are_located_errors(sampler, message, tmp_path):
     path = tmp_path / "bad.yaml"
