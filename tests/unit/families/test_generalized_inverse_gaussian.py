@@ -25,8 +25,8 @@ from blr_derive.verify.family import _draw_sampler
 @pytest.mark.parametrize("n", [0, 1, 2, 3])
 @pytest.mark.parametrize("nu, x", [(0.0, 0.01), (0.7, 1.0), (-2.3, 3.5), (6.0, 0.2), (1.5, 40.0)])
 def test_dbesselk_matches_mpmath(n, nu, x):
-    mpmath.mp.dps = 30
-    want = float(mpmath.diff(lambda v: mpmath.besselk(v, x), nu, n))
+    with mpmath.workdps(30):                 # local precision: other modules set their own global one
+        want = float(mpmath.diff(lambda v: mpmath.besselk(v, x), nu, n))
     assert dbesselk_numpy(n, nu, x) == pytest.approx(want, rel=1e-12, abs=1e-30)   # odd n at nu = 0: exactly 0
 
 
@@ -53,20 +53,21 @@ def test_gig_matches_scipy(p, a, b):
     P = fam.params
     vals = {P["p"].symbol: p, P["a"].symbol: a, P["b"].symbol: b}
     law = stats.geninvgauss(p, np.sqrt(a * b), scale=np.sqrt(b / a))
-    mpmath.mp.dps = 30
-    kernel = lambda t: t ** (p - 1) * mpmath.exp(-(a * t + b / t) / 2)            # noqa: E731
-    Z = mpmath.quad(kernel, [0, 1, mpmath.inf])                                    # normalized by quadrature
-
-    def E(f):
-        return float(mpmath.quad(lambda t: f(t) * kernel(t), [0, 1, mpmath.inf]) / Z)
+    kernel = lambda t: t ** (p - 1) * mpmath.exp(-(a * t + b / t) / 2)                # noqa: E731
     T = [mpmath.log, lambda t: t, lambda t: 1 / t]
-    mu = [E(f) for f in T]
+    with mpmath.workdps(30):                 # local precision (see above)
+        Z = mpmath.quad(kernel, [0, 1, mpmath.inf])                                    # normalized by quadrature
+
+        def E(f):
+            return float(mpmath.quad(lambda t: f(t) * kernel(t), [0, 1, mpmath.inf]) / Z)
+        mu = [E(f) for f in T]
+        H = E(lambda t: -mpmath.log(kernel(t) / Z))
+        cov = np.array([[E(lambda t: (f(t) - mu[i]) * (g(t) - mu[j])) for j, g in enumerate(T)]
+                        for i, f in enumerate(T)])
     assert [float(fam.evaluate(m, vals)) for m in fam.mu_ord] == pytest.approx(mu, rel=1e-12)
-    H = E(lambda t: -mpmath.log(kernel(t) / Z))
     assert float(fam.evaluate(fam.entropy(), vals)) == pytest.approx(H, rel=1e-11, abs=1e-12)
     for t in (0.3, 1.0, 2.5):
         assert float(fam.evaluate(fam.log_density(), {**vals, fam.theta: t})) == pytest.approx(law.logpdf(t), rel=1e-11)
-    cov = np.array([[E(lambda t: (f(t) - mu[i]) * (g(t) - mu[j])) for j, g in enumerate(T)] for i, f in enumerate(T)])
     lam = {l: float(fam.evaluate(e, vals)) for l, e in zip(fam.lam, fam.eta)}
     assert np.asarray(fam.fisher_at(lam), dtype=float) == pytest.approx(cov, rel=1e-11)
 
