@@ -9,7 +9,7 @@ from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import binary
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling
-from blr_derive.spec.family import sampler_draws
+from blr_derive.spec.sampler import sampler_draws
 
 #: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
 THRESHOLDS = (sp.sign, binary)

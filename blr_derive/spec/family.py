@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import sympy as sp
 
 from blr_derive.core.errors import SpecError
-from blr_derive.core.exprfuncs import CONSTANTS, FUNCTIONS
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.core.names import check_name_at
 from blr_derive.core.sizes import declared_sizes, instantiate, resolve_sizes
 from blr_derive.core.yamlio import LDict, check_keys, where
+from blr_derive.spec.sampler import parse_sampler
 from blr_derive.spec.vocabulary import (DOMAINS, FAMILY_KEYS, JOINT_SUPPORTS, MAX_SIZE, PARAM_KEYS, SCALAR_SUPPORTS,
                                         SHAPES, SUPPORTS, VARIABLE_KEYS, MAX_JOINT_POINTS, count_total, is_discrete,
                                         is_scalar_support)
@@ -286,116 +286,6 @@ def _parse_gaussian(spec, kind, theta, psyms, file):
     return mean, cov
 
 
-#: the random draws a sampler may use: independent uniforms on (0, 1) and standard normals
-UNIFORM_DRAWS = ("u",) + tuple(f"u{i}" for i in range(2, 17))
-NORMAL_DRAWS = ("z",) + tuple(f"z{i}" for i in range(2, 17))
-
-
-def sampler_draws(sampler):
-    """The draws a sampler uses, in declaration order (u, u2, …, z, z2, …), each with its law."""
-    by_name = {s.name: s for s in sampler.free_symbols}
-    return ([(by_name[n], "uniform") for n in UNIFORM_DRAWS if n in by_name]
-            + [(by_name[n], "normal") for n in NORMAL_DRAWS if n in by_name])
-
-
-SAMPLER_KEYS = {"value", "accept", "define"}
-MAX_SAMPLER_DEFINITIONS = 16
-
-
-def _parse_sampler(spec, kind, theta, psyms, file, components=()):
-    """θ as a function of the parameters and independent draws u, u2, … ~ Uniform(0, 1) (inverse CDFs) and z,
-    z2, … ~ N(0, 1); `check` compares its moments and law with the density's, and it enables the score-function
-    and reparameterization estimators.  → (value, accept), both None without a sampler.  ``sampler`` is the
-    expression of θ, or a mapping with
-
-    * ``value``: θ (required);
-    * ``accept``: a condition on the same draws and parameters (``u2 <= c*exp(1 - c)``), which makes a rejection
-      sampler: every draw is made again until the condition holds (Best & Fisher's von Mises sampler); None for a
-      direct sampler;
-    * ``define``: named intermediate expressions, in order, each usable by the later ones, by ``value`` and by
-      ``accept``; they are substituted (names are identifiers that are neither parameters, draws nor θ)."""
-    if "sampler" not in spec:
-        return None, None
-    several = kind in ("sized", "components")
-    if not several and (kind != "scalar" or is_mat(theta)):
-        raise _err("samplers are supported for scalar variables and for variables of named scalar components "
-                   "(a fixed size, or components); a vector of symbolic dimension or a matrix has none", spec,
-                   "sampler")
-    draws = {**{n: sp.Symbol(n, positive=True) for n in UNIFORM_DRAWS},
-             **{n: sp.Symbol(n, real=True) for n in NORMAL_DRAWS}}
-    f, l = where(spec, "sampler")
-    clash = sorted(set(draws) & set(psyms))
-    if clash:
-        raise SpecError(f"sampler: the parameter '{clash[0]}' has the name of a random draw (draws: "
-                        f"{', '.join(draws)}); rename it", f or file, l)
-    raw = spec["sampler"]
-    known = {**psyms, **draws}
-    accept = None
-    if isinstance(raw, dict):
-        check_keys(raw, SAMPLER_KEYS, required=("value",), what="sampler")
-        defs = raw.get("define", {})
-        if not isinstance(defs, dict):
-            raise _err("sampler: 'define' must be a mapping of names to expressions", raw, "define")
-        if len(defs) > MAX_SAMPLER_DEFINITIONS:
-            raise _err(f"sampler: at most {MAX_SAMPLER_DEFINITIONS} definitions", raw, "define")
-        subs = []             # each definition is parsed on its own (the grammar's size limits apply to each)
-        for name, text in defs.items():
-            check_name_at(name, "sampler definition", defs, name)
-            if name in known or name == str(theta):
-                raise _err(f"sampler: '{name}' is already a parameter, a draw or the variable; pick another name",
-                           defs, name)
-            if name in FUNCTIONS or name in CONSTANTS or name == "sum":
-                raise _err(f"sampler: '{name}' is a function or constant of the expression grammar; pick another "
-                           "name", defs, name)
-            e = _sampler_expr(text, known, defs, name, file, "sampler definition")
-            known[name] = sp.Dummy(name, real=True)
-            subs.append((known[name], e))
-
-        def inline(e):
-            for sym, d in reversed(subs):
-                e = e.xreplace({sym: d})
-            return e
-        expr = _sampler_value(raw["value"], several, components, known, raw, file, inline)
-        if "accept" in raw:
-            accept = inline(_sampler_expr(raw["accept"], known, raw, "accept", file, "sampler acceptance",
-                                          logic=True))
-            if not isinstance(accept, (sp.core.relational.Relational, sp.logic.boolalg.BooleanFunction)):
-                raise _err("sampler: 'accept' must be a condition (a comparison such as u2 <= exp(-x), combined "
-                           "with 'and'/'or')", raw, "accept")
-            if not any(accept.has(d) for d in draws.values()):
-                raise _err("sampler: 'accept' must depend on a random draw (a condition of the parameters alone "
-                           "accepts all draws or none)", raw, "accept")
-        fl = where(raw, "value")
-    else:
-        expr = _sampler_value(raw, several, components, known, spec, file, lambda e: e, key="sampler")
-        fl = (f, l)
-    used = [d for d in draws.values() if expr.has(d)]
-    if not used:
-        raise SpecError("sampler: write theta as a function of the parameters and independent draws u, u2, ..., u16 "
-                        "~ Uniform(0, 1) (an inverse CDF) and z, z2, ..., z16 ~ N(0, 1)", fl[0] or file, fl[1])
-    return expr, accept
-
-
-def _sampler_value(raw, several, components, known, container, file, inline, key="value"):
-    """The sampled value: one expression for a scalar variable, a list aligned with the components otherwise
-    (returned as a sympy Tuple)."""
-    if not several:
-        return inline(_sampler_expr(raw, known, container, key, file, "sampler", logic=key == "sampler"))
-    if not isinstance(raw, list) or len(raw) != len(components):
-        raise _err(f"sampler: give a list of {len(components)} expressions, one per component "
-                   f"({', '.join(map(str, components))})", container, key)
-    return sp.Tuple(*[inline(_sampler_expr(t, known, raw, i, file, f"sampler of {c}"))
-                      for i, (t, c) in enumerate(zip(raw, components))])
-
-
-def _sampler_expr(text, known, container, key, file, what, logic=False):
-    try:
-        return parse_expression(text, known, what=what, logic=logic)
-    except SpecError as exc:
-        f, l = where(container, key)
-        raise exc.located(f or file, l) from None
-
-
 def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
     """Read a family declaration (a YAML mapping) into a :class:`FamilyDecl`; a declaration with a ``sizes`` section
     is first instantiated at ``sizes`` (a tuple from :func:`blr_derive.core.sizes.resolve_sizes`; its defaults
@@ -459,7 +349,7 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
                        "expected_log_base_measure", file)
         if is_mat(e_logh):
             raise _err("expected_log_base_measure must be a scalar", spec, "expected_log_base_measure")
-    sampler, accept = _parse_sampler(spec, kind, theta, psyms, file, components)
+    sampler, accept = parse_sampler(spec, kind, theta, psyms, file, components)
     return FamilyDecl(
         name=name, description=str(spec.get("description", "")), reference=str(spec.get("reference", "")),
         theta=theta, dim=dim, support=support, params=params, T=T, h=h, eta=eta, lam=lam, mu=mu, A=A,

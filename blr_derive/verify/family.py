@@ -8,7 +8,7 @@ import sympy as sp
 
 from blr_derive.core.errors import BLRError, DerivationError
 from blr_derive.families.numeric import MODULES
-from blr_derive.spec.family import sampler_draws
+from blr_derive.spec.sampler import sampler_draws
 from blr_derive.verify.quadrature import FamilyModel, Quadrature
 from blr_derive.verify.results import TOLERANCES, Check
 
