@@ -56,3 +56,35 @@ def test_the_sphere_needs_a_declared_log_partition(tmp_path):
                     "  a: {domain: real}\nsufficient_statistics: [x3]\nnatural_parameters: [a]\n", encoding="utf-8")
     with pytest.raises(SpecError, match="log_partition must be given for the sphere support"):
         load_family(str(path))
+
+
+@pytest.mark.parametrize("K, seed", [(3, 4), (4, 5)])
+def test_wood_rejection_sampler_draws_the_law(K, seed):
+    """Wood's sampler (a rejection step for w = θ·m, then a uniform direction and a Householder reflection):
+    unit vectors whose projection on m follows scipy's (two-sample KS against scipy.stats.vonmises_fisher's draws),
+    with the mean A_K(κ)m, and an orthogonal part with no preferred direction."""
+    from blr_derive.verify.family import _draw_sampler
+    rng = np.random.default_rng(seed)
+    v = rng.normal(size=K) * 2.0
+    kappa = np.linalg.norm(v)
+    m = v / kappa
+    fam = load_family({"name": "von_mises_fisher", "K": K})
+    th = _draw_sampler(fam, {fam.params[f"v{k + 1}"].symbol: v[k] for k in range(K)}, np.random.default_rng(7),
+                       100_000).T
+    np.testing.assert_allclose(np.linalg.norm(th, axis=1), 1.0, rtol=1e-12)
+    ref = stats.vonmises_fisher(m, kappa).rvs(100_000, random_state=np.random.default_rng(8))
+    assert stats.ks_2samp(th @ m, ref @ m).pvalue > 1e-4
+    se = th.std(axis=0) / np.sqrt(len(th))
+    assert np.all(np.abs(th.mean(axis=0) - mean_resultant(K, kappa) * m) < 5 * se)
+
+
+def test_check_rejects_the_sampler_without_its_acceptance_step(tmp_path):
+    from conftest import ROOT
+    from blr_derive.verify.family import check_family
+    text = (ROOT / "families" / "von_mises_fisher.yaml").read_text(encoding="utf-8")
+    wrong = text.replace('  accept: "kap*w + {K-1}*log(1 - x0*w) - cw >= log(u2)"\n', "")
+    assert wrong != text
+    path = tmp_path / "vmf_wrong.yaml"
+    path.write_text(wrong, encoding="utf-8")
+    res = {c.name: c for c in check_family(load_family(str(path)), points=2)}
+    assert not res["sampler_vs_density"].passed
