@@ -121,6 +121,8 @@ def quadrature_natural_gradient(recipe, D, approx, mode):
     fam = recipe.family
     ctx = Ctx(D, approx)
     nodes = ctx.count("nodes", 65)
+    if nodes.is_number and (nodes < 3 or nodes % 2 == 0):
+        raise ctx.fail(f"nodes must be an odd number of at least 3 (the rule is symmetric about u = 1/2), got {nodes}")
     ctx.done()
     ((u, _),) = sampler_draws(fam.sampler)
     theta = sp.Symbol("theta_k", real=True)

@@ -134,10 +134,11 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         # π sinh t = 34) as an independent check of the generated module's helper
         sm = D.sampling
         n = int(evaluate(sm.samples.xreplace(flags), env, dims))
-        m = (n - 1) // 2
-        t = np.arange(-m, m + 1) * (np.arcsinh(34 / np.pi) / max(m, 1))
+        m = max((n - 1) // 2, 1)
+        t = np.arange(-m, m + 1) * (np.arcsinh(34 / np.pi) / m)
         u_k = special.expit(np.pi * np.sinh(t))
-        w_k = np.arcsinh(34 / np.pi) / max(m, 1) * np.pi * np.cosh(t) * u_k * (1 - u_k)
+        w_k = np.arcsinh(34 / np.pi) / m * np.pi * np.cosh(t) * u_k * (1 - u_k)
+        w_k = w_k / w_k.sum()
         for k_sym, oracle in sm.calls:
             oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
             env[k_sym] = oracle_vals[oracle]

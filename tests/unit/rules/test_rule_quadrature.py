@@ -87,6 +87,29 @@ def test_an_abstract_loss_is_the_oracle_at_the_nodes():
     assert float(out["r"]) == pytest.approx(-want[0], rel=1e-8)
 
 
+@pytest.mark.parametrize("nodes", [1, 2, 64])
+def test_the_node_count_is_odd_and_at_least_three(nodes):
+    with pytest.raises(SpecError, match=f"nodes must be an odd number of at least 3.*got {nodes}"):
+        derive("gamma", {"expression": "log(1 + theta)"}, {"quadrature": {"nodes": nodes}})
+
+
+def test_the_weights_integrate_to_one():
+    """The generated helper's weights sum to 1 for every size (normalized: the raw trapezoidal weights of a coarse
+    rule do not, 2.4 at 3 points), and the normalization moves a fine rule by less than 1e-10."""
+    from blr_derive.codegen.backends.numpy.printer import HELPERS
+    ns = {"numpy": np}
+    exec(HELPERS["_tanh_sinh"], ns)
+    for n in (3, 9, 65, 201):
+        u, w = ns["_tanh_sinh"](n)
+        assert len(u) == n and np.all((0 < u) & (u < 1)) and np.allclose(u + u[::-1], 1.0, rtol=0, atol=1e-15)
+        assert abs(w.sum() - 1) < 1e-14
+        m = (n - 1) // 2
+        t = np.arange(-m, m + 1) * np.arcsinh(34 / np.pi) / m
+        raw = np.arcsinh(34 / np.pi) / m * np.pi * np.cosh(t) * u * (1 - u)
+        if n >= 65:
+            assert np.allclose(w, raw, rtol=1e-10, atol=0)
+
+
 def test_refusals():
     with pytest.raises(SpecError, match="inverse CDF of one uniform draw u; family 'inverse_gaussian'"):
         derive("inverse_gaussian", {"expression": "theta**2"}, "quadrature")
