@@ -63,11 +63,48 @@ def _scalar(value):
     return value.item() if isinstance(value, torch.Tensor) else value
 
 
+def _foreach_copy(dst, src):
+    """torch._foreach_copy_, tensor by tensor where the tensors are DTensors (FSDP2's shards): the multi-tensor
+    copy has no sharding rule for them."""
+    if any(hasattr(t, "device_mesh") for t in dst):
+        for d, v in zip(dst, src):
+            d.copy_(v)
+    else:
+        torch._foreach_copy_(dst, src)
+
+
+def _foreach_bound_(name, tensors, other):
+    """torch._foreach_maximum_/_foreach_minimum_ (name 'maximum' or 'minimum') with a number or a tensor list;
+    tensor by tensor where the tensors are DTensors (FSDP2's shards), which have no sharding rule for them."""
+    if not any(hasattr(t, "device_mesh") for t in tensors):
+        if name == "maximum":
+            torch._foreach_maximum_(tensors, other)
+        else:
+            torch._foreach_minimum_(tensors, other)
+        return
+    pick = torch.maximum if name == "maximum" else torch.minimum
+    for i, t in enumerate(tensors):
+        o = other[i] if isinstance(other, (list, tuple)) else torch.full_like(t, other)
+        t.copy_(pick(t, o))
+
+
+def _foreach_bound(name, tensors, other):
+    """torch._foreach_maximum/_foreach_minimum into new tensors; tensor by tensor for DTensors (see
+    _foreach_bound_)."""
+    if not any(hasattr(t, "device_mesh") for t in tensors):
+        if name == "maximum":
+            return torch._foreach_maximum(tensors, other)
+        return torch._foreach_minimum(tensors, other)
+    out = [t.clone() for t in tensors]
+    _foreach_bound_(name, out, other)
+    return out
+
+
 def _copy_back(params, values):
     """Write the new values into the parameters (only where the arithmetic ran on a copy)."""
     pairs = [(p, v) for p, v in zip(params, values) if p is not v]
     if pairs:
-        torch._foreach_copy_([p for p, _ in pairs], [v for _, v in pairs])
+        _foreach_copy([p for p, _ in pairs], [v for _, v in pairs])
 
 
 def _buckets(states, foreach, fresh=None, scalars=()):
@@ -294,13 +331,13 @@ class Adamax(torch.optim.Optimizer):
         _f2 = torch._foreach_mul(s, beta2)
         _f3 = torch._foreach_abs(g_wd)
         torch._foreach_add_(_f3, eps)
-        torch._foreach_maximum_(_f2, _f3)
-        torch._foreach_copy_(s, _f2)
+        _foreach_bound_('maximum', _f2, _f3)
+        _foreach_copy(s, _f2)
         s_new = s
         torch._foreach_addcdiv_(m, u, s, value=-lr/(1 - beta1**t))
         m_new = m
         if u_new is not u:
-            torch._foreach_copy_(u, u_new)
+            _foreach_copy(u, u_new)
         if s_new is not s:
-            torch._foreach_copy_(s, s_new)
+            _foreach_copy(s, s_new)
         _copy_back(_pr, m_new)

@@ -51,6 +51,15 @@ def _real(tensors):
     return [torch.view_as_real(t) if t is not None and torch.is_complex(t) else t for t in tensors]
 
 
+def _shard_like(x, p):
+    """The noise x (the full tensor, the same on every rank: each rank seeds the same stream) as p holds it: for a
+    DTensor parameter (FSDP2's fully_shard) the local shard of x on p's mesh and placements, cut on every rank
+    from its own copy without communication, so that a sharded run draws what an unsharded one draws."""
+    if hasattr(p, "device_mesh") and hasattr(p, "placements"):      # a DTensor: torch.distributed.tensor is loaded
+        return torch.distributed.tensor.distribute_tensor(x, p.device_mesh, p.placements, src_data_rank=None)
+    return x
+
+
 def _start(value, p):
     """A state's initial value for parameter p: both parts of a complex parameter start at it (they are two
     independent real numbers, see _real)."""
@@ -62,11 +71,48 @@ def _scalar(value):
     return value.item() if isinstance(value, torch.Tensor) else value
 
 
+def _foreach_copy(dst, src):
+    """torch._foreach_copy_, tensor by tensor where the tensors are DTensors (FSDP2's shards): the multi-tensor
+    copy has no sharding rule for them."""
+    if any(hasattr(t, "device_mesh") for t in dst):
+        for d, v in zip(dst, src):
+            d.copy_(v)
+    else:
+        torch._foreach_copy_(dst, src)
+
+
+def _foreach_bound_(name, tensors, other):
+    """torch._foreach_maximum_/_foreach_minimum_ (name 'maximum' or 'minimum') with a number or a tensor list;
+    tensor by tensor where the tensors are DTensors (FSDP2's shards), which have no sharding rule for them."""
+    if not any(hasattr(t, "device_mesh") for t in tensors):
+        if name == "maximum":
+            torch._foreach_maximum_(tensors, other)
+        else:
+            torch._foreach_minimum_(tensors, other)
+        return
+    pick = torch.maximum if name == "maximum" else torch.minimum
+    for i, t in enumerate(tensors):
+        o = other[i] if isinstance(other, (list, tuple)) else torch.full_like(t, other)
+        t.copy_(pick(t, o))
+
+
+def _foreach_bound(name, tensors, other):
+    """torch._foreach_maximum/_foreach_minimum into new tensors; tensor by tensor for DTensors (see
+    _foreach_bound_)."""
+    if not any(hasattr(t, "device_mesh") for t in tensors):
+        if name == "maximum":
+            return torch._foreach_maximum(tensors, other)
+        return torch._foreach_minimum(tensors, other)
+    out = [t.clone() for t in tensors]
+    _foreach_bound_(name, out, other)
+    return out
+
+
 def _copy_back(params, values):
     """Write the new values into the parameters (only where the arithmetic ran on a copy)."""
     pairs = [(p, v) for p, v in zip(params, values) if p is not v]
     if pairs:
-        torch._foreach_copy_([p for p, _ in pairs], [v for _, v in pairs])
+        _foreach_copy([p for p, _ in pairs], [v for _, v in pairs])
 
 
 def _buckets(states, foreach, fresh=None, scalars=()):
@@ -216,7 +262,7 @@ class BayesBiNN(torch.optim.Optimizer):
                 grad_avg = _real([st["grad_avg"] for st in states])
                 _f1 = [torch.where(_a0 < 0, -1.0, 1.0) for _a0 in lam]
                 param_init = _f1
-                torch._foreach_copy_(_real(params), param_init)
+                _foreach_copy(_real(params), param_init)
 
     def _state(self, _p, group):
         """The state of one parameter; an entry missing (a new parameter, or a checkpoint of an optimizer that
@@ -249,7 +295,7 @@ class BayesBiNN(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _ in drawn:
-                    torch._foreach_copy_(_real(params), mean)
+                    _foreach_copy(_real(params), mean)
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -268,7 +314,7 @@ class BayesBiNN(torch.optim.Optimizer):
             lam = _real([st["lam"] for st in states])
             grad_avg = _real([st["grad_avg"] for st in states])
             flat = torch.rand(sum(p.numel() for p in _pr), dtype=_saved[0].dtype, device=params[0].device)
-            u = [x.view_as(p) for x, p in zip(flat.split([p.numel() for p in _pr]), _pr)]
+            u = [_shard_like(x.view(p.shape), p) for x, p in zip(flat.split([p.numel() for p in _pr]), _pr)]
             _f4 = torch._foreach_mul(u, -1)
             torch._foreach_add_(_f4, 1)
             _f3 = torch._foreach_div(u, _f4)
@@ -277,7 +323,7 @@ class BayesBiNN(torch.optim.Optimizer):
             _f2 = torch._foreach_mul(_f6, 1/temperature)
             _f1 = torch._foreach_tanh(_f2)
             theta_k = _f1
-            torch._foreach_copy_(_pr, theta_k)
+            _foreach_copy(_pr, theta_k)
             drawn.append((_index, params, _saved, u, theta_k))
         return drawn
 
@@ -335,7 +381,7 @@ class BayesBiNN(torch.optim.Optimizer):
                 flat = torch.cat([x.reshape(-1) for x in acc[key]])
                 dist.all_reduce(flat)
                 flat.div_(world)
-                torch._foreach_copy_(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
+                _foreach_copy(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -434,7 +480,7 @@ class BayesBiNN(torch.optim.Optimizer):
         _f1 = [torch.where(_a0 < 0, -1.0, 1.0) for _a0 in lam]
         param_new = _f1
         if grad_avg_new is not grad_avg:
-            torch._foreach_copy_(grad_avg, grad_avg_new)
+            _foreach_copy(grad_avg, grad_avg_new)
         if lam_new is not lam:
-            torch._foreach_copy_(lam, lam_new)
+            _foreach_copy(lam, lam_new)
         _copy_back(_pr, param_new)

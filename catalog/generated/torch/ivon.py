@@ -75,6 +75,15 @@ def _real(tensors):
     return [torch.view_as_real(t) if t is not None and torch.is_complex(t) else t for t in tensors]
 
 
+def _shard_like(x, p):
+    """The noise x (the full tensor, the same on every rank: each rank seeds the same stream) as p holds it: for a
+    DTensor parameter (FSDP2's fully_shard) the local shard of x on p's mesh and placements, cut on every rank
+    from its own copy without communication, so that a sharded run draws what an unsharded one draws."""
+    if hasattr(p, "device_mesh") and hasattr(p, "placements"):      # a DTensor: torch.distributed.tensor is loaded
+        return torch.distributed.tensor.distribute_tensor(x, p.device_mesh, p.placements, src_data_rank=None)
+    return x
+
+
 def _start(value, p):
     """A state's initial value for parameter p: both parts of a complex parameter start at it (they are two
     independent real numbers, see _real)."""
@@ -86,11 +95,48 @@ def _scalar(value):
     return value.item() if isinstance(value, torch.Tensor) else value
 
 
+def _foreach_copy(dst, src):
+    """torch._foreach_copy_, tensor by tensor where the tensors are DTensors (FSDP2's shards): the multi-tensor
+    copy has no sharding rule for them."""
+    if any(hasattr(t, "device_mesh") for t in dst):
+        for d, v in zip(dst, src):
+            d.copy_(v)
+    else:
+        torch._foreach_copy_(dst, src)
+
+
+def _foreach_bound_(name, tensors, other):
+    """torch._foreach_maximum_/_foreach_minimum_ (name 'maximum' or 'minimum') with a number or a tensor list;
+    tensor by tensor where the tensors are DTensors (FSDP2's shards), which have no sharding rule for them."""
+    if not any(hasattr(t, "device_mesh") for t in tensors):
+        if name == "maximum":
+            torch._foreach_maximum_(tensors, other)
+        else:
+            torch._foreach_minimum_(tensors, other)
+        return
+    pick = torch.maximum if name == "maximum" else torch.minimum
+    for i, t in enumerate(tensors):
+        o = other[i] if isinstance(other, (list, tuple)) else torch.full_like(t, other)
+        t.copy_(pick(t, o))
+
+
+def _foreach_bound(name, tensors, other):
+    """torch._foreach_maximum/_foreach_minimum into new tensors; tensor by tensor for DTensors (see
+    _foreach_bound_)."""
+    if not any(hasattr(t, "device_mesh") for t in tensors):
+        if name == "maximum":
+            return torch._foreach_maximum(tensors, other)
+        return torch._foreach_minimum(tensors, other)
+    out = [t.clone() for t in tensors]
+    _foreach_bound_(name, out, other)
+    return out
+
+
 def _copy_back(params, values):
     """Write the new values into the parameters (only where the arithmetic ran on a copy)."""
     pairs = [(p, v) for p, v in zip(params, values) if p is not v]
     if pairs:
-        torch._foreach_copy_([p for p, _ in pairs], [v for _, v in pairs])
+        _foreach_copy([p for p, _ in pairs], [v for _, v in pairs])
 
 
 def _buckets(states, foreach, fresh=None, scalars=()):
@@ -293,7 +339,7 @@ class IVON(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _ in drawn:
-                    torch._foreach_copy_(_real(params), mean)
+                    _foreach_copy(_real(params), mean)
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -313,14 +359,14 @@ class IVON(torch.optim.Optimizer):
             h = _real([st["h"] for st in states])
             momentum = _real([st["momentum"] for st in states])
             flat = torch.randn(sum(p.numel() for p in _pr), dtype=m[0].dtype, device=params[0].device)
-            eps = [x.view_as(p) for x, p in zip(flat.split([p.numel() for p in _pr]), _pr)]
+            eps = [_shard_like(x.view(p.shape), p) for x, p in zip(flat.split([p.numel() for p in _pr]), _pr)]
             _f3 = torch._foreach_add(h, weight_decay)
             _f2 = torch._foreach_mul(_f3, ess)
             _f4 = torch._foreach_sqrt(_f2)
             _f1 = torch._foreach_div(eps, _f4)
             _f5 = torch._foreach_add(m, _f1)
             theta_k = _f5
-            torch._foreach_copy_(_pr, theta_k)
+            _foreach_copy(_pr, theta_k)
             drawn.append((_index, params, m, eps, theta_k))
         return drawn
 
@@ -386,7 +432,7 @@ class IVON(torch.optim.Optimizer):
                 flat = torch.cat([x.reshape(-1) for x in acc[key]])
                 dist.all_reduce(flat)
                 flat.div_(world)
-                torch._foreach_copy_(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
+                _foreach_copy(acc[key], [x.view_as(y) for x, y in zip(flat.split([y.numel() for y in acc[key]]), acc[key])])
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -534,15 +580,15 @@ class IVON(torch.optim.Optimizer):
             g_wd = _f10
         _f11 = torch._foreach_mul(_f6, t_4)
         torch._foreach_add_(_f11, -weight_decay)
-        torch._foreach_copy_(h, _f11)
+        _foreach_copy(h, _f11)
         h_new = h
         _f12 = torch._foreach_div(g_wd, _f6)
-        torch._foreach_maximum_(_f12, -clip_radius)
-        torch._foreach_minimum_(_f12, clip_radius)
+        _foreach_bound_('maximum', _f12, -clip_radius)
+        _foreach_bound_('minimum', _f12, clip_radius)
         torch._foreach_add_(m, _f12, alpha=-lr_mean)
         m_new = m
         if momentum_new is not momentum:
-            torch._foreach_copy_(momentum, momentum_new)
+            _foreach_copy(momentum, momentum_new)
         if h_new is not h:
-            torch._foreach_copy_(h, h_new)
+            _foreach_copy(h, h_new)
         _copy_back(_pr, m_new)

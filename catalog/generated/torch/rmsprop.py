@@ -69,11 +69,48 @@ def _scalar(value):
     return value.item() if isinstance(value, torch.Tensor) else value
 
 
+def _foreach_copy(dst, src):
+    """torch._foreach_copy_, tensor by tensor where the tensors are DTensors (FSDP2's shards): the multi-tensor
+    copy has no sharding rule for them."""
+    if any(hasattr(t, "device_mesh") for t in dst):
+        for d, v in zip(dst, src):
+            d.copy_(v)
+    else:
+        torch._foreach_copy_(dst, src)
+
+
+def _foreach_bound_(name, tensors, other):
+    """torch._foreach_maximum_/_foreach_minimum_ (name 'maximum' or 'minimum') with a number or a tensor list;
+    tensor by tensor where the tensors are DTensors (FSDP2's shards), which have no sharding rule for them."""
+    if not any(hasattr(t, "device_mesh") for t in tensors):
+        if name == "maximum":
+            torch._foreach_maximum_(tensors, other)
+        else:
+            torch._foreach_minimum_(tensors, other)
+        return
+    pick = torch.maximum if name == "maximum" else torch.minimum
+    for i, t in enumerate(tensors):
+        o = other[i] if isinstance(other, (list, tuple)) else torch.full_like(t, other)
+        t.copy_(pick(t, o))
+
+
+def _foreach_bound(name, tensors, other):
+    """torch._foreach_maximum/_foreach_minimum into new tensors; tensor by tensor for DTensors (see
+    _foreach_bound_)."""
+    if not any(hasattr(t, "device_mesh") for t in tensors):
+        if name == "maximum":
+            return torch._foreach_maximum(tensors, other)
+        return torch._foreach_minimum(tensors, other)
+    out = [t.clone() for t in tensors]
+    _foreach_bound_(name, out, other)
+    return out
+
+
 def _copy_back(params, values):
     """Write the new values into the parameters (only where the arithmetic ran on a copy)."""
     pairs = [(p, v) for p, v in zip(params, values) if p is not v]
     if pairs:
-        torch._foreach_copy_([p for p, _ in pairs], [v for _, v in pairs])
+        _foreach_copy([p for p, _ in pairs], [v for _, v in pairs])
 
 
 def _buckets(states, foreach, fresh=None, scalars=()):
@@ -333,7 +370,7 @@ class RMSprop(torch.optim.Optimizer):
         if t_1:
             if (t == 1):
                 _f5 = torch._foreach_div(g_wd, _f4)
-                torch._foreach_copy_(momentum_buffer, _f5)
+                _foreach_copy(momentum_buffer, _f5)
             else:
                 torch._foreach_mul_(momentum_buffer, momentum)
                 torch._foreach_addcdiv_(momentum_buffer, g_wd, _f4)
@@ -346,9 +383,9 @@ class RMSprop(torch.optim.Optimizer):
             torch._foreach_addcdiv_(m, g_wd, _f4, value=-lr)
         m_new = m
         if momentum_buffer_new is not momentum_buffer:
-            torch._foreach_copy_(momentum_buffer, momentum_buffer_new)
+            _foreach_copy(momentum_buffer, momentum_buffer_new)
         if grad_avg_new is not grad_avg:
-            torch._foreach_copy_(grad_avg, grad_avg_new)
+            _foreach_copy(grad_avg, grad_avg_new)
         if s_new is not s:
-            torch._foreach_copy_(s, s_new)
+            _foreach_copy(s, s_new)
         _copy_back(_pr, m_new)

@@ -149,13 +149,13 @@ class PlannedCompiler:
                 self.emit(f"torch._foreach_mul_({lst}, {self.h(c)})")
             return
         if isinstance(e, (sp.Max, sp.Min)) and old in e.args and _occurrences(e, old) == 1:
-            fn = "_foreach_maximum_" if isinstance(e, sp.Max) else "_foreach_minimum_"
+            fn = "maximum" if isinstance(e, sp.Max) else "minimum"
             for a in e.args:
                 if a != old:
-                    self.emit(f"torch.{fn}({lst}, {self.compile(a)[0] if self.is_tensor(a) else self.h(a)})")
+                    self.emit(f"_foreach_bound_({fn!r}, {lst}, {self.compile(a)[0] if self.is_tensor(a) else self.h(a)})")
             return
         name, _ = self.compile(e)
-        self.emit(f"torch._foreach_copy_({lst}, {name})")
+        self.emit(f"_foreach_copy({lst}, {name})")
 
     def _into_add(self, e, lst, old):
         """``c·old + Σ terms`` in the state's tensors (False when ``old`` is not one linear term)."""
@@ -330,10 +330,14 @@ class PlannedCompiler:
         tens = [a for a in e.args if self.is_tensor(a)]
         host = [a for a in e.args if not self.is_tensor(a)]
         acc, owned = self.compile(tens[0])
-        for a in tens[1:]:
-            acc, owned = self._fresh(acc, owned, fn, self.compile(a)[0]), True
-        for a in host:
-            acc, owned = self._fresh(acc, owned, fn, self.h(a)), True
+        for a in tens[1:] + host:
+            arg = self.compile(a)[0] if self.is_tensor(a) else self.h(a)
+            if owned:                          # the helpers handle DTensors (FSDP2), which lack these kernels
+                self.emit(f"_foreach_bound_({fn!r}, {acc}, {arg})")
+            else:
+                out = self.tmp()
+                self.emit(f"{out} = _foreach_bound({fn!r}, {acc}, {arg})")
+                acc, owned = out, True
         return acc, owned
 
     def _per_tensor(self, e):

@@ -13,6 +13,10 @@ on the full batch (mean loss over all examples):
   (``torch.manual_seed``), so the samples θ_k are the same on every rank and in the single process.  The
   accumulated statistics mean_k g_k and mean_k ε_k g_k/σ are linear in the gradient, so their average over
   the ranks is the full-batch statistic: the single-process full-batch run is reproduced.
+* ``ivon_fsdp2`` (Price estimator, a finite clip radius, so the bounds run): the model sharded with FSDP2 as above, no ``sync``:
+  FSDP averages the gradients; every rank draws the full noise vector from the same stream and keeps its shard
+  of it (``distribute_tensor`` without communication), so the samples are those of the single process; the
+  multi-tensor copies and bounds that DTensors lack run tensor by tensor.
 * ``ivon`` with ``sync=True`` and ``hess_approx='gradsq'``: mean_k g_k² is *not* linear in the gradient; the
   synchronized statistic is the average over ranks of the squared shard gradients (ivon-opt's ``sync``
   leaves this statistic unsynchronized, so its ranks drift apart).  Compared with one process that
@@ -66,7 +70,16 @@ CASES = {
     "sgd": ("sgd", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3), False),
     "ivon_price": ("ivon", dict(lr=0.05, ess=N, mc_samples=2, hess_approx="price"), True),
     "ivon_gradsq": ("ivon", dict(lr=0.05, ess=N, mc_samples=2, hess_approx="gradsq"), True),
+    "ivon_fsdp2": ("ivon", dict(lr=0.05, ess=N, mc_samples=2, hess_approx="price", clip_radius=0.5), True),
 }
+
+
+def _placement(case):
+    """(ddp, sync) for a case: DDP or FSDP2 averages the gradients over the ranks; IVON without either
+    synchronizes its own statistics (sync=True)."""
+    fsdp2 = case.endswith("_fsdp2")
+    sampling = CASES[case][2]
+    return fsdp2 or not sampling, sampling and not fsdp2
 
 
 def _train(case, shards, ddp=False, sync=False):
@@ -112,7 +125,7 @@ def _worker(rank, ports, out):
             X, y = _data()
             n = N // world
             shard = [(X[rank * n:(rank + 1) * n], y[rank * n:(rank + 1) * n])]
-            res = {case: _train(case, shard, ddp=not CASES[case][2], sync=CASES[case][2]) for case in CASES}
+            res = {case: _train(case, shard, *_placement(case)) for case in CASES}
             torch.save(res, os.path.join(out, f"world{world}_rank{rank}.pt"))
             if world == fp.K:
                 np.save(os.path.join(out, f"federated_rank{rank}.npy"), fp.rank_runs(rank), allow_pickle=True)
