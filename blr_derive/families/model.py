@@ -19,18 +19,8 @@ from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.numeric import NumericFamily, numeric_fisher
 from blr_derive.families.partition import discrete_expectation, tilted_expectation
 from blr_derive.families.statistics import log_h_linear as log_h_linear_coefficients
-from blr_derive.families.symbolic import evaluate, loggamma_form, subs, tidy
+from blr_derive.families.symbolic import evaluate, loggamma_form, simplify_bounded, subs, tidy
 from blr_derive.spec.vocabulary import count_total, is_discrete
-
-
-#: sympy's simplify is super-linear in the size of an expression: a Fisher entry with more operations than this
-#: (the von Mises-Fisher's Bessel ratios in |λ|, 320) is kept as differentiated (deterministic, unlike a time limit,
-#: so the generated code stays byte-identical); every built-in family but that one is below it
-SIMPLIFY_MAX_OPS = 250
-
-
-def _simplified(e):
-    return sp.simplify(e) if sp.count_ops(e) <= SIMPLIFY_MAX_OPS else e
 
 
 @dataclass
@@ -197,7 +187,7 @@ class Family:
         """For scalar families: the symbolic Hessian ∇²A(λ)."""
         if any(is_mat(l) for l in self.lam):
             raise DerivationError("fisher_matrix is symbolic only for scalar families; use fisher_operator")
-        return sp.Matrix([[_simplified(sp.diff(m, l)) for l in self.lam] for m in self.mu_of_lam])
+        return sp.Matrix([[simplify_bounded(sp.diff(m, l)) for l in self.lam] for m in self.mu_of_lam])
 
     def fisher_at(self, lam_vals: dict, dim: int | None = None):
         """F(λ) as a dense matrix: the symbolic Hessian for scalar blocks, numeric_fisher for matrix blocks."""

@@ -10,6 +10,18 @@ from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat
 
 
+#: sympy's simplify is super-linear in the size of an expression: one with more operations than this (the von
+#: Mises-Fisher's Bessel ratios in |λ|: 320; the GIG's Fisher information in its natural gradient: thousands) is kept
+#: as it is — deterministic, unlike a time limit, so the generated code stays byte-identical; every catalog
+#: derivation's simplifications are below it
+SIMPLIFY_MAX_OPS = 250
+
+
+def simplify_bounded(e):
+    """sympy.simplify(e) for an expression of at most SIMPLIFY_MAX_OPS operations, else e unchanged."""
+    return sp.simplify(e) if sp.count_ops(e) <= SIMPLIFY_MAX_OPS else e
+
+
 def subs(e, mapping):
     return e.xreplace(mapping) if mapping else e
 

@@ -7,6 +7,8 @@ import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import binary
+from blr_derive.families.symbolic import simplify_bounded
+from blr_derive.rules.fisher import fisher_solve
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling
 from blr_derive.spec.sampler import sampler_draws
@@ -83,8 +85,8 @@ def sampled_natural_gradient(recipe, D, approx, mode):
         stats.append((avg, e))
     D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats,
                           draw=law, more_draws=more, accept=accept)
-    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(sp.simplify)
-    grads = [sp.simplify(g) for g in F.inv() * sp.Matrix([a for a, _ in stats])]
+    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(simplify_bounded)
+    grads = fisher_solve(D, F, sp.Matrix([a for a, _ in stats]))
     D.natural_gradient = NaturalGradient(list(grads))
     D.add(mode, RULES[mode].equation, "Natural gradient from samples of q",
           "∇_λ E_q[ℓ] is estimated with samples θ_k of q (the family's sampler); the Fisher information "
@@ -135,8 +137,8 @@ def quadrature_natural_gradient(recipe, D, approx, mode):
     stats = [(sp.Symbol(f"dlam{i + 1}", real=True), o_k * (t.xreplace({th: theta}) - m))
              for i, (t, m) in enumerate(zip(fam.T, fam.mu_ord))]
     D.sampling = Sampling(nodes, u, theta, fam.sampler, calls, stats, draw="tanh_sinh")
-    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(sp.simplify)
-    grads = [sp.simplify(g) for g in F.inv() * sp.Matrix([a for a, _ in stats])]
+    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(simplify_bounded)
+    grads = fisher_solve(D, F, sp.Matrix([a for a, _ in stats]))
     D.natural_gradient = NaturalGradient(list(grads))
     D.add(mode, RULES[mode].equation, "Natural gradient by quadrature in the CDF coordinate",
           "∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)] (the score-function identity) is an integral over u = F(θ) ∈ (0, 1) "

@@ -97,3 +97,26 @@ def test_a_loss_linear_in_the_statistics_is_a_conjugate_step():
     want = (1 - rho) * lam - rho * np.array([0.3, 0.5, 0.2])
     assert [float(out["p"]), float(out["a"]), float(out["b"])] == pytest.approx(
         [want[0] + 1, -2 * want[1], -2 * want[2]], rel=1e-9)
+
+
+def test_score_function_over_the_gig_is_unbiased_for_the_exact_step():
+    """ES over GIG(p, a, b) through its rejection sampler: ℓ = c·T is linear in T = (log θ, θ, 1/θ), so the exact
+    step is λ ← (1 − ρ)λ − ρc (Eq. 6, h = 1).  The Fisher information (Bessel-function ratios) is too large for a
+    symbolic inverse of its entries, so the update names them (fisher11, …) and inverts the matrix of names; the
+    generated step averaged over 8 000 replicas equals the exact one in λ within 5 standard errors."""
+    d = api.derive(yaml.safe_dump({"name": "es_gig", "family": "generalized_inverse_gaussian", "loss": "abstract",
+                                   "hyperparameters": {"rho": 0.1, "S": {"default": 8, "type": "int"}},
+                                   "approximations": [{"score_function": {"samples": "S"}}]}))
+    assert "fisher11 = " in d.code("numpy")
+    mod = d.compile("numpy")
+    n, c, rho = 8_000, np.array([0.3, 0.5, 0.2]), 0.1
+    p0, a0, b0 = 0.6, 1.4, 0.9
+    out = mod.step(mod.init(p=np.full(n, p0), a=np.full(n, a0), b=np.full(n, b0)),
+                   oracles={"loss": lambda th: c[0] * np.log(th) + c[1] * th + c[2] / th},
+                   rng=np.random.default_rng(6), rho=rho, S=8)
+    lam0 = np.array([p0 - 1, -a0 / 2, -b0 / 2])
+    want = (1 - rho) * lam0 - rho * c
+    got = (out["p"] - 1, -out["a"] / 2, -out["b"] / 2)
+    for g, w in zip(got, want):
+        assert abs(g.mean() - w) < 5 * g.std(ddof=1) / np.sqrt(n)
+        assert g.std() > 1e-4

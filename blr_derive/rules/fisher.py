@@ -1,0 +1,27 @@
+"""F(λ)⁻¹ times a vector (Eq. 4's natural gradient from ∇_λ), for the rules that form ∇_λ E_q[ℓ] first (sampling,
+quadrature, the tilted log-partition of ``exact``).  A small F is inverted by sympy and simplified, as always; a
+large one (the GIG's 3×3 Fisher information of Bessel-function ratios: elimination on its entries simplifies at
+every pivot and the expanded update grows without bound) is named entry by entry — fisher11, fisher12, … as
+intermediate definitions of the update — and inverted as a matrix of those names."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core.errors import DerivationError
+from blr_derive.families.symbolic import SIMPLIFY_MAX_OPS, simplify_bounded
+
+
+def fisher_solve(D, F, vec):
+    """[F⁻¹ vec]_i as expressions; F symmetric, in the ordinary parameters."""
+    if sum(sp.count_ops(e) for e in F) <= SIMPLIFY_MAX_OPS:
+        return [simplify_bounded(g) for g in F.inv() * vec]
+    n = F.shape[0]
+    if n > 4:
+        raise DerivationError(f"the {n}×{n} Fisher information is too large to invert symbolically")
+    G = sp.zeros(n, n)
+    for i in range(n):
+        for j in range(i, n):
+            name = sp.Symbol(f"fisher{i + 1}{j + 1}", real=True)
+            D.defs.append((name, F[i, j]))
+            G[i, j] = G[j, i] = name
+    return list(G.inv(method="LU") * vec)
