@@ -16,14 +16,16 @@ import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
 from blr_derive.families.statistics import linear_in_statistics
+from blr_derive.spec.vocabulary import count_total
 
 
 def tilted_expectation(fam, expr):
-    """E_q[expr] as an expression of λ, or None when a term of ``expr`` is not of the form P(T)·exp(d + cᵀT).
+    """E_q[expr] as an expression of λ, or None when a term of ``expr`` is not of the form P(T)·exp(d + cᵀT) (or the
+    family has no named scalar components: a vector or matrix of symbolic dimension).
 
     Returns (E(λ), shifts): ``shifts`` lists the distinct c ≠ 0 used (λ + c must lie in Ω for the value to be
     finite; the caller states it)."""
-    if any(is_mat(t) for t in fam.T) or fam.theta is None or is_mat(fam.theta) or not fam.depends_on_variable(expr):
+    if any(is_mat(t) for t in fam.T) or not fam.components or not fam.depends_on_variable(expr):
         return None
     taus = [sp.Dummy(f"tau{i}") for i in range(len(fam.T))]
     cs = [sp.Dummy(f"c{i}") for i in range(len(fam.T))]
@@ -72,11 +74,23 @@ def _split(fam, term, taus):
     return const, poly, c_vec, d
 
 
+def _eliminated(fam):
+    """{last component: its value from the others} for a joint support with a linear constraint whose last
+    component is not itself a statistic (a multinomial's θ_K = n − Σθ_k, a categorical's 1 − Σθ_k), so that a
+    polynomial in all components is a polynomial in the statistics."""
+    total = count_total(fam.joint_support)
+    if total is None and fam.joint_support == "categorical":
+        total = 1
+    if total is None or not fam.components or any(t == fam.components[-1] for t in fam.T):
+        return {}
+    return {fam.components[-1]: total - sp.Add(*fam.components[:-1])}
+
+
 def _as_polynomial(fam, f, taus):
     """f as a polynomial in the statistics (τ_i standing for T_i), or None: the statistics that are not the
     variable itself (log θ, 1/θ, cos θ) are replaced first, then the variable."""
     order = sorted(zip(fam.T, taus), key=lambda p: p[0] in fam.components)
-    g = f
+    g = f.xreplace(_eliminated(fam))
     for t, tau in order:
         g = g.subs(t, tau)
     if fam.depends_on_variable(g):

@@ -17,6 +17,7 @@ from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.core.specialfns import stable_softmax
 from blr_derive.families.solve import isolate_block
+from blr_derive.families.symbolic import simplify_bounded
 from blr_derive.rules.base import RULES, rule
 from blr_derive.rules.program import new_def
 
@@ -34,9 +35,15 @@ def doit(e):
     return e.doit() if hasattr(e, "doit") else e
 
 
+#: an update with more operations than this keeps its powers of sums as they are (a sum over tens of support
+#: points, such as the multinomial's E_q[log h] with (1 - p1 - p2)^k in every term, multiplied out runs for minutes)
+EXPAND_MAX_OPS = 1000
+
+
 def expand(e):
+    big = isinstance(e, sp.Basic) and sp.count_ops(e) > EXPAND_MAX_OPS
     try:
-        return sp.expand(e, power_exp=False)      # exp(a + b) stays whole (no overflow of one factor)
+        return sp.expand(e, power_exp=False, multinomial=not big)    # exp(a + b) stays whole (no overflow of one factor)
     except Exception:  # pragma: no cover
         return e
 
@@ -310,7 +317,7 @@ def gradient_through_ordinary(fam):
         g = J.T.LUsolve(grad_o)
     except (ValueError, ZeroDivisionError):
         return None
-    return e, [sp.simplify(x) for x in g]
+    return e, [simplify_bounded(x) for x in g]
 
 
 def cancelled_by_prior(ctx):

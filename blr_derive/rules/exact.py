@@ -51,8 +51,12 @@ class Exact(Rule):
         ctx.conjugate = linear_in_statistics(fam, ctx.recipe.loss)
         if ctx.conjugate is None:
             ctx.finite = support_points(fam) if fam.is_discrete else None
-        if ctx.conjugate is None and ctx.finite is None:
+        if ctx.conjugate is None and (ctx.finite is None or len(ctx.finite) > FINITE_SIMPLIFY_POINTS):
+            # on a large finite support (hundreds of count vectors) the closed form from A, when there is one, is
+            # far cheaper than the sum over the support
             ctx.tilted = tilted_expectation(fam, ctx.recipe.loss)
+            if ctx.tilted is not None:
+                ctx.finite = None
         if ctx.conjugate is None and ctx.finite is None and ctx.tilted is None:
             raise ctx.fail(f"approximation 'exact' does not apply to family '{fam.name}': the loss is not linear "
                            "in its sufficient statistics, nor a sum of polynomials in them times exponentials of "
@@ -131,6 +135,10 @@ def polynomial_expectation(recipe, D, mean_mu, cov_mu, sym):
     return grads
 
 
+#: the most support points whose probabilities finite_sum simplifies one by one
+FINITE_SIMPLIFY_POINTS = 64
+
+
 def finite_sum(recipe, D, points):
     """E_q[ℓ] = Σ_θ q(θ) ℓ(θ) over a finite support (exact for any explicit loss), then ∇_μ.
 
@@ -141,8 +149,11 @@ def finite_sum(recipe, D, points):
     terms = [(sp.exp(logq.xreplace(pt)), recipe.loss.xreplace(pt)) for pt in points]
     if fam.ord_from_mu:
         e_loss = sp.Integer(0)
+        # each probability is simplified on a small support; on a large one (the multinomial's hundreds of count
+        # vectors) a simplify per point dominates and the expansion below does the same work once
+        tidy_q = sp.simplify if len(points) <= FINITE_SIMPLIFY_POINTS else (lambda e: e)
         for q, l in terms:
-            e_loss += sp.simplify(q.xreplace(fam.ord_from_mu)) * l
+            e_loss += tidy_q(q.xreplace(fam.ord_from_mu)) * l
         e_loss = sp.expand(e_loss)
         grads = [sp.expand(sp.diff(e_loss, u)) for u in fam.mu]
         D.expected_loss = e_loss

@@ -18,7 +18,7 @@ def counts(n, K):
     return [c for c in itertools.product(range(n + 1), repeat=K) if sum(c) == n]
 
 
-@pytest.mark.parametrize("K, n, seed", [(3, 5, 0), (2, 8, 1), (5, 8, 2), (4, 1, 3)])
+@pytest.mark.parametrize("K, n, seed", [(3, 4, 0), (2, 4, 1), (4, 4, 2), (4, 1, 3)])
 def test_multinomial_matches_scipy(K, n, seed):
     fam = load_family({"name": "multinomial", "K": K, "n": n})
     p = np.random.default_rng(seed).dirichlet(np.ones(K))
