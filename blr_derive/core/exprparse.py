@@ -29,6 +29,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, ELEMENTWISE, FUNCTIONS, as_scalar as _sc, is_mat as _is_mat
 from blr_derive.core.nodes import U, DataSum
+from blr_derive.core.yamlio import where
 
 MAX_LENGTH = 2000
 MAX_DEPTH = 200
@@ -41,6 +42,16 @@ MAX_DEGREE = 32                # degree bound (products and powers of symbols): 
 SPECIAL = ("lgamma", "digamma", "polygamma", "gamma", "factorial", "lmvgamma", "mvdigamma", "besseli", "exp1")
 _NOT_FINITE = (sp.core.numbers.Infinity, sp.core.numbers.NegativeInfinity, sp.core.numbers.ComplexInfinity,
                sp.core.numbers.NaN, sp.core.numbers.ImaginaryUnit)
+
+
+def parse_at(text, symbols, container, key, file=None, *, what: str = "expression", logic: bool = False):
+    """:func:`parse_expression` of the YAML entry ``container[key]``: a problem is a SpecError located at that
+    entry (or in ``file`` when the entry carries no file of its own)."""
+    try:
+        return parse_expression(text, symbols, what=what, logic=logic)
+    except SpecError as exc:
+        f, l = where(container, key)
+        raise exc.located(f or file, l) from None
 
 
 def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression", logic: bool = False,

@@ -32,8 +32,9 @@ def tilted_expectation(fam, expr):
     shift = dict(zip(fam.lam, [l + c for l, c in zip(fam.lam, cs)]))
     tilt = sp.exp(fam.A.xreplace(shift) - fam.A)          # M(c) = E_q[exp(cᵀT)]
     total, shifts = sp.Integer(0), []
+    elim = _eliminated(fam)
     for term in sp.Add.make_args(sp.expand(expr)):
-        split = _split(fam, term, taus)
+        split = _split(fam, term, taus, elim)
         if split is None:
             return None
         const, poly, c_vec, d = split
@@ -51,14 +52,14 @@ def tilted_expectation(fam, expr):
     return total, shifts
 
 
-def _split(fam, term, taus):
+def _split(fam, term, taus, elim):
     """term = const · P(T) · exp(d + cᵀT) → (const, Poly P in taus, c, d), or None."""
     const, poly_part, c_vec, d = sp.Integer(1), sp.Integer(1), [sp.Integer(0)] * len(fam.T), sp.Integer(0)
     for f in sp.Mul.make_args(term):
         if not fam.depends_on_variable(f):
             const *= f
             continue
-        p = _as_polynomial(fam, f, taus)
+        p = _as_polynomial(fam, f, taus, elim)
         if p is not None:
             poly_part *= p
             continue
@@ -86,11 +87,12 @@ def _eliminated(fam):
     return {fam.components[-1]: total - sp.Add(*fam.components[:-1])}
 
 
-def _as_polynomial(fam, f, taus):
-    """f as a polynomial in the statistics (τ_i standing for T_i), or None: the statistics that are not the
-    variable itself (log θ, 1/θ, cos θ) are replaced first, then the variable."""
+def _as_polynomial(fam, f, taus, elim):
+    """f as a polynomial in the statistics (τ_i standing for T_i), or None: the eliminated component (``elim``,
+    see _eliminated) first, then the statistics that are not the variable itself (log θ, 1/θ, cos θ), then the
+    variable."""
     order = sorted(zip(fam.T, taus), key=lambda p: p[0] in fam.components)
-    g = f.xreplace(_eliminated(fam))
+    g = f.xreplace(elim)
     for t, tau in order:
         g = g.subs(t, tau)
     if fam.depends_on_variable(g):

@@ -18,7 +18,7 @@ from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.families.statistics import linear_in_statistics
 from blr_derive.families.symbolic import simplify_bounded
-from blr_derive.rules.fisher import fisher_solve
+from blr_derive.rules.fisher import natural_gradient_at_state
 from blr_derive.families.tilting import tilted_expectation
 from blr_derive.rules.base import RULES, NaturalGradient, Rule, register
 from blr_derive.core.nodes import DataSum
@@ -181,9 +181,8 @@ def tilted(recipe, D, e_lam, shifts):
     parameters."""
     fam = recipe.family
     lam_of = dict(zip(fam.lam, fam.eta))
-    F = fam.fisher_matrix().xreplace(lam_of)
     d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam]).xreplace(lam_of)
-    grads = [simplify_bounded(g) for g in fisher_solve(D, F, d)]
+    grads = [simplify_bounded(g) for g in natural_gradient_at_state(D, fam, d)]
     e_loss = simplify_bounded(e_lam.xreplace(lam_of))
     D.expected_loss = e_loss
     D.natural_gradient = NaturalGradient(list(grads))

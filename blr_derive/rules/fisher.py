@@ -25,3 +25,10 @@ def fisher_solve(D, F, vec):
             D.defs.append((name, F[i, j]))
             G[i, j] = G[j, i] = name
     return list(G.inv(method="LU") * vec)
+
+
+def natural_gradient_at_state(D, fam, grad_lam):
+    """F(λ)⁻¹ ∇_λ (Eq. 4) at λ = η(ordinary parameters): the Fisher information written in the ordinary parameters
+    of the state, each entry simplified within the bound, then :func:`fisher_solve`."""
+    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(simplify_bounded)
+    return fisher_solve(D, F, grad_lam)

@@ -7,8 +7,7 @@ import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import binary
-from blr_derive.families.symbolic import simplify_bounded
-from blr_derive.rules.fisher import fisher_solve
+from blr_derive.rules.fisher import natural_gradient_at_state
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling
 from blr_derive.spec.sampler import sampler_draws
@@ -51,6 +50,11 @@ def check_sampler(ctx, rule_name):
                            "parameter)", approx)
 
 
+def score_terms(fam, loss_k, theta_k):
+    """ℓ(θ_k)(T(θ_k) − μ), whose average over θ_k ~ q is ∇_λ E_q[ℓ] (the score-function identity, Eq. 4)."""
+    return [loss_k * (t.xreplace({fam.theta: theta_k}) - m) for t, m in zip(fam.T, fam.mu_ord)]
+
+
 def sampled_natural_gradient(recipe, D, approx, mode):
     """∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4) with ∇_λ E_q[ℓ] estimated at samples θ_k = sampler(u_k) of q:
 
@@ -62,14 +66,12 @@ def sampled_natural_gradient(recipe, D, approx, mode):
     samples = ctx.count("samples")
     ctx.done()
     accept = getattr(fam, "sampler_accept", None)         # a rejection sampler's condition, or None
-    # the draws, uniform or normal (those of the acceptance condition too)
-    (u, law), *more = sampler_draws(fam.sampler if accept is None else sp.Tuple(fam.sampler, accept))
+    (u, law), *more = sampler_draws(fam.sampler, accept)  # the draws, uniform or normal
     theta = sp.Symbol("theta_k", real=True)
-    th = fam.theta
     stats, per = [], []
     if mode == "score_function":
         o_k, oracle = sp.Symbol("loss_k", real=True), "loss"
-        per = [o_k * (t.xreplace({th: theta}) - m) for t, m in zip(fam.T, fam.mu_ord)]
+        per = score_terms(fam, o_k, theta)
         what = r"\ell(\theta_k)(T_%d(\theta_k) - \mu_%d)"
     else:
         o_k, oracle = sp.Symbol("g_k", real=True), "grad"
@@ -85,8 +87,7 @@ def sampled_natural_gradient(recipe, D, approx, mode):
         stats.append((avg, e))
     D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats,
                           draw=law, more_draws=more, accept=accept)
-    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(simplify_bounded)
-    grads = fisher_solve(D, F, sp.Matrix([a for a, _ in stats]))
+    grads = natural_gradient_at_state(D, fam, sp.Matrix([a for a, _ in stats]))
     D.natural_gradient = NaturalGradient(list(grads))
     D.add(mode, RULES[mode].equation, "Natural gradient from samples of q",
           "∇_λ E_q[ℓ] is estimated with samples θ_k of q (the family's sampler); the Fisher information "
@@ -112,10 +113,6 @@ def check_quadrature(ctx, rule_name):
         raise ctx.fail(f"approximation '{rule_name}' supports families with scalar statistics", approx)
 
 
-#: the tanh-sinh nodes stop where π/2·sinh(t) = 17, so that 1 − u ≈ e^(−34) ≈ 2e-15 is still a float64 above 0
-TANH_SINH_END = 17
-
-
 def quadrature_natural_gradient(recipe, D, approx, mode):
     """∇_μ E_q[ℓ] = F(λ)⁻¹ E_q[ℓ(θ)(T(θ) − μ)] (Eq. 4) with E_q by the tanh-sinh rule in u: θ_k = F⁻¹(u_k) (the
     sampler), weights w_k (Σ w_k = 1 up to e^(−34)); an explicit loss is written at θ_k, an abstract one is the
@@ -128,17 +125,14 @@ def quadrature_natural_gradient(recipe, D, approx, mode):
     ctx.done()
     ((u, _),) = sampler_draws(fam.sampler)
     theta = sp.Symbol("theta_k", real=True)
-    th = fam.theta
     if recipe.loss_kind == "explicit":
-        o_k, calls = recipe.loss.xreplace({th: theta}), []
+        o_k, calls = recipe.loss.xreplace({fam.theta: theta}), []
     else:
         o_k = sp.Symbol("loss_k", real=True)
         calls = [(o_k, "loss")]
-    stats = [(sp.Symbol(f"dlam{i + 1}", real=True), o_k * (t.xreplace({th: theta}) - m))
-             for i, (t, m) in enumerate(zip(fam.T, fam.mu_ord))]
+    stats = [(sp.Symbol(f"dlam{i + 1}", real=True), e) for i, e in enumerate(score_terms(fam, o_k, theta))]
     D.sampling = Sampling(nodes, u, theta, fam.sampler, calls, stats, draw="tanh_sinh")
-    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(simplify_bounded)
-    grads = fisher_solve(D, F, sp.Matrix([a for a, _ in stats]))
+    grads = natural_gradient_at_state(D, fam, sp.Matrix([a for a, _ in stats]))
     D.natural_gradient = NaturalGradient(list(grads))
     D.add(mode, RULES[mode].equation, "Natural gradient by quadrature in the CDF coordinate",
           "∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)] (the score-function identity) is an integral over u = F(θ) ∈ (0, 1) "

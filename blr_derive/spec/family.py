@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from blr_derive.core.errors import SpecError
-from blr_derive.core.exprparse import parse_expression
+from blr_derive.core.exprparse import parse_at
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.core.names import check_name_at
 from blr_derive.core.sizes import declared_sizes, instantiate, resolve_sizes
@@ -154,11 +154,7 @@ class FamilyDecl:
 
 
 def _expr(text, container, key, allowed, what, file):
-    try:
-        return parse_expression(text, allowed, what=what)
-    except SpecError as exc:
-        f, l = where(container, key)
-        raise exc.located(f or file, l) from None
+    return parse_at(text, allowed, container, key, file, what=what)
 
 
 def _parse_param(pname, pdecl, pspec, dim, file, symmetric) -> Param:

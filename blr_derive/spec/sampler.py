@@ -7,7 +7,7 @@ import sympy as sp
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, FUNCTIONS
-from blr_derive.core.exprparse import parse_expression
+from blr_derive.core.exprparse import parse_at
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
 from blr_derive.core.yamlio import check_keys, where
@@ -23,9 +23,11 @@ UNIFORM_DRAWS = ("u",) + tuple(f"u{i}" for i in range(2, 17))
 NORMAL_DRAWS = ("z",) + tuple(f"z{i}" for i in range(2, 17))
 
 
-def sampler_draws(sampler):
-    """The draws a sampler uses, in declaration order (u, u2, …, z, z2, …), each with its law."""
-    by_name = {s.name: s for s in sampler.free_symbols}
+def sampler_draws(sampler, accept=None):
+    """The draws a sampler uses (with a rejection sampler's ``accept`` condition, those of both), in declaration
+    order (u, u2, …, z, z2, …), each with its law."""
+    used = sampler.free_symbols | (accept.free_symbols if accept is not None else set())
+    by_name = {s.name: s for s in used}
     return ([(by_name[n], "uniform") for n in UNIFORM_DRAWS if n in by_name]
             + [(by_name[n], "normal") for n in NORMAL_DRAWS if n in by_name])
 
@@ -79,7 +81,7 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
             if name in FUNCTIONS or name in CONSTANTS or name == "sum":
                 raise _err(f"sampler: '{name}' is a function or constant of the expression grammar; pick another "
                            "name", defs, name)
-            e = _sampler_expr(text, known, defs, name, file, "sampler definition")
+            e = parse_at(text, known, defs, name, file, what="sampler definition")
             known[name] = sp.Dummy(name, real=True)
             subs.append((known[name], e))
 
@@ -89,8 +91,8 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
             return e
         expr = _sampler_value(raw["value"], several, components, known, raw, file, inline)
         if "accept" in raw:
-            accept = inline(_sampler_expr(raw["accept"], known, raw, "accept", file, "sampler acceptance",
-                                          logic=True))
+            accept = inline(parse_at(raw["accept"], known, raw, "accept", file, what="sampler acceptance",
+                                     logic=True))
             if not isinstance(accept, (sp.core.relational.Relational, sp.logic.boolalg.BooleanFunction)):
                 raise _err("sampler: 'accept' must be a condition (a comparison such as u2 <= exp(-x), combined "
                            "with 'and'/'or')", raw, "accept")
@@ -112,17 +114,9 @@ def _sampler_value(raw, several, components, known, container, file, inline, key
     """The sampled value: one expression for a scalar variable, a list aligned with the components otherwise
     (returned as a sympy Tuple)."""
     if not several:
-        return inline(_sampler_expr(raw, known, container, key, file, "sampler", logic=key == "sampler"))
+        return inline(parse_at(raw, known, container, key, file, what="sampler", logic=key == "sampler"))
     if not isinstance(raw, list) or len(raw) != len(components):
         raise _err(f"sampler: give a list of {len(components)} expressions, one per component "
                    f"({', '.join(map(str, components))})", container, key)
-    return sp.Tuple(*[inline(_sampler_expr(t, known, raw, i, file, f"sampler of {c}"))
+    return sp.Tuple(*[inline(parse_at(t, known, raw, i, file, what=f"sampler of {c}"))
                       for i, (t, c) in enumerate(zip(raw, components))])
-
-
-def _sampler_expr(text, known, container, key, file, what, logic=False):
-    try:
-        return parse_expression(text, known, what=what, logic=logic)
-    except SpecError as exc:
-        f, l = where(container, key)
-        raise exc.located(f or file, l) from None

@@ -186,10 +186,8 @@ def _draw_sampler(fam, vals, rng, n):
     """n values of the declared sampler θ(u, …, z, …) (independent u ~ U(0, 1), z ~ N(0, 1)) at ``vals``; a
     rejection sampler draws every draw again where its acceptance condition fails, until all n are accepted (at
     most MAX_REJECTION_ROUNDS rounds; the values not accepted by then are NaN, which fails the sampler checks)."""
-    draws = sampler_draws(fam.sampler)
     accept = fam.sampler_accept
-    if accept is not None:
-        draws = sampler_draws(sp.Tuple(fam.sampler, accept))
+    draws = sampler_draws(fam.sampler, accept)
     syms = {d for d, _ in draws}
     free = fam.sampler.free_symbols | (accept.free_symbols if accept is not None else set())
     params = sorted((s for s in free if s not in syms), key=str)

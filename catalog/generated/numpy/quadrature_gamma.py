@@ -122,9 +122,10 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     _need(oracles, ORACLES, "the oracles")
     # tanh-sinh quadrature in u = F(theta): nodes nodes theta_k = scipy.special.gammaincinv(alpha, u)/beta, no random numbers
     _u, _w = _tanh_sinh(int(nodes))
+    n_samples = len(_u)
     dlam1 = numpy.zeros_like(alpha)
     dlam2 = numpy.zeros_like(alpha)
-    for _k in range(len(_u)):
+    for _k in range(n_samples):
         u = numpy.full(numpy.shape(alpha), _u[_k])
         theta_k = scipy.special.gammaincinv(alpha, u)/beta
         with numpy.errstate(all="ignore"):
