@@ -93,8 +93,9 @@ def random_support_points(fam, rng, n):
     if fam.joint_support == "sphere":
         return None             # points on the sphere are not rational: no exact symbolic test points
     if count_total(fam.joint_support) is not None:
-        n, K = count_total(fam.joint_support), len(fam.components)
-        return [dict(zip(fam.components, map(sp.Integer, rng.multinomial(n, np.full(K, 1 / K))))) for _ in range(n)]
+        total, K = count_total(fam.joint_support), len(fam.components)
+        return [dict(zip(fam.components, map(sp.Integer, rng.multinomial(total, np.full(K, 1 / K)))))
+                for _ in range(n)]
     if fam.joint_support == "categorical" or not fam.component_supports:
         return None
     out = []

@@ -93,3 +93,12 @@ def test_a_user_family_on_counts_derives_its_log_partition_by_summation(tmp_path
     C = np.array(counts(3, 3), dtype=float)
     assert A == pytest.approx(special.logsumexp(C[:, :2] @ np.array(lam)), rel=1e-14)
     assert isinstance(fam.A, sp.Basic)
+
+
+def test_random_support_points_gives_the_number_asked_for():
+    """n random count vectors adding up to the family's total (the total is not the number of points)."""
+    from blr_derive.families.statistics import random_support_points
+    fam = load_family({"name": "multinomial", "K": 3, "n": 2})
+    pts = random_support_points(fam, np.random.default_rng(0), 9)
+    assert len(pts) == 9
+    assert all(sum(int(v) for v in pt.values()) == 2 for pt in pts)
