@@ -104,6 +104,8 @@ def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler
         guarded("mu_vs_monte_carlo", mc)
         if fam.sampler is not None:
             _sampler_checks(fam, model, vals, quad, sampler_rng, mc_samples, record, guarded)
+        if fam.is_gaussian:
+            _gaussian_checks(fam, model, vals, d, quad, sampler_rng, mc_samples, record, guarded)
 
     def fd():
         g = np.zeros_like(c)
@@ -253,6 +255,48 @@ def sampler_ks(theta, quad, record):
     record("sampler_ks", np.sqrt(n) * D, f"{n} draws of the declared sampler, sup|F_n - F| = {D:.3g}")
 
 
+def _gaussian_checks(fam, model, vals, d, quad, rng, n, record, guarded):
+    """A family with a ``gaussian: {mean, covariance}`` declaration and no sampler of its own is sampled through
+    the declaration, θ = mean + chol(covariance)·z with z ~ N(0, I) (what the reparameterization and
+    Monte Carlo rules draw): the declared mean and covariance against the density's moments of θ by quadrature
+    (``gaussian_vs_density``), and draws of θ against the density's moments of T (``sampler_vs_density``) and,
+    for one coordinate, its CDF (``sampler_ks``).  A declaration with the wrong covariance (S for S⁻¹) fails."""
+    if fam.variable_kind not in ("scalar", "vector") or len(fam.components) > 1:
+        return
+    mean = np.atleast_1d(np.asarray(fam.evaluate(fam.gaussian_mean, vals, d), dtype=float)).ravel()
+    cov = np.atleast_2d(np.asarray(fam.evaluate(fam.gaussian_cov, vals, d), dtype=float))
+    if cov.shape != (len(mean), len(mean)):
+        cov = cov * np.eye(len(mean)) if cov.size == 1 else cov
+    theta_q = np.array([np.broadcast_to(np.asarray(e, dtype=float), quad.p.shape) for e in quad.entries])
+    p = quad.p / quad.p.sum()
+
+    def moments():
+        m_q = theta_q @ p
+        dev = theta_q - m_q[:, None]
+        cov_q = (dev * p) @ dev.T
+        record("gaussian_vs_density", max(rel_err(mean, m_q), rel_err(cov, cov_q)),
+               f"declared mean {fmt(mean)}, covariance {fmt(cov)}; density's {fmt(m_q)}, {fmt(cov_q)}")
+    guarded("gaussian_vs_density", moments)
+
+    if fam.sampler is not None:
+        return                       # the family's own sampler is checked instead
+    drawn = []
+
+    def theta():
+        if not drawn:
+            L = np.linalg.cholesky(0.5 * (cov + cov.T))
+            drawn.append(mean[:, None] + L @ rng.standard_normal((len(mean), n)))
+        return drawn[0]
+
+    def t_of_draws():
+        _, t = model.evaluate(list(theta()), [], quad.fixed_vals)
+        return t
+    guarded("sampler_vs_density", lambda: _moment_z(t_of_draws(), quad, record,
+                                                    "draws mean + chol(covariance) z of the gaussian declaration"))
+    if ks_applies(fam, model):
+        guarded("sampler_ks", lambda: sampler_ks(theta()[0], quad, record))
+
+
 def sampler_moments(fam, theta, quad, record):
     """Draws ``theta`` of the declared sampler against the density: z-scores of the sample means of T_i and
     T_i T_j against E_q[T] and E_q[T Tᵀ] by quadrature (a sampler of the wrong law, scale or location fails;
@@ -261,6 +305,13 @@ def sampler_moments(fam, theta, quad, record):
     n = theta.shape[-1]
     args, vals = (list(fam.components), list(theta)) if several else ([fam.theta], [theta])
     ts = [np.asarray(sp.lambdify(args, t, modules=MODULES)(*vals), dtype=float) * np.ones(n) for t in fam.T]
+    _moment_z(ts, quad, record, "draws of the declared sampler")
+
+
+def _moment_z(ts, quad, record, what):
+    """z-scores of the sample means of T_i and T_i T_j (``ts``: one array of n values per coordinate of T)
+    against E_q[T] and E_q[T Tᵀ] by quadrature; the worst is recorded as ``sampler_vs_density``."""
+    n = len(ts[0])
     second = quad.cov + np.outer(quad.mean, quad.mean)
     samples = [(t, quad.mean[i]) for i, t in enumerate(ts)]
     samples += [(ts[i] * ts[j], second[i, j]) for i in range(len(ts)) for j in range(i, len(ts))]
@@ -274,4 +325,4 @@ def sampler_moments(fam, theta, quad, record):
         se = np.hypot(x.std(ddof=1) / np.sqrt(n), TOLERANCES["mu_vs_quadrature"] * (1 + abs(want)))
         z = abs(x.mean() - want) / se
         worst = max(worst, float(z))
-    record("sampler_vs_density", worst, f"{n} draws of the declared sampler, E[T] = {fmt(quad.mean)}")
+    record("sampler_vs_density", worst, f"{n} {what}, E[T] = {fmt(quad.mean)}")

@@ -11,6 +11,7 @@ TOLERANCES = {
     "mu_vs_quadrature": 1e-7,
     "mu_vs_monte_carlo": 5.0,           # z-score
     "sampler_vs_density": 5.0,          # z-score
+    "gaussian_vs_density": 1e-7,        # the declared mean and covariance against quadrature
     "sampler_ks": 3.0,                  # √n·D, Kolmogorov's statistic (P(K > 3) ≈ 3e-8 for a right sampler)
     "mu_vs_finite_differences": 1e-6,
     "mu_ordinary": 1e-9,
@@ -27,6 +28,7 @@ DESCRIPTIONS = {
     "mu_vs_quadrature": "∇A(λ) = E_q[T] (quadrature/summation)",
     "mu_vs_monte_carlo": "∇A(λ) = mean of T over samples (z-score)",
     "sampler_vs_density": "the declared sampler's E[T], E[T Tᵀ] = the density's (z-score)",
+    "gaussian_vs_density": "the gaussian declaration's mean, covariance = the density's (quadrature)",
     "sampler_ks": "the declared sampler's law = the density's CDF (Kolmogorov-Smirnov √n·D)",
     "mu_vs_finite_differences": "∇A(λ) = central differences of A",
     "mu_ordinary": "μ(ordinary) = ∇A(λ(ordinary))",
@@ -43,6 +45,7 @@ HINTS = {
     "mu_vs_quadrature": "∇A(λ) is not the mean of T under q (check log_partition)",
     "mu_vs_monte_carlo": "∇A(λ) is not the mean of T over samples of q (check log_partition)",
     "sampler_vs_density": "the declared sampler's moments of T are not the density's (check sampler)",
+    "gaussian_vs_density": "the declared gaussian mean or covariance is not the density's (check gaussian)",
     "sampler_ks": "the declared sampler draws from another law than the density (check sampler)",
     "mu_vs_finite_differences": "the derived gradient of A disagrees with finite differences",
     "mu_ordinary": "the expectation parameters in ordinary parameters disagree with ∇A(λ(ordinary))",

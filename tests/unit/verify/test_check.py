@@ -25,9 +25,10 @@ from blr_derive.families.library import builtin_family_names, load_family
 
 from conftest import ROOT  # noqa: E402
 FAMILIES = builtin_family_names()
-#: the checks of every family; the sampler checks only run for a family that declares a sampler (the
-#: Kolmogorov-Smirnov one for a continuous scalar variable)
-CHECKS = [c for c in TOLERANCES if c not in ("sampler_vs_density", "sampler_ks")]
+#: the checks of every family; the sampler checks only run for a family that declares a sampler or a gaussian
+#: (mean, covariance) declaration (the Kolmogorov-Smirnov one for a continuous scalar variable), the check of the
+#: gaussian declaration's moments only for the latter
+CHECKS = [c for c in TOLERANCES if c not in ("sampler_vs_density", "sampler_ks", "gaussian_vs_density")]
 HEAVY = ("wishart", "normal_gamma", "gaussian_full", "beta")     # a few seconds each: spread them
 
 
@@ -76,14 +77,16 @@ def test_shipped_family_table(shipped, name):
     assert f"({'families/' + name + '.yaml'})" in text
     assert "check" in text and "value" in text and "tolerance" in text and "result" in text
     f = load_family(name)
-    expected = CHECKS + (["sampler_vs_density"] if f.sampler is not None else [])
-    expected += ["sampler_ks"] if f.sampler is not None and not f.is_discrete and f.variable_kind == "scalar" else []
+    sampled = f.sampler is not None or f.is_gaussian
+    expected = CHECKS + (["sampler_vs_density"] if sampled else []) + (["gaussian_vs_density"] if f.is_gaussian else [])
+    expected += ["sampler_ks"] if sampled and not f.is_discrete and f.variable_kind == "scalar" else []
     for c in expected:
         row = re.search(rf"(?m)^  {c}\s+(\S+)\s+(<=|>=) (\S+)(?: σ)?\s+(pass|FAIL)", text)
         assert row, (c, text)
         assert row.group(4) == "pass", text
     assert f"all {len(expected)} checks passed" in text
-    assert ("sampler_vs_density" in text) == (f.sampler is not None)
+    assert ("sampler_vs_density" in text) == sampled
+    assert ("gaussian_vs_density" in text) == f.is_gaussian
     assert ("numeric (Newton" in text) == (f.mu_inverse == "numeric")
     assert ("declared" in text.splitlines()[1]) == f.A_given
 

@@ -189,3 +189,35 @@ def test_score_function_with_a_two_draw_sampler_is_unbiased_and_numpy_only():
         api.derive(yaml.safe_dump({"name": "es_ig", "family": "inverse_gaussian", "loss": "abstract",
                                    "parameter": "mu", "hyperparameters": {"rho": 0.1},
                                    "approximations": [{"score_function": {"samples": 4}}]})).compile("torch")
+
+
+FULL = (ROOT / "families" / "gaussian_full.yaml").read_text(encoding="utf-8")
+ISOTROPIC = (ROOT / "families" / "gaussian_isotropic.yaml").read_text(encoding="utf-8")
+
+
+def checks_of(text, tmp_path, name="gaussian_user"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return {c.name: c for c in check_family(load_family(str(path)), points=2)}
+
+
+@pytest.mark.parametrize("text", [FULL, ISOTROPIC])
+def test_a_gaussian_declaration_is_the_sampler_of_a_vector_gaussian(text, tmp_path):
+    """θ = mean + chol(covariance)·z, z ~ N(0, I): its draws have the density's moments of T, and the declared mean
+    and covariance are the density's to quadrature accuracy."""
+    res = checks_of(text, tmp_path)
+    assert res["gaussian_vs_density"].passed and res["gaussian_vs_density"].value < 1e-12
+    assert res["sampler_vs_density"].passed and res["sampler_vs_density"].value < 5
+
+
+@pytest.mark.parametrize("text, old, new", [
+    (FULL, "covariance: inv(S)", "covariance: S"),                 # the precision given as the covariance
+    (FULL, "covariance: inv(S)", "covariance: 1.1*inv(S)"),        # 10 % too wide
+    (FULL, "mean: m,", "mean: 0.95*m,"),                           # the wrong location
+    (ISOTROPIC, "covariance: eye(P)/s", "covariance: eye(P)/(2*s)"),
+])
+def test_a_wrong_gaussian_declaration_fails_check(text, old, new, tmp_path):
+    assert old in text
+    res = checks_of(text.replace(old, new, 1), tmp_path)
+    assert not res["gaussian_vs_density"].passed and res["gaussian_vs_density"].value > 1e-3
+    assert not res["sampler_vs_density"].passed and res["sampler_vs_density"].value > 5
