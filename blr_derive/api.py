@@ -2,6 +2,9 @@
 derive; see the README section "Notebook API")."""
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from blr_derive.core.io import source_label
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.core.yamlio import load_yaml_text
 from blr_derive.derive.driver import derive as derive_recipe
-from blr_derive.families.library import builtin_family_names, family_from_spec, load_family
+from blr_derive.families.library import adopt, builtin_family_names, cached_entries, family_from_spec, load_family
 from blr_derive.families.model import Family
 from blr_derive.ir.build import build_ir
 from blr_derive.report.compare import compare_recipes
@@ -96,29 +99,73 @@ def generate(path, target: str, label: str | None = None, sizes: dict | None = N
         raise located_codegen_error(exc, recipe) from None
 
 
-def catalog_artifacts(root=None, targets=None, seconds=None) -> list:
+def _recipe_artifacts(r: Path, root: Path, targets, seconds) -> list:
+    """[(path, text)] of one catalog recipe: derived once (under its own time budget of ``seconds``) and rendered
+    for every target that can express it."""
+    out = []
+    with budget.derivation_budget(seconds):
+        recipe, D = derive_record(r)                 # derive once, render for every target
+        ir = build_ir(D, f"catalog/{r.name}")
+        for t in targets or TARGETS:
+            try:
+                text = emit(ir, t)
+            except UnsupportedTarget:
+                continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
+            except CodegenError as exc:
+                raise located_codegen_error(exc, recipe) from None
+            out.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
+    return out
+
+
+def _family_entries(path: Path, seconds) -> list:
+    """A built-in family derived in a worker process, as entries for the parent's family cache."""
+    with budget.derivation_budget(seconds):
+        budget.where(str(path), 1)             # a budget that runs out names the family file
+        load_family(path.stem)
+    return cached_entries(path)
+
+
+def default_jobs() -> int:
+    """Worker processes for ``blr-derive catalog``: one per core this process may use, at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def catalog_artifacts(root=None, targets=None, seconds=None, jobs: int | None = 1) -> list:
     """[(path, text)] of every generated artifact of a catalog folder (default: the bundled catalog):
     ``generated/<target>/<recipe><suffix>``.  Each recipe is derived once (under its own time budget of
-    ``seconds``) and rendered for every target that can express it."""
+    ``seconds``) and rendered for every target that can express it.
+
+    ``jobs`` > 1 (None: :func:`default_jobs`) derives in that many forked worker processes: first the built-in
+    families (each once; the parent adopts them, so the family index and the recipes' workers, forked after,
+    find them derived), then the recipes, in the same order as one process would.  The artifacts are the same
+    bytes either way (derivations are deterministic and each is independent of the others)."""
     root = Path(root) if root else catalog_dir()
     recipes = sorted(root.glob("*.yaml"))
     if not recipes:
         raise SpecError("no recipes found", str(root), None)
-    outputs = []
-    for r in recipes:
-        with budget.derivation_budget(seconds):
-            recipe, D = derive_record(r)                 # derive once, render for every target
-            ir = build_ir(D, f"catalog/{r.name}")
-            for t in targets or TARGETS:
-                try:
-                    text = emit(ir, t)
-                except UnsupportedTarget:
-                    continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
-                except CodegenError as exc:
-                    raise located_codegen_error(exc, recipe) from None
-                outputs.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
-    if root.resolve() == catalog_dir().resolve():       # the bundled catalog also indexes the built-in families
-        paths = list(families_dir().glob("*.yaml"))
+    bundled = root.resolve() == catalog_dir().resolve()     # the bundled catalog also indexes the built-in families
+    paths = sorted(families_dir().glob("*.yaml")) if bundled else []
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
+        # one pool: the built-in families first, those whose log-partition is derived (by integration or
+        # summation, the costly ones) at the head, then the recipes; a recipe's worker finds its family in the
+        # disk cache once a family job has stored it (or derives it itself), and the parent adopts the families
+        # for the index
+        first = sorted(paths, key=lambda p: ("\nlog_partition:" in p.read_text(encoding="utf-8"), p.stem))
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            fams = [pool.submit(_family_entries, p, seconds) for p in first]
+            jobs_ = [pool.submit(_recipe_artifacts, r, root, targets, seconds) for r in recipes]
+            for f in fams:
+                adopt(f.result())
+            parts = [j.result() for j in jobs_]
+    else:
+        parts = [_recipe_artifacts(r, root, targets, seconds) for r in recipes]
+    outputs = [item for part in parts for item in part]
+    if bundled:
         outputs.append((root / "generated" / INDEX_NAME, index_text(paths, family)))
     return outputs
 

@@ -29,6 +29,7 @@ from blr_derive.core.text import quote, terminal_safe
 COMMANDS = ("explain", "catalog", "families", "check", "compare")
 CMDLINE = "<command line>"
 MAX_POINTS = 1000
+MAX_JOBS = 64
 MAX_SEED = 2**32 - 1
 
 
@@ -166,11 +167,15 @@ def cmd_catalog(argv):
     p.add_argument("--catalog", help="catalog folder (default: the bundled catalog)")
     p.add_argument("--check", action="store_true", help="do not write; exit 1 if any artifact differs")
     p.add_argument("--target", action="append", choices=TARGET_NAMES, help="only this target (repeatable)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help=f"worker processes, 1 to {MAX_JOBS} (default: one per available core, at most 8)")
     _time_option(p)
     args = p.parse_args(argv)
     seconds = _time_limit(args)
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
+        raise SpecError(f"--jobs must be an integer from 1 to {MAX_JOBS}", CMDLINE)
     from blr_derive.api import catalog_artifacts
-    outputs = catalog_artifacts(args.catalog, args.target, seconds)
+    outputs = catalog_artifacts(args.catalog, args.target, seconds, jobs=args.jobs)
     stale = []
     for path, text in outputs:
         old = path.read_text(encoding="utf-8") if path.exists() else None

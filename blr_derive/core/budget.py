@@ -38,6 +38,9 @@ class BudgetExceeded(BaseException):
                          "(a larger --time-limit allows more)")
         self.seconds, self.file, self.line = seconds, file, line
 
+    def __reduce__(self):          # pickled by the catalog's worker processes: rebuilt from its own arguments
+        return (type(self), (self.seconds, self.file, self.line))
+
 
 class StepTimeout(Exception):
     """A single sympy step ran longer than its limit (see :func:`step_limit`)."""

@@ -124,5 +124,21 @@ def _load_family_file(path: Path, given=None) -> Family:
     return fam
 
 
+def cached_entries(path: Path) -> list:
+    """[(key, alias or None, family)] of the families derived in this process from the file ``path`` (every size
+    it was instantiated at): what :func:`adopt` takes in another process (``blr-derive catalog`` derives the
+    families in worker processes and hands them to the recipes' workers)."""
+    name = str(Path(path).resolve())
+    return [(k, _ALIASES.get(k), f) for k, f in _FAMILY_CACHE.items() if k[0] == name]
+
+
+def adopt(entries) -> None:
+    """Add families derived elsewhere (``cached_entries``) to this process's cache."""
+    for key, alias, fam in entries:
+        _remember(key, fam)
+        if alias is not None:
+            _ALIASES[key] = alias
+
+
 def builtin_family_names():
     return sorted(p.stem for p in families_dir().glob("*.yaml"))

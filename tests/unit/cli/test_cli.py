@@ -270,6 +270,40 @@ def test_catalog_check_detects_and_regeneration_repairs_a_difference(tmp_path):
     assert sorted(p.name for p in gen.iterdir()) == ["gd.py", "newton.py"]      # no temporary files
 
 
+def test_catalog_in_worker_processes_writes_the_same_bytes_as_one_process(tmp_path):
+    """--jobs 2 derives the recipes in forked workers (and the built-in families first, for the bundled catalog's
+    index); the artifacts and their order are those of --jobs 1."""
+    from blr_derive.api import catalog_artifacts
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    for name in ("gd", "newton", "adam", "ivon", "vmp"):
+        shutil.copy(CATALOG / f"{name}.yaml", cat / f"{name}.yaml")
+    one = catalog_artifacts(cat, jobs=1)
+    two = catalog_artifacts(cat, jobs=2)
+    assert [p for p, _ in one] == [p for p, _ in two] and len(one) >= 9
+    assert all(a == b for (_, a), (_, b) in zip(one, two))
+    committed = {p.relative_to(cat): t for p, t in one}
+    for rel, text in committed.items():                 # and both are the committed catalog's artifacts
+        assert (CATALOG / rel).read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_catalog_time_limit_in_a_worker_is_one_located_line(jobs, tmp_path):
+    """A budget that runs out in a worker process comes back to the command as the same located error (exit 2, one
+    line, no traceback) as in one process."""
+    r = run_cli("catalog", "--check", "--jobs", jobs, "--time-limit", "0.05", cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.splitlines()
+    assert re.match(r"blr-derive: error: \S+\.yaml:\d+: the derivation did not finish within the time limit "
+                    r"of 0.05 s", line), line
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_catalog_jobs_out_of_range_is_a_command_line_error(tmp_path):
+    r = run_cli("catalog", "--check", "--jobs", "0", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == "blr-derive: error: <command line>: --jobs must be an integer from 1 to 64"
+
+
 # ---------------------------------------------------------------------------- bad input
 NONNORM_FAMILY = """
     name: flat
