@@ -9,6 +9,8 @@ product candidates for each exponential-family block (``product_block``: the fac
 """
 from __future__ import annotations
 
+import re
+
 import sympy as sp
 
 from blr_derive.core import matcalc
@@ -313,10 +315,41 @@ def product_block(R, D, ctx, b, current):
             outs.append((ns, e))
             D.outputs.append((name, ns))
             current[s] = ns
+    text = f"The inverse map of `{fam.name}` from natural to ordinary parameters."
+    if b.local and b.constraint:
+        # the last one-hot component's probability, from λ directly (Sec. 1.2: E[θ_K] = 1 − Σ_k μ_k, written as
+        # exp(−logsumexp(0, λ)) by the stable softmax): the other blocks average that component with it
+        (last, rest), = b.constraint.items()
+        ords = {p: e for p, e in fam.ord_from_nat.items()}
+        mean = rest.xreplace({v: m for v, m in zip(b.variables[:-1], fam.mu_ord)}).xreplace(ords)
+        mean = stable_softmax(sp.together(mean.xreplace(dict(zip(fam.lam, lam_new)))))
+        name = implied_name(b)
+        s = sp.Symbol(name, positive=True)
+        D.symbol_names[s] = r"\mathbb{E}[%s]" % sp.latex(last)
+        outs_last = [(s, mean)]
+        target.append((s, mean))
+        D.local_outputs.append((name, s))
+        ctx.row.add(s)
+        ctx.implied[b.name] = (last, s)
+        text += (f" The probability of the last component, {last} = 1 − the others, is computed from λ directly "
+                 "(never as one minus the other probabilities, which cancels when it is small).")
+    else:
+        outs_last = []
     target.extend(outs)
     D.add("natural_to_ordinary", RULES["natural_to_ordinary"].equation, f"Block `{b.name}`: ordinary parameters",
-          f"The inverse map of `{fam.name}` from natural to ordinary parameters.",
-          [(s, e, r"\leftarrow") for s, e in outs])
+          text, [(s, e, r"\leftarrow") for s, e in outs + outs_last])
+
+
+def implied_name(b):
+    """The name of a one-hot block's last probability: the pattern of its parameters' names continued (``z_p1``,
+    ``z_p2`` → ``z_p3``), else ``<block>_mean_<component>``; never one of the block's own names."""
+    import re
+    params = [name for name, _, _ in b.state]
+    m = re.fullmatch(r"(.*?)(\d+)", params[-1]) if params else None
+    name = f"{m.group(1)}{int(m.group(2)) + 1}" if m and int(m.group(2)) == len(params) else None
+    if name is None or name in params:
+        name = f"{b.name}_mean_{b.variables[-1].name}"
+    return name
 
 
 def message_form(R, D, b, per, rho):

@@ -85,6 +85,7 @@ class PlateSums:
         self.dims = set(R.dims.values())
         self.stats = {}          # per-row expr -> statistic symbol
         self.rates = {}          # learning-rate schedule expression -> its symbol
+        self.implied = {}        # block name -> (its last one-hot component, the symbol of that component's mean)
         self.sym = {b.variables[0] for b in R.blocks if b.symmetric}
         self.scale = None
         if R.plate is not None and R.plate.get("minibatch") is not None:
@@ -173,6 +174,7 @@ def linear_in_block(b, e):
     """linear_in_statistics of block b's family, with the block's variables renamed to the family's (other
     symbols that happen to share a name with the family's variable are kept apart)."""
     fam = b.family
+    e = e.xreplace(b.constraint)         # a one-hot block's last component is one minus the others here
     fvars = set(b.to_family.values())
     protect = {s: sp.Dummy(s.name) for s in e.free_symbols if s in fvars and s not in b.to_family}
     lin = linear_in_statistics(fam, e.xreplace(protect).xreplace(b.to_family))
@@ -193,8 +195,27 @@ def expect_over_blocks(R, ctx, e, skip, current):
                                   f"sufficient statistics of '{b.family.name}'")
         c0, cs = lin
         mus = [m.xreplace({p: s for _, s, p in b.state}) for m in b.family.mu_ord]
-        e = c0 + sum((c * m for c, m in zip(cs, mus)), sp.Integer(0))
+        one_hot = one_hot_expectation(b, e, mus, ctx.implied.get(b.name))
+        e = one_hot if one_hot is not None else c0 + sum((c * m for c, m in zip(cs, mus)), sp.Integer(0))
     return e.xreplace(current)
+
+
+def one_hot_expectation(b, e, mus, implied):
+    """E over a one-hot block whose last component's mean is a symbol of its own (``implied``: the block's step
+    computed it directly from λ, e.g. exp(−logsumexp(0, λ)) for a categorical): each component replaced by its
+    mean, so that the last one's probability is never 1 − Σ others (which loses all relative precision when it is
+    small).  Valid when ``e`` is linear in the components jointly (each derivative free of them) and the family's
+    statistics are the other components (then μ_k = E[θ_k]); None otherwise (the minimal-statistics path)."""
+    if implied is None or not b.constraint:
+        return None
+    last, mean_last = implied
+    comps = list(b.variables)
+    fam_stats = [b.to_family[v] for v in comps[:-1]]
+    if list(b.family.T) != fam_stats or len(mus) != len(fam_stats):
+        return None
+    if any(sp.diff(e, v).has(*comps) for v in comps):
+        return None
+    return e.xreplace({**dict(zip(comps[:-1], mus)), last: mean_last})
 
 
 def positive_inverses(e, sym):

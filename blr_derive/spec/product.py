@@ -282,9 +282,6 @@ def _factors(spec, blocks, plate, symbols):
     fspec = spec["factors"]
     if not isinstance(fspec, dict) or not fspec:
         raise err("factors must be a non-empty mapping from factor names to {expression: ...}", spec, "factors")
-    constraint = {}
-    for b in blocks:
-        constraint.update(b.constraint)
     factors = []
     for fname, fdecl in fspec.items():
         if not isinstance(fdecl, dict):
@@ -304,7 +301,9 @@ def _factors(spec, blocks, plate, symbols):
         expr = matexpr.scalarize(expr)
         if is_mat(expr):
             raise err(f"factor '{fname}' must be a scalar", fdecl, "expression")
-        expr = expr.xreplace(constraint)
+        # the one-hot constraint (last component = 1 - the others) is applied where a block's own statistics are
+        # matched (rules.product.linear_in_block), not here: the other blocks average the last component as its
+        # own probability, computed directly, never as 1 - Σ others (cancellation when it is small)
         if not plated:
             for b in blocks:
                 if b.local and any(expr.has(v) for v in b.variables):

@@ -454,3 +454,35 @@ def test_row_loop_fallback_equals_the_batched_rows(monkeypatch):
     b = loop.step(loop.init(**s0), data={"y": Y})
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-12, atol=1e-12)
+
+
+def test_em_gmm_last_component_with_tiny_responsibilities_keeps_full_precision():
+    """The categorical's last class is implied (one-hot: z3 = 1 - z1 - z2).  Its responsibilities are computed from
+    λ directly, exp(-logsumexp(0, λ1, λ2)), and its plate sums are Σ r3 y, never Σ (r1 + r2 - 1) y: a component far
+    from the data (responsibilities ~1e-13) still gets its weighted mean and precision to full relative precision
+    (against a hand-written M-step with log-space responsibilities); the cancellation form is off by more than 1e-2
+    here (asserted, so that this test would catch a return to it)."""
+    from scipy.special import logsumexp
+    from scipy.stats import multivariate_normal
+    mod = load_generated("em_gmm")
+    rng = np.random.default_rng(7)
+    Y = np.concatenate([rng.normal([0.0, 0.0], 1.0, size=(200, 2)), rng.normal([6.0, 0.0], 1.0, size=(200, 2))])
+    w0 = np.array([0.5, 0.5 - 2.0**-30, 2.0**-30])      # exact in binary: the state's implied pi3 = 1 - pi1 - pi2 too
+    m0 = np.array([[0.0, 0.0], [6.0, 0.0], [3.0, 4.0]])          # the third component above the data
+    L0 = np.array([np.eye(2), np.eye(2), 4.0 * np.eye(2)])
+    state = mod.step(mod.init(pi1=w0[0], pi2=w0[1], m1=m0[0], m2=m0[1], m3=m0[2], L1=L0[0], L2=L0[1], L3=L0[2]),
+                     data={"y": Y})
+    logd = np.stack([np.log(w) + multivariate_normal(m, np.linalg.inv(L)).logpdf(Y)
+                     for w, m, L in zip(w0, m0, L0)], axis=1)
+    logr = logd - logsumexp(logd, axis=1, keepdims=True)
+    r3 = np.exp(logr[:, 2])
+    assert 1e-16 < r3.max() < 1e-12                               # tiny, but far above underflow
+    np.testing.assert_allclose(state["z_p3"], r3, rtol=1e-11, atol=0)
+    m3 = r3 @ Y / r3.sum()
+    C3 = (r3[:, None] * (Y - m3)).T @ (Y - m3) / r3.sum()
+    np.testing.assert_allclose(state["m3"], m3, rtol=1e-10, atol=0)
+    np.testing.assert_allclose(state["L3"], np.linalg.inv(C3), rtol=1e-8, atol=0)
+    # the form the engine no longer uses: the same sums by cancellation
+    r12 = np.exp(logr[:, 0]) + np.exp(logr[:, 1])
+    cancelled = (r12 - 1) @ Y / (r12 - 1).sum()
+    assert np.max(np.abs(cancelled - m3) / np.abs(m3)) > 1e-2
