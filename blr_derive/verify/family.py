@@ -102,10 +102,7 @@ def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler
             z = np.where((se == 0) & (np.abs(est - mu_c) > 1e-12 * (1 + np.abs(mu_c))), np.inf, z)
             record("mu_vs_monte_carlo", float(np.max(z)), f"∇A = {fmt(mu_c)}, MC mean = {fmt(est)}")
         guarded("mu_vs_monte_carlo", mc)
-        if fam.sampler is not None:
-            _sampler_checks(fam, model, vals, quad, sampler_rng, mc_samples, record, guarded)
-        if fam.is_gaussian:
-            _gaussian_checks(fam, model, vals, d, quad, sampler_rng, mc_samples, record, guarded)
+        _sampler_checks(fam, model, vals, d, quad, sampler_rng, mc_samples, record, guarded)
 
     def fd():
         g = np.zeros_like(c)
@@ -166,9 +163,13 @@ def describe(fam):
     return [f"A(λ): {how}", f"μ → ordinary: {inv}"]
 
 
-def _sampler_checks(fam, model, vals, quad, rng, n, record, guarded):
+def _sampler_checks(fam, model, vals, d, quad, rng, n, record, guarded):
     """The declared sampler's moments of T and (continuous scalar variables) its law, against the density, both
-    from the same n draws."""
+    from the same n draws; a gaussian declaration's moments and draws (:func:`_gaussian_checks`)."""
+    if fam.is_gaussian:
+        _gaussian_checks(fam, model, vals, d, quad, rng, n, record, guarded)
+    if fam.sampler is None:
+        return
     drawn = []
 
     def theta():
