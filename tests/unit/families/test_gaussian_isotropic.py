@@ -70,7 +70,9 @@ def test_fisher_is_the_covariance_of_T(fam, seed):
 
 def test_check_passes(fam):
     checks = check_family(fam, points=3, seed=0, dim=2)
-    assert len(checks) == 10 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+    # 10 checks of every family, and the gaussian declaration's: its moments and its draws (the sampler)
+    assert len(checks) == 12 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert {"gaussian_vs_density", "sampler_vs_density"} <= {c.name for c in checks}
 
 
 def test_delta_step_against_eq6_by_finite_differences():

@@ -173,9 +173,11 @@ def test_blr_derive_check_passes(name):
     from blr_derive.verify.family import check_family
     checks = check_family(family(name), points=2, seed=1, mc_samples=5000)
     failed = [c for c in checks if not c.passed]
-    sampled = family(name).sampler is not None
-    continuous = sampled and not family(name).is_discrete          # + the Kolmogorov-Smirnov check (sampler_ks)
-    assert len(checks) == 10 + sampled + continuous and not failed, failed
+    sampled = family(name).sampler is not None or family(name).is_gaussian
+    scalar = family(name).variable_kind == "scalar"
+    continuous = sampled and not family(name).is_discrete and scalar  # + the Kolmogorov-Smirnov check (sampler_ks)
+    gaussian = family(name).is_gaussian                                # + gaussian_vs_density
+    assert len(checks) == 10 + sampled + continuous + gaussian and not failed, failed
 
 
 # --------------------------------------------------------------------------------------- against scipy.stats
