@@ -267,3 +267,29 @@ class ZerosLike(sp.Function):
     """An array of zeros with the shape of its argument (printed ``numpy.zeros_like``): the initial value of
     state shaped like an expression of other state (e.g. dual natural parameters shaped like λ)."""
     nargs = 1
+
+
+class ComponentSum(sp.Function):
+    """Σ_k x_k over the component axis of a recipe with ``components`` (the argument is a symbol that holds one
+    value per component; the result has none).  Printed as a sum over the array's last axis."""
+    is_real = True
+    nargs = 1
+
+    def _latex(self, printer):
+        return r"\sum_k %s" % printer._print(self.args[0])
+
+    def _sympystr(self, printer):
+        return "sum_k(%s)" % printer._print(self.args[0])
+
+
+class ComponentLogSumExp(sp.Function):
+    """log Σ_k exp(x_k) over the component axis (the log-partition of the categorical over the components,
+    evaluated without overflow).  Printed as logsumexp over the array's last axis."""
+    is_real = True
+    nargs = 1
+
+    def _latex(self, printer):
+        return r"\log\sum_k e^{%s}" % printer._print(self.args[0])
+
+    def _sympystr(self, printer):
+        return "logsumexp_k(%s)" % printer._print(self.args[0])

@@ -130,3 +130,7 @@ class FactorizedIR:
     factorized: bool = True
     elementwise: bool = False
     symmetric: frozenset = frozenset()   # names of the symmetric matrices among state and data
+    # the component axis of a recipe with ``components``: {index, size, carried: names of the quantities with one
+    # value per component, rows: those of them that are also per plate row, state and local: the state variables
+    # and local outputs among them}; None without one
+    components: dict | None = None

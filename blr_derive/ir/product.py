@@ -6,9 +6,11 @@ import sympy as sp
 from blr_derive import __version__
 from blr_derive.core import matexpr
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
 from blr_derive.ir.common import camel, check_printed_names, seal_text
 from blr_derive.ir.model import FactorizedIR, HyperVar, Var
 from blr_derive.rules.product import FactorizedDerivation
+from blr_derive.spec.product import block_candidate
 
 
 def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
@@ -54,8 +56,13 @@ def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
                 seen.add(s)
                 dims.append((s, d.name, axis))
     pre_loop, local_assign = hoist_invariants(D)
-    blocks = [(b.name, b.family.name if b.family is not None else "delta (point estimate)",
-               "local" if b.local else "global", b.rho_text, b.approximation) for b in R.blocks]
+    blocks = [(b.name, block_candidate(b), "local" if b.local else "global", b.rho_text, b.approximation)
+              for b in R.blocks]
+    components = None
+    if R.components is not None:
+        components = component_axis(R, D, pre_loop, local_assign)
+        first = next(v.name for v in state if v.name in components["state"])
+        dims.append((R.components["size"], first, 0))
     ir = FactorizedIR(
         recipe=R.name, title=R.title, class_name=R.class_name or camel(R.name), engine_version=__version__,
         source=source, paper=R.paper, description=R.description, blocks=blocks, state=state,
@@ -64,8 +71,29 @@ def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
         assignments=list(D.assignments),
         outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name)
     ir.symmetric = frozenset(str(b.variables[0]) for b in R.blocks if b.symmetric)
+    ir.components = components
     check_printed_names(ir, R)
     return seal_text(ir)
+
+
+def component_axis(R, D, pre_loop, local_assign) -> dict:
+    """Which quantities have one value per component: the per-component blocks' parameters, and every quantity
+    computed from one of them outside a sum over the components (ComponentSum, ComponentLogSumExp), in program
+    order; those of the per-row program are also per row."""
+    carried = {s for b in R.blocks if b.per_component for _, s, _ in b.state}
+    reductions = (ComponentSum, ComponentLogSumExp)
+    program = list(D.prelude) + list(pre_loop) + list(local_assign) + list(D.stats)
+    program += ([D.scale] if D.scale else []) + list(D.assignments)
+    for s, e in program:
+        outside = e.xreplace({r: sp.Dummy() for r in e.atoms(*reductions)}) if e.has(*reductions) else e
+        if (outside.free_symbols | outside.atoms(sp.MatrixSymbol)) & carried:
+            carried.add(s)
+    rows = {s for s, _ in local_assign} & carried
+    state = [name for b in R.blocks if b.per_component and not b.local for name, _, _ in b.state]
+    local = [name for name, s in D.local_outputs if s in carried]
+    return {"index": R.components["index"], "size": str(R.components["size"]),
+            "carried": frozenset(str(s) for s in carried), "rows": frozenset(str(s) for s in rows),
+            "state": state, "local": local}
 
 
 def hoist_invariants(D):

@@ -60,15 +60,22 @@ def _product_lines(D) -> list[str]:
     r = D.recipe
     lines = ["| block | candidate | scope | learning rate ρ | approximation | step |", "|---|---|---|---|---|---|"]
     for b in r.blocks:
-        cand = f"`{b.family.name}`" if b.family is not None else "N(θ_t, I), point estimate"
+        if b.one_hot:
+            cand = "`categorical` over the components"
+        elif b.family is not None:
+            cand = f"`{b.family.name}`"
+        else:
+            cand = ("N(θ_t, I), point estimate" + (" on the simplex" if b.simplex else "")
+                    + (", one per component" if b.per_component else ""))
         kind = ("exact natural-gradient step (Eq. 6)" if b.approximation == "exact"
                 else "fixed point under the delta method (stationarity)")
         lines.append(f"| `{b.name}` | {cand} | {'local (one per plate row)' if b.local else 'global'} | "
                      f"{b.rho_text} | `{b.approximation}` | coordinate-wise: {kind} |")
     lines.append("")
     lines.append("**Factors** (loss = Σ of their negative logs): "
-                 + "; ".join(f"`{f.name}`{' (summed over the plate)' if f.plate else ''}: ${D.latex(f.expr)}$"
-                             for f in r.factors))
+                 + "; ".join(f"`{f.name}`{' (summed over the plate)' if f.plate else ''}"
+                             f"{' (written for one component k, summed over the components)' if f.components else ''}"
+                             f": ${D.latex(f.expr)}$" for f in r.factors))
     if r.paper:
         lines += ["", f"- **Paper**: {r.paper}"]
     lines.append("")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sympy as sp
 
-from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.families.solve import isolate_block
@@ -16,7 +15,8 @@ from blr_derive.rules.base import RULES, Rule, register
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.rules.mixture import ComponentSymbol
-from blr_derive.rules.product import expect_over_blocks, positive_inverses, tex_name
+from blr_derive.rules.components import simplex_block
+from blr_derive.rules.product import expected_gradients, positive_inverses
 
 
 def needs_gaussian_vector(ctx, approx):
@@ -130,30 +130,13 @@ def oracles_at_the_mean(ctx, grads, Eg, EH, uses_cov, csym):
 def product_block(R, D, ctx, b, current):
     """A parameter block q_b = N(θ_b, I) (Eq. 55) with ρ = 1: under the delta method its BLR step jumps to the
     stationary point ∇_θ E_{q_{−θ}}[ℓ](θ) = 0 (the M-step of Sec. 5.2), solved symbolically."""
-    grads = None
-    eqs = []
-    for f in R.factors:
-        if not any(f.expr.has(v) for v in b.variables):
-            continue
-        try:
-            e = expect_over_blocks(R, ctx, f.expr, b, {})
-            if is_mat(b.variables[0]):
-                g = [matcalc.gradient(e, b.variables, ctx.sym)[0]]
-            else:
-                g = [sp.diff(sp.expand(e), v) for v in b.variables]
-            if f.plate:
-                g = [ctx.plate_sum(x) for x in g]
-        except DerivationError as exc:
-            raise SpecError(f"block '{b.name}', factor '{f.name}': {exc}", R.file, b.line) from None
-        eqs += [(sp.Symbol(r"\nabla_{%s}\mathbb{E}[\bar\ell_{%s}]" % (sp.latex(v), tex_name(f.name))), x)
-                for v, x in zip(b.variables, g)]
-        grads = g if grads is None else [a + x for a, x in zip(grads, g)]
-    if grads is None:
-        raise SpecError(f"block '{b.name}' appears in no factor", R.file, b.line)
-    D.add("delta", RULES["delta"].equation, f"Block `{b.name}`: delta method",
-          f"q({b.name}) = N({b.name}_t, I) (Eq. 55): with the delta method the expected loss is its value at the mean, "
-          "averaged over the other blocks; its gradient, summed over the plate rows into plate statistics "
-          "(Eq. 54):", eqs)
+    if b.simplex:                       # a point on the simplex over the components (blr_derive/rules/components.py)
+        return simplex_block(R, D, ctx, b, current)
+    grads = expected_gradients(R, D, ctx, b)
+    return _stationary_point(R, D, ctx, b, current, grads)
+
+
+def _stationary_point(R, D, ctx, b, current, grads):
     v0 = b.variables[0]
     try:
         if is_mat(v0):

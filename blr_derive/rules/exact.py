@@ -28,6 +28,7 @@ from blr_derive.rules.blr import doit
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.core.specialfns import stable_softmax
+from blr_derive.rules.components import one_hot_block
 from blr_derive.rules.product import expect_over_blocks, linear_in_block, tex_name
 
 
@@ -100,7 +101,10 @@ class Exact(Rule):
         return grads
 
     def product_block(self, R, D, sums, b, current):
-        """Product candidates: the natural-gradient messages of the factors to block b (Eqs. 58-60)."""
+        """Product candidates: the natural-gradient messages of the factors to block b (Eqs. 58-60); the
+        categorical over a recipe's components in blr_derive/rules/components.py."""
+        if b.one_hot:
+            return one_hot_block(R, D, sums, b, current)
         product_block(R, D, sums, b, current)
 
     def natural_gradient(self, ctx):

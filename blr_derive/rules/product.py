@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from blr_derive.core import matexpr
-from blr_derive.core.errors import DerivationError
+from blr_derive.core import matcalc, matexpr
+from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.plain import plain
 from blr_derive.families.statistics import linear_in_statistics
-from blr_derive.rules.base import Derivation, rule
+from blr_derive.rules.base import RULES, Derivation, rule
 
 rule('mean_field', 'identity', 'Eq. 55; Secs. 5.2-5.3',
      "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
@@ -187,7 +187,16 @@ def linear_in_block(b, e):
 def expect_over_blocks(R, ctx, e, skip, current):
     """E over every exact block except ``skip`` (mean field: one block at a time, each linear in its T)."""
     for b in R.blocks:
-        if b is skip or b.family is None or not any(e.has(v) for v in b.variables):
+        if b is skip or not any(e.has(v) for v in b.variables):
+            continue
+        if b.one_hot:                  # the categorical over the components: z_k → its probability
+            z = b.variables[0]
+            if sp.diff(e, z).has(z):
+                raise DerivationError(f"E over block '{b.name}' of {e} has no closed form: it is not linear in "
+                                      f"the one-hot '{z}'")
+            e = e.xreplace({z: b.state[0][1]})
+            continue
+        if b.family is None:
             continue
         lin = linear_in_block(b, e)
         if lin is None:
@@ -241,3 +250,33 @@ def positive_inverses(e, sym):
             return sp.MatMul(c, inv) if c != 1 else inv
         return node
     return flip(e)
+
+
+def expected_gradients(R, D, ctx, b):
+    """∇_θ E_{q_{−θ}}[ℓ] of a parameter block under the delta method (its value at the block's point, averaged
+    over the other blocks), each plate factor's summed over the rows into plate statistics (Eq. 54)."""
+    grads = None
+    eqs = []
+    for f in R.factors:
+        if not any(f.expr.has(v) for v in b.variables):
+            continue
+        try:
+            e = expect_over_blocks(R, ctx, f.expr, b, {})
+            if is_mat(b.variables[0]):
+                g = [matcalc.gradient(e, b.variables, ctx.sym)[0]]
+            else:
+                g = [sp.diff(sp.expand(e), v) for v in b.variables]
+            if f.plate:
+                g = [ctx.plate_sum(x) for x in g]
+        except DerivationError as exc:
+            raise SpecError(f"block '{b.name}', factor '{f.name}': {exc}", R.file, b.line) from None
+        eqs += [(sp.Symbol(r"\nabla_{%s}\mathbb{E}[\bar\ell_{%s}]" % (sp.latex(v), tex_name(f.name))), x)
+                for v, x in zip(b.variables, g)]
+        grads = g if grads is None else [a + x for a, x in zip(grads, g)]
+    if grads is None:
+        raise SpecError(f"block '{b.name}' appears in no factor", R.file, b.line)
+    D.add("delta", RULES["delta"].equation, f"Block `{b.name}`: delta method",
+          f"q({b.name}) = N({b.name}_t, I) (Eq. 55): with the delta method the expected loss is its value at the mean, "
+          "averaged over the other blocks; its gradient, summed over the plate rows into plate statistics "
+          "(Eq. 54):", eqs)
+    return grads

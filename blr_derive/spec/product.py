@@ -25,50 +25,25 @@ from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
 from blr_derive.core.yamlio import LDict, check_keys, finite_number, where
+from blr_derive.spec.blocks import Block, Factor, block_candidate
+from blr_derive.spec.components import component_block, parse_components
 from blr_derive.spec.hyper import Approx, err, parse_data, parse_hyperparameters
 
 FACTORIZED_KEYS = {"name", "title", "class_name", "description", "paper", "checked_against", "dimension",
-                   "hyperparameters", "data", "plate", "blocks", "factors", "sizes"}
-BLOCK_KEYS = {"family", "variable", "local", "approximations", "learning_rate", "description", "domain", "messages"}
-FACTOR_KEYS = {"expression", "plate", "description"}
+                   "hyperparameters", "data", "plate", "blocks", "factors", "sizes", "components"}
+BLOCK_KEYS = {"family", "variable", "local", "approximations", "learning_rate", "description", "domain", "messages",
+              "components"}
+FACTOR_KEYS = {"expression", "plate", "description", "components"}
 PLATE_KEYS = {"index", "data", "minibatch", "description"}
 HP_KEYS = {"default", "description", "type"}
 DATA_KEYS = {"shape", "description"}
-
-
-@dataclass
-class Block:
-    name: str
-    family: object                 # Family or None (a delta parameter block)
-    local: bool
-    approximation: str             # exact | delta
-    rho: object                    # sympy expression (1, a hyperparameter or a schedule in t)
-    rho_text: str
-    variables: list                # the block's variable symbols as they appear in the factors
-    to_family: dict                # block variable symbol -> family variable symbol
-    constraint: dict               # one-hot constraint: last component -> 1 - Σ others
-    state: list                    # [(name, symbol, family parameter symbol or None)]
-    description: str = ""
-    symmetric: bool = False
-    line: int | None = None
-    schedule: object = None        # (rule name, {arg: expr}) of a learning-rate schedule
-    messages: bool = False         # keep one natural parameter per factor as state (Eq. 60)
-
-
-@dataclass
-class Factor:
-    name: str
-    expr: object
-    plate: bool
-    text: str
-    description: str = ""
 
 
 class ProductFamilyView:
     """What reports read of ``recipe.family`` for a product recipe: its name and description."""
 
     def __init__(self, r):
-        self.name = " × ".join(f"{b.name}: {b.family.name if b.family is not None else 'delta'}" for b in r.blocks)
+        self.name = " × ".join(f"{b.name}: {block_candidate(b, 'delta')}" for b in r.blocks)
         self.description = "mean-field candidate q = " + " ".join(f"q({b.name})" for b in r.blocks)
 
 
@@ -89,6 +64,7 @@ class FactorizedRecipe:
     file: str | None = None
     spec: object = None
     step_symbol: object = None
+    components: dict | None = None   # {index, size (symbol), description}: the component axis, or None
 
     @property
     def family(self):
@@ -248,7 +224,7 @@ def _delta_block(bname, bdecl, local, rho, rho_text, line, taken, dims):
                  str(bdecl.get("description", "")), symmetric=sym, line=line)
 
 
-def _block(bname, bdecl, bspec, plate, hsyms, taken, dims, load_family):
+def _block(bname, bdecl, bspec, plate, hsyms, taken, dims, load_family, components=None):
     check_name_at(bname, "block", bspec, bname, scope="prefix")
     if bname in taken:
         raise err(f"block '{bname}' clashes with another name", bspec, bname)
@@ -269,7 +245,13 @@ def _block(bname, bdecl, bspec, plate, hsyms, taken, dims, load_family):
         raise err(f"block '{bname}': a local block is recomputed at every step and needs learning_rate 1",
                   bdecl, "learning_rate")
     line = bspec.line_of(bname) if hasattr(bspec, "line_of") else None
-    if approx[0] == "exact":
+    per = bdecl.get("components", False)
+    if not isinstance(per, bool) or (per and components is None):
+        raise err(f"block '{bname}': components must be true or false, and true needs the recipe's "
+                  "'components: {index: k, size: K}'", bdecl, "components")
+    if per:
+        b = component_block(bname, bdecl, approx[0], local, rho, rho_text, line, dims)
+    elif approx[0] == "exact":
         b = _family_block(bname, bdecl, local, rho, rho_text, schedule, line, load_family)
     else:
         b = _delta_block(bname, bdecl, local, rho, rho_text, line, taken, dims)
@@ -278,7 +260,7 @@ def _block(bname, bdecl, bspec, plate, hsyms, taken, dims, load_family):
     return b
 
 
-def _factors(spec, blocks, plate, symbols):
+def _factors(spec, blocks, plate, symbols, components=None):
     fspec = spec["factors"]
     if not isinstance(fspec, dict) or not fspec:
         raise err("factors must be a non-empty mapping from factor names to {expression: ...}", spec, "factors")
@@ -304,13 +286,25 @@ def _factors(spec, blocks, plate, symbols):
         # the one-hot constraint (last component = 1 - the others) is applied where a block's own statistics are
         # matched (rules.product.linear_in_block), not here: the other blocks average the last component as its
         # own probability, computed directly, never as 1 - Σ others (cancellation when it is small)
+        per = fdecl.get("components", False)
+        if not isinstance(per, bool) or (per and components is None):
+            raise err(f"factor '{fname}': components must be true or false, and true needs the recipe's "
+                      "'components: {index: k, size: K}'", fdecl, "components")
+        uses = [b for b in blocks if b.per_component and any(expr.has(v) for v in b.variables)]
+        if uses and not per:
+            raise err(f"factor '{fname}' uses the per-component block '{uses[0].name}': write the term of one "
+                      "component k and mark the factor components: true (it is summed over the components)",
+                      fdecl, "expression")
+        if per and not uses:
+            raise err(f"factor '{fname}': a factor summed over the components must use a per-component block",
+                      fdecl, "components")
         if not plated:
             for b in blocks:
                 if b.local and any(expr.has(v) for v in b.variables):
                     raise err(f"factor '{fname}' uses the local block '{b.name}': mark it plate: true", fdecl,
                               "plate")
         factors.append(Factor(fname, expr, plated, str(fdecl["expression"]).strip(),
-                              str(fdecl.get("description", ""))))
+                              str(fdecl.get("description", "")), per))
     return factors
 
 
@@ -332,7 +326,10 @@ def parse_product(spec, load_family, file=None) -> FactorizedRecipe:
     if not isinstance(bspec, dict) or not bspec:
         raise err("blocks must be a non-empty mapping from block names to declarations", spec, "blocks")
     hsyms = {h.name: h.symbol for h in hyper}
-    blocks = [_block(n, d, bspec, plate, hsyms, taken, dims, load_family) for n, d in bspec.items()]
+    components = parse_components(spec, taken) if "components" in spec else None
+    blocks = [_block(n, d, bspec, plate, hsyms, taken, dims, load_family, components) for n, d in bspec.items()]
+    if components is not None and not any(b.per_component for b in blocks):
+        raise err("components: no block has 'components: true'", spec, "components")
     seen_global = False
     for b in blocks:
         if b.local and seen_global:
@@ -341,7 +338,7 @@ def parse_product(spec, load_family, file=None) -> FactorizedRecipe:
     symbols = {**dims, **hsyms, **{d.name: d.symbol for d in data}}
     for b in blocks:
         symbols.update({str(v): v for v in b.variables})
-    factors = _factors(spec, blocks, plate, symbols)
+    factors = _factors(spec, blocks, plate, symbols, components)
     # a learning-rate schedule is a function of the step counter t
     step_symbol = sp.Symbol("t", integer=True, positive=True) if any(b.schedule for b in blocks) else None
     return FactorizedRecipe(
@@ -349,4 +346,4 @@ def parse_product(spec, load_family, file=None) -> FactorizedRecipe:
         paper=str(spec.get("paper", "")), class_name=str(spec.get("class_name", "")),
         checked_against=str(spec.get("checked_against", "")), blocks=blocks, factors=factors, hyper=hyper,
         data=data, plate=plate, dims=dims, file=file, spec=spec,
-        step_symbol=step_symbol)
+        step_symbol=step_symbol, components=components)

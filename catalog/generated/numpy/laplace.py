@@ -64,7 +64,9 @@ def _array(name, value, dims):
     for d, n in zip(shape, a.shape):
         if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
             raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
-    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+    # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0,
+                                                           atol=1e-8 * max(1.0, numpy.abs(a).max())):
         raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a
 

@@ -12,6 +12,7 @@ from blr_derive.codegen.model import structure_of
 from blr_derive.codegen.inert import identifier, template_env
 
 from blr_derive.codegen.backends.numpy.printer import HELPERS, BLRNumPyPrinter
+from blr_derive.codegen.backends.numpy import components
 from blr_derive.codegen.backends.numpy.rows import RowBatchPrinter
 from blr_derive.core import newton
 from blr_derive.core.errors import CodegenError
@@ -115,7 +116,16 @@ class NumpyTarget:
         assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
         dims = [(str(d), var, axis) for d, var, axis in ir.dims]
         rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
-        if ir.plate is not None:
+        program = returns = None     # a recipe with a component axis: the whole program (codegen/.../components.py)
+        if ir.components is not None:
+            rp = RowBatchPrinter({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
+                                 {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
+                                 | {s for s, _ in ir.local_assign}, optimize=True) if ir.plate is not None else None
+            program, returns = components.lower(ir, pr, rp)
+            if rp is not None:
+                printer.helpers |= rp.helpers
+                printer.imports |= rp.imports
+        elif ir.plate is not None:
             rp = RowBatchPrinter({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
                                  {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
                                  | {s for s, _ in ir.local_assign})
@@ -127,12 +137,15 @@ class NumpyTarget:
             except CodegenError:
                 rows = None
         shapes = {v.name: _shape(v.symbol, False) for v in ir.state + ir.data}
+        if ir.components is not None:       # one value per component: a leading component axis
+            shapes.update({name: (identifier(ir.components["size"]),) + shapes[name]
+                           for name in ir.components["state"]})
         if ir.plate is not None:
             shapes.update({name: ("n_rows",) + _shape(sym, False) for name, sym, _, _ in ir.plate["data"]})
         printer.helpers |= {"_array", "_need"}
         return self.env.get_template("factorized.py.j2").render(
             ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
-            dims=dims, rows=rows,
+            dims=dims, rows=rows, program=program, returns=returns,
             plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports),
             printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric))

@@ -51,7 +51,9 @@ HELPERS = {
     for d, n in zip(shape, a.shape):
         if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
             raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
-    if name in SYMMETRIC and a.size and not numpy.allclose(a, a.T, rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+    # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
+    if name in SYMMETRIC and a.size and not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0,
+                                                           atol=1e-8 * max(1.0, numpy.abs(a).max())):
         raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a''',
     "_need": '''def _need(given, names, what):
@@ -245,6 +247,14 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.special")
         args = ", ".join(self._print(a) for a in expr.args)
         return f"scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays({args})), axis=0)"
+
+    # sums over a recipe's component axis (the leading axis of the array that holds one value per component)
+    def _print_ComponentSum(self, expr):
+        return f"numpy.sum({self._print(expr.args[0])}, axis=0)"
+
+    def _print_ComponentLogSumExp(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.logsumexp({self._print(expr.args[0])}, axis=0)"
 
     # sums over data and their Gaussian expectations (blr_derive/datasum.py): vectors are 1-D arrays
     def _apply(self, f, arg_text):

@@ -34,10 +34,11 @@ def _factors(e):
 
 
 class RowBatchPrinter(BLRNumPyPrinter):
-    def __init__(self, row_vectors, row_scalars, settings=None):
+    def __init__(self, row_vectors, row_scalars, settings=None, optimize=False):
         super().__init__(settings)
         self.row_vectors = set(row_vectors)
         self.row_scalars = set(row_scalars)
+        self.optimize = optimize          # einsum contracts in the best order (BLAS products for long chains)
 
     def _row_dependent(self, e):
         return bool(e.free_symbols & (self.row_vectors | self.row_scalars))
@@ -77,7 +78,8 @@ class RowBatchPrinter(BLRNumPyPrinter):
             subs.insert(0, "n")
         elif coeff != 1:
             prefix = f"{self.parenthesize(coeff, 50)}*"
-        return rows, prefix + f"numpy.einsum('{','.join(subs)}->{out}', {', '.join(ops)})", first, last
+        opt = ", optimize=True" if self.optimize else ""
+        return rows, prefix + f"numpy.einsum('{','.join(subs)}->{out}', {', '.join(ops)}{opt})", first, last
 
     def _print_Trace(self, expr):
         arg = expr.arg

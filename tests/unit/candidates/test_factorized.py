@@ -25,7 +25,7 @@ def test_em_gmm_equals_sklearn_gaussian_mixture(seed):
     """20 EM iterations from the same initialization as GaussianMixture(covariance_type='full', tol=0,
     reg_covar=0, max_iter=20): weights, means and precisions agree to 1e-8 (observed ~1e-13)."""
     from sklearn.mixture import GaussianMixture
-    mod = load_generated("em_gmm")
+    mod = load_generated("em_gmm_unrolled")
     Y, w0, m0, L0 = gmm_data(seed)
     state = mod.init(pi1=w0[0], pi2=w0[1], m1=m0[0], m2=m0[1], m3=m0[2], L1=L0[0], L2=L0[1], L3=L0[2])
     for _ in range(20):
@@ -49,7 +49,7 @@ def test_em_gmm_equals_sklearn_gaussian_mixture(seed):
 def test_em_gmm_one_step_is_one_em_iteration_with_the_responsibilities():
     """One step: E-step responsibilities r ∝ π_k N(y | m_k, L_k⁻¹) (Eq. 56) then the closed-form M-step."""
     from scipy.stats import multivariate_normal
-    mod = load_generated("em_gmm")
+    mod = load_generated("em_gmm_unrolled")
     Y, w0, m0, L0 = gmm_data(3)
     state = mod.step(mod.init(pi1=w0[0], pi2=w0[1], m1=m0[0], m2=m0[1], m3=m0[2], L1=L0[0], L2=L0[1], L3=L0[2]),
                      data={"y": Y})
@@ -67,7 +67,7 @@ def test_em_gmm_one_step_is_one_em_iteration_with_the_responsibilities():
 
 
 def test_em_gmm_derivation_names_blocks_and_approximations():
-    _, D = derive_file(CATALOG / "em_gmm.yaml")
+    _, D = derive_file(CATALOG / "em_gmm_unrolled.yaml")
     md = D.to_markdown()
     assert "| `z` | `categorical` | local (one per plate row) | 1 | `exact` | coordinate-wise" in md
     assert "| `L1` | N(θ_t, I), point estimate | global | 1 | `delta` | coordinate-wise: fixed point" in md
@@ -435,8 +435,8 @@ def test_row_loop_fallback_equals_the_batched_rows(monkeypatch):
     from blr_derive.core.errors import CodegenError
     from blr_derive.codegen.backends.numpy import rows
     from conftest import load_module_from_path
-    batched = load_generated("em_gmm")
-    assert "for n in range(n_rows)" not in (CATALOG / "generated/numpy/em_gmm.py").read_text(encoding="utf-8")
+    batched = load_generated("em_gmm_unrolled")
+    assert "for n in range(n_rows)" not in (CATALOG / "generated/numpy/em_gmm_unrolled.py").read_text(encoding="utf-8")
 
     def refuse(self, e):
         raise CodegenError("forced")
@@ -445,7 +445,7 @@ def test_row_loop_fallback_equals_the_batched_rows(monkeypatch):
     from pathlib import Path
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "em_loop.py"
-        out.write_text(generate(CATALOG / "em_gmm.yaml", "numpy"), encoding="utf-8")
+        out.write_text(generate(CATALOG / "em_gmm_unrolled.yaml", "numpy"), encoding="utf-8")
         assert "for n in range(n_rows)" in out.read_text(encoding="utf-8")
         loop = load_module_from_path(out)
     Y, w0, m0, L0 = gmm_data(0)
@@ -464,7 +464,7 @@ def test_em_gmm_last_component_with_tiny_responsibilities_keeps_full_precision()
     here (asserted, so that this test would catch a return to it)."""
     from scipy.special import logsumexp
     from scipy.stats import multivariate_normal
-    mod = load_generated("em_gmm")
+    mod = load_generated("em_gmm_unrolled")
     rng = np.random.default_rng(7)
     Y = np.concatenate([rng.normal([0.0, 0.0], 1.0, size=(200, 2)), rng.normal([6.0, 0.0], 1.0, size=(200, 2))])
     w0 = np.array([0.5, 0.5 - 2.0**-30, 2.0**-30])      # exact in binary: the state's implied pi3 = 1 - pi1 - pi2 too

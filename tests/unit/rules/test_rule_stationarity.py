@@ -1,7 +1,7 @@
 """Rule ``stationarity`` (Sec. 5.2, the M-step; Eqs. 55-56): a delta block q = N(θ_t, I) with ρ = 1 jumps to the
 stationary point ∇_θ E_{q(z)}[ℓ](θ) = 0 of its expected loss, the blocks updated before it at their new values.
 
-Checked on EM for a 3-component Gaussian mixture (catalog/em_gmm.yaml; the local block z is the E-step), with
+Checked on EM for a 3-component Gaussian mixture (catalog/em_gmm_unrolled.yaml; the local block z is the E-step), with
 numbers and without the engine's algebra:
 
 * the responsibilities r_nk the step returns against Bayes' rule with scipy's multivariate normal densities at
@@ -24,7 +24,7 @@ K, P = 3, 2
 
 @functools.lru_cache(maxsize=None)
 def module():
-    return api.derive("em_gmm").compile("numpy")
+    return api.derive("em_gmm_unrolled").compile("numpy")
 
 
 def data():

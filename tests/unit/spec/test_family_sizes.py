@@ -105,14 +105,14 @@ def test_em_gmm_at_four_components_equals_sklearn(tmp_path):
     `--size K=4` gives four-component EM, equal to GaussianMixture(4, 'full', tol=0, reg_covar=0) over 10
     iterations from the same initialization to 1e-8.  A recipe variant in tmp_path that sets the size as its
     default derives the same code."""
-    code = generate(CATALOG / "em_gmm.yaml", "numpy", sizes={"K": 4})
-    assert "from recipe 'em_gmm' (catalog/em_gmm.yaml --size K=4)" in code.splitlines()[0]
+    code = generate(CATALOG / "em_gmm_unrolled.yaml", "numpy", sizes={"K": 4})
+    assert "from recipe 'em_gmm_unrolled' (catalog/em_gmm_unrolled.yaml --size K=4)" in code.splitlines()[0]
     assert "(K = 4 components, full covariances)" in code
     out = tmp_path / "em_gmm4.py"
     out.write_text(code, encoding="utf-8")
     em4_equals_sklearn(load_module_from_path(out))
     variant = tmp_path / "em_gmm_k4.yaml"
-    variant.write_text((CATALOG / "em_gmm.yaml").read_text(encoding="utf-8").replace(
+    variant.write_text((CATALOG / "em_gmm_unrolled.yaml").read_text(encoding="utf-8").replace(
         "K: {default: 3, min: 2,", "K: {default: 4, min: 2,"), encoding="utf-8")
     recipe = load_recipe(variant)
     assert [b.name for b in recipe.blocks] == ["z", "pi", "m1", "m2", "m3", "m4", "L1", "L2", "L3", "L4"]
@@ -202,18 +202,18 @@ def test_unknown_size_and_unsized_family_are_located_errors(tmp_path):
 
 
 @pytest.mark.parametrize("arg,message", [
-    ("K=1", "catalog/em_gmm.yaml:{line}: size K = 1 is outside 2..16"),
+    ("K=1", "catalog/em_gmm_unrolled.yaml:{line}: size K = 1 is outside 2..16"),
     ("K=a", "<command line>: size K must be a positive integer, got 'a'"),
-    ("K=1000000", "catalog/em_gmm.yaml:{line}: size K = 1000000 is outside 2..16"),
-    ("J=2", "catalog/em_gmm.yaml:{sizes}: 'J' is not a size of the recipe (sizes: K)"),
+    ("K=1000000", "catalog/em_gmm_unrolled.yaml:{line}: size K = 1000000 is outside 2..16"),
+    ("J=2", "catalog/em_gmm_unrolled.yaml:{sizes}: 'J' is not a size of the recipe (sizes: K)"),
     ("K", "<command line>: --size takes NAME=N (e.g. K=5), got 'K'"),
 ])
 def test_bad_size_on_the_command_line_is_one_line_exit_2(tmp_path, arg, message):
-    text = (CATALOG / "em_gmm.yaml").read_text(encoding="utf-8")
+    text = (CATALOG / "em_gmm_unrolled.yaml").read_text(encoding="utf-8")
     msg = message.format(line=line_of(text, "  K: {default"), sizes=line_of(text, "sizes:"))
     err = io.StringIO()
     with redirect_stderr(err):
-        assert main([str(CATALOG / "em_gmm.yaml"), "--size", arg, "-o", str(tmp_path / "o.py")]) == 2
+        assert main([str(CATALOG / "em_gmm_unrolled.yaml"), "--size", arg, "-o", str(tmp_path / "o.py")]) == 2
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].startswith("blr-derive: error: ") and lines[0].endswith(msg)
     assert not (tmp_path / "o.py").exists()

@@ -1,0 +1,146 @@
+"""EM for a Gaussian mixture at scale (issue 17): derivation time against K, and the generated step against
+scikit-learn's iteration.
+
+(a) Derivation: ``em_gmm`` (components as an array axis) derives once, for a generic component; K is not an input
+    of the derivation at all.  For contrast the unrolled ``em_gmm_unrolled`` at K = 3, 5, 7 (it grows with K and
+    is limited to K <= 16).  Each in a fresh process with an empty family disk cache (``python -m blr_derive
+    <recipe> --target numpy``, the whole command), median of 3.  Target: em_gmm under 2 s.
+(b) One EM step at K = 16, P = 10, N = 1e6 (float64): the generated ``em_gmm`` step against scikit-learn's
+    ``GaussianMixture(covariance_type='full')`` E-step + M-step (``_e_step`` and ``_m_step``, what one iteration of
+    ``fit`` runs) and against a whole ``fit`` with ``max_iter=1`` from the same initialization (its start-up
+    included), measured alternately in one process, median of ``--rounds``.  Target: ratio <= 1.
+
+    python benchmarks/bench_em.py [--rounds 5] [--n 1000000] [--k 16] [--p 10]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def cli_seconds(args) -> float:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    cache = tempfile.mkdtemp(prefix="blr-bench-cache-")
+    env["BLR_DERIVE_CACHE_DIR"] = cache
+    out = tempfile.mkdtemp(prefix="blr-bench-out-")
+    try:
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "blr_derive", *args, "-o", os.path.join(out, "m.py")], cwd=str(ROOT), env=env,
+                           capture_output=True, text=True)
+        dt = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+    if r.returncode != 0:
+        raise SystemExit(f"blr-derive {' '.join(args)} failed: {r.stderr.strip()}")
+    return dt
+
+
+def derivation_table():
+    rows = [("em_gmm (any K)", ["catalog/em_gmm.yaml", "--target", "numpy"])]
+    rows += [(f"em_gmm_unrolled K = {k}", ["catalog/em_gmm_unrolled.yaml", "--target", "numpy", "--size", f"K={k}"])
+             for k in (3, 5, 7)]
+    print("derivation (fresh process, empty disk cache, median of 3):")
+    for label, args in rows:
+        times = [cli_seconds(args) for _ in range(3)]
+        print(f"  {label:<28} {statistics.median(times):6.2f} s  (min {min(times):.2f}, max {max(times):.2f})")
+
+
+def load_generated():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("em_gmm_gen", ROOT / "catalog/generated/numpy/em_gmm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def step_benchmark(K, P, N, rounds):
+    from sklearn.mixture import GaussianMixture
+    mod = load_generated()
+    rng = np.random.default_rng(0)
+    centers = rng.normal(scale=4.0, size=(K, P))
+    Y = centers[rng.integers(K, size=N)] + rng.normal(size=(N, P))
+    w0, m0, L0 = np.full(K, 1 / K), Y[rng.choice(N, K, replace=False)], np.array([np.eye(P)] * K)
+    state = mod.init(pi=w0, m=m0, L=L0)
+
+    def sk_model(max_iter):
+        return GaussianMixture(K, covariance_type="full", max_iter=max_iter, tol=0, reg_covar=0, weights_init=w0,
+                               means_init=m0, precisions_init=L0, init_params="random_from_data")
+    gm = sk_model(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gm.fit(Y[:200 * K])                          # fitted attributes, replaced by the initialization below
+
+    def reset():
+        gm.weights_, gm.means_, gm.precisions_cholesky_ = w0, m0, np.linalg.cholesky(L0)
+
+    def ours():
+        return mod.step(state, data={"y": Y})
+
+    def theirs():
+        _, log_resp = gm._e_step(Y)
+        gm._m_step(Y, log_resp)
+
+    def fit_one():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sk_model(1).fit(Y)
+    out = ours()                                     # equal results (one step from the same point)
+    reset()
+    theirs()
+    prec = np.einsum("kab,kcb->kac", gm.precisions_cholesky_, gm.precisions_cholesky_)   # _m_step sets the factor
+    err = max(np.abs(out["pi"] - gm.weights_).max(), np.abs(out["m"] - gm.means_).max(),
+              np.abs(out["L"] - prec).max() / np.abs(prec).max())
+    t_ours, t_theirs, t_fit = [], [], []
+    for _ in range(rounds):                          # alternately, in one process
+        t = time.perf_counter()
+        ours()
+        t_ours.append(time.perf_counter() - t)
+        reset()
+        t = time.perf_counter()
+        theirs()
+        t_theirs.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        fit_one()
+        t_fit.append(time.perf_counter() - t)
+    a, b, c = (statistics.median(x) for x in (t_ours, t_theirs, t_fit))
+    print(f"one EM step, K = {K}, P = {P}, N = {N} (float64; median of {rounds}, alternately):")
+    print(f"  generated em_gmm step                  {a:7.3f} s")
+    print(f"  scikit-learn _e_step + _m_step         {b:7.3f} s   ratio generated/sklearn {a / b:.2f}")
+    print(f"  scikit-learn fit(max_iter=1), start-up {c:7.3f} s   ratio generated/sklearn {a / c:.2f}")
+    print(f"  largest difference of the results: {err:.2e}")
+    return a / b
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--p", type=int, default=10)
+    ap.add_argument("--skip-derivation", action="store_true")
+    args = ap.parse_args(argv)
+    print(f"python {platform.python_version()} on {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs")
+    if not args.skip_derivation:
+        derivation_table()
+    step_benchmark(args.k, args.p, args.n, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

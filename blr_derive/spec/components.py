@@ -1,0 +1,78 @@
+"""A product recipe's component axis (``components: {index: k, size: K}``) and its per-component blocks
+(``components: true``): the factors name the copy of one generic component k and are summed over the components;
+the engine derives once for that component and the generated code holds the K copies as arrays (see
+``blr_derive/rules/components.py``)."""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.core.names import check_name_at
+from blr_derive.core.yamlio import LDict, check_keys
+from blr_derive.spec.blocks import Block
+from blr_derive.spec.hyper import err
+
+COMPONENTS_KEYS = {"index", "size", "description"}
+
+
+def component_block(bname, bdecl, approx, local, rho, rho_text, line, dims):
+    """A block with one copy per component (``components: true``): the factors name the copy of one component k,
+    the generated code holds all K copies as an array with a leading component axis.  Either the categorical over
+    the components (``family: categorical`` with ``exact``: a one-hot z with E[z_k] = its probability, local to
+    the plate rows) or a point estimate (``delta``) of a scalar, vector or matrix per component, or of a point on
+    the simplex over the components (``variable: {simplex: true}``: Σ_k θ_k = 1)."""
+    if rho != 1:
+        raise err(f"block '{bname}': a per-component block needs learning_rate 1", bdecl, "learning_rate")
+    if approx == "exact":
+        if bdecl.get("family") != "categorical" or "variable" in bdecl:
+            raise err(f"block '{bname}': an exact block over the components is the categorical over them: write "
+                      "family: categorical", bdecl, "family")
+        if not local:
+            raise err(f"block '{bname}': the categorical over the components is a local block (local: true)",
+                      bdecl, "local")
+        z = sp.Symbol(bname, real=True)
+        p = sp.Symbol(f"{bname}_p", positive=True)
+        return Block(bname, None, True, "exact", rho, rho_text, [z], {}, {}, [(f"{bname}_p", p, None)],
+                     str(bdecl.get("description", "")), line=line, per_component=True, one_hot=True)
+    if local:
+        raise err(f"block '{bname}': delta blocks are global parameters", bdecl, "local")
+    if "family" in bdecl:
+        raise err(f"block '{bname}': a delta block is a point estimate and declares 'variable', not 'family'",
+                  bdecl, "family")
+    var = bdecl.get("variable", LDict())
+    if not isinstance(var, dict) or set(var) - {"shape", "symmetric", "simplex"}:
+        raise err(f"block '{bname}': the variable of a per-component block is {{shape: scalar|vector|matrix, "
+                  "symmetric: true}} or {simplex: true}", bdecl, "variable")
+    simplex = var.get("simplex", False)
+    if not isinstance(simplex, bool) or (simplex and "shape" in var):
+        raise err(f"block '{bname}': simplex must be true or false (a scalar per component)", var, "simplex")
+    shape = var.get("shape", "scalar")
+    sym = False
+    if simplex or shape == "scalar":
+        v = sp.Symbol(bname, positive=True) if simplex else sp.Symbol(bname, real=True)
+    elif shape in ("vector", "matrix"):
+        if len(dims) != 1:
+            raise err(f"block '{bname}': vector and matrix blocks need the recipe's 'dimension'", var, "shape")
+        P = next(iter(dims.values()))
+        v = sp.MatrixSymbol(bname, P, 1 if shape == "vector" else P)
+        sym = bool(var.get("symmetric", False)) and shape == "matrix"
+    else:
+        raise err(f"block '{bname}': shape must be scalar, vector or matrix", var, "shape")
+    return Block(bname, None, False, "delta", rho, rho_text, [v], {}, {}, [(bname, v, None)],
+                 str(bdecl.get("description", "")), symmetric=sym, line=line, per_component=True, simplex=simplex)
+
+
+def parse_components(spec, taken):
+    """The recipe's component axis: ``components: {index: k, size: K}`` (K a size known at run time, read from
+    the state's leading axis)."""
+    cspec = spec["components"]
+    if not isinstance(cspec, dict):
+        raise err("components must be a mapping {index: k, size: K}", spec, "components")
+    check_keys(cspec, COMPONENTS_KEYS, ("size",), "components")
+    index = check_name_at(cspec.get("index", "k"), "component index", cspec, "index")
+    size = check_name_at(cspec["size"], "component size", cspec, "size")
+    for key, name in (("index", index), ("size", size)):
+        if name in taken or (key == "size" and name == index):
+            raise err(f"components: the {key} '{name}' clashes with another name", cspec, key)
+        taken.add(name)
+    return {"index": index, "size": sp.Symbol(size, integer=True, positive=True),
+            "description": str(cspec.get("description", ""))}
