@@ -123,12 +123,36 @@ class PlateSums:
             row, glob = -row, -glob
         return row, glob
 
+    def _trace_sum(self, term, tr):
+        """Σ_n of ``term`` = (scalar factors) × tr(chain) whose chain mixes per-row and global matrices: the chain
+        is rotated (tr(AB) = tr(BA)) until its per-row factors are adjacent, and summed as a matrix chain, so
+        Σ_n z_n tr(yₙᵀ L yₙ) = tr(L Σ_n z_n yₙ yₙᵀ)."""
+        rest = sp.Mul(*[f for f in sp.Mul.make_args(term) if f is not tr])
+        c, mats = matexpr.split_coeff(tr.arg.args) if isinstance(tr.arg, sp.MatMul) else (sp.Integer(1), [tr.arg])
+        rest = rest * c
+        n = len(mats)
+        for r in range(n):
+            chain = mats[r:] + mats[:r]
+            idx = [i for i, m in enumerate(chain) if self.is_row(m)]
+            if idx and idx == list(range(idx[0], idx[-1] + 1)):
+                break
+        else:
+            raise DerivationError(f"cannot separate the plate sum of {term}: per-row factors are not adjacent")
+        crow, cglob = self._split_scalar(rest)
+        summed = self.plate_sum(sp.MatMul(crow, *chain) if crow != 1 else sp.MatMul(*chain))
+        return cglob * sp.Trace(summed)
+
     def plate_sum(self, e):
         """Σ_n e(row n) with per-row parts collected into plate statistics (sums the generated code forms)."""
         sc = self.scale if self.scale is not None else sp.Integer(1)
         if not is_mat(e):
             total = sp.Integer(0)
             for term in sp.Add.make_args(sp.expand(e)):
+                mixed = [f for f in sp.Mul.make_args(term) if isinstance(f, sp.Trace) and self.is_row(f)
+                         and f.free_symbols - self.row - self.dims]
+                if len(mixed) == 1:      # Σ_n c_n tr(mᵀ y_n) = tr(mᵀ Σ_n c_n y_n): the chain's row part summed
+                    total += self._trace_sum(term, mixed[0])
+                    continue
                 row, glob = self._split_scalar(term)
                 total += sc * glob * self.stat(row)
             return total
