@@ -7,6 +7,10 @@ that component, whatever K is; the generated code holds the K copies as arrays w
   in z_k, so its message is minus its coefficient averaged over the other blocks (Sec. 5.1), and with ρ = 1 the
   step sets λ_k to their sum; the probabilities are ∂A/∂λ_k = exp(λ_k − A(λ)), every class computed from λ
   directly (no class is implied by the others, so none is lost to cancellation).
+* ``component_dirichlet`` (identity; Sec. 1.2, Sec. 5.1, Eq. 58): the Dirichlet over the components, a global block
+  q(w) ∝ exp(Σ_k λ_k log w_k) with λ_k = a_k − 1 and A(λ) = Σ_k log Γ(λ_k + 1) − log Γ(Σ_k (λ_k + 1)); each factor
+  linear in log w_k sends minus its coefficient (Sec. 5.1), λ ← (1 − ρ)λ + ρ Σ_f λ̃_f (Eq. 58), and the other
+  blocks average log w_k as ∂A/∂λ_k = ψ(a_k) − ψ(Σ_j a_j).
 * ``simplex_stationarity`` (identity; Sec. 5.2): a delta block θ on the probability simplex over the components
   jumps to the stationary point of E[ℓ] + ν(Σ_k θ_k − 1): ∇_{θ_k} E[ℓ] + ν = 0 is solved for θ_k = a_k/ν, and the
   constraint gives ν = Σ_k a_k (the multiplier of the constraint, derived, not assumed).
@@ -23,6 +27,9 @@ from blr_derive.rules.product import expect_over_blocks, expected_gradients, tex
 rule('component_softmax', 'identity', 'Sec. 1.2 (overcomplete categorical); Eqs. 56, 58',
      'the categorical over the components: λ_k = −E[coefficient of z_k] (ρ = 1), probabilities exp(λ_k − log Σ_j '
      'exp λ_j)')
+rule('component_dirichlet', 'identity', 'Sec. 1.2; Sec. 5.1 (conjugate prior of the weights); Eq. 58',
+     'the Dirichlet over the components: λ_k = a_k − 1 from the factors linear in log w_k, E[log w_k] = ψ(a_k) − '
+     'ψ(Σ_j a_j)')
 rule('simplex_stationarity', 'identity', 'Sec. 5.2 (M-step with the constraint Σ_k θ_k = 1)',
      'a delta block on the simplex over the components: ∇_{θ_k} E[ℓ] + ν = 0 with ν from Σ_k θ_k = 1')
 
@@ -101,3 +108,53 @@ def simplex_block(R, D, ctx, b, current):
           f"Block `{b.name}`: fixed point on the simplex",
           "∇_θ E[ℓ] + ν = 0 (the Lagrangian of the constraint Σ_k θ_k = 1) gives θ_k = a_k/ν; the constraint gives "
           "ν = Σ_k a_k.", [(s, e, r"\leftarrow") for s, e in steps])
+
+
+def dirichlet_block(R, D, ctx, b, current, rho):
+    """The BLR step of the Dirichlet over the components (a global block, learning rate ``rho``; Eq. 58)."""
+    w = b.variables[0]
+    name, a, _ = b.state[0]
+    t = sp.Dummy("log_w")
+    msg = sp.Integer(0)
+    eqs = []
+    for f in R.factors:
+        if not f.expr.has(w):
+            continue
+        e = sp.expand(sp.expand_log(f.expr, force=True)).xreplace({sp.log(w): t})
+        coeff = sp.diff(e, t)
+        if e.has(w) or coeff.has(t):
+            raise SpecError(f"factor '{f.name}' is not linear in log({w}): the Dirichlet over the components "
+                            "does not apply", R.file, b.line)
+        try:
+            m = -expect_over_blocks(R, ctx, coeff, b, current)
+            if f.plate:
+                m = ctx.plate_sum(m)
+        except DerivationError as exc:
+            raise SpecError(str(exc), R.file, b.line) from None
+        eqs.append((sp.Symbol(r"\tilde\lambda_{%s \to %s, k}" % (tex_name(f.name), tex_name(b.name))), m))
+        msg += m
+    if not eqs:
+        raise SpecError(f"block '{b.name}' appears in no factor", R.file, b.line)
+    D.add("exact", RULES["exact"].equation, f"Block `{b.name}`: natural-gradient messages of the factors",
+          f"Each factor is linear in log {w}_k, the statistic of the Dirichlet over the components, so its message is "
+          "minus its coefficient averaged over the other blocks (Sec. 5.1), summed over the plate rows (Eq. 54):",
+          eqs)
+    lam = sp.Symbol(f"{b.name}_lambda", real=True)
+    new = sp.Symbol(f"{name}_new", positive=True)
+    upd = sp.expand(msg) if rho == 1 else (1 - rho) * (a - 1) + rho * msg
+    # A(λ) = Σ_j log Γ(λ_j + 1) − log Γ(Σ_j (λ_j + 1)) and ∂A/∂λ_k, derived on the indexed form
+    j, k = sp.symbols("j k", integer=True, positive=True)
+    lam_i = sp.IndexedBase("lambda")
+    K = R.components["size"]
+    A = sp.Sum(sp.loggamma(lam_i[j] + 1), (j, 1, K)) - sp.loggamma(sp.Sum(lam_i[j] + 1, (j, 1, K)))
+    dA = sp.diff(A, lam_i[k]).doit()
+    dA = dA.replace(lambda x: isinstance(x, sp.Piecewise), lambda x: x.args[0][0])   # k is one of the components
+    D.symbol_names.update({lam: r"\lambda_{%s,k}" % tex_name(b.name), new: "%s'" % sp.latex(a)})
+    steps = [(lam, upd), (new, lam + 1)]
+    D.assignments.extend(steps)
+    D.outputs.append((name, new))
+    current[a] = new
+    D.add("component_dirichlet", RULES["component_dirichlet"].equation, f"Block `{b.name}`: BLR step",
+          f"λ_k = a_k − 1 ← (1 − ρ)λ_k + ρ Σ_f λ̃_f (Eq. 58); the other blocks average log {w}_k as ∂A/∂λ_k = "
+          f"{sp.sstr(sp.simplify(dA))} for A(λ) = Σ_j log Γ(λ_j + 1) − log Γ(Σ_j (λ_j + 1)) (Sec. 1.2), i.e. "
+          "ψ(a_k) − ψ(Σ_j a_j).", [(s_, e_, r"\leftarrow") for s_, e_ in steps])

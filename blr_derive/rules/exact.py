@@ -28,7 +28,7 @@ from blr_derive.rules.blr import doit
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.core.specialfns import stable_softmax
-from blr_derive.rules.components import one_hot_block
+from blr_derive.rules.components import dirichlet_block, one_hot_block
 from blr_derive.rules.product import expect_over_blocks, linear_in_block, tex_name
 
 
@@ -105,6 +105,8 @@ class Exact(Rule):
         categorical over a recipe's components in blr_derive/rules/components.py."""
         if b.one_hot:
             return one_hot_block(R, D, sums, b, current)
+        if b.simplex:
+            return dirichlet_block(R, D, sums, b, current, learning_rate(D, sums, b))
         product_block(R, D, sums, b, current)
 
     def natural_gradient(self, ctx):
@@ -347,7 +349,6 @@ def product_block(R, D, ctx, b, current):
 def implied_name(b):
     """The name of a one-hot block's last probability: the pattern of its parameters' names continued (``z_p1``,
     ``z_p2`` → ``z_p3``), else ``<block>_mean_<component>``; never one of the block's own names."""
-    import re
     params = [name for name, _, _ in b.state]
     m = re.fullmatch(r"(.*?)(\d+)", params[-1]) if params else None
     name = f"{m.group(1)}{int(m.group(2)) + 1}" if m and int(m.group(2)) == len(params) else None

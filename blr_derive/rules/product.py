@@ -19,6 +19,7 @@ import sympy as sp
 from blr_derive.core import matcalc, matexpr
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, simplify_mat
+from blr_derive.core.nodes import ComponentSum
 from blr_derive.core.plain import plain
 from blr_derive.families.statistics import linear_in_statistics
 from blr_derive.rules.base import RULES, Derivation, rule
@@ -219,6 +220,15 @@ def expect_over_blocks(R, ctx, e, skip, current):
                 raise DerivationError(f"E over block '{b.name}' of {e} has no closed form: it is not linear in "
                                       f"the one-hot '{z}'")
             e = e.xreplace({z: b.state[0][1]})
+            continue
+        if b.simplex and b.family is None and b.approximation == "exact":     # the Dirichlet over the components
+            w, a = b.variables[0], b.state[0][1]
+            t = sp.Dummy("log_w")
+            e = sp.expand(sp.expand_log(e, force=True)).xreplace({sp.log(w): t})
+            if e.has(w) or sp.diff(e, t).has(t):
+                raise DerivationError(f"E over block '{b.name}' has no closed form: the expression is not linear in "
+                                      f"log({w})")
+            e = e.xreplace({t: sp.digamma(a) - sp.digamma(ComponentSum(a))})
             continue
         if b.family is None:
             continue

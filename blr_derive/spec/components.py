@@ -14,25 +14,43 @@ from blr_derive.spec.hyper import err
 COMPONENTS_KEYS = {"index", "size", "description"}
 
 
-def component_block(bname, bdecl, approx, local, rho, rho_text, line, dims):
+def component_block(bname, bdecl, approx, local, rho, rho_text, schedule, line, dims, family_block):
     """A block with one copy per component (``components: true``): the factors name the copy of one component k,
-    the generated code holds all K copies as an array with a leading component axis.  Either the categorical over
-    the components (``family: categorical`` with ``exact``: a one-hot z with E[z_k] = its probability, local to
-    the plate rows) or a point estimate (``delta``) of a scalar, vector or matrix per component, or of a point on
-    the simplex over the components (``variable: {simplex: true}``: Σ_k θ_k = 1)."""
-    if rho != 1:
-        raise err(f"block '{bname}': a per-component block needs learning_rate 1", bdecl, "learning_rate")
+    the generated code holds all K copies as an array with a leading component axis.  With ``exact``: the
+    categorical over the components (``family: categorical``, local: a one-hot z with E[z_k] = its probability),
+    the Dirichlet over the components (``family: dirichlet``, global: weights w on the simplex with E[log w_k] =
+    ψ(a_k) − ψ(Σ_j a_j)), or a copy per component of a scalar family (``family: gaussian_diag``, ...; made by
+    ``family_block``).  With ``delta``: a point estimate of a scalar, vector or matrix per component, or of a point
+    on the simplex over the components (``variable: {simplex: true}``: Σ_k θ_k = 1)."""
     if approx == "exact":
-        if bdecl.get("family") != "categorical" or "variable" in bdecl:
-            raise err(f"block '{bname}': an exact block over the components is the categorical over them: write "
-                      "family: categorical", bdecl, "family")
-        if not local:
-            raise err(f"block '{bname}': the categorical over the components is a local block (local: true)",
-                      bdecl, "local")
-        z = sp.Symbol(bname, real=True)
-        p = sp.Symbol(f"{bname}_p", positive=True)
-        return Block(bname, None, True, "exact", rho, rho_text, [z], {}, {}, [(f"{bname}_p", p, None)],
-                     str(bdecl.get("description", "")), line=line, per_component=True, one_hot=True)
+        fam = bdecl.get("family")
+        if "variable" in bdecl:
+            raise err(f"block '{bname}': an exact block declares 'family', not 'variable'", bdecl, "variable")
+        if fam == "categorical":
+            if not local:
+                raise err(f"block '{bname}': the categorical over the components is a local block (local: true)",
+                          bdecl, "local")
+            z = sp.Symbol(bname, real=True)
+            p = sp.Symbol(f"{bname}_p", positive=True)
+            return Block(bname, None, True, "exact", rho, rho_text, [z], {}, {}, [(f"{bname}_p", p, None)],
+                         str(bdecl.get("description", "")), line=line, per_component=True, one_hot=True)
+        if fam == "dirichlet":
+            if local:
+                raise err(f"block '{bname}': the Dirichlet over the components is a global block", bdecl, "local")
+            w = sp.Symbol(bname, positive=True)
+            a = sp.Symbol(f"{bname}_a", positive=True)
+            return Block(bname, None, False, "exact", rho, rho_text, [w], {}, {}, [(f"{bname}_a", a, None)],
+                         str(bdecl.get("description", "")), line=line, schedule=schedule, per_component=True,
+                         simplex=True)
+        b = family_block()
+        if len(b.variables) != 1 or b.family.variable_kind != "scalar" or b.constraint:
+            raise err(f"block '{bname}': a per-component family block needs a family of one scalar variable "
+                      f"('{b.family.name}' is not); over the components write family: categorical or dirichlet",
+                      bdecl, "family")
+        b.per_component = True
+        return b
+    if rho != 1:
+        raise err(f"block '{bname}': a per-component delta block needs learning_rate 1", bdecl, "learning_rate")
     if local:
         raise err(f"block '{bname}': delta blocks are global parameters", bdecl, "local")
     if "family" in bdecl:

@@ -250,7 +250,8 @@ def _block(bname, bdecl, bspec, plate, hsyms, taken, dims, load_family, componen
         raise err(f"block '{bname}': components must be true or false, and true needs the recipe's "
                   "'components: {index: k, size: K}'", bdecl, "components")
     if per:
-        b = component_block(bname, bdecl, approx[0], local, rho, rho_text, line, dims)
+        b = component_block(bname, bdecl, approx[0], local, rho, rho_text, schedule, line, dims,
+                            lambda: _family_block(bname, bdecl, local, rho, rho_text, schedule, line, load_family))
     elif approx[0] == "exact":
         b = _family_block(bname, bdecl, local, rho, rho_text, schedule, line, load_family)
     else:

@@ -109,7 +109,7 @@ def _spd_solve(A, B):
 
 
 def init(**state):
-    """Validate and copy an initial state (pi: scalar, m: vector, L: matrix)."""
+    """Validate and copy an initial state (pi: scalar per component, m: vector per component, L: matrix per component)."""
     unknown = [name for name in state if name not in STATE]
     missing = [name for name in REQUIRED_STATE if name not in state]
     if missing or unknown:

@@ -48,7 +48,7 @@ def lower(ir, pr, rp):
             return rp.plate_sum(e)
         return pr(e)
 
-    def run(stmts):
+    def segments(stmts):
         """stmts: [(kind, symbol, expr)] in order; consecutive carried statements share one loop."""
         i = 0
         while i < len(stmts):
@@ -78,6 +78,28 @@ def lower(ir, pr, rp):
                 lines.append(f"{pr(s)}_all = numpy.stack({pr(s)}_all)")
             have.update(defined)
             i = j
+
+    counter = [0]
+
+    def split(stmts):
+        """A sum over the components inside a per-component statement (ψ(Σ_j a_j) in ψ(a_k) − ψ(Σ_j a_j)) becomes a
+        statement of its own before it, on the whole arrays."""
+        out = []
+        for kind, s, e in stmts:
+            if str(s) in carried and e.has(*REDUCTIONS):
+                reps = {}
+                for r in sorted(e.atoms(*REDUCTIONS), key=str):
+                    counter[0] += 1
+                    t = sp.Symbol(f"_ksum{counter[0]}", real=True)
+                    rkind = "row" if {str(x) for x in _symbols(r)} & rows else ("global" if kind == "stat" else kind)
+                    out.append((rkind, t, r))
+                    reps[r] = t
+                e = e.xreplace(reps)
+            out.append((kind, s, e))
+        return out
+
+    def run(stmts):
+        segments(split(stmts))
 
     run([("global", s, e) for s, e in ir.prelude + ir.pre_loop])
     if ir.plate is not None:

@@ -249,7 +249,7 @@ def vmp_fixed_point(y):
 def test_svi_full_batch_with_unit_rate_is_one_cavi_sweep():
     """forgetting = 0 makes rho_t = 1 and the batch the whole data set (N = B): the SVI step is a full-batch
     VMP (CAVI) sweep, equal to the hand-written one to 1e-12."""
-    mod = load_generated("svi")
+    mod = load_generated("svi_unrolled")
     y = svi_data()
     state, (a, m, s) = svi_state(mod, A0, M0, S0), (A0, M0, S0)
     for _ in range(5):
@@ -263,7 +263,7 @@ def test_svi_full_batch_with_unit_rate_is_one_cavi_sweep():
 def test_svi_robbins_monro_converges_to_the_vmp_fixed_point():
     """Full batch, rho_t = (t + 1)^-0.51 < 1: the damped steps converge to the CAVI fixed point (the error
     falls from ~7e-4 after 100 steps to ~2e-7 after 400)."""
-    mod = load_generated("svi")
+    mod = load_generated("svi_unrolled")
     y = svi_data()
     a_star, m_star, s_star = vmp_fixed_point(y)
     state = svi_state(mod, A0, M0, S0)
@@ -283,7 +283,7 @@ def test_svi_robbins_monro_converges_to_the_vmp_fixed_point():
 
 def test_svi_minibatches_approach_the_vmp_fixed_point():
     """Minibatches of B = 15 rows scaled by N/B, rho_t = (t + 10)^-0.7: close to the full-batch fixed point."""
-    mod = load_generated("svi")
+    mod = load_generated("svi_unrolled")
     y = svi_data()
     a_star, m_star, _ = vmp_fixed_point(y)
     rng = np.random.default_rng(1)
@@ -299,7 +299,7 @@ def test_svi_minibatches_approach_the_vmp_fixed_point():
 
 
 def test_svi_derivation_local_and_global_blocks():
-    _, D = derive_file(CATALOG / "svi.yaml")
+    _, D = derive_file(CATALOG / "svi_unrolled.yaml")
     md = D.to_markdown()
     assert "| `z` | `categorical` | local (one per plate row) | 1 | `exact` |" in md
     assert "| `w` | `dirichlet` | global | robbins_monro(delay=delay, forgetting=forgetting) | `exact` |" in md
@@ -311,7 +311,7 @@ def test_svi_derivation_local_and_global_blocks():
 # ------------------------------------------------------------------------------------ reports and errors
 def test_factorized_recipes_in_explain_compare_and_check(tmp_path):
     from blr_derive.cli import main
-    for name in ("svi",):                 # em_gmm and vmp: to_markdown in the tests above
+    for name in ("svi", "em_gmm"):         # components as an array axis; vmp: to_markdown above
         for fmt in ("markdown", "latex", "html"):
             out = tmp_path / f"{name}.{fmt}"
             assert main(["explain", str(CATALOG / f"{name}.yaml"), "--format", fmt, "-o", str(out)]) == 0
@@ -321,11 +321,11 @@ def test_factorized_recipes_in_explain_compare_and_check(tmp_path):
     import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert main(["compare", str(CATALOG / "vmp.yaml"), str(CATALOG / "svi.yaml")]) == 0
+        assert main(["compare", str(CATALOG / "vmp.yaml"), str(CATALOG / "svi_unrolled.yaml")]) == 0
     assert "add robbins_monro" in buf.getvalue() and "add minibatch" in buf.getvalue()
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        assert main(["check", str(CATALOG / "svi.yaml")]) == 2
+        assert main(["check", str(CATALOG / "svi_unrolled.yaml")]) == 2
     assert "check them one by one: categorical, dirichlet, gaussian_diag" in err.getvalue()
 
 
@@ -381,7 +381,7 @@ def test_svi_message_form_of_eq60_equals_eq58(tmp_path):
     from blr_derive.api import generate
     from blr_derive.verify.update import compare_update
     from conftest import load_module_from_path
-    text = (CATALOG / "svi.yaml").read_text(encoding="utf-8").replace("name: svi", "name: svi_messages")
+    text = (CATALOG / "svi_unrolled.yaml").read_text(encoding="utf-8").replace("name: svi_unrolled", "name: svi_messages")
     text = text.replace("  w: {family: ", "  w: {messages: true, family: ")
     # svi repeats its mu blocks for k in 1..K (blr_derive/sizes.py): mu1 with messages, then mu2..muK
     line = next(ln for ln in text.splitlines() if ln.startswith('  "mu{k} for k in 1..K": {family: '))
@@ -397,7 +397,7 @@ def test_svi_message_form_of_eq60_equals_eq58(tmp_path):
     for _, got, want in compare_update(recipe, D, msg, 0):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
-    ref = load_generated("svi")
+    ref = load_generated("svi_unrolled")
     y = svi_data()
     a0, m0, s0 = SVI_HP["a0"], SVI_HP["m0"], SVI_HP["s0"]
     prior_w, prior_mu = [a0 - 1] * 3, [s0 * m0, -s0 / 2]            # the priors' messages (Eq. 54: lambda_0)

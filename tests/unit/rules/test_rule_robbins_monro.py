@@ -1,7 +1,7 @@
 """Rule ``robbins_monro`` (Sec. 5.3, SVI; Hoffman et al. 2013; Eq. 58 with ρ_t): the global blocks take
 λ_{t+1} = (1 − ρ_t)λ_t + ρ_t λ̂_t with ρ_t = (t + delay)^(−forgetting), t = 1, 2, ... the step counter.
 
-Checked on SVI for a Gaussian mixture with known variance (catalog/svi.yaml, K = 3) against stochastic variational
+Checked on SVI for a Gaussian mixture with known variance (catalog/svi_unrolled.yaml, K = 3) against stochastic variational
 inference written here from Hoffman et al. (2013): local responsibilities r_nk ∝ exp(E[log w_k] − E[(y_n − μ_k)²]/2σ²)
 (digamma, Gaussian moments), intermediate global parameters â_k = a₀ + (N/B)Σ_n r_nk,
 λ̂(μ_k) = (s₀m₀ + (N/B)Σ_n r_nk y_n/σ², −(s₀ + (N/B)Σ_n r_nk/σ²)/2), then the Robbins-Monro average:
@@ -24,7 +24,7 @@ HP = dict(N=500, sigma2=0.8, a0=1.3, m0=0.2, s0=0.15)
 
 @functools.lru_cache(maxsize=None)
 def module():
-    return api.derive("svi").compile("numpy")
+    return api.derive("svi_unrolled").compile("numpy")
 
 
 def batch_and_state():

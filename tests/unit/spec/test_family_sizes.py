@@ -268,7 +268,7 @@ def test_svi_at_four_components_full_batch_is_one_cavi_sweep(tmp_path):
     sweep of tests/test_factorized.py) to 1e-12."""
     from references.bgmm import SVI_HP, cavi_bgmm_sweep
     out = tmp_path / "svi4.py"
-    out.write_text(generate(CATALOG / "svi.yaml", "numpy", sizes={"K": 4}), encoding="utf-8")
+    out.write_text(generate(CATALOG / "svi_unrolled.yaml", "numpy", sizes={"K": 4}), encoding="utf-8")
     mod = load_module_from_path(out)
     rng = np.random.default_rng(1)
     y = rng.permutation(np.concatenate([rng.normal(c, 1.0, size=n) for c, n in zip((-6.0, -1.5, 2.0, 6.0),
