@@ -9,6 +9,8 @@ scikit-learn's iteration.
     ``GaussianMixture(covariance_type='full')`` E-step + M-step (``_e_step`` and ``_m_step``, what one iteration of
     ``fit`` runs) and against a whole ``fit`` with ``max_iter=1`` from the same initialization (its start-up
     included), measured alternately in one process, median of ``--rounds``.  Target: ratio <= 1.
+(c) One svi step (full batch, ρ = 1) at K = 16, N = 1e6 against a vectorized CAVI sweep written from Bishop PRML
+    Sec. 10.2, and one vmp step at N = 1e6 against a vectorized CAVI sweep of Sec. 10.1.3 (alternately).
 
     python benchmarks/bench_em.py [--rounds 5] [--n 1000000] [--k 16] [--p 10]
 """
@@ -154,6 +156,72 @@ def step_benchmark(K, P, N, rounds):
     return a / b
 
 
+def _load(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"{name}_gen", ROOT / f"catalog/generated/numpy/{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def cavi_bgmm_sweep(y, a, m, s, sigma2, a0, m0, s0):
+    """Vectorized full-batch CAVI sweep of the Bayesian mixture with known variance (Bishop PRML Sec. 10.2), the
+    reference the generated svi step (full batch, ρ = 1) is timed against (the same formulas as
+    tests/references/bgmm.py, repeated here so that the benchmark does not import the tests)."""
+    from scipy.special import digamma, logsumexp
+    logits = (digamma(a) - digamma(a.sum()))[None, :] - ((y[:, None] - m[None, :]) ** 2 + 1 / s[None, :]) / (2 * sigma2)
+    r = np.exp(logits - logsumexp(logits, axis=1, keepdims=True))
+    nk = r.sum(axis=0)
+    s_new = s0 + nk / sigma2
+    return a0 + nk, (s0 * m0 + r.T @ y / sigma2) / s_new, s_new, r
+
+
+def cavi_normal_gamma(y, m, s, a, b, m0, kappa0, a0, b0):
+    """One CAVI sweep for a Gaussian with unknown mean and precision (Bishop PRML Sec. 10.1.3), vectorized."""
+    N, xbar = len(y), np.mean(y)
+    mu_N = (kappa0 * m0 + N * xbar) / (kappa0 + N)
+    lam_N = (kappa0 + N) * a / b
+    e_sq = np.sum((y - mu_N) ** 2) + N / lam_N
+    return mu_N, lam_N, a0 + (N + 1) / 2, b0 + 0.5 * (e_sq + kappa0 * ((mu_N - m0) ** 2 + 1 / lam_N))
+
+
+def alternate(f, g, rounds):
+    tf, tg = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        f()
+        tf.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        g()
+        tg.append(time.perf_counter() - t)
+    return statistics.median(tf), statistics.median(tg)
+
+
+def svi_vmp_benchmark(K, N, rounds):
+    svi, vmp = _load("svi"), _load("vmp")
+    rng = np.random.default_rng(1)
+    y = rng.normal(scale=3.0 * np.sqrt(K), size=N)
+    a, m, s = 1.0 + rng.random(K), rng.normal(scale=3.0 * np.sqrt(K), size=K), np.ones(K)
+    hp = dict(sigma2=1.0, a0=1.0, m0=0.0, s0=0.1)
+    state = {**svi.init(w_a=a, mu_m=m, mu_s=s), "step": np.asarray(0)}
+    out = svi.step(state, data={"y": y}, N=N, delay=0.0, **hp)
+    ref = cavi_bgmm_sweep(y, a, m, s, **hp)
+    err = max(np.abs(out["w_a"] - ref[0]).max() / np.abs(ref[0]).max(), np.abs(out["mu_m"] - ref[1]).max())
+    a_t, b_t = alternate(lambda: svi.step(state, data={"y": y}, N=N, delay=0.0, **hp),
+                         lambda: cavi_bgmm_sweep(y, a, m, s, **hp), rounds)
+    print(f"one svi step (full batch, rho = 1), K = {K}, N = {N}: generated {a_t:.3f} s, vectorized CAVI sweep "
+          f"{b_t:.3f} s, ratio {a_t / b_t:.2f} (results differ by {err:.1e})")
+    hv = dict(m0=0.3, kappa0=2.0, alpha0=1.5, beta0=0.8)
+    st = vmp.init(theta_m=0.0, theta_s=1.0, tau_alpha=1.0, tau_beta=1.0)
+    o = vmp.step(st, data={"y": y}, **hv)
+    r = cavi_normal_gamma(y, 0.0, 1.0, 1.0, 1.0, 0.3, 2.0, 1.5, 0.8)
+    err = max(abs(o["theta_m"] - r[0]), abs(o["tau_beta"] - r[3]) / abs(r[3]))
+    a_t, b_t = alternate(lambda: vmp.step(st, data={"y": y}, **hv),
+                         lambda: cavi_normal_gamma(y, 0.0, 1.0, 1.0, 1.0, 0.3, 2.0, 1.5, 0.8), rounds)
+    print(f"one vmp step, N = {N}: generated {a_t:.4f} s, vectorized CAVI sweep {b_t:.4f} s, ratio "
+          f"{a_t / b_t:.2f} (results differ by {err:.1e})")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -166,6 +234,7 @@ def main(argv=None) -> int:
     if not args.skip_derivation:
         derivation_table()
     step_benchmark(args.k, args.p, args.n, args.rounds)
+    svi_vmp_benchmark(args.k, args.n, args.rounds)
     return 0
 
 
