@@ -44,19 +44,21 @@ _NOT_FINITE = (sp.core.numbers.Infinity, sp.core.numbers.NegativeInfinity, sp.co
                sp.core.numbers.NaN, sp.core.numbers.ImaginaryUnit)
 
 
-def parse_at(text, symbols, container, key, file=None, *, what: str = "expression", logic: bool = False):
+def parse_at(text, symbols, container, key, file=None, *, what: str = "expression", logic: bool = False,
+             functions: Mapping | None = None):
     """:func:`parse_expression` of the YAML entry ``container[key]``: a problem is a SpecError located at that
     entry (or in ``file`` when the entry carries no file of its own)."""
     try:
-        return parse_expression(text, symbols, what=what, logic=logic)
+        return parse_expression(text, symbols, what=what, logic=logic, functions=functions)
     except SpecError as exc:
         f, l = where(container, key)
         raise exc.located(f or file, l) from None
 
 
 def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expression", logic: bool = False,
-                     choices: Mapping | None = None):
-    """Parse ``text`` into a sympy expression using only ``symbols``.
+                     choices: Mapping | None = None, functions: Mapping | None = None):
+    """Parse ``text`` into a sympy expression using only ``symbols`` (and, besides :data:`FUNCTIONS`, the
+    ``functions`` of one context, e.g. a sampler's random draws).
 
     ``text`` may be a string, an int or a float (YAML scalars).  Raises
     :class:`SpecError` (without location; callers add file and line).
@@ -84,6 +86,7 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
         raise SpecError(f"{what}: expression nested too deeply") from None
     b = _Builder(symbols, what, src, logic)
     b.choices = choices or {}
+    b.functions = {**FUNCTIONS, **(functions or {})}
     out = b.build(tree.body, 0)
     _check_numbers(out, b)
     return out
@@ -145,6 +148,7 @@ def _check_numbers(expr, b):
 class _Builder:
     def __init__(self, symbols, what, src, logic=False):
         self.logic = logic
+        self.functions = FUNCTIONS
         self.symbols = symbols
         self.what = what
         self.src = src
@@ -293,7 +297,7 @@ class _Builder:
         name = node.func.id
         if name == "sum":
             return self._sum(node, d)
-        if name not in FUNCTIONS:
+        if name not in self.functions:
             self.fail(f"unknown function '{name}'")
         if node.keywords:
             self.fail(f"{name}() takes no keyword arguments")
@@ -301,7 +305,7 @@ class _Builder:
         if name in SPECIAL and any(isinstance(a, sp.Rational) and abs(a) > MAX_SPECIAL_ARG for a in args):
             self.fail(f"{name}() of a number larger than {MAX_SPECIAL_ARG} in magnitude (evaluated exactly)")
         try:
-            return FUNCTIONS[name](name, args)
+            return self.functions[name](name, args)
         except SpecError as exc:
             self.fail(exc.message)
 

@@ -51,11 +51,12 @@ RESERVED = frozenset("""
 
 #: symbol names the derivation creates for itself (natural and expectation parameters and their gradients,
 #: the step counter t, common-subexpression temporaries t_0, t_1, ..., and the names it derives from declared
-#: ones: m_new, m_list, X_rows, m_prev)
+#: ones: m_new, m_list, X_rows, m_prev, m_all)
 ENGINE_PATTERNS = (
     re.compile(r"(lambda|mu|grad_mu|d_lambda|d_mu|dlam|fisher)\d+(_next)?\Z"),
     re.compile(r"t(_\d+)?\Z"),
-    re.compile(r".+_(new|list|rows|prev|next)\Z"),      # the new value, tensor list, data rows ... of a name
+    re.compile(r".+_(new|list|rows|prev|next|all)\Z"),  # the new value, tensor list, data rows, array over
+                                                        # the components ... of a name
 )
 
 _BUILTINS = frozenset(dir(builtins))

@@ -293,3 +293,41 @@ class ComponentLogSumExp(sp.Function):
 
     def _sympystr(self, printer):
         return "logsumexp_k(%s)" % printer._print(self.args[0])
+
+
+class Cholesky(MatrixExpr):
+    """The lower-triangular Cholesky factor L of a positive-definite matrix X = L Lᵀ (samplers of matrix
+    families: ``chol(V)``)."""
+
+    def __new__(cls, x):
+        return sp.Basic.__new__(cls, x)
+
+    @property
+    def shape(self):
+        return self.args[0].shape
+
+    def _latex(self, printer):
+        return r"\operatorname{chol}\left(%s\right)" % printer._print(self.args[0])
+
+    def _sympystr(self, printer):
+        return "chol(%s)" % printer._print(self.args[0])
+
+
+class BartlettDraw(MatrixExpr):
+    """A random P×P lower-triangular matrix A with A_ii = sqrt(χ²(n − i + 1)) (i = 1..P) and independent N(0, 1)
+    entries below the diagonal: Bartlett's decomposition, A Aᵀ ~ Wishart(n, I) for real n > P − 1 (Bartlett
+    1933; Anderson, An Introduction to Multivariate Statistical Analysis, Thm. 7.2.1).  A draw of a sampler, like
+    u and z: each call in a sampler is one independent draw (``index`` tells them apart)."""
+
+    def __new__(cls, n, P, index=0):
+        return sp.Basic.__new__(cls, sp.sympify(n), sp.sympify(P), sp.Integer(index))
+
+    @property
+    def shape(self):
+        return (self.args[1], self.args[1])
+
+    def _latex(self, printer):
+        return r"\mathrm{Bartlett}_{%s}\left(%s\right)" % (self.args[2], printer._print(self.args[0]))
+
+    def _sympystr(self, printer):
+        return "bartlett(%s)" % printer._print(self.args[0])

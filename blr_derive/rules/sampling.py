@@ -25,6 +25,9 @@ def check_sampler(ctx, rule_name):
     if fam.sampler is None:
         raise ctx.fail(f"approximation '{rule_name}' needs samples of q: family '{fam.name}' declares no 'sampler'",
                        approx)
+    if is_mat(fam.sampler):
+        raise ctx.fail(f"approximation '{rule_name}' draws a scalar variable; family '{fam.name}' samples a matrix "
+                       "(its sampler serves `check`)", approx)
     if isinstance(fam.sampler, sp.Tuple):
         raise ctx.fail(f"approximation '{rule_name}' draws one scalar variable; family '{fam.name}' samples "
                        f"{len(fam.sampler)} components (its sampler serves `check`)", approx)

@@ -9,6 +9,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, FUNCTIONS
 from blr_derive.core.exprparse import parse_at
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.nodes import BartlettDraw, Cholesky
 from blr_derive.core.names import check_name_at
 from blr_derive.core.yamlio import check_keys, where
 
@@ -51,10 +52,12 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
     if "sampler" not in spec:
         return None, None
     several = kind in ("sized", "components")
-    if not several and (kind != "scalar" or is_mat(theta)):
-        raise _err("samplers are supported for scalar variables and for variables of named scalar components "
-                   "(a fixed size, or components); a vector of symbolic dimension or a matrix has none", spec,
-                   "sampler")
+    matrix = is_mat(theta) and theta.shape[0] == theta.shape[1] and theta.shape[0] != 1
+    if not several and not matrix and (kind != "scalar" or is_mat(theta)):
+        raise _err("samplers are supported for scalar variables, variables of named scalar components (a fixed size, "
+                   "or components) and square matrices; a vector of symbolic dimension has none (a gaussian "
+                   "declaration samples it)", spec, "sampler")
+    functions = matrix_draw_functions(theta.shape[0]) if matrix else None
     draws = {**{n: sp.Symbol(n, positive=True) for n in UNIFORM_DRAWS},
              **{n: sp.Symbol(n, real=True) for n in NORMAL_DRAWS}}
     f, l = where(spec, "sampler")
@@ -81,15 +84,16 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
             if name in FUNCTIONS or name in CONSTANTS or name == "sum":
                 raise _err(f"sampler: '{name}' is a function or constant of the expression grammar; pick another "
                            "name", defs, name)
-            e = parse_at(text, known, defs, name, file, what="sampler definition")
-            known[name] = sp.Dummy(name, real=True)
+            e = parse_at(text, known, defs, name, file, what="sampler definition", functions=functions)
+            # a matrix definition (B = chol(V)*bartlett(n)) stands as a matrix symbol until it is inlined
+            known[name] = sp.MatrixSymbol(f"{name}__defined", *e.shape) if is_mat(e) else sp.Dummy(name, real=True)
             # each definition is inlined once, in terms of the draws and parameters only, so that the value and
             # the acceptance condition are rebuilt in one pass (not once per definition: seconds for the GIG's 13)
             subs.append((known[name], e.xreplace(dict(subs))))
 
         def inline(e):
             return e.xreplace(dict(subs))
-        expr = _sampler_value(raw["value"], several, components, known, raw, file, inline)
+        expr = _sampler_value(raw["value"], several, components, known, raw, file, inline, functions=functions)
         if "accept" in raw:
             accept = inline(parse_at(raw["accept"], known, raw, "accept", file, what="sampler acceptance",
                                      logic=True))
@@ -101,8 +105,19 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
                            "accepts all draws or none)", raw, "accept")
         fl = where(raw, "value")
     else:
-        expr = _sampler_value(raw, several, components, known, spec, file, lambda e: e, key="sampler")
+        expr = _sampler_value(raw, several, components, known, spec, file, lambda e: e, key="sampler",
+                              functions=functions)
         fl = (f, l)
+    if matrix:
+        if accept is not None:
+            raise _err("sampler: a matrix sampler has no acceptance condition", raw, "accept")
+        if not is_mat(expr) or expr.shape != theta.shape:
+            raise SpecError(f"sampler: the sampled value must be a {theta.shape[0]} x {theta.shape[1]} matrix like "
+                            f"{theta}", fl[0] or file, fl[1])
+        if not expr.atoms(BartlettDraw):
+            raise SpecError("sampler: a matrix sampler draws with bartlett(n) (A with A Aᵀ ~ Wishart(n, I))",
+                            fl[0] or file, fl[1])
+        return expr, None
     used = [d for d in draws.values() if expr.has(d)]
     if not used:
         raise SpecError("sampler: write theta as a function of the parameters and independent draws u, u2, ..., u16 "
@@ -110,11 +125,31 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
     return expr, accept
 
 
-def _sampler_value(raw, several, components, known, container, file, inline, key="value"):
+def matrix_draw_functions(P) -> dict:
+    """What a matrix sampler may call besides the grammar's functions: ``chol(X)``, the lower Cholesky factor, and
+    ``bartlett(n)``, one independent Bartlett draw A (P×P lower triangular, A Aᵀ ~ Wishart(n, I); each call is a
+    new draw, so a sampler names it once in ``define`` and uses the name)."""
+    count = [0]
+
+    def chol(name, args):
+        if len(args) != 1 or not is_mat(args[0]) or not args[0].is_square:
+            raise SpecError("chol() takes one square matrix")
+        return Cholesky(args[0])
+
+    def bartlett(name, args):
+        if len(args) != 1 or is_mat(args[0]):
+            raise SpecError("bartlett() takes one scalar, the degrees of freedom n > P - 1")
+        count[0] += 1
+        return BartlettDraw(args[0], P, count[0])
+    return {"chol": chol, "bartlett": bartlett}
+
+
+def _sampler_value(raw, several, components, known, container, file, inline, key="value", functions=None):
     """The sampled value: one expression for a scalar variable, a list aligned with the components otherwise
     (returned as a sympy Tuple)."""
     if not several:
-        return inline(parse_at(raw, known, container, key, file, what="sampler", logic=key == "sampler"))
+        return inline(parse_at(raw, known, container, key, file, what="sampler", logic=key == "sampler",
+                               functions=functions))
     if not isinstance(raw, list) or len(raw) != len(components):
         raise _err(f"sampler: give a list of {len(components)} expressions, one per component "
                    f"({', '.join(map(str, components))})", container, key)

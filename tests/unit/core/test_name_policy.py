@@ -23,7 +23,7 @@ from blr_derive.ir.build import build_ir
 from blr_derive.core.names import RESERVED, check_name, name_problem
 from conftest import CATALOG, GENERATED
 
-DERIVED = re.compile(r".*_(new|list|rows)\Z")
+DERIVED = re.compile(r".*_(new|list|rows|all)\Z")
 
 
 def _symbols(ir):
@@ -57,6 +57,8 @@ def _declared(ir):
         names.update(str(s) for s in h.symbols)
     names.update(v.name for v in ir.state)
     names.update(v.name for v in ir.data)
+    if getattr(ir, "components", None):        # the component axis' index and size are declared names too
+        names.update((ir.components["index"], ir.components["size"]))
     return names
 
 

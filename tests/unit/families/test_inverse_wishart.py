@@ -88,7 +88,9 @@ def test_fisher_is_the_covariance_of_T(fam, seed):
 
 def test_check_passes(fam):
     checks = check_family(fam, points=3, seed=0, dim=2)
-    assert len(checks) == 10 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+    # 10 checks of every family and the declared (Bartlett) sampler's moments
+    assert len(checks) == 11 and all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert "sampler_vs_density" in {c.name for c in checks}
 
 
 def test_ordinary_parameters_of_a_conjugate_update(fam):

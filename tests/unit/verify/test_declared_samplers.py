@@ -221,3 +221,57 @@ def test_a_wrong_gaussian_declaration_fails_check(text, old, new, tmp_path):
     res = checks_of(text.replace(old, new, 1), tmp_path)
     assert not res["gaussian_vs_density"].passed and res["gaussian_vs_density"].value > 1e-3
     assert not res["sampler_vs_density"].passed and res["sampler_vs_density"].value > 5
+
+
+WISHART = (ROOT / "families" / "wishart.yaml").read_text(encoding="utf-8")
+INV_WISHART = (ROOT / "families" / "inverse_wishart.yaml").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("text", [WISHART, INV_WISHART])
+def test_matrix_samplers_by_bartlett_pass_check(text, tmp_path):
+    """Wishart and inverse Wishart sample by Bartlett's decomposition (``bartlett(n)``, ``chol``): their draws have
+    the density's moments of T = (X or X⁻¹, log det X)."""
+    res = checks_of(text, tmp_path, "matrix_family")
+    assert res["sampler_vs_density"].passed and res["sampler_vs_density"].value < 5
+
+
+@pytest.mark.parametrize("text, old, new", [
+    (WISHART, "B: chol(V)*bartlett(n)", "B: chol(V)*bartlett(n + 1)"),          # one degree of freedom too many
+    (WISHART, "B: chol(V)*bartlett(n)", "B: 1.05*chol(V)*bartlett(n)"),          # scale 10 % too large
+    (INV_WISHART, "value: inv(B*B.T)", "value: B*B.T"),                          # a Wishart, not its inverse
+])
+def test_a_wrong_matrix_sampler_fails_check(text, old, new, tmp_path):
+    assert old in text
+    res = checks_of(text.replace(old, new, 1), tmp_path, "matrix_family")
+    assert not res["sampler_vs_density"].passed and res["sampler_vs_density"].value > 5
+
+
+def test_the_wishart_sampler_against_scipy():
+    """The declared Wishart sampler's draws against scipy.stats.wishart's moments: E[X] = nV exactly, and the
+    sample mean of log det X against the mean of scipy's own draws (z-test)."""
+    from scipy import stats
+    from blr_derive.verify.family import _draw_matrix_sampler
+    fam = load_family("wishart")
+    V = np.array([[2.0, 0.6], [0.6, 1.0]])
+    n = 4.5
+    vals = {fam.params["V"].symbol: V, fam.params["n"].symbol: n}
+    X = _draw_matrix_sampler(fam, vals, np.random.default_rng(0), 40_000, 2)
+    mean, se = X.mean(0), X.std(0, ddof=1) / np.sqrt(len(X))
+    assert np.all(np.abs(mean - n * V) < 5 * se)
+    ld = np.linalg.slogdet(X)[1]
+    ref = np.linalg.slogdet(stats.wishart(df=n, scale=V).rvs(40_000, random_state=1))[1]
+    z = abs(ld.mean() - ref.mean()) / np.hypot(ld.std() / 200, ref.std() / 200)
+    assert z < 5, z
+
+
+def test_matrix_sampler_declarations_are_located_errors(tmp_path):
+    for old, new, message in [
+        ("    B: chol(V)*bartlett(n)", "    B: chol(V)*V", "a matrix sampler draws with bartlett(n)"),
+        ("    B: chol(V)*bartlett(n)", "    B: chol(V)*bartlett(V)", "bartlett() takes one scalar"),
+        ("  value: B*B.T", "  value: tr(B*B.T)", "the sampled value must be a P x P matrix"),
+    ]:
+        path = tmp_path / "w.yaml"
+        path.write_text(WISHART.replace(old, new, 1), encoding="utf-8")
+        with pytest.raises(SpecError) as info:
+            load_family(str(path))
+        assert message in str(info.value) and info.value.line is not None, str(info.value)
