@@ -34,27 +34,42 @@ rule('simplex_stationarity', 'identity', 'Sec. 5.2 (M-step with the constraint �
      'a delta block on the simplex over the components: ∇_{θ_k} E[ℓ] + ν = 0 with ν from Σ_k θ_k = 1')
 
 
+def _messages(R, ctx, b, current, coefficient):
+    """(Σ_f λ̃_f, equations) of a block over the components: each factor that uses it sends minus its coefficient
+    (``coefficient(f)``: of z_k, of log w_k; None when the factor does not use the block) averaged over the other
+    blocks (Sec. 5.1), summed over the plate rows for a global block (Eq. 54)."""
+    total, eqs = sp.Integer(0), []
+    for f in R.factors:
+        coeff = coefficient(f)
+        if coeff is None:
+            continue
+        try:
+            m = -expect_over_blocks(R, ctx, coeff, b, current)
+            if f.plate and not b.local:
+                m = ctx.plate_sum(m)
+        except DerivationError as exc:
+            raise SpecError(str(exc), R.file, b.line) from None
+        eqs.append((sp.Symbol(r"\tilde\lambda_{%s \to %s, k}" % (tex_name(f.name), tex_name(b.name))), m))
+        total += m
+    if not eqs:
+        raise SpecError(f"block '{b.name}' appears in no factor", R.file, b.line)
+    return total, eqs
+
+
 def one_hot_block(R, D, ctx, b, current):
     """The local BLR step of the categorical over the components (ρ = 1; the E-step of Eq. 56)."""
     z = b.variables[0]
     name, p, _ = b.state[0]
-    lam = sp.Integer(0)
-    eqs = []
-    for f in R.factors:
+
+    def coefficient(f):
         if not f.expr.has(z):
-            continue
+            return None
         coeff = sp.diff(f.expr, z)
         if coeff.has(z):
             raise SpecError(f"factor '{f.name}' is not linear in the one-hot '{z}' of block '{b.name}': the exact "
                             "rule does not apply", R.file, b.line)
-        try:
-            msg = -expect_over_blocks(R, ctx, coeff, b, current)
-        except DerivationError as exc:
-            raise SpecError(str(exc), R.file, b.line) from None
-        eqs.append((sp.Symbol(r"\tilde\lambda_{%s \to %s, k}" % (tex_name(f.name), tex_name(b.name))), msg))
-        lam += msg
-    if not eqs:
-        raise SpecError(f"block '{b.name}' appears in no factor", R.file, b.line)
+        return coeff
+    lam, eqs = _messages(R, ctx, b, current, coefficient)
     lam_s = sp.Symbol(f"{b.name}_lambda", real=True)
     log_z = sp.Symbol(f"{b.name}_log_partition", real=True)
     D.symbol_names.update({lam_s: r"\lambda_{%s,k}" % tex_name(b.name), log_z: r"A_{%s}" % tex_name(b.name),
@@ -115,26 +130,17 @@ def dirichlet_block(R, D, ctx, b, current, rho):
     w = b.variables[0]
     name, a, _ = b.state[0]
     t = sp.Dummy("log_w")
-    msg = sp.Integer(0)
-    eqs = []
-    for f in R.factors:
+
+    def coefficient(f):
         if not f.expr.has(w):
-            continue
+            return None
         e = sp.expand(sp.expand_log(f.expr, force=True)).xreplace({sp.log(w): t})
         coeff = sp.diff(e, t)
         if e.has(w) or coeff.has(t):
             raise SpecError(f"factor '{f.name}' is not linear in log({w}): the Dirichlet over the components "
                             "does not apply", R.file, b.line)
-        try:
-            m = -expect_over_blocks(R, ctx, coeff, b, current)
-            if f.plate:
-                m = ctx.plate_sum(m)
-        except DerivationError as exc:
-            raise SpecError(str(exc), R.file, b.line) from None
-        eqs.append((sp.Symbol(r"\tilde\lambda_{%s \to %s, k}" % (tex_name(f.name), tex_name(b.name))), m))
-        msg += m
-    if not eqs:
-        raise SpecError(f"block '{b.name}' appears in no factor", R.file, b.line)
+        return coeff
+    msg, eqs = _messages(R, ctx, b, current, coefficient)
     D.add("exact", RULES["exact"].equation, f"Block `{b.name}`: natural-gradient messages of the factors",
           f"Each factor is linear in log {w}_k, the statistic of the Dirichlet over the components, so its message is "
           "minus its coefficient averaged over the other blocks (Sec. 5.1), summed over the plate rows (Eq. 54):",
