@@ -106,7 +106,7 @@ def check_quadrature(ctx, rule_name):
     """The quadrature rule needs a scalar variable whose sampler is an inverse CDF of one uniform draw u (no
     rejection, no other draw), and scalar statistics; an explicit loss or the abstract loss oracle."""
     fam, approx = ctx.family, ctx.approx(rule_name)
-    if fam.sampler is None or isinstance(fam.sampler, sp.Tuple):
+    if fam.sampler is None or isinstance(fam.sampler, sp.Tuple) or is_mat(fam.sampler):
         raise ctx.fail(f"approximation '{rule_name}' integrates over u = F(θ) through the family's inverse-CDF "
                        f"sampler of a scalar variable; family '{fam.name}' declares none", approx)
     if getattr(fam, "sampler_accept", None) is not None or [d.name for d, _ in sampler_draws(fam.sampler)] != ["u"]:

@@ -3,8 +3,10 @@ random valid inputs: the per-row program on every plate row, the plate sums, the
 from __future__ import annotations
 
 import numpy as np
+import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
 from blr_derive.families.symbolic import evaluate
 
 
@@ -57,6 +59,8 @@ def random_inputs(R, D, rng, P, rows):
 def compare_product(R, D, mod, seed=0, P=3, rows=6):
     """[(output name, generated value, symbolic value)]: the generated ``step`` against the derivation's program
     evaluated with sympy on random valid inputs (per-row program on each of ``rows`` plate rows)."""
+    if R.components is not None:
+        return compare_components(R, D, mod, seed, P, rows)
     rng = np.random.default_rng(11 + seed)
     dims = {d: P for d in R.dims.values()}
     env, state, data, hp = random_inputs(R, D, rng, P, rows)
@@ -90,3 +94,113 @@ def compare_product(R, D, mod, seed=0, P=3, rows=6):
     for name, s in D.outputs:
         result.append((name, np.reshape(out[name], np.shape(env[s])), env[s]))
     return result
+
+
+# ------------------------------------------------------------------------------ a component axis
+REDUCTIONS = (ComponentSum, ComponentLogSumExp)
+
+
+def _component_state(R, rng, P, K):
+    """Random valid state of a recipe with a component axis: K values per per-component block."""
+    env, state = {}, {}
+    for b in R.blocks:
+        if b.local:
+            continue
+        if not b.per_component:
+            raise NotImplementedError("global blocks without a component axis next to a component axis")
+        if b.family is not None:
+            draws = [b.family.sample_params(rng, P) for _ in range(K)]
+            for name, s_, p in b.state:
+                state[name] = np.array([float(d[p]) for d in draws])
+        elif b.simplex:
+            v = b.variables[0]
+            if b.approximation == "exact":            # Dirichlet concentrations
+                state[b.state[0][0]] = rng.uniform(0.5, 3.0, size=K)
+            else:
+                w = rng.uniform(0.5, 1.5, size=K)
+                state[str(v)] = w / w.sum()
+        else:
+            v = b.variables[0]
+            if is_mat(v) and v.shape[1] != 1:
+                A = rng.normal(size=(K, P, P))
+                state[str(v)] = 0.2 * np.einsum("kab,kcb->kac", A, A) / P + 0.5 * np.eye(P)
+            elif is_mat(v):
+                state[str(v)] = rng.normal(size=(K, P))
+            else:
+                state[str(v)] = rng.uniform(0.1, 0.3, size=K)
+        for name, s_, _ in b.state:
+            env[s_] = list(state[name])
+    return env, state
+
+
+def compare_components(R, D, mod, seed=0, P=3, rows=6, K=4):
+    """The generated step of a recipe with a component axis against the derivation's program evaluated with sympy
+    component by component: a quantity with one value per component (a per-component block's parameter, and
+    what is computed from one outside a sum over the components) is evaluated for each k with the k-th values, a
+    sum over the components (ComponentSum, ComponentLogSumExp) from the values of all K."""
+    rng = np.random.default_rng(11 + seed)
+    dims = {d: P for d in R.dims.values()}
+    vals, state = _component_state(R, rng, P, K)          # symbol -> value, or list of K values
+    hp = {}
+    for h in R.hyper:
+        hp[h.name] = int(rng.integers(5, 9)) if h.kind == "int" else float(rng.uniform(0.5, 1.5))
+        vals[h.symbol] = hp[h.name]
+    data = {}
+    if R.plate:
+        for d in R.plate["data"]:
+            data[d.name] = rng.normal(size=(rows,) + tuple(P for _ in d.shape))
+    if D.step_symbol is not None:
+        state["step"] = 3
+        vals[D.step_symbol] = 4
+    out = mod.step(mod.init(**state), data=data or None, **hp)
+    carried = {s_ for s_, v in vals.items() if isinstance(v, list)}
+
+    def run(s_, e, env):
+        reps = {}
+        for r in e.atoms(*REDUCTIONS):
+            xs = [np.asarray(env[r.args[0]][k], dtype=float) for k in range(K)]
+            reps[r] = (sum(xs) if isinstance(r, ComponentSum) else
+                       np.log(np.sum(np.exp(np.array(xs) - max(xs)))) + max(xs))
+        e = e.xreplace({r: sp.Float(float(v)) for r, v in reps.items()})
+        syms = e.free_symbols | e.atoms(sp.MatrixSymbol)
+        if syms & carried or s_ in carried:
+            carried.add(s_)
+            env[s_] = [_vec(evaluate(e, {**env, **{c: env[c][k] for c in carried if c in env}}, dims))
+                       for k in range(K)]
+        else:
+            env[s_] = _vec(evaluate(e, {c: v for c, v in env.items() if not isinstance(v, list)}, dims))
+
+    for s_, e in D.prelude:
+        run(s_, e, vals)
+    result = []
+    if R.plate:
+        sums, local_vals = {}, {name: [] for name, _ in D.local_outputs}
+        for n in range(rows):
+            renv = dict(vals)
+            for d in R.plate["data"]:
+                renv[d.symbol] = data[d.name][n]
+            for s_, e in D.local_assign:
+                run(s_, e, renv)
+            for name, s_ in D.local_outputs:
+                local_vals[name].append(renv[s_])
+            for s_, e in D.stats:
+                run(s_, e, renv)
+                v = renv[s_]
+                sums[s_] = v if s_ not in sums else (
+                    [a + b for a, b in zip(sums[s_], v)] if isinstance(v, list) else sums[s_] + v)
+        vals.update(sums)
+        for name, v in local_vals.items():
+            result.append((name, np.asarray(out[name]), np.asarray(v)))
+        if D.scale is not None:
+            run(D.scale[0], D.scale[1], vals)
+    for s_, e in D.assignments:
+        run(s_, e, vals)
+    for name, s_ in D.outputs:
+        want = np.asarray(vals[s_])
+        result.append((name, np.reshape(out[name], want.shape), want))
+    return result
+
+
+def _vec(v):
+    """A value as the generated code holds it (a column vector as a 1-D array)."""
+    return v if np.ndim(v) == 0 or np.shape(v)[1] != 1 else np.ravel(v)
