@@ -64,11 +64,18 @@ def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dic
     spec = load_yaml_file(path)
     if is_product_spec(spec):                     # one family per block: name them (checked one by one)
         spec = instantiate_recipe(spec, str(path), sizes)
+        blocks = [b for b in spec["blocks"].values() if isinstance(b, dict) and "family" in b]
+        # the categorical and the Dirichlet over a recipe's components are built into the engine (rules
+        # component_softmax and component_dirichlet), not family files
+        over = sorted({f"the {b['family']} over the components" for b in blocks if b.get("components") is True
+                       and b["family"] in ("categorical", "dirichlet")})
         fams = sorted({str(b["family"]["name"] if isinstance(b["family"], dict) and "name" in b["family"]
                            and "variable" not in b["family"] else b["family"])
-                       for b in spec["blocks"].values() if isinstance(b, dict) and "family" in b})
+                       for b in blocks if not (b.get("components") is True
+                                               and b["family"] in ("categorical", "dirichlet"))})
         raise SpecError("a factorized recipe has one family per block; check them one by one: "
-                        + (", ".join(fams) or "none (delta blocks only)"), str(path), None)
+                        + (", ".join(fams) or "none (no family file)")
+                        + (f" ({' and '.join(over)}: built in, no family file)" if over else ""), str(path), None)
     if isinstance(spec, dict) and "family" in spec and "sufficient_statistics" not in spec:
         recipe = load_recipe(path, sizes)
         fam = recipe.family

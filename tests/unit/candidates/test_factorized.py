@@ -327,6 +327,11 @@ def test_factorized_recipes_in_explain_compare_and_check(tmp_path):
     with contextlib.redirect_stderr(err):
         assert main(["check", str(CATALOG / "svi_unrolled.yaml")]) == 2
     assert "check them one by one: categorical, dirichlet, gaussian_diag" in err.getvalue()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["check", str(CATALOG / "svi.yaml")]) == 2
+    assert ("check them one by one: gaussian_diag (the categorical over the components and the dirichlet over the "
+            "components: built in, no family file)") in err.getvalue()
 
 
 BASE = """name: bad
