@@ -109,20 +109,25 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
                               functions=functions)
         fl = (f, l)
     if matrix:
-        if accept is not None:
-            raise _err("sampler: a matrix sampler has no acceptance condition", raw, "accept")
-        if not is_mat(expr) or expr.shape != theta.shape:
-            raise SpecError(f"sampler: the sampled value must be a {theta.shape[0]} x {theta.shape[1]} matrix like "
-                            f"{theta}", fl[0] or file, fl[1])
-        if not expr.atoms(BartlettDraw):
-            raise SpecError("sampler: a matrix sampler draws with bartlett(n) (A with A Aᵀ ~ Wishart(n, I))",
-                            fl[0] or file, fl[1])
-        return expr, None
+        return _matrix_sampler(expr, accept, theta, raw, fl, file), None
     used = [d for d in draws.values() if expr.has(d)]
     if not used:
         raise SpecError("sampler: write theta as a function of the parameters and independent draws u, u2, ..., u16 "
                         "~ Uniform(0, 1) (an inverse CDF) and z, z2, ..., z16 ~ N(0, 1)", fl[0] or file, fl[1])
     return expr, accept
+
+
+def _matrix_sampler(expr, accept, theta, raw, fl, file):
+    """A square-matrix variable's sampled value: a matrix of its shape made from Bartlett draws, no rejection."""
+    if accept is not None:
+        raise _err("sampler: a matrix sampler has no acceptance condition", raw, "accept")
+    if not is_mat(expr) or expr.shape != theta.shape:
+        raise SpecError(f"sampler: the sampled value must be a {theta.shape[0]} x {theta.shape[1]} matrix like "
+                        f"{theta}", fl[0] or file, fl[1])
+    if not expr.atoms(BartlettDraw):
+        raise SpecError("sampler: a matrix sampler draws with bartlett(n) (A with A Aᵀ ~ Wishart(n, I))",
+                        fl[0] or file, fl[1])
+    return expr
 
 
 def matrix_draw_functions(P) -> dict:

@@ -29,89 +29,99 @@ def _symbols(e):
     return e.free_symbols | e.atoms(sp.MatrixSymbol)
 
 
-def lower(ir, pr, rp):
-    """(lines of the step's program, [(output name, printed value)]) for ``ir`` with a component axis; ``pr``
-    prints global expressions, ``rp`` (a RowBatchPrinter) per-row ones and plate sums."""
-    comp = ir.components
-    carried, rows = set(comp["carried"]), set(comp["rows"])
-    k, K = comp["index"], comp["size"]
-    for name in carried:
-        if f"{name}_all" in carried or name == k:
-            raise CodegenError(f"the name '{name}_all' is taken: rename '{name}'")
-    lines = [f"{name}_all = {name}" for name in comp["state"]]
-    have = set(comp["state"])                       # per-component arrays available as <name>_all
+class _Program:
+    """The lines of a step with a component axis, written statement by statement (see the module docstring)."""
 
-    def printed(kind, e):
+    def __init__(self, ir, pr, rp):
+        comp = ir.components
+        self.pr, self.rp = pr, rp
+        self.carried, self.rows = set(comp["carried"]), set(comp["rows"])
+        self.k, self.K = comp["index"], comp["size"]
+        for name in self.carried:
+            if f"{name}_all" in self.carried or name == self.k:
+                raise CodegenError(f"the name '{name}_all' is taken: rename '{name}'")
+        self.lines = [f"{name}_all = {name}" for name in comp["state"]]
+        self.have = set(comp["state"])              # per-component arrays available as <name>_all
+        self.sums = 0
+
+    def printed(self, kind, e):
         if kind == "row":
-            return rp.doprint(e)
+            return self.rp.doprint(e)
         if kind == "stat":
-            return rp.plate_sum(e)
-        return pr(e)
+            return self.rp.plate_sum(e)
+        return self.pr(e)
 
-    def segments(stmts):
-        """stmts: [(kind, symbol, expr)] in order; consecutive carried statements share one loop."""
-        i = 0
-        while i < len(stmts):
-            if str(stmts[i][1]) not in carried:
-                kind, s, e = stmts[i]
-                outside = e.xreplace({r: sp.Dummy() for r in e.atoms(*REDUCTIONS)})
-                if {str(x) for x in _symbols(outside)} & carried:
-                    raise CodegenError(f"{s} mixes values per component and values summed over them: {e}")
-                whole = {x: _all(x) for x in _symbols(e) if str(x) in carried}
-                lines.append(f"{pr(s)} = {printed(kind, e.xreplace(whole))}")
-                i += 1
-                continue
-            j = i
-            while j < len(stmts) and str(stmts[j][1]) in carried:
-                j += 1
-            group = stmts[i:j]
-            defined = {str(s) for _, s, _ in group}
-            reads = sorted({str(x) for _, _, e in group for x in _symbols(e)} & carried & have - defined)
-            lines.extend(f"{str(s)}_all = []" for _, s, _ in group)
-            lines.append(f"for {k} in range({K}):")
-            lines.extend(f"    {r} = {r}_all[{k}]" for r in reads)
-            for kind, s, e in group:
-                lines.append(f"    {pr(s)} = {printed(kind, e)}")
-                value = f"numpy.broadcast_to({pr(s)}, (n_rows,))" if str(s) in rows else pr(s)
-                lines.append(f"    {pr(s)}_all.append({value})")
-            for _, s, _ in group:
-                lines.append(f"{pr(s)}_all = numpy.stack({pr(s)}_all)")
-            have.update(defined)
-            i = j
-
-    counter = [0]
-
-    def split(stmts):
+    def split(self, stmts):
         """A sum over the components inside a per-component statement (ψ(Σ_j a_j) in ψ(a_k) − ψ(Σ_j a_j)) becomes a
         statement of its own before it, on the whole arrays."""
         out = []
         for kind, s, e in stmts:
-            if str(s) in carried and e.has(*REDUCTIONS):
+            if str(s) in self.carried and e.has(*REDUCTIONS):
                 reps = {}
                 for r in sorted(e.atoms(*REDUCTIONS), key=str):
-                    counter[0] += 1
-                    t = sp.Symbol(f"_ksum{counter[0]}", real=True)
-                    rkind = "row" if {str(x) for x in _symbols(r)} & rows else ("global" if kind == "stat" else kind)
-                    out.append((rkind, t, r))
+                    self.sums += 1
+                    t = sp.Symbol(f"_ksum{self.sums}", real=True)
+                    row = {str(x) for x in _symbols(r)} & self.rows
+                    out.append(("row" if row else ("global" if kind == "stat" else kind), t, r))
                     reps[r] = t
                 e = e.xreplace(reps)
             out.append((kind, s, e))
         return out
 
-    def run(stmts):
-        segments(split(stmts))
+    def whole(self, kind, s, e):
+        """A statement without the component axis: its sums over the components read the whole arrays."""
+        outside = e.xreplace({r: sp.Dummy() for r in e.atoms(*REDUCTIONS)})
+        if {str(x) for x in _symbols(outside)} & self.carried:
+            raise CodegenError(f"{s} mixes values per component and values summed over them: {e}")
+        arrays = {x: _all(x) for x in _symbols(e) if str(x) in self.carried}
+        self.lines.append(f"{self.pr(s)} = {self.printed(kind, e.xreplace(arrays))}")
 
-    run([("global", s, e) for s, e in ir.prelude + ir.pre_loop])
+    def loop(self, group):
+        """Consecutive per-component statements: one loop over the components, each on the component's slices."""
+        pr, k = self.pr, self.k
+        defined = {str(s) for _, s, _ in group}
+        reads = sorted({str(x) for _, _, e in group for x in _symbols(e)} & self.carried & self.have - defined)
+        self.lines.extend(f"{str(s)}_all = []" for _, s, _ in group)
+        self.lines.append(f"for {k} in range({self.K}):")
+        self.lines.extend(f"    {r} = {r}_all[{k}]" for r in reads)
+        for kind, s, e in group:
+            self.lines.append(f"    {pr(s)} = {self.printed(kind, e)}")
+            value = f"numpy.broadcast_to({pr(s)}, (n_rows,))" if str(s) in self.rows else pr(s)
+            self.lines.append(f"    {pr(s)}_all.append({value})")
+        self.lines.extend(f"{pr(s)}_all = numpy.stack({pr(s)}_all)" for _, s, _ in group)
+        self.have.update(defined)
+
+    def run(self, stmts):
+        """stmts: [(kind, symbol, expr)] in order; consecutive carried statements share one loop."""
+        stmts = self.split(stmts)
+        i = 0
+        while i < len(stmts):
+            j = i
+            while j < len(stmts) and str(stmts[j][1]) in self.carried:
+                j += 1
+            if j == i:
+                self.whole(*stmts[i])
+                i += 1
+            else:
+                self.loop(stmts[i:j])
+                i = j
+
+
+def lower(ir, pr, rp):
+    """(lines of the step's program, [(output name, printed value)]) for ``ir`` with a component axis; ``pr``
+    prints global expressions, ``rp`` (a RowBatchPrinter) per-row ones and plate sums."""
+    prog = _Program(ir, pr, rp)
+    prog.run([("global", s, e) for s, e in ir.prelude + ir.pre_loop])
     if ir.plate is not None:
-        lines.append(f"n_rows = {ir.plate['data'][0][0]}_rows.shape[0]")
-        lines.extend(f"{name} = {name}_rows" for name, _, _, _ in ir.plate["data"])
-        run([("row", s, e) for s, e in ir.local_assign])
+        prog.lines.append(f"n_rows = {ir.plate['data'][0][0]}_rows.shape[0]")
+        prog.lines.extend(f"{name} = {name}_rows" for name, _, _, _ in ir.plate["data"])
+        prog.run([("row", s, e) for s, e in ir.local_assign])
         for name, sym in ir.plate["local_outputs"]:
-            lines.append(f"{name}_rows = {pr(sym)}_all.T" if str(sym) in carried
-                         else f"{name}_rows = numpy.broadcast_to({pr(sym)}, (n_rows,)).copy()")
-        run([("stat", s, e) for s, e in ir.stats])
+            prog.lines.append(f"{name}_rows = {pr(sym)}_all.T" if str(sym) in prog.carried
+                              else f"{name}_rows = numpy.broadcast_to({pr(sym)}, (n_rows,)).copy()")
+        prog.run([("stat", s, e) for s, e in ir.stats])
     if ir.scale is not None:
-        run([("global", ir.scale[0], ir.scale[1])])
-    run([("global", s, e) for s, e in ir.assignments])
-    returns = [(name, f"{pr(sym)}_all" if str(sym) in carried else pr(sym)) for name, sym in ir.outputs]
-    return lines, returns
+        prog.run([("global", ir.scale[0], ir.scale[1])])
+    prog.run([("global", s, e) for s, e in ir.assignments])
+    returns = [(name, f"{pr(sym)}_all" if str(sym) in prog.carried else pr(sym)) for name, sym in ir.outputs]
+    return prog.lines, returns
