@@ -299,6 +299,14 @@ def _factors(spec, blocks, plate, symbols, components=None):
         if per and not uses:
             raise err(f"factor '{fname}': a factor summed over the components must use a per-component block",
                       fdecl, "components")
+        shared = [b for b in blocks if per and not b.per_component and any(expr.has(v) for v in b.variables)]
+        if shared:
+            # its messages would be sums over the components (Σ_k of each component's term), which the engine
+            # does not derive yet: refused rather than derived per component
+            raise err(f"factor '{fname}' is summed over the components and uses the block '{shared[0].name}', "
+                      "which has no component axis (a block shared by all components, e.g. a tied covariance, is "
+                      "not supported yet): declare it with components: true, or write the factor per component "
+                      "in the unrolled form", fdecl, "expression")
         if not plated:
             for b in blocks:
                 if b.local and any(expr.has(v) for v in b.variables):

@@ -94,6 +94,10 @@ EM = (CATALOG / "em_gmm.yaml").read_text(encoding="utf-8")
     ("expression: -z*(log(pi)", "expression: -z**2*(log(pi)",
      "is not linear in the one-hot 'z' of block 'z'"),
     ("size: K,", "size: P,", "components: the size 'P' clashes with another name"),
+    ("L: {variable: {shape: matrix, symmetric: true}, components: true,",
+     "L: {variable: {shape: matrix, symmetric: true},",
+     "uses the block 'L', which has no component axis (a block shared by all components, e.g. a tied covariance, "
+     "is not supported yet)"),
     ("pi: {variable: {simplex: true}, components: true", "pi: {variable: {simplex: true, shape: vector}, "
      "components: true", "simplex must be true or false (a scalar per component)"),
 ])
