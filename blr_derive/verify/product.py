@@ -14,31 +14,40 @@ def random_inputs(R, D, rng, P, rows):
     """(sympy environment, state, data, hyperparameters): random valid inputs of a product recipe's step."""
     env, state, data = {}, {}, {}
     for b in R.blocks:
-        if b.local:
-            continue
-        if b.family is not None:
-            vals = b.family.sample_params(rng, P)
-            if b.name in D.message_state:          # Eq. 60: split λ(sampled parameters) among the messages
-                lam = [float(evaluate(e, vals)) for e in b.family.eta]
-                nf = len({f for _, _, f, _ in D.message_state[b.name]})
-                for name, ms, _, i in D.message_state[b.name]:
-                    state[name] = lam[i] / nf
-                    env[ms] = state[name]
-                continue
-            for name, s, p in b.state:
-                state[name] = float(vals[p])
-                env[s] = state[name]
+        if not b.local:
+            _block_state(b, D, rng, P, env, state)
+    return _rest(R, D, rng, P, rows, env, state, data)
+
+
+def _block_state(b, D, rng, P, env, state):
+    """Random valid parameters of one global block (no component axis), into ``env`` and ``state``."""
+    if b.family is not None:
+        vals = b.family.sample_params(rng, P)
+        if b.name in D.message_state:          # Eq. 60: split λ(sampled parameters) among the messages
+            lam = [float(evaluate(e, vals)) for e in b.family.eta]
+            nf = len({f for _, _, f, _ in D.message_state[b.name]})
+            for name, ms, _, i in D.message_state[b.name]:
+                state[name] = lam[i] / nf
+                env[ms] = state[name]
+            return
+        for name, s, p in b.state:
+            state[name] = float(vals[p])
+            env[s] = state[name]
+        return
+    for v in b.variables:
+        if is_mat(v) and v.shape[1] != 1:
+            A = rng.normal(size=(P, P))
+            val = 0.2 * A @ A.T / P + 0.5 * np.eye(P)
+        elif is_mat(v):
+            val = rng.normal(size=P)
         else:
-            for v in b.variables:
-                if is_mat(v) and v.shape[1] != 1:
-                    A = rng.normal(size=(P, P))
-                    val = 0.2 * A @ A.T / P + 0.5 * np.eye(P)
-                elif is_mat(v):
-                    val = rng.normal(size=P)
-                else:
-                    val = float(rng.uniform(0.1, 0.3))
-                state[str(v)] = val
-                env[v] = val
+            val = float(rng.uniform(0.1, 0.3))
+        state[str(v)] = val
+        env[v] = val
+
+
+def _rest(R, D, rng, P, rows, env, state, data):
+    """Random hyperparameters, data and step counter after the blocks' parameters."""
     hp = {}
     for h in R.hyper:
         hp[h.name] = int(rng.integers(5, 9)) if h.kind == "int" else float(rng.uniform(0.5, 1.5))
@@ -100,14 +109,15 @@ def compare_product(R, D, mod, seed=0, P=3, rows=6):
 REDUCTIONS = (ComponentSum, ComponentLogSumExp)
 
 
-def _component_state(R, rng, P, K):
+def _component_state(R, D, rng, P, K):
     """Random valid state of a recipe with a component axis: K values per per-component block."""
     env, state = {}, {}
     for b in R.blocks:
         if b.local:
             continue
-        if not b.per_component:
-            raise NotImplementedError("global blocks without a component axis next to a component axis")
+        if not b.per_component:                        # a global block with no component axis
+            _block_state(b, D, rng, P, env, state)
+            continue
         if b.family is not None:
             draws = [b.family.sample_params(rng, P) for _ in range(K)]
             for name, s_, p in b.state:
@@ -140,7 +150,7 @@ def compare_components(R, D, mod, seed=0, P=3, rows=6, K=4):
     sum over the components (ComponentSum, ComponentLogSumExp) from the values of all K."""
     rng = np.random.default_rng(11 + seed)
     dims = {d: P for d in R.dims.values()}
-    vals, state = _component_state(R, rng, P, K)          # symbol -> value, or list of K values
+    vals, state = _component_state(R, D, rng, P, K)       # symbol -> value, or list of K values
     hp = {}
     for h in R.hyper:
         hp[h.name] = int(rng.integers(5, 9)) if h.kind == "int" else float(rng.uniform(0.5, 1.5))

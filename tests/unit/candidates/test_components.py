@@ -147,3 +147,29 @@ def test_svi_full_batch_with_unit_rate_is_a_cavi_sweep_at_any_number_of_componen
         np.testing.assert_allclose(state["w_a"], a, rtol=1e-11)
         np.testing.assert_allclose(state["mu_m"], m, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(state["mu_s"], s, rtol=1e-11)
+
+
+def test_a_global_block_without_the_axis_next_to_the_components(tmp_path):
+    """A recipe with a component axis and a global block that has none (a scalar point estimate in its own
+    factor, with a hyperparameter): the generated step equals the derivation's program evaluated with sympy
+    component by component (verify.update.compare_update), and the extra block lands at its own minimum."""
+    from blr_derive.api import derive_record, generate
+    from blr_derive.verify.update import compare_update
+    from conftest import load_module_from_path
+    text = EM.replace("factors:\n", "  c: {variable: {shape: scalar}, approximations: [delta]}\nfactors:\n", 1)
+    text = text.replace("dimension: P\n", "dimension: P\nhyperparameters:\n  c0: {default: 2.0}\n", 1)
+    text += "  offset: {expression: (c - c0)**2/2}\n"
+    path = tmp_path / "em_c.yaml"
+    path.write_text(text, encoding="utf-8")
+    out = tmp_path / "em_c.py"
+    out.write_text(generate(path, "numpy"), encoding="utf-8")
+    mod = load_module_from_path(out)
+    recipe, D = derive_record(path)
+    for seed in (0, 1):
+        pairs = compare_update(recipe, D, mod, seed)
+        assert {name for name, _, _ in pairs} == {"z_p", "pi", "m", "L", "c"}
+        for _, generated, symbolic in pairs:
+            np.testing.assert_allclose(generated, symbolic, rtol=1e-10, atol=1e-12)
+    Y, w0, m0, L0 = mixture_data(3, 2, 200, 1)
+    st = mod.step(mod.init(pi=w0, m=m0, L=L0, c=0.0), data={"y": Y}, c0=2.5)
+    assert st["c"] == pytest.approx(2.5, rel=1e-14)
