@@ -2,6 +2,8 @@
 numerical evaluation of expressions (infinite sums summed until negligible)."""
 from __future__ import annotations
 
+import functools
+
 import mpmath
 import numpy as np
 import sympy as sp
@@ -17,8 +19,11 @@ from blr_derive.core.matexpr import is_mat
 SIMPLIFY_MAX_OPS = 250
 
 
+@functools.lru_cache(maxsize=4096)
 def simplify_bounded(e):
-    """sympy.simplify(e) for an expression of at most SIMPLIFY_MAX_OPS operations, else e unchanged."""
+    """sympy.simplify(e) for an expression of at most SIMPLIFY_MAX_OPS operations, else e unchanged.  Remembered
+    per expression (simplify is a function of its argument): a Fisher information repeats its entries (all the
+    off-diagonal entries of a Dirichlet's are −ψ'(Σ_j a_j)), and a family is loaded at several sizes."""
     return sp.simplify(e) if sp.count_ops(e) <= SIMPLIFY_MAX_OPS else e
 
 
