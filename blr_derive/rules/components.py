@@ -22,7 +22,7 @@ import sympy as sp
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
 from blr_derive.rules.base import RULES, rule
-from blr_derive.rules.product import expect_over_blocks, expected_gradients, tex_name
+from blr_derive.rules.product import expect_over_blocks, expected_gradients, linear_in_log, tex_name
 
 rule('component_softmax', 'identity', 'Sec. 1.2 (overcomplete categorical); Eqs. 56, 58',
      'the categorical over the components: λ_k = −E[coefficient of z_k] (ρ = 1), probabilities exp(λ_k − log Σ_j '
@@ -129,17 +129,15 @@ def dirichlet_block(R, D, ctx, b, current, rho):
     """The BLR step of the Dirichlet over the components (a global block, learning rate ``rho``; Eq. 58)."""
     w = b.variables[0]
     name, a, _ = b.state[0]
-    t = sp.Dummy("log_w")
 
     def coefficient(f):
         if not f.expr.has(w):
             return None
-        e = sp.expand(sp.expand_log(f.expr, force=True)).xreplace({sp.log(w): t})
-        coeff = sp.diff(e, t)
-        if e.has(w) or coeff.has(t):
+        lin = linear_in_log(f.expr, w)
+        if lin is None:
             raise SpecError(f"factor '{f.name}' is not linear in log({w}): the Dirichlet over the components "
                             "does not apply", R.file, b.line)
-        return coeff
+        return lin[1]
     msg, eqs = _messages(R, ctx, b, current, coefficient)
     D.add("exact", RULES["exact"].equation, f"Block `{b.name}`: natural-gradient messages of the factors",
           f"Each factor is linear in log {w}_k, the statistic of the Dirichlet over the components, so its message is "

@@ -209,6 +209,16 @@ def linear_in_block(b, e):
     return lin[0].xreplace(back), [c.xreplace(back) for c in lin[1]]
 
 
+def linear_in_log(e, w):
+    """(c0, c) with e = c0 + c·log w, both free of w (logarithms expanded); None when e is not of that form."""
+    t = sp.Dummy("log_w")
+    et = sp.expand(sp.expand_log(e, force=True)).xreplace({sp.log(w): t})
+    c = sp.diff(et, t)
+    if et.has(w) or c.has(t):
+        return None
+    return sp.expand(et.xreplace({t: 0})), c
+
+
 def expect_over_blocks(R, ctx, e, skip, current):
     """E over every exact block except ``skip`` (mean field: one block at a time, each linear in its T)."""
     for b in R.blocks:
@@ -223,12 +233,11 @@ def expect_over_blocks(R, ctx, e, skip, current):
             continue
         if b.simplex and b.family is None and b.approximation == "exact":     # the Dirichlet over the components
             w, a = b.variables[0], b.state[0][1]
-            t = sp.Dummy("log_w")
-            e = sp.expand(sp.expand_log(e, force=True)).xreplace({sp.log(w): t})
-            if e.has(w) or sp.diff(e, t).has(t):
+            lin = linear_in_log(e, w)
+            if lin is None:
                 raise DerivationError(f"E over block '{b.name}' has no closed form: the expression is not linear in "
                                       f"log({w})")
-            e = e.xreplace({t: sp.digamma(a) - sp.digamma(ComponentSum(a))})
+            e = lin[0] + lin[1] * (sp.digamma(a) - sp.digamma(ComponentSum(a)))
             continue
         if b.family is None:
             continue

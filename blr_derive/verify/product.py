@@ -151,17 +151,7 @@ def compare_components(R, D, mod, seed=0, P=3, rows=6, K=4):
     rng = np.random.default_rng(11 + seed)
     dims = {d: P for d in R.dims.values()}
     vals, state = _component_state(R, D, rng, P, K)       # symbol -> value, or list of K values
-    hp = {}
-    for h in R.hyper:
-        hp[h.name] = int(rng.integers(5, 9)) if h.kind == "int" else float(rng.uniform(0.5, 1.5))
-        vals[h.symbol] = hp[h.name]
-    data = {}
-    if R.plate:
-        for d in R.plate["data"]:
-            data[d.name] = rng.normal(size=(rows,) + tuple(P for _ in d.shape))
-    if D.step_symbol is not None:
-        state["step"] = 3
-        vals[D.step_symbol] = 4
+    vals, state, data, hp = _rest(R, D, rng, P, rows, vals, state, {})
     out = mod.step(mod.init(**state), data=data or None, **hp)
     carried = {s_ for s_, v in vals.items() if isinstance(v, list)}
 
