@@ -135,19 +135,7 @@ def step_benchmark(K, P, N, rounds):
     prec = np.einsum("kab,kcb->kac", gm.precisions_cholesky_, gm.precisions_cholesky_)   # _m_step sets the factor
     err = max(np.abs(out["pi"] - gm.weights_).max(), np.abs(out["m"] - gm.means_).max(),
               np.abs(out["L"] - prec).max() / np.abs(prec).max())
-    t_ours, t_theirs, t_fit = [], [], []
-    for _ in range(rounds):                          # alternately, in one process
-        t = time.perf_counter()
-        ours()
-        t_ours.append(time.perf_counter() - t)
-        reset()
-        t = time.perf_counter()
-        theirs()
-        t_theirs.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        fit_one()
-        t_fit.append(time.perf_counter() - t)
-    a, b, c = (statistics.median(x) for x in (t_ours, t_theirs, t_fit))
+    a, b, c = alternate([ours, theirs, fit_one], rounds, before={theirs: reset})
     print(f"one EM step, K = {K}, P = {P}, N = {N} (float64; median of {rounds}, alternately):")
     print(f"  generated em_gmm step                  {a:7.3f} s")
     print(f"  scikit-learn _e_step + _m_step         {b:7.3f} s   ratio generated/sklearn {a / b:.2f}")
@@ -185,16 +173,18 @@ def cavi_normal_gamma(y, m, s, a, b, m0, kappa0, a0, b0):
     return mu_N, lam_N, a0 + (N + 1) / 2, b0 + 0.5 * (e_sq + kappa0 * ((mu_N - m0) ** 2 + 1 / lam_N))
 
 
-def alternate(f, g, rounds):
-    tf, tg = [], []
+def alternate(fns, rounds, before=None):
+    """The median time of each of ``fns``, called one after the other in each of ``rounds`` rounds (alternately,
+    in one process); ``before[f]`` runs untimed before each call of f."""
+    times = [[] for _ in fns]
     for _ in range(rounds):
-        t = time.perf_counter()
-        f()
-        tf.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        g()
-        tg.append(time.perf_counter() - t)
-    return statistics.median(tf), statistics.median(tg)
+        for f, ts in zip(fns, times):
+            if before and f in before:
+                before[f]()
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+    return [statistics.median(ts) for ts in times]
 
 
 def svi_vmp_benchmark(K, N, rounds):
@@ -207,8 +197,8 @@ def svi_vmp_benchmark(K, N, rounds):
     out = svi.step(state, data={"y": y}, N=N, delay=0.0, **hp)
     ref = cavi_bgmm_sweep(y, a, m, s, **hp)
     err = max(np.abs(out["w_a"] - ref[0]).max() / np.abs(ref[0]).max(), np.abs(out["mu_m"] - ref[1]).max())
-    a_t, b_t = alternate(lambda: svi.step(state, data={"y": y}, N=N, delay=0.0, **hp),
-                         lambda: cavi_bgmm_sweep(y, a, m, s, **hp), rounds)
+    a_t, b_t = alternate([lambda: svi.step(state, data={"y": y}, N=N, delay=0.0, **hp),
+                          lambda: cavi_bgmm_sweep(y, a, m, s, **hp)], rounds)
     print(f"one svi step (full batch, rho = 1), K = {K}, N = {N}: generated {a_t:.3f} s, vectorized CAVI sweep "
           f"{b_t:.3f} s, ratio {a_t / b_t:.2f} (results differ by {err:.1e})")
     hv = dict(m0=0.3, kappa0=2.0, alpha0=1.5, beta0=0.8)
@@ -216,8 +206,8 @@ def svi_vmp_benchmark(K, N, rounds):
     o = vmp.step(st, data={"y": y}, **hv)
     r = cavi_normal_gamma(y, 0.0, 1.0, 1.0, 1.0, 0.3, 2.0, 1.5, 0.8)
     err = max(abs(o["theta_m"] - r[0]), abs(o["tau_beta"] - r[3]) / abs(r[3]))
-    a_t, b_t = alternate(lambda: vmp.step(st, data={"y": y}, **hv),
-                         lambda: cavi_normal_gamma(y, 0.0, 1.0, 1.0, 1.0, 0.3, 2.0, 1.5, 0.8), rounds)
+    a_t, b_t = alternate([lambda: vmp.step(st, data={"y": y}, **hv),
+                          lambda: cavi_normal_gamma(y, 0.0, 1.0, 1.0, 1.0, 0.3, 2.0, 1.5, 0.8)], rounds)
     print(f"one vmp step, N = {N}: generated {a_t:.4f} s, vectorized CAVI sweep {b_t:.4f} s, ratio "
           f"{a_t / b_t:.2f} (results differ by {err:.1e})")
 
