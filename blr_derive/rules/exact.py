@@ -18,6 +18,7 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.expect import gaussian_expectation
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.families.partition import support_points
+from blr_derive.families.matstats import linear_in_matrix_statistics
 from blr_derive.families.statistics import linear_in_statistics
 from blr_derive.families.symbolic import simplify_bounded
 from blr_derive.rules.fisher import natural_gradient_at_state
@@ -51,7 +52,8 @@ class Exact(Rule):
             return
         if fam.is_gaussian:
             return
-        ctx.conjugate = linear_in_statistics(fam, ctx.recipe.loss)
+        matrix_stats = any(is_mat(t) for t in fam.T)
+        ctx.conjugate = (linear_in_matrix_statistics if matrix_stats else linear_in_statistics)(fam, ctx.recipe.loss)
         if ctx.conjugate is None:
             ctx.finite = support_points(fam) if fam.is_discrete else None
         if ctx.conjugate is None and (ctx.finite is None or len(ctx.finite) > FINITE_SIMPLIFY_POINTS):
@@ -212,7 +214,7 @@ def conjugate(recipe, D, linear):
     """ℓ = c0 + Σ c_i T_i(θ): E_q[ℓ] = c0 + Σ c_i μ_i, so ∇_μ E_q[ℓ] = c (Sec. 5.1; Eq. 14 for Gaussians)."""
     fam = recipe.family
     c0, cs = linear
-    e_loss = c0 + sum((c * u for c, u in zip(cs, fam.mu)), sp.Integer(0))
+    e_loss = c0 + fam.inner(cs, fam.mu)
     D.expected_loss = e_loss
     D.natural_gradient = NaturalGradient(list(cs))
     D.add("exact", RULES["exact"].equation, "Conjugate loss: linear in the sufficient statistics",
