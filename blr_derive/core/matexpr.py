@@ -202,6 +202,9 @@ def _matmul(args, sym):
 
 
 def _cancels(a, b):
+    """X X⁻¹ or X⁻¹ X, and their transposes Xᵀ (X⁻¹)ᵀ, (X⁻¹)ᵀ Xᵀ (the canonical form writes (Xᵀ)⁻¹ as (X⁻¹)ᵀ)."""
+    if isinstance(a, sp.Transpose) and isinstance(b, sp.Transpose):
+        a, b = a.arg, b.arg
     return (isinstance(a, sp.Inverse) and a.arg == b) or (isinstance(b, sp.Inverse) and b.arg == a)
 
 

@@ -331,3 +331,21 @@ class BartlettDraw(MatrixExpr):
 
     def _sympystr(self, printer):
         return "bartlett(%s)" % printer._print(self.args[0])
+
+
+class NormalVectorDraw(MatrixExpr):
+    """A random P×1 vector of independent N(0, 1) entries: the vector draw of a sampler (``normals(P)``), like z
+    for one coordinate; each call in a sampler is one independent draw (``index`` tells them apart)."""
+
+    def __new__(cls, P, index=0):
+        return sp.Basic.__new__(cls, sp.sympify(P), sp.Integer(index))
+
+    @property
+    def shape(self):
+        return (self.args[0], sp.Integer(1))
+
+    def _latex(self, printer):
+        return r"\mathbf{z}_{%s}" % self.args[1]
+
+    def _sympystr(self, printer):
+        return "normals(%s)" % printer._print(self.args[0])

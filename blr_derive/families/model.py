@@ -180,8 +180,11 @@ class Family:
 
     def fisher_operator(self):
         """dμ as a linear function of dλ: the Fisher information F(λ) = ∇²A(λ) applied to dλ."""
-        dl = [sp.MatrixSymbol(f"d_{l.name}", *l.shape) if is_mat(l) else sp.Symbol(f"d_{l.name}") for l in self.lam]
-        return dl, [self.simp(matcalc.differential(m, dict(zip(self.lam, dl)))) for m in self.mu_of_lam]
+        if "fisher_operator" not in self._numeric:        # a function of the family only: derived once
+            dl = [sp.MatrixSymbol(f"d_{l.name}", *l.shape) if is_mat(l) else sp.Symbol(f"d_{l.name}") for l in self.lam]
+            self._numeric["fisher_operator"] = (
+                dl, [self.simp(matcalc.differential(m, dict(zip(self.lam, dl)))) for m in self.mu_of_lam])
+        return self._numeric["fisher_operator"]
 
     def fisher_matrix(self):
         """For scalar families: the symbolic Hessian ∇²A(λ)."""

@@ -153,6 +153,8 @@ class NumericFamily:
         if self.fam.dim is not None and self.dim is not None:
             reps[self.fam.dim] = sp.Integer(self.dim)
         e = expr.xreplace(reps).doit()
+        if is_mat(e) and not isinstance(e, sp.MatrixBase) and not e.atoms(sp.MatrixSymbol):
+            e = e.as_explicit()            # a scalar times an explicit matrix can stay a MatMul after doit()
         if isinstance(e, sp.MatrixBase):
             return sp.ImmutableMatrix(e)
         return scalarize(e)

@@ -4,8 +4,6 @@ expectation parameters to check, Gaussian moments, a sampler).  The symbols of t
 the natural and expectation parameters are made here; ``blr_derive/families/build.py`` derives the rest."""
 from __future__ import annotations
 
-import math
-
 from dataclasses import dataclass
 
 import sympy as sp
@@ -17,9 +15,8 @@ from blr_derive.core.names import check_name_at
 from blr_derive.core.sizes import declared_sizes, instantiate, resolve_sizes
 from blr_derive.core.yamlio import LDict, check_keys, where
 from blr_derive.spec.sampler import parse_sampler
-from blr_derive.spec.vocabulary import (DOMAINS, FAMILY_KEYS, JOINT_SUPPORTS, MAX_SIZE, PARAM_KEYS, SCALAR_SUPPORTS,
-                                        SHAPES, SUPPORTS, VARIABLE_KEYS, MAX_JOINT_POINTS, count_total, is_discrete,
-                                        is_scalar_support)
+from blr_derive.spec.variable import parse_support as _parse_support, parse_variable as _parse_variable
+from blr_derive.spec.vocabulary import DOMAINS, FAMILY_KEYS, PARAM_KEYS, SHAPES
 
 
 @dataclass
@@ -36,87 +33,6 @@ class Param:
 def _err(msg, container, key=None):
     f, l = where(container, key)
     return SpecError(msg, f, l)
-
-
-def _parse_variable(spec, dim):
-    """The variable declaration → (kind, name, theta, components, names)."""
-    var = spec["variable"]
-    if isinstance(var, str):
-        var = LDict(name=var, shape="scalar")           # the shorthand names the line of 'variable'
-        var.file, var.line = where(spec, "variable")
-    if not isinstance(var, dict):
-        raise _err("variable must be a name or a mapping {name, shape}", spec, "variable")
-    check_keys(var, VARIABLE_KEYS, (), "variable")
-    if "components" in var:
-        if "name" in var or "shape" in var or "size" in var:
-            raise _err("a variable with 'components' takes no name, shape or size", var, "components")
-        comps = var["components"]
-        if (not isinstance(comps, list) or len(comps) < 2 or len(comps) > MAX_SIZE
-                or not all(isinstance(c, str) and c.isidentifier() for c in comps) or len(set(comps)) != len(comps)):
-            raise _err(f"components must be a list of 2 to {MAX_SIZE} distinct names", var, "components")
-        for c in comps:
-            check_name_at(c, "variable component", var, "components")
-        syms = [sp.Symbol(c, real=True) for c in comps]
-        return "components", "(" + ", ".join(comps) + ")", sp.ImmutableMatrix(syms), syms
-    if "name" not in var:
-        raise _err("missing required key 'name' in variable", var, None)
-    vname = check_name_at(var["name"], "variable name", var, "name", scope="prefix")
-    vshape = var.get("shape", "scalar")
-    if vshape not in SHAPES:
-        raise _err("variable shape must be scalar, vector or matrix", var, "shape")
-    if "size" in var:
-        size = var["size"]
-        if vshape != "vector":
-            raise _err("'size' is for vector variables", var, "size")
-        if isinstance(size, bool) or not isinstance(size, int) or not 2 <= size <= MAX_SIZE:
-            raise _err(f"size must be an integer from 2 to {MAX_SIZE}", var, "size")
-        syms = [sp.Symbol(f"{vname}{i + 1}", real=True) for i in range(size)]
-        return "sized", vname, sp.ImmutableMatrix(syms), syms
-    if vshape != "scalar" and dim is None:
-        raise _err(f"a {vshape} variable needs a 'dimension' symbol (or a fixed 'size')", spec, "variable")
-    if vshape == "vector":
-        return "vector", vname, sp.MatrixSymbol(vname, dim, 1), []
-    if vshape == "matrix":
-        return "matrix", vname, sp.MatrixSymbol(vname, dim, dim), []
-    sym = sp.Symbol(vname, real=True)
-    return "scalar", vname, sym, [sym]
-
-
-def _parse_support(spec, kind, components):
-    """→ (declared support, per-component supports, joint support)."""
-    default = "positive_definite" if kind == "matrix" else "real"
-    support = spec.get("support", default)
-    known = ", ".join(SUPPORTS)
-    if isinstance(support, list):
-        if kind != "components" or len(support) != len(components):
-            raise _err("a list of supports must be aligned with the variable's components", spec, "support")
-        for s in support:
-            if not is_scalar_support(s):
-                raise _err(f"unsupported component support '{s}' (known: {', '.join(SCALAR_SUPPORTS)})", spec, "support")
-        if len({is_discrete(s) for s in support}) > 1:
-            raise _err("mixing discrete and continuous components is not supported", spec, "support")
-        return tuple(support), list(support), None
-    if not isinstance(support, str) or not (support in SUPPORTS or is_scalar_support(support)
-                                            or count_total(support) is not None):
-        raise _err(f"unsupported support '{support}' (known: {known}, integers LO..HI)", spec, "support")
-    if kind == "vector" and support != "real":
-        raise _err("a vector variable with a symbolic dimension has support 'real' (use a fixed 'size' for "
-                   "categorical or simplex supports)", spec, "support")
-    if kind == "matrix" and support != "positive_definite":
-        raise _err("a matrix variable has support 'positive_definite'", spec, "support")
-    if support == "positive_definite" and kind != "matrix":
-        raise _err("support 'positive_definite' is for matrix variables", spec, "support")
-    if support in JOINT_SUPPORTS or count_total(support) is not None:
-        if kind != "sized":
-            raise _err(f"support '{support}' needs a vector variable with a fixed size "
-                       "(variable: {name: theta, shape: vector, size: K})", spec, "support")
-        if count_total(support) is not None and math.comb(count_total(support) + len(components) - 1,
-                                                          len(components) - 1) > MAX_JOINT_POINTS:
-            raise _err(f"support '{support}' has more than {MAX_JOINT_POINTS} count vectors of size {len(components)} "
-                       "(they are enumerated); use a smaller total or size", spec, "support")
-        return support, [], support
-    return support, [support] * len(components), None
-
 
 
 @dataclass
@@ -254,8 +170,9 @@ def _parse_log_partition(spec, kind, lam, dim, fixed_syms, file):
         if is_mat(A):
             raise _err("log_partition must be a scalar", spec, "log_partition")
         return A
-    if kind in ("vector", "matrix"):
-        raise _err(f"log_partition must be given for {kind} families (A is integrated or summed for scalar "
+    if kind in ("vector", "matrix", "mixed"):
+        what = "components with shapes" if kind == "mixed" else f"{kind} families"
+        raise _err(f"log_partition must be given for {what} (A is integrated or summed for scalar "
                    "variables, components and fixed-size vectors only)", spec, "sufficient_statistics")
     return None
 
@@ -307,6 +224,8 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
             raise _err(f"the dimension '{dim}' clashes with the variable", spec, "dimension")
         symbols[str(dim)] = dim
     symmetric = {theta} if kind == "matrix" else set()
+    if kind == "mixed":
+        symmetric = {c for c in components if is_mat(c) and c.shape[1] != 1}
     params = _parse_parameters(spec, symbols, dim, file, symmetric)
     T_list, eta_list = spec["sufficient_statistics"], spec["natural_parameters"]
     if not isinstance(T_list, list) or not T_list:
@@ -316,8 +235,9 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
     tsyms = {**tsyms, **({str(dim): dim} if dim is not None else {})}
     fixed_syms = {p.name: p.symbol for p in params.values() if p.fixed}
     psyms = {k: v for k, v in symbols.items() if k not in tsyms or (dim is not None and k == str(dim))}
-    T = [_expr(t, T_list, i, tsyms, f"sufficient statistic {i + 1}", file) for i, t in enumerate(T_list)]
-    eta = [_expr(e, eta_list, i, psyms, f"natural parameter {i + 1}", file) for i, e in enumerate(eta_list)]
+    # a 1 x 1 product (theta.T*Lambda*theta) is a scalar statistic, with a scalar natural parameter
+    T = [scalarize(_expr(t, T_list, i, tsyms, f"sufficient statistic {i + 1}", file)) for i, t in enumerate(T_list)]
+    eta = [scalarize(_expr(e, eta_list, i, psyms, f"natural parameter {i + 1}", file)) for i, e in enumerate(eta_list)]
 
     def depends(e):
         return any(e.has(c) for c in components) if components else e.has(theta)

@@ -9,7 +9,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, FUNCTIONS
 from blr_derive.core.exprparse import parse_at
 from blr_derive.core.matexpr import is_mat
-from blr_derive.core.nodes import BartlettDraw, Cholesky
+from blr_derive.core.nodes import BartlettDraw, Cholesky, NormalVectorDraw
 from blr_derive.core.names import check_name_at
 from blr_derive.core.yamlio import check_keys, where
 
@@ -51,13 +51,16 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
       ``accept``; they are substituted (names are identifiers that are neither parameters, draws nor θ)."""
     if "sampler" not in spec:
         return None, None
-    several = kind in ("sized", "components")
+    several = kind in ("sized", "components", "mixed")
     matrix = is_mat(theta) and theta.shape[0] == theta.shape[1] and theta.shape[0] != 1
+    mixed = kind == "mixed"
     if not several and not matrix and (kind != "scalar" or is_mat(theta)):
         raise _err("samplers are supported for scalar variables, variables of named scalar components (a fixed size, "
                    "or components) and square matrices; a vector of symbolic dimension has none (a gaussian "
                    "declaration samples it)", spec, "sampler")
     functions = matrix_draw_functions(theta.shape[0]) if matrix else None
+    if mixed:
+        functions = matrix_draw_functions(next(c.shape[0] for c in components if is_mat(c)), vectors=True)
     draws = {**{n: sp.Symbol(n, positive=True) for n in UNIFORM_DRAWS},
              **{n: sp.Symbol(n, real=True) for n in NORMAL_DRAWS}}
     f, l = where(spec, "sampler")
@@ -70,26 +73,7 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
     accept = None
     if isinstance(raw, dict):
         check_keys(raw, SAMPLER_KEYS, required=("value",), what="sampler")
-        defs = raw.get("define", {})
-        if not isinstance(defs, dict):
-            raise _err("sampler: 'define' must be a mapping of names to expressions", raw, "define")
-        if len(defs) > MAX_SAMPLER_DEFINITIONS:
-            raise _err(f"sampler: at most {MAX_SAMPLER_DEFINITIONS} definitions", raw, "define")
-        subs = []             # each definition is parsed on its own (the grammar's size limits apply to each)
-        for name, text in defs.items():
-            check_name_at(name, "sampler definition", defs, name)
-            if name in known or name == str(theta):
-                raise _err(f"sampler: '{name}' is already a parameter, a draw or the variable; pick another name",
-                           defs, name)
-            if name in FUNCTIONS or name in CONSTANTS or name == "sum":
-                raise _err(f"sampler: '{name}' is a function or constant of the expression grammar; pick another "
-                           "name", defs, name)
-            e = parse_at(text, known, defs, name, file, what="sampler definition", functions=functions)
-            # a matrix definition (B = chol(V)*bartlett(n)) stands as a matrix symbol until it is inlined
-            known[name] = sp.MatrixSymbol(f"{name}__defined", *e.shape) if is_mat(e) else sp.Dummy(name, real=True)
-            # each definition is inlined once, in terms of the draws and parameters only, so that the value and
-            # the acceptance condition are rebuilt in one pass (not once per definition: seconds for the GIG's 13)
-            subs.append((known[name], e.xreplace(dict(subs))))
+        subs = _definitions(raw, known, theta, file, functions)
 
         def inline(e):
             return e.xreplace(dict(subs))
@@ -110,6 +94,8 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
         fl = (f, l)
     if matrix:
         return _matrix_sampler(expr, accept, theta, raw, fl, file), None
+    if mixed:
+        return _mixed_sampler(expr, accept, components, raw, fl, file), None
     used = [d for d in draws.values() if expr.has(d)]
     if not used:
         raise SpecError("sampler: write theta as a function of the parameters and independent draws u, u2, ..., u16 "
@@ -130,7 +116,52 @@ def _matrix_sampler(expr, accept, theta, raw, fl, file):
     return expr
 
 
-def matrix_draw_functions(P) -> dict:
+def _definitions(raw, known, theta, file, functions):
+    """The sampler's ``define`` entries, each parsed on its own (the grammar's size limits apply to each) and added
+    to ``known``; → [(symbol, expression in the draws and parameters)] for inlining."""
+    defs = raw.get("define", {})
+    if not isinstance(defs, dict):
+        raise _err("sampler: 'define' must be a mapping of names to expressions", raw, "define")
+    if len(defs) > MAX_SAMPLER_DEFINITIONS:
+        raise _err(f"sampler: at most {MAX_SAMPLER_DEFINITIONS} definitions", raw, "define")
+    subs = []
+    for name, text in defs.items():
+        check_name_at(name, "sampler definition", defs, name)
+        if name in known or name == str(theta):
+            raise _err(f"sampler: '{name}' is already a parameter, a draw or the variable; pick another name",
+                       defs, name)
+        if name in FUNCTIONS or name in CONSTANTS or name == "sum":
+            raise _err(f"sampler: '{name}' is a function or constant of the expression grammar; pick another "
+                       "name", defs, name)
+        e = parse_at(text, known, defs, name, file, what="sampler definition", functions=functions)
+        # a matrix definition (B = chol(V)*bartlett(n)) stands as a matrix symbol until it is inlined
+        known[name] = sp.MatrixSymbol(f"{name}__defined", *e.shape) if is_mat(e) else sp.Dummy(name, real=True)
+        # each definition is inlined once, in terms of the draws and parameters only, so that the value and
+        # the acceptance condition are rebuilt in one pass (not once per definition: seconds for the GIG's 13)
+        subs.append((known[name], e.xreplace(dict(subs))))
+    return subs
+
+
+def _mixed_sampler(expr, accept, components, raw, fl, file):
+    """Components of different shapes: each value has its component's shape; the draws are matrix and vector
+    draws (bartlett, normals) and scalar ones, no rejection."""
+    if accept is not None:
+        raise _err("sampler: a sampler of components with shapes has no acceptance condition", raw, "accept")
+    for v, c in zip(expr, components):
+        vs = v.shape if is_mat(v) else None
+        cs = c.shape if is_mat(c) else None
+        if vs != cs:
+            raise SpecError(f"sampler: the value of '{c}' must have its shape ({'x'.join(map(str, cs)) if cs else 'scalar'})",
+                            fl[0] or file, fl[1])
+    if not expr.atoms(BartlettDraw, NormalVectorDraw) and not any(
+            expr.has(sp.Symbol(n, real=True)) or expr.has(sp.Symbol(n, positive=True))
+            for n in UNIFORM_DRAWS + NORMAL_DRAWS):
+        raise SpecError("sampler: the values must use random draws (bartlett(n), normals(P), u, z, ...)",
+                        fl[0] or file, fl[1])
+    return expr
+
+
+def matrix_draw_functions(P, vectors=False) -> dict:
     """What a matrix sampler may call besides the grammar's functions: ``chol(X)``, the lower Cholesky factor, and
     ``bartlett(n)``, one independent Bartlett draw A (P×P lower triangular, A Aᵀ ~ Wishart(n, I); each call is a
     new draw, so a sampler names it once in ``define`` and uses the name)."""
@@ -146,7 +177,15 @@ def matrix_draw_functions(P) -> dict:
             raise SpecError("bartlett() takes one scalar, the degrees of freedom n > P - 1")
         count[0] += 1
         return BartlettDraw(args[0], P, count[0])
-    return {"chol": chol, "bartlett": bartlett}
+    def normals(name, args):
+        if len(args) != 1 or args[0] != P:
+            raise SpecError(f"normals() takes the dimension {P}: normals({P}) is a {P} x 1 vector of N(0, 1) draws")
+        count[0] += 1
+        return NormalVectorDraw(P, count[0])
+    out = {"chol": chol, "bartlett": bartlett}
+    if vectors:
+        out["normals"] = normals
+    return out
 
 
 def _sampler_value(raw, several, components, known, container, file, inline, key="value", functions=None):
@@ -158,5 +197,5 @@ def _sampler_value(raw, several, components, known, container, file, inline, key
     if not isinstance(raw, list) or len(raw) != len(components):
         raise _err(f"sampler: give a list of {len(components)} expressions, one per component "
                    f"({', '.join(map(str, components))})", container, key)
-    return sp.Tuple(*[inline(parse_at(t, known, raw, i, file, what=f"sampler of {c}"))
+    return sp.Tuple(*[inline(parse_at(t, known, raw, i, file, what=f"sampler of {c}", functions=functions))
                       for i, (t, c) in enumerate(zip(raw, components))])

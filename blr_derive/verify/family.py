@@ -7,9 +7,9 @@ import numpy as np
 import sympy as sp
 
 from blr_derive.core.errors import BLRError, DerivationError
-from blr_derive.core.nodes import BartlettDraw, Cholesky
 from blr_derive.families.numeric import MODULES
 from blr_derive.spec.sampler import sampler_draws
+from blr_derive.verify.draws import draw_matrix_sampler, matrix_t, mixed_t
 from blr_derive.verify.quadrature import FamilyModel, Quadrature
 from blr_derive.verify.results import TOLERANCES, Check
 
@@ -27,9 +27,10 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
     """Run every numeric check at ``points`` random parameter points; a list of :class:`Check`."""
     rng = np.random.default_rng(seed)
     model = FamilyModel(fam, dim)
-    if not model.discrete and model.ndim_u > MAX_QUADRATURE_DIM:
+    outer = model.ndim_u - len(getattr(model, "gaussian_coords", ()))
+    if not model.discrete and outer > MAX_QUADRATURE_DIM:
         raise DerivationError(f"the numeric checks integrate over at most {MAX_QUADRATURE_DIM} coordinates; family "
-                              f"'{fam.name}' at dimension {dim} has {model.ndim_u} (use a smaller --dim)")
+                              f"'{fam.name}' at dimension {dim} has {outer} (use a smaller --dim)")
     nf = model.nf
     d = nf.dim
     worst: dict = {}
@@ -173,8 +174,13 @@ def _sampler_checks(fam, model, vals, d, quad, rng, n, record, guarded):
         return
     if fam.variable_kind == "matrix":
         guarded("sampler_vs_density", lambda: _moment_z(
-            list(_matrix_t(model, _draw_matrix_sampler(fam, vals, rng, n, d), quad)), quad, record,
+            list(matrix_t(model, draw_matrix_sampler(fam, vals, rng, n, d), quad)), quad, record,
             "draws of the declared matrix sampler"))
+        return
+    if fam.variable_kind == "mixed":
+        guarded("sampler_vs_density", lambda: _moment_z(
+            list(mixed_t(model, draw_matrix_sampler(fam, vals, rng, n, d), quad)), quad, record,
+            "draws of the declared sampler"))
         return
     drawn = []
 
@@ -229,53 +235,6 @@ def _draw_sampler(fam, vals, rng, n):
         if not len(todo):
             break
     return out
-
-
-def _draw_matrix_sampler(fam, vals, rng, n, d):
-    """n draws (n, P, P) of a matrix family's declared sampler at ``vals``, evaluated on stacks of matrices with
-    numpy (an evaluator of its own: products, sums, transposes, inverses, chol and Bartlett draws A with A_ii =
-    √χ²(ν − i + 1) and N(0, 1) below the diagonal)."""
-    draws = {}
-
-    def ev(e):
-        if isinstance(e, BartlettDraw):
-            if e not in draws:
-                nu, P = float(ev(e.args[0])), int(ev(e.args[1]))
-                A = np.zeros((n, P, P))
-                for i in range(P):
-                    A[:, i, i] = np.sqrt(rng.chisquare(nu - i, size=n))
-                    A[:, i, :i] = rng.standard_normal((n, i))
-                draws[e] = A
-            return draws[e]
-        if isinstance(e, sp.MatrixSymbol) or (isinstance(e, sp.Symbol) and e in vals):
-            return np.asarray(vals[e], dtype=float)
-        if isinstance(e, Cholesky):
-            return np.linalg.cholesky(ev(e.args[0]))
-        if isinstance(e, sp.Transpose):
-            return np.swapaxes(ev(e.arg), -1, -2)
-        if isinstance(e, sp.Inverse) or (isinstance(e, sp.MatPow) and e.args[1] == -1):
-            return np.linalg.inv(ev(e.args[0]))
-        if isinstance(e, (sp.MatMul, sp.Mul)):
-            out = 1.0
-            for a in e.args:
-                x = ev(a)
-                out = np.matmul(out, x) if np.ndim(out) >= 2 and np.ndim(x) >= 2 else out * x
-            return out
-        if isinstance(e, (sp.MatAdd, sp.Add)):
-            return sum(ev(a) for a in e.args)
-        if not e.free_symbols:
-            return float(e)
-        return float(fam.evaluate(e, vals, d))
-    X = ev(fam.sampler)
-    return np.broadcast_to(X, (n,) + np.shape(X)[-2:])
-
-
-def _matrix_t(model, X, quad):
-    """T at draws X (n, P, P) of a matrix variable: through the model's Cholesky coordinates (log L_ii, L_ij)."""
-    L = np.linalg.cholesky(0.5 * (X + np.swapaxes(X, -1, -2)))
-    P = X.shape[-1]
-    coords = [np.log(L[:, i, i]) if i == j else L[:, i, j] for i in range(P) for j in range(i + 1)]
-    return model.evaluate(coords, [], quad.fixed_vals)[1]
 
 
 def ks_applies(fam, model):

@@ -3,12 +3,16 @@
 exact or grid-tabulated Monte Carlo samples, and finite-difference Hessians."""
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import sympy as sp
 from scipy import optimize, special
 
-from blr_derive.core.matexpr import is_mat
+from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.partition import support_points
+from blr_derive.verify.conditional import ConditionalGaussian
+from blr_derive.verify.numdiff import fd_hessian
 
 
 class FamilyModel:
@@ -21,7 +25,7 @@ class FamilyModel:
         self.fixed = [p.symbol for p in fam.fixed_params]
         self.bars = {}                 # component -> symbol standing for 1 - component (unit interval)
         reps = {}
-        if fam.components:
+        if fam.components and fam.variable_kind != "mixed":
             self.theta_args = [sp.Dummy(str(c), real=True) for c in fam.components]
             reps = dict(zip(fam.components, self.theta_args))
             for c, s in zip(fam.components, fam.component_supports):
@@ -30,26 +34,22 @@ class FamilyModel:
         elif fam.variable_kind == "vector":
             self.theta_args = [sp.Dummy(f"theta_{i}", real=True) for i in range(self.dim)]
             reps = {fam.theta: sp.ImmutableMatrix(self.theta_args)}
+        elif fam.variable_kind == "mixed":
+            reps, pre = self._mixed_coordinates(fam)
         else:
-            # X = L Lᵀ with L lower triangular, L_ii = exp(u_ii): log det X = 2 Σ u_ii exactly, no cancellation
-            P = self.dim
-            self.theta_args = []
-            L = sp.zeros(P, P)
-            for i in range(P):
-                for j in range(i + 1):
-                    u = sp.Dummy(f"u_{i}{j}", real=True)
-                    self.theta_args.append(u)
-                    L[i, j] = sp.exp(u) if i == j else u
-            reps = {fam.theta: sp.ImmutableMatrix(L * L.T)}
+            self.theta_args, X = _cholesky_coordinates(self.dim)
+            reps = {fam.theta: X}
 
         def prep(e):
             e = sp.sympify(e)
             for c, b in self.bars.items():
                 e = e.subs(1 - c, b)
+            if fam.variable_kind == "mixed" and pre:
+                e = simplify_mat(e.xreplace(pre))
             return e
 
         def post(e):
-            if fam.variable_kind == "matrix" and isinstance(e, sp.Basic) and e.has(sp.log):
+            if fam.variable_kind in ("matrix", "mixed") and isinstance(e, sp.Basic) and e.has(sp.log):
                 e = e.xreplace({lg: sp.expand_log(sp.log(sp.expand(lg.args[0])), force=True)
                                 for lg in e.atoms(sp.log)})
             return e
@@ -58,6 +58,48 @@ class FamilyModel:
         self._logh = self.nf.compile(prep(fam.log_h), targs, self.fixed, reps, post)
         self._T = [self.nf.compile(prep(t), targs, self.fixed, reps, post) for t in fam.T]
         self.discrete = fam.is_discrete
+        self._logf = None
+        if fam.variable_kind == "mixed":
+            # log h + <λ, T> as one function of θ's coordinates and λ: the conditional quadrature's fits evaluate
+            # only this, millions of times (not each T and its projections on Ω's basis)
+            self._logf = self.nf.compile(prep(fam.log_h + scalarize(fam.inner(fam.lam, fam.T))), targs,
+                                         self.fixed + list(fam.lam), reps, post)
+
+    def log_f(self, entries, bars, fixed_vals, lam_args):
+        """log h + <λ, T> at θ given by its entries (the fused function of a 'mixed' variable), or None."""
+        if self._logf is None:
+            return None
+        return self._logf(*bars, *entries, *self.nf.fixed_args(fixed_vals), *lam_args)
+
+    def _mixed_coordinates(self, fam):
+        """Coordinates of a variable of components with shapes: a scalar itself (exp(u) when positive), a matrix its
+        Cholesky coordinates, a vector its entries — except next to a matrix Λ = L Lᵀ, where the vector is
+        θ = L⁻ᵀv and v are its coordinates (Jacobian |L|⁻¹): a vector whose spread scales with Λ^(-1/2), as the
+        normal–Wishart's mean does, then has O(1) coordinates even where Λ is nearly singular, and θᵀΛθ = vᵀv is
+        computed without cancellation.  → (explicit replacements, matrix-level replacements made first)."""
+        self.theta_args, self.gaussian_coords, self.whiten = [], [], None
+        reps, pre = {}, {}
+        vectors = [c for c in fam.components if is_mat(c) and c.shape[1] == 1]
+        matrices = [c for c in fam.components if is_mat(c) and c.shape[1] != 1]
+        if len(vectors) == 1 and len(matrices) == 1:
+            Ls, vs = sp.MatrixSymbol("L_coord", fam.dim, fam.dim), sp.MatrixSymbol("v_coord", fam.dim, 1)
+            pre = {matrices[0]: Ls * Ls.T, vectors[0]: sp.Inverse(Ls.T) * vs}
+            self.whiten = (fam.components.index(vectors[0]), fam.components.index(matrices[0]))
+        for c, sup in zip(fam.components, fam.component_supports):
+            if not is_mat(c):               # a scalar: itself, or exp(u) on the positive half-line
+                args = [sp.Dummy(str(c), real=True)]
+                reps[c] = sp.exp(args[0]) if sup == "positive" else args[0]
+            elif c.shape[1] == 1:
+                args = [sp.Dummy(f"{c}_{i}", real=True) for i in range(self.dim)]
+                self.gaussian_coords.extend(range(len(self.theta_args), len(self.theta_args) + self.dim))
+                reps[vs if pre else c] = sp.ImmutableMatrix(args)
+            else:
+                args, X = _cholesky_coordinates(self.dim)
+                if pre:
+                    reps[Ls] = _cholesky_factor(args, self.dim)
+                reps[c] = X
+            self.theta_args.extend(args)
+        return reps, pre
 
     def evaluate(self, entries, bars, fixed_vals):
         """(log h, t) at θ given by its entries (arrays); t has shape (ncoord, N)."""
@@ -81,8 +123,8 @@ class FamilyModel:
         f = self.fam
         if f.variable_kind == "matrix":
             return self.dim * (self.dim + 1) // 2
-        if f.variable_kind == "vector":
-            return self.dim
+        if f.variable_kind in ("vector", "mixed"):
+            return len(self.theta_args)
         if f.joint_support in ("simplex", "sphere"):
             return len(f.components) - 1
         return len(f.components)
@@ -94,14 +136,18 @@ class FamilyModel:
             return list(u), [], np.zeros(u.shape[1])
         if f.variable_kind == "matrix":
             # entries are the Cholesky coordinates u themselves (see __init__)
-            P = self.dim
-            logJ = np.full(u.shape[1], P * np.log(2.0))
-            k = 0
-            for i in range(P):
-                for j in range(i + 1):
-                    if i == j:
-                        logJ = logJ + (P - i + 1) * u[k]      # 2^P Π L_ii^(P-i) (0-based) and dL_ii = L_ii du
-                    k += 1
+            return list(u), [], _cholesky_log_jacobian(u, self.dim)
+        if f.variable_kind == "mixed":
+            logJ, k = np.zeros(u.shape[1]), 0
+            for c, sup in zip(f.components, f.component_supports):
+                n = 1 if not is_mat(c) else self.dim if c.shape[1] == 1 else self.dim * (self.dim + 1) // 2
+                if is_mat(c) and c.shape[1] != 1:
+                    logJ = logJ + _cholesky_log_jacobian(u[k:k + n], self.dim)
+                    if self.whiten is not None:          # θ = L⁻ᵀv: |dθ/dv| = |L|⁻¹ = exp(-Σ u_ii)
+                        logJ = logJ - sum(u[k + i * (i + 3) // 2] for i in range(self.dim))
+                elif sup == "positive":
+                    logJ = logJ + u[k]
+                k += n
             return list(u), [], logJ
         if f.joint_support == "sphere":
             return _sphere_from_u(u)
@@ -133,6 +179,43 @@ class FamilyModel:
                 bars.append(np.exp(lvb))
                 logJ = logJ + lv + lvb
         return entries, bars, logJ
+
+
+def _cholesky_coordinates(P):
+    """X = L Lᵀ with L lower triangular, L_ii = exp(u_ii): (the coordinates u, X); log det X = 2 Σ u_ii exactly,
+    no cancellation."""
+    args = []
+    L = sp.zeros(P, P)
+    for i in range(P):
+        for j in range(i + 1):
+            u = sp.Dummy(f"u_{i}{j}", real=True)
+            args.append(u)
+            L[i, j] = sp.exp(u) if i == j else u
+    return args, sp.ImmutableMatrix(L * L.T)
+
+
+def _cholesky_factor(args, P):
+    """The lower-triangular L of :func:`_cholesky_coordinates`' X = L Lᵀ from its coordinates."""
+    L = sp.zeros(P, P)
+    k = 0
+    for i in range(P):
+        for j in range(i + 1):
+            L[i, j] = sp.exp(args[k]) if i == j else args[k]
+            k += 1
+    return sp.ImmutableMatrix(L)
+
+
+def _cholesky_log_jacobian(u, P):
+    """log |dX/du| of X = L Lᵀ in the coordinates of :func:`_cholesky_coordinates`: 2^P Π L_ii^(P-i) (0-based
+    i) times Π L_ii from dL_ii = L_ii du_ii."""
+    logJ = np.full(u.shape[1], P * np.log(2.0))
+    k = 0
+    for i in range(P):
+        for j in range(i + 1):
+            if i == j:
+                logJ = logJ + (P - i + 1) * u[k]
+            k += 1
+    return logJ
 
 
 def _sphere_from_u(u):
@@ -168,6 +251,7 @@ class Quadrature:
 
     def __init__(self, model: FamilyModel, c, fixed_vals, A):
         self.model, self.c, self.fixed_vals, self.A = model, c, fixed_vals, A
+        self.conditional = None
         if model.discrete:
             self._discrete()
         else:
@@ -214,6 +298,13 @@ class Quadrature:
 
     def _f_u(self, u):
         entries, bars, logJ = self.model.from_u(u)
+        if self.model._logf is not None:
+            if not hasattr(self, "_lam_args"):
+                blocks = self.model.nf.blocks_of(self.c)
+                self._lam_args = [x for l in self.model.fam.lam for x in self.model.nf.flatten(l, blocks[l])]
+            with np.errstate(all="ignore"):
+                g = self.model.log_f(entries, bars, self.fixed_vals, self._lam_args)
+            return np.where(np.isfinite(g), g, -np.inf) + logJ
         g, _, _ = self.logf(entries, bars)
         return g + logJ
 
@@ -231,6 +322,13 @@ class Quadrature:
                 best = r
         mode = best.x
         H = fd_hessian(lambda u: -neg(u), mode)
+        if getattr(self.model, "gaussian_coords", None):
+            self.conditional = ConditionalGaussian(self, mode, H)
+            u, extra = self.conditional.nodes(de_rule)
+            entries, bars, _ = self.model.from_u(u)
+            self.u = u
+            self._set(entries, bars, extra)
+            return
         try:
             L = np.linalg.cholesky(np.linalg.inv(-H))
         except np.linalg.LinAlgError:
@@ -255,16 +353,16 @@ class Quadrature:
     def normalization(self):
         return float(np.exp(self.logZ - self.A))
 
-    @property
+    @cached_property
     def mean(self):
         return self.t @ self.p
 
-    @property
+    @cached_property
     def cov(self):
         d = self.t - self.mean[:, None]
         return (d * self.p) @ d.T
 
-    @property
+    @cached_property
     def entropy(self):
         """-∫ q log q with q = h exp(<λ,T> - A) (the declared A, not renormalized)."""
         q = np.exp(self.logw - self.A)
@@ -277,6 +375,8 @@ class Quadrature:
         for continuous ones from the density tabulated on the quadrature grid: a grid cell is drawn
         with its probability (inverse CDF over the cells) and the point is uniform within the cell
         in the double-exponential coordinates (an O(h²) approximation)."""
+        if self.conditional is not None:
+            return self.conditional.sample(rng, n)
         idx = rng.choice(len(self.p), size=n, p=self.p / self.p.sum())
         if self.model.discrete:
             return self.t[:, idx].T
@@ -286,16 +386,3 @@ class Quadrature:
         entries, bars, _ = self.model.from_u(u)
         _, _, t = self.logf(entries, bars)
         return t.T
-
-
-def fd_hessian(f, x, eps=1e-4):
-    d = len(x)
-    H = np.zeros((d, d))
-    for i in range(d):
-        for j in range(i, d):
-            ei = np.zeros(d)
-            ej = np.zeros(d)
-            ei[i] = eps
-            ej[j] = eps
-            H[i, j] = H[j, i] = (f(x + ei + ej) - f(x + ei - ej) - f(x - ei + ej) + f(x - ei - ej)) / (4 * eps * eps)
-    return H

@@ -250,7 +250,7 @@ def test_the_wishart_sampler_against_scipy():
     """The declared Wishart sampler's draws against scipy.stats.wishart's moments: E[X] = nV exactly, and the
     sample mean of log det X against the mean of scipy's own draws (z-test)."""
     from scipy import stats
-    from blr_derive.verify.family import _draw_matrix_sampler
+    from blr_derive.verify.draws import draw_matrix_sampler as _draw_matrix_sampler
     fam = load_family("wishart")
     V = np.array([[2.0, 0.6], [0.6, 1.0]])
     n = 4.5

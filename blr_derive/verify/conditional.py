@@ -1,0 +1,197 @@
+"""Quadrature for a variable with a vector component in which the density is Gaussian given the other components
+(the normal–Wishart's mean θ given its precision Λ): the other coordinates by the double-exponential rule
+(``quadrature.de_rule``), the Gaussian coordinates at each of those nodes by the Gauss–Hermite rule of their
+conditional Gaussian, which is exact for polynomials of degree 5 in them — the moments of T (degree ≤ 2), its
+covariance (degree 4) and log q (degree 2) — so a 5-dimensional check at P = 2 costs a 3-dimensional grid.
+
+The conditional Gaussian is not assumed: at each outer node, log f is read off as a quadratic from 1 + 2P + P(P−1)/2
+evaluations and the fit is checked at another point; a density that is not Gaussian in the vector given the rest is a
+located failure of the check, not a wrong number."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from scipy import optimize, special
+
+from blr_derive.core.errors import DerivationError
+from blr_derive.verify.numdiff import fd_hessian
+
+
+#: Gauss–Hermite rule of N(0, 1) with 3 nodes: exact for polynomials of degree 5
+GH_NODES = np.array([-np.sqrt(3.0), 0.0, np.sqrt(3.0)])
+GH_LOG_WEIGHTS = np.log(np.array([1 / 6, 2 / 3, 1 / 6]))
+
+#: DE step of the outer grid by its dimension
+OUTER_STEP = {1: 1 / 32, 2: 1 / 24, 3: 1 / 20}
+
+#: the outer grid reaches this many standard deviations (the checked densities decay at least exponentially)
+OUTER_REACH = 1e2
+
+#: outer points whose conditional integral is below the largest by this much (log) carry no mass
+TAIL_DROP = 60.0
+
+#: the largest number of outer coordinates
+MAX_OUTER = 3
+
+
+def _mv(A, x):
+    """A batch of matrix-vector products: A (M, P, P), x (M, P) → (M, P)."""
+    return (A @ x[:, :, None])[:, :, 0]
+
+
+class ConditionalGaussian:
+    """Nodes and log-weights of the outer × conditional Gauss–Hermite rule for :class:`Quadrature`."""
+
+    def __init__(self, quad, mode, H):
+        model = quad.model
+        d = model.ndim_u
+        self.quad, self.gi = quad, list(model.gaussian_coords)
+        self.oi = [k for k in range(d) if k not in self.gi]
+        if len(self.oi) > MAX_OUTER:
+            raise DerivationError(f"the numeric checks integrate over at most {MAX_OUTER} coordinates besides a "
+                                  f"conditionally Gaussian vector; this variable has {len(self.oi)}")
+        cov = np.linalg.inv(-H)
+        self.base = mode[self.gi]
+        self.scale = np.sqrt(np.abs(np.diag(cov)[self.gi]))
+        # the outer grid is centred at the mode of the outer coordinates' marginal, log ∫ f du_g, and scaled by its
+        # Hessian there (the joint mode is shifted from it by the vector's integral: a DE grid there needs a step
+        # half as long for the same accuracy)
+        self.mode_o = mode[self.oi]
+        self.L_o = np.linalg.cholesky(cov[np.ix_(self.oi, self.oi)])
+
+        def neg(uo):
+            v = self.conditional(np.asarray(uo, dtype=float)[:, None])[2][0]
+            return -v if np.isfinite(v) else 1e300
+        r = optimize.minimize(neg, self.mode_o, method="BFGS", options={"gtol": 1e-9})
+        Ho = fd_hessian(lambda x: -neg(x), r.x)
+        try:
+            self.mode_o, self.L_o = r.x, np.linalg.cholesky(np.linalg.inv(-Ho))
+        except np.linalg.LinAlgError:
+            pass                          # keep the joint mode's scaling
+        self.h = OUTER_STEP[len(self.oi)]
+
+    def _u(self, uo, ug):
+        u = np.empty((len(self.oi) + len(self.gi), uo.shape[1]))
+        u[self.oi], u[self.gi] = uo, ug
+        return u
+
+    def _fit(self, uo, b, W):
+        """log f at u_g = b + W x as a quadratic f0 + gᵀx + ½xᵀQx in x, per outer point (b (P, M), W (M, P, P))."""
+        P = len(self.gi)
+
+        def f(x):
+            return self._at(uo, b, W, x)
+        eye = np.eye(P)
+        f0 = f(np.zeros(P))
+        fp = np.array([f(eye[i]) for i in range(P)])
+        fm = np.array([f(-eye[i]) for i in range(P)])
+        Q = np.zeros((uo.shape[1], P, P))
+        with np.errstate(all="ignore"):
+            g = (fp - fm) / 2
+            for i in range(P):
+                Q[:, i, i] = fp[i] + fm[i] - 2 * f0
+            for i, j in itertools.combinations(range(P), 2):
+                Q[:, i, j] = Q[:, j, i] = f(eye[i] + eye[j]) - fp[i] - fp[j] + f0
+        return f0, g, Q
+
+    def _at(self, uo, b, W, x):
+        return self.quad._f_u(self._u(uo, b + (W @ x).T))
+
+    def conditional(self, uo):
+        """The Gaussian in the vector's coordinates at outer points uo (d_o, M): (mean (P, M), a factor Lc of the
+        covariance (M, P, P), log of ∫ f du_g (M,)); points where the density is 0 or not concave in the vector get
+        -inf.  The fit is repeated in the coordinates whitened by the previous fit (centred at its mean, scaled by
+        its covariance's factor) until the curvature is the identity and the mean the origin, so that the
+        differences of log f are O(1) in every direction — a precision κΛ that is near-singular far in the tails
+        would otherwise leave its small eigenvalue to rounding noise."""
+        P, M = len(self.gi), uo.shape[1]
+        b = np.repeat(self.base[:, None], M, axis=1)
+        W = np.repeat(np.diag(self.scale)[None], M, axis=0)
+        f0, g, Q = np.zeros(M), np.zeros((P, M)), np.zeros((M, P, P))
+        ok = np.ones(M, dtype=bool)
+        todo = np.arange(M)
+        for _ in range(12):
+            a0, ag, aQ = self._fit(uo[:, todo], b[:, todo], W[todo])
+            f0[todo], g[:, todo], Q[todo] = a0, ag, aQ
+            with np.errstate(all="ignore"):
+                live = np.isfinite(a0) & np.all(np.isfinite(aQ), axis=(1, 2)) & np.all(np.isfinite(ag), axis=0)
+                ev, vec = np.linalg.eigh(np.where(live[:, None, None], aQ, -np.eye(P)))
+                live &= ev.max(axis=1) < 0
+                ev = np.where(live[:, None], ev, -1.0)
+                x_star = _mv(vec, -1.0 / ev * _mv(np.swapaxes(vec, 1, 2), np.where(live, ag, 0.0).T)).T
+                whitened = np.all((-ev > 0.01) & (-ev < 100), axis=1) & np.all(np.abs(x_star) < 100, axis=0)
+            ok[todo[~live]] = False
+            again = live & ~whitened
+            upd = todo[again]
+            if not len(upd):
+                todo = upd
+                break
+            # the new coordinates: x = x* + (−Q)^(-1/2) y
+            R = (vec * np.sqrt(-1.0 / ev)[:, None, :])[again]
+            b[:, upd] = b[:, upd] + _mv(W[upd], x_star[:, again].T).T
+            W[upd] = W[upd] @ R
+            todo = upd
+        ok[todo] = False                          # the fit did not settle: no mass the checks can use there
+        with np.errstate(all="ignore"):
+            ev, vec = np.linalg.eigh(np.where(ok[:, None, None], Q, -np.eye(P)))
+            ev = np.where(ok[:, None], ev, -1.0)
+            x_star = _mv(vec, -1.0 / ev * _mv(np.swapaxes(vec, 1, 2), np.where(ok, g, 0.0).T)).T
+            # the fit must be a quadratic: check it at another point
+            xt = np.linspace(0.7, -0.4, P)
+            pred = f0 + g.T @ xt + 0.5 * (Q @ xt) @ xt
+            got = self._at(uo, b, W, xt)
+            bad = ok & ~(np.abs(got - pred) <= 1e-6 * (1 + np.abs(f0)))
+        mean = b + _mv(W, x_star.T).T
+        logdet = np.sum(-np.log(-ev), axis=1) + 2 * np.log(np.abs(np.linalg.det(W)))
+        fmax = f0 + 0.5 * np.sum(g * x_star, axis=0)
+        logint = np.where(ok, fmax + 0.5 * P * np.log(2 * np.pi) + 0.5 * logdet, -np.inf)
+        if np.any(bad):
+            # far in the tails (a precision of e^-277 next to entries of 1e2) log f loses its digits to rounding;
+            # such points carry no mass, and are dropped; anywhere else the density is not conditionally Gaussian
+            top = np.max(logint[ok & ~bad], initial=-np.inf)
+            if np.any(logint[bad] > top - TAIL_DROP):
+                raise DerivationError("the density is not Gaussian in the vector component given the others (the "
+                                      "quadratic fit fails at an outer node); no quadrature applies")
+            logint = np.where(bad, -np.inf, logint)
+        Lc = W @ (vec * np.sqrt(-1.0 / ev)[:, None, :])          # Lc Lcᵀ = cov_u
+        return mean, Lc, logint
+
+    def nodes(self, de_rule):
+        """(u (d, N), extra (N,)): the nodes, and what ``Quadrature._set`` adds to log h + <λ, T> at each so that
+        the log-weight is the outer DE weight × ∫ f du_g there × the GH weight.  ``de_rule(h)`` gives the 1-D DE
+        nodes and log-weights."""
+        do, P = len(self.oi), len(self.gi)
+        z, lw1 = de_rule(self.h, OUTER_REACH)
+        t1 = np.arcsinh(np.arcsinh(z) * 2 / np.pi)
+        self.tnodes = np.array([g.ravel() for g in np.meshgrid(*([t1] * do), indexing="ij")])
+        Z = np.array([g.ravel() for g in np.meshgrid(*([z] * do), indexing="ij")])
+        lw = sum(w.ravel() for w in np.meshgrid(*([lw1] * do), indexing="ij"))
+        uo = self.mode_o[:, None] + self.L_o @ Z
+        mean, Lc, logint = self.conditional(uo)
+        lw_o = lw + float(np.log(abs(np.linalg.det(self.L_o)))) + logint
+        keep = lw_o > np.max(lw_o) - TAIL_DROP       # outer nodes of relative weight < e^-60 contribute nothing
+        self.tnodes, uo, lw_o, mean, Lc = self.tnodes[:, keep], uo[:, keep], lw_o[keep], mean[:, keep], Lc[keep]
+        self.outer_logw = lw_o
+        gh = np.array(list(itertools.product(GH_NODES, repeat=P))).T          # (P, K)
+        gw = np.array([sum(c) for c in itertools.product(GH_LOG_WEIGHTS, repeat=P)])
+        M, K = uo.shape[1], gh.shape[1]
+        ug = (mean[:, :, None] + np.transpose(Lc @ gh, (1, 0, 2))).reshape(P, M * K)
+        u = self._u(np.repeat(uo, K, axis=1), ug)
+        # f = g + log J at the node; _set adds g back, so the log-weight is lw_o + gw
+        _, _, logJ = self.quad.model.from_u(u)
+        return u, (lw_o[:, None] + gw[None, :]).ravel() - self.quad._f_u(u) + logJ
+
+    def sample(self, rng, n):
+        """n draws of T: an outer cell by its weight, uniform within the cell in the DE coordinates (as
+        ``Quadrature.sample``), then the vector exactly from its conditional Gaussian there."""
+        p = np.exp(self.outer_logw - special.logsumexp(self.outer_logw))
+        idx = rng.choice(len(p), size=n, p=p / p.sum())
+        do, P = len(self.oi), len(self.gi)
+        tk = self.tnodes[:, idx] + self.h * (rng.uniform(size=(do, n)) - 0.5)
+        uo = self.mode_o[:, None] + self.L_o @ np.sinh(np.pi / 2 * np.sinh(tk))
+        mean, Lc, _ = self.conditional(uo)
+        ug = mean + _mv(Lc, rng.standard_normal((n, P))).T
+        entries, bars, _ = self.quad.model.from_u(self._u(uo, ug))
+        _, _, t = self.quad.logf(entries, bars)
+        return t.T
