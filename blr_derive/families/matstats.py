@@ -22,25 +22,21 @@ def linear_in_matrix_statistics(fam, expr):
     sym = frozenset(fam.symmetric)
     if not fam.depends_on_variable(expr):
         return expr, [sp.ZeroMatrix(*t.shape) if is_mat(t) else sp.Integer(0) for t in fam.T]
-    holders, scalar_stats, words = [], {}, []
-    for i, (t, u) in enumerate(zip(fam.T, fam.mu)):
+    holders, stats = [], []
+    for i, t in enumerate(fam.T):
         t = simplify_mat(t, sym)
-        if is_mat(t):
-            h = sp.MatrixSymbol(f"_stat{i + 1}", *t.shape)
-            holders.append(h)
-            w = _word(t)
-            wt = _word(simplify_mat(t.T, sym))
-            words.append((w, h, wt, h.T))
-        else:
-            h = sp.Dummy(f"stat{i + 1}", real=True)
-            holders.append(h)
-            scalar_stats[t] = h
+        h = sp.MatrixSymbol(f"_stat{i + 1}", *t.shape) if is_mat(t) else sp.Dummy(f"stat{i + 1}", real=True)
+        holders.append(h)
+        stats.append(_describe(fam, t, h, sym))
+    # longer words first (θᵀΛθ before Λθ before Λ), so that a statistic is not matched inside a longer one
+    stats.sort(key=lambda st: -len(st[2]))
     hsym = sym | {h for h, u in zip(holders, fam.mu) if is_mat(h) and u in fam.symmetric}
     try:
         e = simplify_mat(sp.expand(expr), sym)
-        e = e.xreplace({t: h for t, h in scalar_stats.items() if not isinstance(t, sp.Trace)})
-        traced = {tuple(_word(t.arg)): h for t, h in scalar_stats.items() if isinstance(t, sp.Trace)}
-        e = _rewrite(e, traced, sorted(words, key=lambda w: -len(w[0])))
+        terms = [_rewrite_term(fam, t, stats, sym) for t in sp.Add.make_args(sp.expand(e))]
+        if any(t is None for t in terms):
+            return None
+        e = sp.Add(*terms)
         if fam.depends_on_variable(e):
             return None
         grads = matcalc.gradient(e, holders, hsym)
@@ -53,6 +49,27 @@ def linear_in_matrix_statistics(fam, expr):
     return c0, [simplify_mat(g, sym) if is_mat(g) else sp.expand(g) for g in grads]
 
 
+def _split(fam, factors):
+    """Scalar factors → (the variable's scalar factor, the rest)."""
+    dep = sp.Mul(*[f for f in factors if fam.depends_on_variable(f)])
+    return dep, sp.Mul(*[f for f in factors if not fam.depends_on_variable(f)])
+
+
+def _describe(fam, t, h, sym):
+    """A statistic as (kind, the variable's scalar factor, word, transposed word, placeholder): kind 'scalar' (no
+    matrix factor: τ, log τ, log|Λ|), 'trace' (a scalar factor times tr(word): τ θᵀθ, θᵀΛθ) or 'run' (a factor
+    times a vector or matrix product: Λθ, τθ, Λ)."""
+    if not is_mat(t):
+        traces = [f for f in sp.Mul.make_args(t) if isinstance(f, sp.Trace)]
+        if len(traces) == 1:
+            dep, _ = _split(fam, [f for f in sp.Mul.make_args(t) if f is not traces[0]])
+            return ("trace", dep, _word(traces[0].arg), None, h)
+        return ("scalar", t, [], None, h)
+    c, mats = split_coeff(t.args) if isinstance(t, sp.MatMul) else (sp.Integer(1), [t])
+    dep, _ = _split(fam, sp.Mul.make_args(c))
+    return ("run", dep, mats, _word(simplify_mat(sp.MatMul(*mats).T if len(mats) > 1 else mats[0].T, sym)), h)
+
+
 def _word(m):
     """The matrix factors of a product (scalar coefficients dropped) as a list."""
     if isinstance(m, sp.MatMul):
@@ -60,43 +77,49 @@ def _word(m):
     return [m]
 
 
-def _rewrite(e, traced, words):
-    """Replace the statistics in e: a trace whose cyclic word is a scalar statistic's by its placeholder, and in
-    every other trace each contiguous (cyclic) run of a vector or matrix statistic's factors, or of its
-    transpose's, by the placeholder (or its transpose)."""
-    if isinstance(e, sp.Trace):
-        arg = e.arg
-        if isinstance(arg, sp.MatAdd):
-            return sp.Add(*[_rewrite(sp.Trace(a), traced, words) for a in arg.args])
-        c, mats = split_coeff(arg.args) if isinstance(arg, sp.MatMul) else (sp.Integer(1), [arg])
-        for k in range(len(mats)):
-            rot = tuple(mats[k:] + mats[:k])
-            if rot in traced:
-                return c * traced[rot]
-        mats = _replace_runs(list(mats), words)
-        return c * sp.Trace(sp.MatMul(*mats).doit() if len(mats) > 1 else mats[0])
-    if isinstance(e, (sp.Add, sp.Mul, sp.Pow)) or (isinstance(e, sp.Function) and not is_mat(e)):
-        return e.func(*[_rewrite(a, traced, words) for a in e.args])
-    return e
+def _divides(fam, dep, sdep):
+    """dep / sdep when it is free of the variable (sdep the statistic's scalar factor of the variable), else None."""
+    q = sp.simplify(dep / sdep) if sdep != 1 else dep
+    return None if fam.depends_on_variable(q) else q
 
 
-def _replace_runs(mats, words):
-    changed = True
-    while changed:
-        changed = False
-        for w, h, wt, ht in words:
-            for pat, rep in ((w, h), (wt, ht)):
-                n = len(pat)
-                if n > len(mats):
-                    continue
-                for k in range(len(mats)):
-                    rot = mats[k:] + mats[:k]
-                    if rot[:n] == pat:
-                        mats = [rep] + rot[n:]
-                        changed = True
-                        break
-                if changed:
-                    break
-            if changed:
-                break
-    return mats
+def _rewrite_term(fam, term, stats, sym):
+    """One term of the canonical loss with its statistic replaced by a placeholder; the term unchanged when it
+    does not depend on the variable; None when it is not a multiple of one statistic."""
+    if not fam.depends_on_variable(term):
+        return term
+    factors = sp.Mul.make_args(term)
+    traces = [f for f in factors if isinstance(f, sp.Trace) and fam.depends_on_variable(f)]
+    if len(traces) > 1:
+        return None
+    dep, coeff = _split(fam, [f for f in factors if f not in traces])
+    if not traces:
+        for kind, t, _, _, h in stats:
+            if kind == "scalar":
+                q = _divides(fam, dep, t)
+                if q is not None:
+                    return coeff * q * h
+        return None
+    arg = traces[0].arg
+    c, mats = split_coeff(arg.args) if isinstance(arg, sp.MatMul) else (sp.Integer(1), [arg])
+    dc, c = _split(fam, sp.Mul.make_args(c))
+    dep, coeff = dep * dc, coeff * c
+    for kind, sdep, w, wt, h in stats:
+        if kind == "trace" and len(w) == len(mats):
+            q = _divides(fam, dep, sdep)
+            if q is not None and any(list(mats[k:] + mats[:k]) == list(w) for k in range(len(mats))):
+                return coeff * q * h
+    for kind, sdep, w, wt, h in stats:
+        if kind != "run":
+            continue
+        q = _divides(fam, dep, sdep)
+        if q is None:
+            continue
+        for pat, rep in ((w, h), (wt, h.T)):
+            n = len(pat)
+            for k in range(len(mats)):
+                rot = list(mats[k:] + mats[:k])
+                if n <= len(rot) and rot[:n] == list(pat):
+                    rest = [rep] + rot[n:]
+                    return coeff * q * sp.Trace(sp.MatMul(*rest).doit() if len(rest) > 1 else rest[0])
+    return None

@@ -120,8 +120,10 @@ def inverse_at(D, fam, inverse, lam_new):
     """The family's inverse map ordinary(λ) at λ_{t+1} (Eq. 9).  A softmax of λ (Bernoulli, categorical) is
     evaluated stably, exp(a − logsumexp(...)), at λ_{t+1} computed once as a definition: substituted into exp(...),
     sympy would split it into products of powers that overflow or cancel (p near 0 or 1)."""
+    if is_mat(inverse) or any(is_mat(l) for l in lam_new):
+        return inverse.xreplace(dict(zip(fam.lam, lam_new)))
     stable = stable_softmax(inverse)
-    if stable == inverse or any(is_mat(l) for l in lam_new):
+    if stable == inverse:
         return inverse.xreplace(dict(zip(fam.lam, lam_new)))
     taken = {p.name for p in fam.params.values()}
     at = {}

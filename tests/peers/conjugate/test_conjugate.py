@@ -101,3 +101,26 @@ def test_inverse_wishart_covariance_matches_the_textbook_posterior():
     assert out["n"] == 6.0 + len(x)
     np.testing.assert_allclose(stats.invwishart(df=out["n"], scale=out["Psi"]).mean(),
                                (Psi0 + S) / (6.0 + len(x) - P - 1), rtol=1e-12)
+
+
+def test_normal_wishart_matches_the_textbook_posterior():
+    """y_i ~ N(θ, Λ⁻¹), (θ, Λ) ~ NW(m0, κ0, V0, n0): the posterior is NW(m_N, κ_N, V_N, n_N) with κ_N = κ0 + N,
+    m_N = (κ0 m0 + N ȳ)/κ_N, n_N = n0 + N and V_N⁻¹ = V0⁻¹ + Σ(y_i − ȳ)(y_i − ȳ)ᵀ + κ0 N/κ_N (ȳ − m0)(ȳ − m0)ᵀ
+    (Murphy 2007, Eqs. 250-254, written here in that centred form); one generated BLR step with ρ = 1 gives it."""
+    mod = load_generated("normal_wishart")
+    P = 3
+    rng = np.random.default_rng(21)
+    y = rng.multivariate_normal([1.0, -0.5, 2.0], [[1.0, 0.3, 0.0], [0.3, 0.5, 0.1], [0.0, 0.1, 2.0]], size=30)
+    m0, k0, n0 = np.array([0.5, 0.0, 1.0]), 2.0, 5.0
+    V0 = np.array([[1.2, 0.1, 0.0], [0.1, 0.9, 0.2], [0.0, 0.2, 1.5]])
+    N, ybar = len(y), y.mean(axis=0)
+    out = mod.step(mod.init(m=np.zeros(P), kappa=1.0, V=np.eye(P), n=4.0),
+                   data={"N_obs": N, "s1": y.sum(axis=0), "S": y.T @ y, "m0": m0, "W0": np.linalg.inv(V0)},
+                   kappa0=k0, n0=n0)
+    kN = k0 + N
+    Sc = (y - ybar).T @ (y - ybar)
+    VN = np.linalg.inv(np.linalg.inv(V0) + Sc + k0 * N / kN * np.outer(ybar - m0, ybar - m0))
+    np.testing.assert_allclose(out["kappa"], kN, rtol=1e-14)
+    np.testing.assert_allclose(out["n"], n0 + N, rtol=1e-14)
+    np.testing.assert_allclose(out["m"], (k0 * m0 + N * ybar) / kN, rtol=1e-13)
+    np.testing.assert_allclose(out["V"], VN, rtol=1e-11)
