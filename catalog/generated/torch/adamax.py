@@ -159,14 +159,22 @@ def _kernel(m, s, u, g, *host):
     m.copy_(m_new)
 
 
+def _kernel_group(arrays, host):
+    """The kernel over every tensor of a group that shares a dtype and device, in one compiled call: one graph
+    and one guard check per step instead of one per tensor (a compiled call costs ~40 µs on the host, as much as
+    the update of 1e5 parameters)."""
+    for _k in range(len(arrays[0])):
+        _kernel(*[a[_k] for a in arrays], *host)
+
+
 _COMPILED = {}
 
 
 def _compiled_kernel():
-    """The kernel compiled once per process (dynamic shapes, graph breaks allowed: a shape, dtype or flag
-    torch.compile cannot specialize again runs eagerly instead of failing)."""
+    """The kernel compiled once per process (dynamic shapes, graph breaks allowed: a shape, dtype, flag or number of
+    tensors torch.compile cannot specialize again runs eagerly instead of failing)."""
     if "kernel" not in _COMPILED:
-        _COMPILED["kernel"] = torch.compile(_kernel, dynamic=True)
+        _COMPILED["kernel"] = torch.compile(_kernel_group, dynamic=True)
     return _COMPILED["kernel"]
 
 
@@ -307,18 +315,21 @@ class Adamax(torch.optim.Optimizer):
             g = torch._foreach_neg(g)
         if fused:
             host = (weight_decay, (weight_decay != 0), beta1, 1 - beta1, 1/(1 - beta1**t), beta2, eps, lr, )
-            _kernel_fn, _scalars = _compiled_kernel(), {}
+            _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
-                dtype = m[_k].dtype
-                if dtype not in _scalars:
-                    _scalars[dtype] = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=params[_k].device) for v in host]
+                _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)
+            _done = []
+            for (dtype, device), _ks in _by_kind.items():
+                _host = [v if isinstance(v, bool) else torch.tensor(v, dtype=dtype, device=device) for v in host]
+                _arrays = ([_flat(None if m is None else m[_k]) for _k in _ks], [_flat(None if s is None else s[_k]) for _k in _ks], [_flat(None if u is None else u[_k]) for _k in _ks], [_flat(None if g is None else g[_k]) for _k in _ks], )
                 try:
-                    _kernel_fn(_flat(None if m is None else m[_k]), _flat(None if s is None else s[_k]), _flat(None if u is None else u[_k]), _flat(None if g is None else g[_k]), *_scalars[dtype])
+                    _kernel_fn(_arrays, _host)
                 except Exception as exc:        # noqa: BLE001 -- any compiler failure: the eager path takes over
                     _fused_failed("Adamax", exc)
-                    _rest = list(range(_k, len(params)))
+                    _rest = [_k for _k in range(len(params)) if _k not in _done]
                     return self._apply(group, _sub(params, _rest), _sub(states, _rest), t,
                                        {_n: _sub(_v, _rest) for _n, _v in _inputs.items()}, False)
+                _done.extend(_ks)
             _copy_back(_pr, m)
             return
         if (weight_decay != 0):
