@@ -133,6 +133,16 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     return [(k[0], i) for k, i in out.items()]
 
 
+def _count_step(states):
+    """Every tensor's step count + 1 (tensors, as torch.optim keeps them: one multi-tensor call)."""
+    steps = [st["step"] for st in states]
+    if all(isinstance(x, torch.Tensor) for x in steps) and len({x.device for x in steps}) == 1:
+        torch._foreach_add_(steps, 1)
+    else:
+        for st in states:
+            st["step"] += 1
+
+
 def _sub(values, index):
     return values if index is None or values is None else [values[i] for i in index]
 
@@ -308,8 +318,7 @@ class AdamW(torch.optim.Optimizer):
             _no_sparse(params, "AdamW")
             _inputs = {"g": [p.grad for p in params], }
             states = [self._state(p, group) for p in params]
-            for _st in states:
-                _st["step"] += 1
+            _count_step(states)
             fused = group["fused"] and not _COMPILED.get("failed")
             for _t, _i in _buckets(states, group["foreach"]):
                 self._apply(group, _sub(params, _i), _sub(states, _i), _t,

@@ -159,6 +159,16 @@ def _set_host_value(states, key, value):
             st[key] = torch.tensor(value, dtype=_SCALAR_DTYPE())
 
 
+def _count_step(states):
+    """Every tensor's step count + 1 (tensors, as torch.optim keeps them: one multi-tensor call)."""
+    steps = [st["step"] for st in states]
+    if all(isinstance(x, torch.Tensor) for x in steps) and len({x.device for x in steps}) == 1:
+        torch._foreach_add_(steps, 1)
+    else:
+        for st in states:
+            st["step"] += 1
+
+
 def _sub(values, index):
     return values if index is None or values is None else [values[i] for i in index]
 
@@ -336,8 +346,7 @@ class NAdam(torch.optim.Optimizer):
             _no_sparse(params, "NAdam")
             _inputs = {"g": [p.grad for p in params], }
             states = [self._state(p, group) for p in params]
-            for _st in states:
-                _st["step"] += 1
+            _count_step(states)
             fused = group["fused"] and not _COMPILED.get("failed")
             for _t, _i in _buckets(states, group["foreach"], scalars=("mu_product", )):
                 self._apply(group, _sub(params, _i), _sub(states, _i), _t,

@@ -143,6 +143,16 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     return [(k[0], i) for k, i in out.items()]
 
 
+def _count_step(states):
+    """Every tensor's step count + 1 (tensors, as torch.optim keeps them: one multi-tensor call)."""
+    steps = [st["step"] for st in states]
+    if all(isinstance(x, torch.Tensor) for x in steps) and len({x.device for x in steps}) == 1:
+        torch._foreach_add_(steps, 1)
+    else:
+        for st in states:
+            st["step"] += 1
+
+
 def _sub(values, index):
     return values if index is None or values is None else [values[i] for i in index]
 
