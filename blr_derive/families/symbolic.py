@@ -90,6 +90,9 @@ def evaluate(expr, values: dict, dims: dict | None = None):
         reps[k] = sp.Integer(v)
     e = expr.xreplace(reps)
     e = numeric_infinite_sums(e)
+    if e.has(sp.Inverse):          # inverses of numeric matrices by LU (sympy's default elimination is far slower)
+        e = e.replace(lambda n: isinstance(n, sp.Inverse) and not n.free_symbols and not n.atoms(sp.MatrixSymbol),
+                      lambda n: sp.ImmutableMatrix(sp.Matrix(n.arg.doit()).inv(method="LU")))
     e = e.doit()
     if isinstance(e, sp.MatrixBase) or is_mat(e):
         e = sp.Matrix(e).evalf(30)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy import optimize, special
+from scipy import ndimage, optimize, special
 
 from blr_derive.core.errors import DerivationError
 from blr_derive.verify.numdiff import fd_hessian
@@ -26,7 +26,10 @@ GH_LOG_WEIGHTS = np.log(np.array([1 / 6, 2 / 3, 1 / 6]))
 OUTER_STEP = {1: 1 / 32, 2: 1 / 24, 3: 1 / 20}
 
 #: the outer grid reaches this many standard deviations (the checked densities decay at least exponentially)
-OUTER_REACH = 1e2
+OUTER_REACH = 1e8
+
+#: the coarse pass of the outer grid takes every COARSE-th node of the fine DE rule
+COARSE = 4
 
 #: outer points whose conditional integral is below the largest by this much (log) carry no mass
 TAIL_DROP = 60.0
@@ -164,10 +167,11 @@ class ConditionalGaussian:
         do, P = len(self.oi), len(self.gi)
         z, lw1 = de_rule(self.h, OUTER_REACH)
         t1 = np.arcsinh(np.arcsinh(z) * 2 / np.pi)
-        self.tnodes = np.array([g.ravel() for g in np.meshgrid(*([t1] * do), indexing="ij")])
-        Z = np.array([g.ravel() for g in np.meshgrid(*([z] * do), indexing="ij")])
-        lw = sum(w.ravel() for w in np.meshgrid(*([lw1] * do), indexing="ij"))
-        uo = self.mode_o[:, None] + self.L_o @ Z
+        idx = np.array([g.ravel() for g in np.meshgrid(*([np.arange(len(z))] * do), indexing="ij")])
+        idx = idx[:, self._alive(idx, z, lw1, len(z) // 2)]
+        self.tnodes = t1[idx]
+        lw = lw1[idx].sum(axis=0)
+        uo = self.mode_o[:, None] + self.L_o @ z[idx]
         mean, Lc, logint = self.conditional(uo)
         lw_o = lw + float(np.log(abs(np.linalg.det(self.L_o)))) + logint
         keep = lw_o > np.max(lw_o) - TAIL_DROP       # outer nodes of relative weight < e^-60 contribute nothing
@@ -181,6 +185,21 @@ class ConditionalGaussian:
         # f = g + log J at the node; _set adds g back, so the log-weight is lw_o + gw
         _, _, logJ = self.quad.model.from_u(u)
         return u, (lw_o[:, None] + gw[None, :]).ravel() - self.quad._f_u(u) + logJ
+
+    def _alive(self, idx, z, lw1, c):
+        """Which nodes (multi-indices idx into the 1-D DE rule, c its centre) can carry mass: the rule with every
+        COARSE-th node is evaluated first, and a node is kept when the coarse node nearest to it, or one next to
+        that, is within TAIL_DROP + 20 of the largest log-weight.  The far tails the DE rule reaches (1e8 standard
+        deviations, for heavy tails like an inverse Wishart's) then cost a coarse grid, not the fine one."""
+        r = COARSE
+        kc = np.arange(-(c // r), c // r + 1)                     # coarse offsets from the centre
+        grid = np.array([g.ravel() for g in np.meshgrid(*([c + r * kc] * len(self.oi)), indexing="ij")])
+        _, _, logint = self.conditional(self.mode_o[:, None] + self.L_o @ z[grid])
+        lw = lw1[grid].sum(axis=0) + logint
+        alive = (lw > np.max(lw) - TAIL_DROP - 20).reshape((len(kc),) * len(self.oi))
+        alive = ndimage.binary_dilation(alive, structure=np.ones((3,) * len(self.oi), dtype=bool))
+        k = np.clip(np.rint((idx - c) / r).astype(int) + c // r, 0, len(kc) - 1)
+        return alive[tuple(k)]
 
     def sample(self, rng, n):
         """n draws of T: an outer cell by its weight, uniform within the cell in the DE coordinates (as

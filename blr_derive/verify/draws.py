@@ -75,11 +75,12 @@ def mixed_t(model, draws, quad):
     """T at draws of a variable of components of several shapes, through the model's coordinates (a vector's
     entries, a matrix's Cholesky coordinates, a positive scalar's logarithm)."""
     coords = []
-    if model.whiten is not None:           # the model's vector coordinates are v = Lᵀθ with L Lᵀ = Λ
-        iv, im = model.whiten
+    if model.whiten is not None:           # the model's vector coordinates: v = Lᵀθ (or L⁻¹θ) with L Lᵀ = the matrix
+        iv, im, kind = model.whiten
         Lm = np.linalg.cholesky(0.5 * (draws[im] + np.swapaxes(draws[im], -1, -2)))
         draws = list(draws)
-        draws[iv] = np.swapaxes(Lm, -1, -2) @ draws[iv]
+        draws[iv] = (np.swapaxes(Lm, -1, -2) @ draws[iv] if kind == "precision"
+                     else np.linalg.solve(Lm, draws[iv]))
     for x, c, sup in zip(draws, model.fam.components, model.fam.component_supports):
         if not is_mat(c):
             coords.append(np.log(x) if sup == "positive" else x)

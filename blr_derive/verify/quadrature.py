@@ -12,6 +12,8 @@ from scipy import optimize, special
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.verify.conditional import ConditionalGaussian
+from blr_derive.verify.coordinates import (cholesky_coordinates, cholesky_factor, cholesky_log_jacobian, sphere_from_u,
+                                           whitening)
 from blr_derive.verify.numdiff import fd_hessian
 
 
@@ -37,7 +39,7 @@ class FamilyModel:
         elif fam.variable_kind == "mixed":
             reps, pre = self._mixed_coordinates(fam)
         else:
-            self.theta_args, X = _cholesky_coordinates(self.dim)
+            self.theta_args, X = cholesky_coordinates(self.dim)
             reps = {fam.theta: X}
 
         def prep(e):
@@ -83,8 +85,9 @@ class FamilyModel:
         matrices = [c for c in fam.components if is_mat(c) and c.shape[1] != 1]
         if len(vectors) == 1 and len(matrices) == 1:
             Ls, vs = sp.MatrixSymbol("L_coord", fam.dim, fam.dim), sp.MatrixSymbol("v_coord", fam.dim, 1)
-            pre = {matrices[0]: Ls * Ls.T, vectors[0]: sp.Inverse(Ls.T) * vs}
-            self.whiten = (fam.components.index(vectors[0]), fam.components.index(matrices[0]))
+            pre = whitening(fam, vectors[0], matrices[0], Ls, vs)
+            self.whiten = (fam.components.index(vectors[0]), fam.components.index(matrices[0]),
+                           "precision" if pre[vectors[0]].has(sp.Inverse) else "covariance")
         for c, sup in zip(fam.components, fam.component_supports):
             if not is_mat(c):               # a scalar: itself, or exp(u) on the positive half-line
                 args = [sp.Dummy(str(c), real=True)]
@@ -94,9 +97,9 @@ class FamilyModel:
                 self.gaussian_coords.extend(range(len(self.theta_args), len(self.theta_args) + self.dim))
                 reps[vs if pre else c] = sp.ImmutableMatrix(args)
             else:
-                args, X = _cholesky_coordinates(self.dim)
+                args, X = cholesky_coordinates(self.dim)
                 if pre:
-                    reps[Ls] = _cholesky_factor(args, self.dim)
+                    reps[Ls] = cholesky_factor(args, self.dim)
                 reps[c] = X
             self.theta_args.extend(args)
         return reps, pre
@@ -136,21 +139,22 @@ class FamilyModel:
             return list(u), [], np.zeros(u.shape[1])
         if f.variable_kind == "matrix":
             # entries are the Cholesky coordinates u themselves (see __init__)
-            return list(u), [], _cholesky_log_jacobian(u, self.dim)
+            return list(u), [], cholesky_log_jacobian(u, self.dim)
         if f.variable_kind == "mixed":
             logJ, k = np.zeros(u.shape[1]), 0
             for c, sup in zip(f.components, f.component_supports):
                 n = 1 if not is_mat(c) else self.dim if c.shape[1] == 1 else self.dim * (self.dim + 1) // 2
                 if is_mat(c) and c.shape[1] != 1:
-                    logJ = logJ + _cholesky_log_jacobian(u[k:k + n], self.dim)
-                    if self.whiten is not None:          # θ = L⁻ᵀv: |dθ/dv| = |L|⁻¹ = exp(-Σ u_ii)
-                        logJ = logJ - sum(u[k + i * (i + 3) // 2] for i in range(self.dim))
+                    logJ = logJ + cholesky_log_jacobian(u[k:k + n], self.dim)
+                    if self.whiten is not None:          # θ = L^(∓ᵀ)v: |dθ/dv| = |L|^∓1 = exp(∓Σ u_ii)
+                        sign = -1 if self.whiten[2] == "precision" else 1
+                        logJ = logJ + sign * sum(u[k + i * (i + 3) // 2] for i in range(self.dim))
                 elif sup == "positive":
                     logJ = logJ + u[k]
                 k += n
             return list(u), [], logJ
         if f.joint_support == "sphere":
-            return _sphere_from_u(u)
+            return sphere_from_u(u)
         if f.joint_support == "simplex":
             K = len(f.components)
             logv, logvb = -np.logaddexp(0, -u), -np.logaddexp(0, u)
@@ -179,63 +183,6 @@ class FamilyModel:
                 bars.append(np.exp(lvb))
                 logJ = logJ + lv + lvb
         return entries, bars, logJ
-
-
-def _cholesky_coordinates(P):
-    """X = L Lᵀ with L lower triangular, L_ii = exp(u_ii): (the coordinates u, X); log det X = 2 Σ u_ii exactly,
-    no cancellation."""
-    args = []
-    L = sp.zeros(P, P)
-    for i in range(P):
-        for j in range(i + 1):
-            u = sp.Dummy(f"u_{i}{j}", real=True)
-            args.append(u)
-            L[i, j] = sp.exp(u) if i == j else u
-    return args, sp.ImmutableMatrix(L * L.T)
-
-
-def _cholesky_factor(args, P):
-    """The lower-triangular L of :func:`_cholesky_coordinates`' X = L Lᵀ from its coordinates."""
-    L = sp.zeros(P, P)
-    k = 0
-    for i in range(P):
-        for j in range(i + 1):
-            L[i, j] = sp.exp(args[k]) if i == j else args[k]
-            k += 1
-    return sp.ImmutableMatrix(L)
-
-
-def _cholesky_log_jacobian(u, P):
-    """log |dX/du| of X = L Lᵀ in the coordinates of :func:`_cholesky_coordinates`: 2^P Π L_ii^(P-i) (0-based
-    i) times Π L_ii from dL_ii = L_ii du_ii."""
-    logJ = np.full(u.shape[1], P * np.log(2.0))
-    k = 0
-    for i in range(P):
-        for j in range(i + 1):
-            if i == j:
-                logJ = logJ + (P - i + 1) * u[k]
-            k += 1
-    return logJ
-
-
-def _sphere_from_u(u):
-    """Hyperspherical coordinates on S^(K-1) from u (K-1, N): polar angles φ_j = π σ(u_j) ∈ (0, π) for
-    j < K-1 and the azimuth φ_{K-1} = π(2σ(u) − 1) ∈ (−π, π); x_1 = cos φ_1, x_j = Π_{i<j} sin φ_i cos φ_j, x_K =
-    Π sin φ_i; surface element Π_j sin^(K-1-j) φ_j, times dφ/du."""
-    d = u.shape[0]
-    lv, lvb = -np.logaddexp(0, -u), -np.logaddexp(0, u)
-    phi = np.pi * np.exp(lv)
-    phi[d - 1] = np.pi * (np.exp(lv[d - 1]) - np.exp(lvb[d - 1]))
-    logJ = np.sum(lv + lvb, axis=0) + (d - 1) * np.log(np.pi) + np.log(2 * np.pi)
-    entries, s = [], np.ones(u.shape[1])
-    for j in range(d):
-        entries.append(s * np.cos(phi[j]))
-        if j < d - 1:
-            with np.errstate(divide="ignore"):
-                logJ = logJ + (d - 1 - j) * np.log(np.sin(phi[j]))
-        s = s * np.sin(phi[j])
-    entries.append(s)
-    return entries, [], logJ
 
 
 def de_rule(h, zmax=1e8):
