@@ -61,7 +61,10 @@ class ConditionalGaussian:
         # Hessian there (the joint mode is shifted from it by the vector's integral: a DE grid there needs a step
         # half as long for the same accuracy)
         self.mode_o = mode[self.oi]
-        self.L_o = np.linalg.cholesky(cov[np.ix_(self.oi, self.oi)])
+        self.L_o = np.linalg.cholesky(cov[np.ix_(self.oi, self.oi)]) if self.oi else np.zeros((0, 0))
+        self.h = OUTER_STEP.get(len(self.oi), 1.0)
+        if not self.oi:                   # every coordinate Gaussian: one Gauss–Hermite rule, no outer grid
+            return
 
         def neg(uo):
             v = self.conditional(np.asarray(uo, dtype=float)[:, None])[2][0]
@@ -72,7 +75,6 @@ class ConditionalGaussian:
             self.mode_o, self.L_o = r.x, np.linalg.cholesky(np.linalg.inv(-Ho))
         except np.linalg.LinAlgError:
             pass                          # keep the joint mode's scaling
-        self.h = OUTER_STEP[len(self.oi)]
 
     def _u(self, uo, ug):
         u = np.empty((len(self.oi) + len(self.gi), uo.shape[1]))
@@ -165,15 +167,18 @@ class ConditionalGaussian:
         the log-weight is the outer DE weight × ∫ f du_g there × the GH weight.  ``de_rule(h)`` gives the 1-D DE
         nodes and log-weights."""
         do, P = len(self.oi), len(self.gi)
-        z, lw1 = de_rule(self.h, OUTER_REACH)
-        t1 = np.arcsinh(np.arcsinh(z) * 2 / np.pi)
-        idx = np.array([g.ravel() for g in np.meshgrid(*([np.arange(len(z))] * do), indexing="ij")])
-        idx = idx[:, self._alive(idx, z, lw1, len(z) // 2)]
-        self.tnodes = t1[idx]
-        lw = lw1[idx].sum(axis=0)
-        uo = self.mode_o[:, None] + self.L_o @ z[idx]
+        if do:
+            z, lw1 = de_rule(self.h, OUTER_REACH)
+            t1 = np.arcsinh(np.arcsinh(z) * 2 / np.pi)
+            idx = np.array([g.ravel() for g in np.meshgrid(*([np.arange(len(z))] * do), indexing="ij")])
+            idx = idx[:, self._alive(idx, z, lw1, len(z) // 2)]
+            self.tnodes = t1[idx]
+            lw = lw1[idx].sum(axis=0)
+            uo = self.mode_o[:, None] + self.L_o @ z[idx]
+        else:
+            self.tnodes, lw, uo = np.zeros((0, 1)), np.zeros(1), np.zeros((0, 1))
         mean, Lc, logint = self.conditional(uo)
-        lw_o = lw + float(np.log(abs(np.linalg.det(self.L_o)))) + logint
+        lw_o = lw + (float(np.log(abs(np.linalg.det(self.L_o)))) if do else 0.0) + logint
         keep = lw_o > np.max(lw_o) - TAIL_DROP       # outer nodes of relative weight < e^-60 contribute nothing
         self.tnodes, uo, lw_o, mean, Lc = self.tnodes[:, keep], uo[:, keep], lw_o[keep], mean[:, keep], Lc[keep]
         self.outer_logw = lw_o

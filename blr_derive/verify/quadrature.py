@@ -269,7 +269,8 @@ class Quadrature:
                 best = r
         mode = best.x
         H = fd_hessian(lambda u: -neg(u), mode)
-        if getattr(self.model, "gaussian_coords", None):
+        gaussian = getattr(self.model, "gaussian_coords", None)
+        if gaussian:        # a vector integrated exactly (given the other coordinates, if any)
             self.conditional = ConditionalGaussian(self, mode, H)
             u, extra = self.conditional.nodes(de_rule)
             entries, bars, _ = self.model.from_u(u)
