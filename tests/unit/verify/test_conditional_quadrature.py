@@ -4,7 +4,6 @@ coordinates) is integrated to rounding; a wrong log-partition fails; a vector th
 is a reported failure, never a wrong pass or a crash."""
 import textwrap
 
-import pytest
 
 from blr_derive.core.yamlio import load_yaml_text
 from blr_derive.families.library import family_from_spec
