@@ -178,13 +178,16 @@ class Family:
         A_ord = subs(self.A, dict(zip(self.lam, self.eta)))
         return self.log_h + scalarize(self.inner(self.eta, self.T)) - A_ord
 
-    def fisher_operator(self):
-        """dμ as a linear function of dλ: the Fisher information F(λ) = ∇²A(λ) applied to dλ."""
-        if "fisher_operator" not in self._numeric:        # a function of the family only: derived once
+    def fisher_operator(self, simplified: bool = True):
+        """dμ as a linear function of dλ: the Fisher information F(λ) = ∇²A(λ) applied to dλ.  ``simplified=False``
+        gives the differential as matrix calculus writes it (for numeric evaluation only: the canonical form costs
+        seconds for a normal–Wishart)."""
+        key = "fisher_operator" if simplified else "fisher_operator_raw"
+        if key not in self._numeric:        # a function of the family only: derived once
             dl = [sp.MatrixSymbol(f"d_{l.name}", *l.shape) if is_mat(l) else sp.Symbol(f"d_{l.name}") for l in self.lam]
-            self._numeric["fisher_operator"] = (
-                dl, [self.simp(matcalc.differential(m, dict(zip(self.lam, dl)))) for m in self.mu_of_lam])
-        return self._numeric["fisher_operator"]
+            raw = [matcalc.differential(m, dict(zip(self.lam, dl))) for m in self.mu_of_lam]
+            self._numeric[key] = (dl, [self.simp(d) for d in raw] if simplified else raw)
+        return self._numeric[key]
 
     def fisher_matrix(self):
         """For scalar families: the symbolic Hessian ∇²A(λ)."""

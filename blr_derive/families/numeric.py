@@ -36,7 +36,7 @@ def tangent_basis(l, dim, symmetric):
 
 def numeric_fisher(fam, lam_vals: dict, dim: int):
     """The Fisher information ∇²A at λ as a dense matrix in an orthonormal basis of Ω's tangent space."""
-    dl, dmu = fam.fisher_operator()
+    dl, dmu = fam.fisher_operator(simplified=False)
     bases = [tangent_basis(l, dim, fam.symmetric) for l in fam.lam]
     cols = []
     for bi, basis in enumerate(bases):
