@@ -29,6 +29,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, ELEMENTWISE, FUNCTIONS, as_scalar as _sc, is_mat as _is_mat
 from blr_derive.core.nodes import U, DataSum
+from blr_derive.core.text import MAX_EXPANDED_LENGTH, Expanded
 from blr_derive.core.yamlio import where
 
 MAX_LENGTH = 2000
@@ -73,11 +74,12 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
         return sp.Rational(Fraction(repr(text)))
     if not isinstance(text, str):
         raise SpecError(f"{what}: expected an expression string, got {type(text).__name__}")
+    limit = MAX_EXPANDED_LENGTH if isinstance(text, Expanded) else MAX_LENGTH     # a size template's output
     src = text.strip()
     if not src:
         raise SpecError(f"{what}: empty expression")
-    if len(src) > MAX_LENGTH:
-        raise SpecError(f"{what}: expression longer than {MAX_LENGTH} characters")
+    if len(src) > limit:
+        raise SpecError(f"{what}: expression longer than {limit} characters")
     try:
         tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:

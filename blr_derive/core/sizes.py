@@ -29,7 +29,7 @@ import contextvars
 import re
 
 from blr_derive.core.errors import SpecError
-from blr_derive.core.text import quote
+from blr_derive.core.text import Expanded, quote
 from blr_derive.core.yamlio import LDict, LList, check_keys, where
 
 #: no size may exceed this, whatever a file declares: the engine sums over K one-hot points and derives
@@ -190,7 +190,7 @@ def _subst(text: str, env: dict) -> str:
         else:
             out.append(c)
             j += 1
-    text = "".join(out)
+    text = Expanded("".join(out))
     _charge(chars=len(text))
     return text
 

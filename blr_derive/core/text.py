@@ -51,3 +51,13 @@ def terminal_safe(text: str) -> str:
     Unicode separators) written as an escape, so that a recipe's text cannot drive the terminal it is shown on."""
     return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape", "backslashreplace").decode("ascii")
                    for c in text)
+
+
+class Expanded(str):
+    """A string that a size template produced (``blr_derive/core/sizes.py``): the expression grammar accepts it up to
+    ``MAX_EXPANDED_LENGTH`` characters instead of 2000, since its template is at most 4000 characters, the sizes it
+    was instantiated at are bounded by the declaration, and one instantiation's whole output is capped."""
+
+
+#: the longest expression a size template may expand to (a multinomial's E[log h] at K = 4, n = 10: ~9000)
+MAX_EXPANDED_LENGTH = 50_000

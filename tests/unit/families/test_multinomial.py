@@ -18,7 +18,8 @@ def counts(n, K):
     return [c for c in itertools.product(range(n + 1), repeat=K) if sum(c) == n]
 
 
-@pytest.mark.parametrize("K, n, seed", [(3, 4, 0), (2, 4, 1), (4, 4, 2), (4, 1, 3)])
+@pytest.mark.parametrize("K, n, seed", [(3, 4, 0), (2, 4, 1), (4, 4, 2), (4, 1, 3), (3, 10, 4), (4, 10, 5), (6, 6, 6),
+                                        (5, 7, 7), (2, 10, 8)])
 def test_multinomial_matches_scipy(K, n, seed):
     fam = load_family({"name": "multinomial", "K": K, "n": n})
     p = np.random.default_rng(seed).dirichlet(np.ones(K))
@@ -36,11 +37,13 @@ def test_multinomial_matches_scipy(K, n, seed):
     assert F == pytest.approx(cov, rel=1e-12, abs=1e-14)
 
 
-def test_a_coupled_loss_is_summed_exactly_over_the_counts():
-    """ℓ(θ) = (θ1 − 2)²/4 + θ2·θ3 with n = 4, K = 3: Eq. 6, λ ← (1 − ρ)λ − ρ F⁻¹ ∇_λ E_q[ℓ + log h] with
-    h = n!/Πθ_k!, by enumeration of the 15 count vectors and central differences at λ_k = log(p_k/p_3)."""
-    rho, n = 0.4, 4
-    mod = api.derive(yaml.safe_dump({"name": "mn_sq", "family": {"name": "multinomial", "K": 3, "n": n},
+@pytest.mark.parametrize("n", [4, 7])
+def test_a_coupled_loss_is_summed_exactly_over_the_counts(n):
+    """ℓ(θ) = (θ1 − 2)²/4 + θ2·θ3 with K = 3: Eq. 6, λ ← (1 − ρ)λ − ρ F⁻¹ ∇_λ E_q[ℓ + log h] with
+    h = n!/Πθ_k!, by enumeration of the count vectors (15 at n = 4, 36 at n = 7) and central differences at
+    λ_k = log(p_k/p_3)."""
+    rho = 0.4
+    mod = api.derive(yaml.safe_dump({"name": f"mn_sq{n}", "family": {"name": "multinomial", "K": 3, "n": n},
                                      "loss": {"expression": "(theta1 - 2)**2/4 + theta2*theta3"},
                                      "hyperparameters": {"rho": rho}, "approximations": ["exact"]})).compile("numpy")
     C = np.array(counts(n, 3), dtype=float)

@@ -336,3 +336,26 @@ def test_dirichlet_categorical_posterior_at_other_sizes(tmp_path, K):
     st = mod.step(mod.init(**{f"a{k + 1}": 1.0 for k in range(K)}), data={f"c{k + 1}": c[k] for k in range(K)},
                   **{f"a0{k + 1}": a0[k] for k in range(K)})
     np.testing.assert_allclose([st[f"a{k + 1}"] for k in range(K)], a0 + c, rtol=1e-14)
+
+
+def test_a_template_may_expand_past_the_expression_limit_but_a_written_expression_may_not(tmp_path):
+    """A size template's output is accepted up to 50 000 characters (its template is at most 4000 and the sizes are
+    bounded by the declaration): the multinomial's E[log h] at K = 4, n = 10 is ~9000.  An expression written out by
+    hand stays limited to 2000 characters, and a template that expands further is a located error."""
+    fam = load_family({"name": "multinomial", "K": 4, "n": 10})
+    assert len(fam.T) == 3
+    long_sum = " + ".join(f"x1*{k}" for k in range(400))            # > 2000 characters, written out
+    path = tmp_path / "long.yaml"
+    path.write_text("name: long\nvariable: {name: x, shape: vector, size: 2}\nsupport: counts summing to 3\n"
+                    "parameters:\n  a: {domain: real}\nsufficient_statistics: [x1]\nnatural_parameters: [a]\n"
+                    f"base_measure: exp({long_sum})\n", encoding="utf-8")
+    with pytest.raises(SpecError, match=r"long.yaml:8: base_measure: expression longer than 2000 characters"):
+        load_family(str(path))
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("name: huge\nsizes:\n  K: {default: 60, min: 2, max: 60}\n"
+                    "variable: {name: x, shape: vector, size: 2}\nsupport: counts summing to 3\n"
+                    "parameters:\n  a: {domain: real}\nsufficient_statistics: [x1]\nnatural_parameters: [a]\n"
+                    "base_measure: \"exp({+ i in 1..K: {+ j in 1..K: x1*x2*x1*x2*x1*x2*x1*x2*x1*x2*x1*x2}})\"\n",
+                    encoding="utf-8")
+    with pytest.raises(SpecError, match=r"huge.yaml:10: .*longer than 50000 characters"):
+        load_family(str(huge))
