@@ -70,6 +70,8 @@ def line(needle):
     ("  value: [m + inv(chol(kappa*B*B.T)).T*normals(P), B*B.T]", "  value: [m + normals(3), B*B.T]",
      "normals() takes the dimension P", "value:"),
     ("log_partition:", "not_a_key:", "unknown key", "not_a_key"),
+    ("    - {name: theta, shape: vector}", "    - {name: __class__, shape: vector}", "is not a name", "__class__"),
+    ("    - {name: Lambda, shape: matrix}", "    - {name: m, shape: matrix}", "clashes", "  m: {shape: vector}"),
 ])
 def test_mistakes_are_located(old, new, message, at):
     text = GOOD.replace(old, new)
