@@ -2,6 +2,7 @@
 derive; see the README section "Notebook API")."""
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -11,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from blr_derive.candidates.load import load_recipe, recipe_from_spec
+import blr_derive.codegen as _codegen
 from blr_derive.codegen.registry import TARGETS, emit, get_target
 from blr_derive.core import budget
 from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget,
@@ -19,6 +21,7 @@ from blr_derive.core.io import source_label
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.core.yamlio import load_yaml_text
 from blr_derive.derive.driver import derive as derive_recipe
+from blr_derive.families import diskcache
 from blr_derive.families.library import adopt, builtin_family_names, cached_entries, family_from_spec, load_family
 from blr_derive.families.model import Family
 from blr_derive.ir.build import build_ir
@@ -99,9 +102,28 @@ def generate(path, target: str, label: str | None = None, sizes: dict | None = N
         raise located_codegen_error(exc, recipe) from None
 
 
-def _recipe_artifacts(r: Path, root: Path, targets, seconds) -> list:
+_SOURCE = []
+
+
+def _artifact_key(r: Path, root: Path, targets) -> tuple:
+    """What one recipe's artifacts are a function of: its file, the other files of its folder (families it may
+    name by path), the built-in families, the targets, and the source of the engine and its code generators."""
+    if not _SOURCE:
+        _SOURCE.append(diskcache.source_hash([Path(__file__).resolve().parent, Path(_codegen.__file__).resolve().parent]))
+    files = sorted(root.glob("*.yaml")) + sorted(families_dir().glob("*.yaml"))
+    contents = hashlib.sha256(b"".join(f.name.encode() + b"\0" + f.read_bytes() for f in files)).hexdigest()
+    return ("catalog-artifacts", r.name, tuple(targets or TARGETS), _SOURCE[0], contents)
+
+
+def _recipe_artifacts(r: Path, root: Path, targets, seconds, cache: bool = True) -> list:
     """[(path, text)] of one catalog recipe: derived once (under its own time budget of ``seconds``) and rendered
-    for every target that can express it."""
+    for every target that can express it.  The artifacts are kept in the disk cache by :func:`_artifact_key`
+    (JSON text, never code): a catalog whose recipes, families and engine have not changed is rendered from there
+    (``blr-derive catalog --check`` in ~1 s; a clean checkout, like CI's, derives everything)."""
+    key = _artifact_key(r, root, targets)
+    cached = diskcache.load_json("artifacts", key) if cache else None
+    if isinstance(cached, list) and all(isinstance(x, list) and len(x) == 2 for x in cached):
+        return [(root / rel, text) for rel, text in cached]
     out = []
     with budget.derivation_budget(seconds):
         recipe, D = derive_record(r)                 # derive once, render for every target
@@ -114,6 +136,7 @@ def _recipe_artifacts(r: Path, root: Path, targets, seconds) -> list:
             except CodegenError as exc:
                 raise located_codegen_error(exc, recipe) from None
             out.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
+    diskcache.store_json("artifacts", key, [[str(p.relative_to(root)), text] for p, text in out])
     return out
 
 
@@ -134,7 +157,7 @@ def default_jobs() -> int:
     return max(1, min(cores, 8))
 
 
-def catalog_artifacts(root=None, targets=None, seconds=None, jobs: int | None = 1) -> list:
+def catalog_artifacts(root=None, targets=None, seconds=None, jobs: int | None = 1, cache: bool = True) -> list:
     """[(path, text)] of every generated artifact of a catalog folder (default: the bundled catalog):
     ``generated/<target>/<recipe><suffix>``.  Each recipe is derived once (under its own time budget of
     ``seconds``) and rendered for every target that can express it.
@@ -142,7 +165,8 @@ def catalog_artifacts(root=None, targets=None, seconds=None, jobs: int | None = 
     ``jobs`` > 1 (None: :func:`default_jobs`) derives in that many forked worker processes: first the built-in
     families (each once; the parent adopts them, so the family index and the recipes' workers, forked after,
     find them derived), then the recipes, in the same order as one process would.  The artifacts are the same
-    bytes either way (derivations are deterministic and each is independent of the others)."""
+    bytes either way (derivations are deterministic and each is independent of the others).  ``cache=False``
+    derives every recipe even where the disk cache holds its artifacts."""
     root = Path(root) if root else catalog_dir()
     recipes = sorted(root.glob("*.yaml"))
     if not recipes:
@@ -158,12 +182,12 @@ def catalog_artifacts(root=None, targets=None, seconds=None, jobs: int | None = 
         first = sorted(paths, key=lambda p: ("\nlog_partition:" in p.read_text(encoding="utf-8"), p.stem))
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
             fams = [pool.submit(_family_entries, p, seconds) for p in first]
-            jobs_ = [pool.submit(_recipe_artifacts, r, root, targets, seconds) for r in recipes]
+            jobs_ = [pool.submit(_recipe_artifacts, r, root, targets, seconds, cache) for r in recipes]
             for f in fams:
                 adopt(f.result())
             parts = [j.result() for j in jobs_]
     else:
-        parts = [_recipe_artifacts(r, root, targets, seconds) for r in recipes]
+        parts = [_recipe_artifacts(r, root, targets, seconds, cache) for r in recipes]
     outputs = [item for part in parts for item in part]
     if bundled:
         outputs.append((root / "generated" / INDEX_NAME, index_text(paths, family)))

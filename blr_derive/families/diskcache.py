@@ -13,6 +13,7 @@ anything unreadable or stale is ignored and derived again.  Only successfully de
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import stat
@@ -99,4 +100,61 @@ def store(key, fam) -> None:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     except Exception:  # a read-only home, a full disk, an unpicklable object: derive each time
+        return
+
+
+# ------------------------------------------------------------------ text entries (generated artifacts)
+
+def source_hash(roots) -> str:
+    """SHA-256 of every source file (``.py``, ``.j2``) below ``roots``, by relative path and content: a key
+    component that changes whenever the code that produced an entry does."""
+    h = hashlib.sha256()
+    for root in roots:
+        root = Path(root)
+        for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".j2") and "__pycache__" not in p.parts):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _text_entry(kind, key) -> Path | None:
+    folder = cache_dir()
+    if folder is None:
+        return None
+    return folder / kind / f"{hashlib.sha256(repr(key).encode()).hexdigest()}.json"
+
+
+def load_json(kind, key):
+    """A JSON entry (data, never code) for ``key``, or None; the same ownership rules as the family entries."""
+    path = _text_entry(kind, key)
+    if path is None:
+        return None
+    try:
+        st = os.lstat(path)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                or st.st_size > 64 * 2**20):
+            return None
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except Exception:  # missing, truncated: produce again
+        return None
+
+
+def store_json(kind, key, value) -> None:
+    """Write a JSON entry atomically; failures are ignored (the cache is only an optimisation)."""
+    path = _text_entry(kind, key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(value, fh)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except Exception:
         return

@@ -278,8 +278,8 @@ def test_catalog_in_worker_processes_writes_the_same_bytes_as_one_process(tmp_pa
     cat.mkdir()
     for name in ("gd", "newton", "adam", "ivon", "vmp"):
         shutil.copy(CATALOG / f"{name}.yaml", cat / f"{name}.yaml")
-    one = catalog_artifacts(cat, jobs=1)
-    two = catalog_artifacts(cat, jobs=2)
+    one = catalog_artifacts(cat, jobs=1, cache=False)
+    two = catalog_artifacts(cat, jobs=2, cache=False)
     assert [p for p, _ in one] == [p for p, _ in two] and len(one) >= 9
     assert all(a == b for (_, a), (_, b) in zip(one, two))
     committed = {p.relative_to(cat): t for p, t in one}
@@ -288,15 +288,42 @@ def test_catalog_in_worker_processes_writes_the_same_bytes_as_one_process(tmp_pa
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_catalog_time_limit_in_a_worker_is_one_located_line(jobs, tmp_path):
+def test_catalog_time_limit_in_a_worker_is_one_located_line(jobs, tmp_path, monkeypatch):
     """A budget that runs out in a worker process comes back to the command as the same located error (exit 2, one
-    line, no traceback) as in one process."""
+    line, no traceback) as in one process (with an empty disk cache, so that the recipes are derived)."""
+    monkeypatch.setenv("BLR_DERIVE_CACHE_DIR", str(tmp_path / "cache"))
     r = run_cli("catalog", "--check", "--jobs", jobs, "--time-limit", "0.05", cwd=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     (line,) = r.stderr.splitlines()
     assert re.match(r"blr-derive: error: \S+\.yaml:\d+: the derivation did not finish within the time limit "
                     r"of 0.05 s", line), line
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_catalog_artifacts_come_from_the_disk_cache_until_an_input_changes(tmp_path, monkeypatch):
+    """The second rendering of an unchanged catalog reads the artifacts the first stored (derivation is not called,
+    the bytes are the same); editing a recipe file, or asking for cache=False, derives again."""
+    from blr_derive import api
+    monkeypatch.setenv("BLR_DERIVE_CACHE_DIR", str(tmp_path / "cache"))
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    for name in ("gd", "rmsprop"):
+        shutil.copy(CATALOG / f"{name}.yaml", cat / f"{name}.yaml")
+    first = api.catalog_artifacts(cat, jobs=1)
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise RuntimeError("derived although cached")
+    monkeypatch.setattr(api, "derive_record", refuse)
+    assert api.catalog_artifacts(cat, jobs=1) == first and not calls
+    with pytest.raises(RuntimeError, match="derived although cached"):
+        api.catalog_artifacts(cat, jobs=1, cache=False)
+    (cat / "gd.yaml").write_text((cat / "gd.yaml").read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    calls.clear()
+    with pytest.raises(RuntimeError, match="derived although cached"):
+        api.catalog_artifacts(cat, jobs=1)
+    assert calls and Path(calls[0][0]).name == "gd.yaml"
 
 
 def test_catalog_jobs_out_of_range_is_a_command_line_error(tmp_path):
