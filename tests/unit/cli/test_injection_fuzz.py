@@ -129,9 +129,9 @@ EXTRA_RECIPES = {"bernoulli": "theta", "categorical": "theta1", "dirichlet": "lo
                  "multinomial": "theta1*theta2", "continuous_bernoulli": "theta",
                  "generalized_inverse_gaussian": "theta + 1/theta", "von_mises_fisher": "theta1"}
 #: families that the minimal recipe (``exact`` alone) cannot derive with (E_q[log h] of the Poisson, negative
-#: binomial and logarithmic needs a prior in the family; matrix statistics of the Wishart and inverse Wishart): their
-#: poisoned prose is only loaded
-LOAD_ONLY = {"poisson", "wishart", "negative_binomial", "logarithmic", "inverse_wishart"}
+#: binomial and logarithmic needs a prior in the family): their poisoned prose is only loaded.  The Wishart, inverse
+#: Wishart and normal–Wishart derive through their catalog recipes (losses linear in matrix statistics)
+LOAD_ONLY = {"poisson", "negative_binomial", "logarithmic"}
 
 
 def _minimal_recipe(name):
