@@ -25,7 +25,8 @@ GH_LOG_WEIGHTS = np.log(np.array([1 / 6, 2 / 3, 1 / 6]))
 #: DE step of the outer grid by its dimension
 OUTER_STEP = {1: 1 / 32, 2: 1 / 24, 3: 1 / 20}
 
-#: the outer grid reaches this many standard deviations (the checked densities decay at least exponentially)
+#: the outer grid reaches this many standard deviations, as the plain DE rule does (an inverse Wishart's heavy tail needs
+#: it; the coarse pass keeps the far nodes cheap)
 OUTER_REACH = 1e8
 
 #: the coarse pass of the outer grid takes every COARSE-th node of the fine DE rule
