@@ -1,7 +1,7 @@
 """Conjugate Bayes by the BLR with rho = 1 (Sec. 5.1): one generated step equals the closed-form posterior."""
 import numpy as np
 
-from conftest import load_generated
+from conftest import CATALOG, load_generated
 
 
 def test_beta_bernoulli():
@@ -124,3 +124,33 @@ def test_normal_wishart_matches_the_textbook_posterior():
     np.testing.assert_allclose(out["n"], n0 + N, rtol=1e-14)
     np.testing.assert_allclose(out["m"], (k0 * m0 + N * ybar) / kN, rtol=1e-13)
     np.testing.assert_allclose(out["V"], VN, rtol=1e-11)
+
+
+def test_normal_wishart_damped_step_interpolates_the_natural_parameters():
+    """The catalog recipe without `unit_learning_rate` (ρ a hyperparameter): one BLR step is λ ← (1 − ρ)λ + ρλ_post
+    (Eq. 6 with a conjugate loss), where λ(m, κ, V, n) = (κm, −κ/2, −(V⁻¹ + κmmᵀ)/2, (n − P)/2) and λ_post is the
+    closed-form posterior's (written here); the generated step's ordinary parameters map to exactly that λ."""
+    import yaml
+    from blr_derive import api
+    spec = yaml.safe_load((CATALOG / "normal_wishart.yaml").read_text(encoding="utf-8"))
+    spec["name"] = "normal_wishart_damped"
+    spec["approximations"] = ["exact"]
+    spec["hyperparameters"]["rho"] = {"default": 0.3}
+    mod = api.derive(yaml.safe_dump(spec)).compile("numpy")
+    P, rng = 2, np.random.default_rng(31)
+    y = rng.normal(size=(15, P)) @ np.array([[1.0, 0.3], [0.0, 0.7]]) + np.array([0.5, -1.0])
+    m0, k0, n0, V0 = np.array([0.1, 0.2]), 1.5, 4.0, np.array([[1.0, 0.2], [0.2, 0.6]])
+    N, ybar = len(y), y.mean(axis=0)
+
+    def lam(m, kappa, V, n):
+        return [kappa * m, -kappa / 2, -(np.linalg.inv(V) + kappa * np.outer(m, m)) / 2, (n - P) / 2]
+    kN = k0 + N
+    VN = np.linalg.inv(np.linalg.inv(V0) + (y - ybar).T @ (y - ybar) + k0 * N / kN * np.outer(ybar - m0, ybar - m0))
+    post = lam((k0 * m0 + N * ybar) / kN, kN, VN, n0 + N)
+    state = dict(m=np.array([-0.3, 0.4]), kappa=2.5, V=np.array([[0.5, -0.1], [-0.1, 0.8]]), n=3.5)
+    now = lam(state["m"], state["kappa"], state["V"], state["n"])
+    out = mod.step(mod.init(**state), data={"N_obs": N, "s1": y.sum(axis=0), "S": y.T @ y, "m0": m0,
+                                            "W0": np.linalg.inv(V0)}, kappa0=k0, n0=n0, rho=0.3)
+    got = lam(out["m"], out["kappa"], out["V"], out["n"])
+    for g, a, b in zip(got, now, post):
+        np.testing.assert_allclose(g, 0.7 * np.asarray(a) + 0.3 * np.asarray(b), rtol=1e-11, atol=1e-12)
