@@ -417,6 +417,8 @@ class IVON(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
+        # state loaded without a step count (torch.optim.SGD keeps none): not a first step
+        _loaded = [bool(self.state[_p]) and "step" not in self.state[_p] for _p in params]
         hess_init = group["hess_init"]
         for name, _key in (("h", "h"), ("momentum", "momentum"), ):
             _views = _lay.views.get(name)
@@ -436,9 +438,9 @@ class IVON(torch.optim.Optimizer):
                 state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
-        for _p in params:
+        for _p, _was in zip(params, _loaded):
             if "step" not in self.state[_p]:
-                self.state[_p]["step"] = torch.tensor(0.0)
+                self.state[_p]["step"] = torch.tensor(1.0 if _was else 0.0)
         return _lay
 
     def load_state_dict(self, state_dict):

@@ -249,6 +249,8 @@ class NAdam(torch.optim.Optimizer):
         _lay = self._layouts.get(id(group))
         if _lay is None or _lay.key != tuple((id(_p), _p.numel()) for _p in params):
             _lay = self._layouts[id(group)] = _Layout(params)
+        # state loaded without a step count (torch.optim.SGD keeps none): not a first step
+        _loaded = [bool(self.state[_p]) and "step" not in self.state[_p] for _p in params]
         for name, _key in (("s", "exp_avg_sq"), ("u", "exp_avg"), ("mu_product", "mu_product"), ):
             _views = _lay.views.get(name)
             if _views is not None and all(self.state[_p].get(_key) is v for _p, v in zip(params, _views)):
@@ -269,10 +271,21 @@ class NAdam(torch.optim.Optimizer):
                 state[_key] = _view
                 _views.append(_view)
             _lay.views[name] = _views
-        for _p in params:
+        for _p, _was in zip(params, _loaded):
             if "step" not in self.state[_p]:
-                self.state[_p]["step"] = torch.tensor(0.0)
+                self.state[_p]["step"] = torch.tensor(1.0 if _was else 0.0)
         return _lay
+
+    def state_dict(self):
+        """As torch.optim.Optimizer.state_dict, with the states that are one number per tensor (``mu_product``) as 0-d
+        tensors, as torch.optim keeps them (the kernel holds them per element; loading broadcasts them back)."""
+        out = super().state_dict()
+        out["state"] = {k: dict(v) for k, v in out["state"].items()}      # the live state keeps its views
+        for st in out["state"].values():
+            for name in ['mu_product']:
+                if name in st and torch.is_tensor(st[name]) and st[name].dim() > 0:
+                    st[name] = st[name].reshape(-1)[0].clone()
+        return out
 
     def load_state_dict(self, state_dict):
         """As torch.optim.Optimizer.load_state_dict, but the state stays fp32 for low-precision parameters."""

@@ -29,7 +29,8 @@ from blr_derive.core.errors import UnsupportedTarget
 
 from blr_derive.codegen.backends.triton.config import CONFIG
 from blr_derive.codegen.inert import template_env
-from blr_derive.codegen.lower import DRAWS, check_optimizer, plan_optimizer, state_symbols, step_condition, stored_names
+from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_optimizer, state_symbols, step_condition,
+                                      stored_names)
 from blr_derive.codegen.backends.torch.printer import HostPrinter
 from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
 
@@ -90,6 +91,7 @@ class TritonTarget:
             cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)}, other_oracles=plan.other_oracles,
             theta_hyper=plan.theta_hyper, stat_hyper=plan.hyper_using(stat_syms), stored=stored_names(plan),
             keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
+            scalar_stored=sorted(stored_names(plan)[n] for n in host_states(plan)),
         )
 
     @staticmethod
