@@ -5,7 +5,7 @@ import sympy as sp
 
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import record, update_of
+from blr_derive.rules.program import invert, record, update_of
 
 
 class ChangeVariable(Rule):
@@ -31,13 +31,17 @@ class ChangeVariable(Rule):
         ctx.done()
         old = fam.params[p].symbol
         old_sym, old_expr = update_of(D, p)
-        x = sp.Dummy(new_name)
-        sol = sp.solve(sp.Eq(value.xreplace({new_sym: x}), old_sym), x)
-        if len(sol) != 1:
-            raise ctx.fail(f"cannot invert {p} = {value} for {new_name}")
+        # a positive parameter's new variable is taken positive where the map has several inverses (s = sigma**-2)
+        target = sp.Dummy("p", positive=True) if old.is_positive else old_sym
+        new_update = invert(value, new_sym, target, lambda msg: ctx.fail(f"{p} = {value}: {msg}"),
+                            positive=bool(old.is_positive)).xreplace({target: old_sym})
+        if old.is_positive and len(sp.solve(sp.Eq(value, target), new_sym)) > 1:
+            # the map has a negative branch too (s = sigma**-2): the new variable is the positive one
+            pos = sp.Symbol(new_name, positive=True)
+            value, new_update = value.xreplace({new_sym: pos}), new_update.xreplace({new_sym: pos})
+            new_sym = pos
         new_new = sp.Symbol(f"{new_name}_new", real=True)
         # p_{t+1} stays a definition (written with the new variable); the state stores new_{t+1} = map⁻¹(p_{t+1})
-        new_update = sol[0]
         reps = {old: value}
         D.updates = [(n, s, e.xreplace(reps)) if n != p else (new_name, new_new, new_update) for n, s, e in D.updates]
         D.defs = [(s, e.xreplace(reps)) for s, e in D.defs] + [(old_sym, old_expr.xreplace(reps))]

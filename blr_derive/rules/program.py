@@ -75,6 +75,28 @@ def set_update(D, name, expr):
     D.updates = [(n, s, expr if n == name else e) for n, s, e in D.updates]
 
 
+def invert(forward, p, value, fail, positive=None):
+    """p = forward⁻¹(value): the one solution of forward(p) = value; for a positive p (a precision, a scale, or
+    ``positive``: a new variable standing for one) the one solution that can be positive (s = σ⁻² gives σ = 1/√s,
+    not −1/√s).  ``fail(msg)`` makes the error."""
+    positive = bool(p.is_positive) if positive is None else positive
+    x = sp.Dummy("x", positive=True) if positive else sp.Dummy("x", real=True)
+    sols = sp.solve(sp.Eq(forward.xreplace({p: x}), value), x)
+    if len(sols) > 1 and positive:
+        sols = [s for s in sols if s.is_positive is not False]
+    if len(sols) != 1:
+        raise fail(f"cannot invert {forward} for {p} ({len(sols)} solutions)")
+    odd = sorted({type(f).__name__ for f in sols[0].atoms(sp.Function) if type(f).__name__ not in ELEMENTARY})
+    if odd:
+        raise fail(f"the inverse of {forward} needs {', '.join(odd)} (not an elementary function the targets print)")
+    return sols[0]
+
+
+#: functions an inverse map may use (those every target prints)
+ELEMENTARY = {"exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+              "acosh", "atanh", "Abs", "sign"}
+
+
 def cond(when, a, b):
     return a if when is None else sp.Piecewise((a, when), (b, True))
 

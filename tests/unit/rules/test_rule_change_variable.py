@@ -153,5 +153,20 @@ def test_the_identity_map_is_the_update_without_the_rule():
 
 
 def test_a_map_that_cannot_be_inverted_is_refused():
+    # s = (h - 1)² has two inverses h = 1 ± √s that can both be positive: no branch is the positive one
     with pytest.raises(SpecError, match="cannot invert"):
-        api.derive(recipe(["delta", {"change_variable": {"param": "s", "to": "h", "value": "h**2"}}], {"lr": 0.1}))
+        api.derive(recipe(["delta", {"change_variable": {"param": "s", "to": "h", "value": "(h - 1)**2"}}],
+                          {"lr": 0.1}))
+
+
+def test_a_positive_parameter_takes_the_positive_branch():
+    """s = h² (s > 0) has inverses ±√s; the new state is the positive one, h_{t+1} = √s_{t+1}."""
+    D = api.derive(recipe(["delta", {"change_variable": {"param": "s", "to": "h", "value": "h**2"}}], {"lr": 0.1}))
+    h_new = D.update["h"]
+    s_new = [e for s_, e in D.defs if str(s_) == "s_new"][0]
+    vals = {sym: 0.7 for sym in (h_new.free_symbols | s_new.free_symbols) if str(sym) != "s_new"}
+    vals.update({sym: 1.3 for sym in vals if str(sym) == "h"})
+    s_val = float(s_new.xreplace(vals))
+    assert s_val > 0
+    assert float(h_new.xreplace({**vals, **{sym: s_val for sym in h_new.free_symbols if str(sym) == "s_new"}})) \
+        == pytest.approx(np.sqrt(s_val), rel=1e-14)
