@@ -48,6 +48,9 @@ def check_optimizer(ir, target: str):
         if getattr(ir.sampling, "more_draws", None):
             no("draws one random number per sample; the family's sampler uses "
                f"{1 + len(ir.sampling.more_draws)} (the numpy target draws any number)", "family")
+        if getattr(ir.sampling, "shaping", None) is not None:
+            no("accumulates each sample's statistics as it is drawn; 'fitness_shaping' ranks the loss values over "
+               "all samples of a step first (the numpy target)", "approximations")
         for _, o in ir.sampling.calls:
             if o == "hess":
                 no("has no Hessian oracle at samples; add an approximation (price_estimator, "

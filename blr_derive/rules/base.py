@@ -147,6 +147,22 @@ class Sampling:
     accept: object = None           # a rejection sampler's condition on the draws (drawn again until it holds)
     views: dict = field(default_factory=dict)   # oracle name -> the averaged statistic that stands for it
     grad_stat: object = None        # the average that stands for the loss gradient in the update (for passes)
+    shaping: object = None          # Shaping: an oracle's values replaced by a function of their ranks
+
+
+@dataclass
+class Shaping:
+    """Rank-based shaping of one oracle's values over the S samples of a step (a convention, ``fitness_shaping``):
+    the sample whose value has rank r (1 = lowest loss; ties by draw order; NaN ranks last) gets
+    ``value(w_r, W, S)`` in its place, with w_r = ``weight(r, S)`` and W = Σ_{j=1..S} w_j."""
+    call: object                    # the oracle's per-sample symbol (loss_k)
+    rank: object                    # r
+    count: object                   # S
+    weight: object                  # w(r, S)
+    total: object                   # W (the symbol standing for Σ_j w_j)
+    weight_of_rank: object          # w_r (the symbol standing for the rank's weight in ``value``)
+    value: object                   # the replacement value
+    name: str = ""                  # the utilities' name (for comments and reports)
 
 
 @dataclass
@@ -282,6 +298,10 @@ class Derivation:
             dist = "N(0, 1)" if sm.draw == "normal" else "U(0, 1)"
             out.append(f"for k in 1..{sm.samples}: {sm.eps} ~ {dist}, {sm.theta} = {plain(sm.theta_expr)}, "
                        + ", ".join(f"{s} = {o}({sm.theta})" for s, o in sm.calls))
+            if sm.shaping is not None:
+                sh = sm.shaping
+                out.append(f"{sh.call} <- {plain(sh.value)} at the sample of rank r, w_r = {plain(sh.weight)}"
+                           + (f", W = sum_r w_r (S = {sm.samples})" if sh.value.has(sh.total) else f" (S = {sm.samples})"))
             for avg, e in sm.stats:
                 out.append(f"{avg} = mean_k({plain(e)})")
         for call in self.oracle_calls:

@@ -158,6 +158,20 @@ def compare_update(recipe, D, mod, seed=0, P=3):
             env[k_sym] = oracle_vals[oracle]
         for avg, e in sm.stats:
             env[avg] = evaluate(e.xreplace(flags), env, dims)
+        if sm.shaping is not None:
+            # every sample has the same draw (FixedNoise) and the same loss: ranks follow the draw order, so sample
+            # k gets the shaped value of rank k; the statistics are the averages over the S shaped values
+            sh = sm.shaping
+            S = int(evaluate(sm.samples.xreplace(flags), env, dims))
+            w = [float(sh.weight.xreplace({sh.rank: r, sh.count: S}).evalf(30)) for r in range(1, S + 1)]
+            vals = [float(sh.value.xreplace({sh.weight_of_rank: w_r, sh.total: sum(w), sh.count: S}).evalf(30))
+                    for w_r in w]
+            sums = {avg: 0.0 for avg, _ in sm.stats}
+            for v in vals:
+                env[sh.call] = v
+                for avg, e in sm.stats:
+                    sums[avg] = sums[avg] + evaluate(e.xreplace(flags), env, dims) / S
+            env.update(sums)
     out = mod.step(mod.init(hyperparameters=hp, **state),
                    oracles={k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()},
                    data=data or None, rng=FixedNoise(), **hp)

@@ -56,7 +56,12 @@ class NumpyTarget:
                 "accept": printer.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
                 "calls": [(printer.doprint(s), o) for s, o in sm.calls],
                 "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],
+                "shaping": _shaping_view(sm, printer),
             }
+            if sampling["shaping"] is not None:      # what each sample keeps until the values are ranked
+                kept = [sampling["eps"]] + [d for d, _ in sampling["more"]] + [sampling["theta"]] \
+                    + [c for c, _ in sampling["calls"]]
+                sampling["shaping"].update(kept=kept, index=kept.index(sampling["shaping"]["call"]))
         maps = None
         fm = ir.family_maps
         if fm:
@@ -93,7 +98,9 @@ class NumpyTarget:
         shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, False) for v in ir.data})
         shapes.update({str(c.symbol): _shape(c.symbol, elementwise) for c in ir.oracle_calls})
         if ir.sampling is not None:
-            shapes.update({str(k): _shape(k, elementwise) for k, _ in ir.sampling.calls})
+            # the loss at a sample is the model's total loss (one number), or one per coordinate for a separable loss
+            shapes.update({str(k): "?" if elementwise and o == "loss" else _shape(k, elementwise)
+                           for k, o in ir.sampling.calls})
         printer.helpers |= {"_array", "_need"}
         out = self.env.get_template(self.template).render(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
@@ -162,6 +169,19 @@ def _shape(sym, elementwise):
     r, c = sym.shape
     dims = (r,) if c == 1 else (r, c)
     return tuple(int(d) if d.is_Integer else identifier(str(d)) for d in dims)
+
+
+def _shaping_view(sm, printer):
+    """A rank-based shaping of an oracle's values (rule fitness_shaping): its weight over the ranks ``_r`` =
+    1..n_samples and the value that replaces the oracle's, printed from the rule's expressions."""
+    sh = getattr(sm, "shaping", None)
+    if sh is None:
+        return None
+    n, ranks, weights, total = (sp.Symbol(x) for x in ("n_samples", "_r", "_w", "_W"))
+    return {"call": printer.doprint(sh.call), "name": sh.name,
+            "weight": printer.doprint(sh.weight.xreplace({sh.rank: ranks, sh.count: n})),
+            "value": printer.doprint(sh.value.xreplace({sh.weight_of_rank: weights, sh.total: total,
+                                                         sh.count: n}))}
 
 
 def _entry_view(ir, printer):
