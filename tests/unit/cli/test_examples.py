@@ -119,3 +119,26 @@ def test_api_inline_recipe_text_save_and_compare(tmp_path):
     assert "- add monte_carlo" in blr.compare("ogn", "vogn")
     with pytest.raises(SpecError, match="<recipe>:4"):
         blr.derive("name: bad\nfamily: gaussian_diag\nloss: abstract\napproximations: [exact]\n")
+
+
+# ---------------------------------------------------------------------- the example scripts (issue 18)
+def _script(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"_example_{name}", EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_snes_example_minimises_the_black_box_function(capsys):
+    final = _script("snes_blackbox").main(generations=500)
+    assert final < 1e-6
+    assert "generation   500" in capsys.readouterr().out
+
+
+def test_continual_example_equals_joint_regression_after_every_task(capsys):
+    _script("continual_linear_regression").main()
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("after task")]
+    assert len(lines) == 5
+    for ln in lines:
+        assert float(ln.split("|m - joint| = ")[1].split()[0]) < 1e-10
