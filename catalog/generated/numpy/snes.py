@@ -142,7 +142,10 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     _r = numpy.arange(1, n_samples + 1, dtype=float)
     _w = numpy.broadcast_to(numpy.maximum(0, -numpy.log(_r) + numpy.log1p((1/2)*n_samples)), _r.shape)
     _W = _w.sum()
-    _v = numpy.broadcast_to(1 - _w*n_samples/_W, _r.shape)
+    with numpy.errstate(all="ignore"):
+        _v = numpy.broadcast_to(1 - _w*n_samples/_W, _r.shape)
+    if not numpy.all(numpy.isfinite(_v)):
+        raise ValueError(f"fitness shaping (nes) is undefined for {n_samples} sample(s)")
     _values = numpy.stack([numpy.broadcast_to(_s[2], numpy.shape(m)) for _s in _samples])
     _rank = numpy.argsort(numpy.argsort(_values, axis=0, kind="stable"), axis=0, kind="stable")
     for _k, _s in enumerate(_samples):

@@ -122,3 +122,9 @@ def test_needs_samples_and_the_numpy_target(tmp_path):
     (tmp_path / "t.yaml").write_text(BASE + "  - fitness_shaping: {utilities: nes}\n")
     with pytest.raises(UnsupportedTarget, match="ranks the loss values over all samples"):
         api.generate(str(tmp_path / "t.yaml"), "torch")
+
+
+def test_centered_ranks_of_one_sample_is_an_error_not_a_nan(tmp_path):
+    mod = build(tmp_path, "cr1", "  - fitness_shaping: {utilities: centered_ranks}\n")
+    with pytest.raises(ValueError, match=r"fitness shaping \(centered_ranks\) is undefined for 1 sample"):
+        shaped_mean_step(mod, [0.5], [0.3])
