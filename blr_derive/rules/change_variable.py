@@ -33,9 +33,10 @@ class ChangeVariable(Rule):
         old_sym, old_expr = update_of(D, p)
         # a positive parameter's new variable is taken positive where the map has several inverses (s = sigma**-2)
         target = sp.Dummy("p", positive=True) if old.is_positive else old_sym
-        new_update = invert(value, new_sym, target, lambda msg: ctx.fail(f"{p} = {value}: {msg}"),
-                            positive=bool(old.is_positive)).xreplace({target: old_sym})
-        if old.is_positive and len(sp.solve(sp.Eq(value, target), new_sym)) > 1:
+        new_update, branches = invert(value, new_sym, target, lambda msg: ctx.fail(f"{p} = {value}: {msg}"),
+                                      positive=bool(old.is_positive))
+        new_update = new_update.xreplace({target: old_sym})
+        if branches > 1:
             # the map has a negative branch too (s = sigma**-2): the new variable is the positive one
             pos = sp.Symbol(new_name, positive=True)
             value, new_update = value.xreplace({new_sym: pos}), new_update.xreplace({new_sym: pos})

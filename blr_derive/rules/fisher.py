@@ -11,9 +11,19 @@ from blr_derive.core.errors import DerivationError
 from blr_derive.families.symbolic import SIMPLIFY_MAX_OPS, simplify_bounded
 
 
+def invertible_symbolically(F):
+    """Whether sympy inverts F as it stands (its entries small enough); otherwise :func:`fisher_solve` names them."""
+    return sum(sp.count_ops(e) for e in F) <= SIMPLIFY_MAX_OPS
+
+
+def fisher_at_state(fam):
+    """F(λ) at λ = η(ordinary parameters), each entry simplified within the bound."""
+    return fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(simplify_bounded)
+
+
 def fisher_solve(D, F, vec):
     """[F⁻¹ vec]_i as expressions; F symmetric, in the ordinary parameters."""
-    if sum(sp.count_ops(e) for e in F) <= SIMPLIFY_MAX_OPS:
+    if invertible_symbolically(F):
         return [simplify_bounded(g) for g in F.inv() * vec]
     n = F.shape[0]
     if n > 4:
@@ -30,5 +40,4 @@ def fisher_solve(D, F, vec):
 def natural_gradient_at_state(D, fam, grad_lam):
     """F(λ)⁻¹ ∇_λ (Eq. 4) at λ = η(ordinary parameters): the Fisher information written in the ordinary parameters
     of the state, each entry simplified within the bound, then :func:`fisher_solve`."""
-    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(simplify_bounded)
-    return fisher_solve(D, F, grad_lam)
+    return fisher_solve(D, fisher_at_state(fam), grad_lam)

@@ -54,13 +54,13 @@ class FitnessShaping(Rule):
             raise ctx.fail("centred ranks need at least 2 samples")
         sm.shaping = Shaping(calls[0], r, S, weight, W, w_r, value, kind)
         D.symbol_names.update({w_r: "w_r", W: "W"})
-        eqs = [(sp.Symbol("w_r"), weight)] + ([(W, sp.Sum(weight.xreplace({r: sp.Symbol("j")}),
-                                                              (sp.Symbol("j"), 1, S)))] if value.has(W) else [])
+        j = sp.Symbol("j")
+        eqs = [(w_r, weight)] + ([(W, sp.Sum(weight.xreplace({r: j}), (j, 1, S)))] if value.has(W) else [])
         record(ctx, "Fitness shaping",
                f"The loss value of the sample of rank r among the S = {sm.samples} samples (r = 1: the lowest loss) "
                f"is replaced by {text}: the step depends on the losses only through their order (a convention of "
                "evolution strategies, not of the BLR).",
-               eqs + [(sp.Symbol(f"{calls[0]}"), value, r"\leftarrow")])
+               eqs + [(calls[0], value, r"\leftarrow")])
 
 
 register(FitnessShaping())

@@ -76,12 +76,13 @@ def set_update(D, name, expr):
 
 
 def invert(forward, p, value, fail, positive=None):
-    """p = forward⁻¹(value): the one solution of forward(p) = value; for a positive p (a precision, a scale, or
-    ``positive``: a new variable standing for one) the one solution that can be positive (s = σ⁻² gives σ = 1/√s,
-    not −1/√s).  ``fail(msg)`` makes the error."""
+    """(p = forward⁻¹(value), the number of solutions of forward(p) = value): the one solution, or for a positive p
+    (a precision, a scale, or ``positive``: a new variable standing for one) the one solution that can be positive
+    (s = σ⁻² gives σ = 1/√s, not −1/√s; 2 solutions).  ``fail(msg)`` makes the error."""
     positive = bool(p.is_positive) if positive is None else positive
-    x = sp.Dummy("x", positive=True) if positive else sp.Dummy("x", real=True)
+    x = sp.Dummy("x", real=True)                # every real branch, counted before the positive one is kept
     sols = sp.solve(sp.Eq(forward.xreplace({p: x}), value), x)
+    branches = len(sols)
     if len(sols) > 1 and positive:
         sols = [s for s in sols if s.is_positive is not False]
     if len(sols) != 1:
@@ -89,7 +90,7 @@ def invert(forward, p, value, fail, positive=None):
     odd = sorted({type(f).__name__ for f in sols[0].atoms(sp.Function) if type(f).__name__ not in ELEMENTARY})
     if odd:
         raise fail(f"the inverse of {forward} needs {', '.join(odd)} (not an elementary function the targets print)")
-    return sols[0]
+    return sols[0], branches
 
 
 #: functions an inverse map may use (those every target prints)

@@ -8,7 +8,7 @@ import sympy as sp
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import binary
 from blr_derive.families.symbolic import SIMPLIFY_MAX_OPS, simplify_bounded
-from blr_derive.rules.fisher import natural_gradient_at_state
+from blr_derive.rules.fisher import fisher_at_state, invertible_symbolically, natural_gradient_at_state
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling
 from blr_derive.spec.sampler import sampler_draws
@@ -88,47 +88,41 @@ def sampled_natural_gradient(recipe, D, approx, mode):
         what = r"\nabla\ell(\theta_k)\,\partial\theta_k/\partial\lambda_%d"
     per_sample = per_sample_natural_gradient(fam, per, theta) if mode == "score_function" and accept is None \
         else None
-    if per_sample is not None:
+    if per_sample is None:
+        stats = [(sp.Symbol(f"dlam{i + 1}", real=True), e) for i, e in enumerate(per)]
+        grads = natural_gradient_at_state(D, fam, sp.Matrix([a for a, _ in stats]))
+        text = ("∇_λ E_q[ℓ] is estimated with samples θ_k of q (the family's sampler); the Fisher information "
+                "F(λ) = ∇²A turns it into the natural gradient (Eq. 4).")
+        eqs = [(theta, fam.sampler)] + ([(r"\text{accept}\ \theta_k\ \text{if}", accept, r"\;")] if accept is not None
+                                        else []) \
+            + [(avg, r"\frac{1}{S}\sum_k " + what % ((i + 1,) * what.count("%d"))) for i, (avg, _) in enumerate(stats)]
+    else:
         # F(λ)⁻¹ is the same at every sample: moved inside the mean and written in the draws, the statistics are
         # the natural gradient per sample (no cancellation between averages: θ_k² − m² − 1/s becomes
         # (2m z/√s + (z² − 1)/s), and F⁻¹ of it (z² − 1)s/2)
         stats = [(sp.Symbol(f"ngrad{i + 1}", real=True), e) for i, e in enumerate(per_sample)]
         grads = [a for a, _ in stats]
-    else:
-        stats = [(sp.Symbol(f"dlam{i + 1}", real=True), e) for i, e in enumerate(per)]
+        text = ("∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)] is estimated with samples θ_k of q (the family's sampler); the "
+                "Fisher information F(λ) = ∇²A turns it into the natural gradient (Eq. 4).  F(λ)⁻¹ does not depend on "
+                "the sample, so it is applied to each sample's term, written in the draws (the same estimate, "
+                "without the cancellation of averaging T(θ_k) − μ first).")
+        eqs = [(theta, fam.sampler)] + [(avg, r"\frac{1}{S}\sum_k " + sp.latex(e)) for avg, e in stats]
     D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats,
                           draw=law, more_draws=more, accept=accept)
-    if per_sample is None:
-        grads = natural_gradient_at_state(D, fam, sp.Matrix([a for a, _ in stats]))
     D.natural_gradient = NaturalGradient(list(grads))
-    if per_sample is not None:
-        D.add(mode, RULES[mode].equation, "Natural gradient from samples of q",
-              "∇_λ E_q[ℓ] = E_q[ℓ(θ)(T(θ) − μ)] is estimated with samples θ_k of q (the family's sampler); the "
-              "Fisher information F(λ) = ∇²A turns it into the natural gradient (Eq. 4).  F(λ)⁻¹ does not depend on "
-              "the sample, so it is applied to each sample's term, written in the draws (the same estimate, without "
-              "the cancellation of averaging T(θ_k) − μ first).",
-              [(theta, fam.sampler)]
-              + [(avg, r"\frac{1}{S}\sum_k " + sp.latex(e)) for avg, e in stats]
-              + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
-        return grads
-    D.add(mode, RULES[mode].equation, "Natural gradient from samples of q",
-          "∇_λ E_q[ℓ] is estimated with samples θ_k of q (the family's sampler); the Fisher information "
-          "F(λ) = ∇²A turns it into the natural gradient (Eq. 4).",
-          [(theta, fam.sampler)] + ([(r"\text{accept}\ \theta_k\ \text{if}", accept, r"\;")] if accept is not None else [])
-          + [(avg, r"\frac{1}{S}\sum_k " + what % ((i + 1,) * what.count("%d")))
-                                    for i, (avg, _) in enumerate(stats)]
-          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
+    D.add(mode, RULES[mode].equation, "Natural gradient from samples of q", text,
+          eqs + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
     return grads
 
 
 def per_sample_natural_gradient(fam, per, theta):
-    """ℓ_k F(λ)⁻¹(T(θ_k) − μ) per sample, with θ_k written as the sampler of the draws and simplified; None where
-    the Fisher information is not small enough to invert symbolically, or the terms do not simplify to fewer
-    operations than the averages-first form."""
+    """ℓ_k F(λ)⁻¹(T(θ_k) − μ) per sample, with θ_k written as the sampler of the draws and simplified; None for a
+    discrete or piecewise sampler, where the Fisher information is too large to invert symbolically, or where a
+    term stays larger than the simplification bound."""
     if fam.sampler.has(*THRESHOLDS, sp.Abs, sp.Piecewise, sp.floor, sp.ceiling, sp.Heaviside, sp.Min, sp.Max):
         return None          # a discrete or piecewise sampler: T(θ_k) stays the sample's value
-    F = fam.fisher_matrix().xreplace(dict(zip(fam.lam, fam.eta))).applyfunc(simplify_bounded)
-    if sum(sp.count_ops(e) for e in F) > SIMPLIFY_MAX_OPS:
+    F = fisher_at_state(fam)
+    if not invertible_symbolically(F):
         return None
     terms = [e.xreplace({theta: fam.sampler}) for e in per]
     out = [simplify_bounded(sp.expand(g)) for g in F.inv() * sp.Matrix(terms)]

@@ -22,7 +22,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import invert, record, set_update, update_of
+from blr_derive.rules.program import invert, record, set_update
 
 
 def expanded(D, expr, own):
@@ -67,7 +67,7 @@ class StepCoordinates(Rule):
             coords[pname] = xi
         ctx.done()
         eqs = []
-        tangents = {}
+        tangents = {}                   # parameter name -> (its new symbol, d p_{t+1}/dρ at ρ = 0)
         for name, sym, expr in D.updates:
             if name not in fam.params:
                 continue
@@ -79,14 +79,13 @@ class StepCoordinates(Rule):
             if at0 != 0:
                 raise ctx.fail(f"the update of '{name}' is not a step from {name} (at {rho} = 0 it is "
                                f"{name} + {at0})")
-            tangents[name] = sp.simplify(sp.diff(full, rho).xreplace({rho: 0}))
-        for name, tangent in tangents.items():
+            tangents[name] = sym, sp.simplify(sp.diff(full, rho).xreplace({rho: 0}))
+        for name, (sym, tangent) in tangents.items():
             p = fam.params[name].symbol
             xi = coords.get(name, p)
             moved = xi + rho * sp.diff(xi, p) * tangent
-            new = moved if xi == p else sp.simplify(invert(xi, p, moved, ctx.fail))
+            new = moved if xi == p else sp.simplify(invert(xi, p, moved, ctx.fail)[0])
             set_update(D, name, new)
-            sym, _ = update_of(D, name)
             eqs.append((sym, new, r"\leftarrow"))
         record(ctx, "Step in other coordinates",
                "Eq. 6 is an Euler step of the natural-gradient flow in λ; the flow's tangent at ρ = 0 is stepped in "

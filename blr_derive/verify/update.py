@@ -156,9 +156,10 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         for k_sym, oracle in sm.calls:
             oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
             env[k_sym] = oracle_vals[oracle]
-        for avg, e in sm.stats:
-            env[avg] = evaluate(e.xreplace(flags), env, dims)
-        if sm.shaping is not None:
+        if sm.shaping is None:
+            for avg, e in sm.stats:
+                env[avg] = evaluate(e.xreplace(flags), env, dims)
+        else:
             # every sample has the same draw (FixedNoise) and the same loss: ranks follow the draw order, so sample
             # k gets the shaped value of rank k; the statistics are the averages over the S shaped values
             sh = sm.shaping

@@ -5,7 +5,6 @@ import pytest
 
 from blr_derive import api
 from blr_derive.core.errors import SpecError, UnsupportedTarget
-from conftest import load_module_from_path
 
 RULES_CHECKED = ("fitness_shaping",)
 
@@ -26,10 +25,8 @@ approximations:
 """
 
 
-def build(tmp_path, name, extra):
-    (tmp_path / f"{name}.yaml").write_text(BASE + extra)
-    (tmp_path / f"{name}.py").write_text(api.generate(str(tmp_path / f"{name}.yaml"), "numpy"))
-    return load_module_from_path(tmp_path / f"{name}.py")
+def build(extra=""):
+    return api.derive(BASE + extra).compile("numpy")
 
 
 class Fixed:
@@ -55,8 +52,8 @@ def shaped_mean_step(mod, losses, z, **hp):
 
 
 @pytest.mark.parametrize("S", [2, 5, 8, 13])
-def test_nes_utilities_replace_the_losses(tmp_path, S):
-    mod = build(tmp_path, f"nes{S}", "  - fitness_shaping: {utilities: nes}\n")
+def test_nes_utilities_replace_the_losses(S):
+    mod = build("  - fitness_shaping: {utilities: nes}\n")
     rng = np.random.default_rng(S)
     losses, z = rng.normal(size=S) * 10, rng.normal(size=S)
     out = shaped_mean_step(mod, losses, z)
@@ -70,8 +67,8 @@ def test_nes_utilities_replace_the_losses(tmp_path, S):
     np.testing.assert_allclose(out["m"], -dlam1 / s_new, rtol=1e-13)
 
 
-def test_centered_ranks(tmp_path):
-    mod = build(tmp_path, "cr", "  - fitness_shaping: {utilities: centered_ranks}\n")
+def test_centered_ranks():
+    mod = build("  - fitness_shaping: {utilities: centered_ranks}\n")
     losses, z = np.array([0.5, -2.0, 4.0, 1.0, 3.0]), np.array([0.3, -1.0, 2.0, 0.7, -0.4])
     out = shaped_mean_step(mod, losses, z)
     ranks = np.argsort(np.argsort(losses))
@@ -81,8 +78,8 @@ def test_centered_ranks(tmp_path):
     np.testing.assert_allclose(out["m"], -np.mean(v * z) / (1 + dlam2), rtol=1e-13)
 
 
-def test_step_depends_on_the_losses_only_through_their_order(tmp_path):
-    mod = build(tmp_path, "inv", "  - fitness_shaping: {utilities: nes}\n")
+def test_step_depends_on_the_losses_only_through_their_order():
+    mod = build("  - fitness_shaping: {utilities: nes}\n")
     z = [np.array([0.3, -1.2]), np.array([1.1, 0.4]), np.array([-0.7, 0.9])]
     state = {"m": np.array([0.4, -0.8]), "s": np.array([2.0, 0.7])}
     f = lambda th: float(np.sum(np.cos(th) + 0.3 * th ** 2))
@@ -94,8 +91,8 @@ def test_step_depends_on_the_losses_only_through_their_order(tmp_path):
         assert np.all(a[k] != c[k])                      # reversing the order changes it
 
 
-def test_a_nan_loss_ranks_last(tmp_path):
-    mod = build(tmp_path, "nan", "  - fitness_shaping: {utilities: nes}\n")
+def test_a_nan_loss_ranks_last():
+    mod = build("  - fitness_shaping: {utilities: nes}\n")
     z = np.array([0.3, -1.0, 2.0, 0.7])
     a = shaped_mean_step(mod, [1.0, np.nan, 0.0, 2.0], z)
     b = shaped_mean_step(mod, [1.0, 99.0, 0.0, 2.0], z)       # the same order with the NaN as the worst
@@ -124,7 +121,7 @@ def test_needs_samples_and_the_numpy_target(tmp_path):
         api.generate(str(tmp_path / "t.yaml"), "torch")
 
 
-def test_centered_ranks_of_one_sample_is_an_error_not_a_nan(tmp_path):
-    mod = build(tmp_path, "cr1", "  - fitness_shaping: {utilities: centered_ranks}\n")
+def test_centered_ranks_of_one_sample_is_an_error_not_a_nan():
+    mod = build("  - fitness_shaping: {utilities: centered_ranks}\n")
     with pytest.raises(ValueError, match=r"fitness shaping \(centered_ranks\) is undefined for 1 sample"):
         shaped_mean_step(mod, [0.5], [0.3])

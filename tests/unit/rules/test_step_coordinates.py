@@ -6,7 +6,6 @@ import pytest
 
 from blr_derive import api
 from blr_derive.core.errors import SpecError
-from conftest import load_module_from_path
 
 RULES_CHECKED = ("step_coordinates", "change_variable")
 
@@ -34,10 +33,8 @@ class Fixed:
         return self.z.pop(0).copy()
 
 
-def build(tmp_path, name, extra=""):
-    (tmp_path / f"{name}.yaml").write_text(BASE + extra)
-    (tmp_path / f"{name}.py").write_text(api.generate(str(tmp_path / f"{name}.yaml"), "numpy"))
-    return load_module_from_path(tmp_path / f"{name}.py")
+def build(extra=""):
+    return api.derive(BASE + extra).compile("numpy")
 
 
 loss = lambda th: float(np.sum(np.cos(th) + 0.3 * th ** 2))
@@ -45,10 +42,10 @@ Z = [np.array([0.3, -1.2]), np.array([1.1, 0.4]), np.array([-0.7, 0.9])]
 STATE = {"m": np.array([0.4, -0.8]), "s": np.array([2.0, 0.7])}
 
 
-def test_coordinates_step_agrees_with_eq6_to_first_order(tmp_path):
-    blr = build(tmp_path, "blr")
-    logs = build(tmp_path, "logs", "  - step_coordinates: {s: log(s)}\n")
-    plain = build(tmp_path, "plain", "  - step_coordinates: {}\n")       # every parameter along its own tangent
+def test_coordinates_step_agrees_with_eq6_to_first_order():
+    blr = build()
+    logs = build("  - step_coordinates: {s: log(s)}\n")
+    plain = build("  - step_coordinates: {}\n")       # every parameter along its own tangent
     gaps = {}
     for rho in (0.1, 0.05, 0.025):
         a = blr.step(STATE, oracles={"loss": loss}, rng=Fixed(Z), rho=rho)
@@ -66,10 +63,10 @@ def test_coordinates_step_agrees_with_eq6_to_first_order(tmp_path):
     assert 3.5 < gaps[0.1] / gaps[0.05] < 4.5 and 3.5 < gaps[0.05] / gaps[0.025] < 4.5, gaps
 
 
-def test_log_coordinates_keep_the_precision_positive(tmp_path):
+def test_log_coordinates_keep_the_precision_positive():
     """A large step that drives Eq. 6's s negative leaves the log-coordinate s positive."""
-    blr = build(tmp_path, "blr2")
-    logs = build(tmp_path, "logs2", "  - step_coordinates: {s: log(s)}\n")
+    blr = build()
+    logs = build("  - step_coordinates: {s: log(s)}\n")
     z = [np.array([2.5, 0.0]), np.array([0.1, 0.0]), np.array([-0.1, 0.0])]
     steep = lambda th: float(-10 * th[0] ** 2)          # rewards spread: pushes s down
     a = blr.step(STATE, oracles={"loss": steep}, rng=Fixed(z), rho=0.5)
@@ -93,10 +90,10 @@ def test_refused_with_a_located_message(tmp_path, args, message):
     assert "bad.yaml:14: " in str(e.value)          # the approximation's line
 
 
-def test_change_variable_takes_the_positive_branch(tmp_path):
+def test_change_variable_takes_the_positive_branch():
     """s = std⁻² has two inverses ±1/√s; the state keeps std = 1/√s (positive, like s)."""
-    logs = build(tmp_path, "std", "  - change_variable: {param: s, to: std, value: std**-2}\n")
-    blr = build(tmp_path, "blr3")
+    logs = build("  - change_variable: {param: s, to: std, value: std**-2}\n")
+    blr = build()
     a = blr.step(STATE, oracles={"loss": loss}, rng=Fixed(Z), rho=0.1)
     b = logs.step({"m": STATE["m"], "std": 1 / np.sqrt(STATE["s"])}, oracles={"loss": loss}, rng=Fixed(Z), rho=0.1)
     np.testing.assert_allclose(b["std"], 1 / np.sqrt(a["s"]), rtol=1e-14)
