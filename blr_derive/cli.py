@@ -1,6 +1,8 @@
 """The ``blr-derive`` command line.
 
-    blr-derive RECIPE.yaml --target numpy [-o OUT]   generate update code
+    blr-derive RECIPE.yaml --target numpy [-o OUT]   generate update code (RECIPE: a file or a catalog name)
+    blr-derive FAMILY.yaml --target torch --loss abstract --approx delta [--approx ...] [--hyper NAME=VALUE]
+                                                       derive from a family file (the design card's command)
     blr-derive explain RECIPE.yaml [-o OUT] [--format markdown|latex|html]
                                                        the derivation, step by step
     blr-derive catalog [--check]                       regenerate every catalog artifact
@@ -76,14 +78,33 @@ def _parser_generate():
         description="Derive a learning algorithm from the Bayesian learning rule and emit its update code. "
                     f"Other commands: {', '.join(COMMANDS)} (run 'blr-derive COMMAND --help').",
     )
-    p.add_argument("recipe", help="recipe YAML file (e.g. catalog/newton.yaml)")
+    p.add_argument("recipe", help="a recipe YAML file (e.g. catalog/newton.yaml), a catalog recipe name (adam), "
+                                   "or a family YAML file or built-in family name with --loss and --approx")
     p.add_argument("--target", default="numpy", metavar="{" + ",".join(TARGET_NAMES) + "}",
                    help=f"code generation target: {', '.join(TARGET_NAMES)} (default: numpy)")
     p.add_argument("-o", "--output", help="output file (default: standard output)")
+    _family_options(p)
     _size_option(p)
     _time_option(p)
     p.add_argument("--version", action="version", version=f"blr-derive {__version__}")
     return p
+
+
+def _family_options(p):
+    g = p.add_argument_group("deriving from a family file (blr-derive FAMILY.yaml --loss ... --approx ...)")
+    g.add_argument("--loss", metavar="EXPR", help="'abstract' (gradient and Hessian oracles) or an expression of the "
+                                                  "family's variable, e.g. '(theta - 3)**2/2'")
+    g.add_argument("--data", action="append", default=[], metavar="NAME[=DECL]",
+                   help="a data input of an explicit --loss (repeatable): a number by default, or declared, e.g. "
+                        "--data 'X={shape: [N, P]}' (see 'data' in the README's recipe format)")
+    g.add_argument("--approx", action="append", default=[], metavar="RULE",
+                   help="an approximation, in order (repeatable): a rule name (delta) or one YAML flow mapping "
+                        "('ema_momentum: {rate: beta1, state: u}')")
+    g.add_argument("--hyper", action="append", default=[], metavar="NAME=VALUE",
+                   help="declare a hyperparameter and its default (repeatable), e.g. --hyper beta1=0.9")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other recipe key (repeatable), e.g. --set 'state_init={s: 1.0}' or --set class_name=MyRule")
+    g.add_argument("--name", help="the recipe's name (default: the family's)")
 
 
 def _size_option(p):
@@ -107,6 +128,41 @@ def _sizes(items) -> dict:
     return out
 
 
+def _from_family(args) -> bool:
+    return bool(args.loss is not None or args.approx or args.hyper or args.set or args.data
+                or args.name is not None)
+
+
+def _recipe_input(args, target: str = "numpy"):
+    """(what to derive, header label) for a recipe argument: a recipe path or catalog name as it is, or a family
+    file (or built-in family name) turned into a recipe by --loss/--approx/--hyper/--set/--name.  A family
+    without them is one located line that shows the options to add (checked to derive for ``target``)."""
+    import blr_derive.api as api
+    path, kind = api.resolve_input(args.recipe)
+    if kind == "recipe":
+        if _from_family(args):
+            raise SpecError(f"--loss, --data, --approx, --hyper, --set and --name derive from a family file; "
+                            f"'{quote(args.recipe)}' is a recipe (edit its 'loss' and 'approximations')", CMDLINE)
+        return path, None
+    if not _from_family(args):
+        words = api.suggest_options(path, target)
+        ref = quote(args.recipe, 200)
+        if words is None:
+            how = (f"name a loss and approximations (--loss EXPR --approx RULE ...; no abstract loss with "
+                   f"{', '.join('+'.join(a) for a in api.SUGGESTED_APPROXIMATIONS)} derives for it on the "
+                   f"{target} target)")
+        else:
+            how = f"derive from it with: blr-derive {ref} --target {target} {' '.join(words)}"
+        raise SpecError(f"this is a family file, not a recipe: {how}; or write a recipe file, e.g. "
+                        f"{{name: my_rule, family: {ref}, loss: abstract, approximations: [...]}}", str(path), 1)
+    if args.loss is None:
+        raise SpecError("--loss is missing: 'abstract' (gradient and Hessian oracles) or an expression of the "
+                        "family's variable", CMDLINE)
+    options = dict(loss=args.loss, approximations=args.approx, hyperparameters=args.hyper, settings=args.set,
+                   name=args.name, data=args.data)
+    return api.recipe_from_options(path, **options), api.options_label(args.recipe, **options)
+
+
 def cmd_generate(argv):
     args = _parser_generate().parse_args(argv)
     if args.target not in TARGET_NAMES:
@@ -115,7 +171,8 @@ def cmd_generate(argv):
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import generate
     with derivation_budget(seconds):
-        text = generate(args.recipe, args.target, sizes=sizes)
+        ref, label = _recipe_input(args, args.target)
+        text = generate(ref, args.target, label=label, sizes=sizes)
     _emit(text, args.output)
     return 0
 
@@ -124,11 +181,12 @@ def cmd_explain(argv):
     p = _Parser(prog="blr-derive explain",
                 description="Print the derivation of a recipe step by step (Markdown with LaTeX): "
                             "each step names its rule and the paper equation it implements.")
-    p.add_argument("recipe")
+    p.add_argument("recipe", help="a recipe file, a catalog recipe name, or a family file with --loss and --approx")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.add_argument("--format", choices=("markdown", "latex", "html"), default="markdown",
                    help="markdown (default; equations in $$...$$), a standalone LaTeX document, or a standalone "
                         "HTML page with the equations typeset by the bundled KaTeX (no network at view time)")
+    _family_options(p)
     _size_option(p)
     _time_option(p)
     args = p.parse_args(argv)
@@ -136,7 +194,8 @@ def cmd_explain(argv):
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import derive_file
     with derivation_budget(seconds):
-        _, D = derive_file(args.recipe, sizes)              # a DerivationView: the reports
+        ref, _ = _recipe_input(args)
+        _, D = derive_file(ref, sizes)              # a DerivationView: the reports
         render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
         text = render()
     _emit(text, args.output)
@@ -153,11 +212,19 @@ def cmd_compare(argv):
     _time_option(p)
     args = p.parse_args(argv)
     seconds = _time_limit(args)
-    from blr_derive.api import compare_recipes
+    from blr_derive.api import compare_recipes, resolve_input
     with derivation_budget(seconds):
-        text = compare_recipes(args.recipe_a, args.recipe_b)
+        a, b = (_recipe_only(resolve_input, r) for r in (args.recipe_a, args.recipe_b))
+        text = compare_recipes(a, b)
     sys.stdout.write(terminal_safe(text))
     return 0
+
+
+def _recipe_only(resolve, ref):
+    path, kind = resolve(ref)
+    if kind == "family":
+        raise SpecError("this is a family file; compare takes two recipes (files or catalog names)", str(path), 1)
+    return path
 
 
 def cmd_catalog(argv):
@@ -209,7 +276,8 @@ def cmd_check(argv):
                             "points: normalization, mu against quadrature, Monte Carlo and finite "
                             "differences, Fisher information, entropy and parameter round trips. "
                             "Prints a table; exit status 1 if any check fails.")
-    p.add_argument("files", nargs="+", metavar="FILE", help="family or recipe YAML file(s)")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="family or recipe YAML file(s), built-in family names or catalog recipe names")
     p.add_argument("--points", type=int, default=3, help=f"random parameter points, 1 to {MAX_POINTS} (default: 3)")
     p.add_argument("--seed", type=int, default=0, help=f"random seed, 0 to {MAX_SEED} (default: 0)")
     p.add_argument("--dim", type=int, default=2, help="dimension for vector/matrix families, 1 to 4 (default: 2)")
@@ -223,11 +291,11 @@ def cmd_check(argv):
     if not 1 <= args.dim <= 4:
         raise SpecError("--dim must be an integer from 1 to 4", CMDLINE)
     sizes, seconds = _sizes(args.size), _time_limit(args)
-    from blr_derive.api import check_file, format_report
+    from blr_derive.api import check_file, format_report, resolve_input
     failed = []
     for f in args.files:
         with derivation_budget(seconds):
-            rep = check_file(f, points=args.points, seed=args.seed, dim=args.dim, sizes=sizes)
+            rep = check_file(resolve_input(f)[0], points=args.points, seed=args.seed, dim=args.dim, sizes=sizes)
         sys.stdout.write(terminal_safe(format_report(rep)))
         sys.stdout.flush()
         if not rep.passed:

@@ -70,7 +70,9 @@ SCOPES = ("symbol", "prefix", "label")
 def name_problem(name, scope: str = "symbol") -> str | None:
     """Why ``name`` cannot be declared for ``scope`` (see :data:`SCOPES`), or None when it can."""
     if not isinstance(name, str):
-        return f"a name must be a string, got {type(name).__name__}"
+        what = ("a mapping" if isinstance(name, dict) else "a list" if isinstance(name, (list, tuple))
+                else "a number" if isinstance(name, (int, float)) else type(name).__name__)
+        return f"a name must be a string, got {what}"
     if len(name) > MAX_NAME:
         return f"names are at most {MAX_NAME} characters"
     if not _IDENT.match(name):
