@@ -7,6 +7,8 @@
                                                        the derivation, step by step
     blr-derive catalog [--check]                       regenerate every catalog artifact
     blr-derive families                                list the built-in families (T, h, λ, μ)
+    blr-derive verify RECIPE --against MODULE:OBJECT [--map OURS=YOURS]
+                                                       is your optimizer the recipe's derivation? (exit 0/1)
 
 Bad input (malformed YAML, unknown keys or symbols, code in expressions, families
 that are not normalizable or minimal, rules that do not apply) prints one line
@@ -28,7 +30,7 @@ from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
 from blr_derive.core.text import quote, terminal_safe
 
-COMMANDS = ("explain", "catalog", "families", "check", "compare")
+COMMANDS = ("explain", "catalog", "families", "check", "compare", "verify")
 CMDLINE = "<command line>"
 MAX_POINTS = 1000
 MAX_JOBS = 64
@@ -305,6 +307,52 @@ def cmd_check(argv):
     return 1 if failed else 0
 
 
+def cmd_verify(argv):
+    p = _Parser(prog="blr-derive verify",
+                description="Check that your own torch optimizer is the BLR derivation of a recipe: both run on a "
+                            "standard problem set (convex and non-convex losses, an MLP on mini-batches, intermittent "
+                            "and zero gradients, two param groups, a scheduler, a state_dict reload; float64 and "
+                            "float32).  Prints where they first differ and the derived assignment that differs on "
+                            "your state; exit status 0 if equal, 1 if not.")
+    p.add_argument("recipe", help="a recipe file or a catalog recipe name (e.g. adam)")
+    p.add_argument("--against", required=True, metavar="MODULE:OBJECT",
+                   help="your optimizer: a torch.optim.Optimizer subclass or a factory f(params, **hyperparameters), "
+                        "imported from MODULE (the current directory is on the import path)")
+    p.add_argument("--map", action="append", default=[], metavar="OURS=YOURS",
+                   help="a hyperparameter or state name of the generated optimizer (lr, betas, exp_avg_sq, ...) and "
+                        "yours where they differ (repeatable)")
+    _time_option(p)
+    args = p.parse_args(argv)
+    module, colon, attr = args.against.partition(":")
+    if not colon or not all(x.isidentifier() for x in module.split(".") + attr.split(".")):
+        raise SpecError(f"--against takes MODULE:OBJECT (e.g. my_optim:MyAdam), got '{quote(args.against)}'", CMDLINE)
+    names = {}
+    for item in args.map:
+        ours, eq, yours = item.partition("=")
+        if not eq or not ours.strip().isidentifier() or not yours.strip().isidentifier():
+            raise SpecError(f"--map takes OURS=YOURS (two names), got '{quote(item)}'", CMDLINE)
+        names[ours.strip()] = yours.strip()
+    import importlib
+    sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as exc:
+        raise SpecError(f"--against: cannot import '{module}' ({exc})", CMDLINE) from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SpecError(f"--against: '{module}' has no '{attr}'", CMDLINE)
+        obj = getattr(obj, part)
+    from blr_derive.api import resolve_input
+    from blr_derive.testing import equivalent
+    path, kind = resolve_input(args.recipe)
+    if kind == "family":
+        raise SpecError("this is a family file; verify takes a recipe (a file or a catalog name)", str(path), 1)
+    with derivation_budget(_time_limit(args)):
+        report = equivalent(str(path), obj, names=names)
+    sys.stdout.write(terminal_safe(str(report)) + "\n")
+    return 0 if report.equal else 1
+
+
 def _error_line(kind: str, text: str) -> str:
     """One line on stderr: the first line of the message, every non-printable character escaped (a message may
     quote untrusted text: no control sequence reaches the terminal), at most 1000 characters."""
@@ -317,7 +365,7 @@ def main(argv=None) -> int:
     try:
         if argv and argv[0] in COMMANDS:
             cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare,
-                   "check": cmd_check}[argv[0]]
+                   "check": cmd_check, "verify": cmd_verify}[argv[0]]
             return cmd(argv[1:])
         return cmd_generate(argv)
     except BLRError as exc:

@@ -1,0 +1,358 @@
+"""Run a user's torch optimizer and the one generated from a recipe side by side, and say where they part
+(see :mod:`blr_derive.testing`)."""
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+import sympy as sp
+import torch
+
+from blr_derive import api
+from blr_derive.ir.build import build_ir
+from blr_derive.testing.problems import INCREMENT_TOLERANCES, PROBLEMS, TOLERANCES, describe
+from blr_derive.testing.results import Divergence, Report
+
+#: torch.optim's implementation switches: never varied, passed only at their defaults
+SWITCHES = {"foreach", "maximize", "capturable", "differentiable", "fused"}
+
+
+# ------------------------------------------------------------------------------------------------- the recipe
+class _Derived:
+    """The generated torch optimizer of a recipe and what explains its values: the derived assignments
+    (``EQUATIONS``), the state's stored names, and the rules behind each assignment and definition."""
+
+    def __init__(self, recipe):
+        view = recipe if hasattr(recipe, "record") else api.derive(recipe)
+        self.view = view
+        self.name = view.record.recipe.name
+        self.module = view.compile("torch")
+        classes = [c for c in vars(self.module).values() if isinstance(c, type)
+                   and issubclass(c, torch.optim.Optimizer) and c.__module__ == self.module.__name__]
+        self.cls = classes[0]
+        self.renamed = dict(getattr(self.module, "_RENAMED", {}))          # recipe state -> stored key
+        self.stored = {v: k for k, v in self.renamed.items()}              # stored key -> recipe state
+        self.mean = build_ir(view.record).mean                            # the state that is the parameter
+        self.assignments = []                                              # [(state, text)]
+        for line in self.module.EQUATIONS:
+            lhs, arrow, rhs = line.partition(" <- ")
+            if arrow:
+                self.assignments.append((lhs.strip(), f"{lhs.strip()} ← {rhs.strip()}"))
+        self.definitions = {str(k): v for k, v in view.definitions.items()}
+        self.update = {str(k): v for k, v in view.update.items()}
+
+    def signature(self) -> dict:
+        """The constructor's hyperparameters and their defaults (torch's switches left out)."""
+        out = {}
+        for p in list(inspect.signature(self.cls.__init__).parameters.values())[2:]:
+            if p.name not in SWITCHES and p.default is not inspect.Parameter.empty:
+                out[p.name] = p.default
+        return out
+
+    def rules_of(self, name: str) -> list:
+        """[(rule, equation)] of the derivation steps that set ``name`` (its new value) or define it."""
+        targets = {name, f"{name}_new", f"{name}_next"}
+        out = []
+        for st in self.view.steps:
+            if st.rule == "family":
+                continue
+            for eq in st.equations:
+                if not isinstance(eq, str) and str(eq[0]) in targets and (st.rule, st.equation) not in out:
+                    out.append((st.rule, st.equation))
+        return out
+
+    def explain(self, state: str, setting: dict | None = None):
+        """(assignment text, its rules, the definitions it reads with their rules) of a state's update, with the
+        setting's flags (booleans such as ``amsgrad``) substituted, so that only the branch that ran is shown."""
+        flags = {k: sp.true if v else sp.false for k, v in (setting or {}).items() if isinstance(v, bool)}
+
+        def at(e):
+            return e.xreplace({x: flags[str(x)] for x in e.free_symbols if str(x) in flags}) if flags else e
+        expr = self.update.get(state)
+        if expr is None:
+            return dict(self.assignments).get(state, ""), self.rules_of(state)[-3:], []
+        defs, seen = [], set()
+
+        def walk(e):
+            for x in sorted(e.free_symbols, key=str):
+                n = str(x)
+                if n.endswith("_new") and n[:-4] in self.update:
+                    n = n[:-4]
+                    if n not in seen and n != state:
+                        seen.add(n)
+                        walk(at(self.update[n]))
+                    continue
+                if n in self.definitions and n not in seen:
+                    seen.add(n)
+                    value = at(self.definitions[n])
+                    walk(value)
+                    rules = self.rules_of(n)
+                    defs.append((f"{n} = {_plain(value)}",) + (rules[-1] if rules else ("", "")))
+        value = at(expr)
+        walk(value)
+        rules = [r for r in self.rules_of(state) if r[0] not in ("chain_rule_gaussian", "natural_to_ordinary")]
+        return f"{state} ← {_plain(value)}", rules[-3:], [d for d in defs if d[1]] + [d for d in defs if not d[1]]
+
+
+def _plain(e) -> str:
+    return sp.sstr(e).replace("**", "^")
+
+
+# ------------------------------------------------------------------------------------------------ settings
+def _settings(defaults: dict) -> list:
+    """The hyperparameter settings to run: the defaults; every default that switches a term off (0) switched on
+    and every tiny constant (eps) made visible; then each boolean default False turned on, one at a time."""
+    active = dict(defaults)
+    for k, v in defaults.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if v == 0:
+            active[k] = 0.1
+        elif 0 < v < 1e-6:
+            active[k] = 1e-3
+    out = [dict(defaults), active]
+    for k, v in defaults.items():
+        if v is False:
+            out.append({**active, k: True})
+    return [s for i, s in enumerate(out) if s not in out[:i]]
+
+
+def _user_factory(optimizer):
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        return optimizer, getattr(optimizer, "__qualname__", str(optimizer))
+    if callable(optimizer):
+        return optimizer, getattr(optimizer, "__qualname__", getattr(optimizer, "__name__", repr(optimizer)))
+    raise TypeError("equivalent(): the optimizer must be a torch.optim.Optimizer class or a factory "
+                    "f(params, **hyperparameters)")
+
+
+def _accepts(factory) -> tuple[set, bool]:
+    """(keyword names the user's constructor takes, whether it takes **kwargs)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return set(), True
+    return ({p.name for p in params}, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params))
+
+
+# ------------------------------------------------------------------------------------------------- running
+def _groups(params, problem, lr_name, setting):
+    if not problem.groups or lr_name is None:
+        return params
+    return [{"params": params[:1]}, {"params": params[1:], lr_name: setting[lr_name] * 0.5}]
+
+
+def _f64(x):
+    return torch.as_tensor(x.detach() if isinstance(x, torch.Tensor) else float(x), dtype=torch.float64)
+
+
+def _agree(yours, derived, dtype, pre_yours=None, pre_derived=None) -> bool:
+    """Whether two values agree within the dtype's tolerance, and, given the values before the step, whether the
+    step's increments do (an increment is ~lr times smaller than a value: comparing it finds a wrong eps
+    placement or a missing bias correction at the step where it happens, not steps later)."""
+    if any(isinstance(x, torch.Tensor) and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
+           for x in (yours, derived)):
+        dtype = torch.float32                  # a state kept in float32 (torch's 0-d step and mu_product tensors)
+    a, b = _f64(yours), _f64(derived)
+    if a.numel() != b.numel():
+        return False
+    a, b = a.reshape(b.shape), b
+    rtol, atol = TOLERANCES[dtype]
+    if not torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
+        return False
+    if pre_yours is None:
+        return True
+    pa, pb = _f64(pre_yours).reshape(b.shape), _f64(pre_derived).reshape(b.shape)
+    irtol, scale = INCREMENT_TOLERANCES[dtype]
+    da, db = a - pa, b - pb
+    return bool(((da - db).abs() <= irtol * db.abs() + scale * (pa.abs() + pb.abs()) + 1e-300).all())
+
+
+def _clone_state(opt, params) -> list:
+    return [{k: (v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+             for k, v in opt.state[p].items()} for p in params]
+
+
+class _NotExercised(Exception):
+    """A problem or setting the user's optimizer cannot take part in (named in the report)."""
+
+
+class _Run:
+    """One problem at one dtype and setting: both optimizers stepped together, compared after every step."""
+
+    def __init__(self, derived, factory, names, problem, dtype, setting, user_kwargs, seed):
+        self.d, self.factory, self.names = derived, factory, names
+        self.problem, self.dtype, self.setting, self.user_kwargs = problem, dtype, setting, user_kwargs
+        self.data = problem.data(dtype, seed)
+        self.pg, self.pu = problem.make_params(dtype, seed), problem.make_params(dtype, seed)
+        self.lr_name = "lr" if "lr" in setting else None
+        self.og = derived.cls(_groups(self.pg, problem, self.lr_name, setting), **setting)
+        self.ou = factory(_groups(self.pu, problem, self.names.get("lr", "lr") if self.lr_name else None,
+                                  {self.names.get("lr", "lr"): setting.get("lr")}), **user_kwargs)
+        self.sg = self.su = None
+        if problem.scheduler and self.lr_name is not None and self.names.get("lr", "lr") != "lr":
+            raise _NotExercised(f"problem '{problem.name}' (torch's schedulers set 'lr'; your optimizer calls it "
+                                f"'{self.names['lr']}')")
+        if problem.scheduler and self.lr_name is not None:
+            self.sg = torch.optim.lr_scheduler.StepLR(self.og, step_size=3, gamma=0.5)
+            self.su = torch.optim.lr_scheduler.StepLR(self.ou, step_size=3, gamma=0.5)
+
+    def reload(self):
+        sd_g, sd_u = copy.deepcopy(self.og.state_dict()), copy.deepcopy(self.ou.state_dict())
+        self.og = self.d.cls(_groups(self.pg, self.problem, self.lr_name, self.setting), **self.setting)
+        self.ou = self.factory(_groups(self.pu, self.problem, self.names.get("lr", "lr") if self.lr_name else None,
+                                       {self.names.get("lr", "lr"): self.setting.get("lr")}), **self.user_kwargs)
+        self.og.load_state_dict(sd_g)
+        self.ou.load_state_dict(sd_u)
+
+    def step(self, k):
+        """Step both; None if they agree, else (parameter index, the user's variable name, yours, derived, context
+        for localization)."""
+        if self.problem.reload_at == k:
+            self.reload()
+        pre = {"params": [p.detach().clone() for p in self.pu], "user": _clone_state(self.ou, self.pu),
+               "gen_params": [p.detach().clone() for p in self.pg],
+               "gen": _clone_state(self.og, self.pg),
+               "lrs": [g.get(self.names.get("lr", "lr")) for g in self.ou.param_groups]}
+        self.problem.gradients(self.pg, self.data, k)
+        self.problem.gradients(self.pu, self.data, k)
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in self.pu]
+        with torch.no_grad():
+            self.og.step()
+            self.ou.step()
+        if self.sg is not None:
+            self.sg.step()
+            self.su.step()
+        if self.dtype == torch.float64 and any(isinstance(v, torch.Tensor) and v.dtype == torch.float32
+                                               and key != "step" for p in self.pu for key, v in self.ou.state[p].items()):
+            self.dtype = torch.float32  # your float64 update reads float32 state (torch's NAdam mu_product): from
+            #                             here on (its rounding stays in the state, e.g. after a reload) f32 tolerance
+        dtype = self.dtype
+        for i, (a, b) in enumerate(zip(self.pg, self.pu)):
+            if not _agree(b, a, dtype, pre["params"][i], pre["gen_params"][i]):
+                return i, "parameter", b, a, pre, grads
+            sg, su = self.og.state[a], self.ou.state[b]
+            for key in sorted(sg, key=str):
+                ukey = self.names.get(key, key)
+                if ukey not in su:
+                    continue
+                before_u, before_g = pre["user"][i].get(ukey), pre["gen"][i].get(key)
+                both = before_u is not None and before_g is not None
+                if not _agree(su[ukey], sg[key], dtype, before_u if both else None, before_g if both else None):
+                    return i, ukey, su[ukey], sg[key], pre, grads
+        return None
+
+    def localize(self, pre, grads):
+        """Evaluate the derived step on the user's state before the diverging step: the first derived assignment
+        (state or parameter) whose value differs from the user's after it, or None."""
+        params = [p.clone().requires_grad_(True) for p in pre["params"]]
+        opt = self.d.cls(_groups(params, self.problem, self.lr_name, self.setting), **self.setting)
+        for g, lr in zip(opt.param_groups, pre["lrs"]):
+            if self.lr_name is not None and lr is not None:
+                g[self.lr_name] = lr
+        inverse = {self.names.get(k, k): k for k in set(self.d.stored) | {"step"} | set(self.d.renamed.values())}
+        for p, gen_state, user_state in zip(params, pre["gen"], pre["user"]):
+            state = dict(gen_state)
+            for ukey, v in user_state.items():
+                key = inverse.get(ukey, ukey)
+                if key in state or not state:
+                    state[key] = v.clone() if isinstance(v, torch.Tensor) else v
+            if state:
+                opt.state[p] = state
+        for p, g in zip(params, grads):
+            p.grad = g
+        with torch.no_grad():
+            opt.step()
+        for name, text in self.d.assignments:
+            key = self.d.renamed.get(name, name)
+            for i, (a, b) in enumerate(zip(params, self.pu)):
+                if name == self.d.mean:
+                    if not _agree(b, a, self.dtype, pre["params"][i], pre["params"][i]):
+                        return name, i, b, a
+                    continue
+                ukey = self.names.get(key, key)
+                if key not in opt.state[a] or ukey not in self.ou.state[b]:
+                    continue
+                before = pre["user"][i].get(ukey)
+                if not _agree(self.ou.state[b][ukey], opt.state[a][key], self.dtype, before, before):
+                    return name, i, self.ou.state[b][ukey], opt.state[a][key]
+        return None
+
+
+def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | None = None, settings=None,
+               dtypes=(torch.float64, torch.float32), problems=PROBLEMS, seed: int = 0) -> Report:
+    """Whether ``optimizer`` is the BLR derivation of ``recipe`` (see :mod:`blr_derive.testing`).
+
+    ``recipe``: a catalog name, a recipe file, a Recipe or a derivation (``api.derive(...)``).  ``optimizer``:
+    a ``torch.optim.Optimizer`` class or a factory ``f(params, **hyperparameters)``.  ``names`` (or its alias
+    ``hyper``) maps the generated optimizer's names — its constructor's hyperparameters (the peer's: ``lr``,
+    ``betas``, ``weight_decay``, ...) and its state keys (``exp_avg``, ...) — to the user's where they differ.
+    ``settings``: hyperparameter settings to run (default: the generated defaults, every term switched on, each
+    boolean flag on in turn)."""
+    names = {**(hyper or {}), **(names or {})}
+    for k, v in names.items():
+        if not (isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", v)):
+            raise ValueError(f"equivalent(): names maps names to names, got {k!r}: {v!r}")
+    derived = _Derived(recipe)
+    factory, label = _user_factory(optimizer)
+    accepts, var_kw = _accepts(factory)
+    defaults = derived.signature()
+    report = Report(derived.name, label, equal=True)
+    for setting in (settings if settings is not None else _settings(defaults)):
+        setting = {**defaults, **setting}
+        user_kwargs, missing = {}, []
+        for k, v in setting.items():
+            uk = names.get(k, k)
+            if var_kw or uk in accepts:
+                user_kwargs[uk] = v
+            elif v != defaults.get(k):
+                missing.append(uk)
+        if missing:
+            report.skipped.append(f"{', '.join(missing)} (your optimizer takes no such argument)")
+            continue
+        for dtype in dtypes:
+            for problem in problems:
+                try:
+                    run = _Run(derived, factory, names, problem, dtype, setting, user_kwargs, seed)
+                except _NotExercised as exc:
+                    if str(exc) not in report.skipped:
+                        report.skipped.append(str(exc))
+                    continue
+                except (ValueError, TypeError) as exc:          # refused by one of them
+                    try:
+                        derived.cls(problem.make_params(dtype, seed), **setting)
+                        gen_refuses = None
+                    except (ValueError, TypeError) as gexc:
+                        gen_refuses = gexc
+                    if gen_refuses is None:
+                        report.equal = False
+                        report.divergence = Divergence(problem.name, str(dtype).replace("torch.", ""), setting, 0, 0,
+                                                       "constructor", f"raises {type(exc).__name__}: {exc}",
+                                                       "accepts these hyperparameters")
+                        return report
+                    break                                       # both refuse this setting: agreement
+                report.runs += 1
+                for k in range(problem.steps):
+                    found = run.step(k)
+                    report.steps_checked += 1
+                    if found is None:
+                        continue
+                    i, var, yours, theirs, pre, grads = found
+                    report.equal = False
+                    div = Divergence(problem.name, str(dtype).replace("torch.", ""), setting, k + 1, i, var,
+                                     *describe(yours, theirs))
+                    loc = run.localize(pre, grads)
+                    state = None
+                    if loc is not None:
+                        state, div.parameter, y2, t2 = loc
+                        div.variable = "parameter" if state == derived.mean else names.get(
+                            derived.renamed.get(state, state), derived.renamed.get(state, state))
+                        (div.yours, div.derived), div.localized = describe(y2, t2), True
+                    else:
+                        state = derived.mean if var == "parameter" else derived.stored.get(
+                            {v: k2 for k2, v in names.items()}.get(var, var), var)
+                    if state is not None:
+                        div.assignment, div.rules, div.definitions = derived.explain(state, setting)
+                    report.divergence = div
+                    return report
+    return report

@@ -1,0 +1,100 @@
+"""The standard problem set on which :func:`blr_derive.testing.equivalent` runs two optimizers side by side.
+
+Each problem is a loss of a few parameter tensors (made from a seeded generator, so both optimizers start from the
+same values) and the situations a real optimizer must get right: mini-batches, parameters that skip steps,
+all-zero gradients, several parameter groups, a learning-rate scheduler and a checkpoint reloaded half-way
+(the behaviours of PyTorch's ``test/test_optim.py`` that an equivalence test can exercise)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    shapes: tuple                       # parameter shapes
+    kind: str = "quadratic"             # the loss: quadratic | nonconvex | mlp
+    skip: tuple = ()                    # (parameter index, steps % 3 on which it gets no gradient)
+    zero_steps: tuple = ()              # steps with all-zero gradients
+    groups: bool = False                # two parameter groups, the second with half the learning rate
+    scheduler: bool = False             # StepLR(step_size=3, gamma=0.5) after every step
+    reload_at: int | None = None        # state_dict saved and loaded into a fresh optimizer before this step
+    steps: int = 8
+
+    def make_params(self, dtype, seed: int = 0) -> list:
+        g = torch.Generator().manual_seed(seed)
+        return [(torch.randn(s, generator=g, dtype=torch.float64) * 0.5).to(dtype).requires_grad_(True)
+                for s in self.shapes]
+
+    def data(self, dtype, seed: int = 0) -> dict:
+        """The problem's constants (curvatures, targets, the MLP's data), the same for both optimizers."""
+        g = torch.Generator().manual_seed(seed + 1)
+        out = {"a": [torch.rand(s, generator=g, dtype=torch.float64).add_(0.5).to(dtype) for s in self.shapes],
+               "c": [torch.randn(s, generator=g, dtype=torch.float64).to(dtype) for s in self.shapes]}
+        if self.kind == "mlp":
+            out["X"] = torch.randn(64, self.shapes[0][0], generator=g, dtype=torch.float64).to(dtype)
+            out["y"] = torch.sin(out["X"].sum(1, keepdim=True)).to(dtype)
+            out["batches"] = [torch.randperm(64, generator=g)[:16] for _ in range(self.steps)]
+        return out
+
+    def loss(self, params, data, step: int):
+        if self.kind == "mlp":
+            W1, b1, W2, b2 = params
+            idx = data["batches"][step % len(data["batches"])]
+            h = torch.tanh(data["X"][idx] @ W1 + b1)
+            return ((h @ W2 + b2 - data["y"][idx]) ** 2).mean()
+        total = 0
+        for p, a, c in zip(params, data["a"], data["c"]):
+            d = p - c
+            total = total + (a * d * d).sum() / 2
+            if self.kind == "nonconvex":
+                total = total + (torch.sin(3 * p) + 0.1 * d ** 4).sum()
+        return total
+
+    def gradients(self, params, data, step: int):
+        """The gradients at ``params`` for ``step``: autograd of :meth:`loss`, then the problem's situation
+        (no gradient for a skipped parameter, zeros on a zero step)."""
+        for p in params:
+            p.grad = None
+        self.loss(params, data, step).backward()
+        for i, every in self.skip:
+            if step % 3 == every:
+                params[i].grad = None
+        if step in self.zero_steps:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.zero_()
+
+
+PROBLEMS = (
+    Problem("quadratic", ((5,), (3, 4))),
+    Problem("nonconvex", ((6,), (2, 3)), kind="nonconvex"),
+    Problem("mlp minibatches", ((4, 8), (8,), (8, 1), (1,)), kind="mlp"),
+    Problem("intermittent gradients", ((5,), (3,)), skip=((1, 1),)),
+    Problem("all-zero gradients", ((4,), (2, 2)), zero_steps=(2, 5)),
+    Problem("two param groups", ((4,), (3,)), groups=True),
+    Problem("scheduler", ((4,), (3,)), scheduler=True),
+    Problem("state_dict reload", ((4,), (2, 3)), kind="nonconvex", reload_at=4),
+)
+
+#: (rtol, atol) per dtype: what two correct implementations of one update agree to after a few steps
+TOLERANCES = {torch.float64: (1e-9, 1e-12), torch.float32: (2e-5, 1e-6)}
+#: (rtol, scale) of one step's increment: |Δyours − Δderived| ≤ rtol |Δderived| + scale (|before| + |before'|)
+INCREMENT_TOLERANCES = {torch.float64: (1e-7, 1e-14), torch.float32: (1e-3, 3e-7)}
+
+
+def describe(yours, derived) -> tuple[str, str]:
+    """Both values for the report: numbers, or for tensors the entry where they differ most (with its index)."""
+    if isinstance(yours, torch.Tensor) or isinstance(derived, torch.Tensor):
+        a = torch.as_tensor(yours).detach().to(torch.float64).reshape(-1)
+        b = torch.as_tensor(derived).detach().to(torch.float64).reshape(-1)
+        if a.numel() != b.numel():
+            return f"shape {tuple(torch.as_tensor(yours).shape)}", f"shape {tuple(torch.as_tensor(derived).shape)}"
+        if a.numel() == 1:
+            return f"{float(a[0]):.17g}", f"{float(b[0]):.17g}"
+        j = int(torch.nan_to_num((a - b).abs(), nan=math.inf).argmax())
+        return f"{float(a[j]):.17g} (entry {j})", f"{float(b[j]):.17g}"
+    return repr(yours), repr(derived)

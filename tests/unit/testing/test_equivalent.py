@@ -1,0 +1,152 @@
+"""``blr_derive.testing`` (issue 20): torch.optim's optimizers are accepted as the BLR derivations of their
+recipes, and seeded mistakes are pinpointed at the right step and derived assignment — through the API, the
+pytest plugin and ``blr-derive verify``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from blr_derive.testing import equivalent
+from blr_derive.testing.problems import PROBLEMS
+from conftest import ROOT
+from seeded import HandAdam, HandRMSprop, seeded_adam, seeded_rmsprop
+
+HERE = os.path.dirname(__file__)
+
+
+@pytest.mark.parametrize("recipe, peer", [("sgd", torch.optim.SGD), ("rmsprop", torch.optim.RMSprop),
+                                          ("adam", torch.optim.Adam), ("adamw", torch.optim.AdamW),
+                                          ("adagrad", torch.optim.Adagrad), ("adamax", torch.optim.Adamax),
+                                          ("nadam", torch.optim.NAdam)])
+def test_torch_optim_is_its_recipe(recipe, peer):
+    report = equivalent(recipe, peer)
+    assert report.equal, str(report)
+    # every problem ran at every setting in both dtypes, and each setting switches something on
+    assert report.runs >= 2 * 2 * len(PROBLEMS) and report.steps_checked >= 8 * report.runs
+    assert report.skipped == []
+
+
+def test_hand_written_peers_without_mistakes_are_accepted():
+    """The correct hand-written Adam and RMSprop are equal to their recipes; the settings they cannot take (no
+    amsgrad, no momentum) are named as not exercised, not silently passed."""
+    adam = equivalent("adam", HandAdam)
+    assert adam.equal, str(adam)
+    assert any("amsgrad" in s for s in adam.skipped)
+    rms = equivalent("rmsprop", HandRMSprop)
+    assert rms.equal, str(rms)
+    assert any("momentum" in s for s in rms.skipped)
+
+
+def _div(recipe, opt):
+    report = equivalent(recipe, opt)
+    assert not report.equal and report.divergence is not None
+    return report, report.divergence
+
+
+def test_eps_inside_the_square_root_is_the_mean_update_through_s_root():
+    report, d = _div("adam", seeded_adam("eps_inside"))
+    assert (d.problem, d.dtype, d.step, d.variable) == ("quadratic", "float64", 1, "parameter")
+    assert d.localized and d.assignment == "m ← -lr*u_hat/s_root + m"
+    assert ("s_root = eps + sqrt(s_hat)", "square_root_scaling", "Eq. 38") in d.definitions
+    text = str(report)
+    assert "step 1" in text and "s_root = eps + sqrt(s_hat)" in text and "rule square_root_scaling" in text
+
+
+def test_missing_bias_correction_is_the_mean_update_through_the_debiased_moments():
+    _, d = _div("adam", seeded_adam("no_bias_correction"))
+    assert (d.step, d.variable, d.assignment) == (1, "parameter", "m ← -lr*u_hat/s_root + m")
+    assert ("u_hat = u_new/(1 - beta1^t)", "debias", "Adam convention") in d.definitions
+    # the values are the first step's: your m moved by lr*(1-β1)/sqrt(1-β2)-scaled steps, the derived one by lr
+    assert d.yours != d.derived
+
+
+def test_wrong_beta_on_the_second_moment_is_the_second_moment_update():
+    _, d = _div("adam", seeded_adam("beta1_on_second"))
+    assert (d.step, d.variable) == (1, "exp_avg_sq")
+    assert d.assignment == "s ← beta2*s + g_wd^2*(1 - beta2)"
+    assert d.rules == [("separate_learning_rates", "Eq. 36")]
+    assert float(d.yours.split()[0]) == pytest.approx(100 * float(d.derived), rel=1e-12)   # (1-β1)/(1-β2)
+
+
+def test_coupled_weight_decay_is_not_adamw():
+    """torch.optim.Adam with weight decay is not the recipe 'adamw' (decoupled): the first step's momentum
+    already differs (the decay enters the gradient)."""
+    _, d = _div("adamw", torch.optim.Adam)
+    assert (d.step, d.variable, d.assignment) == (1, "exp_avg", "u ← beta1*u + g*(1 - beta1)")
+    assert d.setting["weight_decay"] == 0.01
+    _, d = _div("adam", seeded_adam("decoupled"))         # and the other way round, once weight decay is on
+    assert d.setting["weight_decay"] == 0.1 and d.step == 1 and d.variable == "exp_avg"
+    assert d.assignment == "u ← beta1*u + g_wd*(1 - beta1)"
+    assert ("g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))", "weight_decay",
+            "Eqs. 1, 34") in d.definitions
+
+
+@pytest.mark.parametrize("scale", [2.0, -1.0])
+def test_hessian_estimate_with_wrong_scale_or_sign_is_the_scale_update(scale):
+    _, d = _div("rmsprop", seeded_rmsprop(scale))
+    assert (d.step, d.variable) == (1, "square_avg")
+    assert d.assignment == "s ← alpha*s + g_wd^2*(1 - alpha)"
+    assert ("separate_learning_rates", "Eq. 36") in d.rules
+    assert float(d.yours.split()[0]) == pytest.approx(scale * float(d.derived), rel=1e-12)
+
+
+def test_names_map_the_users_hyperparameters():
+    class Renamed(HandAdam):
+        """HandAdam with the learning rate called learning_rate."""
+
+        def __init__(self, params, learning_rate=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+            torch.optim.Optimizer.__init__(self, params, dict(learning_rate=learning_rate, betas=betas, eps=eps,
+                                                              weight_decay=weight_decay))
+
+        def step(self, closure=None):
+            for g in self.param_groups:
+                g["lr"] = g["learning_rate"]
+            return super().step(closure)
+    report = equivalent("adam", Renamed, names={"lr": "learning_rate"})
+    assert report.equal, str(report)
+    assert any(s.startswith("problem 'scheduler'") for s in report.skipped)
+    assert not equivalent("adam", Renamed).equal            # unmapped: the learning rate never reaches it
+    with pytest.raises(ValueError, match="names maps names to names"):
+        equivalent("adam", HandAdam, names={"lr": "not a name"})
+
+
+def _run(args, cwd, env_extra=None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), HERE, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_pytest_plugin_fixture_reports_the_divergence(tmp_path):
+    (tmp_path / "test_user.py").write_text(textwrap.dedent("""
+        import torch
+        from seeded import WrongBetaAdam
+
+        def test_torch_adam(blr_equivalent):
+            report = blr_equivalent("adam", torch.optim.Adam, hyper={"lr": "lr"})
+            assert report.equal
+
+        def test_my_adam(blr_equivalent):
+            blr_equivalent("adam", WrongBetaAdam, hyper={"lr": "lr"})
+    """))
+    res = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_user.py"], tmp_path)
+    assert "1 failed, 1 passed" in res.stdout, res.stdout + res.stderr
+    assert "WrongBetaAdam is NOT the BLR derivation of recipe 'adam'" in res.stdout
+    assert "s ← beta2*s + g_wd^2*(1 - beta2)" in res.stdout and "Traceback" not in res.stdout
+
+
+def test_verify_command_line(tmp_path):
+    res = _run(["-m", "blr_derive", "verify", "adam", "--against", "seeded:WrongBetaAdam"], tmp_path)
+    assert res.returncode == 1, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "WrongBetaAdam is NOT the BLR derivation of recipe 'adam'" and len(lines) < 25
+    assert "s ← beta2*s + g_wd^2*(1 - beta2)" in res.stdout
+    res = _run(["-m", "blr_derive", "verify", "rmsprop", "--against", "torch.optim:RMSprop"], tmp_path)
+    assert res.returncode == 0 and res.stdout.startswith("RMSprop equals the BLR derivation"), res.stdout + res.stderr
+    res = _run(["-m", "blr_derive", "verify", "adam", "--against", "seeded.WrongBetaAdam"], tmp_path)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "--against takes MODULE:OBJECT" in res.stderr
+    res = _run(["-m", "blr_derive", "verify", "adam", "--against", "seeded:HandAdam", "--map", "lr"], tmp_path)
+    assert res.returncode == 2 and "--map takes OURS=YOURS" in res.stderr
