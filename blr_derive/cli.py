@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -321,8 +322,23 @@ def cmd_verify(argv):
     p.add_argument("--map", action="append", default=[], metavar="OURS=YOURS",
                    help="a hyperparameter or state name of the generated optimizer (lr, betas, exp_avg_sq, ...) and "
                         "yours where they differ (repeatable)")
+    p.add_argument("--value", action="append", default=[], metavar="NAME=NUMBER",
+                   help="a hyperparameter value for every run (repeatable); needed for those without a default "
+                        "(IVON's lr and ess)")
     _time_option(p)
     args = p.parse_args(argv)
+    values = {}
+    for item in args.value:
+        name, eq, text = item.partition("=")
+        value = {"true": True, "false": False}.get(text.strip().lower(), text.strip())
+        if isinstance(value, str):
+            try:
+                value = int(value) if re.fullmatch(r"[+-]?\d+", value) else float(value)
+            except ValueError:
+                value = None
+        if not eq or not name.strip().isidentifier() or value is None:
+            raise SpecError(f"--value takes NAME=NUMBER (or true/false), got '{quote(item)}'", CMDLINE)
+        values[name.strip()] = value
     module, colon, attr = args.against.partition(":")
     if not colon or not all(x.isidentifier() for x in module.split(".") + attr.split(".")):
         raise SpecError(f"--against takes MODULE:OBJECT (e.g. my_optim:MyAdam), got '{quote(args.against)}'", CMDLINE)
@@ -348,7 +364,10 @@ def cmd_verify(argv):
     if kind == "family":
         raise SpecError("this is a family file; verify takes a recipe (a file or a catalog name)", str(path), 1)
     with derivation_budget(_time_limit(args)):
-        report = equivalent(str(path), obj, names=names)
+        try:
+            report = equivalent(str(path), obj, names=names, values=values)
+        except (ValueError, TypeError) as exc:              # a hyperparameter missing or unknown, not an optimizer
+            raise SpecError(str(exc).removeprefix("equivalent(): "), CMDLINE) from None
     sys.stdout.write(terminal_safe(str(report)) + "\n")
     return 0 if report.equal else 1
 

@@ -38,15 +38,30 @@ class _Derived:
             lhs, arrow, rhs = line.partition(" <- ")
             if arrow:
                 self.assignments.append((lhs.strip(), f"{lhs.strip()} ← {rhs.strip()}"))
+        self.sampled = hasattr(self.cls, "sampled_params")                 # gradients at samples of q
         self.definitions = {str(k): v for k, v in view.definitions.items()}
         self.update = {str(k): v for k, v in view.update.items()}
 
-    def signature(self) -> dict:
-        """The constructor's hyperparameters and their defaults (torch's switches left out)."""
-        out = {}
+    def signature(self, values: dict) -> dict:
+        """The constructor's hyperparameters and their defaults (torch's switches left out), ``values`` given
+        for those without a default (IVON's ``lr`` and ``ess``)."""
+        out, missing = {}, []
         for p in list(inspect.signature(self.cls.__init__).parameters.values())[2:]:
-            if p.name not in SWITCHES and p.default is not inspect.Parameter.empty:
+            if p.name in SWITCHES or p.name == "sync":
+                continue
+            if p.name in values:
+                out[p.name] = values[p.name]
+            elif p.default is not inspect.Parameter.empty:
                 out[p.name] = p.default
+            else:
+                missing.append(p.name)
+        if missing:
+            raise ValueError(f"equivalent(): recipe '{self.name}' has hyperparameters without a default: "
+                             f"{', '.join(missing)}; give them (values={{...}}, or --value NAME=NUMBER on the "
+                             "command line)")
+        unknown = sorted(set(values) - set(out))
+        if unknown:
+            raise ValueError(f"equivalent(): recipe '{self.name}' has no hyperparameter {', '.join(unknown)}")
         return out
 
     def rules_of(self, name: str) -> list:
@@ -183,6 +198,7 @@ class _Run:
     def __init__(self, derived, factory, names, problem, dtype, setting, user_kwargs, seed):
         self.d, self.factory, self.names = derived, factory, names
         self.problem, self.dtype, self.setting, self.user_kwargs = problem, dtype, setting, user_kwargs
+        self.seed = seed
         self.data = problem.data(dtype, seed)
         self.pg, self.pu = problem.make_params(dtype, seed), problem.make_params(dtype, seed)
         self.lr_name = "lr" if "lr" in setting else None
@@ -214,12 +230,25 @@ class _Run:
                "gen_params": [p.detach().clone() for p in self.pg],
                "gen": _clone_state(self.og, self.pg),
                "lrs": [g.get(self.names.get("lr", "lr")) for g in self.ou.param_groups]}
-        self.problem.gradients(self.pg, self.data, k)
-        self.problem.gradients(self.pu, self.data, k)
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in self.pu]
-        with torch.no_grad():
-            self.og.step()
-            self.ou.step()
+        if self.d.sampled:
+            # Monte Carlo recipes: the gradients at samples of q (the peer's sampled_params API), with the same
+            # draws for both (torch's global generator, seeded per step)
+            draws = int(self.setting.get("mc_samples", 1))
+            for opt, params in ((self.og, self.pg), (self.ou, self.pu)):
+                torch.manual_seed(self.seed * 100_003 + k)
+                for _ in range(draws):
+                    with opt.sampled_params(train=True):
+                        self.problem.gradients(params, self.data, k)
+                with torch.no_grad():
+                    opt.step()
+            grads = None
+        else:
+            self.problem.gradients(self.pg, self.data, k)
+            self.problem.gradients(self.pu, self.data, k)
+            grads = [None if p.grad is None else p.grad.detach().clone() for p in self.pu]
+            with torch.no_grad():
+                self.og.step()
+                self.ou.step()
         if self.sg is not None:
             self.sg.step()
             self.su.step()
@@ -244,7 +273,10 @@ class _Run:
 
     def localize(self, pre, grads):
         """Evaluate the derived step on the user's state before the diverging step: the first derived assignment
-        (state or parameter) whose value differs from the user's after it, or None."""
+        (state or parameter) whose value differs from the user's after it, or None (also for sampled recipes,
+        whose gradients depend on the draws inside the step)."""
+        if grads is None:
+            return None
         params = [p.clone().requires_grad_(True) for p in pre["params"]]
         opt = self.d.cls(_groups(params, self.problem, self.lr_name, self.setting), **self.setting)
         for g, lr in zip(opt.param_groups, pre["lrs"]):
@@ -280,7 +312,8 @@ class _Run:
 
 
 def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | None = None, settings=None,
-               dtypes=(torch.float64, torch.float32), problems=PROBLEMS, seed: int = 0) -> Report:
+               values: dict | None = None, dtypes=(torch.float64, torch.float32), problems=PROBLEMS,
+               seed: int = 0) -> Report:
     """Whether ``optimizer`` is the BLR derivation of ``recipe`` (see :mod:`blr_derive.testing`).
 
     ``recipe``: a catalog name, a recipe file, a Recipe or a derivation (``api.derive(...)``).  ``optimizer``:
@@ -288,7 +321,9 @@ def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | No
     ``hyper``) maps the generated optimizer's names — its constructor's hyperparameters (the peer's: ``lr``,
     ``betas``, ``weight_decay``, ...) and its state keys (``exp_avg``, ...) — to the user's where they differ.
     ``settings``: hyperparameter settings to run (default: the generated defaults, every term switched on, each
-    boolean flag on in turn)."""
+    boolean flag on in turn); ``values``: hyperparameters that replace the defaults in every setting (and give
+    those without one).  Monte Carlo recipes (IVON, VOGN: the generated optimizer has ``sampled_params``) draw
+    their samples in both optimizers from torch's generator seeded the same way at every step."""
     names = {**(hyper or {}), **(names or {})}
     for k, v in names.items():
         if not (isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", v)):
@@ -296,7 +331,7 @@ def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | No
     derived = _Derived(recipe)
     factory, label = _user_factory(optimizer)
     accepts, var_kw = _accepts(factory)
-    defaults = derived.signature()
+    defaults = derived.signature(values or {})
     report = Report(derived.name, label, equal=True)
     for setting in (settings if settings is not None else _settings(defaults)):
         setting = {**defaults, **setting}
@@ -333,7 +368,15 @@ def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | No
                     break                                       # both refuse this setting: agreement
                 report.runs += 1
                 for k in range(problem.steps):
-                    found = run.step(k)
+                    try:
+                        found = run.step(k)
+                    except Exception as exc:                  # noqa: BLE001 - the user's code: report it
+                        report.equal = False
+                        report.divergence = Divergence(problem.name, str(dtype).replace("torch.", ""), setting, k + 1,
+                                                       0, "raises", f"raises {type(exc).__name__}: {exc}",
+                                                       "steps (torch's convention: a parameter without a gradient "
+                                                       "is left as it is)" if problem.skip else "steps")
+                        return report
                     report.steps_checked += 1
                     if found is None:
                         continue
@@ -341,6 +384,9 @@ def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | No
                     report.equal = False
                     div = Divergence(problem.name, str(dtype).replace("torch.", ""), setting, k + 1, i, var,
                                      *describe(yours, theirs))
+                    if problem.reload_at is not None and k >= problem.reload_at:
+                        div.note = (f"both optimizers were rebuilt from their state_dict before step "
+                                    f"{problem.reload_at + 1}")
                     loc = run.localize(pre, grads)
                     state = None
                     if loc is not None:

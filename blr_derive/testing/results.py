@@ -19,11 +19,13 @@ class Divergence:
     rules: list = field(default_factory=list)          # [(rule, equation)] that produced it
     definitions: list = field(default_factory=list)    # [(name = expression, rule, equation)] it reads
     localized: bool = False             # the assignment was found by evaluating the derived step on your state
+    note: str = ""                      # what the problem did before this step (a reload, a skipped gradient)
 
     def lines(self) -> list:
         setting = ", ".join(f"{k}={v!r}" for k, v in self.setting.items())
         out = [f"first divergence: problem '{self.problem}', {self.dtype}, step {self.step}, parameter {self.parameter}, "
                f"{'the parameter' if self.variable == 'parameter' else repr(self.variable)}",
+               *([f"  ({self.note})"] if self.note else []),
                f"  hyperparameters: {setting}",
                f"  yours:   {self.yours}",
                f"  derived: {self.derived}"]

@@ -150,3 +150,32 @@ def test_verify_command_line(tmp_path):
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "--against takes MODULE:OBJECT" in res.stderr
     res = _run(["-m", "blr_derive", "verify", "adam", "--against", "seeded:HandAdam", "--map", "lr"], tmp_path)
     assert res.returncode == 2 and "--map takes OURS=YOURS" in res.stderr
+    res = _run(["-m", "blr_derive", "verify", "ivon", "--against", "ivon:IVON"], tmp_path)
+    assert res.returncode == 2 and "hyperparameters without a default: lr, ess" in res.stderr
+    assert "--value NAME=NUMBER" in res.stderr and res.stderr.count("\n") == 1
+    res = _run(["-m", "blr_derive", "verify", "ivon", "--against", "ivon:IVON", "--value", "lr=0.05",
+                "--value", "ess=100"], tmp_path)
+    assert res.returncode == 1 and "'intermittent gradients', float64, step 2, parameter 0, 'raises'" in res.stdout
+
+
+def test_ivon_opt_is_the_recipe_with_the_same_draws_and_its_departures_from_torchs_conventions_are_named():
+    """Monte Carlo recipes: both optimizers draw from torch's generator seeded the same way at every step
+    (through their sampled_params), so ivon-opt's IVON equals the recipe 'ivon' — on the problems where it keeps
+    torch's conventions.  Where it does not, the report says so: ivon-opt raises on a parameter without a
+    gradient (torch leaves it as it is), and its state_dict does not round-trip (a rebuilt IVON does not
+    continue where it stopped; the generated one does, tests/peers/ivon)."""
+    import ivon
+    values = {"lr": 0.05, "ess": 100}
+    plain = [p for p in PROBLEMS if not p.skip and p.reload_at is None]
+    report = equivalent("ivon", ivon.IVON, values=values, problems=plain)
+    assert report.equal and report.runs == 2 * len(plain), str(report)
+    report = equivalent("ivon", ivon.IVON, values=values, problems=[p for p in PROBLEMS if p.skip])
+    d = report.divergence
+    assert (d.problem, d.step, d.variable) == ("intermittent gradients", 2, "raises")
+    assert d.yours.startswith("raises AttributeError") and "left as it is" in d.derived
+    report = equivalent("ivon", ivon.IVON, values=values, problems=[p for p in PROBLEMS if p.reload_at])
+    d = report.divergence
+    assert (d.problem, d.step, d.variable) == ("state_dict reload", 5, "parameter")
+    assert d.note == "both optimizers were rebuilt from their state_dict before step 5"
+    with pytest.raises(ValueError, match="hyperparameters without a default: lr, ess"):
+        equivalent("ivon", ivon.IVON)
