@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+import numpy as np
 import sympy as sp
 import torch
 
 from blr_derive import api
 from blr_derive.ir.build import build_ir
-from blr_derive.testing.problems import INCREMENT_TOLERANCES, PROBLEMS, TOLERANCES, describe
+from blr_derive.testing.numpy_side import equivalent_numpy
+from blr_derive.testing.problems import PROBLEMS, agree, describe, settings_for
 from blr_derive.testing.results import Divergence, Report
 
 #: torch.optim's implementation switches: never varied, passed only at their defaults
@@ -26,21 +28,26 @@ class _Derived:
         view = recipe if hasattr(recipe, "record") else api.derive(recipe)
         self.view = view
         self.name = view.record.recipe.name
-        self.module = view.compile("torch")
+        self.mean = build_ir(view.record).mean                            # the state that is the parameter
+        self.numpy = view.compile("numpy")
+        self.assignments = []                                              # [(state, text)]
+        for line in self.numpy.EQUATIONS:
+            lhs, arrow, rhs = line.partition(" <- ")
+            if arrow:
+                self.assignments.append((lhs.strip(), f"{lhs.strip()} ← {rhs.strip()}"))
+        self.definitions = {str(k): v for k, v in view.definitions.items()}
+        self.update = {str(k): v for k, v in view.update.items()}
+
+    def torch(self):
+        """Compile the torch target (what a torch optimizer is compared with)."""
+        self.module = self.view.compile("torch")
         classes = [c for c in vars(self.module).values() if isinstance(c, type)
                    and issubclass(c, torch.optim.Optimizer) and c.__module__ == self.module.__name__]
         self.cls = classes[0]
         self.renamed = dict(getattr(self.module, "_RENAMED", {}))          # recipe state -> stored key
         self.stored = {v: k for k, v in self.renamed.items()}              # stored key -> recipe state
-        self.mean = build_ir(view.record).mean                            # the state that is the parameter
-        self.assignments = []                                              # [(state, text)]
-        for line in self.module.EQUATIONS:
-            lhs, arrow, rhs = line.partition(" <- ")
-            if arrow:
-                self.assignments.append((lhs.strip(), f"{lhs.strip()} ← {rhs.strip()}"))
         self.sampled = hasattr(self.cls, "sampled_params")                 # gradients at samples of q
-        self.definitions = {str(k): v for k, v in view.definitions.items()}
-        self.update = {str(k): v for k, v in view.update.items()}
+        return self
 
     def signature(self, values: dict) -> dict:
         """The constructor's hyperparameters and their defaults (torch's switches left out), ``values`` given
@@ -113,23 +120,15 @@ def _plain(e) -> str:
     return sp.sstr(e).replace("**", "^")
 
 
-# ------------------------------------------------------------------------------------------------ settings
-def _settings(defaults: dict) -> list:
-    """The hyperparameter settings to run: the defaults; every default that switches a term off (0) switched on
-    and every tiny constant (eps) made visible; then each boolean default False turned on, one at a time."""
-    active = dict(defaults)
-    for k, v in defaults.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        if v == 0:
-            active[k] = 0.1
-        elif 0 < v < 1e-6:
-            active[k] = 1e-3
-    out = [dict(defaults), active]
-    for k, v in defaults.items():
-        if v is False:
-            out.append({**active, k: True})
-    return [s for i, s in enumerate(out) if s not in out[:i]]
+def _is_numpy_step(fn) -> bool:
+    """A numpy ``step(state, *, oracles=..., ...)`` function (the generated numpy modules' API), not a torch
+    optimizer class or factory."""
+    if isinstance(fn, type) or not callable(fn):
+        return False
+    try:
+        return "oracles" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _user_factory(optimizer):
@@ -158,29 +157,19 @@ def _groups(params, problem, lr_name, setting):
 
 
 def _f64(x):
-    return torch.as_tensor(x.detach() if isinstance(x, torch.Tensor) else float(x), dtype=torch.float64)
+    return (x.detach().to(torch.float64).cpu().numpy() if isinstance(x, torch.Tensor)
+            else np.asarray(float(x), dtype=np.float64))
 
 
 def _agree(yours, derived, dtype, pre_yours=None, pre_derived=None) -> bool:
-    """Whether two values agree within the dtype's tolerance, and, given the values before the step, whether the
-    step's increments do (an increment is ~lr times smaller than a value: comparing it finds a wrong eps
-    placement or a missing bias correction at the step where it happens, not steps later)."""
+    """:func:`~blr_derive.testing.problems.agree` on torch values (a state kept in float32, such as torch's 0-d
+    ``mu_product``, is compared at float32's tolerance)."""
     if any(isinstance(x, torch.Tensor) and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
            for x in (yours, derived)):
-        dtype = torch.float32                  # a state kept in float32 (torch's 0-d step and mu_product tensors)
-    a, b = _f64(yours), _f64(derived)
-    if a.numel() != b.numel():
-        return False
-    a, b = a.reshape(b.shape), b
-    rtol, atol = TOLERANCES[dtype]
-    if not torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
-        return False
-    if pre_yours is None:
-        return True
-    pa, pb = _f64(pre_yours).reshape(b.shape), _f64(pre_derived).reshape(b.shape)
-    irtol, scale = INCREMENT_TOLERANCES[dtype]
-    da, db = a - pa, b - pb
-    return bool(((da - db).abs() <= irtol * db.abs() + scale * (pa.abs() + pb.abs()) + 1e-300).all())
+        dtype = torch.float32
+    key = "float64" if dtype == torch.float64 else "float32"
+    return agree(_f64(yours), _f64(derived), key, None if pre_yours is None else _f64(pre_yours),
+                 None if pre_derived is None else _f64(pre_derived))
 
 
 def _clone_state(opt, params) -> list:
@@ -329,11 +318,14 @@ def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | No
         if not (isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", v)):
             raise ValueError(f"equivalent(): names maps names to names, got {k!r}: {v!r}")
     derived = _Derived(recipe)
+    if _is_numpy_step(optimizer):
+        return equivalent_numpy(derived, optimizer, names=names, values=values or {}, settings=settings, seed=seed)
+    derived.torch()
     factory, label = _user_factory(optimizer)
     accepts, var_kw = _accepts(factory)
     defaults = derived.signature(values or {})
     report = Report(derived.name, label, equal=True)
-    for setting in (settings if settings is not None else _settings(defaults)):
+    for setting in (settings if settings is not None else settings_for(defaults)):
         setting = {**defaults, **setting}
         user_kwargs, missing = {}, []
         for k, v in setting.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -81,14 +82,36 @@ PROBLEMS = (
 )
 
 #: (rtol, atol) per dtype: what two correct implementations of one update agree to after a few steps
-TOLERANCES = {torch.float64: (1e-9, 1e-12), torch.float32: (2e-5, 1e-6)}
+TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (2e-5, 1e-6)}
 #: (rtol, scale) of one step's increment: |Δyours − Δderived| ≤ rtol |Δderived| + scale (|before| + |before'|)
-INCREMENT_TOLERANCES = {torch.float64: (1e-7, 1e-14), torch.float32: (1e-3, 3e-7)}
+INCREMENT_TOLERANCES = {"float64": (1e-7, 1e-14), "float32": (1e-3, 3e-7)}
+
+
+def agree(yours, derived, dtype: str, pre_yours=None, pre_derived=None) -> bool:
+    """Whether two values (float64 numpy arrays) agree within the dtype's tolerance, and, given the values before
+    the step, whether the step's increments do (an increment is ~lr times smaller than a value: comparing it
+    finds a wrong eps placement or a missing bias correction at the step where it happens, not steps later)."""
+    a, b = np.asarray(yours, dtype=np.float64), np.asarray(derived, dtype=np.float64)
+    if a.size != b.size:
+        return False
+    a = a.reshape(b.shape)
+    rtol, atol = TOLERANCES[dtype]
+    if not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
+        return False
+    if pre_yours is None:
+        return True
+    pa = np.asarray(pre_yours, dtype=np.float64).reshape(b.shape)
+    pb = np.asarray(pre_derived, dtype=np.float64).reshape(b.shape)
+    irtol, scale = INCREMENT_TOLERANCES[dtype]
+    da, db = a - pa, b - pb
+    with np.errstate(invalid="ignore"):
+        ok = np.abs(da - db) <= irtol * np.abs(db) + scale * (np.abs(pa) + np.abs(pb)) + 1e-300
+    return bool(np.all(ok | (np.isnan(da) & np.isnan(db))))
 
 
 def describe(yours, derived) -> tuple[str, str]:
     """Both values for the report: numbers, or for tensors the entry where they differ most (with its index)."""
-    if isinstance(yours, torch.Tensor) or isinstance(derived, torch.Tensor):
+    if isinstance(yours, (torch.Tensor, np.ndarray)) or isinstance(derived, (torch.Tensor, np.ndarray)):
         a = torch.as_tensor(yours).detach().to(torch.float64).reshape(-1)
         b = torch.as_tensor(derived).detach().to(torch.float64).reshape(-1)
         if a.numel() != b.numel():
@@ -98,3 +121,21 @@ def describe(yours, derived) -> tuple[str, str]:
         j = int(torch.nan_to_num((a - b).abs(), nan=math.inf).argmax())
         return f"{float(a[j]):.17g} (entry {j})", f"{float(b[j]):.17g}"
     return repr(yours), repr(derived)
+
+
+def settings_for(defaults: dict) -> list:
+    """The hyperparameter settings to run: the defaults; every default that switches a term off (0) switched on
+    and every tiny constant (eps) made visible; then each boolean default False turned on, one at a time."""
+    active = dict(defaults)
+    for k, v in defaults.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if v == 0:
+            active[k] = 0.1
+        elif 0 < v < 1e-6:
+            active[k] = 1e-3
+    out = [dict(defaults), active]
+    for k, v in defaults.items():
+        if v is False:
+            out.append({**active, k: True})
+    return [s for i, s in enumerate(out) if s not in out[:i]]

@@ -82,3 +82,29 @@ class WrongBetaAdam(HandAdam):
     """Adam with β₁ on the second moment (the README's worked example)."""
 
     mistake = "beta1_on_second"
+
+
+# ------------------------------------------------------------------------------------- numpy references
+import numpy as np  # noqa: E402
+
+
+def newton_step(state, *, oracles, rng=None, rho=1.0):
+    """Online Newton (Khan & Rue Eqs. 12-13): S ← (1−ρ)S + ρH, m ← m − ρ S⁻¹ g."""
+    m, S = state["m"], state["S"]
+    S_new = (1 - rho) * S + rho * oracles["hess"](m)
+    return {"m": m - rho * np.linalg.solve(S_new, oracles["grad"](m)), "S": S_new}
+
+
+def newton_step_negated_hessian(state, *, oracles, rng=None, rho=1.0):
+    """A seeded mistake: the Hessian enters the precision with the wrong sign."""
+    m, S = state["m"], state["S"]
+    S_new = (1 - rho) * S - rho * oracles["hess"](m)
+    return {"m": m - rho * np.linalg.solve(S_new, oracles["grad"](m)), "S": S_new}
+
+
+def online_newton_diag_step(state, *, oracles, rng=None, rho=0.1, hess_scale=1.0):
+    """The diagonal online Newton of Eq. 37: s ← (1−ρ)s + ρ diag(H), m ← m − ρ g/s (``hess_scale`` ≠ 1 seeds a
+    wrong scale)."""
+    m, s = state["m"], state["s"]
+    s_new = (1 - rho) * s + rho * hess_scale * oracles["hess"](m)
+    return {"m": m - rho * oracles["grad"](m) / s_new, "s": s_new}

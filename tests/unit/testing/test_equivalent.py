@@ -179,3 +179,21 @@ def test_ivon_opt_is_the_recipe_with_the_same_draws_and_its_departures_from_torc
     assert d.note == "both optimizers were rebuilt from their state_dict before step 5"
     with pytest.raises(ValueError, match="hyperparameters without a default: lr, ess"):
         equivalent("ivon", ivon.IVON)
+
+
+def test_numpy_references_and_their_seeded_mistakes():
+    """A numpy ``step(state, *, oracles, ...)`` function (the generated numpy API, which the project's own
+    references follow) is checked against the generated numpy module on a quadratic with a dense Hessian and a
+    non-convex function; a Hessian of the wrong sign or scale is pinpointed at the precision's update."""
+    from seeded import newton_step, newton_step_negated_hessian, online_newton_diag_step
+    report = equivalent("newton", newton_step)
+    assert report.equal and report.runs == 2 and report.steps_checked == 12, str(report)
+    d = equivalent("newton", newton_step_negated_hessian).divergence
+    assert (d.problem, d.step, d.variable, d.localized) == ("quadratic", 1, "S", True)
+    assert d.assignment == "S ← rho*H + (1 - rho)*S"
+    assert d.definitions == [("H = hess(m)", "delta", "App. C, Eqs. 13, 65-66")]
+    assert equivalent("online_newton_diag", online_newton_diag_step).equal
+    d = equivalent("online_newton_diag", lambda state, *, oracles, rng=None, rho=0.1:
+                   online_newton_diag_step(state, oracles=oracles, rho=rho, hess_scale=0.5)).divergence
+    assert (d.step, d.variable) == (1, "s") and d.assignment.startswith("s ← ")
+    assert float(d.yours.split()[0]) != pytest.approx(float(d.derived), rel=1e-6)
