@@ -161,14 +161,15 @@ def step_condition(plan):
     return None if cond == sp.false else cond
 
 
-def host_states(plan) -> dict:
+def host_states(plan, peer_only: bool = True) -> dict:
     """The states that are one number per tensor: a numeric start and an update that reads only
     hyperparameters, the step count and such states (NAdam's running product of the momentum schedule,
     kept by torch.optim.NAdam as a 0-d tensor ``mu_product``).  Returns {name: (symbol, new symbol, the new
     value as an expression of hyperparameters, t and the old host states)}.  Only for recipes with a
-    ``peer`` section (the peer's checkpoint layout is what asks for a 0-d tensor)."""
+    ``peer`` section (the peer's checkpoint layout is what asks for a 0-d tensor), unless ``peer_only`` is false
+    (the jax target keeps every such state as one number for the whole pytree)."""
     ir = plan.ir
-    if ir.peer is None:
+    if ir.peer is None and peer_only:
         return {}
     new_of = {name: sym for name, sym in ir.outputs}
     hyper = {x for h in ir.hyperparameters for x in h.symbols} | ({ir.step_symbol} if ir.step_symbol else set())

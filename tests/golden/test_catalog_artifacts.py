@@ -19,7 +19,7 @@ def _catalog_ir(name):
     return build_ir(D, f"catalog/{name}.yaml")
 
 
-@pytest.mark.parametrize("target", ["numpy", "torch", "triton"])
+@pytest.mark.parametrize("target", ["jax", "numpy", "torch", "triton"])
 @pytest.mark.parametrize("name", RECIPES)
 def test_golden_artifact_is_byte_identical(name, target):
     path = GENERATED / target / f"{name}.py"
@@ -32,7 +32,7 @@ def test_golden_artifact_is_byte_identical(name, target):
 
 
 def test_no_artifact_without_a_recipe():
-    for target in ("numpy", "torch", "triton"):
+    for target in ("jax", "numpy", "torch", "triton"):
         names = {p.stem for p in (GENERATED / target).glob("*.py")} - {"__init__"}
         assert names <= set(RECIPES), names - set(RECIPES)
 
@@ -41,6 +41,13 @@ def test_torch_target_covers_the_deep_learning_recipes():
     names = {p.stem for p in (GENERATED / "torch").glob("*.py")} - {"__init__"}
     assert {"sgd", "rmsprop", "adam", "adamw"} <= names
     assert "newton" not in names          # full-covariance updates are rejected for torch
+
+
+def test_jax_target_covers_the_torch_recipes():
+    """The jax target (optax transformations) expresses exactly the recipes the torch target does."""
+    jax_names = {p.stem for p in (GENERATED / "jax").glob("*.py")} - {"__init__"}
+    torch_names = {p.stem for p in (GENERATED / "torch").glob("*.py")} - {"__init__"}
+    assert jax_names == torch_names and {"adam", "ivon", "nadam_optax"} <= jax_names
 
 
 def test_generation_is_deterministic():

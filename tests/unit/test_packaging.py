@@ -32,7 +32,7 @@ def test_every_listed_package_exists_and_data_folders_are_mapped():
         assert source_dir(package, package_dir).is_dir(), package
     assert package_dir["blr_derive.data.families"] == "families"
     assert package_dir["blr_derive.data.catalog"] == "catalog"
-    for target in ("numpy", "torch", "triton"):
+    for target in ("jax", "numpy", "torch", "triton"):
         assert f"blr_derive.data.catalog.generated.{target}" in packages
 
 

@@ -1,0 +1,228 @@
+"""jax target: an ``optax.GradientTransformation`` factory per elementwise recipe.
+
+The generated module defines ``<recipe>(**hyperparameters)`` (hyperparameters as keyword arguments, with the
+recipe's defaults) returning ``optax.GradientTransformation(init, update)``: ``init(params)`` builds the state (a
+``NamedTuple`` of pytrees shaped like ``params``, with the step ``count`` where the update reads the step) and
+``update(grads, state, params)`` returns the *updates* (new parameter − parameter, applied with
+``optax.apply_updates``) and the new state.  Any pytree of floating-point arrays is accepted; the update of every
+leaf is the recipe's update IR printed as ``jax.numpy`` code (codegen/backends/jax/printer.py), and nothing is
+decided in Python on a traced value, so ``jax.jit`` and ``optax.inject_hyperparams`` work (booleans and choices are
+static, numbers may be traced).
+
+Same scope and lowering as the torch target (codegen/lower.py): elementwise recipes whose oracles are taken at the
+parameter or at samples of q.  Monte Carlo recipes return the transformation with three more functions, in the
+style of ivon-optax: ``sample_parameters(key, params, state)`` (an explicit ``jax.random`` key; returns the sample
+and its noise), ``perturb(noise, params, state)`` (the sample for given noise) and ``accumulate(grads, state,
+noise, params)`` (adds one sample's statistics to the state); ``update`` then steps with the averages and ignores
+its gradient argument.  Oracles other than the gradient are keyword arguments of ``update`` (or ``accumulate``).
+Other recipes raise UnsupportedTarget naming the recipe entry.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import sympy as sp
+
+from blr_derive.codegen.backends.jax.config import CONFIG
+from blr_derive.codegen.backends.jax.printer import JaxPrinter, is_static, static_part
+from blr_derive.codegen.inert import identifier, template_env
+from blr_derive.codegen.lower import check_optimizer, host_states, plan_optimizer, state_conditions, state_symbols
+from blr_derive.core.errors import CodegenError, UnsupportedTarget
+from blr_derive.ir.common import need_conditions
+
+#: the draws of a sample of q -> the jax.random function that makes them
+DRAWS = {"normal": "normal", "uniform": "uniform"}
+#: names the template gives state fields besides the recipe's state
+RESERVED = ("count", "samples")
+
+
+class JaxTarget:
+    config = CONFIG
+    name = CONFIG.name
+    suffix = CONFIG.suffix
+    modules = CONFIG.modules
+    template = CONFIG.template
+
+    def __init__(self):
+        self.env = template_env(Path(__file__).parent / "templates")
+
+    def check(self, ir):
+        check_optimizer(ir, self.name)
+
+    def render(self, ir) -> str:
+        for sym, expr in ir.assignments:
+            if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
+                raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target needs an elementwise update; "
+                                        f"'{sym}' is a matrix expression", "family")
+        plan = plan_optimizer(ir, self.name)
+        static = {str(s) for h in ir.hyperparameters if h.kind in ("bool", "choice") for s in h.symbols}
+        pr = JaxPrinter(static)
+        by_name = state_symbols(ir)
+        scalars = set(host_states(plan, peer_only=False))          # one number for the whole pytree
+        tensors = _tensors(plan, by_name, scalars)
+        host_lines, leaf_lines = self.program(plan, pr, static, tensors, by_name)
+        states = self.states_view(plan, pr, static, scalars)
+        names = [s["name"] for s in states]
+        stats, sampling = [], None
+        if ir.sampling is not None:
+            sampling = self.sampling_view(plan, pr, static)
+            stats = sampling["stats"]
+            names += [s["field"] for s in stats]
+        clash = set(names) & set(RESERVED)
+        if clash or len(set(names)) != len(names):
+            raise CodegenError(f"recipe '{ir.recipe}': the jax target keeps its state under the names {', '.join(names)}"
+                               f" and {', '.join(RESERVED)}; rename the state {', '.join(sorted(clash)) or names}")
+        leaf_args = ([plan.mean] if plan.mean is not None else ["_param"]) + \
+            [s["name"] for s in states if not s["scalar"]] + [str(c.symbol) for c in ir.oracle_calls] + \
+            [str(a) for a in plan.stats_in]
+        printed = host_lines + leaf_lines + [s["init"] for s in states] + [s["keep"] or "" for s in states] + (
+            [sampling["theta_line"]] + [s["value"] for s in stats] + [s["keep"] or "" for s in stats] if sampling else [])
+        used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(printed)))
+        step = None if ir.step_symbol is None else identifier(str(ir.step_symbol))
+        scalar_states = [s for s in states if s["scalar"]]
+        return self.env.get_template(self.template).render(
+            special=any("jax.scipy.special." in line for line in printed), used=used,
+            uses_optax=step is not None or bool(scalar_states) or sampling is None,
+            ir=ir, factory=identifier(ir.recipe), state_class=identifier(f"{ir.class_name}State"),
+            tx_class=identifier(f"{ir.class_name}Transformation"), hyper=_signature(ir.hyperparameters),
+            checks=_checks(ir), step=step,
+            states=states, host_lines=host_lines, leaf_lines=leaf_lines, leaf_args=leaf_args,
+            leaf_states=[s for s in states if not s["scalar"]], scalar_states=scalar_states,
+            grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls],
+            other_oracles=[(o, d) for o, d in ir.oracles if o != "grad"],
+            stat_inputs=[(str(a), f"acc_{a}") for a in plan.stats_in], sampling=sampling, stats=stats,
+            mean=plan.mean, point=None if plan.mean is not None else sp.sstr(plan.parameter),
+        )
+
+    @staticmethod
+    def program(plan, pr, static, tensors, by_name):
+        """The step as (host lines, per-leaf lines): the assignments the new state and the parameter's increment
+        read, each under the static part of the condition under which it is read; ``tensors`` grows by the values
+        computed per leaf."""
+        ir = plan.ir
+        outputs, defs = dict(ir.outputs), dict(ir.assignments)
+        delta_sym = sp.Symbol("_delta")
+        if plan.mean is not None:
+            delta = _increment(outputs[plan.mean], defs, by_name[plan.mean])
+        else:
+            delta = plan.param_new[1] - sp.Symbol("_param")
+            tensors.add(sp.Symbol("_param"))
+        kept = [(v.name, outputs.get(v.name, v.symbol)) for v in plan.others]
+        program = _needed(ir.assignments, [delta] + [s for _, s in kept]) + [(delta_sym, delta)]
+        outs = [(n, s) for n, s in kept if s in defs] + [("_delta", delta_sym)]
+        need = need_conditions(program, outs, [s for s, _ in program])
+        for sym, expr in program:
+            if expr.free_symbols & tensors:
+                tensors.add(sym)
+        host_lines, leaf_lines = [], []
+        for sym, expr in program:
+            guard = static_part(need[sym], static)
+            if guard == sp.false:
+                continue
+            line = f"{identifier(str(sym))} = {pr.doprint(expr)}"
+            lines = leaf_lines if sym in tensors else host_lines
+            lines += [f"if {pr.doprint(guard)}:", "    " + line] if guard != sp.true else [line]
+        return host_lines, leaf_lines
+
+    @staticmethod
+    def states_view(plan, pr, static, scalars):
+        """The state besides the parameter: its initial value, its new value's name and, for a state that only a
+        static setting reads, the Python condition under which it is kept (None: always)."""
+        conds = state_conditions(plan)
+        outputs = dict(plan.ir.outputs)
+        out = []
+        for v in plan.others:
+            c = conds[v.name]
+            keep = None if c == sp.true or not is_static(c, static) else pr.doprint(c)
+            init = "param" if v.init_state == "param" else pr.doprint(sp.sympify(v.init))
+            out.append({"name": identifier(v.name), "new": identifier(str(outputs.get(v.name, v.symbol))),
+                        "init": init, "scalar": v.name in scalars, "keep": keep, "desc": v.description})
+        return out
+
+    @staticmethod
+    def sampling_view(plan, pr, static):
+        """Monte Carlo recipes: the sample θ(ε) and the per-sample statistics, per leaf."""
+        sm = plan.ir.sampling
+        if sm.draw not in DRAWS:
+            raise UnsupportedTarget(f"recipe '{plan.ir.recipe}': the jax target samples q with normal or uniform "
+                                    f"draws only (got '{sm.draw}')", "approximations")
+        theta_line = f"{identifier(str(sm.theta))} = {pr.doprint(sm.theta_expr)}"
+        stats = []
+        for avg, e in sm.stats:
+            guard = static_part(plan.stat_need[avg], static)
+            stats.append({"name": identifier(str(avg)), "field": identifier(f"acc_{avg}"),
+                          "value": pr.doprint(e), "keep": None if guard == sp.true else pr.doprint(guard),
+                          "never": guard == sp.false})
+        return {"eps": identifier(str(sm.eps)), "theta": identifier(str(sm.theta)), "theta_line": theta_line,
+                "theta_text": sp.sstr(sm.theta_expr), "draw": DRAWS[sm.draw], "stats": stats,
+                "needs_theta": any(sm.theta in e.free_symbols for _, e in sm.stats),
+                "calls": [(identifier(str(k)), o) for k, o in sm.calls], "samples": pr.doprint(sm.samples)}
+
+def _tensors(plan, by_name, scalars):
+    """The symbols bound to one leaf's arrays: the state (but the scalar states), the parameter, the oracle values
+    and the Monte Carlo averages."""
+    ir = plan.ir
+    states = [v for v in (plan.others if plan.mean is not None else ir.state) if v.name not in scalars]
+    out = {v.symbol for v in states} | {by_name[v.name] for v in states}
+    out |= {c.symbol for c in ir.oracle_calls} | set(plan.stats_in)
+    if plan.mean is not None:
+        out |= {by_name[plan.mean], sp.Symbol(plan.mean, real=True)}
+    return out
+
+
+def _checks(ir):
+    """The recipe's constructor checks (peer: validate), printed for Python values."""
+    if ir.peer is None or not ir.peer.checks:
+        return []
+    py = JaxPrinter({str(s) for h in ir.hyperparameters for s in h.symbols})
+    out = []
+    for c in ir.peer.checks:
+        used = [identifier(str(s)) for s in sorted(c.condition.free_symbols, key=str)]
+        msg = [(k, v if k == "text" else identifier(v)) for k, v in c.message]
+        out.append({"cond": py.doprint(c.condition), "used": used, "message": msg})
+    return out
+
+
+def _increment(new, defs, mean):
+    """The parameter's increment (new − old) as an expression, with the intermediate sums that carry the mean as a
+    term (``t_1 = lr*u_hat/s_root - m``) inlined, so that the mean cancels symbolically instead of being added
+    and subtracted in floating point; Piecewise branches each lose the mean."""
+    expr = defs[new]
+    for _ in range(len(defs)):
+        subs = {s: defs[s] for s in expr.free_symbols
+                if isinstance(defs.get(s), sp.Add) and any(a in (mean, -mean) for a in defs[s].args)}
+        if not subs:
+            break
+        expr = expr.xreplace(subs)
+    return _minus(expr, mean)
+
+
+def _minus(expr, mean):
+    if isinstance(expr, sp.Piecewise):
+        return sp.Piecewise(*[(_minus(e, mean), c) for e, c in expr.args])
+    return expr - mean
+
+
+def _needed(assignments, finals):
+    """The assignments that the final expressions read (directly or through others), in program order."""
+    need = set()
+    for f in finals:
+        need |= f.free_symbols
+    out = []
+    for sym, expr in reversed(assignments):
+        if sym in need:
+            need |= expr.free_symbols
+            out.append((sym, expr))
+    return out[::-1]
+
+
+def _signature(hyperparameters):
+    """The factory's arguments: required ones first, then those with defaults, then the keyword-only ones."""
+    required = [h for h in hyperparameters if h.default is None and not h.keyword_only]
+    optional = [h for h in hyperparameters if h.default is not None and not h.keyword_only]
+    keyword = [h for h in hyperparameters if h.keyword_only]
+    return {"positional": required + optional, "keyword": keyword, "all": hyperparameters}
+
+
+TARGET = JaxTarget()

@@ -1,0 +1,11 @@
+"""The jax target's configuration: an ``optax.GradientTransformation`` factory per elementwise recipe."""
+from blr_derive.codegen.config import TargetConfig
+
+CONFIG = TargetConfig(
+    name="jax",
+    suffix=".py",
+    modules=frozenset({"typing", "jax", "jax.numpy", "jax.scipy.special", "optax"}),
+    template="transformation.py.j2",
+    structures=("single",),
+    description="an ``optax.GradientTransformation`` factory (jax.numpy, any pytree, jax.jit-compatible)",
+)
