@@ -28,6 +28,7 @@ from blr_derive.candidates.base import Candidate, check_structure, register
 from blr_derive.candidates.single import parse_single
 from blr_derive.core import matcalc
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
+from blr_derive.core.pretty import pretty
 from blr_derive.families.library import load_family
 from blr_derive.families.mixture import MixtureFamily, build_mixture
 from blr_derive.rules.base import PROGRAM_KINDS, RULES, Derivation, MixtureGradient
@@ -101,7 +102,7 @@ def state_family(ctx, D, G):
     for c in fam.components:
         if c.fixed:
             fixed_txt += (f" Component {c.index} is fixed: "
-                          + ", ".join(f"{p.name} = {sp.sstr(c.subs[p.symbol])}" for p in base.params.values()
+                          + ", ".join(f"{p.name} = {pretty(c.subs[p.symbol])}" for p in base.params.values()
                                       if p.symbol in c.subs) + ".")
     D.add("family", "Sec. 3.2; Eq. 41" if any(c.fixed for c in fam.components) else "Sec. 3.2",
           f"Candidate: a mixture of {fam.K} `{base.name}` components",

@@ -34,7 +34,7 @@ from blr_derive.candidates.base import Candidate, register
 from blr_derive.core.sizes import instantiate_recipe
 from blr_derive.core.yamlio import check_keys
 from blr_derive.families.library import load_family
-from blr_derive.rules.base import RULES, Step
+from blr_derive.rules.base import RULES, Step, TexForm
 from blr_derive.rules.product import FactorizedDerivation, PlateSums, name_states, tex_name
 from blr_derive.spec.product import FACTORIZED_KEYS, FactorizedRecipe, is_product_spec, parse_product
 
@@ -67,14 +67,14 @@ def derive_product(R: FactorizedRecipe) -> FactorizedDerivation:
     exprs = dict(D.local_assign + D.assignments)
     D.updates = [(n, s, exprs[s]) for n, s in D.local_outputs + D.outputs]
     if D.stats:
-        eqs = [(s, r"\sum_{%s} %s" % (R.plate["index"], D.latex(e))) for s, e in D.stats]
+        eqs = [(s, TexForm(r"\sum_{%s} %s", (sp.Symbol(R.plate["index"]), e))) for s, e in D.stats]
         text = ("The global blocks need the per-row quantities only through these sums over the plate rows "
                 "(the messages of the data factors add up, Eq. 54).")
         if ctx.scale is not None:
             count = D.count if D.count is not None else ctx.stat(sp.Integer(1))
             N = R.plate["minibatch"]
             D.scale = (ctx.scale, N / count)
-            eqs = [(s, r"\sum_{%s} %s" % (R.plate["index"], D.latex(e))) for s, e in D.stats]
+            eqs = [(s, TexForm(r"\sum_{%s} %s", (sp.Symbol(R.plate["index"]), e))) for s, e in D.stats]
             eqs.append((ctx.scale, N / count))
             text += (" The plate rows are a minibatch of B rows from N: every sum is scaled by N/B (an unbiased "
                      "estimate of the full-data sum, Eq. 34).")

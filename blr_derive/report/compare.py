@@ -1,6 +1,7 @@
 """``blr-derive compare A B``: what separates two algorithms (the Table 1 view of Khan & Rue 2023)."""
 from __future__ import annotations
 
+from blr_derive.core.pretty import pretty
 from blr_derive.derive.driver import derive_file
 from blr_derive.rules.base import RULES
 
@@ -23,8 +24,8 @@ def compare_recipes(path_a, path_b) -> str:
     lines = [f"compare {ra.name} ({ra.title}) with {rb.name} ({rb.title})", ""]
     same_family = ra.family.name == rb.family.name
     lines.append(f"candidate family: {ra.family.name}" + (" (both)" if same_family else f" vs {rb.family.name}"))
-    la = ra.loss_kind if ra.loss_kind == "abstract" else f"explicit: {ra.loss_text}"
-    lb = rb.loss_kind if rb.loss_kind == "abstract" else f"explicit: {rb.loss_text}"
+    la = ra.loss_kind if ra.loss_kind == "abstract" else f"explicit: {pretty(ra.loss)}"
+    lb = rb.loss_kind if rb.loss_kind == "abstract" else f"explicit: {pretty(rb.loss)}"
     lines.append(f"loss: {la}" + (" (both)" if la == lb else f" vs {lb}"))
     # pair the k-th use of a rule in A with the k-th use in B (a rule may be named more than once)
     def keyed(r):
@@ -54,5 +55,5 @@ def compare_recipes(path_a, path_b) -> str:
     lines.append("")
     for r, D in ((ra, Da), (rb, Db)):
         lines.append(f"{r.name} update:")
-        lines += [f"  {l}" for l in D.update_lines()]
+        lines += [f"  {l}" for l in D.update_lines(pretty)]
     return "\n".join(lines) + "\n"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from blr_derive.core.pretty import pretty
+
 INDEX_NAME = "families.txt"
 _HEAD = "## "
 
@@ -27,11 +29,11 @@ def listing(fam) -> str:
     return "\n".join([
         f"{fam.name}: {fam.description}",
         f"  params : {', '.join(params)}",
-        f"  T(θ)   : {', '.join(map(str, fam.T))}",
-        f"  h(θ)   : {fam.h}",
-        f"  λ      : {', '.join(map(str, fam.eta))}",
-        f"  μ      : {', '.join(map(str, fam.mu_ord))}",
-        f"  A(λ)   : {fam.A}",
+        f"  T(θ)   : {', '.join(map(pretty, fam.T))}",
+        f"  h(θ)   : {pretty(fam.h)}",
+        f"  λ      : {', '.join(map(pretty, fam.eta))}",
+        f"  μ      : {', '.join(map(pretty, fam.mu_ord))}",
+        f"  A(λ)   : {pretty(fam.A)}",
     ]) + "\n"
 
 

@@ -20,11 +20,10 @@ import html
 import re
 from pathlib import Path
 
-import sympy as sp
-
 from blr_derive import __version__
 from blr_derive.report.latex import tex_escape
 from blr_derive.report.markdown import CONVENTION, final_latex, is_convention
+from blr_derive.report.texprint import eq_tex, latex, oracle_tex
 
 KATEX_VERSION = "0.16.22"
 KATEX_DIR = Path(__file__).resolve().parents[1] / "assets" / "katex"
@@ -109,7 +108,7 @@ def _inline(tex: str) -> str:
 
 
 def _fam_latex(e) -> str:
-    return sp.latex(e, mat_symbol_style="bold")
+    return latex(e)
 
 
 def family_rows(fam) -> list[tuple[str, str]]:
@@ -135,7 +134,7 @@ def family_fragment(fam) -> str:
 def _loss_html(r) -> str:
     if r.loss_kind == "abstract":
         return '<span class="prose">abstract ℓ(θ) (oracles)</span>'
-    return _inline(sp.latex(r.loss, mat_symbol_style="bold"))
+    return _inline(latex(r.loss))
 
 
 def recipe_fragment(r) -> str:
@@ -165,9 +164,9 @@ def derivation_equations(D) -> list[tuple[str | None, list[str]]]:
                 eqs.append(eq)
             else:
                 lhs, rhs, *op = eq
-                eqs.append(D.eq_latex(lhs, rhs, op[0] if op else "="))
+                eqs.append(eq_tex(D, lhs, rhs, op[0] if op else "="))
         groups.append((st, eqs))
-    final = [f"{D.latex(c[0])} = \\mathrm{{{c[1]}}}({D.latex(c[2])})" for c in D.oracle_calls] + final_latex(D)
+    final = [oracle_tex(D, c) for c in D.oracle_calls] + final_latex(D)
     groups.append((None, final))
     return groups
 
@@ -179,7 +178,7 @@ def derivation_fragment(D, heading: int = 1) -> str:
     out = ['<div class="blr-derivation">',
            f"<{h1}>Derivation of <code>{_e(r.name)}</code>: <span class=\"prose\">{_e(r.title)}</span></{h1}>"]
     if r.description:
-        out.append(f'<p class="prose">{_prose(r.description.strip())}</p>')
+        out.append(f'<p class="prose description">{_prose(r.description.strip())}</p>')
     out.append(recipe_fragment(r))
     blocks = getattr(r, "blocks", None)             # a factorized recipe: the family of every exact block
     fams = [r.family] if not blocks else [b.family for b in blocks if b.family is not None]
@@ -251,7 +250,7 @@ def recipe_latex(r) -> str:
 
 def derivation_latex(D) -> str:
     """The final update as one aligned block (the notebook's text/latex view)."""
-    rows = [f"{D.latex(c[0])} &= \\mathrm{{{c[1]}}}({D.latex(c[2])})" for c in D.oracle_calls]
-    rows += [f"{D.latex(s)} &= {D.latex(e)}" for s, e in D.defs]
-    rows += [f"{D.latex(s)} &\\leftarrow {D.latex(e)}" for _, s, e in D.updates]
+    rows = [oracle_tex(D, c).replace(" = ", " &= ", 1) for c in D.oracle_calls]
+    rows += [eq_tex(D, s, e, "&=") for s, e in D.defs]
+    rows += [eq_tex(D, s, e, r"&\leftarrow") for _, s, e in D.updates]
     return "$$\\begin{aligned}" + r" \\ ".join(rows) + "\\end{aligned}$$"

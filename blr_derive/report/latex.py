@@ -3,6 +3,7 @@ of prose for LaTeX."""
 from __future__ import annotations
 
 from blr_derive.report.markdown import CONVENTION, final_latex, is_convention
+from blr_derive.report.texprint import eq_tex, oracle_tex
 
 _TEX_ESCAPES = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#", "$": r"\$",
                 "{": r"\{", "}": r"\}", "^": r"\^{}", "~": r"\~{}"}
@@ -47,12 +48,11 @@ def derivation_document(D) -> str:
                 body = eq
             else:
                 lhs, rhs, *op = eq
-                body = D.eq_latex(lhs, rhs, op[0] if op else "=")
+                body = eq_tex(D, lhs, rhs, op[0] if op else "=")
             lines.append(r"\begin{equation*}%s\end{equation*}" % body)
     lines.append(r"\subsection*{Update}")
     for call in D.oracle_calls:
-        lines.append(r"\begin{equation*}%s = \mathrm{%s}(%s)\end{equation*}"
-                     % (D.latex(call[0]), tex_escape(call[1]), D.latex(call[2])))
+        lines.append(r"\begin{equation*}%s\end{equation*}" % oracle_tex(D, call))
     for l in final_latex(D):
         lines.append(r"\begin{equation*}%s\end{equation*}" % l)
     lines.append(r"\end{document}")

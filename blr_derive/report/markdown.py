@@ -4,15 +4,14 @@ A derivation report lists the recipe, each step with the rule it applied and the
 and the final update; a product (mean-field) recipe adds its blocks and factors."""
 from __future__ import annotations
 
-import sympy as sp
-
+from blr_derive.report.texprint import derivation_tex, eq_tex, latex, oracle_tex
 from blr_derive.rules.base import RULES
 from blr_derive.spec.product import FactorizedRecipe
 
 
 def final_latex(D) -> list[str]:
     """The update after the oracle calls, one LaTeX equation per definition or state update."""
-    return [D.eq_latex(lhs, rhs, op) for lhs, rhs, op in D.final_equations()]
+    return [eq_tex(D, lhs, rhs, op) for lhs, rhs, op in D.final_equations()]
 
 
 def is_convention(rule_name) -> bool:
@@ -39,7 +38,7 @@ def steps_markdown(D) -> list[str]:
                 lines.append(f"$$ {eq} $$")
             else:
                 lhs, rhs, *op = eq
-                lines.append(f"$$ {D.eq_latex(lhs, rhs, op[0] if op else '=')} $$")
+                lines.append(f"$$ {eq_tex(D, lhs, rhs, op[0] if op else '=')} $$")
         lines.append("")
     return lines
 
@@ -49,7 +48,7 @@ def _recipe_lines(D) -> list[str]:
     fam = r.family
     return [
         f"- **Family**: `{fam.name}` — {fam.description}",
-        f"- **Loss**: {'abstract ℓ(θ) (oracles)' if r.loss_kind == 'abstract' else '$' + D.latex(r.loss) + '$'}",
+        f"- **Loss**: {'abstract ℓ(θ) (oracles)' if r.loss_kind == 'abstract' else '$' + derivation_tex(D, r.loss) + '$'}",
         f"- **Approximations**: {', '.join(a.name for a in r.approximations) or 'none'}",
         f"- **Paper**: {r.paper}" if r.paper else "",
         "",
@@ -75,7 +74,7 @@ def _product_lines(D) -> list[str]:
     lines.append("**Factors** (loss = Σ of their negative logs): "
                  + "; ".join(f"`{f.name}`{' (summed over the plate)' if f.plate else ''}"
                              f"{' (written for one component k, summed over the components)' if f.components else ''}"
-                             f": ${D.latex(f.expr)}$" for f in r.factors))
+                             f": ${derivation_tex(D, f.expr)}$" for f in r.factors))
     if r.paper:
         lines += ["", f"- **Paper**: {r.paper}"]
     lines.append("")
@@ -93,7 +92,7 @@ def derivation_markdown(D) -> str:
     lines += ["## Update", ""]
     if not product:
         for call in D.oracle_calls:
-            lines.append(f"$$ {D.latex(call[0])} = \\mathrm{{{call[1]}}}({D.latex(call[2])}) $$")
+            lines.append(f"$$ {oracle_tex(D, call)} $$")
     for l in final_latex(D):
         lines.append(f"$$ {l} $$")
     lines.append("")
@@ -102,13 +101,11 @@ def derivation_markdown(D) -> str:
 
 def family_markdown(fam) -> str:
     """T(θ), h(θ), λ, μ and A(λ) in LaTeX."""
-    def lx(e):
-        return sp.latex(e, mat_symbol_style="bold")
-    rows = [("T(θ)", ", ".join(f"${lx(t)}$" for t in fam.T)),
-            ("h(θ)", f"${lx(fam.h)}$"),
-            ("λ", ", ".join(f"${lx(e)}$" for e in fam.eta)),
-            ("μ = ∇A(λ)", ", ".join(f"${lx(e)}$" for e in fam.mu_ord)),
-            ("A(λ)", f"${lx(fam.A)}$" + ("" if fam.A_given else " (derived)"))]
+    rows = [("T(θ)", ", ".join(f"${latex(t)}$" for t in fam.T)),
+            ("h(θ)", f"${latex(fam.h)}$"),
+            ("λ", ", ".join(f"${latex(e)}$" for e in fam.eta)),
+            ("μ = ∇A(λ)", ", ".join(f"${latex(e)}$" for e in fam.mu_ord)),
+            ("A(λ)", f"${latex(fam.A)}$" + ("" if fam.A_given else " (derived)"))]
     params = ", ".join(f"`{p.name}` ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in fam.params.values())
     out = [f"**Family `{fam.name}`** — {fam.description}", "", f"parameters: {params}", "",
            "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
@@ -117,7 +114,7 @@ def family_markdown(fam) -> str:
 
 def recipe_markdown(r) -> str:
     """Family, loss, approximations and hyperparameters."""
-    loss = "abstract ℓ(θ) (oracles)" if r.loss_kind == "abstract" else f"${sp.latex(r.loss)}$"
+    loss = "abstract ℓ(θ) (oracles)" if r.loss_kind == "abstract" else f"${latex(r.loss)}$"
     hyper = ", ".join(f"`{h.name}` = {h.default!r}" for h in r.hyper) or "none"
     approx = ", ".join(f"`{a.name}`" for a in r.approximations) or "none"
     return "\n".join([f"**Recipe `{r.name}`** — {r.title}", "", f"- family: `{r.family.name}`",

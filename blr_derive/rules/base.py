@@ -124,13 +124,25 @@ def recipe_rule_kinds() -> dict:
 
 # ---------------------------------------------------------------------------------------------- the record
 
+@dataclass(frozen=True)
+class TexForm:
+    """LaTeX around expressions, for a step equation that is not an expression (``\\frac{1}{S}\\sum_k e``): the
+    report typesets each of ``args`` with its printer and fills them into ``template`` (``%s`` slots)."""
+    template: str
+    args: tuple
+
+    def render(self, tex) -> str:
+        """The LaTeX, ``tex`` typesetting each argument."""
+        return self.template % tuple(tex(a) for a in self.args)
+
+
 @dataclass
 class Step:
     rule: str
     equation: str                 # paper reference, e.g. "Eq. 6" or "App. D"
     title: str
     text: str
-    equations: list = field(default_factory=list)   # [(lhs, rhs[, op])] sympy pairs or LaTeX strings
+    equations: list = field(default_factory=list)   # [(lhs, rhs[, op])] sympy pairs (or TexForm), LaTeX strings
 
 
 @dataclass
@@ -247,6 +259,8 @@ class Derivation:
         """LaTeX of an expression with the derivation's symbol names (strings pass through)."""
         if isinstance(e, str):
             return e
+        if isinstance(e, TexForm):
+            return e.render(self.latex)
         return sp.latex(e, symbol_names=self.symbol_names, mat_symbol_style="bold")
 
     def eq_latex(self, lhs, rhs, op=r"\leftarrow") -> str:
@@ -290,26 +304,27 @@ class Derivation:
         out.update({str(sym): expr for sym, expr in self.defs})
         return out
 
-    def update_lines(self) -> list[str]:
-        """Plain-text update equations (for generated-code headers)."""
+    def update_lines(self, text=plain) -> list[str]:
+        """Plain-text update equations (for generated-code headers); ``text`` prints an expression
+        (``blr_derive.core.pretty.pretty`` for readable listings)."""
         out = []
         if self.sampling is not None:
             sm = self.sampling
             dist = "N(0, 1)" if sm.draw == "normal" else "U(0, 1)"
-            out.append(f"for k in 1..{sm.samples}: {sm.eps} ~ {dist}, {sm.theta} = {plain(sm.theta_expr)}, "
+            out.append(f"for k in 1..{sm.samples}: {sm.eps} ~ {dist}, {sm.theta} = {text(sm.theta_expr)}, "
                        + ", ".join(f"{s} = {o}({sm.theta})" for s, o in sm.calls))
             if sm.shaping is not None:
                 sh = sm.shaping
-                out.append(f"{sh.call} <- {plain(sh.value)} at the sample of rank r, w_r = {plain(sh.weight)}"
+                out.append(f"{sh.call} <- {text(sh.value)} at the sample of rank r, w_r = {text(sh.weight)}"
                            + (f", W = sum_r w_r (S = {sm.samples})" if sh.value.has(sh.total) else f" (S = {sm.samples})"))
             for avg, e in sm.stats:
-                out.append(f"{avg} = mean_k({plain(e)})")
+                out.append(f"{avg} = mean_k({text(e)})")
         for call in self.oracle_calls:
             out.append(f"{call[0]} = {call[1]}({call[2]})")
         for sym, expr in self.defs:
-            out.append(f"{sym} = {plain(expr)}")
+            out.append(f"{sym} = {text(expr)}")
         for name, sym, expr in self.updates:
-            out.append(f"{name} <- {plain(expr)}")
+            out.append(f"{name} <- {text(expr)}")
         return out
 
     def final_equations(self) -> list:

@@ -16,6 +16,7 @@ from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.core.specialfns import stable_softmax
+from blr_derive.core.pretty import pretty
 from blr_derive.families.solve import isolate_block
 from blr_derive.families.symbolic import simplify_bounded
 from blr_derive.rules.base import RULES, rule
@@ -82,7 +83,7 @@ def solve_ordinary(recipe, D, lam_new, sym):
             direct = isolate(e_new, lam_new[i], p.symbol, sym, inverse)
             steps = [(new_sym[p.symbol], direct, r"\leftarrow")]
             chosen, rule, text = direct, "natural_to_ordinary", (
-                f"Solve λ^({i + 1})_(t+1) = {sp.sstr(e)} for {p.name}, using the parameters already updated.")
+                f"Solve λ^({i + 1})_(t+1) = {pretty(e)} for {p.name}, using the parameters already updated.")
             incr = increment(e, lam_new[i], p.symbol, known_new, solved_expr, sym)
             # the increment form m + Δ (Eq. 12) unless the direct solve is shorter once expanded: passes that
             # rewrite learning rates (separate_learning_rates) then act on the step Δ, as in the peers
@@ -296,7 +297,7 @@ def base_measure(ctx):
     else:
         ctx.g_logh = zeros_like_mu(fam)
         D.add("base_measure", RULES["base_measure"].equation, "Constant base measure",
-              f"h(θ) = {sp.sstr(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
+              f"h(θ) = {pretty(fam.h)} does not depend on θ, so ∇_μ E_q[log h] = 0 and ∇_μ H(q) = -λ (App. B).")
 
 
 def gradient_through_ordinary(fam):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.core.exprparse import parse_expression
+from blr_derive.core.pretty import pretty
 from blr_derive.rules.base import Rule, register
 from blr_derive.rules.program import invert, record, update_of
 
@@ -52,7 +53,7 @@ class ChangeVariable(Rule):
         D.renamed[p] = (new_name, new_sym, value)
         D.views[new_name] = new_new
         D.symbol_names[new_new] = f"{new_name}_{{t+1}}"
-        record(ctx, f"Change of variable {p} = {value}", "The state stores the new variable; every use of "
+        record(ctx, f"Change of variable {p} = {pretty(value)}", "The state stores the new variable; every use of "
                 f"{p} is rewritten through the map.", [(new_new, new_update, r"\leftarrow")])
 
 

@@ -21,6 +21,7 @@ import sympy as sp
 
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
+from blr_derive.core.pretty import pretty
 from blr_derive.rules.base import RULES, rule
 from blr_derive.rules.product import expect_over_blocks, expected_gradients, linear_in_log, tex_name
 
@@ -87,7 +88,7 @@ def one_hot_block(R, D, ctx, b, current):
     steps = [(lam_s, sp.expand(lam), r"\leftarrow"), (log_z, ComponentLogSumExp(lam_s), "="),
              (p, sp.exp(lam_s - log_z), r"\leftarrow")]
     D.add("component_softmax", RULES["component_softmax"].equation, f"Block `{b.name}`: local BLR step",
-          f"With ρ = 1, λ_k is the sum of the messages (Eq. 58); the mean of z_k is ∂A/∂λ_k = {sp.sstr(mean)} for "
+          f"With ρ = 1, λ_k is the sum of the messages (Eq. 58); the mean of z_k is ∂A/∂λ_k = {pretty(mean)} for "
           "A(λ) = log Σ_j exp λ_j (Sec. 1.2), computed as exp(λ_k − A) with A by log-sum-exp: every component's "
           "probability from λ directly.", steps)
     for s, e, _ in steps:
@@ -160,5 +161,5 @@ def dirichlet_block(R, D, ctx, b, current, rho):
     current[a] = new
     D.add("component_dirichlet", RULES["component_dirichlet"].equation, f"Block `{b.name}`: BLR step",
           f"λ_k = a_k − 1 ← (1 − ρ)λ_k + ρ Σ_f λ̃_f (Eq. 58); the other blocks average log {w}_k as ∂A/∂λ_k = "
-          f"{sp.sstr(sp.simplify(dA))} for A(λ) = Σ_j log Γ(λ_j + 1) − log Γ(Σ_j (λ_j + 1)) (Sec. 1.2), i.e. "
+          f"{pretty(sp.simplify(dA))} for A(λ) = Σ_j log Γ(λ_j + 1) − log Γ(Σ_j (λ_j + 1)) (Sec. 1.2), i.e. "
           "ψ(a_k) − ψ(Σ_j a_j).", [(s_, e_, r"\leftarrow") for s_, e_ in steps])

@@ -29,6 +29,7 @@ from blr_derive.rules.blr import doit
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.core.specialfns import stable_softmax
+from blr_derive.core.pretty import pretty
 from blr_derive.rules.components import dirichlet_block, one_hot_block
 from blr_derive.rules.product import expect_over_blocks, linear_in_block, tex_name
 
@@ -199,7 +200,7 @@ def tilted(recipe, D, e_lam, shifts):
     where = ""
     if shifts:
         where = (" The value is finite only while λ + c stays in the natural parameter space for each shift c used ("
-                 + "; ".join("(" + ", ".join(sp.sstr(x) for x in c) + ")" for c in shifts)
+                 + "; ".join("(" + ", ".join(pretty(x) for x in c) + ")" for c in shifts)
                  + "), e.g. E[1/θ] under a gamma needs α > 1.")
     D.add("exact", RULES["exact"].equation, "Exact expected loss from the tilted log-partition",
           "Each term of the loss is a polynomial in the sufficient statistics times an exponential of a linear "

@@ -22,7 +22,7 @@ from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.nodes import ComponentSum
 from blr_derive.core.plain import plain
 from blr_derive.families.statistics import linear_in_statistics
-from blr_derive.rules.base import RULES, Derivation, rule
+from blr_derive.rules.base import RULES, Derivation, TexForm, rule
 
 rule('mean_field', 'identity', 'Eq. 55; Secs. 5.2-5.3',
      "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
@@ -52,25 +52,25 @@ class FactorizedDerivation(Derivation):
     prelude: list = field(default_factory=list)          # [(symbol, expr)] first: parameters of message-form blocks
     message_state: dict = field(default_factory=dict)    # block name -> [(state name, symbol, factor, index)]
 
-    def update_lines(self):
-        out = [f"{s} = {plain(e)}" for s, e in self.prelude]
+    def update_lines(self, text=plain):
+        out = [f"{s} = {text(e)}" for s, e in self.prelude]
         if self.local_assign:
             idx = self.recipe.plate["index"]
             out.append(f"for each row {idx} of the plate:")
-            out += [f"  {s} = {plain(e)}" for s, e in self.local_assign]
+            out += [f"  {s} = {text(e)}" for s, e in self.local_assign]
         for s, e in self.stats:
-            out.append(f"{s} = sum_{self.recipe.plate['index']} {plain(e)}")
+            out.append(f"{s} = sum_{self.recipe.plate['index']} {text(e)}")
         if self.scale is not None:
-            out.append(f"{self.scale[0]} = {plain(self.scale[1])}")
+            out.append(f"{self.scale[0]} = {text(self.scale[1])}")
         for s, e in self.assignments:
-            out.append(f"{s} = {plain(e)}")
+            out.append(f"{s} = {text(e)}")
         return out
 
     def final_equations(self):
         """The per-row program, the plate sums, the minibatch scale and the global program, as (lhs, rhs, op)."""
         idx = self.recipe.plate["index"] if self.recipe.plate else "n"
         return ([(s, e, "=") for s, e in self.local_assign]
-                + [(s, r"\sum_{%s} %s" % (idx, self.latex(e)), "=") for s, e in self.stats]
+                + [(s, TexForm(r"\sum_{%s} %s", (sp.Symbol(idx), e)), "=") for s, e in self.stats]
                 + ([(self.scale[0], self.scale[1], "=")] if self.scale is not None else [])
                 + [(s, e, r"\leftarrow") for s, e in self.assignments])
 

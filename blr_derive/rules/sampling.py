@@ -10,7 +10,7 @@ from blr_derive.core.specialfns import binary
 from blr_derive.families.symbolic import SIMPLIFY_MAX_OPS, simplify_bounded
 from blr_derive.rules.fisher import fisher_at_state, invertible_symbolically, natural_gradient_at_state
 from blr_derive.rules.args import Ctx
-from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling
+from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling, TexForm
 from blr_derive.spec.sampler import sampler_draws
 
 #: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
@@ -106,7 +106,7 @@ def sampled_natural_gradient(recipe, D, approx, mode):
                 "Fisher information F(λ) = ∇²A turns it into the natural gradient (Eq. 4).  F(λ)⁻¹ does not depend on "
                 "the sample, so it is applied to each sample's term, written in the draws (the same estimate, "
                 "without the cancellation of averaging T(θ_k) − μ first).")
-        eqs = [(theta, fam.sampler)] + [(avg, r"\frac{1}{S}\sum_k " + sp.latex(e)) for avg, e in stats]
+        eqs = [(theta, fam.sampler)] + [(avg, TexForm(r"\frac{1}{S}\sum_k %s", (e,))) for avg, e in stats]
     D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats,
                           draw=law, more_draws=more, accept=accept)
     D.natural_gradient = NaturalGradient(list(grads))
@@ -172,7 +172,7 @@ def quadrature_natural_gradient(recipe, D, approx, mode):
           "w_k = h π cosh(t_k) σ'(π sinh t_k) integrates it to near machine precision for a smooth ℓ, and F(λ) = ∇²A "
           "turns it into the natural gradient (Eq. 4).",
           [(theta, fam.sampler.xreplace({u: sp.Symbol("u_k", positive=True)}))]
-          + [(avg, r"\sum_k w_k\," + sp.latex(e)) for avg, e in stats]
+          + [(avg, TexForm(r"\sum_k w_k\,%s", (e,))) for avg, e in stats]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
     return grads
 

@@ -117,7 +117,7 @@ def test_families_lists_the_builtin_gaussians(tmp_path):
     assert "S*m" in full["λ"] and "S" in full["λ"].split(",")[1]
     assert "m*m.T" in full["μ"]
     diag = blocks["gaussian_diag"]
-    assert "theta**2" in diag["T(θ)"] and diag["h(θ)"] == "1"
+    assert diag["T(θ)"] == "theta, theta^2" and diag["h(θ)"] == "1"
     assert "exp" in blocks["gaussian_fixed_cov"]["h(θ)"]          # non-constant base measure
     assert "S" in blocks["gaussian_fixed_precision"]["h(θ)"]
     assert r.stderr == ""

@@ -150,3 +150,88 @@ def test_bad_recipe_exits_2_without_writing_the_page(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "bad.yaml:4:" in err and len(err.strip().splitlines()) == 1
     assert not out.exists() and list(tmp_path.iterdir()) == [bad]
+
+
+# ---------------------------------------------------------------------- every catalog recipe in the browser
+
+#: the catalog's explanations, in CHUNKS pages (one chromium process each; xdist spreads the chunks)
+CHUNKS = 4
+RAW_SYMPY = ("Piecewise(", "Eq(", "Ne(", "Determinant(", "Trace(", "polygamma(", "**", "$$", "\\(", "\\frac",
+             "\\mathrm", "\\begin")
+_TEX_WRAPPERS = re.compile(r"\\(?:mathrm|text|operatorname|mathbb|mathbf|boldsymbol|begin|end)\{[^{}]*\}")
+
+
+def italic_words(tex: str) -> list[str]:
+    """Words of two or more letters that KaTeX would set as an italic product (``lr`` as l·r)."""
+    t = re.sub(r"\\[A-Za-z]+", " ", _TEX_WRAPPERS.sub(" ", tex))
+    return re.findall(r"[A-Za-z]{2,}", t)
+
+
+def tex_problems(tex: str) -> list[str]:
+    """Typesetting faults in one equation's LaTeX: italic multi-letter names, subscripts inside an upright
+    name, sympy's own condition syntax."""
+    out = [f"italic name {w!r}" for w in italic_words(tex)]
+    out += [f"subscript inside \\mathrm: {m}" for m in re.findall(r"\\mathrm\{[^{}]*_\{[^{}]*", tex)]
+    out += [f"sympy text {s!r}" for s in ("\\text{for}", "\\wedge", "\\neg", "Piecewise", "Eq(") if s in tex]
+    return out
+
+
+class Recipes(Elements):
+    """:class:`Elements` that also records KaTeX errors per recipe (``data-recipe`` of the enclosing section)."""
+
+    def __init__(self):
+        super().__init__()
+        self.recipe, self.errors, self.by_recipe, self._described = None, [], {}, False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "data-recipe" in a:
+            self.recipe = a["data-recipe"]
+        classes = (a.get("class") or "").split()
+        if "katex-error" in classes:
+            self.errors.append((self.recipe, a.get("title", "")))
+        self._described = "description" in classes      # the recipe author's prose, as written
+        super().handle_starttag(tag, attrs)
+
+    def handle_endtag(self, tag):
+        self._described = False
+        super().handle_endtag(tag)
+
+    def handle_data(self, data):
+        if not self._skip and self.recipe and not self._described:
+            self.by_recipe.setdefault(self.recipe, []).append(data)
+        super().handle_data(data)
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_browser_typesets_every_catalog_explanation(chunk, tmp_path):
+    """Every catalog recipe's explanation (page content of `explain --format html`) renders in chromium without
+    a KaTeX error, shows no raw sympy or LaTeX text, and its LaTeX sets no multi-letter name in italics."""
+    from blr_derive.report.html import derivation_page
+    recipes = sorted(CATALOG.glob("*.yaml"))[chunk::CHUNKS]
+    head = body = None
+    sections, problems, display = [], [], 0
+    for path in recipes:
+        _, D = derive_file(path)
+        page = derivation_page(D.record)
+        head, rest = page.split("<body>\n", 1)
+        body = rest[: rest.index("<footer")]
+        sections.append(f'<section data-recipe="{path.stem}">{body}</section>')
+        src = html.unescape(body)
+        for tex in re.findall(r"\$\$(.*?)\$\$|\\\((.*?)\\\)", src, flags=re.S):
+            problems += [f"{path.stem}: {p}" for p in tex_problems(tex[0] or tex[1])]
+        display += body.count("$$") // 2
+    assert not problems, "\n".join(problems[:40])
+    out = tmp_path / f"catalog{chunk}.html"
+    out.write_text(head + "<body>\n" + "\n".join(sections) + "\n</body></html>\n", encoding="utf-8")
+    el = Recipes()
+    dom = chromium("--dump-dom", out.as_uri(), tmp_path=tmp_path)
+    el.feed(dom[dom.index("<body"):])
+    assert not el.errors, el.errors[:10]
+    assert "katex-error" not in el.classes
+    assert el.classes.get("katex-display") == display
+    assert set(el.by_recipe) == {p.stem for p in recipes}
+    for name, text in el.by_recipe.items():
+        text = "".join(text)
+        bad = [s for s in RAW_SYMPY if s in text]
+        assert not bad, (name, bad, [text[max(0, text.index(s) - 80): text.index(s) + 80] for s in bad])
