@@ -3,8 +3,9 @@
     python examples/make_notebooks.py
 
 The notebooks are valid nbformat 4 documents (checked with ``nbformat.validate``); cell ids are fixed so
-that regenerating gives identical files. ``tests/test_examples.py`` executes every notebook with nbclient
-and checks the PNG plots it writes into ``$BLR_EXAMPLES_OUTPUT`` (default: a folder in the temp dir).
+that regenerating gives identical files. ``tests/unit/cli/test_examples.py`` executes every notebook with
+nbclient, checks that it shows a figure inline (``%matplotlib inline``: an ``image/png`` output) and checks the
+PNG plots it also writes into ``$BLR_EXAMPLES_OUTPUT`` (default: a folder in the temp dir).
 """
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ import os
 import tempfile
 from pathlib import Path
 
-import matplotlib
-matplotlib.use("Agg")                      # write PNG files; no display needed
-import matplotlib.pyplot as plt
+%matplotlib inline
+import matplotlib.pyplot as plt            # figures show inline and are saved as PNG files into OUT
 import numpy as np
 
 from blr_derive import api as blr
@@ -44,9 +44,11 @@ $\\rho < 1$ an online variant whose precision $S$ tracks a smoothed Hessian (Eqs
            "the BLR step by step. The derivation renders in the notebook."),
     ("code", 'd = blr.derive("newton")\nd.recipe'),
     ("code", "d"),
-    ("md", "Every step is inspectable; the equations are sympy objects (strings only for the oracle notation)."),
-    ("code", 'd.step("delta").equations'),
-    ("code", 'd.update["S"], d.update["m"]'),
+    ("md", "Every step is inspectable: `d.step(key)` picks one by rule name, title word or number and renders "
+           "it; its `equations` are sympy pairs `(lhs, rhs[, op])` (strings only for the oracle notation), and "
+           "`latex()` gives them as LaTeX."),
+    ("code", 'd.step("delta")'),
+    ("code", 'display(d.update["S"], d.update["m"])      # sympy expressions'),
     ("md", "The same algorithm declared inline, from the family and the approximation alone:"),
     ("code", '''\
 mine = blr.derive(family="gaussian_full", loss="abstract", approximations=["delta"],
@@ -95,7 +97,8 @@ for rho, e in errors.items():
     ax.semilogy(range(1, len(e) + 1), np.maximum(e, 1e-16), marker="o", ms=3, label=f"rho = {rho}")
 ax.set_xlabel("iteration"); ax.set_ylabel("|m - m*|  (m*: scipy, gtol 1e-12)"); ax.set_title("generated Newton (BLR, full Gaussian + delta)")
 ax.legend(); fig.tight_layout()
-fig.savefig(OUT / "newton_convergence.png", dpi=80)'''),
+fig.savefig(OUT / "newton_convergence.png", dpi=80)
+plt.show()'''),
 ]
 
 DIAG = [
@@ -174,7 +177,8 @@ for ax, (name, (a, b)) in zip(axes, curves.items()):
     ax.set_title(name); ax.set_xlabel("step"); ax.legend()
 axes[0].set_ylabel("training loss (MSE)")
 fig.tight_layout()
-fig.savefig(OUT / "diag_gaussian_optimizers.png", dpi=80)'''),
+fig.savefig(OUT / "diag_gaussian_optimizers.png", dpi=80)
+plt.show()'''),
 ]
 
 USER = [
@@ -267,7 +271,8 @@ ax2.plot(x, np.exp(np.log(2) + a * np.log(b) - gammaln(a) + (2 * a - 1) * np.log
 ax2.plot(x, np.interp(x, grid, post), "k--", label="exact posterior (quadrature)")
 ax2.set_xlabel("theta"); ax2.legend()
 fig.tight_layout()
-fig.savefig(OUT / "nakagami_posterior.png", dpi=80)'''),
+fig.savefig(OUT / "nakagami_posterior.png", dpi=80)
+plt.show()'''),
 ]
 
 BAYESBINN = [
@@ -326,7 +331,174 @@ ax2.plot(history[:, 2], label="fraction of w* recovered")
 ax2.set_xlabel("step"); ax2.set_ylim(0.5, 1.02); ax2.legend()
 fig.suptitle("generated BayesBiNN (BLR, Bernoulli + Concrete relaxation)")
 fig.tight_layout()
-fig.savefig(OUT / "bayesbinn_training.png", dpi=80)'''),
+fig.savefig(OUT / "bayesbinn_training.png", dpi=80)
+plt.show()'''),
+]
+
+RECIPE = [
+    ("md", """\
+# Writing a recipe from scratch: from online Newton to Adam, and a variant
+
+A recipe names a candidate family, a loss and the approximations you accept (README, *Recipe format*;
+every key and every rule's arguments: `docs/recipes.md`). Here we start from the mean-field Gaussian
+$q(\\theta) = \\mathcal{N}(\\theta \\mid m, \\mathrm{diag}(s)^{-1})$, an abstract loss (known through its gradient
+oracle) and the delta method, which give online Newton with a diagonal Hessian (Eq. 37). Then we add one
+approximation at a time and watch the derived update change until it is Adam (Sec. 4.2, Eqs. 36–38, App. F).
+We check the derivation numerically, train a small network with the generated `torch.optim.Optimizer`
+against `torch.optim.Adam`, and finally derive a variant that is not in the catalog."""),
+    ("code", SETUP + """
+import torch
+import yaml
+from IPython.display import Latex, display
+
+torch.set_num_threads(1)                   # a tiny problem: one thread is fastest"""),
+    ("code", 'q = blr.family("gaussian_diag")\nq'),
+    ("md", """\
+The recipe's fixed part. Hyperparameters follow the peer's conventions, as the catalog recipes do
+(`catalog/adam.yaml`): `lr` is the BLR learning rate $\\rho$ of the mean, `betas` is a pair whose elements
+are named `beta1`, `beta2` in expressions, and `eps` is Adam's $\\epsilon$. `state_init` starts the scale at
+zero (Adam's `exp_avg_sq`), and the `peer:` block names the optimizer state as torch does, so that
+`optimizer.state[p]` holds `exp_avg`, `exp_avg_sq` and `step`."""),
+    ("code", """\
+HYPER = {
+    "lr": {"default": 1e-3, "description": "learning rate of the mean"},
+    "betas": {"default": [0.9, 0.999], "names": ["beta1", "beta2"],
+              "description": "EMA rates of the gradient and of the scale"},
+    "eps": {"default": 1e-8, "description": "added to the square root of the scale"},
+}
+KEYS = dict(family="gaussian_diag", loss="abstract", learning_rate="lr", hyperparameters=HYPER,
+            state_init={"s": 0}, class_name="MyAdam",
+            peer={"state_names": {"u": "exp_avg", "s": "exp_avg_sq"}, "counts_steps": True})
+
+def show(d, rule):
+    \"\"\"The step that ``rule`` added (rendered), then the whole update after it.\"\"\"
+    display(d.steps_for(rule)[-1])
+    display(Latex(d._repr_latex_()))"""),
+    ("md", "**1. The delta method.** Gradient and Hessian at the mean: online Newton, $s$ a smoothed Hessian "
+           "that preconditions the mean step."),
+    ("code", """\
+approximations = ["delta"]
+d = blr.derive(name="my_adam", approximations=approximations, **KEYS)
+print([s.rule for s in d.steps])
+show(d, "increment_form")"""),
+    ("md", "**2. `squared_gradient_hessian`** (Eqs. 38, 45): the Hessian oracle is replaced by $\\hat g^2$, so "
+           "only a gradient is needed."),
+    ("code", """\
+approximations.append("squared_gradient_hessian")
+d = blr.derive(name="my_adam", approximations=approximations, **KEYS)
+show(d, "squared_gradient_hessian")"""),
+    ("md", "**3. `separate_learning_rates`** (Eq. 36): the scale gets its own rate $1 - \\beta_2$; the mean keeps "
+           "`lr`. An argument is an expression of the hyperparameters."),
+    ("code", """\
+approximations.append({"separate_learning_rates": {"s": "1 - beta2"}})
+d = blr.derive(name="my_adam", approximations=approximations, **KEYS)
+show(d, "separate_learning_rates")"""),
+    ("md", "**4. `ema_momentum`** (App. F, Eq. 77): the mean step uses an exponential moving average $u$ of the "
+           "gradient, a new state (its name is the argument `state`)."),
+    ("code", """\
+approximations.append({"ema_momentum": {"rate": "beta1", "state": "u"}})
+d = blr.derive(name="my_adam", approximations=approximations, **KEYS)
+show(d, "ema_momentum")"""),
+    ("md", "**5. `debias`**, twice (Adam's convention, not a BLR step): both averages start at zero and are "
+           "divided by $1 - \\beta^t$; the step counter $t$ becomes state."),
+    ("code", """\
+approximations += [{"debias": {"param": "u", "rate": "beta1"}}, {"debias": {"param": "s", "rate": "beta2"}}]
+d = blr.derive(name="my_adam", approximations=approximations, **KEYS)
+show(d, "debias")"""),
+    ("md", "**6. `square_root_scaling`** (Eq. 38): precondition with $\\sqrt{\\hat s} + \\epsilon$. This is Adam. "
+           "Passes rewrite the update in the order listed: the same pass *before* the bias correction would "
+           "debias $\\sqrt{s} + \\epsilon$ instead of $s$, which is not Adam."),
+    ("code", """\
+approximations.append({"square_root_scaling": {"param": "s", "eps": "eps"}})
+d = blr.derive(name="my_adam", approximations=approximations, **KEYS)
+show(d, "square_root_scaling")
+
+misordered = approximations[:4] + approximations[-1:] + approximations[4:6]
+wrong = blr.derive(name="misordered", approximations=misordered, **KEYS)
+print("debias after square_root_scaling:", wrong.definitions["s_hat"])
+print("debias before (Adam):            ", d.definitions["s_root"])"""),
+    ("md", "The recipe as a file would hold it (`blr-derive my_adam.yaml --target torch` generates the same "
+           "optimizer), and the whole derivation, step by step:"),
+    ("code", """\
+spec = {"name": "my_adam", **KEYS, "approximations": approximations}
+text = yaml.safe_dump(spec, sort_keys=False, default_flow_style=None)
+(OUT / "my_adam.yaml").write_text(text)
+print(text)
+assert {k: str(v) for k, v in blr.derive(text).update.items()} == {k: str(v) for k, v in d.update.items()}"""),
+    ("code", "d"),
+    ("md", """\
+**Check it numerically.** `check_family` compares what the engine derived for the family with quadrature,
+Monte Carlo and finite differences; `check_recipe_updates` runs the generated numpy update against the
+symbolic one at random inputs (what `blr-derive check my_adam.yaml` prints)."""),
+    ("code", """\
+from blr_derive.verify.family import check_family
+from blr_derive.verify.recipe import check_recipe_updates
+checks = check_family(q, points=2, seed=0, mc_samples=5000) + check_recipe_updates(d.recipe)
+for c in checks:
+    print(f"{c.name:40s} {c.value:10.3g}  {'pass' if c.passed else 'FAIL'}")
+assert all(c.passed for c in checks)"""),
+    ("md", "**Compile and train.** A small MLP on synthetic regression data (float64, full batch), the same "
+           "initial weights for every optimizer; the generated `MyAdam` against `torch.optim.Adam`."),
+    ("code", """\
+MyAdam = d.compile("torch").MyAdam
+
+g = torch.Generator().manual_seed(0)
+X = torch.randn(256, 8, generator=g, dtype=torch.float64)
+y = torch.tanh(X @ torch.randn(8, 1, generator=g, dtype=torch.float64)) + 0.1 * torch.randn(256, 1, generator=g, dtype=torch.float64)
+
+def make_net():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).double()
+
+def train(make_opt, steps=200):
+    net = make_net()
+    opt = make_opt(net.parameters())
+    losses, weights = [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(X), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        weights.append(torch.cat([p.detach().flatten() for p in net.parameters()]))
+    return opt, np.array(losses), torch.stack(weights)
+
+hyper = dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
+opt_a, loss_a, w_a = train(lambda p: MyAdam(p, **hyper))
+opt_b, loss_b, w_b = train(lambda p: torch.optim.Adam(p, **hyper))
+gap = (w_a - w_b).abs().max().item()
+print(f"loss {loss_a[0]:.4f} -> {loss_a[-1]:.4f}; max |MyAdam - torch.optim.Adam| over the trajectory: "
+      f"weights {gap:.1e}, losses {np.abs(loss_a - loss_b).max():.1e}")
+assert gap < 1e-10 and np.abs(loss_a - loss_b).max() < 1e-10
+p0 = next(iter(opt_a.state))
+print("optimizer state:", sorted(opt_a.state[p0]))"""),
+    ("md", """\
+**A new variant.** Swap the Hessian estimate: `absolute_gradient_hessian` takes $|\\hat g| + \\epsilon$
+(Adamax's estimate) in place of $\\hat g^2$. Since $|\\hat g|$ already has the units of the gradient, we
+drop the square root: the mean step is $u/s$, a smoothed sign descent. Nothing else changes."""),
+    ("code", """\
+variant = ["delta", {"absolute_gradient_hessian": {"eps": "eps"}}] + approximations[2:6]
+HYPER_ABS = dict(HYPER, eps={"default": 1e-8, "description": "added to |g|"})
+dv = blr.derive(name="my_adam_abs", approximations=variant,
+                **dict(KEYS, hyperparameters=HYPER_ABS, class_name="MyAdamAbs"))
+show(dv, "absolute_gradient_hessian")
+(OUT / "my_adam_abs.yaml").write_text(yaml.safe_dump({"name": "my_adam_abs", **KEYS, "hyperparameters": HYPER_ABS,
+                                                       "approximations": variant}, sort_keys=False))
+print(blr.compare(OUT / "my_adam.yaml", OUT / "my_adam_abs.yaml"))
+assert check_recipe_updates(dv.recipe)[0].passed
+MyAdamAbs = dv.compile("torch").MyAdamAbs
+_, loss_c, _ = train(lambda p: MyAdamAbs(p, **hyper))
+print(f"MyAdamAbs: loss {loss_c[0]:.4f} -> {loss_c[-1]:.4f}")
+assert loss_c[-1] < 0.1 * loss_c[0]"""),
+    ("code", """\
+fig, ax = plt.subplots(figsize=(6.5, 4))
+ax.semilogy(loss_a, lw=3, alpha=0.5, label="MyAdam (derived)")
+ax.semilogy(loss_b, "k--", lw=1, label="torch.optim.Adam")
+ax.semilogy(loss_c, lw=2, label="MyAdamAbs (derived variant: |g| Hessian, no square root)")
+ax.set_xlabel("step"); ax.set_ylabel("training loss (MSE)"); ax.set_title("a recipe written from scratch")
+ax.legend(); fig.tight_layout()
+fig.savefig(OUT / "recipe_from_scratch.png", dpi=80)
+plt.show()"""),
 ]
 
 NOTEBOOKS = {
@@ -334,6 +506,7 @@ NOTEBOOKS = {
     "02_rmsprop_adam_ivon_diag_gaussian.ipynb": DIAG,
     "03_bayesbinn_bernoulli.ipynb": BAYESBINN,
     "04_user_declared_family.ipynb": USER,
+    "05_writing_a_recipe.ipynb": RECIPE,
 }
 
 

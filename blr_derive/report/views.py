@@ -2,7 +2,8 @@
 
 :class:`DerivationView` wraps the engine's record (:class:`~blr_derive.rules.base.Derivation`, reachable as
 ``.record``): every attribute of the record reads through (``steps``, ``step(rule)``, ``update``,
-``definitions``, ``recipe`` ...), and the view adds the reports (``to_markdown/to_latex/to_html`` and the
+``definitions``, ``recipe`` ...; ``steps``, ``step(key)`` and ``steps_for(rule)`` give :class:`StepView` objects
+that render in notebooks), and the view adds the reports (``to_markdown/to_latex/to_html`` and the
 notebook ``_repr_*_`` methods), the generated code (``code``, ``compile``) and ``save``.
 
 Families and recipes are plain data; :func:`register_notebook_views` teaches an IPython shell to display them
@@ -23,8 +24,62 @@ from blr_derive.report.html import (derivation_fragment, derivation_latex, deriv
                                     family_latex, recipe_fragment, recipe_latex)
 from blr_derive.report.latex import derivation_document
 from blr_derive.report.markdown import derivation_markdown, family_markdown, recipe_markdown
+from blr_derive.rules.base import RULES
 from blr_derive.spec.product import FactorizedRecipe
 from blr_derive.spec.recipe import Recipe
+
+
+class StepView:
+    """One step of a derivation as the notebook API returns it: every attribute of the engine's
+    :class:`~blr_derive.rules.base.Step` reads through (``rule``, ``equation``, ``title``, ``text``,
+    ``equations``, reachable as ``.step``), and the step renders in Jupyter (``_repr_markdown_``,
+    ``_repr_latex_``) with the derivation's symbol names (``D.latex``, ``D.eq_latex``)."""
+
+    def __init__(self, record, step, number):
+        self.record = record
+        self.step = step
+        self.number = number
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.step, name)
+
+    def __repr__(self):
+        return f"<step {self.number} of '{self.record.recipe.name}': {self.step.rule} ({self.step.title})>"
+
+    def latex(self) -> list[str]:
+        """The step's equations, one LaTeX string each (``lhs op rhs``; LaTeX strings pass through)."""
+        out = []
+        for eq in self.step.equations:
+            if isinstance(eq, str):
+                out.append(eq)
+            else:
+                lhs, rhs, *op = eq
+                out.append(self.record.eq_latex(lhs, rhs, op[0] if op else "="))
+        return out
+
+    def _repr_markdown_(self) -> str:
+        s = self.step
+        kind = RULES[s.rule].kind if s.rule in RULES else ""
+        tag = " (a peer's convention, not a BLR step)" if kind == "convention" else ""
+        lines = [f"**Step {self.number}. {s.title}**  ", f"*rule* `{s.rule}`{tag} — *{s.equation}*", ""]
+        if s.text:
+            lines += [s.text.strip(), ""]
+        lines += [f"$$ {tex} $$" for tex in self.latex()]
+        return "\n".join(lines) + "\n"
+
+    def _repr_latex_(self) -> str:
+        rows = self.latex()
+        head = r"&\text{Step %d (%s, %s)}" % (self.number, _tex_text(self.step.rule), _tex_text(self.step.equation))
+        return "$$\\begin{aligned}" + r" \\ ".join([head] + [r"& " + r for r in rows]) + "\\end{aligned}$$"
+
+
+def _tex_text(text: str) -> str:
+    """Plain text safe inside ``\\text{...}``."""
+    for ch in "\\{}$&#%_^~":
+        text = text.replace(ch, " " if ch in "\\^~" else "\\" + ch)
+    return text
 
 
 class DerivationView:
@@ -32,6 +87,28 @@ class DerivationView:
 
     def __init__(self, record):
         self.record = record
+        self._step_views = {}
+
+    # ------------------------------------------------------------------ steps (rendering views of the record's)
+    def _view(self, step):
+        view = self._step_views.get(id(step))
+        if view is None or view.step is not step:
+            number = next(i for i, s in enumerate(self.record.steps, 1) if s is step)
+            view = self._step_views[id(step)] = StepView(self.record, step, number)
+        return view
+
+    @property
+    def steps(self) -> list:
+        """The steps in order, as :class:`StepView` objects."""
+        return [self._view(s) for s in self.record.steps]
+
+    def step(self, key) -> StepView:
+        """One step by number, rule name or title word (``Derivation.step``), as a :class:`StepView`."""
+        return self._view(self.record.step(key))
+
+    def steps_for(self, rule: str) -> list:
+        """Every step that applied ``rule``, as :class:`StepView` objects."""
+        return [self._view(s) for s in self.record.steps_for(rule)]
 
     def __getattr__(self, name):
         if name.startswith("__"):

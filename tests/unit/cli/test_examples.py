@@ -1,4 +1,5 @@
-"""The example notebooks run without error (nbclient) and write their plots as non-empty PNG files."""
+"""The example notebooks run without error (nbclient), show their figures inline (an ``image/png`` display
+output) and write their plots as non-empty PNG files."""
 import json
 import sys
 import time
@@ -15,6 +16,7 @@ PLOTS = {
     "02_rmsprop_adam_ivon_diag_gaussian.ipynb": ["diag_gaussian_optimizers.png"],
     "03_bayesbinn_bernoulli.ipynb": ["bayesbinn_training.png"],
     "04_user_declared_family.ipynb": ["nakagami_posterior.png"],
+    "05_writing_a_recipe.ipynb": ["recipe_from_scratch.png"],
 }
 
 
@@ -52,8 +54,10 @@ def test_notebook_runs_and_writes_plots(name, tmp_path, monkeypatch):
     for png in PLOTS[name]:
         data = (tmp_path / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000, png
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    images = [o for o in outputs if o.output_type in ("display_data", "execute_result") and "image/png" in o.data]
+    assert images, f"{name}: no figure is displayed inline (image/png output)"
     print(f"{name}: {elapsed:.1f} s")
 
 

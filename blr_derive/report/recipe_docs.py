@@ -1,0 +1,251 @@
+"""``docs/recipes.md``: the recipe and family file formats, every key and every rule's arguments.
+
+    python -m blr_derive.report.recipe_docs > docs/recipes.md
+
+The keys come from the spec layer's key sets (``RECIPE_KEYS``, ``LOSS_KEYS``, ``HP_KEYS``, ``PEER_KEYS``,
+``FAMILY_KEYS``, ``PARAM_KEYS`` ...), each described by the tables below (a key without a description is an
+error, so a new key cannot go undocumented); the rules come from the registry (name, kind, equation, summary)
+and their arguments from their source (:mod:`blr_derive.report.rule_args`).  ``tests/unit/report/
+test_recipe_docs.py`` checks that the committed file is what this module writes."""
+from __future__ import annotations
+
+import sys
+
+from blr_derive.report.rule_args import rule_arguments
+from blr_derive.rules import load_all
+from blr_derive.rules.base import KINDS, RULES
+from blr_derive.spec.federated import FED_KEYS
+from blr_derive.spec.hyper import DATA_KEYS, HP_KEYS
+from blr_derive.spec.mixture import MIXTURE_KEYS
+from blr_derive.spec.peer import CHECK_KEYS, PEER_KEYS, SWITCH_KEYS
+from blr_derive.spec.recipe import LOSS_KEYS, RECIPE_KEYS
+from blr_derive.spec.vocabulary import FAMILY_KEYS, PARAM_KEYS, VARIABLE_KEYS
+
+# (key, required, meaning) in the order shown
+RECIPE_DOC = [
+    ("name", "yes", "identifier; names the generated module's `RECIPE`"),
+    ("title", "no", "one line, carried into `explain` and the generated header"),
+    ("description", "no", "text, carried into `explain` and the generated header"),
+    ("class_name", "no", "a CamelCase name for the algorithm: the generated torch optimizer's class"),
+    ("paper", "no", "the section and equations of Khan & Rue (2023) the algorithm corresponds to"),
+    ("checked_against", "no", "what the generated code is tested against (`catalog/README.md`)"),
+    ("family", "yes", "a built-in family name (`gaussian_diag`), a path to a family file (relative to the recipe), "
+                      "an inline family mapping (keys below), `{name: F, K: 4}` for a sized family, or a mixture "
+                      "`{mixture: F, components: K, ...}` (keys below)"),
+    ("loss", "yes", "`abstract` (known through oracles: `grad`, `hess`, `loss`), an expression of the family's "
+                    "variable, or a mapping (keys below)"),
+    ("approximations", "no", "the rules applied, in order: each a rule name or `{rule: {argument: value}}` "
+                             "(rules and their arguments below)"),
+    ("hyperparameters", "no", "`name: {default: ..., ...}` or `name: number` (declaration keys below); they become "
+                              "constructor arguments of torch optimizers and keyword arguments of numpy `step`"),
+    ("learning_rate", "no", "the hyperparameter that is the BLR learning rate ρ (default `rho`, added with "
+                            "default 1.0 when not declared)"),
+    ("state_init", "no", "initial values of state, as expressions of hyperparameters (`{s: 0}`)"),
+    ("parameter", "no", "what the model's weights hold in targets that own them (torch), an expression of the "
+                        "family's parameters, e.g. `binary(lam)`; default the Gaussian mean"),
+    ("peer", "no", "how a generated optimizer presents itself to the hand-written one it mirrors (keys below)"),
+    ("federated", "no", "federated Bayesian ADMM: the penalties and the prior's site (keys below)"),
+    ("sizes", "no", "size parameters of a templated recipe, `{K: {default: 3, min: 2, max: 16}}` (`--size K=4`)"),
+]
+LOSS_DOC = [
+    ("kind", "no", "`abstract` or `explicit`"),
+    ("expression", "for explicit losses", "the loss: an expression of the family's variable, hyperparameters and data"),
+    ("data", "no", "the data the expression names: `NAME: {shape: [N, P], description: ...}` (keys below)"),
+    ("description", "no", "one line of text"),
+]
+HP_DOC = [
+    ("default", "unless `required`", "a finite number, a boolean (a flag), a pair (with `names`) or one of `choices`"),
+    ("description", "no", "one line of text (the generated docstring)"),
+    ("names", "for tuples", "the element names of a tuple default: `betas: {default: [0.9, 0.999], names: "
+                            "[beta1, beta2]}`; expressions use the element names"),
+    ("type", "no", "`int` for counts (default: a float)"),
+    ("choices", "no", "the allowed strings of a choice; conditions compare with them (`hess_approx == 'price'`)"),
+    ("required", "no", "`true`: no default, the caller must give it (required ones come first)"),
+    ("allow_infinite", "no", "`true`: the default may be `.inf`"),
+    ("keyword_only", "no", "`true`: after `*` in the torch constructor"),
+]
+DATA_DOC = [
+    ("shape", "yes", "`[]` scalar, `[N]` vector, `[N, P]` matrix (dimension names; the family's own is `P`)"),
+    ("description", "no", "one line of text"),
+    ("symmetric", "no", "`true` for a symmetric (covariance-like) matrix"),
+]
+PEER_DOC = [
+    ("state_names", "no", "`{u: exp_avg, s: exp_avg_sq}`: the keys in `optimizer.state[p]`, so checkpoints move "
+                          "both ways"),
+    ("counts_steps", "no", "`true`: keep a per-parameter `step` even where the update does not read it"),
+    ("validate", "no", "a list of `{require: CONDITION, message: TEXT}` checked by the constructor "
+                       "(`ValueError(TEXT)`; `{name}` in TEXT shows a hyperparameter's value); without it, numeric "
+                       "hyperparameters must not be negative"),
+    ("switches", "no", "`{positional: [...], keyword: [...]}`: torch's maximize, foreach, capturable, differentiable, "
+                       "fused, placed as the peer's constructor has them"),
+    ("group_entries", "no", "`{name: true}`: constant param-group entries (AdamW's `decoupled_weight_decay`)"),
+    ("eager_state", "no", "`true`: state created by the constructor (Adagrad's)"),
+    ("sparse_gradients", "no", "`{densify: true, validate: [...]}`: sparse gradients taken as the dense gradient "
+                               "they stand for; the checks raise `RuntimeError` at the step"),
+]
+SWITCH_DOC = [("positional", "no", "switches accepted positionally, in order"),
+              ("keyword", "no", "switches accepted as keywords only")]
+CHECK_DOC = [("require", "yes", "a condition on the hyperparameters"),
+             ("message", "yes", "the error text (`{name}` shows a hyperparameter's value)")]
+MIXTURE_DOC = [
+    ("mixture", "yes", "the component family (Gaussian)"),
+    ("components", "yes", "the number of components K"),
+    ("weights", "no", "`[w1, ..., w(K-1)]`, numbers or hyperparameters (the last is 1 minus their sum); default equal"),
+    ("fixed", "no", "`{k: {param: value}}`: a fixed component, e.g. dropout's spike `{2: {m: 0, s: s0}}`"),
+    ("description", "no", "one line of text"),
+]
+FED_DOC = [
+    ("penalty", "yes", "ρ (a hyperparameter): the client objective E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g)"),
+    ("server_penalty", "no", "ρ_s: 0 = the server sums the sites (Eq. 60); ρ = ADMM's augmented term"),
+    ("prior", "no", "ℓ_0: the prior's site at the server, an expression of the variable"),
+    ("description", "no", "one line of text"),
+]
+FAMILY_DOC = [
+    ("name", "yes", "identifier of the family"),
+    ("description", "no", "one line of text"),
+    ("reference", "no", "where in the paper the family appears"),
+    ("variable", "yes", "the random variable: a name (scalar), or a mapping (keys below)"),
+    ("dimension", "for vector and matrix variables", "the dimension symbol, e.g. `P`"),
+    ("support", "no", "where θ lives (`real`, `positive`, `unit_interval`, `positive_definite`, ...; README)"),
+    ("parameters", "yes", "the ordinary parameters: `name: {...}` (keys below)"),
+    ("sufficient_statistics", "yes", "list of T_i(θ)"),
+    ("base_measure", "no", "h(θ) (default `1`)"),
+    ("natural_parameters", "yes", "list of λ_i(ordinary parameters), aligned with the statistics"),
+    ("log_partition", "vector, matrix and simplex variables", "A(λ) in `lambda1, lambda2, ...`; otherwise derived "
+                                                              "by integration or summation"),
+    ("expectation_parameters", "no", "μ_i(ordinary), checked against the derived ∇A(λ)"),
+    ("gaussian", "no", "`{mean: ..., covariance: ...}`: declares the family Gaussian (Bonnet, Price, delta, exact)"),
+    ("elementwise", "no", "`true` for a mean-field family declared per scalar coordinate"),
+    ("sampler", "no", "θ from draws `u`, `z` (an expression, or `{value, define, accept}`); enables the sampling "
+                      "rules"),
+    ("sizes", "no", "size parameters `{K: {default: 3, min: 2, max: 16}}`: the file is a template"),
+    ("expected_log_base_measure", "no", "E_q[log h(θ)] in the ordinary parameters, where the engine finds none"),
+]
+PARAM_DOC = [
+    ("shape", "no", "`scalar`, `vector` or `matrix`"),
+    ("domain", "no", "`real`, `positive`, `unit_interval`, `positive_definite`, ... (README)"),
+    ("fixed", "no", "`true`: known, not updated (e.g. S in `gaussian_fixed_precision`)"),
+    ("description", "no", "one line of text"),
+    ("greater_than", "no", "a lower bound (an expression of the other parameters)"),
+]
+VARIABLE_DOC = [
+    ("name", "unless `components`", "the variable's name"),
+    ("shape", "no", "`scalar`, `vector` or `matrix`"),
+    ("size", "no", "a fixed size K of a vector (components `theta1` ... `thetaK`)"),
+    ("components", "no", "several variables: names, or mappings with `name` and `shape`"),
+]
+
+#: (title, key set, description table, what the keys belong to)
+SECTIONS = [
+    ("Recipe keys", RECIPE_KEYS, RECIPE_DOC, "A recipe is a YAML mapping (`RECIPE_KEYS`, `blr_derive/spec/recipe.py`)."),
+    ("Loss", LOSS_KEYS, LOSS_DOC, "`loss:` as a mapping (`LOSS_KEYS`)."),
+    ("Hyperparameter declarations", HP_KEYS, HP_DOC, "`hyperparameters: {NAME: {...}}` (`HP_KEYS`, "
+                                                     "`blr_derive/spec/hyper.py`)."),
+    ("Data declarations", DATA_KEYS, DATA_DOC, "`loss: {data: {NAME: {...}}}` (`DATA_KEYS`)."),
+    ("Peer", PEER_KEYS, PEER_DOC, "`peer:` (`PEER_KEYS`, `blr_derive/spec/peer.py`)."),
+    ("Peer switches", SWITCH_KEYS, SWITCH_DOC, "`peer: {switches: {...}}` (`SWITCH_KEYS`)."),
+    ("Peer checks", CHECK_KEYS, CHECK_DOC, "each entry of `peer: {validate: [...]}` (`CHECK_KEYS`)."),
+    ("Mixture candidates", MIXTURE_KEYS, MIXTURE_DOC, "`family: {mixture: ...}` (`MIXTURE_KEYS`, "
+                                                      "`blr_derive/spec/mixture.py`)."),
+    ("Federated", FED_KEYS, FED_DOC, "`federated:` (`FED_KEYS`, `blr_derive/spec/federated.py`)."),
+    ("Family file keys", FAMILY_KEYS, FAMILY_DOC, "A family file, or an inline `family:` mapping (`FAMILY_KEYS`, "
+                                                  "`blr_derive/spec/vocabulary.py`)."),
+    ("Family parameters", PARAM_KEYS, PARAM_DOC, "`parameters: {NAME: {...}}` (`PARAM_KEYS`)."),
+    ("Family variable", VARIABLE_KEYS, VARIABLE_DOC, "`variable:` as a mapping (`VARIABLE_KEYS`)."),
+]
+
+KIND_TEXT = {
+    "identity": "exact steps, applied automatically (a recipe does not name them)",
+    "expectation": "how E_q[∇ℓ], E_q[∇²ℓ] (or the natural gradient) are obtained; a recipe names at most one",
+    "step": "changes of the BLR step itself",
+    "pass": "rewrite the derived update program, in the order listed (consequences of the BLR)",
+    "convention": "rewrite the update program: a peer optimizer's convention, not a BLR step",
+    "mixture": "approximations of mixture candidates",
+}
+
+
+def missing_descriptions() -> dict:
+    """section title -> keys of its key set without a description (and descriptions of unknown keys)."""
+    out = {}
+    for title, keys, doc, _ in SECTIONS:
+        described = {k for k, _, _ in doc}
+        if described != set(keys):
+            out[title] = sorted(set(keys) ^ described)
+    return out
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _key_sections() -> list[str]:
+    problems = missing_descriptions()
+    if problems:
+        raise ValueError(f"keys without a description (or described but unknown): {problems}")
+    lines = []
+    for title, _, doc, intro in SECTIONS:
+        lines += [f"## {title}", "", intro, "", "| key | required | meaning |", "|---|---|---|"]
+        lines += [f"| `{k}` | {_cell(req)} | {_cell(text)} |" for k, req, text in doc]
+        lines.append("")
+    return lines
+
+
+def _arguments_cell(rule) -> str:
+    args = rule_arguments(rule)
+    if not args:
+        return "—"
+    parts = []
+    for a in args:
+        d = a.default_text()
+        shown = d if d in ("required", "optional") else f"default `{d}`"
+        parts.append(f"`{a.key}`: {a.type_text()} ({shown})")
+    return "<br>".join(_cell(p) for p in parts)
+
+
+def _rule_sections() -> list[str]:
+    lines = ["## Rules", "",
+             "Every rule in the registry (`blr_derive.rules.base.RULES`), by kind, with the arguments it reads "
+             "(found in its source through `blr_derive/rules/args.py`'s `Ctx`). A recipe names a rule in "
+             "`approximations` as `rule` or `{rule: {argument: value, ...}}`; an unknown argument is an error. "
+             "Argument types:", "",
+             "- *expression of hyperparameters*: a formula in the restricted grammar over the declared "
+             "hyperparameters (and the step `t` where the update counts steps), e.g. `1 - beta2`;",
+             "- *condition*: a comparison or a boolean hyperparameter, e.g. `when: momentum > 0`, "
+             "`nesterov: nesterov` (a condition names a hyperparameter: a literal `true` is refused);",
+             "- *positive integer or int hyperparameter*: a count such as `samples: 10` or `samples: mc_samples`;",
+             "- *name*: an identifier (a parameter or state of the update, or the name of a state the rule adds);",
+             "- `<parameter>`: the keys are the family's parameter names, e.g. `separate_learning_rates: "
+             "{s: 1 - beta2}`.", ""]
+    for kind in KINDS:
+        rules = sorted((r for r in RULES.values() if r.kind == kind), key=lambda r: r.name)
+        if not rules:
+            continue
+        lines += [f"### {kind} rules", "", _sentence(KIND_TEXT.get(kind, kind)), "",
+                  "| rule | equation | arguments | what it does |", "|---|---|---|---|"]
+        lines += [f"| `{r.name}` | {_cell(r.equation)} | {_arguments_cell(r)} | {_cell(r.summary)} |" for r in rules]
+        lines.append("")
+    return lines
+
+
+def recipe_docs() -> str:
+    """The text of ``docs/recipes.md``."""
+    load_all()
+    head = ["# Recipe format", "",
+            "<!-- Generated by `python -m blr_derive.report.recipe_docs > docs/recipes.md`; do not edit. -->", "",
+            "Every key of a recipe and of a family file, and every rule with its arguments and their types. "
+            "The README's *Recipe format* and *Family file format* sections explain them with examples; "
+            "`examples/05_writing_a_recipe.ipynb` writes a recipe step by step.", ""]
+    return "\n".join(head + _key_sections() + _rule_sections()).rstrip("\n") + "\n"
+
+
+def main() -> int:
+    sys.stdout.write(recipe_docs())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
