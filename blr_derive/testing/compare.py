@@ -120,6 +120,14 @@ def _plain(e) -> str:
     return sp.sstr(e).replace("**", "^")
 
 
+def _is_optax(obj) -> bool:
+    """An optax transformation (``init`` and ``update``), or one of optax's own factories (``optax.adam``)."""
+    if isinstance(obj, type):
+        return False
+    return (hasattr(obj, "init") and hasattr(obj, "update")) or (
+        callable(obj) and str(getattr(obj, "__module__", "")).split(".")[0] == "optax")
+
+
 def _is_numpy_step(fn) -> bool:
     """A numpy ``step(state, *, oracles=..., ...)`` function (the generated numpy modules' API), not a torch
     optimizer class or factory."""
@@ -302,7 +310,7 @@ class _Run:
 
 def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | None = None, settings=None,
                values: dict | None = None, dtypes=(torch.float64, torch.float32), problems=PROBLEMS,
-               seed: int = 0) -> Report:
+               seed: int = 0, framework: str | None = None) -> Report:
     """Whether ``optimizer`` is the BLR derivation of ``recipe`` (see :mod:`blr_derive.testing`).
 
     ``recipe``: a catalog name, a recipe file, a Recipe or a derivation (``api.derive(...)``).  ``optimizer``:
@@ -312,18 +320,28 @@ def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | No
     ``settings``: hyperparameter settings to run (default: the generated defaults, every term switched on, each
     boolean flag on in turn); ``values``: hyperparameters that replace the defaults in every setting (and give
     those without one).  Monte Carlo recipes (IVON, VOGN: the generated optimizer has ``sampled_params``) draw
-    their samples in both optimizers from torch's generator seeded the same way at every step."""
+    their samples in both optimizers from torch's generator seeded the same way at every step.  ``optimizer``
+    may also be an optax ``GradientTransformation`` (or a factory of one: ``framework="optax"``), compared with
+    the recipe's jax target, or a numpy ``step(state, *, oracles, ...)`` function, compared with its numpy
+    target."""
     names = {**(hyper or {}), **(names or {})}
     for k, v in names.items():
         if not (isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", v)):
             raise ValueError(f"equivalent(): names maps names to names, got {k!r}: {v!r}")
     derived = _Derived(recipe)
+    if framework == "optax" or framework is None and _is_optax(optimizer):
+        from blr_derive.testing.optax_side import equivalent_optax     # jax and optax are optional: see LAZY
+        return equivalent_optax(derived, optimizer, names=names, values=values or {}, settings=settings, seed=seed)
     if _is_numpy_step(optimizer):
         return equivalent_numpy(derived, optimizer, names=names, values=values or {}, settings=settings, seed=seed)
-    derived.torch()
+    return _equivalent_torch(derived.torch(), optimizer, names, values or {}, settings, dtypes, problems, seed)
+
+
+def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, problems, seed) -> Report:
+    """The torch side: every setting, dtype and problem, both optimizers stepped together until they differ."""
     factory, label = _user_factory(optimizer)
     accepts, var_kw = _accepts(factory)
-    defaults = derived.signature(values or {})
+    defaults = derived.signature(values)
     report = Report(derived.name, label, equal=True)
     for setting in (settings if settings is not None else settings_for(defaults)):
         setting = {**defaults, **setting}

@@ -6,7 +6,6 @@ all-zero gradients, several parameter groups, a learning-rate scheduler and a ch
 (the behaviours of PyTorch's ``test/test_optim.py`` that an equivalence test can exercise)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,15 +109,16 @@ def agree(yours, derived, dtype: str, pre_yours=None, pre_derived=None) -> bool:
 
 
 def describe(yours, derived) -> tuple[str, str]:
-    """Both values for the report: numbers, or for tensors the entry where they differ most (with its index)."""
+    """Both values for the report: numbers, or for arrays the entry where they differ most (with its index)."""
     if isinstance(yours, (torch.Tensor, np.ndarray)) or isinstance(derived, (torch.Tensor, np.ndarray)):
-        a = torch.as_tensor(yours).detach().to(torch.float64).reshape(-1)
-        b = torch.as_tensor(derived).detach().to(torch.float64).reshape(-1)
-        if a.numel() != b.numel():
-            return f"shape {tuple(torch.as_tensor(yours).shape)}", f"shape {tuple(torch.as_tensor(derived).shape)}"
-        if a.numel() == 1:
+        a, b = (x.detach().cpu().to(torch.float64).numpy() if isinstance(x, torch.Tensor)
+                else np.array(x, dtype=np.float64) for x in (yours, derived))
+        if a.size != b.size:
+            return f"shape {a.shape}", f"shape {b.shape}"
+        a, b = a.reshape(-1), b.reshape(-1)
+        if a.size == 1:
             return f"{float(a[0]):.17g}", f"{float(b[0]):.17g}"
-        j = int(torch.nan_to_num((a - b).abs(), nan=math.inf).argmax())
+        j = int(np.argmax(np.nan_to_num(np.abs(a - b), nan=np.inf)))
         return f"{float(a[j]):.17g} (entry {j})", f"{float(b[j]):.17g}"
     return repr(yours), repr(derived)
 

@@ -11,7 +11,9 @@ at the top of a module, where the layering can be read) — with one stated exce
 the API when a command runs (:data:`LAZY`), so that ``--help``, ``--version`` and command-line errors answer
 without importing sympy (0.14 s instead of 1.0 s per process), and the same for ``blr-derive verify`` and the
 pytest plugin of :mod:`blr_derive.testing`, which pytest loads in every run of every project where blr-derive is
-installed; nothing imports the CLI or the plugin, so this cannot hide a cycle."""
+installed; nothing imports the CLI or the plugin, so this cannot hide a cycle.  Likewise the optax side of
+:mod:`blr_derive.testing` is imported only when an optax transformation is checked (jax and optax are optional).
+"""
 from __future__ import annotations
 
 import ast
@@ -20,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: (module, what it may import inside a function) — see the module docstring
 LAZY = {("blr_derive.cli", "blr_derive.api"), ("blr_derive.cli", "blr_derive.testing"),
-        ("blr_derive.testing.plugin", "blr_derive.testing")}
+        ("blr_derive.testing.plugin", "blr_derive.testing"),
+        ("blr_derive.testing.compare", "blr_derive.testing.optax_side")}
 LAYERS = ["core", "spec", "families", "rules", "candidates", "derive", "ir", "codegen", "verify", "report",
           "runtime", "api", "testing", "cli"]
 

@@ -197,3 +197,33 @@ def test_numpy_references_and_their_seeded_mistakes():
                    online_newton_diag_step(state, oracles=oracles, rho=rho, hess_scale=0.5)).divergence
     assert (d.step, d.variable) == (1, "s") and d.assignment.startswith("s ← ")
     assert float(d.yours.split()[0]) != pytest.approx(float(d.derived), rel=1e-6)
+
+
+def test_optax_transformations_against_the_jax_target():
+    """An optax GradientTransformation is checked against the recipe's jax target (pytrees, jax.grad, jitted
+    updates): optax.adam and optax.sgd are their recipes; optax's own eps_root (eps under the square root) and a
+    different β₂ are pinpointed at the mean's and the second moment's update once optax's state names are mapped."""
+    import jax
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        _optax_cases()
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+def _optax_cases():
+    import optax
+    report = equivalent("adam", optax.adam(1e-3))
+    assert report.equal and report.runs == 2 * 4, str(report)
+    assert "problem 'two param groups' (optax has no parameter groups)" in report.skipped
+    assert equivalent("sgd", optax.sgd(1e-3)).equal
+    d = equivalent("adam", optax.adam(1e-3, eps_root=1e-8), names={"u": "mu", "s": "nu"}).divergence
+    assert (d.step, d.variable, d.localized, d.assignment) == (1, "parameter", True, "m ← -lr*u_hat/s_root + m")
+    d = equivalent("adam", optax.adam(1e-3, b2=0.99), names={"u": "mu", "s": "nu"}).divergence
+    assert (d.step, d.variable, d.assignment) == (1, "nu", "s ← beta2*s + g_wd^2*(1 - beta2)")
+    # a factory of transformations runs every setting: optax.adam has no weight decay, which the recipe's
+    # switched-on setting exercises
+    d = equivalent("adam", lambda lr, betas, eps, weight_decay, amsgrad, decoupled_weight_decay:
+                   optax.adam(lr, *betas, eps=eps), framework="optax").divergence
+    assert d.setting["weight_decay"] == 0.1 and d.step == 1
