@@ -12,7 +12,8 @@ the API when a command runs (:data:`LAZY`), so that ``--help``, ``--version`` an
 without importing sympy (0.14 s instead of 1.0 s per process), and the same for ``blr-derive verify`` and the
 pytest plugin of :mod:`blr_derive.testing`, which pytest loads in every run of every project where blr-derive is
 installed; nothing imports the CLI or the plugin, so this cannot hide a cycle.  Likewise the optax side of
-:mod:`blr_derive.testing` is imported only when an optax transformation is checked (jax and optax are optional).
+:mod:`blr_derive.testing` is imported only when an optax transformation is checked (jax and optax are optional),
+and the API imports the numeric checks (scipy, 0.4 s) only when ``check_file`` is asked for.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: (module, what it may import inside a function) — see the module docstring
 LAZY = {("blr_derive.cli", "blr_derive.api"), ("blr_derive.cli", "blr_derive.testing"),
         ("blr_derive.testing.plugin", "blr_derive.testing"),
-        ("blr_derive.testing.compare", "blr_derive.testing.optax_side")}
+        ("blr_derive.testing.compare", "blr_derive.testing.optax_side"),
+        ("blr_derive.api", "blr_derive.verify")}
 LAYERS = ["core", "spec", "families", "rules", "candidates", "derive", "ir", "codegen", "verify", "report",
           "runtime", "api", "testing", "cli"]
 
