@@ -6,6 +6,8 @@ float64 (``jax_enable_x64``), 1e-6 in float32.  Where optax's convention differs
 follow torch), the setting under which they coincide is the one tested, and the README/BENCHMARKS note says why:
 optax.rmsprop with ``eps_in_sqrt=False``, optax.adagrad with ``eps=0`` (optax adds eps inside the square root),
 optax.nadam against the recipe ``nadam_optax`` (constant momentum; torch's NAdam has a momentum-decay schedule).
+optax's own conventions are recipes too: ``rmsprop_optax`` and ``adagrad_optax`` (rule ``eps_inside_sqrt``) equal
+optax.rmsprop and optax.adagrad at their default settings.
 """
 import jax
 import jax.numpy as jnp
@@ -84,6 +86,15 @@ PEERS = [
     ("adagrad", "adagrad", dict(lr=0.1, initial_accumulator_value=0.1, eps=0.0), optax.adagrad,
      dict(learning_rate=0.1, initial_accumulator_value=0.1, eps=0.0)),
     ("adamax", "adamax", dict(lr=0.01, betas=(0.9, 0.99)), optax.adamax, dict(learning_rate=0.01, b1=0.9, b2=0.99)),
+    ("rmsprop-optax", "rmsprop_optax", dict(lr=0.01), optax.rmsprop, dict(learning_rate=0.01)),
+    ("rmsprop-optax-centered-nesterov", "rmsprop_optax",
+     dict(lr=0.01, decay=0.95, eps=1e-4, initial_scale=1.0, centered=True, momentum=0.5, nesterov=True), optax.rmsprop,
+     dict(learning_rate=0.01, decay=0.95, eps=1e-4, initial_scale=1.0, centered=True, momentum=0.5, nesterov=True)),
+    ("rmsprop-optax-momentum", "rmsprop_optax", dict(lr=0.01, momentum=0.9), optax.rmsprop,
+     dict(learning_rate=0.01, momentum=0.9)),
+    ("adagrad-optax", "adagrad_optax", dict(lr=0.1), optax.adagrad, dict(learning_rate=0.1)),
+    ("adagrad-optax-eps", "adagrad_optax", dict(lr=0.1, initial_accumulator_value=0.0, eps=1e-3), optax.adagrad,
+     dict(learning_rate=0.1, initial_accumulator_value=0.0, eps=1e-3)),
     ("nadam", "nadam_optax", dict(lr=0.01), optax.nadam, dict(learning_rate=0.01)),
     ("nadam-betas", "nadam_optax", dict(lr=0.02, b1=0.8, b2=0.99, eps=1e-6), optax.nadam,
      dict(learning_rate=0.02, b1=0.8, b2=0.99, eps=1e-6)),
@@ -251,6 +262,23 @@ def test_ivon_sample_parameters_draws_from_q_with_an_explicit_key():
     chained = optax.chain(optax.identity(), tx)
     cstate = chained.init(params)
     assert isinstance(cstate[1], mod.IVONState)
+
+
+@pytest.mark.parametrize("prec", ["f64", "f32"])
+def test_adagrad_optax_where_guard_changes_nothing_for_positive_eps(prec):
+    """optax's scale_by_rss writes where(sum > 0, rsqrt(sum + eps), 0); the recipe (rule eps_inside_sqrt) has no
+    guard.  The sum includes the current g², so it is 0 only where g is 0, and with eps > 0 both give a zero step
+    there: from a zero accumulator, coordinates whose gradient is always exactly 0 (unused embedding rows) stay put
+    and the rest equal optax to the usual tolerance."""
+    mod = load_generated("adagrad_optax", "jax")
+    params, grads = problem(_dtype(prec), seed=3)
+    grads = [jax.tree_util.tree_map(lambda g: g.at[..., :1].set(0.0) if g.ndim else g * 0, gs) for gs in grads]
+    ours, _ = run(mod.adagrad_optax(lr=0.1, initial_accumulator_value=0.0), params, grads)
+    ref, _ = run(optax.adagrad(0.1, initial_accumulator_value=0.0), params, grads)
+    assert max_error(ours, ref) <= TOL[prec]
+    leaves = jax.tree_util.tree_leaves(ours[-1])
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in leaves)
+    assert max_error([params], [ours[-1]]) > 1e-2
 
 
 def test_matrix_recipes_are_refused_with_a_located_message():
