@@ -108,3 +108,30 @@ def online_newton_diag_step(state, *, oracles, rng=None, rho=0.1, hess_scale=1.0
     m, s = state["m"], state["s"]
     s_new = (1 - rho) * s + rho * hess_scale * oracles["hess"](m)
     return {"m": m - rho * oracles["grad"](m) / s_new, "s": s_new}
+
+
+class EpsInsideAdam(HandAdam):
+    mistake = "eps_inside"
+
+
+class NoBiasCorrectionAdam(HandAdam):
+    mistake = "no_bias_correction"
+
+
+class DecoupledDecayAdam(HandAdam):
+    mistake = "decoupled"
+
+
+class RMSpropHessianTimesTwo(HandRMSprop):
+    hess_scale = 2.0
+
+
+#: (recipe, seeded class name, the user's diverging variable, the derived assignment that differs) — the five kinds
+#: of mistakes of issue 20, each pinpointed at step 1
+SEEDED = [
+    ("adam", "EpsInsideAdam", "parameter", "m ← -lr*u_hat/s_root + m"),
+    ("adam", "NoBiasCorrectionAdam", "parameter", "m ← -lr*u_hat/s_root + m"),
+    ("adam", "WrongBetaAdam", "exp_avg_sq", "s ← beta2*s + g_wd^2*(1 - beta2)"),
+    ("adam", "DecoupledDecayAdam", "exp_avg", "u ← beta1*u + g_wd*(1 - beta1)"),
+    ("rmsprop", "RMSpropHessianTimesTwo", "square_avg", "s ← alpha*s + g_wd^2*(1 - alpha)"),
+]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ import torch
 from blr_derive.testing import equivalent
 from blr_derive.testing.problems import PROBLEMS
 from conftest import ROOT
-from seeded import HandAdam, HandRMSprop, seeded_adam, seeded_rmsprop
+from seeded import SEEDED, HandAdam, HandRMSprop, seeded_adam, seeded_rmsprop
 
 HERE = os.path.dirname(__file__)
 
@@ -120,30 +119,37 @@ def _run(args, cwd, env_extra=None):
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_pytest_plugin_fixture_reports_the_divergence(tmp_path):
-    (tmp_path / "test_user.py").write_text(textwrap.dedent("""
-        import torch
-        from seeded import WrongBetaAdam
+def test_pytest_plugin_fixture_reports_each_seeded_mistake(tmp_path):
+    """One pytest run of a user's test file through the plugin's fixture: torch.optim.Adam passes, and each of the
+    five seeded mistakes fails with its report (the step and the derived assignment), without a traceback."""
+    tests = ["import torch", "import seeded", "",
+             "def test_torch_adam(blr_equivalent):",
+             "    assert blr_equivalent('adam', torch.optim.Adam, hyper={'lr': 'lr'}).equal", ""]
+    for recipe, cls, _, _ in SEEDED:
+        tests += [f"def test_{cls}(blr_equivalent):", f"    blr_equivalent({recipe!r}, seeded.{cls})", ""]
+    (tmp_path / "test_user.py").write_text("\n".join(tests))
+    res = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
+                "test_user.py"], tmp_path)
+    assert f"{len(SEEDED)} failed, 1 passed" in res.stdout, res.stdout + res.stderr
+    sections = res.stdout.split("______ test_")
+    for recipe, cls, var, assignment in SEEDED:
+        text = next(t for t in sections if t.startswith(f"{cls} "))
+        assert f"{cls} is NOT the BLR derivation of recipe '{recipe}'" in text
+        assert "step 1," in text and assignment in text and "Traceback" not in text
 
-        def test_torch_adam(blr_equivalent):
-            report = blr_equivalent("adam", torch.optim.Adam, hyper={"lr": "lr"})
-            assert report.equal
 
-        def test_my_adam(blr_equivalent):
-            blr_equivalent("adam", WrongBetaAdam, hyper={"lr": "lr"})
-    """))
-    res = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_user.py"], tmp_path)
-    assert "1 failed, 1 passed" in res.stdout, res.stdout + res.stderr
-    assert "WrongBetaAdam is NOT the BLR derivation of recipe 'adam'" in res.stdout
-    assert "s ← beta2*s + g_wd^2*(1 - beta2)" in res.stdout and "Traceback" not in res.stdout
+@pytest.mark.parametrize("recipe, cls, var, assignment", SEEDED, ids=[c for _, c, _, _ in SEEDED])
+def test_verify_command_line_pinpoints_each_seeded_mistake(tmp_path, recipe, cls, var, assignment):
+    res = _run(["-m", "blr_derive", "verify", recipe, "--against", f"seeded:{cls}"], tmp_path)
+    assert res.returncode == 1, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"{cls} is NOT the BLR derivation of recipe '{recipe}'" and len(lines) < 25
+    where = "the parameter" if var == "parameter" else repr(var)
+    assert "step 1, parameter " in lines[1] and lines[1].endswith(where), lines[1]
+    assert assignment in res.stdout
 
 
 def test_verify_command_line(tmp_path):
-    res = _run(["-m", "blr_derive", "verify", "adam", "--against", "seeded:WrongBetaAdam"], tmp_path)
-    assert res.returncode == 1, res.stderr
-    lines = res.stdout.splitlines()
-    assert lines[0] == "WrongBetaAdam is NOT the BLR derivation of recipe 'adam'" and len(lines) < 25
-    assert "s ← beta2*s + g_wd^2*(1 - beta2)" in res.stdout
     res = _run(["-m", "blr_derive", "verify", "rmsprop", "--against", "torch.optim:RMSprop"], tmp_path)
     assert res.returncode == 0 and res.stdout.startswith("RMSprop equals the BLR derivation"), res.stdout + res.stderr
     res = _run(["-m", "blr_derive", "verify", "adam", "--against", "seeded.WrongBetaAdam"], tmp_path)
