@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from blr_derive.core.plain import plain
+from blr_derive.core.pretty import pretty
 
 KINDS = ("identity", "expectation", "step", "pass", "convention", "mixture")
 #: kinds whose rules rewrite the derived update program
@@ -304,9 +304,9 @@ class Derivation:
         out.update({str(sym): expr for sym, expr in self.defs})
         return out
 
-    def update_lines(self, text=plain) -> list[str]:
-        """Plain-text update equations (for generated-code headers); ``text`` prints an expression
-        (``blr_derive.core.pretty.pretty`` for readable listings)."""
+    def update_lines(self, text=pretty) -> list[str]:
+        """Plain-text update equations (generated-code headers and ``EQUATIONS``, ``compare``); ``text`` prints an
+        expression (the one plain-text printer, :func:`blr_derive.core.pretty.pretty`, by default)."""
         out = []
         if self.sampling is not None:
             sm = self.sampling

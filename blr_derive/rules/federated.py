@@ -32,7 +32,7 @@ import sympy as sp
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, simplify_mat
-from blr_derive.core.plain import plain
+from blr_derive.core.pretty import pretty
 from blr_derive.rules.base import RULES, FederatedSteps, Rule, register, rule
 from blr_derive.rules.blr import isolate
 from blr_derive.rules.program import scalar_expr
@@ -169,8 +169,8 @@ def derive_server(recipe, D, sym):
         dual=dual, message=message, server=server, count=K, penalty=rho, server_penalty=rho_s,
         globals=[(p.name, dv.name) for p, dv in fed.globals], duals=[dv.name for dv in fed.duals],
         messages=[m.name for m in msgs], prior=fed.prior_text, eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
-        equations=[f"{n} <- {plain(e)}" for n, e in dual] + [f"{n} = {plain(e)}" for n, e in message]
-        + [f"{n}_g <- {plain(e)}" for n, e in server])
+        equations=[f"{n} <- {pretty(e)}" for n, e in dual] + [f"{n} = {pretty(e)}" for n, e in message]
+        + [f"{n}_g <- {pretty(e)}" for n, e in server])
 
 
 def _scalar(e):

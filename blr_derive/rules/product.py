@@ -20,7 +20,7 @@ from blr_derive.core import matcalc, matexpr
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.nodes import ComponentSum
-from blr_derive.core.plain import plain
+from blr_derive.core.pretty import pretty
 from blr_derive.families.statistics import linear_in_statistics
 from blr_derive.rules.base import RULES, Derivation, TexForm, rule
 
@@ -52,7 +52,7 @@ class FactorizedDerivation(Derivation):
     prelude: list = field(default_factory=list)          # [(symbol, expr)] first: parameters of message-form blocks
     message_state: dict = field(default_factory=dict)    # block name -> [(state name, symbol, factor, index)]
 
-    def update_lines(self, text=plain):
+    def update_lines(self, text=pretty):
         out = [f"{s} = {text(e)}" for s, e in self.prelude]
         if self.local_assign:
             idx = self.recipe.plate["index"]

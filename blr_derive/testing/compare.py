@@ -10,6 +10,7 @@ import sympy as sp
 import torch
 
 from blr_derive import api
+from blr_derive.core.pretty import pretty
 from blr_derive.ir.build import build_ir
 from blr_derive.testing.numpy_side import equivalent_numpy
 from blr_derive.testing.problems import PROBLEMS, agree, describe, settings_for
@@ -109,15 +110,13 @@ class _Derived:
                     value = at(self.definitions[n])
                     walk(value)
                     rules = self.rules_of(n)
-                    defs.append((f"{n} = {_plain(value)}",) + (rules[-1] if rules else ("", "")))
+                    defs.append((f"{n} = {pretty(value)}",) + (rules[-1] if rules else ("", "")))
         value = at(expr)
         walk(value)
         rules = [r for r in self.rules_of(state) if r[0] not in ("chain_rule_gaussian", "natural_to_ordinary")]
-        return f"{state} ← {_plain(value)}", rules[-3:], [d for d in defs if d[1]] + [d for d in defs if not d[1]]
+        return f"{state} ← {pretty(value)}", rules[-3:], [d for d in defs if d[1]] + [d for d in defs if not d[1]]
 
 
-def _plain(e) -> str:
-    return sp.sstr(e).replace("**", "^")
 
 
 def _is_optax(obj) -> bool:

@@ -10,7 +10,7 @@
 #   ggn = ggn(m)
 #   grad_N = ess*g
 #   hess_N = ess*ggn
-#   g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))
+#   g_wd = grad_N + m*prior_precision if prior_precision != 0 else grad_N
 #   h_wd = hess_N + prior_precision
 #   s <- beta*h_wd + s*(1 - beta)
 #   m <- -g_wd*lr/s_new + m
@@ -29,7 +29,7 @@ EQUATIONS = (
     "ggn = ggn(m)",
     "grad_N = ess*g",
     "hess_N = ess*ggn",
-    "g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))",
+    "g_wd = grad_N + m*prior_precision if prior_precision != 0 else grad_N",
     "h_wd = hess_N + prior_precision",
     "s <- beta*h_wd + s*(1 - beta)",
     "m <- -g_wd*lr/s_new + m",

@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6):
 #   g = grad(m)
-#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
+#   g_wd = g + m*weight_decay if weight_decay != 0 else g
 #   s_rms = sqrt(eps + s_new)
 #   direction = g_wd/s_rms
 #   acc_delta_step = direction*sqrt(acc_delta + eps)
@@ -36,7 +36,7 @@ ORACLES = ("grad", )
 DATA = ()
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
+    "g_wd = g + m*weight_decay if weight_decay != 0 else g",
     "s_rms = sqrt(eps + s_new)",
     "direction = g_wd/s_rms",
     "acc_delta_step = direction*sqrt(acc_delta + eps)",

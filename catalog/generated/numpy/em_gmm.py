@@ -11,7 +11,7 @@
 #
 # Derived update (coordinate-wise Bayesian learning rule, Eqs. 6, 58):
 #   for each row n of the plate:
-#     z_lambda = log(pi) + log(Determinant(L))/2 - Trace(m.T*L*m - m.T*L*y - y.T*L*m + y.T*L*y)/2
+#     z_lambda = log(pi) + log(det(L))/2 - tr(m.T*L*m - m.T*L*y - y.T*L*m + y.T*L*y)/2
 #     z_log_partition = logsumexp_k(z_lambda)
 #     z_p = exp(z_lambda - z_log_partition)
 #   sum1 = sum_n z_p
@@ -50,7 +50,7 @@ PLATE_DATA = ("y", )
 LOCAL_OUTPUTS = ("z_p", )
 EQUATIONS = (
     "for each row n of the plate:",
-    "  z_lambda = log(pi) + log(Determinant(L))/2 - Trace(m.T*L*m - m.T*L*y - y.T*L*m + y.T*L*y)/2",
+    "  z_lambda = log(pi) + log(det(L))/2 - tr(m.T*L*m - m.T*L*y - y.T*L*m + y.T*L*y)/2",
     "  z_log_partition = logsumexp_k(z_lambda)",
     "  z_p = exp(z_lambda - z_log_partition)",
     "sum1 = sum_n z_p",

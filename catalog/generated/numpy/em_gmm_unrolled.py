@@ -15,8 +15,8 @@
 #
 # Derived update (coordinate-wise Bayesian learning rule, Eqs. 6, 58):
 #   for each row n of the plate:
-#     z_lambda1 = log(pi1) - log(-pi1 - pi2 + 1) + log(Determinant(L1))/2 - log(Determinant(L3))/2 - Trace(m1.T*L1*m1 - m1.T*L1*y - y.T*L1*m1 + y.T*L1*y)/2 + Trace(m3.T*L3*m3 - m3.T*L3*y - y.T*L3*m3 + y.T*L3*y)/2
-#     z_lambda2 = log(pi2) - log(-pi1 - pi2 + 1) + log(Determinant(L2))/2 - log(Determinant(L3))/2 - Trace(m2.T*L2*m2 - m2.T*L2*y - y.T*L2*m2 + y.T*L2*y)/2 + Trace(m3.T*L3*m3 - m3.T*L3*y - y.T*L3*m3 + y.T*L3*y)/2
+#     z_lambda1 = log(pi1) - log(-pi1 - pi2 + 1) + log(det(L1))/2 - log(det(L3))/2 - tr(m1.T*L1*m1 - m1.T*L1*y - y.T*L1*m1 + y.T*L1*y)/2 + tr(m3.T*L3*m3 - m3.T*L3*y - y.T*L3*m3 + y.T*L3*y)/2
+#     z_lambda2 = log(pi2) - log(-pi1 - pi2 + 1) + log(det(L2))/2 - log(det(L3))/2 - tr(m2.T*L2*m2 - m2.T*L2*y - y.T*L2*m2 + y.T*L2*y)/2 + tr(m3.T*L3*m3 - m3.T*L3*y - y.T*L3*m3 + y.T*L3*y)/2
 #     z_p3 = exp(-logsumexp(0, z_lambda1, z_lambda2))
 #     z_p1 = exp(z_lambda1 - logsumexp(0, z_lambda1, z_lambda2))
 #     z_p2 = exp(z_lambda2 - logsumexp(0, z_lambda1, z_lambda2))
@@ -69,8 +69,8 @@ PLATE_DATA = ("y", )
 LOCAL_OUTPUTS = ("z_p1", "z_p2", "z_p3", )
 EQUATIONS = (
     "for each row n of the plate:",
-    "  z_lambda1 = log(pi1) - log(-pi1 - pi2 + 1) + log(Determinant(L1))/2 - log(Determinant(L3))/2 - Trace(m1.T*L1*m1 - m1.T*L1*y - y.T*L1*m1 + y.T*L1*y)/2 + Trace(m3.T*L3*m3 - m3.T*L3*y - y.T*L3*m3 + y.T*L3*y)/2",
-    "  z_lambda2 = log(pi2) - log(-pi1 - pi2 + 1) + log(Determinant(L2))/2 - log(Determinant(L3))/2 - Trace(m2.T*L2*m2 - m2.T*L2*y - y.T*L2*m2 + y.T*L2*y)/2 + Trace(m3.T*L3*m3 - m3.T*L3*y - y.T*L3*m3 + y.T*L3*y)/2",
+    "  z_lambda1 = log(pi1) - log(-pi1 - pi2 + 1) + log(det(L1))/2 - log(det(L3))/2 - tr(m1.T*L1*m1 - m1.T*L1*y - y.T*L1*m1 + y.T*L1*y)/2 + tr(m3.T*L3*m3 - m3.T*L3*y - y.T*L3*m3 + y.T*L3*y)/2",
+    "  z_lambda2 = log(pi2) - log(-pi1 - pi2 + 1) + log(det(L2))/2 - log(det(L3))/2 - tr(m2.T*L2*m2 - m2.T*L2*y - y.T*L2*m2 + y.T*L2*y)/2 + tr(m3.T*L3*m3 - m3.T*L3*y - y.T*L3*m3 + y.T*L3*y)/2",
     "  z_p3 = exp(-logsumexp(0, z_lambda1, z_lambda2))",
     "  z_p1 = exp(z_lambda1 - logsumexp(0, z_lambda1, z_lambda2))",
     "  z_p2 = exp(z_lambda2 - logsumexp(0, z_lambda1, z_lambda2))",

@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6):
 #   for k in 1..popsize: z ~ N(0, 1), theta_k = m + std*z, loss_k = loss(theta_k)
-#   loss_k <- -S*w_r/W + 1 at the sample of rank r, w_r = Max(0, -log(r) + log(S/2 + 1)), W = sum_r w_r (S = popsize)
+#   loss_k <- -S*w_r/W + 1 at the sample of rank r, w_r = max(0, -log(r) + log(S/2 + 1)), W = sum_r w_r (S = popsize)
 #   ngrad1 = mean_k(loss_k*(-m*z^2/std^2 + m/std^2 + z/std))
 #   ngrad2 = mean_k(loss_k*(z^2 - 1)/(2*std^2))
 #   s_new = exp(2*lr_std*ngrad2*std^2)/std^2
@@ -35,7 +35,7 @@ ORACLES = ("loss", )
 DATA = ()
 EQUATIONS = (
     "for k in 1..popsize: z ~ N(0, 1), theta_k = m + std*z, loss_k = loss(theta_k)",
-    "loss_k <- -S*w_r/W + 1 at the sample of rank r, w_r = Max(0, -log(r) + log(S/2 + 1)), W = sum_r w_r (S = popsize)",
+    "loss_k <- -S*w_r/W + 1 at the sample of rank r, w_r = max(0, -log(r) + log(S/2 + 1)), W = sum_r w_r (S = popsize)",
     "ngrad1 = mean_k(loss_k*(-m*z^2/std^2 + m/std^2 + z/std))",
     "ngrad2 = mean_k(loss_k*(z^2 - 1)/(2*std^2))",
     "s_new = exp(2*lr_std*ngrad2*std^2)/std^2",

@@ -10,7 +10,7 @@
 #
 # Derived update (coordinate-wise Bayesian learning rule, Eqs. 6, 58):
 #   for each row n of the plate:
-#     z_lambda = -mu_m^2/(2*sigma2) + mu_m*y/sigma2 + polygamma(0, w_a) - polygamma(0, sum_k(w_a)) - y^2/(2*sigma2) - 1/(2*mu_s*sigma2)
+#     z_lambda = -mu_m^2/(2*sigma2) + mu_m*y/sigma2 + digamma(w_a) - digamma(sum_k(w_a)) - y^2/(2*sigma2) - 1/(2*mu_s*sigma2)
 #     z_log_partition = logsumexp_k(z_lambda)
 #     z_p = exp(z_lambda - z_log_partition)
 #   sum1 = sum_n z_p
@@ -57,7 +57,7 @@ PLATE_DATA = ("y", )
 LOCAL_OUTPUTS = ("z_p", )
 EQUATIONS = (
     "for each row n of the plate:",
-    "  z_lambda = -mu_m^2/(2*sigma2) + mu_m*y/sigma2 + polygamma(0, w_a) - polygamma(0, sum_k(w_a)) - y^2/(2*sigma2) - 1/(2*mu_s*sigma2)",
+    "  z_lambda = -mu_m^2/(2*sigma2) + mu_m*y/sigma2 + digamma(w_a) - digamma(sum_k(w_a)) - y^2/(2*sigma2) - 1/(2*mu_s*sigma2)",
     "  z_log_partition = logsumexp_k(z_lambda)",
     "  z_p = exp(z_lambda - z_log_partition)",
     "sum1 = sum_n z_p",

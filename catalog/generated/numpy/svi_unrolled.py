@@ -12,8 +12,8 @@
 #
 # Derived update (coordinate-wise Bayesian learning rule, Eqs. 6, 58):
 #   for each row n of the plate:
-#     z_lambda1 = -mu1_m^2/(2*sigma2) + mu1_m*y/sigma2 + mu3_m^2/(2*sigma2) - mu3_m*y/sigma2 + polygamma(0, w_a1) - polygamma(0, w_a3) + 1/(2*mu3_s*sigma2) - 1/(2*mu1_s*sigma2)
-#     z_lambda2 = -mu2_m^2/(2*sigma2) + mu2_m*y/sigma2 + mu3_m^2/(2*sigma2) - mu3_m*y/sigma2 + polygamma(0, w_a2) - polygamma(0, w_a3) + 1/(2*mu3_s*sigma2) - 1/(2*mu2_s*sigma2)
+#     z_lambda1 = -mu1_m^2/(2*sigma2) + mu1_m*y/sigma2 + mu3_m^2/(2*sigma2) - mu3_m*y/sigma2 + digamma(w_a1) - digamma(w_a3) + 1/(2*mu3_s*sigma2) - 1/(2*mu1_s*sigma2)
+#     z_lambda2 = -mu2_m^2/(2*sigma2) + mu2_m*y/sigma2 + mu3_m^2/(2*sigma2) - mu3_m*y/sigma2 + digamma(w_a2) - digamma(w_a3) + 1/(2*mu3_s*sigma2) - 1/(2*mu2_s*sigma2)
 #     z_p3 = exp(-logsumexp(0, z_lambda1, z_lambda2))
 #     z_p1 = exp(z_lambda1 - logsumexp(0, z_lambda1, z_lambda2))
 #     z_p2 = exp(z_lambda2 - logsumexp(0, z_lambda1, z_lambda2))
@@ -79,8 +79,8 @@ PLATE_DATA = ("y", )
 LOCAL_OUTPUTS = ("z_p1", "z_p2", "z_p3", )
 EQUATIONS = (
     "for each row n of the plate:",
-    "  z_lambda1 = -mu1_m^2/(2*sigma2) + mu1_m*y/sigma2 + mu3_m^2/(2*sigma2) - mu3_m*y/sigma2 + polygamma(0, w_a1) - polygamma(0, w_a3) + 1/(2*mu3_s*sigma2) - 1/(2*mu1_s*sigma2)",
-    "  z_lambda2 = -mu2_m^2/(2*sigma2) + mu2_m*y/sigma2 + mu3_m^2/(2*sigma2) - mu3_m*y/sigma2 + polygamma(0, w_a2) - polygamma(0, w_a3) + 1/(2*mu3_s*sigma2) - 1/(2*mu2_s*sigma2)",
+    "  z_lambda1 = -mu1_m^2/(2*sigma2) + mu1_m*y/sigma2 + mu3_m^2/(2*sigma2) - mu3_m*y/sigma2 + digamma(w_a1) - digamma(w_a3) + 1/(2*mu3_s*sigma2) - 1/(2*mu1_s*sigma2)",
+    "  z_lambda2 = -mu2_m^2/(2*sigma2) + mu2_m*y/sigma2 + mu3_m^2/(2*sigma2) - mu3_m*y/sigma2 + digamma(w_a2) - digamma(w_a3) + 1/(2*mu3_s*sigma2) - 1/(2*mu2_s*sigma2)",
     "  z_p3 = exp(-logsumexp(0, z_lambda1, z_lambda2))",
     "  z_p1 = exp(z_lambda1 - logsumexp(0, z_lambda1, z_lambda2))",
     "  z_p2 = exp(z_lambda2 - logsumexp(0, z_lambda1, z_lambda2))",

@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6, then the recipe's approximation passes):
 #   g = grad(m)
-#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
+#   g_wd = g + m*weight_decay if weight_decay != 0 else g
 #   s_rms = sqrt(eps + s_new)
 #   direction = g_wd/s_rms
 #   acc_delta_step = direction*sqrt(acc_delta + eps)
@@ -34,7 +34,7 @@ FAMILY = "gaussian_diag"
 ENGINE_VERSION = "0.1.0"
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
+    "g_wd = g + m*weight_decay if weight_decay != 0 else g",
     "s_rms = sqrt(eps + s_new)",
     "direction = g_wd/s_rms",
     "acc_delta_step = direction*sqrt(acc_delta + eps)",

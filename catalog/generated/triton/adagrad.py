@@ -7,7 +7,7 @@
 #
 # Derived update (Bayesian learning rule, Eq. 6, then the recipe's approximation passes):
 #   g = grad(m)
-#   g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))
+#   g_wd = g + m*weight_decay if weight_decay != 0 else g
 #   s_root = eps + sqrt(s_new)
 #   lr_t = lr/(lr_decay*(t - 1) + 1)
 #   s <- g_wd^2 + s
@@ -32,7 +32,7 @@ FAMILY = "gaussian_diag"
 ENGINE_VERSION = "0.1.0"
 EQUATIONS = (
     "g = grad(m)",
-    "g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))",
+    "g_wd = g + m*weight_decay if weight_decay != 0 else g",
     "s_root = eps + sqrt(s_new)",
     "lr_t = lr/(lr_decay*(t - 1) + 1)",
     "s <- g_wd^2 + s",

@@ -11,7 +11,7 @@
 #   avg_ggn = mean_k(ggn_k)
 #   grad_N = ess*g
 #   hess_N = avg_ggn*ess
-#   g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))
+#   g_wd = grad_N + m*prior_precision if prior_precision != 0 else grad_N
 #   h_wd = hess_N + prior_precision
 #   s <- beta*h_wd + s*(1 - beta)
 #   m <- -g_wd*lr/s_new + m
@@ -46,7 +46,7 @@ EQUATIONS = (
     "avg_ggn = mean_k(ggn_k)",
     "grad_N = ess*g",
     "hess_N = avg_ggn*ess",
-    "g_wd = Piecewise((grad_N + m*prior_precision, Ne(prior_precision, 0)), (grad_N, True))",
+    "g_wd = grad_N + m*prior_precision if prior_precision != 0 else grad_N",
     "h_wd = hess_N + prior_precision",
     "s <- beta*h_wd + s*(1 - beta)",
     "m <- -g_wd*lr/s_new + m",

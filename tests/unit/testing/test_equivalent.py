@@ -81,7 +81,7 @@ def test_coupled_weight_decay_is_not_adamw():
     _, d = _div("adam", seeded_adam("decoupled"))         # and the other way round, once weight decay is on
     assert d.setting["weight_decay"] == 0.1 and d.step == 1 and d.variable == "exp_avg"
     assert d.assignment == "u ← beta1*u + g_wd*(1 - beta1)"
-    assert ("g_wd = Piecewise((g + m*weight_decay, Ne(weight_decay, 0)), (g, True))", "weight_decay",
+    assert ("g_wd = g + m*weight_decay if weight_decay != 0 else g", "weight_decay",
             "Eqs. 1, 34") in d.definitions
 
 
