@@ -10,6 +10,7 @@ import sympy as sp
 import torch
 
 from blr_derive import api
+from blr_derive.core.errors import CodegenError
 from blr_derive.core.pretty import pretty
 from blr_derive.ir.build import build_ir
 from blr_derive.testing.numpy_side import equivalent_numpy
@@ -29,8 +30,12 @@ class _Derived:
         view = recipe if hasattr(recipe, "record") else api.derive(recipe)
         self.view = view
         self.name = view.record.recipe.name
-        self.mean = build_ir(view.record).mean                            # the state that is the parameter
-        self.numpy = view.compile("numpy")
+        ir = build_ir(view.record)
+        if not hasattr(ir, "mean"):
+            raise ValueError(f"equivalent(): recipe '{self.name}' is factorized (one family per block); the check "
+                             "compares single-family recipes, whose state is the optimizer's")
+        self.mean = ir.mean                                                # the state that is the parameter
+        self.numpy = self.compile("numpy")
         self.assignments = []                                              # [(state, text)]
         for line in self.numpy.EQUATIONS:
             lhs, arrow, rhs = line.partition(" <- ")
@@ -39,9 +44,19 @@ class _Derived:
         self.definitions = {str(k): v for k, v in view.definitions.items()}
         self.update = {str(k): v for k, v in view.update.items()}
 
+    def compile(self, target: str):
+        """The generated module for ``target``; a target that cannot express the recipe is a ValueError that says
+        which kinds of optimizer the recipe can be checked against."""
+        try:
+            return self.view.compile(target)
+        except CodegenError as exc:
+            kind = {"torch": "a torch optimizer", "jax": "an optax transformation", "numpy": "a numpy step function"}
+            raise ValueError(f"equivalent(): recipe '{self.name}' cannot be checked against {kind[target]}: "
+                             f"{exc}") from None
+
     def torch(self):
         """Compile the torch target (what a torch optimizer is compared with)."""
-        self.module = self.view.compile("torch")
+        self.module = self.compile("torch")
         classes = [c for c in vars(self.module).values() if isinstance(c, type)
                    and issubclass(c, torch.optim.Optimizer) and c.__module__ == self.module.__name__]
         self.cls = classes[0]

@@ -61,8 +61,7 @@ def _fields(state, prefix="") -> dict:
 
 
 def equivalent_optax(derived, tx, *, names: dict, values: dict, settings=None, seed: int = 0) -> Report:
-    view = derived.view
-    mod = view.compile("jax")
+    mod = derived.compile("jax")
     factory = getattr(mod, derived.name)
     label = getattr(tx, "__qualname__", getattr(tx, "__name__", type(tx).__name__))
     report = Report(derived.name, label, equal=True)

@@ -233,3 +233,15 @@ def _optax_cases():
     d = equivalent("adam", lambda lr, betas, eps, weight_decay, amsgrad, decoupled_weight_decay:
                    optax.adam(lr, *betas, eps=eps), framework="optax").divergence
     assert d.setting["weight_decay"] == 0.1 and d.step == 1
+
+
+def test_recipes_the_optimizer_kind_cannot_express_are_refused_with_a_reason(tmp_path):
+    """A recipe whose target for that kind of optimizer does not exist (a full-Gaussian Newton has no torch
+    optimizer) or whose state is not one optimizer's (a factorized EM) is a ValueError naming why; on the command
+    line one located line with exit status 2, not an internal error."""
+    with pytest.raises(ValueError, match="recipe 'newton' cannot be checked against a torch optimizer: .*elementwise"):
+        equivalent("newton", torch.optim.SGD)
+    with pytest.raises(ValueError, match="recipe 'em_gmm' is factorized"):
+        equivalent("em_gmm", torch.optim.SGD)
+    res = _run(["-m", "blr_derive", "verify", "em_gmm", "--against", "torch.optim:SGD"], tmp_path)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "is factorized" in res.stderr, res.stderr
