@@ -120,7 +120,7 @@ def _buckets(states, foreach, fresh=None, scalars=()):
         steps = [1 if f else 2 for f in fresh]
     else:
         steps = [int(_scalar(st.get("step", 1))) for st in states]      # no count kept: the update does not read it
-    keys = [(t, *(_host_value(st[k]) for k in scalars)) for t, st in zip(steps, states)]
+    keys = [(t,) for t in steps]                                      # no per-tensor numbers in this optimizer
     if foreach is False:
         return [(k[0], [i]) for i, k in enumerate(keys)]
     if all(k == keys[0] for k in keys):
