@@ -43,11 +43,17 @@ def test_torch_target_covers_the_deep_learning_recipes():
     assert "newton" not in names          # full-covariance updates are rejected for torch
 
 
-def test_jax_target_covers_the_torch_recipes():
-    """The jax target (optax transformations) expresses exactly the recipes the torch target does."""
-    jax_names = {p.stem for p in (GENERATED / "jax").glob("*.py")} - {"__init__"}
+def test_jax_target_covers_the_torch_recipes_and_the_matrix_subset():
+    """The jax target writes the elementwise recipes (exactly the torch target's) as optax transformations, and
+    the matrix subset (no sampling, quadrature or entry points) as plain jax.numpy functions."""
+    texts = {p.stem: p.read_text(encoding="utf-8") for p in (GENERATED / "jax").glob("*.py") if p.stem != "__init__"}
+    transformations = {n for n, t in texts.items() if "GradientTransformation" in t}
+    functions = {n for n, t in texts.items() if "\ndef step(" in t}
     torch_names = {p.stem for p in (GENERATED / "torch").glob("*.py")} - {"__init__"}
-    assert jax_names == torch_names and {"adam", "ivon", "nadam_optax"} <= jax_names
+    assert transformations == torch_names and {"adam", "ivon", "nadam_optax"} <= transformations
+    assert functions == set(texts) - transformations
+    assert {"newton", "laplace", "ridge", "bayesian_linear_regression"} <= functions
+    assert not functions & {"ncvi", "ncvmp", "fed_admm_full", "svi"}
 
 
 def test_generation_is_deterministic():

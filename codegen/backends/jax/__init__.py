@@ -15,7 +15,9 @@ style of ivon-optax: ``sample_parameters(key, params, state)`` (an explicit ``ja
 and its noise), ``perturb(noise, params, state)`` (the sample for given noise) and ``accumulate(grads, state,
 noise, params)`` (adds one sample's statistics to the state); ``update`` then steps with the averages and ignores
 its gradient argument.  Oracles other than the gradient are keyword arguments of ``update`` (or ``accumulate``).
-Other recipes raise UnsupportedTarget naming the recipe entry.
+A matrix (non-elementwise) recipe without samples of q, quadrature or entry points besides ``init``/``step`` is
+written as a module of plain ``jax.numpy`` functions mirroring the numpy target's (codegen/backends/jax/functions.py,
+templates/functions.py.j2).  Other recipes raise UnsupportedTarget naming the recipe entry.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from pathlib import Path
 import sympy as sp
 
 from blr_derive.codegen.backends.jax.config import CONFIG
+from blr_derive.codegen.backends.jax.functions import functions_view
 from blr_derive.codegen.backends.jax.printer import JaxPrinter, is_static, static_part
 from blr_derive.codegen.inert import identifier, template_env
 from blr_derive.codegen.lower import check_optimizer, host_states, plan_optimizer, state_conditions, state_symbols
@@ -33,6 +36,8 @@ from blr_derive.ir.common import need_conditions
 
 #: the draws of a sample of q -> the jax.random function that makes them
 DRAWS = {"normal": "normal", "uniform": "uniform"}
+#: the template of a matrix (non-elementwise) recipe: a module of plain jax.numpy functions
+FUNCTIONS_TEMPLATE = "functions.py.j2"
 #: names the template gives state fields besides the recipe's state
 RESERVED = ("count", "samples")
 
@@ -51,6 +56,8 @@ class JaxTarget:
         check_optimizer(ir, self.name)
 
     def render(self, ir) -> str:
+        if not ir.elementwise:          # a matrix update: plain jax.numpy functions (codegen/backends/jax/functions.py)
+            return self.env.get_template(FUNCTIONS_TEMPLATE).render(**functions_view(ir))
         for sym, expr in ir.assignments:
             if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
                 raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target needs an elementwise update; "
