@@ -349,7 +349,8 @@ def cmd_verify(argv):
             raise SpecError(f"--map takes OURS=YOURS (two names), got '{quote(item)}'", CMDLINE)
         names[ours.strip()] = yours.strip()
     import importlib
-    sys.path.insert(0, os.getcwd())
+    if os.getcwd() not in sys.path:                      # like `python -m`: the user's modules in the cwd
+        sys.path.insert(0, os.getcwd())
     try:
         obj = importlib.import_module(module)
     except ImportError as exc:

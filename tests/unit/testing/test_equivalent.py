@@ -139,14 +139,19 @@ def test_pytest_plugin_fixture_reports_each_seeded_mistake(tmp_path):
 
 
 @pytest.mark.parametrize("recipe, cls, var, assignment", SEEDED, ids=[c for _, c, _, _ in SEEDED])
-def test_verify_command_line_pinpoints_each_seeded_mistake(tmp_path, recipe, cls, var, assignment):
-    res = _run(["-m", "blr_derive", "verify", recipe, "--against", f"seeded:{cls}"], tmp_path)
-    assert res.returncode == 1, res.stderr
-    lines = res.stdout.splitlines()
+def test_verify_command_line_pinpoints_each_seeded_mistake(capsys, monkeypatch, recipe, cls, var, assignment):
+    """The command's own entry point (``blr_derive.cli.main``, in this process: a real subprocess per mistake
+    would add seconds of imports each; test_verify_command_line runs it as one)."""
+    from blr_derive import cli
+    monkeypatch.chdir(HERE)
+    code = cli.main(["verify", recipe, "--against", f"seeded:{cls}"])
+    out = capsys.readouterr()
+    assert code == 1, out.err
+    lines = out.out.splitlines()
     assert lines[0] == f"{cls} is NOT the BLR derivation of recipe '{recipe}'" and len(lines) < 25
     where = "the parameter" if var == "parameter" else repr(var)
     assert "step 1, parameter " in lines[1] and lines[1].endswith(where), lines[1]
-    assert assignment in res.stdout
+    assert assignment in out.out
 
 
 def test_verify_command_line(tmp_path):
