@@ -1,5 +1,7 @@
 """The jax target's matrix recipes (plain jax.numpy ``init``/``step`` functions) against the numpy target's modules:
 the same step, on random inputs, to 1e-12 in float64, called directly and under ``jax.jit``."""
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -7,9 +9,7 @@ from blr_derive.api import generate
 from blr_derive.core.errors import UnsupportedTarget
 from conftest import CATALOG, GENERATED, load_generated
 
-jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
-
+# jax is in the test extra (the jax target's peers): imported, never skipped
 #: the catalog recipes the jax target writes as functions (a module without a transformation factory)
 FUNCTION_RECIPES = sorted(p.stem for p in (GENERATED / "jax").glob("*.py")
                           if p.stem != "__init__" and "\ndef step(" in p.read_text(encoding="utf-8"))
