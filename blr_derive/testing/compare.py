@@ -14,7 +14,7 @@ from blr_derive.core.errors import CodegenError
 from blr_derive.core.pretty import pretty
 from blr_derive.ir.build import build_ir
 from blr_derive.testing.numpy_side import equivalent_numpy
-from blr_derive.testing.problems import PROBLEMS, agree, describe, settings_for
+from blr_derive.testing.problems import PROBLEMS, agree, completed, describe, draw_seed, settings_for
 from blr_derive.testing.results import Divergence, Report
 
 #: torch.optim's implementation switches: never varied, passed only at their defaults
@@ -35,9 +35,8 @@ class _Derived:
             raise ValueError(f"equivalent(): recipe '{self.name}' is factorized (one family per block); the check "
                              "compares single-family recipes, whose state is the optimizer's")
         self.mean = ir.mean                                                # the state that is the parameter
-        self.numpy = self.compile("numpy")
         self.assignments = []                                              # [(state, text)]
-        for line in self.numpy.EQUATIONS:
+        for line in view.record.update_lines():                           # the generated modules' EQUATIONS
             lhs, arrow, rhs = line.partition(" <- ")
             if arrow:
                 self.assignments.append((lhs.strip(), f"{lhs.strip()} ← {rhs.strip()}"))
@@ -68,24 +67,13 @@ class _Derived:
     def signature(self, values: dict) -> dict:
         """The constructor's hyperparameters and their defaults (torch's switches left out), ``values`` given
         for those without a default (IVON's ``lr`` and ``ess``)."""
-        out, missing = {}, []
-        for p in list(inspect.signature(self.cls.__init__).parameters.values())[2:]:
-            if p.name in SWITCHES or p.name == "sync":
-                continue
-            if p.name in values:
-                out[p.name] = values[p.name]
-            elif p.default is not inspect.Parameter.empty:
-                out[p.name] = p.default
-            else:
-                missing.append(p.name)
-        if missing:
-            raise ValueError(f"equivalent(): recipe '{self.name}' has hyperparameters without a default: "
-                             f"{', '.join(missing)}; give them (values={{...}}, or --value NAME=NUMBER on the "
-                             "command line)")
+        out = {p.name: None if p.default is inspect.Parameter.empty else p.default
+               for p in list(inspect.signature(self.cls.__init__).parameters.values())[2:]
+               if p.name not in SWITCHES and p.name != "sync"}
         unknown = sorted(set(values) - set(out))
         if unknown:
             raise ValueError(f"equivalent(): recipe '{self.name}' has no hyperparameter {', '.join(unknown)}")
-        return out
+        return completed(self.name, out, values)
 
     def rules_of(self, name: str) -> list:
         """[(rule, equation)] of the derivation steps that set ``name`` (its new value) or define it."""
@@ -213,22 +201,28 @@ class _Run:
         self.data = problem.data(dtype, seed)
         self.pg, self.pu = problem.make_params(dtype, seed), problem.make_params(dtype, seed)
         self.lr_name = "lr" if "lr" in setting else None
-        self.og = derived.cls(_groups(self.pg, problem, self.lr_name, setting), **setting)
-        self.ou = factory(_groups(self.pu, problem, self.names.get("lr", "lr") if self.lr_name else None,
-                                  {self.names.get("lr", "lr"): setting.get("lr")}), **user_kwargs)
+        self.user_lr = self.names.get("lr", "lr")                    # what the user's param groups call it
+        self.og, self.ou = self.generated(self.pg), self.user(self.pu)
         self.sg = self.su = None
-        if problem.scheduler and self.lr_name is not None and self.names.get("lr", "lr") != "lr":
+        if problem.scheduler and self.lr_name is not None and self.user_lr != "lr":
             raise _NotExercised(f"problem '{problem.name}' (torch's schedulers set 'lr'; your optimizer calls it "
-                                f"'{self.names['lr']}')")
+                                f"'{self.user_lr}')")
         if problem.scheduler and self.lr_name is not None:
             self.sg = torch.optim.lr_scheduler.StepLR(self.og, step_size=3, gamma=0.5)
             self.su = torch.optim.lr_scheduler.StepLR(self.ou, step_size=3, gamma=0.5)
 
+    def generated(self, params):
+        """The generated optimizer over ``params`` (the problem's param groups, the setting)."""
+        return self.d.cls(_groups(params, self.problem, self.lr_name, self.setting), **self.setting)
+
+    def user(self, params):
+        """The user's optimizer over ``params``, with its own names for the learning rate and hyperparameters."""
+        return self.factory(_groups(params, self.problem, self.user_lr if self.lr_name else None,
+                                    {self.user_lr: self.setting.get("lr")}), **self.user_kwargs)
+
     def reload(self):
         sd_g, sd_u = copy.deepcopy(self.og.state_dict()), copy.deepcopy(self.ou.state_dict())
-        self.og = self.d.cls(_groups(self.pg, self.problem, self.lr_name, self.setting), **self.setting)
-        self.ou = self.factory(_groups(self.pu, self.problem, self.names.get("lr", "lr") if self.lr_name else None,
-                                       {self.names.get("lr", "lr"): self.setting.get("lr")}), **self.user_kwargs)
+        self.og, self.ou = self.generated(self.pg), self.user(self.pu)
         self.og.load_state_dict(sd_g)
         self.ou.load_state_dict(sd_u)
 
@@ -240,13 +234,13 @@ class _Run:
         pre = {"params": [p.detach().clone() for p in self.pu], "user": _clone_state(self.ou, self.pu),
                "gen_params": [p.detach().clone() for p in self.pg],
                "gen": _clone_state(self.og, self.pg),
-               "lrs": [g.get(self.names.get("lr", "lr")) for g in self.ou.param_groups]}
+               "lrs": [g.get(self.user_lr) for g in self.ou.param_groups]}
         if self.d.sampled:
             # Monte Carlo recipes: the gradients at samples of q (the peer's sampled_params API), with the same
             # draws for both (torch's global generator, seeded per step)
             draws = int(self.setting.get("mc_samples", 1))
             for opt, params in ((self.og, self.pg), (self.ou, self.pu)):
-                torch.manual_seed(self.seed * 100_003 + k)
+                torch.manual_seed(draw_seed(self.seed, k))
                 for _ in range(draws):
                     with opt.sampled_params(train=True):
                         self.problem.gradients(params, self.data, k)
@@ -289,7 +283,7 @@ class _Run:
         if grads is None:
             return None
         params = [p.clone().requires_grad_(True) for p in pre["params"]]
-        opt = self.d.cls(_groups(params, self.problem, self.lr_name, self.setting), **self.setting)
+        opt = self.generated(params)
         for g, lr in zip(opt.param_groups, pre["lrs"]):
             if self.lr_name is not None and lr is not None:
                 g[self.lr_name] = lr
@@ -370,6 +364,7 @@ def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, probl
             report.skipped.append(f"{', '.join(missing)} (your optimizer takes no such argument)")
             continue
         for dtype in dtypes:
+            dname = str(dtype).replace("torch.", "")
             for problem in problems:
                 try:
                     run = _Run(derived, factory, names, problem, dtype, setting, user_kwargs, seed)
@@ -385,7 +380,7 @@ def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, probl
                         gen_refuses = gexc
                     if gen_refuses is None:
                         report.equal = False
-                        report.divergence = Divergence(problem.name, str(dtype).replace("torch.", ""), setting, 0, 0,
+                        report.divergence = Divergence(problem.name, dname, setting, 0, 0,
                                                        "constructor", f"raises {type(exc).__name__}: {exc}",
                                                        "accepts these hyperparameters")
                         return report
@@ -396,7 +391,7 @@ def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, probl
                         found = run.step(k)
                     except Exception as exc:                  # noqa: BLE001 - the user's code: report it
                         report.equal = False
-                        report.divergence = Divergence(problem.name, str(dtype).replace("torch.", ""), setting, k + 1,
+                        report.divergence = Divergence(problem.name, dname, setting, k + 1,
                                                        0, "raises", f"raises {type(exc).__name__}: {exc}",
                                                        "steps (torch's convention: a parameter without a gradient "
                                                        "is left as it is)" if problem.skip else "steps")
@@ -406,13 +401,12 @@ def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, probl
                         continue
                     i, var, yours, theirs, pre, grads = found
                     report.equal = False
-                    div = Divergence(problem.name, str(dtype).replace("torch.", ""), setting, k + 1, i, var,
+                    div = Divergence(problem.name, dname, setting, k + 1, i, var,
                                      *describe(yours, theirs))
                     if problem.reload_at is not None and k >= problem.reload_at:
                         div.note = (f"both optimizers were rebuilt from their state_dict before step "
                                     f"{problem.reload_at + 1}")
                     loc = run.localize(pre, grads)
-                    state = None
                     if loc is not None:
                         state, div.parameter, y2, t2 = loc
                         div.variable = "parameter" if state == derived.mean else names.get(
@@ -421,8 +415,7 @@ def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, probl
                     else:
                         state = derived.mean if var == "parameter" else derived.stored.get(
                             {v: k2 for k2, v in names.items()}.get(var, var), var)
-                    if state is not None:
-                        div.assignment, div.rules, div.definitions = derived.explain(state, setting)
+                    div.assignment, div.rules, div.definitions = derived.explain(state, setting)
                     report.divergence = div
                     return report
     return report

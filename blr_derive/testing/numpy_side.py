@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from blr_derive.testing.problems import agree, describe, settings_for
+from blr_derive.testing.problems import agree, completed, describe, draw_seed, settings_for
 from blr_derive.testing.results import Divergence, Report
 
 P = 4
@@ -55,17 +55,13 @@ def _initial(module, seed: int) -> dict:
 
 
 def equivalent_numpy(derived, fn, *, names: dict, values: dict, settings=None, seed: int = 0, steps: int = 6):
-    mod = derived.numpy
+    mod = derived.compile("numpy")
     label = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     report = Report(derived.name, label, equal=True)
     if mod.DATA:
         raise ValueError(f"equivalent(): recipe '{derived.name}' reads data ({', '.join(mod.DATA)}); the numpy "
                          "problem set has losses with oracles only")
-    defaults = {**mod.HYPERPARAMETERS, **values}
-    missing = [k for k, v in defaults.items() if v is None]
-    if missing:
-        raise ValueError(f"equivalent(): recipe '{derived.name}' has hyperparameters without a default: "
-                         f"{', '.join(missing)}; give them (values={{...}}, or --value NAME=NUMBER on the command line)")
+    defaults = completed(derived.name, mod.HYPERPARAMETERS, values)
     elementwise = mod.SHAPES.get(mod.REQUIRED_STATE[0]) == "*"
     order = [n for n, _ in derived.assignments]
     for setting in (settings if settings is not None else settings_for(defaults)):
@@ -79,9 +75,9 @@ def equivalent_numpy(derived, fn, *, names: dict, values: dict, settings=None, s
             for k in range(steps):
                 pre_u = {key: np.array(v, copy=True) for key, v in su.items()}
                 pre_g = sg
-                sg = mod.step(sg, oracles=oracles, rng=np.random.default_rng(seed * 100_003 + k), **setting)
+                sg = mod.step(sg, oracles=oracles, rng=np.random.default_rng(draw_seed(seed, k)), **setting)
                 try:
-                    su = fn(su, oracles=oracles, rng=np.random.default_rng(seed * 100_003 + k), **user_hyper)
+                    su = fn(su, oracles=oracles, rng=np.random.default_rng(draw_seed(seed, k)), **user_hyper)
                 except Exception as exc:                       # noqa: BLE001 - the user's code: report it
                     report.equal = False
                     report.divergence = Divergence(lname, "float64", setting, k + 1, 0, "raises",
@@ -95,7 +91,7 @@ def equivalent_numpy(derived, fn, *, names: dict, values: dict, settings=None, s
                 report.equal = False
                 # evaluate the derived step on the user's state before it: the first assignment that differs
                 mine = {n: pre_u[names.get(n, n)] for n in pre_g if names.get(n, n) in pre_u}
-                local = mod.step({**pre_g, **mine}, oracles=oracles, rng=np.random.default_rng(seed * 100_003 + k),
+                local = mod.step({**pre_g, **mine}, oracles=oracles, rng=np.random.default_rng(draw_seed(seed, k)),
                                  **setting)
                 first = next((n for n in order if names.get(n, n) in su and n in local
                               and not agree(su[names.get(n, n)], local[n], "float64", mine.get(n), mine.get(n))), None)

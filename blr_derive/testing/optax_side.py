@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import torch
 
-from blr_derive.testing.problems import PROBLEMS, agree, describe, settings_for
+from blr_derive.testing.problems import PROBLEMS, agree, completed, describe, settings_for
 from blr_derive.testing.results import Divergence, Report
 
 
@@ -65,7 +65,7 @@ def equivalent_optax(derived, tx, *, names: dict, values: dict, settings=None, s
     factory = getattr(mod, derived.name)
     label = getattr(tx, "__qualname__", getattr(tx, "__name__", type(tx).__name__))
     report = Report(derived.name, label, equal=True)
-    defaults = {**mod.HYPERPARAMETERS, **values}
+    defaults = completed(derived.name, mod.HYPERPARAMETERS, values)
     fixed = hasattr(tx, "init") and hasattr(tx, "update")   # a transformation: hyperparameters already chosen
     if fixed and settings is None:
         settings = [defaults]

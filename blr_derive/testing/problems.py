@@ -108,6 +108,23 @@ def agree(yours, derived, dtype: str, pre_yours=None, pre_derived=None) -> bool:
     return bool(np.all(ok | (np.isnan(da) & np.isnan(db))))
 
 
+def draw_seed(seed: int, step: int) -> int:
+    """The seed of a step's random draws, the same for both optimizers (and for the localizing re-run)."""
+    return seed * 100_003 + step
+
+
+def completed(recipe: str, defaults: dict, values: dict) -> dict:
+    """The hyperparameters of every run: ``values`` over the generated defaults; one without either (a default
+    of None) is a ValueError saying how to give it."""
+    out = {**defaults, **values}
+    missing = [k for k, v in out.items() if v is None]
+    if missing:
+        raise ValueError(f"equivalent(): recipe '{recipe}' has hyperparameters without a default: "
+                         f"{', '.join(missing)}; give them (values={{...}}, or --value NAME=NUMBER on the "
+                         "command line)")
+    return out
+
+
 def describe(yours, derived) -> tuple[str, str]:
     """Both values for the report: numbers, or for arrays the entry where they differ most (with its index)."""
     if isinstance(yours, (torch.Tensor, np.ndarray)) or isinstance(derived, (torch.Tensor, np.ndarray)):
