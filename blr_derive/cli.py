@@ -158,9 +158,6 @@ def _recipe_input(args, target: str = "numpy"):
             how = f"derive from it with: blr-derive {ref} --target {target} {' '.join(words)}"
         raise SpecError(f"this is a family file, not a recipe: {how}; or write a recipe file, e.g. "
                         f"{{name: my_rule, family: {ref}, loss: abstract, approximations: [...]}}", str(path), 1)
-    if args.loss is None:
-        raise SpecError("--loss is missing: 'abstract' (gradient and Hessian oracles) or an expression of the "
-                        "family's variable", CMDLINE)
     options = dict(loss=args.loss, approximations=args.approx, hyperparameters=args.hyper, settings=args.set,
                    name=args.name, data=args.data)
     return api.recipe_from_options(path, **options), api.options_label(args.recipe, **options)
@@ -217,16 +214,19 @@ def cmd_compare(argv):
     seconds = _time_limit(args)
     from blr_derive.api import compare_recipes, resolve_input
     with derivation_budget(seconds):
-        a, b = (_recipe_only(resolve_input, r) for r in (args.recipe_a, args.recipe_b))
+        a, b = (_recipe_only(resolve_input, r, "compare takes two recipes (files or catalog names)")
+                for r in (args.recipe_a, args.recipe_b))
         text = compare_recipes(a, b)
     sys.stdout.write(terminal_safe(text))
     return 0
 
 
-def _recipe_only(resolve, ref):
+def _recipe_only(resolve, ref, takes: str):
+    """The recipe a command names (a file or a catalog name); a family file is one located line saying what the
+    command ``takes`` instead."""
     path, kind = resolve(ref)
     if kind == "family":
-        raise SpecError("this is a family file; compare takes two recipes (files or catalog names)", str(path), 1)
+        raise SpecError(f"this is a family file; {takes}", str(path), 1)
     return path
 
 
@@ -361,9 +361,7 @@ def cmd_verify(argv):
         obj = getattr(obj, part)
     from blr_derive.api import resolve_input
     from blr_derive.testing import equivalent
-    path, kind = resolve_input(args.recipe)
-    if kind == "family":
-        raise SpecError("this is a family file; verify takes a recipe (a file or a catalog name)", str(path), 1)
+    path = _recipe_only(resolve_input, args.recipe, "verify takes a recipe (a file or a catalog name)")
     with derivation_budget(_time_limit(args)):
         try:
             report = equivalent(str(path), obj, names=names, values=values)

@@ -94,6 +94,9 @@ def recipe_from_options(family_ref, *, loss=None, approximations=(), hyperparame
     state: u}"``); ``hyperparameters`` and ``settings`` (any other recipe key) are ``NAME=VALUE`` texts.  The
     recipe is written one option per line, so that every error names the option it comes from:
     ``<command line>: --approx ...: problem``."""
+    if loss is None:
+        raise SpecError("--loss is missing: 'abstract' (gradient and Hessian oracles) or an expression of the "
+                        "family's variable", COMMAND_LINE)
     fam = load_family(str(family_ref))
     lines, origin = [], {}
 
@@ -102,9 +105,6 @@ def recipe_from_options(family_ref, *, loss=None, approximations=(), hyperparame
         origin[len(lines)] = option
     put("family: __FAMILY__", "")                 # line 1: where the recipe as a whole is located
     put(f"name: {_one_line_yaml(name or fam.name, '--name')}", "--name")
-    if loss is None:
-        raise SpecError("--loss is missing: 'abstract' (gradient and Hessian oracles) or an expression",
-                        COMMAND_LINE)
     if loss.strip() == "abstract":
         if data:
             raise SpecError("--data declares the data of an explicit --loss expression, not of 'abstract'",
