@@ -21,7 +21,6 @@ import sympy as sp
 from sympy.logic.boolalg import BooleanFunction
 from sympy.printing.pycode import PythonCodePrinter
 
-from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.printing import HostConditionalMixin
 from blr_derive.core.errors import UnsupportedTarget
 
@@ -67,9 +66,6 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
     def __init__(self, static=()):
         super().__init__({"fully_qualified_modules": True, "standard": "python3"})
         self.static = set(static)
-
-    def _print_Symbol(self, expr):
-        return identifier(expr.name)
 
     def _print_Float(self, expr):
         return repr(float(expr))
