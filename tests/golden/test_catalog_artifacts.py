@@ -44,16 +44,22 @@ def test_torch_target_covers_the_deep_learning_recipes():
 
 
 def test_jax_target_covers_the_torch_recipes_and_the_matrix_subset():
-    """The jax target writes the elementwise recipes (exactly the torch target's) as optax transformations, and
-    the matrix subset (no sampling, quadrature or entry points) as plain jax.numpy functions."""
+    """The jax target writes the elementwise recipes (the torch target's, and the dropout recipes whose
+    Heaviside mask torch cannot print) as optax transformations, and every other recipe (single-family ones
+    with matrix updates, data, samples of q, quadrature, family maps or entry points, and the factorized
+    (several-block) recipes) as plain jax.numpy functions: every catalog recipe has a jax artifact."""
     texts = {p.stem: p.read_text(encoding="utf-8") for p in (GENERATED / "jax").glob("*.py") if p.stem != "__init__"}
     transformations = {n for n, t in texts.items() if "GradientTransformation" in t}
     functions = {n for n, t in texts.items() if "\ndef step(" in t}
     torch_names = {p.stem for p in (GENERATED / "torch").glob("*.py")} - {"__init__"}
-    assert transformations == torch_names and {"adam", "ivon", "nadam_optax"} <= transformations
+    assert transformations == torch_names | {"dropout_adam", "dropout_rmsprop"}
+    assert {"adam", "ivon", "nadam_optax"} <= transformations
     assert functions == set(texts) - transformations
     assert {"newton", "laplace", "ridge", "bayesian_linear_regression"} <= functions
-    assert not functions & {"ncvi", "ncvmp", "fed_admm_full", "svi"}
+    assert {"ncvi", "ncvmp", "fed_admm_full", "snes", "quadrature_gamma", "beta_bernoulli", "dropout_sgd"} <= functions
+    assert set(texts) == set(RECIPES)
+    factorized = {n for n, t in texts.items() if "\nBLOCKS = (" in t}
+    assert factorized == {"em_gmm", "em_gmm_unrolled", "svi", "svi_unrolled", "vmp"} and factorized <= functions
 
 
 def test_generation_is_deterministic():

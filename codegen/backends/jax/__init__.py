@@ -15,9 +15,15 @@ style of ivon-optax: ``sample_parameters(key, params, state)`` (an explicit ``ja
 and its noise), ``perturb(noise, params, state)`` (the sample for given noise) and ``accumulate(grads, state,
 noise, params)`` (adds one sample's statistics to the state); ``update`` then steps with the averages and ignores
 its gradient argument.  Oracles other than the gradient are keyword arguments of ``update`` (or ``accumulate``).
-A matrix (non-elementwise) recipe without samples of q, quadrature or entry points besides ``init``/``step`` is
-written as a module of plain ``jax.numpy`` functions mirroring the numpy target's (codegen/backends/jax/functions.py,
-templates/functions.py.j2).  Other recipes raise UnsupportedTarget naming the recipe entry.
+
+Every other single-family recipe (one that :func:`optimizer_refusal` refuses: a matrix update, data inputs, a
+Hessian oracle, samples of q from a rejection sampler or with fitness shaping, quadrature, the family's parameter
+maps, entry points besides ``init``/``step``, a state without an initial value ...) is written as a module of plain
+``jax.numpy`` functions that mirrors the numpy target's module: ``init``, a pure ``jax.jit``-compatible
+``step(state, *, oracles=None, data=None, key=None, **hyperparameters)`` (an explicit ``jax.random`` key for
+samples of q), the parameter maps, the entry points and ``parameter`` (codegen/backends/jax/functions.py,
+templates/functions.py.j2).  Factorized (several-block) recipes are plain functions too
+(codegen/backends/jax/factorized.py).  What neither can express raises UnsupportedTarget naming the recipe entry.
 """
 from __future__ import annotations
 
@@ -27,16 +33,18 @@ from pathlib import Path
 import sympy as sp
 
 from blr_derive.codegen.backends.jax.config import CONFIG
+from blr_derive.codegen.backends.jax.factorized import render_factorized
 from blr_derive.codegen.backends.jax.functions import functions_view
 from blr_derive.codegen.backends.jax.printer import JaxPrinter, is_static, static_part
 from blr_derive.codegen.inert import identifier, template_env
+from blr_derive.codegen.model import structure_of
 from blr_derive.codegen.lower import check_optimizer, host_states, plan_optimizer, state_conditions, state_symbols
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 from blr_derive.ir.common import need_conditions
 
 #: the draws of a sample of q -> the jax.random function that makes them
 DRAWS = {"normal": "normal", "uniform": "uniform"}
-#: the template of a matrix (non-elementwise) recipe: a module of plain jax.numpy functions
+#: the template of a single-family recipe that is not an optax transformation: plain jax.numpy functions
 FUNCTIONS_TEMPLATE = "functions.py.j2"
 #: names the template gives state fields besides the recipe's state
 RESERVED = ("count", "samples")
@@ -56,12 +64,13 @@ class JaxTarget:
         check_optimizer(ir, self.name)
 
     def render(self, ir) -> str:
-        if not ir.elementwise:          # a matrix update: plain jax.numpy functions (codegen/backends/jax/functions.py)
+        if structure_of(ir) == "product":   # several blocks: plain jax.numpy functions (codegen/backends/jax/factorized.py)
+            return render_factorized(self.env, ir)
+        if optimizer_refusal(ir, self.name) is not None:
+            # not an optimizer over a parameter pytree (a matrix update, data inputs, a Hessian oracle, samples of q
+            # the lowering cannot split per leaf, quadrature, maps, entry points, a state without an initial value
+            # ...): plain jax.numpy functions mirroring the numpy target's module (codegen/backends/jax/functions.py)
             return self.env.get_template(FUNCTIONS_TEMPLATE).render(**functions_view(ir))
-        for sym, expr in ir.assignments:
-            if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
-                raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target needs an elementwise update; "
-                                        f"'{sym}' is a matrix expression", "family")
         plan = plan_optimizer(ir, self.name)
         static = {str(s) for h in ir.hyperparameters if h.kind in ("bool", "choice") for s in h.symbols}
         pr = JaxPrinter(static)
@@ -165,6 +174,23 @@ class JaxTarget:
                 "theta_text": sp.sstr(sm.theta_expr), "draw": DRAWS[sm.draw], "stats": stats,
                 "needs_theta": any(sm.theta in e.free_symbols for _, e in sm.stats),
                 "calls": [(identifier(str(k)), o) for k, o in sm.calls], "samples": pr.doprint(sm.samples)}
+
+
+def optimizer_refusal(ir, target):
+    """Why the recipe is not an optax transformation (an elementwise update of a parameter pytree whose oracles are
+    the gradient at the parameter or at samples of q), as the UnsupportedTarget the optimizer lowering raises; None
+    if it is one."""
+    try:
+        check_optimizer(ir, target)
+        for sym, expr in ir.assignments:
+            if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
+                raise UnsupportedTarget(f"recipe '{ir.recipe}': the {target} target needs an elementwise update; "
+                                        f"'{sym}' is a matrix expression", "family")
+        plan_optimizer(ir, target)          # e.g. a state with neither an initial value nor the parameter's
+    except UnsupportedTarget as exc:
+        return exc
+    return None
+
 
 def _tensors(plan, by_name, scalars):
     """The symbols bound to one leaf's arrays: the state (but the scalar states), the parameter, the oracle values

@@ -1,49 +1,165 @@
-"""jax target, matrix recipes: a module of plain ``jax.numpy`` functions (``init`` and a pure ``step``) that
-mirrors the numpy target's module.
+"""jax target, single-family recipes that are not optax transformations: a module of plain ``jax.numpy``
+functions (``init``, a pure ``step`` and whatever else the numpy target's module defines) that mirrors the numpy
+target's module (codegen/backends/numpy: ``render``, templates/module.py.j2 and entry_points.py.j2).
 
-The subset: a single family whose update is not elementwise (full-covariance Gaussians, Wishart families ...),
-without samples of q or quadrature, family maps, entry points or a recipe ``parameter``.  The update IR is
-printed by the numpy target's printer (codegen/backends/numpy/printer.py) with its module names replaced by
-their ``jax.numpy`` / ``jax.scipy`` counterparts (:class:`JnpPrinter`); ``Piecewise`` becomes ``jnp.where``, and
-solves with the updated precision stay Cholesky solves (``jax.scipy.linalg.cho_factor``/``cho_solve``).  Nothing
-in ``step`` branches in Python on a traced value, so ``jax.jit(step)`` works (numbers may be traced; boolean and
-choice hyperparameters, none in the catalog's subset, are Python values)."""
+It covers everything that module covers for one family:
+
+* the state, data inputs and oracle values with the numpy module's ``SHAPES``/``SYMMETRIC`` checks (``_array``:
+  elementwise ``"*"``/``"?"`` arrays, named dimensions, symmetric matrices; shapes are static under ``jax.jit``,
+  and the symmetry of a traced value is not checked);
+* Monte Carlo samples of q (normal and uniform draws, several draws per sample, rejection samplers as a
+  ``jax.lax.while_loop``) from an explicit ``jax.random`` key, rank-based fitness shaping (stable ``jnp.argsort``),
+  tanh-sinh quadrature nodes and Gauss-Hermite expectations (nodes computed on the host with numpy); the samples
+  and nodes are a ``jax.lax.scan``, so ``step`` is traced once whatever their number;
+* the family's parameter maps (``natural_parameters`` ... ``ordinary_from_expectation``, the last with the engine's
+  Newton solver, blr_derive/core/newton.py, run on the host), the entry points besides ``init``/``step`` (e.g.
+  federated ADMM's dual and server steps) and a recipe ``parameter``.
+
+Every expression is printed by the numpy target's printer with its module names replaced by their ``jax.numpy``
+/ ``jax.scipy`` counterparts (:class:`JnpPrinter`); ``Piecewise`` becomes ``jnp.where``, solves stay Cholesky solves
+(``jax.scipy.linalg.cho_factor``/``cho_solve``), ``iv(0, x)``/``iv(1, x)`` are ``i0``/``i1``, and
+``scipy.special.gammaincinv``, which jax lacks, is a Halley iteration on ``jax.scipy.special.gammainc``
+(``_gammaincinv``).  Nothing in ``step`` branches in Python on a traced value, so
+``jax.jit(step, static_argnames=STATIC_HYPERPARAMETERS)`` works: numbers may be traced; boolean, choice and
+integer hyperparameters (sample and node counts) are Python values.  A recipe is refused (UnsupportedTarget, located
+at its entry) when it needs a special function jax has no counterpart for (``kv``, ``iv`` of another order,
+``betaincinv``, the Bessel-function derivative ``_dbesselk``) or declares a name the module binds itself
+(:data:`RESERVED`: ``jax``, ``jnp``, ``numpy``, ``scipy``, ``key``)."""
 from __future__ import annotations
 
 import re
 
 import sympy as sp
 
+from blr_derive.codegen.backends.numpy import NEWTON_SOURCE, entry_view, shaping_view, family_maps_view, \
+    module_shapes
+from blr_derive.codegen.backends.numpy.printer import HELPERS as NUMPY_HELPERS
 from blr_derive.codegen.backends.numpy.printer import BLRNumPyPrinter
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import UnsupportedTarget
 
-#: scipy.special functions that jax.scipy.special has under the same name (any other is refused)
+#: scipy.special functions that jax.scipy.special has under the same name
 JAX_SPECIAL = frozenset({"exp1", "gammaln", "digamma", "polygamma", "gamma", "factorial", "xlogy", "logsumexp",
-                         "expit", "ndtri"})
-#: the numpy printer's helpers that the template defines in jax (any other one is quadrature or sampling)
-HELPERS = frozenset({"_spd_solve"})
+                         "expit", "ndtri", "i0", "i1"})
+#: scipy.special functions that jax lacks, computed by a helper of the module (generic numerics)
+SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv"}
 _NUMPY = re.compile(r"(?<![\w.])numpy\.")
 _SPECIAL = re.compile(r"(?<![\w.])scipy\.special\.([A-Za-z_][A-Za-z0-9_]*)")
-#: module names that a recipe's identifiers must not shadow in the generated module
-RESERVED = frozenset({"jax", "jnp", "numpy", "scipy"})
+#: names that a recipe's identifiers must not take: the modules and the ``key`` argument of ``step``
+RESERVED = frozenset({"jax", "jnp", "numpy", "scipy", "key"})
+#: hyperparameter kinds that are Python values in ``step`` (static under jax.jit)
+STATIC_KINDS = ("bool", "choice", "int")
+
+#: the module's helpers in jax, by the name the numpy printer gives them; ``_tanh_sinh`` and the Gauss-Hermite
+#: nodes are host constants (numpy), ``_newton_dual`` is the engine's solver (NEWTON_SOURCE)
+HELPER_SOURCES = {
+    "_array": '''def _array(name, value, dims):
+    """``value`` as a float jax array of the shape SHAPES[name] declares, binding the dimensions it names in
+    ``dims``; a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not
+    symmetric is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).
+    Shapes are static under jax.jit; the symmetry of a traced value (a jax tracer) is not checked."""
+    a = jnp.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if (name in SYMMETRIC and a.size and not isinstance(a, jax.core.Tracer)
+            and not bool(jnp.allclose(a, jnp.swapaxes(a, -1, -2), rtol=0,
+                                      atol=1e-8 * max(1.0, float(jnp.abs(a).max()))))):
+        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a''',
+    "_need": NUMPY_HELPERS["_need"],
+    "_spd_solve": '''def _spd_solve(A, B):
+    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
+    return jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)''',
+    "_tanh_sinh": NUMPY_HELPERS["_tanh_sinh"],
+    "_gauss_hermite": '''def _gauss_hermite(f, mean, var, nodes):
+    """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points (a Python int; the
+    nodes and weights are computed on the host with numpy)."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    x = mean[:, None] + jnp.sqrt(var)[:, None] * z
+    return jnp.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))''',
+    "_gauss_hermite_stein": '''def _gauss_hermite_stein(f, mean, var, nodes):
+    """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
+    quadrature with `nodes` points (a Python int; nodes and weights from numpy on the host); 0 where var = 0."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    sd = jnp.sqrt(var)
+    x = mean[:, None] + sd[:, None] * z
+    fx = jnp.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
+    return jnp.where(sd > 0, (fx @ (w * z / numpy.sqrt(2 * numpy.pi))) / jnp.where(sd > 0, sd, 1.0), 0.0)''',
+    "_gammaincinv": '''def _gammaincinv(a, p):
+    """x with P(a, x) = p for the regularized lower incomplete gamma function P (scipy.special.gammaincinv): a start
+    from Wilson-Hilferty (a > 1; the small-x series x = (p Gamma(a + 1))^(1/a) in the lower tail) or Numerical
+    Recipes' start (a <= 1), then 12 Halley steps in x (a jax.lax.fori_loop) on P(a, x) - p, written
+    1 - p - Q(a, x) where p > 1/2 (the upper tail keeps its precision); 0 at p = 0, inf at p = 1.  Elementwise
+    and jax.jit-compatible."""
+    a, p = jnp.broadcast_arrays(jnp.asarray(a, dtype=float), jnp.asarray(p, dtype=float))
+    q = 1 - p
+    lower = p < 0.5
+    a1 = a - 1
+    gln = jax.scipy.special.gammaln(a)
+    t = jnp.sqrt(-2 * jnp.log(jnp.where(lower, jnp.where(p > 0, p, 1.0), jnp.where(q > 0, q, 1.0))))
+    z = (2.30753 + t * 0.27061) / (1 + t * (0.99229 + t * 0.04481)) - t
+    z = jnp.where(lower, -z, z)
+    x_wh = jnp.maximum(1e-3, a * (1 - 1 / (9 * a) - z / (3 * jnp.sqrt(a))) ** 3)
+    x_series = jnp.exp((jnp.log(jnp.where(p > 0, p, 1.0)) + jax.scipy.special.gammaln(a + 1)) / a)
+    t_small = 1 - a * (0.253 + a * 0.12)
+    x_small = jnp.where(p < t_small, (p / t_small) ** (1 / a), 1 - jnp.log1p(-(p - t_small) / (1 - t_small)))
+    x = jnp.where(a > 1, jnp.where(lower & (x_series < 0.05 * (a + 1)), x_series, x_wh), x_small)
+
+    def halley(_, x):
+        xs = jnp.maximum(x, 1e-300)
+        err = jnp.where(lower, jax.scipy.special.gammainc(a, xs) - p, q - jax.scipy.special.gammaincc(a, xs))
+        dens = jnp.exp(a1 * jnp.log(xs) - xs - gln)
+        u = jnp.where(dens > 0, err / jnp.where(dens > 0, dens, 1.0), 0.0)
+        new = x - u / (1 - 0.5 * jnp.minimum(1.0, u * (a1 / xs - 1)))
+        return jnp.where(new <= 0, 0.5 * x, new)
+    x = jax.lax.fori_loop(0, 12, halley, x)
+    return jnp.where(p <= 0, 0.0, jnp.where(p >= 1, jnp.inf, x))''',
+}
+#: the numpy printer's helpers that the module defines in jax (any other one is refused)
+HELPERS = frozenset(HELPER_SOURCES)
+#: helpers that run on the host with numpy
+HOST_HELPERS = frozenset({"_tanh_sinh", "_gauss_hermite", "_gauss_hermite_stein"})
 
 
 class JnpPrinter(BLRNumPyPrinter):
     """The numpy target's printer with ``jax.numpy`` names: every ``numpy.f`` it prints is ``jnp.f`` and every
-    ``scipy.special.f`` is ``jax.scipy.special.f`` (a function jax lacks is UnsupportedTarget)."""
+    ``scipy.special.f`` is ``jax.scipy.special.f``, or the module's helper for a function jax lacks
+    (:data:`SPECIAL_HELPERS`); any other one is UnsupportedTarget."""
 
     def doprint(self, expr, assign_to=None):
         text = _NUMPY.sub("jnp.", super().doprint(expr, assign_to))
 
         def special(m):
-            if m.group(1) not in JAX_SPECIAL:
-                raise UnsupportedTarget(f"the jax target has no jax.scipy.special.{m.group(1)}")
+            name = m.group(1)
+            if name in SPECIAL_HELPERS:
+                self.helpers.add(SPECIAL_HELPERS[name])
+                self.special = True         # the helper calls jax.scipy.special
+                return SPECIAL_HELPERS[name]
+            if name not in JAX_SPECIAL:
+                raise UnsupportedTarget(f"the jax target has no jax.scipy.special.{name} (scipy.special.{name})")
             self.special = True
-            return f"jax.scipy.special.{m.group(1)}"
+            return f"jax.scipy.special.{name}"
         return _SPECIAL.sub(special, text)
 
     special = False
+
+    def _print_besseli(self, expr):
+        # I_0 and I_1 are jax.scipy.special.i0/i1; another order has no jax counterpart (refused by doprint)
+        nu, x = expr.args
+        if nu in (0, 1):
+            return f"scipy.special.i{int(nu)}({self._print(x)})"
+        return super()._print_besseli(expr)
 
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr) if expr.args[-1].cond == sp.true else "jnp.nan"
@@ -53,30 +169,27 @@ class JnpPrinter(BLRNumPyPrinter):
 
 
 def check_functions(ir):
-    """UnsupportedTarget, naming the recipe entry, unless the recipe is in the subset rendered as functions."""
+    """UnsupportedTarget, naming the recipe entry, where the module cannot be written: a name the module binds
+    itself (:data:`RESERVED`) or a draw that is neither normal nor uniform.  (Special functions and helpers that
+    jax lacks are refused while printing, by :func:`functions_view`.)"""
     def no(msg, key):
         raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target {msg}", key)
-    if ir.sampling is not None:
-        what = "quadrature nodes" if ir.sampling.draw == "tanh_sinh" else "samples of q"
-        no(f"writes a matrix (non-elementwise) update as jax.numpy functions without {what} only (the numpy "
-           "target)", "approximations")
-    if getattr(ir, "components", None) is not None:
-        no("writes a matrix update without a component axis only (the numpy target)", "family")
-    if ir.family_maps:
-        no("writes a matrix update without the family's parameter maps only (the numpy target)", "family")
-    if ir.entry_points is not None:
-        no("writes a matrix update with init and step only; the recipe has more entry points (the numpy target)",
-           "approximations")
-    if getattr(ir, "parameter", None) is not None:
-        no("writes a matrix update without a recipe 'parameter' only (the numpy target)", "parameter")
-    names = [v.name for v in ir.state + ir.data] + [h.name for h in ir.hyperparameters] + [o for o, _ in ir.oracles]
-    clash = sorted(set(names) & RESERVED)
-    if clash:
-        no(f"needs names other than {', '.join(clash)} (its modules)", "family")
+    for key, names in (("hyperparameters", [h.name for h in ir.hyperparameters]
+                        + [str(s) for h in ir.hyperparameters for s in h.symbols]),
+                       ("family", [v.name for v in ir.state] + [str(d) for d, _, _ in ir.dims]),
+                       ("loss", [v.name for v in ir.data] + [o for o, _ in ir.oracles])):   # data: the loss's
+        clash = sorted(set(names) & RESERVED)
+        if clash:
+            no(f"needs names other than {', '.join(clash)} (its modules and the random key of step); rename "
+               f"{', '.join(clash)}", key)
+    sm = ir.sampling
+    if sm is not None and sm.draw not in ("normal", "uniform", "tanh_sinh"):
+        no(f"samples q with normal or uniform draws only (got '{sm.draw}')", "approximations")
 
 
 def functions_view(ir):
-    """The template's view of a recipe in the subset: the update IR printed by :class:`JnpPrinter`."""
+    """The template's view of a single-family recipe: the numpy module's view (codegen/backends/numpy) printed by
+    :class:`JnpPrinter`, with the sampling loop's parts for ``jax.lax.scan``."""
     check_functions(ir)
     pr = JnpPrinter()
     calls = [(pr.doprint(c.symbol), c.oracle, pr.doprint(c.argument)) for c in ir.oracle_calls]
@@ -84,19 +197,66 @@ def functions_view(ir):
     outputs = [(name, pr.doprint(sym)) for name, sym in ir.outputs]
     inits = [(v.name, v.init_state, None if v.init_state else pr.doprint(v.init))
              for v in ir.state if v.init is not None]
+    init_doc = {v.name: pr.doprint(v.init) for v in ir.state if v.init is not None}
+    sampling = _sampling_view(ir, pr)
+    maps = family_maps_view(ir, pr)
+    entries = entry_view(ir, pr)
+    point = None
+    if ir.parameter is not None:                # what a model's weights hold (e.g. sign(lam))
+        point = {"code": pr.doprint(ir.parameter),
+                 "reads": [v.name for v in ir.state if v.symbol in ir.parameter.free_symbols]}
+    pr.helpers |= {"_array", "_need"}
     extra = sorted(pr.helpers - HELPERS)
     if extra:
-        raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target writes a matrix update as jax.numpy functions "
-                                f"without quadrature or sampling only (it needs {', '.join(extra)}: the numpy target)",
-                                "approximations")
+        raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target has no jax counterpart of the numpy "
+                                f"target's {', '.join(extra)}", "approximations")
     init_syms = set()
     for v in ir.state:
         if v.init is not None and v.init_state is None:
             init_syms |= v.init.free_symbols
+    helpers = sorted(pr.helpers)
     return dict(
-        ir=ir, calls=calls, assigns=assigns, outputs=outputs, inits=inits, special=pr.special,
+        ir=ir, calls=calls, assigns=assigns, outputs=outputs, inits=inits, init_doc=init_doc,
+        special=pr.special, solve="_spd_solve" in pr.helpers,
+        host=bool(set(helpers) & HOST_HELPERS) or maps is not None or (sampling or {}).get("shaping") is not None,
+        helper_sources=[HELPER_SOURCES[h] for h in helpers], sampling=sampling, maps=maps,
+        newton=NEWTON_SOURCE if maps is not None else None, entries=entries, point=point,
         dims=[(identifier(str(d)), identifier(var), axis) for d, var, axis in ir.dims],
-        solve="_spd_solve" in pr.helpers,
         init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)],
+        static=[h.name for h in ir.hyperparameters if h.kind in STATIC_KINDS],
         step=None if ir.step_symbol is None else identifier(str(ir.step_symbol)),
+        shapes=module_shapes(ir), symmetric=sorted(ir.symmetric),
+        first=identifier(ir.state[0].name),
     )
+
+
+def _sampling_view(ir, pr):
+    """Samples of q or quadrature nodes: the draws of a sample (in their order, each with its jax.random law),
+    θ, the acceptance condition of a rejection sampler, the oracle calls at θ, the statistics and their running
+    averages, and a fitness shaping (its weights printed for numpy on the host: they depend on n_samples alone)."""
+    sm = ir.sampling
+    if sm is None:
+        return None
+    if sm.draw == "tanh_sinh":
+        pr.helpers.add("_tanh_sinh")
+    law = {"normal": "normal", "uniform": "uniform"}
+    draws = [] if sm.draw == "tanh_sinh" else \
+        [(pr.doprint(sm.eps), law[sm.draw])] + [(pr.doprint(d), law[w]) for d, w in getattr(sm, "more_draws", [])]
+    out = {
+        "samples": pr.doprint(sm.samples), "eps": pr.doprint(sm.eps), "quadrature": sm.draw == "tanh_sinh",
+        "draws": draws, "theta": pr.doprint(sm.theta), "theta_expr": pr.doprint(sm.theta_expr),
+        "accept": pr.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
+        "calls": [(pr.doprint(s), o) for s, o in sm.calls],
+        "stats": [(pr.doprint(a), pr.doprint(e)) for a, e in sm.stats],
+    }
+    host = BLRNumPyPrinter()
+    shaping = shaping_view(sm, host)
+    if shaping is not None:
+        if host.imports or host.helpers:
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target computes the fitness shaping's weights "
+                                    "with numpy alone", "approximations")
+        kept = [d for d, _ in draws] + [out["theta"]] + [c for c, _ in out["calls"]]
+        shaping.update(call=pr.doprint(sm.shaping.call), kept=kept)
+    out["shaping"] = shaping
+    out["avgs"] = [a for a, _ in out["stats"]]
+    return out

@@ -56,33 +56,14 @@ class NumpyTarget:
                 "accept": printer.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
                 "calls": [(printer.doprint(s), o) for s, o in sm.calls],
                 "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],
-                "shaping": _shaping_view(sm, printer),
+                "shaping": shaping_view(sm, printer),
             }
             if sampling["shaping"] is not None:      # what each sample keeps until the values are ranked
                 kept = [sampling["eps"]] + [d for d, _ in sampling["more"]] + [sampling["theta"]] \
                     + [c for c, _ in sampling["calls"]]
                 sampling["shaping"].update(kept=kept, index=kept.index(sampling["shaping"]["call"]))
-        maps = None
-        fm = ir.family_maps
-        if fm:
-            conds = []
-            for name, expr, domain in fm["conditions"]:
-                e = printer.doprint(expr)
-                conds.append(f"0 < ({e}) < 1" if domain in ("unit_interval", "simplex") else f"({e}) > 0")
-            maps = {
-                "lam": [str(l) for l in fm["lam"]],
-                "eta": [printer.doprint(e) for e in fm["eta"]],
-                "mu": [printer.doprint(e) for e in fm["mu"]],
-                "A": printer.doprint(fm["A"]),
-                "solver": NEWTON_SOURCE,
-                "fisher": [[printer.doprint(fm["fisher"][i, j]) for j in range(fm["fisher"].shape[1])]
-                           for i in range(fm["fisher"].shape[0])],
-                "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],
-                "lam0": [printer.doprint(v) for v in fm["lam0"]],
-                "conditions": conds,
-                "params": [p.name for p in fm["params"]],
-            }
-        entries = _entry_view(ir, printer)
+        maps = family_maps_view(ir, printer)
+        entries = entry_view(ir, printer)
         point = None
         if getattr(ir, "parameter", None) is not None:      # what a model's weights hold (e.g. sign(lam))
             point = {"code": printer.doprint(ir.parameter),
@@ -91,16 +72,7 @@ class NumpyTarget:
         for v in ir.state:
             if v.init is not None and v.init_state is None:
                 init_syms |= v.init.free_symbols
-        elementwise = any(v.kind == "elementwise" for v in ir.state)
-        # fixed parameters and scalar data of an elementwise update may be one number or one per coordinate ("?")
-        shapes = {v.name: "?" if v.fixed and v.kind == "elementwise" else _shape(v.symbol, v.kind == "elementwise")
-                  for v in ir.state}
-        shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, False) for v in ir.data})
-        shapes.update({str(c.symbol): _shape(c.symbol, elementwise) for c in ir.oracle_calls})
-        if ir.sampling is not None:
-            # the loss at a sample is the model's total loss (one number), or one per coordinate for a separable loss
-            shapes.update({str(k): "?" if elementwise and o == "loss" else _shape(k, elementwise)
-                           for k, o in ir.sampling.calls})
+        shapes = module_shapes(ir)
         printer.helpers |= {"_array", "_need"}
         out = self.env.get_template(self.template).render(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
@@ -114,48 +86,100 @@ class NumpyTarget:
 
     def render_factorized(self, ir) -> str:
         """A factorized recipe: a plate loop for the local blocks and statistics, then the global blocks."""
-        printer = BLRNumPyPrinter()
-        pr = printer.doprint
-        local_assign = [(pr(s), pr(e)) for s, e in ir.local_assign]
-        pre_loop = [(pr(s), pr(e)) for s, e in ir.prelude + ir.pre_loop]
-        stats = [(pr(s), pr(e)) for s, e in ir.stats]
-        scale = (pr(ir.scale[0]), pr(ir.scale[1])) if ir.scale is not None else None
-        assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
-        dims = [(str(d), var, axis) for d, var, axis in ir.dims]
-        rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
-        program = returns = None     # a recipe with a component axis: the whole program (codegen/.../components.py)
-        if ir.components is not None:
-            rp = RowBatchPrinter({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
-                                 {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
-                                 | {s for s, _ in ir.local_assign}, optimize=True) if ir.plate is not None else None
-            program, returns = components.lower(ir, pr, rp)
-            if rp is not None:
-                printer.helpers |= rp.helpers
-                printer.imports |= rp.imports
-        elif ir.plate is not None:
-            rp = RowBatchPrinter({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
-                                 {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
-                                 | {s for s, _ in ir.local_assign})
-            try:
-                rows = {"local": [(pr(s), rp.doprint(e)) for s, e in ir.local_assign],
-                        "stats": [(pr(s), rp.plate_sum(e)) for s, e in ir.stats]}
-                printer.helpers |= rp.helpers
-                printer.imports |= rp.imports
-            except CodegenError:
-                rows = None
-        shapes = {v.name: _shape(v.symbol, False) for v in ir.state + ir.data}
-        if ir.components is not None:       # one value per component: a leading component axis
-            shapes.update({name: (identifier(ir.components["size"]),) + shapes[name]
-                           for name in ir.components["state"]})
-        if ir.plate is not None:
-            shapes.update({name: ("n_rows",) + _shape(sym, False) for name, sym, _, _ in ir.plate["data"]})
+        view = factorized_view(ir, BLRNumPyPrinter(), RowBatchPrinter)
+        printer = view["printer"]
         printer.helpers |= {"_array", "_need"}
         return self.env.get_template("factorized.py.j2").render(
-            ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
-            dims=dims, rows=rows, program=program, returns=returns,
-            plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
-            helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports),
-            printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric))
+            **view, helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports))
+
+
+def factorized_view(ir, printer, row_printer, xp="numpy"):
+    """The template's view of a factorized (product) recipe, printed by ``printer`` (global expressions) and
+    instances of ``row_printer`` (a RowBatchPrinter class: the per-row program on all rows at once); ``xp`` is
+    the array module's name in the lines of a component axis (codegen/backends/numpy/components.py).  The
+    helpers and imports the printed code needs are added to ``printer.helpers`` / ``printer.imports``.  Shared
+    by the numpy target and the jax target (codegen/backends/jax/factorized.py)."""
+    pr = printer.doprint
+    local_assign = [(pr(s), pr(e)) for s, e in ir.local_assign]
+    pre_loop = [(pr(s), pr(e)) for s, e in ir.prelude + ir.pre_loop]
+    stats = [(pr(s), pr(e)) for s, e in ir.stats]
+    scale = (pr(ir.scale[0]), pr(ir.scale[1])) if ir.scale is not None else None
+    assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
+    dims = [(str(d), var, axis) for d, var, axis in ir.dims]
+    rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
+    program = returns = None     # a recipe with a component axis: the whole program (codegen/.../components.py)
+    if ir.components is not None:
+        rp = row_printer({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
+                         {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
+                         | {s for s, _ in ir.local_assign}, optimize=True) if ir.plate is not None else None
+        program, returns = components.lower(ir, pr, rp, xp)
+        if rp is not None:
+            printer.helpers |= rp.helpers
+            printer.imports |= rp.imports
+    elif ir.plate is not None:
+        rp = row_printer({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
+                         {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
+                         | {s for s, _ in ir.local_assign})
+        try:
+            rows = {"local": [(pr(s), rp.doprint(e)) for s, e in ir.local_assign],
+                    "stats": [(pr(s), rp.plate_sum(e)) for s, e in ir.stats]}
+            printer.helpers |= rp.helpers
+            printer.imports |= rp.imports
+        except CodegenError:
+            rows = None
+    shapes = {v.name: _shape(v.symbol, False) for v in ir.state + ir.data}
+    if ir.components is not None:       # one value per component: a leading component axis
+        shapes.update({name: (identifier(ir.components["size"]),) + shapes[name]
+                       for name in ir.components["state"]})
+    if ir.plate is not None:
+        shapes.update({name: ("n_rows",) + _shape(sym, False) for name, sym, _, _ in ir.plate["data"]})
+    return dict(
+        ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
+        dims=dims, rows=rows, program=program, returns=returns,
+        plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
+        printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric))
+
+
+def module_shapes(ir) -> dict:
+    """SHAPES of a single-family module: name -> the shape its ``_array`` checks (see :func:`_shape`) for the
+    state, the data, the oracle values and the values of the oracles at samples of q.  Shared by the numpy
+    target and the jax target's functions (codegen/backends/jax/functions.py)."""
+    elementwise = any(v.kind == "elementwise" for v in ir.state)
+    # fixed parameters and scalar data of an elementwise update may be one number or one per coordinate ("?")
+    shapes = {v.name: "?" if v.fixed and v.kind == "elementwise" else _shape(v.symbol, v.kind == "elementwise")
+              for v in ir.state}
+    shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, False) for v in ir.data})
+    shapes.update({str(c.symbol): _shape(c.symbol, elementwise) for c in ir.oracle_calls})
+    if ir.sampling is not None:
+        # the loss at a sample is the model's total loss (one number), or one per coordinate for a separable loss
+        shapes.update({str(k): "?" if elementwise and o == "loss" else _shape(k, elementwise)
+                       for k, o in ir.sampling.calls})
+    return shapes
+
+
+def family_maps_view(ir, printer):
+    """The family's parameter maps (``ir.family_maps``) printed by ``printer``, or None without them.  Shared by
+    the numpy target and the jax target's functions (codegen/backends/jax/functions.py)."""
+    fm = ir.family_maps
+    if not fm:
+        return None
+    conds = []
+    for name, expr, domain in fm["conditions"]:
+        e = printer.doprint(expr)
+        conds.append(f"0 < ({e}) < 1" if domain in ("unit_interval", "simplex") else f"({e}) > 0")
+    return {
+        "lam": [str(l) for l in fm["lam"]],
+        "eta": [printer.doprint(e) for e in fm["eta"]],
+        "mu": [printer.doprint(e) for e in fm["mu"]],
+        "A": printer.doprint(fm["A"]),
+        "solver": NEWTON_SOURCE,
+        "fisher": [[printer.doprint(fm["fisher"][i, j]) for j in range(fm["fisher"].shape[1])]
+                   for i in range(fm["fisher"].shape[0])],
+        "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],
+        "lam0": [printer.doprint(v) for v in fm["lam0"]],
+        "conditions": conds,
+        "params": [p.name for p in fm["params"]],
+    }
 
 
 def _shape(sym, elementwise):
@@ -171,7 +195,7 @@ def _shape(sym, elementwise):
     return tuple(int(d) if d.is_Integer else identifier(str(d)) for d in dims)
 
 
-def _shaping_view(sm, printer):
+def shaping_view(sm, printer):
     """A rank-based shaping of an oracle's values (rule fitness_shaping): its weight over the ranks ``_r`` =
     1..n_samples and the value that replaces the oracle's, printed from the rule's expressions."""
     sh = getattr(sm, "shaping", None)
@@ -184,7 +208,7 @@ def _shaping_view(sm, printer):
                                                          sh.count: n}))}
 
 
-def _entry_view(ir, printer):
+def entry_view(ir, printer):
     """The entry points of the module besides init/step (e.g. Bayesian ADMM's dual and server steps), printed."""
     eps = ir.entry_points
     if eps is None:

@@ -32,9 +32,9 @@ def _symbols(e):
 class _Program:
     """The lines of a step with a component axis, written statement by statement (see the module docstring)."""
 
-    def __init__(self, ir, pr, rp):
+    def __init__(self, ir, pr, rp, xp="numpy"):
         comp = ir.components
-        self.pr, self.rp = pr, rp
+        self.pr, self.rp, self.xp = pr, rp, xp
         self.carried, self.rows = set(comp["carried"]), set(comp["rows"])
         self.k, self.K = comp["index"], comp["size"]
         for name in self.carried:
@@ -86,9 +86,9 @@ class _Program:
         self.lines.extend(f"    {r} = {r}_all[{k}]" for r in reads)
         for kind, s, e in group:
             self.lines.append(f"    {pr(s)} = {self.printed(kind, e)}")
-            value = f"numpy.broadcast_to({pr(s)}, (n_rows,))" if str(s) in self.rows else pr(s)
+            value = f"{self.xp}.broadcast_to({pr(s)}, (n_rows,))" if str(s) in self.rows else pr(s)
             self.lines.append(f"    {pr(s)}_all.append({value})")
-        self.lines.extend(f"{pr(s)}_all = numpy.stack({pr(s)}_all)" for _, s, _ in group)
+        self.lines.extend(f"{pr(s)}_all = {self.xp}.stack({pr(s)}_all)" for _, s, _ in group)
         self.have.update(defined)
 
     def run(self, stmts):
@@ -107,10 +107,11 @@ class _Program:
                 i = j
 
 
-def lower(ir, pr, rp):
+def lower(ir, pr, rp, xp="numpy"):
     """(lines of the step's program, [(output name, printed value)]) for ``ir`` with a component axis; ``pr``
-    prints global expressions, ``rp`` (a RowBatchPrinter) per-row ones and plate sums."""
-    prog = _Program(ir, pr, rp)
+    prints global expressions, ``rp`` (a RowBatchPrinter) per-row ones and plate sums; ``xp`` names the array
+    module (``numpy``; ``jnp`` for the jax target)."""
+    prog = _Program(ir, pr, rp, xp)
     prog.run([("global", s, e) for s, e in ir.prelude + ir.pre_loop])
     if ir.plate is not None:
         prog.lines.append(f"n_rows = {ir.plate['data'][0][0]}_rows.shape[0]")
@@ -118,7 +119,7 @@ def lower(ir, pr, rp):
         prog.run([("row", s, e) for s, e in ir.local_assign])
         for name, sym in ir.plate["local_outputs"]:
             prog.lines.append(f"{name}_rows = {pr(sym)}_all.T" if str(sym) in prog.carried
-                              else f"{name}_rows = numpy.broadcast_to({pr(sym)}, (n_rows,)).copy()")
+                              else f"{name}_rows = {xp}.broadcast_to({pr(sym)}, (n_rows,)).copy()")
         prog.run([("stat", s, e) for s, e in ir.stats])
     if ir.scale is not None:
         prog.run([("global", ir.scale[0], ir.scale[1])])
