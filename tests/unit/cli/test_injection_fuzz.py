@@ -156,10 +156,44 @@ def write_mutant(kind, path, doc, workdir: Path, recipe_name="recipe.yaml"):
     return recipe
 
 
+@contextlib.contextmanager
+def derived_once():
+    """Within the block, the engine derives a recipe and builds its update IR once for all targets, as
+    ``blr-derive catalog`` does: the first target's CLI run derives (or fails), the others reuse that result (or
+    that failure).  The mutant's files do not change within one :func:`generate_all`, so each target still
+    renders exactly what ``blr-derive MUTANT --target T`` would; only the repeated derivation is saved."""
+    from blr_derive import api
+    derived, built = {}, {}
+    real_derived, real_build = api._derived, api.build_ir
+
+    def once(memo, key, fn, *args):
+        if key not in memo:
+            try:
+                memo[key] = (True, fn(*args))
+            except Exception as exc:      # noqa: BLE001 - the same failure for every target
+                memo[key] = (False, exc)
+        ok, value = memo[key]
+        if not ok:
+            raise value
+        return value
+
+    api._derived = lambda recipe, file=None: once(derived, (recipe.file, file), real_derived, recipe, file)
+    api.build_ir = lambda D, label: once(built, (id(D), label), real_build, D, label)
+    try:
+        yield
+    finally:
+        api._derived, api.build_ir = real_derived, real_build
+
+
 def generate_all(recipe: Path, outdir: Path, tag: str):
     """Run the CLI in process for every target; returns ({target: exit status}, [generated module paths],
     [problems], {target: stderr}).  Exit 0 must write a module; exit 2 must be one located line; nothing else is
-    allowed."""
+    allowed.  The recipe is derived once for the four targets (:func:`derived_once`)."""
+    with derived_once():
+        return _generate_all(recipe, outdir, tag)
+
+
+def _generate_all(recipe, outdir, tag):
     codes, modules, problems, messages = {}, [], [], {}
     for t in TARGETS:
         out = outdir / f"gen_{tag}_{t}.py"
