@@ -92,6 +92,7 @@ def _array(name, value, dims):
     for d, n in zip(shape, a.shape):
         if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
             raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
     if (name in SYMMETRIC and a.size and not isinstance(a, jax.core.Tracer)
             and not bool(jnp.allclose(a, jnp.swapaxes(a, -1, -2), rtol=0,
                                       atol=1e-8 * max(1.0, float(jnp.abs(a).max()))))):

@@ -133,10 +133,16 @@ SYMMETRIC = ()
 def _array(name, value, dims):
     """``value`` as a float jax array of the shape SHAPES[name] declares, binding the dimensions it names in
     ``dims``; a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not
-    symmetric is a ValueError naming the variable (shapes are static under ``jax.jit``; the symmetry of a traced
-    value is not checked)."""
+    symmetric is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).
+    Shapes are static under jax.jit; the symmetry of a traced value (a jax tracer) is not checked."""
     a = jnp.asarray(value, dtype=float)
     shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
     if a.ndim != len(shape):
         raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
                          f"got an array of shape {a.shape}")
@@ -144,8 +150,9 @@ def _array(name, value, dims):
         if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
             raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
     # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
-    if name in SYMMETRIC and a.size and not isinstance(a, jax.core.Tracer) and not bool(jnp.allclose(
-            a, jnp.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, float(jnp.abs(a).max())))):
+    if (name in SYMMETRIC and a.size and not isinstance(a, jax.core.Tracer)
+            and not bool(jnp.allclose(a, jnp.swapaxes(a, -1, -2), rtol=0,
+                                      atol=1e-8 * max(1.0, float(jnp.abs(a).max()))))):
         raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a
 
@@ -169,9 +176,9 @@ def init(**state):
     return out
 
 
-def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
-    """One coordinate-wise BLR step over all blocks; returns a new state dict (``oracles`` and ``rng`` are unused,
-    as in the numpy target's module).
+def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
+    """One coordinate-wise BLR step over all blocks; returns a new state dict (``oracles`` and ``key`` are unused:
+    the signature of the jax target's other modules).
 
     data:
         y: one scalar per row of the plate (leading axis); observations of the minibatch (a vector; the data set has N of them)

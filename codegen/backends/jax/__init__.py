@@ -16,7 +16,7 @@ and its noise), ``perturb(noise, params, state)`` (the sample for given noise) a
 noise, params)`` (adds one sample's statistics to the state); ``update`` then steps with the averages and ignores
 its gradient argument.  Oracles other than the gradient are keyword arguments of ``update`` (or ``accumulate``).
 
-Every other single-family recipe (one that :func:`optimizer_refusal` refuses: a matrix update, data inputs, a
+Every other single-family recipe (one that :func:`optimizer_plan` refuses: a matrix update, data inputs, a
 Hessian oracle, samples of q from a rejection sampler or with fitness shaping, quadrature, the family's parameter
 maps, entry points besides ``init``/``step``, a state without an initial value ...) is written as a module of plain
 ``jax.numpy`` functions that mirrors the numpy target's module: ``init``, a pure ``jax.jit``-compatible
@@ -66,12 +66,13 @@ class JaxTarget:
     def render(self, ir) -> str:
         if structure_of(ir) == "product":   # several blocks: plain jax.numpy functions (codegen/backends/jax/factorized.py)
             return render_factorized(self.env, ir)
-        if optimizer_refusal(ir, self.name) is not None:
+        try:
+            plan = optimizer_plan(ir, self.name)
+        except UnsupportedTarget:
             # not an optimizer over a parameter pytree (a matrix update, data inputs, a Hessian oracle, samples of q
             # the lowering cannot split per leaf, quadrature, maps, entry points, a state without an initial value
             # ...): plain jax.numpy functions mirroring the numpy target's module (codegen/backends/jax/functions.py)
             return self.env.get_template(FUNCTIONS_TEMPLATE).render(**functions_view(ir))
-        plan = plan_optimizer(ir, self.name)
         static = {str(s) for h in ir.hyperparameters if h.kind in ("bool", "choice") for s in h.symbols}
         pr = JaxPrinter(static)
         by_name = state_symbols(ir)
@@ -176,20 +177,16 @@ class JaxTarget:
                 "calls": [(identifier(str(k)), o) for k, o in sm.calls], "samples": pr.doprint(sm.samples)}
 
 
-def optimizer_refusal(ir, target):
-    """Why the recipe is not an optax transformation (an elementwise update of a parameter pytree whose oracles are
-    the gradient at the parameter or at samples of q), as the UnsupportedTarget the optimizer lowering raises; None
-    if it is one."""
-    try:
-        check_optimizer(ir, target)
-        for sym, expr in ir.assignments:
-            if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
-                raise UnsupportedTarget(f"recipe '{ir.recipe}': the {target} target needs an elementwise update; "
-                                        f"'{sym}' is a matrix expression", "family")
-        plan_optimizer(ir, target)          # e.g. a state with neither an initial value nor the parameter's
-    except UnsupportedTarget as exc:
-        return exc
-    return None
+def optimizer_plan(ir, target):
+    """The optimizer lowering's plan (codegen/lower.py) of a recipe that is an optax transformation: an elementwise
+    update of a parameter pytree whose oracles are the gradient at the parameter or at samples of q; otherwise the
+    UnsupportedTarget that says why not."""
+    check_optimizer(ir, target)
+    for sym, expr in ir.assignments:
+        if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': the {target} target needs an elementwise update; "
+                                    f"'{sym}' is a matrix expression", "family")
+    return plan_optimizer(ir, target)       # refuses e.g. a state with neither an initial value nor the parameter's
 
 
 def _tensors(plan, by_name, scalars):

@@ -12,7 +12,7 @@ and ``jax.jit(step)`` works; the symmetry check of a matrix is skipped for a tra
 """
 from __future__ import annotations
 
-from blr_derive.codegen.backends.jax.functions import JnpPrinter
+from blr_derive.codegen.backends.jax.functions import HELPER_SOURCES, JnpPrinter, refuse_reserved
 from blr_derive.codegen.backends.jax.rows import JnpRowBatchPrinter
 from blr_derive.codegen.backends.numpy import factorized_view
 from blr_derive.codegen.inert import identifier
@@ -24,8 +24,6 @@ TEMPLATE = "factorized.py.j2"
 HELPERS = frozenset({"_spd_solve"})
 #: the modules the numpy printer asks for -> their jax counterparts
 MODULES = {"scipy.linalg": "jax.scipy.linalg", "scipy.special": "jax.scipy.special"}
-#: module names that a recipe's identifiers must not shadow in the generated module
-RESERVED = frozenset({"jax", "jnp", "numpy", "scipy"})
 
 
 def render_factorized(env, ir) -> str:
@@ -40,8 +38,10 @@ def render_factorized(env, ir) -> str:
                                 f"or sampling only (it needs {', '.join(extra + missing)}: the numpy target)",
                                 "approximations")
     plate = [identifier(name) for name, _, _, _ in ir.plate["data"]] if ir.plate is not None else []
+    helpers = ["_array", "_need"] + sorted(printer.helpers)          # the single-family modules' helpers
     return env.get_template(TEMPLATE).render(
         **view, imports=sorted(MODULES[m] for m in printer.imports), solve="_spd_solve" in printer.helpers,
+        helper_sources=[HELPER_SOURCES[h] for h in helpers],
         plate=plate, index=identifier(str(ir.plate["index"])) if ir.plate is not None else None,
         step=None if ir.step_symbol is None else identifier(str(ir.step_symbol)))
 
@@ -50,7 +50,4 @@ def _check(ir):
     names = [v.name for v in ir.state + ir.data] + [h.name for h in ir.hyperparameters]
     if ir.plate is not None:
         names += [name for name, _, _, _ in ir.plate["data"]] + [name for name, _ in ir.plate["local_outputs"]]
-    clash = sorted(set(names) & RESERVED)
-    if clash:
-        raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target needs names other than {', '.join(clash)} "
-                                "(its modules)", "blocks")
+    refuse_reserved(ir, (("blocks", names),))

@@ -72,6 +72,7 @@ HELPER_SOURCES = {
     for d, n in zip(shape, a.shape):
         if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
             raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
     if (name in SYMMETRIC and a.size and not isinstance(a, jax.core.Tracer)
             and not bool(jnp.allclose(a, jnp.swapaxes(a, -1, -2), rtol=0,
                                       atol=1e-8 * max(1.0, float(jnp.abs(a).max()))))):
@@ -172,19 +173,24 @@ def check_functions(ir):
     """UnsupportedTarget, naming the recipe entry, where the module cannot be written: a name the module binds
     itself (:data:`RESERVED`) or a draw that is neither normal nor uniform.  (Special functions and helpers that
     jax lacks are refused while printing, by :func:`functions_view`.)"""
-    def no(msg, key):
-        raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target {msg}", key)
-    for key, names in (("hyperparameters", [h.name for h in ir.hyperparameters]
-                        + [str(s) for h in ir.hyperparameters for s in h.symbols]),
-                       ("family", [v.name for v in ir.state] + [str(d) for d, _, _ in ir.dims]),
-                       ("loss", [v.name for v in ir.data] + [o for o, _ in ir.oracles])):   # data: the loss's
-        clash = sorted(set(names) & RESERVED)
-        if clash:
-            no(f"needs names other than {', '.join(clash)} (its modules and the random key of step); rename "
-               f"{', '.join(clash)}", key)
+    refuse_reserved(ir, (("hyperparameters", [h.name for h in ir.hyperparameters]
+                          + [str(s) for h in ir.hyperparameters for s in h.symbols]),
+                         ("family", [v.name for v in ir.state] + [str(d) for d, _, _ in ir.dims]),
+                         ("loss", [v.name for v in ir.data] + [o for o, _ in ir.oracles])))   # data: the loss's
     sm = ir.sampling
     if sm is not None and sm.draw not in ("normal", "uniform", "tanh_sinh"):
-        no(f"samples q with normal or uniform draws only (got '{sm.draw}')", "approximations")
+        raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target samples q with normal or uniform draws only "
+                                f"(got '{sm.draw}')", "approximations")
+
+
+def refuse_reserved(ir, groups):
+    """UnsupportedTarget at the first recipe entry (``groups``: [(entry, names)]) that declares a name a jax module
+    binds itself (:data:`RESERVED`); shared by the single-family and the factorized modules."""
+    for key, names in groups:
+        clash = sorted(set(names) & RESERVED)
+        if clash:
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target needs names other than {', '.join(clash)} "
+                                    f"(its modules and the random key of step); rename {', '.join(clash)}", key)
 
 
 def functions_view(ir):

@@ -108,18 +108,17 @@ def factorized_view(ir, printer, row_printer, xp="numpy"):
     dims = [(str(d), var, axis) for d, var, axis in ir.dims]
     rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
     program = returns = None     # a recipe with a component axis: the whole program (codegen/.../components.py)
+    if ir.plate is not None:     # the plate's per-row arrays, and its per-row scalars (data and local values)
+        arrays = {s for _, s, k, _ in ir.plate["data"] if k != "scalar"}
+        scalars = {s for _, s, k, _ in ir.plate["data"] if k == "scalar"} | {s for s, _ in ir.local_assign}
     if ir.components is not None:
-        rp = row_printer({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
-                         {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
-                         | {s for s, _ in ir.local_assign}, optimize=True) if ir.plate is not None else None
+        rp = row_printer(arrays, scalars, optimize=True) if ir.plate is not None else None
         program, returns = components.lower(ir, pr, rp, xp)
         if rp is not None:
             printer.helpers |= rp.helpers
             printer.imports |= rp.imports
     elif ir.plate is not None:
-        rp = row_printer({s for _, s, k, _ in ir.plate["data"] if k != "scalar"},
-                         {s for _, s, k, _ in ir.plate["data"] if k == "scalar"}
-                         | {s for s, _ in ir.local_assign})
+        rp = row_printer(arrays, scalars)
         try:
             rows = {"local": [(pr(s), rp.doprint(e)) for s, e in ir.local_assign],
                     "stats": [(pr(s), rp.plate_sum(e)) for s, e in ir.stats]}

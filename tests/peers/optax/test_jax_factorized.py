@@ -180,3 +180,21 @@ def test_the_row_loop_fallback_maps_the_rows_with_vmap(x64, monkeypatch, tmp_pat
     state, batch, hyper = _vmp(np.random.default_rng(3))
     modules = (load_generated("vmp", "numpy"), ours, jax.jit(lambda st, d, hp: ours.step(st, data=d, **hp)))
     assert _compare("vmp", state, batch, hyper, modules=modules) < 1e-12
+
+
+@pytest.mark.parametrize("name", ["key", "jnp"])
+def test_a_name_the_module_binds_is_refused_at_the_blocks(name, tmp_path):
+    """The factorized modules bind the same names as the other jax modules (``key``, the unused random key of
+    step, and ``jnp``): a hyperparameter with such a name is a located refusal (the numpy target writes it)."""
+    from blr_derive.api import generate
+    from blr_derive.core.errors import UnsupportedTarget
+    text = (CATALOG / "vmp.yaml").read_text(encoding="utf-8")
+    line = text.splitlines().index("blocks:") + 1
+    path = tmp_path / f"vmp_{name}.yaml"
+    path.write_text(text.replace("kappa0", name), encoding="utf-8")
+    assert f'{name} = hp["{name}"]' in generate(path, "numpy")
+    with pytest.raises(UnsupportedTarget, match=rf"vmp_{name}\.yaml:{line}: recipe 'vmp': the jax target needs "
+                                                rf"names other than {name}"):
+        generate(path, "jax")
+    source = (CATALOG / "generated" / "jax" / "vmp.py").read_text(encoding="utf-8")
+    assert "def step(state, *, oracles=None, data=None, key=None, **hyperparameters):" in source
