@@ -147,11 +147,6 @@ def tidy(e, fam, D, sym, new_sym):
     return sp.collect(sp.expand(e, power_exp=False), keys)
 
 
-#: above this many operations in the updated natural parameter, a parameter that enters it linearly is isolated
-#: without sympy's solve (which simplifies, and takes minutes on large polynomial losses)
-ISOLATE_SIMPLIFY_OPS = 400
-
-
 def isolate(e, target, p, sym, inverse=None):
     """Solve e(p) = target for the parameter p (Eq. 9).  A scalar p that enters λ non-linearly is read off the
     family's closed-form inverse ``inverse`` = ordinary(λ_{t+1}) (the one solver of the family, checked when it
@@ -160,9 +155,9 @@ def isolate(e, target, p, sym, inverse=None):
         x = sp.Dummy(p.name, **p.assumptions0)
         ex = e.xreplace({p: x})
         c = sp.diff(ex, x)
-        if c != 0 and not c.has(x) and not target.has(x) and sp.count_ops(target) > ISOLATE_SIMPLIFY_OPS:
-            # e linear in p (λ = c p + r) and a large target: p = (target - r)/c directly; sympy's solve would
-            # simplify the whole target (a degree-32 polynomial loss took 40 s)
+        if c != 0 and not c.has(x) and not target.has(x):
+            # e linear in p (λ = c p + r): p = (target - r)/c directly.  sympy's solve would simplify the whole
+            # target (a degree-32 polynomial loss took 40 s) and, on its first call, import sympy.physics.units
             return (target - ex.xreplace({x: 0})) / c
         if c.has(x) and inverse is not None:
             return inverse
