@@ -16,9 +16,10 @@ from blr_derive.ir.common import need_conditions
 DRAWS = {"normal": "randn", "uniform": "rand"}
 
 
-def check_optimizer(ir, target: str):
+def check_optimizer(ir, target: str, chained: bool = False):
     """Whether an optimizer target can express the recipe (UnsupportedTarget, naming the recipe entry, if not):
-    an elementwise update whose oracles are the gradient at what the parameter holds, or at samples of q."""
+    an elementwise update whose oracles are the gradient at what the parameter holds, or at samples of q (and,
+    for a target that evaluates them (``chained``), at points computed from those gradients, Sampling.chained)."""
     def no(msg, key):
         raise UnsupportedTarget(f"recipe '{ir.recipe}': the {target} target {msg}", key)
     if not ir.elementwise:
@@ -40,7 +41,12 @@ def check_optimizer(ir, target: str):
         if ir.sampling.draw == "tanh_sinh":
             no("evaluates the loss at random samples of q; the recipe's 'quadrature' evaluates it at deterministic "
                "nodes (the numpy target)", "approximations")
-        if ir.sampling.draw not in DRAWS:
+        sm = ir.sampling
+        if (sm.chained or sm.reductions or sm.draw == "point") and not chained:
+            no("evaluates each sample's oracles at its draw only; the recipe evaluates an oracle at a point "
+               "computed from an earlier oracle's value (sharpness_aware; the numpy and torch targets)",
+               "approximations")
+        if ir.sampling.draw not in DRAWS and not (chained and ir.sampling.draw == "point"):
             no(f"samples q with normal or uniform draws only (got '{ir.sampling.draw}')", "approximations")
         if getattr(ir.sampling, "accept", None) is not None:
             no("draws once per sample; the family's sampler rejects draws until a condition holds (the numpy "
@@ -51,7 +57,7 @@ def check_optimizer(ir, target: str):
         if getattr(ir.sampling, "shaping", None) is not None:
             no("accumulates each sample's statistics as it is drawn; 'fitness_shaping' ranks the loss values over "
                "all samples of a step first (the numpy target)", "approximations")
-        for _, o in ir.sampling.calls:
+        for _, o in list(ir.sampling.calls) + [(c[0], c[1]) for c in ir.sampling.chained]:
             if o == "hess":
                 no("has no Hessian oracle at samples; add an approximation (price_estimator, "
                    "squared_gradient_hessian, gauss_newton_hessian)", "approximations")
@@ -130,8 +136,10 @@ def state_conditions(plan) -> dict:
     always = set()
     if ir.sampling is not None:
         always |= ir.sampling.theta_expr.free_symbols
-        for _, e in ir.sampling.stats:
+        for _, e in ir.sampling.stats + ir.sampling.reductions:
             always |= e.free_symbols
+        for c in ir.sampling.chained:
+            always |= c[3].free_symbols
     if plan.mean is None:
         always |= plan.parameter.free_symbols
     out_of = dict(ir.outputs)
@@ -237,8 +245,8 @@ def _write_condition(assignments, new, old):
     return sp.Or(*out)
 
 
-def plan_optimizer(ir, target: str) -> OptimizerPlan:
-    check_optimizer(ir, target)
+def plan_optimizer(ir, target: str, chained: bool = False) -> OptimizerPlan:
+    check_optimizer(ir, target, chained)
     mean, parameter = ir.mean, ir.parameter
     state_syms = {v.symbol for v in ir.state}
     state_syms |= {sp.Symbol(str(s), real=True) for s in state_syms}

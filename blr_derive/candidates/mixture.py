@@ -16,7 +16,8 @@ and the per-component update is derived from the family and named rules only:
   (Eqs. 69-71, the responsibilities) or a mixture rule's ``mixture_entropy`` (``separated_components``, Eq. 74).
 
 The derivation is carried out once for a generic component k (symbols ``m_k``, ``S_k``, ``pi_k``) and then
-instantiated for each free component.
+instantiated for each free component, or, when the components are an array axis (``components: K``, K a size
+name), written once for all of them (``blr_derive/candidates/mixture_axis.py``).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from types import SimpleNamespace
 import sympy as sp
 
 from blr_derive.candidates.base import Candidate, check_structure, register
+from blr_derive.candidates.mixture_axis import axis_update, check_axis
 from blr_derive.candidates.single import parse_single
 from blr_derive.core import matcalc
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
@@ -50,6 +52,7 @@ def check(ctx):
         raise ctx.fail("an explicit loss needs 'exact' (closed-form Gaussian moments of the loss)")
     for a in recipe.approximations:
         RULES[a.name].check(ctx)
+    check_axis(ctx)
     passes = ctx.rules(*PROGRAM_KINDS)
     free = ctx.family.free_components
     if passes and len(free) > 1:       # a pass rewrites one gradient, Hessian or mean view; here there is one per component
@@ -98,6 +101,8 @@ def state_family(ctx, D, G):
     fam, rho = ctx.family, ctx.rho
     base = fam.base
     weights_tex = ", ".join(f"\\pi_{{{c.index}}} = {sp.latex(c.weight)}" for c in fam.components)
+    if fam.axis:
+        weights_tex = r"\pi_k = 1/%s" % fam.K
     fixed_txt = ""
     for c in fam.components:
         if c.fixed:
@@ -107,7 +112,7 @@ def state_family(ctx, D, G):
     D.add("family", "Sec. 3.2; Eq. 41" if any(c.fixed for c in fam.components) else "Sec. 3.2",
           f"Candidate: a mixture of {fam.K} `{base.name}` components",
           f"q(θ) = Σ_k π_k q_k(θ) with fixed weights; each free component has its own parameters.{fixed_txt}",
-          [r"q(\theta) = \sum_{k=1}^{%d} \pi_k\, q_k(\theta)" % fam.K, weights_tex])
+          [r"q(\theta) = \sum_{k=1}^{%s} \pi_k\, q_k(\theta)" % fam.K, weights_tex])
     D.add("mixture_parameters", RULES["mixture_parameters"].equation,
           "Natural and expectation parameters of the joint q(θ, z = k)",
           "The joint is a minimal conditional exponential family: λ_k are the natural parameters of component k "
@@ -296,8 +301,15 @@ def derive_mixture(recipe) -> Derivation:
     grads = rule.mixture_loss_gradient(ctx, M, grads)
     grads, score = entropy_term(ctx, D, M, grads, E_logq)
     updates = solve_generic(ctx, D, M, G, grads)
-    steps = instantiate(ctx, D, M, G, updates)
     fam = recipe.family
+    if fam.axis:
+        steps = axis_update(ctx, D, M, G, updates, score)
+        D.add("instantiate", "Eqs. 29-30", "Update of every component at once",
+              f"The generic update of component k, for all {fam.K} components at once: arrays with a leading "
+              f"component axis of length {fam.K}, known at run time (π_k = 1/{fam.K}).", steps)
+        apply_program_rules(recipe, D, ctx.fail)
+        return D
+    steps = instantiate(ctx, D, M, G, updates)
     if score is not None:
         mixture_score(D, fam, *score, fam.free_components, {j: (c[M.gq], c[M.Hq]) for j, c in M.copies.items()})
     if hasattr(rule, "mixture_finish"):

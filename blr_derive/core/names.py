@@ -38,6 +38,7 @@ RESERVED = frozenset("""
     RECIPE FAMILY ENGINE_VERSION STATE HYPERPARAMETERS REQUIRED_STATE ORACLES DATA EQUATIONS SHAPES SYMMETRIC
     LAMBDA BLOCK BLOCKS COLLECT FIRST NPTR PDT PLATE_DATA LOCAL_OUTPUTS
     FEDERATED_GLOBALS FEDERATED_DUALS FEDERATED_MESSAGES FEDERATED_EQUATIONS
+    SENSITIVITY_INPUTS SENSITIVITY_OUTPUTS SENSITIVITY_EQUATIONS sensitivities
     init step parameter natural_parameters expectation_parameters fisher_information ordinary_from_natural
     log_partition
     ordinary_from_expectation client_data init_dual dual_step client_message server_step

@@ -9,6 +9,11 @@ components' values; the mixture BLR (Eq. 28) is derived in ``blr_derive/candidat
 A fixed component gives every free parameter of the component family and may override the family's own
 fixed parameters (``gaussian_diag_fixed_precision``: the slab shares the known precision ``s``, the spike
 takes ``s0``; SGD with dropout, Eq. 40).
+
+``components: K`` with K a size name makes the components an array axis: ``K`` is a symbol (the length of the
+state arrays at run time), there is no list of components, the weights are 1/K, and the state keeps the component
+family's parameter names (``m`` of shape (K, P), ``S`` of shape (K, P, P)); the update is derived once for a generic
+component (``blr_derive/candidates/mixture_axis.py``).
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ class MixtureFamily:
     mu_inverse: str = "symbolic"
     sampler: object = None
     lam: list = field(default_factory=list)
+    axis: bool = False               # the components as an array axis of run-time length K (a symbol)
 
     @property
     def name(self):
@@ -54,6 +60,10 @@ class MixtureFamily:
 
     @property
     def description(self):
+        if self.axis:
+            return (f"finite mixture of {self.K} `{self.base.name}` components with equal weights, the components "
+                    f"as an array axis of length {self.K} known at run time (T, h, λ, μ and A are those of one "
+                    "component)")
         fixed = [c.index for c in self.components if c.fixed]
         extra = f"; component(s) {', '.join(map(str, fixed))} fixed" if fixed else ""
         return (f"finite mixture of {self.K} `{self.base.name}` components with fixed weights{extra} "
@@ -146,6 +156,8 @@ class MixtureFamily:
         return self.base.A_given
 
     def sample_params(self, rng, dim: int = 2):
+        if self.axis:        # one component's parameters (the arrays stack K of them)
+            return self.base.sample_params(rng, dim)
         vals = {}
         for c in self.free_components:
             v = self.base.sample_params(rng, dim)
@@ -164,6 +176,8 @@ class MixtureFamily:
         if self.base.dim is not None:
             syms[str(self.base.dim)] = self.base.dim
         weights = spec.get("weights")
+        if self.axis:
+            return self
         if weights is None:
             ws = [sp.Rational(1, self.K)] * self.K
         else:
@@ -224,6 +238,14 @@ def build_mixture(decl: MixtureDecl, base: Family) -> MixtureFamily:
             if p.name in d and p.shape != "scalar":
                 raise SpecError(f"fixed component {k}: only scalar parameters can be fixed ('{p.name}' is a {p.shape})",
                                 *where(d, p.name))
+    if decl.axis:
+        # the state keeps the component family's names, with a leading component axis of length K at run time
+        K = sp.Symbol(decl.K, integer=True, positive=True)
+        params = {p.name: Param(p.name, p.symbol, p.shape, p.domain, p.fixed,
+                                f"{p.description} of each component (leading axis of length {decl.K})".strip()
+                                if not p.fixed else p.description, p.greater_than)
+                  for p in base.free_params + base.fixed_params}
+        return MixtureFamily(base, K, [], params, spec, getattr(spec, "file", None), axis=True)
     free_idx = [k for k in range(1, decl.K + 1) if k not in decl.fixed]
     comps, params = [], {}
     for k in range(1, decl.K + 1):

@@ -12,8 +12,10 @@ from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.ir.federated import federated_entry_points
 from blr_derive.ir.common import camel, check_printed_names, seal_text, toposort
+from blr_derive.ir.mixture_axis import with_component_axis
 from blr_derive.ir.model import HyperVar, OracleCall, UpdateIR, Var
 from blr_derive.ir.product import build_product_ir
+from blr_derive.ir.sensitivities import sensitivity_entry_points
 from blr_derive.rules.base import Derivation
 from blr_derive.rules.product import FactorizedDerivation
 
@@ -86,7 +88,7 @@ def _oracles(calls, sampling) -> list:
         if c.oracle not in [o[0] for o in oracles]:
             oracles.append((c.oracle, c.description))
     if sampling is not None:
-        for _, o in sampling.calls:
+        for _, o in list(sampling.calls) + [(c[0], c[1]) for c in sampling.chained]:
             if o not in [x[0] for x in oracles]:
                 oracles.append((o, f"{o} of ℓ at samples θ_k of q (Monte Carlo)"))
     return oracles
@@ -121,11 +123,18 @@ def _used_symbols(D, assignments, state) -> set:
         used |= sm.theta_expr.free_symbols | sp.sympify(sm.samples).free_symbols
         for _, e in sm.stats:
             used |= e.free_symbols
+        for _, e in sm.reductions:
+            used |= e.free_symbols
+        for c in sm.chained:
+            used |= c[3].free_symbols
     for v in state:
         if v.init is not None and v.init_state is None:
             used |= v.init.free_symbols
     if D.federated is not None:
         for _, e in D.federated.dual + D.federated.message + D.federated.server:
+            used |= e.free_symbols
+    if D.sensitivities is not None:
+        for _, e in D.sensitivities.program:
             used |= e.free_symbols
     return used
 
@@ -164,7 +173,8 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
         step_symbol=D.step_symbol, sampling=D.sampling, mean=mean if own else None,
         parameter=None if own else r.parameter, paper=r.paper, description=r.description,
         family_maps=_family_maps(fam),
-        entry_points=federated_entry_points(D.federated, state, hyper, dims) if D.federated is not None else None,
+        entry_points=federated_entry_points(D.federated, state, hyper, dims) if D.federated is not None else
+        sensitivity_entry_points(D.sensitivities, state, hyper, dims) if D.sensitivities is not None else None,
     )
     ir.peer = r.peer
     sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}
@@ -172,6 +182,8 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     names = {v.name for v in state} | {v.name for v in data} | {str(c.symbol) for c in calls}
     ir.symmetric = frozenset(n for n in sym if n in names)
     check_printed_names(ir, r)
+    if getattr(D, "component_axis", None) is not None:      # a mixture with the components as an array axis
+        with_component_axis(ir, D)
     return seal_text(ir)
 
 

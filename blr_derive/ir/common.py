@@ -75,6 +75,7 @@ def check_printed_names(ir, recipe):
     sm = getattr(ir, "sampling", None)
     if sm is not None:
         defined += [sm.eps, sm.theta] + [k for k, _ in sm.calls] + [a for a, _ in sm.stats]
+        defined += [r for r, _ in sm.reductions] + [x for c in sm.chained for x in (c[0], c[2])]
     for sym in defined:
         if str(sym) in declared:
             _name_clash(declared[str(sym)], recipe)

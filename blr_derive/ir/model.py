@@ -51,6 +51,10 @@ class EntryPoint:
     dims: list = None              # [(dimension symbol, symbol)]: the dimension is the symbol's length
     assignments: list = None       # [(symbol, expr)] in order
     returns: list = None           # [(key, expr)]
+    keywords: list = None          # keyword-only arguments (default None) after the positional ones
+    rows: dict | None = None       # a loop over examples: {count: symbol bound to the number of examples,
+    #                                slices: [(symbol, whole-array symbol)]: symbol = the array's entry i,
+    #                                assignments: [(symbol, expr)] per example, outputs: [(key, symbol)] stacked}
 
 
 @dataclass
@@ -99,6 +103,9 @@ class UpdateIR:
     entry_points: object = None          # EntryPoints: more functions of the module (e.g. Bayesian ADMM's steps)
     symmetric: frozenset = frozenset()   # names of the symmetric matrices among state, data and oracle values
     peer: object = None                  # spec.peer.Peer: stored state names and constructor checks, or None
+    # a mixture with the components as an array axis (blr_derive/ir/mixture_axis.py): {size, axes: symbol -> its
+    # component axes ("j", "k", "jk" or ""), names: symbol -> printed array name, state}; None otherwise
+    components: dict | None = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from blr_derive.rules import load_all
 from blr_derive.rules.base import KINDS, RULES
 from blr_derive.spec.federated import FED_KEYS
 from blr_derive.spec.hyper import DATA_KEYS, HP_KEYS
+from blr_derive.spec.kronecker import KRONECKER_KEYS
 from blr_derive.spec.mixture import MIXTURE_KEYS
 from blr_derive.spec.peer import CHECK_KEYS, PEER_KEYS, SWITCH_KEYS
 from blr_derive.spec.recipe import LOSS_KEYS, RECIPE_KEYS
@@ -89,10 +90,19 @@ CHECK_DOC = [("require", "yes", "a condition on the hyperparameters"),
              ("message", "yes", "the error text (`{name}` shows a hyperparameter's value)")]
 MIXTURE_DOC = [
     ("mixture", "yes", "the component family (Gaussian)"),
-    ("components", "yes", "the number of components K"),
+    ("components", "yes", "the number of components: an integer 2..9 (one state variable per component, `m1`, `S1`, "
+                          "...), or a size name `K`: the components as an array axis, K the length of the state "
+                          "arrays at run time (`m` of shape (K, P), `S` (K, P, P)), equal weights, derived once"),
     ("weights", "no", "`[w1, ..., w(K-1)]`, numbers or hyperparameters (the last is 1 minus their sum); default equal"),
     ("fixed", "no", "`{k: {param: value}}`: a fixed component, e.g. dropout's spike `{2: {m: 0, s: s0}}`"),
     ("description", "no", "one line of text"),
+]
+KRONECKER_DOC = [
+    ("rows", "yes", "the dimension name of W's rows (d_out; G is rows × rows); the state is M, A, G, the oracles "
+                    "`grad` (rows × cols), `activations` a and `output_grads` b"),
+    ("cols", "yes", "the dimension name of W's columns (d_in; A is cols × cols); with `family: gaussian_full` the "
+                    "candidate is MN(M, A⁻¹, G⁻¹), vec(W) ~ N(vec M, (A ⊗ G)⁻¹), and the full-Gaussian BLR is "
+                    "written in M, A, G by the rules `kronecker_gauss_newton`, `factored_tikhonov`, `kronecker_ema`"),
 ]
 FED_DOC = [
     ("penalty", "yes", "ρ (a hyperparameter): the client objective E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g)"),
@@ -147,6 +157,10 @@ SECTIONS = [
     ("Peer checks", CHECK_KEYS, CHECK_DOC, "each entry of `peer: {validate: [...]}` (`CHECK_KEYS`)."),
     ("Mixture candidates", MIXTURE_KEYS, MIXTURE_DOC, "`family: {mixture: ...}` (`MIXTURE_KEYS`, "
                                                       "`blr_derive/spec/mixture.py`)."),
+    ("Kronecker candidates", KRONECKER_KEYS, KRONECKER_DOC, "`kronecker: {rows: d_out, cols: d_in}` with "
+                                                            "`family: gaussian_full`: a matrix-normal candidate for "
+                                                            "one weight matrix (`KRONECKER_KEYS`, "
+                                                            "`blr_derive/spec/kronecker.py`; catalog `noisy_kfac`)."),
     ("Federated", FED_KEYS, FED_DOC, "`federated:` (`FED_KEYS`, `blr_derive/spec/federated.py`)."),
     ("Family file keys", FAMILY_KEYS, FAMILY_DOC, "A family file, or an inline `family:` mapping (`FAMILY_KEYS`, "
                                                   "`blr_derive/spec/vocabulary.py`)."),

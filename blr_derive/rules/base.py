@@ -154,12 +154,20 @@ class Sampling:
     theta_expr: object              # θ_k in terms of the state and ε_k
     calls: list                     # [(symbol, oracle name)] evaluated at θ_k
     stats: list                     # [(average symbol, per-sample expression)]
-    draw: str = "normal"            # the draw behind eps: "normal" (N(0, 1)) or "uniform" (U(0, 1))
+    draw: str = "normal"            # the draw behind eps: "normal" (N(0, 1)) or "uniform" (U(0, 1)); "point": no
+    #                                 draw, every θ_k is theta_expr (a point mass; the samples are sub-batches)
     more_draws: list = field(default_factory=list)   # [(symbol, "uniform" | "normal")]: further draws per sample
     accept: object = None           # a rejection sampler's condition on the draws (drawn again until it holds)
     views: dict = field(default_factory=dict)   # oracle name -> the averaged statistic that stands for it
     grad_stat: object = None        # the average that stands for the loss gradient in the update (for passes)
     shaping: object = None          # Shaping: an oracle's values replaced by a function of their ranks
+    # per-sample sums over every coordinate of the parameters (all tensors): [(symbol, per-coordinate expr)],
+    # evaluated after ``calls`` (e.g. the squared global norm of the gradient at the sample, sharpness_aware)
+    reductions: list = field(default_factory=list)
+    # oracles at points computed from the values above, evaluated after ``calls`` in order:
+    # [(symbol, oracle name, point symbol, point expr)]; a point may read the state, the draw, θ_k, the calls,
+    # the reductions and earlier chained values (sharpness_aware: ∇ℓ at m + ρ·scale·ĝ_k)
+    chained: list = field(default_factory=list)
 
 
 @dataclass
@@ -250,6 +258,7 @@ class Derivation:
     relaxation: Relaxation | None = None
     mixture_gradient: MixtureGradient | None = None
     federated: FederatedSteps | None = None
+    sensitivities: object = None                      # rules.memory_perturbation.LeaveOneOut, or None
 
     def add(self, rule, equation, title, text, equations=()):
         self.steps.append(Step(rule, equation, title, text, list(equations)))
@@ -311,8 +320,12 @@ class Derivation:
         if self.sampling is not None:
             sm = self.sampling
             dist = "N(0, 1)" if sm.draw == "normal" else "U(0, 1)"
-            out.append(f"for k in 1..{sm.samples}: {sm.eps} ~ {dist}, {sm.theta} = {text(sm.theta_expr)}, "
+            drawn = "" if sm.draw == "point" else f"{sm.eps} ~ {dist}, "
+            out.append(f"for k in 1..{sm.samples}: {drawn}{sm.theta} = {text(sm.theta_expr)}, "
                        + ", ".join(f"{s} = {o}({sm.theta})" for s, o in sm.calls))
+            if sm.reductions or sm.chained:
+                out.append("  then: " + ", ".join([f"{r} = sum_coordinates({text(e)})" for r, e in sm.reductions]
+                                                  + [f"{p} = {text(e)}, {s} = {o}({p})" for s, o, p, e in sm.chained]))
             if sm.shaping is not None:
                 sh = sm.shaping
                 out.append(f"{sh.call} <- {text(sh.value)} at the sample of rank r, w_r = {text(sh.weight)}"

@@ -50,6 +50,8 @@ class ChangeVariable(Rule):
         if D.sampling is not None:
             D.sampling.theta_expr = D.sampling.theta_expr.xreplace(reps)
             D.sampling.stats = [(a, e.xreplace(reps)) for a, e in D.sampling.stats]
+            D.sampling.reductions = [(r, e.xreplace(reps)) for r, e in D.sampling.reductions]
+            D.sampling.chained = [c[:3] + (c[3].xreplace(reps),) for c in D.sampling.chained]
         D.renamed[p] = (new_name, new_sym, value)
         D.views[new_name] = new_new
         D.symbol_names[new_new] = f"{new_name}_{{t+1}}"

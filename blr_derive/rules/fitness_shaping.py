@@ -33,6 +33,7 @@ UTILITIES = {
 class FitnessShaping(Rule):
     name = "fitness_shaping"
     kind = "convention"
+    matrix_programs = True          # shapes the sampled values only (any update)
     equation = "Wierstra et al. (2014) Sec. 3.1; Salimans et al. (2017)"
     summary = "replace the loss values at the samples by rank-based utilities (nes, centered_ranks)"
 

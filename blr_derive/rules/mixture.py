@@ -1,12 +1,14 @@
 """Identities of finite-mixture candidates (Sec. 3.2, Eqs. 27-30; App. E), applied by
 ``blr_derive/candidates/mixture.py``, and what the rules that take part in a mixture's derivation share: the
 generic component k (:class:`MixtureTerms`) and the score of the mixture through its responsibilities
-(``mixture_score``, Eqs. 69-71)."""
+(``mixture_score``, Eqs. 69-71), and the sums over a generic other component j of a mixture whose components are
+an array axis (:class:`SumOverComponents`, :class:`LogSumExpOverComponents`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import sympy as sp
+from sympy.matrices.expressions.matexpr import MatrixExpr
 
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import logsumexp
@@ -114,3 +116,61 @@ def inner(a, b):
 
 def outer(a, b):
     return a * b.T if is_mat(a) else a * b
+
+
+# ------------------------------------------------------------------ the components as an array axis
+class SumOverComponents(sp.Function):
+    """Σ_j x_j over the generic other component j of a mixture whose components are an array axis (the argument is
+    written in j's symbols, and possibly in the generic component k's; the result has no j)."""
+    is_real = True
+    nargs = 1
+
+    def _latex(self, printer):
+        return r"\sum_j %s" % printer.parenthesize(self.args[0], 40)
+
+    def _sympystr(self, printer):
+        return "sum_j(%s)" % printer._print(self.args[0])
+
+
+class MatSumOverComponents(MatrixExpr):
+    """Σ_j X_j of a matrix (or vector) expression over the generic other component j (see SumOverComponents)."""
+
+    def __new__(cls, x):
+        return sp.Basic.__new__(cls, x)
+
+    @property
+    def shape(self):
+        return self.args[0].shape
+
+    def _eval_transpose(self):
+        return MatSumOverComponents(self.args[0].T)
+
+    def doit(self, **hints):
+        return self
+
+    def _latex(self, printer):
+        return r"\sum_j \left(%s\right)" % printer._print(self.args[0])
+
+    def _sympystr(self, printer):
+        return "sum_j(%s)" % printer._print(self.args[0])
+
+
+class LogSumExpOverComponents(sp.Function):
+    """log Σ_j exp(x_j) over the generic other component j (the normalizer of the responsibilities, evaluated as a
+    stable log-sum-exp: no overflow, no cancellation)."""
+    is_real = True
+    nargs = 1
+
+    def _latex(self, printer):
+        return r"\log\sum_j e^{%s}" % printer._print(self.args[0])
+
+    def _sympystr(self, printer):
+        return "logsumexp_j(%s)" % printer._print(self.args[0])
+
+
+OVER_COMPONENTS = (SumOverComponents, MatSumOverComponents, LogSumExpOverComponents)
+
+
+def sum_over_components(e):
+    """Σ_j e: a MatSumOverComponents for a matrix expression, else a SumOverComponents."""
+    return MatSumOverComponents(e) if is_mat(e) else SumOverComponents(e)

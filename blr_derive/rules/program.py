@@ -180,9 +180,11 @@ def apply_program_rules(recipe, D, fail):
     D.elementwise = recipe.family.elementwise or scalarize_elementwise(D, dry=True)
     if not passes:
         return
-    if not D.elementwise:
-        raise fail(f"approximation '{passes[0].name}' needs an elementwise update; this update mixes "
-                    "coordinates (matrix products)", passes[0])
+    # a rule that rewrites matrix programs too says so (``matrix_programs = True``)
+    scalar_only = [a for a in passes if not getattr(RULES[a.name], "matrix_programs", False)]
+    if not D.elementwise and scalar_only:
+        raise fail(f"approximation '{scalar_only[0].name}' needs an elementwise update; this update mixes "
+                    "coordinates (matrix products)", scalar_only[0])
     if not recipe.family.elementwise:
         scalarize_elementwise(D)
     D.views = {"grad": None, "hess": None}
@@ -221,6 +223,15 @@ def apply_program_rules(recipe, D, fail):
         sm.stats = [(a, e) for a, e in sm.stats if a in used]
         needed = set()
         for _, e in sm.stats:
+            needed |= e.free_symbols
+        kept = []
+        for c in reversed(sm.chained):         # a chained call's point reads the calls before it
+            if c[0] in needed:
+                kept.insert(0, c)
+                needed |= c[3].free_symbols
+        sm.chained = kept
+        sm.reductions = [(r, e) for r, e in sm.reductions if r in needed]
+        for _, e in sm.reductions:
             needed |= e.free_symbols
         sm.calls = [(k, o) for k, o in sm.calls if k in needed]
 

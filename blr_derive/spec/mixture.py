@@ -5,12 +5,15 @@
     family: {mixture: gaussian_full, components: 3}                  # equal weights 1/K
     family: {mixture: gaussian_diag, components: 2, weights: [pi1],  # pi_K = 1 - the others
              fixed: {2: {m: 0, s: s0}}}                              # a component with known parameters
+    family: {mixture: gaussian_full, components: K}                  # K a size name: the components are an
+                                                                     # array axis, K known at run time only
 
 Read here into a :class:`MixtureDecl`; the component family is loaded and the mixture built in
 ``blr_derive/families/mixture.py`` (weights and fixed values are expressions of the recipe's hyperparameters,
 bound once those are read)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from blr_derive.core.errors import SpecError
@@ -18,6 +21,8 @@ from blr_derive.core.yamlio import LDict, check_keys, where
 
 MIXTURE_KEYS = {"mixture", "components", "weights", "fixed", "description"}
 MAX_COMPONENTS = 9
+#: ``components: K``: a size name, the number of components at run time (the components as an array axis)
+SIZE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,8 @@ class MixtureDecl:
     weights: object           # the YAML list of K - 1 weights, or None (equal weights)
     fixed: dict               # component number (1-based) -> the mapping of its parameter values
     spec: object              # the section (for locating errors)
+    axis: bool = False        # ``components: K`` with K a size name: K is the length of the state arrays at run
+                              # time (then K is that name, the weights are equal and no component is fixed)
 
 
 def is_mixture_ref(ref) -> bool:
@@ -38,8 +45,16 @@ def parse_mixture(spec) -> MixtureDecl:
     if is_mixture_ref(spec["mixture"]):
         raise SpecError("a mixture's components cannot be mixtures", *where(spec, "mixture"))
     K = spec["components"]
+    if isinstance(K, str) and SIZE_NAME.match(K):
+        for key in ("weights", "fixed"):
+            if key in spec:
+                raise SpecError(f"a mixture with the components as an array axis (components: {K}) has equal "
+                                f"weights 1/{K} and no fixed component: remove '{key}' or give an integer number "
+                                "of components", *where(spec, key))
+        return MixtureDecl(spec["mixture"], K, None, {}, spec, axis=True)
     if isinstance(K, bool) or not isinstance(K, int) or not 2 <= K <= MAX_COMPONENTS:
-        raise SpecError(f"components must be an integer from 2 to {MAX_COMPONENTS}", *where(spec, "components"))
+        raise SpecError(f"components must be an integer from 2 to {MAX_COMPONENTS}, or a size name (K: the number "
+                        "of components at run time)", *where(spec, "components"))
     fixed = spec.get("fixed") or LDict()
     if not isinstance(fixed, dict):
         raise SpecError("fixed must map component numbers to parameter values", *where(spec, "fixed"))

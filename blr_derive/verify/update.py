@@ -14,6 +14,7 @@ import sympy as sp
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.common import toposort
 from blr_derive.rules.product import FactorizedDerivation
+from blr_derive.verify.mixture_axis import compare_component_axis
 from blr_derive.verify.product import compare_product
 from blr_derive.core.matexpr import is_mat
 
@@ -107,6 +108,8 @@ def compare_update(recipe, D, mod, seed=0, P=3):
     """[(state name, generated value, symbolic value)] for one random input."""
     if isinstance(D, FactorizedDerivation):
         return compare_product(recipe, D, mod, seed, P)
+    if getattr(D, "component_axis", None) is not None:       # a mixture with the components as an array axis
+        return compare_component_axis(recipe, D, mod, seed, P, random_hyper=_random_hyper)
     fam = recipe.family
     rng = np.random.default_rng(11 + seed)
     env, data = {}, {}
@@ -155,6 +158,11 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)
         for k_sym, oracle in sm.calls:
             oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
+            env[k_sym] = oracle_vals[oracle]
+        for r_sym, e in sm.reductions:          # a sum over the P coordinates of one value each
+            env[r_sym] = P * evaluate(e.xreplace(flags), env, dims)
+        for k_sym, oracle, point, e in sm.chained:      # the oracles are constants: the same value at any point
+            env[point] = evaluate(e.xreplace(flags), env, dims)
             env[k_sym] = oracle_vals[oracle]
         if sm.shaping is None:
             for avg, e in sm.stats:

@@ -208,3 +208,69 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "m": m_new,
         "step": numpy.asarray(t),
     }
+
+
+# ---------------------------------------------------------------- memory perturbation: leave-one-out sensitivities
+# Derived by the rule memory_perturbation: at a fixed point of the BLR the natural parameters are a
+# sum of per-example sites; sensitivities(state, ...) removes one example's site at a time and maps
+# the result back to the family's parameters (leave-one-out posteriors to first order, exact for
+# conjugate models).
+SENSITIVITY_INPUTS = (
+    "oracles.grad",
+    "oracles.hess",
+)
+SENSITIVITY_OUTPUTS = (
+    "s",
+    "m",
+    "mean_deviation",
+)
+SENSITIVITY_EQUATIONS = (
+    "site1_i = -g + h_bar*m",
+    "site2_i = -h_bar/2",
+    "s_loo = ess*(h + weight_decay) - h_bar",
+    "m_loo = g/s_loo + m",
+    "mean_deviation = -m + m_loo",
+)
+
+
+def sensitivities(state, *, oracles=None, data=None, **hyperparameters):
+    """Leave-one-out posteriors of every example i (rule memory_perturbation, Nickl et al. (2023), memory-perturbation
+    eq.; Eqs. 59-60): example i's site λ̃_i = −∇_μ E_q[ℓ_i], by the recipe's expectation rule, is removed from
+    the trained natural parameters, λ_{-i} = λ − λ̃_i, and λ_{-i} is solved for the family's parameters.  Per
+    example, with a leading axis of examples: oracles['grad']: E_q[grad of ℓ_i] (its average over samples θ_k of
+    q); oracles['hess']: E_q[hess of ℓ_i] (its average over samples θ_k of q).  Returns a dict of arrays with
+    one leading entry per example: 's', 'm', 'mean_deviation' (the family's parameters of q_{-i};
+    'mean_deviation' = mean of q_{-i} − the trained mean).  A linear predictor f_i = x_iᵀθ moves by x_iᵀ
+    mean_deviation[i] when example i is removed."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    ess = hp["ess"]
+    if ess is None:
+        raise TypeError("this step needs the hyperparameter ess")
+    weight_decay = hp["weight_decay"]
+    if weight_decay is None:
+        raise TypeError("this step needs the hyperparameter weight_decay")
+    m = numpy.asarray(state["m"], dtype=float)
+    h = numpy.asarray(state["h"], dtype=float)
+    _oracles_grad = numpy.asarray(oracles["grad"], dtype=float)
+    _oracles_hess = numpy.asarray(oracles["hess"], dtype=float)
+    n_examples = _oracles_grad.shape[0]
+    _rows1 = []
+    _rows2 = []
+    _rows3 = []
+    for _n in range(n_examples):
+        g = _oracles_grad[_n]
+        h_bar = _oracles_hess[_n]
+        s_loo = ess*(h + weight_decay) - h_bar
+        m_loo = g/s_loo + m
+        mean_deviation = -m + m_loo
+        _rows1.append(s_loo)
+        _rows2.append(m_loo)
+        _rows3.append(mean_deviation)
+    return {
+        "s": numpy.stack(_rows1),
+        "m": numpy.stack(_rows2),
+        "mean_deviation": numpy.stack(_rows3),
+    }

@@ -131,3 +131,68 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "S": S_new,
         "m": m_new,
     }
+
+
+# ---------------------------------------------------------------- memory perturbation: leave-one-out sensitivities
+# Derived by the rule memory_perturbation: at a fixed point of the BLR the natural parameters are a
+# sum of per-example sites; sensitivities(state, ...) removes one example's site at a time and maps
+# the result back to the family's parameters (leave-one-out posteriors to first order, exact for
+# conjugate models).
+SENSITIVITY_INPUTS = (
+    "data.X",
+    "data.y",
+)
+SENSITIVITY_OUTPUTS = (
+    "S",
+    "m",
+    "mean_deviation",
+)
+SENSITIVITY_EQUATIONS = (
+    "site1_i = H*m - g",
+    "site2_i = -(1/2)*H",
+    "eta = X_row*m",
+    "g = X_row.T*expit(eta) - X_row.T*y_row",
+    "H = X_row.T*diag((1 - expit(eta))*expit(eta))*X_row",
+    "S_loo = -H + S",
+    "m_loo = S_loo^-1*g + m",
+    "mean_deviation = -m + m_loo",
+)
+
+
+def sensitivities(state, *, oracles=None, data=None, **hyperparameters):
+    """Leave-one-out posteriors of every example i (rule memory_perturbation, Nickl et al. (2023), memory-perturbation
+    eq.; Eqs. 59-60): example i's site λ̃_i = −∇_μ E_q[ℓ_i], by the recipe's expectation rule, is removed from
+    the trained natural parameters, λ_{-i} = λ − λ̃_i, and λ_{-i} is solved for the family's parameters.  Per
+    example, with a leading axis of examples: data['X']: row i of X; data['y']: row i of y.  Returns a dict of
+    arrays with one leading entry per example: 'S', 'm', 'mean_deviation' (the family's parameters of q_{-i};
+    'mean_deviation' = mean of q_{-i} − the trained mean).  A linear predictor f_i = x_iᵀθ moves by x_iᵀ
+    mean_deviation[i] when example i is removed."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    m = numpy.asarray(state["m"], dtype=float)
+    S = numpy.asarray(state["S"], dtype=float)
+    _data_X = numpy.asarray(data["X"], dtype=float)
+    _data_y = numpy.asarray(data["y"], dtype=float)
+    N = _data_X.shape[0]
+    _rows1 = []
+    _rows2 = []
+    _rows3 = []
+    for _n in range(N):
+        X_row = _data_X[_n]
+        y_row = _data_y[_n]
+        eta = X_row @ m
+        g = -X_row * y_row + X_row * scipy.special.expit(eta)
+        H = numpy.outer((X_row * (1 - scipy.special.expit(eta))*scipy.special.expit(eta)), X_row)
+        S_loo = S - H
+        m_loo = _spd_solve(S_loo, g) + m
+        mean_deviation = -m + m_loo
+        _rows1.append(S_loo)
+        _rows2.append(m_loo)
+        _rows3.append(mean_deviation)
+    return {
+        "S": numpy.stack(_rows1),
+        "m": numpy.stack(_rows2),
+        "mean_deviation": numpy.stack(_rows3),
+    }

@@ -35,6 +35,7 @@ import sympy as sp
 from blr_derive.codegen.backends.jax.config import CONFIG
 from blr_derive.codegen.backends.jax.factorized import render_factorized
 from blr_derive.codegen.backends.jax.functions import functions_view
+from blr_derive.codegen.backends.jax.mixture_axis import render_component_axis
 from blr_derive.codegen.backends.jax.printer import JaxPrinter, is_static, static_part
 from blr_derive.codegen.inert import identifier, template_env
 from blr_derive.codegen.model import structure_of
@@ -66,6 +67,8 @@ class JaxTarget:
     def render(self, ir) -> str:
         if structure_of(ir) == "product":   # several blocks: plain jax.numpy functions (codegen/backends/jax/factorized.py)
             return render_factorized(self.env, ir)
+        if getattr(ir, "components", None) is not None:   # a mixture with the components as an array axis
+            return render_component_axis(self.env, ir)
         try:
             plan = optimizer_plan(ir, self.name)
         except UnsupportedTarget:

@@ -83,6 +83,10 @@ HELPER_SOURCES = {
     """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
     return jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)''',
     "_tanh_sinh": NUMPY_HELPERS["_tanh_sinh"],
+    "_expm_sym": '''def _expm_sym(M):
+    """The matrix exponential of a symmetric matrix M, V diag(exp(w)) Vᵀ from its eigendecomposition."""
+    w, V = jnp.linalg.eigh((M + M.T) / 2)
+    return (V * jnp.exp(w)) @ V.T''',
     "_gauss_hermite": '''def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points (a Python int; the
     nodes and weights are computed on the host with numpy)."""
@@ -155,6 +159,19 @@ class JnpPrinter(BLRNumPyPrinter):
 
     special = False
 
+    def _print_Or(self, expr):
+        # numpy's logical_or.reduce over a tuple has no jax.numpy counterpart: fold the binary function
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"numpy.logical_or({out}, {self._print(a)})"
+        return out
+
+    def _print_And(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"numpy.logical_and({out}, {self._print(a)})"
+        return out
+
     def _print_besseli(self, expr):
         # I_0 and I_1 are jax.scipy.special.i0/i1; another order has no jax counterpart (refused by doprint)
         nu, x = expr.args
@@ -178,7 +195,7 @@ def check_functions(ir):
                          ("family", [v.name for v in ir.state] + [str(d) for d, _, _ in ir.dims]),
                          ("loss", [v.name for v in ir.data] + [o for o, _ in ir.oracles])))   # data: the loss's
     sm = ir.sampling
-    if sm is not None and sm.draw not in ("normal", "uniform", "tanh_sinh"):
+    if sm is not None and sm.draw not in ("normal", "uniform", "tanh_sinh", "point"):
         raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target samples q with normal or uniform draws only "
                                 f"(got '{sm.draw}')", "approximations")
 
@@ -246,7 +263,7 @@ def _sampling_view(ir, pr):
     if sm.draw == "tanh_sinh":
         pr.helpers.add("_tanh_sinh")
     law = {"normal": "normal", "uniform": "uniform"}
-    draws = [] if sm.draw == "tanh_sinh" else \
+    draws = [] if sm.draw in ("tanh_sinh", "point") else \
         [(pr.doprint(sm.eps), law[sm.draw])] + [(pr.doprint(d), law[w]) for d, w in getattr(sm, "more_draws", [])]
     out = {
         "samples": pr.doprint(sm.samples), "eps": pr.doprint(sm.eps), "quadrature": sm.draw == "tanh_sinh",
@@ -254,6 +271,9 @@ def _sampling_view(ir, pr):
         "accept": pr.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
         "calls": [(pr.doprint(s), o) for s, o in sm.calls],
         "stats": [(pr.doprint(a), pr.doprint(e)) for a, e in sm.stats],
+        "point": sm.draw == "point",
+        "reductions": [(pr.doprint(r), pr.doprint(e)) for r, e in sm.reductions],
+        "chained": [(pr.doprint(c[0]), c[1], pr.doprint(c[2]), pr.doprint(c[3])) for c in sm.chained],
     }
     host = BLRNumPyPrinter()
     shaping = shaping_view(sm, host)
@@ -265,4 +285,7 @@ def _sampling_view(ir, pr):
         shaping.update(call=pr.doprint(sm.shaping.call), kept=kept)
     out["shaping"] = shaping
     out["avgs"] = [a for a, _ in out["stats"]]
+    # a matrix statistic (the full Gaussian's score) starts from zeros of its own shape, not of the first state's
+    out["shapes"] = [f"shape=({pr.doprint(a.shape[0])}, {pr.doprint(a.shape[1])})"
+                     if isinstance(a, sp.MatrixSymbol) and a.shape[1] != 1 else None for a, _ in sm.stats]
     return out

@@ -13,6 +13,7 @@ from blr_derive.codegen.inert import identifier, template_env
 
 from blr_derive.codegen.backends.numpy.printer import HELPERS, BLRNumPyPrinter
 from blr_derive.codegen.backends.numpy import components
+from blr_derive.codegen.backends.numpy import mixture_axis
 from blr_derive.codegen.backends.numpy.rows import RowBatchPrinter
 from blr_derive.core import newton
 from blr_derive.core.errors import CodegenError
@@ -36,6 +37,8 @@ class NumpyTarget:
     def render(self, ir) -> str:
         if structure_of(ir) == "product":
             return self.render_factorized(ir)
+        if getattr(ir, "components", None) is not None:     # a mixture with the components as an array axis
+            return self.render_component_axis(ir)
         printer = BLRNumPyPrinter()
         calls = [(printer.doprint(c.symbol), c.oracle, printer.doprint(c.argument), c.description)
                  for c in ir.oracle_calls]
@@ -57,6 +60,10 @@ class NumpyTarget:
                 "calls": [(printer.doprint(s), o) for s, o in sm.calls],
                 "stats": [(printer.doprint(a), printer.doprint(e)) for a, e in sm.stats],
                 "shaping": shaping_view(sm, printer),
+                "point": sm.draw == "point",
+                "reductions": [(printer.doprint(r), printer.doprint(e)) for r, e in sm.reductions],
+                "chained": [(printer.doprint(c[0]), c[1], printer.doprint(c[2]), printer.doprint(c[3]))
+                            for c in sm.chained],
             }
             if sampling["shaping"] is not None:      # what each sample keeps until the values are ranked
                 kept = [sampling["eps"]] + [d for d, _ in sampling["more"]] + [sampling["theta"]] \
@@ -83,6 +90,19 @@ class NumpyTarget:
             point=point, shapes=shapes, symmetric=sorted(ir.symmetric),
         )
         return out
+
+    def render_component_axis(self, ir) -> str:
+        """A mixture whose components are an array axis: the module of a single family, its program printed on
+        arrays with the component axes first (codegen/backends/numpy/mixture_axis.py)."""
+        printer = BLRNumPyPrinter()
+        ap, calls, assigns, outputs = mixture_axis.lower(ir, printer)
+        shapes, symmetric = mixture_axis.shapes(ir, module_shapes)
+        printer.helpers |= {"_array", "_need"}
+        return self.env.get_template(self.template).render(
+            ir=ir, calls=[], assigns=calls + assigns, dims=[(str(d), var, axis) for d, var, axis in ir.dims],
+            helpers=sorted(printer.helpers), helper_sources=[HELPERS[h] for h in sorted(printer.helpers)],
+            sampling=None, imports=sorted(printer.imports), maps=None, state_names=[v.name for v in ir.state],
+            printer=ap, init_hyper=[], entries=None, point=None, shapes=shapes, symmetric=symmetric)
 
     def render_factorized(self, ir) -> str:
         """A factorized recipe: a plate loop for the local blocks and statistics, then the global blocks."""
@@ -153,6 +173,7 @@ def module_shapes(ir) -> dict:
         # the loss at a sample is the model's total loss (one number), or one per coordinate for a separable loss
         shapes.update({str(k): "?" if elementwise and o == "loss" else _shape(k, elementwise)
                        for k, o in ir.sampling.calls})
+        shapes.update({str(c[0]): _shape(c[0], elementwise) for c in ir.sampling.chained})
     return shapes
 
 
@@ -220,8 +241,19 @@ def entry_view(ir, printer):
         "dims": [(pr(d), pr(s)) for d, s in f.dims or ()],
         "assignments": [(pr(s), pr(e)) for s, e in f.assignments or ()],
         "returns": [(k, pr(e)) for k, e in f.returns or ()],
+        "keywords": [identifier(k) for k in f.keywords or ()], "rows": rows_view(f.rows, pr),
     } for f in eps.functions]
     return {"title": eps.title, "notes": eps.notes, "constants": eps.constants, "functions": functions}
+
+
+def rows_view(rows, pr):
+    """An entry point's loop over examples (``EntryPoint.rows``, e.g. the leave-one-out sensitivities), printed by
+    ``pr``; None without one."""
+    if rows is None:
+        return None
+    return {"count": pr(rows["count"]), "slices": [(pr(s), pr(full)) for s, full in rows["slices"]],
+            "assignments": [(pr(s), pr(e)) for s, e in rows["assignments"]],
+            "outputs": [(k, pr(s)) for k, s in rows["outputs"]]}
 
 
 TARGET = NumpyTarget()

@@ -64,6 +64,10 @@ HELPERS = {
     "_spd_solve": '''def _spd_solve(A, B):
     """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
     return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)''',
+    "_expm_sym": '''def _expm_sym(M):
+    """The matrix exponential of a symmetric matrix M, V diag(exp(w)) Vᵀ from its eigendecomposition."""
+    w, V = numpy.linalg.eigh((M + M.T) / 2)
+    return (V * numpy.exp(w)) @ V.T''',
     "_gauss_hermite": '''def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
     z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
@@ -295,6 +299,13 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
 
     def _print_GaussHermiteStein(self, expr):
         return self._print_GaussHermite(expr, "_gauss_hermite_stein")
+
+    def _print_Expm(self, expr):
+        self.helpers.add("_expm_sym")
+        return f"_expm_sym({self._print(expr.args[0])})"
+
+    def _print_HadamardExp(self, expr):
+        return f"{self._wrap(expr.args[0])} * numpy.exp({self._print(expr.args[1])})"
 
     def _print_ZerosLike(self, expr):
         return f"numpy.zeros_like({self._print(expr.args[0])})"

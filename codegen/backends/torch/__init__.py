@@ -43,10 +43,10 @@ class TorchTarget:
 
     def check(self, ir):
         """Whether the target can express the recipe (UnsupportedTarget, naming the recipe entry, if not)."""
-        check_optimizer(ir, self.name)
+        check_optimizer(ir, self.name, chained=True)
 
     def render(self, ir) -> str:
-        plan = plan_optimizer(ir, self.name)
+        plan = plan_optimizer(ir, self.name, chained=True)
         host = HostPrinter()
         scalar_states = host_states(plan)            # one number per tensor (0-d tensors in the state)
         scalar_new = {new for _, new, _ in scalar_states.values()}
@@ -144,8 +144,8 @@ class TorchTarget:
             return None
         theta_c = ForeachCompiler(plan.state_syms | {sm.eps}, indent="            ")
         theta_c.assign(sm.theta, sm.theta_expr)
-        stat_c = ForeachCompiler(plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls},
-                                 indent="            ")
+        stat_c = ForeachCompiler(plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls}
+                                 | {c[0] for c in sm.chained}, indent="            ")
         stat_names = []
         for avg, e in sm.stats:
             val = sp.Symbol(f"_sample_{avg}")
@@ -154,7 +154,35 @@ class TorchTarget:
             stat_names.append((str(avg), str(val), None if cond == sp.true else host.doprint(cond)))
         return {"samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines, "stats": stat_names,
-                "grads": [(str(k), o) for k, o in sm.calls], "draw": DRAWS[sm.draw]}
+                "grads": [(str(k), o) for k, o in sm.calls], "draw": DRAWS.get(sm.draw),
+                "chained": chained_view(plan, sm)}
+
+
+def chained_view(plan, sm):
+    """Oracles at points computed from earlier oracle values (``Sampling.chained``): each is one more phase of a
+    sample (``sampled_params`` moves the parameters to the point of the next phase); the per-sample sums over
+    every coordinate of all groups (``Sampling.reductions``) are computed before the first such point."""
+    if not sm.chained:
+        return None
+    known = plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls}
+    red_c = ForeachCompiler(known, indent="            ")
+    reductions = []
+    for r, e in sm.reductions:
+        val = sp.Symbol(f"_terms_{r}")
+        red_c.assign(val, e)
+        reductions.append((str(r), str(val)))
+    phases, used = [], set()
+    for sym, oracle, point, expr in sm.chained:
+        point_c = ForeachCompiler(known, indent="            ")
+        point_c.assign(point, expr)
+        phases.append({"symbol": str(sym), "oracle": oracle, "point": str(point), "program": point_c.lines})
+        known = known | {sym}
+        used |= {str(x) for x in expr.free_symbols}
+    for _, e in sm.reductions:
+        used |= {str(x) for x in e.free_symbols}
+    kept = [str(sm.eps), str(sm.theta)] + [str(k) for k, _ in sm.calls] + [p["symbol"] for p in phases]
+    return {"reductions": reductions, "reduction_program": red_c.lines, "phases": phases,
+            "hyper": plan.hyper_using(used), "kept": kept}
 
 
 TARGET = TorchTarget()

@@ -37,7 +37,8 @@ SIZE = 4
 #: hyperparameters a recipe needs (no default) or that are smaller here (sample and node counts)
 HYPER = {"snes": {"popsize": 6, "lr_std": 0.2}, "reparameterization_exponential": {"mc_samples": 7},
          "score_function_exponential": {"mc_samples": 7}, "fed_ivon_admm": {"mc_samples": 3},
-         "quadrature_gamma": {"nodes": 33}}
+         "quadrature_gamma": {"nodes": 33}, "bsam": {"ess": 50.0, "msharpness": 3}, "sam": {"msharpness": 3},
+         "xnes": {"popsize": 6, "lr_A": 0.2}, "xnes_evosax": {"popsize": 6, "lr_A": 0.2}}
 #: max |jax - numpy| / max(1, max |numpy|) over the outputs, per recipe (printed by the tests with -s)
 ERRORS = {}
 TOL = 1e-12
@@ -66,8 +67,8 @@ def _value(rng, shape, symmetric):
     dims = tuple(DIMS.get(d, 3) if isinstance(d, str) else d for d in shape)
     if not dims:
         return float(rng.uniform(DIMS["P"] + 2, DIMS["P"] + 6))
-    if symmetric:
-        return _spd(rng, dims[0])
+    if symmetric:          # a stack of them with a leading component axis (multimodal: S of shape (K, P, P))
+        return _spd(rng, dims[0]) if len(dims) == 2 else np.stack([_spd(rng, dims[-1]) for _ in range(dims[0])])
     return rng.standard_normal(dims)
 
 
@@ -79,7 +80,8 @@ def _inputs(mod, seed, hyper=None):
     data = {n: _value(rng, shapes[n], n in sym) for n in mod.DATA}
     P = DIMS["P"]
     coef = {"A": _spd(rng, P) / P, "b": rng.standard_normal(P), "H0": _spd(rng, P),
-            "c": float(rng.uniform(0.5, 1.5)), "d": float(rng.uniform(-0.5, 0.5))}
+            "c": float(rng.uniform(0.5, 1.5)), "d": float(rng.uniform(-0.5, 0.5)),
+            "act": rng.standard_normal((DIMS["N"], P)), "out": rng.standard_normal((DIMS["N"], P))}
     hp = {k: (float(rng.uniform(0.2, 0.9)) if isinstance(v, float) and 0 < v <= 1 else v)
           for k, v in mod.HYPERPARAMETERS.items()}
     hp.update(hyper or {})
@@ -95,7 +97,11 @@ def _oracles(xp, coef, names, elementwise):
                  "loss": lambda x: 0.5 * c * x ** 2 + d * x + 0.1 * xp.cos(3 * x)}
     else:
         table = {"grad": lambda x: xp.asarray(coef["A"]) @ x + xp.asarray(coef["b"]),
-                 "hess": lambda x: xp.asarray(coef["H0"]) + 0.01 * x[:, None] * x[None, :]}
+                 "hess": lambda x: xp.asarray(coef["H0"]) + 0.01 * x[:, None] * x[None, :],
+                 "loss": lambda x: 0.5 * x @ xp.asarray(coef["A"]) @ x + xp.asarray(coef["b"]) @ x + c,
+                 # a layer's input activations and output gradients (N x d_in, N x d_out) at the weights x
+                 "activations": lambda x: xp.asarray(coef["act"]) * (1 + 0.01 * xp.sum(x)),
+                 "output_grads": lambda x: xp.asarray(coef["out"]) + 0.01 * xp.sum(x ** 2)}
     return {n: table[n] for n in names} or None
 
 
@@ -209,7 +215,8 @@ def test_the_function_modules_cover_the_single_family_recipes():
     its fixed precision s has no initial value, which an optax transformation's state needs)."""
     assert {"newton", "laplace", "ridge", "bayesian_linear_regression", "beta_bernoulli", "dirichlet_categorical",
             "dropout", "dropout_sgd", "fed_admm_full", "fed_admm_isotropic", "fed_ivon_admm", "gamma_poisson", "gd",
-            "multimodal_exact", "ncvi", "ncvmp", "normal_gamma", "normal_normal", "online_newton_diag",
+            "multimodal", "multimodal_exact", "multimodal_unrolled", "multimodal_exact_unrolled", "ncvi", "ncvmp",
+            "normal_gamma", "normal_normal", "online_newton_diag",
             "online_newton_momentum", "quadrature_gamma", "reparameterization_exponential",
             "score_function_exponential", "snes", "svrg"} <= set(FUNCTION_RECIPES)
 

@@ -1,6 +1,8 @@
 """Mixture candidates (Sec. 3.2, App. E): the mixture BLR (Eqs. 27-28) derived by the engine, checked
 numerically (the natural gradient against quadrature, Eqs. 69-71 against finite differences of log q), and the
-multimodal recipe locating every minimum of functions with several separated minima in one run."""
+multimodal recipe locating every minimum of functions with several separated minima in one run.  These tests use
+the unrolled recipes (one state variable per component, a fixed K); the component-axis recipes (multimodal,
+multimodal_exact) are tested against them in test_mixture_components.py."""
 import numpy as np
 import pytest
 import scipy.integrate
@@ -15,7 +17,7 @@ from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.common import toposort as _toposort
 from conftest import CATALOG, load_generated, load_module_from_path
 
-MULTIMODAL = (CATALOG / "multimodal.yaml").read_text()
+MULTIMODAL = (CATALOG / "multimodal_unrolled.yaml").read_text()
 
 
 
@@ -29,7 +31,7 @@ def _derive_and_load(path):
 
 def _variant(tmp_path_factory, K):
     p = tmp_path_factory.mktemp(f"mixture{K}") / f"multimodal{K}.yaml"
-    p.write_text(MULTIMODAL.replace("components: 2", f"components: {K}").replace("name: multimodal",
+    p.write_text(MULTIMODAL.replace("components: 2", f"components: {K}").replace("name: multimodal_unrolled",
                                                                                  f"name: multimodal{K}"))
     return _derive_and_load(p)
 
@@ -41,8 +43,8 @@ def mixture3(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exact1d():
-    recipe, D = derive_file(CATALOG / "multimodal_exact.yaml")
-    return recipe, D, load_generated("multimodal_exact")
+    recipe, D = derive_file(CATALOG / "multimodal_exact_unrolled.yaml")
+    return recipe, D, load_generated("multimodal_exact_unrolled")
 
 
 def _run(mod, state, oracles=None, steps=100, **hp):
@@ -62,7 +64,7 @@ def _refine(g, H, x, iters=30):
 
 # ------------------------------------------------------------------------------------------- minima
 def test_catalog_multimodal_finds_both_minima_of_a_double_well():
-    mod = load_generated("multimodal")
+    mod = load_generated("multimodal_unrolled")
     f_g = lambda x: 4 * x * (x**2 - 4) + 0.5            # noqa: E731  ℓ = (x² − 4)² + x/2: minima near ±2
     f_H = lambda x: np.atleast_2d(12 * x**2 - 16)       # noqa: E731
     st = _run(mod, {"m1": [-1.5], "S1": [[10.0]], "m2": [1.5], "S2": [[10.0]]}, {"grad": f_g, "hess": f_H}, 80)
@@ -311,6 +313,9 @@ def test_explain_shows_the_mixture_steps_with_equation_numbers():
 
 @pytest.mark.parametrize("family, approx, message", [
     ("{mixture: gaussian_full, components: 1}", "[delta]", "components must be an integer from 2"),
+    ("{mixture: gaussian_full, components: K, weights: [0.5]}", "[delta]", "equal weights 1/K"),
+    ("{mixture: gaussian_diag, components: K, fixed: {2: {m: 0, s: 1}}}", "[delta]", "remove 'fixed'"),
+    ("{mixture: gaussian_full, components: 2x}", "[delta]", "or a size name"),
     ("{mixture: gaussian_full, components: 2, weights: [0.5, 0.5]}", "[delta]", "K - 1 = 1 weights"),
     ("{mixture: gaussian_full, components: 2, weights: [1.5]}", "[delta]", "must lie in (0, 1)"),
     ("{mixture: gaussian_full, components: 2, weights: [w]}", "[delta]", "w"),

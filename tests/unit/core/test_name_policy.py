@@ -58,7 +58,8 @@ def _declared(ir):
     names.update(v.name for v in ir.state)
     names.update(v.name for v in ir.data)
     if getattr(ir, "components", None):        # the component axis' index and size are declared names too
-        names.update((ir.components["index"], ir.components["size"]))
+        names.update(ir.components[k] for k in ("index", "size") if k in ir.components)   # a mixture axis: no index
+        names.update(ir.components.get("names", {}).values())   # the mixture axis' program, printed clash-free
     return names
 
 
