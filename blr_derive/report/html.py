@@ -111,6 +111,12 @@ def _fam_latex(e) -> str:
     return latex(e)
 
 
+def exponential_family(fam):
+    """The exponential family whose T, h, λ, μ, A a report shows: the family itself, or for a structured candidate
+    (a Kronecker-factored Gaussian) the family it restricts (``base``)."""
+    return fam if hasattr(fam, "T") else fam.base
+
+
 def family_rows(fam) -> list[tuple[str, str]]:
     """(label, LaTeX) rows: T(θ), h(θ), λ, μ = ∇A(λ), A(λ)."""
     join = lambda es: r",\quad ".join(_fam_latex(e) for e in es)
@@ -124,8 +130,12 @@ def family_fragment(fam) -> str:
     out = [f'<div class="blr-family"><p><strong>Family <code>{_e(fam.name)}</code></strong>'
            + (f' <span class="prose">— {_e(fam.description)}</span>' if fam.description else "") + "</p>",
            f"<p>parameters: {params}</p>", '<table class="blr">']
-    for label, tex in family_rows(fam):
-        note = "" if label != r"A(\lambda)" or fam.A_given else ' <span class="prose">(derived)</span>'
+    ef = exponential_family(fam)
+    if ef is not fam:
+        out.append(f'<tr><td colspan="2"><span class="prose">the exponential family it restricts: '
+                   f'<code>{_e(ef.name)}</code></span></td></tr>')
+    for label, tex in family_rows(ef):
+        note = "" if label != r"A(\lambda)" or ef.A_given else ' <span class="prose">(derived)</span>'
         out.append(f"<tr><th>{_inline(label)}</th><td>{_inline(tex)}{note}</td></tr>")
     out.append("</table></div>")
     return "\n".join(out)
@@ -236,7 +246,7 @@ def _text(s: str) -> str:
 
 
 def family_latex(fam) -> str:
-    rows = [f"{label} &= {tex}" for label, tex in family_rows(fam)]
+    rows = [f"{label} &= {tex}" for label, tex in family_rows(exponential_family(fam))]
     return "$$\\begin{aligned}" + r" \\ ".join(rows) + "\\end{aligned}$$"
 
 

@@ -24,6 +24,7 @@ from sympy.matrices.expressions.matexpr import MatrixExpr
 from blr_derive.core import matcalc
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.names import name_problem
+from blr_derive.core.pretty import pretty
 from blr_derive.rules.base import Rule, register
 from blr_derive.rules.blr import doit
 from blr_derive.rules.gaussian_score import FACTOR_VIEW
@@ -163,7 +164,7 @@ class ExponentialCoordinates(Rule):
                                Mdef: r"\mathbf{M}_{%s}" % fname})
         record(ctx, "Step in exponential local coordinates",
                f"Eq. 6 is an Euler step of the natural-gradient flow in λ; its tangent at ρ = 0 moves the covariance "
-               f"C = {cov} along Ċ = dC[d{pname}/dρ].  The factor {fname} (C = {fname} {fname}ᵀ) moves in the local "
+               f"C = {pretty(cov)} along Ċ = dC[d{pname}/dρ].  The factor {fname} (C = {fname} {fname}ᵀ) moves in the local "
                f"coordinates {fname} expm(ρM), whose tangent {fname}(M + Mᵀ){fname}ᵀ equals Ċ for the symmetric "
                f"M = ½ {fname}⁻¹ Ċ {fname}⁻ᵀ; the other parameters move along their tangents.  First-order equal to "
                "Eq. 6, and C stays positive definite (Wierstra et al. 2014, Sec. 3.3, Algorithm 5).", eqs)

@@ -116,7 +116,7 @@ class SharpnessAware(Rule):
         sm.stats.append((avg, per.xreplace({k: g_adv for k in k_calls})))
         replace(D, g, avg)
         D.views["grad"] = avg
-        D.symbol_names.update({point: r"\theta^{adv}_k", g_adv: r"\hat{g}^{adv}_k", avg: r"\bar{g}^{adv}"})
+        D.symbol_names.update({point: r"\theta^{\mathrm{adv}}_k", g_adv: r"\hat{g}^{\mathrm{adv}}_k", avg: r"\bar{g}^{\mathrm{adv}}"})
         record(ctx, "Sharpness-aware gradient",
                "The gradient of the mean step is taken at the adversarial point e_k = ρ·scale·ĝ_k"
                + (" / ‖ĝ_k‖₂ (the global 2-norm, Foret et al. 2021, Eq. 2)" if norm else
@@ -124,7 +124,7 @@ class SharpnessAware(Rule):
                + ": a second oracle call per sample whose point depends on the first call's value; the other "
                "statistics made from the oracle's value keep the gradient at the sample.",
                ([(red, per**2)] if norm else []) + [(point, expr), (g_adv, sp.Function("grad")(point)),
-                                                    (avg, r"\frac{1}{S}\sum_k \hat{g}^{adv}_k")])
+                                                    (avg, r"\frac{1}{S}\sum_k \hat{g}^{\mathrm{adv}}_k")])
 
 
 register(SharpnessAware())
