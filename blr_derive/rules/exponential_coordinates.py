@@ -133,6 +133,10 @@ class ExponentialCoordinates(Rule):
         dp = sp.MatrixSymbol("d_" + pname, *p.shape)
         cov_dot = matcalc.differential(cov, {p: dp}).xreplace({dp: tangents[pname][1]})
         M = simplify_mat(doit((sp.Inverse(F) * cov_dot * sp.Inverse(F).T / 2).xreplace(reps)), sym)
+        if M.has(sp.Inverse):         # Aᵀ(A⁻¹)ᵀ = I: sympy cancels it once (A⁻¹)ᵀ is written (Aᵀ)⁻¹ and expanded
+            M = simplify_mat(doit(sp.expand(M.replace(
+                lambda x: isinstance(x, sp.Transpose) and isinstance(x.arg, sp.Inverse),
+                lambda x: sp.Inverse(sp.Transpose(x.arg.arg)))).doit()), sym)
         if M.has(sp.Inverse):
             raise ctx.fail(f"the local coordinate M = {M} keeps an inverse of the factor")
         F_new = sp.MatrixSymbol(fname + "_new", *p.shape)

@@ -68,3 +68,22 @@ def test_covariance_stays_positive_definite_where_eq6_does_not():
         plain.step({"m": M0, "S": S0}, oracles=oracles, rho=2.0)
     e = expo.step({"m": M0, "A": A0}, oracles=oracles, rho=2.0)
     assert np.linalg.eigvalsh(e["A"] @ e["A"].T).min() > 0
+
+
+WITH_ENTROPY = PLAIN.replace("plain_delta_full", "expo_entropy_full").replace(
+    "  - no_entropy\n", "  - exponential_coordinates: {S: A}\n")
+
+
+def test_with_the_entropy_the_local_coordinate_is_half_identity_minus_half_A_T_H_A():
+    """Eq. 6 with H(q): Ṡ = H − S, so Ċ = C − CHC and M = ½A⁻¹ĊA⁻ᵀ = ½(I − AᵀHA) (the inverse of the factor in
+    AᵀA⁻ᵀ cancels); the fixed point of the step is C = H⁻¹, the BLR's posterior (a user case the catalog lacks)."""
+    mod = api.derive(WITH_ENTROPY).compile("numpy")
+    rho = 0.3
+    e = mod.step({"m": M0, "A": A0}, oracles=ORACLES, rho=rho)
+    w, V = np.linalg.eigh(rho * (np.eye(3) - A0.T @ H @ A0) / 2)
+    np.testing.assert_allclose(e["A"], A0 @ ((V * np.exp(w)) @ V.T), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(e["m"], M0 - rho * A0 @ A0.T @ G, rtol=1e-13)
+    st = {"m": M0, "A": A0}
+    for _ in range(200):
+        st = mod.step(st, oracles=ORACLES, rho=rho)
+    np.testing.assert_allclose(st["A"] @ st["A"].T, np.linalg.inv(H), rtol=1e-10)
