@@ -16,10 +16,13 @@ from blr_derive.ir.common import need_conditions
 DRAWS = {"normal": "randn", "uniform": "rand"}
 
 
-def check_optimizer(ir, target: str, chained: bool = False):
+def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False, data_state: bool = False):
     """Whether an optimizer target can express the recipe (UnsupportedTarget, naming the recipe entry, if not):
     an elementwise update whose oracles are the gradient at what the parameter holds, or at samples of q (and,
-    for a target that evaluates them (``chained``), at points computed from those gradients, Sampling.chained)."""
+    for a target that evaluates them (``chained``), at points computed from those gradients, Sampling.chained;
+    for a target that keeps every sample of a step until step() (``shaped``), loss values ranked over the samples,
+    Sampling.shaping).  A target that keeps data as per-parameter state (``data_state``) takes an abstract loss's
+    per-coordinate data that declare a default."""
     def no(msg, key):
         raise UnsupportedTarget(f"recipe '{ir.recipe}': the {target} target {msg}", key)
     if not ir.elementwise:
@@ -28,8 +31,15 @@ def check_optimizer(ir, target: str, chained: bool = False):
     if ir.mean is None and ir.parameter is None:
         no("needs a family with a mean parameter, or a recipe 'parameter' saying what the torch parameter holds",
            "family")
-    if ir.data:
+    if ir.data and not data_state:
         no("takes no data inputs (the loss is the model's)", "loss")
+    for d in ir.data:
+        if d.kind != "scalar":
+            no(f"keeps data as per-parameter state of the parameter's shape; data '{d.name}' has its own shape "
+               "(declare it with shape [])", "loss")
+        if d.init is None:
+            no(f"keeps data as per-parameter state; data '{d.name}' needs a default (its value until it is set)",
+               "loss")
     for c in ir.oracle_calls:
         if (str(c.argument) != ir.mean) if ir.mean is not None else (c.argument != ir.parameter):
             no(f"evaluates oracles at the parameters (the mean) or at samples of q; '{c.oracle}' is asked at "
@@ -44,7 +54,7 @@ def check_optimizer(ir, target: str, chained: bool = False):
         sm = ir.sampling
         if (sm.chained or sm.reductions or sm.draw == "point") and not chained:
             no("evaluates each sample's oracles at its draw only; the recipe evaluates an oracle at a point "
-               "computed from an earlier oracle's value (sharpness_aware; the numpy and torch targets)",
+               "computed from an earlier oracle's value (sharpness_aware; the numpy, torch and triton targets)",
                "approximations")
         if ir.sampling.draw not in DRAWS and not (chained and ir.sampling.draw == "point"):
             no(f"samples q with normal or uniform draws only (got '{ir.sampling.draw}')", "approximations")
@@ -54,9 +64,9 @@ def check_optimizer(ir, target: str, chained: bool = False):
         if getattr(ir.sampling, "more_draws", None):
             no("draws one random number per sample; the family's sampler uses "
                f"{1 + len(ir.sampling.more_draws)} (the numpy target draws any number)", "family")
-        if getattr(ir.sampling, "shaping", None) is not None:
+        if getattr(ir.sampling, "shaping", None) is not None and not shaped:
             no("accumulates each sample's statistics as it is drawn; 'fitness_shaping' ranks the loss values over "
-               "all samples of a step first (the numpy target)", "approximations")
+               "all samples of a step first (the numpy, torch and triton targets)", "approximations")
         for _, o in list(ir.sampling.calls) + [(c[0], c[1]) for c in ir.sampling.chained]:
             if o == "hess":
                 no("has no Hessian oracle at samples; add an approximation (price_estimator, "
@@ -112,6 +122,12 @@ def _others(ir, target, mean, parameter):
             raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; "
                                     f"the {target} target can only copy the parameters themselves", "state_init")
     return others
+
+
+def data_states(ir) -> list:
+    """An abstract loss's per-coordinate data as state of the parameter's shape that no step writes (a target with
+    ``data_state``): each starts at its declared default and is set by the caller (e.g. the previous posterior)."""
+    return [dataclasses.replace(d, kind="elementwise", family=False) for d in ir.data]
 
 
 def _drop_identity(expr, sym):
@@ -245,12 +261,13 @@ def _write_condition(assignments, new, old):
     return sp.Or(*out)
 
 
-def plan_optimizer(ir, target: str, chained: bool = False) -> OptimizerPlan:
-    check_optimizer(ir, target, chained)
+def plan_optimizer(ir, target: str, chained: bool = False, shaped: bool = False,
+                   data_state: bool = False) -> OptimizerPlan:
+    check_optimizer(ir, target, chained, shaped, data_state)
     mean, parameter = ir.mean, ir.parameter
-    state_syms = {v.symbol for v in ir.state}
+    state_syms = {v.symbol for v in ir.state} | {d.symbol for d in ir.data}
     state_syms |= {sp.Symbol(str(s), real=True) for s in state_syms}
-    others = _others(ir, target, mean, parameter)
+    others = _others(ir, target, mean, parameter) + data_states(ir)
     plan = OptimizerPlan(ir, mean, parameter, state_syms, [v.name for v in ir.state], others,
                          [(name, str(sym)) for name, sym in ir.outputs if name != mean and str(sym) != name])
     if mean is None:

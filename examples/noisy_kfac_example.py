@@ -1,6 +1,7 @@
 """Noisy K-FAC's update from the BLR: one linear layer with independent Bernoulli outputs, trained with the generated
-matrix-normal module `catalog/generated/numpy/noisy_kfac.py` (state M, A, G; q(W) = MN(M, A^-1, G^-1)), next to the
-generated full-Gaussian Newton module on vec(W) with the exact Hessian (P x P, P = d_out * d_in).
+matrix-normal modules `catalog/generated/numpy/noisy_kfac.py` (oracles at the mean) and `noisy_kfac_mc.py` (Zhang et
+al.'s Alg. 1: the oracles at a sample W = M + L_G^-T E L_A^-1 of q each step; state M, A, G; q(W) = MN(M, A^-1,
+G^-1)), next to the generated full-Gaussian Newton module on vec(W) with the exact Hessian (P x P, P = d_out * d_in).
 
 The oracles are mini-batch means: `grad` (d_out x d_in), `activations` a (one input per row) and `output_grads` b
 (gradients of the mean loss in the layer's outputs, targets sampled from the model: the Fisher's K-FAC factors).
@@ -23,7 +24,7 @@ def load(name):
     return mod
 
 
-kfac, newton = load("noisy_kfac"), load("newton")
+kfac, kfac_mc, newton = load("noisy_kfac"), load("noisy_kfac_mc"), load("newton")
 
 
 def main(d_in=6, d_out=4, n=400, batch=50, steps=200, rho=0.2, delta=1.0, seed=0):
@@ -45,12 +46,15 @@ def main(d_in=6, d_out=4, n=400, batch=50, steps=200, rho=0.2, delta=1.0, seed=0
                 "output_grads": lambda W: (sig(W) - y_model(W)) / len(idx)}
 
     state = kfac.init(M=np.zeros((d_out, d_in)), A=np.eye(d_in), G=np.eye(d_out))
+    noisy = kfac_mc.init(M=np.zeros((d_out, d_in)), A=np.eye(d_in), G=np.eye(d_out))
     full = newton.init(m=np.zeros(d_out * d_in), S=np.eye(d_out * d_in))
     split = np.sqrt(n) * batch                   # Zhang et al.'s damping pi = 1 in this parametrization
     for t in range(steps):
         idx = rng.choice(n, size=batch, replace=False)
         state = kfac.step(state, oracles=oracles(idx), rho=rho, ess=float(n), prior_precision=delta,
                           damping_split=split)
+        noisy = kfac_mc.step(noisy, oracles=oracles(idx), rng=rng, rho=rho, ess=float(n), prior_precision=delta,
+                             damping_split=split, mc_samples=1)
         o = oracles(idx)
         vecW = lambda w: w.reshape((d_out, d_in), order="F")
 
@@ -62,10 +66,12 @@ def main(d_in=6, d_out=4, n=400, batch=50, steps=200, rho=0.2, delta=1.0, seed=0
         full = newton.step(full, oracles={"grad": lambda w: n * o["grad"](vecW(w)).reshape(-1, order="F") + delta * w,
                                           "hess": hess}, rho=rho)
         if t % 50 == 0 or t == steps - 1:
-            print(f"step {t:3d}: loss K-FAC {loss(state['M']):.4f}   full-Gaussian Newton "
-                  f"{loss(full['m'].reshape((d_out, d_in), order='F')):.4f}   (truth {loss(W_true):.4f})")
-    cov_diag = np.kron(np.diag(np.linalg.inv(state["A"])), np.diag(np.linalg.inv(state["G"])))
-    print("posterior std of W (K-FAC), first row:", np.sqrt(cov_diag.reshape((d_out, d_in), order="F")[0]).round(3))
+            print(f"step {t:3d}: loss K-FAC {loss(state['M']):.4f}   noisy K-FAC {loss(noisy['M']):.4f}   "
+                  f"full-Gaussian Newton {loss(full['m'].reshape((d_out, d_in), order='F')):.4f}   "
+                  f"(truth {loss(W_true):.4f})")
+    for name, s in (("K-FAC", state), ("noisy K-FAC", noisy)):
+        cov_diag = np.kron(np.diag(np.linalg.inv(s["A"])), np.diag(np.linalg.inv(s["G"])))
+        print(f"posterior std of W ({name}), first row:", np.sqrt(cov_diag.reshape((d_out, d_in), order="F")[0]).round(3))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,11 @@ recipe's rules.  Derivation:
    (``kronecker_ema``);
 3. the mean step read off the Kronecker identities (``kronecker_vec``): S⁻¹ vec(V) = vec(G⁻¹ V A⁻¹).
 
+The full-Gaussian program is derived with its expectations E_q[∇ℓ], E_q[∇²ℓ] as oracle values at one point (the
+``delta`` rule's program).  That point is the mean, unless the recipe names an expectation rule of the structure
+(``monte_carlo``): its ``kronecker_expectation`` stage moves the oracles to samples W_k of q, and its
+``kronecker_statistics`` stage averages what the other rules built from them (``blr_derive/rules/kronecker_sampling.py``).
+
 Nothing here names an algorithm: the update is whatever the recipe's rules make of the full-Gaussian program.
 """
 from __future__ import annotations
@@ -32,11 +37,14 @@ from blr_derive.core.yamlio import where
 from blr_derive.families.library import load_family
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, Derivation
-from blr_derive.rules.kronecker import Kron, KroneckerContext, KroneckerRule, interpret_matrix, interpret_vector
+from blr_derive.rules.kronecker import Kron, KroneckerContext, interpret_matrix, interpret_vector
 from blr_derive.spec.family import Param
+from blr_derive.spec.hyper import Approx
 from blr_derive.spec.kronecker import KroneckerRecipe, is_kronecker_spec, kronecker_recipe, split_kronecker
 
-STAGES = ("kronecker_hessian", "kronecker_damping")
+STAGES = ("kronecker_hessian", "kronecker_damping", "kronecker_statistics")
+#: the expectation rule of the full-Gaussian program: its expectations as oracle values at one point
+POINT_RULE = "delta"
 
 
 @dataclass
@@ -98,16 +106,32 @@ def split_rules(recipe):
     own, inner = [], []
     for a in recipe.approximations:
         r = RULES[a.name]
-        if "kronecker" in r.structures and isinstance(r, KroneckerRule):
+        if "kronecker" in r.structures:
             own.append((r, a))
         else:
             inner.append(a)
+    sampled = [a for r, a in own if r.kind == "expectation"]
+    if sampled:
+        named = sampled + [a for a in inner if RULES[a.name].kind == "expectation"]
+        if len(named) > 1:
+            raise fail(recipe, "at most one expectation rule may be named (got " + ", ".join(a.name for a in named)
+                       + ")", named[1])
+        inner = [Approx(POINT_RULE, {}, sampled[0].line)] + inner
     return own, inner
 
 
+def apply_stage(own, stage, kctx, D, *extra):
+    """Every structure rule that takes part in ``stage``, in recipe order."""
+    for r, a in own:
+        fn = getattr(r, stage, None)
+        if fn is not None:
+            kctx.approx = a
+            fn(kctx, Ctx(D, a), *extra)
+
+
 def map_oracles(recipe, full, D, kctx, env, m):
-    """The full Gaussian's vector oracles (at m) become rows×cols oracles at M; its P×P oracles (the Hessian) are
-    left to a Kronecker Hessian rule.  Returns (the P×P oracle symbols, the gradient's full symbol)."""
+    """The full Gaussian's vector oracles (at m) become rows×cols oracles at ``kctx.mean_point`` (M, or the sample
+    W_k under monte_carlo); its P×P oracles (the Hessian) are left to a Kronecker Hessian rule.  Returns (the P×P oracle symbols, the gradient's full symbol)."""
     rows, cols, M = kctx.rows, kctx.cols, kctx.M
     hess_calls, grad_sym = [], None
     for sym, oracle, arg, desc in full.oracle_calls:
@@ -116,7 +140,9 @@ def map_oracles(recipe, full, D, kctx, env, m):
         if sym.shape == m.shape:
             msym = sp.MatrixSymbol(str(sym), rows, cols)
             D.symbol_names[msym] = full.symbol_names.get(sym, str(sym))
-            D.oracle_calls.append((msym, oracle, M, desc.replace("θ", "W")))
+            if kctx.mean_point != M:
+                desc = desc.replace("at the mean (delta method)", "at the sample")
+            D.oracle_calls.append((msym, oracle, kctx.mean_point, desc.replace("θ", "W")))
             env[sym] = msym
             if oracle == "grad":
                 kctx.grad, grad_sym = msym, sym
@@ -151,15 +177,21 @@ def derive_kronecker(recipe: KroneckerRecipe) -> Derivation:
           "then written in M, A, G.",
           [(m, sp.Symbol(r"\operatorname{vec}(\mathbf{M})")), (S, sp.KroneckerProduct(A, G))]
           + ([(P, rows * cols)] if P is not None else []))
-    D.steps.extend(full.steps)
-    kctx = KroneckerContext(recipe, D, rows, cols, M, A, G, D.recipe.hyper_symbol(recipe.learning_rate), M,
-                            sym={A, G})
+    sampled = any(r.kind == "expectation" for r, _ in own)
+    D.steps.extend(s for s in full.steps if not (sampled and s.rule == POINT_RULE))
     env = {S: Kron([(sp.Integer(1), A, G)]), m: M}
+    kctx = KroneckerContext(recipe, D, rows, cols, M, A, G, D.recipe.hyper_symbol(recipe.learning_rate), M,
+                            sym={A, G}, env=dict(env), base=(m, S))
+    before = len(D.steps)
+    apply_stage(own, "kronecker_expectation", kctx, D)
+    if sampled:             # the samples' steps stand where the point's step stood in the full Gaussian's derivation
+        new = D.steps[before:]
+        del D.steps[before:]
+        at = before - (len(full.steps) - 1) + next(i for i, s in enumerate(full.steps) if s.rule == POINT_RULE)
+        D.steps[at:at] = new
     hess_calls, grad_sym = map_oracles(recipe, full, D, kctx, env, m)
     for stage in STAGES:
-        for r, a in own:
-            kctx.approx = a
-            getattr(r, stage)(kctx, Ctx(D, a))
+        apply_stage(own, stage, kctx, D)
     if hess_calls and kctx.hess is None:
         raise fail(recipe, "the Hessian of the full Gaussian is a P×P oracle: a Kronecker candidate needs a "
                            "Kronecker-factored Hessian (add 'kronecker_gauss_newton')")
@@ -175,9 +207,7 @@ def derive_kronecker(recipe: KroneckerRecipe) -> Derivation:
         for name, s, e in full.updates:
             if name == S.name:
                 S_new = interpret_matrix(e, env)
-                for r, a in own:
-                    kctx.approx = a
-                    r.kronecker_projection(kctx, Ctx(D, a), S_new)
+                apply_stage(own, "kronecker_projection", kctx, D, S_new)
                 if kctx.precision_new is None:
                     raise fail(recipe, "the precision update (1-ρ)A ⊗ G + ρ L ⊗ R is not one Kronecker product: "
                                        "name how it is kept Kronecker (add 'kronecker_ema')")

@@ -88,17 +88,63 @@ def evaluate(expr, values: dict, dims: dict | None = None):
             reps[k] = sp.Float(float(v), 30)
     for k, v in (dims or {}).items():
         reps[k] = sp.Integer(v)
-    e = expr.xreplace(reps)
-    e = numeric_infinite_sums(e)
-    if e.has(sp.Inverse):          # inverses of numeric matrices by LU (sympy's default elimination is far slower)
-        e = e.replace(lambda n: isinstance(n, sp.Inverse) and not n.free_symbols and not n.atoms(sp.MatrixSymbol),
-                      lambda n: sp.ImmutableMatrix(sp.Matrix(n.arg.doit()).inv(method="LU")))
-    e = e.doit()
+    e = _value(expr.xreplace(reps))
     if isinstance(e, sp.MatrixBase) or is_mat(e):
         e = sp.Matrix(e).evalf(30)
         arr = np.array(e.tolist(), dtype=float)
         return arr
     return float(sp.N(e, 30))
+
+
+def _value(e):
+    """An expression with every symbol replaced by its value, worked out: infinite sums summed, matrix functions
+    (:func:`_matrix_functions`) and inverses of numeric matrices evaluated, then ``doit``."""
+    e = numeric_infinite_sums(e)
+    e = _matrix_functions(e)
+    if e.has(sp.Inverse):          # inverses of numeric matrices by LU (sympy's default elimination is far slower)
+        e = e.replace(lambda n: isinstance(n, sp.Inverse) and not n.free_symbols and not n.atoms(sp.MatrixSymbol),
+                      lambda n: sp.ImmutableMatrix(sp.Matrix(n.arg.doit()).inv(method="LU")))
+    return e.doit()
+
+
+#: the working precision (digits) of :func:`evaluate`
+DIGITS = 30
+
+
+def _is_matrix_function(n) -> bool:
+    """A node that defines its numeric value (a rule's matrix function such as expm), with numeric arguments."""
+    return callable(getattr(type(n), "numeric_value", None)) and not n.free_symbols
+
+
+def _matrix_functions(e):
+    """Nodes with a ``numeric_value(*args)`` method (a rule's matrix functions: the matrix exponential, an entrywise
+    exponential ...) replaced by their values, innermost first: each argument is worked out (:func:`_value`) and
+    handed over as an mpmath matrix (or number) at :data:`DIGITS` digits; the result comes back as an explicit
+    matrix (or number)."""
+    if not isinstance(e, sp.Basic) or not any(_is_matrix_function(n) for n in sp.preorder_traversal(e)):
+        return e
+
+    def walk(n):
+        if _is_matrix_function(n):
+            with mpmath.workdps(DIGITS):
+                out = n.numeric_value(*[_to_mpmath(_value(a)) for a in n.args])
+                if isinstance(out, mpmath.matrix):
+                    return sp.ImmutableMatrix(out.rows, out.cols,
+                                              [sp.Float(out[i, j], DIGITS) for i in range(out.rows)
+                                               for j in range(out.cols)])
+                return sp.Float(out, DIGITS)
+        if n.is_Atom or not n.args:
+            return n
+        args = [walk(a) for a in n.args]
+        return n.func(*args) if any(a is not b for a, b in zip(args, n.args)) else n
+    return walk(e)
+
+
+def _to_mpmath(v):
+    if isinstance(v, sp.MatrixBase) or is_mat(v):
+        m = sp.Matrix(v).evalf(DIGITS)
+        return mpmath.matrix([[mpmath.mpf(sp.Float(x, DIGITS)) for x in row] for row in m.tolist()])
+    return mpmath.mpf(sp.Float(sp.N(v, DIGITS), DIGITS))
 
 
 def numeric_infinite_sums(e):

@@ -144,7 +144,8 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     fam = r.family
     elementwise = fam.elementwise or D.elementwise
     state = _state(D, r, elementwise)
-    data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description) for d in r.data]
+    data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description,
+                getattr(d, "default", None)) for d in r.data]
     scalarized = D.elementwise and not any(is_mat(e) for _, _, e in D.updates)
     if scalarized:
         for v in state:

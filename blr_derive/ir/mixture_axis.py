@@ -43,6 +43,12 @@ def with_component_axis(ir, D):
     state = {v.name for v in ir.state}
     dims = [(d, var, axis + 1 if var in state else axis) for d, var, axis in ir.dims]
     ir.dims = [(info["size"], ir.state[0].name, 0)] + dims
+    if "data" in info:      # a sized family over a run-time axis: its scalars per coordinate are arrays of length K
+        for v in ir.state + ir.data:
+            if v.kind == "scalar" and (v.family or v.name in info["data"]):
+                v.kind = f"array ({info['size']},)"
+    # the arrays with a leading component axis: the state, and data with one value per component (a sized family
+    # over a run-time axis, blr_derive/candidates/sized_axis.py)
     ir.components = {"size": str(info["size"]), "axes": axes, "names": names,
-                     "state": [v.name for v in ir.state if not v.fixed]}
+                     "state": [v.name for v in ir.state if not v.fixed] + list(info.get("data", ()))}
     return ir

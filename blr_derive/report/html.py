@@ -114,11 +114,14 @@ def _fam_latex(e) -> str:
 def exponential_family(fam):
     """The exponential family whose T, h, λ, μ, A a report shows: the family itself, or for a structured candidate
     (a Kronecker-factored Gaussian) the family it restricts (``base``)."""
-    return fam if hasattr(fam, "T") else fam.base
+    return fam if hasattr(fam, "T") or hasattr(fam, "report_rows") else fam.base
 
 
 def family_rows(fam) -> list[tuple[str, str]]:
-    """(label, LaTeX) rows: T(θ), h(θ), λ, μ = ∇A(λ), A(λ)."""
+    """(label, LaTeX) rows: T(θ), h(θ), λ, μ = ∇A(λ), A(λ); a family written for a generic coordinate k of a run-time
+    size (``report_rows``) gives its own."""
+    if hasattr(fam, "report_rows"):
+        return fam.report_rows()
     join = lambda es: r",\quad ".join(_fam_latex(e) for e in es)
     return [(r"T(\theta)", join(fam.T)), (r"h(\theta)", _fam_latex(fam.h)), (r"\lambda", join(fam.eta)),
             (r"\mu = \nabla A(\lambda)", join(fam.mu_ord)), (r"A(\lambda)", _fam_latex(fam.A))]
@@ -135,7 +138,7 @@ def family_fragment(fam) -> str:
         out.append(f'<tr><td colspan="2"><span class="prose">the exponential family it restricts: '
                    f'<code>{_e(ef.name)}</code></span></td></tr>')
     for label, tex in family_rows(ef):
-        note = "" if label != r"A(\lambda)" or ef.A_given else ' <span class="prose">(derived)</span>'
+        note = "" if label != r"A(\lambda)" or getattr(ef, "A_given", True) else ' <span class="prose">(derived)</span>'
         out.append(f"<tr><th>{_inline(label)}</th><td>{_inline(tex)}{note}</td></tr>")
     out.append("</table></div>")
     return "\n".join(out)

@@ -69,6 +69,8 @@ DATA_DOC = [
     ("shape", "yes", "`[]` scalar, `[N]` vector, `[N, P]` matrix (dimension names; the family's own is `P`)"),
     ("description", "no", "one line of text"),
     ("symmetric", "no", "`true` for a symmetric (covariance-like) matrix"),
+    ("default", "no", "abstract losses only: the value, an expression of hyperparameters, a target that keeps the "
+                      "data as per-parameter state (torch) starts from (`s_past: {shape: [], default: ess*weight_decay}`)"),
 ]
 PEER_DOC = [
     ("state_names", "no", "`{u: exp_avg, s: exp_avg_sq}`: the keys in `optimizer.state[p]`, so checkpoints move "
@@ -130,6 +132,10 @@ FAMILY_DOC = [
                       "rules"),
     ("sizes", "no", "size parameters `{K: {default: 3, min: 2, max: 16}}`: the file is a template"),
     ("expected_log_base_measure", "no", "E_q[log h(θ)] in the ordinary parameters, where the engine finds none"),
+    ("axis", "no", "the sized family for a generic coordinate k of a run-time K: `{parameter: {name, domain, mean}, "
+                   "statistic, natural_parameter, log_partition: {each, total, of_total}}`, A(λ) = Σ_k each(λ_k) + "
+                   "of_total(Σ_k total(λ_k)); a recipe with `components: {index: k, size: K}` next to the family "
+                   "derives once, whatever K is (`blr_derive/families/axis.py`)"),
 ]
 PARAM_DOC = [
     ("shape", "no", "`scalar`, `vector` or `matrix`"),

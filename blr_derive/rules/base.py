@@ -195,6 +195,26 @@ class AuxState:
     description: str
 
 
+#: domains of a state variable a rule or candidate introduces: the family parameters' domains
+#: (``spec/vocabulary.py`` DOMAINS) and ``invertible`` (a square matrix with an inverse, e.g. a factor A of C = A Aᵀ)
+STATE_DOMAINS = ("real", "positive", "unit_interval", "positive_definite", "symmetric", "invertible")
+
+
+@dataclass(frozen=True)
+class StateVar:
+    """A state variable a rule or a candidate put in place of a family parameter (what the checks that draw random
+    valid states read, ``verify/update.py``): its name, its symbol (whose shape is the variable's) and its domain
+    (:data:`STATE_DOMAINS`)."""
+    name: str
+    symbol: object
+    domain: str
+    replaces: str = ""            # the family parameter it stands for (a rule's), if any
+
+    def __post_init__(self):
+        if self.domain not in STATE_DOMAINS:
+            raise ValueError(f"state variable {self.name}: unknown domain {self.domain!r}")
+
+
 @dataclass
 class NaturalGradient:
     """∇_μ E_q[ℓ] per λ block, written with the placeholders ``Eg`` = E_q[∇ℓ] and ``EH`` = E_q[∇²ℓ] (None when the
@@ -253,6 +273,7 @@ class Derivation:
     elementwise: bool = False                         # every update acts coordinate-wise
     sampling: Sampling | None = None                  # Monte Carlo recipes
     renamed: dict = field(default_factory=dict)       # family parameter -> (new state name, symbol, value)
+    state_vars: dict = field(default_factory=dict)    # state name -> StateVar: a renamed parameter's domain (verify)
     natural_gradient: NaturalGradient | None = None
     expected_loss: object = None                      # E_q[ℓ] when a rule derived it
     relaxation: Relaxation | None = None

@@ -11,6 +11,7 @@ Recipe: ``elementwise_exponential: {param: A}`` (the factor named by ``exponenti
 """
 from __future__ import annotations
 
+import mpmath
 import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
@@ -34,6 +35,10 @@ class HadamardExp(MatrixExpr):
 
     def _sympystr(self, printer):
         return f"{printer._print(self.args[0])} o exp({printer._print(self.args[1])})"
+
+    def numeric_value(self, F, X):
+        """F ∘ exp(X) of numeric matrices (mpmath matrices; ``families.symbolic.evaluate`` calls it)."""
+        return mpmath.matrix([[F[i, j] * mpmath.exp(X[i, j]) for j in range(F.cols)] for i in range(F.rows)])
 
 
 class ElementwiseExponential(Rule):

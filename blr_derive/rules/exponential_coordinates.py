@@ -18,6 +18,7 @@ Recipe: ``exponential_coordinates: {S: A}`` (the family's matrix parameter S, th
 """
 from __future__ import annotations
 
+import mpmath
 import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
@@ -25,7 +26,7 @@ from blr_derive.core import matcalc
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.names import name_problem
 from blr_derive.core.pretty import pretty
-from blr_derive.rules.base import Rule, register
+from blr_derive.rules.base import Rule, StateVar, register
 from blr_derive.rules.blr import doit
 from blr_derive.rules.gaussian_score import FACTOR_VIEW
 from blr_derive.rules.program import record
@@ -47,6 +48,12 @@ class Expm(MatrixExpr):
 
     def _sympystr(self, printer):
         return f"expm({printer._print(self.args[0])})"
+
+    def numeric_value(self, M):
+        """expm of a numeric matrix (an mpmath matrix, at the caller's precision): what ``families.symbolic.evaluate``
+        computes for this node — mpmath's Taylor series with scaling and squaring, independent of the
+        eigendecomposition the targets print."""
+        return mpmath.expm(M)
 
 
 def tangent(expr, rho, sym):
@@ -163,6 +170,7 @@ class ExponentialCoordinates(Rule):
             D.sampling.theta_expr = D.sampling.theta_expr.xreplace(reps)
             D.sampling.stats = [(a, e.xreplace(reps)) for a, e in D.sampling.stats]
         D.renamed[pname] = (fname, F, value)
+        D.state_vars[fname] = StateVar(fname, F, "invertible", pname)
         D.views[fname] = F_new
         D.symbol_names.update({F_new: r"\mathbf{%s}_{t+1}" % fname, F: r"\mathbf{%s}" % fname,
                                Mdef: r"\mathbf{M}_{%s}" % fname})

@@ -2,8 +2,9 @@
 Kronecker candidate, its precision δI split between the two factors (factored Tikhonov damping: Martens & Grosse,
 ICML 2015, Sec. 6.3; Zhang, Sun, Duvenaud & Grosse, ICML 2018, Eq. 18).
 
-The prior adds δ vec(M) to the gradient (exact, under the delta method at the mean) and δI = δ I ⊗ I to the
-Hessian.  L ⊗ R + δ I ⊗ I is not one Kronecker product; the convention replaces it by
+The prior adds δ vec(W) to the gradient at the point where the loss's oracles are evaluated (δ vec(M) at the mean
+under the delta method, exact; δ vec(W_k) at the samples under ``monte_carlo``, whose average estimates δ vec(M), as in
+Zhang et al.'s Alg. 1) and δI = δ I ⊗ I to the Hessian.  L ⊗ R + δ I ⊗ I is not one Kronecker product; the convention replaces it by
 
     (L + π√δ I) ⊗ (R + (√δ/π) I) = L ⊗ R + δ I ⊗ I + √δ (π I ⊗ R + (1/π) L ⊗ I),
 
@@ -40,12 +41,14 @@ class FactoredTikhonov(KroneckerRule):
         I_c, I_r = sp.Identity(kctx.cols), sp.Identity(kctx.rows)
         exact = kctx.hess.plus(Kron([(delta, I_c, I_r)]))
         kctx.hess = Kron([(sp.Integer(1), L + split * sp.sqrt(delta) * I_c, R + sp.sqrt(delta) / split * I_r)])
-        kctx.grad = kctx.grad + delta * kctx.M
+        kctx.grad = kctx.grad + delta * kctx.mean_point
         D = kctx.D
         D.add(self.name, RULES[self.name].equation, "Prior and factored Tikhonov damping (convention)",
               "The prior δ‖W‖²/2 adds δ vec(M) to the gradient and δI = δ I ⊗ I to the Hessian (Eq. 1). A sum of "
               "two Kronecker products has no Kronecker inverse; the convention splits δI between the factors and "
-              "drops the cross terms √δ(π I ⊗ R + L ⊗ I/π) (Martens & Grosse Sec. 6.3), exact only for δ = 0.",
+              "drops the cross terms √δ(π I ⊗ R + L ⊗ I/π) (Martens & Grosse Sec. 6.3), exact only for δ = 0."
+              + ("" if kctx.mean_point == kctx.M else " The oracles are evaluated at a sample W_k of q: the "
+                 "prior's gradient is taken there too, δ vec(W_k), whose average over q is δ vec(M)."),
               [(sp.Symbol(r"\hat{H} + \delta I"), exact.sympy()),
                (sp.Symbol(r"\hat{H} + \delta I"), kctx.hess.sympy(), r"\approx"),
                (sp.Symbol(r"\hat{g}_\delta"), kctx.grad)])

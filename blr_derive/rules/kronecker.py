@@ -8,9 +8,15 @@ maps its program onto (M, A, G) with
 * ``kronecker_vec`` (identity) — (L ⊗ R) vec(V) = vec(R V Lᵀ) (Magnus & Neudecker, Thm. 2.2) and
   (L ⊗ R)⁻¹ = L⁻¹ ⊗ R⁻¹, so that with A, G symmetric  S⁻¹ vec(V) = vec(G⁻¹ V A⁻¹);
 
-and the structure-specific rules (:class:`KroneckerRule`, ``structures = ("kronecker",)``), called at three
-stages: ``kronecker_hessian`` (a Kronecker-factored Hessian, e.g. ``kronecker_gauss_newton``),
-``kronecker_damping`` (the prior's δI, e.g. ``factored_tikhonov``), ``kronecker_projection`` (the precision
+* ``kronecker_cholesky`` (identity) — the Cholesky factor of a Kronecker product is the Kronecker product of the
+  factors' Cholesky factors: A = L_A L_Aᵀ, G = L_G L_Gᵀ ⇒ A ⊗ G = (L_A ⊗ L_G)(L_A ⊗ L_G)ᵀ (mixed product), and
+  L_A ⊗ L_G is lower triangular with a positive diagonal (:class:`CholeskyFactor`, used to sample q);
+
+and the structure-specific rules (:class:`KroneckerRule`, ``structures = ("kronecker",)``), called at the stages
+``kronecker_expectation`` (where the oracles are evaluated: the mean, or samples of q for ``monte_carlo``,
+``blr_derive/rules/kronecker_sampling.py``), ``kronecker_hessian`` (a Kronecker-factored Hessian, e.g.
+``kronecker_gauss_newton``), ``kronecker_damping`` (the prior's δI, e.g. ``factored_tikhonov``),
+``kronecker_statistics`` (per-sample values averaged over the samples), ``kronecker_projection`` (the precision
 update kept in the Kronecker set, e.g. ``kronecker_ema``).
 
 A P×P matrix of the structure is a :class:`Kron`: a sum Σ_k c_k L_k ⊗ R_k of Kronecker products of a cols×cols
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import mpmath
 import sympy as sp
 
 from blr_derive.core.errors import DerivationError, SpecError
@@ -31,6 +38,34 @@ rule("matrix_normal", "identity", "Gupta & Nagar (2000) Thm. 2.2.1; Zhang et al.
 rule("kronecker_vec", "identity", "Magnus & Neudecker (2019), Thm. 2.2; Khan & Rue Eq. 12",
      "(L ⊗ R) vec(V) = vec(R V Lᵀ) and (L ⊗ R)⁻¹ = L⁻¹ ⊗ R⁻¹: S⁻¹ vec(V) = vec(G⁻¹ V A⁻¹) for S = A ⊗ G, A, G "
      "symmetric")
+rule("kronecker_cholesky", "identity", "Golub & Van Loan (2013) Sec. 12.3.1; Magnus & Neudecker (2019) Thm. 2.2",
+     "chol(L ⊗ R) = chol(L) ⊗ chol(R): the Kronecker product of lower-triangular factors with positive diagonals "
+     "is one, and (L_L ⊗ L_R)(L_L ⊗ L_R)ᵀ = L ⊗ R (mixed product)")
+
+
+class CholeskyFactor(sp.MatrixExpr):
+    """chol(S): the lower-triangular L with a positive diagonal and S = L Lᵀ (S symmetric positive definite)."""
+
+    def __new__(cls, S):
+        return super().__new__(cls, S)
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def shape(self):
+        return self.args[0].shape
+
+    def _sympystr(self, printer):
+        return f"chol({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return r"\operatorname{chol}(%s)" % printer._print(self.arg)
+
+    def numeric_value(self, S):
+        """chol of a numeric matrix (an mpmath matrix; what ``families.symbolic.evaluate`` computes for this node)."""
+        return mpmath.cholesky(S)
 
 
 @dataclass
@@ -72,6 +107,8 @@ def kron_apply(k: Kron, V, inverse: bool, symmetric: set):
 
 
 def _t(L, symmetric):
+    if isinstance(L, sp.Transpose):
+        return L.arg
     return L if (L in symmetric or isinstance(L, sp.Identity)) else sp.Transpose(L)
 
 
@@ -92,6 +129,13 @@ def interpret_matrix(e, env: dict) -> Kron:
         mats = list(mats.args) if isinstance(mats, sp.MatMul) else [mats]
         if len(mats) == 1:
             return interpret_matrix(mats[0], env).scaled(c)
+    if isinstance(e, sp.Transpose):             # (Σ c L ⊗ R)ᵀ = Σ c Lᵀ ⊗ Rᵀ
+        return Kron([(c, _t(L, set()), _t(R, set())) for c, L, R in interpret_matrix(e.arg, env).terms])
+    if isinstance(e, CholeskyFactor):           # kronecker_cholesky
+        one = interpret_matrix(e.arg, env).single()
+        if one is None:
+            raise DerivationError("a sum of Kronecker products has no Kronecker Cholesky factor")
+        return Kron([(sp.Integer(1), CholeskyFactor(one[0]), CholeskyFactor(one[1]))])
     raise DerivationError(f"cannot write {e} as a sum of Kronecker products")
 
 
@@ -126,12 +170,16 @@ class KroneckerContext:
     A: object
     G: object
     rho: object                         # the BLR's learning rate
-    mean_point: object                  # where the oracles are evaluated (M under the delta method)
+    mean_point: object                  # where the oracles are evaluated (M under the delta method, W_k under
+    #                                     monte_carlo)
     grad: object = None                 # the rows×cols matrix standing for the full Gaussian's gradient vector
     hess: Kron | None = None            # the Kronecker form standing for the full Gaussian's Hessian
     precision_new: tuple | None = None  # (A_{t+1} expression, G_{t+1} expression) once projected
     sym: set = field(default_factory=set)
     approx: object = None               # the approximation entry of the rule being applied
+    env: dict = field(default_factory=dict)   # the full Gaussian's symbols -> their Kronecker or matrix forms
+    base: tuple = ()                    # (m, S): the full Gaussian's mean and precision over vec(W)
+    sampling: object = None             # samples of q (kronecker_sampling.SamplePoints) when the oracles take them
 
     def fail(self, msg):
         """A located error at the approximation being applied (else at the recipe's ``kronecker`` section)."""
@@ -143,11 +191,17 @@ class KroneckerRule(Rule):
     """A rule of the Kronecker candidate: takes part in its stages (each a no-op unless overridden)."""
     structures = ("kronecker",)
 
+    def kronecker_expectation(self, kctx, args):
+        """Say where the oracles are evaluated (``kctx.mean_point``): samples of q instead of the mean."""
+
     def kronecker_hessian(self, kctx, args):
         """Replace the full Gaussian's Hessian (and scale its gradient) by a Kronecker form."""
 
     def kronecker_damping(self, kctx, args):
         """Add the prior's gradient and its precision δI, kept in one Kronecker product."""
+
+    def kronecker_statistics(self, kctx, args):
+        """Average per-sample values (the gradient, the Hessian's factors) over the samples of q."""
 
     def kronecker_projection(self, kctx, args, S_new):
         """Map the full-Gaussian precision update S_{t+1} (a :class:`Kron`) to (A_{t+1}, G_{t+1})."""

@@ -1,5 +1,8 @@
 """``monte_carlo`` — expectations at samples θ_k = m + σε_k of the candidate (weight perturbation, Sec. 4.4,
-Eq. 46; the reparameterization trick): E_q[∇ℓ] and E_q[∇²ℓ] are averages of the oracles over the samples."""
+Eq. 46; the reparameterization trick): E_q[∇ℓ] and E_q[∇²ℓ] are averages of the oracles over the samples.
+
+On the Kronecker (matrix-normal) candidate the samples are W_k = M + L_G⁻ᵀ E_k L_A⁻¹, the full Gaussian's sampler
+m + L_S⁻ᵀ ε_k written with the candidate's identities (``blr_derive/rules/kronecker_sampling.py``)."""
 from __future__ import annotations
 
 import sympy as sp
@@ -7,6 +10,7 @@ import sympy as sp
 from blr_derive.rules.base import RULES, Rule, Sampling, register
 from blr_derive.rules.delta import needs_gaussian_moments
 from blr_derive.rules.gaussian import gaussian_natural_gradient
+from blr_derive.rules.kronecker_sampling import average_samples, sample_points
 
 
 class MonteCarlo(Rule):
@@ -15,6 +19,8 @@ class MonteCarlo(Rule):
     equation = "Sec. 4.4 (weight perturbation), Eq. 46"
     summary = "Monte Carlo expectations at samples θ_k = m + σε_k of the candidate (reparameterization)"
     losses = ("abstract",)
+    #: single families, and the Kronecker candidate's stages (kronecker_expectation, kronecker_statistics)
+    structures = ("single", "kronecker")
 
     def check(self, ctx):
         if ctx.candidate != "single" or ctx.recipe.loss_kind != "abstract":
@@ -51,6 +57,14 @@ class MonteCarlo(Rule):
               "Sample θ_k = m + σε_k, ε_k ~ N(0, 1) (weight perturbation, Sec. 4.4) and average the oracles over "
               f"S = {samples} samples.", eqs)
         return [g_.xreplace(reps) for g_ in grads]
+
+    def kronecker_expectation(self, kctx, args):
+        """The Kronecker candidate: its oracles at samples W_k of MN(M, A⁻¹, G⁻¹) instead of the mean."""
+        sample_points(kctx, args, self.name)
+
+    def kronecker_statistics(self, kctx, args):
+        """The Kronecker candidate: the per-sample gradient and Hessian factors averaged over the samples."""
+        average_samples(kctx, self.name)
 
 
 register(MonteCarlo())

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import sympy as sp
 
 from blr_derive.core.errors import SpecError
+from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.names import check_name_at
 from blr_derive.core.yamlio import LDict, check_keys, finite_number, where
 
 HP_KEYS = {"default", "description", "names", "type", "choices", "required", "allow_infinite", "keyword_only"}
-DATA_KEYS = {"shape", "description", "symmetric"}
+DATA_KEYS = {"shape", "description", "symmetric", "default"}
 
 
 @dataclass
@@ -34,6 +35,8 @@ class DataVar:
     shape: tuple          # () scalar, (N,) vector, (N, P) matrix — dims are sympy Symbols
     description: str = ""
     symmetric: bool = False
+    default: object = None  # the data of an abstract loss: its value where a target keeps it as state (torch), an
+    #                         expression of hyperparameters (None: the caller must give it)
 
 
 @dataclass
@@ -185,9 +188,11 @@ def scalar_symbols(hyper) -> dict:
 
 # ----------------------------------------------------------------------------------------------------- data
 
-def parse_data(dspec, symbols: dict, taken: set, dims: dict, keys=DATA_KEYS, new_dims=True) -> list:
-    """``data``: name -> {shape: [dims], symmetric, description}; new dimension names join ``dims`` (or, with
-    ``new_dims=False``, must be declared) and every data symbol joins ``symbols`` and ``taken``."""
+def parse_data(dspec, symbols: dict, taken: set, dims: dict, keys=DATA_KEYS, new_dims=True, defaults=None) -> list:
+    """``data``: name -> {shape: [dims], symmetric, description, default}; new dimension names join ``dims`` (or,
+    with ``new_dims=False``, must be declared) and every data symbol joins ``symbols`` and ``taken``.  ``default``
+    is allowed where ``defaults`` (name -> symbol of the hyperparameters it may name) is given: the data of an
+    abstract loss, which a target that keeps data as state (torch) starts from."""
     data = []
     for dname, ddecl in dspec.items():
         check_name_at(dname, "data", dspec, dname)
@@ -223,10 +228,28 @@ def parse_data(dspec, symbols: dict, taken: set, dims: dict, keys=DATA_KEYS, new
         if not isinstance(symmetric, bool) or (symmetric and (len(dsyms) != 2 or dsyms[0] != dsyms[1])):
             raise err(f"data '{dname}': symmetric must be true or false, and true only for square matrices",
                       ddecl, "symmetric")
-        data.append(DataVar(dname, sym, tuple(dsyms), str(ddecl.get("description", "")), symmetric))
+        data.append(DataVar(dname, sym, tuple(dsyms), str(ddecl.get("description", "")), symmetric,
+                            _data_default(dname, ddecl, defaults)))
         symbols[dname] = sym
         taken.add(dname)
     return data
+
+
+def _data_default(dname, ddecl, defaults):
+    """A data declaration's ``default``: an expression of hyperparameters (restricted grammar), abstract losses
+    only (an explicit loss's data are always the caller's)."""
+    if "default" not in ddecl:
+        return None
+    if defaults is None:
+        raise err(f"data '{dname}': a default is for the data of an abstract loss (kept as optimizer state)",
+                  ddecl, "default")
+    value = ddecl["default"]
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise err(f"data '{dname}': default must be a number or an expression of hyperparameters", ddecl, "default")
+    try:
+        return parse_expression(str(value), defaults, what=f"data '{dname}' default")
+    except SpecError as exc:
+        raise exc.located(*where(ddecl, "default")) from None
 
 
 # ------------------------------------------------------------------------------------------- approximations

@@ -91,9 +91,11 @@ def parse_loss(spec, fam, hyper, taken):
     candidate's current parameters.  Returns (kind, expression, text, data)."""
     loss = spec["loss"]
     if loss == "abstract" or (isinstance(loss, dict) and loss.get("kind") == "abstract"):
+        data = []
         if isinstance(loss, dict):
             check_keys(loss, LOSS_KEYS, (), "loss")
-        return "abstract", None, "ℓ(θ) (abstract: provided through oracles)", []
+            data = _abstract_data(loss, fam, hyper, taken)
+        return "abstract", None, "ℓ(θ) (abstract: provided through oracles)", data
     if not isinstance(loss, dict):
         raise err("loss must be 'abstract' or a mapping with an 'expression'", spec, "loss")
     check_keys(loss, LOSS_KEYS, ("expression",), "loss")
@@ -121,6 +123,19 @@ def parse_loss(spec, fam, hyper, taken):
     if not fam.depends_on_variable(expr):
         raise err(f"the loss does not depend on {fam.theta}", loss, "expression")
     return "explicit", expr, str(text), data
+
+
+def _abstract_data(loss, fam, hyper, taken):
+    """The data an abstract loss's rules name (``prior_site: {mean: m_past, ...}``): declared like an explicit
+    loss's, each with an optional ``default``, an expression of hyperparameters."""
+    dspec = loss.get("data", LDict())
+    if not isinstance(dspec, dict):
+        raise err("loss data must be a mapping", loss, "data")
+    symbols = dict(fam.variable_symbols)
+    symbols.update(scalar_symbols(hyper))
+    symbols.update({p.name: p.symbol for p in fam.params.values()})
+    dims = {str(fam.dim): fam.dim} if fam.dim is not None else {}
+    return parse_data(dspec, symbols, taken, dims, defaults=scalar_symbols(hyper))
 
 
 def parse_recipe(spec, fam, rule_kinds: dict, file=None) -> Recipe:

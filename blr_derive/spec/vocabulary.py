@@ -94,6 +94,7 @@ FAMILY_KEYS = {
     "name", "description", "reference", "variable", "dimension", "support", "parameters",
     "sufficient_statistics", "base_measure", "natural_parameters", "log_partition",
     "expectation_parameters", "gaussian", "elementwise", "sampler", "sizes", "expected_log_base_measure",
+    "axis",     # the family for a generic coordinate of a run-time size (blr_derive/families/axis.py)
 }
 
 

@@ -41,6 +41,7 @@ from blr_derive.candidates.load import load_recipe
 from blr_derive.core.errors import SpecError
 from blr_derive.core.sizes import instantiate_recipe
 from blr_derive.core.yamlio import load_yaml_file
+from blr_derive.families.axis import AxisFamily
 from blr_derive.families.library import load_family
 from blr_derive.families.mixture import MixtureFamily
 from blr_derive.spec.product import is_product_spec
@@ -81,6 +82,13 @@ def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dic
         fam = recipe.family
         if isinstance(fam, MixtureFamily):           # a mixture candidate: check its component family
             fam = fam.base
+        if isinstance(fam, AxisFamily):              # a sized family over a run-time axis: its file at a size
+            fam = load_family({"name": fam.file, **sizes} if sizes else fam.file)
+            rep = Report(f"recipe '{recipe.name}' ({path}), family '{fam.name}' at {fam.sizes} (the axis declaration "
+                         "is checked against it by tests/unit/candidates/test_sized_axis.py)", fam)
+            rep.checks = check_family(fam, points=points, seed=seed, dim=dim)
+            rep.notes = describe(fam) + [f"{points} random parameter points (seed {seed})"]
+            return rep
         rep = Report(f"recipe '{recipe.name}' ({path}), family '{recipe.family.name}'", fam)
         rep.checks = check_family(fam, points=points, seed=seed, dim=dim) + list(check_recipe_updates(recipe))
     else:

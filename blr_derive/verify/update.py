@@ -2,8 +2,10 @@
 
 Random valid state, hyperparameters, oracle values and data are drawn; the derivation's own program
 (definitions and updates in dependency order) is evaluated with sympy; the generated numpy module's
-``step`` is run on the same inputs.  Monte Carlo recipes get a fixed-noise ``rng`` so that every sample
-is the same and the averages are known.
+``step`` is run on the same inputs.  The state of a matrix program is drawn as the derivation describes it
+(``verify/state.py``: the candidate family's parameters, the state variables rules put in their place).
+Monte Carlo recipes get a fixed-noise ``rng`` so that every sample is the same and the averages are known;
+rank-shaped ones a draw of their own per sample and a loss that depends on θ (``verify/shaping.py``).
 """
 from __future__ import annotations
 
@@ -14,16 +16,20 @@ import sympy as sp
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.common import toposort
 from blr_derive.rules.product import FactorizedDerivation
+from blr_derive.families.axis import AxisFamily
 from blr_derive.verify.mixture_axis import compare_component_axis
+from blr_derive.verify.sized_axis import compare_sized_axis
 from blr_derive.verify.product import compare_product
+from blr_derive.verify.shaping import fixed_noise_statistics, shaped_statistics, supports
+from blr_derive.verify.state import dimension_sizes, fixed_draw, matrix_state, oracle_value
 from blr_derive.core.matexpr import is_mat
 
 
 def _host_value(rng, h):
     if h.kind == "bool":
         return bool(rng.random() < 0.5)
-    if h.kind == "int":
-        return int(rng.integers(1, 4))
+    if h.kind == "int":             # at least 2: one sample makes centred (rank-shaped) estimators vanish
+        return int(rng.integers(2, 5))
     if h.kind == "choice":
         return str(rng.choice([c for c, _ in h.elements]))
     if h.kind == "tuple":
@@ -40,15 +46,16 @@ class FixedNoise:
     def random(self, shape):
         return np.full(shape, 0.37)
 
+    def finish(self):
+        """Nothing to check: any number of draws is the same draw."""
 
-def _random_state(fam, D, rng, P, env):
+
+def _random_state(fam, D, rng, P, env, dims):
     """Random valid state: coordinate values for an elementwise update (the simplex drawn jointly), else the
-    family's own sampler of parameters at dimension P."""
+    state of a matrix program as the derivation describes it (``verify/state.py``)."""
     state = {}
     if any(is_mat(e) for _, _, e in D.updates):
-        vals = fam.sample_params(rng, P)
-        env.update(vals)
-        return {p.name: vals[p.symbol] for p in fam.params.values()}
+        return matrix_state(D, rng, P, env, dims)
     simplex = [p for p in fam.params.values() if p.domain == "simplex"]
     # the simplex coordinates are drawn jointly (they must sum to less than 1), bounded away from the faces
     K = len(simplex) + 1
@@ -70,18 +77,13 @@ def _random_state(fam, D, rng, P, env):
     return state
 
 
-def _random_oracles(D, rng, P, env):
+def _random_oracles(D, rng, dims, env):
     oracle_vals = {}
     for sym, oracle, arg, _ in D.oracle_calls:
         if oracle in oracle_vals:           # one value per oracle (a mixture asks it at every component's mean)
             env[sym] = oracle_vals[oracle]
             continue
-        if is_mat(sym):
-            v = rng.normal(size=(P, P)) if sym.shape[1] != 1 else rng.normal(size=P)
-            if sym.shape[1] != 1:
-                v = v @ v.T + P * np.eye(P)
-        else:
-            v = float(rng.uniform(0.5, 2.0))
+        v = oracle_value(rng, sym, dims)
         oracle_vals[oracle] = v
         env[sym] = v
     return oracle_vals
@@ -104,20 +106,45 @@ def _random_hyper(recipe, rng, env):
     return hp, flags
 
 
+def _tanh_sinh_statistics(sm, flags, env, dims, rng, oracle_vals):
+    """The averages of tanh-sinh sampling into ``env`` (its oracles' constant values into ``oracle_vals``)."""
+    # deterministic nodes: Σ_k w_k e(u_k), the tanh-sinh rule written out again here (u = σ(π sinh t), up to
+    # π sinh t = 34) as an independent check of the generated module's helper
+    n = int(evaluate(sm.samples.xreplace(flags), env, dims))
+    m = max((n - 1) // 2, 1)
+    t = np.arange(-m, m + 1) * (np.arcsinh(34 / np.pi) / m)
+    u_k = special.expit(np.pi * np.sinh(t))
+    w_k = np.arcsinh(34 / np.pi) / m * np.pi * np.cosh(t) * u_k * (1 - u_k)
+    w_k = w_k / w_k.sum()
+    for k_sym, oracle in sm.calls:
+        oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
+        env[k_sym] = oracle_vals[oracle]
+    sums = {avg: 0.0 for avg, _ in sm.stats}
+    for u, w in zip(u_k, w_k):
+        env[sm.eps] = u
+        env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)
+        for avg, e in sm.stats:
+            sums[avg] = sums[avg] + w * evaluate(e.xreplace(flags), env, dims)
+    env.update(sums)
+
+
 def compare_update(recipe, D, mod, seed=0, P=3):
     """[(state name, generated value, symbolic value)] for one random input."""
     if isinstance(D, FactorizedDerivation):
         return compare_product(recipe, D, mod, seed, P)
+    if isinstance(recipe.family, AxisFamily):                # a sized family over a run-time axis
+        return compare_sized_axis(recipe, D, mod, seed, random_hyper=_random_hyper)
     if getattr(D, "component_axis", None) is not None:       # a mixture with the components as an array axis
         return compare_component_axis(recipe, D, mod, seed, P, random_hyper=_random_hyper)
     fam = recipe.family
     rng = np.random.default_rng(11 + seed)
     env, data = {}, {}
-    state = _random_state(fam, D, rng, P, env)
+    dims = dimension_sizes(recipe, D, P)
+    state = _random_state(fam, D, rng, P, env, dims)
     if D.step_symbol is not None:
         state["step"] = 3
         env[D.step_symbol] = 4
-    oracle_vals = _random_oracles(D, rng, P, env)
+    oracle_vals = _random_oracles(D, rng, dims, env)
     for d in recipe.data:
         shape = tuple(P if s_ == fam.dim else 7 for s_ in d.shape)
         v = rng.normal(size=shape)
@@ -127,37 +154,15 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         env[d.symbol] = v
     hp, flags = _random_hyper(recipe, rng, env)
     hp = {k: v for k, v in hp.items() if k in mod.HYPERPARAMETERS}
-    dims = {fam.dim: P} if fam.dim is not None else {}
-    for d in recipe.data:
-        for s_ in d.shape:
-            if s_ != fam.dim:
-                dims[s_] = 7
+    noise, oracle_fns = FixedNoise(), {}
     if D.sampling is not None and D.sampling.draw == "tanh_sinh":
-        # deterministic nodes: Σ_k w_k e(u_k), the tanh-sinh rule written out again here (u = σ(π sinh t), up to
-        # π sinh t = 34) as an independent check of the generated module's helper
-        sm = D.sampling
-        n = int(evaluate(sm.samples.xreplace(flags), env, dims))
-        m = max((n - 1) // 2, 1)
-        t = np.arange(-m, m + 1) * (np.arcsinh(34 / np.pi) / m)
-        u_k = special.expit(np.pi * np.sinh(t))
-        w_k = np.arcsinh(34 / np.pi) / m * np.pi * np.cosh(t) * u_k * (1 - u_k)
-        w_k = w_k / w_k.sum()
-        for k_sym, oracle in sm.calls:
-            oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
-            env[k_sym] = oracle_vals[oracle]
-        sums = {avg: 0.0 for avg, _ in sm.stats}
-        for u, w in zip(u_k, w_k):
-            env[sm.eps] = u
-            env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)
-            for avg, e in sm.stats:
-                sums[avg] = sums[avg] + w * evaluate(e.xreplace(flags), env, dims)
-        env.update(sums)
+        _tanh_sinh_statistics(D.sampling, flags, env, dims, rng, oracle_vals)
     elif D.sampling is not None:
         sm = D.sampling
-        env[sm.eps] = 0.37
+        env[sm.eps] = fixed_draw(sm.eps, dims)
         env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)
         for k_sym, oracle in sm.calls:
-            oracle_vals[oracle] = float(rng.uniform(0.5, 2.0))
+            oracle_vals[oracle] = oracle_value(rng, k_sym, dims)
             env[k_sym] = oracle_vals[oracle]
         for r_sym, e in sm.reductions:          # a sum over the P coordinates of one value each
             env[r_sym] = P * evaluate(e.xreplace(flags), env, dims)
@@ -167,23 +172,15 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         if sm.shaping is None:
             for avg, e in sm.stats:
                 env[avg] = evaluate(e.xreplace(flags), env, dims)
+        elif supports(sm):
+            # a draw of its own per sample and a loss that depends on θ: the centred shaped values do not cancel
+            noise, oracle_fns = shaped_statistics(sm, flags, env, dims, rng, oracle_vals)
         else:
-            # every sample has the same draw (FixedNoise) and the same loss: ranks follow the draw order, so sample
-            # k gets the shaped value of rank k; the statistics are the averages over the S shaped values
-            sh = sm.shaping
-            S = int(evaluate(sm.samples.xreplace(flags), env, dims))
-            w = [float(sh.weight.xreplace({sh.rank: r, sh.count: S}).evalf(30)) for r in range(1, S + 1)]
-            vals = [float(sh.value.xreplace({sh.weight_of_rank: w_r, sh.total: sum(w), sh.count: S}).evalf(30))
-                    for w_r in w]
-            sums = {avg: 0.0 for avg, _ in sm.stats}
-            for v in vals:
-                env[sh.call] = v
-                for avg, e in sm.stats:
-                    sums[avg] = sums[avg] + evaluate(e.xreplace(flags), env, dims) / S
-            env.update(sums)
-    out = mod.step(mod.init(hyperparameters=hp, **state),
-                   oracles={k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()},
-                   data=data or None, rng=FixedNoise(), **hp)
+            fixed_noise_statistics(sm, flags, env, dims)
+    oracles = {k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()}
+    out = mod.step(mod.init(hyperparameters=hp, **state), oracles={**oracles, **oracle_fns},
+                   data=data or None, rng=noise, **hp)
+    noise.finish()
     names = {sym: n for n, sym, _ in D.updates}
     result = []
     for sym, expr in toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates]):

@@ -82,6 +82,9 @@ HELPER_SOURCES = {
     "_spd_solve": '''def _spd_solve(A, B):
     """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
     return jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)''',
+    "_tri_solve": '''def _tri_solve(L, B, trans):
+    """Solve L X = B (trans 0) or Lᵀ X = B (trans 1) for lower-triangular L (substitution; no explicit inverse)."""
+    return jax.scipy.linalg.solve_triangular(L, B, lower=True, trans=trans)''',
     "_tanh_sinh": NUMPY_HELPERS["_tanh_sinh"],
     "_expm_sym": '''def _expm_sym(M):
     """The matrix exponential of a symmetric matrix M, V diag(exp(w)) Vᵀ from its eigendecomposition."""
@@ -240,7 +243,7 @@ def functions_view(ir):
     helpers = sorted(pr.helpers)
     return dict(
         ir=ir, calls=calls, assigns=assigns, outputs=outputs, inits=inits, init_doc=init_doc,
-        special=pr.special, solve="_spd_solve" in pr.helpers,
+        special=pr.special, solve=bool({"_spd_solve", "_tri_solve"} & pr.helpers),
         host=bool(set(helpers) & HOST_HELPERS) or maps is not None or (sampling or {}).get("shaping") is not None,
         helper_sources=[HELPER_SOURCES[h] for h in helpers], sampling=sampling, maps=maps,
         newton=NEWTON_SOURCE if maps is not None else None, entries=entries, point=point,

@@ -64,6 +64,7 @@ class NumpyTarget:
                 "reductions": [(printer.doprint(r), printer.doprint(e)) for r, e in sm.reductions],
                 "chained": [(printer.doprint(c[0]), c[1], printer.doprint(c[2]), printer.doprint(c[3]))
                             for c in sm.chained],
+                "zeros": own_shape_zeros(ir, printer),
             }
             if sampling["shaping"] is not None:      # what each sample keeps until the values are ranked
                 kept = [sampling["eps"]] + [d for d, _ in sampling["more"]] + [sampling["theta"]] \
@@ -175,6 +176,18 @@ def module_shapes(ir) -> dict:
                        for k, o in ir.sampling.calls})
         shapes.update({str(c[0]): _shape(c[0], elementwise) for c in ir.sampling.chained})
     return shapes
+
+
+def own_shape_zeros(ir, printer) -> dict:
+    """The statistics of a Monte Carlo loop that start from zeros of their own shape, printed: matrices whose shape
+    differs from a matrix first state (the Kronecker candidate's d_in × d_in and d_out × d_out factors next to the
+    d_out × d_in mean).  Every other statistic starts from ``zeros_like`` of the first state, which is its shape or
+    broadcasts to it (a vector first state and a P × P statistic: the full Gaussian's score)."""
+    first = ir.state[0].symbol
+    if not (isinstance(first, sp.MatrixSymbol) and first.shape[1] != 1):
+        return {}
+    return {printer.doprint(a): printer.doprint(sp.ZeroMatrix(*a.shape)) for a, _ in ir.sampling.stats
+            if isinstance(a, sp.MatrixSymbol) and a.shape != first.shape}
 
 
 def family_maps_view(ir, printer):

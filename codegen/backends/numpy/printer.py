@@ -64,6 +64,9 @@ HELPERS = {
     "_spd_solve": '''def _spd_solve(A, B):
     """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
     return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)''',
+    "_tri_solve": '''def _tri_solve(L, B, trans):
+    """Solve L X = B (trans 0) or Lᵀ X = B (trans 1) for lower-triangular L (substitution; no explicit inverse)."""
+    return scipy.linalg.solve_triangular(L, B, lower=True, trans=trans)''',
     "_expm_sym": '''def _expm_sym(M):
     """The matrix exponential of a symmetric matrix M, V diag(exp(w)) Vᵀ from its eigendecomposition."""
     w, V = numpy.linalg.eigh((M + M.T) / 2)
@@ -146,8 +149,15 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         return f"{self.parenthesize(coeff, 50)}*{body}"
 
     def _chain(self, mats):
-        # Inverse(A) * rest  ->  _spd_solve(A, rest)
+        # Inverse(A) * rest  ->  _spd_solve(A, rest); a triangular factor: _tri_solve (see _triangular)
         for i, f in enumerate(mats):
+            tri = _triangular(f)
+            if tri is not None and i < len(mats) - 1:
+                rest = self._chain(mats[i + 1:])
+                solved = self._tri_solve(tri, rest)
+                if i == 0:
+                    return solved
+                return self._fold(mats[:i] + [_Printed(solved, _shape(sp.MatMul(*mats[i:])))])
             if isinstance(f, sp.Inverse) and i < len(mats) - 1:
                 self.helpers.add("_spd_solve")
                 self.imports.add("scipy.linalg")
@@ -157,7 +167,19 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
                 if not left:
                     return solved
                 return self._fold(left + [_Printed(solved, _shape(sp.MatMul(*mats[i:])))])
+        tri = _triangular(mats[-1]) if len(mats) > 1 else None
+        if tri is not None:              # X L⁻¹ = (L⁻ᵀ Xᵀ)ᵀ, X L⁻ᵀ = (L⁻¹ Xᵀ)ᵀ
+            left = self._chain(mats[:-1])
+            return self._tri_solve((tri[0], 1 - tri[1]), f"{left}.T" if left.isidentifier() else f"({left}).T") + ".T"
         return self._fold(mats)
+
+    def _tri_solve(self, tri, rhs):
+        self.helpers.add("_tri_solve")
+        self.imports.add("scipy.linalg")
+        return f"_tri_solve({self._print(tri[0])}, {rhs}, {tri[1]})"
+
+    def _print_CholeskyFactor(self, expr):
+        return f"numpy.linalg.cholesky({self._print(expr.arg)})"
 
     def _fold(self, mats):
         acc, shape = None, None
@@ -335,3 +357,15 @@ class _Printed:
 
 def _shape(e):
     return e.shape
+
+
+def _triangular(f):
+    """(L, trans) for the inverse of a Cholesky factor L (trans 0) or of its transpose (trans 1), else None."""
+    if not isinstance(f, sp.Inverse):
+        return None
+    arg = f.arg
+    if type(arg).__name__ == "CholeskyFactor":
+        return arg, 0
+    if isinstance(arg, sp.Transpose) and type(arg.arg).__name__ == "CholeskyFactor":
+        return arg.arg, 1
+    return None

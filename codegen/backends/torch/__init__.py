@@ -6,8 +6,10 @@ holds with its ``parameter`` key (an expression of the state, e.g. ``sign(lam)``
 then all the family's state lives in ``optimizer.state[p]`` (a state the parameter reads starts as a
 copy of the tensor given to the optimizer) and the parameter is rewritten from it at construction and
 after every step.  The target accepts elementwise updates whose oracles are the gradient at what the
-parameter holds (``p.grad``), or at samples of q (normal or uniform draws); anything else is rejected
-with a CodegenError.
+parameter holds (``p.grad``), or at samples of q (normal or uniform draws): gradients, the loss value (one
+number per sample, told by the caller; with ``fitness_shaping`` the samples are kept and ranked at step()),
+and oracles at points computed from earlier ones (``sharpness_aware``); anything else is rejected with a
+CodegenError.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 import sympy as sp
 
 
+from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.codegen.backends.torch.config import CONFIG
 from blr_derive.codegen.inert import template_env
 from blr_derive.spec.peer import SWITCHES
@@ -43,10 +46,10 @@ class TorchTarget:
 
     def check(self, ir):
         """Whether the target can express the recipe (UnsupportedTarget, naming the recipe entry, if not)."""
-        check_optimizer(ir, self.name, chained=True)
+        check_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
 
     def render(self, ir) -> str:
-        plan = plan_optimizer(ir, self.name, chained=True)
+        plan = plan_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
         host = HostPrinter()
         scalar_states = host_states(plan)            # one number per tensor (0-d tensors in the state)
         scalar_new = {new for _, new, _ in scalar_states.values()}
@@ -83,9 +86,11 @@ class TorchTarget:
             point=point, param_list=ir.mean if point is None else point["list"],
             saved=ir.mean if point is None else point["saved"],
             kernel_lists=([] if point is None else [point["list"]])
-            + [v.name for v in ir.state if v.name not in scalar_states] + [str(c.symbol) for c in ir.oracle_calls]
+            + [v.name for v in ir.state if v.name not in scalar_states] + [d.name for d in ir.data]
+            + [str(c.symbol) for c in ir.oracle_calls]
             + [str(a) for a in plan.stats_in],
-            other_oracles=plan.other_oracles, theta_hyper=plan.theta_hyper,
+            other_oracles=[o for o in plan.other_oracles if not (sampling and o == "loss" and sampling["loss_values"])],
+            theta_hyper=plan.theta_hyper,
             stat_hyper=plan.hyper_using(stat_syms), stored=stored,
             renamed=[(k, v) for k, v in stored.items() if k != v], checks=checks, check_hyper=check_hyper,
             sparse_checks=sparse_checks, sparse_hyper=sparse_hyper,
@@ -94,6 +99,7 @@ class TorchTarget:
             switch_defaults=SWITCH_DEFAULTS,
             group_entries=sorted(ir.peer.group_entries.items()) if ir.peer is not None else [],
             step_cond=None if step_cond is None or step_cond == sp.true else host.doprint(step_cond),
+            data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
         )
 
     @staticmethod
@@ -144,7 +150,8 @@ class TorchTarget:
             return None
         theta_c = ForeachCompiler(plan.state_syms | {sm.eps}, indent="            ")
         theta_c.assign(sm.theta, sm.theta_expr)
-        stat_c = ForeachCompiler(plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls}
+        values = [k for k, o in sm.calls if o == "loss"]      # the loss at a sample: one number, not a tensor
+        stat_c = ForeachCompiler(plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls if k not in values}
                                  | {c[0] for c in sm.chained}, indent="            ")
         stat_names = []
         for avg, e in sm.stats:
@@ -154,8 +161,34 @@ class TorchTarget:
             stat_names.append((str(avg), str(val), None if cond == sp.true else host.doprint(cond)))
         return {"samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines, "stats": stat_names,
-                "grads": [(str(k), o) for k, o in sm.calls], "draw": DRAWS.get(sm.draw),
-                "chained": chained_view(plan, sm)}
+                "grads": [(str(k), o) for k, o in sm.calls if k not in values], "draw": DRAWS.get(sm.draw),
+                "chained": chained_view(plan, sm), "loss_values": [str(k) for k in values],
+                "shaping": shaping_view(plan, sm, host, values)}
+
+
+def shaping_view(plan, sm, host, values):
+    """Loss values ranked over the samples of a step (``Sampling.shaping``, rule fitness_shaping): each sample's
+    draw and loss value are kept until step(), which ranks the values, replaces each by the rule's value of its
+    rank (weights w(r) over the ranks ``_r`` = 1..n_samples, their sum ``_W``; printed from the rule's
+    expressions) and then accumulates the statistics sample by sample, as the numpy target does."""
+    sh = getattr(sm, "shaping", None)
+    if sh is None:
+        return None
+    if sm.chained or sm.reductions or len(values) != len(sm.calls):
+        raise UnsupportedTarget(f"recipe '{plan.ir.recipe}': the torch target ranks the loss values of samples that "
+                                "evaluate the loss alone (no gradient at the samples)", "approximations")
+    n, ranks, w_r, total = (sp.Symbol(x) for x in ("n_samples", "_r", "_w_r", "_W"))
+    known = plan.state_syms | {sm.eps}
+    theta_c = ForeachCompiler(known, indent="                ")
+    if any(sm.theta in e.free_symbols for _, e in sm.stats):     # θ_k again from the kept draw
+        theta_c.assign(sm.theta, sm.theta_expr)
+    stat_c = ForeachCompiler(known | {sm.theta}, indent="                ")
+    for avg, e in sm.stats:
+        stat_c.assign(sp.Symbol(f"_sample_{avg}"), e, plan.stat_need[avg])
+    return {"name": sh.name, "call": str(sh.call),
+            "weight": host.doprint(sh.weight.xreplace({sh.rank: ranks, sh.count: n})),
+            "value": host.doprint(sh.value.xreplace({sh.weight_of_rank: w_r, sh.total: total, sh.count: n})),
+            "theta_program": theta_c.lines, "stat_program": stat_c.lines}
 
 
 def chained_view(plan, sm):

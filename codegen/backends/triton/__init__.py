@@ -13,7 +13,9 @@ Philox, ``tl.randn`` for normal draws or ``tl.rand`` for uniform ones, seeded pe
 the element's index in the group) and a collect kernel that restores the parameters and accumulates
 the per-sample statistics, regenerating the same ε from the same seed and offsets: the noise is never
 stored.  Same scope as the torch target: elementwise
-recipes whose oracles are taken at the parameter or at samples of q (normal or uniform draws); a recipe
+recipes whose oracles are taken at the parameter or at samples of q (normal or uniform draws; loss values
+are host arguments of the collect kernel, ranked on the host first with ``fitness_shaping``; oracles at
+points computed from earlier ones, ``sharpness_aware``, get a kernel per point, see ``chained_view``); a recipe
 whose parameter holds an expression of the state (``parameter: sign(lam)``) keeps all of the state in
 the buffers and writes the parameter from it (``_point_kernel`` at construction, the update kernel after
 every step).  Others raise CodegenError.
@@ -46,14 +48,14 @@ class TritonTarget:
         self.env = template_env(Path(__file__).parent / "templates")
 
     def check(self, ir):
-        check_optimizer(ir, self.name)
+        check_optimizer(ir, self.name, chained=True, shaped=True)
 
     def render(self, ir) -> str:
         for sym, expr in ir.assignments:
             if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
                 raise UnsupportedTarget(f"recipe '{ir.recipe}': the triton target needs an elementwise update; "
                                         f"'{sym}' is a matrix expression", "family")
-        plan = plan_optimizer(ir, self.name)
+        plan = plan_optimizer(ir, self.name, chained=True, shaped=True)
         host = HostPrinter()
         point = self.point_view(plan)
         sampling = self.sampling_view(plan, host)
@@ -73,6 +75,9 @@ class TritonTarget:
             mean_out = [str(sym) for name, sym in ir.outputs if name == plan.mean][0]
         helpers = set(fused.helpers) | (point["init_c"].helpers if point else set()) | (
             sampling["theta_c"].helpers | sampling["stat_c"].helpers if sampling else set())
+        chained = sampling["chained"] if sampling else None
+        for k in (chained["phases"] + ([chained["reduce"]] if chained["reduce"] else [])) if chained else []:
+            helpers |= set(k["comp"].helpers)
         stat_syms = set()
         if ir.sampling is not None:
             stat_syms = plan.stat_symbols()
@@ -88,7 +93,8 @@ class TritonTarget:
             fused=fused, stat_loads=stat_loads,
             update_state=[n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean],
             helper_sources=[HELPERS[h] for h in sorted(helpers)],
-            cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)}, other_oracles=plan.other_oracles,
+            cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)},
+            other_oracles=[o for o in plan.other_oracles if not (sampling and o == "loss" and sampling["loss_values"])],
             theta_hyper=plan.theta_hyper, stat_hyper=plan.hyper_using(stat_syms), stored=stored_names(plan),
             keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
             scalar_stored=sorted(stored_names(plan)[n] for n in host_states(plan)),
@@ -114,7 +120,9 @@ class TritonTarget:
             return None
         theta_c = TritonFusedCompiler(plan.state_syms | {sm.eps})
         theta_c.assign(sm.theta, sm.theta_expr)
-        stat_c = TritonFusedCompiler(plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls})
+        values = [k for k, o in sm.calls if o == "loss"]      # the loss at a sample: one number (a host value)
+        stat_c = TritonFusedCompiler(plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls if k not in values}
+                                     | {c[0] for c in sm.chained})
         needs_theta = any(sm.theta in e.free_symbols for _, e in sm.stats)
         if needs_theta:          # the collect kernel recomputes θ (the parameters hold the mean again)
             stat_c.assign(sm.theta, sm.theta_expr)
@@ -126,12 +134,80 @@ class TritonTarget:
             stat_c.assign(val, e, cond)
             stats.append({"name": str(avg), "val": str(val), "flag": flag,
                           "cond": None if cond == sp.true else host.doprint(cond)})
+        grads = [(str(k), o) for k, o in sm.calls if k not in values]
+        chained = chained_view(plan, sm, stat_c)
+        if chained is not None:          # the collect kernel reads the last point's oracle; the others were kept
+            grads = [(chained["phases"][-1]["symbol"], chained["phases"][-1]["oracle"])]
         return {"samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
-                "theta_text": sp.sstr(sm.theta_expr), "draw": DRAWS[sm.draw],
-                "theta_c": theta_c, "stat_c": stat_c, "stats": stats,
-                "needs_theta": needs_theta, "grads": [(str(k), o) for k, o in sm.calls],
+                "theta_text": sp.sstr(sm.theta_expr), "draw": DRAWS.get(sm.draw),
+                "theta_c": theta_c, "stat_c": stat_c, "stats": stats, "chained": chained,
+                "collect_bufs": chained["collect_bufs"] if chained else [],
+                "needs_theta": needs_theta, "grads": grads,
+                "loss_values": [str(k) for k in values], "shaping": shaping_view(plan, sm, host, values),
                 "theta_state": [n for n in _loads(theta_c, plan.state_names) if n != plan.mean],
                 "stat_state": [n for n in _loads(stat_c, plan.state_names) if n != plan.mean]}
+
+
+def shaping_view(plan, sm, host, values):
+    """Loss values ranked over the samples of a step (``Sampling.shaping``, rule fitness_shaping): each sample's
+    Philox seed and loss value are kept until step(), which ranks the values on the host, replaces each by the
+    rule's value of its rank (weights w(r) over the ranks ``_r`` = 1..n_samples, their sum ``_W``) and then
+    launches the collect kernel once per sample, in draw order, with the sample's seed (the same ε) and its
+    shaped value as a host argument."""
+    sh = getattr(sm, "shaping", None)
+    if sh is None:
+        return None
+    if sm.chained or sm.reductions or len(values) != len(sm.calls):
+        raise UnsupportedTarget(f"recipe '{plan.ir.recipe}': the triton target ranks the loss values of samples "
+                                "that evaluate the loss alone (no gradient at the samples)", "approximations")
+    n, ranks, w_r, total = (sp.Symbol(x) for x in ("n_samples", "_r", "_w_r", "_W"))
+    return {"name": sh.name, "call": str(sh.call),
+            "weight": host.doprint(sh.weight.xreplace({sh.rank: ranks, sh.count: n})),
+            "value": host.doprint(sh.value.xreplace({sh.weight_of_rank: w_r, sh.total: total, sh.count: n}))}
+
+
+def chained_view(plan, sm, stat_c):
+    """Oracles at points computed from earlier oracle values (``Sampling.chained``, e.g. sharpness_aware): a sample
+    is evaluated at its draw and then at each such point in turn.  The oracle values at every point but the last
+    are kept in fp32 buffers of the group (``kept``); the per-sample sums over every coordinate of all groups
+    (``Sampling.reductions``, e.g. SAM's squared global norm) are partial sums per block from ``_reduce_kernel``,
+    added on the host; ``_chain<j>_kernel`` writes the j-th point into the parameters (the mean stays in its
+    buffer), and the collect kernel reads the last point's oracle and the kept values."""
+    if not sm.chained:
+        return None
+    known = plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls}
+    # (name, oracle, the point of the sample it is taken at): every value but the last point's is kept
+    kept = [(str(k), o, 0) for k, o in sm.calls] + [(str(c[0]), c[1], j + 1) for j, c in enumerate(sm.chained[:-1])]
+    kept_names = [k for k, _, _ in kept]
+    used = set()
+
+    def kernel_view(comp):
+        words = set(_body_words(comp))
+        return {"comp": comp, "state": [n for n in _loads(comp, plan.state_names) if n != plan.mean],
+                "kept": [k for k in kept_names if k in words], "eps": str(sm.eps) in words,
+                "mean": (plan.mean or "_p") in words}
+    red_c = TritonFusedCompiler(known)
+    if any(sm.theta in e.free_symbols for _, e in sm.reductions):
+        red_c.assign(sm.theta, sm.theta_expr)
+    reductions = []
+    for r, e in sm.reductions:
+        val = sp.Symbol(f"_terms_{r}")
+        red_c.assign(val, e)
+        reductions.append((str(r), str(val)))
+        used |= {str(x) for x in e.free_symbols}
+    phases = []
+    for sym, oracle, point, expr in sm.chained:
+        comp = TritonFusedCompiler(known)
+        if sm.theta in expr.free_symbols:
+            comp.assign(sm.theta, sm.theta_expr)
+        comp.assign(point, expr)
+        phases.append(dict(kernel_view(comp), symbol=str(sym), oracle=oracle, point=str(point)))
+        known = known | {sym}
+        used |= {str(x) for x in expr.free_symbols}
+    words = set(_body_words(stat_c))
+    return {"kept": kept, "reductions": reductions, "reduce": kernel_view(red_c) if reductions else None,
+            "phases": phases, "hyper": plan.hyper_using(used),
+            "collect_bufs": [k for k in kept_names if k in words]}
 
 
 def _loads(comp, names, extra=()):

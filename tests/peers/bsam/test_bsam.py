@@ -1,5 +1,7 @@
-"""Generated bSAM and SAM (numpy and torch) against the hand-written torch reference of the official code
-(team-approx-bayes/bayesian-sam optim.py, tests/peers/bsam/reference.py), with the same noise draws.
+"""Generated bSAM and SAM (numpy, torch and triton) against the hand-written torch reference of the official code
+(team-approx-bayes/bayesian-sam optim.py, tests/peers/bsam/reference.py), with the same noise draws (the triton
+modules through the interpreter, TRITON_INTERPRET=1 as tests/conftest.py sets it, given the Philox draws that
+their ``noise()`` regenerates).
 
 The oracle is a logistic-regression loss with one sub-batch per ``msharpness`` index; the generated code calls the
 gradient oracle twice per sample (at θ_k, then at the adversarial point), in the reference's order, so the test's
@@ -229,3 +231,104 @@ def test_torch_step_refuses_an_incomplete_sample():
         assert torch.equal(p.detach(), b)                                        # the mean is restored
     with pytest.raises(RuntimeError, match="incomplete"):
         opt.step()
+
+
+def triton_run(name, m, steps, use_closure):
+    """The generated triton bSAM/SAM and the reference, float32, from the same start; bSAM's reference gets the
+    Philox draws of each sample (``noise(i)`` inside the sample's first point)."""
+    mod = load_generated(name, "triton")
+    X, y = problem(m)
+    X, y = X.float(), y.float()
+    w0 = start(torch.float32)
+    params = [torch.nn.Parameter(t.clone()) for t in w0]
+    groups = [{"params": params[:1]}, {"params": params[1:]}]     # SAM's norm is global over both
+    if name == "bsam":
+        opt, peer = mod.BSAM(groups, ess=N_DATA, msharpness=m, **BSAM_HP), bsam_reference(w0, m)
+    else:
+        opt, peer = mod.SAM(groups, msharpness=m, **SAM_HP), sam_reference(w0, m)
+    fn = grad_fn(X, y)
+    calls, noise = [], []
+
+    def closure():
+        k = len(calls) // 2
+        first = len(calls) % 2 == 0
+        calls.append(k)
+        with opt.sampled_params(train=True):
+            if name == "bsam" and first:
+                noise.append([opt.noise(i).view(s) for i, s in enumerate(SHAPES)])
+            opt.zero_grad()
+            loss = loss_k(params, X, y, k)
+            loss.backward()
+        return loss
+    worst = 0.0
+    for _ in range(steps):
+        calls.clear()
+        noise.clear()
+        if use_closure:
+            opt.step(closure)
+        else:
+            for _ in range(2 * m):
+                closure()
+            opt.step()
+        assert calls == [k for k in range(m) for _ in range(2)]
+        if name == "bsam":
+            peer.step(fn, noise)
+        else:
+            peer.step(fn)
+        worst = max(worst, max(float((p.detach() - w).abs().max()) for p, w in zip(params, peer.w)))
+    return opt, params, peer, worst
+
+
+# masked lanes of a ragged block divide zeros by zeros in the interpreter; their results are never stored
+INTERPRETER_LANES = pytest.mark.filterwarnings("ignore:(divide by zero|invalid value):RuntimeWarning")
+
+
+@INTERPRETER_LANES
+@pytest.mark.parametrize("m", [1, 3])
+def test_triton_bsam_equals_reference(m):
+    opt, params, peer, worst = triton_run("bsam", m, 8, use_closure=m == 1)
+    assert worst < 1e-6, worst
+    for p, w, s, gm in zip(params, peer.w, peer.s, peer.gm):
+        torch.testing.assert_close(p.detach(), w, rtol=0, atol=1e-6)
+        torch.testing.assert_close(opt.state[p]["s_ex"], s, rtol=0, atol=1e-6)
+        torch.testing.assert_close(opt.state[p]["gm"], gm, rtol=0, atol=1e-6)
+    assert max((p.detach() - w).abs().max().item() for p, w in zip(params, start(torch.float32))) > 1e-2
+
+
+@INTERPRETER_LANES
+@pytest.mark.parametrize("m", [1, 3])
+def test_triton_sam_equals_reference(m):
+    opt, params, peer, worst = triton_run("sam", m, 8, use_closure=m == 3)
+    assert worst < 1e-6, worst
+    for p, gm in zip(params, peer.gm):
+        torch.testing.assert_close(opt.state[p]["momentum_buffer"], gm, rtol=0, atol=1e-6)
+    assert max((p.detach() - w).abs().max().item() for p, w in zip(params, start(torch.float32))) > 1e-2
+
+
+@INTERPRETER_LANES
+@pytest.mark.parametrize("name", ["bsam", "sam"])
+def test_triton_step_refuses_an_incomplete_sample_and_restores_the_mean(name):
+    mod = load_generated(name, "triton")
+    X, y = problem(1)
+    X, y = X.float(), y.float()
+    params = [torch.nn.Parameter(t.clone()) for t in start(torch.float32)]
+    opt = mod.BSAM(params, ess=N_DATA, msharpness=1, **BSAM_HP) if name == "bsam" else \
+        mod.SAM(params, msharpness=1, **SAM_HP)
+    before = [p.detach().clone() for p in params]
+    with opt.sampled_params(train=True):
+        if name == "bsam":
+            assert any((p - b).abs().max() > 0 for p, b in zip(params, before))     # at the sample θ_k
+        loss_k(params, X, y, 0).backward()
+    for p, b in zip(params, before):
+        assert torch.equal(p.detach(), b)                                        # the mean is restored
+    with pytest.raises(RuntimeError, match="incomplete"):
+        opt.step()
+    g = [p.grad.clone() for p in params]
+    with opt.sampled_params(train=True):       # the second point: the ascent step from the kept gradient
+        moved = [p.detach() - b for p, b in zip(params, before)]
+    if name == "sam":
+        norm = torch.sqrt(sum((x ** 2).sum() for x in g))
+        for d, x in zip(moved, g):
+            torch.testing.assert_close(d, SAM_HP["rho"] * x / norm, rtol=1e-5, atol=1e-7)
+    for p, b in zip(params, before):
+        assert torch.equal(p.detach(), b)

@@ -19,7 +19,16 @@ def test_gamma_poisson():
 
 
 def test_dirichlet_categorical():
+    """The axis form: K is the length of the arrays (here 3, with a prior concentration per class)."""
     mod = load_generated("dirichlet_categorical")
+    z = np.random.default_rng(2).integers(0, 3, size=40)
+    c = np.bincount(z, minlength=3)
+    out = mod.step(mod.init(a=np.ones(3)), data={"c": c}, a0=np.array([0.5, 1.5, 2.5]))
+    np.testing.assert_allclose(out["a"], np.array([0.5, 1.5, 2.5]) + c, rtol=1e-14)
+
+
+def test_dirichlet_categorical_unrolled():
+    mod = load_generated("dirichlet_categorical_unrolled")
     z = np.random.default_rng(2).integers(0, 3, size=40)
     c = np.bincount(z, minlength=3)
     out = mod.step(mod.init(a1=1.0, a2=1.0, a3=1.0), data={"c1": c[0], "c2": c[1], "c3": c[2]},

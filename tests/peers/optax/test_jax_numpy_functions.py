@@ -38,7 +38,8 @@ SIZE = 4
 HYPER = {"snes": {"popsize": 6, "lr_std": 0.2}, "reparameterization_exponential": {"mc_samples": 7},
          "score_function_exponential": {"mc_samples": 7}, "fed_ivon_admm": {"mc_samples": 3},
          "quadrature_gamma": {"nodes": 33}, "bsam": {"ess": 50.0, "msharpness": 3}, "sam": {"msharpness": 3},
-         "xnes": {"popsize": 6, "lr_A": 0.2}, "xnes_evosax": {"popsize": 6, "lr_A": 0.2}}
+         "xnes": {"popsize": 6, "lr_A": 0.2}, "xnes_evosax": {"popsize": 6, "lr_A": 0.2},
+         "ivon_continual": {"lr": 0.3, "ess": 20.0, "mc_samples": 2}}
 #: max |jax - numpy| / max(1, max |numpy|) over the outputs, per recipe (printed by the tests with -s)
 ERRORS = {}
 TOL = 1e-12
@@ -214,6 +215,7 @@ def test_the_function_modules_cover_the_single_family_recipes():
     """Every single-family catalog recipe that is not an optax transformation is written as functions (dropout_sgd:
     its fixed precision s has no initial value, which an optax transformation's state needs)."""
     assert {"newton", "laplace", "ridge", "bayesian_linear_regression", "beta_bernoulli", "dirichlet_categorical",
+            "dirichlet_categorical_unrolled",
             "dropout", "dropout_sgd", "fed_admm_full", "fed_admm_isotropic", "fed_ivon_admm", "gamma_poisson", "gd",
             "multimodal", "multimodal_exact", "multimodal_unrolled", "multimodal_exact_unrolled", "ncvi", "ncvmp",
             "normal_gamma", "normal_normal", "online_newton_diag",

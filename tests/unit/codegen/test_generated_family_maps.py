@@ -7,7 +7,7 @@ from conftest import load_generated
 CASES = {
     "beta_bernoulli": [dict(a=2.5, b=0.7), dict(a=0.3, b=9.0)],
     "gamma_poisson": [dict(alpha=3.0, beta=0.5), dict(alpha=0.4, beta=7.0)],
-    "dirichlet_categorical": [dict(a1=0.5, a2=2.0, a3=7.0)],
+    "dirichlet_categorical_unrolled": [dict(a1=0.5, a2=2.0, a3=7.0)],
     "normal_gamma": [dict(m=0.3, kappa=2.0, alpha=1.7, beta=0.6)],
 }
 

@@ -2,9 +2,10 @@
 written out here from Wierstra et al. (2014), Sec. 3.1, and Salimans et al. (2017), through generated steps."""
 import numpy as np
 import pytest
+import torch
 
 from blr_derive import api
-from blr_derive.core.errors import SpecError, UnsupportedTarget
+from blr_derive.core.errors import SpecError
 
 RULES_CHECKED = ("fitness_shaping",)
 
@@ -111,14 +112,25 @@ def test_refused_with_a_located_message(tmp_path, extra, message):
     assert message in str(e.value) and "bad.yaml:15: " in str(e.value)
 
 
-def test_needs_samples_and_the_numpy_target(tmp_path):
+def test_needs_samples_and_the_torch_target_ranks_them_at_step(tmp_path):
     delta = BASE.replace("  - score_function: {samples: mc_samples}\n  - no_entropy\n", "  - delta\n")
     (tmp_path / "delta.yaml").write_text(delta + "  - fitness_shaping: {utilities: nes}\n")
     with pytest.raises(SpecError, match="draws none"):
         api.generate(str(tmp_path / "delta.yaml"), "numpy")
-    (tmp_path / "t.yaml").write_text(BASE + "  - fitness_shaping: {utilities: nes}\n")
-    with pytest.raises(UnsupportedTarget, match="ranks the loss values over all samples"):
-        api.generate(str(tmp_path / "t.yaml"), "torch")
+    # the torch optimizer keeps each sample's draw and loss until step(), ranks there: the numpy step's values
+    text = BASE + "  - fitness_shaping: {utilities: centered_ranks}\n"
+    p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    opt = api.derive(text).compile("torch").ShapingCheck([p], rho=1.0, mc_samples=5)
+    losses, z = [0.5, -2.0, 4.0, 1.0, 3.0], []
+    torch.manual_seed(0)
+    for v in losses:
+        with opt.sampled_params(train=True) as tell:
+            z.append(float(p.detach()))           # θ_k = m + z_k/sqrt(s) = z_k at m = 0, s = 1
+            tell(v)
+    opt.step()
+    out = shaped_mean_step(api.derive(text).compile("numpy"), losses, z)
+    np.testing.assert_allclose(p.detach().numpy(), out["m"], rtol=1e-13)
+    np.testing.assert_allclose(opt.state[p]["s"].numpy(), out["s"], rtol=1e-13)
 
 
 def test_centered_ranks_of_one_sample_is_an_error_not_a_nan():

@@ -329,7 +329,7 @@ def test_dirichlet_categorical_posterior_at_other_sizes(tmp_path, K):
     """A plain (one-family) recipe is a template over K too: at K = 2 and 5 one step with ρ = 1 is the
     closed-form Dirichlet posterior a_k = a0_k + c_k (Sec. 5.1)."""
     out = tmp_path / f"dc{K}.py"
-    out.write_text(generate(CATALOG / "dirichlet_categorical.yaml", "numpy", sizes={"K": K}), encoding="utf-8")
+    out.write_text(generate(CATALOG / "dirichlet_categorical_unrolled.yaml", "numpy", sizes={"K": K}), encoding="utf-8")
     mod = load_module_from_path(out)
     c = np.bincount(np.random.default_rng(K).integers(0, K, size=60), minlength=K)
     a0 = np.linspace(0.5, 2.5, K)
