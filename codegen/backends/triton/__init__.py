@@ -18,7 +18,9 @@ are host arguments of the collect kernel, ranked on the host first with ``fitnes
 points computed from earlier ones, ``sharpness_aware``, get a kernel per point, see ``chained_view``); a recipe
 whose parameter holds an expression of the state (``parameter: sign(lam)``) keeps all of the state in
 the buffers and writes the parameter from it (``_point_kernel`` at construction, the update kernel after
-every step).  Others raise CodegenError.
+every step).  An abstract loss's per-coordinate data (``data_states``) are buffers of the group like the state,
+read by the kernels and never written, set with the generated ``set_data`` as in the torch target.  Others raise
+CodegenError.
 """
 from __future__ import annotations
 
@@ -48,14 +50,15 @@ class TritonTarget:
         self.env = template_env(Path(__file__).parent / "templates")
 
     def check(self, ir):
-        check_optimizer(ir, self.name, chained=True, shaped=True)
+        check_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
 
     def render(self, ir) -> str:
         for sym, expr in ir.assignments:
             if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
                 raise UnsupportedTarget(f"recipe '{ir.recipe}': the triton target needs an elementwise update; "
                                         f"'{sym}' is a matrix expression", "family")
-        plan = plan_optimizer(ir, self.name, chained=True, shaped=True)
+        plan = plan_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
+        plan.state_names = plan.state_names + [d.name for d in ir.data]    # data: loaded like state, never stored
         host = HostPrinter()
         point = self.point_view(plan)
         sampling = self.sampling_view(plan, host)
@@ -98,6 +101,7 @@ class TritonTarget:
             theta_hyper=plan.theta_hyper, stat_hyper=plan.hyper_using(stat_syms), stored=stored_names(plan),
             keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
             scalar_stored=sorted(stored_names(plan)[n] for n in host_states(plan)),
+            data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
         )
 
     @staticmethod
