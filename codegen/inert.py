@@ -30,6 +30,7 @@ import sympy as sp
 
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.text import Prose
+from blr_derive.families.diskcache import template_bytecode_cache
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -144,6 +145,7 @@ def template_env(folder):
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)), keep_trailing_newline=True, trim_blocks=True,
         lstrip_blocks=True, undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
+        bytecode_cache=template_bytecode_cache(),
     )
     env.filters["q"] = pystr
     env.filters["comment"] = comment

@@ -81,7 +81,13 @@ def invert(forward, p, value, fail, positive=None):
     (s = σ⁻² gives σ = 1/√s, not −1/√s; 2 solutions).  ``fail(msg)`` makes the error."""
     positive = bool(p.is_positive) if positive is None else positive
     x = sp.Dummy("x", real=True)                # every real branch, counted before the positive one is kept
-    sols = sp.solve(sp.Eq(forward.xreplace({p: x}), value), x)
+    fx = forward.xreplace({p: x})
+    c = sp.diff(fx, x)
+    if c != 0 and not c.has(x) and not value.has(x):
+        # forward linear in p: the one solution (value - forward(0))/c, without sympy's solve (whose simplification
+        # imports sympy.physics.units on its first call, ~0.1 s of a recipe)
+        return sp.expand((value - fx.xreplace({x: 0})) / c), 1
+    sols = sp.solve(sp.Eq(fx, value), x)
     branches = len(sols)
     if len(sols) > 1 and positive:
         sols = [s for s in sols if s.is_positive is not False]

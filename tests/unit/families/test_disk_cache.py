@@ -74,3 +74,37 @@ def test_a_sized_family_stays_one_object_after_its_resolved_entry_is_evicted():
         del library._FAMILY_CACHE[key]
     assert library.load_family("categorical") is cat                       # refreshes the alias
     assert library.load_family({"name": "categorical", "K": 3}) is cat
+
+
+# ------------------------------------------------------------------ compiled templates
+def test_compiled_templates_are_cached_privately_and_give_the_same_code(tmp_path):
+    """The jinja2 bytecode cache (families/diskcache.template_bytecode_cache): a second process reads the compiled
+    templates and writes the same bytes; an entry others could have written is ignored (it is code), even when it
+    holds garbage."""
+    from blr_derive.codegen.inert import template_env
+    import blr_derive.codegen.backends.numpy as numpy_backend
+
+    env = {"BLR_DERIVE_CACHE_DIR": str(tmp_path)}
+    first = run(env)
+    entries = sorted((tmp_path / "templates").iterdir())
+    assert entries and all(oct(p.stat().st_mode & 0o777) == "0o600" for p in entries)
+    assert oct((tmp_path / "templates").stat().st_mode & 0o777) == "0o700"
+    assert run(env) == first
+
+    old = os.environ.get("BLR_DERIVE_CACHE_DIR")
+    os.environ["BLR_DERIVE_CACHE_DIR"] = str(tmp_path)
+    try:
+        jenv = template_env(os.path.join(os.path.dirname(numpy_backend.__file__), "templates"))
+        name = "module.py.j2"
+        source, filename, _ = jenv.loader.get_source(jenv, name)
+        assert jenv.bytecode_cache.get_bucket(jenv, name, filename, source).code is not None    # read back
+        for p in entries:                                # others could write them: never read
+            p.write_bytes(b"not a cache entry")
+            p.chmod(0o666)
+        assert jenv.bytecode_cache.get_bucket(jenv, name, filename, source).code is None
+    finally:
+        if old is None:
+            del os.environ["BLR_DERIVE_CACHE_DIR"]
+        else:
+            os.environ["BLR_DERIVE_CACHE_DIR"] = old
+    assert run(env) == first
