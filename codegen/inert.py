@@ -174,6 +174,9 @@ def audit(source: str, target: str, modules: frozenset) -> str:
     """Check a rendered module (see the module docstring); returns it unchanged or raises CodegenError."""
     try:
         tree = ast.parse(source)
+        # the compiler's symbol table finds what the parser does not (a duplicate argument, a misplaced
+        # nonlocal): a module that parses is not yet one that imports
+        compile(tree, f"<{target}>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise CodegenError(f"the {target} target rendered invalid Python (line {exc.lineno}: {exc.msg})") from None
     for i, node in enumerate(tree.body):

@@ -79,6 +79,12 @@ def check_printed_names(ir, recipe):
     for sym in defined:
         if str(sym) in declared:
             _name_clash(declared[str(sym)], recipe)
+    defined_names = {str(s_) for s_ in defined}
+    for v in getattr(ir, "state", []):          # a state (a rule's ``state:``) sharing a name with another quantity
+        if str(v.symbol) in declared or v.name in declared:
+            _name_clash(("state", v.name), recipe, declared.get(str(v.symbol), declared.get(v.name)))
+        if str(v.symbol) in defined_names or v.name in defined_names:
+            _name_clash(("state", v.name), recipe)
     seen = {}
     exprs = [e for pair in getattr(ir, "assignments", []) for e in pair] + defined
     for sym in set().union(*[e.free_symbols | e.atoms(sp.MatrixSymbol) for e in exprs if isinstance(e, sp.Basic)]):
@@ -90,16 +96,18 @@ def check_printed_names(ir, recipe):
         seen[name] = sym
 
 
-def _name_clash(what, recipe):
+def _name_clash(what, recipe, other=None):
     kind, name = what
     file, spec, line = getattr(recipe, "file", None), getattr(recipe, "spec", None), None
     if spec is not None and hasattr(spec, "line_of"):
         if kind == "hyperparameter" and hasattr(spec.get("hyperparameters"), "line_of"):
             line = spec["hyperparameters"].line_of(name)
+        elif kind == "state" and "approximations" in spec:
+            line = spec.line_of("approximations")
         elif "loss" in spec:
             line = spec.line_of("loss")
-    raise SpecError(f"the name '{name}' is also used by the derivation for another quantity; rename the {kind}",
-                    file, line)
+    also = f"{other[0]} '{other[1]}'" if other else "used by the derivation for another quantity"
+    raise SpecError(f"the name '{name}' is also {also}; rename the {kind}", file, line)
 
 
 def camel(name):

@@ -6,7 +6,7 @@ import sympy as sp
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.pretty import pretty
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import invert, record, update_of
+from blr_derive.rules.program import check_new_state, invert, record, update_of
 
 
 class ChangeVariable(Rule):
@@ -22,6 +22,7 @@ class ChangeVariable(Rule):
         fam = D.recipe.family
         if p not in fam.params:
             raise ctx.fail(f"'{p}' is not a parameter of family '{fam.name}'")
+        check_new_state(ctx, new_name)
         new_sym = sp.Symbol(new_name, real=True)
         syms = ctx.symbols()
         syms[new_name] = new_sym

@@ -19,6 +19,12 @@ class Debias(Rule):
         v = ctx.view(p)
         when = ctx.when()
         ctx.done()
+        readers = [e for n, _, e in D.updates if n != p] + [e for _, e in D.defs]
+        if not any(getattr(e, "has", lambda _: False)(v) for e in readers):
+            # nothing else reads it (e.g. the mean, whose update is the step itself): the correction would change
+            # nothing, and a silently ignored approximation is worse than a refusal
+            raise ctx.fail(f"no other update reads '{p}', so there is nothing to correct: debias applies to a "
+                           "zero-initialised average that the update reads (e.g. the momentum of ema_momentum)")
         h = substitute_def(D, f"{p}_hat", v, cond(when, v / (1 - rate**t), v), skip=(p,))
         rebind(D, v, h)
         record(ctx, "Bias correction", "Divide the zero-initialised average by 1 − rate^t (Adam's convention).",

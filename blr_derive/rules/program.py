@@ -108,10 +108,37 @@ def cond(when, a, b):
     return a if when is None else sp.Piecewise((a, when), (b, True))
 
 
+def name_in_use(D, name):
+    """What already goes by ``name`` in the derivation (a hyperparameter, data, a parameter, a state, an oracle
+    value or a definition), or None: a new state must not take it, or two quantities would merge into one symbol."""
+    r = D.recipe
+    if name in r.hyper_symbols() or name in getattr(r, "choices", dict)():
+        return f"hyperparameter '{name}'"
+    for d in getattr(r, "data", ()):
+        if name == d.name or name in {str(x) for x in getattr(d, "shape", ()) if isinstance(x, sp.Basic)}:
+            return f"data '{d.name}'" if name == d.name else f"the dimension '{name}' of data '{d.name}'"
+    if name in r.family.params or any(v[0] == name for v in D.renamed.values()) \
+            or any(a.name == name for a in D.aux_state):
+        return f"state '{name}'"
+    for c in D.oracle_calls:
+        if str(c[0]) == name:
+            return f"the value of oracle '{c[1]}'"
+    if any(str(s_) == name for s_, _ in D.defs):
+        return f"the derivation's quantity '{name}'"
+    return None
+
+
+def check_new_state(ctx, name):
+    """A located error when the state name a recipe chose (``state:``, ``to:``) is already in use."""
+    used = name_in_use(ctx.D, name)
+    if used is not None:
+        raise ctx.fail(f"state '{name}': the name is already {used}; pass another name")
+    return name
+
+
 def add_aux(ctx, name, init, description, when=None):
     D = ctx.D
-    if name in D.recipe.family.params or any(a.name == name for a in D.aux_state):
-        raise ctx.fail(f"state '{name}' already exists")
+    check_new_state(ctx, name)
     if D.sampling is not None and name in (str(D.sampling.eps), str(D.sampling.theta)):
         raise ctx.fail(f"state '{name}' would shadow the random draw '{name}' of the sampler: pass another 'state'")
     sym = sp.Symbol(name, real=True)
