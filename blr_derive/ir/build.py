@@ -156,6 +156,9 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     outputs = [(name, sym) for name, sym, _ in D.updates] + [(p.name, p.symbol) for p in fam.params.values()
                                                              if p.fixed]
     used = _used_symbols(D, assignments, state)
+    for d in data:                      # a data item's default (kept as state by the optimizer targets) reads them too
+        if d.init is not None:
+            used |= getattr(d.init, "free_symbols", set())   # parsed by the restricted grammar
     if r.peer is not None:
         _check_peer_states(r, state)
         used |= {x for c in (r.peer.checks or []) + (r.peer.sparse_checks or []) for x in c.condition.free_symbols}

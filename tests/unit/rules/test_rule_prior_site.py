@@ -140,3 +140,42 @@ def test_data_defaults_are_for_abstract_losses_and_torch_needs_them():
     with pytest.raises(UnsupportedTarget, match="data 'm0' needs a default"):
         api.derive(text).compile("torch")
     assert compiled().DATA == ("m0", "p0")          # numpy takes them as step(..., data=...) with or without
+
+
+def test_a_default_that_reads_an_otherwise_unused_hyperparameter_is_a_constructor_argument():
+    """A data default may read a hyperparameter that nothing else reads (a user recipe: prior precision `lam`): it is
+    still a hyperparameter of every target, the torch optimizer starts the data at it, and torch = numpy."""
+    import torch
+    text = """
+name: rms_prior
+family: gaussian_diag
+loss:
+  kind: abstract
+  data:
+    center: {shape: [], default: 0.0, description: prior mean}
+    prec: {shape: [], default: lam, description: prior precision}
+learning_rate: lr
+hyperparameters:
+  lr: {default: 0.01}
+  lam: {default: 0.1}
+state_init: {s: 1.0}
+approximations:
+  - delta
+  - squared_gradient_hessian
+  - prior_site: {mean: center, precision: prec}
+  - separate_learning_rates: {s: 0.1}
+"""
+    d = api.derive(text)
+    nm, tm = d.compile("numpy"), d.compile("torch")
+    assert nm.HYPERPARAMETERS == {"lr": 0.01, "lam": 0.1}
+    cls = [v for v in vars(tm).values() if isinstance(v, type) and issubclass(v, torch.optim.Optimizer)
+           and v is not torch.optim.Optimizer][0]
+    p = torch.nn.Parameter(torch.tensor([0.5, -0.3], dtype=torch.float64))
+    opt = cls([p], lam=0.25)
+    opt.zero_grad()
+    ((p - 1.0) ** 2).sum().backward()
+    opt.step()
+    assert torch.equal(opt.state[p]["prec"], torch.full((2,), 0.25, dtype=torch.float64))
+    st = nm.step(nm.init(m=np.array([0.5, -0.3]), s=np.array([1.0, 1.0])), oracles={"grad": lambda x: 2 * (x - 1.0)},
+                 data={"center": np.zeros(2), "prec": np.full(2, 0.25)})
+    np.testing.assert_allclose(p.detach().numpy(), st["m"], rtol=1e-14)
