@@ -199,7 +199,7 @@ class AdagradOptax(torch.optim.Optimizer):
     """Adagrad (optax convention, eps inside the square root).
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    keeps no state (``self.state[p]`` stays empty).
+    (s) lives in ``self.state[p]``.
 
     Besides torch.optim's ``maximize`` (ascend), ``foreach`` (False: one tensor at a time) and ``fused``
     (one compiled kernel per tensor, falling back to the multi-tensor path if compilation fails), it accepts

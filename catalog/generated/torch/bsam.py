@@ -225,7 +225,7 @@ class BSAM(torch.optim.Optimizer):
     """Bayesian SAM (bSAM).
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    keeps no state (``self.state[p]`` stays empty).
+    (s_ex, gm) lives in ``self.state[p]``.
 
     Gradients are taken at samples of q: evaluate the loss inside ``with opt.sampled_params(train=True):``
     (or pass a closure that does) and then call ``opt.step()``; ``step(closure)`` calls the closure

@@ -216,7 +216,7 @@ class OGN(torch.optim.Optimizer):
     """Online Gauss-Newton (OGN).
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    keeps no state (``self.state[p]`` stays empty).
+    (s) lives in ``self.state[p]``.
 
     Besides p.grad it reads ``p.ggn`` from every parameter:
         ggn: mean over the mini-batch of squared per-example gradients (Gauss-Newton, Eq. 45)

@@ -203,7 +203,7 @@ class SGD(torch.optim.Optimizer):
     """Stochastic gradient descent with momentum.
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    keeps no state (``self.state[p]`` stays empty).
+    (momentum_buffer) lives in ``self.state[p]``.
 
     Besides torch.optim's ``maximize`` (ascend), ``foreach`` (False: one tensor at a time) and ``fused``
     (one compiled kernel per tensor, falling back to the multi-tensor path if compilation fails), it accepts

@@ -223,7 +223,7 @@ class SNES(torch.optim.Optimizer):
     """Separable natural evolution strategies (SNES).
 
     The parameters are the mean `m` of the candidate distribution; the other state
-    keeps no state (``self.state[p]`` stays empty).
+    (std) lives in ``self.state[p]``.
 
     The loss is evaluated at samples of q (a black-box loss: no gradients): ``step(closure)`` moves the
     parameters to ``popsize`` samples in turn and calls ``closure()`` at each, which returns the loss
