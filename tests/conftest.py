@@ -9,6 +9,14 @@ from pathlib import Path
 # Only under pytest: test_kernels_compile_for_a_gpu imports this module in a plain process that compiles for real
 if "_pytest" in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Under pytest-xdist every core already runs a worker: one BLAS/OpenMP thread per worker instead of one per core
+# each (oversubscribed threads made small dense solves ~300x slower: scipy's solve_triangular on 3x3 matrices took
+# 1 ms per call).  OMP_NUM_THREADS is read by torch when it is imported; OpenBLAS is limited through threadpoolctl
+# because numpy may be imported already.
+if "_pytest" in sys.modules and os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import threadpoolctl
+    threadpoolctl.threadpool_limits(1)
 
 import pytest
 
