@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: (module, what it may import inside a function) — see the module docstring
 LAZY = {("blr_derive.cli", "blr_derive.api"), ("blr_derive.cli", "blr_derive.testing"),
+        ("blr_derive.cli.checks", "blr_derive.api"), ("blr_derive.cli.checks", "blr_derive.testing"),
         ("blr_derive.testing.plugin", "blr_derive.testing"),
         ("blr_derive.testing.compare", "blr_derive.testing.optax_side"),
         ("blr_derive.api", "blr_derive.verify")}
