@@ -45,6 +45,13 @@ def _check_output(out):
             raise SpecError(problem, out)
 
 
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):      # either does not exist (yet), or is not a path
+        return False
+
+
 def _emit(text: str, out):
     if out is None or out == "-":
         sys.stdout.write(terminal_safe(text))
@@ -124,6 +131,8 @@ def cmd_generate(argv):
     if args.target not in TARGET_NAMES:
         raise SpecError(f"unknown target '{quote(args.target)}' (known: {', '.join(TARGET_NAMES)})", CMDLINE)
     _check_output(args.output)
+    if args.output not in (None, "-") and _same_file(args.recipe, args.output):
+        raise SpecError("-o names the input file itself; write the generated code to another file", args.output)
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import generate
     with derivation_budget(seconds):
@@ -239,7 +248,7 @@ def main(argv=None) -> int:
         print(_error_line("error", exc), file=sys.stderr)
         return 2
     except BudgetExceeded as exc:
-        where = exc.file or (argv[-1] if argv else CMDLINE)
+        where = exc.file or _input_argument(argv)
         print(_error_line("error", f"{where}{f':{exc.line}' if exc.line else ''}: {exc}"), file=sys.stderr)
         return 2
     except (RecursionError, MemoryError) as exc:
@@ -265,6 +274,20 @@ def main(argv=None) -> int:
                                             "with the input files; BLR_DERIVE_TRACEBACK=1 shows the traceback)"),
               file=sys.stderr)
         return 3
+
+
+def _input_argument(argv) -> str:
+    """The input file a command line names (its first positional argument), for messages without a location."""
+    args = argv[1:] if argv and argv[0] in COMMANDS else argv
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = "=" not in a and a not in ("--check", "--help", "-h", "--version")
+        else:
+            return a
+    return CMDLINE
 
 
 def entry():

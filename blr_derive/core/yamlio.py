@@ -230,6 +230,17 @@ def check_keys(mapping, allowed, required=(), what="mapping"):
             )
 
 
+def text_field(container, key, default: str = "") -> str:
+    """A free-text entry (a title, a description, a paper reference) as a string: text or a number; a list,
+    mapping, flag, date or null is a located error (it was rendered with str(): '# ['a', 'b']', '# None')."""
+    if key not in container:
+        return default
+    value = container[key]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise SpecError(f"'{key}' must be text", *where(container, key))
+    return str(value)
+
+
 def where(container, key=None):
     """(file, line) of a container entry, for error messages."""
     file = getattr(container, "file", None)

@@ -164,7 +164,13 @@ def check_minimal(fam: Family, spec):
     for l, e in zip(fam.lam, fam.eta):
         lam_vals[l] = fam.evaluate(e, vals, 2)
     lam_vals.update({p.symbol: vals[p.symbol] for p in fam.fixed_params})
-    F = numeric_fisher(fam, lam_vals, 2)
+    try:
+        F = numeric_fisher(fam, lam_vals, 2)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        # a complex or undefined value (a log of a negative statistic on this support, a complex log-partition)
+        raise SpecError("not a real family: the log-partition or its derivatives are not real numbers at valid "
+                        "parameters (check the support against the sufficient statistics and the base measure)",
+                        *where(spec, "sufficient_statistics")) from None
     ev = np.linalg.eigvalsh(0.5 * (F + F.T))
     if not np.all(np.isfinite(ev)) or ev.min() <= 1e-9 * max(1.0, abs(ev).max()):
         raise SpecError("not minimal: the Fisher information ∇²A(λ) is singular (sufficient statistics are linearly dependent)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
+from blr_derive.core import budget
 from blr_derive.core.errors import SpecError
 from blr_derive.core.resources import families_dir
 from blr_derive.core.sizes import declared_sizes, resolve_sizes
@@ -115,7 +116,12 @@ def _load_family_file(path: Path, given=None) -> Family:
     disk_key = (str(path.resolve()), text, resolved)
     fam = diskcache.load(disk_key)
     if fam is None:
-        fam = family_from_spec(spec, str(path), resolved)
+        before = budget.location()
+        budget.where(str(path), 1)          # a budget that runs out while the family derives names its file
+        try:
+            fam = family_from_spec(spec, str(path), resolved)
+        finally:
+            budget.where(*before)
         diskcache.store(disk_key, fam)
     _remember(key, fam)
     if resolved is not None:

@@ -125,8 +125,44 @@ def finish_log_partition(fam, Z, spec, what):
         return A
     # the forced expansion log(a/b) = log a − log b is wrong where a and b are negative (a Beta in mean/precision
     # form got + iπ; e^λ − 1 over λ on (0, 1) was NaN for λ < 0): keep log Z whole
-    A = sp.log(sp.simplify(Z.xreplace(fam.ord_from_nat)))
-    return loggamma_form(A)
+    A = loggamma_form(sp.log(sp.simplify(Z.xreplace(fam.ord_from_nat))))
+    bad = not_real_at(fam, A)
+    if bad is not None:
+        # sympy's closed form holds on part of the parameter domain only (conds="none" drops its conditions): at
+        # these valid parameters it is complex or infinite, and generated code would compute NaN there
+        raise _err(f"not normalizable: {what} over the {support_words(fam)} support has no closed form that holds for "
+                   f"every parameter in the declared domains (at {bad} it is not a real number); declare "
+                   "log_partition, or narrow the parameters' domains", spec, "sufficient_statistics")
+    return A
+
+
+def not_real_at(fam, A, samples: int = 12):
+    """Valid ordinary parameters (as text) at which A(λ(params)), evaluated in floating point as generated code
+    evaluates it, is not a finite real number; None where it is at every one of ``samples`` random points, or
+    where A cannot be evaluated this way (matrix parameters, functions the numpy printer does not know)."""
+    rng = np.random.default_rng(5)
+    at_nat = dict(zip(fam.lam, fam.eta))
+    e = A.xreplace(at_nat)
+    params = sorted(e.free_symbols, key=str)
+    if any(is_mat(p) for p in params):
+        return None
+    try:
+        fa = sp.lambdify(params, e, modules=["scipy", "numpy"])
+    except Exception:  # noqa: BLE001 - unprintable functions: nothing to judge
+        return None
+    for _ in range(samples):
+        vals = fam.sample_params(rng, 2)
+        args = [vals.get(p, 1.0) for p in params]
+        if any(np.ndim(a) for a in args):
+            return None
+        with np.errstate(all="ignore"):
+            try:
+                a = complex(fa(*[float(x) for x in args]))
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+                a = complex("nan")
+        if not (np.isfinite(a.real) and a.imag == 0):
+            return ", ".join(f"{p} = {float(v):.3g}" for p, v in zip(params, args))
+    return None
 
 
 def agrees_with_log(fam, A, Z):

@@ -43,9 +43,14 @@ def _state(D, r, elementwise) -> list:
         if name not in r.state_init:
             return None
         try:
-            return parse_expression(r.state_init[name], hsyms, what=f"state_init.{name}")
+            value = parse_expression(r.state_init[name], hsyms, what=f"state_init.{name}")
         except SpecError as exc:
             raise exc.located(r.file, r.state_init.line_of(name)) from None
+        if is_mat(value) and not value.free_symbols:
+            # eye(3) for a vector or elementwise state: a shape the state does not have (the code printed 'I')
+            raise SpecError(f"state_init.{name}: a number or an expression of hyperparameters, not a matrix",
+                            r.file, r.state_init.line_of(name))
+        return value
 
     renamed = {new: old for old, (new, _, _) in D.renamed.items()}
     for k in r.state_init:

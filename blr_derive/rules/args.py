@@ -6,6 +6,7 @@ import sympy as sp
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
+from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import name_problem
 
 
@@ -31,10 +32,18 @@ class Ctx:
                 raise self.fail(f"missing argument '{key}'")
             return default
         try:
-            return parse_expression(self.args.pop(key), self.symbols(), what=f"{self.approx.name}.{key}", logic=logic,
-                                    choices=self.r.choices())
+            e = parse_expression(self.args.pop(key), self.symbols(), what=f"{self.approx.name}.{key}", logic=logic,
+                                 choices=self.r.choices())
         except SpecError as exc:
             raise exc.located(self.r.file, self.approx.line) from None
+        if not logic:
+            flags = sorted(h.name for h in getattr(self.r, "hyper", ()) if h.kind == "bool" and e.has(h.symbol))
+            if flags:   # a flag as a number: the generated code reads it with bool(...), so 0.5 would become 1
+                raise self.fail(f"argument '{key}': hyperparameter '{flags[0]}' is a flag (true/false), not a "
+                                "number; give it a numeric default (e.g. 0.0) or use it in 'when'")
+            if is_mat(e) and not e.free_symbols:
+                raise self.fail(f"argument '{key}': a number or an expression of hyperparameters, not a matrix")
+        return e
 
     def count(self, key, default=1):
         """A number of draws or nodes: a positive integer, or an expression of hyperparameters (required when

@@ -24,7 +24,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
-from blr_derive.core.yamlio import LDict, check_keys, finite_number, where
+from blr_derive.core.yamlio import LDict, check_keys, finite_number, text_field, where
 from blr_derive.spec.blocks import Block, Factor, block_candidate
 from blr_derive.spec.components import component_block, parse_components
 from blr_derive.spec.hyper import Approx, err, parse_data, parse_hyperparameters
@@ -351,8 +351,8 @@ def parse_product(spec, load_family, file=None) -> FactorizedRecipe:
     # a learning-rate schedule is a function of the step counter t
     step_symbol = sp.Symbol("t", integer=True, positive=True) if any(b.schedule for b in blocks) else None
     return FactorizedRecipe(
-        name=name, title=str(spec.get("title", name)), description=str(spec.get("description", "")),
-        paper=str(spec.get("paper", "")), class_name=str(spec.get("class_name", "")),
-        checked_against=str(spec.get("checked_against", "")), blocks=blocks, factors=factors, hyper=hyper,
+        name=name, title=text_field(spec, "title", name), description=text_field(spec, "description", ""),
+        paper=text_field(spec, "paper", ""), class_name=str(spec.get("class_name", "")),
+        checked_against=text_field(spec, "checked_against", ""), blocks=blocks, factors=factors, hyper=hyper,
         data=data, plate=plate, dims=dims, file=file, spec=spec,
         step_symbol=step_symbol, components=components)

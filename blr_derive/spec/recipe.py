@@ -11,7 +11,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
-from blr_derive.core.yamlio import LDict, check_keys, where
+from blr_derive.core.yamlio import LDict, check_keys, text_field, where
 from blr_derive.spec.correction import correction_data
 from blr_derive.spec.federated import parse_federated
 from blr_derive.spec.peer import parse_peer
@@ -160,10 +160,10 @@ def parse_recipe(spec, fam, rule_kinds: dict, file=None) -> Recipe:
     hsyms.update(scalar_symbols(hyper))
     peer = parse_peer(spec, hsyms, {h.name: dict(h.elements) for h in hyper if h.kind == "choice"}, shown)
     return Recipe(
-        name=name, title=str(spec.get("title", name)), description=str(spec.get("description", "")),
-        paper=str(spec.get("paper", "")), family=fam, loss_kind=kind, loss=expr, loss_text=text,
+        name=name, title=text_field(spec, "title", name), description=text_field(spec, "description", ""),
+        paper=text_field(spec, "paper", ""), family=fam, loss_kind=kind, loss=expr, loss_text=text,
         data=data, hyper=hyper, approximations=approxs, learning_rate=lr,
-        class_name=str(spec.get("class_name", "")), checked_against=str(spec.get("checked_against", "")),
+        class_name=str(spec.get("class_name", "")), checked_against=text_field(spec, "checked_against", ""),
         file=file, spec=spec, state_init=_state_init(spec), parameter=_parameter(spec, fam), federated=federated,
         peer=peer,
     )

@@ -41,6 +41,7 @@ from blr_derive.codegen.inert import identifier, template_env
 from blr_derive.codegen.model import structure_of
 from blr_derive.codegen.lower import check_optimizer, host_states, plan_optimizer, state_conditions, state_symbols
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
+from blr_derive.core.names import name_problem
 from blr_derive.ir.common import need_conditions
 
 #: the draws of a sample of q -> the jax.random function that makes them
@@ -104,7 +105,7 @@ class JaxTarget:
         return self.env.get_template(self.template).render(
             special=any("jax.scipy.special." in line for line in printed), used=used,
             uses_optax=step is not None or bool(scalar_states) or sampling is None,
-            ir=ir, factory=identifier(ir.recipe), state_class=identifier(f"{ir.class_name}State"),
+            ir=ir, factory=_factory_name(ir.recipe), state_class=identifier(f"{ir.class_name}State"),
             tx_class=identifier(f"{ir.class_name}Transformation"), hyper=_signature(ir.hyperparameters),
             checks=_checks(ir), step=step,
             states=states, host_lines=host_lines, leaf_lines=leaf_lines, leaf_args=leaf_args,
@@ -248,6 +249,15 @@ def _needed(assignments, finals):
             need |= expr.free_symbols
             out.append((sym, expr))
     return out[::-1]
+
+
+def _factory_name(recipe: str) -> str:
+    """The factory function is named after the recipe: a name the module binds itself (jax, jnp, optax) or a
+    builtin would shadow it (``name: jax`` gave a module whose 'jax.tree_util' was the factory)."""
+    problem = name_problem(recipe, "prefix")
+    if problem is not None:
+        raise CodegenError(f"the jax target names its optax factory after the recipe: {problem}; rename the recipe")
+    return identifier(recipe)
 
 
 def _signature(hyperparameters):

@@ -11,6 +11,7 @@ pick one multi-tensor program.  Unsupported nodes raise
 from __future__ import annotations
 
 import sympy as sp
+from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
@@ -26,6 +27,20 @@ class HostPrinter(HostConditionalMixin, PythonCodePrinter):
 
     def _print_Symbol(self, expr):
         return identifier(expr.name)
+
+    def _print_factorial(self, expr):
+        # x! of a real hyperparameter is Γ(x + 1), as numpy's scipy.special.factorial computes it (math.factorial
+        # refuses floats)
+        return f"math.gamma({self._print(expr.args[0])} + 1)"
+
+    def doprint(self, expr, assign_to=None):
+        try:
+            return super().doprint(expr, assign_to)
+        except PrintMethodNotImplementedError as exc:
+            # a special function of hyperparameters that plain Python's math module lacks (digamma, besseli, ...)
+            what = str(exc).splitlines()[0].rsplit(":", 1)[-1].strip() if str(exc) else "a function"
+            raise CodegenError(f"the torch and triton targets compute hyperparameter expressions in Python's math "
+                               f"module, which has no '{what}'; use the numpy or jax target") from None
 
 
 UNARY = {
