@@ -163,7 +163,7 @@ def cmd_explain(argv):
         _, D = derive_file(ref, sizes)              # a DerivationView: the reports
         render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
         text = render()
-    _emit(text, args.output)
+    _emit(terminal_safe(text), args.output)     # a report file is read in terminals and editors too: no control bytes
     return 0
 
 

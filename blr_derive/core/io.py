@@ -3,6 +3,8 @@ it is replaced atomically (a temporary file in the same directory, renamed into 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import stat
 import tempfile
 from pathlib import Path
@@ -67,6 +69,7 @@ def write_atomic(path: Path, text: str):
 def source_label(path) -> str:
     """A machine-independent label for a recipe path (for reproducible headers of generated code)."""
     p = Path(path).resolve()
-    if p.parent.name == "catalog":
-        return f"catalog/{p.name}"
-    return p.name
+    label = f"catalog/{p.name}" if p.parent.name == "catalog" else p.name
+    # quoted as one shell word where it needs it (a file named we"ird'$(id).yaml): the header is a command a
+    # user copies
+    return label if re.fullmatch(r"[A-Za-z0-9_./+-]+", label) else shlex.quote(label)

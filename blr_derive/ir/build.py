@@ -191,9 +191,22 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     names = {v.name for v in state} | {v.name for v in data} | {str(c.symbol) for c in calls}
     ir.symmetric = frozenset(n for n in sym if n in names)
     check_printed_names(ir, r)
+    _check_defined(ir, r)
     if getattr(D, "component_axis", None) is not None:      # a mixture with the components as an array axis
         with_component_axis(ir, D)
     return seal_text(ir)
+
+
+def _check_defined(ir, r):
+    """An update that sympy reduced to ∞/0 or NaN (a family whose maps leave their domain, e.g. λ = exp(exp(α)))
+    cannot be printed as code: one located error, not a printer's KeyError."""
+    for s_, e in ir.assignments:
+        if isinstance(e, sp.Basic) and e.has(sp.zoo, sp.nan):
+            spec = getattr(r, "spec", None)
+            line = spec.line_of("approximations") if hasattr(spec, "line_of") and "approximations" in spec else None
+            raise SpecError(f"the derived update of '{s_}' is undefined (it contains ∞/0 or NaN): the family's maps "
+                            "or the loss leave their domain; check natural_parameters against the parameters' "
+                            "domains", r.file, line)
 
 
 def _check_peer_states(r, state):

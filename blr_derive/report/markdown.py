@@ -23,6 +23,12 @@ def is_convention(rule_name) -> bool:
 CONVENTION = "a peer's convention, not a BLR step"
 
 
+def _md(text) -> str:
+    """A recipe's or family's own text in Markdown: HTML is shown, not rendered (a title '<script>...' or
+    '<img onerror=...>' would run in a Markdown viewer that renders HTML)."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def steps_markdown(D) -> list[str]:
     """The derivation steps in Markdown: title, rule and equation cited, text, display equations."""
     lines = []
@@ -47,10 +53,10 @@ def _recipe_lines(D) -> list[str]:
     r = D.recipe
     fam = r.family
     return [
-        f"- **Family**: `{fam.name}` — {fam.description}",
+        f"- **Family**: `{fam.name}` — {_md(fam.description)}",
         f"- **Loss**: {'abstract ℓ(θ) (oracles)' if r.loss_kind == 'abstract' else '$' + derivation_tex(D, r.loss) + '$'}",
         f"- **Approximations**: {', '.join(a.name for a in r.approximations) or 'none'}",
-        f"- **Paper**: {r.paper}" if r.paper else "",
+        f"- **Paper**: {_md(r.paper)}" if r.paper else "",
         "",
     ]
 
@@ -76,16 +82,16 @@ def _product_lines(D) -> list[str]:
                              f"{' (written for one component k, summed over the components)' if f.components else ''}"
                              f": ${derivation_tex(D, f.expr)}$" for f in r.factors))
     if r.paper:
-        lines += ["", f"- **Paper**: {r.paper}"]
+        lines += ["", f"- **Paper**: {_md(r.paper)}"]
     lines.append("")
     return lines
 
 
 def derivation_markdown(D) -> str:
     r = D.recipe
-    lines = [f"# Derivation of `{r.name}`: {r.title}", ""]
+    lines = [f"# Derivation of `{r.name}`: {_md(r.title)}", ""]
     if r.description:
-        lines += [r.description.strip(), ""]
+        lines += [_md(r.description.strip()), ""]
     product = isinstance(r, FactorizedRecipe)
     lines += _product_lines(D) if product else _recipe_lines(D)
     lines += steps_markdown(D)
@@ -107,7 +113,7 @@ def family_markdown(fam) -> str:
             ("μ = ∇A(λ)", ", ".join(f"${latex(e)}$" for e in fam.mu_ord)),
             ("A(λ)", f"${latex(fam.A)}$" + ("" if fam.A_given else " (derived)"))]
     params = ", ".join(f"`{p.name}` ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in fam.params.values())
-    out = [f"**Family `{fam.name}`** — {fam.description}", "", f"parameters: {params}", "",
+    out = [f"**Family `{fam.name}`** — {_md(fam.description)}", "", f"parameters: {params}", "",
            "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     return "\n".join(out) + "\n"
 
@@ -117,6 +123,6 @@ def recipe_markdown(r) -> str:
     loss = "abstract ℓ(θ) (oracles)" if r.loss_kind == "abstract" else f"${latex(r.loss)}$"
     hyper = ", ".join(f"`{h.name}` = {h.default!r}" for h in r.hyper) or "none"
     approx = ", ".join(f"`{a.name}`" for a in r.approximations) or "none"
-    return "\n".join([f"**Recipe `{r.name}`** — {r.title}", "", f"- family: `{r.family.name}`",
+    return "\n".join([f"**Recipe `{r.name}`** — {_md(r.title)}", "", f"- family: `{r.family.name}`",
                       f"- loss: {loss}", f"- approximations: {approx}", f"- hyperparameters: {hyper}",
-                      f"- paper: {r.paper}" if r.paper else ""]) + "\n"
+                      f"- paper: {_md(r.paper)}" if r.paper else ""]) + "\n"

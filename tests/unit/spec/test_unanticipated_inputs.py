@@ -221,3 +221,44 @@ def test_output_onto_the_input_file_is_refused(tmp_path, capsys):
     assert (code, err) == (2, f"blr-derive: error: {rec}: -o names the input file itself; write the generated code "
                               "to another file")
     assert rec.read_bytes() == before
+
+
+def test_the_header_quotes_a_file_name_as_one_shell_word(tmp_path, capsys):
+    """The 'regenerate with' header is a command a user copies: a name with quotes and $(...) is quoted."""
+    import shlex
+    name = "we\"ird'$(id) x.yaml"
+    rec = write(tmp_path, name, (api.catalog_dir() / "adam.yaml").read_text())
+    out = tmp_path / "o.py"
+    assert run_cli([rec, "-o", out], capsys)[0] == 0
+    header = out.read_text().splitlines()[1]
+    command = header.split("`")[1]
+    assert shlex.split(command) == ["blr-derive", name, "--target", "numpy"]
+
+
+def test_an_update_that_is_undefined_is_a_located_error(tmp_path, capsys):
+    """λ₁ = exp(exp(α)) on a gamma kernel: sympy reduced α's update to ∞/0 and the numpy printer raised KeyError
+    (exit 3)."""
+    fam = write(tmp_path, "f.yaml", """name: myfam
+variable: theta
+support: positive
+parameters:
+  alpha: {domain: positive}
+  beta: {domain: positive}
+sufficient_statistics: [log(theta), theta]
+natural_parameters: [exp(exp(alpha)), -beta]
+""")
+    code, err = run_cli([fam, "--loss", "n*theta", "--data", "n", "--approx", "exact", "--approx",
+                         "unit_learning_rate", "-o", tmp_path / "o.py"], capsys)
+    assert code == 2 and "the derived update of 'alpha_new' is undefined (it contains ∞/0 or NaN)" in err
+    assert err.startswith("blr-derive: error: <command line>: --approx:")
+
+
+def test_explain_writes_no_control_bytes_and_no_live_html_in_markdown(tmp_path, capsys):
+    """explain -o wrote a title's ESC and BEL bytes into the report file, and Markdown passed '<script>' through."""
+    rec = write(tmp_path, "r.yaml", 'name: r\ntitle: "x\\e[31m\\a <script>alert(1)</script> & y"\n'
+                                    "family: gaussian_diag\nloss: abstract\napproximations: [delta]\n")
+    out = tmp_path / "r.md"
+    assert run_cli(["explain", rec, "-o", out], capsys)[0] == 0
+    text = out.read_text()
+    assert "\x1b" not in text and "\x07" not in text and "\\x1b[31m" in text
+    assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; y" in text
