@@ -34,7 +34,7 @@ _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 #: names bound by the generated modules (module constants and functions, public parameters, and the locals
 #: of every function in which user names are bound); tests/test_name_policy.py keeps this list complete
 RESERVED = frozenset("""
-    numpy scipy math torch triton tl contextlib copy warnings jax jnp optax
+    numpy scipy math torch triton tl contextlib copy warnings
     RECIPE FAMILY ENGINE_VERSION STATE HYPERPARAMETERS REQUIRED_STATE ORACLES DATA EQUATIONS SHAPES SYMMETRIC
     LAMBDA BLOCK BLOCKS COLLECT FIRST NPTR PDT PLATE_DATA LOCAL_OUTPUTS
     FEDERATED_GLOBALS FEDERATED_DUALS FEDERATED_MESSAGES FEDERATED_EQUATIONS

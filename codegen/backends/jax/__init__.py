@@ -34,7 +34,7 @@ import sympy as sp
 
 from blr_derive.codegen.backends.jax.config import CONFIG
 from blr_derive.codegen.backends.jax.factorized import render_factorized
-from blr_derive.codegen.backends.jax.functions import functions_view
+from blr_derive.codegen.backends.jax.functions import RESERVED as FUNCTION_RESERVED, functions_view, refuse_reserved
 from blr_derive.codegen.backends.jax.mixture_axis import render_component_axis
 from blr_derive.codegen.backends.jax.printer import JaxPrinter, is_static, static_part
 from blr_derive.codegen.inert import identifier, template_env
@@ -70,6 +70,11 @@ class JaxTarget:
             return render_factorized(self.env, ir)
         if getattr(ir, "components", None) is not None:   # a mixture with the components as an array axis
             return render_component_axis(self.env, ir)
+        # the optax transformation binds jax, jnp and optax like the function modules (a hyperparameter named jnp
+        # shadowed the module): the same located refusal
+        refuse_reserved(ir, (("hyperparameters", [h.name for h in ir.hyperparameters]
+                              + [str(s) for h in ir.hyperparameters for s in h.symbols]),
+                             ("approximations", [v.name for v in ir.state])))
         try:
             plan = optimizer_plan(ir, self.name)
         except UnsupportedTarget:
@@ -254,7 +259,8 @@ def _needed(assignments, finals):
 def _factory_name(recipe: str) -> str:
     """The factory function is named after the recipe: a name the module binds itself (jax, jnp, optax) or a
     builtin would shadow it (``name: jax`` gave a module whose 'jax.tree_util' was the factory)."""
-    problem = name_problem(recipe, "prefix")
+    problem = name_problem(recipe, "prefix") or (f"'{recipe}' is a module the jax target imports"
+                                                 if recipe in FUNCTION_RESERVED else None)
     if problem is not None:
         raise CodegenError(f"the jax target names its optax factory after the recipe: {problem}; rename the recipe")
     return identifier(recipe)

@@ -46,7 +46,7 @@ SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv"}
 _NUMPY = re.compile(r"(?<![\w.])numpy\.")
 _SPECIAL = re.compile(r"(?<![\w.])scipy\.special\.([A-Za-z_][A-Za-z0-9_]*)")
 #: names that a recipe's identifiers must not take: the modules and the ``key`` argument of ``step``
-RESERVED = frozenset({"jax", "jnp", "numpy", "scipy", "key"})
+RESERVED = frozenset({"jax", "jnp", "numpy", "scipy", "key", "optax"})
 #: hyperparameter kinds that are Python values in ``step`` (static under jax.jit)
 STATIC_KINDS = ("bool", "choice", "int")
 

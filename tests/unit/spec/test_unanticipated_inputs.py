@@ -149,18 +149,26 @@ def test_a_matrix_where_a_number_belongs_is_refused(field, extra):
 
 
 @pytest.mark.parametrize("name", ["jax", "jnp", "optax"])
-def test_the_jax_modules_names_are_reserved(name):
-    text = GDIAG.format(name="r", hyper=f"  {name}: 0.5", s_init="1.0", extra="")
-    with pytest.raises(SpecError, match=f"'{name}' is reserved by the generated code"):
-        api.derive(text)
+def test_the_jax_modules_names_are_refused_by_the_jax_target(name, tmp_path):
+    """A hyperparameter named jnp shadowed the optax transformation's module (AttributeError at run time); the jax
+    target refuses it where it is declared, and numpy, which binds no such name, writes it."""
+    from blr_derive.core.errors import UnsupportedTarget
+    text = GDIAG.format(name="r", hyper=f"  {name}: 0.5", s_init="1.0",
+                        extra=f"  - weight_decay: {{coefficient: {name}}}")
+    path = write(tmp_path, "r.yaml", text)
+    assert f'{name} = hp["{name}"]' in api.generate(path, "numpy")
+    line = text.splitlines().index("hyperparameters:") + 1
+    with pytest.raises(UnsupportedTarget, match=rf"r\.yaml:{line}: recipe 'r': the jax target needs names other than "
+                                                rf"{name}"):
+        api.generate(path, "jax")
 
 
 def test_a_recipe_named_like_a_jax_module_is_refused_by_the_jax_target_only():
     text = GDIAG.format(name="jax", hyper="", s_init="1.0", extra="")
     d = api.derive(text)
     assert d.compile("numpy").RECIPE == "jax"
-    with pytest.raises(CodegenError, match="the jax target names its optax factory after the recipe: 'jax' is "
-                                           "reserved by the generated code; rename the recipe"):
+    with pytest.raises(CodegenError, match="the jax target names its optax factory after the recipe: 'jax' is a "
+                                           "module the jax target imports; rename the recipe"):
         d.compile("jax")
 
 
