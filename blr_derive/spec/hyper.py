@@ -173,8 +173,12 @@ def learning_rate_name(spec) -> str:
 def add_learning_rate(lr, spec, hyper, taken):
     """An undeclared learning rate is added as a hyperparameter ρ = 1.0 (first)."""
     if lr not in {h.name for h in hyper if h.kind in ("float", "int")}:
-        if lr in taken:
+        if lr in {h.name for h in hyper}:
             raise err(f"learning_rate '{lr}' must be a numeric hyperparameter", spec, "learning_rate")
+        if lr in taken:         # the default name ρ taken by a family parameter or a data name (a user's family)
+            raise err(f"the learning rate's name '{lr}' is already a name of the family or the data; set "
+                      "'learning_rate' to another name (e.g. learning_rate: lr, or --set learning_rate=lr)",
+                      spec, "learning_rate")
         hyper.insert(0, Hyper(lr, sp.Symbol(lr, real=True), 1.0, "learning rate ρ_t of the BLR (Eq. 6)"))
         taken.add(lr)
 

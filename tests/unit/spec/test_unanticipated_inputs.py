@@ -270,3 +270,23 @@ def test_explain_writes_no_control_bytes_and_no_live_html_in_markdown(tmp_path, 
     text = out.read_text()
     assert "\x1b" not in text and "\x07" not in text and "\\x1b[31m" in text
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; y" in text
+
+
+def test_a_family_parameter_named_like_the_default_learning_rate_gets_a_message_that_says_what_to_write(
+        tmp_path, capsys):
+    """A user's exponential family with its rate named rho: the message said 'learning_rate must be a numeric
+    hyperparameter' although the recipe declared none; it says which name to set, and that name derives."""
+    fam = write(tmp_path, "fam_rho.yaml", (api.families_dir() / "exponential.yaml").read_text()
+                .replace("  r: {", "  rho: {").replace("  - -r", "  - -rho").replace("/r ", "/rho "))
+    code, err = run_cli([fam, "--loss", "theta", "--approx", "exact"], capsys)
+    assert code == 2 and err == ("blr-derive: error: <command line>: the learning rate's name 'rho' is already a name "
+                                 "of the family or the data; set 'learning_rate' to another name (e.g. learning_rate: "
+                                 "lr, or --set learning_rate=lr)")
+    out = tmp_path / "o.py"
+    assert run_cli([fam, "--loss", "theta", "--approx", "exact", "--set", "learning_rate=lr", "-o", out], capsys)[0] == 0
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fam_rho_mod", out)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # exact conjugate step with ℓ = θ: λ ← (1−lr)λ − lr·1, λ = −rate, so rate ← (1−lr)·rate + lr
+    assert mod.step(mod.init(rho=np.array(2.0)), lr=0.25)["rho"] == pytest.approx(0.75 * 2.0 + 0.25, rel=1e-14)
