@@ -46,6 +46,7 @@ class FamilyModel:
             e = sp.sympify(e)
             for c, b in self.bars.items():
                 e = e.subs(1 - c, b)
+                e = e.xreplace({lg: near_one(lg, c, b) for lg in e.atoms(sp.log)})
             if fam.variable_kind == "mixed" and pre:
                 e = simplify_mat(e.xreplace(pre))
             return e
@@ -183,6 +184,15 @@ class FamilyModel:
                 bars.append(np.exp(lvb))
                 logJ = logJ + lv + lvb
         return entries, bars, logJ
+
+
+def near_one(lg, c, b):
+    """log g(θ) with g(1) = 0 written in b = 1 − θ (log(1 − θ²) → log(b(2 − b))): near θ = 1 the quadrature's θ is
+    1 − b rounded, and g(θ) computed from it loses every digit (1 − θ² for θ = 1 − 1e-12)."""
+    arg = lg.args[0]
+    if not arg.has(c) or not arg.is_polynomial(c) or sp.expand(arg.xreplace({c: 1})) != 0:
+        return lg
+    return sp.log(sp.factor(sp.expand(arg.xreplace({c: 1 - b}))))
 
 
 def de_rule(h, zmax=1e8):
