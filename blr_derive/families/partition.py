@@ -140,9 +140,7 @@ def not_real_at(fam, A, samples: int = 12):
     """Valid ordinary parameters (as text) at which A(λ(params)), evaluated in floating point as generated code
     evaluates it, is not a finite real number; None where it is at every one of ``samples`` random points, or
     where A cannot be evaluated this way (matrix parameters, functions the numpy printer does not know)."""
-    rng = np.random.default_rng(5)
-    at_nat = dict(zip(fam.lam, fam.eta))
-    e = A.xreplace(at_nat)
+    e = A.xreplace(dict(zip(fam.lam, fam.eta)))
     params = sorted(e.free_symbols, key=str)
     if any(is_mat(p) for p in params):
         return None
@@ -150,18 +148,9 @@ def not_real_at(fam, A, samples: int = 12):
         fa = sp.lambdify(params, e, modules=["scipy", "numpy"])
     except Exception:  # noqa: BLE001 - unprintable functions: nothing to judge
         return None
-    for _ in range(samples):
-        vals = fam.sample_params(rng, 2)
-        args = [vals.get(p, 1.0) for p in params]
-        if any(np.ndim(a) for a in args):
-            return None
-        with np.errstate(all="ignore"):
-            try:
-                a = complex(fa(*[float(x) for x in args]))
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-                a = complex("nan")
-        if not (np.isfinite(a.real) and a.imag == 0):
-            return ", ".join(f"{p} = {float(v):.3g}" for p, v in zip(params, args))
+    for args in _valid_points(fam, params, seed=5, samples=samples):
+        if not _real(_value_at(fa, args)):
+            return ", ".join(f"{p} = {v:.3g}" for p, v in zip(params, args))
     return None
 
 
@@ -169,7 +158,6 @@ def agrees_with_log(fam, A, Z):
     """Whether A(λ(params)), evaluated in real floating point as generated code evaluates it (a log of a negative
     number is NaN there, even where the imaginary parts of two such logs cancel), equals log Z(params) at random
     valid parameters."""
-    rng = np.random.default_rng(3)
     at_nat = dict(zip(fam.lam, fam.eta))
     params = sorted((A.xreplace(at_nat).free_symbols | Z.free_symbols), key=str)
     if any(is_mat(p) for p in params):
@@ -179,20 +167,38 @@ def agrees_with_log(fam, A, Z):
         fz = sp.lambdify(params, sp.log(Z), modules=["mpmath"])
     except Exception:  # pragma: no cover - unprintable functions: keep the derived form
         return True
-    for _ in range(4):
+    for args in _valid_points(fam, params, seed=3, samples=4):
+        a, z = _value_at(fa, args), _value_at(fz, args)
+        if a is None or z is None:
+            return False
+        if not (_real(a) and abs(z.imag) < 1e-12) or abs(a.real - z.real) > 1e-9 * (1 + abs(z.real)):
+            return False
+    return True
+
+
+def _valid_points(fam, params, seed: int, samples: int):
+    """Float arguments for ``params`` at ``samples`` random valid ordinary parameters (fixed seed); none once a
+    parameter is not a scalar."""
+    rng = np.random.default_rng(seed)
+    for _ in range(samples):
         vals = fam.sample_params(rng, 2)
         args = [vals.get(p, 1.0) for p in params]
         if any(np.ndim(a) for a in args):
-            return True
-        with np.errstate(all="ignore"):
-            try:
-                a = complex(fa(*[float(x) for x in args]))
-                z = complex(fz(*[float(x) for x in args]))
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-                return False
-        if not (np.isfinite(a.real) and a.imag == 0 and abs(z.imag) < 1e-12) or abs(a.real - z.real) > 1e-9 * (1 + abs(z.real)):
-            return False
-    return True
+            return
+        yield [float(x) for x in args]
+
+
+def _value_at(f, args):
+    """f(*args) as a complex number, or None where evaluating it raises."""
+    with np.errstate(all="ignore"):
+        try:
+            return complex(f(*args))
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            return None
+
+
+def _real(a) -> bool:
+    return a is not None and bool(np.isfinite(a.real)) and a.imag == 0
 
 
 def integrate_log_partition(fam, spec):

@@ -34,7 +34,8 @@ import sympy as sp
 
 from blr_derive.codegen.backends.jax.config import CONFIG
 from blr_derive.codegen.backends.jax.factorized import render_factorized
-from blr_derive.codegen.backends.jax.functions import RESERVED as FUNCTION_RESERVED, functions_view, refuse_reserved
+from blr_derive.codegen.backends.jax.functions import (RESERVED as FUNCTION_RESERVED, functions_view,
+                                                      hyperparameter_names, refuse_reserved)
 from blr_derive.codegen.backends.jax.mixture_axis import render_component_axis
 from blr_derive.codegen.backends.jax.printer import JaxPrinter, is_static, static_part
 from blr_derive.codegen.inert import identifier, template_env
@@ -72,9 +73,7 @@ class JaxTarget:
             return render_component_axis(self.env, ir)
         # the optax transformation binds jax, jnp and optax like the function modules (a hyperparameter named jnp
         # shadowed the module): the same located refusal
-        refuse_reserved(ir, (("hyperparameters", [h.name for h in ir.hyperparameters]
-                              + [str(s) for h in ir.hyperparameters for s in h.symbols]),
-                             ("approximations", [v.name for v in ir.state])))
+        refuse_reserved(ir, (("hyperparameters", hyperparameter_names(ir)), ("approximations", [v.name for v in ir.state])))
         try:
             plan = optimizer_plan(ir, self.name)
         except UnsupportedTarget:

@@ -193,14 +193,18 @@ def check_functions(ir):
     """UnsupportedTarget, naming the recipe entry, where the module cannot be written: a name the module binds
     itself (:data:`RESERVED`) or a draw that is neither normal nor uniform.  (Special functions and helpers that
     jax lacks are refused while printing, by :func:`functions_view`.)"""
-    refuse_reserved(ir, (("hyperparameters", [h.name for h in ir.hyperparameters]
-                          + [str(s) for h in ir.hyperparameters for s in h.symbols]),
+    refuse_reserved(ir, (("hyperparameters", hyperparameter_names(ir)),
                          ("family", [v.name for v in ir.state] + [str(d) for d, _, _ in ir.dims]),
                          ("loss", [v.name for v in ir.data] + [o for o, _ in ir.oracles])))   # data: the loss's
     sm = ir.sampling
     if sm is not None and sm.draw not in ("normal", "uniform", "tanh_sinh", "point"):
         raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target samples q with normal or uniform draws only "
                                 f"(got '{sm.draw}')", "approximations")
+
+
+def hyperparameter_names(ir) -> list:
+    """Every name the hyperparameters bind in a module: each one's own and its symbols' (tuple elements, choices)."""
+    return [h.name for h in ir.hyperparameters] + [str(s) for h in ir.hyperparameters for s in h.symbols]
 
 
 def refuse_reserved(ir, groups):
