@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import sympy as sp
 import yaml
 
 from blr_derive.candidates.load import load_recipe, recipe_from_spec
@@ -102,7 +103,9 @@ def located_codegen_error(exc: CodegenError, recipe) -> LocatedCodegenError:
 def time_limited(seconds):
     """Run the block under a wall-clock budget of ``seconds`` (None: no budget); running out raises
     :class:`~blr_derive.errors.TimeLimitExceeded`, located at what the engine was working on.  Signals reach the
-    main thread only: elsewhere no limit applies."""
+    main thread only: elsewhere no limit applies.  None or ``math.inf``: no limit; NaN, a negative number or
+    anything but a number is a ValueError, raised before any work."""
+    seconds = budget.seconds_or_none(seconds)
     if seconds is None:
         yield
         return
@@ -241,13 +244,29 @@ def _spec(ref, what: str):
 
 
 def _plain(v):
+    """A declaration given as Python values, as the plain data YAML writes: a sympy expression as its text (read
+    back by the restricted grammar, never evaluated); anything else that is not text, a number, a flag, None, a
+    list or a mapping is a TypeError that names it."""
     if isinstance(v, Family):
         raise SpecError("a Family object cannot be nested in a mapping: pass it as recipe(family=...)")
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
-    return v
+    if isinstance(v, sp.Basic):
+        return str(v)
+    if v is None or isinstance(v, (str, bool, int, float)):
+        return v
+    raise TypeError(f"a {type(v).__name__} cannot be written in a declaration: use text, numbers, flags, lists "
+                    "and mappings (a sympy expression is taken as its text)")
+
+
+def _reference(ref, what: str, forms: str = "a catalog name, a path, a mapping or YAML text"):
+    """A recipe reference (a name or a path) as text; a TypeError says what else it could be."""
+    if isinstance(ref, (str, Path)):
+        return ref
+    raise TypeError(f"{what}: expected {forms}, got a {type(ref).__name__}"
+                    + (" (pass a family as recipe(family=...))" if isinstance(ref, Family) else ""))
 
 
 def families() -> list[str]:
@@ -293,13 +312,18 @@ def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperpa
             return ref
         if isinstance(ref, dict) or _is_yaml_text(ref):
             return recipe_from_spec(_spec(ref, "recipe"), "<recipe>", Path.cwd())
-        path = Path(ref)
+        path = Path(_reference(ref, "recipe()"))
         if not path.suffix and not path.exists() and (catalog_dir() / f"{ref}.yaml").is_file():
             path = catalog_dir() / f"{ref}.yaml"
         return load_recipe(path)
     if family is None:
         raise TypeError("recipe(): name a family (family=...)")
     mixture = isinstance(family, dict) and "mixture" in family       # {mixture: F, components: K, ...}
+    if isinstance(approximations, (str, dict)):                     # one approximation
+        approximations = [approximations]
+    if hyperparameters is not None and not isinstance(hyperparameters, dict):
+        raise TypeError("recipe(): hyperparameters must be a mapping {name: default or declaration}, got a "
+                        f"{type(hyperparameters).__name__}")
     spec = {"name": name, **keys, "family": family if mixture else "__FAMILY__", "loss": loss,
             "approximations": list(approximations), "hyperparameters": dict(hyperparameters or {})}
     located = _spec(spec, "recipe")
@@ -323,7 +347,7 @@ def compare(a, b) -> str:
     """What separates two recipes (catalog names or paths), as ``blr-derive compare`` prints it."""
 
     def path(ref):
-        p = Path(ref)
+        p = Path(_reference(ref, "compare()", "a catalog name or a path"))
         return catalog_dir() / f"{ref}.yaml" if not p.suffix and not p.exists() else p
     return compare_recipes(path(a), path(b))
 

@@ -27,7 +27,7 @@ from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
 from blr_derive.core.errors import BLRError, SpecError
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
-from blr_derive.core.text import quote, terminal_safe
+from blr_derive.core.text import did_you_mean, quote, terminal_safe
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
 from blr_derive.cli.checks import cmd_check, cmd_verify
 
@@ -129,7 +129,8 @@ def _recipe_input(args, target: str = "numpy"):
 def cmd_generate(argv):
     args = _parser_generate().parse_args(argv)
     if args.target not in TARGET_NAMES:
-        raise SpecError(f"unknown target '{quote(args.target)}' (known: {', '.join(TARGET_NAMES)})", CMDLINE)
+        raise SpecError(f"unknown target '{quote(args.target)}'{did_you_mean(args.target, TARGET_NAMES)} "
+                        f"(known: {', '.join(TARGET_NAMES)})", CMDLINE)
     _check_output(args.output)
     if args.output not in (None, "-") and _same_file(args.recipe, args.output):
         raise SpecError("-o names the input file itself; write the generated code to another file", args.output)

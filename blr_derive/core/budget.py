@@ -25,6 +25,8 @@ from contextlib import contextmanager
 
 DEFAULT_SECONDS = 120.0
 REPEAT = 0.25
+#: the longest the timer is set at once (setitimer overflows near 1e9 s); a later deadline re-arms it on the alarm
+MAX_TIMER = 1e6
 
 _stack: list = []             # [(deadline, exception factory)], innermost last
 _location = contextvars.ContextVar("blr_derive_budget_location", default=(None, None))
@@ -55,7 +57,7 @@ def _arm():
         signal.setitimer(signal.ITIMER_REAL, 0)
         return
     delay = min(d for d, _ in _stack) - time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-3))
+    signal.setitimer(signal.ITIMER_REAL, min(max(delay, 1e-3), MAX_TIMER))   # a far deadline is re-armed
 
 
 def _on_alarm(signum, frame):
@@ -69,20 +71,32 @@ def _on_alarm(signum, frame):
     raise make()
 
 
+def seconds_or_none(seconds):
+    """A limit in seconds as a float, or None for no limit (None or +inf); anything else that is not a positive
+    number (NaN, a negative number, text, a flag) is a ValueError that says what to pass."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"a time limit must be a positive number of seconds, or None for no limit; got {seconds!r}")
+    return None if seconds == float("inf") else float(seconds)
+
+
 @contextmanager
 def _deadline(seconds, make):
+    seconds = seconds_or_none(seconds)
     if not _usable() or seconds is None:
         yield
         return
-    entry = (time.monotonic() + float(seconds), make)
+    entry = (time.monotonic() + seconds, make)
     outermost = not _stack
     old = signal.signal(signal.SIGALRM, _on_alarm) if outermost else None
-    _stack.append(entry)
-    _arm()
     try:
+        _stack.append(entry)
+        _arm()
         yield
     finally:
-        _stack.remove(entry)
+        if entry in _stack:
+            _stack.remove(entry)
         if outermost:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)

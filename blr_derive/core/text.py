@@ -61,3 +61,17 @@ class Expanded(str):
 
 #: the longest expression a size template may expand to (a multinomial's E[log h] at K = 4, n = 10: ~9000)
 MAX_EXPANDED_LENGTH = 50_000
+
+
+def did_you_mean(name, known) -> str:
+    """'; did you mean 'x'?' for a misspelt ``name`` among ``known`` (close in spelling, or one a prefix of the
+    other: ``exact_expectations`` → ``exact``), else ''."""
+    import difflib
+    if not isinstance(name, str) or not name:
+        return ""
+    known = sorted(str(k) for k in known)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+    close += [k for k in known if k not in close and len(k) >= 3 and (name.startswith(k) or k.startswith(name))]
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(f"'{quote(k)}'" for k in close[:3]) + "?"

@@ -13,7 +13,7 @@ import stat
 import yaml
 
 from blr_derive.core.errors import SpecError
-from blr_derive.core.text import quote
+from blr_derive.core.text import did_you_mean, quote
 
 #: recipe and family files are small (the largest bundled one is a few kB): a larger file, or anything that is
 #: not a regular file (a FIFO, /dev/zero, a directory), is refused before it is read
@@ -217,7 +217,7 @@ def check_keys(mapping, allowed, required=(), what="mapping"):
     for key in mapping:
         if key not in allowed:
             raise SpecError(
-                f"unknown key '{quote(key)}' in {what} (allowed: {', '.join(sorted(allowed))})",
+                f"unknown key '{quote(key)}' in {what}{did_you_mean(key, allowed)} (allowed: {', '.join(sorted(allowed))})",
                 mapping.file if isinstance(mapping, LDict) else None,
                 mapping.line_of(key) if isinstance(mapping, LDict) else None,
             )

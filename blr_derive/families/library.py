@@ -9,6 +9,7 @@ from blr_derive.core import budget
 from blr_derive.core.errors import SpecError
 from blr_derive.core.resources import families_dir
 from blr_derive.core.sizes import declared_sizes, resolve_sizes
+from blr_derive.core.text import did_you_mean, quote
 from blr_derive.core.yamlio import LDict, load_yaml_text, read_text_file, where
 from blr_derive.families import diskcache
 from blr_derive.families.build import build_family
@@ -57,7 +58,8 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
             return _load_family_file(c, given)
     if len(candidates) > 1 or ref.endswith((".yaml", ".yml")):
         raise SpecError(f"family file '{ref}' not found")
-    raise SpecError(f"unknown family '{ref}' (built-in: {', '.join(builtin_family_names())})")
+    raise SpecError(f"unknown family '{quote(ref)}'{did_you_mean(ref, builtin_family_names())} "
+                   f"(built-in: {', '.join(builtin_family_names())})")
 
 
 #: families derived in this process, by (path, content, sizes): least recently used first, at most CACHE_SIZE

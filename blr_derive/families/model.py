@@ -226,7 +226,9 @@ class Family:
 
     # ------------------------------------------------------------------ numerics
     def sample_params(self, rng, dim: int = 2):
-        """Random valid ordinary parameters (numpy values keyed by symbol)."""
+        """Random valid ordinary parameters (numpy values keyed by symbol); ``rng`` a numpy Generator or a seed."""
+        if not isinstance(rng, np.random.Generator):
+            rng = np.random.default_rng(rng)
         vals = {}
         simplex = []
         for p in self.params.values():
@@ -320,7 +322,13 @@ class Family:
         vals = {}
         names = {str(s): s for s in self.mu + [p.symbol for p in self.fixed_params]}
         for k, v in values.items():
-            vals[names.get(k, k) if isinstance(k, str) else k] = v
+            if str(k) not in names:
+                raise KeyError(f"numeric_ord_from_mu(): '{k}' is not an expectation parameter or a fixed parameter "
+                               f"of {self.name} (expected: {', '.join(names)})")
+            vals[names[str(k)]] = v
+        missing = [str(m) for m in self.mu if m not in vals]
+        if missing:
+            raise KeyError(f"numeric_ord_from_mu(): missing {', '.join(missing)}")
         if dim is None and self.dim is not None:
             dim = next((np.asarray(v).shape[0] for v in vals.values() if np.ndim(v) >= 1), 2)
         return self.numeric(dim).ord_from_mu(vals, tol=tol, max_iter=max_iter)

@@ -13,6 +13,7 @@ from blr_derive.core.exprparse import parse_at
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.core.names import check_name_at
 from blr_derive.core.sizes import declared_sizes, instantiate, resolve_sizes
+from blr_derive.core.text import did_you_mean, quote
 from blr_derive.core.yamlio import LDict, check_keys, where
 from blr_derive.spec.sampler import parse_sampler
 from blr_derive.spec.variable import parse_support as _parse_support, parse_variable as _parse_variable
@@ -86,7 +87,8 @@ def _parse_param(pname, pdecl, pspec, dim, file, symmetric) -> Param:
     if shape not in SHAPES:
         raise _err(f"parameter '{pname}': shape must be one of {', '.join(SHAPES)}", pdecl, "shape")
     if not isinstance(domain, str) or domain not in DOMAINS:
-        raise _err(f"parameter '{pname}': unknown domain '{domain}' (known: {', '.join(DOMAINS)})", pdecl, "domain")
+        raise _err(f"parameter '{pname}': unknown domain '{quote(domain)}'{did_you_mean(domain, DOMAINS)} "
+                   f"(known: {', '.join(DOMAINS)})", pdecl, "domain")
     if shape != "scalar" and dim is None:
         raise _err(f"parameter '{pname}': non-scalar parameters need a 'dimension'", pspec, pname)
     if shape == "matrix" and domain not in ("positive_definite", "symmetric"):

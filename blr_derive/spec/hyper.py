@@ -11,6 +11,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.names import check_name_at
+from blr_derive.core.text import did_you_mean, quote
 from blr_derive.core.yamlio import LDict, check_keys, finite_number, where
 
 HP_KEYS = {"default", "description", "names", "type", "choices", "required", "allow_infinite", "keyword_only"}
@@ -276,6 +277,7 @@ def parse_approximations(spec, kinds: dict) -> list:
         else:
             raise err("each approximation is a rule name or {name: {args}}", aspec, i)
         if not isinstance(aname, str) or aname not in kinds:
-            raise err(f"unknown approximation '{aname}' (known: {', '.join(sorted(kinds))})", aspec, i)
+            raise err(f"unknown approximation '{quote(aname)}'{did_you_mean(aname, kinds)} "
+                      f"(known: {', '.join(sorted(kinds))})", aspec, i)
         out.append(Approx(aname, args, aspec.line_of(i)))
     return out

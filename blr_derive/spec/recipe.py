@@ -96,8 +96,10 @@ def parse_loss(spec, fam, hyper, taken):
             check_keys(loss, LOSS_KEYS, (), "loss")
             data = _abstract_data(loss, fam, hyper, taken)
         return "abstract", None, "ℓ(θ) (abstract: provided through oracles)", data
+    if isinstance(loss, str):                        # the short form: the expression itself (docs/recipes.md)
+        loss = _short_loss(loss, spec)
     if not isinstance(loss, dict):
-        raise err("loss must be 'abstract' or a mapping with an 'expression'", spec, "loss")
+        raise err("loss must be 'abstract', an expression, or a mapping with an 'expression'", spec, "loss")
     check_keys(loss, LOSS_KEYS, ("expression",), "loss")
     if loss.get("kind", "explicit") != "explicit":
         raise err("loss kind must be 'abstract' or 'explicit'", loss, "kind")
@@ -123,6 +125,13 @@ def parse_loss(spec, fam, hyper, taken):
     if not fam.depends_on_variable(expr):
         raise err(f"the loss does not depend on {fam.theta}", loss, "expression")
     return "explicit", expr, str(text), data
+
+
+def _short_loss(text, spec):
+    """``loss: EXPR`` as ``loss: {expression: EXPR}``, located at the recipe's ``loss`` line."""
+    short = LDict(expression=text)
+    short.file, short.line = where(spec, "loss")
+    return short
 
 
 def _abstract_data(loss, fam, hyper, taken):

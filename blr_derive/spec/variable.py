@@ -10,6 +10,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
+from blr_derive.core.text import did_you_mean, quote
 from blr_derive.core.yamlio import LDict, check_keys, where
 from blr_derive.spec.vocabulary import (JOINT_SUPPORTS, MAX_JOINT_POINTS, MAX_SIZE, SCALAR_SUPPORTS, SHAPES, SUPPORTS,
                                         VARIABLE_KEYS, count_total, is_discrete, is_scalar_support)
@@ -127,7 +128,8 @@ def parse_support(spec, kind, components):
         return tuple(support), list(support), None
     if not isinstance(support, str) or not (support in SUPPORTS or is_scalar_support(support)
                                             or count_total(support) is not None):
-        raise _err(f"unsupported support '{support}' (known: {known}, integers LO..HI)", spec, "support")
+        raise _err(f"unsupported support '{quote(support)}'{did_you_mean(support, SUPPORTS)} "
+                   f"(known: {known}, integers LO..HI)", spec, "support")
     if kind == "vector" and support != "real":
         raise _err("a vector variable with a symbolic dimension has support 'real' (use a fixed 'size' for "
                    "categorical or simplex supports)", spec, "support")

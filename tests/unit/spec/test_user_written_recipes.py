@@ -1,0 +1,116 @@
+"""Recipes written from the docs by people who had not seen the catalog (a second fuzzing pass): forms the docs
+promise that the engine refused, and refusals whose message did not say what to write instead."""
+import numpy as np
+
+from blr_derive import api
+from blr_derive.cli import main
+
+CONJUGATE = """name: {name}
+family: gaussian_diag
+loss: {loss}
+approximations:
+  - exact
+hyperparameters:
+  rho: 0.5
+"""
+
+
+def test_a_loss_written_as_a_bare_expression_derives_as_the_mapping_form():
+    """docs/recipes.md: ``loss`` is 'abstract', an expression of the family's variable, or a mapping.  The bare
+    expression was refused ("must be ... a mapping").  It now derives the same update as ``{expression: ...}``:
+    for ℓ(θ) = (θ − 2)²/2 and exact expectations the conjugate step with ρ = 1/2 halves the distance of m to 2
+    and moves the precision halfway to 1 (Eqs. 22-26 with ∇ℓ = θ − 2, ∇²ℓ = 1)."""
+    short = api.derive(CONJUGATE.format(name="short", loss="(theta - 2)**2/2")).compile("numpy")
+    long_ = api.derive(CONJUGATE.format(name="long", loss="{expression: (theta - 2)**2/2}")).compile("numpy")
+    assert short.EQUATIONS == long_.EQUATIONS
+    st = short.init(m=np.array([0.0, 4.0]), s=np.array([3.0, 0.5]))
+    nxt = short.step(st)
+    np.testing.assert_allclose(nxt["s"], [2.0, 0.75], rtol=1e-14)
+    # m ← m − ρ S⁻¹ ∇ (new precision): 0 − 0.5·(−2)/2 = 0.5, 4 − 0.5·2/0.75 = 2.666…
+    np.testing.assert_allclose(nxt["m"], [0.5, 4 - 1 / 0.75], rtol=1e-14)
+
+
+def test_a_bare_loss_expression_that_does_not_parse_is_located_at_the_loss_line(tmp_path, capsys):
+    p = tmp_path / "r.yaml"
+    p.write_text(CONJUGATE.format(name="r", loss="(theta - 2)**/2"))
+    assert main([str(p), "--target", "numpy"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"blr-derive: error: {p}:3: ") and "\n" not in err
+
+
+def test_a_misspelt_approximation_suggests_the_rule_it_resembles(tmp_path, capsys):
+    """'exact_expectations' listed all 60 rules (cut at the terminal's width) and not the one meant."""
+    p = tmp_path / "r.yaml"
+    p.write_text(CONJUGATE.format(name="r", loss="theta**2").replace("  - exact", "  - exact_expectations"))
+    assert main([str(p), "--target", "numpy"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{p}:5: unknown approximation 'exact_expectations'; did you mean 'exact'?" in err
+    p.write_text(CONJUGATE.format(name="r", loss="theta**2").replace("  - exact", "  - squared_gradient_hesian"))
+    assert main([str(p), "--target", "numpy"]) == 2
+    assert "did you mean 'squared_gradient_hessian'" in capsys.readouterr().err
+
+
+def test_misspelt_keys_families_and_targets_suggest_the_name_meant(tmp_path, capsys):
+    p = tmp_path / "r.yaml"
+    p.write_text(CONJUGATE.format(name="r", loss="theta**2").replace("hyperparameters:", "hyperparameter:"))
+    assert main([str(p), "--target", "numpy"]) == 2
+    assert f"{p}:6: unknown key 'hyperparameter' in recipe; did you mean 'hyperparameters'?" in capsys.readouterr().err
+    p.write_text(CONJUGATE.format(name="r", loss="theta**2").replace("gaussian_diag", "gausian_diag"))
+    assert main([str(p), "--target", "numpy"]) == 2
+    assert "unknown family 'gausian_diag'; did you mean 'gaussian_diag'" in capsys.readouterr().err
+    p.write_text(CONJUGATE.format(name="r", loss="theta**2"))
+    assert main([str(p), "--target", "pytorch"]) == 2
+    assert "unknown target 'pytorch'; did you mean 'torch'?" in capsys.readouterr().err
+
+
+def test_a_time_limit_that_is_not_a_positive_number_is_refused_and_leaves_no_deadline_behind():
+    """``api.derive(time_limit=nan)`` raised a raw ValueError from the timer and left its deadline on the stack:
+    every later derivation in the notebook failed.  inf (a natural "no limit") overflowed the timer."""
+    import math
+
+    import pytest
+
+    from blr_derive.core import budget
+    text = CONJUGATE.format(name="t", loss="(theta - 2)**2/2")
+    for bad in (math.nan, -1.0, 0, "10", True):
+        with pytest.raises(ValueError, match="a time limit must be a positive number of seconds, or None"):
+            api.derive(text, time_limit=bad)
+        assert budget._stack == []
+    for fine in (math.inf, 1e300, 60):
+        nm = api.derive(text, time_limit=fine).compile("numpy")
+        np.testing.assert_allclose(nm.step(nm.init(m=np.array([0.0]), s=np.array([3.0])))["s"], [2.0], rtol=1e-14)
+        assert budget._stack == []
+
+
+def test_notebook_misuse_of_the_api_says_what_to_pass():
+    """Raw RepresenterError, 'dictionary update sequence element', pathlib's TypeError and a KeyError of an
+    internal name were what a notebook user saw; a single approximation given as text was split into letters."""
+    import pytest
+    import sympy as sp
+    theta = sp.Symbol("theta")
+    # a sympy expression is taken as its text (parsed by the restricted grammar) and one rule needs no list
+    r = api.recipe(family="gaussian_diag", loss={"expression": (theta - 2) ** 2 / 2}, approximations="exact",
+                   hyperparameters={"rho": 0.5})
+    nm = api.derive(r).compile("numpy")
+    np.testing.assert_allclose(nm.step(nm.init(m=np.array([4.0]), s=np.array([0.5])))["m"], [4 - 1 / 0.75],
+                               rtol=1e-14)
+    with pytest.raises(TypeError, match="hyperparameters must be a mapping"):
+        api.recipe(family="gaussian_diag", hyperparameters=["rho"])
+    with pytest.raises(TypeError, match=r"expected a catalog name, a path, a mapping or YAML text, got a int"):
+        api.recipe(42)
+    with pytest.raises(TypeError, match=r"got a Family \(pass a family as recipe\(family=\.\.\.\)\)"):
+        api.derive(api.family("gamma"))
+    with pytest.raises(TypeError, match="compare\\(\\): expected a catalog name or a path"):
+        api.compare(api.family("gamma"), "adam")
+    with pytest.raises(TypeError, match="a object cannot be written in a declaration"):
+        api.recipe(family="gaussian_diag", loss={"expression": object()})
+    gamma = api.family("gamma")
+    assert set(map(str, gamma.sample_params(0))) == {"alpha", "beta"}       # a seed for the generator
+    with pytest.raises(KeyError, match="'nu1' is not an expectation parameter .* \\(expected: mu1, mu2\\)"):
+        gamma.numeric_ord_from_mu({"nu1": 0.3})
+    with pytest.raises(KeyError, match="missing mu2"):
+        gamma.numeric_ord_from_mu({"mu1": 0.3})
+    # E[log θ] = ψ(α) − log β, E[θ] = α/β: the inverse at α = 2, β = 4
+    from scipy.special import digamma
+    out = {str(k): v for k, v in gamma.numeric_ord_from_mu({"mu1": digamma(2.0) - np.log(4.0), "mu2": 0.5}).items()}
+    np.testing.assert_allclose([out["alpha"], out["beta"]], [2.0, 4.0], rtol=1e-10)
