@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
-from blr_derive.core.errors import UnsupportedTarget
+from blr_derive.core.errors import CodegenError, UnsupportedTarget
 from blr_derive.ir.common import need_conditions
+from blr_derive.codegen.inert import pystr
 
 #: sampling draws the optimizer targets support -> the torch function that makes them
 DRAWS = {"normal": "randn", "uniform": "rand"}
@@ -288,3 +289,13 @@ def plan_optimizer(ir, target: str, chained: bool = False, shaped: bool = False,
     plan.grads = [(str(c.symbol), c.oracle) for c in ir.oracle_calls]
     plan.other_oracles = [o for o, _ in ir.oracles if o != "grad"]
     return plan
+
+
+def samples_code(samples) -> str:
+    """How many samples the closure path of an optimizer draws, as host code: a number as it is, a hyperparameter
+    read from the first parameter group (rule argument ``samples``: a positive integer or an int hyperparameter)."""
+    if isinstance(samples, sp.Symbol):
+        return f"int(self.param_groups[0][{pystr(samples.name)}])"
+    if isinstance(samples, sp.Integer) and samples > 0:
+        return str(int(samples))
+    raise CodegenError(f"samples must be a positive integer or an int hyperparameter, got {samples}")

@@ -288,8 +288,8 @@ def scalarize_elementwise(D, dry=False):
     def scal(e):
         return scalar_expr(e)
     D.updates = [(n, sp.Symbol(s.name, real=True), scal(e)) for n, s, e in D.updates]
-    D.oracle_calls = [(sp.Symbol(c[0].name, real=True), c[1], sp.Symbol(c[2].name, real=True), c[3])
-                      for c in D.oracle_calls]
+    # an oracle's argument is a state or an expression of one (straight_through: binary(lam))
+    D.oracle_calls = [(sp.Symbol(c[0].name, real=True), c[1], scal(c[2]), c[3]) for c in D.oracle_calls]
     return True
 
 

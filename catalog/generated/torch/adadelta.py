@@ -255,15 +255,14 @@ class Adadelta(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 3:
-            if "step" not in state:
-                state["step"] = torch.tensor(0.0)
-            if "square_avg" not in state:
-                state["square_avg"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "acc_delta" not in state:
-                state["acc_delta"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        if "step" not in state:
+            state["step"] = torch.tensor(0.0)
+        if "square_avg" not in state:
+            state["square_avg"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "acc_delta" not in state:
+            state["acc_delta"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     def __getstate__(self):

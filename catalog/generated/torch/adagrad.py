@@ -209,7 +209,7 @@ class Adagrad(torch.optim.Optimizer):
 
     Besides torch.optim's ``maximize`` (ascend), ``foreach`` (False: one tensor at a time) and ``fused``
     (one compiled kernel per tensor, falling back to the multi-tensor path if compilation fails), it accepts
-    ``capturable`` and ``differentiable`` for signature compatibility and refuses True for both.
+    ``differentiable`` for signature compatibility and refuses True for it.
 
     Hyperparameters:
         lr (default 0.01): learning rate of the mean
@@ -259,13 +259,12 @@ class Adagrad(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 2:
-            initial_accumulator_value = _scalar(group["initial_accumulator_value"])
-            if "step" not in state:
-                state["step"] = torch.tensor(0.0)
-            if "sum" not in state:
-                state["sum"] = torch.full_like(_p, _start(initial_accumulator_value, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        initial_accumulator_value = _scalar(group["initial_accumulator_value"])
+        if "step" not in state:
+            state["step"] = torch.tensor(0.0)
+        if "sum" not in state:
+            state["sum"] = torch.full_like(_p, _start(initial_accumulator_value, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     def __getstate__(self):

@@ -287,14 +287,13 @@ class BayesBiNN(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 2:
-            if "lam" not in state:
-                state["lam"] = _p.detach().clone(memory_format=torch.preserve_format)
-                if _p.dtype in _LOW:
-                    state["lam"] = state["lam"].float()
-            if "grad_avg" not in state:
-                state["grad_avg"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        if "lam" not in state:
+            state["lam"] = _p.detach().clone(memory_format=torch.preserve_format)
+            if _p.dtype in _LOW:
+                state["lam"] = state["lam"].float()
+        if "grad_avg" not in state:
+            state["grad_avg"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @contextlib.contextmanager

@@ -303,14 +303,13 @@ class BSAM(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 2:
-            s_init = _scalar(group["s_init"])
-            if "s_ex" not in state:
-                state["s_ex"] = torch.full_like(_p, _start(s_init, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "gm" not in state:
-                state["gm"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        s_init = _scalar(group["s_init"])
+        if "s_ex" not in state:
+            state["s_ex"] = torch.full_like(_p, _start(s_init, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "gm" not in state:
+            state["gm"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @contextlib.contextmanager

@@ -334,25 +334,24 @@ class IVONContinual(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 5:
-            ess = _scalar(group["ess"])
-            hess_init = _scalar(group["hess_init"])
-            weight_decay = _scalar(group["weight_decay"])
-            debias = bool(group["debias"])
-            if "step" not in state and debias:
-                state["step"] = torch.tensor(0.0)
-            if "h" not in state:
-                state["h"] = torch.full_like(_p, _start(hess_init, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "momentum" not in state:
-                state["momentum"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "m_past" not in state:
-                state["m_past"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "s_past" not in state:
-                state["s_past"] = torch.full_like(_p, _start(ess*weight_decay, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        ess = _scalar(group["ess"])
+        hess_init = _scalar(group["hess_init"])
+        weight_decay = _scalar(group["weight_decay"])
+        debias = bool(group["debias"])
+        if "step" not in state and debias:
+            state["step"] = torch.tensor(0.0)
+        if "h" not in state:
+            state["h"] = torch.full_like(_p, _start(hess_init, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "momentum" not in state:
+            state["momentum"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "m_past" not in state:
+            state["m_past"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "s_past" not in state:
+            state["s_past"] = torch.full_like(_p, _start(ess*weight_decay, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @torch.no_grad()

@@ -263,6 +263,8 @@ class NAdam(torch.optim.Optimizer):
         _check_tensor_hyper("momentum_decay", momentum_decay)
         if any(isinstance(v, torch.Tensor) for v in betas) and not all(isinstance(v, torch.Tensor) for v in betas):
             raise ValueError("betas" " must be either both floats or both Tensors")
+        if len(betas) != 2:
+            raise ValueError(f"Invalid betas: {betas!r} (expected 2 values)")
         for _i, _v in enumerate(betas):
             _check_tensor_hyper(f"betas[{_i}]", _v)
         if capturable:
@@ -297,17 +299,16 @@ class NAdam(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 4:
-            if "step" not in state:
-                state["step"] = torch.tensor(0.0)
-            if "exp_avg_sq" not in state:
-                state["exp_avg_sq"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "exp_avg" not in state:
-                state["exp_avg"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "mu_product" not in state:
-                state["mu_product"] = torch.tensor(1, dtype=_SCALAR_DTYPE())
+        if "step" not in state:
+            state["step"] = torch.tensor(0.0)
+        if "exp_avg_sq" not in state:
+            state["exp_avg_sq"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "exp_avg" not in state:
+            state["exp_avg"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "mu_product" not in state:
+            state["mu_product"] = torch.tensor(1, dtype=_SCALAR_DTYPE())
         return state
 
     def __getstate__(self):

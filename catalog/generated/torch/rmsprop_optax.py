@@ -262,21 +262,20 @@ class RMSpropOptax(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 4:
-            initial_scale = _scalar(group["initial_scale"])
-            centered = bool(group["centered"])
-            momentum = _scalar(group["momentum"])
-            if "step" not in state and (momentum > 0):
-                state["step"] = torch.tensor(0.0)
-            if "s" not in state:
-                state["s"] = torch.full_like(_p, _start(initial_scale, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "grad_avg" not in state and centered:
-                state["grad_avg"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
-            if "momentum_buffer" not in state and (momentum > 0):
-                state["momentum_buffer"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        initial_scale = _scalar(group["initial_scale"])
+        centered = bool(group["centered"])
+        momentum = _scalar(group["momentum"])
+        if "step" not in state and (momentum > 0):
+            state["step"] = torch.tensor(0.0)
+        if "s" not in state:
+            state["s"] = torch.full_like(_p, _start(initial_scale, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "grad_avg" not in state and centered:
+            state["grad_avg"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
+        if "momentum_buffer" not in state and (momentum > 0):
+            state["momentum_buffer"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     def __getstate__(self):

@@ -275,13 +275,12 @@ class SAM(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 2:
-            momentum = _scalar(group["momentum"])
-            if "step" not in state and (momentum != 0):
-                state["step"] = torch.tensor(0.0)
-            if "momentum_buffer" not in state and (momentum != 0):
-                state["momentum_buffer"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        momentum = _scalar(group["momentum"])
+        if "step" not in state and (momentum != 0):
+            state["step"] = torch.tensor(0.0)
+        if "momentum_buffer" not in state and (momentum != 0):
+            state["momentum_buffer"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @contextlib.contextmanager

@@ -207,7 +207,7 @@ class SGD(torch.optim.Optimizer):
 
     Besides torch.optim's ``maximize`` (ascend), ``foreach`` (False: one tensor at a time) and ``fused``
     (one compiled kernel per tensor, falling back to the multi-tensor path if compilation fails), it accepts
-    ``capturable`` and ``differentiable`` for signature compatibility and refuses True for both.
+    ``differentiable`` for signature compatibility and refuses True for it.
 
     Hyperparameters:
         lr (default 0.001): learning rate
@@ -251,11 +251,10 @@ class SGD(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 1:
-            momentum = _scalar(group["momentum"])
-            if "momentum_buffer" not in state and (momentum != 0):
-                state["momentum_buffer"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        momentum = _scalar(group["momentum"])
+        if "momentum_buffer" not in state and (momentum != 0):
+            state["momentum_buffer"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     def __getstate__(self):

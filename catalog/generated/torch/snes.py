@@ -280,11 +280,10 @@ class SNES(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 1:
-            std_init = _scalar(group["std_init"])
-            if "std" not in state:
-                state["std"] = torch.full_like(_p, _start(std_init, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        std_init = _scalar(group["std_init"])
+        if "std" not in state:
+            state["std"] = torch.full_like(_p, _start(std_init, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @contextlib.contextmanager

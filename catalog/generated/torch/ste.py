@@ -230,11 +230,10 @@ class STE(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 1:
-            if "lam" not in state:
-                state["lam"] = _p.detach().clone(memory_format=torch.preserve_format)
-                if _p.dtype in _LOW:
-                    state["lam"] = state["lam"].float()
+        if "lam" not in state:
+            state["lam"] = _p.detach().clone(memory_format=torch.preserve_format)
+            if _p.dtype in _LOW:
+                state["lam"] = state["lam"].float()
         return state
 
     def __getstate__(self):

@@ -288,12 +288,11 @@ class VOGN(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if len(state) < 1:
-            ess = _scalar(group["ess"])
-            prior_precision = _scalar(group["prior_precision"])
-            if "s" not in state:
-                state["s"] = torch.full_like(_p, _start(ess*prior_precision, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
-                                                   memory_format=torch.preserve_format)
+        ess = _scalar(group["ess"])
+        prior_precision = _scalar(group["prior_precision"])
+        if "s" not in state:
+            state["s"] = torch.full_like(_p, _start(ess*prior_precision, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
+                                               memory_format=torch.preserve_format)
         return state
 
     @contextlib.contextmanager

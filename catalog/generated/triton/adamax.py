@@ -192,6 +192,11 @@ class Adamax(torch.optim.Optimizer):
             raise ValueError(f"Invalid eps: {eps}")
         if not weight_decay >= 0:
             raise ValueError(f"Invalid weight_decay: {weight_decay}")
+        if len(betas) != 2:
+            raise ValueError(f"Invalid betas: {betas!r} (expected 2 values)")
+        for _i, _v in enumerate(betas):
+            if not float(_v) >= 0:
+                raise ValueError(f"Invalid betas value at index {_i}: {_v}")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

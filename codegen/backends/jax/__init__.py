@@ -98,6 +98,9 @@ class JaxTarget:
         if clash or len(set(names)) != len(names):
             raise CodegenError(f"recipe '{ir.recipe}': the jax target keeps its state under the names {', '.join(names)}"
                                f" and {', '.join(RESERVED)}; rename the state {', '.join(sorted(clash)) or names}")
+        factory, state_class, tx_class = (_factory_name(ir.recipe), identifier(f"{ir.class_name}State"),
+                                          identifier(f"{ir.class_name}Transformation"))
+        _refuse_class_clash(ir, factory, (state_class, tx_class))
         leaf_args = ([plan.mean] if plan.mean is not None else ["_param"]) + \
             [s["name"] for s in states if not s["scalar"]] + [str(c.symbol) for c in ir.oracle_calls] + \
             [str(a) for a in plan.stats_in]
@@ -109,8 +112,7 @@ class JaxTarget:
         return self.env.get_template(self.template).render(
             special=any("jax.scipy.special." in line for line in printed), used=used,
             uses_optax=step is not None or bool(scalar_states) or sampling is None,
-            ir=ir, factory=_factory_name(ir.recipe), state_class=identifier(f"{ir.class_name}State"),
-            tx_class=identifier(f"{ir.class_name}Transformation"), hyper=_signature(ir.hyperparameters),
+            ir=ir, factory=factory, state_class=state_class, tx_class=tx_class, hyper=_signature(ir.hyperparameters),
             checks=_checks(ir), step=step,
             states=states, host_lines=host_lines, leaf_lines=leaf_lines, leaf_args=leaf_args,
             leaf_states=[s for s in states if not s["scalar"]], scalar_states=scalar_states,
@@ -263,6 +265,18 @@ def _factory_name(recipe: str) -> str:
     if problem is not None:
         raise CodegenError(f"the jax target names its optax factory after the recipe: {problem}; rename the recipe")
     return identifier(recipe)
+
+
+def _refuse_class_clash(ir, factory, classes):
+    """The optax module defines the classes ``<class_name>State`` and ``<class_name>Transformation`` next to the
+    factory named after the recipe, whose arguments are the hyperparameters: none of these may share a name (a
+    hyperparameter named like the state class shadowed it inside the factory; a recipe named so replaced it)."""
+    for key, names in (("hyperparameters", hyperparameter_names(ir)), ("name", [factory])):
+        clash = sorted(set(names) & set(classes))
+        if clash:
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target defines the classes {' and '.join(classes)} "
+                                    f"(from class_name '{ir.class_name}'); rename {', '.join(clash)} or set another "
+                                    "class_name", key)
 
 
 def _signature(hyperparameters):

@@ -14,6 +14,7 @@ CodegenError.
 from __future__ import annotations
 
 from pathlib import Path
+import textwrap
 
 import sympy as sp
 
@@ -22,7 +23,7 @@ from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.codegen.backends.torch.config import CONFIG
 from blr_derive.codegen.inert import template_env
 from blr_derive.spec.peer import SWITCHES
-from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, host_states, plan_optimizer,
+from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, host_states, plan_optimizer, samples_code,
                                      state_conditions, state_symbols, step_condition, stored_names)
 from blr_derive.codegen.backends.torch.inline import inline_single_use
 from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
@@ -97,6 +98,7 @@ class TorchTarget:
             keeps_step=step_cond is not None, first_step=first_step_only(plan),
             switches=ir.peer.switches if ir.peer is not None and ir.peer.switches else ((), SWITCHES),
             switch_defaults=SWITCH_DEFAULTS,
+            switch_doc=switch_doc(ir.peer.switches if ir.peer is not None and ir.peer.switches else ((), SWITCHES)),
             group_entries=sorted(ir.peer.group_entries.items()) if ir.peer is not None else [],
             step_cond=None if step_cond is None or step_cond == sp.true else host.doprint(step_cond),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
@@ -159,7 +161,8 @@ class TorchTarget:
             cond = plan.stat_need[avg]
             stat_c.assign(val, e, cond)
             stat_names.append((str(avg), str(val), None if cond == sp.true else host.doprint(cond)))
-        return {"samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
+        return {"samples": host.doprint(sm.samples), "samples_code": samples_code(sm.samples),
+                "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines, "stats": stat_names,
                 "grads": [(str(k), o) for k, o in sm.calls if k not in values], "draw": DRAWS.get(sm.draw),
                 "chained": chained_view(plan, sm), "loss_values": [str(k) for k in values],
@@ -219,3 +222,29 @@ def chained_view(plan, sm):
 
 
 TARGET = TorchTarget()
+
+
+#: what the class docstring says of each torch.optim switch the constructor takes
+_SWITCH_DOC = {"maximize": "``maximize`` (ascend)", "foreach": "``foreach`` (False: one tensor at a time)",
+               "fused": "``fused`` (one compiled kernel per tensor, falling back to the multi-tensor path if "
+                        "compilation fails)"}
+
+
+def switch_doc(switches) -> str:
+    """The docstring's sentence on torch.optim's switches: only those the constructor takes (a recipe's
+    ``peer: switches`` may leave some out), each with what it does; ``capturable`` and ``differentiable`` are
+    accepted for signature compatibility and refuse True."""
+    present = [sw for group in switches for sw in group]
+    named = [_SWITCH_DOC[sw] for sw in ("maximize", "foreach", "fused") if sw in present]
+    compat = [f"``{sw}``" for sw in ("capturable", "differentiable") if sw in present]
+    parts = []
+    if named:
+        parts.append("Besides torch.optim's " + (", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1
+                                                 else named[0]))
+    if compat:
+        both = " and ".join(compat)
+        parts.append(("it accepts " if named else "It accepts ") + both + " for signature compatibility and "
+                     f"refuses True for {'both' if len(compat) > 1 else 'it'}")
+    if not parts:
+        return ""
+    return textwrap.fill(", ".join(parts) + ".", width=108, initial_indent="    ", subsequent_indent="    ")

@@ -318,7 +318,13 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         return f"torch.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
     def _print_logsumexp(self, expr):
-        args = ", ".join(self._print(a) for a in expr.args)
+        """log Σ exp over the arguments, elementwise; a number among them (the 0 of log(1 + e^x)) is a tensor
+        like the first argument that is not one (torch.broadcast_tensors takes tensors only)."""
+        ref = next((self._print(a) for a in expr.args if not a.is_Number), None)
+        if ref is None:
+            raise CodegenError("logsumexp of numbers only: nothing to compute elementwise")
+        args = ", ".join(f"torch.full_like({ref}, {self._print(a)})" if a.is_Number else self._print(a)
+                         for a in expr.args)
         return f"torch.logsumexp(torch.stack(torch.broadcast_tensors({args})), dim=0)"
 
 

@@ -33,7 +33,7 @@ from blr_derive.core.errors import UnsupportedTarget
 
 from blr_derive.codegen.backends.triton.config import CONFIG
 from blr_derive.codegen.inert import template_env
-from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_optimizer, state_symbols, step_condition,
+from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_optimizer, samples_code, state_symbols, step_condition,
                                       stored_names)
 from blr_derive.codegen.backends.torch.printer import HostPrinter
 from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
@@ -142,7 +142,8 @@ class TritonTarget:
         chained = chained_view(plan, sm, stat_c)
         if chained is not None:          # the collect kernel reads the last point's oracle; the others were kept
             grads = [(chained["phases"][-1]["symbol"], chained["phases"][-1]["oracle"])]
-        return {"samples": host.doprint(sm.samples), "eps": str(sm.eps), "theta": str(sm.theta),
+        return {"samples": host.doprint(sm.samples), "samples_code": samples_code(sm.samples),
+                "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_text": sp.sstr(sm.theta_expr), "draw": DRAWS.get(sm.draw),
                 "theta_c": theta_c, "stat_c": stat_c, "stats": stats, "chained": chained,
                 "collect_bufs": chained["collect_bufs"] if chained else [],

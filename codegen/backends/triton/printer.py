@@ -232,7 +232,7 @@ class TritonPrinter(ElementwisePrinter):
         top = args[0]
         for a in args[1:]:
             top = f"tl.maximum({top}, {a})"
-        return f"_lse_max + tl.log({' + '.join(f'tl.exp({a} - _lse_max)' for a in args)})".replace(
+        return f"(_lse_max + tl.log({' + '.join(f'tl.exp({a} - _lse_max)' for a in args)}))".replace(
             "_lse_max", f"({top})")
 
     def _print_Float(self, expr):

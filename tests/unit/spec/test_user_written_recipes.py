@@ -114,3 +114,21 @@ def test_notebook_misuse_of_the_api_says_what_to_pass():
     from scipy.special import digamma
     out = {str(k): v for k, v in gamma.numeric_ord_from_mu({"mu1": digamma(2.0) - np.log(4.0), "mu2": 0.5}).items()}
     np.testing.assert_allclose([out["alpha"], out["beta"]], [2.0, 4.0], rtol=1e-10)
+
+
+def test_a_pass_after_straight_through_derives():
+    """``[straight_through, {minibatch: {size: nn}}]``: scalarizing the oracle call read ``.name`` of its
+    argument, binary(λ), an expression: internal error.  Now λ ← (1 − ρ)λ − ρ·nn·∇ℓ(binary(λ))."""
+    text = ("name: ste_pass\nfamily: bernoulli_logit\nloss: abstract\nhyperparameters: {nn: 2.0, rho: 0.25}\n"
+            "approximations: [straight_through, {minibatch: {size: nn}}]\n")
+    nm = api.derive(text).compile("numpy")
+    lam = np.array([0.3, -1.2, 0.0])
+    seen = []
+
+    def grad(theta):
+        seen.append(np.array(theta))
+        return 3.0 * theta
+
+    out = nm.step(nm.init(lam=lam), oracles={"grad": grad})
+    np.testing.assert_array_equal(seen[0], [1.0, -1.0, 1.0])           # binary(λ) = sign, +1 at 0
+    np.testing.assert_allclose(out["lam"], 0.75 * lam - 0.25 * 2.0 * 3.0 * seen[0], rtol=1e-15)
