@@ -212,10 +212,15 @@ def _check_defined(ir, r):
 def _check_peer_states(r, state):
     """``peer.state_names`` may only rename state the update keeps."""
     known = {v.name for v in state}
-    for name in r.peer.state_names:
+    for name, stored in r.peer.state_names.items():
         if name not in known:
             raise SpecError(f"peer: state_names names unknown state '{name}' (known: {', '.join(sorted(known))})",
                             r.file, r.peer.state_lines.get(name))
+        if stored in known and stored != name:
+            # a checkpoint saved under the states' own names is renamed on load: {u: s, s: u} would load each
+            # state into the other
+            raise SpecError(f"peer: state_names stores '{name}' under '{stored}', the name of another state of this "
+                            "update; choose a key that is no state's own name", r.file, r.peer.state_lines.get(name))
 
 
 def _family_maps(fam):

@@ -132,3 +132,28 @@ def test_a_pass_after_straight_through_derives():
     out = nm.step(nm.init(lam=lam), oracles={"grad": grad})
     np.testing.assert_array_equal(seen[0], [1.0, -1.0, 1.0])           # binary(λ) = sign, +1 at 0
     np.testing.assert_allclose(out["lam"], 0.75 * lam - 0.25 * 2.0 * 3.0 * seen[0], rtol=1e-15)
+
+
+def test_state_names_that_swap_two_states_are_refused(tmp_path, capsys):
+    """``state_names: {u: s, s: u}`` generated, and a checkpoint saved under the states' own names (renamed on
+    load, as the README promises) loaded each state into the other: NaN parameters."""
+    p = tmp_path / "sn.yaml"
+    p.write_text("""name: sn
+family: gaussian_diag
+loss: abstract
+learning_rate: lr
+hyperparameters: {lr: 0.01, b1: 0.9}
+state_init: {s: 0}
+peer:
+  state_names: {u: s, s: u}
+approximations:
+  - delta
+  - squared_gradient_hessian
+  - ema_momentum: {rate: b1, state: u}
+""")
+    assert main([str(p), "--target", "torch"]) == 2
+    assert (f"{p}:8: peer: state_names stores 'u' under 's', the name of another state of this update"
+            in capsys.readouterr().err)
+    p.write_text(p.read_text().replace("{u: s, s: u}", "{u: exp_avg, s: exp_avg_sq}"))
+    assert main([str(p), "--target", "torch", "-o", str(tmp_path / "ok.py")]) == 0
+    assert '_RENAMED = {"s": "exp_avg_sq", "u": "exp_avg"}' in (tmp_path / "ok.py").read_text()
