@@ -21,6 +21,10 @@ class softplus(sp.Function):
     def _eval_rewrite_as_log(self, x, **kwargs):
         return sp.log(1 + sp.exp(x))
 
+    def _eval_evalf(self, prec):
+        if self.args[0].is_number:           # numeric checks (blr-derive check) evaluate the update with evalf
+            return sp.log(1 + sp.exp(self.args[0])).evalf(sp.core.evalf.prec_to_dps(prec))
+
 
 class xlogy(sp.Function):
     """x log y with xlogy(0, y) = 0."""
@@ -33,6 +37,11 @@ class xlogy(sp.Function):
 
     def _eval_rewrite_as_log(self, x, y, **kwargs):
         return x * sp.log(y)
+
+    def _eval_evalf(self, prec):
+        x, y = self.args
+        if x.is_number and y.is_number:
+            return sp.Integer(0) if x == 0 else (x * sp.log(y)).evalf(sp.core.evalf.prec_to_dps(prec))
 
 
 class logsumexp(sp.Function):

@@ -129,7 +129,9 @@ def degree_in(e, x):
 
 def polynomial_derivatives(poly, theta, symmetric=()):
     """(∇poly(θ), ∇²poly) for a polynomial of degree ≤ 2 in θ (the Hessian is constant).  Anything else is
-    refused before it is differentiated (nested functions of θ grow without bound under the chain rule)."""
+    refused before it is differentiated (nested functions of θ grow without bound under the chain rule).  A loss
+    that is data sums alone has the polynomial 0 (logistic regression without a prior)."""
+    poly = sp.sympify(poly)
     d = degree_in(poly, theta)
     if d is None or d > 2:
         raise DerivationError(f"outside the data sums the loss must be a polynomial of degree <= 2 in {theta}")

@@ -1,6 +1,7 @@
 """Recipes written from the docs by people who had not seen the catalog (a second fuzzing pass): forms the docs
 promise that the engine refused, and refusals whose message did not say what to write instead."""
 import numpy as np
+import pytest
 
 from blr_derive import api
 from blr_derive.cli import main
@@ -68,7 +69,6 @@ def test_a_time_limit_that_is_not_a_positive_number_is_refused_and_leaves_no_dea
     every later derivation in the notebook failed.  inf (a natural "no limit") overflowed the timer."""
     import math
 
-    import pytest
 
     from blr_derive.core import budget
     text = CONJUGATE.format(name="t", loss="(theta - 2)**2/2")
@@ -85,7 +85,6 @@ def test_a_time_limit_that_is_not_a_positive_number_is_refused_and_leaves_no_dea
 def test_notebook_misuse_of_the_api_says_what_to_pass():
     """Raw RepresenterError, 'dictionary update sequence element', pathlib's TypeError and a KeyError of an
     internal name were what a notebook user saw; a single approximation given as text was split into letters."""
-    import pytest
     import sympy as sp
     theta = sp.Symbol("theta")
     # a sympy expression is taken as its text (parsed by the restricted grammar) and one rule needs no list
@@ -157,3 +156,59 @@ approximations:
     p.write_text(p.read_text().replace("{u: s, s: u}", "{u: exp_avg, s: exp_avg_sq}"))
     assert main([str(p), "--target", "torch", "-o", str(tmp_path / "ok.py")]) == 0
     assert '_RENAMED = {"s": "exp_avg_sq", "u": "exp_avg"}' in (tmp_path / "ok.py").read_text()
+
+
+LOGISTIC = """name: {name}
+family: gaussian_full
+loss:
+  expression: {loss}
+  data:
+    X: {{shape: [N, P]}}
+    y: {{shape: [N]}}
+approximations:
+  - {rule}
+hyperparameters:
+  rho: 0.5
+"""
+
+
+def test_logistic_regression_without_a_prior_term_derives():
+    """A loss made of data sums alone (no polynomial part, e.g. logistic regression without a prior) was an
+    internal error ('int' object has no attribute 'has').  The delta method's step equals Newton's on
+    ℓ(θ) = Σ softplus(xᵢᵀθ) − yᵀXθ (Eqs. 8-13): g = Xᵀ(σ(Xm) − y), H = Xᵀ diag(σ(1 − σ)) X."""
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(40, 3)), (rng.random(40) < 0.5).astype(float)
+    m, S = rng.normal(size=3), np.eye(3) * 2.0
+    sig = 1 / (1 + np.exp(-X @ m))
+    H = X.T @ ((sig * (1 - sig))[:, None] * X)
+    S_new = 0.5 * H + 0.5 * S
+    m_new = m - 0.5 * np.linalg.solve(S_new, X.T @ (sig - y))
+    nm = api.derive(LOGISTIC.format(name="logreg", loss="sum(softplus(X*theta)) - y.T*X*theta", rule="delta")
+                    ).compile("numpy")
+    out = nm.step(nm.init(m=m, S=S), data={"X": X, "y": y})
+    np.testing.assert_allclose(out["S"], S_new, rtol=1e-13)
+    np.testing.assert_allclose(out["m"], m_new, rtol=1e-12)
+    # the same without the linear term, and by Gauss-Hermite: both derive, and the latter is close to the delta
+    # method's step when X S⁻¹ Xᵀ is small
+    for rule in ("delta", "gauss_hermite: {nodes: 20}"):
+        mod = api.derive(LOGISTIC.format(name="logreg2", loss="sum(softplus(X*theta))", rule=rule)).compile("numpy")
+        out = mod.step(mod.init(m=m, S=np.eye(3) * 1e6), data={"X": X, "y": y})
+        assert np.all(np.isfinite(out["m"]))
+        np.testing.assert_allclose(out["S"] - 0.5e6 * np.eye(3), 0.5 * H, atol=1e-4)
+
+
+@pytest.mark.parametrize("family, loss", [("gamma", "theta**2"), ("bernoulli", "softplus(theta)"),
+                                          ("inverse_gamma", "theta"), ("beta", "theta")])
+def test_check_of_exact_expectations_over_non_gaussian_families(family, loss):
+    """``blr-derive check`` on correct derivations: the finite-difference check moved μ while E_q[ℓ] was written
+    in the ordinary parameters (error 1: a false FAIL); softplus had no numeric value (internal error); E[θ] under
+    an inverse gamma is finite only for α > 1, and random points beyond it were an internal error.  Now μ moves
+    the ordinary parameters through the numeric inverse, and points where the update is not finite are drawn
+    again."""
+    from blr_derive.verify.recipe import check_recipe_updates
+    rec = api.recipe(f"name: c\nfamily: {family}\nloss: {loss}\nhyperparameters: {{rho: 0.5}}\n"
+                     "approximations: [exact]\n")
+    checks = {c.name: c for c in check_recipe_updates(rec)}
+    assert checks["natural gradient vs finite differences"].value < 1e-6
+    assert checks["generated update vs symbolic update"].value < 1e-10
+    assert "3 random inputs" in checks["generated update vs symbolic update"].note
