@@ -15,7 +15,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import is_stat, record, replace
+from blr_derive.rules.program import hessian_to_replace, is_stat, record, replace
 
 
 class AbsoluteGradientHessian(Rule):
@@ -29,9 +29,7 @@ class AbsoluteGradientHessian(Rule):
         eps = ctx.expr("eps", sp.Integer(0))
         scale = ctx.expr("scale", sp.Integer(1))
         ctx.done()
-        h = D.views.get("hess")
-        if h is None:
-            raise ctx.fail("the update has no Hessian to approximate")
+        h = hessian_to_replace(ctx)
         if D.sampling is not None and is_stat(D, h):
             raise ctx.fail("the Hessian is an average over samples; use squared_gradient_hessian or "
                            "price_estimator there")

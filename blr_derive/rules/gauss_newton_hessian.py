@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import call_symbol, is_stat, new_stat, record, replace, scalar
+from blr_derive.rules.program import call_symbol, hessian_to_replace, is_stat, new_stat, record, replace, scalar
 
 
 class GaussNewtonHessian(Rule):
@@ -18,9 +18,7 @@ class GaussNewtonHessian(Rule):
         D = ctx.D
         oracle = ctx.name("oracle", "ggn")
         ctx.done()
-        h = D.views.get("hess")
-        if h is None:
-            raise ctx.fail("the update has no Hessian to approximate")
+        h = hessian_to_replace(ctx)
         if D.sampling is not None and is_stat(D, h):
             k = call_symbol(D, oracle)
             est = new_stat(D, oracle, k)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import call_symbol, is_stat, new_stat, record, substitute_def
+from blr_derive.rules.program import call_symbol, hessian_to_replace, is_stat, new_stat, record, substitute_def
 from blr_derive.rules.sharpness_aware import state_expr
 
 
@@ -31,9 +31,7 @@ class GradientMagnitudeHessian(Rule):
             raise ctx.fail("missing argument 'scale'")
         scale = state_expr(ctx, "scale", None)
         ctx.done()
-        h = D.views.get("hess")
-        if h is None:
-            raise ctx.fail("the update has no Hessian to estimate")
+        h = hessian_to_replace(ctx, "estimate")
         if D.sampling is None or D.sampling.draw == "point" or not is_stat(D, h):
             raise ctx.fail("needs gradients at samples of q: add 'monte_carlo' (and place it before the passes "
                            "that change the Hessian)")

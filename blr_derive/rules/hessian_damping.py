@@ -17,7 +17,8 @@ class HessianDamping(Rule):
     name = "hessian_damping"
     kind = "pass"
     equation = "Levenberg–Marquardt damping; Möllenhoff & Khan (2023) Alg. 1 (γ)"
-    summary = "add a constant γ to the Hessian estimate only (not to the gradient)"
+    summary = ("add a constant γ to the Hessian estimate only (not to the gradient); after an estimate that replaces "
+               "the Hessian (squared_gradient_hessian, gauss_newton_hessian, ...), which would drop it")
 
     def rewrite(self, ctx):
         D = ctx.D
@@ -29,6 +30,7 @@ class HessianDamping(Rule):
             raise ctx.fail("the update has no Hessian to damp")
         new = substitute_def(D, "h_damped", h, cond(when, h + gamma, h))
         D.views["hess"] = new
+        D.views["damped_hess"] = new          # a later estimate that replaces the Hessian would drop γ
         record(ctx, "Damped Hessian", "A constant γ is added to the Hessian estimate (not to the gradient).",
                [(new, h + gamma)])
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import call_symbol, cond, new_stat, record, substitute_def
+from blr_derive.rules.program import call_symbol, cond, hessian_to_replace, new_stat, record, substitute_def
 
 
 class PriceEstimator(Rule):
@@ -17,9 +17,7 @@ class PriceEstimator(Rule):
         ctx.done()
         if D.sampling is None:
             raise ctx.fail("needs gradients at samples: add 'monte_carlo'")
-        h = D.views.get("hess")
-        if h is None:
-            raise ctx.fail("the update has no Hessian to estimate")
+        h = hessian_to_replace(ctx, "estimate")
         fam = D.recipe.family
         g_k = call_symbol(D, "grad")
         m = fam.gaussian_mean

@@ -304,3 +304,17 @@ def scalar_expr(e):
     if not e.args:
         return e
     return e.func(*[scalar_expr(a) for a in e.args])
+
+
+def hessian_to_replace(ctx, what="approximate"):
+    """The Hessian view a rule is about to replace by an estimate (the squared gradient, Gauss–Newton, Price's
+    estimator ...).  An estimate replaces the whole view, so a damping added before it would be dropped: that order
+    is refused with what to write instead."""
+    D = ctx.D
+    h = D.views.get("hess")
+    if h is None:
+        raise ctx.fail(f"the update has no Hessian to {what}")
+    if h == D.views.get("damped_hess"):
+        raise ctx.fail(f"hessian_damping comes before this rule, which replaces the damped Hessian by its estimate, "
+                       f"so γ would be lost: list hessian_damping after {ctx.approx.name}")
+    return h

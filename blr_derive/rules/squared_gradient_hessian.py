@@ -4,7 +4,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import call_symbol, is_stat, new_stat, record, replace, substitute_def
+from blr_derive.rules.program import call_symbol, hessian_to_replace, is_stat, new_stat, record, substitute_def
 
 
 class SquaredGradientHessian(Rule):
@@ -17,9 +17,7 @@ class SquaredGradientHessian(Rule):
         D = ctx.D
         scale = ctx.expr("scale", sp.Integer(1))
         ctx.done()
-        h = D.views.get("hess")
-        if h is None:
-            raise ctx.fail("the update has no Hessian to approximate")
+        h = hessian_to_replace(ctx)
         if D.sampling is not None and is_stat(D, h):
             # at samples: the average of the squared per-sample gradients (Eq. 45 with weight perturbation);
             # the per-sample gradient is the statistic the gradient view averages (e.g. z·∇ℓ(θ̃) under dropout masks)
@@ -31,8 +29,8 @@ class SquaredGradientHessian(Rule):
                     [(h, scale * est, r"\approx")])
             return
         g = ctx.view("grad")
-        replace(D, h, scale * g**2)
-        D.views["hess"] = None
+        d = substitute_def(D, "h_gsq", h, scale * g**2)
+        D.views["hess"] = d
         record(ctx, "Squared-gradient Hessian", "∇²ℓ ≈ ĝ∘ĝ (Eq. 38; the Gauss–Newton/gradient-magnitude approximation of Eq. 45).",
                 [(h, scale * g**2, r"\approx")])
 

@@ -212,3 +212,40 @@ def test_check_of_exact_expectations_over_non_gaussian_families(family, loss):
     assert checks["natural gradient vs finite differences"].value < 1e-6
     assert checks["generated update vs symbolic update"].value < 1e-10
     assert "3 random inputs" in checks["generated update vs symbolic update"].note
+
+
+ORDERS = """name: order
+family: gaussian_diag
+loss: abstract
+hyperparameters: {{rho: 0.1, wd: 0.01, gam: 0.5}}
+state_init: {{s: 1.0}}
+approximations:
+  - delta
+{rules}
+"""
+
+
+def test_a_damping_after_the_squared_gradient_damps_it_and_before_it_is_refused(tmp_path, capsys):
+    """[delta, hessian_damping, squared_gradient_hessian] derived s ← ρg² + (1 − ρ)s: γ silently dropped (and
+    with it the constructor argument).  The reverse order was refused ("no Hessian to damp").  Now the estimate
+    is a Hessian a later rule may extend, and an estimate after a damping is refused with what to write."""
+    nm = api.derive(ORDERS.format(rules="  - squared_gradient_hessian\n  - hessian_damping: {value: gam}")).compile(
+        "numpy")
+    g = np.array([0.5, -2.0])
+    out = nm.step(nm.init(m=np.zeros(2), s=np.ones(2)), oracles={"grad": lambda m: g})
+    np.testing.assert_allclose(out["s"], 0.1 * (g ** 2 + 0.5) + 0.9, rtol=1e-15)
+    np.testing.assert_allclose(out["m"], -0.1 * g / out["s"], rtol=1e-15)
+    for rule in ("squared_gradient_hessian", "gauss_newton_hessian"):
+        p = tmp_path / "r.yaml"
+        p.write_text(ORDERS.format(rules=f"  - hessian_damping: {{value: gam}}\n  - {rule}"))
+        assert main([str(p), "--target", "numpy"]) == 2
+        err = capsys.readouterr().err
+        assert f"{p}:9: approximation '{rule}': hessian_damping comes before this rule" in err
+        assert f"list hessian_damping after {rule}" in err
+    # a prior after the estimate adds its precision δ to it (the order the recipe gives)
+    nm = api.derive(ORDERS.format(rules="  - squared_gradient_hessian\n  - weight_decay: {coefficient: wd}")
+                    ).compile("numpy")
+    m = np.array([1.0, 2.0])
+    out = nm.step(nm.init(m=m, s=np.ones(2)), oracles={"grad": lambda m: g})
+    g_wd = g + 0.01 * m
+    np.testing.assert_allclose(out["s"], 0.1 * (g_wd ** 2 + 0.01) + 0.9, rtol=1e-15)
