@@ -197,3 +197,30 @@ def test_jax_names_that_would_shadow_the_optax_modules_classes_are_refused(tmp_p
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"blr-derive: error: {p}:{line}: ") and "the jax target defines the classes FxState" in err
     assert not (tmp_path / "out.py").exists()
+
+
+def test_an_update_that_reads_no_gradient_moves_every_parameter_and_refuses_maximize():
+    """An explicit loss with exact expectations: the torch step skipped parameters whose .grad was None (all of
+    them, since nothing computes one) and ignored maximize=True.  Now every parameter moves, as the numpy step
+    does, and maximize is refused (the recipe's loss is what to negate)."""
+    text = """name: quartic_exact
+class_name: Quartic
+family: gaussian_diag
+loss: 0.25*(theta**2 - a)**2 + b*theta
+hyperparameters: {rho: 0.2, a: 1.0, b: 0.1}
+state_init: {s: 1.0}
+approximations: [exact]
+"""
+    d = api.derive(text)
+    nm, cls = d.compile("numpy"), _optimizer(d.compile("torch"))
+    p = torch.nn.Parameter(torch.tensor([0.5, -1.0], dtype=torch.float64))
+    q = torch.nn.Parameter(torch.tensor([2.0], dtype=torch.float64))
+    opt = cls([p, q])
+    st = nm.init(m=np.array([0.5, -1.0, 2.0]), s=np.ones(3))
+    for _ in range(3):
+        opt.step()
+        st = nm.step(st)
+    np.testing.assert_allclose(torch.cat([p.detach(), q.detach()]).numpy(), st["m"], rtol=1e-14)
+    assert not np.allclose(st["m"], [0.5, -1.0, 2.0])
+    with pytest.raises(ValueError, match="maximize=True has no effect: the update reads no gradient"):
+        cls([p], maximize=True)
