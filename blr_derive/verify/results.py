@@ -62,12 +62,15 @@ class Check:
     name: str
     value: float
     tol: float
-    kind: str = "max"          # "max": passes when value <= tol; "min": passes when value >= tol
+    kind: str = "max"          # "max": passes when value <= tol; "min": passes when value >= tol; "na": the
+    #                            quantity is not derived for this family (the note says why), nothing to compare
     note: str = ""
     group: str = "family"      # family | derivation | codegen (see GROUPS)
 
     @property
     def passed(self) -> bool:
+        if self.kind == "na":
+            return True
         if not np.isfinite(self.value):
             return False
         return self.value <= self.tol if self.kind == "max" else self.value >= self.tol
@@ -106,6 +109,9 @@ def format_report(rep: Report) -> str:
         if len(groups) > 1 and c.group in groups:
             lines.append(f"  -- {GROUPS[c.group]}")
             groups.remove(c.group)
+        if c.kind == "na":
+            lines.append(f"  {c.name:<{w}}  {'n/a':>10}  {'':>11}  {'n/a':<6}  {c.note}")
+            continue
         tol = f"{'<=' if c.kind == 'max' else '>='} {c.tol:.0e}" if c.name != "mu_vs_monte_carlo" else f"<= {c.tol:g} σ"
         res = "pass" if c.passed else "FAIL"
         what = DESCRIPTIONS.get(c.name, "")
@@ -113,9 +119,11 @@ def format_report(rep: Report) -> str:
             what += f"  [{c.note}]"
         lines.append(f"  {c.name:<{w}}  {c.value:>10.3g}  {tol:>11}  {res:<6}  {what}")
     n_fail = len(rep.failed)
+    n_na = sum(c.kind == "na" for c in rep.checks)
+    na = f" ({n_na} not applicable)" if n_na else ""
     if n_fail:
-        lines.append(f"  FAIL: {n_fail} of {len(rep.checks)} checks failed: " + "; ".join(
+        lines.append(f"  FAIL: {n_fail} of {len(rep.checks)} checks failed{na}: " + "; ".join(
             f"{c.name} ({HINTS.get(c.name, 'see above')})" for c in rep.failed))
     else:
-        lines.append(f"  all {len(rep.checks)} checks passed")
+        lines.append(f"  all {len(rep.checks) - n_na} checks passed{na}")
     return "\n".join(lines) + "\n"

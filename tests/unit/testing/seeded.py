@@ -131,7 +131,7 @@ class RMSpropHessianTimesTwo(HandRMSprop):
 SEEDED = [
     ("adam", "EpsInsideAdam", "parameter", "m ← -lr*u_hat/s_root + m"),
     ("adam", "NoBiasCorrectionAdam", "parameter", "m ← -lr*u_hat/s_root + m"),
-    ("adam", "WrongBetaAdam", "exp_avg_sq", "s ← beta2*s + g_wd^2*(1 - beta2)"),
+    ("adam", "WrongBetaAdam", "exp_avg_sq", "s ← beta2*s + h_gsq*(1 - beta2)"),
     ("adam", "DecoupledDecayAdam", "exp_avg", "u ← beta1*u + g_wd*(1 - beta1)"),
-    ("rmsprop", "RMSpropHessianTimesTwo", "square_avg", "s ← alpha*s + g_wd^2*(1 - alpha)"),
+    ("rmsprop", "RMSpropHessianTimesTwo", "square_avg", "s ← alpha*s + h_gsq*(1 - alpha)"),
 ]

@@ -67,7 +67,7 @@ def test_missing_bias_correction_is_the_mean_update_through_the_debiased_moments
 def test_wrong_beta_on_the_second_moment_is_the_second_moment_update():
     _, d = _div("adam", seeded_adam("beta1_on_second"))
     assert (d.step, d.variable) == (1, "exp_avg_sq")
-    assert d.assignment == "s ← beta2*s + g_wd^2*(1 - beta2)"
+    assert d.assignment == "s ← beta2*s + h_gsq*(1 - beta2)"
     assert d.rules == [("separate_learning_rates", "Eq. 36")]
     assert float(d.yours.split()[0]) == pytest.approx(100 * float(d.derived), rel=1e-12)   # (1-β1)/(1-β2)
 
@@ -89,7 +89,7 @@ def test_coupled_weight_decay_is_not_adamw():
 def test_hessian_estimate_with_wrong_scale_or_sign_is_the_scale_update(scale):
     _, d = _div("rmsprop", seeded_rmsprop(scale))
     assert (d.step, d.variable) == (1, "square_avg")
-    assert d.assignment == "s ← alpha*s + g_wd^2*(1 - alpha)"
+    assert d.assignment == "s ← alpha*s + h_gsq*(1 - alpha)"
     assert ("separate_learning_rates", "Eq. 36") in d.rules
     assert float(d.yours.split()[0]) == pytest.approx(scale * float(d.derived), rel=1e-12)
 
@@ -232,7 +232,7 @@ def _optax_cases():
     d = equivalent("adam", optax.adam(1e-3, eps_root=1e-8), names={"u": "mu", "s": "nu"}).divergence
     assert (d.step, d.variable, d.localized, d.assignment) == (1, "parameter", True, "m ← -lr*u_hat/s_root + m")
     d = equivalent("adam", optax.adam(1e-3, b2=0.99), names={"u": "mu", "s": "nu"}).divergence
-    assert (d.step, d.variable, d.assignment) == (1, "nu", "s ← beta2*s + g_wd^2*(1 - beta2)")
+    assert (d.step, d.variable, d.assignment) == (1, "nu", "s ← beta2*s + h_gsq*(1 - beta2)")
     # a factory of transformations runs every setting: optax.adam has no weight decay, which the recipe's
     # switched-on setting exercises
     d = equivalent("adam", lambda lr, betas, eps, weight_decay, amsgrad, decoupled_weight_decay:
