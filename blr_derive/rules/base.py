@@ -267,6 +267,9 @@ class Derivation:
     oracle_calls: list = field(default_factory=list)  # [(symbol, oracle_name, argument_expr, description)]
     symbol_names: dict = field(default_factory=dict)  # LaTeX names
     defs: list = field(default_factory=list)          # [(symbol, expr)] intermediate definitions (passes)
+    #: definitions later rewrites of a view leave alone: an estimate computed from the gradient as it stood
+    #: (h_gsq = g²) keeps that gradient when a later rule rescales or extends it (minibatch, weight_decay)
+    frozen: set = field(default_factory=set)
     aux_state: list = field(default_factory=list)     # [AuxState] state added by rules
     views: dict = field(default_factory=dict)         # what currently stands for grad/hess/each parameter
     step_symbol: object = None                        # the step counter t (1-based) when a rule needs it

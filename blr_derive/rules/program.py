@@ -24,7 +24,11 @@ def step(D):
 
 
 def new_def(D, name, expr):
-    taken = {str(s) for s, _ in D.defs} | {str(u[1]) for u in D.updates} | {a.name for a in D.aux_state}
+    """A new definition ``name = expr`` (``name2``, ``name3`` ... where the name is taken, by another definition,
+    an update, or a name of the recipe: a hyperparameter called ``g_wd`` would merge with the weight decay's
+    gradient into a cyclic program)."""
+    taken = {str(s) for s, _ in D.defs} | {str(u[1]) for u in D.updates} | {a.name for a in D.aux_state} \
+        | _recipe_names(D)
     base, i = name, 1
     while name in taken:
         i += 1
@@ -32,6 +36,18 @@ def new_def(D, name, expr):
     sym = sp.Symbol(name, real=True)
     D.defs.append((sym, expr))
     return sym
+
+
+def _recipe_names(D):
+    """The names a recipe declares (hyperparameters, their elements and choices, data and its dimensions, the
+    family's parameters) and the oracle values: what a derived quantity must not be called."""
+    r = D.recipe
+    names = set(r.hyper_symbols()) | set(getattr(r, "choices", dict)()) | set(r.family.params)
+    for d in getattr(r, "data", ()):
+        names.add(d.name)
+        names |= {str(x) for x in getattr(d, "shape", ()) if isinstance(x, sp.Basic)}
+    names |= {str(c[0]) for c in D.oracle_calls}
+    return names
 
 
 def replace(D, old, new, only=None, skip=()):
@@ -44,7 +60,7 @@ def replace(D, old, new, only=None, skip=()):
             out.append((name, sym, expr.xreplace({old: new})))
     D.updates = out
     if only is None:
-        D.defs = [(s, e.xreplace({old: new})) for s, e in D.defs]
+        D.defs = [(s, e if s in D.frozen else e.xreplace({old: new})) for s, e in D.defs]
 
 
 def substitute_def(D, name, old, expr, skip=()):

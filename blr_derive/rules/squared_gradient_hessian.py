@@ -31,6 +31,7 @@ class SquaredGradientHessian(Rule):
         g = ctx.view("grad")
         d = substitute_def(D, "h_gsq", h, scale * g**2)
         D.views["hess"] = d
+        D.frozen.add(d)         # the square of this gradient: later rules add to the Hessian through the view
         record(ctx, "Squared-gradient Hessian", "∇²ℓ ≈ ĝ∘ĝ (Eq. 38; the Gauss–Newton/gradient-magnitude approximation of Eq. 45).",
                 [(h, scale * g**2, r"\approx")])
 

@@ -276,3 +276,42 @@ def test_check_says_not_applicable_where_the_entropy_is_not_derived():
     assert all(c.passed for c in checks.values()) and len(checks) >= 8
     text = format_report(Report("wald", None, [ent, *checks.values()]))
     assert "n/a" in text and f"all {len(checks)} checks passed (1 not applicable)" in text
+
+
+def test_a_hyperparameter_named_like_a_derived_quantity_gets_its_own_name():
+    """A hyperparameter 'g_wd' (the weight decay's gradient) merged with the derived quantity of that name: an
+    unlocated 'dependency cycle'.  Derived quantities now avoid the recipe's names (g_wd2).  With the squared
+    gradient before a minibatch scale N and a prior δ, in that order: H ≈ N g² + δ, ∇ = N g + δ m."""
+    text = ("name: clash\nfamily: gaussian_diag\nloss: abstract\nhyperparameters: {g_wd: 4.0, rho: 0.1}\n"
+            "state_init: {s: 1.0}\napproximations: [delta, squared_gradient_hessian, {minibatch: {size: g_wd}}, "
+            "{weight_decay: {coefficient: 0.5}}]\n")
+    nm = api.derive(text).compile("numpy")
+    g, m = np.array([0.5, -2.0]), np.array([1.0, 3.0])
+    out = nm.step(nm.init(m=m, s=np.ones(2)), oracles={"grad": lambda x: g})
+    s_new = 0.1 * (4.0 * g ** 2 + 0.5) + 0.9
+    np.testing.assert_allclose(out["s"], s_new, rtol=1e-15)
+    np.testing.assert_allclose(out["m"], m - 0.1 * (4.0 * g + 0.5 * m) / s_new, rtol=1e-15)
+
+
+def test_a_learning_rate_named_like_the_categorical_updates_quantities():
+    """A sized categorical recipe whose learning rate is called lambda1_next2 (a name the update gives its
+    quantities): an unlocated 'dependency cycle'.  It now derives the same step as with the name 'lr'."""
+    text = """name: cat_{n}
+sizes:
+  K: {{default: 3, min: 2, max: 6}}
+family: {{name: categorical, K: "{{K}}"}}
+loss:
+  expression: "{{+ k in 1..K: w{{k}}*theta{{k}}}}"
+  data:
+    "w{{k}} for k in 1..K": {{}}
+learning_rate: {lr}
+hyperparameters:
+  {lr}: {{default: 0.3}}
+approximations: [exact]
+"""
+    mods = [api.derive(text.format(n=i, lr=lr)).compile("numpy") for i, lr in enumerate(("lr", "lambda1_next2"))]
+    data = {"w1": 1.0, "w2": -0.5, "w3": 2.0}
+    outs = [m.step(m.init(p1=np.array(0.2), p2=np.array(0.5)), data=data) for m in mods]
+    for k in ("p1", "p2"):
+        np.testing.assert_allclose(outs[1][k], outs[0][k], rtol=1e-15)
+    assert not np.isclose(outs[0]["p1"], 0.2)
