@@ -4,6 +4,8 @@ A derivation report lists the recipe, each step with the rule it applied and the
 and the final update; a product (mean-field) recipe adds its blocks and factors."""
 from __future__ import annotations
 
+import re
+
 from blr_derive.report.texprint import derivation_tex, eq_tex, latex, oracle_tex
 from blr_derive.rules.base import RULES
 from blr_derive.spec.product import FactorizedRecipe
@@ -23,10 +25,22 @@ def is_convention(rule_name) -> bool:
 CONVENTION = "a peer's convention, not a BLR step"
 
 
+#: characters with a meaning anywhere in a line of Markdown (code, emphasis, links, headings, math, tables)
+_MD_INLINE = re.compile(r"([\\`*_\[\]#$|~])")
+#: what opens a block at the start of a line: a list item, a numbered item, a thematic break or setext underline
+_MD_LINE_START = re.compile(r"^([-+=]|\d+[.)])")
+
+
 def _md(text) -> str:
-    """A recipe's or family's own text in Markdown: HTML is shown, not rendered (a title '<script>...' or
-    '<img onerror=...>' would run in a Markdown viewer that renders HTML)."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """A recipe's or family's own text in Markdown, shown as the text it is: HTML is escaped (a title
+    '<script>...' or '<img onerror=...>' would run in a viewer that renders HTML), and so is Markdown's own
+    syntax (a line of ``` opened a code block that swallowed the rest of the report; '# ...' became a heading and
+    '$$...$$' math).  Lines are kept as hard line breaks, without their indentation (an indented code block)."""
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    lines = [_MD_LINE_START.sub(lambda m: "\\" + m.group(1) if not m.group(1)[0].isdigit()
+                                else m.group(1)[:-1] + "\\" + m.group(1)[-1], _MD_INLINE.sub(r"\\\1", line.strip()))
+             for line in s.splitlines()]
+    return "  \n".join(line for line in lines if line) if len(lines) > 1 else (lines[0] if lines else "")
 
 
 def steps_markdown(D) -> list[str]:

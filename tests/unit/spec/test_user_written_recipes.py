@@ -242,13 +242,14 @@ def test_a_damping_after_the_squared_gradient_damps_it_and_before_it_is_refused(
         err = capsys.readouterr().err
         assert f"{p}:9: approximation '{rule}': hessian_damping comes before this rule" in err
         assert f"list hessian_damping after {rule}" in err
-    # a prior after the estimate adds its precision δ to it (the order the recipe gives)
+    # a prior after the estimate adds its precision δ to it, in the order the recipe gives: H ≈ g² + δ with the
+    # loss's gradient g, and the mean moves along g + δm
     nm = api.derive(ORDERS.format(rules="  - squared_gradient_hessian\n  - weight_decay: {coefficient: wd}")
                     ).compile("numpy")
     m = np.array([1.0, 2.0])
     out = nm.step(nm.init(m=m, s=np.ones(2)), oracles={"grad": lambda m: g})
-    g_wd = g + 0.01 * m
-    np.testing.assert_allclose(out["s"], 0.1 * (g_wd ** 2 + 0.01) + 0.9, rtol=1e-15)
+    np.testing.assert_allclose(out["s"], 0.1 * (g ** 2 + 0.01) + 0.9, rtol=1e-15)
+    np.testing.assert_allclose(out["m"], m - 0.1 * (g + 0.01 * m) / out["s"], rtol=1e-15)
 
 
 WALD = """name: wald_fixed_shape
@@ -315,3 +316,20 @@ approximations: [exact]
     for k in ("p1", "p2"):
         np.testing.assert_allclose(outs[1][k], outs[0][k], rtol=1e-15)
     assert not np.isclose(outs[0]["p1"], 0.2)
+
+
+def test_markdown_syntax_in_a_description_is_shown_not_interpreted(tmp_path):
+    """A description line of ``` opened a code block that swallowed the rest of the report (no '## Step'
+    heading survived); '# ...' became a heading, '$$...$$' math and '- ...' a list."""
+    p = tmp_path / "r.yaml"
+    p.write_text(CONJUGATE.format(name="md", loss="(theta - 2)**2/2").replace(
+        "family:", 'description: "```\\n# not a heading\\n$$x$$ and a*b_c\\n- not an item\\n    not code\\n```"\nfamily:'))
+    out = tmp_path / "r.md"
+    assert main(["explain", str(p), "-o", str(out)]) == 0
+    text = out.read_text()
+    lines = text.splitlines()
+    assert not any(line.startswith("```") for line in lines)
+    headings = [line for line in lines if line.startswith("#")]
+    assert headings[0].startswith("# Derivation of `md`") and all(h.startswith(("# ", "## ")) for h in headings)
+    assert "not a heading" not in "".join(headings) and sum(h.startswith("## Step") for h in headings) >= 2
+    assert "\\`\\`\\`  \n\\# not a heading  \n\\$\\$x\\$\\$ and a\\*b\\_c  \n\\- not an item  \nnot code" in text
