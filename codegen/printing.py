@@ -33,6 +33,11 @@ class HostConditionalMixin:
     def _print_binary(self, expr):
         return f"(-1.0 if {self.parenthesize(expr.args[0], 0)} < 0 else 1.0)"
 
+    def _print_nan_outside(self, expr):
+        x, *conds = expr.args
+        test = " and ".join(f"{self._print(c)} > 0" for c in conds)
+        return f"({self._print(x)} if {test} else math.nan)"
+
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr)
         for e, c in reversed(expr.args[:-1]):

@@ -58,6 +58,24 @@ class logsumexp(sp.Function):
             return sp.log(sp.Add(*[sp.exp(x) for x in self.args])).evalf(sp.core.evalf.prec_to_dps(prec))
 
 
+class nan_outside(sp.Function):
+    """nan_outside(x, c1, c2, ...): x where every c_i > 0, NaN elsewhere.  An expectation that is finite only on
+    part of the parameter space (E[θ] under an inverse gamma needs α > 1) is returned as NaN outside it, never as
+    the finite value its closed form happens to take there."""
+
+    @classmethod
+    def eval(cls, x, *conds):
+        if not conds:
+            return x
+        if all(c.is_number for c in conds):
+            return x if all(bool(c > 0) for c in conds) else sp.nan
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            return sp.Integer(0)
+        return nan_outside(sp.Integer(1), *self.args[1:])
+
+
 class exp1(sp.Function):
     """The exponential integral E₁(x) = ∫₁^∞ e^{-xt}/t dt for x > 0 (``scipy.special.exp1``, by whose name
     ``lambdify`` finds it).  E[log θ] of the inverse Gaussian is log m − e^{2s/m} E₁(2s/m)."""

@@ -28,7 +28,7 @@ from blr_derive.core.nodes import DataSum
 from blr_derive.rules.blr import doit
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
-from blr_derive.core.specialfns import stable_softmax
+from blr_derive.core.specialfns import nan_outside, stable_softmax
 from blr_derive.core.pretty import pretty
 from blr_derive.rules.components import dirichlet_block, one_hot_block
 from blr_derive.rules.product import expect_over_blocks, linear_in_block, tex_name
@@ -186,6 +186,28 @@ def finite_sum(recipe, D, points):
     return grads
 
 
+#: a parameter's domain as the quantities that must be positive for a value x to lie in it
+_DOMAIN_POSITIVE = {"positive": lambda x: [x], "negative": lambda x: [-x], "unit_interval": lambda x: [x, 1 - x]}
+
+
+def shifted_domain(fam, shifts):
+    """Where E_q[e^{cᵀT}] is finite for every shift c: λ + c in Ω (each free parameter, written in λ + c, in its
+    domain), as quantities in the ordinary parameters that must be positive (e.g. α − 1 for E[θ] under an inverse
+    gamma); [] when no shift restricts anything (a quantity positive wherever the parameters are valid)."""
+    lam_of = dict(zip(fam.lam, fam.eta))
+    valid = {p.symbol: sp.Dummy(positive=True) for p in fam.free_params if p.domain == "positive"}
+    out = []
+    for c in shifts or ():
+        moved = {l: l + ci for l, ci in zip(fam.lam, c) if ci != 0}
+        if not moved:
+            continue
+        for _, expr, domain in fam.domain_conditions():
+            for q in _DOMAIN_POSITIVE.get(domain, lambda x: [])(sp.simplify(expr.xreplace(moved).xreplace(lam_of))):
+                if q.xreplace(valid).is_positive is not True and q not in out:
+                    out.append(q)
+    return out
+
+
 def tilted(recipe, D, e_lam, shifts):
     """E_q[ℓ] for ℓ = Σ P(T)·exp(d + cᵀT) from the tilted log-partition, E_q[Tᵏe^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ))
     (App. B; ``families/tilting.py``), written in λ; ∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4), in the ordinary
@@ -194,6 +216,9 @@ def tilted(recipe, D, e_lam, shifts):
     lam_of = dict(zip(fam.lam, fam.eta))
     d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam]).xreplace(lam_of)
     grads = [simplify_bounded(g) for g in natural_gradient_at_state(D, fam, d)]
+    finite = shifted_domain(fam, shifts)
+    if finite:                      # outside, E_q[ℓ] is infinite: the update is NaN, never a finite wrong number
+        grads = [nan_outside(g, *finite) for g in grads]
     e_loss = simplify_bounded(e_lam.xreplace(lam_of))
     D.expected_loss = e_loss
     D.natural_gradient = NaturalGradient(list(grads))

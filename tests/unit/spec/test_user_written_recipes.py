@@ -333,3 +333,24 @@ def test_markdown_syntax_in_a_description_is_shown_not_interpreted(tmp_path):
     assert headings[0].startswith("# Derivation of `md`") and all(h.startswith(("# ", "## ")) for h in headings)
     assert "not a heading" not in "".join(headings) and sum(h.startswith("## Step") for h in headings) >= 2
     assert "\\`\\`\\`  \n\\# not a heading  \n\\$\\$x\\$\\$ and a\\*b\\_c  \n\\- not an item  \nnot code" in text
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_an_expectation_finite_on_part_of_the_parameter_space_is_nan_outside_it(target):
+    """E[θ] under an inverse gamma is β/(α − 1) for α > 1 and infinite otherwise; the generated step returned
+    α = −29.9, β = −85.9 at α = 0.8 (exp(loggamma(α − 1) − loggamma(α)) is 1/|α − 1|).  Now NaN there, and the
+    same value as before where the expectation is finite."""
+    text = "name: ig_{t}\nfamily: inverse_gamma\nloss: theta\nhyperparameters: {{rho: 0.5}}\napproximations: [exact]\n"
+    d = api.derive(text.format(t=target))
+    mod = d.compile(target)
+    with np.errstate(invalid="ignore"):
+        out = mod.step(mod.init(alpha=np.array([0.8, 1.0, 3.0]), beta=np.array([2.0, 1.0, 2.0])), rho=0.5)
+    a, b = np.asarray(out["alpha"], dtype=float), np.asarray(out["beta"], dtype=float)
+    assert np.isnan(a[:2]).all() and np.isnan(b[:2]).all() and np.isfinite([a[2], b[2]]).all()
+    # where it is finite: the natural-gradient step of E[θ] = β/(α − 1) (Eq. 5), by central differences in μ
+    from blr_derive.verify.recipe import check_recipe_updates
+    if target == "numpy":
+        checks = {c.name: c for c in check_recipe_updates(d.record.recipe)}
+        assert checks["natural gradient vs finite differences"].value < 1e-6
+        assert checks["generated update vs symbolic update"].value < 1e-10
+        np.testing.assert_allclose([a[2], b[2]], [2.3527977440915695, 1.568531829394379], rtol=1e-12)
