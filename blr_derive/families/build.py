@@ -22,7 +22,7 @@ from blr_derive.core.matexpr import is_mat
 from blr_derive.core.yamlio import where
 from blr_derive.families.model import Family
 from blr_derive.families.numeric import numeric_fisher
-from blr_derive.families.partition import integrate_log_partition, sum_log_partition, support_words
+from blr_derive.families.partition import integrate_log_partition, sum_log_partition, support_points, support_words
 from blr_derive.families.solve import solve
 from blr_derive.spec.family import FamilyDecl
 
@@ -72,6 +72,13 @@ def build_family(decl: FamilyDecl) -> Family:
     try:
         fam.ord_from_nat = {k: defined_inverse(v) for k, v in solve(eta, lam, fam.free_params, symmetric, fam, "nat").items()}
     except DerivationError as exc:
+        free = [p for p in fam.free_params if p.shape == "scalar"]
+        if len(free) == len(fam.free_params) and not any(is_mat(e) for e in eta) and len(eta) > len(free):
+            # more natural parameters than free parameters: λ ranges over a curve, not an open set
+            raise _err(f"cannot invert the natural parameters: {len(eta)} natural parameters from {len(free)} free "
+                       f"parameter{'s' if len(free) != 1 else ''} ({', '.join(p.name for p in free)}); each needs its "
+                       "own degree of freedom: the sufficient statistics are dependent (e.g. log(θ²) = 2 log θ) or a "
+                       "parameter is missing", spec, "natural_parameters") from None
         raise _err(f"cannot invert the natural parameters: {exc}", spec, "natural_parameters") from None
     fam.steps.append(("ordinary from natural", "solved λ = η(params) block by block"))
 
@@ -104,7 +111,9 @@ def build_family(decl: FamilyDecl) -> Family:
                             f, l)
         fam.mu_ord[i] = fam.simp(dexpr)
 
-    # 4. minimality: the Fisher information must be non-singular
+    # 4. minimality: the Fisher information must be non-singular (after the base measure's sign, which a
+    # negative h would otherwise break first, as a misleading "singular")
+    check_base_measure(fam, spec)
     check_minimal(fam, spec)
 
     # 5. ordinary <- expectation: closed form when sympy finds one, else Newton's method (numeric_ord_from_mu)
@@ -155,6 +164,26 @@ def equal_numeric(fam, a, b, trials=3):
         if x.shape != y.shape or not np.allclose(x, y, rtol=1e-9, atol=1e-9):
             return False
     return True
+
+
+#: the most support points whose base measure is checked one by one
+MAX_SIGN_POINTS = 20000
+
+
+def check_base_measure(fam: Family, spec):
+    """h(θ) ≥ 0 at every point of a finite discrete support (a density needs it; a negative h made the
+    log-partition complex or the Fisher information singular, and the error blamed the statistics)."""
+    pts = support_points(fam)
+    if not pts or len(pts) > MAX_SIGN_POINTS or fam.h.is_number or any(p.shape != "scalar" for p in fam.fixed_params):
+        return
+    vals = fam.sample_params(np.random.default_rng(7), 2)
+    fixed = {p.symbol: sp.Float(float(vals[p.symbol])) for p in fam.fixed_params}
+    for pt in pts:
+        v = fam.h.xreplace(pt).xreplace(fixed)
+        if v.is_number and (v.is_extended_negative or v.is_real is False):
+            at = ", ".join(f"{k} = {val}" for k, val in pt.items())
+            raise SpecError(f"the base measure is negative at {at} (h = {sp.sstr(sp.N(v, 6))}); h(θ) must be ≥ 0 on "
+                            "the support", *where(spec, "base_measure"))
 
 
 def check_minimal(fam: Family, spec):

@@ -354,3 +354,25 @@ def test_an_expectation_finite_on_part_of_the_parameter_space_is_nan_outside_it(
         assert checks["natural gradient vs finite differences"].value < 1e-6
         assert checks["generated update vs symbolic update"].value < 1e-10
         np.testing.assert_allclose([a[2], b[2]], [2.3527977440915695, 1.568531829394379], rtol=1e-12)
+
+
+def test_a_negative_base_measure_and_dependent_statistics_are_named_as_such(tmp_path, capsys):
+    """h = θ − 2 on 0..6 was reported as 'not minimal: the Fisher information is singular'; statistics
+    (log θ, log θ², θ) with two parameters as 'cannot invert the natural parameters: no solution found'."""
+    p = tmp_path / "f.yaml"
+    p.write_text("name: neg_h\nvariable: theta\nsupport: integers 0..6\nparameters:\n  a: {domain: real}\n"
+                 "sufficient_statistics: [theta]\nbase_measure: theta - 2\nnatural_parameters: [a]\n")
+    assert main(["check", str(p)]) == 2
+    assert (f"{p}:7: the base measure is negative at theta = 0 (h = -2.00000); h(θ) must be ≥ 0 on the support"
+            in capsys.readouterr().err)
+    p.write_text("name: dep\nvariable: theta\nsupport: positive\nparameters:\n  a: {domain: positive}\n"
+                 "  b: {domain: positive}\nsufficient_statistics: [log(theta), log(theta**2), theta]\n"
+                 "natural_parameters: [a - 1, a, -b]\n")
+    assert main(["check", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}:8: cannot invert the natural parameters: 3 natural parameters from 2 free parameters (a, b)" in err
+    # h ≥ 0 with zeros is fine: a binomial-like h = θ(6 − θ) on 0..6 vanishes at both ends
+    p.write_text("name: ok\nvariable: theta\nsupport: integers 0..6\nparameters:\n  a: {domain: real}\n"
+                 "sufficient_statistics: [theta]\nbase_measure: theta*(6 - theta)\nnatural_parameters: [a]\n")
+    fam = api.family(str(p))
+    assert float(fam.evaluate(fam.mu_ord[0], {fam.params["a"].symbol: 0.0})) == pytest.approx(3.0, rel=1e-12)
