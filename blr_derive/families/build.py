@@ -69,17 +69,7 @@ def build_family(decl: FamilyDecl) -> Family:
         gaussian_cov=decl.gaussian_cov, sampler=decl.sampler, sampler_accept=decl.sampler_accept, expected_log_h=decl.expected_log_h)
 
     # 1. ordinary <- natural (solve λ = η(params))
-    try:
-        fam.ord_from_nat = {k: defined_inverse(v) for k, v in solve(eta, lam, fam.free_params, symmetric, fam, "nat").items()}
-    except DerivationError as exc:
-        free = [p for p in fam.free_params if p.shape == "scalar"]
-        if len(free) == len(fam.free_params) and not any(is_mat(e) for e in eta) and len(eta) > len(free):
-            # more natural parameters than free parameters: λ ranges over a curve, not an open set
-            raise _err(f"cannot invert the natural parameters: {len(eta)} natural parameters from {len(free)} free "
-                       f"parameter{'s' if len(free) != 1 else ''} ({', '.join(p.name for p in free)}); each needs its "
-                       "own degree of freedom: the sufficient statistics are dependent (e.g. log(θ²) = 2 log θ) or a "
-                       "parameter is missing", spec, "natural_parameters") from None
-        raise _err(f"cannot invert the natural parameters: {exc}", spec, "natural_parameters") from None
+    fam.ord_from_nat = _ord_from_nat(fam, eta, lam, symmetric, spec)
     fam.steps.append(("ordinary from natural", "solved λ = η(params) block by block"))
 
     # 2. log-partition
@@ -140,6 +130,21 @@ def build_family(decl: FamilyDecl) -> Family:
                           f"no closed form ({reason}): numeric, by Newton's method on A(λ) - <λ, μ> "
                           "(Family.numeric_ord_from_mu)"))
     return fam
+
+
+def _ord_from_nat(fam, eta, lam, symmetric, spec):
+    """The ordinary parameters in λ (λ = η(params) solved), or a located error that says why not."""
+    try:
+        return {k: defined_inverse(v) for k, v in solve(eta, lam, fam.free_params, symmetric, fam, "nat").items()}
+    except DerivationError as exc:
+        free = [p for p in fam.free_params if p.shape == "scalar"]
+        if len(free) == len(fam.free_params) and not any(is_mat(e) for e in eta) and len(eta) > len(free):
+            # more natural parameters than free parameters: λ ranges over a curve, not an open set
+            raise _err(f"cannot invert the natural parameters: {len(eta)} natural parameters from {len(free)} free "
+                       f"parameter{'s' if len(free) != 1 else ''} ({', '.join(p.name for p in free)}); each needs its "
+                       "own degree of freedom: the sufficient statistics are dependent (e.g. log(θ²) = 2 log θ) or a "
+                       "parameter is missing", spec, "natural_parameters") from None
+        raise _err(f"cannot invert the natural parameters: {exc}", spec, "natural_parameters") from None
 
 
 #: functions whose presence in μ(ordinary) means sympy will not find a closed-form inverse

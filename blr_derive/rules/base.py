@@ -284,6 +284,16 @@ class Derivation:
     federated: FederatedSteps | None = None
     sensitivities: object = None                      # rules.memory_perturbation.LeaveOneOut, or None
 
+    def expand_defs(self, e):
+        """``e`` with the named quantities of :attr:`defs` written out (a finite sum's probabilities and
+        covariances, an estimate of the Hessian), so that it evaluates from the state, data and hyperparameters."""
+        defs = dict(self.defs)
+        for _ in range(len(defs) + 1):
+            if not isinstance(e, sp.Basic) or not (e.free_symbols & defs.keys()):
+                break
+            e = e.xreplace(defs)
+        return e
+
     def add(self, rule, equation, title, text, equations=()):
         self.steps.append(Step(rule, equation, title, text, list(equations)))
 

@@ -26,6 +26,7 @@ from blr_derive.families.tilting import tilted_expectation
 from blr_derive.rules.base import RULES, NaturalGradient, Rule, register
 from blr_derive.core.nodes import DataSum
 from blr_derive.rules.blr import doit
+from blr_derive.rules.finite_support import FINITE_SIMPLIFY_POINTS, finite_sum
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.core.specialfns import nan_outside, stable_softmax
@@ -141,46 +142,6 @@ def polynomial_expectation(recipe, D, mean_mu, cov_mu, sym):
     D.add("exact", RULES["exact"].equation, "Exact expected loss",
           "The loss is a polynomial in θ: its expectation follows from E[θ] and E[θθᵀ] written in μ."
           + (" It is linear in μ, so the natural gradients are its coefficients (Eq. 14)." if linear else ""),
-          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
-          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
-    return grads
-
-
-#: the most support points whose probabilities finite_sum simplifies one by one
-FINITE_SIMPLIFY_POINTS = 64
-
-
-def finite_sum(recipe, D, points):
-    """E_q[ℓ] = Σ_θ q(θ) ℓ(θ) over a finite support (exact for any explicit loss), then ∇_μ.
-
-    With a closed-form μ → ordinary map the sum is written in μ and differentiated; otherwise it is
-    written in λ and ∇_μ = F(λ)⁻¹ ∇_λ (Eq. 4)."""
-    fam = recipe.family
-    logq = fam.log_density()
-    terms = [(sp.exp(logq.xreplace(pt)), recipe.loss.xreplace(pt)) for pt in points]
-    if fam.ord_from_mu:
-        e_loss = sp.Integer(0)
-        # each probability is simplified on a small support; on a large one (the multinomial's hundreds of count
-        # vectors) a simplify per point dominates and the expansion below does the same work once
-        tidy_q = sp.simplify if len(points) <= FINITE_SIMPLIFY_POINTS else (lambda e: e)
-        for q, l in terms:
-            e_loss += tidy_q(q.xreplace(fam.ord_from_mu)) * l
-        e_loss = sp.expand(e_loss)
-        grads = [sp.expand(sp.diff(e_loss, u)) for u in fam.mu]
-        D.expected_loss = e_loss
-        how = "the support probabilities written in μ"
-    else:
-        lam_of = dict(zip(fam.lam, fam.eta))
-        e_lam = sum((q.xreplace(fam.ord_from_nat) * l for q, l in terms), sp.Integer(0))
-        F = fam.fisher_matrix()
-        d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam])
-        grads = [sp.simplify(sp.simplify(g.rewrite(sp.exp)).xreplace(lam_of)) for g in F.inv() * d]
-        e_loss = sp.simplify(e_lam.xreplace(lam_of))
-        how = "the support probabilities written in λ; ∇_μ = F(λ)⁻¹∇_λ (Eq. 4)"
-    D.natural_gradient = NaturalGradient(list(grads))
-    D.add("exact", RULES["exact"].equation, "Exact expected loss: a finite sum over the support",
-          f"The support of q is finite ({len(points)} points), so E_q[ℓ] = Σ_θ q(θ)ℓ(θ) is exact for any loss; "
-          f"it is differentiated with {how}.",
           [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
     return grads

@@ -88,8 +88,8 @@ def _natural_gradient_fd(recipe, D, points):
     """Worst relative error of the symbolic ∇_μ E_q[ℓ] against central finite differences in μ, at ``points``
     random parameters where E_q[ℓ] is real and finite (others are drawn again, at most MAX_TRIES times as many)."""
     fam = recipe.family
-    E = D.expected_loss
-    grads = D.natural_gradient.grads
+    E = D.expand_defs(D.expected_loss)
+    grads = [D.expand_defs(g) for g in D.natural_gradient.grads]
 
     def one(seed):
         worst = 0.0
