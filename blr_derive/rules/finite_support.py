@@ -6,6 +6,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import logsumexp
 from blr_derive.rules.base import RULES, NaturalGradient
 from blr_derive.rules.program import new_def
 
@@ -22,14 +23,14 @@ COVARIANCE_MAX_DIM = 3
 def covariance_natural_gradient(fam, D, points, loss):
     """∇_μ E_q[ℓ] = F(λ)⁻¹ Cov_q(T, ℓ) with F(λ) = Cov_q(T) (Eq. 4; ∇_λ E_q[ℓ] = Cov_q(T, ℓ) for an exponential
     family), every sum over the finite support written once as a named quantity: the log-partition A, each point's
-    probability q_k = h(θ_k) e^{<λ, T(θ_k)> − A}, the mean μ, the covariances.  Differentiating the closed form of
+    probability q_k = h(θ_k) e^{<λ, T(θ_k)> − A} (A as a logsumexp, finite at large |λ|), the mean μ, the covariances.  Differentiating the closed form of
     E_q[ℓ] in λ and simplifying took minutes for five points with T = log θ (no closed-form μ → ordinary map)."""
     n = len(fam.lam)
     eta = [sp.sympify(e) for e in fam.eta]
     T_at = [[sp.sympify(t).xreplace(pt) for t in fam.T] for pt in points]
     logh = [fam.log_h.xreplace(pt) for pt in points]
     expo = [sp.Add(*[e * t for e, t in zip(eta, T)]) + lh for T, lh in zip(T_at, logh)]
-    A = new_def(D, "A_q", sp.log(sp.Add(*[sp.exp(x) for x in expo])))
+    A = new_def(D, "A_q", logsumexp(*expo) if len(expo) > 1 else expo[0])     # stable for large |λ|
     q = [new_def(D, "q_pt", sp.exp(x - A)) for x in expo]
     mu = [new_def(D, "mu_q", sp.Add(*[qk * T[i] for qk, T in zip(q, T_at)])) for i in range(n)]
     ell = [loss.xreplace(pt) for pt in points]
