@@ -410,6 +410,14 @@ def test_exact_on_a_finite_support_without_a_closed_form_inverse_derives_quickly
     mu = (q * T).sum(axis=0)
     grad = (q * (T - mu) * ell).sum(axis=0) / (q * (T - mu) ** 2).sum(axis=0)
     np.testing.assert_allclose(-out["s"], 0.9 * -s - 0.1 * grad, rtol=1e-13)
+    # far from 0 the log-partition is a logsumexp: finite, the mass on θ = 1 (s = 40) or θ = 5 (s = −40)
+    s = np.array([40.0, -40.0])
+    logq = -s * np.log(k)
+    q = np.exp(logq - np.logaddexp.reduce(logq, axis=0))
+    mu = (q * T).sum(axis=0)
+    grad = (q * (T - mu) * ell).sum(axis=0) / (q * (T - mu) ** 2).sum(axis=0)
+    out = nm.step(nm.init(s=s), rho=0.1)
+    np.testing.assert_allclose(-out["s"], 0.9 * -s - 0.1 * grad, rtol=1e-9)
     from blr_derive.verify.recipe import check_recipe_updates
     checks = {c.name: c.value for c in check_recipe_updates(d.record.recipe)}
     assert checks["natural gradient vs finite differences"] < 1e-6
