@@ -121,7 +121,8 @@ def _others(ir, target, mean, parameter):
                                     "state_init")
         if v.init_state is not None and v.init_state != mean:
             raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; "
-                                    f"the {target} target can only copy the parameters themselves", "state_init")
+                                    f"the {target} target can only copy the parameters themselves: give it a value "
+                                    f"of its own in state_init (e.g. state_init: {{{v.name}: 1.0}})", "state_init")
     return others
 
 

@@ -86,8 +86,14 @@ def _scalar_args(name, args, n):
         raise SpecError(f"{name}() takes exactly {n} arguments")
     out = [as_scalar(a) for a in args]
     if any(is_mat(a) for a in out):
-        raise SpecError(f"{name}() takes scalars, got a matrix expression")
+        raise SpecError(_not_scalar(name))
     return out
+
+
+def _not_scalar(name) -> str:
+    return (f"{name}() takes scalars, got a vector or matrix expression: over the rows of data write "
+            f"sum({name}(X*theta)) with X the data matrix; an elementwise product of two vectors (y*(X*theta)) is "
+            "not a matrix product: give the rows pre-multiplied as data (Z = diag(y)*X)")
 
 
 def _polygamma(name, args):
@@ -127,7 +133,7 @@ def _special(fn, n=None):
             raise SpecError(f"{name}() needs arguments")
         out = [as_scalar(a) for a in args]
         if any(is_mat(a) for a in out):
-            raise SpecError(f"{name}() takes scalars, got a matrix expression")
+            raise SpecError(_not_scalar(name))
         return fn(*out)
     return apply
 

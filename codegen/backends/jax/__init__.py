@@ -94,10 +94,15 @@ class JaxTarget:
             sampling = self.sampling_view(plan, pr, static)
             stats = sampling["stats"]
             names += [s["field"] for s in stats]
-        clash = set(names) & set(RESERVED)
-        if clash or len(set(names)) != len(names):
-            raise CodegenError(f"recipe '{ir.recipe}': the jax target keeps its state under the names {', '.join(names)}"
-                               f" and {', '.join(RESERVED)}; rename the state {', '.join(sorted(clash)) or names}")
+        clash = sorted(set(names) & set(RESERVED))
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if clash:
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target keeps {', '.join(RESERVED)} in its state "
+                                    f"itself; rename the recipe's state {', '.join(clash)}", "approximations")
+        if twice:
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target would keep two states named "
+                                    f"{', '.join(twice)} (a state of the recipe, and the running sum over samples it "
+                                    "keeps as acc_<statistic>); give the recipe's state another name", "approximations")
         factory, state_class, tx_class = (_factory_name(ir.recipe), identifier(f"{ir.class_name}State"),
                                           identifier(f"{ir.class_name}Transformation"))
         _refuse_class_clash(ir, factory, (state_class, tx_class))

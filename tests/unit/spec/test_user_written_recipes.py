@@ -421,3 +421,33 @@ def test_exact_on_a_finite_support_without_a_closed_form_inverse_derives_quickly
     from blr_derive.verify.recipe import check_recipe_updates
     checks = {c.name: c.value for c in check_recipe_updates(d.record.recipe)}
     assert checks["natural gradient vs finite differences"] < 1e-6
+
+
+def test_refusals_that_say_what_to_write(tmp_path, capsys):
+    """Three refusals whose message named the problem but not the way out."""
+    p = tmp_path / "r.yaml"
+    # a function of an elementwise product of two vectors
+    p.write_text("name: lr2\nfamily: gaussian_full\nloss:\n  expression: sum(softplus(-y*(X*theta))) + theta.T*theta/2\n"
+                 "  data:\n    X: {shape: [N, P]}\n    y: {shape: [N]}\napproximations: [delta]\n")
+    assert main([str(p), "--target", "numpy"]) == 2
+    assert "give the rows pre-multiplied as data (Z = diag(y)*X)" in capsys.readouterr().err
+    # the jax target's running sum of the sampled gradient (acc_g) and a recipe state of that name
+    p.write_text("name: hx\nfamily: gaussian_diag\nloss: abstract\nlearning_rate: lr\n"
+                 "hyperparameters: {lr: 0.1, ess: 50.0, beta: 0.9}\nstate_init: {s: ess}\napproximations:\n"
+                 "  - monte_carlo: {samples: 2}\n  - price_estimator\n  - minibatch: {size: ess}\n"
+                 "  - ema_momentum: {rate: beta, state: acc_g}\n")
+    assert main([str(p), "--target", "jax"]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}:7: " in err and "two states named acc_g" in err and "give the recipe's state another name" in err
+
+
+def test_a_state_copied_from_another_says_how_to_start_it_on_torch(tmp_path, capsys):
+    p = tmp_path / "r.yaml"
+    p.write_text("name: nm\nfamily: gaussian_diag\nloss: abstract\nlearning_rate: lr\n"
+                 "hyperparameters: {lr: 0.01, beta2: 0.999, gamma: 0.5}\nstate_init: {s: 1.0}\napproximations:\n"
+                 "  - delta\n  - natural_momentum: {momentum: gamma}\n  - squared_gradient_hessian\n"
+                 "  - separate_learning_rates: {s: 1 - beta2}\n")
+    assert main([str(p), "--target", "torch"]) == 2
+    assert "give it a value of its own in state_init (e.g. state_init: {s_prev: 1.0})" in capsys.readouterr().err
+    p.write_text(p.read_text().replace("state_init: {s: 1.0}", "state_init: {s: 1.0, s_prev: 1.0}"))
+    assert main([str(p), "--target", "torch", "-o", str(tmp_path / "ok.py")]) == 0
