@@ -268,7 +268,7 @@ def test_explain_writes_no_control_bytes_and_no_live_html_in_markdown(tmp_path, 
     out = tmp_path / "r.md"
     assert run_cli(["explain", rec, "-o", out], capsys)[0] == 0
     text = out.read_text()
-    assert "\x1b" not in text and "\x07" not in text and "\\x1b[31m" in text
+    assert "\x1b" not in text and "\x07" not in text and "\\x1b\\[31m" in text     # Markdown's [ escaped too
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; y" in text
 
 
