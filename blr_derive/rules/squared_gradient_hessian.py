@@ -33,7 +33,7 @@ class SquaredGradientHessian(Rule):
         D.views["hess"] = d
         D.frozen.add(d)         # the square of this gradient: later rules add to the Hessian through the view
         record(ctx, "Squared-gradient Hessian", "∇²ℓ ≈ ĝ∘ĝ (Eq. 38; the Gauss–Newton/gradient-magnitude approximation of Eq. 45).",
-                [(h, scale * g**2, r"\approx")])
+                [(d, scale * g**2, r"\approx")])
 
 
 register(SquaredGradientHessian())
