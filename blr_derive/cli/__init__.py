@@ -268,7 +268,7 @@ def main(argv=None) -> int:
     except SystemExit as exc:                         # --help and --version print and exit 0
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # noqa: BLE001 - an engine bug, not bad input: one line, status 3 (README "Safety model")
-        if os.environ.get("BLR_DERIVE_TRACEBACK"):
+        if os.environ.get("BLR_DERIVE_TRACEBACK", "").strip().lower() not in ("", "0", "false", "no", "off"):
             raise
         what = " ".join(str(exc).split())[:200]
         print(_error_line("internal error", f"{type(exc).__name__}: {what} (a bug in blr-derive: please report it "

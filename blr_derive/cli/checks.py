@@ -7,7 +7,7 @@ import re
 import sys
 
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
-from blr_derive.core.budget import derivation_budget
+from blr_derive.core.budget import BudgetExceeded, derivation_budget
 from blr_derive.core.errors import SpecError
 from blr_derive.core.text import quote, terminal_safe
 
@@ -95,8 +95,8 @@ def cmd_verify(argv):
         sys.path.insert(0, os.getcwd())
     try:
         obj = importlib.import_module(module)
-    except ImportError as exc:
-        raise SpecError(f"--against: cannot import '{module}' ({exc})", CMDLINE) from None
+    except (Exception, SystemExit) as exc:               # noqa: BLE001 -- the user's module: any failure is theirs
+        raise SpecError(f"--against: cannot import '{module}' ({type(exc).__name__}: {exc})", CMDLINE) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise SpecError(f"--against: '{module}' has no '{attr}'", CMDLINE)
@@ -104,10 +104,19 @@ def cmd_verify(argv):
     from blr_derive.api import resolve_input
     from blr_derive.testing import equivalent
     path = _recipe_only(resolve_input, args.recipe, "verify takes a recipe (a file or a catalog name)")
-    with derivation_budget(_time_limit(args)):
+    seconds = _time_limit(args)
+    with derivation_budget(seconds):
         try:
             report = equivalent(str(path), obj, names=names, values=values)
         except (ValueError, TypeError) as exc:              # a hyperparameter missing or unknown, not an optimizer
             raise SpecError(str(exc).removeprefix("equivalent(): "), CMDLINE) from None
+        except SystemExit as exc:                           # the user's optimizer exited: not a pass
+            raise SpecError(f"--against: your optimizer called sys.exit({exc.code!r}) during the comparison",
+                            CMDLINE) from None
+        except BudgetExceeded as exc:
+            if exc.file is not None:                        # while the recipe derived: located there
+                raise
+            raise SpecError(f"--against: the comparison did not finish within the time limit of {seconds:g} s (your "
+                            "optimizer's steps; a larger --time-limit allows more)", CMDLINE) from None
     sys.stdout.write(terminal_safe(str(report)) + "\n")
     return 0 if report.equal else 1

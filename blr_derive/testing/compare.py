@@ -10,11 +10,12 @@ import sympy as sp
 import torch
 
 from blr_derive import api
+from blr_derive.core import budget
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.pretty import pretty
 from blr_derive.ir.build import build_ir
 from blr_derive.testing.numpy_side import equivalent_numpy
-from blr_derive.testing.problems import PROBLEMS, agree, completed, describe, draw_seed, settings_for
+from blr_derive.testing.problems import PROBLEMS, agree, brief, completed, describe, draw_seed, settings_for
 from blr_derive.testing.results import Divergence, Report
 
 #: torch.optim's implementation switches: never varied, passed only at their defaults
@@ -191,8 +192,26 @@ class _NotExercised(Exception):
     """A problem or setting the user's optimizer cannot take part in (named in the report)."""
 
 
+def _refuses(make):
+    """The ValueError/TypeError ``make()`` raises (a constructor refusing a setting), or None."""
+    try:
+        make()
+    except (ValueError, TypeError) as exc:
+        return exc
+    return None
+
+
 class _Run:
     """One problem at one dtype and setting: both optimizers stepped together, compared after every step."""
+
+    @staticmethod
+    def user_only(factory, names, problem, dtype, setting, user_kwargs, seed):
+        """The user's optimizer alone, as a run would build it (to tell which of the two refused a setting)."""
+        run = object.__new__(_Run)
+        run.factory, run.names, run.problem, run.setting, run.user_kwargs = factory, names, problem, setting, user_kwargs
+        run.lr_name = "lr" if "lr" in setting else None
+        run.user_lr = names.get("lr", "lr")
+        return run.user(problem.make_params(dtype, seed))
 
     def __init__(self, derived, factory, names, problem, dtype, setting, user_kwargs, seed):
         self.d, self.factory, self.names = derived, factory, names
@@ -339,10 +358,16 @@ def equivalent(recipe, optimizer, *, names: dict | None = None, hyper: dict | No
     derived = _Derived(recipe)
     if framework == "optax" or framework is None and _is_optax(optimizer):
         from blr_derive.testing.optax_side import equivalent_optax     # jax and optax are optional: see LAZY
-        return equivalent_optax(derived, optimizer, names=names, values=values or {}, settings=settings, seed=seed)
-    if _is_numpy_step(optimizer):
-        return equivalent_numpy(derived, optimizer, names=names, values=values or {}, settings=settings, seed=seed)
-    return _equivalent_torch(derived.torch(), optimizer, names, values or {}, settings, dtypes, problems, seed)
+        report = equivalent_optax(derived, optimizer, names=names, values=values or {}, settings=settings, seed=seed)
+    elif _is_numpy_step(optimizer):
+        report = equivalent_numpy(derived, optimizer, names=names, values=values or {}, settings=settings, seed=seed)
+    else:
+        generated = derived.torch()
+        budget.where(None, None)        # from here the optimizers step: a time limit is not the recipe's
+        report = _equivalent_torch(generated, optimizer, names, values or {}, settings, dtypes, problems, seed)
+    if report.equal and report.runs == 0:        # nothing ran: no evidence of equality (every setting refused ...)
+        report.equal, report.nothing_compared = False, True
+    return report
 
 
 def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, problems, seed) -> Report:
@@ -351,8 +376,14 @@ def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, probl
     accepts, var_kw = _accepts(factory)
     defaults = derived.signature(values)
     report = Report(derived.name, label, equal=True)
-    for setting in (settings if settings is not None else settings_for(defaults)):
+    queue = [(s_, None) for s_ in (settings if settings is not None else settings_for(defaults))]
+    tried = []
+    while queue:
+        setting, parent = queue.pop(0)        # parent: the note of the refused setting this one retries
         setting = {**defaults, **setting}
+        if setting in tried:
+            continue
+        tried.append(setting)
         user_kwargs, missing = {}, []
         for k, v in setting.items():
             uk = names.get(k, k)
@@ -372,19 +403,31 @@ def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, probl
                     if str(exc) not in report.skipped:
                         report.skipped.append(str(exc))
                     continue
-                except (ValueError, TypeError) as exc:          # refused by one of them
-                    try:
-                        derived.cls(problem.make_params(dtype, seed), **setting)
-                        gen_refuses = None
-                    except (ValueError, TypeError) as gexc:
-                        gen_refuses = gexc
-                    if gen_refuses is None:
+                except (ValueError, TypeError) as exc:          # refused by one of them, or by both
+                    gen_refuses = _refuses(lambda: derived.cls(problem.make_params(dtype, seed), **setting))
+                    user_refuses = _refuses(lambda: _Run.user_only(factory, names, problem, dtype, setting,
+                                                                  user_kwargs, seed))
+                    if (gen_refuses is None) != (user_refuses is None):
                         report.equal = False
-                        report.divergence = Divergence(problem.name, dname, setting, 0, 0,
-                                                       "constructor", f"raises {type(exc).__name__}: {exc}",
-                                                       "accepts these hyperparameters")
+                        yours, derived_says = ((f"raises {type(user_refuses).__name__}: {user_refuses}",
+                                                "accepts these hyperparameters") if user_refuses is not None else
+                                               ("accepts these hyperparameters",
+                                                f"raises {type(gen_refuses).__name__}: {gen_refuses}"))
+                        report.divergence = Divergence(problem.name, dname, setting, 0, 0, "constructor",
+                                                       yours, derived_says)
                         return report
+                    if gen_refuses is None:                     # neither alone: the failure is the pair's setup
+                        raise exc
+                    if parent is None:
+                        note = f"{brief(setting, defaults)} (both optimizers refuse it: {gen_refuses})"
+                        if note not in report.skipped:
+                            report.skipped.append(note)
+                        # e.g. nesterov with the active setting's dampening: retried with one change undone at a time
+                        queue[:0] = [({**setting, k: defaults[k]}, note) for k in setting
+                                     if k in defaults and setting[k] != defaults[k]]
                     break                                       # both refuse this setting: agreement
+                if parent in report.skipped:                    # a retry runs: the refused setting is exercised
+                    report.skipped.remove(parent)
                 report.runs += 1
                 for k in range(problem.steps):
                     try:

@@ -142,7 +142,9 @@ def describe(yours, derived) -> tuple[str, str]:
 
 def settings_for(defaults: dict) -> list:
     """The hyperparameter settings to run: the defaults; every default that switches a term off (0) switched on
-    and every tiny constant (eps) made visible; then each boolean default False turned on, one at a time."""
+    and every tiny constant (eps) made visible; then each boolean default False turned on, one at a time; then
+    every other float default halved (a setting both optimizers refuse is retried with one change undone at a
+    time: compare.py)."""
     active = dict(defaults)
     for k, v in defaults.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -155,4 +157,24 @@ def settings_for(defaults: dict) -> list:
     for k, v in defaults.items():
         if v is False:
             out.append({**active, k: True})
+    # the other non-zero constants moved (β's, ρ, lr): an optimizer that hard-codes one of them differs here
+    moved = {k: _moved(v) for k, v in defaults.items()}
+    if moved != defaults:
+        out.append(moved)
     return [s for i, s in enumerate(out) if s not in out[:i]]
+
+
+def brief(setting, defaults) -> str:
+    """A setting as the values that differ from the defaults."""
+    changed = {k: v for k, v in setting.items() if defaults.get(k) != v}
+    return "setting " + (", ".join(f"{k}={v!r}" for k, v in changed.items()) or "(defaults)")
+
+
+def _moved(v):
+    """A non-zero float default halved (each element of a tuple of them); flags, integers, zeros and tiny
+    constants (eps: see ``active``) as they are."""
+    if isinstance(v, tuple):
+        return tuple(_moved(x) for x in v)
+    if isinstance(v, float) and not isinstance(v, bool) and abs(v) >= 1e-6:
+        return v / 2
+    return v

@@ -50,6 +50,7 @@ class Report:
     runs: int = 0
     divergence: Divergence | None = None
     skipped: list = field(default_factory=list)        # settings or problems not exercised, and why
+    nothing_compared: bool = False                      # no run at all: not equal, for want of evidence
 
     def __bool__(self):
         return self.equal
@@ -57,6 +58,9 @@ class Report:
     def __str__(self):
         head = (f"{self.optimizer} {'equals' if self.equal else 'is NOT'} the BLR derivation of recipe "
                 f"'{self.recipe}'")
+        if self.nothing_compared:
+            head = (f"{self.optimizer} was NOT compared with the BLR derivation of recipe '{self.recipe}': no setting "
+                    "ran (each was refused by both optimizers or not exercised)")
         lines = [head, f"  {self.runs} runs, {self.steps_checked} steps compared (float64 and float32 within the "
                        "dtype's tolerance)" if self.equal else ""]
         if self.divergence is not None:
