@@ -27,7 +27,7 @@ from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
 from blr_derive.core.errors import BLRError, SpecError
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
-from blr_derive.core.text import did_you_mean, quote, terminal_safe
+from blr_derive.core.text import did_you_mean, file_safe, quote, terminal_safe
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
 from blr_derive.cli.checks import cmd_check, cmd_verify
 
@@ -157,6 +157,8 @@ def cmd_explain(argv):
     _time_option(p)
     args = p.parse_args(argv)
     _check_output(args.output)
+    if args.output not in (None, "-") and _same_file(args.recipe, args.output):
+        raise SpecError("-o names the input file itself; write the report to another file", args.output)
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import derive_file
     with derivation_budget(seconds):
@@ -164,7 +166,8 @@ def cmd_explain(argv):
         _, D = derive_file(ref, sizes)              # a DerivationView: the reports
         render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
         text = render()
-    _emit(terminal_safe(text), args.output)     # a report file is read in terminals and editors too: no control bytes
+    # a report file is read in terminals and editors too: no control bytes; ordinary Unicode kept in a file
+    _emit(terminal_safe(text) if args.output in (None, "-") else file_safe(text), args.output)
     return 0
 
 

@@ -52,9 +52,16 @@ def write_atomic(path: Path, text: str):
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
-        umask = os.umask(0)                            # mkstemp creates 0600; give the usual 0666 & ~umask
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        try:                                            # an existing file keeps its permissions (a private 0600
+            mode = stat.S_IMODE(os.stat(target).st_mode)    # file stayed private, a read-only one is refused)
+        except OSError:
+            umask = os.umask(0)                        # a new file: mkstemp creates 0600; the usual 0666 & ~umask
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        else:
+            if not mode & stat.S_IWUSR:
+                raise SpecError("is read-only; make it writable or write to another file", str(path))
+        os.chmod(tmp, mode)
         problem = output_problem(target)              # replaced by something else meanwhile?
         if problem is not None:
             raise SpecError(problem, str(path))

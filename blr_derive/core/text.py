@@ -53,6 +53,20 @@ def terminal_safe(text: str) -> str:
                    for c in text)
 
 
+#: what file_safe escapes besides control characters: the bidirectional overrides and isolates ("Trojan source")
+_BIDI = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def file_safe(text: str) -> str:
+    """Text for a report file, read in editors and terminals: control characters (but newline and tab) and the
+    bidirectional controls written as escapes; ordinary Unicode (a no-break space, a soft hyphen, a joiner in a
+    name) kept as it is."""
+    import unicodedata
+    return "".join(c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   if (unicodedata.category(c) == "Cc" and c not in "\n\t") or c in _BIDI or c in "\u2028\u2029"
+                   else c for c in text)
+
+
 class Expanded(str):
     """A string that a size template produced (``blr_derive/core/sizes.py``): the expression grammar accepts it up to
     ``MAX_EXPANDED_LENGTH`` characters instead of 2000, since its template is at most 4000 characters, the sizes it

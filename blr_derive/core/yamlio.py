@@ -7,6 +7,7 @@ each entry so errors can name the line of the offending value.
 from __future__ import annotations
 
 import math
+import re
 import os
 import stat
 
@@ -83,6 +84,11 @@ def _convert(node, loader, file, seen=None):
         value = loader.construct_object(node)
     except (ValueError, OverflowError):          # e.g. an integer of 5000 digits (int-to-str limit)
         raise SpecError("number too large", file, node.start_mark.line + 1) from None
+    if isinstance(value, str) and node.style is None and _EXPONENT_FLOAT.fullmatch(value):
+        # YAML 1.1 (PyYAML) reads 1e-8 as text, YAML 1.2 and every user as a number
+        value = float(value)
+        if not math.isfinite(value):
+            raise SpecError("number too large", file, node.start_mark.line + 1)
     if isinstance(value, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in value):
         raise SpecError("a string holds an unpaired surrogate (\\ud800-\\udfff): not valid Unicode text", file,
                         node.start_mark.line + 1)
@@ -92,6 +98,9 @@ def _convert(node, loader, file, seen=None):
         raise SpecError("number too large", file, node.start_mark.line + 1)
     return value
 
+
+#: a number with an exponent and no dot (1e-8, 2E5): a float in YAML 1.2, text to PyYAML's YAML 1.1 resolver
+_EXPONENT_FLOAT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
 
 MAX_NESTING = 64
 

@@ -451,3 +451,31 @@ def test_a_state_copied_from_another_says_how_to_start_it_on_torch(tmp_path, cap
     assert "give it a value of its own in state_init (e.g. state_init: {s_prev: 1.0})" in capsys.readouterr().err
     p.write_text(p.read_text().replace("state_init: {s: 1.0}", "state_init: {s: 1.0, s_prev: 1.0}"))
     assert main([str(p), "--target", "torch", "-o", str(tmp_path / "ok.py")]) == 0
+
+
+def test_command_line_outputs_respect_the_users_files(tmp_path, capsys):
+    """1e-8 was text to YAML 1.1 ('a string default needs choices'); explain -o INPUT replaced the recipe; -o onto
+    a private 0600 file made it 0644 and a read-only file was replaced; a no-break space in a title was written to
+    a report file as the text '\\xa0'."""
+    import os
+    import stat
+    p = tmp_path / "e.yaml"
+    p.write_text("name: e\ntitle: \"a\u00a0b\"\nfamily: gaussian_diag\nloss: abstract\nlearning_rate: lr\n"
+                 "hyperparameters:\n  lr: 0.1\n  eps: {default: 1e-8}\nstate_init: {s: 1.0}\n"
+                 "approximations: [delta, squared_gradient_hessian, {square_root_scaling: {param: s, eps: eps}}]\n")
+    out = tmp_path / "e.py"
+    out.write_text("private\n")
+    os.chmod(out, 0o600)
+    assert main([str(p), "-o", str(out)]) == 0
+    assert '"eps": 1e-08,' in out.read_text() and stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    os.chmod(out, 0o444)
+    before = out.read_text()
+    assert main([str(p), "-o", str(out)]) == 2
+    assert f"{out}: is read-only; make it writable or write to another file" in capsys.readouterr().err
+    assert out.read_text() == before
+    recipe = p.read_text()
+    assert main(["explain", str(p), "-o", str(p)]) == 2
+    assert "-o names the input file itself" in capsys.readouterr().err and p.read_text() == recipe
+    report = tmp_path / "e.md"
+    assert main(["explain", str(p), "-o", str(report)]) == 0
+    assert "a\u00a0b" in report.read_text()
