@@ -479,3 +479,16 @@ def test_command_line_outputs_respect_the_users_files(tmp_path, capsys):
     report = tmp_path / "e.md"
     assert main(["explain", str(p), "-o", str(report)]) == 0
     assert "a\u00a0b" in report.read_text()
+
+
+def test_check_refuses_what_its_quadrature_cannot_integrate_accurately(capsys):
+    """A correct 4-D family failed normalization (6e-7) and fisher_vs_covariance (3e-5) on the 4-D grid, with the
+    hint 'check log_partition and base_measure'; a Dirichlet at K = 6 got an unlocated message that named --dim."""
+    assert main(["check", "gaussian_fixed_cov", "--dim", "4", "--points", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "gaussian_fixed_cov.yaml: the numeric checks integrate over at most 3 coordinates accurately" in err
+    assert "use a smaller --dim" in err
+    assert main(["check", "dirichlet", "--size", "K=6", "--points", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "dirichlet.yaml: " in err and "at size K = 6 has 5 (use a smaller --size)" in err
+    assert main(["check", "gaussian_fixed_cov", "--dim", "3", "--points", "1"]) == 0
