@@ -1,6 +1,8 @@
 """``blr-derive compare A B``: what separates two algorithms (the Table 1 view of Khan & Rue 2023)."""
 from __future__ import annotations
 
+import os
+
 from blr_derive.core.pretty import pretty
 from blr_derive.derive.driver import derive_file
 from blr_derive.rules.base import RULES
@@ -50,10 +52,28 @@ def compare_recipes(path_a, path_b) -> str:
         lines.append(f"  - add {_approx_words(b)}  {_rule_words(b.name)}")
     for a, b in changed:
         lines.append(f"  - change {_approx_words(a)} -> {_approx_words(b)}")
-    if same_family and not only_a and not only_b and not changed and la == lb:
-        lines.append("  - nothing: the recipes derive the same update")
+    family_differs = same_family and _family_text(ra.family) != _family_text(rb.family)
+    if family_differs:              # two families that share a name (a user's copy of a built-in, edited)
+        fa, fb = (os.path.basename(str(f.file)) if f.file else "built-in" for f in (ra.family, rb.family))
+        lines.append(f"  - change the declaration of family {ra.family.name} ({fa} -> {fb}: its statistics, natural "
+                     "parameters or log-partition differ)")
+    order_a = [a.name for a in ra.approximations]
+    order_b = [b.name for b in rb.approximations]
+    if not only_a and not only_b and order_a != order_b:
+        lines.append(f"  - reorder the approximations ({', '.join(order_a)} -> {', '.join(order_b)}): rules apply in order")
+    if same_family and not only_a and not only_b and not changed and la == lb and not family_differs \
+            and order_a == order_b:
+        same = list(Da.update_lines(pretty)) == list(Db.update_lines(pretty))
+        lines.append("  - nothing: the recipes derive the same update" if same else
+                     "  - nothing in the recipes' rules, but the derived updates differ (below): hyperparameter "
+                     "defaults, state_init or data")
     lines.append("")
     for r, D in ((ra, Da), (rb, Db)):
         lines.append(f"{r.name} update:")
         lines += [f"  {l}" for l in D.update_lines(pretty)]
     return "\n".join(lines) + "\n"
+
+
+def _family_text(fam) -> tuple:
+    """What a family's derivations depend on, as text: two families with one name compare by their content."""
+    return (str(fam.T), str(fam.h), str(fam.eta), str(fam.A), str(fam.support))

@@ -492,3 +492,39 @@ def test_check_refuses_what_its_quadrature_cannot_integrate_accurately(capsys):
     err = capsys.readouterr().err
     assert "dirichlet.yaml: " in err and "at size K = 6 has 5 (use a smaller --size)" in err
     assert main(["check", "gaussian_fixed_cov", "--dim", "3", "--points", "1"]) == 0
+
+
+COV2 = """name: gaussian_fixed_cov
+variable: {name: theta, shape: vector}
+dimension: P
+support: real
+parameters:
+  m: {shape: vector, domain: real}
+sufficient_statistics: [theta]
+base_measure: (4*pi)**(-P/2)*exp(-theta.T*theta/4)
+natural_parameters: [m/2]
+log_partition: lambda1.T*lambda1
+gaussian: {mean: m, covariance: 2*eye(P)}
+"""
+
+
+def test_compare_names_what_separates_recipes_with_the_same_rules(tmp_path, capsys):
+    """Two recipes with the same rules in another order, or over two families of one name, were reported as
+    'nothing: the recipes derive the same update' above two different updates."""
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    body = ("family: {fam}\nloss: abstract\nhyperparameters: {{rho: 0.1, wd: 0.01}}\nstate_init: {{s: 1.0}}\n"
+            "approximations: [delta, {rules}]\n")
+    a.write_text("name: a\n" + body.format(fam="gaussian_diag", rules="{weight_decay: {coefficient: wd}}, squared_gradient_hessian"))
+    b.write_text("name: b\n" + body.format(fam="gaussian_diag", rules="squared_gradient_hessian, {weight_decay: {coefficient: wd}}"))
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "reorder the approximations (delta, weight_decay, squared_gradient_hessian -> delta, " in out
+    assert "nothing" not in out
+    a.write_text("name: a\nfamily: gaussian_fixed_cov\nloss: abstract\napproximations: [delta]\n")
+    b.write_text(f"name: b\nfamily: {tmp_path / 'cov2.yaml'}\nloss: abstract\napproximations: [delta]\n")
+    (tmp_path / "cov2.yaml").write_text(COV2)
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "change the declaration of family gaussian_fixed_cov (built-in -> cov2.yaml" in out or \
+        "change the declaration of family gaussian_fixed_cov (gaussian_fixed_cov.yaml -> cov2.yaml" in out
+    assert "nothing" not in out
