@@ -337,7 +337,9 @@ class Mixture(Candidate):
         recipe = parse_single(spec, file, base_dir, load)
         # the weights and fixed components' values are expressions of the recipe's hyperparameters
         recipe.family.bind({**{h.name: h.symbol for h in recipe.hyper if h.kind in ("float", "int")},
-                            **{en: es for h in recipe.hyper if h.kind == "tuple" for en, es in h.elements}})
+                            **{en: es for h in recipe.hyper if h.kind == "tuple" for en, es in h.elements}},
+                           {h.symbol: sp.Float(h.default) for h in recipe.hyper
+                            if h.kind in ("float", "int") and isinstance(h.default, (int, float))})
         return recipe
 
     def owns(self, recipe) -> bool:

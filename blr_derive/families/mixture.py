@@ -169,8 +169,10 @@ class MixtureFamily:
         return self.base.evaluate(expr, values, dim)
 
     # ------------------------------------------------------------------ weights and fixed values
-    def bind(self, hyper_symbols: dict):
-        """Parse the weights and the fixed components' values (expressions in the recipe's hyperparameters)."""
+    def bind(self, hyper_symbols: dict, defaults: dict | None = None):
+        """Parse the weights and the fixed components' values (expressions in the recipe's hyperparameters); with
+        the hyperparameters' ``defaults`` ({symbol: number}), weights that are not in (0, 1) there, or whose last
+        one (1 minus the others) is not, are a located error (the step was NaN for every input)."""
         spec = self.spec
         syms = dict(hyper_symbols)
         if self.base.dim is not None:
@@ -189,10 +191,13 @@ class MixtureFamily:
             for i, w in enumerate(weights):
                 ws.append(_parse(w, syms, f"weight {i + 1}", weights, i))
             ws.append(1 - sp.Add(*ws))
-            for w in ws:
-                if w.is_number and not (0 < float(w) < 1):
+            for k, w in enumerate(ws):
+                at = w.xreplace(defaults or {})
+                if at.is_number and not (0 < float(at) < 1):
                     f, l = where(spec, "weights")
-                    raise SpecError("mixture weights must lie in (0, 1) and sum to 1", f, l)
+                    how = "" if w.is_number else (f" (at the hyperparameters' defaults weight {k + 1} is "
+                                                  f"{float(at):g})")
+                    raise SpecError(f"mixture weights must lie in (0, 1) and sum to 1{how}", f, l)
         for c, w in zip(self.components, ws):
             c.weight = w
         for c in self.components:

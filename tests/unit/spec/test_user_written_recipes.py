@@ -528,3 +528,17 @@ def test_compare_names_what_separates_recipes_with_the_same_rules(tmp_path, caps
     assert "change the declaration of family gaussian_fixed_cov (built-in -> cov2.yaml" in out or \
         "change the declaration of family gaussian_fixed_cov (gaussian_fixed_cov.yaml -> cov2.yaml" in out
     assert "nothing" not in out
+
+
+def test_mixture_weights_given_as_hyperparameters_are_checked_at_their_defaults(tmp_path, capsys):
+    """Weights w1 = 0.7, w2 = 0.6 (the third, 1 − w1 − w2, negative) generated a step that was NaN for every input;
+    literal weights were already checked."""
+    p = tmp_path / "m.yaml"
+    text = ("name: m\nfamily: {mixture: gaussian_diag, components: 3, weights: [w1, w2]}\nloss: abstract\n"
+            "approximations: [delta]\nhyperparameters:\n  w1: {default: 0.7}\n  w2: {default: W2}\n")
+    p.write_text(text.replace("W2", "0.6"))
+    assert main([str(p), "--target", "numpy"]) == 2
+    assert (f"{p}:2: mixture weights must lie in (0, 1) and sum to 1 (at the hyperparameters' defaults weight 3 is "
+            "-0.3)") in capsys.readouterr().err
+    p.write_text(text.replace("W2", "0.2"))
+    assert main([str(p), "--target", "numpy", "-o", str(tmp_path / "ok.py")]) == 0
