@@ -28,11 +28,12 @@ def _client(mod, global_state, hyper):
     return _copy(mod.init(hyper, **{k: v for k, v in global_state.items() if k in mod.STATE}))
 
 
-def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hyper=None, rng=None):
-    """One client's part of a round: local BLR steps, the dual step and the message (new state, dual, message)."""
+def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hyper=None, rng=None, data=None):
+    """One client's part of a round: local BLR steps, the dual step and the message (new state, dual, message).
+    ``data``: the client's own data of an explicit loss (its rows X, y, ...), next to the round's prior site."""
     hyper = hyper or {}
     step_hp = {k: v for k, v in hyper.items() if k in mod.HYPERPARAMETERS}
-    data = mod.client_data(global_state, dual)
+    data = {**(data or {}), **mod.client_data(global_state, dual)}
     for _ in range(local_steps):
         kw = {"rng": rng} if rng is not None else {}
         state = mod.step(state, oracles=oracles, data=data, **kw, **step_hp)
@@ -41,8 +42,9 @@ def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hype
 
 
 def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=None, rngs=None, client_states=None,
-             callback=None):
-    """Run ``rounds`` rounds with K = len(client_oracles) clients in this process.
+             callback=None, client_data=None):
+    """Run ``rounds`` rounds with K = len(client_oracles) clients in this process (``client_data``: each client's
+    data of an explicit loss, a list of K mappings).
 
     Returns ``(global_state, client_states, duals)``; ``callback(round, global_state, client_states, duals)``
     is called after every round (e.g. to record iterates)."""
@@ -52,11 +54,13 @@ def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=
     states = [_copy(s) for s in client_states] if client_states is not None else [_client(mod, g, hyper) for _ in range(K)]
     duals = [mod.init_dual(s) for s in states]
     rngs = rngs or [None] * K
+    client_data = client_data or [None] * K
     for r in range(rounds):
         total = None
         for k in range(K):
             states[k], duals[k], msg = client_round(mod, states[k], duals[k], g, client_oracles[k],
-                                                    local_steps=local_steps, hyper=hyper, rng=rngs[k])
+                                                    local_steps=local_steps, hyper=hyper, rng=rngs[k],
+                                                    data=client_data[k])
             total = msg if total is None else {n: total[n] + msg[n] for n in msg}
         g = mod.server_step(total, K, **hyper)
         if callback is not None:
@@ -65,7 +69,7 @@ def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=
 
 
 def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, rng=None, state=None, server=0,
-             dedicated_server=False, callback=None):
+             dedicated_server=False, callback=None, data=None):
     """This process's part of ``rounds`` rounds over the default ``torch.distributed`` process group.
 
     ``oracles`` are this rank's (ignored on a dedicated server).  Every rank passes the same initial
@@ -83,7 +87,7 @@ def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, r
     for r in range(rounds):
         if is_client:
             state, dual, msg = client_round(mod, state, dual, g, oracles, local_steps=local_steps, hyper=hyper,
-                                            rng=rng)
+                                            rng=rng, data=data)
         else:
             msg = zero
         names = list(mod.FEDERATED_MESSAGES)
