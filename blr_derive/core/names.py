@@ -106,4 +106,3 @@ def check_name_at(name, what: str, container, key=None, scope: str = "symbol") -
         return name
     f, l = where(container, key)
     return check_name(name, what, f, l, scope)
-

@@ -7,8 +7,8 @@ each entry so errors can name the line of the offending value.
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 import stat
 
 import yaml

@@ -31,11 +31,10 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
     model = FamilyModel(fam, dim)
     outer = model.ndim_u - len(getattr(model, "gaussian_coords", ()))
     if not model.discrete and outer > MAX_QUADRATURE_DIM:
-        sized = ", ".join(f"{k} = {v}" for k, v in getattr(fam, "sizes", ()) or ())
-        at = f"at size {sized}" if sized and not fam.dim else f"at dimension {dim}"
+        sized = None if fam.dim else ", ".join(f"{k} = {v}" for k, v in getattr(fam, "sizes", ()) or ())
+        at, option = (f"at size {sized}", "--size") if sized else (f"at dimension {dim}", "--dim")
         raise SpecError(f"the numeric checks integrate over at most {MAX_QUADRATURE_DIM} coordinates accurately; "
-                        f"family '{fam.name}' {at} has {outer} (use a smaller "
-                        f"{'--size' if sized and not fam.dim else '--dim'})", getattr(fam, "file", None), None)
+                        f"family '{fam.name}' {at} has {outer} (use a smaller {option})", getattr(fam, "file", None))
     nf = model.nf
     d = nf.dim
     worst: dict = {}

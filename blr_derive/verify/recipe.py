@@ -21,6 +21,25 @@ from blr_derive.verify.update import compare_update
 MAX_TRIES = 10
 
 
+def _at_finite_inputs(points, at):
+    """``at(seed)`` at seeds 0, 1, ... until ``points`` of them gave a value; None, or a TypeError (complex),
+    ValueError, OverflowError or ZeroDivisionError, means the input lies where the derivation has no finite value,
+    and another is drawn, at most ``points × MAX_TRIES`` in all.  Returns (values, number skipped)."""
+    values, skipped = [], 0
+    for seed in range(points * MAX_TRIES):
+        if len(values) == points:
+            break
+        try:
+            v = at(seed)
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+            v = None
+        if v is None:
+            skipped += 1
+        else:
+            values.append(v)
+    return values, skipped
+
+
 def check_recipe_updates(recipe, points: int = 3) -> list:
     """The generated numpy update against the symbolic update it was derived as, at random inputs.
 
@@ -28,27 +47,21 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     D = derive(recipe)
     mod = types.ModuleType(f"_blr_check_{recipe.name}")
     exec(compile(emit(build_ir(D, recipe.name), "numpy"), f"<generated {recipe.name}>", "exec"), mod.__dict__)
-    worst, used, skipped = 0.0, 0, 0
-    for seed in range(points * MAX_TRIES):
-        if used == points:
-            break
-        try:
-            pairs = [(np.asarray(g, dtype=float), np.asarray(s_, dtype=float))
-                     for _, g, s_ in compare_update(recipe, D, mod, seed)]
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
-            pairs = None                     # complex or undefined: the symbolic update has no real value here
-        if pairs is None or not all(np.all(np.isfinite(s_)) for _, s_ in pairs):
-            # outside the region where the update is finite (e.g. E[θ] under an inverse gamma needs α > 1)
-            skipped += 1
-            continue
-        used += 1
-        for g, s_ in pairs:
-            worst = max(worst, float(np.max(np.abs(g - s_)) / max(1.0, float(np.max(np.abs(s_))))))
-    note = f"numpy target, {used} random inputs"
+
+    def at(seed):                            # complex or undefined (TypeError ...): no real value, drawn again
+        pairs = [(np.asarray(g, dtype=float), np.asarray(s_, dtype=float))
+                 for _, g, s_ in compare_update(recipe, D, mod, seed)]
+        if not all(np.all(np.isfinite(s_)) for _, s_ in pairs):
+            return None                      # outside the region where it is finite (E[θ] under an inverse gamma: α > 1)
+        errs = [float(np.max(np.abs(g - s_)) / max(1.0, float(np.max(np.abs(s_))))) for g, s_ in pairs]
+        return max((e if np.isfinite(e) else float("inf") for e in errs), default=0.0)   # a NaN generated value fails
+    errors, skipped = _at_finite_inputs(points, at)
+    worst = max(errors, default=float("inf"))
+    note = f"numpy target, {len(errors)} random inputs"
     if skipped:
         note += f" ({skipped} skipped where the symbolic update is not finite)"
-    if not used:
-        worst, note = float("inf"), f"no random input of {skipped} gave a finite symbolic update"
+    if not errors:
+        note = f"no random input of {skipped} gave a finite symbolic update"
     checks = [Check("generated update vs symbolic update", worst, 1e-10, note=note, group="codegen")]
     if D.expected_loss is not None and D.natural_gradient is not None:
         checks.append(Check("natural gradient vs finite differences", _natural_gradient_fd(recipe, D, points), 1e-6,
@@ -90,6 +103,7 @@ def _natural_gradient_fd(recipe, D, points):
     fam = recipe.family
     E = D.expand_defs(D.expected_loss)
     grads = [D.expand_defs(g) for g in D.natural_gradient.grads]
+    ordinary = {p.symbol for p in fam.free_params} & getattr(E, "free_symbols", set())
 
     def one(seed):
         worst = 0.0
@@ -115,8 +129,6 @@ def _natural_gradient_fd(recipe, D, points):
         for u, m in zip(fam.mu, fam.mu_ord):
             v = evaluate(m, env, dims)
             mu[u] = np.asarray(v, dtype=float) if is_mat(u) else float(v)
-        ordinary = {p.symbol for p in fam.free_params} & getattr(E, "free_symbols", set())
-
         def f(point):
             if not ordinary:
                 return float(evaluate(E, {**env, **point}, dims))
@@ -146,14 +158,6 @@ def _natural_gradient_fd(recipe, D, points):
                     worst = max(worst, abs(fd - want) / max(1.0, abs(want)))
         return worst
 
-    worst, used = 0.0, 0
-    for seed in range(points * MAX_TRIES):
-        if used == points:
-            break
-        try:
-            value = one(seed)
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
-            continue                    # E_q[ℓ] not real here (outside the region where it is finite)
-        if np.isfinite(value):
-            worst, used = max(worst, value), used + 1
-    return worst if used else float("inf")
+    # E_q[ℓ] not real or not finite at a seed: outside the region where it is finite, drawn again
+    errors, _ = _at_finite_inputs(points, lambda seed: (lambda v: v if np.isfinite(v) else None)(one(seed)))
+    return max(errors, default=float("inf"))
