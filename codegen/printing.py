@@ -33,10 +33,18 @@ class HostConditionalMixin:
     def _print_binary(self, expr):
         return f"(-1.0 if {self.parenthesize(expr.args[0], 0)} < 0 else 1.0)"
 
+    #: how a target selects elementwise: "where({test}, {x})" completed with its NaN; None on the host (Python's
+    #: conditional expression on numbers)
+    NAN_WHERE = None
+
     def _print_nan_outside(self, expr):
+        """x where every condition c_i > 0, else NaN (``core.specialfns.nan_outside``)."""
         x, *conds = expr.args
-        test = " and ".join(f"{self._print(c)} > 0" for c in conds)
-        return f"({self._print(x)} if {test} else math.nan)"
+        if self.NAN_WHERE is None:
+            test = " and ".join(f"{self._print(c)} > 0" for c in conds)
+            return f"({self._print(x)} if {test} else math.nan)"
+        test = " & ".join(f"({self._print(c)} > 0)" for c in conds)
+        return self.NAN_WHERE.format(test=test, x=self._print(x))
 
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr)

@@ -201,22 +201,12 @@ def _check_defined(ir, r):
     """An update that sympy reduced to ∞/0 or NaN (a family whose maps leave their domain, e.g. λ = exp(exp(α)))
     cannot be printed as code: one located error, not a printer's KeyError."""
     for s_, e in ir.assignments:
-        if isinstance(e, sp.Basic) and _undefined(e):
+        if isinstance(e, sp.Basic) and e.has(sp.zoo, sp.nan):
             spec = getattr(r, "spec", None)
             line = spec.line_of("approximations") if hasattr(spec, "line_of") and "approximations" in spec else None
             raise SpecError(f"the derived update of '{s_}' is undefined (it contains ∞/0 or NaN): the family's maps "
                             "or the loss leave their domain; check natural_parameters against the parameters' "
                             "domains", r.file, line)
-
-
-def _undefined(e) -> bool:
-    """∞/0 or NaN in ``e`` other than as the value of a Piecewise branch (a guarded NaN: the update outside the
-    region where an expectation is finite)."""
-    if e is sp.nan or e is sp.zoo:
-        return True
-    if isinstance(e, sp.Piecewise):
-        return any(b.expr is not sp.nan and _undefined(b.expr) for b in e.args)
-    return any(_undefined(a) for a in e.args if isinstance(a, sp.Basic))
 
 
 def _check_peer_states(r, state):

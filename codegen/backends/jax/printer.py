@@ -132,10 +132,7 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
     def _print_Function(self, expr):
         raise UnsupportedTarget(f"the {self.TARGET_NAME} target cannot print {type(expr).__name__}")
 
-    def _print_nan_outside(self, expr):
-        x, *conds = expr.args
-        test = " & ".join(f"({self._print(c)} > 0)" for c in conds)
-        return f"jnp.where({test}, {self._print(x)}, jnp.nan)"
+    NAN_WHERE = "jnp.where({test}, {x}, jnp.nan)"
 
     def _print_binary(self, expr):
         return f"jnp.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"

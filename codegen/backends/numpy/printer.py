@@ -262,10 +262,7 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
     def _print_softplus(self, expr):
         return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
 
-    def _print_nan_outside(self, expr):
-        x, *conds = expr.args
-        test = " & ".join(f"({self._print(c)} > 0)" for c in conds)
-        return f"numpy.where({test}, {self._print(x)}, numpy.nan)"
+    NAN_WHERE = "numpy.where({test}, {x}, numpy.nan)"
 
     def _print_binary(self, expr):
         return f"numpy.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"

@@ -297,10 +297,7 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
     def _print_Function(self, expr):
         raise UnsupportedTarget(f"the {self.TARGET_NAME} target cannot print {type(expr).__name__}")
 
-    def _print_nan_outside(self, expr):
-        x, *conds = expr.args
-        test = " & ".join(f"({self._print(c)} > 0)" for c in conds)
-        return f"torch.where({test}, {self._print(x)}, math.nan)"
+    NAN_WHERE = "torch.where({test}, {x}, math.nan)"
 
     def _print_binary(self, expr):
         return f"torch.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"

@@ -214,10 +214,7 @@ class TritonPrinter(ElementwisePrinter):
         x = self._print(expr.args[0])
         return f"tl.where({x} < 0, -1.0, tl.zeros_like({x}) + 1.0)"
 
-    def _print_nan_outside(self, expr):
-        x, *conds = expr.args
-        test = " & ".join(f"({self._print(c)} > 0)" for c in conds)
-        return f"tl.where({test}, {self._print(x)}, float('nan'))"
+    NAN_WHERE = "tl.where({test}, {x}, float('nan'))"
 
     def _print_sech(self, expr):
         self.helpers.add("_sech")
