@@ -13,7 +13,7 @@ from blr_derive.core.errors import CodegenError
 from blr_derive.core.pretty import pretty
 from blr_derive.ir.build import build_ir
 from blr_derive.testing.numpy_side import equivalent_numpy
-from blr_derive.testing.runs import _NotExercised, _refuses, _Run
+from blr_derive.testing.runs import _NotExercised, _refuses, _Run, user_optimizer
 from blr_derive.testing.problems import PROBLEMS, brief, completed, describe, settings_for
 from blr_derive.testing.results import Divergence, Report
 
@@ -230,8 +230,8 @@ def _equivalent_torch(derived, optimizer, names, values, settings, dtypes, probl
                     continue
                 except (ValueError, TypeError) as exc:          # refused by one of them, or by both
                     gen_refuses = _refuses(lambda: derived.cls(problem.make_params(dtype, seed), **setting))
-                    user_refuses = _refuses(lambda: _Run.user_only(factory, names, problem, dtype, setting,
-                                                                  user_kwargs, seed))
+                    user_refuses = _refuses(lambda: user_optimizer(factory, names, problem, setting, user_kwargs,
+                                                                  problem.make_params(dtype, seed)))
                     if (gen_refuses is None) != (user_refuses is None):
                         report.equal = False
                         report.divergence = _constructor_divergence(problem, dname, setting, gen_refuses, user_refuses)

@@ -48,17 +48,16 @@ def _refuses(make):
     return None
 
 
+def user_optimizer(factory, names, problem, setting, user_kwargs, params):
+    """The user's optimizer over ``params`` for one problem and setting, with its own names for the learning rate
+    (``names['lr']``) and hyperparameters (``user_kwargs``)."""
+    user_lr = names.get("lr", "lr")
+    lr_name = user_lr if "lr" in setting else None
+    return factory(_groups(params, problem, lr_name, {user_lr: setting.get("lr")}), **user_kwargs)
+
+
 class _Run:
     """One problem at one dtype and setting: both optimizers stepped together, compared after every step."""
-
-    @staticmethod
-    def user_only(factory, names, problem, dtype, setting, user_kwargs, seed):
-        """The user's optimizer alone, as a run would build it (to tell which of the two refused a setting)."""
-        run = object.__new__(_Run)
-        run.factory, run.names, run.problem, run.setting, run.user_kwargs = factory, names, problem, setting, user_kwargs
-        run.lr_name = "lr" if "lr" in setting else None
-        run.user_lr = names.get("lr", "lr")
-        return run.user(problem.make_params(dtype, seed))
 
     def __init__(self, derived, factory, names, problem, dtype, setting, user_kwargs, seed):
         self.d, self.factory, self.names = derived, factory, names
@@ -82,9 +81,8 @@ class _Run:
         return self.d.cls(_groups(params, self.problem, self.lr_name, self.setting), **self.setting)
 
     def user(self, params):
-        """The user's optimizer over ``params``, with its own names for the learning rate and hyperparameters."""
-        return self.factory(_groups(params, self.problem, self.user_lr if self.lr_name else None,
-                                    {self.user_lr: self.setting.get("lr")}), **self.user_kwargs)
+        """The user's optimizer over ``params`` (:func:`user_optimizer`)."""
+        return user_optimizer(self.factory, self.names, self.problem, self.setting, self.user_kwargs, params)
 
     def reload(self):
         sd_g, sd_u = copy.deepcopy(self.og.state_dict()), copy.deepcopy(self.ou.state_dict())
