@@ -27,8 +27,9 @@ CONVENTION = "a peer's convention, not a BLR step"
 
 #: characters with a meaning anywhere in a line of Markdown (code, emphasis, links, headings, math, tables)
 _MD_INLINE = re.compile(r"([\\`*_\[\]#$|~])")
-#: what opens a block at the start of a line: a list item, a numbered item, a thematic break or setext underline
-_MD_LINE_START = re.compile(r"^([-+=]|\d+[.)])")
+#: what opens a block at the start of a line: a list item, a numbered item, a thematic break or setext underline;
+#: the backslash goes where the match ends (before the '-', or after the number of '1.')
+_MD_LINE_START = re.compile(r"^(?=[-+=])|^\d+(?=[.)])")
 
 
 def _md(text) -> str:
@@ -37,8 +38,7 @@ def _md(text) -> str:
     syntax (a line of ``` opened a code block that swallowed the rest of the report; '# ...' became a heading and
     '$$...$$' math).  Lines are kept as hard line breaks, without their indentation (an indented code block)."""
     s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    lines = [_MD_LINE_START.sub(lambda m: "\\" + m.group(1) if not m.group(1)[0].isdigit()
-                                else m.group(1)[:-1] + "\\" + m.group(1)[-1], _MD_INLINE.sub(r"\\\1", line.strip()))
+    lines = [_MD_LINE_START.sub(lambda m: m.group(0) + "\\", _MD_INLINE.sub(r"\\\1", line.strip()), count=1)
              for line in s.splitlines()]
     return "  \n".join(line for line in lines if line) if len(lines) > 1 else (lines[0] if lines else "")
 
