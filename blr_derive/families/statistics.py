@@ -6,6 +6,8 @@ import numpy as np
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
+from blr_derive.families.numeric import MODULES
+from blr_derive.families.partition import support_points
 from blr_derive.spec.vocabulary import count_total, integer_range
 
 
@@ -31,13 +33,43 @@ def linear_in_statistics(fam, expr):
             c0 += coeff
             continue
         for i, t in enumerate(targets):
-            ratio = sp.simplify(dep / t) if t != 0 else None
+            if t == 0 or _varies(fam, dep / t):
+                continue
+            ratio = sp.simplify(dep / t)
             if ratio is not None and not fam.depends_on_variable(ratio):
                 cs[i] += coeff * ratio
                 break
         else:
             return None
     return c0, [sp.expand(c) for c in cs]
+
+
+def _varies(fam, ratio, points: int = 3) -> bool:
+    """Whether ``ratio`` takes different values at a few random points of the support (the other symbols fixed at
+    random positive values): then it is no θ-free coefficient, and ``sp.simplify`` of it, which can take minutes on
+    a deeply nested expression (``sigmoid`` eight deep), is not needed to say so.  The ratio is compiled to numpy
+    once and evaluated in double precision: substituting numbers into the tree and ``evalf`` re-evaluate every
+    nested argument and take exponential time in the depth.  False when it cannot tell."""
+    pts = support_points(fam, limit=points + 1)            # a finite support: its own (distinct) points
+    if pts:
+        pts = pts[::max(1, len(pts) // (points + 1))][:points + 1]
+    else:
+        pts = random_support_points(fam, np.random.default_rng(11), points)
+    if not pts or len(pts) < 2:
+        return False
+    variables = sorted(pts[0], key=str)
+    others = sorted(ratio.free_symbols - set(variables), key=str)
+    try:
+        f = sp.lambdify(variables + others, ratio, modules=MODULES)
+        with np.errstate(all="ignore"):
+            values = [complex(f(*[float(pt[v]) for v in variables], *[0.7 + 0.3 * i for i in range(len(others))]))
+                      for pt in pts]
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError, NameError, AttributeError):
+        return False
+    if not all(np.isfinite(v) for v in values):
+        return False
+    scale = max(1.0, max(abs(v) for v in values))
+    return max(abs(v - values[0]) for v in values) > 1e-6 * scale
 
 
 def log_h_linear(fam):

@@ -20,6 +20,36 @@ FINITE_SIMPLIFY_POINTS = 64
 COVARIANCE_MAX_DIM = 3
 
 
+#: how deeply non-polynomial functions may nest in a loss before its value at each support point is a named quantity
+NESTED_INLINE = 2
+
+
+def _nesting(e) -> int:
+    """How deeply functions (exp, log, sigmoid, powers with non-integer exponents, ...) nest in ``e``."""
+    if not isinstance(e, sp.Basic) or not e.args:
+        return 0
+    inner = max(_nesting(a) for a in e.args)
+    own = isinstance(e, sp.Function) or (isinstance(e, sp.Pow) and not e.exp.is_Integer)
+    return inner + int(own)
+
+
+def point_losses(D, loss, points):
+    """ℓ(θ_k) at each support point.  A loss whose functions nest deeper than :data:`NESTED_INLINE` is not evaluated
+    at the points symbolically: substituting numbers makes sympy evaluate every nested argument numerically again,
+    in time exponential in the depth (sigmoid eight deep took minutes), and so does every later rebuild of the
+    tree (common subexpressions, printing).  Each point's coordinates are instead named quantities of the update
+    program (``theta_pt = -1``) and ℓ at them another (``loss_pt``), computed by the generated code: the sums over
+    the support and their derivatives in μ or λ see one symbol per point (E_q[ℓ] = Σ_k q_k ℓ_k is linear in
+    the ℓ_k)."""
+    if _nesting(loss) <= NESTED_INLINE:
+        return [loss.xreplace(pt) for pt in points]
+    out = []
+    for pt in points:
+        at = {c: new_def(D, f"{c}_pt", sp.sympify(v)) for c, v in pt.items() if loss.has(c)}
+        out.append(new_def(D, "loss_pt", loss.xreplace(at)))
+    return out
+
+
 def covariance_natural_gradient(fam, D, points, loss):
     """∇_μ E_q[ℓ] = F(λ)⁻¹ Cov_q(T, ℓ) with F(λ) = Cov_q(T) (Eq. 4; ∇_λ E_q[ℓ] = Cov_q(T, ℓ) for an exponential
     family), every sum over the finite support written once as a named quantity: the log-partition A, each point's
@@ -33,7 +63,7 @@ def covariance_natural_gradient(fam, D, points, loss):
     A = new_def(D, "A_q", logsumexp(*expo) if len(expo) > 1 else expo[0])     # stable for large |λ|
     q = [new_def(D, "q_pt", sp.exp(x - A)) for x in expo]
     mu = [new_def(D, "mu_q", sp.Add(*[qk * T[i] for qk, T in zip(q, T_at)])) for i in range(n)]
-    ell = [loss.xreplace(pt) for pt in points]
+    ell = loss if isinstance(loss, list) else point_losses(D, loss, points)
     cov = [new_def(D, "cov_q", sp.Add(*[qk * (T[i] - mu[i]) * lk for qk, T, lk in zip(q, T_at, ell)]))
            for i in range(n)]
     F = sp.zeros(n, n)
@@ -51,7 +81,8 @@ def finite_sum(recipe, D, points):
     written in λ and ∇_μ = F(λ)⁻¹ ∇_λ (Eq. 4)."""
     fam = recipe.family
     logq = fam.log_density()
-    terms = [(sp.exp(logq.xreplace(pt)), recipe.loss.xreplace(pt)) for pt in points]
+    ell = point_losses(D, recipe.loss, points)
+    terms = [(sp.exp(logq.xreplace(pt)), l) for pt, l in zip(points, ell)]
     if fam.ord_from_mu:
         e_loss = sp.Integer(0)
         # each probability is simplified on a small support; on a large one (the multinomial's hundreds of count
@@ -64,7 +95,7 @@ def finite_sum(recipe, D, points):
         D.expected_loss = e_loss
         how = "the support probabilities written in μ"
     elif len(fam.lam) <= COVARIANCE_MAX_DIM and not any(is_mat(l) for l in fam.lam):
-        grads = covariance_natural_gradient(fam, D, points, recipe.loss)
+        grads = covariance_natural_gradient(fam, D, points, ell)
         e_loss = sum((q * l for q, l in terms), sp.Integer(0))
         D.expected_loss = e_loss
         how = ("the support probabilities q(θ) as named quantities: ∇_λ E_q[ℓ] = Cov_q(T, ℓ) and F(λ) = Cov_q(T), "
