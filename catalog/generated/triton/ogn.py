@@ -112,6 +112,33 @@ def _oracle(p, read, name):
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(ess, lr, beta, prior_precision):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    ess = _number("ess", ess)
+    lr = _number("lr", lr)
+    beta = _number("beta", beta)
+    prior_precision = _number("prior_precision", prior_precision)
+    if not ((ess >= 0)):
+        raise ValueError("Invalid ess: " + str(ess))
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((beta >= 0)):
+        raise ValueError("Invalid beta: " + str(beta))
+    if not ((prior_precision >= 0)):
+        raise ValueError("Invalid prior_precision: " + str(prior_precision))
+
+
 class _Layout:
     """One parameter group laid out for the kernels: element offsets, fp32 state buffers, chunk tables."""
 
@@ -191,14 +218,7 @@ class OGN(torch.optim.Optimizer):
     """
 
     def __init__(self, params, ess, lr=0.01, beta=0.01, prior_precision=1.0, *, fused=None):
-        if not ess >= 0:
-            raise ValueError(f"Invalid ess: {ess}")
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not beta >= 0:
-            raise ValueError(f"Invalid beta: {beta}")
-        if not prior_precision >= 0:
-            raise ValueError(f"Invalid prior_precision: {prior_precision}")
+        _validate(ess, lr, beta, prior_precision)
         defaults = dict(ess=ess, lr=lr, beta=beta, prior_precision=prior_precision, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}
