@@ -205,11 +205,20 @@ def _validate(ess, lr, beta, prior_precision, mc_samples):
 
 def _oracle(params, read, name):
     """Oracle values other than the gradient are read from an attribute of each parameter (p.<name>),
-    set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK)."""
+    set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK): a tensor
+    of the parameter's shape on its device (another shape is refused, never broadcast)."""
     try:
-        return [read(p) for p in params]
+        values = [read(p) for p in params]
     except AttributeError:
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
+    for p, value in zip(params, values):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"p.{name} must be a tensor, got {type(value).__name__}")
+        if value.shape != p.shape:
+            raise ValueError(f"p.{name} has shape {tuple(value.shape)}, the parameter {tuple(p.shape)}")
+        if value.device != p.device:
+            raise ValueError(f"p.{name} is on {value.device}, the parameter on {p.device}")
+    return values
 
 
 def _kernel(m, s, g, avg_ggn, *host):

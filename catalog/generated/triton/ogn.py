@@ -105,11 +105,20 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _h0, _h1, _h3, _h4, _h5, _h2: tl.cons
 
 def _oracle(p, read, name):
     """Oracle values other than the gradient are read from an attribute of each parameter (p.<name>),
-    set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK)."""
+    set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK): a tensor
+    of the parameter's shape on its device (the kernels read it through a pointer, as many elements as the
+    parameter has: another shape or device is refused before any launch)."""
     try:
-        return read(p)
+        value = read(p)
     except AttributeError:
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"p.{name} must be a tensor, got {type(value).__name__}")
+    if value.shape != p.shape:
+        raise ValueError(f"p.{name} has shape {tuple(value.shape)}, the parameter {tuple(p.shape)}")
+    if value.device != p.device:
+        raise ValueError(f"p.{name} is on {value.device}, the parameter on {p.device}")
+    return value
 
 
 def _number(name, value):
