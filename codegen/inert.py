@@ -25,6 +25,7 @@ import json
 import keyword
 import math
 import re
+from pathlib import Path
 
 import sympy as sp
 
@@ -138,12 +139,17 @@ def _finalize(value):
     return value
 
 
+#: the templates every target shares (``codegen/templates``), found after the target's own
+SHARED_TEMPLATES = Path(__file__).parent / "templates"
+
+
 def template_env(folder):
     """The jinja2 environment every target renders with: deterministic, strict about undefined names, with the
-    rendering helpers as filters and ``finalize`` refusing raw prose."""
+    rendering helpers as filters and ``finalize`` refusing raw prose.  Templates are looked up in the target's
+    ``folder``, then in the shared :data:`SHARED_TEMPLATES` (e.g. ``_validate.py.j2``, the constructor checks)."""
     import jinja2
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(folder)), keep_trailing_newline=True, trim_blocks=True,
+        loader=jinja2.FileSystemLoader([str(folder), str(SHARED_TEMPLATES)]), keep_trailing_newline=True, trim_blocks=True,
         lstrip_blocks=True, undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
         bytecode_cache=template_bytecode_cache(),
     )

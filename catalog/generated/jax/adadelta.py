@@ -89,8 +89,23 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, rho, eps, weight_decay):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if _concrete(rho) and not ((0 <= rho) and (rho <= 1)):
+        raise ValueError("Invalid rho value: " + str(rho))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if _concrete(weight_decay) and not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
 
 
 class AdadeltaState(NamedTuple):
@@ -111,14 +126,7 @@ def adadelta(lr=1.0, rho=0.9, eps=1e-06, weight_decay=0.0):
         eps (default 1e-06): added inside both square roots
         weight_decay (default 0.0): prior precision delta (coupled L2)
     """
-    if _concrete(lr) and not ((lr >= 0)):
-        raise ValueError("Invalid learning rate: " + str(lr))
-    if _concrete(rho) and not ((0 <= rho) and (rho <= 1)):
-        raise ValueError("Invalid rho value: " + str(rho))
-    if _concrete(eps) and not ((eps >= 0)):
-        raise ValueError("Invalid epsilon value: " + str(eps))
-    if _concrete(weight_decay) and not ((weight_decay >= 0)):
-        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    _validate(lr, rho, eps, weight_decay)
 
     def _init(_params):
         return AdadeltaState(

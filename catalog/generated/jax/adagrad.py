@@ -86,8 +86,25 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, lr_decay, weight_decay, initial_accumulator_value, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if _concrete(lr_decay) and not ((lr_decay >= 0)):
+        raise ValueError("Invalid lr_decay value: " + str(lr_decay))
+    if _concrete(weight_decay) and not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if _concrete(initial_accumulator_value) and not ((initial_accumulator_value >= 0)):
+        raise ValueError("Invalid initial_accumulator_value value: " + str(initial_accumulator_value))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
 
 
 class AdagradState(NamedTuple):
@@ -109,16 +126,7 @@ def adagrad(lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0
         initial_accumulator_value (default 0.0): initial value of the sum of squared gradients
         eps (default 1e-10): added to the square root of the sum
     """
-    if _concrete(lr) and not ((lr >= 0)):
-        raise ValueError("Invalid learning rate: " + str(lr))
-    if _concrete(lr_decay) and not ((lr_decay >= 0)):
-        raise ValueError("Invalid lr_decay value: " + str(lr_decay))
-    if _concrete(weight_decay) and not ((weight_decay >= 0)):
-        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
-    if _concrete(initial_accumulator_value) and not ((initial_accumulator_value >= 0)):
-        raise ValueError("Invalid initial_accumulator_value value: " + str(initial_accumulator_value))
-    if _concrete(eps) and not ((eps >= 0)):
-        raise ValueError("Invalid epsilon value: " + str(eps))
+    _validate(lr, lr_decay, weight_decay, initial_accumulator_value, eps)
 
     def _init(_params):
         return AdagradState(

@@ -82,8 +82,21 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, initial_accumulator_value, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if _concrete(initial_accumulator_value) and not ((initial_accumulator_value >= 0)):
+        raise ValueError("Invalid initial_accumulator_value: " + str(initial_accumulator_value))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
 
 
 class AdagradOptaxState(NamedTuple):
@@ -102,6 +115,7 @@ def adagrad_optax(lr=0.01, initial_accumulator_value=0.1, eps=1e-07):
         initial_accumulator_value (default 0.1): initial value of the sum of squared gradients
         eps (default 1e-07): added to the sum inside the square root
     """
+    _validate(lr, initial_accumulator_value, eps)
 
     def _init(_params):
         return AdagradOptaxState(

@@ -92,8 +92,28 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, betas, eps, weight_decay):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if len(betas) != 2:
+        raise ValueError("Invalid betas: " + repr(betas) + " (expected 2 values)")
+    beta1, beta2 = betas
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if _concrete(beta1) and not ((0 <= beta1) and (beta1 < 1)):
+        raise ValueError("Invalid beta parameter at index 0: " + str(beta1))
+    if _concrete(beta2) and not ((0 <= beta2) and (beta2 < 1)):
+        raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
+    if _concrete(weight_decay) and not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
 
 
 class AdamWState(NamedTuple):
@@ -117,18 +137,9 @@ def adamw(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=Fa
         weight_decay (default 0.01): decoupled weight decay
         amsgrad (default False): use the running maximum of the scale
     """
+    _validate(lr, betas, eps, weight_decay)
     beta1, beta2 = betas
     amsgrad = bool(amsgrad)
-    if _concrete(lr) and not ((lr >= 0)):
-        raise ValueError("Invalid learning rate: " + str(lr))
-    if _concrete(eps) and not ((eps >= 0)):
-        raise ValueError("Invalid epsilon value: " + str(eps))
-    if _concrete(beta1) and not ((0 <= beta1) and (beta1 < 1)):
-        raise ValueError("Invalid beta parameter at index 0: " + str(beta1))
-    if _concrete(beta2) and not ((0 <= beta2) and (beta2 < 1)):
-        raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
-    if _concrete(weight_decay) and not ((weight_decay >= 0)):
-        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
 
     def _init(_params):
         return AdamWState(

@@ -83,8 +83,39 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(lr, temperature, train_set_size, prior_p, momentum, mc_samples, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(mc_samples) and not _integral(mc_samples):
+        raise ValueError("Invalid mc_samples: " + repr(mc_samples) + " (expected an integer)")
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if _concrete(temperature) and not ((temperature >= 0)):
+        raise ValueError("Invalid temperature: " + str(temperature))
+    if _concrete(train_set_size) and not ((train_set_size >= 0)):
+        raise ValueError("Invalid train_set_size: " + str(train_set_size))
+    if _concrete(prior_p) and not ((prior_p >= 0)):
+        raise ValueError("Invalid prior_p: " + str(prior_p))
+    if _concrete(momentum) and not ((momentum >= 0)):
+        raise ValueError("Invalid momentum: " + str(momentum))
+    if _concrete(mc_samples) and not ((mc_samples >= 0)):
+        raise ValueError("Invalid mc_samples: " + str(mc_samples))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
 
 
 class BayesBiNNState(NamedTuple):
@@ -125,6 +156,7 @@ def bayesbinn(lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, moment
         mc_samples (default 1): relaxed samples per step
         eps (default 1e-10): floor on both factors of s where tanh saturates (0: Eq. 51 exactly)
     """
+    _validate(lr, temperature, train_set_size, prior_p, momentum, mc_samples, eps)
 
     def _init(_params):
         return BayesBiNNState(

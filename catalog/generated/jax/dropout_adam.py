@@ -91,8 +91,28 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, betas, eps, pi1):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if len(betas) != 2:
+        raise ValueError("Invalid betas: " + repr(betas) + " (expected 2 values)")
+    beta1, beta2 = betas
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if _concrete(beta1) and not ((beta1 >= 0)):
+        raise ValueError("Invalid betas value at index 0: " + str(beta1))
+    if _concrete(beta2) and not ((beta2 >= 0)):
+        raise ValueError("Invalid betas value at index 1: " + str(beta2))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
+    if _concrete(pi1) and not ((pi1 >= 0)):
+        raise ValueError("Invalid pi1: " + str(pi1))
 
 
 class DropoutAdamState(NamedTuple):
@@ -132,6 +152,7 @@ def dropout_adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, pi1=0.5):
         eps (default 1e-08): added to the square root of the scale
         pi1 (default 0.5): keep probability of a weight (the slab's weight)
     """
+    _validate(lr, betas, eps, pi1)
     beta1, beta2 = betas
 
     def _init(_params):

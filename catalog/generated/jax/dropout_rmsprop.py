@@ -84,8 +84,23 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, alpha, eps, pi1):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if _concrete(alpha) and not ((alpha >= 0)):
+        raise ValueError("Invalid alpha: " + str(alpha))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
+    if _concrete(pi1) and not ((pi1 >= 0)):
+        raise ValueError("Invalid pi1: " + str(pi1))
 
 
 class DropoutRMSpropState(NamedTuple):
@@ -123,6 +138,7 @@ def dropout_rmsprop(lr=0.01, alpha=0.99, eps=1e-08, pi1=0.5):
         eps (default 1e-08): added to the square root of the scale
         pi1 (default 0.5): keep probability of a weight (the slab's weight)
     """
+    _validate(lr, alpha, eps, pi1)
 
     def _init(_params):
         return DropoutRMSpropState(

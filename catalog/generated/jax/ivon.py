@@ -112,8 +112,43 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(lr, ess, hess_init, beta1, beta2, weight_decay, mc_samples, hess_approx, clip_radius):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(mc_samples) and not _integral(mc_samples):
+        raise ValueError("Invalid mc_samples: " + repr(mc_samples) + " (expected an integer)")
+    if hess_approx not in ["price", "gradsq"]:
+        raise ValueError("Invalid hess_approx: " + repr(hess_approx) + " (choices: price, gradsq)")
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if _concrete(mc_samples) and not ((mc_samples >= 1)):
+        raise ValueError("Invalid number of MC samples: " + str(mc_samples))
+    if _concrete(weight_decay) and not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight decay: " + str(weight_decay))
+    if _concrete(hess_init) and not ((hess_init > 0)):
+        raise ValueError("Invalid Hessian initialization: " + str(hess_init))
+    if _concrete(ess) and not ((ess > 0)):
+        raise ValueError("Invalid effective sample size: " + str(ess))
+    if _concrete(clip_radius) and not ((clip_radius > 0)):
+        raise ValueError("Invalid clipping radius: " + str(clip_radius))
+    if _concrete(beta1) and not ((0 <= beta1) and (beta1 <= 1)):
+        raise ValueError("Invalid beta1 parameter: " + str(beta1))
+    if _concrete(beta2) and not ((0 <= beta2) and (beta2 <= 1)):
+        raise ValueError("Invalid beta2 parameter: " + str(beta2))
 
 
 class IVONState(NamedTuple):
@@ -161,27 +196,10 @@ def ivon(lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, 
         rescale_lr (default True): multiply lr by (hess_init + weight_decay)
         debias (default True): bias-correct the gradient EMA
     """
-    if hess_approx not in ('price', 'gradsq'):
-        raise ValueError(f"Invalid hess_approx: {hess_approx!r} (choices: price, gradsq)")
+    _validate(lr, ess, hess_init, beta1, beta2, weight_decay, mc_samples, hess_approx, clip_radius)
     hess_approx__price = hess_approx == "price"
     rescale_lr = bool(rescale_lr)
     debias = bool(debias)
-    if _concrete(lr) and not ((lr >= 0)):
-        raise ValueError("Invalid learning rate: " + str(lr))
-    if _concrete(mc_samples) and not ((mc_samples >= 1)):
-        raise ValueError("Invalid number of MC samples: " + str(mc_samples))
-    if _concrete(weight_decay) and not ((weight_decay >= 0)):
-        raise ValueError("Invalid weight decay: " + str(weight_decay))
-    if _concrete(hess_init) and not ((hess_init > 0)):
-        raise ValueError("Invalid Hessian initialization: " + str(hess_init))
-    if _concrete(ess) and not ((ess > 0)):
-        raise ValueError("Invalid effective sample size: " + str(ess))
-    if _concrete(clip_radius) and not ((clip_radius > 0)):
-        raise ValueError("Invalid clipping radius: " + str(clip_radius))
-    if _concrete(beta1) and not ((0 <= beta1) and (beta1 <= 1)):
-        raise ValueError("Invalid beta1 parameter: " + str(beta1))
-    if _concrete(beta2) and not ((0 <= beta2) and (beta2 <= 1)):
-        raise ValueError("Invalid beta2 parameter: " + str(beta2))
 
     def _init(_params):
         return IVONState(

@@ -99,8 +99,30 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, betas, eps, weight_decay, momentum_decay):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if len(betas) != 2:
+        raise ValueError("Invalid betas: " + repr(betas) + " (expected 2 values)")
+    beta1, beta2 = betas
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if _concrete(beta1) and not ((0 <= beta1) and (beta1 < 1)):
+        raise ValueError("Invalid beta parameter at index 0: " + str(beta1))
+    if _concrete(beta2) and not ((0 <= beta2) and (beta2 < 1)):
+        raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
+    if _concrete(weight_decay) and not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if _concrete(momentum_decay) and not ((momentum_decay >= 0)):
+        raise ValueError("Invalid momentum_decay value: " + str(momentum_decay))
 
 
 class NAdamState(NamedTuple):
@@ -125,20 +147,9 @@ def nadam(lr=0.002, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, momentum_de
         momentum_decay (default 0.004): psi of the momentum schedule beta1*(1 - 0.96^(t*psi)/2)
         decoupled_weight_decay (default False): shrink the mean by lr*weight_decay outside the preconditioner (AdamW-style)
     """
+    _validate(lr, betas, eps, weight_decay, momentum_decay)
     beta1, beta2 = betas
     decoupled_weight_decay = bool(decoupled_weight_decay)
-    if _concrete(lr) and not ((lr >= 0)):
-        raise ValueError("Invalid learning rate: " + str(lr))
-    if _concrete(eps) and not ((eps >= 0)):
-        raise ValueError("Invalid epsilon value: " + str(eps))
-    if _concrete(beta1) and not ((0 <= beta1) and (beta1 < 1)):
-        raise ValueError("Invalid beta parameter at index 0: " + str(beta1))
-    if _concrete(beta2) and not ((0 <= beta2) and (beta2 < 1)):
-        raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
-    if _concrete(weight_decay) and not ((weight_decay >= 0)):
-        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
-    if _concrete(momentum_decay) and not ((momentum_decay >= 0)):
-        raise ValueError("Invalid momentum_decay value: " + str(momentum_decay))
 
     def _init(_params):
         return NAdamState(

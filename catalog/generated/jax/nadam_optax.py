@@ -87,8 +87,23 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, b1, b2, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if _concrete(b1) and not ((b1 >= 0)):
+        raise ValueError("Invalid b1: " + str(b1))
+    if _concrete(b2) and not ((b2 >= 0)):
+        raise ValueError("Invalid b2: " + str(b2))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
 
 
 class NAdamOptaxState(NamedTuple):
@@ -110,6 +125,7 @@ def nadam_optax(lr=0.001, b1=0.9, b2=0.999, eps=1e-08):
         b2 (default 0.999): EMA rate of the scale
         eps (default 1e-08): added to the square root of the scale
     """
+    _validate(lr, b1, b2, eps)
 
     def _init(_params):
         return NAdamOptaxState(

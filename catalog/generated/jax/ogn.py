@@ -87,8 +87,23 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(ess, lr, beta, prior_precision):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(ess) and not ((ess >= 0)):
+        raise ValueError("Invalid ess: " + str(ess))
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if _concrete(beta) and not ((beta >= 0)):
+        raise ValueError("Invalid beta: " + str(beta))
+    if _concrete(prior_precision) and not ((prior_precision >= 0)):
+        raise ValueError("Invalid prior_precision: " + str(prior_precision))
 
 
 class OGNState(NamedTuple):
@@ -111,6 +126,7 @@ def ogn(ess, lr=0.01, beta=0.01, prior_precision=1.0):
         beta (default 0.01): learning rate of the precision (Eq. 36; beta = lr gives Eq. 44)
         prior_precision (default 1.0): prior precision delta of R(theta) = delta*||theta||^2/2
     """
+    _validate(ess, lr, beta, prior_precision)
 
     def _init(_params):
         return OGNState(

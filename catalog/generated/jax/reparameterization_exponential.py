@@ -44,11 +44,13 @@ SHAPES = {
 SYMMETRIC = ()
 
 
-def _array(name, value, dims):
+def _array(name, value, dims, oracle=None):
     """``value`` as a float jax array of the shape SHAPES[name] declares, binding the dimensions it names in
     ``dims``; a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not
-    symmetric is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).
-    Shapes are static under jax.jit; the symmetry of a traced value (a jax tracer) is not checked."""
+    symmetric is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).  A
+    matrix in SYMMETRIC must be finite: a NaN or an infinity is reported as such, naming the ``oracle`` that
+    returned the value (if any) and the entry, before the symmetry test that it would fail.  Shapes are static
+    under jax.jit; the values of a traced array (a jax tracer) are not checked."""
     a = jnp.asarray(value, dtype=float)
     shape = SHAPES[name]
     if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
@@ -63,11 +65,16 @@ def _array(name, value, dims):
     for d, n in zip(shape, a.shape):
         if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
             raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
-    # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
-    if (name in SYMMETRIC and a.size and not isinstance(a, jax.core.Tracer)
-            and not bool(jnp.allclose(a, jnp.swapaxes(a, -1, -2), rtol=0,
-                                      atol=1e-8 * max(1.0, float(jnp.abs(a).max()))))):
-        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    if name in SYMMETRIC and a.size and not isinstance(a, jax.core.Tracer):
+        bad = jnp.argwhere(~jnp.isfinite(a))
+        if len(bad):
+            at = tuple(int(i) for i in bad[0])
+            what = "NaN" if bool(jnp.isnan(a[at])) else "inf" if bool(a[at] > 0) else "-inf"
+            source = f"oracle '{oracle}' returned" if oracle else f"{name} holds"
+            raise ValueError(f"{source} {what} at {name}[{', '.join(map(str, at))}]")
+        # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
+        if not bool(jnp.allclose(a, jnp.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, float(jnp.abs(a).max())))):
+            raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a
 
 
@@ -127,7 +134,7 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
         dlam1, = _carry
         u = jax.random.uniform(_keys[_k], _shape, dtype=float)
         theta_k = -jnp.log(u)/r
-        g_k = _array("g_k", oracles["grad"](theta_k), _dims)
+        g_k = _array("g_k", oracles["grad"](theta_k), _dims, "grad")
         dlam1 = dlam1 + (-g_k*jnp.log(u)/r**2 - dlam1) / (_k + 1)
         return (dlam1, ), None
 

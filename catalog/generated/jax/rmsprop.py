@@ -93,8 +93,25 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, alpha, eps, weight_decay, momentum):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if _concrete(momentum) and not ((momentum >= 0)):
+        raise ValueError("Invalid momentum value: " + str(momentum))
+    if _concrete(weight_decay) and not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if _concrete(alpha) and not ((alpha >= 0)):
+        raise ValueError("Invalid alpha value: " + str(alpha))
 
 
 class RMSpropState(NamedTuple):
@@ -119,17 +136,8 @@ def rmsprop(lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, cent
         momentum (default 0.0): heavy-ball momentum
         centered (default False): precondition with the gradient variance
     """
+    _validate(lr, alpha, eps, weight_decay, momentum)
     centered = bool(centered)
-    if _concrete(lr) and not ((lr >= 0)):
-        raise ValueError("Invalid learning rate: " + str(lr))
-    if _concrete(eps) and not ((eps >= 0)):
-        raise ValueError("Invalid epsilon value: " + str(eps))
-    if _concrete(momentum) and not ((momentum >= 0)):
-        raise ValueError("Invalid momentum value: " + str(momentum))
-    if _concrete(weight_decay) and not ((weight_decay >= 0)):
-        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
-    if _concrete(alpha) and not ((alpha >= 0)):
-        raise ValueError("Invalid alpha value: " + str(alpha))
 
     def _init(_params):
         return RMSpropState(

@@ -94,8 +94,25 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, decay, eps, initial_scale, momentum):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if _concrete(decay) and not ((decay >= 0)):
+        raise ValueError("Invalid decay: " + str(decay))
+    if _concrete(eps) and not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
+    if _concrete(initial_scale) and not ((initial_scale >= 0)):
+        raise ValueError("Invalid initial_scale: " + str(initial_scale))
+    if _concrete(momentum) and not ((momentum >= 0)):
+        raise ValueError("Invalid momentum: " + str(momentum))
 
 
 class RMSpropOptaxState(NamedTuple):
@@ -121,6 +138,7 @@ def rmsprop_optax(lr=0.01, decay=0.9, eps=1e-08, initial_scale=0.0, centered=Fal
         momentum (default 0.0): heavy-ball momentum (optax's momentum=None is 0)
         nesterov (default False): Nesterov momentum
     """
+    _validate(lr, decay, eps, initial_scale, momentum)
     centered = bool(centered)
     nesterov = bool(nesterov)
 

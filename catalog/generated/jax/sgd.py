@@ -82,8 +82,24 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr, momentum, dampening, weight_decay, nesterov):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    nesterov = bool(nesterov)
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if _concrete(momentum) and not ((momentum >= 0)):
+        raise ValueError("Invalid momentum value: " + str(momentum))
+    if _concrete(weight_decay) and not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if _concrete(dampening, momentum) and not ((dampening == 0) and (momentum > 0) or not nesterov):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
 
 class SGDState(NamedTuple):
@@ -105,15 +121,8 @@ def sgd(lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)
         weight_decay (default 0.0): prior precision delta (coupled L2)
         nesterov (default False): Nesterov momentum
     """
+    _validate(lr, momentum, dampening, weight_decay, nesterov)
     nesterov = bool(nesterov)
-    if _concrete(lr) and not ((lr >= 0)):
-        raise ValueError("Invalid learning rate: " + str(lr))
-    if _concrete(momentum) and not ((momentum >= 0)):
-        raise ValueError("Invalid momentum value: " + str(momentum))
-    if _concrete(weight_decay) and not ((weight_decay >= 0)):
-        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
-    if _concrete(dampening, momentum, nesterov) and not ((dampening == 0) and (momentum > 0) or not nesterov):
-        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def _init(_params):
         return SGDState(

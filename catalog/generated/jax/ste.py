@@ -72,8 +72,17 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _validate(lr):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
 
 
 class STEState(NamedTuple):
@@ -90,6 +99,7 @@ def ste(lr=0.01):
     Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
         lr (default 0.01): learning rate alpha of Eq. 48
     """
+    _validate(lr)
 
     def _init(_params):
         return STEState(

@@ -89,8 +89,35 @@ def _tree(treedef, leaves):
 
 
 def _concrete(*values):
-    """Whether the hyperparameters are Python values (not traced), so that they can be checked in Python."""
-    return all(isinstance(v, (bool, int, float, str)) for v in values)
+    """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
+    optax.inject_hyperparams update)."""
+    return not any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(ess, lr, beta, prior_precision, mc_samples):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    if _concrete(mc_samples) and not _integral(mc_samples):
+        raise ValueError("Invalid mc_samples: " + repr(mc_samples) + " (expected an integer)")
+    if _concrete(ess) and not ((ess >= 0)):
+        raise ValueError("Invalid ess: " + str(ess))
+    if _concrete(lr) and not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if _concrete(beta) and not ((beta >= 0)):
+        raise ValueError("Invalid beta: " + str(beta))
+    if _concrete(prior_precision) and not ((prior_precision >= 0)):
+        raise ValueError("Invalid prior_precision: " + str(prior_precision))
+    if _concrete(mc_samples) and not ((mc_samples >= 0)):
+        raise ValueError("Invalid mc_samples: " + str(mc_samples))
 
 
 class VOGNState(NamedTuple):
@@ -129,6 +156,7 @@ def vogn(ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1):
         prior_precision (default 1.0): prior precision delta
         mc_samples (default 1): samples of q per step
     """
+    _validate(ess, lr, beta, prior_precision, mc_samples)
 
     def _init(_params):
         return VOGNState(

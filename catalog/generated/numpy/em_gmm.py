@@ -71,10 +71,12 @@ SHAPES = {
 SYMMETRIC = ("L", )
 
 
-def _array(name, value, dims):
+def _array(name, value, dims, oracle=None):
     """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
     a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
-    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).  A matrix in
+    SYMMETRIC must be finite: a NaN or an infinity is reported as such, naming the ``oracle`` that returned the
+    value (if any) and the entry, before the symmetry test that it would fail."""
     a = numpy.asarray(value, dtype=float)
     shape = SHAPES[name]
     if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
@@ -89,10 +91,16 @@ def _array(name, value, dims):
     for d, n in zip(shape, a.shape):
         if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
             raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
-    # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
-    if name in SYMMETRIC and a.size and not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0,
-                                                           atol=1e-8 * max(1.0, numpy.abs(a).max())):
-        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    if name in SYMMETRIC and a.size:
+        bad = numpy.argwhere(~numpy.isfinite(a))
+        if len(bad):
+            at = tuple(int(i) for i in bad[0])
+            what = "NaN" if numpy.isnan(a[at]) else "inf" if a[at] > 0 else "-inf"
+            source = f"oracle '{oracle}' returned" if oracle else f"{name} holds"
+            raise ValueError(f"{source} {what} at {name}[{', '.join(map(str, at))}]")
+        # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
+        if not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+            raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a
 
 

@@ -80,10 +80,12 @@ SHAPES = {
 SYMMETRIC = ("H1", "H2", "S1", "S2", )
 
 
-def _array(name, value, dims):
+def _array(name, value, dims, oracle=None):
     """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
     a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
-    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently)."""
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).  A matrix in
+    SYMMETRIC must be finite: a NaN or an infinity is reported as such, naming the ``oracle`` that returned the
+    value (if any) and the entry, before the symmetry test that it would fail."""
     a = numpy.asarray(value, dtype=float)
     shape = SHAPES[name]
     if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
@@ -98,10 +100,16 @@ def _array(name, value, dims):
     for d, n in zip(shape, a.shape):
         if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
             raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
-    # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
-    if name in SYMMETRIC and a.size and not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0,
-                                                           atol=1e-8 * max(1.0, numpy.abs(a).max())):
-        raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    if name in SYMMETRIC and a.size:
+        bad = numpy.argwhere(~numpy.isfinite(a))
+        if len(bad):
+            at = tuple(int(i) for i in bad[0])
+            what = "NaN" if numpy.isnan(a[at]) else "inf" if a[at] > 0 else "-inf"
+            source = f"oracle '{oracle}' returned" if oracle else f"{name} holds"
+            raise ValueError(f"{source} {what} at {name}[{', '.join(map(str, at))}]")
+        # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
+        if not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+            raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a
 
 
@@ -155,10 +163,10 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     S2 = _array("S2", state["S2"], _dims)
     P = m1.shape[0]
     _need(oracles, ORACLES, "the oracles")
-    g1 = _array("g1", oracles["grad"](m1), _dims)
-    H1 = _array("H1", oracles["hess"](m1), _dims)
-    g2 = _array("g2", oracles["grad"](m2), _dims)
-    H2 = _array("H2", oracles["hess"](m2), _dims)
+    g1 = _array("g1", oracles["grad"](m1), _dims, "grad")
+    H1 = _array("H1", oracles["hess"](m1), _dims, "hess")
+    g2 = _array("g2", oracles["grad"](m2), _dims, "grad")
+    H2 = _array("H2", oracles["hess"](m2), _dims, "hess")
     a_1_1 = -1/2*P*(numpy.log(2) + numpy.log(numpy.pi)) + (1/2)*numpy.log(numpy.linalg.det(S1)) - numpy.log(2)
     a_2_1 = -1/2*P*(numpy.log(2) + numpy.log(numpy.pi)) + (1/2)*numpy.log(numpy.linalg.det(S2)) - 1/2*numpy.trace(numpy.outer(S2 @ m1, m1)) + numpy.trace(numpy.outer(S2 @ m1, m2)) - 1/2*numpy.trace(numpy.outer(S2 @ m2, m2)) - numpy.log(2)
     r_1_1 = numpy.exp(a_1_1 - scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(a_1_1, a_2_1)), axis=0))

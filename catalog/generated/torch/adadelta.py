@@ -153,9 +153,31 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, rho, eps, weight_decay):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    rho = _number("rho", rho)
+    eps = _number("eps", eps)
+    weight_decay = _number("weight_decay", weight_decay)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((0 <= rho) and (rho <= 1)):
+        raise ValueError("Invalid rho value: " + str(rho))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
 
 
 def _kernel(m, s, acc_delta, g, *host):
@@ -227,10 +249,7 @@ class Adadelta(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-06, weight_decay=0.0, foreach=None, *, capturable=False, maximize=False, differentiable=False, fused=None):
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("rho", rho)
-        _check_tensor_hyper("eps", eps)
-        _check_tensor_hyper("weight_decay", weight_decay)
+        _validate(lr, rho, eps, weight_decay)
         if capturable:
             raise NotImplementedError("Adadelta: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:
@@ -239,18 +258,6 @@ class Adadelta(torch.optim.Optimizer):
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=bool(maximize), foreach=foreach,
                         capturable=False, differentiable=False, fused=bool(fused))
-        lr = _scalar(defaults["lr"])
-        rho = _scalar(defaults["rho"])
-        eps = _scalar(defaults["eps"])
-        weight_decay = _scalar(defaults["weight_decay"])
-        if not ((lr >= 0)):
-            raise ValueError("Invalid learning rate: " + str(lr))
-        if not ((0 <= rho) and (rho <= 1)):
-            raise ValueError("Invalid rho value: " + str(rho))
-        if not ((eps >= 0)):
-            raise ValueError("Invalid epsilon value: " + str(eps))
-        if not ((weight_decay >= 0)):
-            raise ValueError("Invalid weight_decay value: " + str(weight_decay))
         super().__init__(params, defaults)
 
     def _state(self, _p, group):

@@ -153,9 +153,34 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, lr_decay, weight_decay, initial_accumulator_value, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    lr_decay = _number("lr_decay", lr_decay)
+    weight_decay = _number("weight_decay", weight_decay)
+    initial_accumulator_value = _number("initial_accumulator_value", initial_accumulator_value)
+    eps = _number("eps", eps)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((lr_decay >= 0)):
+        raise ValueError("Invalid lr_decay value: " + str(lr_decay))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if not ((initial_accumulator_value >= 0)):
+        raise ValueError("Invalid initial_accumulator_value value: " + str(initial_accumulator_value))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
 
 
 def _kernel(m, s, g, *host):
@@ -224,11 +249,7 @@ class Adagrad(torch.optim.Optimizer):
 
     def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None):
         capturable = False                 # not a switch of the peer's constructor
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("lr_decay", lr_decay)
-        _check_tensor_hyper("weight_decay", weight_decay)
-        _check_tensor_hyper("initial_accumulator_value", initial_accumulator_value)
-        _check_tensor_hyper("eps", eps)
+        _validate(lr, lr_decay, weight_decay, initial_accumulator_value, eps)
         if capturable:
             raise NotImplementedError("Adagrad: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:
@@ -237,21 +258,6 @@ class Adagrad(torch.optim.Optimizer):
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         defaults = dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, initial_accumulator_value=initial_accumulator_value, eps=eps, maximize=bool(maximize), foreach=foreach,
                         capturable=False, differentiable=False, fused=bool(fused))
-        lr = _scalar(defaults["lr"])
-        lr_decay = _scalar(defaults["lr_decay"])
-        weight_decay = _scalar(defaults["weight_decay"])
-        initial_accumulator_value = _scalar(defaults["initial_accumulator_value"])
-        eps = _scalar(defaults["eps"])
-        if not ((lr >= 0)):
-            raise ValueError("Invalid learning rate: " + str(lr))
-        if not ((lr_decay >= 0)):
-            raise ValueError("Invalid lr_decay value: " + str(lr_decay))
-        if not ((weight_decay >= 0)):
-            raise ValueError("Invalid weight_decay value: " + str(weight_decay))
-        if not ((initial_accumulator_value >= 0)):
-            raise ValueError("Invalid initial_accumulator_value value: " + str(initial_accumulator_value))
-        if not ((eps >= 0)):
-            raise ValueError("Invalid epsilon value: " + str(eps))
         super().__init__(params, defaults)
         for group in self.param_groups:             # the peer creates the state at construction
             for _p in group["params"]:

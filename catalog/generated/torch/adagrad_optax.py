@@ -147,9 +147,28 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, initial_accumulator_value, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    initial_accumulator_value = _number("initial_accumulator_value", initial_accumulator_value)
+    eps = _number("eps", eps)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((initial_accumulator_value >= 0)):
+        raise ValueError("Invalid initial_accumulator_value: " + str(initial_accumulator_value))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
 
 
 def _kernel(m, s, g, *host):
@@ -215,15 +234,7 @@ class AdagradOptax(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, initial_accumulator_value=0.1, eps=1e-07, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("initial_accumulator_value", initial_accumulator_value)
-        _check_tensor_hyper("eps", eps)
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not initial_accumulator_value >= 0:
-            raise ValueError(f"Invalid initial_accumulator_value: {initial_accumulator_value}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
+        _validate(lr, initial_accumulator_value, eps)
         if capturable:
             raise NotImplementedError("AdagradOptax: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:

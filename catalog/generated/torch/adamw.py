@@ -155,9 +155,37 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, betas, eps, weight_decay):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    if len(betas) != 2:
+        raise ValueError("Invalid betas: " + repr(betas) + " (expected 2 values)")
+    if any(isinstance(_v, torch.Tensor) for _v in betas) and not all(isinstance(_v, torch.Tensor) for _v in betas):
+        raise ValueError("betas must be either both floats or both Tensors")
+    beta1, beta2 = [_number(f"betas[{_i}]", _v) for _i, _v in enumerate(betas)]
+    eps = _number("eps", eps)
+    weight_decay = _number("weight_decay", weight_decay)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if not ((0 <= beta1) and (beta1 < 1)):
+        raise ValueError("Invalid beta parameter at index 0: " + str(beta1))
+    if not ((0 <= beta2) and (beta2 < 1)):
+        raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
 
 
 def _kernel(m, s, u, s_max, g, *host):
@@ -233,15 +261,7 @@ class AdamW(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("eps", eps)
-        _check_tensor_hyper("weight_decay", weight_decay)
-        if any(isinstance(v, torch.Tensor) for v in betas) and not all(isinstance(v, torch.Tensor) for v in betas):
-            raise ValueError("betas" " must be either both floats or both Tensors")
-        if len(betas) != 2:
-            raise ValueError(f"Invalid betas: {betas!r} (expected 2 values)")
-        for _i, _v in enumerate(betas):
-            _check_tensor_hyper(f"betas[{_i}]", _v)
+        _validate(lr, betas, eps, weight_decay)
         if capturable:
             raise NotImplementedError("AdamW: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:
@@ -251,20 +271,6 @@ class AdamW(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=bool(maximize), foreach=foreach,
                         capturable=False, differentiable=False, fused=bool(fused))
         defaults["decoupled_weight_decay"] = True
-        lr = _scalar(defaults["lr"])
-        beta1, beta2 = map(_scalar, defaults["betas"])
-        eps = _scalar(defaults["eps"])
-        weight_decay = _scalar(defaults["weight_decay"])
-        if not ((lr >= 0)):
-            raise ValueError("Invalid learning rate: " + str(lr))
-        if not ((eps >= 0)):
-            raise ValueError("Invalid epsilon value: " + str(eps))
-        if not ((0 <= beta1) and (beta1 < 1)):
-            raise ValueError("Invalid beta parameter at index 0: " + str(beta1))
-        if not ((0 <= beta2) and (beta2 < 1)):
-            raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
-        if not ((weight_decay >= 0)):
-            raise ValueError("Invalid weight_decay value: " + str(weight_decay))
         super().__init__(params, defaults)
 
     def _state(self, _p, group):

@@ -163,9 +163,56 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(ess, lr, beta1, beta2, wdecay, rho, damping, s_init, msharpness):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    ess = _number("ess", ess)
+    lr = _number("lr", lr)
+    beta1 = _number("beta1", beta1)
+    beta2 = _number("beta2", beta2)
+    wdecay = _number("wdecay", wdecay)
+    rho = _number("rho", rho)
+    damping = _number("damping", damping)
+    s_init = _number("s_init", s_init)
+    msharpness = _number("msharpness", msharpness)
+    if not _integral(msharpness):
+        raise ValueError("Invalid msharpness: " + repr(msharpness) + " (expected an integer)")
+    if not ((ess >= 0)):
+        raise ValueError("Invalid ess: " + str(ess))
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((beta1 >= 0)):
+        raise ValueError("Invalid beta1: " + str(beta1))
+    if not ((beta2 >= 0)):
+        raise ValueError("Invalid beta2: " + str(beta2))
+    if not ((wdecay >= 0)):
+        raise ValueError("Invalid wdecay: " + str(wdecay))
+    if not ((rho >= 0)):
+        raise ValueError("Invalid rho: " + str(rho))
+    if not ((damping >= 0)):
+        raise ValueError("Invalid damping: " + str(damping))
+    if not ((s_init >= 0)):
+        raise ValueError("Invalid s_init: " + str(s_init))
+    if not ((msharpness >= 0)):
+        raise ValueError("Invalid msharpness: " + str(msharpness))
 
 
 def _kernel(m, s_ex, gm, g_adv, avg_absg, *host):
@@ -255,33 +302,7 @@ class BSAM(torch.optim.Optimizer):
     """
 
     def __init__(self, params, ess, lr=1.0, beta1=0.9, beta2=0.999, wdecay=0.000125, rho=0.1, damping=0.1, s_init=1.0, msharpness=8, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None, sync=False):
-        _check_tensor_hyper("ess", ess)
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("beta1", beta1)
-        _check_tensor_hyper("beta2", beta2)
-        _check_tensor_hyper("wdecay", wdecay)
-        _check_tensor_hyper("rho", rho)
-        _check_tensor_hyper("damping", damping)
-        _check_tensor_hyper("s_init", s_init)
-        _check_tensor_hyper("msharpness", msharpness)
-        if not ess >= 0:
-            raise ValueError(f"Invalid ess: {ess}")
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not beta1 >= 0:
-            raise ValueError(f"Invalid beta1: {beta1}")
-        if not beta2 >= 0:
-            raise ValueError(f"Invalid beta2: {beta2}")
-        if not wdecay >= 0:
-            raise ValueError(f"Invalid wdecay: {wdecay}")
-        if not rho >= 0:
-            raise ValueError(f"Invalid rho: {rho}")
-        if not damping >= 0:
-            raise ValueError(f"Invalid damping: {damping}")
-        if not s_init >= 0:
-            raise ValueError(f"Invalid s_init: {s_init}")
-        if not msharpness >= 0:
-            raise ValueError(f"Invalid msharpness: {msharpness}")
+        _validate(ess, lr, beta1, beta2, wdecay, rho, damping, s_init, msharpness)
         if capturable:
             raise NotImplementedError("BSAM: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:

@@ -179,9 +179,55 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(lr, ess, hess_init, beta1, beta2, weight_decay, mc_samples, hess_approx, clip_radius):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    ess = _number("ess", ess)
+    hess_init = _number("hess_init", hess_init)
+    beta1 = _number("beta1", beta1)
+    beta2 = _number("beta2", beta2)
+    weight_decay = _number("weight_decay", weight_decay)
+    mc_samples = _number("mc_samples", mc_samples)
+    if not _integral(mc_samples):
+        raise ValueError("Invalid mc_samples: " + repr(mc_samples) + " (expected an integer)")
+    if hess_approx not in ["price", "gradsq"]:
+        raise ValueError("Invalid hess_approx: " + repr(hess_approx) + " (choices: price, gradsq)")
+    clip_radius = _number("clip_radius", clip_radius)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((mc_samples >= 1)):
+        raise ValueError("Invalid number of MC samples: " + str(mc_samples))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight decay: " + str(weight_decay))
+    if not ((hess_init > 0)):
+        raise ValueError("Invalid Hessian initialization: " + str(hess_init))
+    if not ((ess > 0)):
+        raise ValueError("Invalid effective sample size: " + str(ess))
+    if not ((clip_radius > 0)):
+        raise ValueError("Invalid clipping radius: " + str(clip_radius))
+    if not ((0 <= beta1) and (beta1 <= 1)):
+        raise ValueError("Invalid beta1 parameter: " + str(beta1))
+    if not ((0 <= beta2) and (beta2 <= 1)):
+        raise ValueError("Invalid beta2 parameter: " + str(beta2))
 
 
 def _kernel(m, h, momentum, g, avg_gsq, avg_nxg, *host):
@@ -276,16 +322,7 @@ class IVON(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, mc_samples=1, hess_approx='price', clip_radius=float('inf'), rescale_lr=True, debias=True, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None, sync=False):
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("ess", ess)
-        _check_tensor_hyper("hess_init", hess_init)
-        _check_tensor_hyper("beta1", beta1)
-        _check_tensor_hyper("beta2", beta2)
-        _check_tensor_hyper("weight_decay", weight_decay)
-        _check_tensor_hyper("mc_samples", mc_samples)
-        _check_tensor_hyper("clip_radius", clip_radius)
-        if hess_approx not in ["price", "gradsq"]:
-            raise ValueError(f"Invalid hess_approx: {hess_approx!r} (choices: price, gradsq)")
+        _validate(lr, ess, hess_init, beta1, beta2, weight_decay, mc_samples, hess_approx, clip_radius)
         if capturable:
             raise NotImplementedError("IVON: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:
@@ -294,30 +331,6 @@ class IVON(torch.optim.Optimizer):
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         defaults = dict(lr=lr, ess=ess, hess_init=hess_init, beta1=beta1, beta2=beta2, weight_decay=weight_decay, mc_samples=mc_samples, hess_approx=hess_approx, clip_radius=clip_radius, rescale_lr=rescale_lr, debias=debias, maximize=bool(maximize), foreach=foreach,
                         capturable=False, differentiable=False, fused=bool(fused))
-        lr = _scalar(defaults["lr"])
-        ess = _scalar(defaults["ess"])
-        hess_init = _scalar(defaults["hess_init"])
-        beta1 = _scalar(defaults["beta1"])
-        beta2 = _scalar(defaults["beta2"])
-        weight_decay = _scalar(defaults["weight_decay"])
-        mc_samples = int(defaults["mc_samples"])
-        clip_radius = _scalar(defaults["clip_radius"])
-        if not ((lr >= 0)):
-            raise ValueError("Invalid learning rate: " + str(lr))
-        if not ((mc_samples >= 1)):
-            raise ValueError("Invalid number of MC samples: " + str(mc_samples))
-        if not ((weight_decay >= 0)):
-            raise ValueError("Invalid weight decay: " + str(weight_decay))
-        if not ((hess_init > 0)):
-            raise ValueError("Invalid Hessian initialization: " + str(hess_init))
-        if not ((ess > 0)):
-            raise ValueError("Invalid effective sample size: " + str(ess))
-        if not ((clip_radius > 0)):
-            raise ValueError("Invalid clipping radius: " + str(clip_radius))
-        if not ((0 <= beta1) and (beta1 <= 1)):
-            raise ValueError("Invalid beta1 parameter: " + str(beta1))
-        if not ((0 <= beta2) and (beta2 <= 1)):
-            raise ValueError("Invalid beta2 parameter: " + str(beta2))
         super().__init__(params, defaults)
         self._samples = {}
         self._sync = bool(sync)

@@ -151,9 +151,31 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, b1, b2, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    b1 = _number("b1", b1)
+    b2 = _number("b2", b2)
+    eps = _number("eps", eps)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((b1 >= 0)):
+        raise ValueError("Invalid b1: " + str(b1))
+    if not ((b2 >= 0)):
+        raise ValueError("Invalid b2: " + str(b2))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
 
 
 def _kernel(m, s, u, g, *host):
@@ -225,18 +247,7 @@ class NAdamOptax(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.001, b1=0.9, b2=0.999, eps=1e-08, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("b1", b1)
-        _check_tensor_hyper("b2", b2)
-        _check_tensor_hyper("eps", eps)
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not b1 >= 0:
-            raise ValueError(f"Invalid b1: {b1}")
-        if not b2 >= 0:
-            raise ValueError(f"Invalid b2: {b2}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
+        _validate(lr, b1, b2, eps)
         if capturable:
             raise NotImplementedError("NAdamOptax: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:

@@ -155,9 +155,34 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, alpha, eps, weight_decay, momentum):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    alpha = _number("alpha", alpha)
+    eps = _number("eps", eps)
+    weight_decay = _number("weight_decay", weight_decay)
+    momentum = _number("momentum", momentum)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if not ((momentum >= 0)):
+        raise ValueError("Invalid momentum value: " + str(momentum))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if not ((alpha >= 0)):
+        raise ValueError("Invalid alpha value: " + str(alpha))
 
 
 def _kernel(m, s, grad_avg, momentum_buffer, g, *host):
@@ -234,11 +259,7 @@ class RMSprop(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, centered=False, capturable=False, foreach=None, maximize=False, differentiable=False, *, fused=None):
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("alpha", alpha)
-        _check_tensor_hyper("eps", eps)
-        _check_tensor_hyper("weight_decay", weight_decay)
-        _check_tensor_hyper("momentum", momentum)
+        _validate(lr, alpha, eps, weight_decay, momentum)
         if capturable:
             raise NotImplementedError("RMSprop: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:
@@ -247,21 +268,6 @@ class RMSprop(torch.optim.Optimizer):
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, maximize=bool(maximize), foreach=foreach,
                         capturable=False, differentiable=False, fused=bool(fused))
-        lr = _scalar(defaults["lr"])
-        alpha = _scalar(defaults["alpha"])
-        eps = _scalar(defaults["eps"])
-        weight_decay = _scalar(defaults["weight_decay"])
-        momentum = _scalar(defaults["momentum"])
-        if not ((lr >= 0)):
-            raise ValueError("Invalid learning rate: " + str(lr))
-        if not ((eps >= 0)):
-            raise ValueError("Invalid epsilon value: " + str(eps))
-        if not ((momentum >= 0)):
-            raise ValueError("Invalid momentum value: " + str(momentum))
-        if not ((weight_decay >= 0)):
-            raise ValueError("Invalid weight_decay value: " + str(weight_decay))
-        if not ((alpha >= 0)):
-            raise ValueError("Invalid alpha value: " + str(alpha))
         super().__init__(params, defaults)
 
     def _state(self, _p, group):

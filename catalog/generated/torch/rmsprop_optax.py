@@ -155,9 +155,34 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, decay, eps, initial_scale, momentum):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    decay = _number("decay", decay)
+    eps = _number("eps", eps)
+    initial_scale = _number("initial_scale", initial_scale)
+    momentum = _number("momentum", momentum)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((decay >= 0)):
+        raise ValueError("Invalid decay: " + str(decay))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
+    if not ((initial_scale >= 0)):
+        raise ValueError("Invalid initial_scale: " + str(initial_scale))
+    if not ((momentum >= 0)):
+        raise ValueError("Invalid momentum: " + str(momentum))
 
 
 def _kernel(m, s, grad_avg, momentum_buffer, g, *host):
@@ -235,21 +260,7 @@ class RMSpropOptax(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, decay=0.9, eps=1e-08, initial_scale=0.0, centered=False, momentum=0.0, nesterov=False, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("decay", decay)
-        _check_tensor_hyper("eps", eps)
-        _check_tensor_hyper("initial_scale", initial_scale)
-        _check_tensor_hyper("momentum", momentum)
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not decay >= 0:
-            raise ValueError(f"Invalid decay: {decay}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
-        if not initial_scale >= 0:
-            raise ValueError(f"Invalid initial_scale: {initial_scale}")
-        if not momentum >= 0:
-            raise ValueError(f"Invalid momentum: {momentum}")
+        _validate(lr, decay, eps, initial_scale, momentum)
         if capturable:
             raise NotImplementedError("RMSpropOptax: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:

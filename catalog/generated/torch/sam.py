@@ -159,9 +159,44 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(lr, momentum, wdecay, rho, msharpness):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    momentum = _number("momentum", momentum)
+    wdecay = _number("wdecay", wdecay)
+    rho = _number("rho", rho)
+    msharpness = _number("msharpness", msharpness)
+    if not _integral(msharpness):
+        raise ValueError("Invalid msharpness: " + repr(msharpness) + " (expected an integer)")
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((momentum >= 0)):
+        raise ValueError("Invalid momentum: " + str(momentum))
+    if not ((wdecay >= 0)):
+        raise ValueError("Invalid wdecay: " + str(wdecay))
+    if not ((rho >= 0)):
+        raise ValueError("Invalid rho: " + str(rho))
+    if not ((msharpness >= 0)):
+        raise ValueError("Invalid msharpness: " + str(msharpness))
 
 
 def _kernel(m, momentum_buffer, g_adv, *host):
@@ -239,21 +274,7 @@ class SAM(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1.0, momentum=0.9, wdecay=0.0005, rho=0.1, msharpness=8, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None, sync=False):
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("momentum", momentum)
-        _check_tensor_hyper("wdecay", wdecay)
-        _check_tensor_hyper("rho", rho)
-        _check_tensor_hyper("msharpness", msharpness)
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not momentum >= 0:
-            raise ValueError(f"Invalid momentum: {momentum}")
-        if not wdecay >= 0:
-            raise ValueError(f"Invalid wdecay: {wdecay}")
-        if not rho >= 0:
-            raise ValueError(f"Invalid rho: {rho}")
-        if not msharpness >= 0:
-            raise ValueError(f"Invalid msharpness: {msharpness}")
+        _validate(lr, momentum, wdecay, rho, msharpness)
         if capturable:
             raise NotImplementedError("SAM: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:

@@ -149,9 +149,32 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, momentum, dampening, weight_decay, nesterov):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    momentum = _number("momentum", momentum)
+    dampening = _number("dampening", dampening)
+    weight_decay = _number("weight_decay", weight_decay)
+    nesterov = bool(nesterov)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((momentum >= 0)):
+        raise ValueError("Invalid momentum value: " + str(momentum))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if not ((dampening == 0) and (momentum > 0) or not nesterov):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
 
 def _kernel(m, momentum_buffer, g, *host):
@@ -219,10 +242,7 @@ class SGD(torch.optim.Optimizer):
 
     def __init__(self, params, lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *, maximize=False, foreach=None, differentiable=False, fused=None):
         capturable = False                 # not a switch of the peer's constructor
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("momentum", momentum)
-        _check_tensor_hyper("dampening", dampening)
-        _check_tensor_hyper("weight_decay", weight_decay)
+        _validate(lr, momentum, dampening, weight_decay, nesterov)
         if capturable:
             raise NotImplementedError("SGD: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:
@@ -231,19 +251,6 @@ class SGD(torch.optim.Optimizer):
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, maximize=bool(maximize), foreach=foreach,
                         capturable=False, differentiable=False, fused=bool(fused))
-        lr = _scalar(defaults["lr"])
-        momentum = _scalar(defaults["momentum"])
-        dampening = _scalar(defaults["dampening"])
-        weight_decay = _scalar(defaults["weight_decay"])
-        nesterov = bool(defaults["nesterov"])
-        if not ((lr >= 0)):
-            raise ValueError("Invalid learning rate: " + str(lr))
-        if not ((momentum >= 0)):
-            raise ValueError("Invalid momentum value: " + str(momentum))
-        if not ((weight_decay >= 0)):
-            raise ValueError("Invalid weight_decay value: " + str(weight_decay))
-        if not ((dampening == 0) and (momentum > 0) or not nesterov):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, defaults)
 
     def _state(self, _p, group):

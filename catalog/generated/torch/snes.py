@@ -168,9 +168,41 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(lr_std, popsize, lr, std_init):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr_std = _number("lr_std", lr_std)
+    popsize = _number("popsize", popsize)
+    if not _integral(popsize):
+        raise ValueError("Invalid popsize: " + repr(popsize) + " (expected an integer)")
+    lr = _number("lr", lr)
+    std_init = _number("std_init", std_init)
+    if not ((lr_std >= 0)):
+        raise ValueError("Invalid lr_std: " + str(lr_std))
+    if not ((popsize >= 0)):
+        raise ValueError("Invalid popsize: " + str(popsize))
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((std_init >= 0)):
+        raise ValueError("Invalid std_init: " + str(std_init))
 
 
 def _kernel(m, std, ngrad1, ngrad2, *host):
@@ -249,18 +281,7 @@ class SNES(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr_std, popsize, lr=1.0, std_init=1.0, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None, sync=False):
-        _check_tensor_hyper("lr_std", lr_std)
-        _check_tensor_hyper("popsize", popsize)
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("std_init", std_init)
-        if not lr_std >= 0:
-            raise ValueError(f"Invalid lr_std: {lr_std}")
-        if not popsize >= 0:
-            raise ValueError(f"Invalid popsize: {popsize}")
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not std_init >= 0:
-            raise ValueError(f"Invalid std_init: {std_init}")
+        _validate(lr_std, popsize, lr, std_init)
         if capturable:
             raise NotImplementedError("SNES: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:

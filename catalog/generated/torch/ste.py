@@ -139,9 +139,22 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
 
 
 def _kernel(_pr, lam, g, *host):
@@ -202,9 +215,7 @@ class STE(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
-        _check_tensor_hyper("lr", lr)
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
+        _validate(lr)
         if capturable:
             raise NotImplementedError("STE: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:

@@ -163,18 +163,62 @@ def _no_sparse(params, name):
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
-def _check_tensor_hyper(name, value):
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
-        raise ValueError(f"Tensor {name} must be 1-element")
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(ess, lr, beta, prior_precision, mc_samples):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    ess = _number("ess", ess)
+    lr = _number("lr", lr)
+    beta = _number("beta", beta)
+    prior_precision = _number("prior_precision", prior_precision)
+    mc_samples = _number("mc_samples", mc_samples)
+    if not _integral(mc_samples):
+        raise ValueError("Invalid mc_samples: " + repr(mc_samples) + " (expected an integer)")
+    if not ((ess >= 0)):
+        raise ValueError("Invalid ess: " + str(ess))
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((beta >= 0)):
+        raise ValueError("Invalid beta: " + str(beta))
+    if not ((prior_precision >= 0)):
+        raise ValueError("Invalid prior_precision: " + str(prior_precision))
+    if not ((mc_samples >= 0)):
+        raise ValueError("Invalid mc_samples: " + str(mc_samples))
 
 
 def _oracle(params, read, name):
     """Oracle values other than the gradient are read from an attribute of each parameter (p.<name>),
-    set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK)."""
+    set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK): a tensor
+    of the parameter's shape on its device (another shape is refused, never broadcast)."""
     try:
-        return [read(p) for p in params]
+        values = [read(p) for p in params]
     except AttributeError:
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
+    for p, value in zip(params, values):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"p.{name} must be a tensor, got {type(value).__name__}")
+        if value.shape != p.shape:
+            raise ValueError(f"p.{name} has shape {tuple(value.shape)}, the parameter {tuple(p.shape)}")
+        if value.device != p.device:
+            raise ValueError(f"p.{name} is on {value.device}, the parameter on {p.device}")
+    return values
 
 
 def _kernel(m, s, g, avg_ggn, *host):
@@ -255,21 +299,7 @@ class VOGN(torch.optim.Optimizer):
     """
 
     def __init__(self, params, ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1, *, maximize=False, foreach=None, capturable=False, differentiable=False, fused=None, sync=False):
-        _check_tensor_hyper("ess", ess)
-        _check_tensor_hyper("lr", lr)
-        _check_tensor_hyper("beta", beta)
-        _check_tensor_hyper("prior_precision", prior_precision)
-        _check_tensor_hyper("mc_samples", mc_samples)
-        if not ess >= 0:
-            raise ValueError(f"Invalid ess: {ess}")
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not beta >= 0:
-            raise ValueError(f"Invalid beta: {beta}")
-        if not prior_precision >= 0:
-            raise ValueError(f"Invalid prior_precision: {prior_precision}")
-        if not mc_samples >= 0:
-            raise ValueError(f"Invalid mc_samples: {mc_samples}")
+        _validate(ess, lr, beta, prior_precision, mc_samples)
         if capturable:
             raise NotImplementedError("VOGN: capturable=True is not supported (the generated optimizer reads its step counts on the host)")
         if differentiable:

@@ -113,6 +113,33 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_acc_delta, _h0, _h2, _h3, _h4, _
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, rho, eps, weight_decay):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    rho = _number("rho", rho)
+    eps = _number("eps", eps)
+    weight_decay = _number("weight_decay", weight_decay)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((0 <= rho) and (rho <= 1)):
+        raise ValueError("Invalid rho value: " + str(rho))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+
+
 class _Layout:
     """One parameter group laid out for the kernels: element offsets, fp32 state buffers, chunk tables."""
 
@@ -189,14 +216,7 @@ class Adadelta(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-06, weight_decay=0.0, *, fused=None):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not rho >= 0:
-            raise ValueError(f"Invalid rho: {rho}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
-        if not weight_decay >= 0:
-            raise ValueError(f"Invalid weight_decay: {weight_decay}")
+        _validate(lr, rho, eps, weight_decay)
         defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

@@ -97,6 +97,36 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _h0, _h2, _h3, _h1: tl.constexpr, NPT
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, lr_decay, weight_decay, initial_accumulator_value, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    lr_decay = _number("lr_decay", lr_decay)
+    weight_decay = _number("weight_decay", weight_decay)
+    initial_accumulator_value = _number("initial_accumulator_value", initial_accumulator_value)
+    eps = _number("eps", eps)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((lr_decay >= 0)):
+        raise ValueError("Invalid lr_decay value: " + str(lr_decay))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if not ((initial_accumulator_value >= 0)):
+        raise ValueError("Invalid initial_accumulator_value value: " + str(initial_accumulator_value))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+
+
 def _step_buckets(state, params, idx):
     """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
     skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
@@ -183,16 +213,7 @@ class Adagrad(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10, *, fused=None):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not lr_decay >= 0:
-            raise ValueError(f"Invalid lr_decay: {lr_decay}")
-        if not weight_decay >= 0:
-            raise ValueError(f"Invalid weight_decay: {weight_decay}")
-        if not initial_accumulator_value >= 0:
-            raise ValueError(f"Invalid initial_accumulator_value: {initial_accumulator_value}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
+        _validate(lr, lr_decay, weight_decay, initial_accumulator_value, eps)
         defaults = dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, initial_accumulator_value=initial_accumulator_value, eps=eps, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

@@ -95,6 +95,30 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _h0, _h1, NPTR: tl.constexpr, PDT: tl
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, initial_accumulator_value, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    initial_accumulator_value = _number("initial_accumulator_value", initial_accumulator_value)
+    eps = _number("eps", eps)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((initial_accumulator_value >= 0)):
+        raise ValueError("Invalid initial_accumulator_value: " + str(initial_accumulator_value))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
+
+
 class _Layout:
     """One parameter group laid out for the kernels: element offsets, fp32 state buffers, chunk tables."""
 
@@ -170,12 +194,7 @@ class AdagradOptax(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, initial_accumulator_value=0.1, eps=1e-07, *, fused=None):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not initial_accumulator_value >= 0:
-            raise ValueError(f"Invalid initial_accumulator_value: {initial_accumulator_value}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
+        _validate(lr, initial_accumulator_value, eps)
         defaults = dict(lr=lr, initial_accumulator_value=initial_accumulator_value, eps=eps, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

@@ -123,6 +123,39 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_u, _buf_s_max, _h0, _h1, _h2, _h
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, betas, eps, weight_decay):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    if len(betas) != 2:
+        raise ValueError("Invalid betas: " + repr(betas) + " (expected 2 values)")
+    if any(isinstance(_v, torch.Tensor) for _v in betas) and not all(isinstance(_v, torch.Tensor) for _v in betas):
+        raise ValueError("betas must be either both floats or both Tensors")
+    beta1, beta2 = [_number(f"betas[{_i}]", _v) for _i, _v in enumerate(betas)]
+    eps = _number("eps", eps)
+    weight_decay = _number("weight_decay", weight_decay)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if not ((0 <= beta1) and (beta1 < 1)):
+        raise ValueError("Invalid beta parameter at index 0: " + str(beta1))
+    if not ((0 <= beta2) and (beta2 < 1)):
+        raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+
+
 def _step_buckets(state, params, idx):
     """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
     skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
@@ -209,17 +242,7 @@ class AdamW(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, amsgrad=False, *, fused=None):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
-        if not weight_decay >= 0:
-            raise ValueError(f"Invalid weight_decay: {weight_decay}")
-        if len(betas) != 2:
-            raise ValueError(f"Invalid betas: {betas!r} (expected 2 values)")
-        for _i, _v in enumerate(betas):
-            if not float(_v) >= 0:
-                raise ValueError(f"Invalid betas value at index {_i}: {_v}")
+        _validate(lr, betas, eps, weight_decay)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

@@ -222,6 +222,52 @@ def _point_kernel(_chunks, _ptrs, _buf_lam, NPTR: tl.constexpr, PDT: tl.constexp
         tl.store(_mp, _to_param(param_init, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(lr, temperature, train_set_size, prior_p, momentum, mc_samples, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    temperature = _number("temperature", temperature)
+    train_set_size = _number("train_set_size", train_set_size)
+    prior_p = _number("prior_p", prior_p)
+    momentum = _number("momentum", momentum)
+    mc_samples = _number("mc_samples", mc_samples)
+    if not _integral(mc_samples):
+        raise ValueError("Invalid mc_samples: " + repr(mc_samples) + " (expected an integer)")
+    eps = _number("eps", eps)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((temperature >= 0)):
+        raise ValueError("Invalid temperature: " + str(temperature))
+    if not ((train_set_size >= 0)):
+        raise ValueError("Invalid train_set_size: " + str(train_set_size))
+    if not ((prior_p >= 0)):
+        raise ValueError("Invalid prior_p: " + str(prior_p))
+    if not ((momentum >= 0)):
+        raise ValueError("Invalid momentum: " + str(momentum))
+    if not ((mc_samples >= 0)):
+        raise ValueError("Invalid mc_samples: " + str(mc_samples))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
+
+
 class _Layout:
     """One parameter group laid out for the kernels: element offsets, fp32 state buffers, chunk tables."""
 
@@ -311,20 +357,7 @@ class BayesBiNN(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, momentum=0.0, mc_samples=1, eps=1e-10, *, fused=None, sync=False):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not temperature >= 0:
-            raise ValueError(f"Invalid temperature: {temperature}")
-        if not train_set_size >= 0:
-            raise ValueError(f"Invalid train_set_size: {train_set_size}")
-        if not prior_p >= 0:
-            raise ValueError(f"Invalid prior_p: {prior_p}")
-        if not momentum >= 0:
-            raise ValueError(f"Invalid momentum: {momentum}")
-        if not mc_samples >= 0:
-            raise ValueError(f"Invalid mc_samples: {mc_samples}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
+        _validate(lr, temperature, train_set_size, prior_p, momentum, mc_samples, eps)
         defaults = dict(lr=lr, temperature=temperature, train_set_size=train_set_size, prior_p=prior_p, momentum=momentum, mc_samples=mc_samples, eps=eps, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

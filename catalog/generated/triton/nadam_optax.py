@@ -111,6 +111,33 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_u, _h0, _h1, _h2, _h3, _h4, _h5,
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, b1, b2, eps):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    b1 = _number("b1", b1)
+    b2 = _number("b2", b2)
+    eps = _number("eps", eps)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((b1 >= 0)):
+        raise ValueError("Invalid b1: " + str(b1))
+    if not ((b2 >= 0)):
+        raise ValueError("Invalid b2: " + str(b2))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid eps: " + str(eps))
+
+
 def _step_buckets(state, params, idx):
     """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
     skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
@@ -196,14 +223,7 @@ class NAdamOptax(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.001, b1=0.9, b2=0.999, eps=1e-08, *, fused=None):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not b1 >= 0:
-            raise ValueError(f"Invalid b1: {b1}")
-        if not b2 >= 0:
-            raise ValueError(f"Invalid b2: {b2}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
+        _validate(lr, b1, b2, eps)
         defaults = dict(lr=lr, b1=b1, b2=b2, eps=eps, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

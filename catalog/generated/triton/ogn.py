@@ -105,11 +105,47 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _h0, _h1, _h3, _h4, _h5, _h2: tl.cons
 
 def _oracle(p, read, name):
     """Oracle values other than the gradient are read from an attribute of each parameter (p.<name>),
-    set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK)."""
+    set by the caller next to p.grad (e.g. per-example squared gradients from torch.func or BackPACK): a tensor
+    of the parameter's shape on its device (the kernels read it through a pointer, as many elements as the
+    parameter has: another shape or device is refused before any launch)."""
     try:
-        return read(p)
+        value = read(p)
     except AttributeError:
         raise RuntimeError(f"this optimizer needs p.{name} on every parameter (see the class docstring)") from None
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"p.{name} must be a tensor, got {type(value).__name__}")
+    if value.shape != p.shape:
+        raise ValueError(f"p.{name} has shape {tuple(value.shape)}, the parameter {tuple(p.shape)}")
+    if value.device != p.device:
+        raise ValueError(f"p.{name} is on {value.device}, the parameter on {p.device}")
+    return value
+
+
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(ess, lr, beta, prior_precision):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    ess = _number("ess", ess)
+    lr = _number("lr", lr)
+    beta = _number("beta", beta)
+    prior_precision = _number("prior_precision", prior_precision)
+    if not ((ess >= 0)):
+        raise ValueError("Invalid ess: " + str(ess))
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((beta >= 0)):
+        raise ValueError("Invalid beta: " + str(beta))
+    if not ((prior_precision >= 0)):
+        raise ValueError("Invalid prior_precision: " + str(prior_precision))
 
 
 class _Layout:
@@ -191,14 +227,7 @@ class OGN(torch.optim.Optimizer):
     """
 
     def __init__(self, params, ess, lr=0.01, beta=0.01, prior_precision=1.0, *, fused=None):
-        if not ess >= 0:
-            raise ValueError(f"Invalid ess: {ess}")
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not beta >= 0:
-            raise ValueError(f"Invalid beta: {beta}")
-        if not prior_precision >= 0:
-            raise ValueError(f"Invalid prior_precision: {prior_precision}")
+        _validate(ess, lr, beta, prior_precision)
         defaults = dict(ess=ess, lr=lr, beta=beta, prior_precision=prior_precision, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

@@ -123,6 +123,36 @@ def _update_kernel(_chunks, _ptrs, _buf_s, _buf_grad_avg, _buf_momentum_buffer, 
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, alpha, eps, weight_decay, momentum):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    alpha = _number("alpha", alpha)
+    eps = _number("eps", eps)
+    weight_decay = _number("weight_decay", weight_decay)
+    momentum = _number("momentum", momentum)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((eps >= 0)):
+        raise ValueError("Invalid epsilon value: " + str(eps))
+    if not ((momentum >= 0)):
+        raise ValueError("Invalid momentum value: " + str(momentum))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if not ((alpha >= 0)):
+        raise ValueError("Invalid alpha value: " + str(alpha))
+
+
 def _step_buckets(state, params, idx):
     """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
     skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
@@ -210,16 +240,7 @@ class RMSprop(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, centered=False, *, fused=None):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not alpha >= 0:
-            raise ValueError(f"Invalid alpha: {alpha}")
-        if not eps >= 0:
-            raise ValueError(f"Invalid eps: {eps}")
-        if not weight_decay >= 0:
-            raise ValueError(f"Invalid weight_decay: {weight_decay}")
-        if not momentum >= 0:
-            raise ValueError(f"Invalid momentum: {momentum}")
+        _validate(lr, alpha, eps, weight_decay, momentum)
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

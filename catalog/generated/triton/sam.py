@@ -216,6 +216,46 @@ def _chain1_kernel(_chunks, _ptrs, _buf_mean, _buf_g_k, _seed, _h0, NPTR: tl.con
         tl.store(_mp, _to_param(theta_adv_k, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(lr, momentum, wdecay, rho, msharpness):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    momentum = _number("momentum", momentum)
+    wdecay = _number("wdecay", wdecay)
+    rho = _number("rho", rho)
+    msharpness = _number("msharpness", msharpness)
+    if not _integral(msharpness):
+        raise ValueError("Invalid msharpness: " + repr(msharpness) + " (expected an integer)")
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((momentum >= 0)):
+        raise ValueError("Invalid momentum: " + str(momentum))
+    if not ((wdecay >= 0)):
+        raise ValueError("Invalid wdecay: " + str(wdecay))
+    if not ((rho >= 0)):
+        raise ValueError("Invalid rho: " + str(rho))
+    if not ((msharpness >= 0)):
+        raise ValueError("Invalid msharpness: " + str(msharpness))
+
+
 def _step_buckets(state, params, idx):
     """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
     skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
@@ -312,16 +352,7 @@ class SAM(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1.0, momentum=0.9, wdecay=0.0005, rho=0.1, msharpness=8, *, fused=None, sync=False):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not momentum >= 0:
-            raise ValueError(f"Invalid momentum: {momentum}")
-        if not wdecay >= 0:
-            raise ValueError(f"Invalid wdecay: {wdecay}")
-        if not rho >= 0:
-            raise ValueError(f"Invalid rho: {rho}")
-        if not msharpness >= 0:
-            raise ValueError(f"Invalid msharpness: {msharpness}")
+        _validate(lr, momentum, wdecay, rho, msharpness)
         defaults = dict(lr=lr, momentum=momentum, wdecay=wdecay, rho=rho, msharpness=msharpness, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

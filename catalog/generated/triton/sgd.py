@@ -91,6 +91,34 @@ def _update_kernel(_chunks, _ptrs, _buf_momentum_buffer, _h0, _h3, _h4, _h7, _h1
         tl.store(_mp, _to_param(m_new, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr, momentum, dampening, weight_decay, nesterov):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    momentum = _number("momentum", momentum)
+    dampening = _number("dampening", dampening)
+    weight_decay = _number("weight_decay", weight_decay)
+    nesterov = bool(nesterov)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid learning rate: " + str(lr))
+    if not ((momentum >= 0)):
+        raise ValueError("Invalid momentum value: " + str(momentum))
+    if not ((weight_decay >= 0)):
+        raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if not ((dampening == 0) and (momentum > 0) or not nesterov):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+
 def _step_buckets(state, params, idx):
     """(t, indices): the parameters of ``idx`` grouped by their own next step count (a parameter that
     skipped steps keeps its own count, as torch.optim's), in increasing order of t."""
@@ -177,14 +205,7 @@ class SGD(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *, fused=None):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not momentum >= 0:
-            raise ValueError(f"Invalid momentum: {momentum}")
-        if not dampening >= 0:
-            raise ValueError(f"Invalid dampening: {dampening}")
-        if not weight_decay >= 0:
-            raise ValueError(f"Invalid weight_decay: {weight_decay}")
+        _validate(lr, momentum, dampening, weight_decay, nesterov)
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

@@ -198,6 +198,43 @@ def _noise_kernel(_out, _seed, _n, BLOCK: tl.constexpr):
     tl.store(_out + _offs, tl.randn(_seed, _offs), mask=_offs < _n)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _integral(value):
+    """Whether a number is an integer (1 and 1.0 are; 1.5, NaN and infinities are not)."""
+    try:
+        return not isinstance(value, str) and float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def _validate(lr_std, popsize, lr, std_init):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr_std = _number("lr_std", lr_std)
+    popsize = _number("popsize", popsize)
+    if not _integral(popsize):
+        raise ValueError("Invalid popsize: " + repr(popsize) + " (expected an integer)")
+    lr = _number("lr", lr)
+    std_init = _number("std_init", std_init)
+    if not ((lr_std >= 0)):
+        raise ValueError("Invalid lr_std: " + str(lr_std))
+    if not ((popsize >= 0)):
+        raise ValueError("Invalid popsize: " + str(popsize))
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+    if not ((std_init >= 0)):
+        raise ValueError("Invalid std_init: " + str(std_init))
+
+
 def _ranks(values):
     """The rank of each value among them, 1 for the lowest; ties keep their order, NaN ranks last."""
     order = sorted(range(len(values)), key=lambda k: (values[k] != values[k], values[k] if values[k] == values[k] else 0.0))
@@ -295,14 +332,7 @@ class SNES(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr_std, popsize, lr=1.0, std_init=1.0, *, fused=None, sync=False):
-        if not lr_std >= 0:
-            raise ValueError(f"Invalid lr_std: {lr_std}")
-        if not popsize >= 0:
-            raise ValueError(f"Invalid popsize: {popsize}")
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
-        if not std_init >= 0:
-            raise ValueError(f"Invalid std_init: {std_init}")
+        _validate(lr_std, popsize, lr, std_init)
         defaults = dict(lr_std=lr_std, popsize=popsize, lr=lr, std_init=std_init, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

@@ -102,6 +102,24 @@ def _point_kernel(_chunks, _ptrs, _buf_lam, NPTR: tl.constexpr, PDT: tl.constexp
         tl.store(_mp, _to_param(param_init, PDT), mask=_mask)
 
 
+def _number(name, value):
+    """A hyperparameter given as a number or as a one-element tensor, as a Python number."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"Tensor {name} must be 1-element")
+        return value.item()
+    return value
+
+
+def _validate(lr):
+    """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
+    recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
+    recipe makes these checks from one description (blr_derive.codegen.validation)."""
+    lr = _number("lr", lr)
+    if not ((lr >= 0)):
+        raise ValueError("Invalid lr: " + str(lr))
+
+
 class _Layout:
     """One parameter group laid out for the kernels: element offsets, fp32 state buffers, chunk tables."""
 
@@ -176,8 +194,7 @@ class STE(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=0.01, *, fused=None):
-        if not lr >= 0:
-            raise ValueError(f"Invalid lr: {lr}")
+        _validate(lr)
         defaults = dict(lr=lr, fused=bool(fused))
         super().__init__(params, defaults)
         self._layouts = {}

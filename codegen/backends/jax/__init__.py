@@ -40,6 +40,7 @@ from blr_derive.codegen.backends.jax.mixture_axis import render_component_axis
 from blr_derive.codegen.backends.jax.printer import JaxPrinter, is_static, static_part
 from blr_derive.codegen.inert import identifier, template_env
 from blr_derive.codegen.model import structure_of
+from blr_derive.codegen.validation import validation
 from blr_derive.codegen.lower import check_optimizer, host_states, plan_optimizer, state_conditions, state_symbols
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 from blr_derive.core.names import name_problem
@@ -118,7 +119,7 @@ class JaxTarget:
             special=any("jax.scipy.special." in line for line in printed), used=used,
             uses_optax=step is not None or bool(scalar_states) or sampling is None,
             ir=ir, factory=factory, state_class=state_class, tx_class=tx_class, hyper=_signature(ir.hyperparameters),
-            checks=_checks(ir), step=step,
+            validation=validation(ir), step=step,
             states=states, host_lines=host_lines, leaf_lines=leaf_lines, leaf_args=leaf_args,
             leaf_states=[s for s in states if not s["scalar"]], scalar_states=scalar_states,
             grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls],
@@ -213,19 +214,6 @@ def _tensors(plan, by_name, scalars):
     out |= {c.symbol for c in ir.oracle_calls} | set(plan.stats_in)
     if plan.mean is not None:
         out |= {by_name[plan.mean], sp.Symbol(plan.mean, real=True)}
-    return out
-
-
-def _checks(ir):
-    """The recipe's constructor checks (peer: validate), printed for Python values."""
-    if ir.peer is None or not ir.peer.checks:
-        return []
-    py = JaxPrinter({str(s) for h in ir.hyperparameters for s in h.symbols})
-    out = []
-    for c in ir.peer.checks:
-        used = [identifier(str(s)) for s in sorted(c.condition.free_symbols, key=str)]
-        msg = [(k, v if k == "text" else identifier(v)) for k, v in c.message]
-        out.append({"cond": py.doprint(c.condition), "used": used, "message": msg})
     return out
 
 

@@ -6,7 +6,7 @@ from blr_derive.codegen.config import TargetConfig
 CONFIG = TargetConfig(
     name="jax",
     suffix=".py",
-    modules=frozenset({"typing", "jax", "jax.numpy", "jax.scipy.special", "jax.scipy.linalg", "numpy", "optax"}),
+    modules=frozenset({"math", "typing", "jax", "jax.numpy", "jax.scipy.special", "jax.scipy.linalg", "numpy", "optax"}),
     template="transformation.py.j2",
     structures=("single", "product"),
     description="an ``optax.GradientTransformation`` factory (jax.numpy, any pytree, jax.jit-compatible); other "

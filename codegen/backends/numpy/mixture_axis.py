@@ -260,7 +260,7 @@ def lower(ir, pr, xp="numpy"):
         if arg is None:
             raise CodegenError(f"an oracle of a component-axis mixture is called at a component's mean: {c.argument}")
         calls.append((name, f'_array("{name}", {xp}.stack([oracles["{c.oracle}"]({arg}[_k]) for _k in '
-                                  f'range({K})]), _dims)'))
+                                  f'range({K})]), _dims, "{c.oracle}")'))
     assigns = [(ap.name(s), ap.doprint(e)) for s, e in ir.assignments]
     outputs = [(name, ap.name(sym)) for name, sym in ir.outputs]
     return ap, calls, assigns, outputs

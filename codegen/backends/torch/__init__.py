@@ -28,6 +28,7 @@ from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, h
 from blr_derive.codegen.backends.torch.inline import inline_single_use
 from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
+from blr_derive.codegen.validation import validation
 
 
 #: torch.optim's implementation switches and their defaults (a recipe's ``peer: switches`` places them)
@@ -70,7 +71,6 @@ class TorchTarget:
         sampling = self.sampling_view(plan, host)
         stat_syms = plan.stat_symbols() if ir.sampling is not None else set()
         stored = stored_names(plan)
-        checks, check_hyper = self.checks_view(ir, host)
         sparse_checks, sparse_hyper = self.checks_view(ir, host, "sparse_checks")
         conds = state_conditions(plan)
         step_cond = step_condition(plan)
@@ -93,7 +93,7 @@ class TorchTarget:
             other_oracles=[o for o in plan.other_oracles if not (sampling and o == "loss" and sampling["loss_values"])],
             theta_hyper=plan.theta_hyper,
             stat_hyper=plan.hyper_using(stat_syms), stored=stored,
-            renamed=[(k, v) for k, v in stored.items() if k != v], checks=checks, check_hyper=check_hyper,
+            renamed=[(k, v) for k, v in stored.items() if k != v], validation=validation(ir),
             sparse_checks=sparse_checks, sparse_hyper=sparse_hyper,
             keeps_step=step_cond is not None, first_step=first_step_only(plan),
             switches=ir.peer.switches if ir.peer is not None and ir.peer.switches else ((), SWITCHES),
@@ -121,9 +121,9 @@ class TorchTarget:
         return comp.compile_program(program, plan.need)
 
     @staticmethod
-    def checks_view(ir, host, which="checks"):
-        """A recipe's peer checks (``which``: the constructor's, or those on sparse gradients) as (Python
-        condition, message pieces), and the hyperparameters they read."""
+    def checks_view(ir, host, which="sparse_checks"):
+        """A recipe's checks on sparse gradients (peer: sparse_gradients: validate; the constructor's are
+        codegen/validation.py's) as (Python condition, message pieces), and the hyperparameters they read."""
         checks = None if ir.peer is None else getattr(ir.peer, which)
         if checks is None:
             return None, []

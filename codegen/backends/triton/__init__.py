@@ -37,6 +37,7 @@ from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_
                                       stored_names)
 from blr_derive.codegen.backends.torch.printer import HostPrinter
 from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
+from blr_derive.codegen.validation import validation
 
 
 class TritonTarget:
@@ -101,7 +102,7 @@ class TritonTarget:
             theta_hyper=plan.theta_hyper, stat_hyper=plan.hyper_using(stat_syms), stored=stored_names(plan),
             keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
             scalar_stored=sorted(stored_names(plan)[n] for n in host_states(plan)),
-            data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
+            data=[(d.name, host.doprint(d.init), d.description) for d in ir.data], validation=validation(ir),
         )
 
     @staticmethod

@@ -205,4 +205,4 @@ def test_the_derivation_steps_aside_for_a_declared_name(tmp_path):
         encoding="utf-8")
     from blr_derive.api import generate
     text = generate(tmp_path / "r.yaml", "numpy")
-    assert 'g_ = _array("g_", oracles["grad"](m), _dims)' in text and 'g = hp["g"]' in text
+    assert 'g_ = _array("g_", oracles["grad"](m), _dims, "grad")' in text and 'g = hp["g"]' in text
