@@ -159,19 +159,26 @@ def _reader_problem(exc) -> str:
     return f"character U+{ch:04X} is not allowed (control characters are not printable YAML)"
 
 
-def read_text_file(path, what: str = "file") -> str:
-    """The text of a regular file of at most :data:`MAX_FILE_BYTES` bytes, decoded as UTF-8.  Special files
-    (FIFOs, devices, sockets, directories) are refused without reading from them: the file is opened
-    non-blocking and checked with ``fstat`` before one bounded read."""
+def read_file_bytes(path, what: str = "file", limit: int = MAX_FILE_BYTES, follow_links: bool = True,
+                    check=None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes: every bounded read of a file the user did not write
+    (recipes, families, a catalog's generated artifacts, cache entries) goes through here.  Special files (FIFOs,
+    devices, sockets, directories) are refused without reading from them: the file is opened non-blocking and
+    checked with ``fstat`` before one bounded read.  ``follow_links=False`` refuses a symbolic link at the path
+    itself (``O_NOFOLLOW``); ``check(st)``, if given, is called with the ``fstat`` of the open file and may raise
+    to refuse it (the cache's ownership rules).  Problems are a :class:`SpecError` located at the path."""
     name = str(path)
+    flags = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+             | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0)))
     try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(name, flags)
     except FileNotFoundError:
         raise SpecError("file not found", name, None) from None
     except IsADirectoryError:
         raise SpecError(f"is a directory, not a {what}", name, None) from None
     except (OSError, ValueError) as exc:                 # permissions, a NUL byte in the name, a name too long
+        if not follow_links and isinstance(exc, OSError) and os.path.islink(name):     # O_NOFOLLOW: ELOOP
+            raise SpecError(f"is a symbolic link; a {what} must be a regular file", name, None) from None
         raise SpecError(f"cannot read {what} ({_os_problem(exc)})", name, None) from None
     try:
         st = os.fstat(fd)
@@ -180,11 +187,13 @@ def read_text_file(path, what: str = "file") -> str:
         if not stat.S_ISREG(st.st_mode):
             raise SpecError(f"is not a regular file (a device, FIFO or socket); a {what} must be a regular file",
                             name, None)
-        if st.st_size > MAX_FILE_BYTES:
-            raise SpecError(f"{what} larger than {MAX_FILE_BYTES} bytes", name, None)
-        data = os.read(fd, MAX_FILE_BYTES + 1)
-        while len(data) <= MAX_FILE_BYTES:                # a file that grew, or short reads
-            more = os.read(fd, MAX_FILE_BYTES + 1 - len(data))
+        if check is not None:
+            check(st)
+        if st.st_size > limit:
+            raise SpecError(f"{what} larger than {limit} bytes", name, None)
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit:                         # a file that grew, or short reads
+            more = os.read(fd, limit + 1 - len(data))
             if not more:
                 break
             data += more
@@ -192,13 +201,21 @@ def read_text_file(path, what: str = "file") -> str:
         raise SpecError(f"cannot read {what} ({_os_problem(exc)})", name, None) from None
     finally:
         os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        raise SpecError(f"{what} larger than {MAX_FILE_BYTES} bytes", name, None)
+    if len(data) > limit:
+        raise SpecError(f"{what} larger than {limit} bytes", name, None)
+    return data
+
+
+def read_text_file(path, what: str = "file", limit: int = MAX_FILE_BYTES, follow_links: bool = True) -> str:
+    """The text of a regular file of at most ``limit`` bytes (:func:`read_file_bytes`), decoded as UTF-8 (a
+    located error names the line of the first byte that is not)."""
+    data = read_file_bytes(path, what, limit, follow_links)
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:                  # name the line of the first byte that is not UTF-8
         line = data[:exc.start].count(b"\n") + 1
-        raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x})", name, line) from None
+        raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x})", str(path), line) from None
+    return text
 
 
 def _os_problem(exc) -> str:
