@@ -6,10 +6,12 @@ each entry so errors can name the line of the offending value.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
 import stat
+from contextlib import contextmanager
 
 import yaml
 
@@ -208,14 +210,65 @@ def read_file_bytes(path, what: str = "file", limit: int = MAX_FILE_BYTES, follo
 
 def read_text_file(path, what: str = "file", limit: int = MAX_FILE_BYTES, follow_links: bool = True) -> str:
     """The text of a regular file of at most ``limit`` bytes (:func:`read_file_bytes`), decoded as UTF-8 (a
-    located error names the line of the first byte that is not)."""
+    located error names the line of the first byte that is not).  While :func:`recording_reads` is active, the
+    file's path and content digest are recorded: the files a derivation read are what its results depend on."""
     data = read_file_bytes(path, what, limit, follow_links)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:                  # name the line of the first byte that is not UTF-8
         line = data[:exc.start].count(b"\n") + 1
         raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x})", str(path), line) from None
+    if _RECORDERS:
+        _record(path, hashlib.sha256(data).hexdigest())
     return text
+
+
+#: the active :func:`recording_reads` records, innermost last
+_RECORDERS: list = []
+
+
+def _record(path, digest) -> None:
+    name = os.path.abspath(str(path))
+    for reads in _RECORDERS:
+        reads.setdefault(name, digest)
+
+
+@contextmanager
+def recording_reads():
+    """Record the files read (:func:`read_text_file`) and looked for but absent (:func:`note_absent`) while the
+    block runs: a dict {absolute path: SHA-256 of the bytes read, or None for an absent path}.  A result computed
+    in the block is a function of these files (and of the engine), whatever folder or extension they have; see
+    :func:`unchanged`."""
+    reads: dict = {}
+    _RECORDERS.append(reads)
+    try:
+        yield reads
+    finally:
+        _RECORDERS.remove(reads)
+
+
+def note_absent(path) -> None:
+    """Record (see :func:`recording_reads`) that ``path`` was looked for and not found: creating it later could
+    change what a reference resolves to (a family named by a relative path is looked for in two folders)."""
+    if _RECORDERS:
+        _record(path, None)
+
+
+def unchanged(reads) -> bool:
+    """Whether every file of a :func:`recording_reads` record still holds the bytes read then (through the same
+    bounded reader) and every absent path is still absent."""
+    for name, digest in reads.items():
+        if digest is None:
+            if os.path.lexists(name):
+                return False
+            continue
+        try:
+            data = read_file_bytes(name)
+        except SpecError:
+            return False
+        if hashlib.sha256(data).hexdigest() != digest:
+            return False
+    return True
 
 
 def _os_problem(exc) -> str:
