@@ -18,13 +18,14 @@ from blr_derive.candidates.load import load_recipe, recipe_from_spec
 from blr_derive.candidates.options import (COMMAND_LINE, is_family_spec, options_label, options_located,
                                           recipe_from_options, resolve_input)
 import blr_derive.codegen as _codegen
+from blr_derive.codegen.inert import audit
 from blr_derive.codegen.registry import TARGETS, emit, get_target
 from blr_derive.core import budget
 from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget,
                                     SpecError, TimeLimitExceeded, UnsupportedTarget)
 from blr_derive.core.io import source_label
 from blr_derive.core.resources import catalog_dir, families_dir
-from blr_derive.core.yamlio import load_yaml_text
+from blr_derive.core.yamlio import load_yaml_text, recording_reads, unchanged
 from blr_derive.derive.driver import derive as derive_recipe
 from blr_derive.families import diskcache
 from blr_derive.families.library import adopt, builtin_family_names, cached_entries, family_from_spec, load_family
@@ -134,39 +135,90 @@ def generate(path, target: str, label: str | None = None, sizes: dict | None = N
 _SOURCE = []
 
 
-def _artifact_key(r: Path, root: Path, targets) -> tuple:
-    """What one recipe's artifacts are a function of: its file, the other files of its folder (families it may
-    name by path), the built-in families, the targets, and the source of the engine and its code generators."""
+def _engine_source() -> str:
+    """SHA-256 of the source of the engine and its code generators (templates included) and of the sympy that
+    prints them: what every artifact is a function of besides the files a derivation reads."""
     if not _SOURCE:
-        _SOURCE.append(diskcache.source_hash([Path(__file__).resolve().parent, Path(_codegen.__file__).resolve().parent]))
-    files = sorted(root.glob("*.yaml")) + sorted(families_dir().glob("*.yaml"))
-    contents = hashlib.sha256(b"".join(f.name.encode() + b"\0" + f.read_bytes() for f in files)).hexdigest()
-    return ("catalog-artifacts", r.name, tuple(targets or TARGETS), _SOURCE[0], contents)
+        roots = [Path(__file__).resolve().parent, Path(_codegen.__file__).resolve().parent]
+        _SOURCE.append(hashlib.sha256(f"{diskcache.source_hash(roots)} sympy {sp.__version__}".encode()).hexdigest())
+    return _SOURCE[0]
+
+
+def _artifact_key(r: Path, targets) -> tuple:
+    """Where one recipe's artifacts are kept in the disk cache: the recipe file (by absolute path), the targets
+    and :func:`_engine_source`.  What else they are a function of, the content of every file the derivation read
+    (the recipe, every family file in any folder, of any extension, the built-in ones) and the family paths it
+    found absent, is recorded in the entry (:func:`~blr_derive.core.yamlio.recording_reads`) and compared when
+    it is read back."""
+    return ("catalog-artifacts", os.path.abspath(r), tuple(targets), _engine_source())
+
+
+def _artifact_rel(r: Path, target: str) -> str:
+    return f"generated/{target}/{r.stem}{get_target(target).suffix}"
+
+
+def _cached_artifacts(entry, r: Path, root: Path, targets):
+    """[(path, text)] of a cache entry, or None when it may not be used: the files its derivation read have
+    changed (or one it found absent exists now), or the entry is not what :func:`_recipe_artifacts` stores, holds
+    a path other than this recipe's artifact for a target asked for (in the targets' order), or a text that does
+    not pass the audit of fresh output (:func:`~blr_derive.codegen.inert.audit`).  An entry is data from disk: it
+    is checked as a derivation's output would be."""
+    if not isinstance(entry, dict) or set(entry) != {"reads", "artifacts"}:
+        return None
+    reads, artifacts = entry["reads"], entry["artifacts"]
+    if not (isinstance(reads, list) and isinstance(artifacts, list)
+            and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str)
+                    and (x[1] is None or isinstance(x[1], str)) for x in reads)):
+        return None
+    reads = dict(reads)
+    if reads.get(os.path.abspath(r)) is None or not unchanged(reads):
+        return None
+    expected = {_artifact_rel(r, t): t for t in targets}
+    out, seen = [], []
+    for item in artifacts:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], str)):
+            return None
+        t = expected.get(item[0]) if isinstance(item[0], str) else None
+        if t is None or t in seen:
+            return None
+        try:
+            audit(item[1], t, get_target(t).config.modules)
+        except CodegenError:
+            return None
+        seen.append(t)
+        out.append((root / item[0], item[1]))
+    if seen != [t for t in targets if t in seen]:
+        return None
+    return out
 
 
 def _recipe_artifacts(r: Path, root: Path, targets, seconds, cache: bool = True) -> list:
     """[(path, text)] of one catalog recipe: derived once (under its own time budget of ``seconds``) and rendered
-    for every target that can express it.  The artifacts are kept in the disk cache by :func:`_artifact_key`
-    (JSON text, never code): a catalog whose recipes, families and engine have not changed is rendered from there
-    (``blr-derive catalog --check`` in ~1 s; a clean checkout, like CI's, derives everything)."""
-    key = _artifact_key(r, root, targets)
-    cached = diskcache.load_json("artifacts", key) if cache else None
-    if isinstance(cached, list) and all(isinstance(x, list) and len(x) == 2 for x in cached):
-        return [(root / rel, text) for rel, text in cached]
+    for every target that can express it.  The artifacts are kept in the disk cache under :func:`_artifact_key`
+    (JSON text, never code) with the files the derivation read: a catalog whose recipes, families and engine have
+    not changed is rendered from there (``blr-derive catalog --check`` in ~1 s; a clean checkout, like CI's,
+    derives everything), after the checks of :func:`_cached_artifacts`."""
+    targets = tuple(targets or TARGETS)
+    key = _artifact_key(r, targets)
+    if cache:
+        hit = _cached_artifacts(diskcache.load_json("artifacts", key), r, root, targets)
+        if hit is not None:
+            return hit
     out = []
-    with budget.derivation_budget(seconds):
+    with budget.derivation_budget(seconds), recording_reads() as reads:
         recipe, D = derive_record(r)                 # derive once, render for every target
         ir = build_ir(D, f"catalog/{r.name}")
-        for t in targets or TARGETS:
+        for t in targets:
             try:
                 text = emit(ir, t)
             except UnsupportedTarget:
                 continue        # this target cannot express the recipe (e.g. torch needs elementwise updates)
             except CodegenError as exc:
                 raise located_codegen_error(exc, recipe) from None
-            out.append((root / "generated" / t / f"{r.stem}{get_target(t).suffix}", text))
-    diskcache.store_json("artifacts", key, [[str(p.relative_to(root)), text] for p, text in out])
-    return out
+            out.append((t, text))
+    diskcache.store_json("artifacts", key, {"reads": [[f, d] for f, d in sorted(reads.items())],
+                                            "artifacts": [[_artifact_rel(r, t), text] for t, text in out]})
+    return [(root / _artifact_rel(r, t), text) for t, text in out]
 
 
 def _family_entries(path: Path, seconds) -> list:
@@ -203,6 +255,7 @@ def catalog_artifacts(root=None, targets=None, seconds=None, jobs: int | None = 
     bundled = root.resolve() == catalog_dir().resolve()     # the bundled catalog also indexes the built-in families
     paths = sorted(families_dir().glob("*.yaml")) if bundled else []
     jobs = default_jobs() if jobs is None else jobs
+    _engine_source()                     # once, before the workers fork
     if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
         # one pool: the built-in families first, those whose log-partition is derived (by integration or
         # summation, the costly ones) at the head, then the recipes; a recipe's worker finds its family in the

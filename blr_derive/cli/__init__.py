@@ -22,12 +22,13 @@ from pathlib import Path
 
 from blr_derive import __version__
 from blr_derive.codegen import TARGET_NAMES
-from blr_derive.core.io import output_problem, write_atomic
+from blr_derive.core.io import MAX_GENERATED_BYTES, check_tree, output_problem, write_atomic
 from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
 from blr_derive.core.errors import BLRError, SpecError
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
 from blr_derive.core.text import did_you_mean, file_safe, quote, terminal_safe
+from blr_derive.core.yamlio import read_text_file
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
 from blr_derive.cli.checks import cmd_check, cmd_verify
 
@@ -204,19 +205,58 @@ def cmd_catalog(argv):
     seconds = _time_limit(args)
     if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
         raise SpecError(f"--jobs must be an integer from 1 to {MAX_JOBS}", CMDLINE)
+    root = Path(args.catalog) if args.catalog else catalog_dir()
+    _check_generated_folders(root, args.target or TARGET_NAMES)
     from blr_derive.api import catalog_artifacts
     outputs = catalog_artifacts(args.catalog, args.target, seconds, jobs=args.jobs)
     stale = []
-    for path, text in outputs:
-        old = path.read_text(encoding="utf-8") if path.exists() else None
-        if old != text:
-            stale.append(path)
+    for path, text in outputs:                       # every path checked (and read) before anything is written
+        check_tree(root, path)
+        if _generated_text(path, args.check) != text:
             if not args.check:
-                write_atomic(path, text)
-    for path in stale:
+                problem = output_problem(path, follow_links=False)
+                if problem is not None:
+                    raise SpecError(problem, str(path))
+            stale.append((path, text))
+    for path, text in stale:
+        if not args.check:
+            write_atomic(path, text, follow_links=False)
+    for path, _ in stale:
         print(f"{'differs' if args.check else 'wrote'}: {path}")
     print(f"{len(outputs)} artifacts, {len(stale)} {'differ' if args.check else 'updated'}")
     return 1 if (args.check and stale) else 0
+
+
+def _check_generated_folders(root: Path, targets):
+    """Before any work (nothing derived for nothing): the folders generated files go to and every entry in them
+    named after a recipe (a target's artifact, whatever its suffix) by :func:`check_tree`.  The artifacts' own
+    paths are checked again once they are known, before the first is written or read."""
+    if not root.is_dir():                               # no recipes: said by catalog_artifacts
+        return
+    stems = [p.stem for p in root.glob("*.yaml")]
+    for t in targets:
+        folder = root / "generated" / t
+        check_tree(root, folder, folder=True)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:                                 # not there yet: created when written
+            continue
+        for name in names:
+            if any(name.startswith(f"{stem}.") for stem in stems):
+                check_tree(root, folder / name)
+
+
+def _generated_text(path: Path, check: bool):
+    """The text of an existing generated file (None if there is none), read bounded, never through a link: a file
+    too large or not UTF-8 is a located error for --check and, for a regeneration, a file to replace."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_text_file(path, "generated file", MAX_GENERATED_BYTES, follow_links=False)
+    except SpecError:
+        if check:
+            raise
+        return None
 
 
 def cmd_families(argv):

@@ -1,5 +1,7 @@
 """Writing output files safely (README, "Safety model"): only a regular file, or a new path, is ever replaced, and
-it is replaced atomically (a temporary file in the same directory, renamed into place)."""
+it is replaced atomically (a temporary file in the same directory, renamed into place).  ``blr-derive catalog``
+writes inside a folder it did not make (a cloned recipe repository): :func:`tree_problem` keeps its writes and
+reads to the regular files and real folders below it."""
 from __future__ import annotations
 
 import os
@@ -13,11 +15,57 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.text import quote
 
 
-def output_problem(path: Path):
-    """Why ``-o path`` cannot be written (None if it can): only a regular file, or a new path whose parent is a
-    directory, is ever replaced; FIFOs, devices, sockets and directories are refused before any work."""
+#: the largest generated file ``catalog`` reads back to compare (the largest bundled artifact has 34 kB)
+MAX_GENERATED_BYTES = 16 << 20
+
+
+def tree_problem(root: Path, path: Path, folder: bool = False):
+    """Why ``path``, below the folder ``root``, must not be written or read as a generated file (or, ``folder``,
+    used as the folder of generated files): (the offending path, the problem), or None.  Every entry that exists
+    on the way down from ``root`` (excluded: the folder the user named) must be a directory and not a symbolic
+    link, and ``path`` itself a regular file (a directory for ``folder``) or absent: a link would carry a write
+    to a file the user never named, a FIFO or a device would block or flood a read."""
     try:
-        st = os.stat(path)                              # follows symbolic links: the file that would change
+        parts = Path(path).relative_to(root).parts
+    except ValueError:
+        return Path(path), f"is outside the folder '{quote(root, 200)}'"
+    here = Path(root)
+    for i, part in enumerate(parts):
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return None                                 # created when written: a new folder, a new file
+        except (OSError, ValueError) as exc:
+            return here, f"cannot be checked ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+        last = i == len(parts) - 1
+        if stat.S_ISLNK(st.st_mode):
+            return here, ("is a symbolic link; generated files are written and read only as regular files inside the "
+                          "catalog folder, never through a link (remove it)")
+        if not last or folder:
+            if not stat.S_ISDIR(st.st_mode):
+                return here, "is not a directory (generated files go below it)"
+        elif stat.S_ISDIR(st.st_mode):
+            return here, "is a directory where a generated file goes"
+        elif not stat.S_ISREG(st.st_mode):
+            return here, "is not a regular file (a FIFO, device or socket) where a generated file goes"
+    return None
+
+
+def check_tree(root: Path, path: Path, folder: bool = False) -> None:
+    """:func:`tree_problem` as a located error."""
+    problem = tree_problem(root, path, folder)
+    if problem is not None:
+        raise SpecError(problem[1], str(problem[0]))
+
+
+def output_problem(path: Path, follow_links: bool = True):
+    """Why ``-o path`` cannot be written (None if it can): only a regular file, or a new path whose parent is a
+    directory, is ever replaced; FIFOs, devices, sockets and directories are refused before any work.
+    ``follow_links=False`` judges a symbolic link at ``path`` itself (it is refused)."""
+    try:
+        # following symbolic links: the file that would change; else the link itself
+        st = os.stat(path) if follow_links else os.lstat(path)
     except NotADirectoryError:
         return "cannot create it: a parent in the path is not a directory"
     except FileNotFoundError:
@@ -31,19 +79,27 @@ def output_problem(path: Path):
         return f"cannot be written ({getattr(exc, 'strerror', None) or type(exc).__name__})"
     if stat.S_ISDIR(st.st_mode):
         return "is a directory (-o takes a file path)"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link; only a regular file is replaced here"
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file (a device, FIFO or socket); -o writes regular files only"
+    if not st.st_mode & stat.S_IWUSR:
+        return _READ_ONLY
     return None
 
 
-def write_atomic(path: Path, text: str):
+_READ_ONLY = "is read-only; make it writable or write to another file"
+
+
+def write_atomic(path: Path, text: str, follow_links: bool = True):
     """Write via a temporary file and rename, so a failure never leaves a partial file; only regular files (or
-    new paths) are replaced, and a symbolic link is followed to the file it names."""
+    new paths) are replaced, and a symbolic link is followed to the file it names (``follow_links=False``: a link
+    at ``path`` is refused; the rename never writes through one)."""
     path = Path(path)
-    problem = output_problem(path)
+    problem = output_problem(path, follow_links)
     if problem is not None:
         raise SpecError(problem, str(path))
-    target = Path(os.path.realpath(path))
+    target = Path(os.path.realpath(path)) if follow_links else Path(os.path.realpath(path.parent)) / path.name
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
@@ -53,16 +109,16 @@ def write_atomic(path: Path, text: str):
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
         try:                                            # an existing file keeps its permissions (a private 0600
-            mode = stat.S_IMODE(os.stat(target).st_mode)    # file stayed private, a read-only one is refused)
+            mode = stat.S_IMODE(os.lstat(target).st_mode)   # file stayed private, a read-only one is refused)
         except OSError:
             umask = os.umask(0)                        # a new file: mkstemp creates 0600; the usual 0666 & ~umask
             os.umask(umask)
             mode = 0o666 & ~umask
         else:
             if not mode & stat.S_IWUSR:
-                raise SpecError("is read-only; make it writable or write to another file", str(path))
+                raise SpecError(_READ_ONLY, str(path))
         os.chmod(tmp, mode)
-        problem = output_problem(target)              # replaced by something else meanwhile?
+        problem = output_problem(target, follow_links)    # replaced by something else meanwhile?
         if problem is not None:
             raise SpecError(problem, str(path))
         os.replace(tmp, target)

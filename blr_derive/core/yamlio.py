@@ -6,10 +6,12 @@ each entry so errors can name the line of the offending value.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
 import stat
+from contextlib import contextmanager
 
 import yaml
 
@@ -159,19 +161,26 @@ def _reader_problem(exc) -> str:
     return f"character U+{ch:04X} is not allowed (control characters are not printable YAML)"
 
 
-def read_text_file(path, what: str = "file") -> str:
-    """The text of a regular file of at most :data:`MAX_FILE_BYTES` bytes, decoded as UTF-8.  Special files
-    (FIFOs, devices, sockets, directories) are refused without reading from them: the file is opened
-    non-blocking and checked with ``fstat`` before one bounded read."""
+def read_file_bytes(path, what: str = "file", limit: int = MAX_FILE_BYTES, follow_links: bool = True,
+                    check=None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes: every bounded read of a file the user did not write
+    (recipes, families, a catalog's generated artifacts, cache entries) goes through here.  Special files (FIFOs,
+    devices, sockets, directories) are refused without reading from them: the file is opened non-blocking and
+    checked with ``fstat`` before one bounded read.  ``follow_links=False`` refuses a symbolic link at the path
+    itself (``O_NOFOLLOW``); ``check(st)``, if given, is called with the ``fstat`` of the open file and may raise
+    to refuse it (the cache's ownership rules).  Problems are a :class:`SpecError` located at the path."""
     name = str(path)
+    flags = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+             | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0)))
     try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(name, flags)
     except FileNotFoundError:
         raise SpecError("file not found", name, None) from None
     except IsADirectoryError:
         raise SpecError(f"is a directory, not a {what}", name, None) from None
     except (OSError, ValueError) as exc:                 # permissions, a NUL byte in the name, a name too long
+        if not follow_links and isinstance(exc, OSError) and os.path.islink(name):     # O_NOFOLLOW: ELOOP
+            raise SpecError(f"is a symbolic link; a {what} must be a regular file", name, None) from None
         raise SpecError(f"cannot read {what} ({_os_problem(exc)})", name, None) from None
     try:
         st = os.fstat(fd)
@@ -180,11 +189,13 @@ def read_text_file(path, what: str = "file") -> str:
         if not stat.S_ISREG(st.st_mode):
             raise SpecError(f"is not a regular file (a device, FIFO or socket); a {what} must be a regular file",
                             name, None)
-        if st.st_size > MAX_FILE_BYTES:
-            raise SpecError(f"{what} larger than {MAX_FILE_BYTES} bytes", name, None)
-        data = os.read(fd, MAX_FILE_BYTES + 1)
-        while len(data) <= MAX_FILE_BYTES:                # a file that grew, or short reads
-            more = os.read(fd, MAX_FILE_BYTES + 1 - len(data))
+        if check is not None:
+            check(st)
+        if st.st_size > limit:
+            raise SpecError(f"{what} larger than {limit} bytes", name, None)
+        data = os.read(fd, limit + 1)
+        while len(data) <= limit:                         # a file that grew, or short reads
+            more = os.read(fd, limit + 1 - len(data))
             if not more:
                 break
             data += more
@@ -192,13 +203,72 @@ def read_text_file(path, what: str = "file") -> str:
         raise SpecError(f"cannot read {what} ({_os_problem(exc)})", name, None) from None
     finally:
         os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        raise SpecError(f"{what} larger than {MAX_FILE_BYTES} bytes", name, None)
+    if len(data) > limit:
+        raise SpecError(f"{what} larger than {limit} bytes", name, None)
+    return data
+
+
+def read_text_file(path, what: str = "file", limit: int = MAX_FILE_BYTES, follow_links: bool = True) -> str:
+    """The text of a regular file of at most ``limit`` bytes (:func:`read_file_bytes`), decoded as UTF-8 (a
+    located error names the line of the first byte that is not).  While :func:`recording_reads` is active, the
+    file's path and content digest are recorded: the files a derivation read are what its results depend on."""
+    data = read_file_bytes(path, what, limit, follow_links)
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:                  # name the line of the first byte that is not UTF-8
         line = data[:exc.start].count(b"\n") + 1
-        raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x})", name, line) from None
+        raise SpecError(f"not UTF-8 text (byte 0x{data[exc.start]:02x})", str(path), line) from None
+    if _RECORDERS:
+        _record(path, hashlib.sha256(data).hexdigest())
+    return text
+
+
+#: the active :func:`recording_reads` records, innermost last
+_RECORDERS: list = []
+
+
+def _record(path, digest) -> None:
+    name = os.path.abspath(str(path))
+    for reads in _RECORDERS:
+        reads.setdefault(name, digest)
+
+
+@contextmanager
+def recording_reads():
+    """Record the files read (:func:`read_text_file`) and looked for but absent (:func:`note_absent`) while the
+    block runs: a dict {absolute path: SHA-256 of the bytes read, or None for an absent path}.  A result computed
+    in the block is a function of these files (and of the engine), whatever folder or extension they have; see
+    :func:`unchanged`."""
+    reads: dict = {}
+    _RECORDERS.append(reads)
+    try:
+        yield reads
+    finally:
+        _RECORDERS.remove(reads)
+
+
+def note_absent(path) -> None:
+    """Record (see :func:`recording_reads`) that ``path`` was looked for and not found: creating it later could
+    change what a reference resolves to (a family named by a relative path is looked for in two folders)."""
+    if _RECORDERS:
+        _record(path, None)
+
+
+def unchanged(reads) -> bool:
+    """Whether every file of a :func:`recording_reads` record still holds the bytes read then (through the same
+    bounded reader) and every absent path is still absent."""
+    for name, digest in reads.items():
+        if digest is None:
+            if os.path.lexists(name):
+                return False
+            continue
+        try:
+            data = read_file_bytes(name)
+        except SpecError:
+            return False
+        if hashlib.sha256(data).hexdigest() != digest:
+            return False
+    return True
 
 
 def _os_problem(exc) -> str:

@@ -10,7 +10,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.resources import families_dir
 from blr_derive.core.sizes import declared_sizes, resolve_sizes
 from blr_derive.core.text import did_you_mean, quote
-from blr_derive.core.yamlio import LDict, load_yaml_text, read_text_file, where
+from blr_derive.core.yamlio import LDict, load_yaml_text, note_absent, read_text_file, where
 from blr_derive.families import diskcache
 from blr_derive.families.build import build_family
 from blr_derive.families.model import Family
@@ -56,6 +56,7 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
             found = False
         if found:
             return _load_family_file(c, given)
+        note_absent(c)                                 # creating it later would change what the name resolves to
     if len(candidates) > 1 or ref.endswith((".yaml", ".yml")):
         raise SpecError(f"family file '{ref}' not found")
     raise SpecError(f"unknown family '{quote(ref)}'{did_you_mean(ref, builtin_family_names())} "
