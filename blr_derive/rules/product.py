@@ -276,8 +276,15 @@ class PlateSums:
             if any(self._mixed(t) for t in c.atoms(sp.Trace)):
                 # a coefficient with traces of per-row and global quantities: each of its terms on its own
                 out += [self._matrix_term(term, a, mats, sc) for a in sp.Add.make_args(sp.expand(c))]
-            else:
+                continue
+            try:
                 out.append(self._matrix_term(term, c, mats, sc))
+            except DerivationError:
+                parts = sp.Add.make_args(sp.expand(c))
+                if len(parts) == 1:
+                    raise
+                # a coefficient that adds per-row and global scalars ((1 - z_n σ²)·w): each of its terms on its own
+                out += [self._matrix_term(term, a, mats, sc) for a in parts]
         return simplify_mat(sp.MatAdd(*out) if len(out) > 1 else out[0], self.sym)
 
 
