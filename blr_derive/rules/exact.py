@@ -236,7 +236,7 @@ def factor_messages(R, D, ctx, b, current):
             try:
                 m = [ctx.plate_sum(x) for x in m]
             except DerivationError as exc:
-                raise SpecError(str(exc), R.file, b.line) from None
+                raise SpecError(f"factor '{f.name}', block '{b.name}': {exc}", R.file, f.line or b.line) from None
         msgs = [a + x for a, x in zip(msgs, m)]
         per.append((f, m))
         for i, x in enumerate(m):

@@ -320,14 +320,20 @@ def linear_in_block(b, e, symmetric=()):
     return lin[0].xreplace(back), [c.xreplace(back) for c in lin[1]]
 
 
-def linear_in_log(e, w):
-    """(c0, c) with e = c0 + c·log w, both free of w (logarithms expanded); None when e is not of that form."""
+def linear_in_log(e, w, symmetric=()):
+    """(c0, c) with e = c0 + c·log w, both free of w (logarithms expanded; log w may sit inside matrix products, whose
+    scalars are then taken out of the traces); None when e is not of that form."""
     t = sp.Dummy("log_w")
-    et = sp.expand(sp.expand_log(e, force=True)).xreplace({sp.log(w): t})
-    c = sp.diff(et, t)
-    if et.has(w) or c.has(t):
-        return None
-    return sp.expand(et.xreplace({t: 0})), c
+    for separate in (False, True):
+        try:
+            et = sp.expand(sp.expand_log(separate_scalars(e, symmetric) if separate else e, force=True))
+            et = et.xreplace({sp.log(w): t})
+            c = sp.diff(et, t)
+        except (DerivationError, NotImplementedError, TypeError, ValueError):
+            continue
+        if not (et.has(w) or c.has(t, sp.Derivative)):
+            return sp.expand(et.xreplace({t: 0})), c
+    return None
 
 
 def expect_over_blocks(R, ctx, e, skip, current):
@@ -422,7 +428,7 @@ def expected_gradients(R, D, ctx, b):
             if f.plate:
                 g = [ctx.plate_sum(x) for x in g]
         except DerivationError as exc:
-            raise SpecError(f"block '{b.name}', factor '{f.name}': {exc}", R.file, b.line) from None
+            raise SpecError(f"block '{b.name}', factor '{f.name}': {exc}", R.file, f.line or b.line) from None
         eqs += [(sp.Symbol(r"\nabla_{%s}\mathbb{E}[\bar\ell_{%s}]" % (sp.latex(v), tex_name(f.name))), x)
                 for v, x in zip(b.variables, g)]
         grads = g if grads is None else [a + x for a, x in zip(grads, g)]

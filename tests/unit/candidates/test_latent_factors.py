@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from blr_derive.cli import main
-from conftest import CATALOG, load_module_from_path
+from conftest import CATALOG, ROOT, load_module_from_path
 from references.latent import (conjugate_regression, factor_model_step, mixture_of_regressions_step,
                                ppca_em_step, ppca_ml_covariance_part, vb_regression_step)
 
@@ -81,6 +84,17 @@ def test_ppca_em_step_equals_the_closed_form_em_of_prml_ch12(gen, form):
         np.testing.assert_allclose(state["w"], w_ref, rtol=0, atol=1e-10)
         np.testing.assert_allclose(state["mu"], mu_ref, rtol=0, atol=1e-10)
         w, mu = w_ref, mu_ref
+
+
+def test_the_issue_factor_through_the_installed_command_line(tmp_path):
+    """``python -m blr_derive ppca_expanded.yaml --target jax`` in a separate process: exit 0 with a module (it was
+    exit 3, 'internal error: TypeError: Mix of Matrix and Scalar symbols')."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]]
+                                                                       if os.environ.get("PYTHONPATH") else [])))
+    res = subprocess.run([sys.executable, "-m", "blr_derive", str(MODELS / "ppca_expanded.yaml"), "--target", "jax",
+                          "-o", str(tmp_path / "ppca.py")], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "def step(" in (tmp_path / "ppca.py").read_text(encoding="utf-8")
 
 
 def test_ppca_expanded_and_product_forms_generate_the_same_step(gen):
@@ -269,28 +283,74 @@ EXTRA = ["", " + tau*z", " + z*w.T*x", " - P*log(tau)/2", " + log(1 + z**2)", " 
          " + z*(w.T*y)**2", " + exp(w.T*mu)", " + z*tau*mu.T*w", " + abs(w.T*mu + sigma2)", " + det(eye(P)*z)"]
 
 
-def mutant(seed):
+MIXTURE_FUZZ = """name: fzm
+dimension: P
+components: {index: k, size: K}
+plate:
+  index: n
+  data:
+    x: {shape: [P]}
+    y: {}
+blocks:
+  z: {family: categorical, components: true, local: true, approximations: [exact]}
+  pi: {variable: {simplex: true}, components: true, approximations: [delta]}
+  beta: {variable: {shape: vector}, components: true, approximations: [delta]}
+  s2: {variable: {shape: scalar}, components: true, approximations: [delta]}
+factors:
+  f: {plate: true, components: true, expression: "EXPRESSION"}
+"""
+#: a mixture of regressions' factor for one component, the one-hot z_k outside or inside the products
+MIXTURE_BASES = ["-z*(log(pi) - log(s2)/2 - (y - x.T*beta)**2/(2*s2))",
+                 "-z*log(pi) + z*log(s2)/2 + (z*(y - x.T*beta)).T*(y - x.T*beta)/(2*s2)",
+                 "-z*log(pi) + z*log(s2)/2 + (y - beta.T*x)*z*(y - x.T*beta)/(2*s2)"]
+#: (a transcendental condition for s2, e.g. log(s2)**2, runs to the solver's 20 s limit: left to the offline campaign)
+MIXTURE_SWAPS = [("z*", "z**2*"), ("log(pi)", "log(pi*z)"), ("x.T*beta", "beta.T*(x*x.T)*beta"), ("y - ", "y*z - "),
+                 ("(y - x.T*beta)", "(y - x.T*beta*s2)"), ("x.T*beta", "exp(x.T*beta)"), ("z*", "exp(z)*"),
+                 ("x.T*beta", "x.T*inv(eye(P) + beta*beta.T)*x"), ("beta", "(beta*z)")]
+MIXTURE_EXTRA = ["", " + beta.T*beta", " + z*beta.T*beta", " + z*(x.T*beta)**4", " + abs(x.T*beta)*z"]
+
+
+def mutant(seed, bases=BASES, swaps=SWAPS, extra=EXTRA):
     rng = np.random.default_rng(seed)
-    e = BASES[rng.integers(len(BASES))]
+    e = bases[rng.integers(len(bases))]
     for _ in range(rng.integers(3)):
-        a, b = SWAPS[rng.integers(len(SWAPS))]
+        a, b = swaps[rng.integers(len(swaps))]
         at = [m.start() for m in re.finditer(re.escape(a), e)]
         if at:
             j = at[rng.integers(len(at))]
             e = e[:j] + b + e[j + len(a):]
-    return e + EXTRA[rng.integers(len(EXTRA))]
+    return e + extra[rng.integers(len(extra))]
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_mutated_latent_factors_derive_or_are_located_errors(tmp_path, seed):
+@pytest.mark.parametrize("model, seed", [("latent", s) for s in range(12)] + [("mixture", s) for s in range(6)])
+def test_mutated_latent_factors_derive_or_are_located_errors(tmp_path, model, seed):
     """Random mutations of latent-variable factors (products, sums, transposes, powers and functions of the block
-    variables and the data): the command line exits 0 with a module, or 2 with one line located in the recipe; never
-    3 (an internal error: 'Mix of Matrix and Scalar symbols' before)."""
+    variables and the data; a Gaussian latent per row, or the one-hot of a mixture over a component axis): the
+    command line exits 0 with a module, or 2 with one line located in the recipe; never 3 (an internal error:
+    'Mix of Matrix and Scalar symbols' before)."""
+    if model == "latent":
+        text = FUZZ.replace("EXPRESSION", mutant(seed))
+    else:
+        text = MIXTURE_FUZZ.replace("EXPRESSION", mutant(seed, MIXTURE_BASES, MIXTURE_SWAPS, MIXTURE_EXTRA))
     recipe = tmp_path / "fz.yaml"
-    recipe.write_text(FUZZ.replace("EXPRESSION", mutant(seed)), encoding="utf-8")
+    recipe.write_text(text, encoding="utf-8")
     code, err = run([recipe, "-o", tmp_path / "out.py"])
     assert code in (0, 2), err
     if code == 2:
         assert re.fullmatch(rf"blr-derive: error: {re.escape(str(recipe))}:\d+: [^\n]+", err), err
     else:
         assert (tmp_path / "out.py").exists()
+
+
+def test_a_stationary_point_without_a_closed_form_is_a_located_error_within_the_solve_limit(tmp_path, monkeypatch):
+    """A scalar block whose stationarity condition is transcendental (log(s2)**2 added to the factor) ran to the
+    derivation's whole budget (120 s) in sympy's solve; the solve has its own limit, and its end is a located error
+    at the block (here with the limit lowered to 1 s)."""
+    from blr_derive.rules import delta
+    monkeypatch.setattr(delta, "STATIONARY_SECONDS", 1)
+    recipe = tmp_path / "fzm.yaml"
+    recipe.write_text(MIXTURE_FUZZ.replace("EXPRESSION", MIXTURE_BASES[0] + " + log(s2)**2*z"), encoding="utf-8")
+    code, err = run([recipe, "-o", tmp_path / "out.py"])
+    assert code == 2
+    assert err == (f"blr-derive: error: {recipe}:13: block 's2': cannot solve the stationarity condition: no closed "
+                   "form found within 1 s")
