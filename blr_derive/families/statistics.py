@@ -75,12 +75,8 @@ def statistics_decomposition(fam, expr, symmetric=()):
         if inside:
             raise NotLinearInStatistics(term.xreplace(back["map"]), dep.xreplace(back["map"]), inside[0], fam.T)
         for i, t in enumerate(targets):
-            if t == 0:
-                continue
-            ratio = dep / t
-            if fam.depends_on_variable(ratio):
-                ratio = sp.simplify(ratio)
-            if not fam.depends_on_variable(ratio):
+            ratio = sp.simplify(dep / t) if t != 0 else None
+            if ratio is not None and not fam.depends_on_variable(ratio):
                 cs[i] += coeff * ratio
                 break
         else:
