@@ -37,6 +37,7 @@ class Factor:
     text: str
     description: str = ""
     components: bool = False       # the expression is one component's term, summed over the component axis
+    line: int | None = None        # the line of its expression in the recipe file (for messages)
 
 
 def block_candidate(b, delta="delta (point estimate)") -> str:

@@ -313,7 +313,7 @@ def _factors(spec, blocks, plate, symbols, components=None):
                     raise err(f"factor '{fname}' uses the local block '{b.name}': mark it plate: true", fdecl,
                               "plate")
         factors.append(Factor(fname, expr, plated, str(fdecl["expression"]).strip(),
-                              str(fdecl.get("description", "")), per))
+                              str(fdecl.get("description", "")), per, line=where(fdecl, "expression")[1]))
     return factors
 
 
