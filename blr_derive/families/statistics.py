@@ -184,7 +184,8 @@ def _varies(fam, ratio, points: int = 3) -> bool:
                       for pt in pts]
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, NameError, AttributeError):
         return False
-    if not all(np.isfinite(v) for v in values):
+    values = [v for v in values if np.isfinite(v)]        # a point where T = 0 (θ = 0 for T = θ) says nothing
+    if len(values) < 2:
         return False
     scale = max(1.0, max(abs(v) for v in values))
     return max(abs(v - values[0]) for v in values) > 1e-6 * scale
