@@ -216,7 +216,7 @@ def _text_at(doc, how, old, text):
 def payload_kinds() -> dict:
     """{field: payload function}: the full payload where the field takes it, else the short one (a peer check's
     message is one line of at most 200 characters without braces)."""
-    probes, places = discover()
+    probes, _ = discover()
     docs = {src: (kind, doc) for kind, src, doc in _corpus()}
     out = {}
     for field in text_fields():
