@@ -493,6 +493,10 @@ def test_markdown_reports_are_text_in_a_commonmark_renderer(reports, tmp_path):
     hits, text, live, _ = opened(chromium_dom(page))
     shown = check_inert(hits, text, live, reports["fields"], "Markdown")
     assert {"title", "description", "paper", "reference"} <= _shown_keys(shown, reports["fields"])
+    # the attack through a real blr-derive process: a family file's reference in step 1
+    first = parts[0]
+    assert any(f"{tag}-END" in first and fields_key == ("family", (), "reference")
+               for tag, (fields_key, _) in reports["fields"].items()), first[:3000]
 
 
 @pytest.mark.slow
