@@ -243,3 +243,48 @@ class dbesselk(sp.Function):
         if n == 0:
             return sp.besselk(nu, x).evalf(sp.core.evalf.prec_to_dps(prec))
         return sp.Float(dbesselk_numpy(int(n), float(nu), float(x)), prec)
+
+
+#: the largest |ν| at which :func:`besselk_order_derivative` unrolls the recurrence in the order into a closed form
+#: (beyond it the derivative stays the integral ``dbesselk(1, ν, x)``)
+BESSELK_CLOSED_FORM_MAX_ORDER = 12
+
+
+def besselk_closed(nu, x):
+    """K_ν(x) for an order ν with 2ν an integer: elementary at half-integer orders (DLMF 10.39.2 and the recurrence
+    K_{ν+1} = K_{ν−1} + (2ν/x)K_ν, DLMF 10.29.1), else the node ``dbesselk(0, ν, x)``."""
+    nu = sp.nsimplify(nu)
+    if (2 * nu).is_Integer and not nu.is_Integer:
+        return sp.expand_func(sp.besselk(abs(nu), x))
+    return dbesselk(0, abs(nu) if nu.is_number else nu, x)
+
+
+def besselk_order_derivative(nu, x):
+    """∂K_ν(x)/∂ν at the order ν: in closed form where 2ν is an integer and |ν| ≤ BESSELK_CLOSED_FORM_MAX_ORDER,
+    else the integral ``dbesselk(1, ν, x)``.
+
+    * ν = ±½: ±√(π/(2x)) e^{x} E₁(2x) (DLMF 10.38.7);
+    * ν = 0: 0 (K_ν is even in ν); ν = ±n: ±(n!/2)(x/2)^{−n} Σ_{k<n} (x/2)^k K_k(x)/((n − k) k!) (DLMF 10.38.8);
+    * other half-integers by the recurrence in the order differentiated in ν: ∂K_{ν+1} = ∂K_{ν−1} + (2/x)K_ν +
+      (2ν/x)∂K_ν, from ∂K_{±½}; and ∂K_{−ν} = −∂K_ν (K_{−ν} = K_ν).
+
+    The inverse Gaussian's E[log θ] = log m + e^{2s/m} E₁(2s/m) comes out of its tilted log-partition this way."""
+    nu = sp.nsimplify(nu) if nu.is_number else nu
+    if not (nu.is_number and (2 * nu).is_Integer and abs(nu) <= BESSELK_CLOSED_FORM_MAX_ORDER):
+        return dbesselk(1, nu, x)
+    sign = -1 if nu < 0 else 1
+    n = abs(nu)
+    if n.is_Integer:
+        n = int(n)
+        if n == 0:
+            return sp.Integer(0)
+        half = x / 2
+        return sign * sp.factorial(n) / 2 * half ** (-n) * sp.Add(
+            *[half ** k * besselk_closed(k, x) / ((n - k) * sp.factorial(k)) for k in range(n)])
+    d_prev = -sp.sqrt(sp.pi / (2 * x)) * sp.exp(x) * exp1(2 * x)        # ∂K at ν = −½
+    d = -d_prev                                                           # ∂K at ν = ½
+    v = sp.Rational(1, 2)
+    while v < n:                                                          # ∂K_{v+1} from ∂K_{v−1}, ∂K_v
+        d_prev, d = d, d_prev + 2 / x * besselk_closed(v, x) + 2 * v / x * d
+        v += 1
+    return sign * d

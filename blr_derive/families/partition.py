@@ -11,6 +11,7 @@ import sympy as sp
 from blr_derive.core.budget import step_limit
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import besselk_closed, besselk_order_derivative
 from blr_derive.core.yamlio import where
 from blr_derive.families.symbolic import loggamma_form
 from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS, count_total, integer_range
@@ -336,8 +337,65 @@ def tilted_expectation(fam, g):
     if Z is None or Z.has(sp.Piecewise, sp.oo, -sp.oo, sp.zoo, sp.nan):
         return None
     with step_limit(INTEGRATE_SECONDS):
+        Z = besselk_form(Z)
         e = sp.unpolarify(sp.diff(sp.log(Z), s).xreplace({s: 0}))
+        e = bessel_order_derivatives(e)
         e = sp.simplify(sp.expand_log(e, force=True))
     if e.has(sp.Integral, sp.Derivative, sp.Subs, sp.oo, -sp.oo, sp.zoo, sp.nan, x):     # e.g. d/dν I_ν
         return None
     return loggamma_form(e)
+
+
+def besselk_form(e):
+    """c·I_ν(z) − c·I_{−ν}(z) → −c·(2/π) sin(νπ) K_ν(z) (DLMF 10.27.4) wherever a sum holds such a pair: sympy's
+    integration writes ∫ θ^a e^{−pθ − q/θ} dθ = 2(q/p)^{(a+1)/2} K_{a+1}(2√(pq)) (the generalized inverse Gaussian's
+    kernel) as a difference of I's with reflection-formula Γ products, whose derivative in the order has no closed
+    form and which cancels catastrophically at large z; in K's form the order derivative is
+    :func:`besselk_order_derivative` (closed at half-integer orders, the inverse Gaussian's)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.besseli):
+        return e
+
+    def pair(add):
+        coeffs, rest = {}, []
+        for t in sp.Add.make_args(add):
+            Is = [f for f in sp.Mul.make_args(t) if isinstance(f, sp.besseli)]
+            if len(Is) != 1:
+                rest.append(t)
+                continue
+            coeffs[Is[0]] = coeffs.get(Is[0], sp.Integer(0)) + t / Is[0]
+        out, done = sp.Add(*rest), set()
+        for I, c in coeffs.items():
+            if I in done:
+                continue
+            nu, z = I.args
+            J = sp.besseli(sp.expand(-nu), z)
+            if J in coeffs and J not in done and sp.simplify(sp.gammasimp(c + coeffs[J])) == 0:
+                # c I_ν + c_J I_{−ν} = c_J (I_{−ν} − I_ν) = c_J (2/π) sin(νπ) K_ν
+                out += sp.simplify(sp.gammasimp(coeffs[J] * 2 * sp.sin(nu * sp.pi) / sp.pi)) * sp.besselk(nu, z)
+                done |= {I, J}
+            else:
+                out += c * I
+                done.add(I)
+        return out
+    return e.replace(lambda n: isinstance(n, sp.Add) and n.has(sp.besseli), pair)
+
+
+def bessel_order_derivatives(e):
+    """Derivatives of K_ν(z) in its order (unevaluated ``Subs(Derivative(besselk(ξ, z), ξ), ξ, ν)`` from the chain
+    rule) → :func:`besselk_order_derivative` (closed form at half-integer and integer orders, else the integral
+    ``dbesselk(1, ν, z)``); every K_ν(z) → its elementary form at half-integer orders, else ``dbesselk(0, ν, z)``
+    (what the grammar's ``besselk`` is and the numpy target prints)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.besselk):
+        return e
+
+    def subs_node(n):
+        d = n.expr
+        if (isinstance(d, sp.Derivative) and isinstance(d.expr, sp.besselk) and len(n.variables) == 1
+                and d.variable_count == ((n.variables[0], 1),) and d.expr.args[0] == n.variables[0]):
+            return besselk_order_derivative(n.point[0], d.expr.args[1])
+        return n
+    e = e.replace(lambda n: isinstance(n, sp.Subs), subs_node)
+    e = e.replace(lambda n: isinstance(n, sp.Derivative) and isinstance(n.expr, sp.besselk)
+                  and n.variable_count == ((n.expr.args[0], 1),) and n.expr.args[0].is_Symbol,
+                  lambda n: besselk_order_derivative(n.expr.args[0], n.expr.args[1]))
+    return e.replace(lambda n: isinstance(n, sp.besselk), lambda n: besselk_closed(n.args[0], n.args[1]))

@@ -269,8 +269,10 @@ def base_measure(ctx):
         ctx.g_logh = [sp.Dummy(f"grad_mu{i + 1}_E_log_h") for i in range(len(fam.mu))]
         ctx.logh_placeholders = set(ctx.g_logh)
         D.add("base_measure", RULES["base_measure"].equation, "Base-measure term",
-              "E_q[log h] has no closed form here, but the prior in the candidate family contributes "
-              "-∇_μE_q[log h], which cancels it exactly (App. B; Sec. 5.1).",
+              ("E_q[log h] is not needed: the loss contains -log h(θ), whose natural gradient -∇_μE_q[log h] cancels "
+               "it exactly (App. B; Sec. 5.1)." if ctx.with_log_h is not None else
+               "E_q[log h] has no closed form here, but the prior in the candidate family contributes "
+               "-∇_μE_q[log h], which cancels it exactly (App. B; Sec. 5.1)."),
               [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
     elif fam.depends_on_variable(logh) and not fam.is_gaussian and (tilted := gradient_through_ordinary(fam)):
         e_logh, ctx.g_logh = tilted
@@ -282,7 +284,8 @@ def base_measure(ctx):
     elif fam.depends_on_variable(logh):
         if not fam.is_gaussian:
             raise ctx.fail(f"family '{fam.name}': E_q[log h] has no closed form the BLR can use (a prior in the "
-                           "candidate family, approximation 'family_prior', cancels it)")
+                           "candidate family, approximation 'family_prior', cancels it, as does an explicit loss "
+                           "under 'exact' that contains −log h(θ): the full negative log-joint)")
         e_logh = fam.expect_gaussian(logh, mean=ctx.mean_mu, cov=ctx.cov_mu)
         ctx.g_logh = matcalc.gradient(e_logh, fam.mu, ctx.sym)
         D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
@@ -319,8 +322,9 @@ def gradient_through_ordinary(fam):
 
 
 def cancelled_by_prior(ctx):
-    """Whether a ``family_prior`` step will cancel the base-measure term (not with ``no_entropy``)."""
-    return "family_prior" in ctx.names and "no_entropy" not in ctx.names
+    """Whether a ``family_prior`` step, or an explicit loss that contains −log h (``exact``: ctx.with_log_h), will
+    cancel the base-measure term (not with ``no_entropy``)."""
+    return ("family_prior" in ctx.names or ctx.with_log_h is not None) and "no_entropy" not in ctx.names
 
 
 def assemble(ctx, g_loss):

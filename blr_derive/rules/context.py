@@ -23,13 +23,14 @@ class BLRContext:
     mean_mu: object = None             # the Gaussian mean and covariance written in μ (Gaussian families)
     cov_mu: object = None
     g_logh: list = None                # ∇_μ E_q[log h] per block
-    logh_placeholders: set = None      # symbols for a base-measure term that a prior cancels (family_prior)
+    logh_placeholders: set = None      # symbols for a base-measure term that cancels (family_prior, a loss with −log h)
     lam_next: list = field(default_factory=list)   # the symbols λ_{t+1}
     gblock: list = field(default_factory=list)     # the symbols ∇_μ E_q[ℓ + log h] of the BLR's statement
     prev_updates: list = field(default_factory=list)
     conjugate: object = None           # (c0, [c_i]) when the loss is linear in the statistics
     finite: object = None              # the support points when the support is finite
     tilted: object = None              # (E_q[ℓ](λ), shifts) from the tilted log-partition (families/tilting.py)
+    with_log_h: object = None          # (c0, [c_i]) when ℓ = −log h + c0 + Σ c_i T_i (a full negative log-joint)
 
     def __post_init__(self):
         fam = self.recipe.family

@@ -61,7 +61,8 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
     except DerivationError as exc:
         H_sym = None
         if "no closed form" in str(exc):      # E_q[log h] not derivable: the family is not wrong, the check is moot
-            entropy_na = ("E_q[log h] has no closed form for this base measure, so the entropy is not derived "
+            entropy_na = ("E_q[log h] has no closed form for this base measure and the engine integrates it "
+                          "numerically over one continuous variable only, so the entropy is not derived "
                           "(declare expected_log_base_measure to derive and check it)")
         else:
             record("entropy_vs_quadrature", float("inf"), str(exc).splitlines()[0][:160])
@@ -174,7 +175,7 @@ def fmt(v):
 def describe(fam):
     how = "declared" if fam.A_given else next((h for w, h in fam.steps if w == "log-partition"), "derived")
     inv = "numeric (Newton's method)" if fam.mu_inverse == "numeric" else "closed form"
-    return [f"A(λ): {how}", f"μ → ordinary: {inv}"]
+    return [f"A(λ): {how}", f"μ → ordinary: {inv}", f"E_q[log h] (entropy): {fam.expect_log_h_method}"]
 
 
 def _sampler_checks(fam, model, vals, d, quad, rng, n, record, guarded):
