@@ -19,9 +19,11 @@ import sympy as sp
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import near_point
 from blr_derive.core.yamlio import where
 from blr_derive.families.model import Family
 from blr_derive.families.numeric import numeric_fisher
+from blr_derive.families.singular import guard_removable
 from blr_derive.families.partition import integrate_log_partition, sum_log_partition, support_points, support_words
 from blr_derive.families.solve import solve
 from blr_derive.spec.family import FamilyDecl
@@ -85,6 +87,16 @@ def build_family(decl: FamilyDecl) -> Family:
             fam.A = integrate_log_partition(fam, spec)
             fam.steps.append(("log-partition", f"A = log ∫ h exp(<λ,T>) d{vname} over the {support_words(fam)} "
                                                "support (symbolic integration)"))
+
+    # removable singularities of A inside Ω (0/0 of the closed form where A is analytic): a Taylor polynomial near
+    # each (singular.py), so that A, μ and F are finite and accurate at and around it in every target
+    guarded = guard_removable(fam, fam.A, spec)
+    if guarded is not fam.A:
+        fam.A = guarded
+        points = ", ".join(f"{n.args[2]} = {n.args[3]}" for n in sp.preorder_traversal(guarded)
+                           if isinstance(n, near_point))
+        fam.steps.append(("removable singularity", f"the closed form of A is 0/0 at {points} inside Ω: near it A is "
+                                                   "its Taylor polynomial (and μ, F its derivatives)"))
 
     # 3. μ = ∇A(λ)  (Eq. 4)
     try:
@@ -150,7 +162,7 @@ def _ord_from_nat(fam, eta, lam, symmetric, spec):
 #: functions whose presence in μ(ordinary) means sympy will not find a closed-form inverse
 _TRANSCENDENTAL = (sp.polygamma, sp.loggamma, sp.gamma, sp.Sum, sp.LambertW, sp.erf, sp.erfc, sp.erfi, sp.hyper,
                    sp.meijerg, sp.besseli, sp.besselk, sp.zeta, sp.Piecewise, sp.uppergamma, sp.lowergamma,
-                   sp.Ei, sp.expint)
+                   sp.Ei, sp.expint, near_point)
 
 
 def clean(e):

@@ -215,6 +215,7 @@ class TritonPrinter(ElementwisePrinter):
         return f"tl.where({x} < 0, -1.0, tl.zeros_like({x}) + 1.0)"
 
     NAN_WHERE = "tl.where({test}, {x}, float('nan'))"
+    WHERE = "tl.where({test}, {a}, {b})"
 
     def _print_sech(self, expr):
         self.helpers.add("_sech")
