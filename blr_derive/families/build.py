@@ -24,6 +24,7 @@ from blr_derive.core.yamlio import where
 from blr_derive.families.model import Family
 from blr_derive.families.numeric import numeric_fisher
 from blr_derive.families.singular import guard_removable
+from blr_derive.families.soundness import validate
 from blr_derive.families.partition import integrate_log_partition, sum_log_partition, support_points, support_words
 from blr_derive.families.solve import solve
 from blr_derive.spec.family import FamilyDecl
@@ -97,6 +98,10 @@ def build_family(decl: FamilyDecl) -> Family:
                            if isinstance(n, near_point))
         fam.steps.append(("removable singularity", f"the closed form of A is 0/0 at {points} inside Ω: near it A is "
                                                    "its Taylor polynomial (and μ, F its derivatives)"))
+    if not fam.A_given:
+        # a derived A (and its μ, F) must be finite and right at the parameters where closed forms fail: integers,
+        # half-integers, ½ on the unit interval, 0 on the line (checked against quadrature/summation)
+        validate(fam, fam.A, spec, "summation" if fam.is_discrete else "integration")
 
     # 3. μ = ∇A(λ)  (Eq. 4)
     try:
