@@ -156,6 +156,62 @@ class ndtri(sp.Function):
         return _scipy_evalf("ndtri", self.args, prec)
 
 
+class sign(sp.sign):
+    """sign(x): −1, 0 or +1 (the grammar's ``sign``; sympy's sign, printed as every target's sign).  A step function:
+    its derivative is 0 almost everywhere, and that is the value code can compute (sympy's own derivative, 2δ(x),
+    is a distribution that no target prints), so a sampler θ = −b sign(u − ½) log(1 − 2|u − ½|) differentiates in b
+    like any smooth expression.  A threshold whose argument depends on the parameters (a binary family's
+    sign(λ + logit(u)/2)) is what the relaxation rules replace (``blr_derive/rules/sampling.py``)."""
+
+    def _eval_derivative(self, x):
+        return sp.Integer(0)
+
+    def fdiff(self, argindex=1):
+        return sp.Integer(0)
+
+    # sympy's simplify rewrites a sign as Piecewise((0, Eq(x, 0)), (x/|x|, True)): a condition on the data that the
+    # targets cannot select elementwise, and the 0/0 of the idiom back in the other branch; it stays a sign
+    def _eval_rewrite_as_Abs(self, arg, **kwargs):
+        return None
+
+    def _eval_rewrite_as_Piecewise(self, arg, **kwargs):
+        return None
+
+    def _eval_rewrite_as_Heaviside(self, arg, **kwargs):
+        return None
+
+
+def limit_safe(e):
+    """``e`` with x/|x| and |x|/x written sign(x): the same value wherever it is defined, and the limit from both sides
+    averaged (0) at x = 0 instead of 0/0 (a sampler's old sign idiom (u − ½)/|u − ½| was NaN at the middle node of the
+    tanh-sinh rule, u = ½)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.Abs):
+        return e
+
+    def fix(m):
+        factors = list(sp.Mul.make_args(m))
+        for i, f in enumerate(factors):
+            if isinstance(f, sp.Pow) and isinstance(f.base, sp.Abs) and f.exp == -1:
+                x = f.base.args[0]
+                for j, g in enumerate(factors):
+                    if j != i and (g == x or g == -x):
+                        rest = [h for k, h in enumerate(factors) if k not in (i, j)]
+                        return sp.Mul(*rest) * (sign(x) if g == x else -sign(x))
+            if isinstance(f, sp.Abs):
+                x = f.args[0]
+                for j, g in enumerate(factors):
+                    if j != i and isinstance(g, sp.Pow) and g.exp == -1 and (g.base == x or g.base == -x):
+                        rest = [h for k, h in enumerate(factors) if k not in (i, j)]
+                        return sp.Mul(*rest) * (sign(x) if g.base == x else -sign(x))
+        return m
+
+    prev = None
+    while prev != e:
+        prev = e
+        e = e.replace(lambda n: isinstance(n, sp.Mul), fix)
+    return e
+
+
 class binary(sp.Function):
     """The binary value of x: -1 where x < 0 and +1 elsewhere (0 and NaN included), so that a binary weight always
     holds -1 or +1 (``sign`` gives 0 at 0).  Piecewise constant: its derivative is 0 (straight-through and

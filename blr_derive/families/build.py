@@ -19,7 +19,7 @@ import sympy as sp
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
-from blr_derive.core.specialfns import near_point
+from blr_derive.core.specialfns import limit_safe, near_point
 from blr_derive.core.yamlio import where
 from blr_derive.families.model import Family
 from blr_derive.families.numeric import numeric_fisher
@@ -59,6 +59,14 @@ def defined_inverse(e):
     return e.replace(lambda n: isinstance(n, sp.Mul) and n.has(sp.atan), swap)
 
 
+def _limit_safe(sampler):
+    """A scalar sampler's x/|x| written sign(x) (``core.specialfns.limit_safe``): the old sign idiom of a sampler,
+    (u − ½)/|u − ½|, was 0/0 at u = ½, the middle node of the quadrature rule."""
+    if sampler is None or is_mat(sampler) or isinstance(sampler, sp.Tuple):
+        return sampler
+    return limit_safe(sampler)
+
+
 def build_family(decl: FamilyDecl) -> Family:
     """The derived :class:`Family` of a declaration (see the module docstring)."""
     spec = decl.spec
@@ -69,7 +77,7 @@ def build_family(decl: FamilyDecl) -> Family:
         A_given=decl.A is not None, elementwise=decl.elementwise, symmetric=symmetric, file=decl.file,
         variable_kind=decl.variable_kind, components=decl.components, component_supports=decl.component_supports,
         joint_support=decl.joint_support, sizes=decl.sizes, gaussian_mean=decl.gaussian_mean,
-        gaussian_cov=decl.gaussian_cov, sampler=decl.sampler, sampler_accept=decl.sampler_accept, expected_log_h=decl.expected_log_h)
+        gaussian_cov=decl.gaussian_cov, sampler=_limit_safe(decl.sampler), sampler_accept=decl.sampler_accept, expected_log_h=decl.expected_log_h)
 
     # 1. ordinary <- natural (solve λ = η(params))
     fam.ord_from_nat = _ord_from_nat(fam, eta, lam, symmetric, spec)

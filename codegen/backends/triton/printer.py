@@ -208,7 +208,7 @@ class TritonPrinter(ElementwisePrinter):
 
     def _print_sign(self, expr):
         x = self._print(expr.args[0])
-        return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0*{x}))"
+        return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0*({x})))"       # the argument may be a sum
 
     def _print_binary(self, expr):
         x = self._print(expr.args[0])
