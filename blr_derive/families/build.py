@@ -102,10 +102,11 @@ def build_family(decl: FamilyDecl) -> Family:
     guarded = guard_removable(fam, fam.A, spec)
     if guarded is not fam.A:
         fam.A = guarded
-        points = ", ".join(f"{n.args[2]} = {n.args[3]}" for n in sp.preorder_traversal(guarded)
+        points = "; ".join(f"at {n.args[2]} = {n.args[3]}: for |{sp.sstr(n.args[2] - n.args[3])}| < {n.args[4]} A is its "
+                           f"Taylor polynomial of degree {len(n.args[1]) - 1}" for n in sp.preorder_traversal(guarded)
                            if isinstance(n, near_point))
-        fam.steps.append(("removable singularity", f"the closed form of A is 0/0 at {points} inside Ω: near it A is "
-                                                   "its Taylor polynomial (and μ, F its derivatives)"))
+        fam.steps.append(("removable singularity", f"the closed form of A is 0/0 inside Ω ({points}; μ and F are its "
+                                                   "derivatives)"))
     if not fam.A_given:
         # a derived A (and its μ, F) must be finite and right at the parameters where closed forms fail: integers,
         # half-integers, ½ on the unit interval, 0 on the line (checked against quadrature/summation)

@@ -181,13 +181,18 @@ def guard_removable(fam, A, spec=None):
         return A
     if any(p.shape != "scalar" for p in fam.fixed_params):
         return A
+    if A.free_symbols - set(fam.lam) - {p.symbol for p in fam.fixed_params}:
+        return A                     # a dimension symbol: nothing to evaluate at numbers here
     try:
         points = candidate_points(A, fam.lam)
     except (StepTimeout, NotImplementedError, ValueError, TypeError):
         return A
     if not points:
         return A
-    rows = _lam_samples(fam)
+    try:
+        rows = _lam_samples(fam)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        return A                     # λ of the sampled parameters is not a number (e.g. it depends on a dimension)
     base = _Quantities(fam, A)
     out = A
     for l, c in points:

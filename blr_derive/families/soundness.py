@@ -306,6 +306,8 @@ def problems(fam, A, *, extreme: bool = False, reference: bool = True, limit: in
     (``reference``) where A differs from the reference log-partition by more than TOL."""
     if any(is_mat(l) for l in fam.lam) or is_mat(A):
         return []
+    if A.free_symbols - set(fam.lam) - {p.symbol for p in fam.fixed_params}:
+        return []                    # a dimension symbol: nothing to evaluate at numbers here
     try:
         q = _Float64(fam, A)
     except Exception:  # noqa: BLE001 - an expression numpy cannot compute: nothing to judge here
