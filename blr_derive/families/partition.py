@@ -13,6 +13,7 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import besselk_closed, besselk_order_derivative
 from blr_derive.core.yamlio import where
+from blr_derive.families.soundness import MAX_OPS, sound_closed_form
 from blr_derive.families.symbolic import loggamma_form
 from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS, count_total, integer_range
 
@@ -44,14 +45,16 @@ def power_form(e, variables):
             out *= f
             continue
         keep = sp.Integer(0)
+        powers = {}               # one power per base: (1 + θ²)^(−ν/2 − 1/2), not (1 + θ²)^(−ν/2) (1 + θ²)^(−1/2)
         for term in sp.Add.make_args(sp.expand(f.args[0])):
             logs = [a for a in sp.Mul.make_args(term) if isinstance(a, (sp.log, sp.loggamma))]
             if len(logs) == 1 and any(term.has(v) for v in variables):
-                c = term / logs[0]
-                g = logs[0].args[0]
-                out *= (sp.gamma(g) if isinstance(logs[0], sp.loggamma) else g) ** c
+                powers[logs[0]] = powers.get(logs[0], sp.Integer(0)) + term / logs[0]
             else:
                 keep += term
+        for lg, c in powers.items():
+            g = lg.args[0]
+            out *= (sp.gamma(g) if isinstance(lg, sp.loggamma) else g) ** sp.factor_terms(c)
         out *= sp.exp(keep)
     return out
 
@@ -119,6 +122,20 @@ def finish_log_partition(fam, Z, spec, what):
         raise _err(f"not normalizable: {what} over the {support_words(fam)} support diverges or has no closed form "
                    "(declare log_partition)", spec, "sufficient_statistics")
     Z = sp.simplify(Z)
+    # Γ of arguments that are negative somewhere in the domain times sin(πx) (reflection products, 0·∞ at integers
+    # and half-integers): rewritten so that every Γ has a positive argument (soundness.py)
+    Z = sound_closed_form(fam, Z) or Z
+    A = _log_partition_of(fam, Z, spec, what)
+    ops = sp.count_ops(A)
+    if ops > MAX_OPS:
+        raise _err(f"the log-partition sympy finds for {what} has {ops} operations (more than {MAX_OPS}): μ and F "
+                   "are its derivatives and every target would print them (megabytes of code); declare "
+                   "log_partition in a compact form", spec, "sufficient_statistics")
+    return A
+
+
+def _log_partition_of(fam, Z, spec, what):
+    """log Z in λ: the expanded log-gamma form when it agrees with log Z in floating point, else log Z whole."""
     A_ord = loggamma_form(sp.expand_log(sp.log(Z), force=True))
     A = sp.simplify(A_ord.xreplace(fam.ord_from_nat))
     A = loggamma_form(sp.expand_log(A, force=True)) if A.has(sp.gamma) else A

@@ -3,6 +3,7 @@ the score-function and reparameterization estimators (``score_function``, ``repa
 relaxations of a binary family's hard threshold (``concrete_relaxation``, ``straight_through``)."""
 from __future__ import annotations
 
+import numpy as np
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
@@ -15,6 +16,17 @@ from blr_derive.spec.sampler import sampler_draws
 
 #: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
 THRESHOLDS = (sp.sign, binary)
+
+
+def hard_thresholds(fam):
+    """The thresholds sign(x)/binary(x) of the sampler whose argument depends on the parameters: the sample jumps
+    as the parameters move (a binary family's sign(λ + logit(u)/2)), so its gradient in them is not the
+    derivative of the sampler (0 a.e.) and the relaxation rules replace them.  A sign of the draws alone, e.g.
+    sign(u − ½) in the Laplace inverse CDF −b sign(u − ½) log(1 − 2|u − ½|), is not one: that sampler is smooth in
+    b for every u."""
+    params = {p.symbol for p in fam.params.values()}
+    return sorted((t for t in fam.sampler.atoms(*THRESHOLDS) if t.args[0].free_symbols & params),
+                  key=sp.default_sort_key)
 
 
 def check_sampler(ctx, rule_name):
@@ -38,7 +50,7 @@ def check_sampler(ctx, rule_name):
         raise ctx.fail(f"approximation '{rule_name}' differentiates through the sampler; family '{fam.name}' "
                        "declares a rejection sampler (its acceptance depends on the parameters, so that gradient "
                        "is biased): use 'score_function'", approx)
-    hard = fam.sampler.has(*THRESHOLDS)
+    hard = bool(hard_thresholds(fam))
     if rule_name == "reparameterization" and hard:
         raise ctx.fail(f"approximation 'reparameterization' needs a differentiable sampler; family '{fam.name}' "
                        "samples through sign(·) (use 'concrete_relaxation')", approx)
@@ -143,6 +155,31 @@ def check_quadrature(ctx, rule_name):
                        f"family '{fam.name}' samples from other draws (use 'score_function')", approx)
     if any(is_mat(t) for t in fam.T):
         raise ctx.fail(f"approximation '{rule_name}' supports families with scalar statistics", approx)
+    middle = undefined_at_middle_node(fam)
+    if middle is not None:
+        raise ctx.fail(f"approximation '{rule_name}' evaluates the sampler at u = 1/2, the middle node of the "
+                       f"tanh-sinh rule, where family '{fam.name}''s sampler is not a finite number (at {middle}); "
+                       "write it in a form defined at u = 1/2 (a sign of u - 1/2 as sign(u - 1/2); x/abs(x) is read "
+                       "as sign(x) already)", approx)
+
+
+def undefined_at_middle_node(fam):
+    """The parameters (as text) at which the sampler θ(u = ½) is not a finite number while θ(u) next to ½ is, or None:
+    the tanh-sinh rule's middle node is exactly u = ½ (x/|x| is already written sign(x) there,
+    ``core.specialfns.limit_safe``)."""
+    ((u, _),) = sampler_draws(fam.sampler)
+    rng = np.random.default_rng(41)
+
+    def value(at, scalars):
+        try:
+            return float(fam.evaluate(fam.sampler.xreplace({u: at}), scalars))
+        except (TypeError, ValueError, ZeroDivisionError, ArithmeticError):
+            return float("nan")
+    for vals in [fam.sample_params(rng, 2) for _ in range(3)]:
+        scalars = {k: v for k, v in vals.items() if not is_mat(k) and np.ndim(v) == 0}
+        if not np.isfinite(value(sp.Rational(1, 2), scalars)) and np.isfinite(value(sp.Rational(1, 2) + sp.Rational(1, 1000), scalars)):
+            return ", ".join(f"{k} = {float(x):.4g}" for k, x in sorted(scalars.items(), key=lambda kv: str(kv[0])))
+    return None
 
 
 def quadrature_natural_gradient(recipe, D, approx, mode):
@@ -215,7 +252,7 @@ def relaxed_natural_gradient(recipe, D, approx, mode):
     theta = sp.Symbol("theta_k", real=True)
     # s = ∇_μ θ̂ = (∂θ̂/∂λ) / (∂μ/∂λ), each factor by the chain rule through the ordinary parameter p;
     # the threshold's argument x stays opaque (X) so that it is printed as the sampler writes it
-    (hard,) = fam.sampler.atoms(*THRESHOLDS)
+    (hard,) = hard_thresholds(fam)
     X = sp.Dummy("x", real=True)
     outer = fam.sampler.xreplace({hard: sp.tanh(X / tau)})
     dlam = sp.diff(fam.eta[0], p)

@@ -175,7 +175,10 @@ def fmt(v):
 def describe(fam):
     how = "declared" if fam.A_given else next((h for w, h in fam.steps if w == "log-partition"), "derived")
     inv = "numeric (Newton's method)" if fam.mu_inverse == "numeric" else "closed form"
-    return [f"A(λ): {how}", f"μ → ordinary: {inv}", f"E_q[log h] (entropy): {fam.expect_log_h_method}"]
+    # what the engine did to keep a derived A finite (a Taylor polynomial near a removable singularity) and where its
+    # closed form stops being finite in float64 (blr_derive/families/singular.py, soundness.py)
+    notes = [f"{what}: {how}" for what, how in fam.steps if what in ("removable singularity", "numerical range")]
+    return [f"A(λ): {how}", f"μ → ordinary: {inv}", f"E_q[log h] (entropy): {fam.expect_log_h_method}"] + notes
 
 
 def _sampler_checks(fam, model, vals, d, quad, rng, n, record, guarded):

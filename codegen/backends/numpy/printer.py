@@ -271,6 +271,7 @@ class BLRNumPyPrinter(HostConditionalMixin, NumPyPrinter):
         return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
 
     NAN_WHERE = "numpy.where({test}, {x}, numpy.nan)"
+    WHERE = "numpy.where({test}, {a}, {b})"
 
     def _print_binary(self, expr):
         return f"numpy.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"

@@ -298,6 +298,7 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         raise UnsupportedTarget(f"the {self.TARGET_NAME} target cannot print {type(expr).__name__}")
 
     NAN_WHERE = "torch.where({test}, {x}, math.nan)"
+    WHERE = "torch.where({test}, {a}, {b})"
 
     def _print_binary(self, expr):
         return f"torch.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
