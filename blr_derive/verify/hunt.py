@@ -403,7 +403,7 @@ class SymbolicRecord:
         if any(isinstance(e, sp.Basic) and e.has(sp.Sum, sp.Integral, sp.Product) for e in exprs):
             return None
         try:
-            return sp.lambdify(args, exprs, modules=[MP_FUNCTIONS, "mpmath"])
+            return sp.lambdify(args, exprs, modules=[MP_FUNCTIONS, "mpmath"], cse=True)
         except Exception:                                              # noqa: BLE001 -- Family.evaluate instead
             return None
 
