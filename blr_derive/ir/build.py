@@ -234,14 +234,40 @@ def _check_peer_states(r, state):
                             "update; choose a key that is no state's own name", r.file, r.peer.state_lines.get(name))
 
 
-def _family_maps(fam):
+def family_ir(fam, source: str = "") -> UpdateIR:
+    """The module of a family alone: the parameter maps a recipe's module carries for a family without a closed-form
+    μ → λ map (``natural_parameters``, ``log_partition``, ``expectation_parameters``, ``fisher_information``,
+    ``ordinary_from_natural``, ``ordinary_from_expectation``), here for any family with scalar natural parameters,
+    printed by a target's own printer and templates, and an ``init``/``step`` whose step keeps the state.  What
+    ``blr-derive check`` runs at its hard points (``blr_derive/verify/hunt.py``): the same printing of A, μ and F
+    as in every generated module, so that a fault of the printed code shows up there.  None for matrix blocks."""
+    maps = _family_maps(fam, always=True)
+    if maps is None:
+        return None
+    state = [Var(p.name, p.symbol, _kind(p.symbol, False), p.description, None, True, fixed=p.fixed)
+             for p in fam.params.values()]
+    ir = UpdateIR(
+        recipe=f"{fam.name}_maps", title=f"The parameter maps of family {fam.name}", family=fam.name,
+        class_name=camel(f"{fam.name}_maps"), engine_version=__version__, source=source, elementwise=False,
+        state=state, hyperparameters=[], data=[], dims=_dims(state), oracles=[], oracle_calls=[], random_draws=[],
+        assignments=[], outputs=[(p.name, p.symbol) for p in fam.params.values()], equations=[],
+        family_maps=maps, description=fam.description or "")
+    return seal_text(ir)
+
+
+def _family_maps(fam, always=False):
     """For families whose μ → λ map has no closed form (digamma etc.): what the generated module needs to
-    solve ∇A(λ) = μ by Newton's method (λ(ordinary), μ(λ), F(λ) = ∇²A, ordinary(λ), Ω, a starting λ)."""
-    if getattr(fam, "mu_inverse", "symbolic") != "numeric" or any(is_mat(l) for l in fam.lam):
+    solve ∇A(λ) = μ by Newton's method (λ(ordinary), μ(λ), F(λ) = ∇²A, ordinary(λ), Ω, a starting λ); for every
+    family with scalar natural parameters when ``always`` (:func:`family_ir`)."""
+    if (not always and getattr(fam, "mu_inverse", "symbolic") != "numeric") or any(is_mat(l) for l in fam.lam):
         return None
     start = {}
+    simplex = [p for p in fam.params.values() if p.domain == "simplex"]
     for p in fam.params.values():
-        start[p.symbol] = sp.Rational(1, 2) if p.domain in ("unit_interval", "simplex") else sp.Integer(1)
+        # the simplex's coordinates together: 1/K each (1/2 each put p3 = 1 - p1 - p2 = 0 on the boundary at K = 3)
+        start[p.symbol] = (sp.Rational(1, len(simplex) + 1) if p.domain == "simplex" else sp.Rational(1, 2)
+                           if p.domain == "unit_interval" else sp.sympify(p.greater_than) + 1
+                           if p.greater_than is not None else sp.Integer(1))
     lam0 = [sp.nsimplify(e.xreplace(start)) for e in fam.eta]
     conds = [(name, expr, domain) for name, expr, domain in fam.domain_conditions()]
     return {

@@ -40,7 +40,7 @@ from blr_derive.core.errors import UnsupportedTarget
 
 #: scipy.special functions that jax.scipy.special has under the same name
 JAX_SPECIAL = frozenset({"exp1", "gammaln", "digamma", "polygamma", "gamma", "factorial", "xlogy", "logsumexp",
-                         "expit", "ndtri", "i0", "i1"})
+                         "expit", "ndtri", "i0", "i1", "erf", "erfc"})
 #: scipy.special functions that jax lacks, computed by a helper of the module (generic numerics)
 SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv"}
 _NUMPY = re.compile(r"(?<![\w.])numpy\.")

@@ -212,6 +212,10 @@ def family_maps_view(ir, printer):
         "lam0": [printer.doprint(v) for v in fm["lam0"]],
         "conditions": conds,
         "params": [p.name for p in fm["params"]],
+        # the fixed parameters (A, μ and F may read them): keyword-only arguments of every map of λ
+        "kw": "".join(f", {identifier(p.name)}" if i else f", *, {identifier(p.name)}"
+                      for i, p in enumerate(p for p in fm["params"] if p.fixed)),
+        "pass": "".join(f", {identifier(p.name)}={identifier(p.name)}" for p in fm["params"] if p.fixed),
     }
 
 
