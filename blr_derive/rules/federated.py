@@ -36,6 +36,7 @@ from blr_derive.core.pretty import pretty
 from blr_derive.rules.base import RULES, FederatedSteps, Rule, register, rule
 from blr_derive.rules.blr import isolate
 from blr_derive.rules.program import scalar_expr
+from blr_derive.rules.riemannian_correction import geometry
 
 
 def _sym_set(fed, sym):
@@ -165,12 +166,57 @@ def derive_server(recipe, D, sym):
           "messages minus Kρ_s λ_g; solved for the parameters of q_g (with msg_i = Σ_k of the clients' messages).",
           [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_{q_g}[\ell_0 + \log h]" % (i + 1)), g) for i, g in enumerate(grads)]
           + [(sp.Symbol(f"{n}_g"), e, r"\leftarrow") for n, e in server])
+    corrections = {n: c for n, c in D.corrected.items() if c is not None}
+    if corrections:
+        nats = []
+        for i, e in enumerate(eta):
+            nats.append(sp.MatrixSymbol(f"nat{i + 1}", *e.shape) if is_mat(e) else sp.Symbol(f"nat{i + 1}", real=True))
+            message.append((nats[-1].name, e))
+            msgs.append(nats[-1])
+            if is_mat(e) and e.shape[0] == e.shape[1] and e.shape[1] != 1:
+                sym.add(nats[-1])
+        server = correct_server(recipe, D, fam, server, nats, K, corrections, sym)
     D.federated = FederatedSteps(
         dual=dual, message=message, server=server, count=K, penalty=rho, server_penalty=rho_s,
         globals=[(p.name, dv.name) for p, dv in fed.globals], duals=[dv.name for dv in fed.duals],
         messages=[m.name for m in msgs], prior=fed.prior_text, eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
         equations=[f"{n} <- {pretty(e)}" for n, e in dual] + [f"{n} = {pretty(e)}" for n, e in message]
         + [f"{n}_g <- {pretty(e)}" for n, e in server])
+
+
+def correct_server(recipe, D, fam, server, nats, K, corrections, sym):
+    """The server's solve as a BLR step, λ_g = (1 − α)λ̄ + α(λ_0 + Σ_k η_k), α = 1/(1 + Kρ_s), from the clients'
+    mean natural parameter λ̄ = Σ_k λ_k/K (the messages ``nat``): each corrected parameter p (rule
+    riemannian_correction with ``server``) is completed at p̄ = p(λ̄) to p_g + (−½)Γ_p̄(p_g − p̄, p_g − p̄), the
+    improved BLR's second-order term (α cancels), under the rule's condition."""
+    base = {p.symbol: e.xreplace({lam: nat / K for lam, nat in zip(fam.lam, nats)})
+            for p in fam.params.values() if p.symbol in fam.ord_from_nat
+            for e in [fam.ord_from_nat[p.symbol]]}
+    base = {k: (simplify_mat(v, sym) if is_mat(v) else sp.simplify(v)) for k, v in base.items()}
+    out, shown = [], []
+    for name, expr in server:
+        if name in corrections:
+            p = fam.params[name].symbol
+            geo = geometry(fam, name, lambda msg: SpecError(f"federated server step: {msg}", recipe.file,
+                                                            recipe.spec.line_of("federated")))
+            delta = sp.MatrixSymbol("Delta_srv", *p.shape) if is_mat(p) else sp.Symbol("Delta_srv", real=True)
+            diff = simplify_mat(sp.MatAdd(expr, -base[p]).doit(), sym) if is_mat(p) else expr - base[p]
+            term = geo.term(delta, base)
+            term = term.xreplace({delta: diff})
+            cond = corrections[name]
+            if is_mat(p):
+                new = sp.MatAdd(expr, sp.MatMul(sp.Piecewise((1, cond), (0, True)), term))
+            else:
+                new = sp.Piecewise((expr + term, cond), (expr, True))
+            shown.append((sp.Symbol(f"{name}_g"), new, r"\leftarrow"))
+            expr = new
+        out.append((name, expr))
+    D.add("riemannian_correction", RULES["riemannian_correction"].equation, "Server step as an improved BLR step",
+          "The server's solve is the BLR step λ_g = (1 − α)λ̄ + α(λ_0 + Σ_k η_k), α = 1/(1 + Kρ_s), from the clients' "
+          "mean natural parameter λ̄ (sent as nat_i): its precision is completed at p̄ = p(λ̄) by the second-order term "
+          "−½Γ_p̄(p_g − p̄, p_g − p̄) of the improved BLR (α cancels), which keeps q_g valid for any duals.",
+          [(sp.Symbol(f"{k}_bar"), v, "=") for k, v in base.items()] + shown)
+    return out
 
 
 def _scalar(e):
