@@ -8,11 +8,12 @@ the server holds the global q_g (λ_g).  One round:
 
 1. the server broadcasts q_g (its ordinary parameters, i.e. μ_g);
 2. ``federated_local``: each client takes BLR steps (Eq. 6) on its local objective
-       E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g),
-   whose natural gradient is (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g: the base measure cancels between the
-   entropy and KL(q ‖ q_g), so λ_k ← (1−β)λ_k + β(λ_g − (∇_μ E_q[ℓ_k] + η_k)/ρ);
-3. ``federated_dual``: η_k ← η_k + ρ(λ_k − λ_g).  At the client's optimum this is η_k = −∇_μ E_{q_k}[ℓ_k],
-   the local natural gradient (the site parameter of Khan & Rue, Sec. 5.4);
+       E_q[ℓ_k]/τ + <η_k, μ> + ρ KL(q ‖ q_g)
+   (τ the temperature, default 1: the target is the tempered posterior ∝ p_0 Π_k exp(−ℓ_k/τ)), whose natural
+   gradient is (∇_μ E_q[ℓ_k]/τ + η_k)/ρ − λ_g: the base measure cancels between the entropy and KL(q ‖ q_g), so
+   λ_k ← (1−β)λ_k + β(λ_g − (∇_μ E_q[ℓ_k]/τ + η_k)/ρ);
+3. ``federated_dual``: η_k ← η_k + dρ(λ_k − λ_g) (d the dual damping, default 1).  At the client's optimum this
+   is η_k = −∇_μ E_{q_k}[ℓ_k]/τ, the local natural gradient (the site parameter of Khan & Rue, Sec. 5.4);
 4. ``federated_server``: the clients send η_k + ρ_s λ_k, the server sums them and solves
        λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k (η_k + ρ_s(λ_k − λ_g))
    for the ordinary parameters of q_g: the global natural parameter is the prior's site plus the sum of the
@@ -57,20 +58,22 @@ def local_objective(recipe, D, g_loss, g_logh, sym):
     to_global = {p.symbol: dv.symbol for p, dv in fed.globals}
     lam_g = [e.xreplace(to_global) for e in fam.eta]
     out = []
+    tau = fed.temperature
     for gl, dv, lg, gh in zip(g_loss, fed.duals, lam_g, g_logh):
-        out.append((gl + dv.symbol) / rho - lg - gh)
+        out.append((gl / tau + dv.symbol) / rho - lg - gh)
     names = [dv.symbol for dv in fed.duals]
     for i, (dv, lg) in enumerate(zip(fed.duals, lam_g)):
         D.symbol_names[dv.symbol] = r"\eta^{(%d)}_k" % (i + 1)
     for p, dv in fed.globals:
         D.symbol_names[dv.symbol] = (r"\mathbf{%s}_g" if is_mat(p.symbol) else "%s_g") % p.name
     D.add("federated_local", RULES["federated_local"].equation, "Client objective of Bayesian ADMM",
-          "Client k minimises E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g).  Divided by ρ this is a variational objective "
-          "with loss ℓ_k/ρ + <η_k/ρ − λ_g, T(θ)> − log h(θ) (from −log q_g), so Eq. 6 needs "
-          "∇_μ E_q[ℓ̄ + log h] = (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g: the base measure cancels.",
+          "Client k minimises E_q[ℓ_k]/τ + <η_k, μ> + ρ KL(q ‖ q_g) (τ the temperature, 1 unless the recipe names "
+          "one).  Divided by ρ this is a variational objective with loss ℓ_k/(τρ) + <η_k/ρ − λ_g, T(θ)> − log h(θ) "
+          "(from −log q_g), so Eq. 6 needs ∇_μ E_q[ℓ̄ + log h] = (∇_μ E_q[ℓ_k]/τ + η_k)/ρ − λ_g: the base measure "
+          "cancels.",
           [((r"\lambda^{(%d)}_g" % (i + 1)), lg) for i, lg in enumerate(lam_g)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell + \log h]" % (i + 1)),
-              simplify_mat((g + d) / rho - lg, sym) if is_mat(g) else (g + d) / rho - lg)
+              simplify_mat((g / tau + d) / rho - lg, sym) if is_mat(g) else (g / tau + d) / rho - lg)
              for i, (g, d, lg) in enumerate(zip(g_loss, names, lam_g))])
     return out
 
@@ -136,7 +139,7 @@ def derive_server(recipe, D, sym):
         raise SpecError("federated recipes need the family's own parameters as state (no change_variable)",
                         recipe.file, recipe.spec.line_of("federated"))
     sym = _sym_set(fed, sym)
-    rho, rho_s, K = fed.penalty, fed.server_penalty, fed.count
+    rho, rho_s, K, damp = fed.penalty, fed.server_penalty, fed.count, fed.damping
     to_global = {p.symbol: dv.symbol for p, dv in fed.globals}
     eta = list(fam.eta)
     if fam.elementwise:
@@ -144,8 +147,8 @@ def derive_server(recipe, D, sym):
     lam_g = [e.xreplace(to_global) for e in eta]
     dual, message = [], []
     for dv, e, lg in zip(fed.duals, eta, lam_g):
-        dual.append((dv.name, simplify_mat(dv.symbol + rho * (e - lg), sym) if is_mat(e)
-                     else sp.expand(dv.symbol + rho * (e - lg))))
+        dual.append((dv.name, simplify_mat(dv.symbol + damp * rho * (e - lg), sym) if is_mat(e)
+                     else sp.expand(dv.symbol + damp * rho * (e - lg))))
     msgs = []
     for i, (dv, e) in enumerate(zip(fed.duals, eta)):
         msgs.append(sp.MatrixSymbol(f"msg{i + 1}", *e.shape) if is_mat(e) else sp.Symbol(f"msg{i + 1}", real=True))
@@ -154,7 +157,8 @@ def derive_server(recipe, D, sym):
         if is_mat(e) and e.shape[0] == e.shape[1] and e.shape[1] != 1:
             sym.add(msgs[-1])
     D.add("federated_dual", RULES["federated_dual"].equation, "Dual step and client message",
-          "After its local steps client k moves its dual natural parameter by ρ(λ_k − λ_g) and sends "
+          "After its local steps client k moves its dual natural parameter by dρ(λ_k − λ_g) (d the dual damping, 1 "
+          "unless the recipe names one) and sends "
           "η_k + ρ_s λ_k to the server.",
           [((r"\eta^{(%d)}_k" % (i + 1)), e) for i, (_, e) in enumerate(dual)]
           + [(sp.Symbol(n), e, "=") for n, e in message])
@@ -249,7 +253,8 @@ class FederatedServer(Rule):
 
 register(FederatedLocal())
 rule("federated_dual", "identity", "Bayesian ADMM dual step",
-     "η_k ← η_k + ρ(λ_k − λ_g): at the client's optimum η_k = −∇_μ E_{q_k}[ℓ_k], the local natural gradient")
+     "η_k ← η_k + dρ(λ_k − λ_g) (d the damping, default 1): at the client's optimum η_k = −∇_μ E_{q_k}[ℓ_k]/τ, "
+     "the local natural gradient")
 register(FederatedServer())
 #: the rules a recipe's ``federated`` section implies, in the order they act
 IMPLIED = ("federated_local", "federated_dual", "federated_server")
