@@ -53,7 +53,7 @@ def check(ctx):
     for a in recipe.approximations:
         RULES[a.name].check(ctx)
     check_axis(ctx)
-    passes = ctx.rules(*PROGRAM_KINDS)
+    passes = [(r, a) for r, a in ctx.rules(*PROGRAM_KINDS) if not getattr(r, "each_component", False)]
     free = ctx.family.free_components
     if passes and len(free) > 1:       # a pass rewrites one gradient, Hessian or mean view; here there is one per component
         raise ctx.fail(f"approximation '{passes[0][1].name}' needs a mixture with one free component (this one has "
@@ -302,6 +302,8 @@ def derive_mixture(recipe) -> Derivation:
     grads, score = entropy_term(ctx, D, M, grads, E_logq)
     updates = solve_generic(ctx, D, M, G, grads)
     fam = recipe.family
+    # ∇² log q of the mixture at a component's mean (Eqs. 69-71) is indefinite in general
+    D.indefinite.add(M.Hq)
     if fam.axis:
         steps = axis_update(ctx, D, M, G, updates, score)
         D.add("instantiate", "Eqs. 29-30", "Update of every component at once",
@@ -310,6 +312,7 @@ def derive_mixture(recipe) -> Derivation:
         apply_program_rules(recipe, D, ctx.fail)
         return D
     steps = instantiate(ctx, D, M, G, updates)
+    D.indefinite |= {c[M.Hq] for c in M.copies.values() if M.Hq in c}
     if score is not None:
         mixture_score(D, fam, *score, fam.free_components, {j: (c[M.gq], c[M.Hq]) for j, c in M.copies.items()})
     if hasattr(rule, "mixture_finish"):

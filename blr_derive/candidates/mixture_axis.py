@@ -34,6 +34,8 @@ def check_axis(ctx):
     if not fam.axis:
         return
     for r, a in ctx.rules(*PROGRAM_KINDS):
+        if getattr(r, "each_component", False):     # acts on every component's own update (riemannian_correction)
+            continue
         raise ctx.fail(f"approximation '{r.name}' needs a mixture with one free component (this one has {fam.K}, an "
                        "array axis)", a)
     for r, a in ctx.rules("expectation", "mixture"):

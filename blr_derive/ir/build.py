@@ -17,6 +17,7 @@ from blr_derive.ir.mixture_axis import with_component_axis
 from blr_derive.ir.model import HyperVar, OracleCall, UpdateIR, Var
 from blr_derive.ir.product import build_product_ir
 from blr_derive.ir.sensitivities import sensitivity_entry_points
+from blr_derive.ir.validity import server_checks, state_checks
 from blr_derive.rules.base import Derivation
 from blr_derive.rules.product import FactorizedDerivation
 
@@ -197,6 +198,10 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
         sensitivity_entry_points(D.sensitivities, state, hyper, dims) if D.sensitivities is not None else None,
     )
     ir.peer = r.peer
+    ir.checks = state_checks(D, fam)
+    if D.federated is not None:
+        server = next(f for f in ir.entry_points.functions if f.name == "server_step")
+        server.checks = server_checks(D, fam, {str(s): s for s, _ in server.assignments})
     sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}
     sym |= {str(c.symbol) for c in calls if c.oracle == "hess" and is_mat(c.symbol)}
     names = {v.name for v in state} | {v.name for v in data} | {str(c.symbol) for c in calls}

@@ -16,7 +16,7 @@ from blr_derive.rules.base import RULES
 
 def _hyper_of(exprs, hyper):
     free = set().union(*[e.free_symbols for e in exprs]) if exprs else set()
-    return [h.name for h in hyper if h.kind in ("float", "int") and h.symbols[0] in free]
+    return [h.name for h in hyper if h.kind in ("float", "int", "bool") and h.symbols[0] in free]
 
 
 def _sym(name, like=None):

@@ -39,6 +39,18 @@ class HyperVar:
 
 
 @dataclass
+class DomainCheck:
+    """A run-time check that a new value stayed in its parameter's domain (``blr_derive/ir/validity.py``): where the
+    derivation cannot guarantee it, the generated function raises an error naming the value, the component and the
+    step instead of returning an invalid distribution (NaN downstream)."""
+    name: str              # the state (or global parameter) name
+    symbol: object         # the symbol holding the new value
+    domain: str            # "positive" (elementwise) or "positive_definite" (matrices in the last two axes)
+    component: object      # None, a component's number (a mixture's unrolled state) or "axis" (the leading axis)
+    hint: str              # what would keep it valid
+
+
+@dataclass
 class EntryPoint:
     """A function of a generated module besides ``init``/``step``: it reads arrays from mapping arguments,
     assigns a program and returns a mapping.  Rendered by every target's generic entry-point template."""
@@ -52,6 +64,7 @@ class EntryPoint:
     assignments: list = None       # [(symbol, expr)] in order
     returns: list = None           # [(key, expr)]
     keywords: list = None          # keyword-only arguments (default None) after the positional ones
+    checks: list = None            # [DomainCheck] of the returned values (the federated server's parameters)
     rows: dict | None = None       # a loop over examples: {count: symbol bound to the number of examples,
     #                                slices: [(symbol, whole-array symbol)]: symbol = the array's entry i,
     #                                assignments: [(symbol, expr)] per example, outputs: [(key, symbol)] stacked}
@@ -106,6 +119,8 @@ class UpdateIR:
     # a mixture with the components as an array axis (blr_derive/ir/mixture_axis.py): {size, axes: symbol -> its
     # component axes ("j", "k", "jk" or ""), names: symbol -> printed array name, state}; None otherwise
     components: dict | None = None
+    # [DomainCheck]: new state values the derivation cannot guarantee to stay in their domain (blr_derive/ir/validity)
+    checks: list | None = None
 
 
 @dataclass

@@ -294,6 +294,12 @@ class Derivation:
     mixture_gradient: MixtureGradient | None = None
     federated: FederatedSteps | None = None
     sensitivities: object = None                      # rules.memory_perturbation.LeaveOneOut, or None
+    #: parameters whose updates keep their domain by construction (riemannian_correction): name -> the condition
+    #: under which the federated server step is corrected too (None: the client's step only)
+    corrected: dict = field(default_factory=dict)
+    #: quantities that may be indefinite estimates of a Hessian (Price's estimator, a mixture's ∇² log q): an update of
+    #: a positive (definite) parameter that reads one is checked at run time unless it is corrected
+    indefinite: set = field(default_factory=set)
 
     def expand_defs(self, e):
         """``e`` with the named quantities of :attr:`defs` written out (a finite sum's probabilities and

@@ -31,7 +31,7 @@ import re
 
 import sympy as sp
 
-from blr_derive.codegen.backends.numpy import NEWTON_SOURCE, entry_view, shaping_view, family_maps_view, \
+from blr_derive.codegen.backends.numpy import NEWTON_SOURCE, checks_view, entry_view, shaping_view, family_maps_view, \
     module_shapes
 from blr_derive.codegen.backends.numpy.printer import HELPERS as NUMPY_HELPERS
 from blr_derive.codegen.backends.numpy.printer import BLRNumPyPrinter
@@ -86,6 +86,42 @@ HELPER_SOURCES = {
             raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a''',
     "_need": NUMPY_HELPERS["_need"],
+    "_check_domain": '''def _check_domain(name, value, domain, component, step, hint, where="step"):
+    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0;
+    ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
+    numbers them) and the step, instead of returning a state that is no longer a distribution of the family.
+    A traced value (under jax.jit) is not checked: a jitted step cannot raise on its values.  CHECK_DOMAINS = False
+    switches the checks off."""
+    if not CHECK_DOMAINS or isinstance(value, jax.core.Tracer):
+        return
+    a = jnp.asarray(value, dtype=float)
+    if domain == "positive_definite":
+        stack = a.reshape((-1,) + a.shape[-2:])
+        ok = jnp.isfinite(stack).all(axis=(1, 2))
+        ok = ok & jnp.isfinite(jnp.linalg.cholesky(jnp.where(ok[:, None, None], stack, 1.0))).all(axis=(1, 2))
+        if bool(ok.all()):
+            return
+        i = int(jnp.argmin(ok))
+        M = stack[i]
+        low = float(jnp.linalg.eigvalsh((M + M.T) / 2)[0]) if bool(jnp.isfinite(M).all()) else float("nan")
+        what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
+        index = tuple(int(x) for x in jnp.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
+    else:
+        ok = a > 0
+        if bool(ok.all()):
+            return
+        index = tuple(int(x) for x in jnp.argwhere(~ok)[0]) if a.ndim else ()
+        what, detail = "positive", f"value {float(a[index] if a.ndim else a):.6g}"
+        detail += f" at index {index}" if index else ""
+    if component == "axis":
+        where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
+    elif component is not None:
+        where_c = f" of component {component}"
+    else:
+        where_c = ""
+    at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
+    raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
+                             f"the family; {hint}")''',
     "_spd_solve": '''def _spd_solve(A, B):
     """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
     return jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)''',
@@ -242,6 +278,7 @@ def functions_view(ir):
     if ir.parameter is not None:                # what a model's weights hold (e.g. sign(lam))
         point = {"code": pr.doprint(ir.parameter),
                  "reads": [v.name for v in ir.state if v.symbol in ir.parameter.free_symbols]}
+    checks = checks_view(getattr(ir, "checks", None), pr, assigns=assigns)
     pr.helpers |= {"_array", "_need"}
     extra = sorted(pr.helpers - HELPERS)
     if extra:
@@ -263,7 +300,7 @@ def functions_view(ir):
         static=[h.name for h in ir.hyperparameters if h.kind in STATIC_KINDS],
         step=None if ir.step_symbol is None else identifier(str(ir.step_symbol)),
         shapes=module_shapes(ir), symmetric=sorted(ir.symmetric),
-        first=identifier(ir.state[0].name),
+        first=identifier(ir.state[0].name), checks=checks, check_domains="_check_domain" in pr.helpers,
     )
 
 

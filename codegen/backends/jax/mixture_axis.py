@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from blr_derive.codegen.backends.jax.functions import HELPER_SOURCES, HELPERS, STATIC_KINDS, JnpPrinter, \
     check_functions
-from blr_derive.codegen.backends.numpy import module_shapes
+from blr_derive.codegen.backends.numpy import checks_view, module_shapes
 from blr_derive.codegen.backends.numpy import mixture_axis
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import UnsupportedTarget
@@ -20,8 +20,9 @@ TEMPLATE = "functions.py.j2"
 def render_component_axis(env, ir) -> str:
     check_functions(ir)
     pr = JnpPrinter()
-    _, calls, assigns, outputs = mixture_axis.lower(ir, pr, xp="jnp")
+    ap, calls, assigns, outputs = mixture_axis.lower(ir, pr, xp="jnp")
     shapes, symmetric = mixture_axis.shapes(ir, module_shapes)
+    checks = checks_view(getattr(ir, "checks", None), ap, pr, calls + assigns)
     pr.helpers |= {"_array", "_need"}
     extra = sorted(pr.helpers - HELPERS)
     if extra:
@@ -34,4 +35,5 @@ def render_component_axis(env, ir) -> str:
         sampling=None, maps=None, newton=None, entries=None, point=None,
         dims=[(identifier(str(d)), identifier(var), axis) for d, var, axis in ir.dims], init_hyper=[],
         static=[h.name for h in ir.hyperparameters if h.kind in STATIC_KINDS], step=None, shapes=shapes,
-        symmetric=symmetric, first=identifier(ir.state[0].name))
+        symmetric=symmetric, first=identifier(ir.state[0].name), checks=checks,
+        check_domains="_check_domain" in pr.helpers)

@@ -81,6 +81,7 @@ class NumpyTarget:
             if v.init is not None and v.init_state is None:
                 init_syms |= v.init.free_symbols
         shapes = module_shapes(ir)
+        checks = checks_view(getattr(ir, "checks", None), printer, assigns=assigns)
         printer.helpers |= {"_array", "_need"}
         out = self.env.get_template(self.template).render(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
@@ -88,7 +89,7 @@ class NumpyTarget:
             imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], entries=entries,
-            point=point, shapes=shapes, symmetric=sorted(ir.symmetric),
+            point=point, shapes=shapes, symmetric=sorted(ir.symmetric), checks=checks,
         )
         return out
 
@@ -98,12 +99,13 @@ class NumpyTarget:
         printer = BLRNumPyPrinter()
         ap, calls, assigns, outputs = mixture_axis.lower(ir, printer)
         shapes, symmetric = mixture_axis.shapes(ir, module_shapes)
+        checks = checks_view(getattr(ir, "checks", None), ap, printer, calls + assigns)
         printer.helpers |= {"_array", "_need"}
         return self.env.get_template(self.template).render(
             ir=ir, calls=[], assigns=calls + assigns, dims=[(str(d), var, axis) for d, var, axis in ir.dims],
             helpers=sorted(printer.helpers), helper_sources=[HELPERS[h] for h in sorted(printer.helpers)],
             sampling=None, imports=sorted(printer.imports), maps=None, state_names=[v.name for v in ir.state],
-            printer=ap, init_hyper=[], entries=None, point=None, shapes=shapes, symmetric=symmetric)
+            printer=ap, init_hyper=[], entries=None, point=None, shapes=shapes, symmetric=symmetric, checks=checks)
 
     def render_factorized(self, ir) -> str:
         """A factorized recipe: a plate loop for the local blocks and statistics, then the global blocks."""
@@ -245,6 +247,23 @@ def shaping_view(sm, printer):
                                                          sh.count: n}))}
 
 
+def checks_view(checks, printer, helpers=None, assigns=None):
+    """The run-time domain checks (``ir.model.DomainCheck``) printed by ``printer``, each run right after the
+    assignment of its value (one of ``assigns``, [(lhs, rhs)] printed: a check no assignment makes is a bug); the
+    helper that runs them is added to ``helpers`` (``printer.helpers`` unless given)."""
+    if not checks:
+        return []
+    (helpers if helpers is not None else printer).helpers.add("_check_domain")
+    out = [{"name": c.name, "value": printer.doprint(c.symbol), "domain": c.domain,
+            "component": c.component if c.component in (None, "axis") else int(c.component), "hint": c.hint}
+           for c in checks]
+    lhs = {a for a, _ in assigns or ()}
+    lost = [c["value"] for c in out if assigns is not None and c["value"] not in lhs]
+    if lost:
+        raise CodegenError(f"domain checks of {', '.join(lost)}: no assignment of that name to follow")
+    return out
+
+
 def entry_view(ir, printer):
     """The entry points of the module besides init/step (e.g. Bayesian ADMM's dual and server steps), printed."""
     eps = ir.entry_points
@@ -259,6 +278,7 @@ def entry_view(ir, printer):
         "assignments": [(pr(s), pr(e)) for s, e in f.assignments or ()],
         "returns": [(k, pr(e)) for k, e in f.returns or ()],
         "keywords": [identifier(k) for k in f.keywords or ()], "rows": rows_view(f.rows, pr),
+        "checks": checks_view(getattr(f, "checks", None), printer),
     } for f in eps.functions]
     return {"title": eps.title, "notes": eps.notes, "constants": eps.constants, "functions": functions}
 

@@ -464,11 +464,13 @@ def test_refusals_that_say_what_to_write(tmp_path, capsys):
                  "  data:\n    X: {shape: [N, P]}\n    y: {shape: [N]}\napproximations: [delta]\n")
     assert main([str(p), "--target", "numpy"]) == 2
     assert "give the rows pre-multiplied as data (Z = diag(y)*X)" in capsys.readouterr().err
-    # the jax target's running sum of the sampled gradient (acc_g) and a recipe state of that name
+    # the jax target's running sum of the sampled gradient (acc_g) and a recipe state of that name (the precision
+    # kept positive by riemannian_correction: without it the update is checked at run time, by the plain-function
+    # module, which has no such sum)
     p.write_text("name: hx\nfamily: gaussian_diag\nloss: abstract\nlearning_rate: lr\n"
                  "hyperparameters: {lr: 0.1, ess: 50.0, beta: 0.9}\nstate_init: {s: ess}\napproximations:\n"
                  "  - monte_carlo: {samples: 2}\n  - price_estimator\n  - minibatch: {size: ess}\n"
-                 "  - ema_momentum: {rate: beta, state: acc_g}\n")
+                 "  - ema_momentum: {rate: beta, state: acc_g}\n  - riemannian_correction: {param: s}\n")
     assert main([str(p), "--target", "jax"]) == 2
     err = capsys.readouterr().err
     assert f"{p}:7: " in err and "two states named acc_g" in err and "give the recipe's state another name" in err
