@@ -166,9 +166,9 @@ def derive_server(recipe, D, sym):
           [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_{q_g}[\ell_0 + \log h]" % (i + 1)), g) for i, g in enumerate(grads)]
           + [(sp.Symbol(f"{n}_g"), e, r"\leftarrow") for n, e in server])
     D.federated = FederatedSteps(
-        dual=dual, message=message, server=server, count=K, penalty=rho, server_penalty=rho_s,
+        dual=dual, message=message, server=server, count=K,
         globals=[(p.name, dv.name) for p, dv in fed.globals], duals=[dv.name for dv in fed.duals],
-        messages=[m.name for m in msgs], prior=fed.prior_text, eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
+        messages=[m.name for m in msgs], eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
         equations=[f"{n} <- {pretty(e)}" for n, e in dual] + [f"{n} = {pretty(e)}" for n, e in message]
         + [f"{n}_g <- {pretty(e)}" for n, e in server])
 
