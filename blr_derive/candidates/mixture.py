@@ -33,7 +33,7 @@ from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.core.pretty import pretty
 from blr_derive.families.library import load_family
 from blr_derive.families.mixture import MixtureFamily, build_mixture
-from blr_derive.rules.base import PROGRAM_KINDS, RULES, Derivation, MixtureGradient
+from blr_derive.rules.base import PROGRAM_KINDS, RULES, Derivation, MixtureGradient, OracleCall
 from blr_derive.rules.blr import doit, expand, solve_ordinary
 from blr_derive.rules.context import BLRContext
 from blr_derive.rules.mixture import ComponentSymbol, MixtureTerms, inner, mixture_score
@@ -221,11 +221,12 @@ def solve_generic(ctx, D, M, G, grads):
     D.add("mixture_blr", RULES["mixture_blr"].equation, "Natural-parameter update of component k",
           "Substituting the natural gradients, evaluated at μ_k = π_k μ(m_k, S_k), into Eq. 28.",
           [(ln, e, r"\leftarrow") for ln, e in zip(G.lam_next, lam_new)])
-    generic = SimpleNamespace(family=SimpleNamespace(params=G.gparams, eta=G.eta_k))
+    # what solve_ordinary reads of a recipe: the generic component's parameters and λ blocks (no closed-form inverse)
+    generic = SimpleNamespace(family=SimpleNamespace(params=G.gparams, eta=G.eta_k, ord_from_nat={}))
     n_before = len(D.updates)
     # the generic oracle values are listed while solving so that the solver collects terms by them; the real
     # oracle calls, one per free component, are added when the update is instantiated
-    D.oracle_calls.extend([(c.generic, c.oracle, M.mean_k, "") for c in M.symbols if c.oracle])
+    D.oracle_calls.extend([OracleCall(c.generic, c.oracle, M.mean_k, "") for c in M.symbols if c.oracle])
     solve_ordinary(generic, D, lam_new, M.hsym)
     updates = D.updates[n_before:]
     del D.updates[n_before:]
@@ -269,7 +270,7 @@ def instantiate(ctx, D, M, G, updates):
             if cs.latex is not None:
                 D.symbol_names[new] = cs.latex(j, mean_j, one)
             if cs.oracle:
-                D.oracle_calls.append((new, cs.oracle, mean_j, cs.description))
+                D.oracle_calls.append(OracleCall(new, cs.oracle, mean_j, cs.description))
         by_name = {str(G.gen[p.symbol]): p for p in base.free_params}
         for name_k, new_k, _ in updates:
             p_b = by_name[name_k]

@@ -77,7 +77,7 @@ def solve_ordinary(recipe, D, lam_new, sym):
             p = unk[0]
             known_new = {q: new_sym[q] for q in solved_expr}
             e_new = e.xreplace(known_new)
-            inverse = getattr(fam, "ord_from_nat", {}).get(p.symbol)  # the family's closed-form ordinary(λ), verified at load
+            inverse = fam.ord_from_nat.get(p.symbol)  # the family's closed-form ordinary(λ), verified at load
             if inverse is not None:
                 inverse = inverse_at(D, fam, inverse, lam_new)
             direct = isolate(e_new, lam_new[i], p.symbol, sym, inverse)
@@ -102,7 +102,7 @@ def solve_ordinary(recipe, D, lam_new, sym):
             # coupled blocks (e.g. the categorical's λ_k = log(p_k/p_K)): the family's closed-form inverse
             # ordinary(λ) at λ_{t+1}, for all the parameters still unknown at once
             unk = [p for p in free if p.symbol not in solved_expr]
-            inv = getattr(fam, "ord_from_nat", None) or {}
+            inv = fam.ord_from_nat
             if not unk or any(p.symbol not in inv or is_mat(p.symbol) for p in unk) or any(is_mat(l) for l in lam_new):
                 raise DerivationError("cannot solve the updated natural parameters for the ordinary parameters")
             eqs = []
@@ -138,7 +138,7 @@ def inverse_at(D, fam, inverse, lam_new):
 def tidy(e, fam, D, sym, new_sym):
     if is_mat(e):
         return simplify_mat(e, sym)
-    keys = [p.symbol for p in fam.params.values()] + [c[0] for c in D.oracle_calls] + list(new_sym.values())
+    keys = [p.symbol for p in fam.params.values()] + [c.symbol for c in D.oracle_calls] + list(new_sym.values())
     if e.atoms(sp.MatrixSymbol):     # a scalar with matrix parts (tr(H)/P of an isotropic Gaussian): collect by
         keys = [k for k in keys if not is_mat(k)]      # the scalar keys (sympy cannot collect by a matrix symbol)
     # exp(a + b) stays whole: split into exp(a)·exp(b) it overflows where the whole does not (a softmax)

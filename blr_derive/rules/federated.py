@@ -181,9 +181,9 @@ def derive_server(recipe, D, sym):
                 sym.add(nats[-1])
         server = correct_server(recipe, D, fam, server, nats, K, corrections, sym)
     D.federated = FederatedSteps(
-        dual=dual, message=message, server=server, count=K, penalty=rho, server_penalty=rho_s,
+        dual=dual, message=message, server=server, count=K,
         globals=[(p.name, dv.name) for p, dv in fed.globals], duals=[dv.name for dv in fed.duals],
-        messages=[m.name for m in msgs], prior=fed.prior_text, eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
+        messages=[m.name for m in msgs], eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
         equations=[f"{n} <- {pretty(e)}" for n, e in dual] + [f"{n} = {pretty(e)}" for n, e in message]
         + [f"{n}_g <- {pretty(e)}" for n, e in server])
 

@@ -49,7 +49,7 @@ from blr_derive.families.mixture import MixtureFamily
 from blr_derive.rules.base import Rule, register
 from blr_derive.rules.blr import doit
 from blr_derive.rules.exponential_coordinates import tangent
-from blr_derive.rules.program import new_def, record, set_update, update_of
+from blr_derive.rules.program import record, set_update, update_of
 
 
 @dataclass

@@ -11,7 +11,7 @@ from blr_derive.core.specialfns import binary
 from blr_derive.families.symbolic import SIMPLIFY_MAX_OPS, simplify_bounded
 from blr_derive.rules.fisher import fisher_at_state, invertible_symbolically, natural_gradient_at_state
 from blr_derive.rules.args import Ctx
-from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling, TexForm
+from blr_derive.rules.base import RULES, NaturalGradient, OracleCall, Relaxation, Rule, Sampling, TexForm
 from blr_derive.spec.sampler import sampler_draws
 
 #: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
@@ -46,7 +46,7 @@ def check_sampler(ctx, rule_name):
                        f"{len(fam.sampler)} components (its sampler serves `check`)", approx)
     if any(is_mat(t) for t in fam.T):
         raise ctx.fail(f"approximation '{rule_name}' supports families with scalar statistics", approx)
-    if getattr(fam, "sampler_accept", None) is not None and rule_name != "score_function":
+    if fam.sampler_accept is not None and rule_name != "score_function":
         raise ctx.fail(f"approximation '{rule_name}' differentiates through the sampler; family '{fam.name}' "
                        "declares a rejection sampler (its acceptance depends on the parameters, so that gradient "
                        "is biased): use 'score_function'", approx)
@@ -81,7 +81,7 @@ def sampled_natural_gradient(recipe, D, approx, mode):
     ctx = Ctx(D, approx)
     samples = ctx.count("samples")
     ctx.done()
-    accept = getattr(fam, "sampler_accept", None)         # a rejection sampler's condition, or None
+    accept = fam.sampler_accept         # a rejection sampler's condition, or None
     (u, law), *more = sampler_draws(fam.sampler, accept)  # the draws, uniform or normal
     theta = sp.Symbol("theta_k", real=True)
     stats, per = [], []
@@ -150,7 +150,7 @@ def check_quadrature(ctx, rule_name):
     if fam.sampler is None or isinstance(fam.sampler, sp.Tuple) or is_mat(fam.sampler):
         raise ctx.fail(f"approximation '{rule_name}' integrates over u = F(θ) through the family's inverse-CDF "
                        f"sampler of a scalar variable; family '{fam.name}' declares none", approx)
-    if getattr(fam, "sampler_accept", None) is not None or [d.name for d, _ in sampler_draws(fam.sampler)] != ["u"]:
+    if fam.sampler_accept is not None or [d.name for d, _ in sampler_draws(fam.sampler)] != ["u"]:
         raise ctx.fail(f"approximation '{rule_name}' needs a sampler that is an inverse CDF of one uniform draw u; "
                        f"family '{fam.name}' samples from other draws (use 'score_function')", approx)
     if any(is_mat(t) for t in fam.T):
@@ -236,7 +236,7 @@ def relaxed_natural_gradient(recipe, D, approx, mode):
         taken = {str(s_) for s_ in fam.params} | {h.name for h in recipe.hyper}
         g = sp.Symbol("g" if "g" not in taken else "g_", real=True)
         D.symbol_names[g] = r"\hat{g}"
-        D.oracle_calls.append((g, "grad", point, "∇_θ ℓ(θ) at the zero-noise hard sample (straight-through)"))
+        D.oracle_calls.append(OracleCall(g, "grad", point, "∇_θ ℓ(θ) at the zero-noise hard sample (straight-through)"))
         D.natural_gradient = NaturalGradient([g])
         D.add(mode, RULES[mode].equation, "Straight-through estimator",
               "Zero noise (u = 1/2, δ = 0) and τ → 0 turn the relaxed sample into the hard one; the straight-through "
@@ -275,7 +275,7 @@ def relaxed_natural_gradient(recipe, D, approx, mode):
     D.sampling = Sampling(samples, u, theta, relaxed, [(g_k, "grad")], [(avg, g_k * scale_eval)], draw="uniform",
                           grad_stat=avg)
     D.natural_gradient = NaturalGradient([avg])
-    D.relaxation = Relaxation(temperature=tau, sample=relaxed, scale=scale, u=u, theta=theta, eps=eps,
+    D.relaxation = Relaxation(temperature=tau, sample=relaxed, u=u, eps=eps,
                               scale_evaluated=scale_eval)
     s_sym = sp.Symbol("s_k")
     D.symbol_names[s_sym] = "s_k"
