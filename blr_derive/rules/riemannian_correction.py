@@ -184,8 +184,8 @@ def _targets(D, fam, pname, fail):
     mean = _mean_param(base, base.params[pname].symbol)
     if fam.axis:
         axis = D.component_axis
-        at = {p.symbol: s for s in axis["leaves"] for p in base.free_params
-              if axis["leaves"][s] == "k" and axis["names"].get(s) == p.name and getattr(s, "name", "") == f"{p.name}_k"}
+        at = {p.symbol: s for s in axis.leaves for p in base.free_params
+              if axis.leaves[s] == "k" and axis.names.get(s) == p.name and getattr(s, "name", "") == f"{p.name}_k"}
         return base, [(pname, mean.name if mean is not None else None, at)]
     out = []
     for c in fam.free_components:
