@@ -291,7 +291,9 @@ def test_check_command_takes_a_size(capsys):
     fam_file = str(CATALOG.parent / "families" / "categorical.yaml")
     assert main(["check", fam_file, "--size", "K=5", "--points", "1"]) == 0
     out = capsys.readouterr().out
-    assert f"check family 'categorical' ({fam_file}, K = 5)" in out and "all 10 checks passed" in out
+    assert f"check family 'categorical' ({fam_file}, K = 5)" in out and "all 17 checks passed" in out
+    # the hunt's checks at the hard points run at K = 5 too, and so do the generated modules' maps
+    assert all(f"  {name} " in out for name in ("hard_mu", "hard_fisher", "generated_numpy", "generated_jax"))
     assert main(["check", fam_file, "--size", "J=5"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"blr-derive: error: {fam_file}:6: 'J' is not a size of the family 'categorical' (sizes: K)"]

@@ -103,7 +103,8 @@ natural_parameters:
     code, err = run_cli([fam, "--target", "numpy", "--loss", "theta", "--approx", "exact"], capsys)
     assert code == 2
     assert err == (f"blr-derive: error: {fam}:6: not a real family: the log-partition or its derivatives are not "
-                   "real numbers at valid parameters (check the support against the sufficient statistics and the "
+                   "real numbers at valid parameters (at r = 1 the derived A is complex; check the support against the "
+                   "sufficient statistics and the "
                    "base measure)")
 
 
