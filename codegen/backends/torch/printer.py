@@ -247,9 +247,6 @@ class ForeachCompiler:
             return sp.Mul(*host), sp.Mul(*tens)
         return sp.Integer(1), e
 
-    def _bound_names(self):
-        return {s.name for s in self.tensors}
-
 
 class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
     """Per-tensor elementwise torch expressions for the compiled (fused) path.  Piecewise conditions are
