@@ -1,4 +1,4 @@
-"""Size parameters (blr_derive/sizes.py): the built-in categorical and Dirichlet families at K = 2, 4, 5 pass
+"""Size parameters (blr_derive/core/sizes.py): the built-in categorical and Dirichlet families at K = 2, 4, 5 pass
 the numerical checks of `blr-derive check`, and em_gmm instantiated at K = 4 is four-component EM, equal to
 scikit-learn's GaussianMixture.  Bad sizes are one-line located errors (exit status 2)."""
 import io
@@ -265,7 +265,7 @@ def test_a_sized_family_file_in_a_recipe_directory(tmp_path):
 def test_svi_at_four_components_full_batch_is_one_cavi_sweep(tmp_path):
     """svi is a template over K too: at K = 4 (Dirichlet and categorical at K = 4, four Gaussian blocks), a
     full-batch step with rho = 1 is one CAVI sweep of the four-component Bayesian mixture (the hand-written
-    sweep of tests/test_factorized.py) to 1e-12."""
+    sweep of tests/unit/candidates/test_factorized.py) to 1e-12."""
     from references.bgmm import SVI_HP, cavi_bgmm_sweep
     out = tmp_path / "svi4.py"
     out.write_text(generate(CATALOG / "svi_unrolled.yaml", "numpy", sizes={"K": 4}), encoding="utf-8")
