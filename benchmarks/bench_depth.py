@@ -18,9 +18,14 @@ import sys
 import time
 
 import blr_derive.api as api
+from blr_derive.core.exprparse import MAX_LENGTH
 
 FUNCS = ("log", "exp", "sqrt", "abs", "tanh", "sin", "cos", "sigmoid", "softplus", "log1p", "acos", "lgamma",
          "digamma", "gamma", "exp1", "sign")
+
+
+#: the longest loss expression a recipe may hold (longer is a located error)
+MAX_LOSS_CHARS = MAX_LENGTH
 
 
 def nested(f: str, depth: int, arg: str = "theta") -> str:
@@ -68,6 +73,9 @@ def main(argv=None) -> int:
         for label, losses in rows:
             cells = []
             for loss in losses:
+                if len(loss) > MAX_LOSS_CHARS:       # the recipe reader refuses it (a located error): no input
+                    cells.append("over the limit")
+                    continue
                 try:
                     s = one(family, loss)
                     worst = max(worst, s)

@@ -1,16 +1,12 @@
 """What ``blr-derive check``'s hunt (blr_derive/verify/hunt.py) finds in the built-in families and in the corpus of
 user-written families (tests/corpus/families): derived forms that are not finite or not correct somewhere in their
-domain.  Making them sound is item 2 of issue 37 (another branch); until then the tests assert that the hunt finds
-exactly these, so that a new finding fails and a fixed one is removed from this list.
+domain.  The tests assert that the hunt finds exactly these, so that a new finding fails and a fixed one is removed
+from this list (the truncated exponential's 0/0 at b = 0 and the continuous Bernoulli's at p = 1/2 were fixed by the
+Taylor polynomials of blr_derive/families/singular.py, issue 37 item 2).
 
 family -> {failing check: where (the point, for the reader; the report names the worst point of each check)}."""
 
 BUILTIN = {
-    # log((e^λ − 1)/λ) and its derivatives are 0/0 at λ = 0 (p = 1/2) and cancel next to it: Newton's method in the
-    # module diverges there (NaN)
-    "continuous_bernoulli": {
-        "hard_log_partition": "p = 0.5", "hard_mu": "p = 0.5", "hard_fisher": "p = 0.5", "hard_entropy": "p = 0.5",
-        "hard_maps": "p = 0.5", "generated_numpy": "p = 0.50000001", "generated_jax": "p = 0.50000001"},
     # F(λ) in double precision loses 10% to cancellation at p = 1 − 1e-8 (λ = −1e-8)
     "logarithmic": {"generated_numpy": "p = 0.99999999", "generated_jax": "p = 0.99999999"},
     # I_0(κ) overflows at κ = 1000: the module's F is NaN (the 30-digit form is right)
@@ -26,11 +22,7 @@ BUILTIN = {
 CORPUS = {
     # the quartic's declared A (Bessel K_{1/4}) loses F to cancellation as c → 0 even in 30 digits; in double
     # precision Newton's method meets NaN (K underflows) at b = 10
-    "quartic_two_term": {"hard_fisher": "c = 1e-08", "generated_numpy": "b = 10, c = 1"},
-    # integrated A = log((e^λ − 1)/λ): 0/0 at b = 0, Newton's method fails next to it
-    "truncated_exponential": {
-        "hard_log_partition": "b = 0", "hard_mu": "b = 0", "hard_fisher": "b = 0", "hard_entropy": "b = 0",
-        "hard_maps": "b = 0", "generated_numpy": "b = 1e-06", "generated_jax": "b = 1e-06"},
+    "quartic_two_term": {"hard_fisher": "b = 1, c = 1e-08", "generated_numpy": "b = 10, c = 1"},
     # integrated A = ... + log(2 − erfc(λ1/(2√−λ2))): 2 − erfc(x) = 0 for x < −27 even in 30 digits (m = −30), and
     # for x < −5.9 in double precision (Newton's method at m = −8.3)
     "truncated_normal": {

@@ -44,6 +44,7 @@ from blr_derive.codegen.registry import emit
 from blr_derive.core.budget import StepTimeout, step_limit
 from blr_derive.core.errors import BLRError, DerivationError
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import near_point
 from blr_derive.families.numeric import MODULES
 from blr_derive.ir.build import family_ir
 from blr_derive.verify.quadrature import Quadrature, near_one
@@ -419,6 +420,11 @@ class SymbolicRecord:
                 return np.array([_real(x) for x in out], dtype=float)
             except (NameError, AttributeError):          # a function mpmath does not have: evalf instead
                 self.fns[key] = None
+            except ZeroDivisionError:
+                # a removable singularity's select (core.specialfns.near_point) evaluates both of its branches in
+                # mpmath, and the closed form is 0/0 at its centre: Family.evaluate selects the Taylor polynomial
+                if not any(isinstance(e, sp.Basic) and e.has(near_point) for e in self.exprs[key]):
+                    raise
         return np.array([float(self.fam.evaluate(e, {a: env[a] for a in args}, None)) for e in self.exprs[key]],
                         dtype=float)
 
