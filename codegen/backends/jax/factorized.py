@@ -1,7 +1,7 @@
 """jax target, factorized (several-block) recipes: plain jax.numpy functions mirroring the numpy target's
 factorized module (codegen/backends/numpy/templates/factorized.py.j2).
 
-The view is the numpy target's (:func:`~blr_derive.codegen.backends.numpy.factorized_view`: the same lowering of the
+The view is the numpy target's (:func:`~blr_derive.codegen.arrays.views.factorized_view`: the same lowering of the
 plate, of the component axis and of the global blocks), printed with jax.numpy names: global expressions by
 :class:`~blr_derive.codegen.backends.jax.functions.JnpPrinter`, the per-row program on all rows at once by
 :class:`~blr_derive.codegen.backends.jax.rows.JnpRowBatchPrinter`, the lines of a component axis with ``jnp``
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from blr_derive.codegen.backends.jax.functions import HELPER_SOURCES, JnpPrinter, refuse_reserved
 from blr_derive.codegen.backends.jax.rows import JnpRowBatchPrinter
-from blr_derive.codegen.backends.numpy import factorized_view
+from blr_derive.codegen.arrays.views import factorized_view
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import UnsupportedTarget
 

@@ -31,10 +31,9 @@ import re
 
 import sympy as sp
 
-from blr_derive.codegen.backends.numpy import NEWTON_SOURCE, entry_view, shaping_view, family_maps_view, \
-    module_shapes
-from blr_derive.codegen.backends.numpy.printer import HELPERS as NUMPY_HELPERS
-from blr_derive.codegen.backends.numpy.printer import BLRNumPyPrinter
+from blr_derive.codegen.arrays.printer import HELPERS as NUMPY_HELPERS
+from blr_derive.codegen.arrays.printer import ArrayPrinter
+from blr_derive.codegen.arrays.views import NEWTON_SOURCE, entry_view, family_maps_view, module_shapes, shaping_view
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import UnsupportedTarget
 
@@ -147,7 +146,7 @@ HELPERS = frozenset(HELPER_SOURCES)
 HOST_HELPERS = frozenset({"_tanh_sinh", "_gauss_hermite", "_gauss_hermite_stein"})
 
 
-class JnpPrinter(BLRNumPyPrinter):
+class JnpPrinter(ArrayPrinter):
     """The numpy target's printer with ``jax.numpy`` names: every ``numpy.f`` it prints is ``jnp.f`` and every
     ``scipy.special.f`` is ``jax.scipy.special.f``, or the module's helper for a function jax lacks
     (:data:`SPECIAL_HELPERS`); any other one is UnsupportedTarget."""
@@ -225,7 +224,7 @@ def refuse_reserved(ir, groups):
 
 
 def functions_view(ir):
-    """The template's view of a single-family recipe: the numpy module's view (codegen/backends/numpy) printed by
+    """The template's view of a single-family recipe: the numpy module's view (codegen/arrays/views.py) printed by
     :class:`JnpPrinter`, with the sampling loop's parts for ``jax.lax.scan``."""
     check_functions(ir)
     pr = JnpPrinter()
@@ -289,7 +288,7 @@ def _sampling_view(ir, pr):
         "reductions": [(pr.doprint(r), pr.doprint(e)) for r, e in sm.reductions],
         "chained": [(pr.doprint(c[0]), c[1], pr.doprint(c[2]), pr.doprint(c[3])) for c in sm.chained],
     }
-    host = BLRNumPyPrinter()
+    host = ArrayPrinter()
     shaping = shaping_view(sm, host)
     if shaping is not None:
         if host.imports or host.helpers:

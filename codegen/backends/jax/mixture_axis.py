@@ -1,5 +1,5 @@
 """jax target, a mixture whose components are an array axis (``components: K``): the numpy target's lowering
-(codegen/backends/numpy/mixture_axis.py: batched einsum/matmul over the component axes, a stable log-softmax
+(codegen/arrays/mixture_axis.py: batched einsum/matmul over the component axes, a stable log-softmax
 over the components) printed with ``jnp`` and rendered by the plain-functions template (templates/functions.py.j2).
 The component count is an array length, static under ``jax.jit``: the oracle calls, one per component mean, are a
 Python loop of K calls at trace time; everything else is one batched operation.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from blr_derive.codegen.backends.jax.functions import HELPER_SOURCES, HELPERS, STATIC_KINDS, JnpPrinter, \
     check_functions
-from blr_derive.codegen.backends.numpy import module_shapes
-from blr_derive.codegen.backends.numpy import mixture_axis
+from blr_derive.codegen.arrays import mixture_axis
+from blr_derive.codegen.arrays.views import module_shapes
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import UnsupportedTarget
 

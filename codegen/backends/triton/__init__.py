@@ -33,9 +33,9 @@ from blr_derive.core.errors import UnsupportedTarget
 
 from blr_derive.codegen.backends.triton.config import CONFIG
 from blr_derive.codegen.inert import template_env
+from blr_derive.codegen.printing import HostPrinter
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_optimizer, samples_code, state_symbols, step_condition,
                                       stored_names)
-from blr_derive.codegen.backends.torch.printer import HostPrinter
 from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
 from blr_derive.codegen.validation import validation
 

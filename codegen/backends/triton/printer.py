@@ -1,7 +1,7 @@
 """The Triton printer: an elementwise update program as the body of one ``@triton.jit`` kernel.
 
-It reuses the torch target's :class:`~codegen.torch.printer.FusedCompiler`, which splits the
-program into host scalars (hoisted out of the kernel) and elementwise statements.  Here the
+It uses the shared :class:`~blr_derive.codegen.fused.FusedCompiler` (also the torch target's fused path), which
+splits the program into host scalars (hoisted out of the kernel) and elementwise statements.  Here the
 hoisted host values become kernel arguments: numbers are fp32 scalars, host booleans
 (``Piecewise`` conditions on flags, choices and the step counter) are ``tl.constexpr``, so each
 setting compiles to its own straight-line kernel and values that a branch does not need are
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import sympy as sp
 from sympy.printing.precedence import precedence
-from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
-from blr_derive.codegen.backends.torch.printer import ElementwisePrinter, FusedCompiler
+from blr_derive.codegen.fused import FusedCompiler
+from blr_derive.codegen.printing import KernelPrinter
 
 HELPERS = {
     "_log1p": '''@triton.jit
@@ -51,7 +51,7 @@ def _sech(x):
 }
 
 
-class TritonPrinter(ElementwisePrinter):
+class TritonPrinter(KernelPrinter):
     """fp32 elementwise expressions over Triton blocks.  Symbols named in ``flags`` are constexpr
     booleans: a ``Piecewise`` on them is a Python conditional resolved when the kernel is compiled;
     a ``Piecewise`` on block values is ``tl.where``."""
@@ -246,6 +246,8 @@ class TritonFusedCompiler(FusedCompiler):
     hoisted as one scalar computed in double precision on the host, as the multi-tensor path of the torch
     target does; hoisted booleans (conditions) are recorded in :attr:`flags` (constexpr arguments)."""
 
+    ELEMENTWISE = TritonPrinter
+
     def __init__(self, tensors, dests=None):
         super().__init__(tensors)
         self.flag_names: set[str] = set()
@@ -299,13 +301,3 @@ class TritonFusedCompiler(FusedCompiler):
     def flag_args(self):
         return [(n, v) for n, v in self.args if n in self.flag_names]
 
-
-def _unsupported(self, expr):
-    return TritonPrinter._print_Function(self, expr)
-
-
-# functions sympy's Python printer would print from the math module: only those defined above are printed
-for _name in PythonCodePrinter._kf:
-    _attr = f"_print_{_name.split('.')[-1]}"
-    if getattr(TritonPrinter, _attr, None) is getattr(PythonCodePrinter, _attr, None):
-        setattr(TritonPrinter, _attr, _unsupported)

@@ -14,7 +14,7 @@ from blr_derive.core.errors import CodegenError
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.matexpr import is_mat
 
-from blr_derive.codegen.backends.numpy.printer import BLRNumPyPrinter
+from blr_derive.codegen.arrays.printer import ArrayPrinter
 
 _LETTERS = "abcdefghijklm"
 
@@ -33,7 +33,7 @@ def _factors(e):
     return coeff, mats
 
 
-class RowBatchPrinter(BLRNumPyPrinter):
+class RowBatchPrinter(ArrayPrinter):
     def __init__(self, row_vectors, row_scalars, settings=None, optimize=False):
         super().__init__(settings)
         self.row_vectors = set(row_vectors)

@@ -1,0 +1,384 @@
+"""The array printer of the numpy-like targets: sympy's NumPyPrinter extended for the update IR.
+
+The numpy target prints with it as it is (``codegen/backends/numpy/printer.py``); the jax target renames its
+``numpy.``/``scipy.`` names to their jax counterparts (``codegen/backends/jax/functions.py``).
+
+Vectors (P×1 matrix symbols) are 1-D arrays, so matrix products print with ``@``
+and column-times-row products as ``numpy.outer``.  ``Inverse(A) * B`` prints as a
+Cholesky solve (``_spd_solve``), never as an explicit inverse.  Unsupported nodes
+raise :class:`~blr_derive.errors.CodegenError` (sympy printers' ``_print_<Node>``
+extension points; loud failure).
+"""
+from __future__ import annotations
+
+import inspect
+
+import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
+
+from blr_derive.core import specialfns
+from blr_derive.core.errors import UnsupportedTarget
+from blr_derive.codegen.inert import identifier
+from blr_derive.codegen.printing import HostConditionalMixin
+
+HELPERS = {
+    "_tanh_sinh": '''def _tanh_sinh(n):
+    """Nodes u_k in (0, 1) and weights w_k of the tanh-sinh rule with n points (an even n uses n - 1, at least 3):
+    u = sigmoid(pi sinh t), t = k h, k = -(n-1)/2 .. (n-1)/2, up to pi sinh t = 34 (1 - u stays above 0 in float64);
+    the weights are normalized to sum to 1 (a change below 4e-11 from 21 points on; a coarse rule stays exact for
+    constants)."""
+    m = max((int(n) - 1) // 2, 1)
+    h = numpy.arcsinh(34 / numpy.pi) / m
+    t = numpy.arange(-m, m + 1) * h
+    x = numpy.pi * numpy.sinh(t)
+    u = 1 / (1 + numpy.exp(-x))
+    w = h * numpy.pi * numpy.cosh(t) * u * (1 - u)
+    return u, w / w.sum()''',
+    # ∂ⁿK_ν(x)/∂νⁿ by the trapezoidal rule on its integral (the engine's own function, copied into the module)
+    "_dbesselk": inspect.getsource(specialfns.dbesselk_numpy).replace("def dbesselk_numpy(", "def _dbesselk(", 1),
+    "_array": '''def _array(name, value, dims, oracle=None):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).  A matrix in
+    SYMMETRIC must be finite: a NaN or an infinity is reported as such, naming the ``oracle`` that returned the
+    value (if any) and the entry, before the symmetry test that it would fail."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size:
+        bad = numpy.argwhere(~numpy.isfinite(a))
+        if len(bad):
+            at = tuple(int(i) for i in bad[0])
+            what = "NaN" if numpy.isnan(a[at]) else "inf" if a[at] > 0 else "-inf"
+            source = f"oracle '{oracle}' returned" if oracle else f"{name} holds"
+            raise ValueError(f"{source} {what} at {name}[{', '.join(map(str, at))}]")
+        # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
+        if not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+            raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a''',
+    "_need": '''def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")''',
+    "_spd_solve": '''def _spd_solve(A, B):
+    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
+    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)''',
+    "_tri_solve": '''def _tri_solve(L, B, trans):
+    """Solve L X = B (trans 0) or Lᵀ X = B (trans 1) for lower-triangular L (substitution; no explicit inverse)."""
+    return scipy.linalg.solve_triangular(L, B, lower=True, trans=trans)''',
+    "_expm_sym": '''def _expm_sym(M):
+    """The matrix exponential of a symmetric matrix M, V diag(exp(w)) Vᵀ from its eigendecomposition."""
+    w, V = numpy.linalg.eigh((M + M.T) / 2)
+    return (V * numpy.exp(w)) @ V.T''',
+    "_gauss_hermite": '''def _gauss_hermite(f, mean, var, nodes):
+    """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    x = mean[:, None] + numpy.sqrt(var)[:, None] * z
+    return numpy.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))''',
+    "_gauss_hermite_stein": '''def _gauss_hermite_stein(f, mean, var, nodes):
+    """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
+    quadrature with `nodes` points; 0 where var = 0."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    sd = numpy.sqrt(var)
+    x = mean[:, None] + sd[:, None] * z
+    fx = numpy.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
+    return numpy.divide(fx @ (w * z / numpy.sqrt(2 * numpy.pi)), sd, out=numpy.zeros_like(sd), where=sd > 0)''',
+}
+
+
+class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
+    printmethod = "_blrnumpycode"
+    MAXIMUM = "numpy.maximum"
+    MINIMUM = "numpy.minimum"
+    LOG = "numpy.log"
+    LOG1P = "numpy.log1p"
+
+    def __init__(self, settings=None):
+        super().__init__({"fully_qualified_modules": True, **(settings or {})})
+        self.helpers: set = set()
+        self.imports: set = set()
+
+    # -- leaves
+    def _print_MatrixSymbol(self, expr):
+        return identifier(expr.name)
+
+    def _print_Identity(self, expr):
+        return f"numpy.eye({self._print(expr.shape[0])})"
+
+    def _print_ZeroMatrix(self, expr):
+        r, c = expr.shape
+        if c == 1:
+            return f"numpy.zeros({self._print(r)})"
+        return f"numpy.zeros(({self._print(r)}, {self._print(c)}))"
+
+    def _print_Transpose(self, expr):
+        arg = expr.arg
+        if arg.shape[1] == 1 or arg.shape[0] == 1:
+            return self._print(arg)          # 1-D arrays: transpose is a no-op
+        if isinstance(arg, sp.MatrixSymbol):
+            return f"{self._print(arg)}.T"
+        return f"({self._print(arg)}).T"
+
+    def _print_Trace(self, expr):
+        if expr.arg.shape == (1, 1):
+            s = self._print(expr.arg)        # a 1×1 product of 1-D arrays is already a scalar
+            return f"({s})" if isinstance(expr.arg, sp.MatAdd) else s
+        return f"numpy.trace({self._print(expr.arg)})"
+
+    def _print_Determinant(self, expr):
+        return f"numpy.linalg.det({self._print(expr.arg)})"
+
+    def _print_Inverse(self, expr):
+        self.helpers.add("_spd_solve")
+        self.imports.add("scipy.linalg")
+        n = self._print(expr.arg.shape[0])
+        return f"_spd_solve({self._print(expr.arg)}, numpy.eye({n}))"
+
+    def _print_MatAdd(self, expr):
+        return " + ".join(self.parenthesize(a, 11) for a in expr.args).replace("+ -", "- ")
+
+    def _print_MatMul(self, expr):
+        coeff, mats = expr.as_coeff_mmul()
+        mats = list(mats.args) if isinstance(mats, sp.MatMul) else [mats]
+        body = self._chain(mats)
+        if coeff == 1:
+            return body
+        if coeff == -1:
+            return f"-{body}"
+        return f"{self.parenthesize(coeff, 50)}*{body}"
+
+    def _chain(self, mats):
+        # Inverse(A) * rest  ->  _spd_solve(A, rest); a triangular factor: _tri_solve (see _triangular)
+        for i, f in enumerate(mats):
+            tri = _triangular(f)
+            if tri is not None and i < len(mats) - 1:
+                rest = self._chain(mats[i + 1:])
+                solved = self._tri_solve(tri, rest)
+                if i == 0:
+                    return solved
+                return self._fold(mats[:i] + [_Printed(solved, _shape(sp.MatMul(*mats[i:])))])
+            if isinstance(f, sp.Inverse) and i < len(mats) - 1:
+                self.helpers.add("_spd_solve")
+                self.imports.add("scipy.linalg")
+                left = mats[:i]
+                rest = self._chain(mats[i + 1:])
+                solved = f"_spd_solve({self._print(f.arg)}, {rest})"
+                if not left:
+                    return solved
+                return self._fold(left + [_Printed(solved, _shape(sp.MatMul(*mats[i:])))])
+        tri = _triangular(mats[-1]) if len(mats) > 1 else None
+        if tri is not None:              # X L⁻¹ = (L⁻ᵀ Xᵀ)ᵀ, X L⁻ᵀ = (L⁻¹ Xᵀ)ᵀ
+            left = self._chain(mats[:-1])
+            return self._tri_solve((tri[0], 1 - tri[1]), f"{left}.T" if left.isidentifier() else f"({left}).T") + ".T"
+        return self._fold(mats)
+
+    def _tri_solve(self, tri, rhs):
+        self.helpers.add("_tri_solve")
+        self.imports.add("scipy.linalg")
+        return f"_tri_solve({self._print(tri[0])}, {rhs}, {tri[1]})"
+
+    def _print_CholeskyFactor(self, expr):
+        return f"numpy.linalg.cholesky({self._print(expr.arg)})"
+
+    def _fold(self, mats):
+        acc, shape = None, None
+        for f in mats:
+            s = f.text if isinstance(f, _Printed) else self._wrap(f)
+            fs = f.shape if isinstance(f, _Printed) else f.shape
+            if acc is None:
+                acc, shape = s, fs
+                continue
+            if type(f).__name__ == "DiagOf":         # A @ diag(w) = A * w (columns scaled)
+                acc = f"({acc} * {self._print(f.args[0])})"
+                continue
+            if shape[1] == 1 and fs[0] == 1 and shape[0] != 1 and fs[1] != 1:
+                acc = f"numpy.outer({acc}, {s})"
+            elif shape[1] == 1 and fs == (1, 1) and shape[0] != 1:     # a column times a 1×1 (a number here)
+                acc = f"{acc} * {s}"
+            else:
+                acc = f"{acc} @ {s}"
+            shape = (shape[0], fs[1])
+        return acc
+
+    def _wrap(self, f):
+        s = self._print(f)
+        if isinstance(f, (sp.MatAdd,)) or (isinstance(f, sp.MatMul) and f.args and not f.args[0] == 1):
+            return f"({s})"
+        return s
+
+    # special functions (scipy.special; tested against it in tests/test_special_functions.py)
+    def _print_exp1(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.exp1({self._print(expr.args[0])})"
+
+    def _print_gammaincinv(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gammaincinv({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_betaincinv(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.betaincinv({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_ndtri(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.ndtri({self._print(expr.args[0])})"
+
+    def _print_dbesselk(self, expr):
+        n, nu, x = expr.args
+        if n == 0:
+            self.imports.add("scipy.special")
+            return f"scipy.special.kv({self._print(nu)}, {self._print(x)})"
+        self.helpers.add("_dbesselk")
+        return f"_dbesselk({self._print(n)}, {self._print(nu)}, {self._print(x)})"
+
+    def _print_besseli(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.iv({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_loggamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gammaln({self._print(expr.args[0])})"
+
+    def _print_digamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.digamma({self._print(expr.args[0])})"
+
+    def _print_polygamma(self, expr):
+        self.imports.add("scipy.special")
+        n, x = expr.args
+        if n == 0:
+            return f"scipy.special.digamma({self._print(x)})"
+        return f"scipy.special.polygamma({self._print(n)}, {self._print(x)})"
+
+    def _print_gamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gamma({self._print(expr.args[0])})"
+
+    def _print_factorial(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.factorial({self._print(expr.args[0])})"
+
+    def _print_softplus(self, expr):
+        return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
+
+    NAN_WHERE = "numpy.where({test}, {x}, numpy.nan)"
+
+    def _print_binary(self, expr):
+        return f"numpy.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
+
+    def _print_xlogy(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_logsumexp(self, expr):
+        self.imports.add("scipy.special")
+        args = ", ".join(self._print(a) for a in expr.args)
+        return f"scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays({args})), axis=0)"
+
+    # sums over a recipe's component axis (the leading axis of the array that holds one value per component)
+    def _print_ComponentSum(self, expr):
+        return f"numpy.sum({self._print(expr.args[0])}, axis=0)"
+
+    def _print_ComponentLogSumExp(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.logsumexp({self._print(expr.args[0])}, axis=0)"
+
+    # sums over data and their Gaussian expectations (blr_derive/datasum.py): vectors are 1-D arrays
+    def _apply(self, f, arg_text):
+        """The one-argument function ``f`` (a Lambda) printed at an already printed argument."""
+        wrapped = arg_text if arg_text.isidentifier() else f"({arg_text})"
+        return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(wrapped)}))
+
+    def _print_DataSum(self, expr):
+        if not expr.fn.expr.has(expr.fn.variables[0]):      # Σ_n c: c times the number of rows
+            size = f"numpy.size({self._print(expr.vec)})"
+            return size if expr.fn.expr == 1 else f"({self._print(expr.fn.expr)})*{size}"
+        return f"numpy.sum({self._apply(expr.fn, self._print(expr.vec))})"
+
+    def _print_Elementwise(self, expr):
+        f, v = expr.args
+        if not f.expr.has(f.variables[0]):          # a constant derivative (a linear data sum): one per row
+            return f"numpy.full(numpy.shape({self._print(v)}), {self._print(f.expr)}, dtype=float)"
+        return self._apply(f, self._print(v))
+
+    def _print_DiagOf(self, expr):
+        return f"numpy.diag({self._print(expr.args[0])})"
+
+    def _print_RowQuadForm(self, expr):
+        A, C = expr.args
+        a = self._wrap(A)
+        axis = -1 if A.shape[0] == 1 else 1           # one row (a vector here): the whole product is the form
+        if isinstance(C, sp.Inverse):
+            self.helpers.add("_spd_solve")
+            self.imports.add("scipy.linalg")
+            return f"numpy.sum({a} * _spd_solve({self._print(C.arg)}, {self._print(A.T)}).T, axis={axis})"
+        return f"numpy.sum(({a} @ {self._wrap(C)}) * {a}, axis={axis})"
+
+    def _print_GaussHermite(self, expr, helper="_gauss_hermite"):
+        f, mean, var, nodes = expr.args
+        self.helpers.add(helper)
+        return (f"{helper}(lambda u: {self._apply(f, 'u')}, {self._print(mean)}, {self._print(var)}, "
+                f"{self._print(nodes)})")
+
+    def _print_GaussHermiteStein(self, expr):
+        return self._print_GaussHermite(expr, "_gauss_hermite_stein")
+
+    def _print_Expm(self, expr):
+        self.helpers.add("_expm_sym")
+        return f"_expm_sym({self._print(expr.args[0])})"
+
+    def _print_HadamardExp(self, expr):
+        return f"{self._wrap(expr.args[0])} * numpy.exp({self._print(expr.args[1])})"
+
+    def _print_ZerosLike(self, expr):
+        return f"numpy.zeros_like({self._print(expr.args[0])})"
+
+    def _print_expit(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.expit({self._print(expr.args[0])})"
+
+    def _print_sech(self, expr):
+        return f"(1/numpy.cosh({self._print(expr.args[0])}))"
+
+    def _print_Heaviside(self, expr):
+        h0 = expr.args[1] if len(expr.args) > 1 else sp.Rational(1, 2)     # the value at 0 (masks use 0)
+        return f"numpy.heaviside({self._print(expr.args[0])}, {self._print(h0)})"
+
+    def emptyPrinter(self, expr):
+        raise UnsupportedTarget(f"the numpy target cannot print {type(expr).__name__}: {expr}")
+
+    def _print_Integral(self, expr):
+        raise UnsupportedTarget(f"the numpy target cannot print an unevaluated integral: {expr}")
+
+
+class _Printed:
+    def __init__(self, text, shape):
+        self.text, self.shape = text, shape
+
+
+def _shape(e):
+    return e.shape
+
+
+def _triangular(f):
+    """(L, trans) for the inverse of a Cholesky factor L (trans 0) or of its transpose (trans 1), else None."""
+    if not isinstance(f, sp.Inverse):
+        return None
+    arg = f.arg
+    if type(arg).__name__ == "CholeskyFactor":
+        return arg, 0
+    if isinstance(arg, sp.Transpose) and type(arg.arg).__name__ == "CholeskyFactor":
+        return arg.arg, 1
+    return None
