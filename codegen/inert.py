@@ -29,6 +29,7 @@ from pathlib import Path
 
 import sympy as sp
 
+from blr_derive.codegen.source import SHARED as SHARED_RUNTIME, Sources
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.text import Prose
 from blr_derive.families.diskcache import template_bytecode_cache
@@ -143,10 +144,13 @@ def _finalize(value):
 SHARED_TEMPLATES = Path(__file__).parent / "templates"
 
 
-def template_env(folder):
+def template_env(folder, runtime=None):
     """The jinja2 environment every target renders with: deterministic, strict about undefined names, with the
     rendering helpers as filters and ``finalize`` refusing raw prose.  Templates are looked up in the target's
-    ``folder``, then in the shared :data:`SHARED_TEMPLATES` (e.g. ``_validate.py.j2``, the constructor checks)."""
+    ``folder``, then in the shared :data:`SHARED_TEMPLATES` (e.g. ``_validate.py.j2``, the constructor checks).
+    The global ``source`` copies definitions from the runtime sources (:mod:`blr_derive.codegen.source`): the
+    shared ones of ``codegen/runtime/`` by their module name, and the target's own ``runtime`` module as
+    ``"own"``."""
     import jinja2
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(folder), str(SHARED_TEMPLATES)]), keep_trailing_newline=True, trim_blocks=True,
@@ -159,6 +163,10 @@ def template_env(folder):
     env.filters["tojson"] = lambda v: json.dumps([_text(x) for x in v], ensure_ascii=True)
     env.globals["pyval"] = pyval
     env.globals["zip"] = zip
+    modules = {f.stem: f for f in sorted(SHARED_RUNTIME.glob("*.py")) if f.stem != "__init__"}
+    if runtime is not None:
+        modules["own"] = Path(runtime)
+    env.globals["source"] = Sources(modules)
     return env
 
 

@@ -44,7 +44,7 @@ class TorchTarget:
     template = CONFIG.template
 
     def __init__(self):
-        self.env = template_env(Path(__file__).parent / "templates")
+        self.env = template_env(Path(__file__).parent / "templates", Path(__file__).parent / "runtime.py")
 
     def check(self, ir):
         """Whether the target can express the recipe (UnsupportedTarget, naming the recipe entry, if not)."""
