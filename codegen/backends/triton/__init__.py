@@ -36,7 +36,7 @@ from blr_derive.codegen.inert import template_env
 from blr_derive.codegen.printing import HostPrinter
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_optimizer, samples_code, state_symbols, step_condition,
                                       stored_names)
-from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
+from blr_derive.codegen.backends.triton.printer import HELPERS, RUNTIME, TritonFusedCompiler
 from blr_derive.codegen.validation import validation
 
 
@@ -48,7 +48,7 @@ class TritonTarget:
     template = CONFIG.template
 
     def __init__(self):
-        self.env = template_env(Path(__file__).parent / "templates")
+        self.env = template_env(Path(__file__).parent / "templates", RUNTIME)
 
     def check(self, ir):
         check_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)

@@ -17,38 +17,20 @@ libdevice (lgamma, digamma, polygamma, gamma) raise :class:`~blr_derive.errors.C
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import sympy as sp
 from sympy.printing.precedence import precedence
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 from blr_derive.codegen.fused import FusedCompiler
 from blr_derive.codegen.printing import KernelPrinter
+from blr_derive.codegen.source import definition
 
-HELPERS = {
-    "_log1p": '''@triton.jit
-def _log1p(x):
-    """log(1 + x) without libdevice (Goldberg): log(u)*x/(u - 1) with u = 1 + x is accurate for small x."""
-    u = 1.0 + x
-    return tl.where(u == 1.0, x, tl.log(u) * tl.div_rn(x, tl.where(u == 1.0, 1.0, u - 1.0)))
-''',
-    "_tanh": '''@triton.jit
-def _tanh(x):
-    """tanh without libdevice: sign(x)(1 - e)/(1 + e), e = exp(-2|x|); below |x| = 0.05, where 1 - e cancels,
-    the odd series x(1 - x²/3 + 2x⁴/15) (truncation < 1e-9 relative): relative error ~1e-6 everywhere."""
-    a = tl.abs(x)
-    e = tl.exp(-2.0 * a)
-    r = tl.div_rn(1.0 - e, 1.0 + e)
-    x2 = x * x
-    return tl.where(a < 0.05, x * (1.0 + x2 * (-0.3333333333333333 + x2 * 0.13333333333333333)),
-                    tl.where(x < 0, -r, r))
-''',
-    "_sech": '''@triton.jit
-def _sech(x):
-    """sech without libdevice: 2e/(1 + e*e), e = exp(-|x|) (no overflow)."""
-    e = tl.exp(-tl.abs(x))
-    return tl.div_rn(2.0 * e, 1.0 + e * e)
-''',
-}
+#: the target's runtime source (codegen/source.py): the kernels' helpers and every generated module's machinery
+RUNTIME = Path(__file__).parent / "runtime.py"
+#: helper name -> its source, for the kernels that call it (Triton core math has no such function)
+HELPERS = {name: definition(RUNTIME, name) + "\n" for name in ("_log1p", "_tanh", "_sech")}
 
 
 class TritonPrinter(KernelPrinter):
