@@ -11,92 +11,12 @@ extension points; loud failure).
 """
 from __future__ import annotations
 
-import inspect
-
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
-from blr_derive.core import specialfns
 from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.printing import HostConditionalMixin
-
-HELPERS = {
-    "_tanh_sinh": '''def _tanh_sinh(n):
-    """Nodes u_k in (0, 1) and weights w_k of the tanh-sinh rule with n points (an even n uses n - 1, at least 3):
-    u = sigmoid(pi sinh t), t = k h, k = -(n-1)/2 .. (n-1)/2, up to pi sinh t = 34 (1 - u stays above 0 in float64);
-    the weights are normalized to sum to 1 (a change below 4e-11 from 21 points on; a coarse rule stays exact for
-    constants)."""
-    m = max((int(n) - 1) // 2, 1)
-    h = numpy.arcsinh(34 / numpy.pi) / m
-    t = numpy.arange(-m, m + 1) * h
-    x = numpy.pi * numpy.sinh(t)
-    u = 1 / (1 + numpy.exp(-x))
-    w = h * numpy.pi * numpy.cosh(t) * u * (1 - u)
-    return u, w / w.sum()''',
-    # ∂ⁿK_ν(x)/∂νⁿ by the trapezoidal rule on its integral (the engine's own function, copied into the module)
-    "_dbesselk": inspect.getsource(specialfns.dbesselk_numpy).replace("def dbesselk_numpy(", "def _dbesselk(", 1),
-    "_array": '''def _array(name, value, dims, oracle=None):
-    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
-    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
-    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).  A matrix in
-    SYMMETRIC must be finite: a NaN or an infinity is reported as such, naming the ``oracle`` that returned the
-    value (if any) and the entry, before the symmetry test that it would fail."""
-    a = numpy.asarray(value, dtype=float)
-    shape = SHAPES[name]
-    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
-        return a
-    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
-        if a.shape != dims.setdefault("*", a.shape):
-            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
-        return a
-    if a.ndim != len(shape):
-        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
-                         f"got an array of shape {a.shape}")
-    for d, n in zip(shape, a.shape):
-        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
-            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
-    if name in SYMMETRIC and a.size:
-        bad = numpy.argwhere(~numpy.isfinite(a))
-        if len(bad):
-            at = tuple(int(i) for i in bad[0])
-            what = "NaN" if numpy.isnan(a[at]) else "inf" if a[at] > 0 else "-inf"
-            source = f"oracle '{oracle}' returned" if oracle else f"{name} holds"
-            raise ValueError(f"{source} {what} at {name}[{', '.join(map(str, at))}]")
-        # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
-        if not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
-            raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
-    return a''',
-    "_need": '''def _need(given, names, what):
-    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
-    missing = [name for name in names if given is None or name not in given]
-    if missing:
-        raise TypeError(f"step() needs {what} {', '.join(missing)}")''',
-    "_spd_solve": '''def _spd_solve(A, B):
-    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
-    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)''',
-    "_tri_solve": '''def _tri_solve(L, B, trans):
-    """Solve L X = B (trans 0) or Lᵀ X = B (trans 1) for lower-triangular L (substitution; no explicit inverse)."""
-    return scipy.linalg.solve_triangular(L, B, lower=True, trans=trans)''',
-    "_expm_sym": '''def _expm_sym(M):
-    """The matrix exponential of a symmetric matrix M, V diag(exp(w)) Vᵀ from its eigendecomposition."""
-    w, V = numpy.linalg.eigh((M + M.T) / 2)
-    return (V * numpy.exp(w)) @ V.T''',
-    "_gauss_hermite": '''def _gauss_hermite(f, mean, var, nodes):
-    """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
-    x = mean[:, None] + numpy.sqrt(var)[:, None] * z
-    return numpy.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))''',
-    "_gauss_hermite_stein": '''def _gauss_hermite_stein(f, mean, var, nodes):
-    """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
-    quadrature with `nodes` points; 0 where var = 0."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
-    sd = numpy.sqrt(var)
-    x = mean[:, None] + sd[:, None] * z
-    fx = numpy.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
-    return numpy.divide(fx @ (w * z / numpy.sqrt(2 * numpy.pi)), sd, out=numpy.zeros_like(sd), where=sd > 0)''',
-}
-
 
 class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
     printmethod = "_blrnumpycode"

@@ -2,9 +2,27 @@
 and scipy names as they are, and the sources of the helpers a module defines when its code calls them."""
 from __future__ import annotations
 
-from blr_derive.codegen.arrays.printer import HELPERS, ArrayPrinter
+import inspect
+from pathlib import Path
 
-__all__ = ["HELPERS", "BLRNumPyPrinter"]
+from blr_derive.codegen.arrays.printer import ArrayPrinter
+from blr_derive.codegen.source import SHARED, definition
+from blr_derive.core import specialfns
+
+__all__ = ["HELPERS", "RUNTIME", "BLRNumPyPrinter"]
+
+#: the target's runtime source (codegen/source.py)
+RUNTIME = Path(__file__).parent / "runtime.py"
+
+#: helper name -> its source in a generated module: the numpy target's runtime source, the one it shares with
+#: the jax target (codegen/runtime/arrays.py), and the engine's own ∂ⁿK_ν(x)/∂νⁿ (the trapezoidal rule on its
+#: integral, copied into the module)
+HELPERS = {
+    **{name: definition(SHARED / "arrays.py", name) for name in ("_tanh_sinh", "_need")},
+    "_dbesselk": inspect.getsource(specialfns.dbesselk_numpy).replace("def dbesselk_numpy(", "def _dbesselk(", 1),
+    **{name: definition(RUNTIME, name) for name in ("_array", "_spd_solve", "_tri_solve", "_expm_sym",
+                                                     "_gauss_hermite", "_gauss_hermite_stein")},
+}
 
 
 class BLRNumPyPrinter(ArrayPrinter):
