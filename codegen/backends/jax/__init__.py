@@ -62,7 +62,7 @@ class JaxTarget:
     template = CONFIG.template
 
     def __init__(self):
-        self.env = template_env(Path(__file__).parent / "templates")
+        self.env = template_env(Path(__file__).parent / "templates", Path(__file__).parent / "runtime.py")
 
     def check(self, ir):
         check_optimizer(ir, self.name)

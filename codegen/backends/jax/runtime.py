@@ -1,6 +1,7 @@
 """The jax target's runtime source: the helpers a plain-functions module defines when its code calls them (array
 checks that skip traced values, Cholesky and triangular solves, the symmetric matrix exponential, Gauss-Hermite
-expectations with host nodes, the inverse regularized incomplete gamma function jax lacks), written once as
+expectations with host nodes, the inverse regularized incomplete gamma function jax lacks) and what every optax
+transformation module shares (conditions that pick in Python unless traced, pytree leaves of a kept state), written once as
 ordinary Python and copied into each module (codegen/source.py).  Tested directly
 (tests/unit/codegen/test_runtime_sources.py); never imported by the engine, which reads it as text.
 """
@@ -112,3 +113,47 @@ def _gammaincinv(a, p):
         return jnp.where(new <= 0, 0.5 * x, new)
     x = jax.lax.fori_loop(0, 12, halley, x)
     return jnp.where(p <= 0, 0.0, jnp.where(p >= 1, jnp.inf, x))
+
+
+def _where(cond, a, b):
+    """``a`` where ``cond`` holds, else ``b``.  A Python bool (hyperparameters given as numbers) picks in Python, so
+    under jax.jit the other branch is dead code; a traced condition selects elementwise (jnp.where)."""
+    if isinstance(cond, bool):
+        return a if cond else b
+    return jnp.where(cond, a, b)
+
+
+def _and(*conds):
+    if all(isinstance(c, bool) for c in conds):
+        return all(conds)
+    out = conds[0]
+    for c in conds[1:]:
+        out = jnp.logical_and(out, c)
+    return out
+
+
+def _or(*conds):
+    if all(isinstance(c, bool) for c in conds):
+        return any(conds)
+    out = conds[0]
+    for c in conds[1:]:
+        out = jnp.logical_or(out, c)
+    return out
+
+
+def _not(cond):
+    return (not cond) if isinstance(cond, bool) else jnp.logical_not(cond)
+
+
+def _leaves(treedef, tree):
+    """The leaves of ``tree`` in the order of ``treedef`` (a state that is not kept: None for every leaf)."""
+    if tree is None:
+        return [None] * treedef.num_leaves
+    return treedef.flatten_up_to(tree)
+
+
+def _tree(treedef, leaves):
+    """The pytree of ``leaves`` (None for a state that is not kept)."""
+    if leaves and all(x is None for x in leaves):
+        return None
+    return treedef.unflatten(leaves)

@@ -171,3 +171,18 @@ def test_jax_gammaincinv_against_scipy():
     p = np.array([1e-6, 0.3, 0.7, 0.999])
     got = np.asarray(jax_rt._gammaincinv(a, p))
     assert np.allclose(got, scipy.special.gammaincinv(a, p), rtol=1e-5)
+
+
+def test_jax_conditions_pick_in_python_unless_traced():
+    import jax
+    import jax.numpy as jnp
+    assert jax_rt._where(True, "a", "b") == "a" and jax_rt._and(True, False) is False and jax_rt._not(False) is True
+    assert jax_rt._or(False, True) is True
+    traced = jax.jit(lambda c, x: jax_rt._where(jax_rt._and(c, jax_rt._not(c < 0)), x, -x))
+    assert traced(jnp.array(1.0) > 0, jnp.array([2.0])).tolist() == [2.0]
+    tree = {"a": jnp.zeros(2), "b": [jnp.ones(1)]}
+    treedef = jax.tree_util.tree_structure(tree)
+    assert jax_rt._leaves(treedef, None) == [None, None]
+    assert jax_rt._tree(treedef, [None, None]) is None
+    back = jax_rt._tree(treedef, jax_rt._leaves(treedef, tree))
+    assert back["b"][0].tolist() == [1.0]
