@@ -36,6 +36,8 @@ from blr_derive.codegen.inert import template_env
 from blr_derive.codegen.printing import HostPrinter
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_optimizer, samples_code, state_symbols, step_condition,
                                       stored_names)
+from blr_derive.codegen.backends.triton.kernels import (Kernel, KernelArg, ModuleKernels, arg, block_kernel,
+                                                        buffers, constexpr)
 from blr_derive.codegen.backends.triton.printer import HELPERS, RUNTIME, TritonFusedCompiler
 from blr_derive.codegen.validation import validation
 
@@ -91,11 +93,13 @@ class TritonTarget:
         for _, o in list(plan.grads) + (sampling["grads"] if sampling else []):
             if o not in cols:
                 cols.append(o)
+        update_state = [n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean]
         return self.env.get_template(self.template).render(
             ir=ir, mean=plan.mean, pvar=plan.mean or "_p", point=point, outputs=plan.outputs, mean_out=mean_out,
             others=plan.others, host=host.doprint, init_hyper=plan.init_hyper, grads=plan.grads, sampling=sampling,
             fused=fused, stat_loads=stat_loads,
-            update_state=[n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean],
+            update_state=update_state,
+            kernels=kernel_specs(update_state, stat_loads, fused, len(cols), sampling, point),
             helper_sources=[HELPERS[h] for h in sorted(helpers)],
             cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)},
             other_oracles=[o for o in plan.other_oracles if not (sampling and o == "loss" and sampling["loss_values"])],
@@ -214,6 +218,44 @@ def chained_view(plan, sm, stat_c):
     return {"kept": kept, "reductions": reductions, "reduce": kernel_view(red_c) if reductions else None,
             "phases": phases, "hyper": plan.hyper_using(used),
             "collect_bufs": [k for k in kept_names if k in words]}
+
+
+def kernel_specs(update_state, stat_loads, fused, ncols, sampling, point) -> ModuleKernels:
+    """Every kernel of the module described once (codegen/backends/triton/kernels.py): its signature and its
+    launches are printed from it.  The Monte Carlo statistics a kernel reads or averages arrive as one starred
+    group (``*_stats``: the group's buffers, or the mean buffer standing in for one not needed)."""
+    update = block_kernel("_update_kernel", [*buffers(update_state),
+                                             KernelArg(tuple(f"_buf_{a}" for a, _ in stat_loads), "*_stats", "stats")],
+                          fused, ncols)
+    point_k = None if point is None else block_kernel("_point_kernel", buffers(point["init_state"]), point["init_c"],
+                                                      ncols)
+    if sampling is None:
+        return ModuleKernels(update, point_k)
+    mean = KernelArg(("_buf_mean",), '_lay.buffers["_mean"]', "_buf_mean")
+    draw = block_kernel("_draw_kernel", [KernelArg(("_buf_mean",), '_lay.buffer("_mean")', "_buf_mean"),
+                                                *buffers(sampling["theta_state"]), arg("_seed", "_sd")],
+                               sampling["theta_c"], ncols)
+    collect = block_kernel(
+        "_collect_kernel", [mean, *buffers(sampling["stat_state"]), *buffers(sampling["collect_bufs"], made=True),
+                            KernelArg(tuple(f"_buf_{s['name']}" for s in sampling["stats"]), "*_stats", "stats"),
+                            arg("_seed", "_sd"), arg("_inv_n", "1.0 / _n")],
+        sampling["stat_c"], ncols, after_host=[constexpr("COLLECT", "bool(_collecting)"), constexpr("FIRST", "_n == 1")])
+    noise = None
+    if sampling["draw"]:
+        noise = Kernel("_noise_kernel", (arg("_out", "out"), arg("_seed", "self._seeds[id(g)]"),
+                                                arg("_n", "_lay.total"), constexpr("BLOCK", "BLOCK")),
+                              grid="(triton.cdiv(_lay.total, BLOCK),)")
+    ch = sampling["chained"]
+    if ch is not None:
+        if ch["reduce"] is not None:
+            k = ch["reduce"]
+            k["kernel"] = block_kernel("_reduce_kernel", [mean, *buffers(k["state"]), *buffers(k["kept"], made=True),
+                                                          arg("_seed", "_sd"), arg("_partials", "_part")],
+                                       k["comp"], ncols, after_host=[constexpr("NRED", str(len(ch["reductions"])))])
+        for j, ph in enumerate(ch["phases"], 1):
+            ph["kernel"] = block_kernel(f"_chain{j}_kernel", [mean, *buffers(ph["state"]), *buffers(ph["kept"], made=True),
+                                                              arg("_seed", "_sd")], ph["comp"], ncols)
+    return ModuleKernels(update, point_k, draw, collect, noise)
 
 
 def _loads(comp, names, extra=()):
