@@ -193,11 +193,11 @@ def audit(source: str, target: str, modules: frozenset) -> str:
         compile(tree, f"<{target}>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise CodegenError(f"the {target} target rendered invalid Python (line {exc.lineno}: {exc.msg})") from None
-    for i, node in enumerate(tree.body):
-        if not isinstance(node, _TOP_LEVEL) or (isinstance(node, ast.Expr) and not (
-                i == 0 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))):
+    for i, top in enumerate(tree.body):
+        if not isinstance(top, _TOP_LEVEL) or (isinstance(top, ast.Expr) and not (
+                i == 0 and isinstance(top.value, ast.Constant) and isinstance(top.value.value, str))):
             raise CodegenError(f"the {target} target rendered an unexpected top-level statement "
-                               f"(line {node.lineno}: {type(node).__name__})")
+                               f"(line {top.lineno}: {type(top).__name__})")
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]

@@ -9,6 +9,8 @@ elementwise kernel, whose functions come from the target's ``KNOWN_FUNCTIONS`` t
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import sympy as sp
 from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from sympy.printing.pycode import PythonCodePrinter
@@ -22,6 +24,10 @@ class HostConditionalMixin:
     the step counter) becomes a Python conditional expression, and ``Max``/``Min`` fold into the
     target's two-argument ``maximum``/``minimum`` (``MAXIMUM``/``MINIMUM`` name them).  Every symbol is
     printed as a checked identifier (:func:`codegen.inert.identifier`)."""
+
+    # provided by the sympy printer the mixin is combined with
+    _print: Callable[..., str]
+    parenthesize: Callable[..., str]
 
     def _print_Symbol(self, expr):
         return identifier(expr.name)

@@ -113,7 +113,8 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         return f"numpy.linalg.cholesky({self._print(expr.arg)})"
 
     def _fold(self, mats):
-        acc, shape = None, None
+        acc: str | None = None
+        shape: tuple = ()
         for f in mats:
             s = f.text if isinstance(f, _Printed) else self._wrap(f)
             fs = f.shape if isinstance(f, _Printed) else f.shape

@@ -23,7 +23,8 @@ def _factors(e):
     """(scalar coefficient, [matrix factors]) of a product, nested products flattened."""
     if not isinstance(e, sp.MatMul):
         return sp.Integer(1), [e]
-    coeff, mats = sp.Integer(1), []
+    coeff = sp.Integer(1)
+    mats: list[sp.Basic] = []
     for a in e.args:
         if is_mat(a):
             c, m = _factors(a)

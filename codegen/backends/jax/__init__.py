@@ -148,7 +148,8 @@ class JaxTarget:
         for sym, expr in program:
             if expr.free_symbols & tensors:
                 tensors.add(sym)
-        host_lines, leaf_lines = [], []
+        host_lines: list[str] = []
+        leaf_lines: list[str] = []
         for sym, expr in program:
             guard = static_part(need[sym], static)
             if guard == sp.false:
