@@ -51,7 +51,7 @@ class HostConditionalMixin:
 
     #: how a target selects elementwise: "where({test}, {x})" completed with its NaN; None on the host (Python's
     #: conditional expression on numbers)
-    NAN_WHERE = None
+    NAN_WHERE: str | None = None
 
     def _print_nan_outside(self, expr):
         """x where every condition c_i > 0, else NaN (``core.specialfns.nan_outside``)."""
