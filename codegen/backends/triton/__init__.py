@@ -32,6 +32,9 @@ import sympy as sp
 from blr_derive.core.errors import UnsupportedTarget
 
 from blr_derive.codegen.backends.triton.config import CONFIG
+from blr_derive.codegen.backends.triton.context import (ChainedView, KernelView, PhaseView, PointView, SamplingView,
+                                                        ShapingView, StatView, TritonContext)
+from blr_derive.codegen.context import render
 from blr_derive.codegen.inert import template_env
 from blr_derive.codegen.printing import HostPrinter
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_optimizer, samples_code, state_symbols, step_condition,
@@ -84,8 +87,8 @@ class TritonTarget:
         chained = sampling["chained"] if sampling else None
         for k in (chained["phases"] + ([chained["reduce"]] if chained["reduce"] else [])) if chained else []:
             helpers |= set(k["comp"].helpers)
-        stat_syms = set()
-        if ir.sampling is not None:
+        stat_syms: set[str] = set()
+        if ir.sampling is not None and sampling is not None:
             stat_syms = plan.stat_symbols()
             if sampling["needs_theta"]:
                 stat_syms |= {str(s) for s in ir.sampling.theta_expr.free_symbols}
@@ -94,7 +97,7 @@ class TritonTarget:
             if o not in cols:
                 cols.append(o)
         update_state = [n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean]
-        return self.env.get_template(self.template).render(
+        return render(self.env, self.template, TritonContext(
             ir=ir, mean=plan.mean, pvar=plan.mean or "_p", point=point, outputs=plan.outputs, mean_out=mean_out,
             others=plan.others, host=host.doprint, init_hyper=plan.init_hyper, grads=plan.grads, sampling=sampling,
             fused=fused, stat_loads=stat_loads,
@@ -107,10 +110,10 @@ class TritonTarget:
             keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
             scalar_stored=sorted(stored_names(plan)[n] for n in host_states(plan)),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data], validation=validation(ir),
-        )
+        ))
 
     @staticmethod
-    def point_view(plan):
+    def point_view(plan) -> PointView | None:
         """A parameter that holds an expression of the state: the kernel body that writes it at construction."""
         if plan.mean is not None:
             return None
@@ -122,7 +125,7 @@ class TritonTarget:
                                if any(s in plan.parameter.free_symbols for s in h.symbols)]}
 
     @staticmethod
-    def sampling_view(plan, host):
+    def sampling_view(plan, host) -> SamplingView | None:
         """Monte Carlo recipes: the draw kernel's θ(ε) and the collect kernel's per-sample statistics."""
         sm = plan.ir.sampling
         if sm is None:
@@ -135,7 +138,7 @@ class TritonTarget:
         needs_theta = any(sm.theta in e.free_symbols for _, e in sm.stats)
         if needs_theta:          # the collect kernel recomputes θ (the parameters hold the mean again)
             stat_c.assign(sm.theta, sm.theta_expr)
-        stats = []
+        stats: list[StatView] = []
         for avg, e in sm.stats:
             val = sp.Symbol(f"_sample_{avg}")
             cond = plan.stat_need[avg]
@@ -158,7 +161,7 @@ class TritonTarget:
                 "stat_state": [n for n in _loads(stat_c, plan.state_names) if n != plan.mean]}
 
 
-def shaping_view(plan, sm, host, values):
+def shaping_view(plan, sm, host, values) -> ShapingView | None:
     """Loss values ranked over the samples of a step (``Sampling.shaping``, rule fitness_shaping): each sample's
     Philox seed and loss value are kept until step(), which ranks the values on the host, replaces each by the
     rule's value of its rank (weights w(r) over the ranks ``_r`` = 1..n_samples, their sum ``_W``) and then
@@ -176,7 +179,7 @@ def shaping_view(plan, sm, host, values):
             "value": host.doprint(sh.value.xreplace({sh.weight_of_rank: w_r, sh.total: total, sh.count: n}))}
 
 
-def chained_view(plan, sm, stat_c):
+def chained_view(plan, sm, stat_c) -> ChainedView | None:
     """Oracles at points computed from earlier oracle values (``Sampling.chained``, e.g. sharpness_aware): a sample
     is evaluated at its draw and then at each such point in turn.  The oracle values at every point but the last
     are kept in fp32 buffers of the group (``kept``); the per-sample sums over every coordinate of all groups
@@ -189,9 +192,9 @@ def chained_view(plan, sm, stat_c):
     # (name, oracle, the point of the sample it is taken at): every value but the last point's is kept
     kept = [(str(k), o, 0) for k, o in sm.calls] + [(str(c[0]), c[1], j + 1) for j, c in enumerate(sm.chained[:-1])]
     kept_names = [k for k, _, _ in kept]
-    used = set()
+    used: set[str] = set()
 
-    def kernel_view(comp):
+    def kernel_view(comp) -> KernelView:
         words = set(_body_words(comp))
         return {"comp": comp, "state": [n for n in _loads(comp, plan.state_names) if n != plan.mean],
                 "kept": [k for k in kept_names if k in words], "eps": str(sm.eps) in words,
@@ -205,13 +208,13 @@ def chained_view(plan, sm, stat_c):
         red_c.assign(val, e)
         reductions.append((str(r), str(val)))
         used |= {str(x) for x in e.free_symbols}
-    phases = []
+    phases: list[PhaseView] = []
     for sym, oracle, point, expr in sm.chained:
         comp = TritonFusedCompiler(known)
         if sm.theta in expr.free_symbols:
             comp.assign(sm.theta, sm.theta_expr)
         comp.assign(point, expr)
-        phases.append(dict(kernel_view(comp), symbol=str(sym), oracle=oracle, point=str(point)))
+        phases.append(PhaseView(**kernel_view(comp), symbol=str(sym), oracle=oracle, point=str(point)))
         known = known | {sym}
         used |= {str(x) for x in expr.free_symbols}
     words = set(_body_words(stat_c))
