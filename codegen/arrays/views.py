@@ -6,19 +6,104 @@ from __future__ import annotations
 import inspect
 import textwrap
 
+from dataclasses import dataclass
+from typing import NotRequired, TypedDict
+
 import sympy as sp
 
 from blr_derive.codegen.arrays import components
+from blr_derive.codegen.arrays.printer import ArrayPrinter
 from blr_derive.codegen.inert import identifier
 from blr_derive.core import newton
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.text import Prose
+from blr_derive.ir.model import FactorizedIR
 
 #: the engine's solver of ∇A(λ) = μ (blr_derive/core/newton.py), embedded in the modules that need it
 NEWTON_SOURCE = inspect.getsource(newton.newton_dual).replace("def newton_dual(", "def _newton_dual(", 1)
 
 
-def factorized_view(ir, printer, row_printer, xp="numpy"):
+class MapsView(TypedDict):
+    """The family's parameter maps (``ir.family_maps``), printed."""
+    lam: list[str]
+    eta: list[str]
+    mu: list[str]
+    A: str
+    solver: str                      # the engine's Newton solver's source
+    fisher: list[list[str]]
+    ordinary: list[tuple[str, str]]
+    lam0: list[str]
+    conditions: list[str]
+    params: list[str]
+
+
+class RowsView(TypedDict):
+    """An entry point's loop over examples."""
+    count: str
+    slices: list[tuple[str, str]]
+    assignments: list[tuple[str, str]]
+    outputs: list[tuple[str, str]]
+
+
+class EntryView(TypedDict):
+    name: str
+    doc: Prose
+    params: list[str]
+    hyper: object
+    reads: list[tuple[str, str, str]]
+    counts: list[tuple[str, str]]
+    dims: list[tuple[str, str]]
+    assignments: list[tuple[str, str]]
+    returns: list[tuple[str, str]]
+    keywords: list[str]
+    rows: RowsView | None
+
+
+class EntriesView(TypedDict):
+    """The entry points of a module besides init/step."""
+    title: object
+    notes: object
+    constants: object
+    functions: list[EntryView]
+
+
+class ShapingView(TypedDict):
+    """A rank-based shaping of an oracle's values (rule fitness_shaping), printed."""
+    call: str
+    name: str
+    weight: str
+    value: str
+    kept: NotRequired[list[str]]     # what each sample keeps until the values are ranked (set by the target)
+    index: NotRequired[int]
+
+
+class PointView(TypedDict):
+    """What a model's weights hold (the recipe's ``parameter``), from a state."""
+    code: str
+    reads: list[str]
+
+
+@dataclass(frozen=True)
+class FactorizedView:
+    """What a factorized (several-block) module's template reads of the recipe, printed; each target's render
+    context extends it (codegen/backends/numpy/context.py, codegen/backends/jax/context.py)."""
+    ir: FactorizedIR
+    local_assign: list[tuple[str, str]]        # the plate's per-row program
+    pre_loop: list[tuple[str, str]]            # what the global blocks compute before the plate
+    stats: list[tuple[str, str]]               # the plate statistics (sums over the rows)
+    scale: tuple[str, str] | None
+    assigns: list[tuple[str, str]]             # the global blocks' update
+    dims: list[tuple[str, str, int]]           # (dimension, the variable it is read from, its axis)
+    rows: dict[str, list[tuple[str, str]]] | None   # the per-row program on all rows at once, or None (a loop)
+    program: list[str] | None                  # a component axis: the whole program's lines
+    returns: list[tuple[str, str]] | None
+    plate_names: set[str]
+    printer: ArrayPrinter
+    shapes: dict[str, object]
+    symmetric: list[str]
+
+
+def factorized_view(ir, printer, row_printer, xp="numpy") -> FactorizedView:
     """The template's view of a factorized (product) recipe, printed by ``printer`` (global expressions) and
     instances of ``row_printer`` (a RowBatchPrinter class: the per-row program on all rows at once); ``xp`` is
     the array module's name in the lines of a component axis (codegen/arrays/components.py).  The
@@ -57,7 +142,7 @@ def factorized_view(ir, printer, row_printer, xp="numpy"):
                        for name in ir.components["state"]})
     if ir.plate is not None:
         shapes.update({name: ("n_rows",) + _shape(sym, False) for name, sym, _, _ in ir.plate["data"]})
-    return dict(
+    return FactorizedView(
         ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
         dims=dims, rows=rows, program=program, returns=returns,
         plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
@@ -94,7 +179,7 @@ def own_shape_zeros(ir, printer) -> dict:
             if isinstance(a, sp.MatrixSymbol) and a.shape != first.shape}
 
 
-def family_maps_view(ir, printer):
+def family_maps_view(ir, printer) -> MapsView | None:
     """The family's parameter maps (``ir.family_maps``) printed by ``printer``, or None without them.  Shared by
     the numpy target and the jax target's functions (codegen/backends/jax/functions.py)."""
     fm = ir.family_maps
@@ -132,7 +217,7 @@ def _shape(sym, elementwise):
     return tuple(int(d) if d.is_Integer else identifier(str(d)) for d in dims)
 
 
-def shaping_view(sm, printer):
+def shaping_view(sm, printer) -> ShapingView | None:
     """A rank-based shaping of an oracle's values (rule fitness_shaping): its weight over the ranks ``_r`` =
     1..n_samples and the value that replaces the oracle's, printed from the rule's expressions."""
     sh = getattr(sm, "shaping", None)
@@ -145,13 +230,13 @@ def shaping_view(sm, printer):
                                                          sh.count: n}))}
 
 
-def entry_view(ir, printer):
+def entry_view(ir, printer) -> EntriesView | None:
     """The entry points of the module besides init/step (e.g. Bayesian ADMM's dual and server steps), printed."""
     eps = ir.entry_points
     if eps is None:
         return None
     pr = printer.doprint
-    functions = [{
+    functions: list[EntryView] = [{
         "name": identifier(f.name), "doc": Prose(textwrap.fill(f.doc.text, 112, subsequent_indent="    ", break_on_hyphens=False)), "params": [identifier(p) for p in f.params], "hyper": f.hyper,
         "reads": [(pr(s), identifier(a), k) for s, a, k in f.reads],
         "counts": [(pr(s), identifier(a)) for s, a in f.counts or ()],
@@ -163,7 +248,7 @@ def entry_view(ir, printer):
     return {"title": eps.title, "notes": eps.notes, "constants": eps.constants, "functions": functions}
 
 
-def rows_view(rows, pr):
+def rows_view(rows, pr) -> RowsView | None:
     """An entry point's loop over examples (``EntryPoint.rows``, e.g. the leave-one-out sensitivities), printed by
     ``pr``; None without one."""
     if rows is None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from blr_derive.codegen.backends.jax.functions import HELPER_SOURCES, JnpPrinter, refuse_reserved
 from blr_derive.codegen.backends.jax.rows import JnpRowBatchPrinter
 from blr_derive.codegen.arrays.views import factorized_view
+from blr_derive.codegen.backends.jax.context import FactorizedContext
+from blr_derive.codegen.context import fields_of, render
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import UnsupportedTarget
 
@@ -39,11 +41,11 @@ def render_factorized(env, ir) -> str:
                                 "approximations")
     plate = [identifier(name) for name, _, _, _ in ir.plate["data"]] if ir.plate is not None else []
     helpers = ["_array", "_need"] + sorted(printer.helpers)          # the single-family modules' helpers
-    return env.get_template(TEMPLATE).render(
-        **view, imports=sorted(MODULES[m] for m in printer.imports), solve="_spd_solve" in printer.helpers,
+    return render(env, TEMPLATE, FactorizedContext(
+        **fields_of(view), imports=sorted(MODULES[m] for m in printer.imports), solve="_spd_solve" in printer.helpers,
         helper_sources=[HELPER_SOURCES[h] for h in helpers],
         plate=plate, index=identifier(str(ir.plate["index"])) if ir.plate is not None else None,
-        step=None if ir.step_symbol is None else identifier(str(ir.step_symbol)))
+        step=None if ir.step_symbol is None else identifier(str(ir.step_symbol))))
 
 
 def _check(ir):

@@ -33,7 +33,9 @@ from pathlib import Path
 import sympy as sp
 
 from blr_derive.codegen.arrays.printer import ArrayPrinter
-from blr_derive.codegen.arrays.views import NEWTON_SOURCE, entry_view, family_maps_view, module_shapes, shaping_view
+from blr_derive.codegen.arrays.views import (NEWTON_SOURCE, PointView, entry_view, family_maps_view, module_shapes,
+                                             shaping_view)
+from blr_derive.codegen.backends.jax.context import FunctionsContext, FunctionsSamplingView
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.source import SHARED, definition
 from blr_derive.core.errors import UnsupportedTarget
@@ -143,7 +145,7 @@ def refuse_reserved(ir, groups):
                                     f"(its modules and the random key of step); rename {', '.join(clash)}", key)
 
 
-def functions_view(ir):
+def functions_view(ir) -> FunctionsContext:
     """The template's view of a single-family recipe: the numpy module's view (codegen/arrays/views.py) printed by
     :class:`JnpPrinter`, with the sampling loop's parts for ``jax.lax.scan``."""
     check_functions(ir)
@@ -157,7 +159,7 @@ def functions_view(ir):
     sampling = _sampling_view(ir, pr)
     maps = family_maps_view(ir, pr)
     entries = entry_view(ir, pr)
-    point = None
+    point: PointView | None = None
     if ir.parameter is not None:                # what a model's weights hold (e.g. sign(lam))
         point = {"code": pr.doprint(ir.parameter),
                  "reads": [v.name for v in ir.state if v.symbol in ir.parameter.free_symbols]}
@@ -171,10 +173,11 @@ def functions_view(ir):
         if v.init is not None and v.init_state is None:
             init_syms |= v.init.free_symbols
     helpers = sorted(pr.helpers)
-    return dict(
+    return FunctionsContext(
         ir=ir, calls=calls, assigns=assigns, outputs=outputs, inits=inits, init_doc=init_doc,
         special=pr.special, solve=bool({"_spd_solve", "_tri_solve"} & pr.helpers),
-        host=bool(set(helpers) & HOST_HELPERS) or maps is not None or (sampling or {}).get("shaping") is not None,
+        host=bool(set(helpers) & HOST_HELPERS) or maps is not None or (sampling is not None
+                                                                        and sampling["shaping"] is not None),
         helper_sources=[HELPER_SOURCES[h] for h in helpers], sampling=sampling, maps=maps,
         newton=NEWTON_SOURCE if maps is not None else None, entries=entries, point=point,
         dims=[(identifier(str(d)), identifier(var), axis) for d, var, axis in ir.dims],
@@ -186,7 +189,7 @@ def functions_view(ir):
     )
 
 
-def _sampling_view(ir, pr):
+def _sampling_view(ir, pr) -> FunctionsSamplingView | None:
     """Samples of q or quadrature nodes: the draws of a sample (in their order, each with its jax.random law),
     θ, the acceptance condition of a rejection sampler, the oracle calls at θ, the statistics and their running
     averages, and a fitness shaping (its weights printed for numpy on the host: they depend on n_samples alone)."""
@@ -198,27 +201,26 @@ def _sampling_view(ir, pr):
     law = {"normal": "normal", "uniform": "uniform"}
     draws = [] if sm.draw in ("tanh_sinh", "point") else \
         [(pr.doprint(sm.eps), law[sm.draw])] + [(pr.doprint(d), law[w]) for d, w in getattr(sm, "more_draws", [])]
-    out = {
-        "samples": pr.doprint(sm.samples), "eps": pr.doprint(sm.eps), "quadrature": sm.draw == "tanh_sinh",
-        "draws": draws, "theta": pr.doprint(sm.theta), "theta_expr": pr.doprint(sm.theta_expr),
-        "accept": pr.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
-        "calls": [(pr.doprint(s), o) for s, o in sm.calls],
-        "stats": [(pr.doprint(a), pr.doprint(e)) for a, e in sm.stats],
-        "point": sm.draw == "point",
-        "reductions": [(pr.doprint(r), pr.doprint(e)) for r, e in sm.reductions],
-        "chained": [(pr.doprint(c[0]), c[1], pr.doprint(c[2]), pr.doprint(c[3])) for c in sm.chained],
-    }
+    theta = pr.doprint(sm.theta)
+    calls = [(pr.doprint(s), o) for s, o in sm.calls]
+    stats = [(pr.doprint(a), pr.doprint(e)) for a, e in sm.stats]
     host = ArrayPrinter()
     shaping = shaping_view(sm, host)
     if shaping is not None:
         if host.imports or host.helpers:
             raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target computes the fitness shaping's weights "
                                     "with numpy alone", "approximations")
-        kept = [d for d, _ in draws] + [out["theta"]] + [c for c, _ in out["calls"]]
-        shaping.update(call=pr.doprint(sm.shaping.call), kept=kept)
-    out["shaping"] = shaping
-    out["avgs"] = [a for a, _ in out["stats"]]
-    # a matrix statistic (the full Gaussian's score) starts from zeros of its own shape, not of the first state's
-    out["shapes"] = [f"shape=({pr.doprint(a.shape[0])}, {pr.doprint(a.shape[1])})"
-                     if isinstance(a, sp.MatrixSymbol) and a.shape[1] != 1 else None for a, _ in sm.stats]
-    return out
+        kept = [d for d, _ in draws] + [theta] + [c for c, _ in calls]
+        shaping["call"] = pr.doprint(sm.shaping.call)
+        shaping["kept"] = kept
+    return FunctionsSamplingView(
+        samples=pr.doprint(sm.samples), eps=pr.doprint(sm.eps), quadrature=sm.draw == "tanh_sinh",
+        draws=draws, theta=theta, theta_expr=pr.doprint(sm.theta_expr),
+        accept=pr.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
+        calls=calls, stats=stats, point=sm.draw == "point",
+        reductions=[(pr.doprint(r), pr.doprint(e)) for r, e in sm.reductions],
+        chained=[(pr.doprint(c[0]), c[1], pr.doprint(c[2]), pr.doprint(c[3])) for c in sm.chained],
+        shaping=shaping, avgs=[a for a, _ in stats],
+        # a matrix statistic (the full Gaussian's score) starts from zeros of its own shape, not the first state's
+        shapes=[f"shape=({pr.doprint(a.shape[0])}, {pr.doprint(a.shape[1])})"
+                if isinstance(a, sp.MatrixSymbol) and a.shape[1] != 1 else None for a, _ in sm.stats])

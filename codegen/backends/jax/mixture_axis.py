@@ -10,6 +10,8 @@ from blr_derive.codegen.backends.jax.functions import HELPER_SOURCES, HELPERS, S
     check_functions
 from blr_derive.codegen.arrays import mixture_axis
 from blr_derive.codegen.arrays.views import module_shapes
+from blr_derive.codegen.backends.jax.context import FunctionsContext
+from blr_derive.codegen.context import render
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import UnsupportedTarget
 
@@ -28,10 +30,10 @@ def render_component_axis(env, ir) -> str:
         raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target has no jax counterpart of the numpy "
                                 f"target's {', '.join(extra)}", "approximations")
     helpers = sorted(pr.helpers)
-    return env.get_template(TEMPLATE).render(
+    return render(env, TEMPLATE, FunctionsContext(
         ir=ir, calls=[], assigns=calls + assigns, outputs=outputs, inits=[], init_doc={}, special=pr.special,
         solve="_spd_solve" in pr.helpers, host=False, helper_sources=[HELPER_SOURCES[h] for h in helpers],
         sampling=None, maps=None, newton=None, entries=None, point=None,
         dims=[(identifier(str(d)), identifier(var), axis) for d, var, axis in ir.dims], init_hyper=[],
         static=[h.name for h in ir.hyperparameters if h.kind in STATIC_KINDS], step=None, shapes=shapes,
-        symmetric=symmetric, first=identifier(ir.state[0].name))
+        symmetric=symmetric, first=identifier(ir.state[0].name)))

@@ -5,9 +5,11 @@ from pathlib import Path
 
 from blr_derive.codegen.arrays import mixture_axis
 from blr_derive.codegen.arrays.rows import RowBatchPrinter
-from blr_derive.codegen.arrays.views import (entry_view, factorized_view, family_maps_view, module_shapes,
-                                             own_shape_zeros, shaping_view)
+from blr_derive.codegen.arrays.views import (PointView, entry_view, factorized_view, family_maps_view,
+                                             module_shapes, own_shape_zeros, shaping_view)
 from blr_derive.codegen.backends.numpy.config import CONFIG
+from blr_derive.codegen.backends.numpy.context import FactorizedContext, ModuleContext, SamplingView
+from blr_derive.codegen.context import fields_of, render
 from blr_derive.codegen.backends.numpy.printer import HELPERS, BLRNumPyPrinter
 from blr_derive.codegen.inert import template_env
 from blr_derive.codegen.model import structure_of
@@ -33,7 +35,7 @@ class NumpyTarget:
                  for c in ir.oracle_calls]
         assigns = [(printer.doprint(s), printer.doprint(e)) for s, e in ir.assignments]
         dims = [(str(d), var, axis) for d, var, axis in ir.dims]
-        sampling = None
+        sampling: SamplingView | None = None
         if ir.sampling is not None:
             sm = ir.sampling
             if sm.draw == "tanh_sinh":
@@ -58,10 +60,11 @@ class NumpyTarget:
             if sampling["shaping"] is not None:      # what each sample keeps until the values are ranked
                 kept = [sampling["eps"]] + [d for d, _ in sampling["more"]] + [sampling["theta"]] \
                     + [c for c, _ in sampling["calls"]]
-                sampling["shaping"].update(kept=kept, index=kept.index(sampling["shaping"]["call"]))
+                sampling["shaping"]["kept"] = kept
+                sampling["shaping"]["index"] = kept.index(sampling["shaping"]["call"])
         maps = family_maps_view(ir, printer)
         entries = entry_view(ir, printer)
-        point = None
+        point: PointView | None = None
         if getattr(ir, "parameter", None) is not None:      # what a model's weights hold (e.g. sign(lam))
             point = {"code": printer.doprint(ir.parameter),
                      "reads": [v.name for v in ir.state if v.symbol in ir.parameter.free_symbols]}
@@ -71,14 +74,14 @@ class NumpyTarget:
                 init_syms |= v.init.free_symbols
         shapes = module_shapes(ir)
         printer.helpers |= {"_array", "_need"}
-        out = self.env.get_template(self.template).render(
+        out = render(self.env, self.template, ModuleContext(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
             helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], sampling=sampling,
             imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], entries=entries,
             point=point, shapes=shapes, symmetric=sorted(ir.symmetric),
-        )
+        ))
         return out
 
     def render_component_axis(self, ir) -> str:
@@ -88,19 +91,20 @@ class NumpyTarget:
         ap, calls, assigns, outputs = mixture_axis.lower(ir, printer)
         shapes, symmetric = mixture_axis.shapes(ir, module_shapes)
         printer.helpers |= {"_array", "_need"}
-        return self.env.get_template(self.template).render(
+        return render(self.env, self.template, ModuleContext(
             ir=ir, calls=[], assigns=calls + assigns, dims=[(str(d), var, axis) for d, var, axis in ir.dims],
             helpers=sorted(printer.helpers), helper_sources=[HELPERS[h] for h in sorted(printer.helpers)],
             sampling=None, imports=sorted(printer.imports), maps=None, state_names=[v.name for v in ir.state],
-            printer=ap, init_hyper=[], entries=None, point=None, shapes=shapes, symmetric=symmetric)
+            printer=ap, init_hyper=[], entries=None, point=None, shapes=shapes, symmetric=symmetric))
 
     def render_factorized(self, ir) -> str:
         """A factorized recipe: a plate loop for the local blocks and statistics, then the global blocks."""
         view = factorized_view(ir, BLRNumPyPrinter(), RowBatchPrinter)
-        printer = view["printer"]
+        printer = view.printer
         printer.helpers |= {"_array", "_need"}
-        return self.env.get_template("factorized.py.j2").render(
-            **view, helper_sources=[HELPERS[h] for h in sorted(printer.helpers)], imports=sorted(printer.imports))
+        return render(self.env, "factorized.py.j2", FactorizedContext(
+            **fields_of(view), helper_sources=[HELPERS[h] for h in sorted(printer.helpers)],
+            imports=sorted(printer.imports)))
 
 
 TARGET = NumpyTarget()
