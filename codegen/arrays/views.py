@@ -49,7 +49,7 @@ class EntryView(TypedDict):
     name: str
     doc: Prose
     params: list[str]
-    hyper: object
+    hyper: list[str] | None          # the hyperparameters it reads (None: it takes none)
     reads: list[tuple[str, str, str]]
     counts: list[tuple[str, str]]
     dims: list[tuple[str, str]]
@@ -61,9 +61,9 @@ class EntryView(TypedDict):
 
 class EntriesView(TypedDict):
     """The entry points of a module besides init/step."""
-    title: object
-    notes: object
-    constants: object
+    title: str
+    notes: list[str]                 # comment lines
+    constants: list[tuple[str, str | tuple[str, ...] | dict[str, str]]]
     functions: list[EntryView]
 
 

@@ -18,7 +18,7 @@ class StateView(TypedDict):
     init: str                                  # its initial value ("param": a copy of the parameter)
     scalar: bool                               # one number for the whole pytree
     keep: str | None                           # the static condition it is kept under (None: always)
-    desc: object
+    desc: str
 
 
 class StatView(TypedDict):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import TypedDict
 
+from blr_derive.codegen.arrays.mixture_axis import AxisPrinter as MixtureAxisPrinter
 from blr_derive.codegen.arrays.printer import ArrayPrinter
 from blr_derive.codegen.arrays.views import EntriesView, FactorizedView, MapsView, PointView, ShapingView
 from blr_derive.ir.model import HyperVar, UpdateIR
@@ -43,7 +44,7 @@ class ModuleContext:
     imports: list[str]
     maps: MapsView | None
     state_names: list[str]
-    printer: Any                               # the printer the template prints the rest with (an ArrayPrinter's)
+    printer: ArrayPrinter | MixtureAxisPrinter  # the printer the template prints the rest with
     init_hyper: list[HyperVar]
     entries: EntriesView | None
     point: PointView | None
