@@ -336,9 +336,24 @@ def _input_argument(argv) -> str:
 
 def entry():
     """The console script (``blr-derive``, ``python -m blr_derive``): :func:`main` with a memory bound, so that
-    untrusted input cannot exhaust the machine (``BLR_DERIVE_MEMORY_LIMIT`` in bytes, 0 for none)."""
+    untrusted input cannot exhaust the machine (``BLR_DERIVE_MEMORY_LIMIT`` in bytes, 0 for none), and with
+    output that any terminal can take (:func:`survive_any_terminal`)."""
+    survive_any_terminal()
     _limit_memory()
     sys.exit(main())
+
+
+def survive_any_terminal(streams=None):
+    """Standard output and error write what their encoding cannot encode as a backslash escape (``ρ`` on an ASCII
+    or Latin-1 terminal is ``\\u03c1``, the spelling the escaped control characters have), never a
+    UnicodeEncodeError: ``PYTHONIOENCODING=ascii``, a Latin-1 locale or a pipe opened by a C locale change how a
+    report looks, not whether the command works.  The encoding itself is kept (a UTF-8 terminal still gets UTF-8);
+    files written with ``-o`` are UTF-8 whatever the terminal."""
+    for stream in streams if streams is not None else (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):     # not a text stream that can be reconfigured, or closed
+            pass
 
 
 DEFAULT_MEMORY = 8 << 30

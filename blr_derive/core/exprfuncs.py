@@ -22,6 +22,15 @@ def as_scalar(x):
     return x
 
 
+def function_depth(e) -> int:
+    """How deeply functions (exp, log, sigmoid's exp, powers with non-integer exponents, ...) nest in ``e``: the
+    measure by which the engine keeps nested expressions away from symbolic work that grows with the depth."""
+    if not isinstance(e, sp.Basic) or not e.args:
+        return 0
+    inner = max(function_depth(a) for a in e.args)
+    return inner + int(isinstance(e, sp.Function) or (isinstance(e, sp.Pow) and not e.exp.is_Integer))
+
+
 def _unary_scalar(fn: Callable) -> Callable:
     def apply(name, args):
         if len(args) != 1:

@@ -106,16 +106,23 @@ def _d(e, dv):
             return sp.Integer(0)
         return e * sp.Trace(sp.MatMul(sp.Inverse(e.arg), da))
     atoms = list(e.atoms(sp.Trace, sp.Determinant))
-    reps = {a: sp.Dummy(f"t{i}") for i, a in enumerate(atoms)}
+    reps = {a: sp.Dummy(f"t{i}", real=True) for i, a in enumerate(atoms)}     # traces of real matrices are real
     flat = e.xreplace(reps)
+    back = {v: k for k, v in reps.items()}
     total = sp.Integer(0)
+
+    def diff(x, t):
+        g = sp.diff(x, t)
+        if g.has(sp.Derivative, sp.Subs):         # no closed-form derivative (sympy left it unevaluated)
+            raise DerivationError(f"cannot differentiate {e}: its derivative has no closed form")
+        return g.xreplace(back)
     for a, t in reps.items():
         da = _d(a, dv)
         if not _is_zero(da):
-            total += sp.diff(flat, t).xreplace({v: k for k, v in reps.items()}) * da
+            total += diff(flat, t) * da
     for s in flat.free_symbols:
         if s in dv:
-            total += sp.diff(flat, s).xreplace({v: k for k, v in reps.items()}) * dv[s]
+            total += diff(flat, s) * dv[s]
     return total
 
 

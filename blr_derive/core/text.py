@@ -1,14 +1,21 @@
-"""Untrusted text as data: :class:`Prose` marks recipe and family text (titles, descriptions, paper
-references, source paths) on its way to generated code, and :func:`quote` makes such text safe to show in
-a one-line error message.  How prose is rendered into code is decided by the code generators
-(``codegen/inert.py``); here it is only kept from being used as text by accident."""
+"""Untrusted text as data.
+
+:class:`Prose` marks recipe and family text (titles, descriptions, paper and family references, the source path)
+from the moment the spec layer reads it until an output renders it: a generated module through the template
+filters of ``codegen/inert.py``, a report through its format's one escaping function (``report/markdown.py``
+:func:`~blr_derive.report.markdown.md_text`, ``report/html.py`` ``html_text``, ``report/latex.py`` ``tex_text``
+and ``tex_math_text``, :func:`plain` for text on a terminal).  A ``Prose`` has no ``str()``: formatting it into a
+string raises, so recipe text cannot be pasted into an output by accident.  :func:`quote` makes untrusted text
+safe to show in a one-line error message."""
 from __future__ import annotations
 
 from blr_derive.core.errors import CodegenError
 
 
 class Prose:
-    """Untrusted text on its way to a template: render it with ``|comment``, ``|doc`` or ``|q``."""
+    """Untrusted text on its way to an output: a template renders it with ``|comment``, ``|doc`` or ``|q``, a
+    report with its format's escaping function.  Concatenating it with text gives ``Prose`` again (the whole is
+    untrusted); ``str()``, ``format()``, ``%`` and iteration raise."""
 
     __slots__ = ("text",)
 
@@ -16,10 +23,23 @@ class Prose:
         self.text = text.text if isinstance(text, Prose) else str(text)
 
     def _refuse(self, *_args, **_kw):
-        raise CodegenError("recipe text reached generated code without a rendering helper "
-                           "(use the |comment, |doc or |q filter)")
+        raise CodegenError("recipe text reached an output without its format's escaping "
+                           "(templates: the |comment, |doc or |q filter; reports: md_text, html_text, tex_text, plain)")
 
-    __str__ = __format__ = __add__ = __radd__ = __mod__ = __iter__ = _refuse
+    __str__ = __format__ = __mod__ = __iter__ = _refuse
+
+    def __add__(self, other):
+        if isinstance(other, (str, Prose)):
+            return Prose(self.text + (other.text if isinstance(other, Prose) else other))
+        return NotImplemented
+
+    def __radd__(self, other):
+        if isinstance(other, str):
+            return Prose(other + self.text)
+        return NotImplemented
+
+    def strip(self) -> "Prose":
+        return Prose(self.text.strip())
 
     def __bool__(self):
         return bool(self.text)
@@ -34,13 +54,33 @@ class Prose:
         return f"Prose({self.text!r})"
 
 
+def text_of(value) -> str:
+    """The characters of a piece of text, engine words (``str``) or :class:`Prose`, for an output's escaping
+    function to escape (never to print as they are)."""
+    if isinstance(value, Prose):
+        return value.text
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"text must be a str or Prose, not {type(value).__name__}")
+
+
+def plain(value) -> str:
+    """Text for a plain-text output (a terminal, ``families.txt``): engine words as they are; recipe or family
+    text (:class:`Prose`) on one line, every line break or other non-printable character written as an escape.
+    The command line still passes its whole output through :func:`terminal_safe`."""
+    if isinstance(value, Prose):
+        return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                       for c in value.text)
+    return text_of(value)
+
+
 MAX_QUOTED = 80
 
 
 def quote(text, limit: int = MAX_QUOTED) -> str:
     """Untrusted text for an error message: at most ``limit`` characters, every non-printable character
     escaped (an error is one line), so a message never carries a file's content or a control sequence."""
-    s = str(text)
+    s = text.text if isinstance(text, Prose) else str(text)
     out = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
                   for c in s[:limit])
     return out + ("…" if len(s) > limit else "")

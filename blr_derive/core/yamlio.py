@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import yaml
 
 from blr_derive.core.errors import SpecError
-from blr_derive.core.text import did_you_mean, quote
+from blr_derive.core.text import Prose, did_you_mean, quote
 
 #: recipe and family files are small (the largest bundled one is a few kB): a larger file, or anything that is
 #: not a regular file (a FIFO, /dev/zero, a directory), is refused before it is read
@@ -309,15 +309,16 @@ def check_keys(mapping, allowed, required=(), what="mapping"):
             )
 
 
-def text_field(container, key, default: str = "") -> str:
-    """A free-text entry (a title, a description, a paper reference) as a string: text or a number; a list,
+def text_field(container, key, default: str = "") -> Prose:
+    """A free-text entry (a title, a description, a paper or family reference) as :class:`~blr_derive.core.text.Prose`
+    (untrusted text, which an output renders only through its escaping function): text or a number; a list,
     mapping, flag, date or null is a located error (it was rendered with str(): '# ['a', 'b']', '# None')."""
     if key not in container:
-        return default
+        return Prose(default)
     value = container[key]
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise SpecError(f"'{key}' must be text", *where(container, key))
-    return str(value)
+    return Prose(str(value))
 
 
 def where(container, key=None):

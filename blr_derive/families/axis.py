@@ -34,7 +34,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_at
 from blr_derive.core.names import check_name_at
-from blr_derive.core.yamlio import check_keys, where
+from blr_derive.core.yamlio import check_keys, text_field, where
 
 AXIS_KEYS = {"parameter", "statistic", "natural_parameter", "log_partition", "description"}
 AXIS_PARAM_KEYS = {"name", "domain", "description", "mean"}
@@ -48,7 +48,7 @@ class AxisParam:
     name: str
     symbol: sp.Symbol
     domain: str
-    description: str
+    description: object          # Prose (family text)
     mean: bool = False
     fixed: bool = False
     shape: str = "array (K,)"
@@ -200,8 +200,9 @@ def axis_family(spec, size, file=None) -> AxisFamily:
     total = parse_at(str(lp["total"]), {"lam": lam}, lp, "total", file, what="axis log_partition total")
     of_total = parse_at(str(lp["of_total"]), {"total": TOTAL}, lp, "of_total", file,
                         what="axis log_partition of_total")
-    fam = AxisFamily(name, str(ax.get("description", spec.get("description", ""))), theta,
-                     AxisParam(pname, psym, domain, str(pdecl.get("description", "")), mean), T, eta,
+    described = text_field(ax, "description") if "description" in ax else text_field(spec, "description")
+    fam = AxisFamily(name, described, theta,
+                     AxisParam(pname, psym, domain, text_field(pdecl, "description"), mean), T, eta,
                      (each, total, of_total), size, file)
     return fam
 

@@ -247,7 +247,7 @@ def build_mixture(decl: MixtureDecl, base: Family) -> MixtureFamily:
         # the state keeps the component family's names, with a leading component axis of length K at run time
         K = sp.Symbol(decl.K, integer=True, positive=True)
         params = {p.name: Param(p.name, p.symbol, p.shape, p.domain, p.fixed,
-                                f"{p.description} of each component (leading axis of length {decl.K})".strip()
+                                (p.description + f" of each component (leading axis of length {decl.K})").strip()
                                 if not p.fixed else p.description, p.greater_than)
                   for p in base.free_params + base.fixed_params}
         return MixtureFamily(base, K, [], params, spec, getattr(spec, "file", None), axis=True)
@@ -266,7 +266,8 @@ def build_mixture(decl: MixtureDecl, base: Family) -> MixtureFamily:
             else:
                 s = sp.Symbol(f"{p.name}{k}", **p.symbol.assumptions0)
             subs[p.symbol] = s
-            q = Param(str(s), s, p.shape, p.domain, False, f"{p.description} of component {k}".strip(), p.greater_than)
+            q = Param(str(s), s, p.shape, p.domain, False, (p.description + f" of component {k}").strip(),
+                      p.greater_than)
             ps.append(q)
             params[q.name] = q
         comps.append(MixtureComponent(k, False, subs, ps))

@@ -26,8 +26,8 @@ from blr_derive.spec.vocabulary import count_total, is_discrete
 @dataclass
 class Family:
     name: str
-    description: str
-    reference: str
+    description: object              # Prose read from the family file (an engine-made family: str)
+    reference: object                # Prose
     theta: object                    # the variable: Symbol, MatrixSymbol, or a column of component symbols
     dim: object                      # dimension symbol P (None for scalar families)
     support: object                  # the declared support (a name, or a list for several components)

@@ -100,6 +100,20 @@ def solve_blocks(exprs, targets, unknown_params, symmetric, fam=None, what=None)
     return solved
 
 
+def _collect_left(terms, p):
+    """Σ_i c_i M_i p as (Σ_i c_i M_i) p when every term is a left multiple of p (M_i free of p, I when absent);
+    None otherwise."""
+    parts = []
+    for t in terms:
+        c, mats = split_coeff(t.args) if isinstance(t, sp.MatMul) else (sp.Integer(1), [t])
+        if not mats or mats[-1] != p or any(m.has(p) for m in mats[:-1]) or c.has(p):
+            return None
+        left = mats[:-1]
+        M = sp.MatMul(*left) if len(left) > 1 else (left[0] if left else sp.Identity(p.shape[0]))
+        parts.append(sp.MatMul(c, M) if c != 1 else M)
+    return sp.MatMul(sp.MatAdd(*parts), p)
+
+
 def isolate_block(e, target, p, symmetric):
     """Solve e(p) = target for p when e = c*p + r, c*M*p + r or c*inv(p) + r."""
     if not is_mat(e):
@@ -110,8 +124,14 @@ def isolate_block(e, target, p, symmetric):
     terms = e.args if isinstance(e, sp.MatAdd) else (e,)
     with_p = [t for t in terms if t.has(p)]
     rest = [t for t in terms if not t.has(p)]
-    if len(with_p) != 1:
-        raise DerivationError(f"{p} appears in more than one term of {e}")
+    if not with_p:
+        raise DerivationError(f"{p} does not appear in {e} (it is linear in {p}: no stationary point)"
+                              if target == sp.ZeroMatrix(*target.shape) else f"{p} does not appear in {e}")
+    if len(with_p) > 1:
+        collected = _collect_left(with_p, p)
+        if collected is None:
+            raise DerivationError(f"{p} appears in more than one term of {e}")
+        with_p = [collected]
     t = with_p[0]
     c, mats = split_coeff(t.args) if isinstance(t, sp.MatMul) else (sp.Integer(1), [t])
     rhs = target - sp.MatAdd(*rest) if rest else target

@@ -5,25 +5,66 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
-from blr_derive.core.matexpr import is_mat
+from blr_derive.core.errors import DerivationError
+from blr_derive.core.matexpr import is_mat, simplify_mat, split_coeff
+from blr_derive.core.nodes import DataSum
+from blr_derive.core.pretty import pretty
 from blr_derive.families.numeric import MODULES
 from blr_derive.families.partition import support_points
 from blr_derive.spec.vocabulary import count_total, integer_range
 
 
-def linear_in_statistics(fam, expr):
-    """(c0, [c_i]) with expr = c0 + Σ c_i T_i(θ) and θ-free c_i, or None.
+class NotLinearInStatistics(DerivationError):
+    """An expression that is not c0 + Σ c_i T_i(θ): ``term`` is the first (expanded) term that is not a multiple of
+    one statistic and ``part`` its factor that depends on θ; ``inside`` is the matrix expression that holds θ
+    inseparably (θ inside an inverse or a determinant of a sum), or None."""
+
+    def __init__(self, term, part, inside=None, statistics=None):
+        self.term, self.part, self.inside, self.statistics = term, part, inside, statistics
+        super().__init__(self.describe())
+
+    def describe(self, names=None):
+        """The reason in words, with symbols renamed by ``names`` (e.g. a family's variable to a block's)."""
+        r = (lambda e: pretty(e.xreplace(names))) if names else pretty
+        if self.inside is not None:
+            why = f"{r(self.inside)} holds the variable inside a matrix expression that does not separate into scalars"
+        else:
+            why = f"{r(self.part)} is not a multiple of a sufficient statistic"
+        stats = f" ({', '.join(r(t) for t in self.statistics)})" if self.statistics else ""
+        return f"in the term {r(self.term)}, {why}{stats}"
+
+
+def linear_in_statistics(fam, expr, symmetric=()):
+    """(c0, [c_i]) with expr = c0 + Σ c_i T_i(θ) and θ-free c_i, or None (:func:`statistics_decomposition`)."""
+    try:
+        return statistics_decomposition(fam, expr, symmetric)
+    except NotLinearInStatistics:
+        return None
+
+
+def statistics_decomposition(fam, expr, symmetric=()):
+    """(c0, [c_i]) with expr = c0 + Σ c_i T_i(θ) and θ-free c_i; raises :class:`NotLinearInStatistics` naming the
+    first term that is not a multiple of a statistic.
 
     Terms of the expanded expression are matched to sufficient statistics by their θ-dependent
     factor (so data and hyperparameters may appear in the coefficients); this is how a conjugate
-    loss is recognised (Sec. 5.1: E_q[ℓ] is then linear in μ and its natural gradient is c)."""
+    loss is recognised (Sec. 5.1: E_q[ℓ] is then linear in μ and its natural gradient is c).  A scalar θ may
+    appear inside traces of matrix products (a latent coordinate times a weight vector, ``(y - z*w).T*(y - z*w)``):
+    the scalars are first taken out of the traces (:func:`separate_scalars`), and the traces, determinants and
+    data sums that are free of θ are coefficients like any other symbol (``symmetric``: the symmetric matrix
+    symbols, whose transposes are dropped).  An expression without θ inside a matrix part is matched as written."""
     if any(is_mat(t) for t in fam.T):
-        return None
+        raise NotLinearInStatistics(expr, expr, statistics=fam.T)
     if not fam.depends_on_variable(expr):
         return expr, [sp.Integer(0)] * len(fam.T)
     targets = [sp.expand(t) for t in fam.T]
     cs = [sp.Integer(0)] * len(fam.T)
     c0 = sp.Integer(0)
+    back = {"map": {}, "inseparable": []}
+    if opaque_matrix_parts(expr, fam.depends_on_variable)[1]["inseparable"]:
+        # θ inside a trace (or a determinant, a data sum): the scalars taken out first, and every matrix part then
+        # free of θ is an opaque coefficient (sympy's scalar algebra never sees a matrix)
+        expr, back = opaque_matrix_parts(separate_scalars(expr, symmetric), fam.depends_on_variable)
     if expr.has(sp.sin, sp.cos):       # cos(θ − b) = cos θ cos b + sin θ sin b (von Mises statistics)
         expr = sp.expand_trig(expr)
     for term in sp.Add.make_args(sp.expand(sp.expand_log(expr, force=True))):
@@ -32,6 +73,9 @@ def linear_in_statistics(fam, expr):
         if dep == 1:
             c0 += coeff
             continue
+        inside = [a for a in back["inseparable"] if dep.has(a)]
+        if inside:
+            raise NotLinearInStatistics(term.xreplace(back["map"]), dep.xreplace(back["map"]), inside[0], fam.T)
         for i, t in enumerate(targets):
             if t == 0 or _varies(fam, dep / t):
                 continue
@@ -40,8 +84,82 @@ def linear_in_statistics(fam, expr):
                 cs[i] += coeff * ratio
                 break
         else:
-            return None
-    return c0, [sp.expand(c) for c in cs]
+            raise NotLinearInStatistics(term.xreplace(back["map"]), dep.xreplace(back["map"]), statistics=fam.T)
+    return c0.xreplace(back["map"]), [sp.expand(c).xreplace(back["map"]) for c in cs]
+
+
+def separate_scalars(e, symmetric=()):
+    """A scalar expression whose traces hold matrix expressions with scalar factors, with every scalar factor taken
+    out and products of sums expanded: tr(z·A + B) = z tr(A) + tr(B) (matrix-canonical order, transposes at the
+    leaves), det(cX) = cⁿ det(X) for an n×n X, and Σ_n (c·v + u)_n = c Σ_n v_n + Σ_n u_n for the plain sum of a
+    vector's entries.  Expressions without matrices are returned unchanged."""
+    if not isinstance(e, sp.Basic) or not any(is_mat(a) for a in sp.preorder_traversal(e)):
+        return e
+    e = simplify_mat(sp.expand(e), symmetric)
+    e = e.replace(lambda x: isinstance(x, sp.Trace), lambda t: _trace_form(t, symmetric))
+    e = e.replace(lambda x: isinstance(x, sp.Determinant), _det_scalars)
+    e = e.replace(lambda x: isinstance(x, DataSum) and x.fn.expr == x.fn.variables[0], _plain_sum_scalars)
+    return sp.expand(e)
+
+
+def _trace_form(t, symmetric):
+    """One form for tr(ABC) = tr(BCA) = tr(CᵀBᵀAᵀ) = ...: the rotations of the product and of its transpose, a 1×1
+    product first (tr(wᵀy) rather than tr(y wᵀ): a dot product in the generated code, not an outer product), then
+    the first in print order; so tr(w yᵀ) and tr(yᵀ w) are one coefficient."""
+    a = t.arg
+    mats = list(a.args) if isinstance(a, sp.MatMul) else [a]
+    if any(not is_mat(m) for m in mats):
+        return t
+    flipped = [simplify_mat(sp.Transpose(m), symmetric) for m in reversed(mats)]
+    rots = [r for chain in (mats, flipped) for r in (chain[i:] + chain[:i] for i in range(len(chain)))
+            if r[0].shape[0] == r[-1].shape[1]]
+    if not rots:
+        return t
+    best = min(rots, key=lambda r: (r[0].shape[0] != 1, str(sp.MatMul(*r)) if len(r) > 1 else str(r[0])))
+    return sp.Trace(sp.MatMul(*best) if len(best) > 1 else best[0])
+
+
+def _det_scalars(d):
+    a = d.arg
+    if isinstance(a, sp.MatMul):
+        c, mats = split_coeff(a.args)
+        if c != 1 and mats:
+            n = a.shape[0]
+            return c ** n * sp.Determinant(sp.MatMul(*mats) if len(mats) > 1 else mats[0])
+    return d
+
+
+def _plain_sum_scalars(d):
+    v = simplify_mat(sp.expand(d.vec))
+    out = sp.Integer(0)
+    for t in (v.args if isinstance(v, sp.MatAdd) else (v,)):
+        c, mats = split_coeff(t.args) if isinstance(t, sp.MatMul) else (sp.Integer(1), [t])
+        out += c * DataSum(d.fn, sp.MatMul(*mats) if len(mats) > 1 else mats[0])
+    return out
+
+
+def opaque_matrix_parts(e, depends):
+    """``e`` with each scalar built from matrices (a trace, a determinant, a data sum) that ``depends`` says is free of
+    the variable replaced by a real placeholder, so that only ordinary scalar algebra is left; the parts that do
+    depend on it (a variable inside an inverse, say) are kept and listed.  Returns (expression, {'map':
+    placeholder -> part, 'inseparable': [part]})."""
+    mapping, inseparable, seen = {}, [], {}
+
+    def walk(x):
+        if not isinstance(x, sp.Basic) or x.is_Atom or is_mat(x):
+            return x
+        if any(is_mat(a) for a in x.args) or isinstance(x, DataSum):
+            if depends(x):
+                inseparable.append(x)
+                return x
+            if x not in seen:
+                d = sp.Dummy("c", real=True)
+                seen[x] = d
+                mapping[d] = x
+            return seen[x]
+        new = [walk(a) for a in x.args]
+        return x.func(*new) if any(n is not o for n, o in zip(new, x.args)) else x
+    return walk(e), {"map": mapping, "inseparable": inseparable}
 
 
 def _varies(fam, ratio, points: int = 3) -> bool:
@@ -66,7 +184,8 @@ def _varies(fam, ratio, points: int = 3) -> bool:
                       for pt in pts]
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, NameError, AttributeError):
         return False
-    if not all(np.isfinite(v) for v in values):
+    values = [v for v in values if np.isfinite(v)]        # a point where T = 0 (θ = 0 for T = θ) says nothing
+    if len(values) < 2:
         return False
     scale = max(1.0, max(abs(v) for v in values))
     return max(abs(v - values[0]) for v in values) > 1e-6 * scale

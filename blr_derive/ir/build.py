@@ -8,6 +8,7 @@ import sympy as sp
 
 from blr_derive import __version__
 from blr_derive.core.errors import SpecError
+from blr_derive.core.exprfuncs import function_depth
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.ir.federated import federated_entry_points
@@ -99,6 +100,10 @@ def _oracles(calls, sampling) -> list:
     return oracles
 
 
+#: the deepest nesting of functions in an expression that common-subexpression elimination looks into
+CSE_MAX_DEPTH = 8
+
+
 def _program(D) -> list:
     """The definitions and updates in dependency order after common-subexpression elimination (scalar programs)."""
     program = toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
@@ -106,7 +111,13 @@ def _program(D) -> list:
     exprs = [e for _, e in program]
     assignments = []
     if not any(is_mat(e) for e in exprs):
-        reps, exprs = sp.cse(exprs, symbols=sp.numbered_symbols("t_"), optimizations=None)
+        # an expression whose functions nest deeply (a nested loss at the points of a finite support) is left out:
+        # sympy's common-subexpression search substitutes into it in time that grows steeply with the depth
+        deep = {i: e for i, e in enumerate(exprs) if function_depth(e) > CSE_MAX_DEPTH}
+        reps, shallow = sp.cse([e for i, e in enumerate(exprs) if i not in deep], symbols=sp.numbered_symbols("t_"),
+                               optimizations=None)
+        it = iter(shallow)
+        exprs = [deep[i] if i in deep else next(it) for i in range(len(exprs))]
         # a temporary for a bare negation or a symbol saves nothing: put it back
         trivial = {t: e for t, e in reps if e.is_Symbol or (e.is_Mul and len(e.args) == 2 and e.args[0] == -1
                                                              and e.args[1].is_Symbol)}

@@ -26,7 +26,7 @@ def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
                       for name, ms, f, i in D.message_state[b.name]]
             continue
         for name, s, p in b.state:
-            desc = (f"{b.family.params[str(p)].description} of q({b.name}) ({b.family.name})" if p is not None
+            desc = (b.family.params[str(p)].description + f" of q({b.name}) ({b.family.name})" if p is not None
                     else b.description or f"point estimate of {b.name}")
             kind = "scalar" if not is_mat(s) else ("vector" if s.shape[1] == 1 else "matrix")
             state.append(Var(name, s, kind, desc))

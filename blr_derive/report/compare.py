@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from blr_derive.core.pretty import pretty
+from blr_derive.core.text import Prose, plain
 from blr_derive.derive.driver import derive_file
 from blr_derive.rules.base import RULES
 
@@ -23,7 +24,7 @@ def _rule_words(name):
 def compare_recipes(path_a, path_b) -> str:
     ra, Da = derive_file(path_a)
     rb, Db = derive_file(path_b)
-    lines = [f"compare {ra.name} ({ra.title}) with {rb.name} ({rb.title})", ""]
+    lines = [f"compare {ra.name} ({plain(ra.title)}) with {rb.name} ({plain(rb.title)})", ""]
     same_family = ra.family.name == rb.family.name
     lines.append(f"candidate family: {ra.family.name}" + (" (both)" if same_family else f" vs {rb.family.name}"))
     la = ra.loss_kind if ra.loss_kind == "abstract" else f"explicit: {pretty(ra.loss)}"
@@ -54,7 +55,8 @@ def compare_recipes(path_a, path_b) -> str:
         lines.append(f"  - change {_approx_words(a)} -> {_approx_words(b)}")
     family_differs = same_family and _family_text(ra.family) != _family_text(rb.family)
     if family_differs:              # two families that share a name (a user's copy of a built-in, edited)
-        fa, fb = (os.path.basename(str(f.file)) if f.file else "built-in" for f in (ra.family, rb.family))
+        fa, fb = (plain(Prose(os.path.basename(str(f.file)))) if f.file else "built-in"
+                  for f in (ra.family, rb.family))
         lines.append(f"  - change the declaration of family {ra.family.name} ({fa} -> {fb}: its statistics, natural "
                      "parameters or log-partition differ)")
     order_a = [a.name for a in ra.approximations]

@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 from blr_derive.core.pretty import pretty
+from blr_derive.core.text import plain
 
 INDEX_NAME = "families.txt"
 _HEAD = "## "
@@ -27,7 +28,7 @@ def listing(fam) -> str:
     """One family's block: its description, parameters, T(θ), h(θ), λ(params), μ(params) and A(λ)."""
     params = [f"{p.name} ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in fam.params.values()]
     return "\n".join([
-        f"{fam.name}: {fam.description}",
+        f"{fam.name}: {plain(fam.description)}",
         f"  params : {', '.join(params)}",
         f"  T(θ)   : {', '.join(map(pretty, fam.T))}",
         f"  h(θ)   : {pretty(fam.h)}",

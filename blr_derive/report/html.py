@@ -21,7 +21,8 @@ import re
 from pathlib import Path
 
 from blr_derive import __version__
-from blr_derive.report.latex import tex_escape
+from blr_derive.core.text import Prose, text_of
+from blr_derive.report.latex import tex_math_text
 from blr_derive.report.markdown import CONVENTION, final_latex, is_convention
 from blr_derive.report.texprint import eq_tex, latex, oracle_tex
 
@@ -91,12 +92,21 @@ def katex_inline() -> tuple[str, str]:
 # ---------------------------------------------------------------------- pieces
 
 def _e(text) -> str:
+    """A name or the engine's own vocabulary, escaped (recipe text, a ``Prose``, goes through :func:`html_text`:
+    ``str()`` of it raises)."""
     return html.escape(str(text), quote=True)
 
 
-def _prose(text) -> str:
-    """Escaped text, with Markdown code spans (`name`) as <code>."""
-    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", _e(text))
+def html_text(value, code_spans: bool = True) -> str:
+    """The one way text reaches an HTML report or notebook view: every character with a meaning in HTML escaped
+    (``&``, ``<``, ``>``, both quotes), so that the text is shown as the text it is, recipe and family text
+    (:class:`~blr_derive.core.text.Prose`) whole; in the engine's own words (``str``) a code span (`name`) becomes
+    ``<code>`` (not inside ``<title>``, where tags are text: ``code_spans=False``).  The element around it carries
+    the class ``prose``, which the page's KaTeX auto-render skips: ``$$`` or ``\\(`` in the text is not typeset."""
+    s = _e(text_of(value))
+    if isinstance(value, Prose) or not code_spans:
+        return s
+    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", s)
 
 
 def _display(tex: str) -> str:
@@ -131,7 +141,7 @@ def family_fragment(fam) -> str:
     params = ", ".join(f"<code>{_e(p.name)}</code> ({_e(p.shape)}, {_e(p.domain)}{', fixed' if p.fixed else ''})"
                        for p in fam.params.values())
     out = [f'<div class="blr-family"><p><strong>Family <code>{_e(fam.name)}</code></strong>'
-           + (f' <span class="prose">— {_e(fam.description)}</span>' if fam.description else "") + "</p>",
+           + (f' <span class="prose">— {html_text(fam.description)}</span>' if fam.description else "") + "</p>",
            f"<p>parameters: {params}</p>", '<table class="blr">']
     ef = exponential_family(fam)
     if ef is not fam:
@@ -154,13 +164,13 @@ def recipe_fragment(r) -> str:
     approx = ", ".join(f"<code>{_e(a.name)}</code>" for a in r.approximations) or "none"
     rows = [("family", f"<code>{_e(r.family.name)}</code>"), ("loss", _loss_html(r)), ("approximations", approx)]
     if r.paper:
-        rows.append(("paper", f'<span class="prose">{_e(r.paper)}</span>'))
+        rows.append(("paper", f'<span class="prose">{html_text(r.paper)}</span>'))
     out = [f'<div class="blr-recipe"><p><strong>Recipe <code>{_e(r.name)}</code></strong> '
-           f'<span class="prose">— {_e(r.title)}</span></p>', '<table class="blr">']
+           f'<span class="prose">— {html_text(r.title)}</span></p>', '<table class="blr">']
     out += [f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows]
     if r.hyper:
         hp = "<br>".join(f"<code>{_e(h.name)}</code> = {_e(repr(h.default))}"
-                         + (f' <span class="prose">— {_e(h.description)}</span>' if h.description else "")
+                         + (f' <span class="prose">— {html_text(h.description)}</span>' if h.description else "")
                          for h in r.hyper)
         out.append(f"<tr><th>hyperparameters</th><td>{hp}</td></tr>")
     out.append("</table></div>")
@@ -189,9 +199,9 @@ def derivation_fragment(D, heading: int = 1) -> str:
     r = D.recipe
     h1, h2 = f"h{heading}", f"h{heading + 1}"
     out = ['<div class="blr-derivation">',
-           f"<{h1}>Derivation of <code>{_e(r.name)}</code>: <span class=\"prose\">{_e(r.title)}</span></{h1}>"]
+           f"<{h1}>Derivation of <code>{_e(r.name)}</code>: <span class=\"prose\">{html_text(r.title)}</span></{h1}>"]
     if r.description:
-        out.append(f'<p class="prose description">{_prose(r.description.strip())}</p>')
+        out.append(f'<p class="prose description">{html_text(r.description.strip())}</p>')
     out.append(recipe_fragment(r))
     blocks = getattr(r, "blocks", None)             # a factorized recipe: the family of every exact block
     fams = [r.family] if not blocks else [b.family for b in blocks if b.family is not None]
@@ -202,12 +212,13 @@ def derivation_fragment(D, heading: int = 1) -> str:
         if st is None:
             out.append(f'<section class="update"><{h2}>Update</{h2}>')
         else:
-            out.append(f'<section class="step" id="step-{i}"><{h2}>Step {i}. <span class="prose">{_prose(st.title)}'
-                       f"</span></{h2}>")
+            out.append(f'<section class="step" id="step-{i}"><{h2}>Step {i}. <span class="prose">'
+                       f"{html_text(st.title)}</span></{h2}>")
             tag = f' <span class="prose">({CONVENTION})</span>' if is_convention(st.rule) else ""
-            out.append(f'<p class="rule">rule <code>{_e(st.rule)}</code>{tag} — <em class="prose">{_e(st.equation)}</em></p>')
+            out.append(f'<p class="rule">rule <code>{_e(st.rule)}</code>{tag} — '
+                       f'<em class="prose">{html_text(st.equation)}</em></p>')
             if st.text:
-                out.append(f'<p class="prose">{_prose(st.text.strip())}</p>')
+                out.append(f'<p class="prose">{html_text(st.text.strip())}</p>')
         out += [_display(t) for t in eqs]
         out.append("</section>")
     out.append("</div>")
@@ -226,7 +237,7 @@ def derivation_page(D) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f'<meta name="generator" content="blr-derive {_e(__version__)}">',
-        f"<title>Derivation of {_e(r.name)}: {_e(r.title)}</title>",
+        f"<title>Derivation of {_e(r.name)}: {html_text(r.title, code_spans=False)}</title>",
         f"<style>\n/* KaTeX {KATEX_VERSION} (MIT License, https://katex.org), fonts inlined */\n{css}\n</style>",
         f"<style>{_PAGE_CSS}</style>",
         f"<script>\n/* KaTeX {KATEX_VERSION} and its auto-render extension (MIT License) */\n{js}\n</script>",
@@ -244,10 +255,6 @@ def derivation_page(D) -> str:
 
 # ---------------------------------------------------------------------- text/latex views
 
-def _text(s: str) -> str:
-    return r"\text{" + tex_escape(str(s)).replace("$", "") + "}"
-
-
 def family_latex(fam) -> str:
     rows = [f"{label} &= {tex}" for label, tex in family_rows(exponential_family(fam))]
     return "$$\\begin{aligned}" + r" \\ ".join(rows) + "\\end{aligned}$$"
@@ -256,8 +263,8 @@ def family_latex(fam) -> str:
 def recipe_latex(r) -> str:
     approx = ", ".join(a.name for a in r.approximations) or "none"
     return ("$$\\begin{aligned}" + r" \\ ".join([
-        rf"&{_text('recipe ' + r.name + ': ' + r.title)}",
-        rf"&{_text('family ' + r.family.name + '; approximations: ' + approx)}",
+        "&" + tex_math_text("recipe " + r.name + ": " + r.title),
+        "&" + tex_math_text("family " + r.family.name + "; approximations: " + approx),
     ]) + "\\end{aligned}$$")
 
 

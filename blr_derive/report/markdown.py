@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from blr_derive.core.text import Prose, text_of
 from blr_derive.report.texprint import derivation_tex, eq_tex, latex, oracle_tex
 from blr_derive.rules.base import RULES
 from blr_derive.spec.product import FactorizedRecipe
@@ -25,41 +26,63 @@ def is_convention(rule_name) -> bool:
 CONVENTION = "a peer's convention, not a BLR step"
 
 
-#: characters with a meaning anywhere in a line of Markdown (code, emphasis, links, headings, math, tables)
-_MD_INLINE = re.compile(r"([\\`*_\[\]#$|~])")
+#: what a character of text becomes in Markdown: HTML's specials as entities (a title '<script>...' or
+#: '<img onerror=...>' would run in a viewer that renders HTML), the backslash as an entity too (an escaped '\\('
+#: opens math in Jupyter's Markdown), Markdown's own syntax backslash-escaped (a line of ``` opened a code block
+#: that swallowed the rest of the report, '#' made headings, '$$...$$' math, '[...](...)' links)
+_MD_CHARS = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\": "&#92;", **{c: "\\" + c for c in "`*_[]#$|~"}}
 #: what opens a block at the start of a line: a list item, a numbered item, a thematic break or setext underline;
 #: the backslash goes where the match ends (before the '-', or after the number of '1.')
 _MD_LINE_START = re.compile(r"^(?=[-+=])|^\d+(?=[.)])")
+#: a code span of the engine's own words (a name: `adam`)
+_CODE_SPAN = re.compile(r"(`[^`\n]+`)")
 
 
-def _md(text) -> str:
-    """A recipe's or family's own text in Markdown, shown as the text it is: HTML is escaped (a title
-    '<script>...' or '<img onerror=...>' would run in a viewer that renders HTML), and so is Markdown's own
-    syntax (a line of ``` opened a code block that swallowed the rest of the report; '# ...' became a heading and
-    '$$...$$' math).  Lines are kept as hard line breaks, without their indentation (an indented code block)."""
-    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    lines = [_MD_LINE_START.sub(lambda m: m.group(0) + "\\", _MD_INLINE.sub(r"\\\1", line.strip()), count=1)
-             for line in s.splitlines()]
-    return "  \n".join(line for line in lines if line) if len(lines) > 1 else (lines[0] if lines else "")
+def _md_chars(text: str) -> str:
+    return "".join(_MD_CHARS.get(c, c) for c in text)
+
+
+def md_text(value, inline: bool = False) -> str:
+    """The one way text reaches a Markdown report (``explain``, the notebook views): shown as the text it is.
+    Recipe and family text (:class:`~blr_derive.core.text.Prose`) is escaped character by character (see
+    ``_MD_CHARS``); the engine's own words (``str``) likewise, but for their code spans (`name`).  Each line
+    loses its indentation (an indented code block) and what would open a block at its start; lines are kept as
+    hard line breaks, or joined by spaces where the text is ``inline``: after other text on its line (in a heading,
+    a list item, a table cell), where nothing opens a block."""
+    if isinstance(value, Prose):
+        s = _md_chars(value.text)
+    else:
+        s = "".join(part if i % 2 else _md_chars(part) for i, part in enumerate(_CODE_SPAN.split(text_of(value))))
+    if inline:                      # after other text on its line: nothing in it opens a block
+        return " ".join(line.strip() for line in s.splitlines() if line.strip())
+    lines = [_MD_LINE_START.sub(lambda m: m.group(0) + "\\", line.strip(), count=1) for line in s.splitlines()]
+    return "  \n".join(line for line in lines if line)
+
+
+def step_markdown(number: int, step, equations, heading: str = "## ") -> list[str]:
+    """One step in Markdown: its title, the rule and the equation it cites, its text and its display equations
+    (LaTeX strings); ``heading`` opens the title line (``'## '``, or ``''`` for a bold title)."""
+    title = f"Step {number}. {md_text(step.title, inline=True)}"
+    tag = f" ({CONVENTION})" if is_convention(step.rule) else ""
+    lines = [f"{heading}{title}  " if heading else f"**{title}**  ",
+             f"*rule* `{step.rule}`{tag} — *{md_text(step.equation, inline=True)}*", ""]
+    if step.text:
+        lines += [md_text(step.text), ""]
+    lines += [f"$$ {eq} $$" for eq in equations]
+    return lines
+
+
+def step_equations(D, step) -> list[str]:
+    """A step's display equations in LaTeX, with the derivation's symbol names (LaTeX strings pass through)."""
+    return [eq if isinstance(eq, str) else eq_tex(D, eq[0], eq[1], eq[2] if len(eq) > 2 else "=")
+            for eq in step.equations]
 
 
 def steps_markdown(D) -> list[str]:
     """The derivation steps in Markdown: title, rule and equation cited, text, display equations."""
     lines = []
     for i, s in enumerate(D.steps, 1):
-        lines.append(f"## Step {i}. {s.title}  ")
-        tag = f" ({CONVENTION})" if is_convention(s.rule) else ""
-        lines.append(f"*rule* `{s.rule}`{tag} — *{s.equation}*")
-        lines.append("")
-        if s.text:
-            lines += [s.text.strip(), ""]
-        for eq in s.equations:
-            if isinstance(eq, str):
-                lines.append(f"$$ {eq} $$")
-            else:
-                lhs, rhs, *op = eq
-                lines.append(f"$$ {eq_tex(D, lhs, rhs, op[0] if op else '=')} $$")
-        lines.append("")
+        lines += step_markdown(i, s, step_equations(D, s)) + [""]
     return lines
 
 
@@ -67,10 +90,10 @@ def _recipe_lines(D) -> list[str]:
     r = D.recipe
     fam = r.family
     return [
-        f"- **Family**: `{fam.name}` — {_md(fam.description)}",
+        f"- **Family**: `{fam.name}` — {md_text(fam.description, inline=True)}",
         f"- **Loss**: {'abstract ℓ(θ) (oracles)' if r.loss_kind == 'abstract' else '$' + derivation_tex(D, r.loss) + '$'}",
         f"- **Approximations**: {', '.join(a.name for a in r.approximations) or 'none'}",
-        f"- **Paper**: {_md(r.paper)}" if r.paper else "",
+        f"- **Paper**: {md_text(r.paper, inline=True)}" if r.paper else "",
         "",
     ]
 
@@ -96,16 +119,16 @@ def _product_lines(D) -> list[str]:
                              f"{' (written for one component k, summed over the components)' if f.components else ''}"
                              f": ${derivation_tex(D, f.expr)}$" for f in r.factors))
     if r.paper:
-        lines += ["", f"- **Paper**: {_md(r.paper)}"]
+        lines += ["", f"- **Paper**: {md_text(r.paper, inline=True)}"]
     lines.append("")
     return lines
 
 
 def derivation_markdown(D) -> str:
     r = D.recipe
-    lines = [f"# Derivation of `{r.name}`: {_md(r.title)}", ""]
+    lines = [f"# Derivation of `{r.name}`: {md_text(r.title, inline=True)}", ""]
     if r.description:
-        lines += [_md(r.description.strip()), ""]
+        lines += [md_text(r.description), ""]
     product = isinstance(r, FactorizedRecipe)
     lines += _product_lines(D) if product else _recipe_lines(D)
     lines += steps_markdown(D)
@@ -127,7 +150,7 @@ def family_markdown(fam) -> str:
             ("μ = ∇A(λ)", ", ".join(f"${latex(e)}$" for e in fam.mu_ord)),
             ("A(λ)", f"${latex(fam.A)}$" + ("" if fam.A_given else " (derived)"))]
     params = ", ".join(f"`{p.name}` ({p.shape}, {p.domain}{', fixed' if p.fixed else ''})" for p in fam.params.values())
-    out = [f"**Family `{fam.name}`** — {_md(fam.description)}", "", f"parameters: {params}", "",
+    out = [f"**Family `{fam.name}`** — {md_text(fam.description, inline=True)}", "", f"parameters: {params}", "",
            "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     return "\n".join(out) + "\n"
 
@@ -135,8 +158,8 @@ def family_markdown(fam) -> str:
 def recipe_markdown(r) -> str:
     """Family, loss, approximations and hyperparameters."""
     loss = "abstract ℓ(θ) (oracles)" if r.loss_kind == "abstract" else f"${latex(r.loss)}$"
-    hyper = ", ".join(f"`{h.name}` = {h.default!r}" for h in r.hyper) or "none"
+    hyper = ", ".join(f"`{h.name}` = {md_text(repr(h.default), inline=True)}" for h in r.hyper) or "none"
     approx = ", ".join(f"`{a.name}`" for a in r.approximations) or "none"
-    return "\n".join([f"**Recipe `{r.name}`** — {_md(r.title)}", "", f"- family: `{r.family.name}`",
+    return "\n".join([f"**Recipe `{r.name}`** — {md_text(r.title, inline=True)}", "", f"- family: `{r.family.name}`",
                       f"- loss: {loss}", f"- approximations: {approx}", f"- hyperparameters: {hyper}",
-                      f"- paper: {_md(r.paper)}" if r.paper else ""]) + "\n"
+                      f"- paper: {md_text(r.paper, inline=True)}" if r.paper else ""]) + "\n"

@@ -17,14 +17,14 @@ from pathlib import Path
 
 from blr_derive.codegen.registry import emit
 from blr_derive.core.io import source_label, write_atomic
+from blr_derive.core.text import plain
 from blr_derive.families.mixture import MixtureFamily
 from blr_derive.families.model import Family
 from blr_derive.ir.build import build_ir
 from blr_derive.report.html import (derivation_fragment, derivation_latex, derivation_page, family_fragment,
                                     family_latex, recipe_fragment, recipe_latex)
-from blr_derive.report.latex import derivation_document
-from blr_derive.report.markdown import derivation_markdown, family_markdown, recipe_markdown
-from blr_derive.rules.base import RULES
+from blr_derive.report.latex import derivation_document, tex_math_text
+from blr_derive.report.markdown import derivation_markdown, family_markdown, recipe_markdown, step_markdown
 from blr_derive.spec.product import FactorizedRecipe
 from blr_derive.spec.recipe import Recipe
 
@@ -46,7 +46,7 @@ class StepView:
         return getattr(self.step, name)
 
     def __repr__(self):
-        return f"<step {self.number} of '{self.record.recipe.name}': {self.step.rule} ({self.step.title})>"
+        return f"<step {self.number} of '{self.record.recipe.name}': {self.step.rule} ({plain(self.step.title)})>"
 
     def latex(self) -> list[str]:
         """The step's equations, one LaTeX string each (``lhs op rhs``; LaTeX strings pass through)."""
@@ -60,26 +60,13 @@ class StepView:
         return out
 
     def _repr_markdown_(self) -> str:
-        s = self.step
-        kind = RULES[s.rule].kind if s.rule in RULES else ""
-        tag = " (a peer's convention, not a BLR step)" if kind == "convention" else ""
-        lines = [f"**Step {self.number}. {s.title}**  ", f"*rule* `{s.rule}`{tag} — *{s.equation}*", ""]
-        if s.text:
-            lines += [s.text.strip(), ""]
-        lines += [f"$$ {tex} $$" for tex in self.latex()]
-        return "\n".join(lines) + "\n"
+        return "\n".join(step_markdown(self.number, self.step, self.latex(), heading="")) + "\n"
 
     def _repr_latex_(self) -> str:
         rows = self.latex()
-        head = r"&\text{Step %d (%s, %s)}" % (self.number, _tex_text(self.step.rule), _tex_text(self.step.equation))
+        head = r"&\text{Step %d (}%s\text{, }%s\text{)}" % (self.number, tex_math_text(self.step.rule),
+                                                             tex_math_text(self.step.equation))
         return "$$\\begin{aligned}" + r" \\ ".join([head] + [r"& " + r for r in rows]) + "\\end{aligned}$$"
-
-
-def _tex_text(text: str) -> str:
-    """Plain text safe inside ``\\text{...}``."""
-    for ch in "\\{}$&#%_^~":
-        text = text.replace(ch, " " if ch in "\\^~" else "\\" + ch)
-    return text
 
 
 class DerivationView:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from blr_derive.core.pretty import pretty
+from blr_derive.core.text import Prose, plain
 
 KINDS = ("identity", "expectation", "step", "pass", "convention", "mixture")
 #: kinds whose rules rewrite the derived update program
@@ -138,11 +139,21 @@ class TexForm:
 
 @dataclass
 class Step:
+    """One step of a derivation.  ``equation``, ``title`` and ``text`` are the engine's own words (``str``, in
+    which a rule may write validated names and printed expressions) or :class:`~blr_derive.core.text.Prose` where
+    they carry recipe or family text (a family file's ``reference``): a report renders each through its format's
+    escaping function, which treats ``Prose`` as text to show, never as markup; nothing else is accepted."""
     rule: str
-    equation: str                 # paper reference, e.g. "Eq. 6" or "App. D"
-    title: str
-    text: str
+    equation: str | Prose         # paper reference, e.g. "Eq. 6" or "App. D"; a family file's own reference
+    title: str | Prose
+    text: str | Prose
     equations: list = field(default_factory=list)   # [(lhs, rhs[, op])] sympy pairs (or TexForm), LaTeX strings
+
+    def __post_init__(self):
+        for key in ("equation", "title", "text"):
+            if not isinstance(getattr(self, key), (str, Prose)):
+                raise TypeError(f"Step.{key} must be the engine's text (str) or recipe text (Prose), "
+                                f"not {type(getattr(self, key)).__name__}")
 
 
 @dataclass
@@ -319,10 +330,10 @@ class Derivation:
             return self.steps[key - 1]
         hits = [i for i, s in enumerate(self.steps, 1) if s.rule == key]
         if not hits:
-            hits = [i for i, s in enumerate(self.steps, 1) if str(key).lower() in s.title.lower()]
+            hits = [i for i, s in enumerate(self.steps, 1) if str(key).lower() in plain(s.title).lower()]
         if len(hits) == 1:
             return self.steps[hits[0] - 1]
-        listing = "; ".join(f"{i}: {s.rule} ({s.title})" for i, s in enumerate(self.steps, 1))
+        listing = "; ".join(f"{i}: {s.rule} ({plain(s.title)})" for i, s in enumerate(self.steps, 1))
         if not hits:
             raise KeyError(f"no step with rule or title {key!r}; steps: {listing}")
         raise KeyError(f"{key!r} matches steps {', '.join(map(str, hits))}: pick one by number (d.step(n)) "

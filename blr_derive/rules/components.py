@@ -23,6 +23,7 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
 from blr_derive.core.pretty import pretty
 from blr_derive.rules.base import RULES, rule
+from blr_derive.families.statistics import separate_scalars
 from blr_derive.rules.product import expect_over_blocks, expected_gradients, linear_in_log, tex_name
 
 rule('component_softmax', 'identity', 'Sec. 1.2 (overcomplete categorical); Eqs. 56, 58',
@@ -49,12 +50,26 @@ def _messages(R, ctx, b, current, coefficient):
             if f.plate and not b.local:
                 m = ctx.plate_sum(m)
         except DerivationError as exc:
-            raise SpecError(str(exc), R.file, b.line) from None
+            raise SpecError(f"factor '{f.name}', block '{b.name}': {exc}", R.file, f.line or b.line) from None
         eqs.append((sp.Symbol(r"\tilde\lambda_{%s \to %s, k}" % (tex_name(f.name), tex_name(b.name))), m))
         total += m
     if not eqs:
         raise SpecError(f"block '{b.name}' appears in no factor", R.file, b.line)
     return total, eqs
+
+
+def derivative_in(e, z, symmetric):
+    """∂e/∂z for a scalar z that may sit inside matrix products ((y − m)ᵀ(zL)(y − m)); where sympy cannot
+    differentiate through the matrices (z inside an inverse or a power of a sum), the scalars are taken out of the
+    traces first; None when neither gives a closed form."""
+    for separate in (False, True):
+        try:
+            d = sp.diff(separate_scalars(e, symmetric) if separate else e, z)
+        except (DerivationError, NotImplementedError, TypeError, ValueError):
+            continue
+        if not d.has(sp.Derivative, sp.Subs):
+            return d
+    return None
 
 
 def one_hot_block(R, D, ctx, b, current):
@@ -65,10 +80,10 @@ def one_hot_block(R, D, ctx, b, current):
     def coefficient(f):
         if not f.expr.has(z):
             return None
-        coeff = sp.diff(f.expr, z)
-        if coeff.has(z):
+        coeff = derivative_in(f.expr, z, ctx.sym)
+        if coeff is None or coeff.has(z):
             raise SpecError(f"factor '{f.name}' is not linear in the one-hot '{z}' of block '{b.name}': the exact "
-                            "rule does not apply", R.file, b.line)
+                            "rule does not apply", R.file, f.line or b.line)
         return coeff
     lam, eqs = _messages(R, ctx, b, current, coefficient)
     lam_s = sp.Symbol(f"{b.name}_lambda", real=True)
@@ -137,7 +152,7 @@ def dirichlet_block(R, D, ctx, b, current, rho):
         lin = linear_in_log(f.expr, w)
         if lin is None:
             raise SpecError(f"factor '{f.name}' is not linear in log({w}): the Dirichlet over the components "
-                            "does not apply", R.file, b.line)
+                            "does not apply", R.file, f.line or b.line)
         return lin[1]
     msg, eqs = _messages(R, ctx, b, current, coefficient)
     D.add("exact", RULES["exact"].equation, f"Block `{b.name}`: natural-gradient messages of the factors",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from blr_derive.core.budget import StepTimeout, step_limit
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.families.solve import isolate_block
@@ -17,6 +18,11 @@ from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.rules.mixture import ComponentSymbol
 from blr_derive.rules.components import simplex_block
 from blr_derive.rules.product import expected_gradients, positive_inverses
+
+
+#: wall-clock limit (seconds) of sympy's solve for a scalar block's stationary point (a transcendental condition such
+#: as log(s2)/s2 + a/s2² = 0 ran to the derivation's whole budget)
+STATIONARY_SECONDS = 20
 
 
 def needs_gaussian_vector(ctx, approx):
@@ -142,7 +148,13 @@ def _stationary_point(R, D, ctx, b, current, grads):
         if is_mat(v0):
             sol = [isolate_block(simplify_mat(grads[0], ctx.sym), sp.ZeroMatrix(*v0.shape), v0, ctx.sym)]
         else:
-            s = sp.solve([sp.together(g) for g in grads], b.variables, dict=True)
+            try:
+                with step_limit(STATIONARY_SECONDS):
+                    s = sp.solve([sp.together(g) for g in grads], b.variables, dict=True)
+            except StepTimeout:
+                raise DerivationError(f"no closed form found within {STATIONARY_SECONDS} s") from None
+            except NotImplementedError:
+                raise DerivationError("sympy has no method for it") from None
             if len(s) != 1:
                 raise DerivationError(f"{len(s)} stationary points")
             sol = [sp.factor_terms(s[0][v]) for v in b.variables]

@@ -19,7 +19,6 @@ from blr_derive.core.expect import gaussian_expectation
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.families.matstats import linear_in_matrix_statistics
-from blr_derive.families.statistics import linear_in_statistics
 from blr_derive.families.symbolic import simplify_bounded
 from blr_derive.rules.fisher import natural_gradient_at_state
 from blr_derive.families.tilting import tilted_expectation
@@ -32,6 +31,7 @@ from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.core.specialfns import nan_outside, stable_softmax
 from blr_derive.core.pretty import pretty
 from blr_derive.rules.components import dirichlet_block, one_hot_block
+from blr_derive.families.statistics import NotLinearInStatistics, linear_in_statistics
 from blr_derive.rules.product import expect_over_blocks, linear_in_block, tex_name
 
 
@@ -223,20 +223,20 @@ def factor_messages(R, D, ctx, b, current):
     for f in R.factors:
         if not any(f.expr.has(v) for v in b.variables):
             continue
-        lin = linear_in_block(b, f.expr)
-        if lin is None:
-            raise SpecError(f"factor '{f.name}' is not linear in the sufficient statistics of block '{b.name}' "
-                            f"(family '{fam.name}'): the exact rule does not apply", R.file, b.line)
-        _, cs = lin
+        try:
+            _, cs = linear_in_block(b, f.expr, ctx.sym)
+        except NotLinearInStatistics as exc:
+            raise SpecError(f"factor '{f.name}' is not linear in the sufficient statistics of block '{b.name}', so "
+                            f"the exact rule does not apply: {exc}", R.file, f.line or b.line) from None
         try:
             m = [-expect_over_blocks(R, ctx, c, b, current) for c in cs]
         except DerivationError as exc:
-            raise SpecError(str(exc), R.file, b.line) from None
+            raise SpecError(f"factor '{f.name}', block '{b.name}': {exc}", R.file, f.line or b.line) from None
         if f.plate and not b.local:
             try:
                 m = [ctx.plate_sum(x) for x in m]
             except DerivationError as exc:
-                raise SpecError(str(exc), R.file, b.line) from None
+                raise SpecError(f"factor '{f.name}', block '{b.name}': {exc}", R.file, f.line or b.line) from None
         msgs = [a + x for a, x in zip(msgs, m)]
         per.append((f, m))
         for i, x in enumerate(m):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from blr_derive.core.exprfuncs import function_depth
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import logsumexp
 from blr_derive.rules.base import RULES, NaturalGradient
@@ -24,15 +25,6 @@ COVARIANCE_MAX_DIM = 3
 NESTED_INLINE = 2
 
 
-def _nesting(e) -> int:
-    """How deeply functions (exp, log, sigmoid, powers with non-integer exponents, ...) nest in ``e``."""
-    if not isinstance(e, sp.Basic) or not e.args:
-        return 0
-    inner = max(_nesting(a) for a in e.args)
-    own = isinstance(e, sp.Function) or (isinstance(e, sp.Pow) and not e.exp.is_Integer)
-    return inner + int(own)
-
-
 def point_losses(D, loss, points):
     """ℓ(θ_k) at each support point.  A loss whose functions nest deeper than :data:`NESTED_INLINE` is not evaluated
     at the points symbolically: substituting numbers makes sympy evaluate every nested argument numerically again,
@@ -41,7 +33,7 @@ def point_losses(D, loss, points):
     program (``theta_pt = -1``) and ℓ at them another (``loss_pt``), computed by the generated code: the sums over
     the support and their derivatives in μ or λ see one symbol per point (E_q[ℓ] = Σ_k q_k ℓ_k is linear in
     the ℓ_k)."""
-    if _nesting(loss) <= NESTED_INLINE:
+    if function_depth(loss) <= NESTED_INLINE:
         return [loss.xreplace(pt) for pt in points]
     out = []
     for pt in points:

@@ -21,7 +21,7 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.nodes import ComponentSum
 from blr_derive.core.pretty import pretty
-from blr_derive.families.statistics import linear_in_statistics
+from blr_derive.families.statistics import NotLinearInStatistics, separate_scalars, statistics_decomposition
 from blr_derive.rules.base import RULES, Derivation, TexForm, rule
 
 rule('mean_field', 'identity', 'Eq. 55; Secs. 5.2-5.3',
@@ -143,16 +143,127 @@ class PlateSums:
         summed = self.plate_sum(sp.MatMul(crow, *chain) if crow != 1 else sp.MatMul(*chain))
         return cglob * sp.Trace(summed)
 
+    def _mixed(self, f):
+        """Whether ``f`` is a trace that holds per-row and global quantities together (tr(xₙᵀβ))."""
+        return isinstance(f, sp.Trace) and self.is_row(f) and bool(f.free_symbols - self.row - self.dims)
+
+    def _unrolled(self, term):
+        """The factors of a product, a power tr(·)ᵏ of a mixed trace written as k factors (k ≤ 8)."""
+        out = []
+        for f in sp.Mul.make_args(term):
+            if isinstance(f, sp.Pow) and self._mixed(f.base) and f.exp.is_Integer and 1 < f.exp <= 8:
+                out += [f.base] * int(f.exp)
+            else:
+                out.append(f)
+        return out
+
+    def _one_by_one(self, tr):
+        """The chains C with tr(·) = C, a 1×1 product: the rotations of the trace's product and of its transpose
+        that are 1×1 (tr(βxᵀ) = xᵀβ = βᵀx); [] when there is none."""
+        c, mats = matexpr.split_coeff(tr.arg.args) if isinstance(tr.arg, sp.MatMul) else (sp.Integer(1), [tr.arg])
+        flipped = [simplify_mat(sp.Transpose(m), self.sym) for m in reversed(mats)]
+        return c, [r for chain in (mats, flipped) for r in (chain[i:] + chain[:i] for i in range(len(chain)))
+                   if r[0].shape[0] == 1 and r[-1].shape[1] == 1]
+
+    def _contiguous(self, chain):
+        idx = [i for i, m in enumerate(chain) if self.is_row(m)]
+        if not idx or idx != list(range(idx[0], idx[-1] + 1)):
+            return False
+        return not any((m.free_symbols - self.row - self.dims) for m in chain[idx[0]:idx[-1] + 1])
+
+    def _absorb(self, chain, traces, cyclic):
+        """A chain equal to chain·Π tr(Cᵢ) (each tr(Cᵢ) a 1×1 product Cᵢ, placed where the chain's inner dimension
+        is 1: s·x xᵀ = x (s) xᵀ, s·x = x s) whose per-row factors are adjacent, or None.  ``cyclic``: the chain is
+        inside a trace, so any rotation of it will do."""
+        coeff, forms = sp.Integer(1), []
+        for t in traces:
+            c, f = self._one_by_one(t)
+            if not f:
+                return None, coeff
+            coeff *= c
+            forms.append(f)
+        budget = [20000]
+
+        def places(ch):
+            n = len(ch)
+            dims = [ch[0].shape[0]] + [ch[i].shape[1] for i in range(n)]     # dims[i]: the dimension before ch[i]
+            return [i for i in range(n + 1) if dims[i] == 1 and not (cyclic and i == n)]
+
+        def search(ch, k):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            if k == len(forms):
+                rots = [ch[i:] + ch[:i] for i in range(len(ch))] if cyclic else [ch]
+                return next((r for r in rots if self._contiguous(r)), None)
+            for i in places(ch):
+                for f in forms[k]:
+                    got = search(ch[:i] + list(f) + ch[i:], k + 1)
+                    if got is not None:
+                        return got
+            return None
+        return search(list(chain), 0), coeff
+
+    def _traces_sum(self, factors, mixed):
+        """Σ_n of a product of scalars and several mixed traces: tr(A)·tr(C) = tr(A C) for a 1×1 product C, placed
+        so that the per-row factors are adjacent: Σ_n (xₙᵀβ)² = βᵀ(Σ_n xₙxₙᵀ)β."""
+        main, others = mixed[0], mixed[1:]
+        rest = list(factors)
+        for t in mixed:
+            rest.remove(t)
+        c, mats = matexpr.split_coeff(main.arg.args) if isinstance(main.arg, sp.MatMul) else (sp.Integer(1), [main.arg])
+        chain, c2 = self._absorb(mats, others, cyclic=True)
+        if chain is None:
+            raise DerivationError(f"cannot separate the plate sum of {sp.Mul(*factors)}: its per-row and global "
+                                  "factors do not separate into one product")
+        crow, cglob = self._split_scalar(sp.Mul(*rest) * c * c2)
+        summed = self.plate_sum(sp.MatMul(crow, *chain) if crow != 1 else sp.MatMul(*chain))
+        return cglob * sp.Trace(summed)
+
+    def _matrix_term(self, term, c, mats, sc):
+        """Σ_n c·A₁⋯A_m (one term of a matrix expression) with its per-row factors summed into a plate statistic."""
+        factors = self._unrolled(c)
+        mixed = [f for f in factors if self._mixed(f)]
+        if mixed:                    # Σ_n xₙ(xₙᵀβ) = (Σ_n xₙxₙᵀ)β: the traces' 1×1 products join the chain
+            chain, c2 = self._absorb(mats, mixed, cyclic=False)
+            if chain is None:
+                raise DerivationError(f"cannot separate the plate sum of {term}: its per-row and global "
+                                      "factors do not separate into one product")
+            for t in mixed:
+                factors.remove(t)
+            c, mats = sp.Mul(*factors) * c2, chain
+        crow, cglob = self._split_scalar(c)
+        idx = [i for i, m in enumerate(mats) if self.is_row(m)]
+        if idx and idx != list(range(idx[0], idx[-1] + 1)):
+            raise DerivationError(f"cannot separate the plate sum of {term}: per-row factors are not adjacent")
+        if idx:
+            rowpart = mats[idx[0]:idx[-1] + 1]
+            rm = rowpart[0] if len(rowpart) == 1 else sp.MatMul(*rowpart)
+            if rm.free_symbols - self.row - self.dims:
+                raise DerivationError(f"cannot separate the plate sum of {term}")
+            d = rm if crow == 1 else sp.MatMul(crow, rm)
+            if crow != 1 and isinstance(rm, sp.Transpose):
+                d = sp.Transpose(sp.MatMul(crow, rm.arg))
+            new = mats[:idx[0]] + [self.stat(d)] + mats[idx[-1] + 1:]
+        else:
+            new = [self.stat(crow) * mats[0]] + mats[1:] if mats else []
+        cglob = cglob * sc
+        return sp.MatMul(cglob, *new) if cglob != 1 else (sp.MatMul(*new) if len(new) > 1 else new[0])
+
     def plate_sum(self, e):
         """Σ_n e(row n) with per-row parts collected into plate statistics (sums the generated code forms)."""
         sc = self.scale if self.scale is not None else sp.Integer(1)
         if not is_mat(e):
             total = sp.Integer(0)
             for term in sp.Add.make_args(sp.expand(e)):
-                mixed = [f for f in sp.Mul.make_args(term) if isinstance(f, sp.Trace) and self.is_row(f)
-                         and f.free_symbols - self.row - self.dims]
-                if len(mixed) == 1:      # Σ_n c_n tr(mᵀ y_n) = tr(mᵀ Σ_n c_n y_n): the chain's row part summed
+                factors = self._unrolled(term)
+                mixed = [f for f in factors if self._mixed(f)]
+                if len(mixed) == 1 and len(factors) == len(sp.Mul.make_args(term)):
+                    # Σ_n c_n tr(mᵀ y_n) = tr(mᵀ Σ_n c_n y_n): the chain's row part summed
                     total += self._trace_sum(term, mixed[0])
+                    continue
+                if mixed:
+                    total += self._traces_sum(factors, mixed)
                     continue
                 row, glob = self._split_scalar(term)
                 total += sc * glob * self.stat(row)
@@ -162,23 +273,18 @@ class PlateSums:
         out = []
         for term in terms:
             c, mats = matexpr.split_coeff(term.args) if isinstance(term, sp.MatMul) else (sp.Integer(1), [term])
-            crow, cglob = self._split_scalar(c)
-            idx = [i for i, m in enumerate(mats) if self.is_row(m)]
-            if idx and idx != list(range(idx[0], idx[-1] + 1)):
-                raise DerivationError(f"cannot separate the plate sum of {term}: per-row factors are not adjacent")
-            if idx:
-                rowpart = mats[idx[0]:idx[-1] + 1]
-                rm = rowpart[0] if len(rowpart) == 1 else sp.MatMul(*rowpart)
-                if rm.free_symbols - self.row - self.dims:
-                    raise DerivationError(f"cannot separate the plate sum of {term}")
-                d = rm if crow == 1 else sp.MatMul(crow, rm)
-                if crow != 1 and isinstance(rm, sp.Transpose):
-                    d = sp.Transpose(sp.MatMul(crow, rm.arg))
-                new = mats[:idx[0]] + [self.stat(d)] + mats[idx[-1] + 1:]
-            else:
-                new = [self.stat(crow) * mats[0]] + mats[1:] if mats else []
-            cglob = cglob * sc
-            out.append(sp.MatMul(cglob, *new) if cglob != 1 else (sp.MatMul(*new) if len(new) > 1 else new[0]))
+            if any(self._mixed(t) for t in c.atoms(sp.Trace)):
+                # a coefficient with traces of per-row and global quantities: each of its terms on its own
+                out += [self._matrix_term(term, a, mats, sc) for a in sp.Add.make_args(sp.expand(c))]
+                continue
+            try:
+                out.append(self._matrix_term(term, c, mats, sc))
+            except DerivationError:
+                parts = sp.Add.make_args(sp.expand(c))
+                if len(parts) == 1:
+                    raise
+                # a coefficient that adds per-row and global scalars ((1 - z_n σ²)·w): each of its terms on its own
+                out += [self._matrix_term(term, a, mats, sc) for a in parts]
         return simplify_mat(sp.MatAdd(*out) if len(out) > 1 else out[0], self.sym)
 
 
@@ -195,28 +301,39 @@ def name_states(D, R):
                 D.symbol_names[s] = r"\mathbf{%s}" % b.name
 
 
-def linear_in_block(b, e):
+def linear_in_block(b, e, symmetric=()):
     """linear_in_statistics of block b's family, with the block's variables renamed to the family's (other
-    symbols that happen to share a name with the family's variable are kept apart)."""
+    symbols that happen to share a name with the family's variable are kept apart); raises
+    :class:`NotLinearInStatistics` whose message names the term and the block's statistics, in the recipe's names."""
     fam = b.family
     e = e.xreplace(b.constraint)         # a one-hot block's last component is one minus the others here
     fvars = set(b.to_family.values())
     protect = {s: sp.Dummy(s.name) for s in e.free_symbols if s in fvars and s not in b.to_family}
-    lin = linear_in_statistics(fam, e.xreplace(protect).xreplace(b.to_family))
-    if lin is None:
-        return None
     back = {d: s for s, d in protect.items()}
+    try:
+        lin = statistics_decomposition(fam, e.xreplace(protect).xreplace(b.to_family), symmetric)
+    except NotLinearInStatistics as exc:
+        names = {**{f: v for v, f in b.to_family.items()}, **back}
+        raise NotLinearInStatistics(*[x.xreplace(names) if x is not None else None for x in (exc.term, exc.part,
+                                                                                              exc.inside)],
+                                    [t.xreplace(names) for t in fam.T]) from None
     return lin[0].xreplace(back), [c.xreplace(back) for c in lin[1]]
 
 
-def linear_in_log(e, w):
-    """(c0, c) with e = c0 + c·log w, both free of w (logarithms expanded); None when e is not of that form."""
+def linear_in_log(e, w, symmetric=()):
+    """(c0, c) with e = c0 + c·log w, both free of w (logarithms expanded; log w may sit inside matrix products, whose
+    scalars are then taken out of the traces); None when e is not of that form."""
     t = sp.Dummy("log_w")
-    et = sp.expand(sp.expand_log(e, force=True)).xreplace({sp.log(w): t})
-    c = sp.diff(et, t)
-    if et.has(w) or c.has(t):
-        return None
-    return sp.expand(et.xreplace({t: 0})), c
+    for separate in (False, True):
+        try:
+            et = sp.expand(sp.expand_log(separate_scalars(e, symmetric) if separate else e, force=True))
+            et = et.xreplace({sp.log(w): t})
+            c = sp.diff(et, t)
+        except (DerivationError, NotImplementedError, TypeError, ValueError):
+            continue
+        if not (et.has(w) or c.has(t, sp.Derivative)):
+            return sp.expand(et.xreplace({t: 0})), c
+    return None
 
 
 def expect_over_blocks(R, ctx, e, skip, current):
@@ -241,11 +358,10 @@ def expect_over_blocks(R, ctx, e, skip, current):
             continue
         if b.family is None:
             continue
-        lin = linear_in_block(b, e)
-        if lin is None:
-            raise DerivationError(f"E over block '{b.name}' of {e} has no closed form: it is not linear in the "
-                                  f"sufficient statistics of '{b.family.name}'")
-        c0, cs = lin
+        try:
+            c0, cs = linear_in_block(b, e, ctx.sym)
+        except NotLinearInStatistics as exc:
+            raise DerivationError(f"E over block '{b.name}' has no closed form: {exc}") from None
         mus = [m.xreplace({p: s for _, s, p in b.state}) for m in b.family.mu_ord]
         one_hot = one_hot_expectation(b, e, mus, ctx.implied.get(b.name))
         e = one_hot if one_hot is not None else c0 + sum((c * m for c, m in zip(cs, mus)), sp.Integer(0))
@@ -312,7 +428,7 @@ def expected_gradients(R, D, ctx, b):
             if f.plate:
                 g = [ctx.plate_sum(x) for x in g]
         except DerivationError as exc:
-            raise SpecError(f"block '{b.name}', factor '{f.name}': {exc}", R.file, b.line) from None
+            raise SpecError(f"block '{b.name}', factor '{f.name}': {exc}", R.file, f.line or b.line) from None
         eqs += [(sp.Symbol(r"\nabla_{%s}\mathbb{E}[\bar\ell_{%s}]" % (sp.latex(v), tex_name(f.name))), x)
                 for v, x in zip(b.variables, g)]
         grads = g if grads is None else [a + x for a, x in zip(grads, g)]

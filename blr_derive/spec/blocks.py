@@ -19,7 +19,7 @@ class Block:
     to_family: dict                # block variable symbol -> family variable symbol
     constraint: dict               # one-hot constraint: last component -> 1 - Σ others
     state: list                    # [(name, symbol, family parameter symbol or None)]
-    description: str = ""
+    description: object = ""       # Prose (recipe text)
     symmetric: bool = False
     line: int | None = None
     schedule: object = None        # (rule name, {arg: expr}) of a learning-rate schedule
@@ -34,9 +34,10 @@ class Factor:
     name: str
     expr: object
     plate: bool
-    text: str
-    description: str = ""
+    text: object                   # the expression as written (Prose: it may carry a comment)
+    description: object = ""       # Prose (recipe text)
     components: bool = False       # the expression is one component's term, summed over the component axis
+    line: int | None = None        # the line of its expression in the recipe file (for messages)
 
 
 def block_candidate(b, delta="delta (point estimate)") -> str:

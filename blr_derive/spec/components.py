@@ -7,7 +7,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.core.names import check_name_at
-from blr_derive.core.yamlio import LDict, check_keys
+from blr_derive.core.yamlio import LDict, check_keys, text_field
 from blr_derive.spec.blocks import Block
 from blr_derive.spec.hyper import err
 
@@ -33,14 +33,14 @@ def component_block(bname, bdecl, approx, local, rho, rho_text, schedule, line, 
             z = sp.Symbol(bname, real=True)
             p = sp.Symbol(f"{bname}_p", positive=True)
             return Block(bname, None, True, "exact", rho, rho_text, [z], {}, {}, [(f"{bname}_p", p, None)],
-                         str(bdecl.get("description", "")), line=line, per_component=True, one_hot=True)
+                         text_field(bdecl, "description"), line=line, per_component=True, one_hot=True)
         if fam == "dirichlet":
             if local:
                 raise err(f"block '{bname}': the Dirichlet over the components is a global block", bdecl, "local")
             w = sp.Symbol(bname, positive=True)
             a = sp.Symbol(f"{bname}_a", positive=True)
             return Block(bname, None, False, "exact", rho, rho_text, [w], {}, {}, [(f"{bname}_a", a, None)],
-                         str(bdecl.get("description", "")), line=line, schedule=schedule, per_component=True,
+                         text_field(bdecl, "description"), line=line, schedule=schedule, per_component=True,
                          simplex=True)
         b = family_block()
         if len(b.variables) != 1 or b.family.variable_kind != "scalar" or b.constraint:
@@ -76,7 +76,7 @@ def component_block(bname, bdecl, approx, local, rho, rho_text, schedule, line, 
     else:
         raise err(f"block '{bname}': shape must be scalar, vector or matrix", var, "shape")
     return Block(bname, None, False, "delta", rho, rho_text, [v], {}, {}, [(bname, v, None)],
-                 str(bdecl.get("description", "")), symmetric=sym, line=line, per_component=True, simplex=simplex)
+                 text_field(bdecl, "description"), symmetric=sym, line=line, per_component=True, simplex=simplex)
 
 
 def parse_components(spec, taken):
@@ -93,4 +93,4 @@ def parse_components(spec, taken):
             raise err(f"components: the {key} '{name}' clashes with another name", cspec, key)
         taken.add(name)
     return {"index": index, "size": sp.Symbol(size, integer=True, positive=True),
-            "description": str(cspec.get("description", ""))}
+            "description": text_field(cspec, "description")}

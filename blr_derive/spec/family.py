@@ -14,7 +14,7 @@ from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.core.names import check_name_at
 from blr_derive.core.sizes import declared_sizes, instantiate, resolve_sizes
 from blr_derive.core.text import did_you_mean, quote
-from blr_derive.core.yamlio import LDict, check_keys, where
+from blr_derive.core.yamlio import LDict, check_keys, text_field, where
 from blr_derive.spec.sampler import parse_sampler
 from blr_derive.spec.variable import parse_support as _parse_support, parse_variable as _parse_variable
 from blr_derive.spec.vocabulary import DOMAINS, FAMILY_KEYS, PARAM_KEYS, SHAPES
@@ -27,7 +27,7 @@ class Param:
     shape: str
     domain: str
     fixed: bool = False
-    description: str = ""
+    description: object = ""     # Prose (family text)
     greater_than: object = None      # lower bound (an expression in the dimension) for scalar parameters
 
 
@@ -40,8 +40,8 @@ def _err(msg, container, key=None):
 class FamilyDecl:
     """A family as declared (parsed, not yet derived)."""
     name: str
-    description: str
-    reference: str
+    description: object          # Prose: family text, which outputs escape (blr_derive/core/text.py)
+    reference: object            # Prose
     theta: object
     dim: object
     support: object
@@ -122,7 +122,7 @@ def _parse_param(pname, pdecl, pspec, dim, file, symmetric) -> Param:
         raise _err("'fixed' must be true or false", pdecl, "fixed")
     if fixed and domain == "simplex":
         raise _err(f"parameter '{pname}': simplex parameters cannot be fixed", pdecl, "fixed")
-    return Param(pname, sym, shape, domain, fixed, str(pdecl.get("description", "")), bound)
+    return Param(pname, sym, shape, domain, fixed, text_field(pdecl, "description"), bound)
 
 
 def _parse_parameters(spec, symbols, dim, file, symmetric) -> dict:
@@ -269,7 +269,7 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
             raise _err("expected_log_base_measure must be a scalar", spec, "expected_log_base_measure")
     sampler, accept = parse_sampler(spec, kind, theta, psyms, file, components)
     return FamilyDecl(
-        name=name, description=str(spec.get("description", "")), reference=str(spec.get("reference", "")),
+        name=name, description=text_field(spec, "description"), reference=text_field(spec, "reference"),
         theta=theta, dim=dim, support=support, params=params, T=T, h=h, eta=eta, lam=lam, mu=mu, A=A,
         elementwise=bool(spec.get("elementwise", False)), symmetric=frozenset(symmetric), file=file,
         variable_kind=kind, vname=vname, components=components, component_supports=comp_supports,

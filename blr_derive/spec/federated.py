@@ -10,6 +10,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.text import Prose
 from blr_derive.core.yamlio import check_keys, where
 from blr_derive.spec.hyper import DataVar
 
@@ -22,7 +23,7 @@ class Federated:
     penalty: object                   # ρ (a hyperparameter symbol)
     server_penalty: object            # ρ_s (a hyperparameter symbol, or 0)
     prior: object                     # ℓ_0(θ): the prior's negative log density up to a constant (sympy), or 0
-    prior_text: str
+    prior_text: object                # the prior as written (Prose: it may carry a comment)
     globals: list                     # [(family parameter, DataVar of its global value)]
     duals: list                       # [DataVar] one per natural-parameter block
     count: object = field(default_factory=lambda: sp.Symbol("K", integer=True, positive=True))
@@ -90,4 +91,4 @@ def parse_federated(spec, fam, hyper, data, taken) -> Federated:
     for dv, l in zip(duals, fam.lam):
         if is_mat(l) and l.shape[0] == l.shape[1] and l.shape[1] != 1:
             dv.symmetric = True
-    return Federated(rho, rho_s, prior, text, globals_, duals)
+    return Federated(rho, rho_s, prior, Prose(text), globals_, duals)

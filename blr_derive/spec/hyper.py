@@ -12,7 +12,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.names import check_name_at
 from blr_derive.core.text import did_you_mean, quote
-from blr_derive.core.yamlio import LDict, check_keys, finite_number, where
+from blr_derive.core.yamlio import LDict, check_keys, finite_number, text_field, where
 
 HP_KEYS = {"default", "description", "names", "type", "choices", "required", "allow_infinite", "keyword_only"}
 DATA_KEYS = {"shape", "description", "symmetric", "default"}
@@ -23,7 +23,7 @@ class Hyper:
     name: str
     symbol: object           # None for tuples and choices (see ``elements``)
     default: object          # float, int, bool, str (a choice) or tuple of floats; None when required
-    description: str = ""
+    description: object = ""     # Prose (recipe text) read from the recipe
     kind: str = "float"      # float | int | bool | tuple | choice
     elements: tuple = ()     # tuples: ((name, symbol), ...); choices: ((choice, boolean symbol), ...)
     keyword_only: bool = False   # a constructor argument that can only be passed by name (after ``*``)
@@ -34,7 +34,7 @@ class DataVar:
     name: str
     symbol: object
     shape: tuple          # () scalar, (N,) vector, (N, P) matrix — dims are sympy Symbols
-    description: str = ""
+    description: object = ""  # Prose (recipe text) read from the recipe
     symmetric: bool = False
     default: object = None  # the data of an abstract loss: its value where a target keeps it as state (torch), an
     #                         expression of hyperparameters (None: the caller must give it)
@@ -114,7 +114,7 @@ def parse_hyperparameter(hname, hdecl, hspec, taken, kinds=ALL_KINDS, keys=HP_KE
         raise err(f"hyperparameter '{hname}': 'required' must be true or false", hdecl, "required")
     check_keys(hdecl, keys, () if required else ("default",), f"hyperparameter '{hname}'")
     d = hdecl.get("default")
-    desc = str(hdecl.get("description", ""))
+    desc = text_field(hdecl, "description")
     htype = hdecl.get("type")
     if htype not in (None, "int", "float"):
         raise err(f"hyperparameter '{hname}': type must be int or float", hdecl, "type")
@@ -233,7 +233,7 @@ def parse_data(dspec, symbols: dict, taken: set, dims: dict, keys=DATA_KEYS, new
         if not isinstance(symmetric, bool) or (symmetric and (len(dsyms) != 2 or dsyms[0] != dsyms[1])):
             raise err(f"data '{dname}': symmetric must be true or false, and true only for square matrices",
                       ddecl, "symmetric")
-        data.append(DataVar(dname, sym, tuple(dsyms), str(ddecl.get("description", "")), symmetric,
+        data.append(DataVar(dname, sym, tuple(dsyms), text_field(ddecl, "description"), symmetric,
                             _data_default(dname, ddecl, defaults)))
         symbols[dname] = sym
         taken.add(dname)

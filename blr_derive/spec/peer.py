@@ -45,6 +45,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.names import name_problem
+from blr_derive.core.text import Prose
 from blr_derive.core.yamlio import check_keys, where
 
 PEER_KEYS = {"state_names", "validate", "counts_steps", "switches", "group_entries", "eager_state",
@@ -115,7 +116,7 @@ def _message(text, names, container, key):
         pieces.append(("text", text[pos:]))
     if any(k == "text" and ("{" in t or "}" in t) for k, t in pieces):
         raise _err("braces in a message are only for {name} placeholders", container, key)
-    return tuple(pieces)
+    return tuple((k, Prose(t)) if k == "text" else (k, t) for k, t in pieces)
 
 
 def parse_peer(spec, symbols: dict, choices: dict, names) -> Peer | None:

@@ -24,6 +24,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
+from blr_derive.core.text import Prose
 from blr_derive.core.yamlio import LDict, check_keys, finite_number, text_field, where
 from blr_derive.spec.blocks import Block, Factor, block_candidate
 from blr_derive.spec.components import component_block, parse_components
@@ -50,11 +51,11 @@ class ProductFamilyView:
 @dataclass
 class FactorizedRecipe:
     name: str
-    title: str
-    description: str
-    paper: str
+    title: Prose                   # recipe text is Prose (blr_derive/core/text.py): outputs escape it
+    description: Prose
+    paper: Prose
     class_name: str
-    checked_against: str
+    checked_against: Prose
     blocks: list
     factors: list
     hyper: list                    # [Hyper] (numbers)
@@ -94,7 +95,8 @@ class FactorizedRecipe:
 
     @property
     def loss_text(self):
-        return " + ".join(f"[{f.name}{', summed over the plate' if f.plate else ''}: {f.text}]" for f in self.factors)
+        return Prose(" + ".join(f"[{f.name}{', summed over the plate' if f.plate else ''}: {f.text.text}]"
+                                for f in self.factors))
 
 
 def is_product_spec(spec) -> bool:
@@ -114,7 +116,7 @@ def _plate(spec, hyper, taken, dims):
             raise err("plate minibatch must name a hyperparameter (the data-set size N)", pspec, "minibatch")
     index = check_name_at(pspec.get("index", "n"), "plate index", pspec, "index")
     return {"index": index, "data": _data(pspec["data"], "plate data", pspec, "data", taken, dims),
-            "minibatch": mb_sym, "description": str(pspec.get("description", ""))}
+            "minibatch": mb_sym, "description": text_field(pspec, "description")}
 
 
 def _data(dspec, what, parent, key, taken, dims):
@@ -180,7 +182,7 @@ def _family_block(bname, bdecl, local, rho, rho_text, schedule, line, load_famil
     if messages and fam.depends_on_variable(fam.log_h):
         raise err(f"block '{bname}': the message form needs a constant base measure", bdecl, "messages")
     return Block(bname, fam, local, "exact", rho, rho_text, variables, dict(zip(variables, comps)), constraint,
-                 state, str(bdecl.get("description", "")), line=line, schedule=schedule, messages=messages)
+                 state, text_field(bdecl, "description"), line=line, schedule=schedule, messages=messages)
 
 
 def _delta_block(bname, bdecl, local, rho, rho_text, line, taken, dims):
@@ -221,7 +223,7 @@ def _delta_block(bname, bdecl, local, rho, rho_text, line, taken, dims):
             raise err(f"block '{bname}': shape must be scalar, vector or matrix", var, "shape")
     state = [(str(v), v, None) for v in variables]
     return Block(bname, None, False, "delta", rho, rho_text, variables, {}, {}, state,
-                 str(bdecl.get("description", "")), symmetric=sym, line=line)
+                 text_field(bdecl, "description"), symmetric=sym, line=line)
 
 
 def _block(bname, bdecl, bspec, plate, hsyms, taken, dims, load_family, components=None):
@@ -312,8 +314,8 @@ def _factors(spec, blocks, plate, symbols, components=None):
                 if b.local and any(expr.has(v) for v in b.variables):
                     raise err(f"factor '{fname}' uses the local block '{b.name}': mark it plate: true", fdecl,
                               "plate")
-        factors.append(Factor(fname, expr, plated, str(fdecl["expression"]).strip(),
-                              str(fdecl.get("description", "")), per))
+        factors.append(Factor(fname, expr, plated, Prose(str(fdecl["expression"]).strip()),
+                              text_field(fdecl, "description"), per, line=where(fdecl, "expression")[1]))
     return factors
 
 

@@ -11,6 +11,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
+from blr_derive.core.text import Prose
 from blr_derive.core.yamlio import LDict, check_keys, text_field, where
 from blr_derive.spec.correction import correction_data
 from blr_derive.spec.federated import parse_federated
@@ -29,19 +30,19 @@ LOSS_KEYS = {"kind", "expression", "data", "description"}
 @dataclass
 class Recipe:
     name: str
-    title: str
-    description: str
-    paper: str
+    title: Prose                       # recipe text is Prose (blr_derive/core/text.py): outputs escape it
+    description: Prose
+    paper: Prose
     family: object                     # a Family (blr_derive/families/model.py) or a MixtureFamily
     loss_kind: str                     # "abstract" | "explicit"
     loss: object = None                # sympy expr in θ, data and hyperparameters
-    loss_text: str = ""
+    loss_text: object = ""             # the loss expression as written (Prose: it may carry a comment)
     data: list = field(default_factory=list)
     hyper: list = field(default_factory=list)
     approximations: list = field(default_factory=list)
     learning_rate: str = "rho"
     class_name: str = ""
-    checked_against: str = ""
+    checked_against: object = ""       # Prose
     file: str | None = None
     spec: object = None
 
@@ -170,7 +171,7 @@ def parse_recipe(spec, fam, rule_kinds: dict, file=None) -> Recipe:
     peer = parse_peer(spec, hsyms, {h.name: dict(h.elements) for h in hyper if h.kind == "choice"}, shown)
     return Recipe(
         name=name, title=text_field(spec, "title", name), description=text_field(spec, "description", ""),
-        paper=text_field(spec, "paper", ""), family=fam, loss_kind=kind, loss=expr, loss_text=text,
+        paper=text_field(spec, "paper", ""), family=fam, loss_kind=kind, loss=expr, loss_text=Prose(text),
         data=data, hyper=hyper, approximations=approxs, learning_rate=lr,
         class_name=str(spec.get("class_name", "")), checked_against=text_field(spec, "checked_against", ""),
         file=file, spec=spec, state_init=_state_init(spec), parameter=_parameter(spec, fam), federated=federated,

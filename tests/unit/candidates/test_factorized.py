@@ -351,7 +351,8 @@ factors:
      "declares 'variable', not 'family'", 6),
     (("local: true, approximations: [exact]}", "local: true, approximations: [exact], learning_rate: 0.5}"),
      "needs learning_rate 1", 5),
-    (("s0*mu**2/2", "s0*exp(mu)"), "not linear in the sufficient statistics of block 'mu'", 6),
+    (("s0*mu**2/2", "s0*exp(mu)"), "not linear in the sufficient statistics of block 'mu', so the exact rule does "
+     "not apply: in the term s0*exp(mu), exp(mu) is not a multiple of a sufficient statistic (mu, mu^2)", 9),
     (("approximations: [exact]}\n  mu", "approximations: [monte_carlo]}\n  mu"), "approximations must be [exact]", 5),
     (("prior: {expression", "prior: {plate: false, expression: \"z1\", x"), None, None),
 ])

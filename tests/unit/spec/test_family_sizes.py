@@ -59,13 +59,13 @@ def test_default_size_is_three_and_instances_are_cached_per_size():
     assert cat is load_family({"name": "categorical", "K": 3})          # the default, one derivation
     assert [str(t) for t in cat.T] == ["theta1", "theta2"]
     assert str(cat.eta[0]) == "log(p1/(-p1 - p2 + 1))"
-    assert cat.params["p2"].description == "probability of class 2 (class 3 has 1 - p1 - p2)"
+    assert cat.params["p2"].description.text == "probability of class 2 (class 3 has 1 - p1 - p2)"
     five = load_family({"name": "categorical", "K": 5})
     assert five is load_family({"name": "categorical", "K": 5}) and five is not cat
     assert list(five.params) == ["p1", "p2", "p3", "p4"]
     dir3 = load_family("dirichlet")
     assert str(dir3.A) == str(load_family({"name": "dirichlet", "K": 3}).A)
-    assert dir3.description.startswith("Dirichlet(a1, a2, a3) on the probability simplex with K = 3 ")
+    assert dir3.description.text.startswith("Dirichlet(a1, a2, a3) on the probability simplex with K = 3 ")
 
 
 # ------------------------------------------------------------------------------------------- EM at K = 4
