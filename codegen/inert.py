@@ -21,10 +21,12 @@ of its place is therefore either rendered inert or refused, never emitted.
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import keyword
 import math
 import re
+import symtable
 from pathlib import Path
 
 import sympy as sp
@@ -210,4 +212,72 @@ def audit(source: str, target: str, modules: frozenset) -> str:
         elif (isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__")
               and node.attr not in ALLOWED_DUNDER):
             raise CodegenError(f"the {target} target rendered an access to '{node.attr}' (line {node.lineno})")
+    unbound = unbound_names(source, tree, modules)
+    if unbound:
+        name, line, why = unbound[0]
+        raise CodegenError(f"the {target} target rendered a module that reads '{comment(name)[:60]}' (line {line}), "
+                           f"{why}: it would fail when that code runs")
     return source
+
+
+#: names every module may read without binding them (Python's builtins)
+_BUILTINS = frozenset(dir(builtins))
+
+
+def unbound_names(source: str, tree: ast.Module, modules=frozenset()) -> list:
+    """[(name, line, why)] for every name the module reads that nothing binds (a global no import, def, class or
+    assignment at the top level binds, and no builtin), found with the compiler's own symbol tables (scopes,
+    comprehensions, lambdas and class bodies as Python resolves them), and for every dotted use of a module of
+    ``modules`` (``scipy.special.erf``) that the module does not import itself (``import scipy.linalg`` binds
+    ``scipy`` but does not load ``scipy.special``).  Empty for a module that can run."""
+    top = symtable.symtable(source, "<generated>", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    read: set = set()
+
+    def walk(table):
+        for s in table.get_symbols():
+            if s.is_referenced() and (table is top or s.is_global()) and s.get_name() not in bound:
+                read.add(s.get_name())
+        for child in table.get_children():
+            walk(child)
+    walk(top)
+    missing = read - _BUILTINS
+    first: dict = {}
+    imported: set[str] = set()          # modules an import statement loads (every parent package too)
+    plain: set[str] = set()             # top-level names bound by `import a.b.c` (without `as`)
+    outer: list[ast.Attribute] = []     # the outermost attribute of each dotted chain (a.b.c)
+    inner_attrs: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if node.id in missing and isinstance(node.ctx, ast.Load):
+                first[node.id] = min(first.get(node.id, node.lineno), node.lineno)
+        elif isinstance(node, ast.Attribute):
+            if id(node) not in inner_attrs:
+                outer.append(node)
+            if isinstance(node.value, ast.Attribute):
+                inner_attrs.add(id(node.value))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                imported.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+                if a.asname is None:
+                    plain.add(parts[0])
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            imported.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    found = [(n, first.get(n, 0), "which nothing in it binds (no import, definition or assignment)")
+             for n in sorted(missing)]
+    for node in outer:
+        chain, inner = [node.attr], node.value
+        while isinstance(inner, ast.Attribute):
+            chain.append(inner.attr)
+            inner = inner.value
+        if not isinstance(inner, ast.Name) or inner.id not in plain:
+            continue
+        dotted = [inner.id] + chain[::-1]
+        for i in range(2, len(dotted)):
+            prefix = ".".join(dotted[:i])
+            if prefix in modules and prefix not in imported:
+                found.append((".".join(dotted), node.lineno, f"but the module does not import {prefix}"))
+                break
+    return sorted(set(found), key=lambda f: (f[1], f[0]))

@@ -50,6 +50,9 @@ def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False
         if c.oracle == "hess":
             no("has no Hessian oracle; add an approximation (squared_gradient_hessian, gauss_newton_hessian, "
                "price_estimator)", "approximations")
+    for c in getattr(ir, "checks", None) or ():
+        no(f"does not check at run time that '{c.name}' stays {c.domain.replace('_', ' ')}, and the derivation cannot "
+           f"guarantee it: {c.hint} (the numpy and jax targets check it)", "approximations")
     if ir.sampling is not None:
         if ir.sampling.draw == "tanh_sinh":
             no("evaluates the loss at random samples of q; the recipe's 'quadrature' evaluates it at deterministic "

@@ -62,6 +62,20 @@ class HostConditionalMixin:
         test = " & ".join(f"({self._print(c)} > 0)" for c in conds)
         return self.NAN_WHERE.format(test=test, x=self._print(x))
 
+    #: how a target selects elementwise between two values: "where({test}, {a}, {b})"; None on the host (Python's
+    #: conditional expression on numbers)
+    WHERE: str | None = None
+
+    def _print_near_point(self, expr):
+        """A removable singularity's select (``core.specialfns.near_point``): the Taylor polynomial where
+        |x − c| < r, else the closed form, evaluated away from the 0/0 when the select is elementwise."""
+        general, _, x, c, r = expr.args
+        test = f"{self._print(sp.Abs(x - c))} < {self._print(r)}"
+        series = self._print(expr.series)
+        if self.WHERE is None:
+            return f"({series} if {test} else {self._print(general)})"
+        return self.WHERE.format(test=test, a=series, b=self._print(expr.safe_general()))
+
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr)
         for e, c in reversed(expr.args[:-1]):

@@ -33,10 +33,12 @@ from blr_derive.candidates.base import Candidate, register
 from blr_derive.candidates.single import derive_single, parse_single
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, simplify_mat
+from blr_derive.core.types import Expr, Sym
 from blr_derive.core.yamlio import where
 from blr_derive.families.library import load_family
+from blr_derive.families.model import Family
 from blr_derive.rules.args import Ctx
-from blr_derive.rules.base import RULES, Derivation
+from blr_derive.rules.base import RULES, Derivation, OracleCall, Views
 from blr_derive.rules.kronecker import Kron, KroneckerContext, interpret_matrix, interpret_vector
 from blr_derive.spec.family import Param
 from blr_derive.spec.hyper import Approx
@@ -53,17 +55,19 @@ class KroneckerFamily:
     name: str
     description: str
     reference: str
-    params: dict
-    base: object                          # the full-Gaussian family over vec(W)
-    symmetric: frozenset = frozenset()
-    gaussian_mean: object = None
-    gaussian_cov: object = None
+    params: dict[str, Param]
+    base: Family                          # the full-Gaussian family over vec(W)
+    symmetric: frozenset[Sym] = frozenset()
+    gaussian_mean: Sym | None = None      # M
+    gaussian_cov: Expr | None = None
     elementwise: bool = False
     mu_inverse: str = "symbolic"
-    lam: list = field(default_factory=list)
-    eta: list = field(default_factory=list)
-    dim: object = None
-    theta: object = None
+    lam: list[Expr] = field(default_factory=list)
+    eta: list[Expr] = field(default_factory=list)
+    dim: Expr | None = None
+    theta: Sym | None = None              # W (rows × cols)
+    sampler_accept: Expr | None = None    # no rejection sampler
+    ord_from_nat: dict[Sym, Expr] = field(default_factory=dict)   # no closed-form ordinary(λ) of (M, A, G)
 
     @property
     def is_gaussian(self) -> bool:
@@ -89,7 +93,7 @@ def matrix_normal(base, rows, cols):
 
 def check_base(recipe):
     fam = recipe.family
-    cov = getattr(fam, "gaussian_cov", None)
+    cov = fam.gaussian_cov
     if not (fam.is_gaussian and not fam.elementwise and is_mat(fam.gaussian_mean) and is_mat(cov)
             and cov.shape[1] != 1):
         raise SpecError(f"a kronecker section needs a full-covariance Gaussian over a vector (family: gaussian_full), "
@@ -142,7 +146,7 @@ def map_oracles(recipe, full, D, kctx, env, m):
             D.symbol_names[msym] = full.symbol_names.get(sym, str(sym))
             if kctx.mean_point != M:
                 desc = desc.replace("at the mean (delta method)", "at the sample")
-            D.oracle_calls.append((msym, oracle, kctx.mean_point, desc.replace("θ", "W")))
+            D.oracle_calls.append(OracleCall(msym, oracle, kctx.mean_point, desc.replace("θ", "W")))
             env[sym] = msym
             if oracle == "grad":
                 kctx.grad, grad_sym = msym, sym
@@ -225,7 +229,7 @@ def derive_kronecker(recipe: KroneckerRecipe) -> Derivation:
           "The mean step of the full Gaussian, written with (A ⊗ G)⁻¹ = A⁻¹ ⊗ G⁻¹ and (A⁻¹ ⊗ G⁻¹) vec(V) = "
           "vec(G⁻¹ V A⁻¹) (A, G symmetric): no P×P matrix is formed.",
           [(s_m, e_m, r"\leftarrow"), (M_new, new_mean, r"\leftarrow")])
-    D.views = {"grad": kctx.grad, "M": M, "A": A, "G": G}
+    D.views = Views(grad=kctx.grad, state={"M": M, "A": A, "G": G})
     return D
 
 

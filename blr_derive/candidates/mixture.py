@@ -33,7 +33,7 @@ from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.core.pretty import pretty
 from blr_derive.families.library import load_family
 from blr_derive.families.mixture import MixtureFamily, build_mixture
-from blr_derive.rules.base import PROGRAM_KINDS, RULES, Derivation, MixtureGradient
+from blr_derive.rules.base import PROGRAM_KINDS, RULES, Derivation, MixtureGradient, OracleCall
 from blr_derive.rules.blr import doit, expand, solve_ordinary
 from blr_derive.rules.context import BLRContext
 from blr_derive.rules.mixture import ComponentSymbol, MixtureTerms, inner, mixture_score
@@ -53,7 +53,7 @@ def check(ctx):
     for a in recipe.approximations:
         RULES[a.name].check(ctx)
     check_axis(ctx)
-    passes = ctx.rules(*PROGRAM_KINDS)
+    passes = [(r, a) for r, a in ctx.rules(*PROGRAM_KINDS) if not getattr(r, "each_component", False)]
     free = ctx.family.free_components
     if passes and len(free) > 1:       # a pass rewrites one gradient, Hessian or mean view; here there is one per component
         raise ctx.fail(f"approximation '{passes[0][1].name}' needs a mixture with one free component (this one has "
@@ -221,11 +221,12 @@ def solve_generic(ctx, D, M, G, grads):
     D.add("mixture_blr", RULES["mixture_blr"].equation, "Natural-parameter update of component k",
           "Substituting the natural gradients, evaluated at μ_k = π_k μ(m_k, S_k), into Eq. 28.",
           [(ln, e, r"\leftarrow") for ln, e in zip(G.lam_next, lam_new)])
-    generic = SimpleNamespace(family=SimpleNamespace(params=G.gparams, eta=G.eta_k))
+    # what solve_ordinary reads of a recipe: the generic component's parameters and λ blocks (no closed-form inverse)
+    generic = SimpleNamespace(family=SimpleNamespace(params=G.gparams, eta=G.eta_k, ord_from_nat={}))
     n_before = len(D.updates)
     # the generic oracle values are listed while solving so that the solver collects terms by them; the real
     # oracle calls, one per free component, are added when the update is instantiated
-    D.oracle_calls.extend([(c.generic, c.oracle, M.mean_k, "") for c in M.symbols if c.oracle])
+    D.oracle_calls.extend([OracleCall(c.generic, c.oracle, M.mean_k, "") for c in M.symbols if c.oracle])
     solve_ordinary(generic, D, lam_new, M.hsym)
     updates = D.updates[n_before:]
     del D.updates[n_before:]
@@ -269,7 +270,7 @@ def instantiate(ctx, D, M, G, updates):
             if cs.latex is not None:
                 D.symbol_names[new] = cs.latex(j, mean_j, one)
             if cs.oracle:
-                D.oracle_calls.append((new, cs.oracle, mean_j, cs.description))
+                D.oracle_calls.append(OracleCall(new, cs.oracle, mean_j, cs.description))
         by_name = {str(G.gen[p.symbol]): p for p in base.free_params}
         for name_k, new_k, _ in updates:
             p_b = by_name[name_k]
@@ -302,6 +303,8 @@ def derive_mixture(recipe) -> Derivation:
     grads, score = entropy_term(ctx, D, M, grads, E_logq)
     updates = solve_generic(ctx, D, M, G, grads)
     fam = recipe.family
+    # ∇² log q of the mixture at a component's mean (Eqs. 69-71) is indefinite in general
+    D.indefinite.add(M.Hq)
     if fam.axis:
         steps = axis_update(ctx, D, M, G, updates, score)
         D.add("instantiate", "Eqs. 29-30", "Update of every component at once",
@@ -310,6 +313,7 @@ def derive_mixture(recipe) -> Derivation:
         apply_program_rules(recipe, D, ctx.fail)
         return D
     steps = instantiate(ctx, D, M, G, updates)
+    D.indefinite |= {c[M.Hq] for c in M.copies.values() if M.Hq in c}
     if score is not None:
         mixture_score(D, fam, *score, fam.free_components, {j: (c[M.gq], c[M.Hq]) for j, c in M.copies.items()})
     if hasattr(rule, "mixture_finish"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
-from blr_derive.rules.base import PROGRAM_KINDS, RULES
+from blr_derive.rules.base import PROGRAM_KINDS, RULES, ComponentAxis, OracleCall
 from blr_derive.rules.mixture import LogSumExpOverComponents, sum_over_components
 
 
@@ -34,6 +34,8 @@ def check_axis(ctx):
     if not fam.axis:
         return
     for r, a in ctx.rules(*PROGRAM_KINDS):
+        if getattr(r, "each_component", False):     # acts on every component's own update (riemannian_correction)
+            continue
         raise ctx.fail(f"approximation '{r.name}' needs a mixture with one free component (this one has {fam.K}, an "
                        "array axis)", a)
     for r, a in ctx.rules("expectation", "mixture"):
@@ -85,7 +87,7 @@ def axis_update(ctx, D, M, G, updates, score):
             continue
         if not cs.oracle:
             raise ctx.fail(f"a mixture with the components as an array axis cannot write '{cs.prefix}' per component")
-        D.oracle_calls.append((cs.generic, cs.oracle, M.mean_k, cs.description))
+        D.oracle_calls.append(OracleCall(cs.generic, cs.oracle, M.mean_k, cs.description))
         leaves[cs.generic], names[cs.generic] = "k", _free(cs.prefix, taken)
     if score is not None:
         pair_terms(ctx, D, M, G, score, leaves, names, taken)
@@ -97,7 +99,7 @@ def axis_update(ctx, D, M, G, updates, score):
         e = expr.xreplace({G.pi_k: 1 / K})
         D.updates.append((by_name[name_k].name, new_k, e))
         steps.append((new_k, e, r"\leftarrow"))
-    D.component_axis = {"size": K, "leaves": leaves, "names": names}
+    D.component_axis = ComponentAxis(K, leaves, names)
     return steps
 
 

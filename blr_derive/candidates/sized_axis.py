@@ -29,7 +29,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.resources import families_dir
 from blr_derive.core.yamlio import LDict, check_keys, load_yaml_file, where
 from blr_derive.families.axis import AxisFamily, axis_family, has_axis
-from blr_derive.rules.base import RULES, Derivation, recipe_rule_kinds
+from blr_derive.rules.base import RULES, ComponentAxis, Derivation, recipe_rule_kinds
 from blr_derive.rules.mixture import LogSumExpOverComponents, SumOverComponents
 from blr_derive.spec.components import parse_components
 from blr_derive.spec.recipe import RECIPE_KEYS, parse_recipe
@@ -81,8 +81,9 @@ def parse_axis(spec, file, base_dir):
                         *where(spec, "family"))
     fam = axis_family(fspec, components["size"], fpath)
     rest = LDict({k: v for k, v in spec.items() if k != "components"})
-    rest.file, rest.line = getattr(spec, "file", None) or file, getattr(spec, "line", None)
-    rest.lines = dict(getattr(spec, "lines", {}))
+    rest.file = file
+    if isinstance(spec, LDict):             # a mapping the YAML reader located (not a plain dict of the API)
+        rest.file, rest.line, rest.lines = spec.file or file, spec.line, dict(spec.lines)
     for name in taken:
         if name in {fam.param.name, str(fam.theta)}:
             raise SpecError(f"components: '{name}' clashes with the family's names", *where(spec, "components"))
@@ -178,8 +179,7 @@ def derive_axis(R) -> Derivation:
               f"What other blocks would average: μ_{idx} = E[T_{idx}] in the ordinary parameters (not needed by this "
               "step).", [(sp.Symbol(r"\mu_{%s}" % idx), sp.simplify(mu_a))])
     D.updates.append((fam.param.name, new, value))
-    D.component_axis = {"size": K, "leaves": leaves, "names": names,
-                        "data": [d.name for d in R.data]}
+    D.component_axis = ComponentAxis(K, leaves, names, data=[d.name for d in R.data])
     return D
 
 
@@ -196,7 +196,7 @@ class SizedAxis(Candidate):
         return parse_axis(spec, file, base_dir)
 
     def owns(self, recipe) -> bool:
-        return isinstance(getattr(recipe, "family", None), AxisFamily)
+        return isinstance(recipe.family, AxisFamily)
 
     def derive(self, recipe):
         return derive_axis(recipe)

@@ -157,7 +157,7 @@ FUNCTIONS: dict[str, Callable] = {
     "cos": _unary_scalar(sp.cos),
     "acos": _unary_scalar(sp.acos),
     "atan2": _special(sp.atan2, 2),
-    "sign": _unary_scalar(sp.sign),
+    "sign": _unary_scalar(specialfns.sign),
     "binary": _unary_scalar(specialfns.binary),
     "sigmoid": _unary_scalar(_sigmoid),
     "lgamma": _unary_scalar(sp.loggamma),

@@ -156,6 +156,62 @@ class ndtri(sp.Function):
         return _scipy_evalf("ndtri", self.args, prec)
 
 
+class sign(sp.sign):
+    """sign(x): −1, 0 or +1 (the grammar's ``sign``; sympy's sign, printed as every target's sign).  A step function:
+    its derivative is 0 almost everywhere, and that is the value code can compute (sympy's own derivative, 2δ(x),
+    is a distribution that no target prints), so a sampler θ = −b sign(u − ½) log(1 − 2|u − ½|) differentiates in b
+    like any smooth expression.  A threshold whose argument depends on the parameters (a binary family's
+    sign(λ + logit(u)/2)) is what the relaxation rules replace (``blr_derive/rules/sampling.py``)."""
+
+    def _eval_derivative(self, x):
+        return sp.Integer(0)
+
+    def fdiff(self, argindex=1):
+        return sp.Integer(0)
+
+    # sympy's simplify rewrites a sign as Piecewise((0, Eq(x, 0)), (x/|x|, True)): a condition on the data that the
+    # targets cannot select elementwise, and the 0/0 of the idiom back in the other branch; it stays a sign
+    def _eval_rewrite_as_Abs(self, arg, **kwargs):
+        return None
+
+    def _eval_rewrite_as_Piecewise(self, arg, **kwargs):
+        return None
+
+    def _eval_rewrite_as_Heaviside(self, arg, **kwargs):
+        return None
+
+
+def limit_safe(e):
+    """``e`` with x/|x| and |x|/x written sign(x): the same value wherever it is defined, and the limit from both sides
+    averaged (0) at x = 0 instead of 0/0 (a sampler's old sign idiom (u − ½)/|u − ½| was NaN at the middle node of the
+    tanh-sinh rule, u = ½)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.Abs):
+        return e
+
+    def fix(m):
+        factors = list(sp.Mul.make_args(m))
+        for i, f in enumerate(factors):
+            if isinstance(f, sp.Pow) and isinstance(f.base, sp.Abs) and f.exp == -1:
+                x = f.base.args[0]
+                for j, g in enumerate(factors):
+                    if j != i and (g == x or g == -x):
+                        rest = [h for k, h in enumerate(factors) if k not in (i, j)]
+                        return sp.Mul(*rest) * (sign(x) if g == x else -sign(x))
+            if isinstance(f, sp.Abs):
+                x = f.args[0]
+                for j, g in enumerate(factors):
+                    if j != i and isinstance(g, sp.Pow) and g.exp == -1 and (g.base == x or g.base == -x):
+                        rest = [h for k, h in enumerate(factors) if k not in (i, j)]
+                        return sp.Mul(*rest) * (sign(x) if g.base == x else -sign(x))
+        return m
+
+    prev = None
+    while prev != e:
+        prev = e
+        e = e.replace(lambda n: isinstance(n, sp.Mul), fix)
+    return e
+
+
 class binary(sp.Function):
     """The binary value of x: -1 where x < 0 and +1 elsewhere (0 and NaN included), so that a binary weight always
     holds -1 or +1 (``sign`` gives 0 at 0).  Piecewise constant: its derivative is 0 (straight-through and
@@ -170,6 +226,89 @@ class binary(sp.Function):
 
     def fdiff(self, argindex=1):
         return sp.Integer(0)
+
+
+class near_point(sp.Function):
+    """near_point(general, coefficients, x, c, r): Σ_k a_k (x − c)^k where |x − c| < r, else ``general``.
+
+    One function with a *removable singularity* at x = c: its closed form ``general`` is 0/0 there (the continuous
+    Bernoulli's A(λ) = log((e^λ − 1)/λ) at λ = 0) and loses digits near it by cancellation, while the polynomial with
+    ``coefficients`` (a Tuple a_0, a_1, …; they may depend on other symbols) is its Taylor polynomial about c,
+    accurate inside the radius r (``blr_derive/families/singular.py`` chooses the order and r so that the node and its
+    first two derivatives are within ~1e-13 of the function just inside r).  Differentiating in any symbol s
+    differentiates both branches (the switch is constant almost everywhere): the polynomial's coefficients become
+    ∂a_k/∂s + (k + 1) a_{k+1} ∂x/∂s, so μ = ∇A and F = ∇²A of a guarded A are guarded too, and substituting λ = η(θ)
+    keeps the polynomial in x (no expansion in θ).  Every target prints it as an elementwise select (``numpy.where``,
+    ``torch.where``, ``jnp.where``, ``tl.where``; a Python conditional on the host) with the polynomial in Horner
+    form, and the general branch is evaluated at c + r inside the radius when x is a symbol, so the 0/0 is never
+    computed.  Text and LaTeX show the closed form (``general``): the node is the same function."""
+
+    nargs = 5
+
+    @classmethod
+    def eval(cls, general, coefficients, x, c, r):
+        d = x - c
+        if d.is_number and r.is_number:
+            try:
+                inside = bool(abs(d) < r)
+            except TypeError:          # a complex or undecidable comparison: keep the node
+                return None
+            return polynomial_value(coefficients, d) if inside else general
+
+    @property
+    def series(self):
+        """The Taylor polynomial as an expression in x."""
+        _, coefficients, x, c, _ = self.args
+        return polynomial_value(coefficients, x - c)
+
+    def _eval_derivative(self, s):
+        general, coefficients, x, c, r = self.args
+        dx = sp.diff(x, s)
+        a = list(coefficients) + [sp.Integer(0)]
+        new = [sp.diff(a[k], s) + (k + 1) * a[k + 1] * dx for k in range(len(coefficients))]
+        while len(new) > 1 and new[-1] == 0:
+            new.pop()
+        return self.func(sp.diff(general, s), sp.Tuple(*new), x, c, r)
+
+    def _eval_simplify(self, **kwargs):
+        general, coefficients, x, c, r = self.args
+        return self.func(sp.simplify(general, **kwargs), sp.Tuple(*[sp.simplify(a, **kwargs) for a in coefficients]),
+                         x, c, r)
+
+    def _eval_is_real(self):
+        general, coefficients = self.args[:2]
+        if general.is_real and all(a.is_real for a in coefficients):
+            return True
+        return None
+
+    def _eval_evalf(self, prec):
+        general, coefficients, x, c, r = self.args
+        d = (x - c).evalf(prec)
+        if d.is_number and r.is_number:
+            return (polynomial_value(coefficients, d) if abs(d) < r else general).evalf(prec)
+        return None
+
+    def safe_general(self):
+        """``general`` with x replaced by c + r inside the radius (when x is a symbol), so that an elementwise select
+        never computes the 0/0 of the branch it discards (no NaN, no floating-point warning, no NaN gradient)."""
+        general, _, x, c, r = self.args
+        if not isinstance(x, sp.Symbol) or general == x:
+            return general
+        return general.xreplace({x: near_point(x, sp.Tuple(c + r), x, c, r)})
+
+    def _sympystr(self, printer):
+        return printer._print(self.args[0])
+
+    def _latex(self, printer, **kwargs):
+        return printer._print(self.args[0])
+
+
+def polynomial_value(coefficients, d):
+    """Σ_k a_k d^k in Horner form, a_0 + d (a_1 + d (a_2 + …)) (unevaluated products: printed as written)."""
+    out = None
+    for a in reversed(list(coefficients)):
+        out = a if out is None else a + d * out
+    return sp.Integer(0) if out is None else out
 
 
 def stable_softmax(e):
@@ -243,3 +382,48 @@ class dbesselk(sp.Function):
         if n == 0:
             return sp.besselk(nu, x).evalf(sp.core.evalf.prec_to_dps(prec))
         return sp.Float(dbesselk_numpy(int(n), float(nu), float(x)), prec)
+
+
+#: the largest |ν| at which :func:`besselk_order_derivative` unrolls the recurrence in the order into a closed form
+#: (beyond it the derivative stays the integral ``dbesselk(1, ν, x)``)
+BESSELK_CLOSED_FORM_MAX_ORDER = 12
+
+
+def besselk_closed(nu, x):
+    """K_ν(x) for an order ν with 2ν an integer: elementary at half-integer orders (DLMF 10.39.2 and the recurrence
+    K_{ν+1} = K_{ν−1} + (2ν/x)K_ν, DLMF 10.29.1), else the node ``dbesselk(0, ν, x)``."""
+    nu = sp.nsimplify(nu)
+    if (2 * nu).is_Integer and not nu.is_Integer:
+        return sp.expand_func(sp.besselk(abs(nu), x))
+    return dbesselk(0, abs(nu) if nu.is_number else nu, x)
+
+
+def besselk_order_derivative(nu, x):
+    """∂K_ν(x)/∂ν at the order ν: in closed form where 2ν is an integer and |ν| ≤ BESSELK_CLOSED_FORM_MAX_ORDER,
+    else the integral ``dbesselk(1, ν, x)``.
+
+    * ν = ±½: ±√(π/(2x)) e^{x} E₁(2x) (DLMF 10.38.7);
+    * ν = 0: 0 (K_ν is even in ν); ν = ±n: ±(n!/2)(x/2)^{−n} Σ_{k<n} (x/2)^k K_k(x)/((n − k) k!) (DLMF 10.38.8);
+    * other half-integers by the recurrence in the order differentiated in ν: ∂K_{ν+1} = ∂K_{ν−1} + (2/x)K_ν +
+      (2ν/x)∂K_ν, from ∂K_{±½}; and ∂K_{−ν} = −∂K_ν (K_{−ν} = K_ν).
+
+    The inverse Gaussian's E[log θ] = log m + e^{2s/m} E₁(2s/m) comes out of its tilted log-partition this way."""
+    nu = sp.nsimplify(nu) if nu.is_number else nu
+    if not (nu.is_number and (2 * nu).is_Integer and abs(nu) <= BESSELK_CLOSED_FORM_MAX_ORDER):
+        return dbesselk(1, nu, x)
+    sign = -1 if nu < 0 else 1
+    n = abs(nu)
+    if n.is_Integer:
+        n = int(n)
+        if n == 0:
+            return sp.Integer(0)
+        half = x / 2
+        return sign * sp.factorial(n) / 2 * half ** (-n) * sp.Add(
+            *[half ** k * besselk_closed(k, x) / ((n - k) * sp.factorial(k)) for k in range(n)])
+    d_prev = -sp.sqrt(sp.pi / (2 * x)) * sp.exp(x) * exp1(2 * x)        # ∂K at ν = −½
+    d = -d_prev                                                           # ∂K at ν = ½
+    v = sp.Rational(1, 2)
+    while v < n:                                                          # ∂K_{v+1} from ∂K_{v−1}, ∂K_v
+        d_prev, d = d, d_prev + 2 / x * besselk_closed(v, x) + 2 * v / x * d
+        v += 1
+    return sign * d

@@ -60,11 +60,18 @@ class AxisFamily:
     elementwise = False
     is_gaussian = False
     gaussian_mean = None
+    gaussian_cov = None
+    sampler_accept = None
     dim = None
     components = None
     symmetric = frozenset()
     mu_inverse = "axis"          # no Newton maps in the generated module: λ ↔ ω is solved per coordinate here
     fixed = ()
+
+    @property
+    def ord_from_nat(self) -> dict:
+        """No closed-form ordinary(λ) of the whole family: λ ↔ ω is solved per coordinate."""
+        return {}
 
     def __init__(self, name, description, theta, param, statistic, eta, parts, size, file=None):
         self.name, self.description, self.theta, self.param = name, description, theta, param

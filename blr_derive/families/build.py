@@ -19,9 +19,12 @@ import sympy as sp
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import limit_safe, near_point
 from blr_derive.core.yamlio import where
 from blr_derive.families.model import Family
 from blr_derive.families.numeric import numeric_fisher
+from blr_derive.families.singular import guard_removable
+from blr_derive.families.soundness import validate
 from blr_derive.families.partition import integrate_log_partition, sum_log_partition, support_points, support_words
 from blr_derive.families.solve import solve
 from blr_derive.spec.family import FamilyDecl
@@ -56,6 +59,14 @@ def defined_inverse(e):
     return e.replace(lambda n: isinstance(n, sp.Mul) and n.has(sp.atan), swap)
 
 
+def _limit_safe(sampler):
+    """A scalar sampler's x/|x| written sign(x) (``core.specialfns.limit_safe``): the old sign idiom of a sampler,
+    (u − ½)/|u − ½|, was 0/0 at u = ½, the middle node of the quadrature rule."""
+    if sampler is None or is_mat(sampler) or isinstance(sampler, sp.Tuple):
+        return sampler
+    return limit_safe(sampler)
+
+
 def build_family(decl: FamilyDecl) -> Family:
     """The derived :class:`Family` of a declaration (see the module docstring)."""
     spec = decl.spec
@@ -66,7 +77,7 @@ def build_family(decl: FamilyDecl) -> Family:
         A_given=decl.A is not None, elementwise=decl.elementwise, symmetric=symmetric, file=decl.file,
         variable_kind=decl.variable_kind, components=decl.components, component_supports=decl.component_supports,
         joint_support=decl.joint_support, sizes=decl.sizes, gaussian_mean=decl.gaussian_mean,
-        gaussian_cov=decl.gaussian_cov, sampler=decl.sampler, sampler_accept=decl.sampler_accept, expected_log_h=decl.expected_log_h)
+        gaussian_cov=decl.gaussian_cov, sampler=_limit_safe(decl.sampler), sampler_accept=decl.sampler_accept, expected_log_h=decl.expected_log_h)
 
     # 1. ordinary <- natural (solve λ = η(params))
     fam.ord_from_nat = _ord_from_nat(fam, eta, lam, symmetric, spec)
@@ -85,6 +96,21 @@ def build_family(decl: FamilyDecl) -> Family:
             fam.A = integrate_log_partition(fam, spec)
             fam.steps.append(("log-partition", f"A = log ∫ h exp(<λ,T>) d{vname} over the {support_words(fam)} "
                                                "support (symbolic integration)"))
+
+    # removable singularities of A inside Ω (0/0 of the closed form where A is analytic): a Taylor polynomial near
+    # each (singular.py), so that A, μ and F are finite and accurate at and around it in every target
+    guarded = guard_removable(fam, fam.A, spec)
+    if guarded is not fam.A:
+        fam.A = guarded
+        points = "; ".join(f"at {n.args[2]} = {n.args[3]}: for |{sp.sstr(n.args[2] - n.args[3])}| < {n.args[4]} A is its "
+                           f"Taylor polynomial of degree {len(n.args[1]) - 1}" for n in sp.preorder_traversal(guarded)
+                           if isinstance(n, near_point))
+        fam.steps.append(("removable singularity", f"the closed form of A is 0/0 inside Ω ({points}; μ and F are its "
+                                                   "derivatives)"))
+    if not fam.A_given:
+        # a derived A (and its μ, F) must be finite and right at the parameters where closed forms fail: integers,
+        # half-integers, ½ on the unit interval, 0 on the line (checked against quadrature/summation)
+        validate(fam, fam.A, spec, "summation" if fam.is_discrete else "integration")
 
     # 3. μ = ∇A(λ)  (Eq. 4)
     try:
@@ -150,7 +176,7 @@ def _ord_from_nat(fam, eta, lam, symmetric, spec):
 #: functions whose presence in μ(ordinary) means sympy will not find a closed-form inverse
 _TRANSCENDENTAL = (sp.polygamma, sp.loggamma, sp.gamma, sp.Sum, sp.LambertW, sp.erf, sp.erfc, sp.erfi, sp.hyper,
                    sp.meijerg, sp.besseli, sp.besselk, sp.zeta, sp.Piecewise, sp.uppergamma, sp.lowergamma,
-                   sp.Ei, sp.expint)
+                   sp.Ei, sp.expint, near_point)
 
 
 def clean(e):

@@ -88,6 +88,16 @@ class MixtureFamily:
         return False
 
     @property
+    def sampler_accept(self):
+        """A mixture's sampler draws the component and then from it: no rejection step."""
+        return None
+
+    @property
+    def ord_from_nat(self) -> dict:
+        """No closed-form ordinary(λ) of the mixture as a whole (each component has its own)."""
+        return {}
+
+    @property
     def symmetric(self):
         out = set(self.base.symmetric)
         for c in self.components:

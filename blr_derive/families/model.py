@@ -17,6 +17,7 @@ from blr_derive.core.errors import DerivationError
 from blr_derive.core.expect import gaussian_expectation
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.numeric import NumericFamily, numeric_fisher
+from blr_derive.families.numint import expectation_integral
 from blr_derive.families.partition import discrete_expectation, tilted_expectation
 from blr_derive.families.statistics import log_h_linear as log_h_linear_coefficients
 from blr_derive.families.symbolic import evaluate, loggamma_form, simplify_bounded, subs, tidy
@@ -60,6 +61,7 @@ class Family:
     sizes: tuple = ()                                   # ((name, value), ...) a sized family was instantiated at
     _numeric: dict = field(default_factory=dict, repr=False)
     log_h_linear_coefficients: object = field(default=None, repr=False)
+    _expect_log_h: object = field(default=None, repr=False, compare=False)   # (E_q[log h], how) or the error
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -136,33 +138,61 @@ class Family:
         return self.log_h_linear_coefficients or None
 
     def expect_log_h(self):
-        """E_q[log h(θ)] in ordinary parameters.
+        """E_q[log h(θ)] in ordinary parameters (derived once; :attr:`expect_log_h_method` says how).
 
         * a declared ``expected_log_base_measure``: as declared (``check`` tests it against quadrature);
         * constant log h: itself;
         * Gaussian families: closed-form Gaussian moments of a polynomial log h;
         * log h = c0 + Σ c_i T_i(θ): c0 + Σ c_i μ_i;
-        * discrete supports: the sum Σ_θ q(θ) log h(θ) (an unevaluated ``Sum`` for infinite supports).
+        * discrete supports: the sum Σ_θ q(θ) log h(θ) (an unevaluated ``Sum`` for infinite supports);
+        * one continuous variable: the tilted log-partition d/ds log ∫ h^{1+s} exp(<λ, T>) dθ at s = 0 where sympy
+          integrates it (derivatives of K_ν in its order included: ``partition.bessel_order_derivatives``), else the
+          unevaluated ``Integral(q log h, θ)`` that ``evaluate`` integrates numerically (``numint.py``).
         """
+        if self._expect_log_h is None:
+            try:
+                self._expect_log_h = self._derive_expect_log_h()
+            except DerivationError as exc:
+                self._expect_log_h = exc
+        if isinstance(self._expect_log_h, DerivationError):
+            raise self._expect_log_h
+        return self._expect_log_h[0]
+
+    @property
+    def expect_log_h_method(self) -> str:
+        """How E_q[log h] is obtained, in words (``check`` prints it); the error's first line when it is not."""
+        try:
+            self.expect_log_h()
+        except DerivationError as exc:
+            return f"not derived ({str(exc).splitlines()[0]})"
+        return self._expect_log_h[1]
+
+    def _derive_expect_log_h(self):
+        """(E_q[log h], how) — see :meth:`expect_log_h`."""
         lh = self.log_h
         if not self.depends_on_variable(lh):
-            return lh
+            return lh, "constant (h does not depend on the variable)"
         if self.expected_log_h is not None:
-            return self.expected_log_h
+            return self.expected_log_h, "declared (expected_log_base_measure)"
         if self.is_gaussian:
             try:
-                return self.expect_gaussian(lh)
+                return self.expect_gaussian(lh), "closed form (Gaussian moments)"
             except DerivationError:
                 pass
         lin = self.log_h_linear()
         if lin is not None:
             c0, cs = lin
-            return c0 + sum((c * m for c, m in zip(cs, self.mu_ord)), sp.Integer(0))
+            return (c0 + sum((c * m for c, m in zip(cs, self.mu_ord)), sp.Integer(0)),
+                    "closed form (log h linear in T)")
         if self.is_discrete:
-            return discrete_expectation(self, lh)
+            e = discrete_expectation(self, lh)
+            return e, ("a series summed numerically when evaluated" if e.has(sp.Sum) else "a sum over the support")
         tilted = tilted_expectation(self, lh)
         if tilted is not None:
-            return tilted
+            return tilted, "closed form (tilted log-partition)"
+        numeric = expectation_integral(self, lh)
+        if numeric is not None:
+            return numeric, "numerical integration (no closed form)"
         raise DerivationError(
             f"family '{self.name}': E_q[log h] has no closed form here: log h = {sp.sstr(lh)} is neither constant, "
             "nor a linear combination of the sufficient statistics, nor on a discrete support")
@@ -170,7 +200,11 @@ class Family:
     def entropy(self):
         """H(q) = A(λ) - <λ, μ> - E_q[log h(θ)] in ordinary parameters (App. B)."""
         A_ord = subs(self.A, dict(zip(self.lam, self.eta)))
-        H = A_ord - self.inner(self.eta, self.mu_ord) - self.expect_log_h()
+        e_logh = self.expect_log_h()
+        if isinstance(e_logh, sp.Basic) and e_logh.has(sp.Integral):
+            # a numeric integral is kept apart from simplification (sympy would try to integrate it again)
+            return tidy(self.simp(A_ord - self.inner(self.eta, self.mu_ord))) - e_logh
+        H = A_ord - self.inner(self.eta, self.mu_ord) - e_logh
         return tidy(self.simp(H))
 
     def log_density(self):

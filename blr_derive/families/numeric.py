@@ -55,9 +55,26 @@ def numeric_fisher(fam, lam_vals: dict, dim: int):
     return np.array(cols).T
 
 
+def _f64(c):
+    """Coordinates as numpy floats: a closed form that is 0/0 at a point its select discards (a removable
+    singularity, ``core.specialfns.near_point``) is NaN there in numpy, where Python floats would raise."""
+    return [np.float64(x) for x in c]
+
+
+def _horner(coefficients, d):
+    """Σ_k a_k d^k (elementwise, Horner's scheme)."""
+    out = 0.0
+    for a in reversed(list(coefficients)):
+        out = a + d * out
+    return out
+
+
 #: the engine's own special functions that scipy does not name, as numpy functions (binary: -1 for x < 0, else 1)
 OWN_FUNCTIONS = {"binary": lambda x: np.where(np.asarray(x) < 0, -1.0, 1.0),
-                 "softplus": lambda x: np.logaddexp(0.0, x), "dbesselk": dbesselk_numpy}
+                 "softplus": lambda x: np.logaddexp(0.0, x), "dbesselk": dbesselk_numpy,
+                 # a removable singularity's select (core.specialfns.near_point): the series inside the radius
+                 "near_point": lambda g, a, x, c, r: np.where(np.abs(np.asarray(x, dtype=float) - float(c)) < float(r),
+                                                              _horner(a, np.asarray(x, dtype=float) - float(c)), g)}
 MODULES = [OWN_FUNCTIONS, "scipy", "numpy"]
 
 
@@ -217,15 +234,15 @@ class NumericFamily:
 
     def A(self, c, fixed_vals=None):
         with np.errstate(all="ignore"):
-            return float(self._A(*c, *self.fixed_args(fixed_vals or {})))
+            return float(self._A(*_f64(c), *self.fixed_args(fixed_vals or {})))
 
     def grad(self, c, fixed_vals=None):
         with np.errstate(all="ignore"):
-            return np.array(self._grad(*c, *self.fixed_args(fixed_vals or {})), dtype=float)
+            return np.array(self._grad(*_f64(c), *self.fixed_args(fixed_vals or {})), dtype=float)
 
     def hess(self, c, fixed_vals=None):
         with np.errstate(all="ignore"):
-            return np.array(self._hess(*c, *self.fixed_args(fixed_vals or {})), dtype=float)
+            return np.array(self._hess(*_f64(c), *self.fixed_args(fixed_vals or {})), dtype=float)
 
     def ordinary(self, c, fixed_vals=None):
         """Ordinary parameters (free ones) at coordinates c."""

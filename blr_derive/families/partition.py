@@ -11,7 +11,9 @@ import sympy as sp
 from blr_derive.core.budget import step_limit
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import besselk_closed, besselk_order_derivative
 from blr_derive.core.yamlio import where
+from blr_derive.families.soundness import MAX_OPS, sound_closed_form
 from blr_derive.families.symbolic import loggamma_form
 from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS, count_total, integer_range
 
@@ -43,14 +45,16 @@ def power_form(e, variables):
             out *= f
             continue
         keep = sp.Integer(0)
+        powers = {}               # one power per base: (1 + θ²)^(−ν/2 − 1/2), not (1 + θ²)^(−ν/2) (1 + θ²)^(−1/2)
         for term in sp.Add.make_args(sp.expand(f.args[0])):
             logs = [a for a in sp.Mul.make_args(term) if isinstance(a, (sp.log, sp.loggamma))]
             if len(logs) == 1 and any(term.has(v) for v in variables):
-                c = term / logs[0]
-                g = logs[0].args[0]
-                out *= (sp.gamma(g) if isinstance(logs[0], sp.loggamma) else g) ** c
+                powers[logs[0]] = powers.get(logs[0], sp.Integer(0)) + term / logs[0]
             else:
                 keep += term
+        for lg, c in powers.items():
+            g = lg.args[0]
+            out *= (sp.gamma(g) if isinstance(lg, sp.loggamma) else g) ** sp.factor_terms(c)
         out *= sp.exp(keep)
     return out
 
@@ -118,6 +122,20 @@ def finish_log_partition(fam, Z, spec, what):
         raise _err(f"not normalizable: {what} over the {support_words(fam)} support diverges or has no closed form "
                    "(declare log_partition)", spec, "sufficient_statistics")
     Z = sp.simplify(Z)
+    # Γ of arguments that are negative somewhere in the domain times sin(πx) (reflection products, 0·∞ at integers
+    # and half-integers): rewritten so that every Γ has a positive argument (soundness.py)
+    Z = sound_closed_form(fam, Z) or Z
+    A = _log_partition_of(fam, Z, spec, what)
+    ops = sp.count_ops(A)
+    if ops > MAX_OPS:
+        raise _err(f"the log-partition sympy finds for {what} has {ops} operations (more than {MAX_OPS}): μ and F "
+                   "are its derivatives and every target would print them (megabytes of code); declare "
+                   "log_partition in a compact form", spec, "sufficient_statistics")
+    return A
+
+
+def _log_partition_of(fam, Z, spec, what):
+    """log Z in λ: the expanded log-gamma form when it agrees with log Z in floating point, else log Z whole."""
     A_ord = loggamma_form(sp.expand_log(sp.log(Z), force=True))
     A = sp.simplify(A_ord.xreplace(fam.ord_from_nat))
     A = loggamma_form(sp.expand_log(A, force=True)) if A.has(sp.gamma) else A
@@ -336,8 +354,65 @@ def tilted_expectation(fam, g):
     if Z is None or Z.has(sp.Piecewise, sp.oo, -sp.oo, sp.zoo, sp.nan):
         return None
     with step_limit(INTEGRATE_SECONDS):
+        Z = besselk_form(Z)
         e = sp.unpolarify(sp.diff(sp.log(Z), s).xreplace({s: 0}))
+        e = bessel_order_derivatives(e)
         e = sp.simplify(sp.expand_log(e, force=True))
     if e.has(sp.Integral, sp.Derivative, sp.Subs, sp.oo, -sp.oo, sp.zoo, sp.nan, x):     # e.g. d/dν I_ν
         return None
     return loggamma_form(e)
+
+
+def besselk_form(e):
+    """c·I_ν(z) − c·I_{−ν}(z) → −c·(2/π) sin(νπ) K_ν(z) (DLMF 10.27.4) wherever a sum holds such a pair: sympy's
+    integration writes ∫ θ^a e^{−pθ − q/θ} dθ = 2(q/p)^{(a+1)/2} K_{a+1}(2√(pq)) (the generalized inverse Gaussian's
+    kernel) as a difference of I's with reflection-formula Γ products, whose derivative in the order has no closed
+    form and which cancels catastrophically at large z; in K's form the order derivative is
+    :func:`besselk_order_derivative` (closed at half-integer orders, the inverse Gaussian's)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.besseli):
+        return e
+
+    def pair(add):
+        coeffs, rest = {}, []
+        for t in sp.Add.make_args(add):
+            Is = [f for f in sp.Mul.make_args(t) if isinstance(f, sp.besseli)]
+            if len(Is) != 1:
+                rest.append(t)
+                continue
+            coeffs[Is[0]] = coeffs.get(Is[0], sp.Integer(0)) + t / Is[0]
+        out, done = sp.Add(*rest), set()
+        for I, c in coeffs.items():
+            if I in done:
+                continue
+            nu, z = I.args
+            J = sp.besseli(sp.expand(-nu), z)
+            if J in coeffs and J not in done and sp.simplify(sp.gammasimp(c + coeffs[J])) == 0:
+                # c I_ν + c_J I_{−ν} = c_J (I_{−ν} − I_ν) = c_J (2/π) sin(νπ) K_ν
+                out += sp.simplify(sp.gammasimp(coeffs[J] * 2 * sp.sin(nu * sp.pi) / sp.pi)) * sp.besselk(nu, z)
+                done |= {I, J}
+            else:
+                out += c * I
+                done.add(I)
+        return out
+    return e.replace(lambda n: isinstance(n, sp.Add) and n.has(sp.besseli), pair)
+
+
+def bessel_order_derivatives(e):
+    """Derivatives of K_ν(z) in its order (unevaluated ``Subs(Derivative(besselk(ξ, z), ξ), ξ, ν)`` from the chain
+    rule) → :func:`besselk_order_derivative` (closed form at half-integer and integer orders, else the integral
+    ``dbesselk(1, ν, z)``); every K_ν(z) → its elementary form at half-integer orders, else ``dbesselk(0, ν, z)``
+    (what the grammar's ``besselk`` is and the numpy target prints)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.besselk):
+        return e
+
+    def subs_node(n):
+        d = n.expr
+        if (isinstance(d, sp.Derivative) and isinstance(d.expr, sp.besselk) and len(n.variables) == 1
+                and d.variable_count == ((n.variables[0], 1),) and d.expr.args[0] == n.variables[0]):
+            return besselk_order_derivative(n.point[0], d.expr.args[1])
+        return n
+    e = e.replace(lambda n: isinstance(n, sp.Subs), subs_node)
+    e = e.replace(lambda n: isinstance(n, sp.Derivative) and isinstance(n.expr, sp.besselk)
+                  and n.variable_count == ((n.expr.args[0], 1),) and n.expr.args[0].is_Symbol,
+                  lambda n: besselk_order_derivative(n.expr.args[0], n.expr.args[1]))
+    return e.replace(lambda n: isinstance(n, sp.besselk), lambda n: besselk_closed(n.args[0], n.args[1]))

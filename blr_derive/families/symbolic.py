@@ -10,6 +10,7 @@ import sympy as sp
 
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat
+from blr_derive.families.numint import numeric_integrals
 
 
 #: sympy's simplify is super-linear in the size of an expression: one with more operations than this (the von
@@ -97,9 +98,11 @@ def evaluate(expr, values: dict, dims: dict | None = None):
 
 
 def _value(e):
-    """An expression with every symbol replaced by its value, worked out: infinite sums summed, matrix functions
+    """An expression with every symbol replaced by its value, worked out: infinite sums summed, integrals over one
+    variable integrated (``numint.py``), matrix functions
     (:func:`_matrix_functions`) and inverses of numeric matrices evaluated, then ``doit``."""
     e = numeric_infinite_sums(e)
+    e = numeric_integrals(e)
     e = _matrix_functions(e)
     if e.has(sp.Inverse):          # inverses of numeric matrices by LU (sympy's default elimination is far slower)
         e = e.replace(lambda n: isinstance(n, sp.Inverse) and not n.free_symbols and not n.atoms(sp.MatrixSymbol),

@@ -11,23 +11,28 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import function_depth
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
-from blr_derive.ir.federated import federated_entry_points
+from blr_derive.core.types import Assignment, Expr, Sym, Text
+from blr_derive.core.yamlio import LDict
 from blr_derive.ir.common import camel, check_printed_names, seal_text, toposort
+from blr_derive.ir.federated import federated_entry_points
 from blr_derive.ir.mixture_axis import with_component_axis
-from blr_derive.ir.model import HyperVar, OracleCall, UpdateIR, Var
+from blr_derive.ir.model import IR, Dim, FamilyMaps, HyperVar, UpdateIR, Var
 from blr_derive.ir.product import build_product_ir
 from blr_derive.ir.sensitivities import sensitivity_entry_points
-from blr_derive.rules.base import Derivation
+from blr_derive.ir.validity import server_checks, state_checks
+from blr_derive.rules.base import Derivation, OracleCall, Sampling
 from blr_derive.rules.product import FactorizedDerivation
+from blr_derive.spec.peer import Peer
+from blr_derive.spec.recipe import Recipe
 
 
-def _kind(sym, elementwise):
+def _kind(sym: Sym, elementwise: bool) -> str:
     if is_mat(sym):
         return "matrix" if sym.shape[1] != 1 else "vector"
     return "elementwise" if elementwise else "scalar"
 
 
-def build_ir(D: Derivation, source: str = ""):
+def build_ir(D: Derivation, source: str = "") -> IR:
     """The IR of a derivation record (an :class:`UpdateIR`, or a :class:`FactorizedIR` for a product candidate);
     ``source`` labels the recipe in generated headers."""
     if isinstance(D, FactorizedDerivation):
@@ -35,12 +40,12 @@ def build_ir(D: Derivation, source: str = ""):
     return build_update_ir(D, source)
 
 
-def _state(D, r, elementwise) -> list:
+def _state(D: Derivation[Recipe], r: Recipe, elementwise: bool) -> list[Var]:
     """The state: the family's parameters (renamed by a change of variable) then the rules' auxiliary state, each
     with its initial value (``state_init``, else the rule's; a copy of a family state when it is one)."""
     fam, hsyms = r.family, r.hyper_symbols()
 
-    def init_of(name):
+    def init_of(name: str) -> Expr | None:
         if name not in r.state_init:
             return None
         try:
@@ -76,25 +81,27 @@ def _state(D, r, elementwise) -> list:
     return state
 
 
-def _dims(variables) -> list:
+def _dims(variables: list[Var]) -> list[Dim]:
     """(dimension symbol, the variable that binds it, axis) of every symbolic dimension, first use first."""
-    dims, seen = [], set()
+    dims: list[Dim] = []
+    seen = set()
     for v in variables:
         if is_mat(v.symbol):
             for axis, s in enumerate(v.symbol.shape):
                 if isinstance(s, sp.Symbol) and s not in seen:
                     seen.add(s)
-                    dims.append((s, v.name, axis))
+                    dims.append(Dim(s, v.name, axis))
     return dims
 
 
-def _oracles(calls, sampling) -> list:
-    oracles = []
+def _oracles(calls: list[OracleCall], sampling: Sampling | None) -> list[tuple[str, Text]]:
+    """(oracle name, description) of every oracle the update calls, first use first."""
+    oracles: list[tuple[str, Text]] = []
     for c in calls:
         if c.oracle not in [o[0] for o in oracles]:
             oracles.append((c.oracle, c.description))
     if sampling is not None:
-        for _, o in list(sampling.calls) + [(c[0], c[1]) for c in sampling.chained]:
+        for o in [o for _, o in sampling.calls] + [c.oracle for c in sampling.chained]:
             if o not in [x[0] for x in oracles]:
                 oracles.append((o, f"{o} of ℓ at samples θ_k of q (Monte Carlo)"))
     return oracles
@@ -104,12 +111,12 @@ def _oracles(calls, sampling) -> list:
 CSE_MAX_DEPTH = 8
 
 
-def _program(D) -> list:
+def _program(D: Derivation) -> list[Assignment]:
     """The definitions and updates in dependency order after common-subexpression elimination (scalar programs)."""
     program = toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     syms = [s for s, _ in program]
     exprs = [e for _, e in program]
-    assignments = []
+    assignments: list[Assignment] = []
     if not any(is_mat(e) for e in exprs):
         # an expression whose functions nest deeply (a nested loss at the points of a finite support) is left out:
         # sympy's common-subexpression search substitutes into it in time that grows steeply with the depth
@@ -129,7 +136,7 @@ def _program(D) -> list:
     return toposort(assignments)      # CSE temporaries may use values the program computes
 
 
-def _used_symbols(D, assignments, state) -> set:
+def _used_symbols(D: Derivation, assignments: list[Assignment], state: list[Var]) -> set[Sym]:
     """Every symbol the generated module reads (the program, the sampler, initial values, other entry points)."""
     used = set()
     for _, e in assignments:
@@ -142,7 +149,7 @@ def _used_symbols(D, assignments, state) -> set:
         for _, e in sm.reductions:
             used |= e.free_symbols
         for c in sm.chained:
-            used |= c[3].free_symbols
+            used |= c.point_expr.free_symbols
     for v in state:
         if v.init is not None and v.init_state is None:
             used |= v.init.free_symbols
@@ -155,28 +162,28 @@ def _used_symbols(D, assignments, state) -> set:
     return used
 
 
-def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
+def build_update_ir(D: Derivation[Recipe], source: str = "") -> UpdateIR:
     r = D.recipe
     fam = r.family
     elementwise = fam.elementwise or D.elementwise
     state = _state(D, r, elementwise)
-    data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description,
-                getattr(d, "default", None)) for d in r.data]
+    data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description, d.default)
+            for d in r.data]
     scalarized = D.elementwise and not any(is_mat(e) for _, _, e in D.updates)
     if scalarized:
         for v in state:
             v.kind = "elementwise"
     dims = _dims(([] if scalarized else state) + data)
-    calls = [OracleCall(s, name, arg, desc) for (s, name, arg, desc) in D.oracle_calls]
+    calls = list(D.oracle_calls)
     assignments = _program(D)
     outputs = [(name, sym) for name, sym, _ in D.updates] + [(p.name, p.symbol) for p in fam.params.values()
                                                              if p.fixed]
     used = _used_symbols(D, assignments, state)
     for d in data:                      # a data item's default (kept as state by the optimizer targets) reads them too
         if d.init is not None:
-            used |= getattr(d.init, "free_symbols", set())   # parsed by the restricted grammar
+            used |= d.init.free_symbols
     if r.peer is not None:
-        _check_peer_states(r, state)
+        _check_peer_states(r, r.peer, state)
         used |= {x for c in (r.peer.checks or []) + (r.peer.sparse_checks or []) for x in c.condition.free_symbols}
     hyper = [HyperVar(h.name, h.kind, h.default, h.description,
                       (h.symbol,) if h.symbol is not None else tuple(es for _, es in h.elements),
@@ -185,11 +192,12 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
     mean = next((p.name for p in fam.params.values() if fam.gaussian_mean is not None
                  and p.symbol == fam.gaussian_mean), None)
     own = r.parameter is None or r.parameter == fam.gaussian_mean
+    equations: list[Text] = list(D.update_lines())
     ir = UpdateIR(
         recipe=r.name, title=r.title, family=fam.name, class_name=r.class_name or camel(r.name),
         engine_version=__version__, source=source, elementwise=elementwise, state=state,
         hyperparameters=hyper, data=data, dims=dims, oracles=_oracles(calls, D.sampling), oracle_calls=calls,
-        random_draws=[], assignments=assignments, outputs=outputs, equations=D.update_lines(),
+        assignments=assignments, outputs=outputs, equations=equations,
         step_symbol=D.step_symbol, sampling=D.sampling, mean=mean if own else None,
         parameter=None if own else r.parameter, paper=r.paper, description=r.description,
         family_maps=_family_maps(fam),
@@ -197,51 +205,81 @@ def build_update_ir(D: Derivation, source: str = "") -> UpdateIR:
         sensitivity_entry_points(D.sensitivities, state, hyper, dims) if D.sensitivities is not None else None,
     )
     ir.peer = r.peer
+    ir.checks = state_checks(D, fam)
+    if D.federated is not None:
+        server = next(f for f in ir.entry_points.functions if f.name == "server_step")
+        server.checks = server_checks(D, fam, {str(s): s for s, _ in server.assignments})
     sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}
     sym |= {str(c.symbol) for c in calls if c.oracle == "hess" and is_mat(c.symbol)}
     names = {v.name for v in state} | {v.name for v in data} | {str(c.symbol) for c in calls}
     ir.symmetric = frozenset(n for n in sym if n in names)
     check_printed_names(ir, r)
     _check_defined(ir, r)
-    if getattr(D, "component_axis", None) is not None:      # a mixture with the components as an array axis
-        with_component_axis(ir, D)
+    if D.component_axis is not None:      # a mixture with the components as an array axis
+        with_component_axis(ir, D.component_axis)
     return seal_text(ir)
 
 
-def _check_defined(ir, r):
+def _check_defined(ir: UpdateIR, r: Recipe) -> None:
     """An update that sympy reduced to ∞/0 or NaN (a family whose maps leave their domain, e.g. λ = exp(exp(α)))
     cannot be printed as code: one located error, not a printer's KeyError."""
     for s_, e in ir.assignments:
         if isinstance(e, sp.Basic) and e.has(sp.zoo, sp.nan):
-            spec = getattr(r, "spec", None)
-            line = spec.line_of("approximations") if hasattr(spec, "line_of") and "approximations" in spec else None
+            spec = r.spec
+            line = spec.line_of("approximations") if isinstance(spec, LDict) and "approximations" in spec else None
             raise SpecError(f"the derived update of '{s_}' is undefined (it contains ∞/0 or NaN): the family's maps "
                             "or the loss leave their domain; check natural_parameters against the parameters' "
                             "domains", r.file, line)
 
 
-def _check_peer_states(r, state):
+def _check_peer_states(r: Recipe, peer: Peer, state: list[Var]) -> None:
     """``peer.state_names`` may only rename state the update keeps."""
     known = {v.name for v in state}
-    for name, stored in r.peer.state_names.items():
+    for name, stored in peer.state_names.items():
         if name not in known:
             raise SpecError(f"peer: state_names names unknown state '{name}' (known: {', '.join(sorted(known))})",
-                            r.file, r.peer.state_lines.get(name))
+                            r.file, peer.state_lines.get(name))
         if stored in known and stored != name:
             # a checkpoint saved under the states' own names is renamed on load: {u: s, s: u} would load each
             # state into the other
             raise SpecError(f"peer: state_names stores '{name}' under '{stored}', the name of another state of this "
-                            "update; choose a key that is no state's own name", r.file, r.peer.state_lines.get(name))
+                            "update; choose a key that is no state's own name", r.file, peer.state_lines.get(name))
 
 
-def _family_maps(fam):
+def family_ir(fam, source: str = "") -> UpdateIR | None:
+    """The module of a family alone: the parameter maps a recipe's module carries for a family without a closed-form
+    μ → λ map (``natural_parameters``, ``log_partition``, ``expectation_parameters``, ``fisher_information``,
+    ``ordinary_from_natural``, ``ordinary_from_expectation``), here for any family with scalar natural parameters,
+    printed by a target's own printer and templates, and an ``init``/``step`` whose step keeps the state.  What
+    ``blr-derive check`` runs at its hard points (``blr_derive/verify/hunt.py``): the same printing of A, μ and F
+    as in every generated module, so that a fault of the printed code shows up there.  None for matrix blocks."""
+    maps = _family_maps(fam, always=True)
+    if maps is None:
+        return None
+    state = [Var(p.name, p.symbol, _kind(p.symbol, False), p.description, None, True, fixed=p.fixed)
+             for p in fam.params.values()]
+    ir = UpdateIR(
+        recipe=f"{fam.name}_maps", title=f"The parameter maps of family {fam.name}", family=fam.name,
+        class_name=camel(f"{fam.name}_maps"), engine_version=__version__, source=source, elementwise=False,
+        state=state, hyperparameters=[], data=[], dims=_dims(state), oracles=[], oracle_calls=[],
+        assignments=[], outputs=[(p.name, p.symbol) for p in fam.params.values()], equations=[],
+        family_maps=maps, description=fam.description or "")
+    return seal_text(ir)
+
+
+def _family_maps(fam, always: bool = False) -> FamilyMaps | None:
     """For families whose μ → λ map has no closed form (digamma etc.): what the generated module needs to
-    solve ∇A(λ) = μ by Newton's method (λ(ordinary), μ(λ), F(λ) = ∇²A, ordinary(λ), Ω, a starting λ)."""
-    if getattr(fam, "mu_inverse", "symbolic") != "numeric" or any(is_mat(l) for l in fam.lam):
+    solve ∇A(λ) = μ by Newton's method (λ(ordinary), μ(λ), F(λ) = ∇²A, ordinary(λ), Ω, a starting λ); for every
+    family with scalar natural parameters when ``always`` (:func:`family_ir`)."""
+    if (not always and fam.mu_inverse != "numeric") or any(is_mat(l) for l in fam.lam):
         return None
     start = {}
+    simplex = [p for p in fam.params.values() if p.domain == "simplex"]
     for p in fam.params.values():
-        start[p.symbol] = sp.Rational(1, 2) if p.domain in ("unit_interval", "simplex") else sp.Integer(1)
+        # the simplex's coordinates together: 1/K each (1/2 each put p3 = 1 - p1 - p2 = 0 on the boundary at K = 3)
+        start[p.symbol] = (sp.Rational(1, len(simplex) + 1) if p.domain == "simplex" else sp.Rational(1, 2)
+                           if p.domain == "unit_interval" else sp.sympify(p.greater_than) + 1
+                           if p.greater_than is not None else sp.Integer(1))
     lam0 = [sp.nsimplify(e.xreplace(start)) for e in fam.eta]
     conds = [(name, expr, domain) for name, expr, domain in fam.domain_conditions()]
     return {

@@ -3,17 +3,25 @@ marking of recipe text as prose, and the host conditions under which a program r
 from __future__ import annotations
 
 import dataclasses
+from typing import NoReturn, TypeVar
 
 import sympy as sp
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.text import Prose
+from blr_derive.core.types import Assignment, Expr, Sym
+from blr_derive.core.yamlio import LDict
+from blr_derive.ir.model import Block, Constant, FactorizedIR, UpdateIR
+
+AnyIR = TypeVar("AnyIR", UpdateIR, FactorizedIR)
 
 
-def toposort(items):
+def toposort(items: list[Assignment]) -> list[Assignment]:
     """Stable topological order of [(symbol, expr)] by the symbols each expression uses."""
     defined = {s for s, _ in items}
-    done, out, pending = set(), [], list(items)
+    done: set[Sym] = set()
+    out: list[Assignment] = []
+    pending = list(items)
     while pending:
         for i, (s, e) in enumerate(pending):
             if all(d in done or d not in defined or d == s for d in e.free_symbols):
@@ -26,32 +34,34 @@ def toposort(items):
     return out
 
 
-def seal_text(ir):
+def seal_text(ir: AnyIR) -> AnyIR:
     """Mark every piece of recipe or family text in an IR as :class:`~blr_derive.text.Prose` (principle 4): the
     code generators must render it through their escaping filters, never paste it.  Returns ``ir``."""
-    for key in ("title", "paper", "description", "source", "family"):
-        setattr(ir, key, Prose(getattr(ir, key)))
+    ir.title, ir.paper, ir.description = Prose(ir.title), Prose(ir.paper), Prose(ir.description)
+    ir.source, ir.family = Prose(ir.source), Prose(ir.family)
     ir.equations = [Prose(x) for x in ir.equations]
-    for v in list(ir.state) + list(ir.data) + list(ir.hyperparameters):
+    for v in ir.state + ir.data:
         v.description = Prose(v.description)
-    if hasattr(ir, "oracles"):
+    for h in ir.hyperparameters:
+        h.description = Prose(h.description)
+    if isinstance(ir, UpdateIR):
         ir.oracles = [(name, Prose(desc)) for name, desc in ir.oracles]
-        for c in ir.oracle_calls:
-            c.description = Prose(c.description)
-    if getattr(ir, "blocks", None):
-        ir.blocks = [tuple(Prose(x) if i in (1, 3, 4) else x for i, x in enumerate(b)) for b in ir.blocks]
-    if getattr(ir, "plate", None):
-        ir.plate["data"] = [(n, s_, k, Prose(d)) for n, s_, k, d in ir.plate["data"]]
-    eps = getattr(ir, "entry_points", None)
-    if eps is not None:
-        ir.entry_points = dataclasses.replace(
-            eps, title=Prose(eps.title), notes=[Prose(x) for x in eps.notes],
-            constants=[(name, _prose(value)) for name, value in eps.constants],
-            functions=[dataclasses.replace(f, doc=Prose(f.doc)) for f in eps.functions])
+        ir.oracle_calls = [c._replace(description=Prose(c.description)) for c in ir.oracle_calls]
+        eps = ir.entry_points
+        if eps is not None:
+            ir.entry_points = dataclasses.replace(
+                eps, title=Prose(eps.title), notes=[Prose(x) for x in eps.notes],
+                constants=[(name, _prose(value)) for name, value in eps.constants],
+                functions=[dataclasses.replace(f, doc=Prose(f.doc)) for f in eps.functions])
+    else:
+        ir.blocks = [Block(b.name, Prose(b.candidate), b.scope, Prose(b.rho), Prose(b.approximation))
+                     for b in ir.blocks]
+        if ir.plate is not None:
+            ir.plate["data"] = [v._replace(description=Prose(v.description)) for v in ir.plate["data"]]
     return ir
 
 
-def _prose(value):
+def _prose(value: Constant) -> Constant:
     if isinstance(value, dict):
         return {Prose(k): Prose(v) for k, v in value.items()}
     if isinstance(value, tuple):
@@ -59,34 +69,35 @@ def _prose(value):
     return Prose(value)
 
 
-def check_printed_names(ir, recipe):
+def check_printed_names(ir: UpdateIR | FactorizedIR, recipe) -> None:
     """Distinct quantities of an update must print as distinct names: a declared hyperparameter or data name that
     the derivation also uses for one of its own quantities (``g`` next to the gradient ``g``, ``H`` next to the
     Hessian), or two different symbols under one name, is a located error — never two values under one name in
     the generated code, nor two quantities merged into one sympy symbol."""
-    declared = {}
+    declared: dict[str, tuple[str, str]] = {}
     for h in ir.hyperparameters:
         for s_ in h.symbols:
             declared[str(s_)] = ("hyperparameter", h.name)
     for v in ir.data:
         declared[str(v.symbol)] = ("data", v.name)
-    defined = [s_ for s_, _ in getattr(ir, "assignments", [])]
-    defined += [c.symbol for c in getattr(ir, "oracle_calls", [])]
-    sm = getattr(ir, "sampling", None)
-    if sm is not None:
-        defined += [sm.eps, sm.theta] + [k for k, _ in sm.calls] + [a for a, _ in sm.stats]
-        defined += [r for r, _ in sm.reductions] + [x for c in sm.chained for x in (c[0], c[2])]
+    defined = [s_ for s_, _ in ir.assignments]
+    if isinstance(ir, UpdateIR):
+        defined += [c.symbol for c in ir.oracle_calls]
+        sm = ir.sampling
+        if sm is not None:
+            defined += [sm.eps, sm.theta] + [k for k, _ in sm.calls] + [a for a, _ in sm.stats]
+            defined += [r for r, _ in sm.reductions] + [x for c in sm.chained for x in (c.symbol, c.point)]
     for sym in defined:
         if str(sym) in declared:
             _name_clash(declared[str(sym)], recipe)
     defined_names = {str(s_) for s_ in defined}
-    for v in getattr(ir, "state", []):          # a state (a rule's ``state:``) sharing a name with another quantity
+    for v in ir.state:          # a state (a rule's ``state:``) sharing a name with another quantity
         if str(v.symbol) in declared or v.name in declared:
             _name_clash(("state", v.name), recipe, declared.get(str(v.symbol), declared.get(v.name)))
         if str(v.symbol) in defined_names or v.name in defined_names:
             _name_clash(("state", v.name), recipe)
-    seen = {}
-    exprs = [e for pair in getattr(ir, "assignments", []) for e in pair] + defined
+    seen: dict[str, Sym] = {}
+    exprs = [e for pair in ir.assignments for e in pair] + defined
     for sym in set().union(*[e.free_symbols | e.atoms(sp.MatrixSymbol) for e in exprs if isinstance(e, sp.Basic)]):
         if not isinstance(sym, (sp.Symbol, sp.MatrixSymbol)):
             continue
@@ -96,11 +107,11 @@ def check_printed_names(ir, recipe):
         seen[name] = sym
 
 
-def _name_clash(what, recipe, other=None):
+def _name_clash(what: tuple[str, str], recipe, other: tuple[str, str] | None = None) -> NoReturn:
     kind, name = what
-    file, spec, line = getattr(recipe, "file", None), getattr(recipe, "spec", None), None
-    if spec is not None and hasattr(spec, "line_of"):
-        if kind == "hyperparameter" and hasattr(spec.get("hyperparameters"), "line_of"):
+    file, spec, line = recipe.file, recipe.spec, None
+    if isinstance(spec, LDict):         # a recipe built from a plain mapping has no lines
+        if kind == "hyperparameter" and isinstance(spec.get("hyperparameters"), LDict):
             line = spec["hyperparameters"].line_of(name)
         elif kind == "state" and "approximations" in spec:
             line = spec.line_of("approximations")
@@ -110,11 +121,11 @@ def _name_clash(what, recipe, other=None):
     raise SpecError(f"the name '{name}' is also {also}; rename the {kind}", file, line)
 
 
-def camel(name):
+def camel(name: str) -> str:
     return "".join(w.capitalize() for w in name.split("_"))
 
 
-def usage_condition(expr, sym):
+def usage_condition(expr: Expr, sym: Sym) -> Expr:
     """A host condition under which evaluating ``expr`` needs ``sym`` (sound, not minimal)."""
     if expr == sym:
         return sp.true
@@ -123,7 +134,8 @@ def usage_condition(expr, sym):
     if isinstance(expr, sp.Piecewise):
         if any(c.has(sym) for _, c in expr.args):
             return sp.true                       # conditions are evaluated whenever the expression is
-        out, earlier = [], []
+        out: list[Expr] = []
+        earlier: list[Expr] = []
         for e, c in expr.args:
             u = usage_condition(e, sym)
             if u != sp.false:
@@ -133,7 +145,8 @@ def usage_condition(expr, sym):
     return sp.Or(*[usage_condition(a, sym) for a in expr.args])
 
 
-def need_conditions(assignments, outputs, inputs):
+def need_conditions(assignments: list[Assignment], outputs: list[tuple[str, Sym]],
+                    inputs: list[Sym]) -> dict[Sym, Expr]:
     """For each input symbol, the host condition under which the program reads it."""
     need = {sym: sp.true for _, sym in outputs}
     # one backward sweep over the ordered program: a value is needed where a needed value uses it

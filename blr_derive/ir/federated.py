@@ -10,33 +10,35 @@ import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.nodes import ZerosLike
-from blr_derive.ir.model import EntryPoint, EntryPoints
-from blr_derive.rules.base import RULES
+from blr_derive.core.types import Expr, Sym, Text
+from blr_derive.ir.model import Constant, Dim, EntryPoint, EntryPoints, HyperVar, Read, Var
+from blr_derive.rules.base import RULES, FederatedSteps
 
 
-def _hyper_of(exprs, hyper):
+def _hyper_of(exprs: list[Expr], hyper: list[HyperVar]) -> list[str]:
     free = set().union(*[e.free_symbols for e in exprs]) if exprs else set()
-    return [h.name for h in hyper if h.kind in ("float", "int") and h.symbols[0] in free]
+    return [h.name for h in hyper if h.kind in ("float", "int", "bool") and h.symbols[0] in free]
 
 
-def _sym(name, like=None):
+def _sym(name: str, like: Expr | None = None) -> Sym:
     return sp.MatrixSymbol(name, *like.shape) if like is not None and is_mat(like) else sp.Symbol(name, real=True)
 
 
-def federated_entry_points(fed, state, hyper, dims) -> EntryPoints:
+def federated_entry_points(fed: FederatedSteps, state: list[Var], hyper: list[HyperVar],
+                           dims: list[Dim]) -> EntryPoints:
     """``client_data``, ``init_dual``, ``dual_step``, ``client_message``, ``server_step`` of a federated recipe."""
-    state_reads = [(v.symbol, "state", v.name) for v in state]
+    state_reads = [Read(v.symbol, "state", v.name) for v in state]
     symbols = {v.name: v.symbol for v in state}
-    glob = [(_sym(g, symbols.get(p)), "global_state", p) for p, g in fed.globals]
-    duals = [(_sym(d, e), "dual", d) for d, e in fed.eta]
-    msgs = [(sp.Symbol(m, real=True) if not is_mat(e) else sp.MatrixSymbol(m, *e.shape), "message_sum", m)
+    glob = [Read(_sym(g, symbols.get(p)), "global_state", p) for p, g in fed.globals]
+    duals = [Read(_sym(d, e), "dual", d) for d, e in fed.eta]
+    msgs = [Read(sp.Symbol(m, real=True) if not is_mat(e) else sp.MatrixSymbol(m, *e.shape), "message_sum", m)
             for m, (_, e) in zip(fed.messages, fed.message)]
     server_syms = [(_sym(p, symbols.get(p)), e) for p, e in fed.server]
     server_free = set().union(*[e.free_symbols for _, e in fed.server])
-    dim = []
-    if dims and dims[0][0] in server_free:
+    dim: list[tuple[Sym, Sym]] = []
+    if dims and dims[0].symbol in server_free:
         vec = [s for s, _, _ in msgs if is_mat(s) and s.shape[1] == 1]
-        dim = [(dims[0][0], vec[0] if vec else msgs[0][0])]
+        dim = [(dims[0].symbol, vec[0] if vec else msgs[0].symbol)]
     rule = {n: RULES[n] for n in ("federated_local", "federated_dual", "federated_server")}
     functions = [
         EntryPoint("client_data", "The ``data`` of a client's ``step``: the server's broadcast parameters and the "
@@ -57,10 +59,11 @@ def federated_entry_points(fed, state, hyper, dims) -> EntryPoints:
                    _hyper_of([e for _, e in fed.server], hyper), msgs, counts=[(fed.count, "clients")], dims=dim,
                    assignments=server_syms, returns=[(p, _sym(p, symbols.get(p))) for p, _ in fed.globals]),
     ]
-    notes = [f"Derived by the rules {', '.join(rule)}.  One round: the server broadcasts",
+    notes: list[Text] = [f"Derived by the rules {', '.join(rule)}.  One round: the server broadcasts",
              "its parameters; each client runs step(state, oracles=..., data=client_data(global_state, dual)) on",
              "its own loss, then dual = dual_step(...), and sends client_message(state, dual); the server sums",
              "the messages over the K clients and calls server_step(message_sum, K)."]
-    constants = [("FEDERATED_GLOBALS", dict(fed.globals)), ("FEDERATED_DUALS", tuple(fed.duals)),
-                 ("FEDERATED_MESSAGES", tuple(fed.messages)), ("FEDERATED_EQUATIONS", tuple(fed.equations))]
+    constants: list[tuple[str, Constant]] = [
+        ("FEDERATED_GLOBALS", dict(fed.globals)), ("FEDERATED_DUALS", tuple(fed.duals)),
+        ("FEDERATED_MESSAGES", tuple(fed.messages)), ("FEDERATED_EQUATIONS", tuple(fed.equations))]
     return EntryPoints("federated Bayesian ADMM", notes, constants, functions)

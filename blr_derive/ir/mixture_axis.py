@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import sympy as sp
 
+from blr_derive.core.types import Expr
+from blr_derive.ir.model import Dim, UpdateIR
+from blr_derive.rules.base import ComponentAxis
 from blr_derive.rules.mixture import OVER_COMPONENTS
 
 #: the component axes, in array order
 AXES = "jk"
 
 
-def axes_of(e, axes: dict) -> str:
+def axes_of(e: Expr, axes: dict[Expr, str]) -> str:
     """The component axes of expression ``e`` (a subset of "jk", in that order), given those of its symbols."""
     if e in axes:
         return axes[e]
@@ -31,24 +34,23 @@ def axes_of(e, axes: dict) -> str:
     return "".join(x for x in AXES if x in found)
 
 
-def with_component_axis(ir, D):
-    """Attach ``ir.components`` to the UpdateIR of a mixture whose components are an array axis: the size, the
+def with_component_axis(ir: UpdateIR, info: ComponentAxis) -> UpdateIR:
+    """Set ``ir.components`` of the UpdateIR of a mixture whose components are an array axis: the size, the
     axes and printed name of every symbol of the program, and the state's dimensions moved one axis right (the
     component axis is first, bound by the first state array)."""
-    info = D.component_axis
-    axes = dict(info["leaves"])
+    axes = dict(info.leaves)
     for s, e in ir.assignments:
         axes[s] = axes_of(e, axes)
-    names = {s: info["names"].get(s, str(s)) for s in axes}
+    names = {s: info.names.get(s, str(s)) for s in axes}
     state = {v.name for v in ir.state}
-    dims = [(d, var, axis + 1 if var in state else axis) for d, var, axis in ir.dims]
-    ir.dims = [(info["size"], ir.state[0].name, 0)] + dims
-    if "data" in info:      # a sized family over a run-time axis: its scalars per coordinate are arrays of length K
+    dims = [Dim(d, var, axis + 1 if var in state else axis) for d, var, axis in ir.dims]
+    ir.dims = [Dim(info.size, ir.state[0].name, 0)] + dims
+    if info.data is not None:   # a sized family over a run-time axis: its scalars per coordinate are arrays of length K
         for v in ir.state + ir.data:
-            if v.kind == "scalar" and (v.family or v.name in info["data"]):
-                v.kind = f"array ({info['size']},)"
+            if v.kind == "scalar" and (v.family or v.name in info.data):
+                v.kind = f"array ({info.size},)"
     # the arrays with a leading component axis: the state, and data with one value per component (a sized family
     # over a run-time axis, blr_derive/candidates/sized_axis.py)
-    ir.components = {"size": str(info["size"]), "axes": axes, "names": names,
-                     "state": [v.name for v in ir.state if not v.fixed] + list(info.get("data", ()))}
+    ir.components = {"size": str(info.size), "axes": axes, "names": names,
+                     "state": [v.name for v in ir.state if not v.fixed] + list(info.data or ())}
     return ir

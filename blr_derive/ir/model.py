@@ -9,19 +9,30 @@ elimination (``sympy.cse``).
 
 :class:`FactorizedIR` — a product (mean-field) candidate: the same, with the plate of per-row blocks and
 statistics as a first-class axis.
+
+Mappings the code generators index by key (``ir.plate["data"]``) are :class:`~typing.TypedDict` s, positional
+tuples they unpack (``for d, var, axis in ir.dims``) are :class:`~typing.NamedTuple` s: both keep the shape the
+targets read and say what each entry is.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypedDict
 
+from blr_derive.core.types import Assignment, Expr, HyperDefault, Sym, Text
+from blr_derive.rules.base import OracleCall, Sampling
+
+if TYPE_CHECKING:
+    from blr_derive.spec.family import Param
+    from blr_derive.spec.peer import Peer
 
 @dataclass
 class Var:
     name: str
-    symbol: object
-    kind: str            # scalar | vector | matrix | elementwise
-    description: str = ""
-    init: object = None  # sympy expression of hyperparameters, or None (must be given)
+    symbol: Sym
+    kind: str            # scalar | vector | matrix | elementwise | "array (K,)" (one value per component)
+    description: Text = ""
+    init: Expr | None = None         # sympy expression of hyperparameters, or None (must be given)
     family: bool = True  # a parameter of the family (False: auxiliary state)
     init_state: str | None = None   # initialised as a copy of this (family) state instead
     fixed: bool = False  # a fixed parameter of the family (never updated)
@@ -31,11 +42,45 @@ class Var:
 class HyperVar:
     name: str
     kind: str            # float | int | bool | tuple | choice
-    default: object      # None: required
-    description: str
-    symbols: tuple       # the scalar symbols it binds (one, one per tuple element, or one boolean per choice)
-    choices: tuple = ()
+    default: HyperDefault
+    description: Text
+    symbols: tuple[Sym, ...]         # the scalar symbols it binds (one, one per tuple element, or one flag per choice)
+    choices: tuple[str, ...] = ()
     keyword_only: bool = False   # passed by name only (after ``*`` in a constructor)
+
+
+class Dim(NamedTuple):
+    """A symbolic dimension and where a generated module reads it: the length of ``var``'s axis ``axis``."""
+    symbol: Sym
+    var: str
+    axis: int
+
+
+class Read(NamedTuple):
+    """An array an entry point reads: ``symbol`` = the float array ``argument[key]``."""
+    symbol: Sym
+    argument: str
+    key: str
+
+
+class RowLoop(TypedDict):
+    """An entry point's loop over examples."""
+    count: Sym                         # bound to the number of examples
+    slices: list[tuple[Sym, Sym]]      # (symbol, whole-array symbol): symbol = the array's entry i
+    assignments: list[Assignment]      # per example, in order
+    outputs: list[tuple[str, Sym]]     # (key, symbol): stacked over the examples
+
+
+@dataclass
+class DomainCheck:
+    """A run-time check that a new value stayed in its parameter's domain (``blr_derive/ir/validity.py``): where the
+    derivation cannot guarantee it, the generated function raises an error naming the value, the component and the
+    step instead of returning an invalid distribution (NaN downstream)."""
+    name: str              # the state (or global parameter) name
+    symbol: object         # the symbol holding the new value
+    domain: str            # "positive" (elementwise) or "positive_definite" (matrices in the last two axes)
+    component: object      # None, a component's number (a mixture's unrolled state) or "axis" (the leading axis)
+    hint: str              # what would keep it valid
 
 
 @dataclass
@@ -43,101 +88,152 @@ class EntryPoint:
     """A function of a generated module besides ``init``/``step``: it reads arrays from mapping arguments,
     assigns a program and returns a mapping.  Rendered by every target's generic entry-point template."""
     name: str
-    doc: str
-    params: list                   # positional argument names
-    hyper: list | None             # hyperparameters it reads (None: it takes none)
-    reads: list                    # [(symbol, argument, key)]: symbol = the float array argument[key]
-    counts: list = None            # [(symbol, argument)]: symbol = int(argument)
-    dims: list = None              # [(dimension symbol, symbol)]: the dimension is the symbol's length
-    assignments: list = None       # [(symbol, expr)] in order
-    returns: list = None           # [(key, expr)]
-    keywords: list = None          # keyword-only arguments (default None) after the positional ones
-    rows: dict | None = None       # a loop over examples: {count: symbol bound to the number of examples,
-    #                                slices: [(symbol, whole-array symbol)]: symbol = the array's entry i,
-    #                                assignments: [(symbol, expr)] per example, outputs: [(key, symbol)] stacked}
+    doc: Text
+    params: list[str]                          # positional argument names
+    hyper: list[str] | None                    # hyperparameters it reads (None: it takes none)
+    reads: list[Read]
+    counts: list[tuple[Sym, str]] | None = None     # (symbol, argument): symbol = int(argument)
+    dims: list[tuple[Sym, Sym]] | None = None       # (dimension symbol, symbol): the dimension is the symbol's length
+    assignments: list[Assignment] | None = None     # in order
+    returns: list[tuple[str, Expr]] | None = None   # (key, expr)
+    keywords: list[str] | None = None               # keyword-only arguments (default None) after the positional ones
+    checks: list[DomainCheck] | None = None         # of the returned values (the federated server's parameters)
+    rows: RowLoop | None = None                     # a loop over examples
+
+
+#: a documenting constant of an entry-point group: a string, a tuple of strings or a mapping of strings
+Constant: TypeAlias = "Text | tuple[Text, ...] | dict[Text, Text]"
 
 
 @dataclass
 class EntryPoints:
     """A group of entry points with the constants and notes that document them."""
-    title: str
-    notes: list                    # comment lines
-    constants: list                # [(NAME, value)]: a str, a tuple of str or a dict of str
-    functions: list                # [EntryPoint]
+    title: Text
+    notes: list[Text]                          # comment lines
+    constants: list[tuple[str, Constant]]      # (NAME, value)
+    functions: list[EntryPoint]
 
 
-@dataclass
-class OracleCall:
-    symbol: object
-    oracle: str
-    argument: object
-    description: str
+class FamilyMaps(TypedDict):
+    """For a family whose μ → λ map has no closed form: what the generated module needs to solve ∇A(λ) = μ by
+    Newton's method (``core/newton.py``)."""
+    lam: list[Expr]                   # λ blocks (symbols)
+    eta: list[Expr]                   # λ in the ordinary parameters
+    mu: list[Expr]                    # μ(λ)
+    fisher: Expr                      # F(λ) = ∇²A (a sympy Matrix)
+    A: Expr                           # the log-partition A(λ)
+    ordinary: list[tuple[str, Expr]]  # (parameter name, its value as a function of λ)
+    lam0: list[Expr]                  # a starting λ
+    conditions: list[tuple[str, Expr, str]]   # the domain conditions Ω: (name, expression, domain)
+    params: list[Param]               # the family's parameters
+
+
+class ComponentArrays(TypedDict):
+    """A mixture with the components as an array axis (``ir/mixture_axis.py``)."""
+    size: str                         # K
+    axes: dict[Sym, str]              # symbol -> its component axes ("j", "k", "jk" or "")
+    names: dict[Sym, str]             # symbol -> printed array name
+    state: list[str]                  # the arrays with a leading component axis (state, per-component data)
 
 
 @dataclass
 class UpdateIR:
     recipe: str
-    title: str
-    family: str
+    title: Text
+    family: Text
     class_name: str
     engine_version: str
-    source: str
+    source: Text
     elementwise: bool
-    state: list                    # [Var] family parameters then auxiliary state
-    hyperparameters: list          # [HyperVar]
-    data: list                     # [Var]
-    dims: list                     # [(dim symbol, var name, axis)]
-    oracles: list                  # [(name, description)]
-    oracle_calls: list             # [OracleCall]
-    random_draws: list             # [] for now
-    assignments: list              # [(symbol, expr)] temporaries, definitions and new state values
-    outputs: list                  # [(state name, symbol holding the new value)]
-    equations: list                # plain-text update equations
-    step_symbol: object = None     # the 1-based step counter, when the update uses it
-    sampling: object = None        # rules.base.Sampling for Monte Carlo recipes
-    mean: str | None = None        # the state that is the parameter itself (torch targets)
-    parameter: object = None       # else: what the parameter holds, an expression of the state (e.g. sign(lam))
-    paper: str = ""
-    description: str = ""
-    family_maps: dict | None = None      # μ → λ by Newton's method in the generated module (numeric inverses)
-    entry_points: object = None          # EntryPoints: more functions of the module (e.g. Bayesian ADMM's steps)
-    symmetric: frozenset = frozenset()   # names of the symmetric matrices among state, data and oracle values
-    peer: object = None                  # spec.peer.Peer: stored state names and constructor checks, or None
-    # a mixture with the components as an array axis (blr_derive/ir/mixture_axis.py): {size, axes: symbol -> its
-    # component axes ("j", "k", "jk" or ""), names: symbol -> printed array name, state}; None otherwise
-    components: dict | None = None
+    state: list[Var]               # family parameters then auxiliary state
+    hyperparameters: list[HyperVar]
+    data: list[Var]
+    dims: list[Dim]
+    oracles: list[tuple[str, Text]]          # (oracle name, description), first use first
+    oracle_calls: list[OracleCall]
+    assignments: list[Assignment]            # temporaries, definitions and new state values, in order
+    outputs: list[tuple[str, Sym]]           # (state name, symbol holding the new value)
+    equations: list[Text]                    # plain-text update equations
+    step_symbol: Sym | None = None     # the 1-based step counter, when the update uses it
+    sampling: Sampling | None = None   # Monte Carlo recipes
+    mean: str | None = None            # the state that is the parameter itself (torch targets)
+    parameter: Expr | None = None      # else: what the parameter holds, an expression of the state (e.g. sign(lam))
+    paper: Text = ""
+    description: Text = ""
+    family_maps: FamilyMaps | None = None      # μ → λ by Newton's method in the generated module (numeric inverses)
+    entry_points: EntryPoints | None = None    # more functions of the module (e.g. Bayesian ADMM's steps)
+    symmetric: frozenset[str] = frozenset()    # names of the symmetric matrices among state, data and oracle values
+    peer: Peer | None = None                   # stored state names and constructor checks of a hand-written peer
+    components: ComponentArrays | None = None  # a mixture with the components as an array axis
+    #: new state values the derivation cannot guarantee to stay in their domain (blr_derive/ir/validity.py)
+    checks: list[DomainCheck] | None = None
+
+
+class Block(NamedTuple):
+    """One block of a factorized recipe, as the generated module's ``BLOCKS`` lists it."""
+    name: str
+    candidate: Text                # the block's candidate (a family name, "delta" ...)
+    scope: str                     # "local" (per plate row) or "global"
+    rho: Text                      # the learning rate's text
+    approximation: Text            # exact | delta
+
+
+class PlateVar(NamedTuple):
+    """A per-row data item of the plate."""
+    name: str
+    symbol: Sym
+    kind: str                      # scalar | vector | matrix
+    description: Text
+
+
+class Plate(TypedDict):
+    """The plate of a factorized recipe: rows indexed by ``index``."""
+    index: str
+    data: list[PlateVar]
+    local_outputs: list[tuple[str, Sym]]       # per-row values returned as arrays
+    vectorized: bool               # scalar rows: the per-row program is elementwise (numpy runs all rows at once)
+
+
+class ComponentAxisIR(TypedDict):
+    """The component axis of a factorized recipe with ``components`` (``ir/product.py``)."""
+    index: str
+    size: str
+    carried: frozenset[str]        # the quantities with one value per component
+    rows: frozenset[str]           # those of them that are also per plate row
+    state: list[str]               # the state variables among them
+    local: list[str]               # the local outputs among them
 
 
 @dataclass
 class FactorizedIR:
     """What a generated module of a factorized recipe needs (rendered by codegen/<target>/factorized.*)."""
     recipe: str
-    title: str
+    title: Text
     class_name: str
     engine_version: str
-    source: str
-    paper: str
-    description: str
-    blocks: list                   # [(name, candidate, scope, rho text, approximation)]
-    state: list                    # [ir.Var] global blocks' parameters
-    hyperparameters: list          # [ir.HyperVar]
-    data: list                     # [ir.Var] global data
-    plate: dict | None             # {index, data: [(name, symbol, kind)], local_outputs: [(name, symbol)]}
-    dims: list                     # [(dim, data name, axis)] (plate data: axis counted after the row axis)
-    step_symbol: object
-    local_assign: list             # [(symbol, expr)] per row
-    pre_loop: list                 # [(symbol, expr)] row-invariant parts of the per-row program, computed once
-    prelude: list                  # [(symbol, expr)] parameters of message-form blocks from their messages
-    stats: list                    # [(symbol, per-row expr)]
-    scale: object                  # (symbol, expr) or None
-    assignments: list              # [(symbol, expr)]
-    outputs: list                  # [(state name, symbol)]
-    equations: list                # plain-text update
-    family: str = ""
-    factorized: bool = True
+    source: Text
+    paper: Text
+    description: Text
+    blocks: list[Block]
+    state: list[Var]                   # global blocks' parameters
+    hyperparameters: list[HyperVar]
+    data: list[Var]                    # global data
+    plate: Plate | None
+    dims: list[Dim]                    # plate data: the axis counted after the row axis
+    step_symbol: Sym | None
+    local_assign: list[Assignment]     # per row
+    pre_loop: list[Assignment]         # row-invariant parts of the per-row program, computed once
+    prelude: list[Assignment]          # parameters of message-form blocks from their messages
+    stats: list[Assignment]            # (symbol, per-row expr)
+    scale: Assignment | None           # the minibatch scale N/B, or None
+    assignments: list[Assignment]
+    outputs: list[tuple[str, Sym]]     # (state name, symbol)
+    equations: list[Text]              # plain-text update
+    family: Text = ""
     elementwise: bool = False
-    symmetric: frozenset = frozenset()   # names of the symmetric matrices among state and data
-    # the component axis of a recipe with ``components``: {index, size, carried: names of the quantities with one
-    # value per component, rows: those of them that are also per plate row, state and local: the state variables
-    # and local outputs among them}; None without one
-    components: dict | None = None
+    symmetric: frozenset[str] = frozenset()    # names of the symmetric matrices among state and data
+    components: ComponentAxisIR | None = None  # the component axis of a recipe with ``components``
+
+
+#: either IR
+IR: TypeAlias = "UpdateIR | FactorizedIR"

@@ -7,17 +7,19 @@ from blr_derive import __version__
 from blr_derive.core import matexpr
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
+from blr_derive.core.types import Assignment, Expr, Sym
 from blr_derive.ir.common import camel, check_printed_names, seal_text
-from blr_derive.ir.model import FactorizedIR, HyperVar, Var
+from blr_derive.ir.model import Block, ComponentAxisIR, Dim, FactorizedIR, HyperVar, Plate, PlateVar, Var
 from blr_derive.rules.product import FactorizedDerivation
-from blr_derive.spec.product import block_candidate
+from blr_derive.spec.components import ComponentsSpec
+from blr_derive.spec.product import FactorizedRecipe, block_candidate
 
 
 def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
     """The IR of a product candidate: the plate's per-row program (its row-invariant parts hoisted), the plate
     statistics and the global program."""
     R = D.recipe
-    state = []
+    state: list[Var] = []
     for b in R.blocks:
         if b.local:
             continue
@@ -36,17 +38,18 @@ def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
     hyper = [HyperVar(h.name, h.kind, h.default, h.description, (h.symbol,)) for h in R.hyper if h.symbol in used]
     data = [Var(d.name, d.symbol, "scalar" if not d.shape else ("vector" if len(d.shape) == 1 else "matrix"),
                 d.description) for d in R.data if d.symbol in used]
-    dims, seen = [], set()
-    plate = None
+    dims: list[Dim] = []
+    seen = set()
+    plate: Plate | None = None
     if R.plate is not None:
         pdata = []
         for d in R.plate["data"]:
-            pdata.append((d.name, d.symbol, "scalar" if not d.shape else "vector" if len(d.shape) == 1 else "matrix",
-                          d.description))
+            pdata.append(PlateVar(d.name, d.symbol, "scalar" if not d.shape else "vector" if len(d.shape) == 1
+                                  else "matrix", d.description))
             for axis, s in enumerate(d.shape):
                 if s not in seen:
                     seen.add(s)
-                    dims.append((s, d.name, axis + 1))
+                    dims.append(Dim(s, d.name, axis + 1))
         plate = {"index": R.plate["index"], "data": pdata, "local_outputs": list(D.local_outputs),
                  # scalar rows: the per-row program is elementwise, so numpy evaluates it on all rows at once
                  "vectorized": all(not d.shape for d in R.plate["data"])}
@@ -54,29 +57,29 @@ def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
         for axis, s in enumerate(d.shape):
             if s not in seen:
                 seen.add(s)
-                dims.append((s, d.name, axis))
+                dims.append(Dim(s, d.name, axis))
     pre_loop, local_assign = hoist_invariants(D)
-    blocks = [(b.name, block_candidate(b), "local" if b.local else "global", b.rho_text, b.approximation)
+    blocks = [Block(b.name, block_candidate(b), "local" if b.local else "global", b.rho_text, b.approximation)
               for b in R.blocks]
     components = None
     if R.components is not None:
-        components = component_axis(R, D, pre_loop, local_assign)
+        components = component_axis(R, R.components, D, pre_loop, local_assign)
         first = next(v.name for v in state if v.name in components["state"])
-        dims.append((R.components["size"], first, 0))
+        dims.append(Dim(R.components["size"], first, 0))
     ir = FactorizedIR(
         recipe=R.name, title=R.title, class_name=R.class_name or camel(R.name), engine_version=__version__,
         source=source, paper=R.paper, description=R.description, blocks=blocks, state=state,
         hyperparameters=hyper, data=data, plate=plate, dims=dims, step_symbol=D.step_symbol,
         local_assign=local_assign, pre_loop=pre_loop, prelude=list(D.prelude), stats=list(D.stats), scale=D.scale,
         assignments=list(D.assignments),
-        outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name)
+        outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name, components=components)
     ir.symmetric = frozenset(str(b.variables[0]) for b in R.blocks if b.symmetric)
-    ir.components = components
     check_printed_names(ir, R)
     return seal_text(ir)
 
 
-def component_axis(R, D, pre_loop, local_assign) -> dict:
+def component_axis(R: FactorizedRecipe, axis: ComponentsSpec, D: FactorizedDerivation,
+                   pre_loop: list[Assignment], local_assign: list[Assignment]) -> ComponentAxisIR:
     """Which quantities have one value per component: the per-component blocks' parameters, and every quantity
     computed from one of them outside a sum over the components (ComponentSum, ComponentLogSumExp), in program
     order; those of the per-row program are also per row."""
@@ -91,16 +94,17 @@ def component_axis(R, D, pre_loop, local_assign) -> dict:
     rows = {s for s, _ in local_assign} & carried
     state = [name for b in R.blocks if b.per_component and not b.local for name, _, _ in b.state]
     local = [name for name, s in D.local_outputs if s in carried]
-    return {"index": R.components["index"], "size": str(R.components["size"]),
+    return {"index": axis["index"], "size": str(axis["size"]),
             "carried": frozenset(str(s) for s in carried), "rows": frozenset(str(s) for s in rows),
             "state": state, "local": local}
 
 
-def hoist_invariants(D):
+def hoist_invariants(D: FactorizedDerivation) -> tuple[list[Assignment], list[Assignment]]:
     """Split the per-row program into row-invariant temporaries (computed once before the plate loop) and
     the per-row assignments that use them (loop-invariant code motion; the values are unchanged)."""
     row = set(D.row_symbols) | {s for s, _ in D.local_assign}
-    temps, pre = {}, []
+    temps: dict[Expr, Sym] = {}
+    pre: list[Assignment] = []
 
     def temp(e):
         if e not in temps:

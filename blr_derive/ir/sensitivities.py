@@ -2,28 +2,31 @@
 
 The rule derives, for one example i, the program that maps the trained state and example i's values (a row of
 the data plate, or per-example oracle values) to the parameters of the leave-one-out posterior q_{-i}
-(:class:`~blr_derive.rules.memory_perturbation.LeaveOneOut`); here that program becomes a generic
+(:class:`~blr_derive.rules.base.LeaveOneOut`); here that program becomes a generic
 :class:`~blr_derive.ir.model.EntryPoint` with a loop over the examples (``rows``), which every target renders with
 its entry-point template."""
 from __future__ import annotations
 
 import sympy as sp
 
-from blr_derive.ir.model import EntryPoint, EntryPoints
-from blr_derive.rules.base import RULES
+from blr_derive.core.types import Sym, Text
+from blr_derive.ir.model import Constant, Dim, EntryPoint, EntryPoints, HyperVar, Read, Var
+from blr_derive.rules.base import RULES, LeaveOneOut
 
 
-def sensitivity_entry_points(loo, state, hyper, dims) -> EntryPoints:
+def sensitivity_entry_points(loo: LeaveOneOut, state: list[Var], hyper: list[HyperVar],
+                             dims: list[Dim]) -> EntryPoints:
     """``sensitivities(state, *, oracles=None, data=None, **hyperparameters)`` of a recipe with the rule."""
     used = set().union(*[e.free_symbols | {s} for s, e in loo.program]) if loo.program else set()
     for s, e in loo.program:
         used |= e.atoms(sp.MatrixSymbol)
-    reads = [(v.symbol, "state", v.name) for v in state if v.symbol in used]
-    full_of, slices = {}, []
+    reads = [Read(v.symbol, "state", v.name) for v in state if v.symbol in used]
+    full_of: dict[tuple[str, str], Sym] = {}
+    slices: list[tuple[Sym, Sym]] = []
     for sym, argument, key in loo.rows:
         if (argument, key) not in full_of:       # the whole per-example array (an internal ``_`` name)
             full_of[(argument, key)] = sp.Symbol(f"_{argument}_{key}", real=True)
-            reads.append((full_of[(argument, key)], argument, key))
+            reads.append(Read(full_of[(argument, key)], argument, key))
         slices.append((sym, full_of[(argument, key)]))
     hyper_names = [h.name for h in hyper if h.kind in ("float", "int") and h.symbols[0] in used]
     bound = {s for s, _, _ in reads}
@@ -43,11 +46,11 @@ def sensitivity_entry_points(loo, state, hyper, dims) -> EntryPoints:
                     keywords=["oracles", "data"],
                     rows={"count": loo.count, "slices": slices, "assignments": list(loo.program),
                           "outputs": list(loo.outputs)})
-    notes = ["Derived by the rule memory_perturbation: at a fixed point of the BLR the natural parameters are a",
+    notes: list[Text] = ["Derived by the rule memory_perturbation: at a fixed point of the BLR the natural parameters are a",
              "sum of per-example sites; sensitivities(state, ...) removes one example's site at a time and maps",
              "the result back to the family's parameters (leave-one-out posteriors to first order, exact for",
              "conjugate models)."]
-    constants = [("SENSITIVITY_INPUTS", tuple(f"{arg}.{key}" for arg, key, _ in loo.inputs)),
+    constants: list[tuple[str, Constant]] = [("SENSITIVITY_INPUTS", tuple(f"{arg}.{key}" for arg, key, _ in loo.inputs)),
                  ("SENSITIVITY_OUTPUTS", tuple(keys)),
                  ("SENSITIVITY_EQUATIONS", tuple(loo.equations))]
     return EntryPoints("memory perturbation: leave-one-out sensitivities", notes, constants, [fn])

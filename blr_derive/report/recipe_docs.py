@@ -110,6 +110,9 @@ FED_DOC = [
     ("penalty", "yes", "ρ (a hyperparameter): the client objective E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g)"),
     ("server_penalty", "no", "ρ_s: 0 = the server sums the sites (Eq. 60); ρ = ADMM's augmented term"),
     ("prior", "no", "ℓ_0: the prior's site at the server, an expression of the variable"),
+    ("damping", "no", "d (a hyperparameter; default 1): the dual step η_k ← η_k + dρ(λ_k − λ_g)"),
+    ("temperature", "no", "τ (a hyperparameter; default 1): the clients' losses enter as ℓ_k/τ (a tempered "
+                          "posterior ∝ p_0 Π_k exp(−ℓ_k/τ); the prior is not tempered)"),
     ("description", "no", "one line of text"),
 ]
 FAMILY_DOC = [

@@ -280,4 +280,4 @@ def eq_tex(D, lhs, rhs, op=r"\leftarrow") -> str:
 
 def oracle_tex(D, call) -> str:
     """An oracle call ``(symbol, oracle, argument, ...)`` of the update: ``g = \\mathrm{grad}(m)``."""
-    return r"%s = %s(%s)" % (derivation_tex(D, call[0]), upright(call[1]), derivation_tex(D, call[2]))
+    return r"%s = %s(%s)" % (derivation_tex(D, call.symbol), upright(call.oracle), derivation_tex(D, call.argument))

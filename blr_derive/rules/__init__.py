@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from blr_derive.rules.base import RULES, Rule, approximation_names, register  # noqa: F401
+from blr_derive.rules.base import RULES, Rule, register  # noqa: F401
 
 
 def load_all() -> dict:

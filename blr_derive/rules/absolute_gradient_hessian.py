@@ -36,7 +36,7 @@ class AbsoluteGradientHessian(Rule):
         g = ctx.view("grad")
         value = scale * sp.Abs(g) + eps
         replace(D, h, value)
-        D.views["hess"] = None
+        D.views.hess = None
         record(ctx, "Absolute-gradient Hessian", "∇²ℓ ≈ |ĝ| + ε (Adamax's choice: the gradient magnitude of "
                 "Eq. 38 to the first power).", [(h, value, r"\approx")])
 

@@ -37,7 +37,7 @@ class Ctx:
         except SpecError as exc:
             raise exc.located(self.r.file, self.approx.line) from None
         if not logic:
-            flags = sorted(h.name for h in getattr(self.r, "hyper", ()) if h.kind == "bool" and e.has(h.symbol))
+            flags = sorted(h.name for h in self.r.hyper if h.kind == "bool" and e.has(h.symbol))
             if flags:   # a flag as a number: the generated code reads it with bool(...), so 0.5 would become 1
                 raise self.fail(f"argument '{key}': hyperparameter '{flags[0]}' is a flag (true/false), not a "
                                 "number; give it a numeric default (e.g. 0.0) or use it in 'when'")
@@ -74,11 +74,11 @@ class Ctx:
     def view(self, key):
         """The symbol through which ``key`` (a parameter, a state, 'grad' or 'hess') currently enters the update;
         a name the update does not have is a located error (recipe arguments are untrusted)."""
-        v = self.D.views.get(key) if isinstance(key, str) else None
+        v = self.D.views.of(key) if isinstance(key, str) else None
         if v is None:
             if key in ("grad", "hess"):
                 raise self.fail(f"the update has no {'gradient' if key == 'grad' else 'Hessian'} to act on")
-            known = ", ".join(sorted(k for k, x in self.D.views.items() if x is not None and k not in ("grad", "hess")))
+            known = ", ".join(self.D.views.names())
             raise self.fail(f"'{key}' is not a parameter or state of this update (known: {known})")
         return v
 

@@ -27,12 +27,15 @@ rules and reports read (the natural gradient in terms of E_q[∇ℓ], E_q[∇²�
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, NamedTuple, TypeAlias, TypedDict, TypeVar
 
 import sympy as sp
 
 from blr_derive.core.pretty import pretty
 from blr_derive.core.text import Prose, plain
+from blr_derive.core.types import Assignment, Expr, Sym, Text
 
 KINDS = ("identity", "expectation", "step", "pass", "convention", "mixture")
 #: kinds whose rules rewrite the derived update program
@@ -48,9 +51,12 @@ class Rule:
     summary: str = ""
     #: the candidate structures (``blr_derive/candidates``) the rule applies to; empty: single families, and
     #: every structure for pass and convention rules (they rewrite the derived program, whatever derived it)
-    structures: tuple = ()
+    structures: tuple[str, ...] = ()
     #: expectation rules: the kinds of loss ("abstract", "explicit") whose expectations the rule provides
-    losses: tuple = ()
+    losses: tuple[str, ...] = ()
+    #: pass and convention rules: True when the rule also rewrites programs that mix coordinates (matrix
+    #: products); False: the update must act elementwise
+    matrix_programs: bool = False
 
     def __init__(self, name=None, kind=None, equation=None, summary=None):
         self.name = name or self.name
@@ -114,11 +120,7 @@ def rule(name, kind, equation, summary) -> Rule:
     return register(Rule(name, kind, equation, summary))
 
 
-def approximation_names():
-    return sorted(k for k, r in RULES.items() if r.named_by_recipes)
-
-
-def recipe_rule_kinds() -> dict:
+def recipe_rule_kinds() -> dict[str, str]:
     """name -> kind of every rule a recipe may name (what the spec layer validates against)."""
     return {k: r.kind for k, r in RULES.items() if r.named_by_recipes}
 
@@ -130,11 +132,18 @@ class TexForm:
     """LaTeX around expressions, for a step equation that is not an expression (``\\frac{1}{S}\\sum_k e``): the
     report typesets each of ``args`` with its printer and fills them into ``template`` (``%s`` slots)."""
     template: str
-    args: tuple
+    args: tuple[Expr, ...]
 
-    def render(self, tex) -> str:
+    def render(self, tex: Callable[[Expr], str]) -> str:
         """The LaTeX, ``tex`` typesetting each argument."""
         return self.template % tuple(tex(a) for a in self.args)
+
+
+#: one side of a step's equation: a sympy expression, a LaTeX string, or a :class:`TexForm`
+EquationSide: TypeAlias = "Expr | str | TexForm"
+#: an equation of a step: ``(lhs, rhs)`` (printed lhs ← rhs), ``(lhs, rhs, op)`` (op a LaTeX relation such as
+#: ``"="`` or ``r"\approx"``), or a line of LaTeX
+StepEquation: TypeAlias = "tuple[EquationSide, EquationSide] | tuple[EquationSide, EquationSide, str] | str"
 
 
 @dataclass
@@ -147,7 +156,7 @@ class Step:
     equation: str | Prose         # paper reference, e.g. "Eq. 6" or "App. D"; a family file's own reference
     title: str | Prose
     text: str | Prose
-    equations: list = field(default_factory=list)   # [(lhs, rhs[, op])] sympy pairs (or TexForm), LaTeX strings
+    equations: list[StepEquation] = field(default_factory=list)
 
     def __post_init__(self):
         for key in ("equation", "title", "text"):
@@ -156,29 +165,21 @@ class Step:
                                 f"not {type(getattr(self, key)).__name__}")
 
 
-@dataclass
-class Sampling:
-    """Monte Carlo over the candidate: θ_k = theta_expr(ε_k), oracles at θ_k, averaged statistics."""
-    samples: object                 # number of samples (expression of hyperparameters)
-    eps: object                     # ε_k ~ N(0, 1), shaped like the mean
-    theta: object                   # θ_k
-    theta_expr: object              # θ_k in terms of the state and ε_k
-    calls: list                     # [(symbol, oracle name)] evaluated at θ_k
-    stats: list                     # [(average symbol, per-sample expression)]
-    draw: str = "normal"            # the draw behind eps: "normal" (N(0, 1)) or "uniform" (U(0, 1)); "point": no
-    #                                 draw, every θ_k is theta_expr (a point mass; the samples are sub-batches)
-    more_draws: list = field(default_factory=list)   # [(symbol, "uniform" | "normal")]: further draws per sample
-    accept: object = None           # a rejection sampler's condition on the draws (drawn again until it holds)
-    views: dict = field(default_factory=dict)   # oracle name -> the averaged statistic that stands for it
-    grad_stat: object = None        # the average that stands for the loss gradient in the update (for passes)
-    shaping: object = None          # Shaping: an oracle's values replaced by a function of their ranks
-    # per-sample sums over every coordinate of the parameters (all tensors): [(symbol, per-coordinate expr)],
-    # evaluated after ``calls`` (e.g. the squared global norm of the gradient at the sample, sharpness_aware)
-    reductions: list = field(default_factory=list)
-    # oracles at points computed from the values above, evaluated after ``calls`` in order:
-    # [(symbol, oracle name, point symbol, point expr)]; a point may read the state, the draw, θ_k, the calls,
-    # the reductions and earlier chained values (sharpness_aware: ∇ℓ at m + ρ·scale·ĝ_k)
-    chained: list = field(default_factory=list)
+class OracleCall(NamedTuple):
+    """An oracle of the loss evaluated once per step: ``symbol = oracle(argument)`` (e.g. ``g = grad(m)``)."""
+    symbol: Sym
+    oracle: str                   # grad, hess, loss or a name the recipe's loss declares
+    argument: Expr                # the point, an expression of the state
+    description: Text
+
+
+class ChainedCall(NamedTuple):
+    """An oracle at a point computed from a sample's earlier values: ``point = point_expr``, ``symbol =
+    oracle(point)`` (sharpness_aware: ∇ℓ at m + ρ·scale·ĝ_k)."""
+    symbol: Sym
+    oracle: str
+    point: Sym
+    point_expr: Expr
 
 
 @dataclass
@@ -186,23 +187,53 @@ class Shaping:
     """Rank-based shaping of one oracle's values over the S samples of a step (a convention, ``fitness_shaping``):
     the sample whose value has rank r (1 = lowest loss; ties by draw order; NaN ranks last) gets
     ``value(w_r, W, S)`` in its place, with w_r = ``weight(r, S)`` and W = Σ_{j=1..S} w_j."""
-    call: object                    # the oracle's per-sample symbol (loss_k)
-    rank: object                    # r
-    count: object                   # S
-    weight: object                  # w(r, S)
-    total: object                   # W (the symbol standing for Σ_j w_j)
-    weight_of_rank: object          # w_r (the symbol standing for the rank's weight in ``value``)
-    value: object                   # the replacement value
+    call: Sym                       # the oracle's per-sample symbol (loss_k)
+    rank: Sym                       # r
+    count: Expr                     # S
+    weight: Expr                    # w(r, S)
+    total: Sym                      # W (the symbol standing for Σ_j w_j)
+    weight_of_rank: Sym             # w_r (the symbol standing for the rank's weight in ``value``)
+    value: Expr                     # the replacement value
     name: str = ""                  # the utilities' name (for comments and reports)
+
+
+@dataclass
+class Sampling:
+    """Monte Carlo over the candidate: θ_k = theta_expr(ε_k), oracles at θ_k, averaged statistics."""
+    samples: Expr                   # number of samples (expression of hyperparameters)
+    eps: Sym                        # ε_k ~ N(0, 1), shaped like the mean
+    theta: Sym                      # θ_k
+    theta_expr: Expr                # θ_k in terms of the state and ε_k
+    calls: list[tuple[Sym, str]]    # [(symbol, oracle name)] evaluated at θ_k
+    stats: list[Assignment]         # [(average symbol, per-sample expression)]
+    #: the draw behind eps: "normal" (N(0, 1)) or "uniform" (U(0, 1)); "tanh_sinh": quadrature nodes; "point": no
+    #: draw, every θ_k is theta_expr (a point mass; the samples are sub-batches)
+    draw: str = "normal"
+    more_draws: list[tuple[Sym, str]] = field(default_factory=list)   # [(symbol, "uniform" | "normal")] per sample
+    accept: Expr | None = None      # a rejection sampler's condition on the draws (drawn again until it holds)
+    #: oracle name -> the averaged statistic that stands for it in the update (when the statistic is not simply
+    #: the average of the oracle's per-sample value, e.g. dropout masks)
+    views: dict[str, Sym] = field(default_factory=dict)
+    grad_stat: Sym | None = None    # the average that stands for the loss gradient in the update (for passes)
+    shaping: Shaping | None = None  # an oracle's values replaced by a function of their ranks
+    #: gaussian_score: the factor A of the covariance the samples go through (θ_k = m + A z_k) while no coordinate
+    #: rule has made it the state
+    covariance_factor: Sym | None = None
+    # per-sample sums over every coordinate of the parameters (all tensors): [(symbol, per-coordinate expr)],
+    # evaluated after ``calls`` (e.g. the squared global norm of the gradient at the sample, sharpness_aware)
+    reductions: list[Assignment] = field(default_factory=list)
+    # oracles at points computed from the values above, evaluated after ``calls`` in order; a point may read the
+    # state, the draw, θ_k, the calls, the reductions and earlier chained values
+    chained: list[ChainedCall] = field(default_factory=list)
 
 
 @dataclass
 class AuxState:
     """State a rule adds to the candidate's parameters (momentum buffers, running maxima ...)."""
     name: str
-    symbol: object
-    new_symbol: object
-    init: object          # sympy expression of hyperparameters (broadcast to the parameter's shape)
+    symbol: Sym
+    new_symbol: Sym
+    init: Expr            # sympy expression of hyperparameters (broadcast to the parameter's shape)
     description: str
 
 
@@ -217,7 +248,7 @@ class StateVar:
     valid states read, ``verify/update.py``): its name, its symbol (whose shape is the variable's) and its domain
     (:data:`STATE_DOMAINS`)."""
     name: str
-    symbol: object
+    symbol: Sym
     domain: str
     replaces: str = ""            # the family parameter it stands for (a rule's), if any
 
@@ -226,76 +257,179 @@ class StateVar:
             raise ValueError(f"state variable {self.name}: unknown domain {self.domain!r}")
 
 
+class Renamed(NamedTuple):
+    """A family parameter a rule replaced by another state (``change_variable``, ``exponential_coordinates``)."""
+    state: str                    # the new state's name
+    symbol: Sym                   # its symbol
+    value: Expr                   # the family parameter as an expression of the new state
+
+
+@dataclass
+class Views:
+    """What currently stands for each quantity that pass and convention rules rewrite (``rules/program.py``).
+
+    Rules never pattern-match the algebra sympy produced: a rule defines a new symbol, substitutes it for a view
+    in the consuming updates and moves the view, so rules compose in recipe order."""
+    grad: Expr | None = None      # the loss gradient as the update reads it (None: the update reads none)
+    hess: Expr | None = None      # the Hessian (None: none, or a rule removed it)
+    #: the Hessian as ``hessian_damping`` left it: an estimate that replaces the Hessian later would drop γ
+    damped_hess: Expr | None = None
+    #: gaussian_score's factor A of the covariance (θ_k = m + A z_k), until a coordinate rule makes it the state
+    covariance_factor: Expr | None = None
+    state: dict[str, Expr | None] = field(default_factory=dict)    # parameter or state -> how it enters the updates
+    oracles: dict[str, Expr | None] = field(default_factory=dict)  # any other oracle (loss ...) -> its value
+
+    def set_oracle(self, oracle: str, value: Expr) -> None:
+        """The value that stands for an oracle: ``grad`` and ``hess`` are their own views."""
+        if oracle == "grad":
+            self.grad = value
+        elif oracle == "hess":
+            self.hess = value
+        else:
+            self.oracles[oracle] = value
+
+    def of(self, name: str) -> Expr | None:
+        """The view a recipe names: ``grad``, ``hess``, a parameter or state, or another oracle (None: no such)."""
+        if name in ("grad", "hess"):
+            return self.grad if name == "grad" else self.hess
+        return self.state[name] if name in self.state else self.oracles.get(name)
+
+    def set(self, name: str, value: Expr | None) -> None:
+        """Move the view ``name`` (as :meth:`of` reads it) to ``value``; a new name is a state's."""
+        if name in ("grad", "hess"):
+            setattr(self, name, value)
+        elif name in self.state or name not in self.oracles:
+            self.state[name] = value
+        else:
+            self.oracles[name] = value
+
+    def names(self) -> list[str]:
+        """The parameters, states and other oracles a recipe may name (those with a view), sorted."""
+        return sorted({k for k, v in self.state.items() if v is not None}
+                      | {k for k, v in self.oracles.items() if v is not None})
+
+    def rebind(self, old: Expr, new: Expr) -> None:
+        """Every view that pointed at ``old`` now points at ``new``."""
+        for f in ("grad", "hess", "damped_hess", "covariance_factor"):
+            if getattr(self, f) == old:
+                setattr(self, f, new)
+        for views in (self.state, self.oracles):
+            for k, v in list(views.items()):
+                if v == old:
+                    views[k] = new
+
+
 @dataclass
 class NaturalGradient:
     """∇_μ E_q[ℓ] per λ block, written with the placeholders ``Eg`` = E_q[∇ℓ] and ``EH`` = E_q[∇²ℓ] (None when the
     rule gave the gradient directly) — what posterior correction and ``check`` re-evaluate."""
-    grads: list
-    Eg: object = None
-    EH: object = None
+    grads: list[Expr]
+    Eg: Sym | None = None
+    EH: Sym | None = None
 
 
 @dataclass
 class Relaxation:
-    """A Concrete relaxation of a binary sampler (``concrete_relaxation``), for ``check``."""
-    temperature: object
-    sample: object
-    scale: object
-    u: object
-    theta: object
-    eps: object
-    scale_evaluated: object
+    """A Concrete relaxation of a binary sampler (``concrete_relaxation``), for ``check``: the derived scale
+    s = ∇_μ θ̂ against finite differences of the relaxed sample."""
+    temperature: Expr             # τ
+    sample: Expr                  # the relaxed sample θ̂(u; state, τ)
+    u: Sym                        # the uniform draw
+    eps: Expr                     # the floor ε of the Jacobian's factors (0: none)
+    scale_evaluated: Expr         # s at the sample
+
+
+class MixtureGradientValues(TypedDict):
+    """The exact natural gradient of a mixture's generic component k, for ``check``."""
+    grads: list[Expr]             # ∇_{μ_k} of the objective per λ block, in the placeholders below
+    mu: list[Expr]                # the component's expectation parameters μ_k
+    pi: Sym                       # its weight π_k
+    E_grad: tuple[Sym, Sym]       # placeholders E_{q_k}[∇ℓ̄], E_{q_k}[∇ log q]
+    E_hess: tuple[Sym, Sym]       # placeholders E_{q_k}[∇²ℓ̄], E_{q_k}[∇² log q]
 
 
 @dataclass
 class MixtureGradient:
     """The mixture natural gradient of a generic component, for ``check`` (quadrature and finite differences)."""
-    values: dict
+    values: MixtureGradientValues
 
 
 @dataclass
 class FederatedSteps:
     """The dual step, client message and server solve of Bayesian ADMM (rules ``federated_dual``/``_server``)."""
-    dual: list                   # [(dual name, expr)]
-    message: list                # [(message name, expr)]
-    server: list                 # [(parameter name, expr)] in assignment order
-    count: object                # K, the number of clients (a symbol)
-    penalty: object
-    server_penalty: object
-    globals: list                # [(parameter name, global data name)]
-    duals: list                  # [dual data names]
-    messages: list               # [message names]
-    prior: str
-    eta: list                    # [(dual name, λ block as a function of the parameters)]
-    equations: list              # plain-text lines
+    dual: list[tuple[str, Expr]]       # [(dual name, expr)]
+    message: list[tuple[str, Expr]]    # [(message name, expr)]
+    server: list[tuple[str, Expr]]     # [(parameter name, expr)] in assignment order
+    count: Sym                         # K, the number of clients
+    globals: list[tuple[str, str]]     # [(parameter name, global data name)]
+    duals: list[str]                   # dual data names
+    messages: list[str]                # message names
+    eta: list[tuple[str, Expr]]        # [(dual name, λ block as a function of the parameters)]
+    equations: list[str]               # plain-text lines
 
 
 @dataclass
-class Derivation:
-    recipe: object
-    steps: list = field(default_factory=list)
-    updates: list = field(default_factory=list)      # [(param_name, new_symbol, expr)] in update order
-    oracle_calls: list = field(default_factory=list)  # [(symbol, oracle_name, argument_expr, description)]
-    symbol_names: dict = field(default_factory=dict)  # LaTeX names
-    defs: list = field(default_factory=list)          # [(symbol, expr)] intermediate definitions (passes)
+class ComponentAxis:
+    """A mixture whose components are an array axis (``candidates/mixture_axis.py``) or a sized family over a
+    run-time axis (``candidates/sized_axis.py``): the program is written for a generic component k (and another j);
+    what the IR needs to print it over arrays (``ir/mixture_axis.py``) and ``check`` to evaluate it."""
+    size: Sym                          # K, the size name (the arrays' leading axis)
+    leaves: dict[Sym, str]             # generic symbol -> its component axes ("j", "k", "jk" or "")
+    names: dict[Sym, str]              # generic symbol -> the printed name of the array it stands for
+    #: a sized family: the names of the data with one value per component (its scalars per coordinate are arrays
+    #: of length K); None for a mixture
+    data: list[str] | None = None
+
+
+@dataclass
+class LeaveOneOut:
+    """What ``sensitivities`` computes for every example i (rule ``memory_perturbation``)."""
+    count: Sym                                # the symbol of the number of examples
+    rows: list[tuple[Sym, str, str]]          # (symbol, argument, key): symbol = argument[key][i], example i's value
+    program: list[Assignment]                 # for one example, in order
+    outputs: list[tuple[str, Sym]]            # (key, symbol): stacked over the examples
+    inputs: list[tuple[str, str, str]]        # (argument, key, description) of the per-example inputs
+    equations: list[str] = field(default_factory=list)   # plain-text lines
+
+
+RecipeT = TypeVar("RecipeT")
+
+
+@dataclass
+class Derivation(Generic[RecipeT]):
+    """The record a derivation writes (a spec.recipe.Recipe's; ``rules/product.py`` FactorizedDerivation is a
+    product recipe's)."""
+    recipe: RecipeT
+    steps: list[Step] = field(default_factory=list)
+    updates: list[tuple[str, Sym, Expr]] = field(default_factory=list)   # [(state name, new symbol, expr)], in order
+    oracle_calls: list[OracleCall] = field(default_factory=list)
+    symbol_names: dict[Expr, str] = field(default_factory=dict)          # symbol -> its LaTeX name
+    defs: list[Assignment] = field(default_factory=list)      # intermediate definitions (passes), in order
     #: definitions later rewrites of a view leave alone: an estimate computed from the gradient as it stood
     #: (h_gsq = g²) keeps that gradient when a later rule rescales or extends it (minibatch, weight_decay)
-    frozen: set = field(default_factory=set)
-    aux_state: list = field(default_factory=list)     # [AuxState] state added by rules
-    views: dict = field(default_factory=dict)         # what currently stands for grad/hess/each parameter
-    step_symbol: object = None                        # the step counter t (1-based) when a rule needs it
-    elementwise: bool = False                         # every update acts coordinate-wise
-    sampling: Sampling | None = None                  # Monte Carlo recipes
-    renamed: dict = field(default_factory=dict)       # family parameter -> (new state name, symbol, value)
-    state_vars: dict = field(default_factory=dict)    # state name -> StateVar: a renamed parameter's domain (verify)
+    frozen: set[Sym] = field(default_factory=set)
+    aux_state: list[AuxState] = field(default_factory=list)   # state added by rules
+    views: Views = field(default_factory=Views)     # what currently stands for grad/hess/each parameter (passes)
+    step_symbol: Sym | None = None                  # the step counter t (1-based) when a rule needs it
+    elementwise: bool = False                       # every update acts coordinate-wise
+    sampling: Sampling | None = None                # Monte Carlo recipes
+    renamed: dict[str, Renamed] = field(default_factory=dict)      # family parameter -> the state replacing it
+    state_vars: dict[str, StateVar] = field(default_factory=dict)  # state name -> a renamed parameter's domain
     natural_gradient: NaturalGradient | None = None
-    expected_loss: object = None                      # E_q[ℓ] when a rule derived it
+    expected_loss: Expr | None = None               # E_q[ℓ] when a rule derived it
     relaxation: Relaxation | None = None
     mixture_gradient: MixtureGradient | None = None
     federated: FederatedSteps | None = None
-    sensitivities: object = None                      # rules.memory_perturbation.LeaveOneOut, or None
+    sensitivities: LeaveOneOut | None = None        # rule memory_perturbation's leave-one-out program
+    component_axis: ComponentAxis | None = None     # a mixture with the components as an array axis
+    #: parameters whose updates keep their domain by construction (riemannian_correction): name -> the condition
+    #: under which the federated server step is corrected too (None: the client's step only)
+    corrected: dict[str, Expr | None] = field(default_factory=dict)
+    #: quantities that may be indefinite estimates of a Hessian (Price's estimator, a mixture's ∇² log q): an update of
+    #: a positive (definite) parameter that reads one is checked at run time unless it is corrected
+    indefinite: set[Expr] = field(default_factory=set)
 
-    def expand_defs(self, e):
+    def expand_defs(self, e: Expr) -> Expr:
         """``e`` with the named quantities of :attr:`defs` written out (a finite sum's probabilities and
         covariances, an estimate of the Hessian), so that it evaluates from the state, data and hyperparameters."""
         defs = dict(self.defs)
@@ -305,11 +439,11 @@ class Derivation:
             e = e.xreplace(defs)
         return e
 
-    def add(self, rule, equation, title, text, equations=()):
+    def add(self, rule: str, equation: str, title: str, text: str, equations: Iterable[StepEquation] = ()) -> None:
         self.steps.append(Step(rule, equation, title, text, list(equations)))
 
     # ------------------------------------------------------------------ reading the record
-    def latex(self, e) -> str:
+    def latex(self, e: EquationSide) -> str:
         """LaTeX of an expression with the derivation's symbol names (strings pass through)."""
         if isinstance(e, str):
             return e
@@ -317,10 +451,10 @@ class Derivation:
             return e.render(self.latex)
         return sp.latex(e, symbol_names=self.symbol_names, mat_symbol_style="bold")
 
-    def eq_latex(self, lhs, rhs, op=r"\leftarrow") -> str:
+    def eq_latex(self, lhs: EquationSide, rhs: EquationSide, op: str = r"\leftarrow") -> str:
         return f"{self.latex(lhs)} {op} {self.latex(rhs)}"
 
-    def step(self, key) -> Step:
+    def step(self, key: int | str) -> Step:
         """One step: ``key`` is its 1-based number, its rule name (``'delta'``, ``'bonnet'``) or a word of its
         title.  A rule used by several steps (``'blr'`` states Eq. 6 and later applies it) must be picked by
         number; :meth:`steps_for` lists them."""
@@ -339,26 +473,26 @@ class Derivation:
         raise KeyError(f"{key!r} matches steps {', '.join(map(str, hits))}: pick one by number (d.step(n)) "
                        f"or use d.steps_for({key!r})")
 
-    def steps_for(self, rule: str) -> list:
+    def steps_for(self, rule: str) -> list[Step]:
         """Every step that applied ``rule``, in order."""
         return [s for s in self.steps if s.rule == rule]
 
     @property
-    def update(self) -> dict:
+    def update(self) -> dict[str, Expr]:
         """The derived update as sympy expressions: state name -> new value (in update order), e.g.
         ``d.update['m']``.  Symbols of updated parameters on the right (``S_new``) are the values computed
         before."""
         return {name: expr for name, _, expr in self.updates}
 
     @property
-    def definitions(self) -> dict:
+    def definitions(self) -> dict[str, Expr]:
         """Intermediate quantities of the update (oracle results and pass definitions): name -> sympy
         expression; an oracle call ``g = grad(m)`` appears as ``Function('grad')(m)``."""
-        out = {str(c[0]): sp.Function(c[1])(c[2]) for c in self.oracle_calls}
+        out = {str(c.symbol): sp.Function(c.oracle)(c.argument) for c in self.oracle_calls}
         out.update({str(sym): expr for sym, expr in self.defs})
         return out
 
-    def update_lines(self, text=pretty) -> list[str]:
+    def update_lines(self, text: Callable[[Expr], str] = pretty) -> list[str]:
         """Plain-text update equations (generated-code headers and ``EQUATIONS``, ``compare``); ``text`` prints an
         expression (the one plain-text printer, :func:`blr_derive.core.pretty.pretty`, by default)."""
         out = []
@@ -370,7 +504,8 @@ class Derivation:
                        + ", ".join(f"{s} = {o}({sm.theta})" for s, o in sm.calls))
             if sm.reductions or sm.chained:
                 out.append("  then: " + ", ".join([f"{r} = sum_coordinates({text(e)})" for r, e in sm.reductions]
-                                                  + [f"{p} = {text(e)}, {s} = {o}({p})" for s, o, p, e in sm.chained]))
+                                                  + [f"{c.point} = {text(c.point_expr)}, {c.symbol} = {c.oracle}({c.point})"
+                                                     for c in sm.chained]))
             if sm.shaping is not None:
                 sh = sm.shaping
                 out.append(f"{sh.call} <- {text(sh.value)} at the sample of rank r, w_r = {text(sh.weight)}"
@@ -378,14 +513,14 @@ class Derivation:
             for avg, e in sm.stats:
                 out.append(f"{avg} = mean_k({text(e)})")
         for call in self.oracle_calls:
-            out.append(f"{call[0]} = {call[1]}({call[2]})")
+            out.append(f"{call.symbol} = {call.oracle}({call.argument})")
         for sym, expr in self.defs:
             out.append(f"{sym} = {text(expr)}")
         for name, sym, expr in self.updates:
             out.append(f"{name} <- {text(expr)}")
         return out
 
-    def final_equations(self) -> list:
+    def final_equations(self) -> list[tuple[EquationSide, EquationSide, str]]:
         """The update as (lhs, rhs, op) triples, after the oracle calls (rendered by the reports)."""
         return ([(sym, expr, "=") for sym, expr in self.defs]
                 + [(sym, expr, r"\leftarrow") for _, sym, expr in self.updates])

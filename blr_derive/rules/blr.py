@@ -77,7 +77,7 @@ def solve_ordinary(recipe, D, lam_new, sym):
             p = unk[0]
             known_new = {q: new_sym[q] for q in solved_expr}
             e_new = e.xreplace(known_new)
-            inverse = getattr(fam, "ord_from_nat", {}).get(p.symbol)  # the family's closed-form ordinary(λ), verified at load
+            inverse = fam.ord_from_nat.get(p.symbol)  # the family's closed-form ordinary(λ), verified at load
             if inverse is not None:
                 inverse = inverse_at(D, fam, inverse, lam_new)
             direct = isolate(e_new, lam_new[i], p.symbol, sym, inverse)
@@ -102,7 +102,7 @@ def solve_ordinary(recipe, D, lam_new, sym):
             # coupled blocks (e.g. the categorical's λ_k = log(p_k/p_K)): the family's closed-form inverse
             # ordinary(λ) at λ_{t+1}, for all the parameters still unknown at once
             unk = [p for p in free if p.symbol not in solved_expr]
-            inv = getattr(fam, "ord_from_nat", None) or {}
+            inv = fam.ord_from_nat
             if not unk or any(p.symbol not in inv or is_mat(p.symbol) for p in unk) or any(is_mat(l) for l in lam_new):
                 raise DerivationError("cannot solve the updated natural parameters for the ordinary parameters")
             eqs = []
@@ -138,7 +138,7 @@ def inverse_at(D, fam, inverse, lam_new):
 def tidy(e, fam, D, sym, new_sym):
     if is_mat(e):
         return simplify_mat(e, sym)
-    keys = [p.symbol for p in fam.params.values()] + [c[0] for c in D.oracle_calls] + list(new_sym.values())
+    keys = [p.symbol for p in fam.params.values()] + [c.symbol for c in D.oracle_calls] + list(new_sym.values())
     if e.atoms(sp.MatrixSymbol):     # a scalar with matrix parts (tr(H)/P of an isotropic Gaussian): collect by
         keys = [k for k in keys if not is_mat(k)]      # the scalar keys (sympy cannot collect by a matrix symbol)
     # exp(a + b) stays whole: split into exp(a)·exp(b) it overflows where the whole does not (a softmax)
@@ -269,8 +269,10 @@ def base_measure(ctx):
         ctx.g_logh = [sp.Dummy(f"grad_mu{i + 1}_E_log_h") for i in range(len(fam.mu))]
         ctx.logh_placeholders = set(ctx.g_logh)
         D.add("base_measure", RULES["base_measure"].equation, "Base-measure term",
-              "E_q[log h] has no closed form here, but the prior in the candidate family contributes "
-              "-∇_μE_q[log h], which cancels it exactly (App. B; Sec. 5.1).",
+              ("E_q[log h] is not needed: the loss contains -log h(θ), whose natural gradient -∇_μE_q[log h] cancels "
+               "it exactly (App. B; Sec. 5.1)." if ctx.with_log_h is not None else
+               "E_q[log h] has no closed form here, but the prior in the candidate family contributes "
+               "-∇_μE_q[log h], which cancels it exactly (App. B; Sec. 5.1)."),
               [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
     elif fam.depends_on_variable(logh) and not fam.is_gaussian and (tilted := gradient_through_ordinary(fam)):
         e_logh, ctx.g_logh = tilted
@@ -282,7 +284,8 @@ def base_measure(ctx):
     elif fam.depends_on_variable(logh):
         if not fam.is_gaussian:
             raise ctx.fail(f"family '{fam.name}': E_q[log h] has no closed form the BLR can use (a prior in the "
-                           "candidate family, approximation 'family_prior', cancels it)")
+                           "candidate family, approximation 'family_prior', cancels it, as does an explicit loss "
+                           "under 'exact' that contains −log h(θ): the full negative log-joint)")
         e_logh = fam.expect_gaussian(logh, mean=ctx.mean_mu, cov=ctx.cov_mu)
         ctx.g_logh = matcalc.gradient(e_logh, fam.mu, ctx.sym)
         D.add("base_measure", RULES["base_measure"].equation, "Gradient of the base-measure term",
@@ -319,8 +322,9 @@ def gradient_through_ordinary(fam):
 
 
 def cancelled_by_prior(ctx):
-    """Whether a ``family_prior`` step will cancel the base-measure term (not with ``no_entropy``)."""
-    return "family_prior" in ctx.names and "no_entropy" not in ctx.names
+    """Whether a ``family_prior`` step, or an explicit loss that contains −log h (``exact``: ctx.with_log_h), will
+    cancel the base-measure term (not with ``no_entropy``)."""
+    return ("family_prior" in ctx.names or ctx.with_log_h is not None) and "no_entropy" not in ctx.names
 
 
 def assemble(ctx, g_loss):

@@ -25,7 +25,7 @@ class Centered(Rule):
         D.updates.insert(0, (name, ga_new, cond(when, rate * ga + (1 - rate) * g, ga)))
         v = ctx.view(p)
         c = substitute_def(D, f"{p}_centered", v, cond(when, v - ga_new**2, v), skip=(p, name))
-        D.views[p] = c
+        D.views.set(p, c)
         record(ctx, "Centering", "Subtract the squared running mean of the gradient from the scale.",
                 [(c, cond(when, v - ga_new**2, v))])
 

@@ -5,7 +5,7 @@ import sympy as sp
 
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.pretty import pretty
-from blr_derive.rules.base import Rule, register
+from blr_derive.rules.base import Renamed, Rule, register
 from blr_derive.rules.program import check_new_state, invert, record, update_of
 
 
@@ -52,9 +52,9 @@ class ChangeVariable(Rule):
             D.sampling.theta_expr = D.sampling.theta_expr.xreplace(reps)
             D.sampling.stats = [(a, e.xreplace(reps)) for a, e in D.sampling.stats]
             D.sampling.reductions = [(r, e.xreplace(reps)) for r, e in D.sampling.reductions]
-            D.sampling.chained = [c[:3] + (c[3].xreplace(reps),) for c in D.sampling.chained]
-        D.renamed[p] = (new_name, new_sym, value)
-        D.views[new_name] = new_new
+            D.sampling.chained = [c._replace(point_expr=c.point_expr.xreplace(reps)) for c in D.sampling.chained]
+        D.renamed[p] = Renamed(new_name, new_sym, value)
+        D.views.set(new_name, new_new)
         D.symbol_names[new_new] = f"{new_name}_{{t+1}}"
         record(ctx, f"Change of variable {p} = {pretty(value)}", "The state stores the new variable; every use of "
                 f"{p} is rewritten through the map.", [(new_new, new_update, r"\leftarrow")])

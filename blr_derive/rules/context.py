@@ -8,33 +8,38 @@ from dataclasses import dataclass, field
 import sympy as sp
 
 from blr_derive.core.errors import SpecError
+from blr_derive.core.types import Expr, Sym
 from blr_derive.rules.args import Ctx
-from blr_derive.rules.base import RULES
+from blr_derive.rules.base import RULES, Derivation
+from blr_derive.spec.recipe import Recipe
 
 
 @dataclass
 class BLRContext:
-    recipe: object
-    D: object
+    recipe: Recipe
+    D: Derivation[Recipe]
     candidate: str = "single"          # single | mixture | product: the candidate structure being derived
-    sym: set = field(default_factory=set)
-    rho: object = None
-    keep: object = None                # the coefficient of λ_t in Eq. 6 (1 − ρ; 1 without the entropy)
-    mean_mu: object = None             # the Gaussian mean and covariance written in μ (Gaussian families)
-    cov_mu: object = None
-    g_logh: list = None                # ∇_μ E_q[log h] per block
-    logh_placeholders: set = None      # symbols for a base-measure term that a prior cancels (family_prior)
-    lam_next: list = field(default_factory=list)   # the symbols λ_{t+1}
-    gblock: list = field(default_factory=list)     # the symbols ∇_μ E_q[ℓ + log h] of the BLR's statement
-    prev_updates: list = field(default_factory=list)
-    conjugate: object = None           # (c0, [c_i]) when the loss is linear in the statistics
-    finite: object = None              # the support points when the support is finite
-    tilted: object = None              # (E_q[ℓ](λ), shifts) from the tilted log-partition (families/tilting.py)
+    sym: set[Sym] = field(default_factory=set)      # the symmetric matrix symbols
+    rho: Expr = None                   # the learning rate ρ (the recipe's, set by __post_init__)
+    keep: Expr = None                  # the coefficient of λ_t in Eq. 6 (1 − ρ; 1 without the entropy)
+    mean_mu: Expr | None = None        # the Gaussian mean and covariance written in μ (Gaussian families)
+    cov_mu: Expr | None = None
+    g_logh: list[Expr] | None = None   # ∇_μ E_q[log h] per block
+    logh_placeholders: set[Sym] | None = None   # a base-measure term that cancels (family_prior, a loss with −log h)
+    lam_next: list[Sym] = field(default_factory=list)    # the symbols λ_{t+1}
+    gblock: list[Sym] = field(default_factory=list)      # the symbols ∇_μ E_q[ℓ + log h] of the BLR's statement
+    #: updates of state a step rule adds (natural_momentum's λ_{t−1}): (state name, new symbol, expr)
+    prev_updates: list[tuple[str, Sym, Expr]] = field(default_factory=list)
+    conjugate: tuple[Expr, list[Expr]] | None = None   # (c0, [c_i]) when the loss is linear in the statistics
+    finite: list[dict[Sym, Expr]] | None = None        # the support points when the support is finite
+    #: (E_q[ℓ](λ), shifts) from the tilted log-partition (families/tilting.py)
+    tilted: tuple[Expr, list[Expr]] | None = None
+    with_log_h: tuple[Expr, list[Expr]] | None = None   # (c0, [c_i]) when ℓ = −log h + c0 + Σ c_i T_i
 
     def __post_init__(self):
         fam = self.recipe.family
         if not self.sym:
-            self.sym = set(getattr(fam, "symmetric", ())) | {d.symbol for d in self.recipe.data if d.symmetric}
+            self.sym = set(fam.symmetric) | {d.symbol for d in self.recipe.data if d.symmetric}
         if self.rho is None:
             self.rho = self.recipe.hyper_symbol(self.recipe.learning_rate)
         if self.keep is None:

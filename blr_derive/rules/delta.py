@@ -12,7 +12,7 @@ from blr_derive.core.budget import StepTimeout, step_limit
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.families.solve import isolate_block
-from blr_derive.rules.base import RULES, Rule, register
+from blr_derive.rules.base import RULES, OracleCall, Rule, register
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.rules.mixture import ComponentSymbol
@@ -113,12 +113,12 @@ def oracles_at_the_mean(ctx, grads, Eg, EH, uses_cov, csym):
     D.symbol_names[g] = r"\hat{g}"
     D.symbol_names[H] = r"\hat{H}"
     desc = "elementwise second derivative" if not is_mat(H) else "Hessian"
-    D.oracle_calls.append((g, "grad", m_state, "∇_θ ℓ(θ) at the mean (delta method)"))
+    D.oracle_calls.append(OracleCall(g, "grad", m_state, "∇_θ ℓ(θ) at the mean (delta method)"))
     reps = {Eg: g}
     eqs = [(Eg, (r"\nabla_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")), r"\approx"),
            (g, (r"\nabla_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")))]
     if uses_cov:
-        D.oracle_calls.append((H, "hess", m_state, f"∇²_θ ℓ(θ) at the mean ({desc}; delta method)"))
+        D.oracle_calls.append(OracleCall(H, "hess", m_state, f"∇²_θ ℓ(θ) at the mean ({desc}; delta method)"))
         reps[EH] = H
         eqs += [(EH, (r"\nabla^2_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")), r"\approx"),
                 (H, (r"\nabla^2_\theta\bar\ell(%s)" % sp.latex(m_state, mat_symbol_style="bold")))]

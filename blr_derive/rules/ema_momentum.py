@@ -23,8 +23,8 @@ class EmaMomentum(Rule):
         u, u_new = add_aux(ctx, name, sp.Integer(0), "exponential moving average of the gradient")
         replace(D, g, u_new, only=(mean,))
         D.updates.insert(0, (name, u_new, rate * u + (1 - rate) * g))
-        D.views[name] = u_new
-        D.views["grad"] = u_new       # later gradient passes act on what the mean update sees
+        D.views.set(name, u_new)
+        D.views.grad = u_new       # later gradient passes act on what the mean update sees
         record(ctx, "Momentum by exponential smoothing", "The mean update uses an EMA of the gradient (Eq. 77).",
                 [(u_new, rate * u + (1 - rate) * g, r"\leftarrow")])
 

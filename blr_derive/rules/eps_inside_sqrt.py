@@ -36,7 +36,7 @@ class EpsInsideSqrt(Rule):
             raise ctx.fail(f"ε goes inside a square root: name 'square_root_scaling: {{param: {p}}}' after it")
         v = ctx.view(p)
         r = substitute_def(D, f"{p}_eps", v, cond(when, v + eps, v), skip=(p,))
-        D.views[p] = r
+        D.views.set(p, r)
         record(ctx, "ε inside the square root", f"{p} enters the square-root scaling as {p} + ε, so the "
                f"preconditioner is √({p} + ε) (optax's RMSprop and Adagrad; a peer's convention).",
                [(r, cond(when, v + eps, v))])

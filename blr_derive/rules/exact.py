@@ -19,7 +19,7 @@ from blr_derive.core.expect import gaussian_expectation
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.families.matstats import linear_in_matrix_statistics
-from blr_derive.families.symbolic import simplify_bounded
+from blr_derive.families.symbolic import loggamma_form, simplify_bounded
 from blr_derive.rules.fisher import natural_gradient_at_state
 from blr_derive.families.tilting import tilted_expectation
 from blr_derive.rules.base import RULES, NaturalGradient, Rule, register
@@ -56,6 +56,20 @@ class Exact(Rule):
             return
         matrix_stats = any(is_mat(t) for t in fam.T)
         ctx.conjugate = (linear_in_matrix_statistics if matrix_stats else linear_in_statistics)(fam, ctx.recipe.loss)
+        if ctx.conjugate is None and not matrix_stats:
+            ctx.with_log_h = linear_with_log_h(fam, ctx.recipe.loss)
+            if ctx.with_log_h is not None:
+                for other, why in (("no_entropy", "without the entropy term nothing cancels it"),
+                                   ("family_prior", "family_prior brings another −log h(θ), and only one cancels")):
+                    if other in ctx.names:
+                        raise ctx.fail(f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}' (it "
+                                       f"is linear in the sufficient statistics once log h is added), but {why} the "
+                                       "base-measure term of Eq. 6; write the prior either in the loss or as "
+                                       f"family_prior, not both" if other == "family_prior" else
+                                       f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}', "
+                                       f"but with 'no_entropy' {why}: E_q[log h] would be needed in closed form; "
+                                       "drop no_entropy or write the loss without −log h", approx)
+                return
         if ctx.conjugate is None:
             ctx.finite = support_points(fam) if fam.is_discrete else None
         if ctx.conjugate is None and (ctx.finite is None or len(ctx.finite) > FINITE_SIMPLIFY_POINTS):
@@ -118,6 +132,8 @@ class Exact(Rule):
             return finite_sum(ctx.recipe, ctx.D, ctx.finite)
         if ctx.conjugate is not None:
             return conjugate(ctx.recipe, ctx.D, ctx.conjugate)
+        if ctx.with_log_h is not None:
+            return conjugate_with_log_h(ctx.recipe, ctx.D, ctx.with_log_h, ctx.g_logh)
         if ctx.tilted is not None:
             return tilted(ctx.recipe, ctx.D, *ctx.tilted)
         fam = ctx.family
@@ -194,6 +210,36 @@ def tilted(recipe, D, e_lam, shifts):
           "∇_μ = F(λ)⁻¹∇_λ (Eq. 4)." + where,
           [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+    return grads
+
+
+def linear_with_log_h(fam, loss):
+    """(c0, [c_i]) with ℓ = −log h(θ) + c0 + Σ c_i T_i(θ), or None: a loss written as the full negative log-joint
+    of a conjugate model (the prior's log-density −log p₀ = −log h − <λ₀, T> + A(λ₀) in it), for a family whose
+    log h is not itself linear in T (else the loss is, and ``conjugate`` takes it).  Logs of factorials and Γ are
+    compared in one form (log θ! = lgamma(θ + 1))."""
+    log_h = fam.log_h
+    if not fam.depends_on_variable(log_h) or fam.log_h_linear() is not None:
+        return None
+    total = sp.expand(loggamma_form(sp.expand_log(loss, force=True)) + log_h)
+    return linear_in_statistics(fam, total)
+
+
+def conjugate_with_log_h(recipe, D, linear, g_logh):
+    """ℓ = −log h + c0 + Σ c_i T_i: E_q[ℓ] = −E_q[log h] + c0 + Σ c_i μ_i, so ∇_μ E_q[ℓ] = c − ∇_μ E_q[log h], and in
+    Eq. 6 (∇_μ E_q[ℓ + log h]) the base-measure term cancels exactly: the update is the conjugate one, with no
+    E_q[log h] in closed form needed (App. B; Sec. 5.1, as with a prior in the family)."""
+    fam = recipe.family
+    c0, cs = linear
+    D.expected_loss = None            # E_q[ℓ] itself needs E_q[log h]; Eq. 6 needs only E_q[ℓ + log h]
+    grads = [c - g for c, g in zip(cs, g_logh)]
+    D.natural_gradient = NaturalGradient(list(grads))
+    D.add("exact", RULES["exact"].equation, "Loss with −log h: linear in the statistics once log h is added",
+          "The loss is −log h(θ) plus a linear combination of the sufficient statistics (the negative log-joint of a "
+          "conjugate model, whose prior brings −log h), so ∇_μ E_q[ℓ] = c − ∇_μ E_q[log h] and the base-measure "
+          "term of Eq. 6 cancels: ∇_μ E_q[ℓ + log h] = c (Sec. 5.1; App. B).",
+          [((r"\mathbb{E}_q[\bar\ell + \log h]"), c0 + fam.inner(cs, fam.mu))]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell + \log h]" % (i + 1)), c) for i, c in enumerate(cs)])
     return grads
 
 

@@ -26,9 +26,8 @@ from blr_derive.core import matcalc
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.names import name_problem
 from blr_derive.core.pretty import pretty
-from blr_derive.rules.base import Rule, StateVar, register
+from blr_derive.rules.base import Renamed, Rule, StateVar, register
 from blr_derive.rules.blr import doit
-from blr_derive.rules.gaussian_score import FACTOR_VIEW
 from blr_derive.rules.program import record
 from blr_derive.rules.step_coordinates import expanded
 
@@ -120,18 +119,19 @@ class ExponentialCoordinates(Rule):
             raise ctx.fail(f"'{pname}' is not a matrix parameter of family '{fam.name}'")
         if name_problem(fname) is not None or fname in fam.params:
             raise ctx.fail(f"the factor's name must be a new identifier, got {fname!r}")
-        cov = getattr(fam, "gaussian_cov", None)
+        cov = fam.gaussian_cov
         if cov is None or not is_mat(cov):
             raise ctx.fail(f"family '{fam.name}' has no matrix covariance (a 'gaussian' section)")
         p = fam.params[pname].symbol
-        sym = set(getattr(fam, "symmetric", ())) | {s for s, _ in (D.sampling.stats if D.sampling else [])
+        sym = set(fam.symmetric) | {s for s, _ in (D.sampling.stats if D.sampling else [])
                                                       if is_mat(s) and s.shape[0] == s.shape[1]}
         F = sp.MatrixSymbol(fname, *p.shape)
         reps = {}
-        if FACTOR_VIEW in D.views:                   # the samples already go through a factor of C
-            A = D.views.pop(FACTOR_VIEW)
-            D.sampling.views.pop(FACTOR_VIEW, None)
-            reps[A] = F
+        if D.views.covariance_factor is not None:    # the samples already go through a factor of C
+            reps[D.views.covariance_factor] = F
+            D.views.covariance_factor = None
+            if D.sampling is not None:
+                D.sampling.covariance_factor = None
         value = parameter_of_factor(cov, p, F, ctx.fail)
         reps[p] = value
         tangents = tangents_at_zero(ctx, rho, sym)
@@ -169,9 +169,9 @@ class ExponentialCoordinates(Rule):
         if D.sampling is not None:
             D.sampling.theta_expr = D.sampling.theta_expr.xreplace(reps)
             D.sampling.stats = [(a, e.xreplace(reps)) for a, e in D.sampling.stats]
-        D.renamed[pname] = (fname, F, value)
+        D.renamed[pname] = Renamed(fname, F, value)
         D.state_vars[fname] = StateVar(fname, F, "invertible", pname)
-        D.views[fname] = F_new
+        D.views.set(fname, F_new)
         D.symbol_names.update({F_new: r"\mathbf{%s}_{t+1}" % fname, F: r"\mathbf{%s}" % fname,
                                Mdef: r"\mathbf{M}_{%s}" % fname})
         record(ctx, "Step in exponential local coordinates",

@@ -8,11 +8,12 @@ the server holds the global q_g (λ_g).  One round:
 
 1. the server broadcasts q_g (its ordinary parameters, i.e. μ_g);
 2. ``federated_local``: each client takes BLR steps (Eq. 6) on its local objective
-       E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g),
-   whose natural gradient is (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g: the base measure cancels between the
-   entropy and KL(q ‖ q_g), so λ_k ← (1−β)λ_k + β(λ_g − (∇_μ E_q[ℓ_k] + η_k)/ρ);
-3. ``federated_dual``: η_k ← η_k + ρ(λ_k − λ_g).  At the client's optimum this is η_k = −∇_μ E_{q_k}[ℓ_k],
-   the local natural gradient (the site parameter of Khan & Rue, Sec. 5.4);
+       E_q[ℓ_k]/τ + <η_k, μ> + ρ KL(q ‖ q_g)
+   (τ the temperature, default 1: the target is the tempered posterior ∝ p_0 Π_k exp(−ℓ_k/τ)), whose natural
+   gradient is (∇_μ E_q[ℓ_k]/τ + η_k)/ρ − λ_g: the base measure cancels between the entropy and KL(q ‖ q_g), so
+   λ_k ← (1−β)λ_k + β(λ_g − (∇_μ E_q[ℓ_k]/τ + η_k)/ρ);
+3. ``federated_dual``: η_k ← η_k + dρ(λ_k − λ_g) (d the dual damping, default 1).  At the client's optimum this
+   is η_k = −∇_μ E_{q_k}[ℓ_k]/τ, the local natural gradient (the site parameter of Khan & Rue, Sec. 5.4);
 4. ``federated_server``: the clients send η_k + ρ_s λ_k, the server sums them and solves
        λ_g = −∇_μ E_{q_g}[ℓ_0 + log h] + Σ_k (η_k + ρ_s(λ_k − λ_g))
    for the ordinary parameters of q_g: the global natural parameter is the prior's site plus the sum of the
@@ -36,6 +37,7 @@ from blr_derive.core.pretty import pretty
 from blr_derive.rules.base import RULES, FederatedSteps, Rule, register, rule
 from blr_derive.rules.blr import isolate
 from blr_derive.rules.program import scalar_expr
+from blr_derive.rules.riemannian_correction import geometry
 
 
 def _sym_set(fed, sym):
@@ -56,20 +58,22 @@ def local_objective(recipe, D, g_loss, g_logh, sym):
     to_global = {p.symbol: dv.symbol for p, dv in fed.globals}
     lam_g = [e.xreplace(to_global) for e in fam.eta]
     out = []
+    tau = fed.temperature
     for gl, dv, lg, gh in zip(g_loss, fed.duals, lam_g, g_logh):
-        out.append((gl + dv.symbol) / rho - lg - gh)
+        out.append((gl / tau + dv.symbol) / rho - lg - gh)
     names = [dv.symbol for dv in fed.duals]
     for i, (dv, lg) in enumerate(zip(fed.duals, lam_g)):
         D.symbol_names[dv.symbol] = r"\eta^{(%d)}_k" % (i + 1)
     for p, dv in fed.globals:
         D.symbol_names[dv.symbol] = (r"\mathbf{%s}_g" if is_mat(p.symbol) else "%s_g") % p.name
     D.add("federated_local", RULES["federated_local"].equation, "Client objective of Bayesian ADMM",
-          "Client k minimises E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g).  Divided by ρ this is a variational objective "
-          "with loss ℓ_k/ρ + <η_k/ρ − λ_g, T(θ)> − log h(θ) (from −log q_g), so Eq. 6 needs "
-          "∇_μ E_q[ℓ̄ + log h] = (∇_μ E_q[ℓ_k] + η_k)/ρ − λ_g: the base measure cancels.",
+          "Client k minimises E_q[ℓ_k]/τ + <η_k, μ> + ρ KL(q ‖ q_g) (τ the temperature, 1 unless the recipe names "
+          "one).  Divided by ρ this is a variational objective with loss ℓ_k/(τρ) + <η_k/ρ − λ_g, T(θ)> − log h(θ) "
+          "(from −log q_g), so Eq. 6 needs ∇_μ E_q[ℓ̄ + log h] = (∇_μ E_q[ℓ_k]/τ + η_k)/ρ − λ_g: the base measure "
+          "cancels.",
           [((r"\lambda^{(%d)}_g" % (i + 1)), lg) for i, lg in enumerate(lam_g)]
           + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell + \log h]" % (i + 1)),
-              simplify_mat((g + d) / rho - lg, sym) if is_mat(g) else (g + d) / rho - lg)
+              simplify_mat((g / tau + d) / rho - lg, sym) if is_mat(g) else (g / tau + d) / rho - lg)
              for i, (g, d, lg) in enumerate(zip(g_loss, names, lam_g))])
     return out
 
@@ -135,7 +139,7 @@ def derive_server(recipe, D, sym):
         raise SpecError("federated recipes need the family's own parameters as state (no change_variable)",
                         recipe.file, recipe.spec.line_of("federated"))
     sym = _sym_set(fed, sym)
-    rho, rho_s, K = fed.penalty, fed.server_penalty, fed.count
+    rho, rho_s, K, damp = fed.penalty, fed.server_penalty, fed.count, fed.damping
     to_global = {p.symbol: dv.symbol for p, dv in fed.globals}
     eta = list(fam.eta)
     if fam.elementwise:
@@ -143,8 +147,8 @@ def derive_server(recipe, D, sym):
     lam_g = [e.xreplace(to_global) for e in eta]
     dual, message = [], []
     for dv, e, lg in zip(fed.duals, eta, lam_g):
-        dual.append((dv.name, simplify_mat(dv.symbol + rho * (e - lg), sym) if is_mat(e)
-                     else sp.expand(dv.symbol + rho * (e - lg))))
+        dual.append((dv.name, simplify_mat(dv.symbol + damp * rho * (e - lg), sym) if is_mat(e)
+                     else sp.expand(dv.symbol + damp * rho * (e - lg))))
     msgs = []
     for i, (dv, e) in enumerate(zip(fed.duals, eta)):
         msgs.append(sp.MatrixSymbol(f"msg{i + 1}", *e.shape) if is_mat(e) else sp.Symbol(f"msg{i + 1}", real=True))
@@ -153,7 +157,8 @@ def derive_server(recipe, D, sym):
         if is_mat(e) and e.shape[0] == e.shape[1] and e.shape[1] != 1:
             sym.add(msgs[-1])
     D.add("federated_dual", RULES["federated_dual"].equation, "Dual step and client message",
-          "After its local steps client k moves its dual natural parameter by ρ(λ_k − λ_g) and sends "
+          "After its local steps client k moves its dual natural parameter by dρ(λ_k − λ_g) (d the dual damping, 1 "
+          "unless the recipe names one) and sends "
           "η_k + ρ_s λ_k to the server.",
           [((r"\eta^{(%d)}_k" % (i + 1)), e) for i, (_, e) in enumerate(dual)]
           + [(sp.Symbol(n), e, "=") for n, e in message])
@@ -165,12 +170,57 @@ def derive_server(recipe, D, sym):
           "messages minus Kρ_s λ_g; solved for the parameters of q_g (with msg_i = Σ_k of the clients' messages).",
           [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_{q_g}[\ell_0 + \log h]" % (i + 1)), g) for i, g in enumerate(grads)]
           + [(sp.Symbol(f"{n}_g"), e, r"\leftarrow") for n, e in server])
+    corrections = {n: c for n, c in D.corrected.items() if c is not None}
+    if corrections:
+        nats = []
+        for i, e in enumerate(eta):
+            nats.append(sp.MatrixSymbol(f"nat{i + 1}", *e.shape) if is_mat(e) else sp.Symbol(f"nat{i + 1}", real=True))
+            message.append((nats[-1].name, e))
+            msgs.append(nats[-1])
+            if is_mat(e) and e.shape[0] == e.shape[1] and e.shape[1] != 1:
+                sym.add(nats[-1])
+        server = correct_server(recipe, D, fam, server, nats, K, corrections, sym)
     D.federated = FederatedSteps(
-        dual=dual, message=message, server=server, count=K, penalty=rho, server_penalty=rho_s,
+        dual=dual, message=message, server=server, count=K,
         globals=[(p.name, dv.name) for p, dv in fed.globals], duals=[dv.name for dv in fed.duals],
-        messages=[m.name for m in msgs], prior=fed.prior_text, eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
+        messages=[m.name for m in msgs], eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
         equations=[f"{n} <- {pretty(e)}" for n, e in dual] + [f"{n} = {pretty(e)}" for n, e in message]
         + [f"{n}_g <- {pretty(e)}" for n, e in server])
+
+
+def correct_server(recipe, D, fam, server, nats, K, corrections, sym):
+    """The server's solve as a BLR step, λ_g = (1 − α)λ̄ + α(λ_0 + Σ_k η_k), α = 1/(1 + Kρ_s), from the clients'
+    mean natural parameter λ̄ = Σ_k λ_k/K (the messages ``nat``): each corrected parameter p (rule
+    riemannian_correction with ``server``) is completed at p̄ = p(λ̄) to p_g + (−½)Γ_p̄(p_g − p̄, p_g − p̄), the
+    improved BLR's second-order term (α cancels), under the rule's condition."""
+    base = {p.symbol: e.xreplace({lam: nat / K for lam, nat in zip(fam.lam, nats)})
+            for p in fam.params.values() if p.symbol in fam.ord_from_nat
+            for e in [fam.ord_from_nat[p.symbol]]}
+    base = {k: (simplify_mat(v, sym) if is_mat(v) else sp.simplify(v)) for k, v in base.items()}
+    out, shown = [], []
+    for name, expr in server:
+        if name in corrections:
+            p = fam.params[name].symbol
+            geo = geometry(fam, name, lambda msg: SpecError(f"federated server step: {msg}", recipe.file,
+                                                            recipe.spec.line_of("federated")))
+            delta = sp.MatrixSymbol("Delta_srv", *p.shape) if is_mat(p) else sp.Symbol("Delta_srv", real=True)
+            diff = simplify_mat(sp.MatAdd(expr, -base[p]).doit(), sym) if is_mat(p) else expr - base[p]
+            term = geo.term(delta, base)
+            term = term.xreplace({delta: diff})
+            cond = corrections[name]
+            if is_mat(p):
+                new = sp.MatAdd(expr, sp.MatMul(sp.Piecewise((1, cond), (0, True)), term))
+            else:
+                new = sp.Piecewise((expr + term, cond), (expr, True))
+            shown.append((sp.Symbol(f"{name}_g"), new, r"\leftarrow"))
+            expr = new
+        out.append((name, expr))
+    D.add("riemannian_correction", RULES["riemannian_correction"].equation, "Server step as an improved BLR step",
+          "The server's solve is the BLR step λ_g = (1 − α)λ̄ + α(λ_0 + Σ_k η_k), α = 1/(1 + Kρ_s), from the clients' "
+          "mean natural parameter λ̄ (sent as nat_i): its precision is completed at p̄ = p(λ̄) by the second-order term "
+          "−½Γ_p̄(p_g − p̄, p_g − p̄) of the improved BLR (α cancels), which keeps q_g valid for any duals.",
+          [(sp.Symbol(f"{k}_bar"), v, "=") for k, v in base.items()] + shown)
+    return out
 
 
 def _scalar(e):
@@ -203,7 +253,8 @@ class FederatedServer(Rule):
 
 register(FederatedLocal())
 rule("federated_dual", "identity", "Bayesian ADMM dual step",
-     "η_k ← η_k + ρ(λ_k − λ_g): at the client's optimum η_k = −∇_μ E_{q_k}[ℓ_k], the local natural gradient")
+     "η_k ← η_k + dρ(λ_k − λ_g) (d the damping, default 1): at the client's optimum η_k = −∇_μ E_{q_k}[ℓ_k]/τ, "
+     "the local natural gradient")
 register(FederatedServer())
 #: the rules a recipe's ``federated`` section implies, in the order they act
 IMPLIED = ("federated_local", "federated_dual", "federated_server")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from blr_derive.rules.base import Rule, register
+from blr_derive.rules.base import OracleCall, Rule, register
 from blr_derive.rules.program import call_symbol, hessian_to_replace, is_stat, new_stat, record, replace, scalar
 
 
@@ -25,10 +25,10 @@ class GaussNewtonHessian(Rule):
         else:
             fam = D.recipe.family
             est = sp.Symbol(oracle, real=True)
-            D.oracle_calls.append((est, oracle, scalar(fam.gaussian_mean),
+            D.oracle_calls.append(OracleCall(est, oracle, scalar(fam.gaussian_mean),
                                    "mean over the mini-batch of squared per-example gradients (Gauss-Newton, Eq. 45)"))
         replace(D, h, est)
-        D.views["hess"] = est
+        D.views.hess = est
         record(ctx, "Gauss-Newton Hessian", "diag ∇²ℓ ≈ mean_i (∇ℓ_i)² over the mini-batch (Eq. 45).",
                 [(h, est, r"\approx")])
 

@@ -22,15 +22,13 @@ from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient, Sampling, TexForm
 from blr_derive.rules.blr import doit
 
-#: D.sampling.views key of the factor's symbol while the factor is not yet the state
-FACTOR_VIEW = "covariance_factor"
 #: the rules that make the covariance factor the state (a recipe with score_function over a full Gaussian names one)
 FACTOR_RULES = ("exponential_coordinates",)
 
 
 def is_full_gaussian(fam) -> bool:
     """A vector variable with Gaussian moments and matrix statistics (the full-covariance Gaussian)."""
-    return (not fam.elementwise and getattr(fam, "gaussian_mean", None) is not None and is_mat(fam.gaussian_mean)
+    return (not fam.elementwise and fam.gaussian_mean is not None and is_mat(fam.gaussian_mean)
             and fam.gaussian_mean.shape[1] == 1 and is_mat(fam.gaussian_cov))
 
 
@@ -87,7 +85,7 @@ def gaussian_score_natural_gradient(bctx, mode):
     grads = [simplify_mat(doit(g.xreplace(reps)), sym | {SZ}) for g in grads]
     D.sampling = Sampling(samples, z, theta, mean + A * z, [(loss_k, "loss")], stats, draw="normal")
     D.natural_gradient = NaturalGradient(list(grads))
-    D.sampling.views[FACTOR_VIEW] = A
+    D.sampling.covariance_factor = A        # until a coordinate rule makes the factor the state
     D.symbol_names.update({sz: r"\bar{g}_z", SZ: r"\bar{G}_z", theta: r"\theta_k"})
     D.add(mode, RULES[mode].equation, "Natural gradient from samples of q (full Gaussian)",
           "θ_k = m + A z_k, z_k ~ N(0, I), with A a factor of the covariance (C = A Aᵀ).  The score-function identity "

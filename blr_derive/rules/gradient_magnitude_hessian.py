@@ -38,7 +38,7 @@ class GradientMagnitudeHessian(Rule):
         g_k = call_symbol(D, "grad")
         est = new_stat(D, "absg", sp.Abs(g_k))
         d = substitute_def(D, "h_mag", h, scale * est)
-        D.views["hess"] = d
+        D.views.hess = d
         record(ctx, "Gradient-magnitude Hessian at samples",
                "Price's estimator E[ĝ_k ε_k]/σ with ε_k ĝ_k replaced by the magnitude |ĝ_k|: a positive "
                "estimate c·mean_k |ĝ_k| (bSAM, Möllenhoff & Khan 2023, Alg. 1).",

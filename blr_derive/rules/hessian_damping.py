@@ -25,12 +25,12 @@ class HessianDamping(Rule):
         gamma = ctx.expr("value")
         when = ctx.when()
         ctx.done()
-        h = D.views.get("hess")
+        h = D.views.hess
         if h is None:
             raise ctx.fail("the update has no Hessian to damp")
         new = substitute_def(D, "h_damped", h, cond(when, h + gamma, h))
-        D.views["hess"] = new
-        D.views["damped_hess"] = new          # a later estimate that replaces the Hessian would drop γ
+        D.views.hess = new
+        D.views.damped_hess = new          # a later estimate that replaces the Hessian would drop γ
         record(ctx, "Damped Hessian", "A constant γ is added to the Hessian estimate (not to the gradient).",
                [(new, h + gamma)])
 

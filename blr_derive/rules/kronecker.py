@@ -31,7 +31,10 @@ import mpmath
 import sympy as sp
 
 from blr_derive.core.errors import DerivationError, SpecError
-from blr_derive.rules.base import Rule, rule
+from blr_derive.core.types import Expr, Sym
+from blr_derive.rules.base import Derivation, Rule, rule
+from blr_derive.spec.hyper import Approx
+from blr_derive.spec.kronecker import KroneckerRecipe
 
 rule("matrix_normal", "identity", "Gupta & Nagar (2000) Thm. 2.2.1; Zhang et al. (2018) Sec. 3.1",
      "q(W) = MN(M, A⁻¹, G⁻¹) is the Gaussian over vec(W) with mean vec(M) and precision A ⊗ G (column-major vec)")
@@ -71,7 +74,7 @@ class CholeskyFactor(sp.MatrixExpr):
 @dataclass
 class Kron:
     """Σ_k c_k L_k ⊗ R_k: ``terms`` = [(c_k, L_k, R_k)] (L_k cols×cols, R_k rows×rows)."""
-    terms: list
+    terms: list[tuple[Expr, Expr, Expr]]
 
     def scaled(self, c) -> "Kron":
         return Kron([(c * ck, L, R) for ck, L, R in self.terms])
@@ -160,26 +163,35 @@ def interpret_vector(e, env: dict, symmetric: set):
 
 
 @dataclass
+class SamplePoints:
+    """Samples W_k of the candidate, before the oracles at them are averaged (``kronecker_sampling.py``)."""
+    samples: Expr           # K, the number of samples per step
+    eps: Sym                # E_k (rows × cols), independent N(0, 1)
+    point: Sym              # W_k
+    expr: Expr              # W_k in terms of M, A, G and E_k
+
+
+@dataclass
 class KroneckerContext:
     """What the structure's rules read and extend while the candidate maps the full-Gaussian program."""
-    recipe: object                      # the KroneckerRecipe
-    D: object                           # the Derivation being written (over M, A, G)
-    rows: object                        # dimension symbols
-    cols: object
-    M: object                           # state symbols
-    A: object
-    G: object
-    rho: object                         # the BLR's learning rate
-    mean_point: object                  # where the oracles are evaluated (M under the delta method, W_k under
+    recipe: KroneckerRecipe
+    D: Derivation[KroneckerRecipe]      # the record being written (over M, A, G)
+    rows: Sym                           # dimension symbols
+    cols: Sym
+    M: Sym                              # state symbols
+    A: Sym
+    G: Sym
+    rho: Expr                           # the BLR's learning rate
+    mean_point: Expr                    # where the oracles are evaluated (M under the delta method, W_k under
     #                                     monte_carlo)
-    grad: object = None                 # the rows×cols matrix standing for the full Gaussian's gradient vector
+    grad: Expr | None = None            # the rows×cols matrix standing for the full Gaussian's gradient vector
     hess: Kron | None = None            # the Kronecker form standing for the full Gaussian's Hessian
-    precision_new: tuple | None = None  # (A_{t+1} expression, G_{t+1} expression) once projected
-    sym: set = field(default_factory=set)
-    approx: object = None               # the approximation entry of the rule being applied
-    env: dict = field(default_factory=dict)   # the full Gaussian's symbols -> their Kronecker or matrix forms
-    base: tuple = ()                    # (m, S): the full Gaussian's mean and precision over vec(W)
-    sampling: object = None             # samples of q (kronecker_sampling.SamplePoints) when the oracles take them
+    precision_new: tuple[Expr, Expr] | None = None  # (A_{t+1} expression, G_{t+1} expression) once projected
+    sym: set[Sym] = field(default_factory=set)
+    approx: Approx | None = None        # the approximation entry of the rule being applied
+    env: dict[Sym, Kron | Expr] = field(default_factory=dict)   # full Gaussian's symbols -> Kronecker/matrix forms
+    base: tuple[Sym, Sym] | tuple[()] = ()    # (m, S): the full Gaussian's mean and precision over vec(W)
+    sampling: SamplePoints | None = None      # samples of q when the oracles take them (``kronecker_sampling.py``)
 
     def fail(self, msg):
         """A located error at the approximation being applied (else at the recipe's ``kronecker`` section)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from blr_derive.rules.base import RULES, register
+from blr_derive.rules.base import RULES, OracleCall, register
 from blr_derive.rules.kronecker import Kron, KroneckerRule
 
 
@@ -43,9 +43,9 @@ class KroneckerGaussNewton(KroneckerRule):
         b = sp.MatrixSymbol("b", n_b, kctx.rows)
         D.symbol_names.update({a: r"\mathbf{a}", b: r"\mathbf{b}"})
         where = "at the mean" if kctx.mean_point == kctx.M else "at the sample"
-        D.oracle_calls.append((a, "activations", kctx.mean_point,
+        D.oracle_calls.append(OracleCall(a, "activations", kctx.mean_point,
                                f"the layer's inputs, one row per example of the mini-batch ({where})"))
-        D.oracle_calls.append((b, "output_grads", kctx.mean_point,
+        D.oracle_calls.append(OracleCall(b, "output_grads", kctx.mean_point,
                                "gradients of the mini-batch mean loss in the layer's outputs, one row per example "
                                f"(or square-root factors of its Gauss-Newton matrix; {where})"))
         L, R = N * (a.T * a), b.T * b

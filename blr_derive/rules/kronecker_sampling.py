@@ -20,22 +20,11 @@ weight noise as well; exact for K = 1, Zhang et al.'s one sample per step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sympy as sp
 
 from blr_derive.core.errors import DerivationError
 from blr_derive.rules.base import RULES, Sampling, TexForm
-from blr_derive.rules.kronecker import CholeskyFactor, Kron, interpret_vector
-
-
-@dataclass
-class SamplePoints:
-    """Samples W_k of the candidate, before the oracles at them are averaged."""
-    samples: object         # K, the number of samples per step
-    eps: object             # E_k (rows × cols), independent N(0, 1)
-    point: object           # W_k
-    expr: object            # W_k in terms of M, A, G and E_k
+from blr_derive.rules.kronecker import CholeskyFactor, Kron, SamplePoints, interpret_vector
 
 
 def sample_points(kctx, args, rule_name):
@@ -81,8 +70,8 @@ def average_samples(kctx, rule_name):
     if sm is None:
         return
     D = kctx.D
-    calls = [c for c in D.oracle_calls if c[2] == sm.point]
-    D.oracle_calls = [c for c in D.oracle_calls if c[2] != sm.point]
+    calls = [c for c in D.oracle_calls if c.argument == sm.point]
+    D.oracle_calls = [c for c in D.oracle_calls if c.argument != sm.point]
     per = {}
     for sym, _, _, _ in calls:
         k = sp.MatrixSymbol(f"{sym.name}_k", *sym.shape)

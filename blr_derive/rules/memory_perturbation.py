@@ -30,29 +30,16 @@ into the generated module's ``sensitivities`` entry point (``blr_derive/ir/sensi
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 
 import sympy as sp
 
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.core.pretty import pretty
-from blr_derive.rules.base import RULES, Derivation, Rule, register
+from blr_derive.rules.base import RULES, Derivation, LeaveOneOut, Rule, register
 from blr_derive.rules.blr import doit, expand, solve_ordinary
 from blr_derive.rules.context import BLRContext
 from blr_derive.spec.hyper import DataVar
-
-
-@dataclass
-class LeaveOneOut:
-    """What ``sensitivities`` computes for every example i (rule ``memory_perturbation``)."""
-    count: object                  # the symbol of the number of examples
-    rows: list                     # [(symbol, argument, key)]: symbol = argument[key][i], example i's value
-    program: list                  # [(symbol, expr)] for one example, in order
-    outputs: list                  # [(key, symbol)]: stacked over the examples
-    inputs: list                   # [(argument, key, description)] of the per-example inputs
-    equations: list = field(default_factory=list)   # plain-text lines
-    renamed: dict = field(default_factory=dict)     # family parameter symbol -> its value in the stored state
 
 
 # ---------------------------------------------------------------------------------- one example's loss
@@ -206,7 +193,7 @@ def derive_leave_one_out(ctx):
           + [(l, s) for l, s in zip(lam_syms, site)] + [(s, e, r"\leftarrow") for s, e in updates])
     lines = [f"site{k + 1}_i = {pretty(s)}" for k, s in enumerate(site)]
     lines += [f"{s} = {pretty(e)}" for s, e in program]
-    D.sensitivities = LeaveOneOut(n_sym, rows, program, outputs, inputs, lines, renamed)
+    D.sensitivities = LeaveOneOut(n_sym, rows, program, outputs, inputs, lines)
 
 
 class MemoryPerturbation(Rule):

@@ -17,11 +17,11 @@ class Minibatch(Rule):
         ctx.done()
         eqs = []
         for key in ("grad", "hess"):
-            v = D.views.get(key)
+            v = D.views.of(key)
             if v is None:
                 continue
             new = substitute_def(D, f"{key}_N", v, n * v)
-            D.views[key] = new
+            D.views.set(key, new)
             eqs.append((new, n * v))
         record(ctx, "Mini-batch estimates", "The oracles return mini-batch means; the BLR needs sums over the N "
                 "examples (Eq. 34).", eqs)

@@ -5,6 +5,7 @@ generic component k (:class:`MixtureTerms`) and the score of the mixture through
 an array axis (:class:`SumOverComponents`, :class:`LogSumExpOverComponents`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import sympy as sp
@@ -12,6 +13,8 @@ from sympy.matrices.expressions.matexpr import MatrixExpr
 
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import logsumexp
+from blr_derive.core.types import Expr, Sym
+from blr_derive.families.model import Family
 from blr_derive.rules.base import RULES, rule
 
 rule('mixture_parameters', 'identity', 'Eq. 27',
@@ -32,12 +35,13 @@ rule('instantiate', 'identity', 'Eqs. 29-30',
 class ComponentSymbol:
     """A symbol of the generic component k's update that each free component gets its own copy of (an oracle
     value at its mean, or a Monte Carlo average)."""
-    generic: object
+    generic: Sym
     prefix: str                  # the copy is named prefix + component number (prefix alone for one component)
-    like: object                 # shape of the copy (a symbol to imitate)
+    like: Sym                    # shape of the copy (a symbol to imitate)
     oracle: str | None = None    # an oracle called at the component's mean, or None
     description: str = ""
-    latex: object = None         # (component number, its mean, only one free component) -> LaTeX name, or None
+    #: (component number, its mean, only one free component) -> LaTeX name, or None
+    latex: Callable[[int, Expr, bool], str] | None = None
     symmetric: bool = False      # the copy is a symmetric matrix
     copy: bool = True            # False: the generic symbol only helps collect terms (not used by the update)
 
@@ -46,22 +50,22 @@ class ComponentSymbol:
 class MixtureTerms:
     """The generic component k of a mixture candidate (Eqs. 27-28, App. E), for the rules that take part in its
     derivation (``delta``, ``exact``, ``dropout_masks``, ``separated_components``)."""
-    base: object                 # the component family
-    gen: dict                    # base parameter symbol -> generic symbol (m_k, S_k)
-    pi_k: object
-    mean_k: object               # m_k, C_k in the generic parameters
-    cov_k: object
-    gblock: list                 # ∇_{μ_k} E_q[ℓ̄ + log q] per block
-    Gm_l: object                 # ∇_{m_k} E_q[ℓ̄], ∇_{C_k} E_q[ℓ̄]
-    GC_l: object
-    Eg_l: object                 # E_{q_k}[∇ℓ̄], E_{q_k}[∇²ℓ̄]
-    EH_l: object
-    hsym: set                    # symmetric symbols
+    base: Family                 # the component family
+    gen: dict[Sym, Sym]          # base parameter symbol -> generic symbol (m_k, S_k)
+    pi_k: Sym
+    mean_k: Expr                 # m_k, C_k in the generic parameters
+    cov_k: Expr
+    gblock: list[Sym]            # ∇_{μ_k} E_q[ℓ̄ + log q] per block
+    Gm_l: Sym                    # ∇_{m_k} E_q[ℓ̄], ∇_{C_k} E_q[ℓ̄]
+    GC_l: Sym
+    Eg_l: Sym                    # E_{q_k}[∇ℓ̄], E_{q_k}[∇²ℓ̄]
+    EH_l: Sym
+    hsym: set[Sym]               # symmetric symbols
     uses_hess: bool = False      # the exact natural gradient needs E_{q_k}[∇²ℓ̄]
-    gq: object = None            # ∇ log q(m_k), ∇² log q(m_k): the entropy term after the delta method
-    Hq: object = None
-    symbols: list = field(default_factory=list)    # [ComponentSymbol]
-    copies: dict = field(default_factory=dict)     # component index -> {generic symbol: its copy}
+    gq: Expr | None = None       # ∇ log q(m_k), ∇² log q(m_k): the entropy term after the delta method
+    Hq: Expr | None = None
+    symbols: list[ComponentSymbol] = field(default_factory=list)
+    copies: dict[int, dict[Sym, Sym]] = field(default_factory=dict)   # component index -> {generic symbol: copy}
 
 
 def mixture_score(D, fam, score_b, shess_b, free, qsyms):

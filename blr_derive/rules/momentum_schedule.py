@@ -33,7 +33,7 @@ class MomentumSchedule(Rule):
         prod, prod_new = add_aux(ctx, name, sp.Integer(1), "running product of the momentum schedule")
         mu = new_def(D, f"{name}_rate", rate)         # μ_t: a host scalar, computed once per step
         D.updates.insert(0, (name, prod_new, prod * mu))
-        D.views[name] = prod_new
+        D.views.set(name, prod_new)
         record(ctx, "Momentum schedule", "The momentum coefficient follows μ_t; its running product corrects the "
                 "bias of averages started at zero (Dozat's NAdam).", [(mu, rate), (prod_new, prod * mu, r"\leftarrow")])
 

@@ -60,7 +60,7 @@ class NesterovLookahead(Rule):
         look = mu_next * u_new / (1 - prod_next) + (1 - mu) * g / (1 - prod)
         u_look = new_def(D, f"{p}_nesterov", cond(when, look, u_new))
         set_update(D, mean, mean_expr.xreplace({u_new: u_look}))
-        D.views[p] = u_look
+        D.views.set(p, u_look)
         record(ctx, "Nesterov look-ahead", "The mean step uses the average one step ahead, each term divided by "
                 "1 − the product of the momentum coefficients (Dozat's NAdam).", [(u_look, look)])
 

@@ -23,7 +23,7 @@ import sympy as sp
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
-from blr_derive.rules.base import PROGRAM_KINDS, RULES, Rule, register
+from blr_derive.rules.base import PROGRAM_KINDS, RULES, OracleCall, Rule, register
 
 
 def posterior_correction(recipe, D, g_loss, sym):
@@ -50,13 +50,13 @@ def posterior_correction(recipe, D, g_loss, sym):
     mu_old = {u: e.xreplace(old) for u, e in zip(fam.mu, fam.mu_ord)}
     m_old = fam.gaussian_mean.xreplace(old)
     g_old = like_symbol("g_old", Eg)
-    D.oracle_calls.append((g_old, "grad", m_old, "∇_θ ℓ(θ) at the snapshot's mean (posterior correction)"))
+    D.oracle_calls.append(OracleCall(g_old, "grad", m_old, "∇_θ ℓ(θ) at the snapshot's mean (posterior correction)"))
     reps_batch, reps_full = {Eg: g_old}, {Eg: next(d.symbol for d in recipe.data if d.name == "grad_full")}
     if EH is not None and any(g.has(EH) for g in grads):
         H_old = like_symbol("H_old", EH)
         if is_mat(H_old):
             sym.add(H_old)
-        D.oracle_calls.append((H_old, "hess", m_old, "∇²_θ ℓ(θ) at the snapshot's mean (posterior correction)"))
+        D.oracle_calls.append(OracleCall(H_old, "hess", m_old, "∇²_θ ℓ(θ) at the snapshot's mean (posterior correction)"))
         reps_batch[EH] = H_old
         reps_full[EH] = next(d.symbol for d in recipe.data if d.name == "hess_full")
     D.symbol_names.update({g_old: r"\hat{g}_{old}"})

@@ -26,7 +26,8 @@ class PriceEstimator(Rule):
         est = nxg / fam.gaussian_cov
         new = cond(when, est, h)
         d = substitute_def(D, "h_price", h, new)
-        D.views["hess"] = d
+        D.views.hess = d
+        D.indefinite.add(d)                        # a Monte Carlo estimate of a Hessian: of any sign
         record(ctx, "Price's reparameterization estimator",
                 "E_q[∇²ℓ] = E_q[∇ℓ(θ)(θ − m)]/σ² (Stein's lemma), estimated from the gradients at the samples.",
                 [(d, new)])

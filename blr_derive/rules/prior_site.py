@@ -55,15 +55,15 @@ class PriorSite(Rule):
         if is_mat(m) and not (D.recipe.family.elementwise or D.elementwise):
             raise ctx.fail("needs a mean-field (elementwise) Gaussian candidate: the site's precision is diagonal")
         m = scalar(m)
-        g_old = D.views["grad"]
+        g_old = D.views.grad
         term = p0 * (m - m0)
         gs = substitute_def(D, "g_prior", g_old, cond(when, g_old + term, g_old))
-        D.views["grad"] = gs
+        D.views.grad = gs
         eqs = [(gs, g_old + term)]
-        if D.views.get("hess") is not None:
-            h_old = D.views["hess"]
+        if D.views.hess is not None:
+            h_old = D.views.hess
             hs = substitute_def(D, "h_prior", h_old, cond(when, h_old + p0, h_old))
-            D.views["hess"] = hs
+            D.views.hess = hs
             eqs.append((hs, h_old + p0))
         record(ctx, "Gaussian prior site",
                "R(θ) = ½ p₀ (θ − m₀)² added to the loss (Eq. 1): its expected gradient p₀(m − m₀) and Hessian p₀ "

@@ -21,8 +21,10 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.nodes import ComponentSum
 from blr_derive.core.pretty import pretty
+from blr_derive.core.types import Assignment, Sym
 from blr_derive.families.statistics import NotLinearInStatistics, separate_scalars, statistics_decomposition
 from blr_derive.rules.base import RULES, Derivation, TexForm, rule
+from blr_derive.spec.product import FactorizedRecipe
 
 rule('mean_field', 'identity', 'Eq. 55; Secs. 5.2-5.3',
      "a candidate q = Π_b q_b over blocks of variables, updated coordinate-wise with the others' current q")
@@ -37,20 +39,20 @@ rule('robbins_monro', 'identity', 'Sec. 5.3 (SVI); Hoffman et al. (2013)',
 
 
 @dataclass
-class FactorizedDerivation(Derivation):
+class FactorizedDerivation(Derivation[FactorizedRecipe]):
     """The record of a product candidate's derivation: the per-row program of the local blocks, the plate
     statistics, and the global program in coordinate order."""
-    factorized: bool = True
-    local_assign: list = field(default_factory=list)     # [(symbol, expr)] per plate row, in order
-    local_outputs: list = field(default_factory=list)    # [(name, symbol)] per-row values returned as arrays
-    stats: list = field(default_factory=list)            # [(symbol, per-row expr)] plate statistics
-    scale: object = None                                 # (symbol, expr): minibatch scale N/B, or None
-    count: object = None                                 # the statistic Σ_n 1 (rows of the plate)
-    assignments: list = field(default_factory=list)      # [(symbol, expr)] global program, in order
-    outputs: list = field(default_factory=list)          # [(state name, symbol)]
-    row_symbols: set = field(default_factory=set)        # per-row symbols (plate data, local values)
-    prelude: list = field(default_factory=list)          # [(symbol, expr)] first: parameters of message-form blocks
-    message_state: dict = field(default_factory=dict)    # block name -> [(state name, symbol, factor, index)]
+    local_assign: list[Assignment] = field(default_factory=list)       # per plate row, in order
+    local_outputs: list[tuple[str, Sym]] = field(default_factory=list)  # (name, symbol): per-row values returned
+    stats: list[Assignment] = field(default_factory=list)              # (symbol, per-row expr): plate statistics
+    scale: Assignment | None = None                                    # the minibatch scale N/B, or None
+    count: Sym | None = None                                           # the statistic Σ_n 1 (rows of the plate)
+    assignments: list[Assignment] = field(default_factory=list)        # global program, in order
+    outputs: list[tuple[str, Sym]] = field(default_factory=list)       # (state name, symbol)
+    row_symbols: set[Sym] = field(default_factory=set)                 # per-row symbols (plate data, local values)
+    prelude: list[Assignment] = field(default_factory=list)            # first: parameters of message-form blocks
+    #: block name -> [(state name, symbol, factor, index)]: one natural parameter per factor kept as state (Eq. 60)
+    message_state: dict[str, list[tuple[str, Sym, str, int]]] = field(default_factory=dict)
 
     def update_lines(self, text=pretty):
         out = [f"{s} = {text(e)}" for s, e in self.prelude]

@@ -1,9 +1,9 @@
 """Rewriting a derived update program: what pass and convention rules share.
 
 The program is: oracle calls, intermediate definitions ``D.defs`` and the state updates ``D.updates``.  Rules
-never pattern-match the algebra produced by sympy; they work on *views*: ``D.views['grad']`` is the symbol that
-currently stands for the gradient, ``D.views['hess']`` for the Hessian, and ``D.views[p]`` for the way parameter
-``p`` enters the other updates.  A rule defines a new symbol, substitutes it for the view in the consuming updates
+never pattern-match the algebra produced by sympy; they work on *views* (:class:`~blr_derive.rules.base.Views`):
+``D.views.grad`` is the symbol that currently stands for the gradient, ``D.views.hess`` for the Hessian, and
+``D.views.state[p]`` for the way parameter ``p`` enters the other updates.  A rule defines a new symbol, substitutes it for the view in the consuming updates
 and moves the view, so rules compose in recipe order.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.matexpr import is_mat
 from blr_derive.rules.args import Ctx
-from blr_derive.rules.base import PROGRAM_KINDS, RULES, AuxState
+from blr_derive.rules.base import PROGRAM_KINDS, RULES, AuxState, OracleCall, Views
 
 
 def step(D):
@@ -42,11 +42,11 @@ def _recipe_names(D):
     """The names a recipe declares (hyperparameters, their elements and choices, data and its dimensions, the
     family's parameters) and the oracle values: what a derived quantity must not be called."""
     r = D.recipe
-    names = set(r.hyper_symbols()) | set(getattr(r, "choices", dict)()) | set(r.family.params)
-    for d in getattr(r, "data", ()):
+    names = set(r.hyper_symbols()) | set(r.choices()) | set(r.family.params)
+    for d in r.data:
         names.add(d.name)
-        names |= {str(x) for x in getattr(d, "shape", ()) if isinstance(x, sp.Basic)}
-    names |= {str(c[0]) for c in D.oracle_calls}
+        names |= {str(x) for x in d.shape if isinstance(x, sp.Basic)}
+    names |= {str(c.symbol) for c in D.oracle_calls}
     return names
 
 
@@ -74,9 +74,7 @@ def substitute_def(D, name, old, expr, skip=()):
 
 def rebind(D, old, new):
     """Every view that pointed at ``old`` now points at ``new``."""
-    for k, v in list(D.views.items()):
-        if v == old:
-            D.views[k] = new
+    D.views.rebind(old, new)
 
 
 def update_of(D, name):
@@ -128,17 +126,17 @@ def name_in_use(D, name):
     """What already goes by ``name`` in the derivation (a hyperparameter, data, a parameter, a state, an oracle
     value or a definition), or None: a new state must not take it, or two quantities would merge into one symbol."""
     r = D.recipe
-    if name in r.hyper_symbols() or name in getattr(r, "choices", dict)():
+    if name in r.hyper_symbols() or name in r.choices():
         return f"hyperparameter '{name}'"
-    for d in getattr(r, "data", ()):
-        if name == d.name or name in {str(x) for x in getattr(d, "shape", ()) if isinstance(x, sp.Basic)}:
+    for d in r.data:
+        if name == d.name or name in {str(x) for x in d.shape if isinstance(x, sp.Basic)}:
             return f"data '{d.name}'" if name == d.name else f"the dimension '{name}' of data '{d.name}'"
-    if name in r.family.params or any(v[0] == name for v in D.renamed.values()) \
+    if name in r.family.params or any(v.state == name for v in D.renamed.values()) \
             or any(a.name == name for a in D.aux_state):
         return f"state '{name}'"
     for c in D.oracle_calls:
-        if str(c[0]) == name:
-            return f"the value of oracle '{c[1]}'"
+        if str(c.symbol) == name:
+            return f"the value of oracle '{c.oracle}'"
     if any(str(s_) == name for s_, _ in D.defs):
         return f"the derivation's quantity '{name}'"
     return None
@@ -230,25 +228,27 @@ def apply_program_rules(recipe, D, fail):
     if not passes:
         return
     # a rule that rewrites matrix programs too says so (``matrix_programs = True``)
-    scalar_only = [a for a in passes if not getattr(RULES[a.name], "matrix_programs", False)]
+    scalar_only = [a for a in passes if not RULES[a.name].matrix_programs]
     if not D.elementwise and scalar_only:
         raise fail(f"approximation '{scalar_only[0].name}' needs an elementwise update; this update mixes "
                     "coordinates (matrix products)", scalar_only[0])
     if not recipe.family.elementwise:
         scalarize_elementwise(D)
-    D.views = {"grad": None, "hess": None}
-    for sym, oracle, _, _ in D.oracle_calls:
-        D.views[oracle] = sym
+    views = D.views = Views()
+    for c in D.oracle_calls:
+        views.set_oracle(c.oracle, c.symbol)
     if D.sampling is not None:
         for avg, e in D.sampling.stats:
             for k_sym, oracle in D.sampling.calls:
                 if e == k_sym:
-                    D.views[oracle] = avg
-        D.views.update(D.sampling.views)
+                    views.set_oracle(oracle, avg)
+        for oracle, avg in D.sampling.views.items():
+            views.set_oracle(oracle, avg)
+        views.covariance_factor = D.sampling.covariance_factor
         if D.sampling.grad_stat is not None:
-            D.views["grad"] = D.sampling.grad_stat
+            views.grad = D.sampling.grad_stat
     for name, sym, _ in D.updates:
-        D.views[name] = sym
+        views.state[name] = sym
     for a in passes:
         try:
             RULES[a.name].rewrite(Ctx(D, a))
@@ -266,7 +266,7 @@ def apply_program_rules(recipe, D, fail):
                 used |= e.free_symbols
                 changed = True
     D.defs = [(s, e) for s, e in D.defs if s in used]
-    D.oracle_calls = [c for c in D.oracle_calls if c[0] in used]
+    D.oracle_calls = [c for c in D.oracle_calls if c.symbol in used]
     if D.sampling is not None:
         sm = D.sampling
         sm.stats = [(a, e) for a, e in sm.stats if a in used]
@@ -275,9 +275,9 @@ def apply_program_rules(recipe, D, fail):
             needed |= e.free_symbols
         kept = []
         for c in reversed(sm.chained):         # a chained call's point reads the calls before it
-            if c[0] in needed:
+            if c.symbol in needed:
                 kept.insert(0, c)
-                needed |= c[3].free_symbols
+                needed |= c.point_expr.free_symbols
         sm.chained = kept
         sm.reductions = [(r, e) for r, e in sm.reductions if r in needed]
         for _, e in sm.reductions:
@@ -305,7 +305,8 @@ def scalarize_elementwise(D, dry=False):
         return scalar_expr(e)
     D.updates = [(n, sp.Symbol(s.name, real=True), scal(e)) for n, s, e in D.updates]
     # an oracle's argument is a state or an expression of one (straight_through: binary(lam))
-    D.oracle_calls = [(sp.Symbol(c[0].name, real=True), c[1], scal(c[2]), c[3]) for c in D.oracle_calls]
+    D.oracle_calls = [OracleCall(sp.Symbol(c.symbol.name, real=True), c.oracle, scal(c.argument), c.description)
+                      for c in D.oracle_calls]
     return True
 
 
@@ -327,10 +328,10 @@ def hessian_to_replace(ctx, what="approximate"):
     estimator ...).  An estimate replaces the whole view, so a damping added before it would be dropped: that order
     is refused with what to write instead."""
     D = ctx.D
-    h = D.views.get("hess")
+    h = D.views.hess
     if h is None:
         raise ctx.fail(f"the update has no Hessian to {what}")
-    if h == D.views.get("damped_hess"):
+    if h == D.views.damped_hess:
         raise ctx.fail(f"hessian_damping comes before this rule, which replaces the damped Hessian by its estimate, "
                        f"so γ would be lost: list hessian_damping after {ctx.approx.name}")
     return h

@@ -3,7 +3,8 @@ instead of samples: θ = F⁻¹(u) through the family's inverse-CDF sampler and 
 in u ∈ (0, 1), whose nodes crowd toward both ends, so the quadrature converges fast even where F⁻¹ has the
 endpoint singularities of every support (−log(1 − u) for a positive one, a logit for a real one): one rule for
 any scalar family with a sampler of one uniform draw (exponential, gamma, beta, chi, Weibull, ...).  Argument
-``nodes`` (the number of points: odd, at least 3; default 65).  The loss may be explicit (evaluated at the nodes) or abstract
+``nodes`` (the number of points: odd, at least 3; default 65).  The middle node is u = ½ exactly: a sampler that is
+0/0 there is refused (its x/|x| is already read as sign(x), ``core.specialfns.limit_safe``).  The loss may be explicit (evaluated at the nodes) or abstract
 (the ``loss`` oracle at the nodes).  Derived in ``blr_derive/rules/sampling.py``."""
 from __future__ import annotations
 

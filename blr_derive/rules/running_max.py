@@ -23,7 +23,7 @@ class RunningMax(Rule):
         mx, mx_new = add_aux(ctx, name, sp.Integer(0), f"running maximum of {p}")
         D.updates.append((name, mx_new, cond(when, sp.Max(mx, v), mx)))
         used = substitute_def(D, f"{p}_used", v, cond(when, mx_new, v), skip=(p, name))
-        D.views[p] = used
+        D.views.set(p, used)
         record(ctx, "Running maximum", "The preconditioner uses max over time of the scale (AMSGrad).",
                 [(mx_new, cond(when, sp.Max(mx, v), mx), r"\leftarrow")])
 

@@ -3,6 +3,7 @@ the score-function and reparameterization estimators (``score_function``, ``repa
 relaxations of a binary family's hard threshold (``concrete_relaxation``, ``straight_through``)."""
 from __future__ import annotations
 
+import numpy as np
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
@@ -10,11 +11,22 @@ from blr_derive.core.specialfns import binary
 from blr_derive.families.symbolic import SIMPLIFY_MAX_OPS, simplify_bounded
 from blr_derive.rules.fisher import fisher_at_state, invertible_symbolically, natural_gradient_at_state
 from blr_derive.rules.args import Ctx
-from blr_derive.rules.base import RULES, NaturalGradient, Relaxation, Rule, Sampling, TexForm
+from blr_derive.rules.base import RULES, NaturalGradient, OracleCall, Relaxation, Rule, Sampling, TexForm
 from blr_derive.spec.sampler import sampler_draws
 
 #: hard thresholds of a binary family's sampler, relaxed by concrete_relaxation and straight_through
 THRESHOLDS = (sp.sign, binary)
+
+
+def hard_thresholds(fam):
+    """The thresholds sign(x)/binary(x) of the sampler whose argument depends on the parameters: the sample jumps
+    as the parameters move (a binary family's sign(λ + logit(u)/2)), so its gradient in them is not the
+    derivative of the sampler (0 a.e.) and the relaxation rules replace them.  A sign of the draws alone, e.g.
+    sign(u − ½) in the Laplace inverse CDF −b sign(u − ½) log(1 − 2|u − ½|), is not one: that sampler is smooth in
+    b for every u."""
+    params = {p.symbol for p in fam.params.values()}
+    return sorted((t for t in fam.sampler.atoms(*THRESHOLDS) if t.args[0].free_symbols & params),
+                  key=sp.default_sort_key)
 
 
 def check_sampler(ctx, rule_name):
@@ -34,11 +46,11 @@ def check_sampler(ctx, rule_name):
                        f"{len(fam.sampler)} components (its sampler serves `check`)", approx)
     if any(is_mat(t) for t in fam.T):
         raise ctx.fail(f"approximation '{rule_name}' supports families with scalar statistics", approx)
-    if getattr(fam, "sampler_accept", None) is not None and rule_name != "score_function":
+    if fam.sampler_accept is not None and rule_name != "score_function":
         raise ctx.fail(f"approximation '{rule_name}' differentiates through the sampler; family '{fam.name}' "
                        "declares a rejection sampler (its acceptance depends on the parameters, so that gradient "
                        "is biased): use 'score_function'", approx)
-    hard = fam.sampler.has(*THRESHOLDS)
+    hard = bool(hard_thresholds(fam))
     if rule_name == "reparameterization" and hard:
         raise ctx.fail(f"approximation 'reparameterization' needs a differentiable sampler; family '{fam.name}' "
                        "samples through sign(·) (use 'concrete_relaxation')", approx)
@@ -69,7 +81,7 @@ def sampled_natural_gradient(recipe, D, approx, mode):
     ctx = Ctx(D, approx)
     samples = ctx.count("samples")
     ctx.done()
-    accept = getattr(fam, "sampler_accept", None)         # a rejection sampler's condition, or None
+    accept = fam.sampler_accept         # a rejection sampler's condition, or None
     (u, law), *more = sampler_draws(fam.sampler, accept)  # the draws, uniform or normal
     theta = sp.Symbol("theta_k", real=True)
     stats, per = [], []
@@ -138,11 +150,36 @@ def check_quadrature(ctx, rule_name):
     if fam.sampler is None or isinstance(fam.sampler, sp.Tuple) or is_mat(fam.sampler):
         raise ctx.fail(f"approximation '{rule_name}' integrates over u = F(θ) through the family's inverse-CDF "
                        f"sampler of a scalar variable; family '{fam.name}' declares none", approx)
-    if getattr(fam, "sampler_accept", None) is not None or [d.name for d, _ in sampler_draws(fam.sampler)] != ["u"]:
+    if fam.sampler_accept is not None or [d.name for d, _ in sampler_draws(fam.sampler)] != ["u"]:
         raise ctx.fail(f"approximation '{rule_name}' needs a sampler that is an inverse CDF of one uniform draw u; "
                        f"family '{fam.name}' samples from other draws (use 'score_function')", approx)
     if any(is_mat(t) for t in fam.T):
         raise ctx.fail(f"approximation '{rule_name}' supports families with scalar statistics", approx)
+    middle = undefined_at_middle_node(fam)
+    if middle is not None:
+        raise ctx.fail(f"approximation '{rule_name}' evaluates the sampler at u = 1/2, the middle node of the "
+                       f"tanh-sinh rule, where family '{fam.name}''s sampler is not a finite number (at {middle}); "
+                       "write it in a form defined at u = 1/2 (a sign of u - 1/2 as sign(u - 1/2); x/abs(x) is read "
+                       "as sign(x) already)", approx)
+
+
+def undefined_at_middle_node(fam):
+    """The parameters (as text) at which the sampler θ(u = ½) is not a finite number while θ(u) next to ½ is, or None:
+    the tanh-sinh rule's middle node is exactly u = ½ (x/|x| is already written sign(x) there,
+    ``core.specialfns.limit_safe``)."""
+    ((u, _),) = sampler_draws(fam.sampler)
+    rng = np.random.default_rng(41)
+
+    def value(at, scalars):
+        try:
+            return float(fam.evaluate(fam.sampler.xreplace({u: at}), scalars))
+        except (TypeError, ValueError, ZeroDivisionError, ArithmeticError):
+            return float("nan")
+    for vals in [fam.sample_params(rng, 2) for _ in range(3)]:
+        scalars = {k: v for k, v in vals.items() if not is_mat(k) and np.ndim(v) == 0}
+        if not np.isfinite(value(sp.Rational(1, 2), scalars)) and np.isfinite(value(sp.Rational(1, 2) + sp.Rational(1, 1000), scalars)):
+            return ", ".join(f"{k} = {float(x):.4g}" for k, x in sorted(scalars.items(), key=lambda kv: str(kv[0])))
+    return None
 
 
 def quadrature_natural_gradient(recipe, D, approx, mode):
@@ -199,7 +236,7 @@ def relaxed_natural_gradient(recipe, D, approx, mode):
         taken = {str(s_) for s_ in fam.params} | {h.name for h in recipe.hyper}
         g = sp.Symbol("g" if "g" not in taken else "g_", real=True)
         D.symbol_names[g] = r"\hat{g}"
-        D.oracle_calls.append((g, "grad", point, "∇_θ ℓ(θ) at the zero-noise hard sample (straight-through)"))
+        D.oracle_calls.append(OracleCall(g, "grad", point, "∇_θ ℓ(θ) at the zero-noise hard sample (straight-through)"))
         D.natural_gradient = NaturalGradient([g])
         D.add(mode, RULES[mode].equation, "Straight-through estimator",
               "Zero noise (u = 1/2, δ = 0) and τ → 0 turn the relaxed sample into the hard one; the straight-through "
@@ -215,7 +252,7 @@ def relaxed_natural_gradient(recipe, D, approx, mode):
     theta = sp.Symbol("theta_k", real=True)
     # s = ∇_μ θ̂ = (∂θ̂/∂λ) / (∂μ/∂λ), each factor by the chain rule through the ordinary parameter p;
     # the threshold's argument x stays opaque (X) so that it is printed as the sampler writes it
-    (hard,) = fam.sampler.atoms(*THRESHOLDS)
+    (hard,) = hard_thresholds(fam)
     X = sp.Dummy("x", real=True)
     outer = fam.sampler.xreplace({hard: sp.tanh(X / tau)})
     dlam = sp.diff(fam.eta[0], p)
@@ -238,7 +275,7 @@ def relaxed_natural_gradient(recipe, D, approx, mode):
     D.sampling = Sampling(samples, u, theta, relaxed, [(g_k, "grad")], [(avg, g_k * scale_eval)], draw="uniform",
                           grad_stat=avg)
     D.natural_gradient = NaturalGradient([avg])
-    D.relaxation = Relaxation(temperature=tau, sample=relaxed, scale=scale, u=u, theta=theta, eps=eps,
+    D.relaxation = Relaxation(temperature=tau, sample=relaxed, u=u, eps=eps,
                               scale_evaluated=scale_eval)
     s_sym = sp.Symbol("s_k")
     D.symbol_names[s_sym] = "s_k"

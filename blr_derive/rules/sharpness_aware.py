@@ -28,7 +28,7 @@ import sympy as sp
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
-from blr_derive.rules.base import Rule, Sampling, register
+from blr_derive.rules.base import ChainedCall, Rule, Sampling, register
 from blr_derive.rules.program import is_stat, mean_name, record, replace, scalar
 
 
@@ -54,19 +54,19 @@ def state_expr(ctx, key, default):
 def point_mass_sampling(ctx, samples):
     """The delta method's gradient at the mean as ``samples`` sub-batch calls at θ_k = m (no draw)."""
     D = ctx.D
-    call = next((c for c in D.oracle_calls if c[1] == "grad"), None)
+    call = next((c for c in D.oracle_calls if c.oracle == "grad"), None)
     if call is None:
         raise ctx.fail("needs the gradient oracle: an expectation rule with gradients (delta, monte_carlo)")
     m = scalar(D.recipe.family.params[mean_name(D)].symbol)
-    if scalar(call[2]) != m:
-        raise ctx.fail(f"the gradient is taken at {call[2]}, not at the mean {m}")
+    if scalar(call.argument) != m:
+        raise ctx.fail(f"the gradient is taken at {call.argument}, not at the mean {m}")
     g_k = sp.Symbol("g_k", real=True)
     D.oracle_calls = [c for c in D.oracle_calls if c is not call]
     # the old oracle symbol now stands for the average over the sub-batches
     D.sampling = Sampling(samples, sp.Symbol("eps", real=True), sp.Symbol("theta_k", real=True), m,
-                          [(g_k, "grad")], [(call[0], g_k)], draw="point")
+                          [(g_k, "grad")], [(call.symbol, g_k)], draw="point")
     D.symbol_names.setdefault(g_k, r"\hat{g}_k")
-    return call[0]
+    return call.symbol
 
 
 class SharpnessAware(Rule):
@@ -111,11 +111,11 @@ class SharpnessAware(Rule):
         point = sp.Symbol("theta_adv_k", real=True)
         g_adv = sp.Symbol("g_adv_k", real=True)
         expr = m + radius * step_dir
-        sm.chained.append((g_adv, "grad", point, expr))
+        sm.chained.append(ChainedCall(g_adv, "grad", point, expr))
         avg = sp.Symbol("g_adv", real=True)
         sm.stats.append((avg, per.xreplace({k: g_adv for k in k_calls})))
         replace(D, g, avg)
-        D.views["grad"] = avg
+        D.views.grad = avg
         D.symbol_names.update({point: r"\theta^{\mathrm{adv}}_k", g_adv: r"\hat{g}^{\mathrm{adv}}_k", avg: r"\bar{g}^{\mathrm{adv}}"})
         record(ctx, "Sharpness-aware gradient",
                "The gradient of the mean step is taken at the adversarial point e_k = ρ·scale·ĝ_k"

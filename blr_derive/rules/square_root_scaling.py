@@ -20,7 +20,7 @@ class SquareRootScaling(Rule):
         ctx.done()
         v = ctx.view(p)
         r = substitute_def(D, f"{p}_root", v, sp.sqrt(v) + eps, skip=(p,))
-        D.views[p] = r
+        D.views.set(p, r)
         record(ctx, "Square-root scaling", f"{p} enters the other updates as √{p} + ε (Eq. 38; ε outside the root, "
                 "as RMSprop and Adam do).", [(r, sp.sqrt(v) + eps)])
 

@@ -21,16 +21,16 @@ class SquaredGradientHessian(Rule):
         if D.sampling is not None and is_stat(D, h):
             # at samples: the average of the squared per-sample gradients (Eq. 45 with weight perturbation);
             # the per-sample gradient is the statistic the gradient view averages (e.g. z·∇ℓ(θ̃) under dropout masks)
-            g_k = next((e for a, e in D.sampling.stats if a == D.views.get("grad")), None) or call_symbol(D, "grad")
+            g_k = next((e for a, e in D.sampling.stats if a == D.views.grad), None) or call_symbol(D, "grad")
             est = new_stat(D, "gsq", g_k**2)
             d = substitute_def(D, "h_gsq", h, scale * est)
-            D.views["hess"] = d
+            D.views.hess = d
             record(ctx, "Squared-gradient Hessian at samples", "∇²ℓ ≈ mean_k ĝ_k∘ĝ_k (Eqs. 38, 45).",
                     [(h, scale * est, r"\approx")])
             return
         g = ctx.view("grad")
         d = substitute_def(D, "h_gsq", h, scale * g**2)
-        D.views["hess"] = d
+        D.views.hess = d
         D.frozen.add(d)         # the square of this gradient: later rules add to the Hessian through the view
         record(ctx, "Squared-gradient Hessian", "∇²ℓ ≈ ĝ∘ĝ (Eq. 38; the Gauss–Newton/gradient-magnitude approximation of Eq. 45).",
                 [(d, scale * g**2, r"\approx")])

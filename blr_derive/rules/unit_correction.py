@@ -39,14 +39,14 @@ class UnitCorrection(Rule):
         ctx.done()
         v = ctx.view(p)
         rms = substitute_def(D, f"{p}_rms", v, cond(when, sp.sqrt(v + eps), v), skip=(p,))
-        D.views[p] = rms
+        D.views.set(p, rms)
         rho, mean, m, d = mean_direction(ctx)
         _, plain = update_of(D, mean)
         acc, acc_new = add_aux(ctx, name, sp.Integer(0), "exponential average of the squared steps")
         dx = new_def(D, f"{name}_step", sp.sqrt(acc + eps) * d)
         D.updates.insert(0, (name, acc_new, cond(when, rate * acc + (1 - rate) * dx**2, acc)))
         set_update(D, mean, cond(when, m - rho * dx, plain))
-        D.views[name] = acc_new
+        D.views.set(name, acc_new)
         record(ctx, "Unit correction", "The preconditioned step is multiplied by the RMS of the past steps "
                 "(Adadelta; both RMS with ε inside the root).",
                 [(rms, sp.sqrt(v + eps)), (dx, sp.sqrt(acc + eps) * d), (acc_new, rate * acc + (1 - rate) * dx**2,

@@ -20,19 +20,19 @@ class WeightDecay(Rule):
         when = ctx.when()
         ctx.done()
         m = D.recipe.family.params[mean_name(D)].symbol
-        g_old = D.views["grad"]
+        g_old = D.views.grad
         # a zero coefficient (a runtime hyperparameter) skips the term: no work when weight decay is off
         active = sp.Ne(delta, 0) if not delta.is_number else None
         if when is not None:
             active = when if active is None else sp.And(when, active)
         value = cond(active, g_old + delta * scalar(m), g_old)
         gw = substitute_def(D, "g_wd", g_old, value)
-        D.views["grad"] = gw
+        D.views.grad = gw
         eqs = [(gw, g_old + delta * scalar(m))]
-        if D.views.get("hess") is not None:
-            h_old = D.views["hess"]
+        if D.views.hess is not None:
+            h_old = D.views.hess
             hw = substitute_def(D, "h_wd", h_old, cond(when, h_old + delta, h_old))
-            D.views["hess"] = hw
+            D.views.hess = hw
             eqs.append((hw, h_old + delta))
         record(ctx, "Weight decay as a Gaussian prior", "R(θ) = δ‖θ‖²/2 added to the loss (Eq. 1), through the delta method.",
                 eqs)

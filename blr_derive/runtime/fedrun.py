@@ -10,13 +10,20 @@ The generated module holds the derived algorithm (``step`` is the client's BLR s
   messages) and the other ranks are the K clients; otherwise every rank is a client and rank ``server``
   also runs the server step.
 
-A round: the clients start from their previous local state (initially the broadcast global state), take
-``local_steps`` client steps on their own oracles, update their duals, send their messages; the server
-sums them and solves for the new global parameters.
+A round: the clients start from their previous local state (initially the broadcast global state), or with
+``client_start="global"`` from the broadcast global parameters (their other state, momentum and step count, kept:
+the official IVON-ADMM's deep-learning runs), or with ``client_start="fresh"`` as new clients at the global
+parameters (momentum and step count reset: its toy example, a new optimizer per round); they take ``local_steps``
+client steps on their own oracles (``step_hyper(round, local_step)`` may return hyperparameters for that step, a
+learning-rate schedule), update their duals, send their messages; the server sums them and solves for the new
+global parameters.
 """
 from __future__ import annotations
 
 import numpy as np
+
+#: how a client starts a round (see the module docstring)
+CLIENT_STARTS = ("previous", "global", "fresh")
 
 
 def _copy(d):
@@ -28,28 +35,49 @@ def _client(mod, global_state, hyper):
     return _copy(mod.init(hyper, **{k: v for k, v in global_state.items() if k in mod.STATE}))
 
 
-def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hyper=None, rng=None, data=None):
+def _known(mod, hyper):
+    """The hyperparameters of the generated module; a name it does not have is an error (it would be ignored)."""
+    hyper = dict(hyper or {})
+    unknown = sorted(k for k in hyper if k not in mod.HYPERPARAMETERS)
+    if unknown:
+        raise TypeError(f"{mod.RECIPE}: unknown hyperparameters {unknown}; known: {list(mod.HYPERPARAMETERS)}")
+    return hyper
+
+
+def _start(mod, state, global_state, hyper, how):
+    if how not in CLIENT_STARTS:
+        raise ValueError(f"client_start must be one of {CLIENT_STARTS}, got {how!r}")
+    if how == "previous":
+        return state
+    if how == "fresh":
+        return _client(mod, global_state, hyper)
+    return {**state, **_copy({k: v for k, v in global_state.items() if k in state})}
+
+
+def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hyper=None, rng=None, data=None,
+                 step_hyper=None, round_index=0):
     """One client's part of a round: local BLR steps, the dual step and the message (new state, dual, message).
-    ``data``: the client's own data of an explicit loss (its rows X, y, ...), next to the round's prior site."""
-    hyper = hyper or {}
-    step_hp = {k: v for k, v in hyper.items() if k in mod.HYPERPARAMETERS}
+    ``data``: the client's own data of an explicit loss (its rows X, y, ...), next to the round's prior site;
+    ``step_hyper(round, local_step)``: hyperparameters of that local step (a schedule), over ``hyper``."""
+    step_hp = _known(mod, hyper)
     data = {**(data or {}), **mod.client_data(global_state, dual)}
-    for _ in range(local_steps):
+    for i in range(local_steps):
         kw = {"rng": rng} if rng is not None else {}
-        state = mod.step(state, oracles=oracles, data=data, **kw, **step_hp)
+        hp = {**step_hp, **_known(mod, step_hyper(round_index, i))} if step_hyper is not None else step_hp
+        state = mod.step(state, oracles=oracles, data=data, **kw, **hp)
     dual = mod.dual_step(state, global_state, dual, **step_hp)
     return state, dual, mod.client_message(state, dual, **step_hp)
 
 
 def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=None, rngs=None, client_states=None,
-             callback=None, client_data=None):
+             callback=None, client_data=None, client_start="previous", step_hyper=None):
     """Run ``rounds`` rounds with K = len(client_oracles) clients in this process (``client_data``: each client's
-    data of an explicit loss, a list of K mappings).
+    data of an explicit loss, a list of K mappings; ``client_start`` and ``step_hyper``: see the module docstring).
 
     Returns ``(global_state, client_states, duals)``; ``callback(round, global_state, client_states, duals)``
     is called after every round (e.g. to record iterates)."""
     K = len(client_oracles)
-    hyper = {k: v for k, v in (hyper or {}).items() if k in mod.HYPERPARAMETERS}
+    hyper = _known(mod, hyper)
     g = _copy(global_state)
     states = [_copy(s) for s in client_states] if client_states is not None else [_client(mod, g, hyper) for _ in range(K)]
     duals = [mod.init_dual(s) for s in states]
@@ -58,9 +86,10 @@ def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=
     for r in range(rounds):
         total = None
         for k in range(K):
-            states[k], duals[k], msg = client_round(mod, states[k], duals[k], g, client_oracles[k],
+            start = _start(mod, states[k], g, hyper, client_start) if r else states[k]
+            states[k], duals[k], msg = client_round(mod, start, duals[k], g, client_oracles[k],
                                                     local_steps=local_steps, hyper=hyper, rng=rngs[k],
-                                                    data=client_data[k])
+                                                    data=client_data[k], step_hyper=step_hyper, round_index=r)
             total = msg if total is None else {n: total[n] + msg[n] for n in msg}
         g = mod.server_step(total, K, **hyper)
         if callback is not None:
@@ -69,7 +98,7 @@ def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=
 
 
 def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, rng=None, state=None, server=0,
-             dedicated_server=False, callback=None, data=None):
+             dedicated_server=False, callback=None, data=None, client_start="previous", step_hyper=None):
     """This process's part of ``rounds`` rounds over the default ``torch.distributed`` process group.
 
     ``oracles`` are this rank's (ignored on a dedicated server).  Every rank passes the same initial
@@ -79,15 +108,16 @@ def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, r
     rank, world = dist.get_rank(), dist.get_world_size()
     K = world - 1 if dedicated_server else world
     is_client = not (dedicated_server and rank == server)
-    hyper = {k: v for k, v in (hyper or {}).items() if k in mod.HYPERPARAMETERS}
+    hyper = _known(mod, hyper)
     g = _copy(global_state)
     state = _copy(state) if state is not None else _client(mod, g, hyper)
     dual = mod.init_dual(state)
     zero = {n: np.zeros_like(v) for n, v in mod.client_message(state, dual, **hyper).items()}
     for r in range(rounds):
         if is_client:
-            state, dual, msg = client_round(mod, state, dual, g, oracles, local_steps=local_steps, hyper=hyper,
-                                            rng=rng, data=data)
+            start = _start(mod, state, g, hyper, client_start) if r else state
+            state, dual, msg = client_round(mod, start, dual, g, oracles, local_steps=local_steps, hyper=hyper,
+                                            rng=rng, data=data, step_hyper=step_hyper, round_index=r)
         else:
             msg = zero
         names = list(mod.FEDERATED_MESSAGES)

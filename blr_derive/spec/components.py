@@ -4,6 +4,8 @@ the engine derives once for that component and the generated code holds the K co
 ``blr_derive/rules/components.py``)."""
 from __future__ import annotations
 
+from typing import TypedDict
+
 import sympy as sp
 
 from blr_derive.core.names import check_name_at
@@ -12,6 +14,13 @@ from blr_derive.spec.blocks import Block
 from blr_derive.spec.hyper import err
 
 COMPONENTS_KEYS = {"index", "size", "description"}
+
+
+class ComponentsSpec(TypedDict):
+    """A product recipe's ``components``: the component axis."""
+    index: str                     # the generic component's index (k)
+    size: sp.Symbol                # K, a size known at run time
+    description: str
 
 
 def component_block(bname, bdecl, approx, local, rho, rho_text, schedule, line, dims, family_block):
@@ -79,7 +88,7 @@ def component_block(bname, bdecl, approx, local, rho, rho_text, schedule, line, 
                  text_field(bdecl, "description"), symmetric=sym, line=line, per_component=True, simplex=simplex)
 
 
-def parse_components(spec, taken):
+def parse_components(spec, taken) -> ComponentsSpec:
     """The recipe's component axis: ``components: {index: k, size: K}`` (K a size known at run time, read from
     the state's leading axis)."""
     cspec = spec["components"]

@@ -15,7 +15,7 @@ from blr_derive.core.yamlio import check_keys, where
 from blr_derive.spec.hyper import DataVar
 
 
-FED_KEYS = {"penalty", "server_penalty", "prior", "description"}
+FED_KEYS = {"penalty", "server_penalty", "prior", "damping", "temperature", "description"}
 
 
 @dataclass
@@ -27,6 +27,8 @@ class Federated:
     globals: list                     # [(family parameter, DataVar of its global value)]
     duals: list                       # [DataVar] one per natural-parameter block
     count: object = field(default_factory=lambda: sp.Symbol("K", integer=True, positive=True))
+    damping: object = sp.Integer(1)   # d: the dual step η_k ← η_k + dρ(λ_k − λ_g) (a hyperparameter symbol, or 1)
+    temperature: object = sp.Integer(1)   # τ: the clients' losses enter as ℓ_k/τ (a hyperparameter symbol, or 1)
 
 
 def _err(msg, container, key=None):
@@ -38,7 +40,8 @@ def parse_federated(spec, fam, hyper, data, taken) -> Federated:
     """Read the ``federated`` section; the global parameters and duals become data inputs of the client step."""
     fs = spec["federated"]
     if not isinstance(fs, dict):
-        raise _err("federated must be a mapping (penalty, server_penalty, prior)", spec, "federated")
+        raise _err("federated must be a mapping (penalty, server_penalty, prior, damping, temperature)", spec,
+                   "federated")
     check_keys(fs, FED_KEYS, ("penalty",), "federated")
     if not fam.is_gaussian:
         raise _err(f"federated: family '{fam.name}' has no Gaussian moments (the prior's site needs them)",
@@ -54,6 +57,8 @@ def parse_federated(spec, fam, hyper, data, taken) -> Federated:
         return floats[v]
     rho = hyper_of("penalty")
     rho_s = hyper_of("server_penalty") if "server_penalty" in fs else rho
+    damping = hyper_of("damping") if "damping" in fs else sp.Integer(1)
+    temperature = hyper_of("temperature") if "temperature" in fs else sp.Integer(1)
     prior, text = sp.Integer(0), ""
     if "prior" in fs:
         text = str(fs["prior"])
@@ -91,4 +96,4 @@ def parse_federated(spec, fam, hyper, data, taken) -> Federated:
     for dv, l in zip(duals, fam.lam):
         if is_mat(l) and l.shape[0] == l.shape[1] and l.shape[1] != 1:
             dv.symmetric = True
-    return Federated(rho, rho_s, prior, Prose(text), globals_, duals)
+    return Federated(rho, rho_s, prior, Prose(text), globals_, duals, damping=damping, temperature=temperature)

@@ -5,6 +5,7 @@ every error is located at its line.  Single-family, mixture and product recipes 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sympy as sp
 
@@ -12,6 +13,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.names import check_name_at
 from blr_derive.core.text import did_you_mean, quote
+from blr_derive.core.types import Expr, HyperDefault, Sym, Text
 from blr_derive.core.yamlio import LDict, check_keys, finite_number, text_field, where
 
 HP_KEYS = {"default", "description", "names", "type", "choices", "required", "allow_infinite", "keyword_only"}
@@ -21,29 +23,29 @@ DATA_KEYS = {"shape", "description", "symmetric", "default"}
 @dataclass
 class Hyper:
     name: str
-    symbol: object           # None for tuples and choices (see ``elements``)
-    default: object          # float, int, bool, str (a choice) or tuple of floats; None when required
-    description: object = ""     # Prose (recipe text) read from the recipe
+    symbol: Sym | None       # None for tuples and choices (see ``elements``)
+    default: HyperDefault    # float, int, bool, str (a choice) or tuple of floats; None when required
+    description: Text = ""    # Prose (recipe text) read from the recipe
     kind: str = "float"      # float | int | bool | tuple | choice
-    elements: tuple = ()     # tuples: ((name, symbol), ...); choices: ((choice, boolean symbol), ...)
+    elements: tuple[tuple[str, Sym], ...] = ()   # tuples: (name, symbol) each; choices: (choice, boolean symbol) each
     keyword_only: bool = False   # a constructor argument that can only be passed by name (after ``*``)
 
 
 @dataclass
 class DataVar:
     name: str
-    symbol: object
-    shape: tuple          # () scalar, (N,) vector, (N, P) matrix — dims are sympy Symbols
-    description: object = ""  # Prose (recipe text) read from the recipe
+    symbol: Sym
+    shape: tuple[Expr, ...]   # () scalar, (N,) vector, (N, P) matrix — dims are sympy Symbols
+    description: Text = ""    # Prose (recipe text) read from the recipe
     symmetric: bool = False
-    default: object = None  # the data of an abstract loss: its value where a target keeps it as state (torch), an
-    #                         expression of hyperparameters (None: the caller must give it)
+    default: Expr | None = None   # the data of an abstract loss: its value where a target keeps it as state (torch),
+    #                               an expression of hyperparameters (None: the caller must give it)
 
 
 @dataclass
 class Approx:
     name: str
-    args: dict
+    args: dict[str, Any]     # the rule's arguments as the recipe gives them (YAML values, read by rules/args.py)
     line: int | None = None
 
 

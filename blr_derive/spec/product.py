@@ -16,6 +16,7 @@ here into a :class:`FactorizedRecipe`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 import sympy as sp
 
@@ -25,10 +26,11 @@ from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
 from blr_derive.core.text import Prose
+from blr_derive.core.types import Expr
 from blr_derive.core.yamlio import LDict, check_keys, finite_number, text_field, where
 from blr_derive.spec.blocks import Block, Factor, block_candidate
-from blr_derive.spec.components import component_block, parse_components
-from blr_derive.spec.hyper import Approx, err, parse_data, parse_hyperparameters
+from blr_derive.spec.components import ComponentsSpec, component_block, parse_components
+from blr_derive.spec.hyper import Approx, DataVar, Hyper, err, parse_data, parse_hyperparameters
 
 FACTORIZED_KEYS = {"name", "title", "class_name", "description", "paper", "checked_against", "dimension",
                    "hyperparameters", "data", "plate", "blocks", "factors", "sizes", "components"}
@@ -48,6 +50,14 @@ class ProductFamilyView:
         self.description = "mean-field candidate q = " + " ".join(f"q({b.name})" for b in r.blocks)
 
 
+class PlateSpec(TypedDict):
+    """A product recipe's ``plate``: rows indexed by ``index``, per-row data."""
+    index: str
+    data: list[DataVar]            # per row
+    minibatch: Expr | None         # the hyperparameter N of a minibatch plate (statistics scaled by N/B), or None
+    description: str
+
+
 @dataclass
 class FactorizedRecipe:
     name: str
@@ -56,16 +66,16 @@ class FactorizedRecipe:
     paper: Prose
     class_name: str
     checked_against: Prose
-    blocks: list
-    factors: list
-    hyper: list                    # [Hyper] (numbers)
-    data: list                     # [DataVar] (global data)
-    plate: dict | None             # {index, data: [DataVar per row], minibatch: symbol or None}
-    dims: dict
+    blocks: list[Block]
+    factors: list[Factor]
+    hyper: list[Hyper]             # numbers
+    data: list[DataVar]            # global data
+    plate: PlateSpec | None
+    dims: dict[str, Expr]          # dimension name -> symbol
     file: str | None = None
-    spec: object = None
-    step_symbol: object = None
-    components: dict | None = None   # {index, size (symbol), description}: the component axis, or None
+    spec: LDict | None = None
+    step_symbol: Expr | None = None
+    components: ComponentsSpec | None = None   # the component axis, or None
 
     @property
     def family(self):
@@ -86,6 +96,10 @@ class FactorizedRecipe:
     def hyper_symbols(self):
         return {h.name: h.symbol for h in self.hyper}
 
+    def choices(self) -> dict:
+        """No choice hyperparameters: a product recipe's hyperparameters are numbers."""
+        return {}
+
     # what reports and `blr-derive compare` read of a recipe's loss: the sum of the factors
     loss_kind = "explicit"
 
@@ -103,7 +117,7 @@ def is_product_spec(spec) -> bool:
     return isinstance(spec, dict) and "blocks" in spec
 
 
-def _plate(spec, hyper, taken, dims):
+def _plate(spec, hyper, taken, dims) -> PlateSpec:
     pspec = spec["plate"]
     if not isinstance(pspec, dict):
         raise err("plate must be a mapping", spec, "plate")

@@ -6,16 +6,18 @@ kinds come from the rule registry, so the spec layer depends on nothing above ``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
 from blr_derive.core.text import Prose
+from blr_derive.core.types import Expr, Text
 from blr_derive.core.yamlio import LDict, check_keys, text_field, where
 from blr_derive.spec.correction import correction_data
-from blr_derive.spec.federated import parse_federated
-from blr_derive.spec.peer import parse_peer
+from blr_derive.spec.federated import Federated, parse_federated
+from blr_derive.spec.peer import Peer, parse_peer
 from blr_derive.spec.hyper import (Approx, DataVar, Hyper, add_learning_rate, err, learning_rate_name, parse_approximations,  # noqa: F401
                                    parse_data, parse_hyperparameters, scalar_symbols)
 
@@ -33,23 +35,25 @@ class Recipe:
     title: Prose                       # recipe text is Prose (blr_derive/core/text.py): outputs escape it
     description: Prose
     paper: Prose
-    family: object                     # a Family (blr_derive/families/model.py) or a MixtureFamily
+    #: a Family (blr_derive/families/model.py) or a MixtureFamily: typed Any because the families layer is above
+    #: this one (spec only holds what candidates/load.py put there)
+    family: Any
     loss_kind: str                     # "abstract" | "explicit"
-    loss: object = None                # sympy expr in θ, data and hyperparameters
-    loss_text: object = ""             # the loss expression as written (Prose: it may carry a comment)
-    data: list = field(default_factory=list)
-    hyper: list = field(default_factory=list)
-    approximations: list = field(default_factory=list)
+    loss: Expr | None = None           # sympy expr in θ, data and hyperparameters
+    loss_text: Text = ""               # the loss expression as written (Prose: it may carry a comment)
+    data: list[DataVar] = field(default_factory=list)
+    hyper: list[Hyper] = field(default_factory=list)
+    approximations: list[Approx] = field(default_factory=list)
     learning_rate: str = "rho"
     class_name: str = ""
     checked_against: object = ""       # Prose
     file: str | None = None
-    spec: object = None
+    spec: LDict | None = None          # the located mapping (for errors found while deriving)
 
-    state_init: dict = field(default_factory=dict)   # state name -> raw YAML value (parsed by passes)
-    parameter: object = None           # what a model's weights hold (targets that own them, e.g. torch), or None
-    federated: object = None           # spec.federated.Federated for a 'federated' section (Bayesian ADMM), or None
-    peer: object = None                # spec.peer.Peer: state names and argument checks of a hand-written peer
+    state_init: LDict = field(default_factory=LDict)   # state name -> raw YAML value (parsed by passes)
+    parameter: Expr | None = None      # what a model's weights hold (targets that own them, e.g. torch), or None
+    federated: Federated | None = None  # a 'federated' section (Bayesian ADMM), or None
+    peer: Peer | None = None           # state names and argument checks of a hand-written peer
 
     def hyper_symbol(self, name):
         for h in self.hyper:

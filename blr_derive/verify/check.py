@@ -18,6 +18,18 @@ check                                 compared with
 ``round_trip_natural``                ordinary → λ → ordinary
 ``round_trip_expectation``            ordinary → μ → ordinary (closed form, or Newton's
                                       method when the inverse is numeric)
+``hard_log_partition``, ``hard_mu``,  A, μ, F and the entropy at the family's *hard points*
+``hard_fisher``, ``hard_entropy``     (blr_derive/verify/hunt.py: integer and half-integer
+                                      parameters, boundaries, scales, the poles and zeros
+                                      of the special functions in A, μ, F) against
+                                      quadrature / summation (30 digits where double
+                                      precision is not enough); not finite always fails
+``hard_maps``                         λ(ordinary), ordinary(λ), μ(ordinary) there
+``generated_numpy``, ``generated_jax``  the family's generated module in each target
+                                      (natural_parameters, log_partition,
+                                      expectation_parameters, fisher_information,
+                                      ordinary_from_natural / _expectation, init, step) at
+                                      the same points
 ====================================  =====================================================
 
 Errors are ``|got - want| / max(1, |want|)`` (absolute below 1, relative above), the maximum
@@ -26,9 +38,12 @@ over the parameter points and the components.  Matrix families are checked at ``
 Quadrature works in unconstrained coordinates u: θ = u on the real line, θ = e^u on the
 positive half-line, θ = σ(u) (with 1 - θ = σ(-u) computed separately) on the unit interval,
 stick-breaking on the simplex and Cholesky factors with log-diagonals for positive-definite
-matrices.  It is centred at the mode of the density in u and scaled by the Hessian there,
-and uses the double-exponential (sinh-sinh) trapezoidal rule in every coordinate, which
-also handles the integrable endpoint singularities of, e.g., Gamma and Beta densities.
+matrices.  It is centred at the mode of the density in u and scaled by the density's own
+spread (a coarse search of where its mass lies, then the covariance of u from two coarse
+passes: not the curvature at the mode, which is zero for exp(−cθ⁴)), and uses the
+double-exponential trapezoidal rule in every coordinate (one coordinate: an exp-sinh rule on
+each side of the mode, so that a kink there is an endpoint), which also handles the
+integrable endpoint singularities of, e.g., Gamma and Beta densities.
 Discrete supports are summed exactly (the Poisson-like sums until the terms are negligible).
 Monte Carlo samples are exact for discrete supports (drawn from the enumerated
 probabilities); for continuous ones they are drawn from the density tabulated on the
@@ -59,9 +74,11 @@ from blr_derive.verify.results import Report
 # --------------------------------------------------------------------------- files
 
 
-def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dict | None = None) -> Report:
-    """Check a family file, or the family of a recipe file (plus ``check_recipe_updates``); ``sizes``
-    instantiates a sized family or recipe (blr_derive/sizes.py) at those sizes."""
+def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dict | None = None,
+               hunt: bool = True) -> Report:
+    """Check a family file, or the family of a recipe file (plus ``check_recipe_updates``), at random points and
+    (``hunt``) at its hard points; ``sizes`` instantiates a sized family or recipe (blr_derive/sizes.py) at those
+    sizes."""
     spec = load_yaml_file(path)
     if is_product_spec(spec):                     # one family per block: name them (checked one by one)
         spec = instantiate_recipe(spec, str(path), sizes)
@@ -86,16 +103,19 @@ def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dic
             fam = load_family({"name": fam.file, **sizes} if sizes else fam.file)
             rep = Report(f"recipe '{recipe.name}' ({path}), family '{fam.name}' at {fam.sizes} (the axis declaration "
                          "is checked against it by tests/unit/candidates/test_sized_axis.py)", fam)
-            rep.checks = check_family(fam, points=points, seed=seed, dim=dim)
-            rep.notes = describe(fam) + [f"{points} random parameter points (seed {seed})"]
+            checks = check_family(fam, points=points, seed=seed, dim=dim, hunt=hunt)
+            rep.checks = list(checks)
+            rep.notes = describe(fam) + [f"{points} random parameter points (seed {seed})"] + checks.notes
             return rep
         rep = Report(f"recipe '{recipe.name}' ({path}), family '{recipe.family.name}'", fam)
-        rep.checks = check_family(fam, points=points, seed=seed, dim=dim) + list(check_recipe_updates(recipe))
+        checks = check_family(fam, points=points, seed=seed, dim=dim, hunt=hunt)
+        rep.checks = list(checks) + list(check_recipe_updates(recipe))
     else:
         fam = load_family({"name": str(path), **sizes} if sizes else str(path))
         rep = Report(f"family '{fam.name}' ({path}" + "".join(f", {k} = {v}" for k, v in fam.sizes if sizes) + ")",
                      fam)
-        rep.checks = check_family(fam, points=points, seed=seed, dim=dim)
+        checks = check_family(fam, points=points, seed=seed, dim=dim, hunt=hunt)
+        rep.checks = list(checks)
     rep.notes = describe(fam) + [f"{points} random parameter points (seed {seed})"
-                                  + (f", dimension {dim}" if fam.dim is not None else "")]
+                                  + (f", dimension {dim}" if fam.dim is not None else "")] + checks.notes
     return rep

@@ -10,8 +10,9 @@ from blr_derive.core.errors import BLRError, DerivationError, SpecError
 from blr_derive.families.numeric import MODULES
 from blr_derive.spec.sampler import sampler_draws
 from blr_derive.verify.draws import draw_matrix_sampler, matrix_t, mixed_t
+from blr_derive.verify.hunt import hunt_family
 from blr_derive.verify.quadrature import FamilyModel, Quadrature
-from blr_derive.verify.results import TOLERANCES, Check
+from blr_derive.verify.results import HUNT_TOLERANCES, TOLERANCES, Check
 
 
 #: the most coordinates the checks integrate numerically: on a 4-D tanh-sinh grid (h = 1/8, 50⁴ nodes) the
@@ -25,8 +26,17 @@ def rel_err(got, want):
     return float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want)))) if got.size else 0.0
 
 
-def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_samples: int = 20000) -> list:
-    """Run every numeric check at ``points`` random parameter points; a list of :class:`Check`."""
+class Checks(list):
+    """The checks of a family, with ``notes`` for the report (what the hunt evaluated)."""
+    notes: list = []
+
+
+def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_samples: int = 20000,
+                 hunt: bool = False) -> Checks:
+    """Run every numeric check at ``points`` random parameter points and, with ``hunt`` (what ``blr-derive check``
+    and ``check_file`` do), at the family's hard points (blr_derive/verify/hunt.py: integer and half-integer
+    parameters, boundaries, scales, singular points; the generated numpy and jax modules too); a list of
+    :class:`Check`."""
     rng = np.random.default_rng(seed)
     model = FamilyModel(fam, dim)
     outer = model.ndim_u - len(getattr(model, "gaussian_coords", ()))
@@ -61,7 +71,8 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
     except DerivationError as exc:
         H_sym = None
         if "no closed form" in str(exc):      # E_q[log h] not derivable: the family is not wrong, the check is moot
-            entropy_na = ("E_q[log h] has no closed form for this base measure, so the entropy is not derived "
+            entropy_na = ("E_q[log h] has no closed form for this base measure and the engine integrates it "
+                          "numerically over one continuous variable only, so the entropy is not derived "
                           "(declare expected_log_base_measure to derive and check it)")
         else:
             record("entropy_vs_quadrature", float("inf"), str(exc).splitlines()[0][:160])
@@ -73,8 +84,21 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
         for _ in range(points):
             _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler_rng)
 
-    out = []
-    for name, tol in TOLERANCES.items():
+    out = Checks()
+    out.notes, na = [], {}
+    if hunt:
+        out.notes, modules = hunt_family(fam, model, dim, H_sym if entropy_na is None else None, record,
+                                         np.random.default_rng([seed, 2]))
+        na = {f"generated_{m.target}": m.problem for m in modules if m.module is None and m.na}
+        if H_sym is None:
+            na["hard_entropy"] = entropy_na or "the entropy is not derived (see entropy_vs_quadrature)"
+        for name in HUNT_TOLERANCES:
+            if name not in worst and name not in na:
+                na[name] = "not compared: no hard point gave a reference value"
+    for name, tol in {**TOLERANCES, **(HUNT_TOLERANCES if hunt else {})}.items():
+        if name in na:
+            out.append(Check(name, float("nan"), tol, "na", na[name]))
+            continue
         if name == "entropy_vs_quadrature" and entropy_na is not None:
             out.append(Check(name, float("nan"), tol, "na", entropy_na))
             continue
@@ -174,7 +198,10 @@ def fmt(v):
 def describe(fam):
     how = "declared" if fam.A_given else next((h for w, h in fam.steps if w == "log-partition"), "derived")
     inv = "numeric (Newton's method)" if fam.mu_inverse == "numeric" else "closed form"
-    return [f"A(λ): {how}", f"μ → ordinary: {inv}"]
+    # what the engine did to keep a derived A finite (a Taylor polynomial near a removable singularity) and where its
+    # closed form stops being finite in float64 (blr_derive/families/singular.py, soundness.py)
+    notes = [f"{what}: {how}" for what, how in fam.steps if what in ("removable singularity", "numerical range")]
+    return [f"A(λ): {how}", f"μ → ordinary: {inv}", f"E_q[log h] (entropy): {fam.expect_log_h_method}"] + notes
 
 
 def _sampler_checks(fam, model, vals, d, quad, rng, n, record, guarded):

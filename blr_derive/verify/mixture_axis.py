@@ -39,9 +39,9 @@ def compare_component_axis(recipe, D, mod, seed=0, P=3, K=3, random_hyper=None):
             oracle_vals[oracle] = A @ A.T + P * np.eye(P)
         else:
             oracle_vals[oracle] = rng.normal(size=P) if is_mat(sym) else float(rng.uniform(0.5, 2.0))
-    names = {v: p.name for p in base.free_params for v in info["leaves"] if info["names"][v] == p.name}
+    names = {v: p.name for p in base.free_params for v in info.leaves if info.names[v] == p.name}
     dims = {fam.dim: P} if fam.dim is not None else {}
-    values, axes = {}, dict(info["leaves"])
+    values, axes = {}, dict(info.leaves)
 
     def leaf(sym, j, k):
         ax = axes[sym]

@@ -195,6 +195,23 @@ def near_one(lg, c, b):
     return sp.log(sp.factor(sp.expand(arg.xreplace({c: 1 - b}))))
 
 
+#: the drop of log f (nats) that :meth:`Quadrature._mass_scale` looks for on each side of the mode
+MASS_DROP = 2.0
+#: log f that has dropped by less than this (nats) where θ leaves double precision: the quadrature misses mass
+TRUNCATION_DROP = 40.0
+#: the DE step of the coarse passes that find the density's mean and covariance before the fine rule
+COARSE_STEP = 1 / 4
+
+
+def exp_sinh_rule(h, xmin=1e-16, xmax=1e8):
+    """exp-sinh (double-exponential) trapezoidal nodes x = exp(π/2 sinh t) in (0, ∞) and their log-weights, for
+    x from ``xmin`` to ``xmax``."""
+    t = np.arange(np.floor(np.arcsinh(np.log(xmin) * 2 / np.pi) / h),
+                  np.ceil(np.arcsinh(np.log(xmax) * 2 / np.pi) / h) + 1) * h
+    s = np.pi / 2 * np.sinh(t)
+    return np.exp(s), np.log(h * np.pi / 2) + np.log(np.cosh(t)) + s
+
+
 def de_rule(h, zmax=1e8):
     """sinh-sinh (double-exponential) trapezoidal nodes and weights on the real line."""
     tmax = np.arcsinh(np.arcsinh(zmax) * 2 / np.pi)
@@ -209,6 +226,9 @@ class Quadrature:
     def __init__(self, model: FamilyModel, c, fixed_vals, A):
         self.model, self.c, self.fixed_vals, self.A = model, c, fixed_vals, A
         self.conditional = None
+        # True where the density carries mass beyond what double precision represents (θ under- or overflows, a
+        # discrete sum cut at 2^16 terms): its results are then not a reference (blr_derive/verify/hunt.py)
+        self.truncated = False
         if model.discrete:
             self._discrete()
         else:
@@ -238,7 +258,10 @@ class Quadrature:
             entries = [np.array([float(pt[c]) for pt in pts]) for c in fam.components]
             g, _, _ = self.logf(entries, [])
             top = np.max(g)
-            if (len(fam.components) == 1 and np.all(g[-8:] < top - 60) and np.all(np.diff(g[-8:]) < 0)) or n >= 2**16:
+            if len(fam.components) == 1 and np.all(g[-8:] < top - 60) and np.all(np.diff(g[-8:]) < 0):
+                break
+            if n >= 2**16:
+                self.truncated = True           # the terms have not become negligible: the sum is cut short
                 break
             n *= 2
         self._set(entries, [], np.zeros(len(pts)))
@@ -278,33 +301,129 @@ class Quadrature:
             if best is None or r.fun < best.fun:
                 best = r
         mode = best.x
-        H = fd_hessian(lambda u: -neg(u), mode)
         gaussian = getattr(self.model, "gaussian_coords", None)
         if gaussian:        # a vector integrated exactly (given the other coordinates, if any)
-            self.conditional = ConditionalGaussian(self, mode, H)
+            self.conditional = ConditionalGaussian(self, mode, fd_hessian(lambda u: -neg(u), mode))
             u, extra = self.conditional.nodes(de_rule)
             entries, bars, _ = self.model.from_u(u)
             self.u = u
             self._set(entries, bars, extra)
             return
-        try:
-            L = np.linalg.cholesky(np.linalg.inv(-H))
-        except np.linalg.LinAlgError:
-            L = np.diag(1.0 / np.sqrt(np.maximum(np.abs(np.diag(H)), 1e-8)))
-        self.mode, self.L = mode, L
+        center, L = self._spread(mode)
+        self.mode, self.L = center, L
         h = {1: 1 / 32, 2: 1 / 32, 3: 1 / 20}.get(d, 1 / 8)
-        z, lw1 = de_rule(h)
-        t1 = np.arcsinh(np.arcsinh(z) * 2 / np.pi)
-        grids = np.meshgrid(*([z] * d), indexing="ij")
-        lws = np.meshgrid(*([lw1] * d), indexing="ij")
         self.h = h
-        self.tnodes = np.array([g.ravel() for g in np.meshgrid(*([t1] * d), indexing="ij")])
-        Z = np.array([g.ravel() for g in grids])
-        lw = sum(w.ravel() for w in lws)
-        u = mode[:, None] + L @ Z
+        if d == 1:
+            # one coordinate: the line split at the centre, an exp-sinh rule on each side (in increasing order of u),
+            # so that a kink at the mode (Laplace's |θ|) is an endpoint, not an O(h²) error of the trapezoidal rule
+            x, lw1 = exp_sinh_rule(h)
+            t1 = np.arcsinh(np.log(x) * 2 / np.pi)
+            Z = np.concatenate([-x[::-1], x])[None, :]
+            lw = np.concatenate([lw1[::-1], lw1])
+            self.tnodes = np.concatenate([t1[::-1], t1])[None, :]
+            self.sides = np.concatenate([-np.ones(len(x)), np.ones(len(x))])
+        else:
+            z, lw1 = de_rule(h)
+            t1 = np.arcsinh(np.arcsinh(z) * 2 / np.pi)
+            grids = np.meshgrid(*([z] * d), indexing="ij")
+            lws = np.meshgrid(*([lw1] * d), indexing="ij")
+            self.tnodes = np.array([g.ravel() for g in np.meshgrid(*([t1] * d), indexing="ij")])
+            self.sides = None
+            Z = np.array([g.ravel() for g in grids])
+            lw = sum(w.ravel() for w in lws)
+        u = center[:, None] + L @ Z
         entries, bars, logJ = self.model.from_u(u)
         self.u = u
         self._set(entries, bars, lw + logJ + float(np.log(np.abs(np.linalg.det(L)))))
+
+    def _mass_scale(self, mode):
+        """A scale per coordinate from a coarse search of where the mass lies: the distance from the mode, in each
+        direction of each coordinate, at which log f has dropped by MASS_DROP (doubled or halved from 1, then
+        bisected; √(2·MASS_DROP) standard deviations for a Gaussian).  Unlike the curvature at the mode, it is
+        positive and finite where the density is flat at its mode (exp(−cθ⁴): zero curvature) or has a kink."""
+        d = len(mode)
+        f0 = float(self._f_u(mode.reshape(d, 1))[0])
+        scales = np.ones(d)
+        for k in range(d):
+            widths = []
+            for sign in (1.0, -1.0):
+                last = [0.0]            # the drop at the farthest point where log f was still finite
+
+                def drop(t):
+                    x = mode.copy()
+                    x[k] += sign * t
+                    v = float(self._f_u(x.reshape(d, 1))[0])
+                    if not np.isfinite(v):
+                        if last[0] < TRUNCATION_DROP:
+                            # θ under- or overflows in double precision where the density still carries mass
+                            # (a Gamma with α = 1e-3: its mass reaches θ = e^-5000): the rule cannot see all of it
+                            self.truncated = True
+                        return np.inf
+                    if t > 0:
+                        last[0] = max(last[0], f0 - v)
+                    return f0 - v
+                lo, hi = 0.0, 1.0
+                while drop(hi) < MASS_DROP and hi < 1e12:
+                    lo, hi = hi, hi * 2
+                if hi >= 1e12:                  # no drop this way within 1e12: the mass is far out (a scale of 1e12)
+                    widths.append(hi)
+                    continue
+                for _ in range(60):             # drop(lo) < MASS_DROP <= drop(hi)
+                    mid = 0.5 * (lo + hi) if lo > 0 else hi / 2
+                    if hi - lo <= 1e-3 * hi or mid < 1e-300:
+                        break
+                    if drop(mid) < MASS_DROP:
+                        lo = mid
+                    else:
+                        hi = mid
+                widths.append(hi)
+            scales[k] = max(0.5 * (widths[0] + widths[1]), 1e-300) / np.sqrt(2 * MASS_DROP)
+        return scales
+
+    def _moments(self, center, L, h):
+        """(mean, covariance) of u under the density, by the DE rule of step ``h`` centred at ``center`` and
+        scaled by ``L``; None where they are not finite."""
+        d = len(center)
+        z, lw1 = de_rule(h)
+        Z = np.array([g.ravel() for g in np.meshgrid(*([z] * d), indexing="ij")])
+        lw = sum(w.ravel() for w in np.meshgrid(*([lw1] * d), indexing="ij"))
+        u = center[:, None] + L @ Z
+        with np.errstate(all="ignore"):
+            g = self._f_u(u) + lw
+            if not np.any(np.isfinite(g)):
+                return None
+            p = np.exp(g - np.max(g))
+            p = p / p.sum()
+            mean = u @ p
+            dev = u - mean[:, None]
+            cov = (dev * p) @ dev.T
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov))):
+            return None
+        return mean, cov
+
+    def _spread(self, mode):
+        """The centre and scale (lower-triangular L) of the fine rule: the family's own spread.  A coarse search of
+        the mass around the mode (:meth:`_mass_scale`) scales a first coarse DE rule, whose mean and covariance of u
+        scale a second; the fine rule is scaled by the Cholesky factor of the covariance of that second pass (its
+        moments, not the curvature at the mode, which is zero for a density flat at its mode and local for a
+        multimodal one).  It stays centred at the mode (a skewed density's double-exponential tail, the Gamma's in
+        log θ, is integrated 100x more accurately from there than from the mean), unless the optimizer stopped
+        more than 3 standard deviations from the mean, where the mean is the centre."""
+        center, L = mode, np.diag(self._mass_scale(mode))
+        for _ in range(2):
+            m = self._moments(center, L, COARSE_STEP)
+            if m is None:
+                break
+            mean, cov = m
+            try:
+                Lnew = np.linalg.cholesky(0.5 * (cov + cov.T))
+            except np.linalg.LinAlgError:
+                break
+            if not np.all(np.isfinite(Lnew)) or np.min(np.abs(np.diag(Lnew))) <= 0:
+                break
+            far = np.linalg.norm(np.linalg.solve(Lnew, mode - mean)) > 3
+            center, L = (mean if far else mode), Lnew
+        return center, L
 
     # -- results -------------------------------------------------------------
     @property
@@ -340,7 +459,11 @@ class Quadrature:
             return self.t[:, idx].T
         d = len(self.mode)
         tk = self.tnodes[:, idx] + self.h * (rng.uniform(size=(d, n)) - 0.5)
-        u = self.mode[:, None] + self.L @ np.sinh(np.pi / 2 * np.sinh(tk))
+        if self.sides is not None:              # the split exp-sinh rule of one coordinate
+            z = self.sides[idx] * np.exp(np.pi / 2 * np.sinh(tk))
+        else:
+            z = np.sinh(np.pi / 2 * np.sinh(tk))
+        u = self.mode[:, None] + self.L @ z
         entries, bars, _ = self.model.from_u(u)
         _, _, t = self.logf(entries, bars)
         return t.T

@@ -22,6 +22,17 @@ TOLERANCES = {
     "round_trip_expectation": 1e-8,
 }
 
+#: the checks at the hard points (blr_derive/verify/hunt.py): the worst error over them, each failure naming its point
+HUNT_TOLERANCES = {
+    "hard_log_partition": 1e-7,
+    "hard_mu": 1e-7,
+    "hard_fisher": 1e-6,
+    "hard_entropy": 1e-7,
+    "hard_maps": 1e-8,
+    "generated_numpy": 1e-6,
+    "generated_jax": 1e-6,
+}
+
 
 DESCRIPTIONS = {
     "normalization": "∫ h exp(<λ,T> - A) = 1",
@@ -37,6 +48,13 @@ DESCRIPTIONS = {
     "entropy_vs_quadrature": "A - <λ,μ> - E[log h] = -∫ q log q",
     "round_trip_natural": "ordinary → λ → ordinary",
     "round_trip_expectation": "ordinary → μ → ordinary",
+    "hard_log_partition": "A(λ) = log ∫ h exp(<λ,T>) at the hard points",
+    "hard_mu": "μ(λ) = E_q[T] at the hard points",
+    "hard_fisher": "F(λ) = Cov_q[T] at the hard points",
+    "hard_entropy": "the entropy = -∫ q log q at the hard points",
+    "hard_maps": "λ(ordinary) finite, ordinary(λ) and μ(ordinary) consistent at the hard points",
+    "generated_numpy": "the numpy module's maps (λ, A, μ, F, ordinary) at the hard points",
+    "generated_jax": "the jax module's maps (λ, A, μ, F, ordinary) at the hard points",
 }
 
 
@@ -54,6 +72,13 @@ HINTS = {
     "entropy_vs_quadrature": "the entropy disagrees with -∫ q log q (check log_partition and base_measure)",
     "round_trip_natural": "the inverse of the natural-parameter map does not reproduce the parameters",
     "round_trip_expectation": "the inverse of the expectation-parameter map does not reproduce the parameters",
+    "hard_log_partition": "the derived log-partition is wrong or not finite at a hard point (named above)",
+    "hard_mu": "the derived μ = ∇A is wrong or not finite at a hard point (named above)",
+    "hard_fisher": "the derived Fisher information is wrong or not finite at a hard point (named above)",
+    "hard_entropy": "the derived entropy is wrong or not finite at a hard point (named above)",
+    "hard_maps": "a derived map between ordinary, natural and expectation parameters fails at a hard point",
+    "generated_numpy": "the generated numpy module fails or is wrong at a hard point (named above)",
+    "generated_jax": "the generated jax module fails or is wrong at a hard point (named above)",
 }
 
 

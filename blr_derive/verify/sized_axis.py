@@ -35,8 +35,8 @@ def compare_sized_axis(recipe, D, mod, seed=0, K=5, random_hyper=None):
     hp = {k: v for k, v in hp.items() if k in mod.HYPERPARAMETERS}
     for s, v in hp.items():
         env.update({h.symbol: v for h in recipe.hyper if h.name == s})
-    axes = dict(info["leaves"])
-    leaf_names = {s: info["names"].get(s, str(s)) for s in info["leaves"]}
+    axes = dict(info.leaves)
+    leaf_names = {s: info.names.get(s, str(s)) for s in info.leaves}
     values = {}
 
     def ev(expr, k):

@@ -35,7 +35,7 @@ def dimension_sizes(recipe, D, P) -> dict:
             if s_ != fam.dim:
                 dims[s_] = 7
     symbols = ([p.symbol for p in D.recipe.family.params.values()] + [v.symbol for v in D.state_vars.values()]
-               + [c[0] for c in D.oracle_calls]
+               + [c.symbol for c in D.oracle_calls]
                + ([D.sampling.eps] + [s for s, _ in D.sampling.calls] if D.sampling is not None else []))
     free = iter(n for n in SIZES if n not in dims.values())
     for sym in symbols:

@@ -134,7 +134,7 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         return compare_product(recipe, D, mod, seed, P)
     if isinstance(recipe.family, AxisFamily):                # a sized family over a run-time axis
         return compare_sized_axis(recipe, D, mod, seed, random_hyper=_random_hyper)
-    if getattr(D, "component_axis", None) is not None:       # a mixture with the components as an array axis
+    if D.component_axis is not None:       # a mixture with the components as an array axis
         return compare_component_axis(recipe, D, mod, seed, P, random_hyper=_random_hyper)
     fam = recipe.family
     rng = np.random.default_rng(11 + seed)

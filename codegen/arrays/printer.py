@@ -18,17 +18,40 @@ from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.printing import HostConditionalMixin
 
+#: sympy's NumPyPrinter prints the functions numpy lacks from Python's math module (its known-function table
+#: ``_kf`` falls back to ``math.erf``, ``math.lgamma`` ...), which cannot take an array and which the numpy target
+#: does not import: each is printed as the scipy.special function of the same value instead
+MATH_FALLBACKS = {"erf": "scipy.special.erf", "erfc": "scipy.special.erfc", "gamma": "scipy.special.gamma",
+                  "loggamma": "scipy.special.gammaln", "factorial": "scipy.special.factorial"}
+
+
 class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
+    """Every module-qualified name the printer writes (``scipy.special.erf``) goes through
+    :meth:`_module_format`, which records its module in :attr:`imports`; the templates import every module there
+    (``numpy`` always), so what the known-function table prints and what the module imports agree by
+    construction (and :func:`codegen.inert.audit` refuses a module that reads a name it does not bind)."""
     printmethod = "_blrnumpycode"
     MAXIMUM = "numpy.maximum"
     MINIMUM = "numpy.minimum"
     LOG = "numpy.log"
     LOG1P = "numpy.log1p"
+    #: the modules every template of the target imports itself (not recorded in :attr:`imports`)
+    ALWAYS_IMPORTED = frozenset({"numpy"})
+    #: function name -> the dotted name printed (sympy's table, without math.*: :func:`known_function_table`)
+    known_functions: dict[str, str]
 
     def __init__(self, settings=None):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
         self.helpers: set = set()
         self.imports: set = set()
+        self.known_functions = known_function_table(self.known_functions)
+
+    def _module_format(self, fqn, register=True):
+        module = fqn.rpartition(".")[0]
+        # numpy's own subpackages (numpy.linalg) are loaded by `import numpy`
+        if module and module.split(".")[0] not in self.ALWAYS_IMPORTED:
+            self.imports.add(module)
+        return super()._module_format(fqn, register)
 
     # -- leaves
     def _print_MatrixSymbol(self, expr):
@@ -195,6 +218,7 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
 
     NAN_WHERE = "numpy.where({test}, {x}, numpy.nan)"
+    WHERE = "numpy.where({test}, {a}, {b})"
 
     def _print_binary(self, expr):
         return f"numpy.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
@@ -282,6 +306,31 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
 
     def _print_Integral(self, expr):
         raise UnsupportedTarget(f"the numpy target cannot print an unevaluated integral: {expr}")
+
+
+def known_function_table(table: dict) -> dict:
+    """sympy's known-function table for the array targets: every ``math.*`` entry replaced by its
+    :data:`MATH_FALLBACKS` counterpart (the test of the printers' tables checks that none is left and that every
+    entry names a function of a module the target may import)."""
+    out = {}
+    for name, fn in table.items():
+        if fn.startswith("math."):
+            if name not in MATH_FALLBACKS:
+                continue                     # printed through emptyPrinter: UnsupportedTarget, never math.*
+            fn = MATH_FALLBACKS[name]
+        out[name] = fn
+    return out
+
+
+def _refuse_math(self, expr):
+    return self.emptyPrinter(expr)
+
+
+# a sympy math-module function without a scipy.special counterpart (none today) is refused, never printed as math.*
+for _name, _fn in NumPyPrinter._kf.items():
+    if _fn.startswith("math.") and _name not in MATH_FALLBACKS and \
+            getattr(ArrayPrinter, f"_print_{_name}", None) is getattr(NumPyPrinter, f"_print_{_name}", None):
+        setattr(ArrayPrinter, f"_print_{_name}", _refuse_math)
 
 
 class _Printed:

@@ -35,6 +35,17 @@ class MapsView(TypedDict):
     lam0: list[str]
     conditions: list[str]
     params: list[str]
+    kw: str                          # the fixed parameters as keyword-only arguments of every map of λ: ", *, beta"
+    pass_kw: str                     # the maps' calls passing them on: ", beta=beta"
+
+
+class CheckView(TypedDict):
+    """A run-time domain check (``ir.model.DomainCheck``), printed: run right after the assignment of ``value``."""
+    name: str
+    value: str
+    domain: str                      # "positive" or "positive_definite"
+    component: str                   # the helper's argument as Python text: None, "axis" or a component's number
+    hint: str
 
 
 class RowsView(TypedDict):
@@ -57,6 +68,7 @@ class EntryView(TypedDict):
     returns: list[tuple[str, str]]
     keywords: list[str]
     rows: RowsView | None
+    checks: list[CheckView]
 
 
 class EntriesView(TypedDict):
@@ -201,6 +213,10 @@ def family_maps_view(ir, printer) -> MapsView | None:
         "lam0": [printer.doprint(v) for v in fm["lam0"]],
         "conditions": conds,
         "params": [p.name for p in fm["params"]],
+        # the fixed parameters (A, μ and F may read them): keyword-only arguments of every map of λ
+        "kw": "".join(f", {identifier(p.name)}" if i else f", *, {identifier(p.name)}"
+                      for i, p in enumerate(p for p in fm["params"] if p.fixed)),
+        "pass_kw": "".join(f", {identifier(p.name)}={identifier(p.name)}" for p in fm["params"] if p.fixed),
     }
 
 
@@ -244,8 +260,29 @@ def entry_view(ir, printer) -> EntriesView | None:
         "assignments": [(pr(s), pr(e)) for s, e in f.assignments or ()],
         "returns": [(k, pr(e)) for k, e in f.returns or ()],
         "keywords": [identifier(k) for k in f.keywords or ()], "rows": rows_view(f.rows, pr),
+        "checks": checks_view(f.checks, printer),
     } for f in eps.functions]
     return {"title": eps.title, "notes": eps.notes, "constants": eps.constants, "functions": functions}
+
+
+def checks_view(checks, printer, helpers=None, assigns=None) -> list[CheckView]:
+    """The run-time domain checks (``ir.model.DomainCheck``) printed by ``printer``, each run right after the
+    assignment of its value (one of ``assigns``, [(lhs, rhs)] printed: a check no assignment makes is a bug); the
+    helper that runs them (``_check_domain``, codegen/backends/numpy/runtime.py and codegen/backends/jax/runtime.py)
+    is added to ``helpers.helpers`` (``printer.helpers`` unless given)."""
+    if not checks:
+        return []
+    (helpers if helpers is not None else printer).helpers.add("_check_domain")
+    out: list[CheckView] = [
+        {"name": c.name, "value": printer.doprint(c.symbol), "domain": c.domain,
+         "component": "None" if c.component is None else '"axis"' if c.component == "axis" else str(int(c.component)),
+         "hint": c.hint}
+        for c in checks]
+    lhs = {a for a, _ in assigns or ()}
+    lost = [c["value"] for c in out if assigns is not None and c["value"] not in lhs]
+    if lost:
+        raise CodegenError(f"domain checks of {', '.join(lost)}: no assignment of that name to follow")
+    return out
 
 
 def rows_view(rows, pr) -> RowsView | None:

@@ -199,7 +199,11 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
             if in_domain(new):
                 f_new = value(new) - float(new @ mu)
                 if (f_new <= f - 1e-4 * t * float(g @ step)
-                        or numpy.max(numpy.abs(t * step)) <= 1e-15 * (1 + numpy.max(numpy.abs(lam)))):
+                        or numpy.max(numpy.abs(t * step)) <= 1e-15 * (1 + numpy.max(numpy.abs(lam)))
+                        # near the solution the decrease of φ (of order |g|²) is below the rounding of A (1e-16 of
+                        # |A|): a step that halves the gradient is accepted instead (jax's A rounds differently)
+                        or (numpy.max(numpy.abs(g)) <= 1e-6 * scale
+                            and numpy.max(numpy.abs(grad(new) - mu)) <= 0.5 * numpy.max(numpy.abs(g)))):
                     break
             t *= 0.5
         else:

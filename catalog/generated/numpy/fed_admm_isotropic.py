@@ -170,8 +170,8 @@ def init_dual(state):
 
 
 def dual_step(state, global_state, dual, **hyperparameters):
-    """Dual step (rule federated_dual, Bayesian ADMM dual step): η_k ← η_k + ρ(λ_k − λ_g): at the client's optimum η_k
-    = −∇_μ E_{q_k}[ℓ_k], the local natural gradient."""
+    """Dual step (rule federated_dual, Bayesian ADMM dual step): η_k ← η_k + dρ(λ_k − λ_g) (d the damping, default 1):
+    at the client's optimum η_k = −∇_μ E_{q_k}[ℓ_k]/τ, the local natural gradient."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from blr_derive.codegen.arrays.views import EntriesView, FactorizedView, MapsView, PointView, ShapingView
+from blr_derive.codegen.arrays.views import CheckView, EntriesView, FactorizedView, MapsView, PointView, ShapingView
 from blr_derive.codegen.validation import Validation
 from blr_derive.ir.model import HyperVar, UpdateIR
 
@@ -117,6 +117,8 @@ class FunctionsContext:
     shapes: dict[str, Any]
     symmetric: list[str]
     first: str
+    checks: list[CheckView]                    # the run-time domain checks, each after the assignment of its value
+    check_domains: bool                        # the module defines _check_domain and its CHECK_DOMAINS switch
 
 
 @dataclass(frozen=True)

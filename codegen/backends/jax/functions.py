@@ -33,8 +33,8 @@ from pathlib import Path
 import sympy as sp
 
 from blr_derive.codegen.arrays.printer import ArrayPrinter
-from blr_derive.codegen.arrays.views import (NEWTON_SOURCE, PointView, entry_view, family_maps_view, module_shapes,
-                                             shaping_view)
+from blr_derive.codegen.arrays.views import (NEWTON_SOURCE, PointView, checks_view, entry_view, family_maps_view,
+                                             module_shapes, shaping_view)
 from blr_derive.codegen.backends.jax.context import FunctionsContext, FunctionsSamplingView
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.source import SHARED, definition
@@ -42,7 +42,7 @@ from blr_derive.core.errors import UnsupportedTarget
 
 #: scipy.special functions that jax.scipy.special has under the same name
 JAX_SPECIAL = frozenset({"exp1", "gammaln", "digamma", "polygamma", "gamma", "factorial", "xlogy", "logsumexp",
-                         "expit", "ndtri", "i0", "i1"})
+                         "expit", "ndtri", "i0", "i1", "erf", "erfc"})
 #: scipy.special functions that jax lacks, computed by a helper of the module (generic numerics)
 SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv"}
 _NUMPY = re.compile(r"(?<![\w.])numpy\.")
@@ -59,8 +59,8 @@ RUNTIME = Path(__file__).parent / "runtime.py"
 #: host constants (numpy), ``_newton_dual`` is the engine's solver (NEWTON_SOURCE)
 HELPER_SOURCES = {
     **{name: definition(SHARED / "arrays.py", name) for name in ("_need", "_tanh_sinh")},
-    **{name: definition(RUNTIME, name) for name in ("_array", "_spd_solve", "_tri_solve", "_expm_sym", "_gauss_hermite",
-                                                     "_gauss_hermite_stein", "_gammaincinv")},
+    **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve", "_expm_sym",
+                                                     "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv")},
 }
 #: the numpy printer's helpers that the module defines in jax (any other one is refused)
 HELPERS = frozenset(HELPER_SOURCES)
@@ -163,6 +163,7 @@ def functions_view(ir) -> FunctionsContext:
     if ir.parameter is not None:                # what a model's weights hold (e.g. sign(lam))
         point = {"code": pr.doprint(ir.parameter),
                  "reads": [v.name for v in ir.state if v.symbol in ir.parameter.free_symbols]}
+    checks = checks_view(ir.checks, pr, assigns=assigns)
     pr.helpers |= {"_array", "_need"}
     extra = sorted(pr.helpers - HELPERS)
     if extra:
@@ -185,7 +186,7 @@ def functions_view(ir) -> FunctionsContext:
         static=[h.name for h in ir.hyperparameters if h.kind in STATIC_KINDS],
         step=None if ir.step_symbol is None else identifier(str(ir.step_symbol)),
         shapes=module_shapes(ir), symmetric=sorted(ir.symmetric),
-        first=identifier(ir.state[0].name),
+        first=identifier(ir.state[0].name), checks=checks, check_domains="_check_domain" in pr.helpers,
     )
 
 

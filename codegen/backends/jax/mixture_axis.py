@@ -9,7 +9,7 @@ from __future__ import annotations
 from blr_derive.codegen.backends.jax.functions import HELPER_SOURCES, HELPERS, STATIC_KINDS, JnpPrinter, \
     check_functions
 from blr_derive.codegen.arrays import mixture_axis
-from blr_derive.codegen.arrays.views import module_shapes
+from blr_derive.codegen.arrays.views import checks_view, module_shapes
 from blr_derive.codegen.backends.jax.context import FunctionsContext
 from blr_derive.codegen.context import render
 from blr_derive.codegen.inert import identifier
@@ -22,8 +22,9 @@ TEMPLATE = "functions.py.j2"
 def render_component_axis(env, ir) -> str:
     check_functions(ir)
     pr = JnpPrinter()
-    _, calls, assigns, outputs = mixture_axis.lower(ir, pr, xp="jnp")
+    ap, calls, assigns, outputs = mixture_axis.lower(ir, pr, xp="jnp")
     shapes, symmetric = mixture_axis.shapes(ir, module_shapes)
+    checks = checks_view(ir.checks, ap, pr, calls + assigns)
     pr.helpers |= {"_array", "_need"}
     extra = sorted(pr.helpers - HELPERS)
     if extra:
@@ -36,4 +37,5 @@ def render_component_axis(env, ir) -> str:
         sampling=None, maps=None, newton=None, entries=None, point=None,
         dims=[(identifier(str(d)), identifier(var), axis) for d, var, axis in ir.dims], init_hyper=[],
         static=[h.name for h in ir.hyperparameters if h.kind in STATIC_KINDS], step=None, shapes=shapes,
-        symmetric=symmetric, first=identifier(ir.state[0].name)))
+        symmetric=symmetric, first=identifier(ir.state[0].name), checks=checks,
+        check_domains="_check_domain" in pr.helpers))

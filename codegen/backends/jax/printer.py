@@ -133,6 +133,7 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
         raise UnsupportedTarget(f"the {self.TARGET_NAME} target cannot print {type(expr).__name__}")
 
     NAN_WHERE = "jnp.where({test}, {x}, jnp.nan)"
+    WHERE = "jnp.where({test}, {a}, {b})"
 
     def _print_binary(self, expr):
         return f"jnp.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from blr_derive.codegen.arrays import mixture_axis
 from blr_derive.codegen.arrays.rows import RowBatchPrinter
-from blr_derive.codegen.arrays.views import (PointView, entry_view, factorized_view, family_maps_view,
+from blr_derive.codegen.arrays.views import (PointView, checks_view, entry_view, factorized_view, family_maps_view,
                                              module_shapes, own_shape_zeros, shaping_view)
 from blr_derive.codegen.backends.numpy.config import CONFIG
 from blr_derive.codegen.backends.numpy.context import FactorizedContext, ModuleContext, SamplingView
@@ -73,6 +73,7 @@ class NumpyTarget:
             if v.init is not None and v.init_state is None:
                 init_syms |= v.init.free_symbols
         shapes = module_shapes(ir)
+        checks = checks_view(ir.checks, printer, assigns=assigns)
         printer.helpers |= {"_array", "_need"}
         out = render(self.env, self.template, ModuleContext(
             ir=ir, calls=calls, assigns=assigns, dims=dims, helpers=sorted(printer.helpers),
@@ -80,7 +81,7 @@ class NumpyTarget:
             imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], entries=entries,
-            point=point, shapes=shapes, symmetric=sorted(ir.symmetric),
+            point=point, shapes=shapes, symmetric=sorted(ir.symmetric), checks=checks,
         ))
         return out
 
@@ -90,12 +91,13 @@ class NumpyTarget:
         printer = BLRNumPyPrinter()
         ap, calls, assigns, outputs = mixture_axis.lower(ir, printer)
         shapes, symmetric = mixture_axis.shapes(ir, module_shapes)
+        checks = checks_view(ir.checks, ap, printer, calls + assigns)
         printer.helpers |= {"_array", "_need"}
         return render(self.env, self.template, ModuleContext(
             ir=ir, calls=[], assigns=calls + assigns, dims=[(str(d), var, axis) for d, var, axis in ir.dims],
             helpers=sorted(printer.helpers), helper_sources=[HELPERS[h] for h in sorted(printer.helpers)],
             sampling=None, imports=sorted(printer.imports), maps=None, state_names=[v.name for v in ir.state],
-            printer=ap, init_hyper=[], entries=None, point=None, shapes=shapes, symmetric=symmetric))
+            printer=ap, init_hyper=[], entries=None, point=None, shapes=shapes, symmetric=symmetric, checks=checks))
 
     def render_factorized(self, ir) -> str:
         """A factorized recipe: a plate loop for the local blocks and statistics, then the global blocks."""

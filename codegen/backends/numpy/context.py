@@ -8,7 +8,7 @@ from typing import TypedDict
 
 from blr_derive.codegen.arrays.mixture_axis import AxisPrinter as MixtureAxisPrinter
 from blr_derive.codegen.arrays.printer import ArrayPrinter
-from blr_derive.codegen.arrays.views import EntriesView, FactorizedView, MapsView, PointView, ShapingView
+from blr_derive.codegen.arrays.views import CheckView, EntriesView, FactorizedView, MapsView, PointView, ShapingView
 from blr_derive.ir.model import HyperVar, UpdateIR
 
 
@@ -50,6 +50,7 @@ class ModuleContext:
     point: PointView | None
     shapes: dict[str, object]
     symmetric: list[str]
+    checks: list[CheckView]                   # the run-time domain checks, each after the assignment of its value
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from blr_derive.codegen.arrays.printer import ArrayPrinter
+from blr_derive.codegen.arrays.printer import MATH_FALLBACKS, ArrayPrinter, known_function_table
 from blr_derive.codegen.source import SHARED, definition
 from blr_derive.core import specialfns
 
-__all__ = ["HELPERS", "RUNTIME", "BLRNumPyPrinter"]
+__all__ = ["HELPERS", "MATH_FALLBACKS", "RUNTIME", "BLRNumPyPrinter", "known_function_table"]
 
 #: the target's runtime source (codegen/source.py)
 RUNTIME = Path(__file__).parent / "runtime.py"
@@ -20,10 +20,12 @@ RUNTIME = Path(__file__).parent / "runtime.py"
 HELPERS = {
     **{name: definition(SHARED / "arrays.py", name) for name in ("_tanh_sinh", "_need")},
     "_dbesselk": inspect.getsource(specialfns.dbesselk_numpy).replace("def dbesselk_numpy(", "def _dbesselk(", 1),
-    **{name: definition(RUNTIME, name) for name in ("_array", "_spd_solve", "_tri_solve", "_expm_sym",
-                                                     "_gauss_hermite", "_gauss_hermite_stein")},
+    **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve",
+                                                     "_expm_sym", "_gauss_hermite", "_gauss_hermite_stein")},
 }
 
 
 class BLRNumPyPrinter(ArrayPrinter):
-    """numpy and scipy expressions of the update IR (vectors as 1-D arrays, solves as Cholesky solves)."""
+    """numpy and scipy expressions of the update IR (vectors as 1-D arrays, solves as Cholesky solves); no
+    ``math.*`` name (the array printer's known-function table: :data:`MATH_FALLBACKS`), every printed module
+    recorded in ``imports``."""

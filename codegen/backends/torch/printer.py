@@ -258,6 +258,7 @@ class ElementwisePrinter(KernelPrinter):
     TARGET_NAME = "torch"
 
     NAN_WHERE = "torch.where({test}, {x}, math.nan)"
+    WHERE = "torch.where({test}, {a}, {b})"
 
     def _print_binary(self, expr):
         return f"torch.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"

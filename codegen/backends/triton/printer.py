@@ -190,13 +190,14 @@ class TritonPrinter(KernelPrinter):
 
     def _print_sign(self, expr):
         x = self._print(expr.args[0])
-        return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0*{x}))"
+        return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0*({x})))"       # the argument may be a sum
 
     def _print_binary(self, expr):
         x = self._print(expr.args[0])
         return f"tl.where({x} < 0, -1.0, tl.zeros_like({x}) + 1.0)"
 
     NAN_WHERE = "tl.where({test}, {x}, float('nan'))"
+    WHERE = "tl.where({test}, {a}, {b})"
 
     def _print_sech(self, expr):
         self.helpers.add("_sech")

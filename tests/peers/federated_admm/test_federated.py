@@ -111,16 +111,43 @@ def test_diagonal_server_step_solves_the_site_equation():
     mod = load_generated("fed_ivon_admm")
     rng = np.random.default_rng(0)
     K, hp = 3, dict(rho_server=0.7, delta=2.0)
-    msg = {"msg1": rng.normal(size=5), "msg2": -rng.uniform(1, 3, size=5)}
+    nat = {"nat1": rng.normal(size=5), "nat2": -rng.uniform(1, 3, size=5)}    # Σ_k λ_k, read with pd_server only
+    msg = {"msg1": rng.normal(size=5), "msg2": -rng.uniform(1, 3, size=5), **nat}
     g = mod.server_step(msg, K, **hp)
     c = 1 + K * hp["rho_server"]
     assert np.allclose(c * g["s"] * g["m"], msg["msg1"], rtol=1e-13, atol=1e-13)
     assert np.allclose(c * (-g["s"] / 2) + hp["delta"] / 2, msg["msg2"], rtol=1e-13, atol=1e-13)
-    # and the dual step moves the dual by ρ(λ_k − λ_g)
+    # and the dual step moves the dual by dρ(λ_k − λ_g)
     st = mod.init({"rho": 1.0}, m=rng.normal(size=5), s=rng.uniform(1, 2, size=5))
-    d = mod.dual_step(st, g, {"dual1": np.zeros(5), "dual2": np.zeros(5)}, rho=0.5)
-    assert np.allclose(d["dual1"], 0.5 * (st["s"] * st["m"] - g["s"] * g["m"]), rtol=1e-14, atol=1e-14)
-    assert np.allclose(d["dual2"], 0.5 * (-st["s"] / 2 + g["s"] / 2), rtol=1e-14, atol=1e-14)
+    d = mod.dual_step(st, g, {"dual1": np.zeros(5), "dual2": np.zeros(5)}, rho=0.5, dual_damping=0.3)
+    assert np.allclose(d["dual1"], 0.3 * 0.5 * (st["s"] * st["m"] - g["s"] * g["m"]), rtol=1e-14, atol=1e-14)
+    assert np.allclose(d["dual2"], 0.3 * 0.5 * (-st["s"] / 2 + g["s"] / 2), rtol=1e-14, atol=1e-14)
+
+
+def test_diagonal_server_step_corrected_is_the_improved_blr_step_from_the_clients_mean():
+    """pd_server: s_g = (1 − α)s̄ + αT + α²(T − s̄)²/(2s̄), α = 1/(1 + Kρ_s), s̄ = mean_k s_k, T = δ + Σ_k u_k (the
+    official server's target, written here from λ_g = (1 − α)λ̄ + α(λ_0 + Σ_k η_k)): positive for any duals, where
+    the plain server step raises naming the coordinate."""
+    mod = load_generated("fed_ivon_admm")
+    rng = np.random.default_rng(1)
+    K, rho_s, delta = 4, 0.5, 1.0
+    s_k, m_k = rng.uniform(0.5, 3.0, size=(K, 6)), rng.normal(size=(K, 6))
+    u_k = rng.normal(scale=3.0, size=(K, 6))                 # u = −2η⁽²⁾: duals of any sign
+    v_k = rng.normal(size=(K, 6))
+    msg = {"msg1": (v_k + rho_s * s_k * m_k).sum(0), "msg2": (-u_k / 2 - rho_s * s_k / 2).sum(0),
+           "nat1": (s_k * m_k).sum(0), "nat2": (-s_k / 2).sum(0)}
+    alpha = 1 / (1 + K * rho_s)
+    s_bar, T = s_k.mean(0), delta + u_k.sum(0)
+    plain = (1 - alpha) * s_bar + alpha * T
+    assert (plain < 0).any()                                 # these duals make q_g invalid
+    with pytest.raises(FloatingPointError, match=r"server_step\(\): the new s is not positive"):
+        mod.server_step(msg, K, rho_server=rho_s, delta=delta)
+    g = mod.server_step(msg, K, rho_server=rho_s, delta=delta, pd_server=True)
+    want = plain + alpha ** 2 * (T - s_bar) ** 2 / (2 * s_bar)
+    np.testing.assert_allclose(g["s"], want, rtol=1e-12)
+    assert (g["s"] > 0).all()
+    lam1 = alpha * v_k.sum(0) + (1 - alpha) * (s_k * m_k).mean(0)    # λ₁ of the server's step; the mean from it
+    np.testing.assert_allclose(g["m"], lam1 / g["s"], rtol=1e-12, atol=1e-14)
 
 
 def test_derivation_names_the_federated_rules():

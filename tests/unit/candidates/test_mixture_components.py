@@ -81,8 +81,9 @@ def test_component_axis_exact_step_equals_the_unrolled_step(tmp_path_factory, K)
 def _reference_step(m, S, g, H, rho):
     """Eqs. 28-30 with the delta method and the entropy term of Eqs. 69-71, vectorized over the components:
     r[j, k] = π_j N(m_k | m_j, S_j⁻¹) / q(m_k) (π_j = 1/K), ∇log q(m_k) = Σ_j r_jk S_j (m_j − m_k),
-    ∇²log q(m_k) = Σ_j r_jk (−S_j + s_jk s_jkᵀ) − ∇log q ∇log qᵀ; S_k ← S_k + ρ(H_k + ∇²log q(m_k)),
-    m_k ← m_k − ρ S_k⁻¹(g_k + ∇log q(m_k))."""
+    ∇²log q(m_k) = Σ_j r_jk (−S_j + s_jk s_jkᵀ) − ∇log q ∇log qᵀ; the precision step S_k + ρG_k, G_k = H_k +
+    ∇²log q(m_k), completed by the improved BLR (riemannian_correction) in Lin et al.'s (2020) sum-of-squares form
+    ½(S_k + (S_k + ρG_k) S_k⁻¹ (S_k + ρG_k)); m_k ← m_k − ρ S_k,new⁻¹(g_k + ∇log q(m_k))."""
     K, P = m.shape
     diff = m[:, None, :] - m[None, :, :]                                   # [j, k] = m_j − m_k
     s = np.einsum("jab,jkb->jka", S, diff)                                 # ∇log q_j(m_k)
@@ -91,7 +92,8 @@ def _reference_step(m, S, g, H, rho):
     r = np.exp(a - scipy.special.logsumexp(a, axis=0, keepdims=True))
     gq = np.einsum("jk,jka->ka", r, s)
     Hq = -np.einsum("jk,jab->kab", r, S) + np.einsum("jk,jka,jkb->kab", r, s, s) - np.einsum("ka,kb->kab", gq, gq)
-    S_new = S + rho * (H + Hq)
+    R = S + rho * (H + Hq)
+    S_new = 0.5 * (S + np.einsum("kab,kbc->kac", R, np.linalg.solve(S, R)))
     m_new = m - rho * np.linalg.solve(S_new, (g + gq)[..., None])[..., 0]
     return m_new, S_new
 

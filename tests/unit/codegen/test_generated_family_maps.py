@@ -40,3 +40,31 @@ def test_outside_the_expectation_space_is_an_error():
     mod = load_generated("beta_bernoulli")
     with pytest.raises(ArithmeticError):
         mod.ordinary_from_expectation([0.5, 0.5])       # E[log θ] must be negative
+
+
+#: E_q[T] of the normal-gamma at m = 1 + 1e-8, κ = α = β = 1 by the check's quadrature: 1e-8 from μ at the
+#: solver's start (m = κ = α = β = 1), where the decrease of A(λ) − <λ, μ> (1e-16) is below the rounding of A
+NEAR_START_MU = ["0x1.0000002af3265p+0", "0x1.0000002af3046p+1", "0x1.000000000008bp+0", "-0x1.2788cfc6fa80ap-1"]
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_newton_converges_from_a_start_next_to_the_solution(target):
+    """The jax module's ordinary_from_expectation raised 'did not converge (|∇A(λ) - μ| = 6.99e-09)' here (found by
+    check's hunt): the Armijo test could not see the decrease below A's rounding; a step that halves the gradient
+    is now accepted near the solution."""
+    if target == "jax":
+        import jax
+        old = jax.config.jax_enable_x64
+        jax.config.update("jax_enable_x64", True)
+    try:
+        mod = load_generated("normal_gamma", target)
+        mu = np.array([float.fromhex(x) for x in NEAR_START_MU])
+        back = mod.ordinary_from_expectation(mu)
+        assert float(back["m"]) == pytest.approx(1 + 1e-8, rel=1e-12)
+        for k in ("kappa", "alpha", "beta"):
+            assert float(back[k]) == pytest.approx(1.0, rel=1e-9)
+        lam = mod.natural_parameters(*[float(back[k]) for k in ("m", "kappa", "alpha", "beta")])
+        np.testing.assert_allclose(np.asarray(mod.expectation_parameters(lam), dtype=float), mu, rtol=1e-12)
+    finally:
+        if target == "jax":
+            jax.config.update("jax_enable_x64", old)

@@ -15,6 +15,7 @@ Checked numerically:
 import functools
 
 import numpy as np
+import pytest
 import yaml
 
 from blr_derive import api
@@ -70,14 +71,37 @@ def test_keeps_the_precision_positive_where_the_plain_update_does_not():
     lr = 0.9
     oracles = {"grad": grad, "hess": hess}
     a = with_.step(with_.init(m=m0, s=s0), oracles=oracles, lr=lr)
-    b = without.step(without.init(m=m0, s=s0), oracles=oracles, lr=lr)
-    assert (b["s"] < 0).all()                        # the plain BLR step leaves the positive half-line
+    # the plain BLR step leaves the positive half-line: the generated step says so (ir/validity.py) ...
+    with pytest.raises(FloatingPointError, match=r"step\(\): the new s is not positive \(value -[0-9.]+ at index "
+                                                 r"\(0,\)\).*riemannian_correction: \{param: s\}"):
+        without.step(without.init(m=m0, s=s0), oracles=oracles, lr=lr)
+    b = _unchecked(without).step(without.init(m=m0, s=s0), oracles=oracles, lr=lr)
+    assert (b["s"] < 0).all()                        # ... where it would have returned these
     G = s0 - hess(m0)
     # Lin et al.'s rewriting as a sum of squares (its own rounding, hence 1e-12 rather than bitwise)
     np.testing.assert_allclose(a["s"], ((s0 - lr * G) ** 2 + s0 ** 2) / (2 * s0), rtol=RTOL)
     assert (a["s"] >= s0 / 2).all()
     # the correction is exactly what separates the two
     np.testing.assert_allclose(a["s"] - b["s"], lr ** 2 * G ** 2 / (2 * s0), rtol=1e-12)
+
+
+class _unchecked:
+    """A generated module whose step runs with its run-time domain check switched off (to read the values the plain
+    step returned before it raised)."""
+
+    def __init__(self, mod):
+        self.mod = mod
+
+    def __getattr__(self, name):
+        return getattr(self.mod, name)
+
+    def step(self, *args, **kwargs):
+        own = self.mod._check_domain
+        self.mod._check_domain = lambda *a, **k: None
+        try:
+            return self.mod.step(*args, **kwargs)
+        finally:
+            self.mod._check_domain = own
 
 
 def test_second_order_retraction_of_the_fisher_rao_geodesic():
@@ -132,3 +156,218 @@ def test_ivon_hessian_update():
         assert (new["h"] + wd >= (state["h"] + wd) / 2 * (1 - 1e-12)).all()    # ≥ half the previous precision
         state = new
     assert seen_negative
+
+
+# ----------------------------------------------------------------- the correction derived from the family
+#
+# geometry() reads Γ off the family's log-partition; here it is checked against the defining identity
+# g(Γ(V, V), W) = ½ D³Ã[V, V, W] with Ã(p) = A(λ(p)) differentiated numerically (central differences of the
+# log-partition written here from the family's textbook form, not from the engine), and against the closed forms of
+# Lin et al. (2020): Γ(G, G) = −G S⁻¹ G for the Gaussian precision, −G²/s elementwise, −G²/β for a Gamma's rate.
+
+from blr_derive.core.errors import SpecError                 # noqa: E402
+from blr_derive.families.library import load_family          # noqa: E402
+from blr_derive.families.symbolic import evaluate            # noqa: E402
+from blr_derive.rules.riemannian_correction import geometry  # noqa: E402
+
+
+def _fail(msg):
+    return SpecError(msg)
+
+
+def _geo(family, param):
+    return geometry(load_family(family, "."), param, _fail)
+
+
+def test_christoffel_symbols_of_the_gaussian_precision_matrix():
+    geo = _geo("gaussian_full", "S")
+    fam = load_family("gaussian_full", ".")
+    rng = np.random.default_rng(1)
+    P = 3
+    B = rng.normal(size=(P, P))
+    S = B @ B.T + P * np.eye(P)
+    m = rng.normal(size=P)
+    C = rng.normal(size=(P, P))
+    V, W = C + C.T, np.diag(rng.normal(size=P)) + np.ones((P, P))
+    env = {fam.params["S"].symbol: S, fam.params["m"].symbol: m.reshape(P, 1), geo.direction: V}
+    gamma = evaluate(geo.gamma, env, {fam.dim: P})
+    np.testing.assert_allclose(gamma, -V @ np.linalg.solve(S, V), rtol=1e-12, atol=1e-12)   # Lin et al. (2020)
+
+    # the defining identity, by finite differences of Ã(S) = ½ mᵀSm − ½ log|S| along the directions, in 60-digit
+    # arithmetic (steps of 1e-12: truncation ~1e-24, rounding ~1e-60/1e-36)
+    import mpmath
+    with mpmath.workdps(60):
+        mp = lambda a: mpmath.matrix(a.tolist())                          # noqa: E731
+        mS, mV, mW, mG, mm = mp(S), mp(V), mp(W), mp(gamma), mp(m.reshape(P, 1))
+
+        def A(X):
+            return (mm.T * X * mm)[0] / 2 - mpmath.log(mpmath.det(X)) / 2
+
+        def d2(X, U, Z, h=mpmath.mpf("1e-12")):
+            return (A(X + h * U + h * Z) - A(X + h * U - h * Z) - A(X - h * U + h * Z)
+                    + A(X - h * U - h * Z)) / (4 * h * h)
+        h = mpmath.mpf("1e-12")
+        third = (d2(mS + h * mV, mV, mW) - d2(mS - h * mV, mV, mW)) / (2 * h)     # D³Ã[V, V, W]
+        metric = d2(mS, mG, mW)                                                  # g(Γ(V, V), W)
+        assert abs(metric - third / 2) < 1e-10 * abs(third)
+
+
+@pytest.mark.parametrize("family,param,closed", [
+    ("gaussian_diag", "s", lambda v, p: -v ** 2 / p["s"]),
+    ("gaussian_isotropic", "s", lambda v, p: -v ** 2 / p["s"]),
+    ("gamma", "beta", lambda v, p: -v ** 2 / p["beta"]),
+])
+def test_christoffel_symbols_of_scalar_parameters(family, param, closed):
+    geo = _geo(family, param)
+    fam = load_family(family, ".")
+    vals = {"m": 0.7, "s": 2.3, "alpha": 1.7, "beta": 0.8}
+    env = {p.symbol: np.full((4, 1), vals[n]) if hasattr(p.symbol, "shape") else vals[n] for n, p in fam.params.items()}
+    env[geo.direction] = 1.9
+    got = float(evaluate(geo.gamma, env, {fam.dim: 4} if fam.dim is not None else None))
+    assert got == pytest.approx(closed(1.9, vals), rel=1e-13)
+
+
+@pytest.mark.parametrize("family,param,needle", [
+    ("gaussian_mean_covariance", "Sigma", "not affine in Sigma"),
+    ("gaussian_full", "Q", "not a free parameter"),
+])
+def test_families_without_the_structure_are_refused(family, param, needle):
+    with pytest.raises(SpecError, match=needle):
+        _geo(family, param)
+
+
+# ----------------------------------------------------------------------------- the full Gaussian (Newton)
+
+NEWTON = """\
+name: newton_pd
+family: gaussian_full
+loss: abstract
+approximations:
+  - delta
+{extra}hyperparameters:
+  rho: {{default: 1.0}}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def newton(corrected=True):
+    extra = "  - riemannian_correction: {param: S}\n" if corrected else ""
+    return compiled(NEWTON.format(extra=extra))
+
+
+def _indefinite(rng, P):
+    A = rng.normal(size=(P, P))
+    lam = rng.normal(size=P) * 3
+    lam[0] = -abs(lam[0]) - 1.0                        # at least one negative eigenvalue
+    Q = np.linalg.qr(A)[0]
+    return Q @ np.diag(lam) @ Q.T
+
+
+def test_full_gaussian_stays_positive_definite_for_any_rho_and_indefinite_hessians():
+    mod = newton()
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        P = int(rng.integers(1, 6))
+        B = rng.normal(size=(P, P))
+        S = B @ B.T + 0.1 * np.eye(P)
+        H = _indefinite(rng, P)
+        g = rng.normal(size=P)
+        rho = float(10.0 ** rng.uniform(-2, 2))          # 0.01 .. 100
+        new = mod.step(mod.init(m=np.zeros(P), S=S), oracles={"grad": lambda x: g, "hess": lambda x: H}, rho=rho)
+        assert np.linalg.eigvalsh(new["S"]).min() > 0
+        # Lin et al. (2020), Eq. 12 as a sum of squares: ½(S + (S + ρG) S⁻¹ (S + ρG)), G = H − S
+        R = S + rho * (H - S)
+        np.testing.assert_allclose(new["S"], 0.5 * (S + R @ np.linalg.solve(S, R)), rtol=1e-9,
+                                   atol=1e-9 * np.abs(R).max() ** 2 / np.linalg.eigvalsh(S).min())
+        # the mean is preconditioned by the corrected precision (Lin et al.'s block coordinates)
+        np.testing.assert_allclose(new["m"], -rho * np.linalg.solve(new["S"], g), rtol=1e-9, atol=1e-12)
+
+
+def test_full_gaussian_agrees_with_the_plain_blr_to_second_order():
+    with_, without = newton(True), newton(False)
+    rng = np.random.default_rng(3)
+    P = 4
+    B = rng.normal(size=(P, P))
+    S = B @ B.T + np.eye(P)
+    H = _indefinite(rng, P)
+    G = H - S
+    oracles = {"grad": lambda x: np.ones(P), "hess": lambda x: H}
+    for rho in (1e-2, 1e-3):
+        a = with_.step(with_.init(m=np.zeros(P), S=S), oracles=oracles, rho=rho)["S"]
+        b = without.step(without.init(m=np.zeros(P), S=S), oracles=oracles, rho=rho)["S"]
+        np.testing.assert_allclose((a - b) / rho ** 2, 0.5 * G @ np.linalg.solve(S, G), rtol=1e-6, atol=1e-8)
+
+
+def test_full_gaussian_is_the_second_order_retraction_of_the_geodesic():
+    """The Fisher–Rao geodesic of the precision (mean fixed) from S with velocity G is
+    S^½ expm(t S^-½ G S^-½) S^½; the corrected step differs from it by O(ρ³), the plain one by O(ρ²)."""
+    with_, without = newton(True), newton(False)
+    rng = np.random.default_rng(11)
+    P = 3
+    B = rng.normal(size=(P, P))
+    S = B @ B.T + np.eye(P)
+    H = _indefinite(rng, P)
+    w, U = np.linalg.eigh(S)
+    Sh, Sih = U @ np.diag(np.sqrt(w)) @ U.T, U @ np.diag(1 / np.sqrt(w)) @ U.T
+    oracles = {"grad": lambda x: np.zeros(P), "hess": lambda x: H}
+    ratios = []
+    for rho in (4e-2, 2e-2, 1e-2):
+        e, V = np.linalg.eigh(Sih @ (H - S) @ Sih)
+        geo = Sh @ V @ np.diag(np.exp(rho * e)) @ V.T @ Sh
+        a = with_.step(with_.init(m=np.zeros(P), S=S), oracles=oracles, rho=rho)["S"]
+        b = without.step(without.init(m=np.zeros(P), S=S), oracles=oracles, rho=rho)["S"]
+        ratios.append((np.abs(a - geo).max(), np.abs(b - geo).max()))
+    # halving ρ divides the corrected error by ≈ 8 (third order) and the plain one by ≈ 4 (second order)
+    for (a1, b1), (a2, b2) in zip(ratios, ratios[1:]):
+        assert 6.5 < a1 / a2 < 9.5 and 3.5 < b1 / b2 < 4.5
+
+
+# ---------------------------------------------------------------------------------- mixture components
+
+def _himmelblau():
+    def g(x):
+        a, b = x[0] ** 2 + x[1] - 11, x[0] + x[1] ** 2 - 7
+        return np.array([4 * x[0] * a + 2 * b, 2 * a + 4 * x[1] * b])
+
+    def H(x):
+        return np.array([[12 * x[0] ** 2 + 4 * x[1] - 42, 4 * x[0] + 4 * x[1]],
+                         [4 * x[0] + 4 * x[1], 4 * x[0] + 12 * x[1] ** 2 - 26]])
+    return {"grad": g, "hess": H}
+
+
+@pytest.mark.parametrize("name", ["multimodal", "multimodal_unrolled"])
+def test_every_mixture_component_keeps_a_positive_definite_precision(name):
+    """The catalog's multimodal recipes (components as an array axis; one state per component) from random starts
+    on Himmelblau's function, where the plain step leaves the positive-definite cone in most runs: every
+    component's precision stays PD, and each step is Lin et al.'s ½(S_k + R_k S_k⁻¹ R_k) of the plain recipe's
+    step R_k (the same recipe without the rule) from the same state, component by component."""
+    from conftest import CATALOG
+    text = (CATALOG / f"{name}.yaml").read_text()
+    assert "riemannian_correction: {param: S}" in text
+    with_ = compiled(text)
+    # the plain step from the axis form (the unrolled one solves with the new precision by Cholesky, which raises
+    # where it is not positive definite; the two forms are equal to 1e-12, test_mixture_components.py)
+    without = _unchecked(compiled((CATALOG / "multimodal.yaml").read_text().replace(
+        "  - riemannian_correction: {param: S}\n", "")))
+    oracles = _himmelblau()
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        m0 = rng.uniform(-5, 5, size=(2, 2))
+        if name == "multimodal":
+            st = with_.init(m=m0, S=np.stack([10.0 * np.eye(2)] * 2))
+            comps = lambda d, key: [d[key][k] for k in range(2)]               # noqa: E731
+        else:
+            st = with_.init(m1=m0[0], S1=10.0 * np.eye(2), m2=m0[1], S2=10.0 * np.eye(2))
+            comps = lambda d, key: [d[f"{key}{k}"] for k in (1, 2)]           # noqa: E731
+        left = False
+        for _ in range(25):
+            new = with_.step(st, oracles=oracles)
+            plain = without.step(without.init(m=np.stack(comps(st, "m")), S=np.stack(comps(st, "S"))),
+                                 oracles=oracles)
+            for S, R, S_new in zip(comps(st, "S"), plain["S"], comps(new, "S")):
+                left |= bool(np.linalg.eigvalsh(R).min() <= 0)
+                assert np.linalg.eigvalsh(S_new).min() > 0
+                np.testing.assert_allclose(S_new, 0.5 * (S + R @ np.linalg.solve(S, R)), rtol=1e-9,
+                                           atol=1e-9 * (1 + np.abs(R).max() ** 2 / np.linalg.eigvalsh(S).min()))
+            st = new
+        assert left or seed        # the plain step leaves the cone from these starts (seed 0 at least)

@@ -1,0 +1,108 @@
+"""Run-time validity checks: where the derivation cannot guarantee that a new value stays in its parameter's domain,
+the generated function checks it and raises an error naming the value, the mixture component and the step, instead
+of returning a state that is no longer a distribution of the family (NaN downstream: log|S| of an indefinite S,
+√s of a negative s).
+
+A positive (domain ``positive``) or positive-definite (``positive_definite``) state is checked when its update reads
+a quantity that may be an indefinite estimate of a Hessian and no rule keeps it valid:
+
+* an oracle value named ``hess`` (the delta method's Hessian at the mean, any symmetric matrix);
+* a quantity a rule declared indefinite (``Derivation.indefinite``: Price's estimator, a mixture's ∇² log q);
+* a client's dual natural parameters (federated Bayesian ADMM: differences of natural parameters, of any sign);
+
+read directly or through the program's definitions; ``riemannian_correction`` on the parameter keeps it valid
+(``Derivation.corrected``).  The federated server's parameters are always checked (a sum of sites, of any sign, unless
+the server step is corrected; the check is then never met).  An explicit loss's Hessian is derived symbolically and
+its sign is not tracked: such updates are not checked (a known limit).
+"""
+from __future__ import annotations
+
+import sympy as sp
+
+from blr_derive.families.mixture import MixtureFamily
+from blr_derive.ir.model import DomainCheck
+
+#: the parameter domains a check keeps
+CHECKED = ("positive", "positive_definite")
+
+
+def _reads(e, defs, cache):
+    """Every symbol ``e`` reads, through the definitions ``defs`` (symbol -> expression)."""
+    out = set()
+    todo = list(getattr(e, "free_symbols", ()))
+    while todo:
+        s = todo.pop()
+        if s in out:
+            continue
+        out.add(s)
+        if s in defs:
+            if s not in cache:
+                cache[s] = set(getattr(defs[s], "free_symbols", ()))
+            todo.extend(cache[s])
+    return out
+
+
+def _owners(D, fam):
+    """state name -> (the family parameter it stands for, the component's number or "axis" or None)."""
+    if not isinstance(fam, MixtureFamily):
+        out = {p.name: (p, None) for p in fam.params.values()}
+        for p_name, (new, _, _) in D.renamed.items():
+            out[new] = (None, None)           # a renamed state: its domain is the new variable's, not checked
+        return out
+    base = fam.base
+    if fam.axis:
+        return {p.name: (p, "axis") for p in base.params.values()}
+    out = {}
+    for c in fam.free_components:
+        for p in base.params.values():
+            v = c.subs.get(p.symbol)
+            if isinstance(v, (sp.Symbol, sp.MatrixSymbol)):
+                out[v.name] = (p, c.index)
+    return out
+
+
+def _hint(pname, domain):
+    what = "positive definite" if domain == "positive_definite" else "positive"
+    return (f"its update reads a Hessian estimate of any sign; the rule riemannian_correction: {{param: {pname}}} "
+            f"keeps it {what} (or take smaller steps)")
+
+
+def state_checks(D, fam) -> list:
+    """The DomainChecks of the step's new state values."""
+    sources = {c[0] for c in D.oracle_calls if c[1] == "hess"} | set(D.indefinite)
+    if D.sampling is not None:
+        sources |= {s for s, o in D.sampling.calls if o == "hess"}
+    fed = getattr(D.recipe, "federated", None)
+    if fed is not None:
+        sources |= {dv.symbol for dv in fed.duals}
+    defs = dict(D.defs)
+    defs.update({sym: e for _, sym, e in D.updates})
+    if D.sampling is not None:
+        defs.update(dict(D.sampling.stats))
+    owners, cache, out = _owners(D, fam), {}, []
+    for name, sym, e in D.updates:
+        p, component = owners.get(name, (None, None))
+        if p is None or p.domain not in CHECKED or p.name in D.corrected:
+            continue
+        if _reads(e, defs, cache) & sources:
+            out.append(DomainCheck(name, sym, p.domain, component, _hint(p.name, p.domain)))
+    return out
+
+
+def server_checks(D, fam, symbols) -> list:
+    """The DomainChecks of the federated server step's new global parameters (``symbols``: name -> the symbol
+    server_step assigns)."""
+    out = []
+    for name, _ in D.federated.server:
+        p = fam.params.get(name)
+        if p is None or p.domain not in CHECKED:
+            continue
+        cond = D.corrected.get(name)
+        flag = isinstance(cond, sp.Symbol) and cond.name in {h.name for h in D.recipe.hyper if h.kind == "bool"}
+        hint = (f"pass {cond}=True (riemannian_correction's server condition) to keep it valid" if flag else
+                f"the server step keeps it valid where {cond} (riemannian_correction's server condition)"
+                if cond is not None else
+                f"a sum of the clients' sites is of any sign; riemannian_correction: {{param: {name}, server: "
+                "<condition>}} keeps it valid")
+        out.append(DomainCheck(name, symbols[name], p.domain, None, hint))
+    return out

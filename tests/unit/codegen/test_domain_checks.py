@@ -1,0 +1,119 @@
+"""Run-time domain checks (blr_derive/ir/validity.py): where the derivation cannot guarantee that a positive
+(definite) parameter stays in its domain, the generated step raises FloatingPointError naming the value, the mixture
+component and the step instead of returning NaN; the numpy and jax targets check, torch and Triton refuse such a
+recipe with a located message; an update that riemannian_correction keeps valid, or that reads no Hessian
+estimate, is not checked."""
+import functools
+
+import numpy as np
+import pytest
+
+from blr_derive import api
+from blr_derive.api import derive_record
+from blr_derive.core.errors import UnsupportedTarget
+from blr_derive.ir.build import build_ir
+from conftest import CATALOG, load_generated
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(text, target="numpy"):
+    return api.derive(text).compile(target)
+
+
+PRICE = """\
+name: price_plain
+family: gaussian_diag
+loss: abstract
+learning_rate: lr
+approximations:
+  - monte_carlo: {{samples: 1}}
+  - ema_momentum: {{rate: beta1, state: u}}
+  - debias: {{param: u, rate: beta1}}
+  - price_estimator
+  - minibatch: {{size: ess}}
+{extra}state_init: {{s: 1.0}}
+hyperparameters:
+  lr: {{default: 0.5}}
+  ess: {{default: 10.0}}
+  beta1: {{default: 0.9}}
+"""
+MULTIMODAL = (CATALOG / "multimodal.yaml").read_text()
+PLAIN_MULTIMODAL = MULTIMODAL.replace("  - riemannian_correction: {param: S}\n", "").replace(
+    "name: multimodal", "name: multimodal_plain")
+
+
+def checks(name_or_text):
+    if "\n" in name_or_text:
+        D = api.derive(name_or_text).record
+    else:
+        _, D = derive_record(CATALOG / f"{name_or_text}.yaml")
+    return [(c.name, c.domain, c.component) for c in build_ir(D, "x.yaml").checks]
+
+
+def test_which_updates_are_checked():
+    assert checks("newton") == [("S", "positive_definite", None)]          # the Hessian oracle, any sign
+    assert checks("online_newton_diag") == [("s", "positive", None)]
+    assert checks("ivon") == checks("multimodal") == checks("vogn") == checks("adam") == []   # corrected / PSD
+    assert checks(PLAIN_MULTIMODAL) == [("S", "positive_definite", "axis")]   # ∇² log q of the mixture
+    assert checks(PRICE.format(extra="")) == [("s", "positive", None)]        # Price's estimator
+    assert checks(PRICE.format(extra="  - riemannian_correction: {param: s}\n")) == []
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_a_full_precision_that_leaves_the_cone_is_named(target):
+    mod = load_generated("newton", target)
+    st = mod.init(m=np.zeros(2), S=np.eye(2))
+    with pytest.raises(FloatingPointError, match=r"^step\(\): the new S is not positive definite \(smallest "
+                                                 r"eigenvalue -1\): the update left the family; .*riemannian_correction"):
+        mod.step(st, oracles={"grad": lambda x: np.ones(2), "hess": lambda x: np.diag([1.0, -3.0])}, rho=0.5)
+    ok = mod.step(st, oracles={"grad": lambda x: np.ones(2), "hess": lambda x: np.diag([1.0, 3.0])}, rho=0.5)
+    np.testing.assert_allclose(ok["S"], np.diag([1.0, 2.0]))
+    # the module's switch: unchecked, an elementwise step returns the negative precision (as before the checks)
+    diag = load_generated("online_newton_diag", target)
+    st = diag.init(m=np.zeros(3), s=np.ones(3))
+    oracles = {"grad": lambda x: np.ones(3), "hess": lambda x: np.array([1.0, -30.0, 1.0])}
+    with pytest.raises(FloatingPointError, match=r"the new s is not positive \(value -2.1 at index \(1,\)\)"):
+        diag.step(st, oracles=oracles)
+    assert diag.CHECK_DOMAINS is True
+    diag.CHECK_DOMAINS = False
+    try:
+        bad = diag.step(st, oracles=oracles)
+    finally:
+        diag.CHECK_DOMAINS = True
+    np.testing.assert_allclose(np.asarray(bad["s"]), [1.0, -2.1, 1.0])          # s + ρ(h − s), ρ = 0.1
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_the_mixture_component_and_the_step_are_named(target):
+    mod = compiled(PLAIN_MULTIMODAL, target)
+    H = lambda x: np.diag([2.0, 2.0]) if x[0] < 0 else np.diag([2.0, -40.0])     # noqa: E731
+    st = mod.init(m=np.array([[-3.0, 0.0], [0.5, 0.0], [3.0, 1.0]]), S=np.stack([np.eye(2)] * 3))
+    with pytest.raises(FloatingPointError, match=r"the new S of component 2 \(of 3\) is not positive definite"):
+        mod.step(st, oracles={"grad": lambda x: x, "hess": H})
+    # an elementwise state: the step counter and the coordinate
+    price = compiled(PRICE.format(extra=""), target)
+    st = price.init(m=np.zeros(3), s=np.ones(3))
+    grad = lambda x: np.array([1.0, -30.0, 1.0]) * x                               # noqa: E731
+    kw = {"rng": np.random.default_rng(0)} if target == "numpy" else {"key": __import__("jax").random.PRNGKey(0)}
+    with pytest.raises(FloatingPointError, match=r"the new s is not positive \(value -[0-9.e+]+ at index \(1,\)\) "
+                                                 r"at step 1"):
+        price.step(st, oracles={"grad": grad}, **kw)
+
+
+def test_jax_checks_eager_calls_only():
+    """A jitted step cannot raise on its values: under jax.jit the same step returns (the documented limit)."""
+    import jax
+    mod = load_generated("newton", "jax")
+    st = mod.init(m=np.zeros(2), S=np.eye(2))
+    step = jax.jit(lambda s: mod.step(s, oracles={"grad": lambda x: x + 1.0, "hess": lambda x: -3.0 * jax.numpy.eye(2)},
+                                      rho=0.5))
+    out = step(st)
+    assert float(np.linalg.eigvalsh(np.asarray(out["S"]))[0]) < 0
+
+
+@pytest.mark.parametrize("target", ["torch", "triton"])
+def test_optimizer_targets_refuse_an_update_they_would_not_check(target):
+    with pytest.raises(UnsupportedTarget, match=rf"the {target} target does not check at run time that 's' stays "
+                                                r"positive.*riemannian_correction: \{param: s\}"):
+        api.derive(PRICE.format(extra="")).code(target)
+    assert "class" in api.derive(PRICE.format(extra="  - riemannian_correction: {param: s}\n")).code(target)
