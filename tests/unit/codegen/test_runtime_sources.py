@@ -186,3 +186,26 @@ def test_jax_conditions_pick_in_python_unless_traced():
     assert jax_rt._tree(treedef, [None, None]) is None
     back = jax_rt._tree(treedef, jax_rt._leaves(treedef, tree))
     assert back["b"][0].tolist() == [1.0]
+
+
+@pytest.mark.parametrize("rt", [numpy_rt, jax_rt], ids=["numpy", "jax"])
+def test_domain_checks_name_the_value_component_and_step(rt):
+    """_check_domain: silent inside the domain; outside, a FloatingPointError naming the value, its entry or
+    component and the step (the smallest eigenvalue of a matrix that is not positive definite); CHECK_DOMAINS = False
+    switches it off."""
+    rt._check_domain("s", [1.0, 2.0], "positive", None, 3, "hint")
+    rt._check_domain("S", [[2.0, 1.0], [1.0, 2.0]], "positive_definite", None, 3, "hint")
+    with pytest.raises(FloatingPointError, match=r"^step\(\): the new s is not positive \(value -0\.5 at index "
+                                                 r"\(1,\)\) at step 3: the update left the family; hint$"):
+        rt._check_domain("s", [1.0, -0.5], "positive", None, 3, "hint")
+    with pytest.raises(FloatingPointError, match=r"the new s of component 2 is not positive \(value nan\)"):
+        rt._check_domain("s", math.nan, "positive", 2, None, "hint")
+    stack = np.array([np.eye(2), [[1.0, 2.0], [2.0, 1.0]]])           # eigenvalues of the second: 3 and -1
+    with pytest.raises(FloatingPointError, match=r"^server_step\(\): the new S of component 2 \(of 2\) is not "
+                                                 r"positive definite \(smallest eigenvalue -1\)"):
+        rt._check_domain("S", stack, "positive_definite", "axis", None, "hint", where="server_step")
+    rt.CHECK_DOMAINS = False
+    try:
+        rt._check_domain("s", [-1.0], "positive", None, None, "hint")
+    finally:
+        rt.CHECK_DOMAINS = True
