@@ -93,7 +93,8 @@ def main(argv=None):
     import torch
     if not args.interpret and not torch.cuda.is_available():
         print("bench_triton: no CUDA GPU on this machine; the bandwidth figures need one (GPU figures pending). "
-              "Correctness of the generated kernels is tested on CPU by tests/test_triton.py (TRITON_INTERPRET=1).")
+              "Correctness of the generated kernels is tested on CPU by tests/unit/codegen/test_triton.py "
+              "(TRITON_INTERPRET=1).")
         return 0
     from conftest import load_generated
     device = torch.device("cpu" if args.interpret else "cuda")

@@ -103,7 +103,7 @@ def located_codegen_error(exc: CodegenError, recipe) -> LocatedCodegenError:
 @contextmanager
 def time_limited(seconds):
     """Run the block under a wall-clock budget of ``seconds`` (None: no budget); running out raises
-    :class:`~blr_derive.errors.TimeLimitExceeded`, located at what the engine was working on.  Signals reach the
+    :class:`~blr_derive.core.errors.TimeLimitExceeded`, located at what the engine was working on.  Signals reach the
     main thread only: elsewhere no limit applies.  None or ``math.inf``: no limit; NaN, a negative number or
     anything but a number is a ValueError, raised before any work."""
     seconds = budget.seconds_or_none(seconds)
@@ -119,7 +119,7 @@ def time_limited(seconds):
 
 def generate(path, target: str, label: str | None = None, sizes: dict | None = None,
              time_limit: float | None = None) -> str:
-    """Code for a recipe file; ``sizes`` (e.g. {"K": 5}) instantiates a sized recipe (blr_derive/sizes.py);
+    """Code for a recipe file; ``sizes`` (e.g. {"K": 5}) instantiates a sized recipe (blr_derive/core/sizes.py);
     ``time_limit`` (seconds) bounds the derivation (see :func:`time_limited`)."""
     get_target(target)                                 # an unknown target fails before any work
     with time_limited(time_limit):
@@ -333,8 +333,8 @@ def catalog() -> list[str]:
 
 
 def family(ref):
-    """A :class:`~blr_derive.family.Family`: a built-in name (``"gaussian_full"``), a path to a family YAML file,
-    a dict, or YAML text declaring one (same keys as a family file); a sized family at a size:
+    """A :class:`~blr_derive.families.model.Family`: a built-in name (``"gaussian_full"``), a path to a family YAML
+    file, a dict, or YAML text declaring one (same keys as a family file); a sized family at a size:
     ``{"name": "categorical", "K": 5}``."""
     return _as_family(ref)
 
@@ -343,7 +343,7 @@ def _as_family(ref):
     if isinstance(ref, Family):
         return ref
     if isinstance(ref, dict) and "name" in ref and not set(ref) & (FAMILY_KEYS - {"name"}):
-        return load_family(ref)                          # a reference with sizes (blr_derive/sizes.py)
+        return load_family(ref)                          # a reference with sizes (blr_derive/core/sizes.py)
     if isinstance(ref, dict) or _is_yaml_text(ref):
         return family_from_spec(_spec(ref, "family"), "<family>")
     return load_family(str(ref))
@@ -351,7 +351,7 @@ def _as_family(ref):
 
 def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperparameters=None, name="custom",
            **keys):
-    """A :class:`~blr_derive.recipe.Recipe`.
+    """A :class:`~blr_derive.spec.recipe.Recipe`.
 
     ``recipe("adam")`` loads a catalog recipe, ``recipe("my.yaml")`` a file, ``recipe(dict_or_yaml_text)`` an
     inline one. Or declare it by keywords: ``family`` (a Family, a built-in name, a path, a dict or YAML text),

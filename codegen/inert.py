@@ -3,7 +3,7 @@
 Generated modules contain three kinds of text that come from a recipe or a family file:
 
 * **identifiers** (class, hyperparameter, state, data and oracle names): validated when the file is read
-  (:mod:`blr_derive.names`) and checked again by every printer (:func:`identifier`);
+  (:mod:`blr_derive.core.names`) and checked again by every printer (:func:`identifier`);
 * **prose** (title, paper, descriptions, the source path, the plain-text equations): wrapped in
   :class:`Prose` when the update IR is built.  A ``Prose`` has no text of its own for a template: ``str()``,
   formatting, concatenation and joins of it raise, and the template environment's ``finalize`` refuses it.

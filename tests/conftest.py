@@ -20,9 +20,24 @@ if "_pytest" in sys.modules and os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest
 
+from blr_derive.codegen import TARGET_NAMES
+
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG = ROOT / "catalog"
 GENERATED = CATALOG / "generated"
+
+
+def target_config(name):
+    """A target's declared configuration (``codegen/backends/<name>/config.py``), without loading its renderer."""
+    return importlib.import_module(f"blr_derive.codegen.backends.{name}.config").CONFIG
+
+
+#: the targets whose module is a ``torch.optim.Optimizer`` subclass: those whose configuration lets the module
+#: import torch (a test of an optimizer's constructor, closure or parameter attributes runs over these)
+OPTIMIZER_TARGETS = tuple(n for n in TARGET_NAMES if "torch" in target_config(n).modules)
+#: the targets that render every IR kind (their configuration lists the ``product`` structure): plain ``init``/
+#: ``step`` functions and family maps called with numpy arrays, for any recipe
+FUNCTION_TARGETS = tuple(n for n in TARGET_NAMES if "product" in target_config(n).structures)
 
 
 def load_module_from_path(path, name=None):

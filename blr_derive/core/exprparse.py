@@ -4,7 +4,7 @@ Untrusted input is data: expressions are parsed with :func:`ast.parse` (which on
 builds a syntax tree, it never executes anything) and the tree is walked with an
 explicit whitelist that builds sympy objects directly.  ``sympify``/``parse_expr``/
 ``eval`` are never called.  Anything outside the grammar is rejected with a
-one-line :class:`~blr_derive.errors.SpecError`.
+one-line :class:`~blr_derive.core.errors.SpecError`.
 
 Grammar
 -------

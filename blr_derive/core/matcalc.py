@@ -9,7 +9,7 @@ off as ``Mᵀ`` (and symmetrize it for symmetric matrix variables).
 
 Scalars are handled by the same functions: a plain ``Symbol`` is a 1×1 variable and
 ``sympy.diff`` is used for scalar sub-expressions.  Every result is cross-checked
-numerically in ``tests/test_matcalc.py``.
+numerically in ``tests/unit/core/test_matcalc.py``.
 """
 from __future__ import annotations
 

@@ -10,13 +10,13 @@ recipe and its ``class_name``) becomes a Python identifier in generated code.  I
   namespace for its temporaries);
 * not a Python keyword (hard or soft) and not a builtin (``sum``, ``len``, ``print`` ...);
 * not one of the names the generated modules themselves bind (:data:`RESERVED`: ``numpy``, ``torch``,
-  ``state``, ``step``, ``self``, ``params`` ...; ``tests/test_name_policy.py`` recomputes them from every
+  ``state``, ``step``, ``self``, ``params`` ...; ``tests/unit/core/test_name_policy.py`` recomputes them from every
   catalog artifact and target, so the list cannot fall behind the templates);
 * not one of the derivation's own symbol names (:data:`ENGINE_PATTERNS`: ``lambda1``, ``mu2``, the CSE
   temporaries ``t_0`` ...), which would silently merge with the user's symbol in sympy.
 
 Names the derivation introduces later (``g``, ``m_new``, ``u``) are checked against the declared ones when the
-update IR is built (:func:`blr_derive.ir.build_ir`), so a clash is a located error, never a merged symbol.
+update IR is built (:func:`blr_derive.ir.build.build_ir`), so a clash is a located error, never a merged symbol.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ MAX_NAME = 64
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
 #: names bound by the generated modules (module constants and functions, public parameters, and the locals
-#: of every function in which user names are bound); tests/test_name_policy.py keeps this list complete
+#: of every function in which user names are bound); tests/unit/core/test_name_policy.py keeps this list complete
 RESERVED = frozenset("""
     numpy scipy math torch triton tl contextlib copy warnings
     RECIPE FAMILY ENGINE_VERSION STATE HYPERPARAMETERS REQUIRED_STATE ORACLES DATA EQUATIONS SHAPES SYMMETRIC

@@ -2,7 +2,7 @@
 
 In a source checkout (or editable install) the top-level ``families/`` and
 ``catalog/`` folders are used; in a regular install they are package data under
-``blr_derive/families`` and ``blr_derive/catalog`` (see ``pyproject.toml``).
+``blr_derive.data.families`` and ``blr_derive.data.catalog`` (see ``setup.py``).
 """
 from __future__ import annotations
 

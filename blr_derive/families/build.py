@@ -107,6 +107,8 @@ def build_family(decl: FamilyDecl) -> Family:
                            if isinstance(n, near_point))
         fam.steps.append(("removable singularity", f"the closed form of A is 0/0 inside Ω ({points}; μ and F are its "
                                                    "derivatives)"))
+    # the base measure's sign first: a negative h makes the derived A NaN or complex, and that error would blame A
+    check_base_measure(fam, spec)
     if not fam.A_given:
         # a derived A (and its μ, F) must be finite and right at the parameters where closed forms fail: integers,
         # half-integers, ½ on the unit interval, 0 on the line (checked against quadrature/summation)
@@ -127,9 +129,8 @@ def build_family(decl: FamilyDecl) -> Family:
                             f, l)
         fam.mu_ord[i] = fam.simp(dexpr)
 
-    # 4. minimality: the Fisher information must be non-singular (after the base measure's sign, which a
-    # negative h would otherwise break first, as a misleading "singular")
-    check_base_measure(fam, spec)
+    # 4. minimality: the Fisher information must be non-singular (the base measure's sign was checked above: a
+    # negative h would otherwise break it first, as a misleading "singular")
     check_minimal(fam, spec)
 
     # 5. ordinary <- expectation: closed form when sympy finds one, else Newton's method (numeric_ord_from_mu)

@@ -30,7 +30,7 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
         return ref
     given = None
     if isinstance(ref, dict) and "name" in ref and not set(ref) & (FAMILY_KEYS - {"name"}):
-        # a reference with sizes: {name: categorical, K: 5} (blr_derive/sizes.py)
+        # a reference with sizes: {name: categorical, K: 5} (blr_derive/core/sizes.py)
         given = LDict({k: v for k, v in ref.items() if k != "name"})
         given.file, given.line = getattr(ref, "file", None), getattr(ref, "line", None)
         given.lines = {k: ref.line_of(k) for k in given} if isinstance(ref, LDict) else {}

@@ -3,7 +3,7 @@ E_q[log h] when neither the statistics nor the tilted log-partition give it).
 
 :func:`expectation_integral` writes E_q[g(θ)] as the unevaluated ``Integral(g·q, (θ, lo, hi))`` over the support,
 in the ordinary parameters (as an infinite discrete support gives an unevaluated ``Sum``); :func:`integral_value`
-evaluates such an integral once every parameter is a number (``families/symbolic.evaluate`` calls it):
+evaluates such an integral once every parameter is a number (``blr_derive.families.symbolic.evaluate`` calls it):
 
 * the variable is mapped to an unconstrained u (θ = e^u on (0, ∞), θ = a + (b − a)σ(u) on (a, b), θ = u on ℝ), with
   every logarithm of θ, θ − a and b − θ written in u exactly (log θ = u, log θ = −softplus(−u)), so that mass at

@@ -321,7 +321,9 @@ def problems(fam, A, *, extreme: bool = False, reference: bool = True, limit: in
             continue
         for name in ("A", "μ", "F"):
             if not _finite_real(got[name]):
-                bad = "NaN" if np.any(np.isnan(got[name])) else "not a finite real number"
+                v = got[name]
+                bad = ("NaN" if np.any(np.isnan(v)) else COMPLEX if np.all(np.isfinite(v.real)) and
+                       np.all(np.isfinite(v.imag)) else "not a finite real number")
                 out.append(f"at {_describe(fam, vals)} the derived {name} is {bad}")
                 break
         else:
@@ -336,10 +338,19 @@ def problems(fam, A, *, extreme: bool = False, reference: bool = True, limit: in
     return out
 
 
+#: how :func:`problems` describes a finite value with an imaginary part
+COMPLEX = "complex"
+
+
 def validate(fam, A, spec, what: str):
     """Raise a located SpecError when the derived A (or its μ, F) is wrong or not finite at a core point; record a
-    derivation note when it is not finite at an extreme point (module docstring)."""
+    derivation note when it is not finite at an extreme point (module docstring).  A finite complex value says the
+    family itself is not real (log θ on a support with θ < 0), not that its closed form failed."""
     found = problems(fam, A)
+    if found and found[0].endswith(f" is {COMPLEX}"):
+        raise SpecError("not a real family: the log-partition or its derivatives are not real numbers at valid "
+                        f"parameters ({found[0]}; check the support against the sufficient statistics and the base "
+                        "measure)", *where(spec, "sufficient_statistics"))
     if found:
         raise SpecError(f"the log-partition derived by {what} is not usable everywhere in the parameter domain: "
                         f"{found[0]}; declare log_partition", *where(spec, "sufficient_statistics"))

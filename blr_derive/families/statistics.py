@@ -6,6 +6,7 @@ import numpy as np
 import sympy as sp
 
 from blr_derive.core.errors import DerivationError
+from blr_derive.core.exprfuncs import function_depth
 from blr_derive.core.matexpr import is_mat, simplify_mat, split_coeff
 from blr_derive.core.nodes import DataSum
 from blr_derive.core.pretty import pretty
@@ -79,13 +80,26 @@ def statistics_decomposition(fam, expr, symmetric=()):
         for i, t in enumerate(targets):
             if t == 0 or _varies(fam, dep / t):
                 continue
-            ratio = sp.simplify(dep / t)
+            ratio = _simplified_ratio(dep / t)
             if ratio is not None and not fam.depends_on_variable(ratio):
                 cs[i] += coeff * ratio
                 break
         else:
             raise NotLinearInStatistics(term.xreplace(back["map"]), dep.xreplace(back["map"]), statistics=fam.T)
     return c0.xreplace(back["map"]), [sp.expand(c).xreplace(back["map"]) for c in cs]
+
+
+#: the deepest nesting of functions (core.exprfuncs.function_depth) for which a ratio of a term to a statistic that
+#: the numeric screen could not tell is given to ``sp.simplify``: deeper ones (digamma of a sigmoid eight times, whose
+#: values are -inf in double precision at every point) get a rational cancellation only, because sympy's simplify
+#: walks every nested argument in each of its strategies and took over 120 s
+SIMPLIFY_MAX_DEPTH = 8
+
+
+def _simplified_ratio(r):
+    """``r`` simplified enough to show that it is free of θ when it is: ``sp.simplify`` up to
+    :data:`SIMPLIFY_MAX_DEPTH`, a rational cancellation (the nested functions as opaque generators) beyond."""
+    return sp.simplify(r) if function_depth(r) <= SIMPLIFY_MAX_DEPTH else sp.cancel(r)
 
 
 def separate_scalars(e, symmetric=()):
@@ -185,6 +199,17 @@ def _varies(fam, ratio, points: int = 3) -> bool:
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, NameError, AttributeError):
         return False
     values = [v for v in values if np.isfinite(v)]        # a point where T = 0 (θ = 0 for T = θ) says nothing
+    if len(values) < 2:
+        # a θ-free ratio is constant wherever it is defined, on the support or off it: a two-point support with
+        # T = 0 at one point (bernoulli on {0, 1}) is screened at points next to the support's
+        try:
+            with np.errstate(all="ignore"):
+                values += [complex(f(*[float(pt[v]) + off for v in variables],
+                                     *[0.7 + 0.3 * i for i in range(len(others))]))
+                           for pt in pts for off in (0.318, 0.577)]
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError, NameError, AttributeError):
+            return False
+        values = [v for v in values if np.isfinite(v)]
     if len(values) < 2:
         return False
     scale = max(1.0, max(abs(v) for v in values))

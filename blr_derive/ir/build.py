@@ -118,9 +118,10 @@ def _program(D: Derivation) -> list[Assignment]:
     exprs = [e for _, e in program]
     assignments: list[Assignment] = []
     if not any(is_mat(e) for e in exprs):
-        # an expression whose functions nest deeply (a nested loss at the points of a finite support) is left out:
-        # sympy's common-subexpression search substitutes into it in time that grows steeply with the depth
-        deep = {i: e for i, e in enumerate(exprs) if function_depth(e) > CSE_MAX_DEPTH}
+        # an expression whose functions nest deeply, or that the derivation keeps verbatim (a nested loss at the
+        # points of a finite support), is left out: sympy's common-subexpression search substitutes into it in time
+        # that grows steeply with the depth
+        deep = {i: e for i, e in enumerate(exprs) if syms[i] in D.verbatim or function_depth(e) > CSE_MAX_DEPTH}
         reps, shallow = sp.cse([e for i, e in enumerate(exprs) if i not in deep], symbols=sp.numbered_symbols("t_"),
                                optimizations=None)
         it = iter(shallow)

@@ -35,7 +35,7 @@ def toposort(items: list[Assignment]) -> list[Assignment]:
 
 
 def seal_text(ir: AnyIR) -> AnyIR:
-    """Mark every piece of recipe or family text in an IR as :class:`~blr_derive.text.Prose` (principle 4): the
+    """Mark every piece of recipe or family text in an IR as :class:`~blr_derive.core.text.Prose` (principle 4): the
     code generators must render it through their escaping filters, never paste it.  Returns ``ir``."""
     ir.title, ir.paper, ir.description = Prose(ir.title), Prose(ir.paper), Prose(ir.description)
     ir.source, ir.family = Prose(ir.source), Prose(ir.family)

@@ -1,5 +1,5 @@
 """The update IR: what a generated module needs, independent of any target (rendered by
-``blr_derive/codegen/backends/<target>``).
+``codegen/backends/<target>``, installed as ``blr_derive.codegen.backends.<target>``).
 
 :class:`UpdateIR` — a single family or a mixture: state (the family's ordinary parameters plus auxiliary state
 added by rules, each with an initial value), hyperparameters with defaults (numbers, booleans, tuples, choices),

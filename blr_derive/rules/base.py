@@ -408,6 +408,9 @@ class Derivation(Generic[RecipeT]):
     #: definitions later rewrites of a view leave alone: an estimate computed from the gradient as it stood
     #: (h_gsq = g²) keeps that gradient when a later rule rescales or extends it (minibatch, weight_decay)
     frozen: set[Sym] = field(default_factory=set)
+    #: definitions printed as written, outside the common-subexpression search (ir/build.py): a deeply nested loss
+    #: at one support point shares nothing with the rest, and sympy rebuilds every nested argument to find that
+    verbatim: set[Sym] = field(default_factory=set)
     aux_state: list[AuxState] = field(default_factory=list)   # state added by rules
     views: Views = field(default_factory=Views)     # what currently stands for grad/hess/each parameter (passes)
     step_symbol: Sym | None = None                  # the step counter t (1-based) when a rule needs it

@@ -32,7 +32,7 @@ class BLRContext:
     prev_updates: list[tuple[str, Sym, Expr]] = field(default_factory=list)
     conjugate: tuple[Expr, list[Expr]] | None = None   # (c0, [c_i]) when the loss is linear in the statistics
     finite: list[dict[Sym, Expr]] | None = None        # the support points when the support is finite
-    #: (E_q[ℓ](λ), shifts) from the tilted log-partition (families/tilting.py)
+    #: (E_q[ℓ](λ), shifts) from the tilted log-partition (blr_derive/families/tilting.py)
     tilted: tuple[Expr, list[Expr]] | None = None
     with_log_h: tuple[Expr, list[Expr]] | None = None   # (c0, [c_i]) when ℓ = −log h + c0 + Σ c_i T_i
 

@@ -16,7 +16,7 @@ Sec. 4.4) and ``gauss_hermite`` (quadrature: non-conjugate VI, Sec. 5.4).
 
 The sympy nodes below are data-size agnostic (N stays symbolic); each evaluates itself
 numerically by ``doit()`` once its arguments are explicit matrices, and every code target
-prints them (``codegen/numpy/printer.py``).
+prints them (``codegen/backends/numpy/printer.py``).
 """
 from __future__ import annotations
 

@@ -187,8 +187,8 @@ def shifted_domain(fam, shifts):
 
 def tilted(recipe, D, e_lam, shifts):
     """E_q[ℓ] for ℓ = Σ P(T)·exp(d + cᵀT) from the tilted log-partition, E_q[Tᵏe^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ))
-    (App. B; ``families/tilting.py``), written in λ; ∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4), in the ordinary
-    parameters."""
+    (App. B; ``blr_derive/families/tilting.py``), written in λ; ∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4), in the
+    ordinary parameters."""
     fam = recipe.family
     lam_of = dict(zip(fam.lam, fam.eta))
     d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam]).xreplace(lam_of)

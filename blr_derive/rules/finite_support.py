@@ -39,6 +39,7 @@ def point_losses(D, loss, points):
     for pt in points:
         at = {c: new_def(D, f"{c}_pt", sp.sympify(v)) for c, v in pt.items() if loss.has(c)}
         out.append(new_def(D, "loss_pt", loss.xreplace(at)))
+        D.verbatim.add(out[-1])
     return out
 
 

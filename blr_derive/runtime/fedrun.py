@@ -1,7 +1,8 @@
 """Drive the generated functions of a federated recipe (catalog/generated/numpy/fed_*.py).
 
 The generated module holds the derived algorithm (``step`` is the client's BLR step, ``dual_step``,
-``client_message``, ``server_step``; see blr_derive/federated.py); this runner only moves data around it:
+``client_message``, ``server_step``; see blr_derive/rules/federated.py and blr_derive/ir/federated.py); this
+runner only moves data around it:
 
 * :func:`simulate` — every client and the server in one process (quick experiments, tests);
 * :func:`run_rank` — one ``torch.distributed`` rank (any backend; gloo on CPU): the clients' messages

@@ -13,8 +13,8 @@ __all__ = ["Block", "Factor", "block_candidate"]
 @dataclass
 class Block:
     name: str
-    #: a Family (``families/model.py``), or None for a delta parameter block: Any because the families layer is
-    #: above this one
+    #: a Family (``blr_derive/families/model.py``), or None for a delta parameter block: Any because the families
+    #: layer is above this one
     family: Any
     local: bool
     approximation: str             # exact | delta

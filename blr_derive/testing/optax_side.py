@@ -109,7 +109,7 @@ def equivalent_optax(derived, tx, *, names: dict, values: dict, settings=None, s
                     div = Divergence(problem.name, key, setting, k + 1, i, var, *describe(np.asarray(yours),
                                                                                          np.asarray(theirs)))
                     # evaluate the derived step on your state: the generated state with your values put in
-                    local = _localize(gen_tx, pre_su, sg, gu, pre_u, params_u, su, names, state_names, key, k,
+                    local = _localize(gen_tx, pre_su, gu, pre_u, params_u, su, names, state_names, key, k,
                                       problem, derived)
                     name = derived.mean if var == "parameter" else next(
                         (n for n in state_names if names.get(n, n) == var), var)
@@ -137,7 +137,7 @@ def _first(params_u, params_g, pre_u, pre_g, su, sg, pre_su, names, state_names,
     return None
 
 
-def _localize(gen_tx, pre_su, sg_after, grads, pre_params, params_u, su, names, state_names, key, k, problem,
+def _localize(gen_tx, pre_su, grads, pre_params, params_u, su, names, state_names, key, k, problem,
               derived):
     """The generated update from the user's state before the step (the fields it can map), compared with the
     user's after it, assignment by assignment; None when nothing maps."""

@@ -77,7 +77,7 @@ from blr_derive.verify.results import Report
 def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dict | None = None,
                hunt: bool = True) -> Report:
     """Check a family file, or the family of a recipe file (plus ``check_recipe_updates``), at random points and
-    (``hunt``) at its hard points; ``sizes`` instantiates a sized family or recipe (blr_derive/sizes.py) at those
+    (``hunt``) at its hard points; ``sizes`` instantiates a sized family or recipe (blr_derive/core/sizes.py) at those
     sizes."""
     spec = load_yaml_file(path)
     if is_product_spec(spec):                     # one family per block: name them (checked one by one)

@@ -601,15 +601,6 @@ def _bracket(parts, g0, center, scale, drop):
     return out[0], out[1]
 
 
-def _mp_term(parts, u, g0, fn):
-    """The integrand in u: q's unnormalized density exp(g + log J − g0) times fn(T) (times g − g0 for fn None)."""
-    g, t, logJ = parts(u)
-    w = mpmath.exp(g + logJ - g0)
-    if w == 0:
-        return mpmath.mpf(0)
-    return w * (g - g0 if fn is None else fn(t))
-
-
 def rel(got, want) -> float:
     got = np.asarray(got, dtype=float)
     want = np.asarray(want, dtype=float).reshape(got.shape)

@@ -6,7 +6,7 @@ The numpy target prints with it as it is (``codegen/backends/numpy/printer.py``)
 Vectors (P×1 matrix symbols) are 1-D arrays, so matrix products print with ``@``
 and column-times-row products as ``numpy.outer``.  ``Inverse(A) * B`` prints as a
 Cholesky solve (``_spd_solve``), never as an explicit inverse.  Unsupported nodes
-raise :class:`~blr_derive.errors.CodegenError` (sympy printers' ``_print_<Node>``
+raise :class:`~blr_derive.core.errors.CodegenError` (sympy printers' ``_print_<Node>``
 extension points; loud failure).
 """
 from __future__ import annotations
@@ -162,7 +162,7 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
             return f"({s})"
         return s
 
-    # special functions (scipy.special; tested against it in tests/test_special_functions.py)
+    # special functions (scipy.special; tested against it in tests/unit/core/test_special_functions.py)
     def _print_exp1(self, expr):
         self.imports.add("scipy.special")
         return f"scipy.special.exp1({self._print(expr.args[0])})"
@@ -240,7 +240,7 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.special")
         return f"scipy.special.logsumexp({self._print(expr.args[0])}, axis=0)"
 
-    # sums over data and their Gaussian expectations (blr_derive/datasum.py): vectors are 1-D arrays
+    # sums over data and their Gaussian expectations (blr_derive/rules/datasum.py): vectors are 1-D arrays
     def _apply(self, f, arg_text):
         """The one-argument function ``f`` (a Lambda) printed at an already printed argument."""
         wrapped = arg_text if arg_text.isidentifier() else f"({arg_text})"

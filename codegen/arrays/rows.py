@@ -1,10 +1,10 @@
-"""The per-row program of a plate evaluated on all rows at once (factorized recipes, blr_derive/factorized.py).
+"""The per-row program of a plate evaluated on all rows at once (factorized recipes, blr_derive/ir/product.py).
 
 Rows are the leading axis: a per-row scalar is an (N,) array and a per-row vector an (N, P) array.  Scalar
 arithmetic and elementwise functions broadcast as they are; a 1×1 product such as ``tr(m₁ᵀ L₁ y)`` and a
 plate sum such as ``Σ_n z_n y_n y_nᵀ`` become one ``numpy.einsum`` whose subscripts follow the matrix
 chain (the row axis ``n`` kept for a per-row value, summed for a plate statistic).  Anything else raises
-:class:`~blr_derive.errors.CodegenError`, and the template falls back to a loop over the rows.
+:class:`~blr_derive.core.errors.CodegenError`, and the template falls back to a loop over the rows.
 """
 from __future__ import annotations
 

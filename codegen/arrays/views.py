@@ -129,7 +129,7 @@ def factorized_view(ir, printer, row_printer, xp="numpy") -> FactorizedView:
     assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
     dims = [(str(d), var, axis) for d, var, axis in ir.dims]
     rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
-    program = returns = None     # a recipe with a component axis: the whole program (codegen/.../components.py)
+    program = returns = None     # a recipe with a component axis: the whole program (arrays/components.py)
     if ir.plate is not None:     # the plate's per-row arrays, and its per-row scalars (data and local values)
         arrays = {s for _, s, k, _ in ir.plate["data"] if k != "scalar"}
         scalars = {s for _, s, k, _ in ir.plate["data"] if k == "scalar"} | {s for s, _ in ir.local_assign}

@@ -21,6 +21,7 @@ import scipy.special as sps
 import scipy.stats
 
 from blr_derive import api
+from conftest import FUNCTION_TARGETS
 
 HERE = Path(__file__).parent
 FAMILIES = HERE / "families"
@@ -50,7 +51,7 @@ def test_truncated_normal_modules_compute_scipys_moments(tmp_path, x64):
         approximations: [exact]
     """)
     D = api.derive(str(r))
-    for target in ("numpy", "jax"):
+    for target in FUNCTION_TARGETS:
         src = D.code(target)
         assert "math." not in src and ("scipy.special.erfc" in src)
         mod = D.compile(target)
@@ -96,7 +97,7 @@ def test_fixed_parameter_of_a_numeric_family_is_an_argument_of_its_maps(tmp_path
         approximations: [exact]
     """)
     D = api.derive(str(r))
-    for target in ("numpy", "jax"):
+    for target in FUNCTION_TARGETS:
         mod = D.compile(target)
         for a, b in ((2.5, 2.0), (0.3, 0.7)):
             lam = np.asarray(mod.natural_parameters(a, b), dtype=float)

@@ -8,7 +8,7 @@ from blr_derive.api import derive_record, generate
 from blr_derive.codegen.registry import emit
 from blr_derive.core.errors import CodegenError
 from blr_derive.ir.build import build_ir
-from conftest import CATALOG, GENERATED
+from conftest import CATALOG, GENERATED, TARGET_NAMES
 
 RECIPES = sorted(p.stem for p in CATALOG.glob("*.yaml"))
 
@@ -19,7 +19,7 @@ def _catalog_ir(name):
     return build_ir(D, f"catalog/{name}.yaml")
 
 
-@pytest.mark.parametrize("target", ["jax", "numpy", "torch", "triton"])
+@pytest.mark.parametrize("target", TARGET_NAMES)
 @pytest.mark.parametrize("name", RECIPES)
 def test_golden_artifact_is_byte_identical(name, target):
     path = GENERATED / target / f"{name}.py"
@@ -32,7 +32,7 @@ def test_golden_artifact_is_byte_identical(name, target):
 
 
 def test_no_artifact_without_a_recipe():
-    for target in ("jax", "numpy", "torch", "triton"):
+    for target in TARGET_NAMES:
         names = {p.stem for p in (GENERATED / target).glob("*.py")} - {"__init__"}
         assert names <= set(RECIPES), names - set(RECIPES)
 

@@ -72,10 +72,6 @@ class PlannedCompiler:
     def name_of(self, sym):
         return self.binding.get(sym, identifier(sym.name))
 
-    def _live(self, name):
-        """Whether the tensor list ``name`` is still read after this assignment (by any symbol bound to it)."""
-        return any(self.name_of(s) == name for s in self.later | self.final)
-
     def _split(self, e):
         if isinstance(e, sp.Mul):
             return (sp.Mul(*[a for a in e.args if not self.is_tensor(a)]),

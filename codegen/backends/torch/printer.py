@@ -6,7 +6,7 @@ depend on them) or a *host scalar* (hyperparameters, the step counter and expres
 of those), which is printed as ordinary Python (``math``) and computed once per group.
 Conditions of ``Piecewise`` are host scalars, so they become Python ``if`` blocks that
 pick one multi-tensor program.  Unsupported nodes raise
-:class:`~blr_derive.errors.CodegenError`.
+:class:`~blr_derive.core.errors.CodegenError`.
 """
 from __future__ import annotations
 
@@ -221,9 +221,6 @@ class ForeachCompiler:
             tens = [a for a in e.args if self.is_tensor(a)]
             return sp.Mul(*host), sp.Mul(*tens)
         return sp.Integer(1), e
-
-    def _bound_names(self):
-        return {s.name for s in self.tensors}
 
 
 class ElementwisePrinter(KernelPrinter):

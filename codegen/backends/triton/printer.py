@@ -13,7 +13,7 @@ so that GPU results match torch's IEEE arithmetic.  Functions without a core pri
 printed through documented identities: ``tanh(x) = sign(x)(1 - e)/(1 + e)`` with
 ``e = exp(-2|x|)`` (absolute error ~1e-7), ``log1p`` by Goldberg's ``log(u)·x/(u - 1)``,
 ``u = 1 + x``, softplus, xlogy and logsumexp from exp/log.  Special functions that need
-libdevice (lgamma, digamma, polygamma, gamma) raise :class:`~blr_derive.errors.CodegenError`.
+libdevice (lgamma, digamma, polygamma, gamma) raise :class:`~blr_derive.core.errors.CodegenError`.
 """
 from __future__ import annotations
 

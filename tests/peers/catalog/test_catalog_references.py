@@ -206,7 +206,7 @@ def test_ridge_one_step_is_the_closed_form():
 @pytest.mark.parametrize("name", RECIPES)
 def test_generated_equals_symbolic_update(name, seed):
     """Evaluate the derivation's own program (definitions + updates, in dependency order) with sympy
-    and compare with the generated module's step (blr_derive.verify.compare_update)."""
+    and compare with the generated module's step (blr_derive.verify.update.compare_update)."""
     from blr_derive.verify.update import compare_update
     recipe, D = derive_record(CATALOG / f"{name}.yaml")
     pairs = compare_update(recipe, D, load_generated(name), seed)

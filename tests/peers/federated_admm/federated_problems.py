@@ -1,13 +1,13 @@
 """Federated Bayesian ADMM over torch.distributed ranks: problems, references and the per-rank runs.
 
-Used by tests/test_distributed.py, whose single spawn of 4 gloo processes runs :func:`rank_runs` on every
-rank (blr_derive.fedrun.run_rank drives the generated functions; the server's sum is a ``dist.reduce`` and
-its broadcast a ``dist.broadcast``):
+Used by tests/peers/federated_admm/test_distributed.py, whose single spawn of 4 gloo processes runs
+:func:`rank_runs` on every rank (blr_derive.runtime.fedrun.run_rank drives the generated functions; the server's
+sum is a ``dist.reduce`` and its broadcast a ``dist.broadcast``):
 
 * federated ADMM (catalog/fed_admm_isotropic.yaml) with every rank a client, and with rank 0 a dedicated
   server and 3 client ranks; the full-Gaussian recipe for one round; IVON-ADMM (catalog/fed_ivon_admm.yaml,
   each rank draws its Monte Carlo noise from its own seeded generator).  Every rank must end with the global
-  parameters of the in-process simulator (:func:`simulator_runs`, blr_derive.fedrun.simulate) on the same
+  parameters of the in-process simulator (:func:`simulator_runs`, blr_derive.runtime.fedrun.simulate) on the same
   data and seeds.
 * on heterogeneous (non-IID) logistic-regression clients (shifted inputs, skewed labels), IVON-ADMM must
   reach at least the test accuracy of FedAvg (:func:`fedavg`, written here: local gradient steps from the

@@ -27,7 +27,7 @@ Compared: every parameter tensor, float64, |Δ| ≤ 1e-12 (the observed differen
 difference is the order of floating-point summation).
 
 The same spawn (one start of 4 processes serves every test here) also runs federated Bayesian ADMM with the
-clients and the server as ranks: see tests/federated_problems.py.
+clients and the server as ranks: see tests/peers/federated_admm/federated_problems.py.
 """
 import os
 import socket

@@ -1,4 +1,5 @@
-"""Federated Bayesian ADMM (blr_derive/federated.py) through its generated numpy modules.
+"""Federated Bayesian ADMM (blr_derive/rules/federated.py, blr_derive/ir/federated.py) through its generated numpy
+modules.
 
 * isotropic Gaussian (catalog/fed_admm_isotropic.yaml) against a hand-written federated ADMM (local gradient
   steps on the augmented Lagrangian, dual ascent, server average with the prior), iterate by iterate;

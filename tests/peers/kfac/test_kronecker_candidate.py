@@ -11,7 +11,7 @@ from blr_derive import api
 from blr_derive.candidates import CANDIDATES
 from blr_derive.candidates.base import for_spec
 from blr_derive.core.errors import SpecError
-from conftest import CATALOG, GENERATED
+from conftest import CATALOG, FUNCTION_TARGETS, GENERATED, OPTIMIZER_TARGETS
 
 
 def text(**changes):
@@ -48,7 +48,7 @@ def test_a_hyperparameter_may_not_shadow_the_state():
     assert exc.value.line is not None
 
 
-@pytest.mark.parametrize("target", ["torch", "triton"])
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
 def test_elementwise_targets_refuse_with_one_located_line(target):
     r = subprocess.run([sys.executable, "-m", "blr_derive", str(CATALOG / "noisy_kfac.yaml"), "--target", target],
                        capture_output=True, text=True)
@@ -58,7 +58,7 @@ def test_elementwise_targets_refuse_with_one_located_line(target):
     assert not (GENERATED / target / "noisy_kfac.py").exists()
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_generation_is_byte_identical_and_matches_the_golden_artifact(target):
     first = api.generate(CATALOG / "noisy_kfac.yaml", target, "catalog/noisy_kfac.yaml")
     second = api.generate(CATALOG / "noisy_kfac.yaml", target, "catalog/noisy_kfac.yaml")

@@ -307,7 +307,7 @@ def test_sum_grammar_and_errors(tmp_path):
 def test_two_data_sums_with_offsets_against_symbolic_update_and_finite_differences(tmp_path, rule):
     """A loss with two data sums (an offset inside one, a coefficient on the other): the generated step
     equals the symbolic one, and the quadrature natural gradient equals finite differences of E_q[ℓ](μ)
-    (blr_derive.check.check_recipe_updates)."""
+    (blr_derive.verify.recipe.check_recipe_updates)."""
     from blr_derive.verify.check import check_recipe_updates
     from blr_derive.candidates.load import load_recipe
     path = tmp_path / "two_sums.yaml"

@@ -21,7 +21,7 @@ import jax.numpy as jnp                                   # noqa: E402
 from evosax.algorithms import SNES                        # noqa: E402
 
 from blr_derive import api                                # noqa: E402
-from conftest import load_generated, load_module_from_path  # noqa: E402
+from conftest import OPTIMIZER_TARGETS, load_generated, load_module_from_path  # noqa: E402
 
 SHAPES = [(2, 2), (3,)]                                   # two tensors in two groups: 7 coordinates
 DIMS = sum(int(np.prod(s)) for s in SHAPES)
@@ -206,7 +206,7 @@ def test_torch_maximize_ranks_the_negated_losses():
     np.testing.assert_allclose(flat(params).numpy(), out["m"], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("target", ["torch", "triton"])
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
 @INTERPRETER_LANES
 def test_the_loss_is_told_once_per_sample_and_the_mean_is_restored(target):
     opt, params = make(target, torch.float32, np.linspace(0, 1, DIMS), 4, 1.0, 0.3)

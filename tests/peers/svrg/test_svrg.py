@@ -1,4 +1,5 @@
-"""Posterior correction (blr_derive/poco.py): SVRG over the isotropic Gaussian, and its Newton-like extension."""
+"""Posterior correction (blr_derive/rules/posterior_correction.py): SVRG over the isotropic Gaussian, and its
+Newton-like extension."""
 import numpy as np
 
 from conftest import load_generated

@@ -389,7 +389,7 @@ def test_svi_message_form_of_eq60_equals_eq58(tmp_path):
     from conftest import load_module_from_path
     text = (CATALOG / "svi_unrolled.yaml").read_text(encoding="utf-8").replace("name: svi_unrolled", "name: svi_messages")
     text = text.replace("  w: {family: ", "  w: {messages: true, family: ")
-    # svi repeats its mu blocks for k in 1..K (blr_derive/sizes.py): mu1 with messages, then mu2..muK
+    # svi repeats its mu blocks for k in 1..K (blr_derive/core/sizes.py): mu1 with messages, then mu2..muK
     line = next(ln for ln in text.splitlines() if ln.startswith('  "mu{k} for k in 1..K": {family: '))
     mu1 = line.replace('"mu{k} for k in 1..K": {family: ', "mu1: {messages: true, family: ").replace("{k}", "1")
     text = text.replace(line, mu1 + "\n" + line.replace("1..K", "2..K"))

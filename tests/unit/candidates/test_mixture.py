@@ -156,7 +156,7 @@ def test_exact_expectations_of_a_quartic_loss_find_both_minima_in_2d(tmp_path):
 
 
 def test_vector_gaussian_expectations_of_cubic_and_quartic_forms_equal_gauss_hermite():
-    """Products of two linear or quadratic forms (Isserlis' theorem, blr_derive/expect.py) against a tensor
+    """Products of two linear or quadratic forms (Isserlis' theorem, blr_derive/core/expect.py) against a tensor
     Gauss-Hermite rule, exact for these degrees."""
     import sympy as sp
 

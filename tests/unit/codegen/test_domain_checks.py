@@ -12,7 +12,7 @@ from blr_derive import api
 from blr_derive.api import derive_record
 from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.ir.build import build_ir
-from conftest import CATALOG, load_generated
+from conftest import CATALOG, FUNCTION_TARGETS, OPTIMIZER_TARGETS, load_generated
 
 
 @functools.lru_cache(maxsize=None)
@@ -59,7 +59,7 @@ def test_which_updates_are_checked():
     assert checks(PRICE.format(extra="  - riemannian_correction: {param: s}\n")) == []
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_a_full_precision_that_leaves_the_cone_is_named(target):
     mod = load_generated("newton", target)
     st = mod.init(m=np.zeros(2), S=np.eye(2))
@@ -83,7 +83,7 @@ def test_a_full_precision_that_leaves_the_cone_is_named(target):
     np.testing.assert_allclose(np.asarray(bad["s"]), [1.0, -2.1, 1.0])          # s + ρ(h − s), ρ = 0.1
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_the_mixture_component_and_the_step_are_named(target):
     mod = compiled(PLAIN_MULTIMODAL, target)
     H = lambda x: np.diag([2.0, 2.0]) if x[0] < 0 else np.diag([2.0, -40.0])     # noqa: E731
@@ -111,7 +111,7 @@ def test_jax_checks_eager_calls_only():
     assert float(np.linalg.eigvalsh(np.asarray(out["S"]))[0]) < 0
 
 
-@pytest.mark.parametrize("target", ["torch", "triton"])
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
 def test_optimizer_targets_refuse_an_update_they_would_not_check(target):
     with pytest.raises(UnsupportedTarget, match=rf"the {target} target does not check at run time that 's' stays "
                                                 r"positive.*riemannian_correction: \{param: s\}"):

@@ -11,6 +11,7 @@ import scipy.special as sps
 from blr_derive.codegen.registry import emit
 from blr_derive.families.library import load_family
 from blr_derive.ir.build import family_ir
+from conftest import FUNCTION_TARGETS
 
 
 def module(name, target):
@@ -28,7 +29,7 @@ def x64():
     jax.config.update("jax_enable_x64", old)
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_a_fixed_parameter_is_a_keyword_argument_of_the_maps(target, x64):
     """chi with k = 3 degrees of freedom and scale σ: A(λ) = log Γ(k/2) − (k/2) log(−λ) − log 2, λ = −1/(2σ²)."""
     m = module("chi", target)

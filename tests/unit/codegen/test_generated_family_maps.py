@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import load_generated
+from conftest import FUNCTION_TARGETS, load_generated
 
 CASES = {
     "beta_bernoulli": [dict(a=2.5, b=0.7), dict(a=0.3, b=9.0)],
@@ -47,7 +47,7 @@ def test_outside_the_expectation_space_is_an_error():
 NEAR_START_MU = ["0x1.0000002af3265p+0", "0x1.0000002af3046p+1", "0x1.000000000008bp+0", "-0x1.2788cfc6fa80ap-1"]
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_newton_converges_from_a_start_next_to_the_solution(target):
     """The jax module's ordinary_from_expectation raised 'did not converge (|∇A(λ) - μ| = 6.99e-09)' here (found by
     check's hunt): the Armijo test could not see the decrease below A's rounding; a step that halves the gradient

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import CATALOG, GENERATED, load_generated
+from conftest import CATALOG, FUNCTION_TARGETS, GENERATED, OPTIMIZER_TARGETS, load_generated
 
 #: a read of an oracle into a variable: ``H = _array("H", oracles["hess"](m), _dims, "hess")`` (also the
 #: component axis' ``numpy.stack([oracles["hess"](m[_k]) for _k in range(K)])``)
@@ -26,7 +26,7 @@ ORACLE_READ = re.compile(r'_array\("(\w+)", (.*?oracles\["(\w+)"\].*), _dims(?:,
 
 def _symmetric_oracle_reads():
     out = []
-    for target in ("numpy", "jax"):
+    for target in FUNCTION_TARGETS:
         for path in sorted((GENERATED / target).glob("*.py")):
             text = path.read_text(encoding="utf-8")
             sym = re.search(r"^SYMMETRIC = \((.*)\)$", text, re.M)
@@ -40,7 +40,7 @@ READS = _symmetric_oracle_reads()
 
 
 def test_every_module_passes_the_oracle_name_with_a_symmetric_oracle_value():
-    assert {t for t, *_ in READS} == {"numpy", "jax"} and {"newton", "multimodal"} <= {r for _, r, *_ in READS}
+    assert {t for t, *_ in READS} == set(FUNCTION_TARGETS) and {"newton", "multimodal"} <= {r for _, r, *_ in READS}
     for target, recipe, name, oracle, passed in READS:
         assert passed == oracle, (target, recipe, name)
 
@@ -71,7 +71,7 @@ def _newton_state(P=3):
     return {"m": rng.normal(size=P), "S": B @ B.T + P * np.eye(P)}
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_newton_step_names_a_nan_hessian(target):
     mod = load_generated("newton", target)
     st = mod.init(**_newton_state())
@@ -98,7 +98,7 @@ def test_newton_step_names_a_nan_hessian(target):
         mod.init(m=np.zeros(3), S=S)
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_component_axis_mixture_names_the_component_entry(target):
     """A mixture with the components as an array axis stacks the oracle's values of every component: the entry
     names the component first."""
@@ -156,7 +156,7 @@ def _step(recipe, target, oracle, value):
     return p.detach().clone()
 
 
-@pytest.mark.parametrize("target", ["torch", "triton"])
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
 @pytest.mark.parametrize("recipe,oracle", ATTRIBUTE_ORACLES)
 def test_attribute_oracle_of_another_shape_is_refused(recipe, oracle, target):
     """The Triton kernels read p.<oracle> through a pointer, as many elements as the parameter has: a one-element

@@ -1,8 +1,8 @@
-"""The Triton printer's core-math identities (codegen/triton/printer.py) evaluated in Triton against float64.
+"""The Triton printer's core-math identities (codegen/backends/triton/printer.py) evaluated in Triton against float64.
 
 Functions without a Triton core primitive are printed through identities (tanh, sech, log1p, softplus,
 xlogy, logsumexp, cosh, sign).  Each is compiled here into a one-line kernel and run by the Triton
-interpreter (``TRITON_INTERPRET=1``, set before triton is imported, as in tests/test_triton.py) on
+interpreter (``TRITON_INTERPRET=1``, set before triton is imported, as in tests/unit/codegen/test_triton.py) on
 float32 inputs that include saturated and tiny arguments; the results are compared with float64 values."""
 import importlib.util
 import os

@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from blr_derive import api  # noqa: E402
+from conftest import FUNCTION_TARGETS, OPTIMIZER_TARGETS
 
 pytestmark = pytest.mark.filterwarnings("ignore:(divide by zero|invalid value):RuntimeWarning")
 
@@ -40,7 +41,7 @@ def _optimizer(mod):
                 and v.__module__ == mod.__name__)
 
 
-@pytest.mark.parametrize("target", ["torch", "triton"])
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
 def test_logsumexp_with_a_number_among_its_arguments(target):
     """torch: torch.broadcast_tensors(0, x) raised TypeError at step(); Triton printed max + log(Σ) without
     parentheses, so x − logsumexp(0, x) flipped the sign of the log: p = 1.49 where numpy has 0.45."""
@@ -81,7 +82,7 @@ approximations:
 """
 
 
-@pytest.mark.parametrize("target", ["torch", "triton"])
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
 def test_step_with_a_closure_draws_a_literal_number_of_samples(target):
     """``monte_carlo: {samples: 2}`` (a number, not a hyperparameter): step(closure) read
     ``self.param_groups[0]["2"]`` and raised KeyError.  It calls the closure twice and returns the mean loss."""
@@ -158,7 +159,7 @@ peer:
   switches: {keyword: [maximize, foreach]}
 """
     d = api.derive(text)
-    for target in ("torch", "triton"):
+    for target in OPTIMIZER_TARGETS:
         cls = _optimizer(d.compile(target))
         p = [torch.nn.Parameter(torch.zeros(2))]
         for bad, msg in (((-0.5, 0.9), "index 0"), ((float("nan"), 0.9), "index 0"), ((0.9,), "expected 2 values")):
@@ -172,7 +173,7 @@ peer:
     assert "capturable" not in doc and "differentiable" not in doc
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_init_when_every_state_has_a_default(target):
     """``state_init`` for the only state: init() read the state it was creating (KeyError 'lam').  Given no
     state, init() cannot know the shape and says so; given the state, it keeps it."""

@@ -1,4 +1,4 @@
-"""Matrix differential calculus (blr_derive.matcalc) against finite differences.
+"""Matrix differential calculus (blr_derive.core.matcalc) against finite differences.
 
 Every gradient is evaluated at random numeric values with concrete dimensions and
 compared with central finite differences of the function itself.  For a matrix

@@ -78,9 +78,9 @@ def test_a_sized_family_stays_one_object_after_its_resolved_entry_is_evicted():
 
 # ------------------------------------------------------------------ compiled templates
 def test_compiled_templates_are_cached_privately_and_give_the_same_code(tmp_path):
-    """The jinja2 bytecode cache (families/diskcache.template_bytecode_cache): a second process reads the compiled
-    templates and writes the same bytes; an entry others could have written is ignored (it is code), even when it
-    holds garbage."""
+    """The jinja2 bytecode cache (blr_derive.families.diskcache.template_bytecode_cache): a second process reads the
+    compiled templates and writes the same bytes; an entry others could have written is ignored (it is code), even
+    when it holds garbage."""
     from blr_derive.codegen.inert import template_env
     import blr_derive.codegen.backends.numpy as numpy_backend
 

@@ -6,7 +6,7 @@ Bartlett closed form log|Ψ| - P log 2 - Σ_j ψ((n - j)/2) written here), entro
 with scipy's logpdf) and log-density; the Fisher
 information as Var[tr(D₁X⁻¹) + d₂ log|X|] by Monte Carlo; `check`; the natural ↔ ordinary maps at a BLR-updated
 λ (the conjugate update Ψ' = Ψ + S, n' = n + N written in λ).  The conjugate recipe through the generated module is
-catalog/inverse_wishart_gaussian (tests/peers/conjugate/test_conjugate.py)."""
+catalog/inverse_wishart_gaussian.yaml (tests/peers/conjugate/test_conjugate.py)."""
 import numpy as np
 import pytest
 from scipy import special, stats

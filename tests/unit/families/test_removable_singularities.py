@@ -21,6 +21,7 @@ from blr_derive.codegen.backends.torch.printer import ElementwisePrinter, Foreac
 from blr_derive.core.errors import SpecError
 from blr_derive.core.specialfns import near_point
 from blr_derive.families.library import load_family
+from conftest import FUNCTION_TARGETS
 
 mpmath.mp.dps = 50
 
@@ -173,7 +174,7 @@ def test_generated_numpy_and_jax_modules(x64):
     at the singular point and around it; ordinary_from_expectation finds p = 1/2 from μ = 1/2."""
     recipe = yaml.safe_dump({"name": "cb_quad", "family": "continuous_bernoulli", "loss": {"expression": "theta**2"},
                              "hyperparameters": {"rho": 0.5}, "approximations": [{"quadrature": {"nodes": 33}}]})
-    for target in ("numpy", "jax"):
+    for target in FUNCTION_TARGETS:
         mod = api.derive(recipe).compile(target)
         for lam in LAMS:
             with np.errstate(invalid="raise", divide="raise"):

@@ -1,4 +1,5 @@
-"""``exact`` on losses linear in matrix and vector statistics (``families/matstats.py``): ℓ = c0 + Σ <C_i, T_i>.
+"""``exact`` on losses linear in matrix and vector statistics (``blr_derive/families/matstats.py``):
+ℓ = c0 + Σ <C_i, T_i>.
 The decomposition the rule finds is checked numerically — ℓ(X) against c0 + Σ tr(C_iᵀ T_i(X)) at random
 positive-definite X and random data — and losses that are not linear in T are refused (None), never decomposed
 wrongly."""

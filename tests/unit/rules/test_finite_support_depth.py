@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+import scipy.special
 
 import blr_derive.api as api
 
@@ -21,14 +22,16 @@ NUMPY_F = {"sigmoid": lambda x: 1 / (1 + np.exp(-x)), "sqrt": np.sqrt, "tanh": n
 def nested_text(f, depth):
     e = "theta"
     for _ in range(depth):
-        e = f"{f}(sigmoid({e}))" if f != "sigmoid" else f"sigmoid({e})"
+        # the sign of a sigmoid is 1: the sign of its distance from 1/2 varies with theta
+        e = (f"sigmoid({e})" if f == "sigmoid" else f"sign(sigmoid({e}) - 1/2)" if f == "sign"
+             else f"{f}(sigmoid({e}))")
     return e
 
 
 def nested_value(f, depth, x):
     s = NUMPY_F["sigmoid"]
     for _ in range(depth):
-        x = NUMPY_F[f](s(x)) if f != "sigmoid" else s(x)
+        x = s(x) if f == "sigmoid" else np.sign(s(x) - 0.5) if f == "sign" else NUMPY_F[f](s(x))
     return x
 
 
@@ -74,3 +77,38 @@ def test_binomial_wide_depth_8():
         # the engine writes E_q[ℓ] as a polynomial in μ of degree 6, expanded (alternating binomial coefficients up
         # to 20·6^6/6^6 in size): its derivative loses ~3e-11 to cancellation against this direct covariance form
         assert got == pytest.approx(expected, rel=1e-10)
+
+
+@pytest.mark.parametrize("f, depth", [("digamma", 2), ("digamma", 3), ("sign", 12)])
+def test_bernoulli_nested_digamma_and_sign(f, depth):
+    """digamma of a sigmoid drives its argument to 0 (ψ(s) ≈ −1/s): three deep the loss is still finite at θ = ±1
+    (−78.8 and −4.3e22), four deep it is −inf at θ = −1 in double precision, and a derivation eight deep used to
+    spend the engine's whole 120 s in sympy's simplify of the ratio of the loss to θ (its numeric screen saw no
+    finite value); ``sign(sigmoid(·) − 1/2)`` is a step with derivative 0 almost everywhere."""
+    mod = derive_step("bernoulli", f"y*{nested_text(f, depth)}", seconds=30)
+    y, rho = 0.3, 0.5
+    psi = {"digamma": lambda x: float(scipy.special.digamma(x))}
+    old = NUMPY_F.copy()
+    NUMPY_F.update(psi)
+    try:
+        grad = y * (nested_value(f, depth, 1.0) - nested_value(f, depth, -1.0)) / 2
+    finally:
+        NUMPY_F.clear()
+        NUMPY_F.update(old)
+    assert np.isfinite(grad)
+    for p in (0.2, 0.5, 0.93):
+        lam = math.log(p / (1 - p)) / 2
+        lam_next = (1 - rho) * lam - rho * grad
+        expected = float(scipy.special.expit(2 * lam_next))      # λ reaches 1e22 three deep
+        got = mod.step({"p": np.float64(p)}, data={"y": y}, rho=rho)["p"]
+        assert got == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
+def test_digamma_eight_deep_derives_within_seconds():
+    """The derivation of a loss whose values are −inf everywhere in double precision finishes (the generated step
+    then gives NaN there, as the loss does): under the engine's own limit of 30 s, where it used to take > 120 s."""
+    import time
+    t0 = time.process_time()
+    mod = derive_step("bernoulli", f"y*{nested_text('digamma', 8)}", seconds=30)
+    assert time.process_time() - t0 < 30
+    assert callable(mod.step)

@@ -1,4 +1,4 @@
-"""Every rule in the registry (blr_derive/rules.py) is documented in the README and cites where it comes from."""
+"""Every rule in the registry (blr_derive/rules/base.py) is documented in the README and cites where it comes from."""
 from pathlib import Path
 
 from blr_derive.rules.base import RULES

@@ -1,4 +1,4 @@
-"""Size parameters (blr_derive/sizes.py): the built-in categorical and Dirichlet families at K = 2, 4, 5 pass
+"""Size parameters (blr_derive/core/sizes.py): the built-in categorical and Dirichlet families at K = 2, 4, 5 pass
 the numerical checks of `blr-derive check`, and em_gmm instantiated at K = 4 is four-component EM, equal to
 scikit-learn's GaussianMixture.  Bad sizes are one-line located errors (exit status 2)."""
 import io
@@ -265,7 +265,7 @@ def test_a_sized_family_file_in_a_recipe_directory(tmp_path):
 def test_svi_at_four_components_full_batch_is_one_cavi_sweep(tmp_path):
     """svi is a template over K too: at K = 4 (Dirichlet and categorical at K = 4, four Gaussian blocks), a
     full-batch step with rho = 1 is one CAVI sweep of the four-component Bayesian mixture (the hand-written
-    sweep of tests/test_factorized.py) to 1e-12."""
+    sweep of tests/unit/candidates/test_factorized.py) to 1e-12."""
     from references.bgmm import SVI_HP, cavi_bgmm_sweep
     out = tmp_path / "svi4.py"
     out.write_text(generate(CATALOG / "svi_unrolled.yaml", "numpy", sizes={"K": 4}), encoding="utf-8")
@@ -291,7 +291,9 @@ def test_check_command_takes_a_size(capsys):
     fam_file = str(CATALOG.parent / "families" / "categorical.yaml")
     assert main(["check", fam_file, "--size", "K=5", "--points", "1"]) == 0
     out = capsys.readouterr().out
-    assert f"check family 'categorical' ({fam_file}, K = 5)" in out and "all 10 checks passed" in out
+    assert f"check family 'categorical' ({fam_file}, K = 5)" in out and "all 17 checks passed" in out
+    # the hunt's checks at the hard points run at K = 5 too, and so do the generated modules' maps
+    assert all(f"  {name} " in out for name in ("hard_mu", "hard_fisher", "generated_numpy", "generated_jax"))
     assert main(["check", fam_file, "--size", "J=5"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"blr-derive: error: {fam_file}:6: 'J' is not a size of the family 'categorical' (sizes: K)"]

@@ -15,8 +15,9 @@ form ``blr-derive: error: FILE:LINE: problem`` naming one of the mutant files an
 no traceback, and the pre-existing output file untouched with nothing else left in its folder.
 
 All mutants are enumerated (about 74,000); the test runs a fixed-seed sample of
-:data:`PER_RECIPE` mutants per recipe and :data:`PER_FAMILY` per family.  ``python tests/test_spec_fuzz.py [--per-file N] [FILE...]`` runs a
-larger campaign and prints every failure (for a crash, the engine line that raised it).
+:data:`PER_RECIPE` mutants per recipe and :data:`PER_FAMILY` per family.
+``python tests/unit/spec/test_spec_fuzz.py [--per-file N] [FILE...]`` runs a larger campaign and prints every
+failure (for a crash, the engine line that raised it).
 """
 from __future__ import annotations
 

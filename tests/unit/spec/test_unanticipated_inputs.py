@@ -9,6 +9,7 @@ import pytest
 from blr_derive import api
 from blr_derive.cli import main
 from blr_derive.core.errors import CodegenError, SpecError
+from conftest import OPTIMIZER_TARGETS
 
 GDIAG = """
 name: {name}
@@ -103,7 +104,8 @@ natural_parameters:
     code, err = run_cli([fam, "--target", "numpy", "--loss", "theta", "--approx", "exact"], capsys)
     assert code == 2
     assert err == (f"blr-derive: error: {fam}:6: not a real family: the log-partition or its derivatives are not "
-                   "real numbers at valid parameters (check the support against the sufficient statistics and the "
+                   "real numbers at valid parameters (at r = 1 the derived A is complex; check the support against the "
+                   "sufficient statistics and the "
                    "base measure)")
 
 
@@ -199,7 +201,7 @@ def test_factorial_of_a_hyperparameter_on_the_torch_host_is_the_gamma_function()
 def test_a_special_function_the_torch_host_lacks_is_a_located_error(tmp_path, capsys):
     rec = write(tmp_path, "r.yaml", GDIAG.format(name="r", hyper="  b: 0.9", s_init="1.0",
                                                  extra="  - separate_learning_rates: {s: digamma(b)**2}"))
-    for target in ("torch", "triton"):
+    for target in OPTIMIZER_TARGETS:
         code, err = run_cli([rec, "--target", target], capsys)
         assert code == 2 and err.startswith(f"blr-derive: error: {rec}:")
         assert "Python's math module, which has no 'polygamma'; use the numpy or jax target" in err

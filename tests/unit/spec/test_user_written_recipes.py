@@ -5,6 +5,7 @@ import pytest
 
 from blr_derive import api
 from blr_derive.cli import main
+from conftest import FUNCTION_TARGETS
 
 CONJUGATE = """name: {name}
 family: gaussian_diag
@@ -368,7 +369,7 @@ def test_markdown_syntax_in_a_description_is_shown_not_interpreted(tmp_path):
     assert "\\`\\`\\`  \n\\# not a heading  \n\\$\\$x\\$\\$ and a\\*b\\_c  \n\\- not an item  \nnot code" in text
 
 
-@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_an_expectation_finite_on_part_of_the_parameter_space_is_nan_outside_it(target):
     """E[θ] under an inverse gamma is β/(α − 1) for α > 1 and infinite otherwise; the generated step returned
     α = −29.9, β = −85.9 at α = 0.8 (exp(loggamma(α − 1) − loggamma(α)) is 1/|α − 1|).  Now NaN there, and the
