@@ -10,7 +10,7 @@ from dataclasses import dataclass
 class TargetConfig:
     name: str
     suffix: str                       # of a generated file
-    modules: frozenset                # what a generated module may import (checked by codegen.inert.audit)
+    modules: frozenset[str]           # what a generated module may import (checked by codegen.inert.audit)
     template: str                     # the main template, in the backend's templates/ folder
-    structures: tuple = ("single",)   # the IR kinds it renders: "single" (UpdateIR), "product" (FactorizedIR)
+    structures: tuple[str, ...] = ("single",)   # the IR kinds it renders: "single" (UpdateIR), "product" (FactorizedIR)
     description: str = ""

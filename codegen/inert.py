@@ -31,6 +31,7 @@ from pathlib import Path
 
 import sympy as sp
 
+from blr_derive.codegen.source import SHARED as SHARED_RUNTIME, Sources
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.text import Prose
 from blr_derive.families.diskcache import template_bytecode_cache
@@ -145,10 +146,13 @@ def _finalize(value):
 SHARED_TEMPLATES = Path(__file__).parent / "templates"
 
 
-def template_env(folder):
+def template_env(folder, runtime=None):
     """The jinja2 environment every target renders with: deterministic, strict about undefined names, with the
     rendering helpers as filters and ``finalize`` refusing raw prose.  Templates are looked up in the target's
-    ``folder``, then in the shared :data:`SHARED_TEMPLATES` (e.g. ``_validate.py.j2``, the constructor checks)."""
+    ``folder``, then in the shared :data:`SHARED_TEMPLATES` (e.g. ``_validate.py.j2``, the constructor checks).
+    The global ``source`` copies definitions from the runtime sources (:mod:`blr_derive.codegen.source`): the
+    shared ones of ``codegen/runtime/`` by their module name, and the target's own ``runtime`` module as
+    ``"own"``."""
     import jinja2
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(folder), str(SHARED_TEMPLATES)]), keep_trailing_newline=True, trim_blocks=True,
@@ -161,6 +165,10 @@ def template_env(folder):
     env.filters["tojson"] = lambda v: json.dumps([_text(x) for x in v], ensure_ascii=True)
     env.globals["pyval"] = pyval
     env.globals["zip"] = zip
+    modules = {f.stem: f for f in sorted(SHARED_RUNTIME.glob("*.py")) if f.stem != "__init__"}
+    if runtime is not None:
+        modules["own"] = Path(runtime)
+    env.globals["source"] = Sources(modules)
     return env
 
 
@@ -187,11 +195,11 @@ def audit(source: str, target: str, modules: frozenset) -> str:
         compile(tree, f"<{target}>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise CodegenError(f"the {target} target rendered invalid Python (line {exc.lineno}: {exc.msg})") from None
-    for i, node in enumerate(tree.body):
-        if not isinstance(node, _TOP_LEVEL) or (isinstance(node, ast.Expr) and not (
-                i == 0 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))):
+    for i, top in enumerate(tree.body):
+        if not isinstance(top, _TOP_LEVEL) or (isinstance(top, ast.Expr) and not (
+                i == 0 and isinstance(top.value, ast.Constant) and isinstance(top.value.value, str))):
             raise CodegenError(f"the {target} target rendered an unexpected top-level statement "
-                               f"(line {node.lineno}: {type(node).__name__})")
+                               f"(line {top.lineno}: {type(top).__name__})")
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -235,10 +243,10 @@ def unbound_names(source: str, tree: ast.Module, modules=frozenset()) -> list:
     walk(top)
     missing = read - _BUILTINS
     first: dict = {}
-    imported = set()            # modules an import statement loads (every parent package too)
-    plain = set()               # top-level names bound by `import a.b.c` (without `as`)
-    outer = []                  # the outermost attribute of each dotted chain (a.b.c)
-    inner_attrs = set()
+    imported: set[str] = set()          # modules an import statement loads (every parent package too)
+    plain: set[str] = set()             # top-level names bound by `import a.b.c` (without `as`)
+    outer: list[ast.Attribute] = []     # the outermost attribute of each dotted chain (a.b.c)
+    inner_attrs: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             if node.id in missing and isinstance(node.ctx, ast.Load):

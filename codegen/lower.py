@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy as sp
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 from blr_derive.ir.common import need_conditions
+from blr_derive.ir.model import HyperVar, UpdateIR, Var
 from blr_derive.codegen.inert import pystr
 
 #: sampling draws the optimizer targets support -> the torch function that makes them
@@ -79,30 +81,31 @@ def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False
 
 @dataclass
 class OptimizerPlan:
-    ir: object
+    ir: UpdateIR
     mean: str | None                   # the state that is the parameter itself, or None
-    parameter: object                  # else what the parameter holds, an expression of the state
-    state_syms: set
-    state_names: list
-    others: list                       # [Var] the state besides the parameter (kept in optimizer.state)
-    outputs: list                      # [(state name, printed symbol)] new values of the other state
-    param_new: object = None           # (symbol, expression) of what the parameter holds after the step
-    stats_in: list = field(default_factory=list)   # Monte Carlo averages the update reads
-    stat_need: dict = field(default_factory=dict)  # average -> host condition under which it is drawn
-    need: dict = field(default_factory=dict)       # every program value -> host condition under which it is read
-    init_hyper: list = field(default_factory=list)
-    theta_hyper: list = field(default_factory=list)
-    grads: list = field(default_factory=list)      # [(printed symbol, oracle)] at the parameter
-    other_oracles: list = field(default_factory=list)
+    parameter: sp.Expr | None          # else what the parameter holds, an expression of the state
+    state_syms: set[sp.Symbol]
+    state_names: list[str]
+    others: list[Var]                  # the state besides the parameter (kept in optimizer.state)
+    outputs: list[tuple[str, str]]     # (state name, printed symbol): new values of the other state
+    param_new: tuple[sp.Symbol, sp.Expr] | None = None   # what the parameter holds after the step
+    stats_in: list[sp.Symbol] = field(default_factory=list)                 # Monte Carlo averages the update reads
+    stat_need: dict[sp.Symbol, sp.Basic] = field(default_factory=dict)     # average -> host condition it is drawn under
+    need: dict[sp.Symbol, sp.Basic] = field(default_factory=dict)          # program value -> host condition it is read under
+    init_hyper: list[HyperVar] = field(default_factory=list)
+    theta_hyper: list[HyperVar] = field(default_factory=list)
+    grads: list[tuple[str, str]] = field(default_factory=list)            # (printed symbol, oracle) at the parameter
+    other_oracles: list[str] = field(default_factory=list)
 
     def hyper_using(self, names):
         """The hyperparameters with a symbol among ``names`` (printed symbol names)."""
         return [h for h in self.ir.hyperparameters if any(str(s) in names for s in h.symbols)]
 
-    def stat_symbols(self):
+    def stat_symbols(self) -> set[str]:
         """Names the per-sample statistics (and their conditions) read."""
-        out = set()
-        for a, e in self.ir.sampling.stats:
+        out: set[str] = set()
+        sampling: Any = self.ir.sampling          # a recipe with samples of q
+        for a, e in sampling.stats:
             out |= {str(s) for s in e.free_symbols} | {str(s) for s in self.stat_need[a].free_symbols}
         return out
 
@@ -258,7 +261,8 @@ def _write_condition(assignments, new, old):
     expr = dict(assignments).get(new)
     if not isinstance(expr, sp.Piecewise):
         return sp.true
-    out, earlier = [], []
+    out: list = []
+    earlier: list = []
     for e, c in expr.args:
         if e != old:
             out.append(sp.And(c, *[sp.Not(x) for x in earlier]))

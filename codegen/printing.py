@@ -1,10 +1,22 @@
 """What the targets' sympy printers share (sympy's printing model: one printer class per language, a
-``_print_<Node>`` method per node, ``KNOWN_FUNCTIONS`` tables for functions)."""
+``_print_<Node>`` method per node, ``KNOWN_FUNCTIONS`` tables for functions).
+
+A target prints with classes of its own ``printer.py`` built on these, and never imports another target's
+printer (``tests/unit/codegen/test_target_independence.py``): :class:`HostConditionalMixin` (conditionals,
+``Max``/``Min``, logs and NaN guards of every target), :class:`HostPrinter` (hyperparameter expressions in plain
+Python with the math module: the optimizer targets' host values) and :class:`KernelPrinter` (one element of an
+elementwise kernel, whose functions come from the target's ``KNOWN_FUNCTIONS`` table or are refused).
+"""
 from __future__ import annotations
 
+from typing import Callable
+
 import sympy as sp
+from sympy.printing.codeprinter import PrintMethodNotImplementedError
+from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.codegen.inert import identifier
+from blr_derive.core.errors import CodegenError, UnsupportedTarget
 
 
 class HostConditionalMixin:
@@ -12,6 +24,10 @@ class HostConditionalMixin:
     the step counter) becomes a Python conditional expression, and ``Max``/``Min`` fold into the
     target's two-argument ``maximum``/``minimum`` (``MAXIMUM``/``MINIMUM`` name them).  Every symbol is
     printed as a checked identifier (:func:`codegen.inert.identifier`)."""
+
+    # provided by the sympy printer the mixin is combined with
+    _print: Callable[..., str]
+    parenthesize: Callable[..., str]
 
     def _print_Symbol(self, expr):
         return identifier(expr.name)
@@ -35,7 +51,7 @@ class HostConditionalMixin:
 
     #: how a target selects elementwise: "where({test}, {x})" completed with its NaN; None on the host (Python's
     #: conditional expression on numbers)
-    NAN_WHERE = None
+    NAN_WHERE: str | None = None
 
     def _print_nan_outside(self, expr):
         """x where every condition c_i > 0, else NaN (``core.specialfns.nan_outside``)."""
@@ -48,7 +64,7 @@ class HostConditionalMixin:
 
     #: how a target selects elementwise between two values: "where({test}, {a}, {b})"; None on the host (Python's
     #: conditional expression on numbers)
-    WHERE = None
+    WHERE: str | None = None
 
     def _print_near_point(self, expr):
         """A removable singularity's select (``core.specialfns.near_point``): the Taylor polynomial where
@@ -77,3 +93,71 @@ class HostConditionalMixin:
 
     def _print_Min(self, expr):
         return self._fold_binary(self.MINIMUM, expr.args)
+
+
+class HostPrinter(HostConditionalMixin, PythonCodePrinter):
+    """Host-side scalars: plain Python with the math module."""
+
+    def __init__(self):
+        super().__init__({"fully_qualified_modules": True, "standard": "python3"})
+
+    def _print_Symbol(self, expr):
+        return identifier(expr.name)
+
+    def _print_factorial(self, expr):
+        # x! of a real hyperparameter is Γ(x + 1), as numpy's scipy.special.factorial computes it (math.factorial
+        # refuses floats)
+        return f"math.gamma({self._print(expr.args[0])} + 1)"
+
+    def doprint(self, expr, assign_to=None):
+        try:
+            return super().doprint(expr, assign_to)
+        except PrintMethodNotImplementedError as exc:
+            # a special function of hyperparameters that plain Python's math module lacks (digamma, besseli, ...)
+            what = str(exc).splitlines()[0].rsplit(":", 1)[-1].strip() if str(exc) else "a function"
+            raise CodegenError(f"the torch and triton targets compute hyperparameter expressions in Python's math "
+                               f"module, which has no '{what}'; use the numpy or jax target") from None
+
+
+class KernelPrinter(HostConditionalMixin, PythonCodePrinter):
+    """One element of an elementwise kernel (torch's compiled path, a Triton kernel body).  A subclass names
+    its functions in ``KNOWN_FUNCTIONS`` (sympy's ``known_functions`` model) and its target in ``TARGET_NAME``;
+    every function sympy's Python printer would print from the math module, which cannot take a tensor or a
+    block, is printed from that table (or by a ``_print_`` method of the subclass) or refused
+    (UnsupportedTarget), never computed on the host by mistake."""
+
+    #: sympy function name -> the target's elementwise function
+    KNOWN_FUNCTIONS: dict[str, str] = {}
+    TARGET_NAME = "elementwise"
+
+    def __init__(self):
+        super().__init__({"fully_qualified_modules": True, "standard": "python3"})
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # sympy's Python printer prints its known functions from the math module: each one this class and its
+        # bases do not print themselves is printed from the table or refused
+        for name in PythonCodePrinter._kf:
+            fn = name.split(".")[-1]
+            attr = f"_print_{fn}"
+            if getattr(cls, attr, None) is getattr(PythonCodePrinter, attr, None):
+                setattr(cls, attr, KernelPrinter._print_known_function if fn in cls.KNOWN_FUNCTIONS
+                        else KernelPrinter._not_elementwise)
+        for fn in cls.KNOWN_FUNCTIONS:
+            if getattr(cls, f"_print_{fn}", None) is getattr(PythonCodePrinter, f"_print_{fn}", None):
+                setattr(cls, f"_print_{fn}", KernelPrinter._print_known_function)
+
+    def _print_Symbol(self, expr):
+        return identifier(expr.name)
+
+    def _print_known_function(self, expr):
+        fn = self.KNOWN_FUNCTIONS.get(type(expr).__name__)
+        if fn is None:                  # a subclass's table (another target) has no entry for it
+            return self._print_Function(expr)
+        return f"{fn}({', '.join(self._print(a) for a in expr.args)})"
+
+    def _not_elementwise(self, expr):
+        return self._print_Function(expr)
+
+    def _print_Function(self, expr):
+        raise UnsupportedTarget(f"the {self.TARGET_NAME} target cannot print {type(expr).__name__}")

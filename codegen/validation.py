@@ -27,6 +27,7 @@ from sympy.printing.pycode import PythonCodePrinter
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.printing import HostConditionalMixin
 from blr_derive.core.errors import CodegenError
+from blr_derive.ir.model import HyperVar
 
 #: the hyperparameter kinds whose values are numbers (a tuple's elements too)
 NUMERIC = ("float", "int")
@@ -34,18 +35,18 @@ NUMERIC = ("float", "int")
 
 @dataclass(frozen=True)
 class ValueCheck:
-    test: str            # a Python condition over the bound names that must hold
-    numbers: tuple       # the numeric names it reads
-    message: tuple       # ((kind, text), ...): kind "text" (literal), "str" or "repr" (of a bound name)
+    test: str                            # a Python condition over the bound names that must hold
+    numbers: tuple[str, ...]             # the numeric names it reads
+    message: tuple[tuple[str, str], ...]  # ((kind, text), ...): kind "text" (literal), "str" or "repr" (of a bound name)
 
 
 @dataclass(frozen=True)
 class Validation:
-    args: tuple          # the hyperparameters ``_validate`` takes, in the recipe's order
-    hypers: tuple        # their HyperVar records (kind, symbols, choices)
-    bound: frozenset     # the bound names some value check reads (booleans and choices are bound only then)
-    checks: tuple        # [ValueCheck], in order
-    uses_math: bool      # a condition calls a function of Python's math module
+    args: tuple[str, ...]            # the hyperparameters ``_validate`` takes, in the recipe's order
+    hypers: tuple[HyperVar, ...]     # their records (kind, symbols, choices)
+    bound: frozenset[str]            # the bound names some value check reads (booleans and choices are bound only then)
+    checks: tuple[ValueCheck, ...]   # in order
+    uses_math: bool                  # a condition calls a function of Python's math module
 
     @property
     def call(self) -> str:

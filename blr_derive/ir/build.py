@@ -207,9 +207,9 @@ def build_update_ir(D: Derivation[Recipe], source: str = "") -> UpdateIR:
     )
     ir.peer = r.peer
     ir.checks = state_checks(D, fam)
-    if D.federated is not None:
+    if D.federated is not None and ir.entry_points is not None:
         server = next(f for f in ir.entry_points.functions if f.name == "server_step")
-        server.checks = server_checks(D, fam, {str(s): s for s, _ in server.assignments})
+        server.checks = server_checks(D, fam, {str(s): s for s, _ in server.assignments or ()})
     sym = {str(x) for x in fam.symmetric} | {d.name for d in r.data if d.symmetric}
     sym |= {str(c.symbol) for c in calls if c.oracle == "hess" and is_mat(c.symbol)}
     names = {v.name for v in state} | {v.name for v in data} | {str(c.symbol) for c in calls}

@@ -77,9 +77,9 @@ class DomainCheck:
     derivation cannot guarantee it, the generated function raises an error naming the value, the component and the
     step instead of returning an invalid distribution (NaN downstream)."""
     name: str              # the state (or global parameter) name
-    symbol: object         # the symbol holding the new value
+    symbol: Sym            # the symbol holding the new value
     domain: str            # "positive" (elementwise) or "positive_definite" (matrices in the last two axes)
-    component: object      # None, a component's number (a mixture's unrolled state) or "axis" (the leading axis)
+    component: int | str | None    # None, a component's number (a mixture's unrolled state) or "axis" (the leading axis)
     hint: str              # what would keep it valid
 
 

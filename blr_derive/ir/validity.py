@@ -79,7 +79,9 @@ def state_checks(D, fam) -> list:
     defs.update({sym: e for _, sym, e in D.updates})
     if D.sampling is not None:
         defs.update(dict(D.sampling.stats))
-    owners, cache, out = _owners(D, fam), {}, []
+    owners = _owners(D, fam)
+    cache: dict[sp.Basic, set[sp.Basic]] = {}      # symbol -> the symbols its definition reads
+    out = []
     for name, sym, e in D.updates:
         p, component = owners.get(name, (None, None))
         if p is None or p.domain not in CHECKED or p.name in D.corrected:

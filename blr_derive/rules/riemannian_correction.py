@@ -45,6 +45,7 @@ import sympy as sp
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat, simplify_mat
+from blr_derive.core.types import Expr, Sym
 from blr_derive.families.mixture import MixtureFamily
 from blr_derive.rules.base import Rule, register
 from blr_derive.rules.blr import doit
@@ -56,13 +57,13 @@ from blr_derive.rules.program import record, set_update, update_of
 class Geometry:
     """The second-order term of the retraction for one parameter p of a family: ``term(G)`` = −½Γ_p(G, G) at the
     family's own parameter symbols (substitute a component's symbols for them), and the steps that derived it."""
-    param: object            # p (the family's symbol)
-    gamma: object            # Γ_p(V, V) as an expression of the family's parameters and the direction V
-    direction: object        # V (a placeholder of p's shape)
-    A_p: object              # Ã(p) = A(λ(p))
-    metric: object           # D²Ã[V, W]
-    third: object            # D³Ã[V, V, W]
-    symmetric: frozenset
+    param: Sym               # p (the family's symbol)
+    gamma: Expr              # Γ_p(V, V) as an expression of the family's parameters and the direction V
+    direction: Sym           # V (a placeholder of p's shape)
+    A_p: Expr                # Ã(p) = A(λ(p))
+    metric: Expr             # D²Ã[V, W]
+    third: Expr              # D³Ã[V, V, W]
+    symmetric: frozenset[Sym]
 
     def term(self, G, at=None):
         """−½Γ_p(G, G) at the parameters ``at`` (family symbol -> the point's symbol or expression)."""

@@ -33,6 +33,9 @@ from pathlib import Path
 import sympy as sp
 
 from blr_derive.codegen.backends.jax.config import CONFIG
+from blr_derive.codegen.backends.jax.context import (Signature, StatView, StateView, TransformationContext,
+                                                     TxSamplingView)
+from blr_derive.codegen.context import render
 from blr_derive.codegen.backends.jax.factorized import render_factorized
 from blr_derive.codegen.backends.jax.functions import (RESERVED as FUNCTION_RESERVED, functions_view,
                                                       hyperparameter_names, refuse_reserved)
@@ -62,7 +65,7 @@ class JaxTarget:
     template = CONFIG.template
 
     def __init__(self):
-        self.env = template_env(Path(__file__).parent / "templates")
+        self.env = template_env(Path(__file__).parent / "templates", Path(__file__).parent / "runtime.py")
 
     def check(self, ir):
         check_optimizer(ir, self.name)
@@ -81,7 +84,7 @@ class JaxTarget:
             # not an optimizer over a parameter pytree (a matrix update, data inputs, a Hessian oracle, samples of q
             # the lowering cannot split per leaf, quadrature, maps, entry points, a state without an initial value
             # ...): plain jax.numpy functions mirroring the numpy target's module (codegen/backends/jax/functions.py)
-            return self.env.get_template(FUNCTIONS_TEMPLATE).render(**functions_view(ir))
+            return render(self.env, FUNCTIONS_TEMPLATE, functions_view(ir))
         static = {str(s) for h in ir.hyperparameters if h.kind in ("bool", "choice") for s in h.symbols}
         pr = JaxPrinter(static)
         by_name = state_symbols(ir)
@@ -115,7 +118,7 @@ class JaxTarget:
         used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(printed)))
         step = None if ir.step_symbol is None else identifier(str(ir.step_symbol))
         scalar_states = [s for s in states if s["scalar"]]
-        return self.env.get_template(self.template).render(
+        return render(self.env, self.template, TransformationContext(
             special=any("jax.scipy.special." in line for line in printed), used=used,
             uses_optax=step is not None or bool(scalar_states) or sampling is None,
             ir=ir, factory=factory, state_class=state_class, tx_class=tx_class, hyper=_signature(ir.hyperparameters),
@@ -126,7 +129,7 @@ class JaxTarget:
             other_oracles=[(o, d) for o, d in ir.oracles if o != "grad"],
             stat_inputs=[(str(a), f"acc_{a}") for a in plan.stats_in], sampling=sampling, stats=stats,
             mean=plan.mean, point=None if plan.mean is not None else sp.sstr(plan.parameter),
-        )
+        ))
 
     @staticmethod
     def program(plan, pr, static, tensors, by_name):
@@ -148,7 +151,8 @@ class JaxTarget:
         for sym, expr in program:
             if expr.free_symbols & tensors:
                 tensors.add(sym)
-        host_lines, leaf_lines = [], []
+        host_lines: list[str] = []
+        leaf_lines: list[str] = []
         for sym, expr in program:
             guard = static_part(need[sym], static)
             if guard == sp.false:
@@ -159,12 +163,12 @@ class JaxTarget:
         return host_lines, leaf_lines
 
     @staticmethod
-    def states_view(plan, pr, static, scalars):
+    def states_view(plan, pr, static, scalars) -> list[StateView]:
         """The state besides the parameter: its initial value, its new value's name and, for a state that only a
         static setting reads, the Python condition under which it is kept (None: always)."""
         conds = state_conditions(plan)
         outputs = dict(plan.ir.outputs)
-        out = []
+        out: list[StateView] = []
         for v in plan.others:
             c = conds[v.name]
             keep = None if c == sp.true or not is_static(c, static) else pr.doprint(c)
@@ -174,14 +178,14 @@ class JaxTarget:
         return out
 
     @staticmethod
-    def sampling_view(plan, pr, static):
+    def sampling_view(plan, pr, static) -> TxSamplingView:
         """Monte Carlo recipes: the sample θ(ε) and the per-sample statistics, per leaf."""
         sm = plan.ir.sampling
         if sm.draw not in DRAWS:
             raise UnsupportedTarget(f"recipe '{plan.ir.recipe}': the jax target samples q with normal or uniform "
                                     f"draws only (got '{sm.draw}')", "approximations")
         theta_line = f"{identifier(str(sm.theta))} = {pr.doprint(sm.theta_expr)}"
-        stats = []
+        stats: list[StatView] = []
         for avg, e in sm.stats:
             guard = static_part(plan.stat_need[avg], static)
             stats.append({"name": identifier(str(avg)), "field": identifier(f"acc_{avg}"),
@@ -272,7 +276,7 @@ def _refuse_class_clash(ir, factory, classes):
                                     "class_name", key)
 
 
-def _signature(hyperparameters):
+def _signature(hyperparameters) -> Signature:
     """The factory's arguments: required ones first, then those with defaults, then the keyword-only ones."""
     required = [h for h in hyperparameters if h.default is None and not h.keyword_only]
     optional = [h for h in hyperparameters if h.default is not None and not h.keyword_only]

@@ -1,7 +1,7 @@
 """jax target, factorized (several-block) recipes: plain jax.numpy functions mirroring the numpy target's
 factorized module (codegen/backends/numpy/templates/factorized.py.j2).
 
-The view is the numpy target's (:func:`~blr_derive.codegen.backends.numpy.factorized_view`: the same lowering of the
+The view is the numpy target's (:func:`~blr_derive.codegen.arrays.views.factorized_view`: the same lowering of the
 plate, of the component axis and of the global blocks), printed with jax.numpy names: global expressions by
 :class:`~blr_derive.codegen.backends.jax.functions.JnpPrinter`, the per-row program on all rows at once by
 :class:`~blr_derive.codegen.backends.jax.rows.JnpRowBatchPrinter`, the lines of a component axis with ``jnp``
@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from blr_derive.codegen.backends.jax.functions import HELPER_SOURCES, JnpPrinter, refuse_reserved
 from blr_derive.codegen.backends.jax.rows import JnpRowBatchPrinter
-from blr_derive.codegen.backends.numpy import factorized_view
+from blr_derive.codegen.arrays.views import factorized_view
+from blr_derive.codegen.backends.jax.context import FactorizedContext
+from blr_derive.codegen.context import fields_of, render
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import UnsupportedTarget
 
@@ -39,11 +41,11 @@ def render_factorized(env, ir) -> str:
                                 "approximations")
     plate = [identifier(name) for name, _, _, _ in ir.plate["data"]] if ir.plate is not None else []
     helpers = ["_array", "_need"] + sorted(printer.helpers)          # the single-family modules' helpers
-    return env.get_template(TEMPLATE).render(
-        **view, imports=sorted(MODULES[m] for m in printer.imports), solve="_spd_solve" in printer.helpers,
+    return render(env, TEMPLATE, FactorizedContext(
+        **fields_of(view), imports=sorted(MODULES[m] for m in printer.imports), solve="_spd_solve" in printer.helpers,
         helper_sources=[HELPER_SOURCES[h] for h in helpers],
         plate=plate, index=identifier(str(ir.plate["index"])) if ir.plate is not None else None,
-        step=None if ir.step_symbol is None else identifier(str(ir.step_symbol)))
+        step=None if ir.step_symbol is None else identifier(str(ir.step_symbol))))
 
 
 def _check(ir):

@@ -28,14 +28,16 @@ at its entry) when it needs a special function jax has no counterpart for (``kv`
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import sympy as sp
 
-from blr_derive.codegen.backends.numpy import NEWTON_SOURCE, checks_view, entry_view, shaping_view, family_maps_view, \
-    module_shapes
-from blr_derive.codegen.backends.numpy.printer import HELPERS as NUMPY_HELPERS
-from blr_derive.codegen.backends.numpy.printer import BLRNumPyPrinter
+from blr_derive.codegen.arrays.printer import ArrayPrinter
+from blr_derive.codegen.arrays.views import (NEWTON_SOURCE, PointView, checks_view, entry_view, family_maps_view,
+                                             module_shapes, shaping_view)
+from blr_derive.codegen.backends.jax.context import FunctionsContext, FunctionsSamplingView
 from blr_derive.codegen.inert import identifier
+from blr_derive.codegen.source import SHARED, definition
 from blr_derive.core.errors import UnsupportedTarget
 
 #: scipy.special functions that jax.scipy.special has under the same name
@@ -50,132 +52,15 @@ RESERVED = frozenset({"jax", "jnp", "numpy", "scipy", "key", "optax"})
 #: hyperparameter kinds that are Python values in ``step`` (static under jax.jit)
 STATIC_KINDS = ("bool", "choice", "int")
 
-#: the module's helpers in jax, by the name the numpy printer gives them; ``_tanh_sinh`` and the Gauss-Hermite
-#: nodes are host constants (numpy), ``_newton_dual`` is the engine's solver (NEWTON_SOURCE)
+#: the target's runtime source (codegen/source.py)
+RUNTIME = Path(__file__).parent / "runtime.py"
+#: the module's helpers in jax, by the name the array printer gives them: the jax target's runtime source and the
+#: one it shares with the numpy target (codegen/runtime/arrays.py); ``_tanh_sinh`` and the Gauss-Hermite nodes are
+#: host constants (numpy), ``_newton_dual`` is the engine's solver (NEWTON_SOURCE)
 HELPER_SOURCES = {
-    "_array": '''def _array(name, value, dims, oracle=None):
-    """``value`` as a float jax array of the shape SHAPES[name] declares, binding the dimensions it names in
-    ``dims``; a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not
-    symmetric is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).  A
-    matrix in SYMMETRIC must be finite: a NaN or an infinity is reported as such, naming the ``oracle`` that
-    returned the value (if any) and the entry, before the symmetry test that it would fail.  Shapes are static
-    under jax.jit; the values of a traced array (a jax tracer) are not checked."""
-    a = jnp.asarray(value, dtype=float)
-    shape = SHAPES[name]
-    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
-        return a
-    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
-        if a.shape != dims.setdefault("*", a.shape):
-            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
-        return a
-    if a.ndim != len(shape):
-        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
-                         f"got an array of shape {a.shape}")
-    for d, n in zip(shape, a.shape):
-        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
-            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
-    if name in SYMMETRIC and a.size and not isinstance(a, jax.core.Tracer):
-        bad = jnp.argwhere(~jnp.isfinite(a))
-        if len(bad):
-            at = tuple(int(i) for i in bad[0])
-            what = "NaN" if bool(jnp.isnan(a[at])) else "inf" if bool(a[at] > 0) else "-inf"
-            source = f"oracle '{oracle}' returned" if oracle else f"{name} holds"
-            raise ValueError(f"{source} {what} at {name}[{', '.join(map(str, at))}]")
-        # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
-        if not bool(jnp.allclose(a, jnp.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, float(jnp.abs(a).max())))):
-            raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
-    return a''',
-    "_need": NUMPY_HELPERS["_need"],
-    "_check_domain": '''def _check_domain(name, value, domain, component, step, hint, where="step"):
-    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0;
-    ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
-    numbers them) and the step, instead of returning a state that is no longer a distribution of the family.
-    A traced value (under jax.jit) is not checked: a jitted step cannot raise on its values.  CHECK_DOMAINS = False
-    switches the checks off."""
-    if not CHECK_DOMAINS or isinstance(value, jax.core.Tracer):
-        return
-    a = jnp.asarray(value, dtype=float)
-    if domain == "positive_definite":
-        stack = a.reshape((-1,) + a.shape[-2:])
-        ok = jnp.isfinite(stack).all(axis=(1, 2))
-        ok = ok & jnp.isfinite(jnp.linalg.cholesky(jnp.where(ok[:, None, None], stack, 1.0))).all(axis=(1, 2))
-        if bool(ok.all()):
-            return
-        i = int(jnp.argmin(ok))
-        M = stack[i]
-        low = float(jnp.linalg.eigvalsh((M + M.T) / 2)[0]) if bool(jnp.isfinite(M).all()) else float("nan")
-        what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
-        index = tuple(int(x) for x in jnp.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
-    else:
-        ok = a > 0
-        if bool(ok.all()):
-            return
-        index = tuple(int(x) for x in jnp.argwhere(~ok)[0]) if a.ndim else ()
-        what, detail = "positive", f"value {float(a[index] if a.ndim else a):.6g}"
-        detail += f" at index {index}" if index else ""
-    if component == "axis":
-        where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
-    elif component is not None:
-        where_c = f" of component {component}"
-    else:
-        where_c = ""
-    at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
-    raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
-                             f"the family; {hint}")''',
-    "_spd_solve": '''def _spd_solve(A, B):
-    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
-    return jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)''',
-    "_tri_solve": '''def _tri_solve(L, B, trans):
-    """Solve L X = B (trans 0) or Lᵀ X = B (trans 1) for lower-triangular L (substitution; no explicit inverse)."""
-    return jax.scipy.linalg.solve_triangular(L, B, lower=True, trans=trans)''',
-    "_tanh_sinh": NUMPY_HELPERS["_tanh_sinh"],
-    "_expm_sym": '''def _expm_sym(M):
-    """The matrix exponential of a symmetric matrix M, V diag(exp(w)) Vᵀ from its eigendecomposition."""
-    w, V = jnp.linalg.eigh((M + M.T) / 2)
-    return (V * jnp.exp(w)) @ V.T''',
-    "_gauss_hermite": '''def _gauss_hermite(f, mean, var, nodes):
-    """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points (a Python int; the
-    nodes and weights are computed on the host with numpy)."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
-    x = mean[:, None] + jnp.sqrt(var)[:, None] * z
-    return jnp.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))''',
-    "_gauss_hermite_stein": '''def _gauss_hermite_stein(f, mean, var, nodes):
-    """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
-    quadrature with `nodes` points (a Python int; nodes and weights from numpy on the host); 0 where var = 0."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
-    sd = jnp.sqrt(var)
-    x = mean[:, None] + sd[:, None] * z
-    fx = jnp.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
-    return jnp.where(sd > 0, (fx @ (w * z / numpy.sqrt(2 * numpy.pi))) / jnp.where(sd > 0, sd, 1.0), 0.0)''',
-    "_gammaincinv": '''def _gammaincinv(a, p):
-    """x with P(a, x) = p for the regularized lower incomplete gamma function P (scipy.special.gammaincinv): a start
-    from Wilson-Hilferty (a > 1; the small-x series x = (p Gamma(a + 1))^(1/a) in the lower tail) or Numerical
-    Recipes' start (a <= 1), then 12 Halley steps in x (a jax.lax.fori_loop) on P(a, x) - p, written
-    1 - p - Q(a, x) where p > 1/2 (the upper tail keeps its precision); 0 at p = 0, inf at p = 1.  Elementwise
-    and jax.jit-compatible."""
-    a, p = jnp.broadcast_arrays(jnp.asarray(a, dtype=float), jnp.asarray(p, dtype=float))
-    q = 1 - p
-    lower = p < 0.5
-    a1 = a - 1
-    gln = jax.scipy.special.gammaln(a)
-    t = jnp.sqrt(-2 * jnp.log(jnp.where(lower, jnp.where(p > 0, p, 1.0), jnp.where(q > 0, q, 1.0))))
-    z = (2.30753 + t * 0.27061) / (1 + t * (0.99229 + t * 0.04481)) - t
-    z = jnp.where(lower, -z, z)
-    x_wh = jnp.maximum(1e-3, a * (1 - 1 / (9 * a) - z / (3 * jnp.sqrt(a))) ** 3)
-    x_series = jnp.exp((jnp.log(jnp.where(p > 0, p, 1.0)) + jax.scipy.special.gammaln(a + 1)) / a)
-    t_small = 1 - a * (0.253 + a * 0.12)
-    x_small = jnp.where(p < t_small, (p / t_small) ** (1 / a), 1 - jnp.log1p(-(p - t_small) / (1 - t_small)))
-    x = jnp.where(a > 1, jnp.where(lower & (x_series < 0.05 * (a + 1)), x_series, x_wh), x_small)
-
-    def halley(_, x):
-        xs = jnp.maximum(x, 1e-300)
-        err = jnp.where(lower, jax.scipy.special.gammainc(a, xs) - p, q - jax.scipy.special.gammaincc(a, xs))
-        dens = jnp.exp(a1 * jnp.log(xs) - xs - gln)
-        u = jnp.where(dens > 0, err / jnp.where(dens > 0, dens, 1.0), 0.0)
-        new = x - u / (1 - 0.5 * jnp.minimum(1.0, u * (a1 / xs - 1)))
-        return jnp.where(new <= 0, 0.5 * x, new)
-    x = jax.lax.fori_loop(0, 12, halley, x)
-    return jnp.where(p <= 0, 0.0, jnp.where(p >= 1, jnp.inf, x))''',
+    **{name: definition(SHARED / "arrays.py", name) for name in ("_need", "_tanh_sinh")},
+    **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve", "_expm_sym",
+                                                     "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv")},
 }
 #: the numpy printer's helpers that the module defines in jax (any other one is refused)
 HELPERS = frozenset(HELPER_SOURCES)
@@ -183,7 +68,7 @@ HELPERS = frozenset(HELPER_SOURCES)
 HOST_HELPERS = frozenset({"_tanh_sinh", "_gauss_hermite", "_gauss_hermite_stein"})
 
 
-class JnpPrinter(BLRNumPyPrinter):
+class JnpPrinter(ArrayPrinter):
     """The numpy target's printer with ``jax.numpy`` names: every ``numpy.f`` it prints is ``jnp.f`` and every
     ``scipy.special.f`` is ``jax.scipy.special.f``, or the module's helper for a function jax lacks
     (:data:`SPECIAL_HELPERS`); any other one is UnsupportedTarget."""
@@ -260,8 +145,8 @@ def refuse_reserved(ir, groups):
                                     f"(its modules and the random key of step); rename {', '.join(clash)}", key)
 
 
-def functions_view(ir):
-    """The template's view of a single-family recipe: the numpy module's view (codegen/backends/numpy) printed by
+def functions_view(ir) -> FunctionsContext:
+    """The template's view of a single-family recipe: the numpy module's view (codegen/arrays/views.py) printed by
     :class:`JnpPrinter`, with the sampling loop's parts for ``jax.lax.scan``."""
     check_functions(ir)
     pr = JnpPrinter()
@@ -274,11 +159,11 @@ def functions_view(ir):
     sampling = _sampling_view(ir, pr)
     maps = family_maps_view(ir, pr)
     entries = entry_view(ir, pr)
-    point = None
+    point: PointView | None = None
     if ir.parameter is not None:                # what a model's weights hold (e.g. sign(lam))
         point = {"code": pr.doprint(ir.parameter),
                  "reads": [v.name for v in ir.state if v.symbol in ir.parameter.free_symbols]}
-    checks = checks_view(getattr(ir, "checks", None), pr, assigns=assigns)
+    checks = checks_view(ir.checks, pr, assigns=assigns)
     pr.helpers |= {"_array", "_need"}
     extra = sorted(pr.helpers - HELPERS)
     if extra:
@@ -289,10 +174,11 @@ def functions_view(ir):
         if v.init is not None and v.init_state is None:
             init_syms |= v.init.free_symbols
     helpers = sorted(pr.helpers)
-    return dict(
+    return FunctionsContext(
         ir=ir, calls=calls, assigns=assigns, outputs=outputs, inits=inits, init_doc=init_doc,
         special=pr.special, solve=bool({"_spd_solve", "_tri_solve"} & pr.helpers),
-        host=bool(set(helpers) & HOST_HELPERS) or maps is not None or (sampling or {}).get("shaping") is not None,
+        host=bool(set(helpers) & HOST_HELPERS) or maps is not None or (sampling is not None
+                                                                        and sampling["shaping"] is not None),
         helper_sources=[HELPER_SOURCES[h] for h in helpers], sampling=sampling, maps=maps,
         newton=NEWTON_SOURCE if maps is not None else None, entries=entries, point=point,
         dims=[(identifier(str(d)), identifier(var), axis) for d, var, axis in ir.dims],
@@ -304,7 +190,7 @@ def functions_view(ir):
     )
 
 
-def _sampling_view(ir, pr):
+def _sampling_view(ir, pr) -> FunctionsSamplingView | None:
     """Samples of q or quadrature nodes: the draws of a sample (in their order, each with its jax.random law),
     θ, the acceptance condition of a rejection sampler, the oracle calls at θ, the statistics and their running
     averages, and a fitness shaping (its weights printed for numpy on the host: they depend on n_samples alone)."""
@@ -316,27 +202,26 @@ def _sampling_view(ir, pr):
     law = {"normal": "normal", "uniform": "uniform"}
     draws = [] if sm.draw in ("tanh_sinh", "point") else \
         [(pr.doprint(sm.eps), law[sm.draw])] + [(pr.doprint(d), law[w]) for d, w in getattr(sm, "more_draws", [])]
-    out = {
-        "samples": pr.doprint(sm.samples), "eps": pr.doprint(sm.eps), "quadrature": sm.draw == "tanh_sinh",
-        "draws": draws, "theta": pr.doprint(sm.theta), "theta_expr": pr.doprint(sm.theta_expr),
-        "accept": pr.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
-        "calls": [(pr.doprint(s), o) for s, o in sm.calls],
-        "stats": [(pr.doprint(a), pr.doprint(e)) for a, e in sm.stats],
-        "point": sm.draw == "point",
-        "reductions": [(pr.doprint(r), pr.doprint(e)) for r, e in sm.reductions],
-        "chained": [(pr.doprint(c[0]), c[1], pr.doprint(c[2]), pr.doprint(c[3])) for c in sm.chained],
-    }
-    host = BLRNumPyPrinter()
+    theta = pr.doprint(sm.theta)
+    calls = [(pr.doprint(s), o) for s, o in sm.calls]
+    stats = [(pr.doprint(a), pr.doprint(e)) for a, e in sm.stats]
+    host = ArrayPrinter()
     shaping = shaping_view(sm, host)
     if shaping is not None:
         if host.imports or host.helpers:
             raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target computes the fitness shaping's weights "
                                     "with numpy alone", "approximations")
-        kept = [d for d, _ in draws] + [out["theta"]] + [c for c, _ in out["calls"]]
-        shaping.update(call=pr.doprint(sm.shaping.call), kept=kept)
-    out["shaping"] = shaping
-    out["avgs"] = [a for a, _ in out["stats"]]
-    # a matrix statistic (the full Gaussian's score) starts from zeros of its own shape, not of the first state's
-    out["shapes"] = [f"shape=({pr.doprint(a.shape[0])}, {pr.doprint(a.shape[1])})"
-                     if isinstance(a, sp.MatrixSymbol) and a.shape[1] != 1 else None for a, _ in sm.stats]
-    return out
+        kept = [d for d, _ in draws] + [theta] + [c for c, _ in calls]
+        shaping["call"] = pr.doprint(sm.shaping.call)
+        shaping["kept"] = kept
+    return FunctionsSamplingView(
+        samples=pr.doprint(sm.samples), eps=pr.doprint(sm.eps), quadrature=sm.draw == "tanh_sinh",
+        draws=draws, theta=theta, theta_expr=pr.doprint(sm.theta_expr),
+        accept=pr.doprint(sm.accept) if getattr(sm, "accept", None) is not None else None,
+        calls=calls, stats=stats, point=sm.draw == "point",
+        reductions=[(pr.doprint(r), pr.doprint(e)) for r, e in sm.reductions],
+        chained=[(pr.doprint(c[0]), c[1], pr.doprint(c[2]), pr.doprint(c[3])) for c in sm.chained],
+        shaping=shaping, avgs=[a for a, _ in stats],
+        # a matrix statistic (the full Gaussian's score) starts from zeros of its own shape, not the first state's
+        shapes=[f"shape=({pr.doprint(a.shape[0])}, {pr.doprint(a.shape[1])})"
+                if isinstance(a, sp.MatrixSymbol) and a.shape[1] != 1 else None for a, _ in sm.stats])

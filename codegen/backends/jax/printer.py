@@ -153,7 +153,7 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
 
     def _print_Heaviside(self, expr):
         # sympy's Heaviside(x, H0) is H0 at x = 0 (1/2 when H0 is not given), numpy.heaviside's second argument:
-        # the same text as the numpy target prints (codegen/backends/numpy/printer.py)
+        # the same text as the numpy target prints (codegen/arrays/printer.py)
         h0 = expr.args[1] if len(expr.args) > 1 else sp.Rational(1, 2)
         return f"jnp.heaviside({self._print(expr.args[0])}, {self._print(h0)})"
 

@@ -1,6 +1,6 @@
 """The per-row program of a plate on all rows at once, in ``jax.numpy`` (factorized recipes of the jax target).
 
-The numpy target's :class:`~blr_derive.codegen.backends.numpy.rows.RowBatchPrinter` (rows as the leading axis,
+The shared :class:`~blr_derive.codegen.arrays.rows.RowBatchPrinter` (rows as the leading axis,
 1×1 products and plate sums as one einsum) with the names of
 :class:`~blr_derive.codegen.backends.jax.functions.JnpPrinter`: every ``numpy.f`` it prints is ``jnp.f`` and every
 ``scipy.special.f`` is ``jax.scipy.special.f``.  A plate sum
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.codegen.backends.jax.functions import JnpPrinter
-from blr_derive.codegen.backends.numpy.rows import RowBatchPrinter
+from blr_derive.codegen.arrays.rows import RowBatchPrinter
 
 
 class PlateSum(sp.Basic):

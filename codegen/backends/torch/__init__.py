@@ -21,6 +21,9 @@ import sympy as sp
 
 from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.codegen.backends.torch.config import CONFIG
+from blr_derive.codegen.backends.torch.context import (ChainedView, PhaseView, PointView, SamplingView, ShapingView,
+                                                       TorchContext)
+from blr_derive.codegen.context import render
 from blr_derive.codegen.inert import template_env
 from blr_derive.spec.peer import SWITCHES
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, host_states, plan_optimizer, samples_code,
@@ -44,7 +47,7 @@ class TorchTarget:
     template = CONFIG.template
 
     def __init__(self):
-        self.env = template_env(Path(__file__).parent / "templates")
+        self.env = template_env(Path(__file__).parent / "templates", Path(__file__).parent / "runtime.py")
 
     def check(self, ir):
         """Whether the target can express the recipe (UnsupportedTarget, naming the recipe entry, if not)."""
@@ -66,6 +69,7 @@ class TorchTarget:
         if point is None:
             mean_out = [str(sym) for name, sym in ir.outputs if name == ir.mean][0]
         else:
+            assert plan.param_new is not None           # a parameter that holds an expression of the state
             fused.assign(*plan.param_new)
             mean_out = str(plan.param_new[0])
         sampling = self.sampling_view(plan, host)
@@ -77,7 +81,7 @@ class TorchTarget:
         state_cond = {k: None if c == sp.true else host.doprint(c) for k, c in conds.items()}
         cond_syms = {str(x) for c in list(conds.values()) + [sp.true if step_cond is None else step_cond] for x in c.free_symbols}
         init_hyper = plan.init_hyper + [h for h in plan.hyper_using(cond_syms) if h not in plan.init_hyper]
-        return self.env.get_template(self.template).render(
+        return render(self.env, self.template, TorchContext(
             ir=ir, program=program, outputs=[(n, o) for n, o in plan.outputs if n not in scalar_states],
             scalar_states=[(n, str(new), host.doprint(e)) for n, (_, new, e) in scalar_states.items()],
             scalar_names=set(scalar_states),
@@ -102,7 +106,7 @@ class TorchTarget:
             group_entries=sorted(ir.peer.group_entries.items()) if ir.peer is not None else [],
             step_cond=None if step_cond is None or step_cond == sp.true else host.doprint(step_cond),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
-        )
+        ))
 
     @staticmethod
     def program(ir, plan, tensors, point, scalar_new=frozenset()):
@@ -134,7 +138,7 @@ class TorchTarget:
                 [h for h in ir.hyperparameters if any(str(s) in used for s in h.symbols)])
 
     @staticmethod
-    def point_view(plan):
+    def point_view(plan) -> PointView | None:
         """A parameter that holds an expression of the state (``parameter: binary(lam)``): its initial program."""
         if plan.mean is not None:
             return None
@@ -145,7 +149,7 @@ class TorchTarget:
                                if any(s in plan.parameter.free_symbols for s in h.symbols)]}
 
     @staticmethod
-    def sampling_view(plan, host):
+    def sampling_view(plan, host) -> SamplingView | None:
         """Monte Carlo recipes: the sample θ(ε) and the per-sample statistics as multi-tensor programs."""
         sm = plan.ir.sampling
         if sm is None:
@@ -169,7 +173,7 @@ class TorchTarget:
                 "shaping": shaping_view(plan, sm, host, values)}
 
 
-def shaping_view(plan, sm, host, values):
+def shaping_view(plan, sm, host, values) -> ShapingView | None:
     """Loss values ranked over the samples of a step (``Sampling.shaping``, rule fitness_shaping): each sample's
     draw and loss value are kept until step(), which ranks the values, replaces each by the rule's value of its
     rank (weights w(r) over the ranks ``_r`` = 1..n_samples, their sum ``_W``; printed from the rule's
@@ -194,7 +198,7 @@ def shaping_view(plan, sm, host, values):
             "theta_program": theta_c.lines, "stat_program": stat_c.lines}
 
 
-def chained_view(plan, sm):
+def chained_view(plan, sm) -> ChainedView | None:
     """Oracles at points computed from earlier oracle values (``Sampling.chained``): each is one more phase of a
     sample (``sampled_params`` moves the parameters to the point of the next phase); the per-sample sums over
     every coordinate of all groups (``Sampling.reductions``) are computed before the first such point."""
@@ -207,7 +211,8 @@ def chained_view(plan, sm):
         val = sp.Symbol(f"_terms_{r}")
         red_c.assign(val, e)
         reductions.append((str(r), str(val)))
-    phases, used = [], set()
+    phases: list[PhaseView] = []
+    used: set[str] = set()
     for sym, oracle, point, expr in sm.chained:
         point_c = ForeachCompiler(known, indent="            ")
         point_c.assign(point, expr)

@@ -42,7 +42,7 @@ def inline_single_use(assignments, keep, tensors):
     values, not the symbols in ``keep``: outputs and values read elsewhere; ``tensors``: the symbols bound to
     tensor lists before the program)."""
     tensors = set(tensors)
-    reads = {}
+    reads: dict[sp.Basic, int] = {}
     for _, e in assignments:
         for s in e.free_symbols:
             reads[s] = reads.get(s, 0) + _reads(e, s)
@@ -53,7 +53,8 @@ def inline_single_use(assignments, keep, tensors):
     fusable = {sym for sym, e in assignments if sym not in keep and reads.get(sym, 0) > 1
                and _fusable(e, all_tensors) and all(_reads(r, sym) <= 1 for _, r in assignments)}
     pinned = {x for sym, e in assignments if sym in fusable for x in e.free_symbols}   # its operands stay names
-    inlined, out = {}, []
+    inlined: dict[sp.Basic, sp.Basic] = {}
+    out = []
     for sym, e in assignments:
         e = e.xreplace(inlined) if inlined else e
         if not e.free_symbols & tensors:

@@ -24,7 +24,8 @@ import sympy as sp
 
 from blr_derive.codegen.backends.torch.inline import _occurrences
 from blr_derive.codegen.inert import identifier
-from blr_derive.codegen.backends.torch.printer import UNARY, ElementwisePrinter, HostPrinter
+from blr_derive.codegen.backends.torch.printer import UNARY, ElementwisePrinter
+from blr_derive.codegen.printing import HostPrinter
 from blr_derive.core.errors import UnsupportedTarget
 
 _INPLACE_UNARY = {sp.exp: "_foreach_exp_", sp.Abs: "_foreach_abs_", sp.tanh: "_foreach_tanh_",

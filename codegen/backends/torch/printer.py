@@ -11,36 +11,11 @@ pick one multi-tensor program.  Unsupported nodes raise
 from __future__ import annotations
 
 import sympy as sp
-from sympy.printing.codeprinter import PrintMethodNotImplementedError
-from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
+from blr_derive.codegen.fused import FusedCompiler as _FusedCompiler
 from blr_derive.codegen.inert import identifier
-from blr_derive.codegen.printing import HostConditionalMixin
-
-
-class HostPrinter(HostConditionalMixin, PythonCodePrinter):
-    """Host-side scalars: plain Python with the math module."""
-
-    def __init__(self):
-        super().__init__({"fully_qualified_modules": True, "standard": "python3"})
-
-    def _print_Symbol(self, expr):
-        return identifier(expr.name)
-
-    def _print_factorial(self, expr):
-        # x! of a real hyperparameter is Γ(x + 1), as numpy's scipy.special.factorial computes it (math.factorial
-        # refuses floats)
-        return f"math.gamma({self._print(expr.args[0])} + 1)"
-
-    def doprint(self, expr, assign_to=None):
-        try:
-            return super().doprint(expr, assign_to)
-        except PrintMethodNotImplementedError as exc:
-            # a special function of hyperparameters that plain Python's math module lacks (digamma, besseli, ...)
-            what = str(exc).splitlines()[0].rsplit(":", 1)[-1].strip() if str(exc) else "a function"
-            raise CodegenError(f"the torch and triton targets compute hyperparameter expressions in Python's math "
-                               f"module, which has no '{what}'; use the numpy or jax target") from None
+from blr_derive.codegen.printing import HostPrinter, KernelPrinter
 
 
 UNARY = {
@@ -248,7 +223,7 @@ class ForeachCompiler:
         return sp.Integer(1), e
 
 
-class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
+class ElementwisePrinter(KernelPrinter):
     """Per-tensor elementwise torch expressions for the compiled (fused) path.  Piecewise conditions are
     host booleans (Python bools): torch.compile specializes on them."""
 
@@ -256,12 +231,6 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
     MINIMUM = "torch.minimum"
     LOG = "torch.log"
     LOG1P = "torch.log1p"
-
-    def __init__(self):
-        super().__init__({"fully_qualified_modules": True, "standard": "python3"})
-
-    def _print_Symbol(self, expr):
-        return identifier(expr.name)
 
     def _print_Pow(self, expr, rational=False):
         b, e = expr.args
@@ -284,15 +253,6 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         "ndtri": "torch.special.ndtri", "atan2": "torch.atan2",
     }
     TARGET_NAME = "torch"
-
-    def _print_known_function(self, expr):
-        fn = self.KNOWN_FUNCTIONS.get(type(expr).__name__)
-        if fn is None:                  # a subclass's table (another target) has no entry for it
-            return self._print_Function(expr)
-        return f"{fn}({', '.join(self._print(a) for a in expr.args)})"
-
-    def _print_Function(self, expr):
-        raise UnsupportedTarget(f"the {self.TARGET_NAME} target cannot print {type(expr).__name__}")
 
     NAN_WHERE = "torch.where({test}, {x}, math.nan)"
     WHERE = "torch.where({test}, {a}, {b})"
@@ -328,67 +288,8 @@ class ElementwisePrinter(HostConditionalMixin, PythonCodePrinter):
         return f"torch.logsumexp(torch.stack(torch.broadcast_tensors({args})), dim=0)"
 
 
+class FusedCompiler(_FusedCompiler):
+    """The fused path's split of an elementwise program (:class:`codegen.fused.FusedCompiler`) with torch's
+    per-element printer."""
 
-def _not_elementwise(self, expr):
-    return self._print_Function(expr)
-
-
-# sympy's Python printer prints its known functions from the math module, which cannot take a tensor: each is
-# printed from KNOWN_FUNCTIONS (or by a _print_ method of its own above) or refused
-for _name in PythonCodePrinter._kf:
-    _fn = _name.split(".")[-1]
-    _attr = f"_print_{_fn}"
-    if getattr(ElementwisePrinter, _attr, None) is getattr(PythonCodePrinter, _attr, None):   # sympy's math.*
-        setattr(ElementwisePrinter, _attr, ElementwisePrinter._print_known_function
-                if _fn in ElementwisePrinter.KNOWN_FUNCTIONS else _not_elementwise)
-for _fn in ElementwisePrinter.KNOWN_FUNCTIONS:
-    if getattr(ElementwisePrinter, f"_print_{_fn}", None) is getattr(PythonCodePrinter, f"_print_{_fn}", None):
-        setattr(ElementwisePrinter, f"_print_{_fn}", ElementwisePrinter._print_known_function)
-
-
-class FusedCompiler:
-    """Split an elementwise program into host scalars (hoisted, passed as 0-d tensors so that one
-    compiled graph serves every step) and a per-tensor kernel body."""
-
-    def __init__(self, tensors, flags=()):
-        self.tensors = set(tensors)
-        self.flags = set(flags)            # boolean host symbols (flags, choices)
-        self.host = HostPrinter()
-        self.el = ElementwisePrinter()
-        self.host_lines: list[str] = []    # Python statements computing host values
-        self.args: list[tuple] = []        # (name, host expression text, is_bool)
-        self.body: list[str] = []          # per-tensor statements (inside the kernel loop)
-        self._hoisted: dict = {}
-
-    def is_tensor(self, e):
-        return bool(e.free_symbols & self.tensors)
-
-    def _hoist(self, e):
-        if not isinstance(e, sp.Basic) or e.is_Number or e in (sp.true, sp.false):
-            return e
-        if not self.is_tensor(e):
-            if e not in self._hoisted:
-                name = sp.Symbol(f"_h{len(self._hoisted)}")
-                self._hoisted[e] = name
-                self.args.append((name.name, self.host.doprint(e)))
-            return self._hoisted[e]
-        if isinstance(e, sp.Piecewise):
-            return sp.Piecewise(*[(self._hoist(x), self._hoist(c)) if c != sp.true else (self._hoist(x), True)
-                                  for x, c in e.args])
-        if not e.args:
-            return e
-        return e.func(*[self._hoist(a) for a in e.args], evaluate=False)
-
-    def assign(self, sym, expr, when=sp.true):
-        if when == sp.false:
-            return
-        if not self.is_tensor(expr):
-            line = f"{identifier(str(sym))} = {self.host.doprint(expr)}"
-            self.host_lines.extend([f"if {self.host.doprint(when)}:", "    " + line] if when != sp.true else [line])
-            return
-        line = f"{identifier(str(sym))} = {self.el.doprint(self._hoist(expr))}"
-        if when != sp.true:
-            self.body.extend([f"if {self._hoist(when)}:", "    " + line])
-        else:
-            self.body.append(line)
-        self.tensors.add(sym)
+    ELEMENTWISE = ElementwisePrinter

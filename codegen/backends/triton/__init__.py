@@ -32,11 +32,16 @@ import sympy as sp
 from blr_derive.core.errors import UnsupportedTarget
 
 from blr_derive.codegen.backends.triton.config import CONFIG
+from blr_derive.codegen.backends.triton.context import (ChainedView, KernelView, PhaseView, PointView, SamplingView,
+                                                        ShapingView, StatView, TritonContext)
+from blr_derive.codegen.context import render
 from blr_derive.codegen.inert import template_env
+from blr_derive.codegen.printing import HostPrinter
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_optimizer, samples_code, state_symbols, step_condition,
                                       stored_names)
-from blr_derive.codegen.backends.torch.printer import HostPrinter
-from blr_derive.codegen.backends.triton.printer import HELPERS, TritonFusedCompiler
+from blr_derive.codegen.backends.triton.kernels import (Kernel, KernelArg, ModuleKernels, arg, block_kernel,
+                                                        buffers, constexpr)
+from blr_derive.codegen.backends.triton.printer import HELPERS, RUNTIME, TritonFusedCompiler
 from blr_derive.codegen.validation import validation
 
 
@@ -48,7 +53,7 @@ class TritonTarget:
     template = CONFIG.template
 
     def __init__(self):
-        self.env = template_env(Path(__file__).parent / "templates")
+        self.env = template_env(Path(__file__).parent / "templates", RUNTIME)
 
     def check(self, ir):
         check_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
@@ -82,8 +87,8 @@ class TritonTarget:
         chained = sampling["chained"] if sampling else None
         for k in (chained["phases"] + ([chained["reduce"]] if chained["reduce"] else [])) if chained else []:
             helpers |= set(k["comp"].helpers)
-        stat_syms = set()
-        if ir.sampling is not None:
+        stat_syms: set[str] = set()
+        if ir.sampling is not None and sampling is not None:
             stat_syms = plan.stat_symbols()
             if sampling["needs_theta"]:
                 stat_syms |= {str(s) for s in ir.sampling.theta_expr.free_symbols}
@@ -91,11 +96,13 @@ class TritonTarget:
         for _, o in list(plan.grads) + (sampling["grads"] if sampling else []):
             if o not in cols:
                 cols.append(o)
-        return self.env.get_template(self.template).render(
+        update_state = [n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean]
+        return render(self.env, self.template, TritonContext(
             ir=ir, mean=plan.mean, pvar=plan.mean or "_p", point=point, outputs=plan.outputs, mean_out=mean_out,
             others=plan.others, host=host.doprint, init_hyper=plan.init_hyper, grads=plan.grads, sampling=sampling,
             fused=fused, stat_loads=stat_loads,
-            update_state=[n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean],
+            update_state=update_state,
+            kernels=kernel_specs(update_state, stat_loads, fused, len(cols), sampling, point),
             helper_sources=[HELPERS[h] for h in sorted(helpers)],
             cols=cols, col_of={o: i + 1 for i, o in enumerate(cols)},
             other_oracles=[o for o in plan.other_oracles if not (sampling and o == "loss" and sampling["loss_values"])],
@@ -103,10 +110,10 @@ class TritonTarget:
             keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
             scalar_stored=sorted(stored_names(plan)[n] for n in host_states(plan)),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data], validation=validation(ir),
-        )
+        ))
 
     @staticmethod
-    def point_view(plan):
+    def point_view(plan) -> PointView | None:
         """A parameter that holds an expression of the state: the kernel body that writes it at construction."""
         if plan.mean is not None:
             return None
@@ -118,7 +125,7 @@ class TritonTarget:
                                if any(s in plan.parameter.free_symbols for s in h.symbols)]}
 
     @staticmethod
-    def sampling_view(plan, host):
+    def sampling_view(plan, host) -> SamplingView | None:
         """Monte Carlo recipes: the draw kernel's θ(ε) and the collect kernel's per-sample statistics."""
         sm = plan.ir.sampling
         if sm is None:
@@ -131,7 +138,7 @@ class TritonTarget:
         needs_theta = any(sm.theta in e.free_symbols for _, e in sm.stats)
         if needs_theta:          # the collect kernel recomputes θ (the parameters hold the mean again)
             stat_c.assign(sm.theta, sm.theta_expr)
-        stats = []
+        stats: list[StatView] = []
         for avg, e in sm.stats:
             val = sp.Symbol(f"_sample_{avg}")
             cond = plan.stat_need[avg]
@@ -154,7 +161,7 @@ class TritonTarget:
                 "stat_state": [n for n in _loads(stat_c, plan.state_names) if n != plan.mean]}
 
 
-def shaping_view(plan, sm, host, values):
+def shaping_view(plan, sm, host, values) -> ShapingView | None:
     """Loss values ranked over the samples of a step (``Sampling.shaping``, rule fitness_shaping): each sample's
     Philox seed and loss value are kept until step(), which ranks the values on the host, replaces each by the
     rule's value of its rank (weights w(r) over the ranks ``_r`` = 1..n_samples, their sum ``_W``) and then
@@ -172,7 +179,7 @@ def shaping_view(plan, sm, host, values):
             "value": host.doprint(sh.value.xreplace({sh.weight_of_rank: w_r, sh.total: total, sh.count: n}))}
 
 
-def chained_view(plan, sm, stat_c):
+def chained_view(plan, sm, stat_c) -> ChainedView | None:
     """Oracles at points computed from earlier oracle values (``Sampling.chained``, e.g. sharpness_aware): a sample
     is evaluated at its draw and then at each such point in turn.  The oracle values at every point but the last
     are kept in fp32 buffers of the group (``kept``); the per-sample sums over every coordinate of all groups
@@ -185,9 +192,9 @@ def chained_view(plan, sm, stat_c):
     # (name, oracle, the point of the sample it is taken at): every value but the last point's is kept
     kept = [(str(k), o, 0) for k, o in sm.calls] + [(str(c[0]), c[1], j + 1) for j, c in enumerate(sm.chained[:-1])]
     kept_names = [k for k, _, _ in kept]
-    used = set()
+    used: set[str] = set()
 
-    def kernel_view(comp):
+    def kernel_view(comp) -> KernelView:
         words = set(_body_words(comp))
         return {"comp": comp, "state": [n for n in _loads(comp, plan.state_names) if n != plan.mean],
                 "kept": [k for k in kept_names if k in words], "eps": str(sm.eps) in words,
@@ -201,19 +208,57 @@ def chained_view(plan, sm, stat_c):
         red_c.assign(val, e)
         reductions.append((str(r), str(val)))
         used |= {str(x) for x in e.free_symbols}
-    phases = []
+    phases: list[PhaseView] = []
     for sym, oracle, point, expr in sm.chained:
         comp = TritonFusedCompiler(known)
         if sm.theta in expr.free_symbols:
             comp.assign(sm.theta, sm.theta_expr)
         comp.assign(point, expr)
-        phases.append(dict(kernel_view(comp), symbol=str(sym), oracle=oracle, point=str(point)))
+        phases.append(PhaseView(**kernel_view(comp), symbol=str(sym), oracle=oracle, point=str(point)))
         known = known | {sym}
         used |= {str(x) for x in expr.free_symbols}
     words = set(_body_words(stat_c))
     return {"kept": kept, "reductions": reductions, "reduce": kernel_view(red_c) if reductions else None,
             "phases": phases, "hyper": plan.hyper_using(used),
             "collect_bufs": [k for k in kept_names if k in words]}
+
+
+def kernel_specs(update_state, stat_loads, fused, ncols, sampling, point) -> ModuleKernels:
+    """Every kernel of the module described once (codegen/backends/triton/kernels.py): its signature and its
+    launches are printed from it.  The Monte Carlo statistics a kernel reads or averages arrive as one starred
+    group (``*_stats``: the group's buffers, or the mean buffer standing in for one not needed)."""
+    update = block_kernel("_update_kernel", [*buffers(update_state),
+                                             KernelArg(tuple(f"_buf_{a}" for a, _ in stat_loads), "*_stats", "stats")],
+                          fused, ncols)
+    point_k = None if point is None else block_kernel("_point_kernel", buffers(point["init_state"]), point["init_c"],
+                                                      ncols)
+    if sampling is None:
+        return ModuleKernels(update, point_k)
+    mean = KernelArg(("_buf_mean",), '_lay.buffers["_mean"]', "_buf_mean")
+    draw = block_kernel("_draw_kernel", [KernelArg(("_buf_mean",), '_lay.buffer("_mean")', "_buf_mean"),
+                                                *buffers(sampling["theta_state"]), arg("_seed", "_sd")],
+                               sampling["theta_c"], ncols)
+    collect = block_kernel(
+        "_collect_kernel", [mean, *buffers(sampling["stat_state"]), *buffers(sampling["collect_bufs"], made=True),
+                            KernelArg(tuple(f"_buf_{s['name']}" for s in sampling["stats"]), "*_stats", "stats"),
+                            arg("_seed", "_sd"), arg("_inv_n", "1.0 / _n")],
+        sampling["stat_c"], ncols, after_host=[constexpr("COLLECT", "bool(_collecting)"), constexpr("FIRST", "_n == 1")])
+    noise = None
+    if sampling["draw"]:
+        noise = Kernel("_noise_kernel", (arg("_out", "out"), arg("_seed", "self._seeds[id(g)]"),
+                                                arg("_n", "_lay.total"), constexpr("BLOCK", "BLOCK")),
+                              grid="(triton.cdiv(_lay.total, BLOCK),)")
+    ch = sampling["chained"]
+    if ch is not None:
+        if ch["reduce"] is not None:
+            k = ch["reduce"]
+            k["kernel"] = block_kernel("_reduce_kernel", [mean, *buffers(k["state"]), *buffers(k["kept"], made=True),
+                                                          arg("_seed", "_sd"), arg("_partials", "_part")],
+                                       k["comp"], ncols, after_host=[constexpr("NRED", str(len(ch["reductions"])))])
+        for j, ph in enumerate(ch["phases"], 1):
+            ph["kernel"] = block_kernel(f"_chain{j}_kernel", [mean, *buffers(ph["state"]), *buffers(ph["kept"], made=True),
+                                                              arg("_seed", "_sd")], ph["comp"], ncols)
+    return ModuleKernels(update, point_k, draw, collect, noise)
 
 
 def _loads(comp, names, extra=()):

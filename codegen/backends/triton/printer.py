@@ -1,7 +1,7 @@
 """The Triton printer: an elementwise update program as the body of one ``@triton.jit`` kernel.
 
-It reuses the torch target's :class:`~codegen.torch.printer.FusedCompiler`, which splits the
-program into host scalars (hoisted out of the kernel) and elementwise statements.  Here the
+It uses the shared :class:`~blr_derive.codegen.fused.FusedCompiler` (also the torch target's fused path), which
+splits the program into host scalars (hoisted out of the kernel) and elementwise statements.  Here the
 hoisted host values become kernel arguments: numbers are fp32 scalars, host booleans
 (``Piecewise`` conditions on flags, choices and the step counter) are ``tl.constexpr``, so each
 setting compiles to its own straight-line kernel and values that a branch does not need are
@@ -17,41 +17,23 @@ libdevice (lgamma, digamma, polygamma, gamma) raise :class:`~blr_derive.core.err
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import sympy as sp
 from sympy.printing.precedence import precedence
-from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
-from blr_derive.codegen.backends.torch.printer import ElementwisePrinter, FusedCompiler
+from blr_derive.codegen.fused import FusedCompiler
+from blr_derive.codegen.printing import KernelPrinter
+from blr_derive.codegen.source import definition
 
-HELPERS = {
-    "_log1p": '''@triton.jit
-def _log1p(x):
-    """log(1 + x) without libdevice (Goldberg): log(u)*x/(u - 1) with u = 1 + x is accurate for small x."""
-    u = 1.0 + x
-    return tl.where(u == 1.0, x, tl.log(u) * tl.div_rn(x, tl.where(u == 1.0, 1.0, u - 1.0)))
-''',
-    "_tanh": '''@triton.jit
-def _tanh(x):
-    """tanh without libdevice: sign(x)(1 - e)/(1 + e), e = exp(-2|x|); below |x| = 0.05, where 1 - e cancels,
-    the odd series x(1 - x²/3 + 2x⁴/15) (truncation < 1e-9 relative): relative error ~1e-6 everywhere."""
-    a = tl.abs(x)
-    e = tl.exp(-2.0 * a)
-    r = tl.div_rn(1.0 - e, 1.0 + e)
-    x2 = x * x
-    return tl.where(a < 0.05, x * (1.0 + x2 * (-0.3333333333333333 + x2 * 0.13333333333333333)),
-                    tl.where(x < 0, -r, r))
-''',
-    "_sech": '''@triton.jit
-def _sech(x):
-    """sech without libdevice: 2e/(1 + e*e), e = exp(-|x|) (no overflow)."""
-    e = tl.exp(-tl.abs(x))
-    return tl.div_rn(2.0 * e, 1.0 + e * e)
-''',
-}
+#: the target's runtime source (codegen/source.py): the kernels' helpers and every generated module's machinery
+RUNTIME = Path(__file__).parent / "runtime.py"
+#: helper name -> its source, for the kernels that call it (Triton core math has no such function)
+HELPERS = {name: definition(RUNTIME, name) + "\n" for name in ("_log1p", "_tanh", "_sech")}
 
 
-class TritonPrinter(ElementwisePrinter):
+class TritonPrinter(KernelPrinter):
     """fp32 elementwise expressions over Triton blocks.  Symbols named in ``flags`` are constexpr
     booleans: a ``Piecewise`` on them is a Python conditional resolved when the kernel is compiled;
     a ``Piecewise`` on block values is ``tl.where``."""
@@ -247,6 +229,8 @@ class TritonFusedCompiler(FusedCompiler):
     hoisted as one scalar computed in double precision on the host, as the multi-tensor path of the torch
     target does; hoisted booleans (conditions) are recorded in :attr:`flags` (constexpr arguments)."""
 
+    ELEMENTWISE = TritonPrinter
+
     def __init__(self, tensors, dests=None):
         super().__init__(tensors)
         self.flag_names: set[str] = set()
@@ -300,13 +284,3 @@ class TritonFusedCompiler(FusedCompiler):
     def flag_args(self):
         return [(n, v) for n, v in self.args if n in self.flag_names]
 
-
-def _unsupported(self, expr):
-    return TritonPrinter._print_Function(self, expr)
-
-
-# functions sympy's Python printer would print from the math module: only those defined above are printed
-for _name in PythonCodePrinter._kf:
-    _attr = f"_print_{_name.split('.')[-1]}"
-    if getattr(TritonPrinter, _attr, None) is getattr(PythonCodePrinter, _attr, None):
-        setattr(TritonPrinter, _attr, _unsupported)

@@ -439,7 +439,7 @@ def test_row_loop_fallback_equals_the_batched_rows(monkeypatch):
     """Per-row programs the row-batched printer cannot express run in a loop over the rows; both agree."""
     from blr_derive.api import generate
     from blr_derive.core.errors import CodegenError
-    from blr_derive.codegen.backends.numpy import rows
+    from blr_derive.codegen.arrays import rows
     from conftest import load_module_from_path
     batched = load_generated("em_gmm_unrolled")
     assert "for n in range(n_rows)" not in (CATALOG / "generated/numpy/em_gmm_unrolled.py").read_text(encoding="utf-8")

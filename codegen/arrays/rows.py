@@ -14,7 +14,7 @@ from blr_derive.core.errors import CodegenError
 from blr_derive.codegen.inert import identifier
 from blr_derive.core.matexpr import is_mat
 
-from blr_derive.codegen.backends.numpy.printer import BLRNumPyPrinter
+from blr_derive.codegen.arrays.printer import ArrayPrinter
 
 _LETTERS = "abcdefghijklm"
 
@@ -23,7 +23,8 @@ def _factors(e):
     """(scalar coefficient, [matrix factors]) of a product, nested products flattened."""
     if not isinstance(e, sp.MatMul):
         return sp.Integer(1), [e]
-    coeff, mats = sp.Integer(1), []
+    coeff = sp.Integer(1)
+    mats: list[sp.Basic] = []
     for a in e.args:
         if is_mat(a):
             c, m = _factors(a)
@@ -33,7 +34,7 @@ def _factors(e):
     return coeff, mats
 
 
-class RowBatchPrinter(BLRNumPyPrinter):
+class RowBatchPrinter(ArrayPrinter):
     def __init__(self, row_vectors, row_scalars, settings=None, optimize=False):
         super().__init__(settings)
         self.row_vectors = set(row_vectors)

@@ -205,7 +205,8 @@ class AxisPrinter:
 
     @staticmethod
     def _split(e):
-        coeff, mats = sp.Integer(1), []
+        coeff = sp.Integer(1)
+        mats: list[sp.Basic] = []
         for a in e.args:
             if is_mat(a):
                 if isinstance(a, sp.MatMul):

@@ -1,0 +1,354 @@
+"""The array printer of the numpy-like targets: sympy's NumPyPrinter extended for the update IR.
+
+The numpy target prints with it as it is (``codegen/backends/numpy/printer.py``); the jax target renames its
+``numpy.``/``scipy.`` names to their jax counterparts (``codegen/backends/jax/functions.py``).
+
+Vectors (P×1 matrix symbols) are 1-D arrays, so matrix products print with ``@``
+and column-times-row products as ``numpy.outer``.  ``Inverse(A) * B`` prints as a
+Cholesky solve (``_spd_solve``), never as an explicit inverse.  Unsupported nodes
+raise :class:`~blr_derive.core.errors.CodegenError` (sympy printers' ``_print_<Node>``
+extension points; loud failure).
+"""
+from __future__ import annotations
+
+import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
+
+from blr_derive.core.errors import UnsupportedTarget
+from blr_derive.codegen.inert import identifier
+from blr_derive.codegen.printing import HostConditionalMixin
+
+#: sympy's NumPyPrinter prints the functions numpy lacks from Python's math module (its known-function table
+#: ``_kf`` falls back to ``math.erf``, ``math.lgamma`` ...), which cannot take an array and which the numpy target
+#: does not import: each is printed as the scipy.special function of the same value instead
+MATH_FALLBACKS = {"erf": "scipy.special.erf", "erfc": "scipy.special.erfc", "gamma": "scipy.special.gamma",
+                  "loggamma": "scipy.special.gammaln", "factorial": "scipy.special.factorial"}
+
+
+class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
+    """Every module-qualified name the printer writes (``scipy.special.erf``) goes through
+    :meth:`_module_format`, which records its module in :attr:`imports`; the templates import every module there
+    (``numpy`` always), so what the known-function table prints and what the module imports agree by
+    construction (and :func:`codegen.inert.audit` refuses a module that reads a name it does not bind)."""
+    printmethod = "_blrnumpycode"
+    MAXIMUM = "numpy.maximum"
+    MINIMUM = "numpy.minimum"
+    LOG = "numpy.log"
+    LOG1P = "numpy.log1p"
+    #: the modules every template of the target imports itself (not recorded in :attr:`imports`)
+    ALWAYS_IMPORTED = frozenset({"numpy"})
+    #: function name -> the dotted name printed (sympy's table, without math.*: :func:`known_function_table`)
+    known_functions: dict[str, str]
+
+    def __init__(self, settings=None):
+        super().__init__({"fully_qualified_modules": True, **(settings or {})})
+        self.helpers: set = set()
+        self.imports: set = set()
+        self.known_functions = known_function_table(self.known_functions)
+
+    def _module_format(self, fqn, register=True):
+        module = fqn.rpartition(".")[0]
+        # numpy's own subpackages (numpy.linalg) are loaded by `import numpy`
+        if module and module.split(".")[0] not in self.ALWAYS_IMPORTED:
+            self.imports.add(module)
+        return super()._module_format(fqn, register)
+
+    # -- leaves
+    def _print_MatrixSymbol(self, expr):
+        return identifier(expr.name)
+
+    def _print_Identity(self, expr):
+        return f"numpy.eye({self._print(expr.shape[0])})"
+
+    def _print_ZeroMatrix(self, expr):
+        r, c = expr.shape
+        if c == 1:
+            return f"numpy.zeros({self._print(r)})"
+        return f"numpy.zeros(({self._print(r)}, {self._print(c)}))"
+
+    def _print_Transpose(self, expr):
+        arg = expr.arg
+        if arg.shape[1] == 1 or arg.shape[0] == 1:
+            return self._print(arg)          # 1-D arrays: transpose is a no-op
+        if isinstance(arg, sp.MatrixSymbol):
+            return f"{self._print(arg)}.T"
+        return f"({self._print(arg)}).T"
+
+    def _print_Trace(self, expr):
+        if expr.arg.shape == (1, 1):
+            s = self._print(expr.arg)        # a 1×1 product of 1-D arrays is already a scalar
+            return f"({s})" if isinstance(expr.arg, sp.MatAdd) else s
+        return f"numpy.trace({self._print(expr.arg)})"
+
+    def _print_Determinant(self, expr):
+        return f"numpy.linalg.det({self._print(expr.arg)})"
+
+    def _print_Inverse(self, expr):
+        self.helpers.add("_spd_solve")
+        self.imports.add("scipy.linalg")
+        n = self._print(expr.arg.shape[0])
+        return f"_spd_solve({self._print(expr.arg)}, numpy.eye({n}))"
+
+    def _print_MatAdd(self, expr):
+        return " + ".join(self.parenthesize(a, 11) for a in expr.args).replace("+ -", "- ")
+
+    def _print_MatMul(self, expr):
+        coeff, mats = expr.as_coeff_mmul()
+        mats = list(mats.args) if isinstance(mats, sp.MatMul) else [mats]
+        body = self._chain(mats)
+        if coeff == 1:
+            return body
+        if coeff == -1:
+            return f"-{body}"
+        return f"{self.parenthesize(coeff, 50)}*{body}"
+
+    def _chain(self, mats):
+        # Inverse(A) * rest  ->  _spd_solve(A, rest); a triangular factor: _tri_solve (see _triangular)
+        for i, f in enumerate(mats):
+            tri = _triangular(f)
+            if tri is not None and i < len(mats) - 1:
+                rest = self._chain(mats[i + 1:])
+                solved = self._tri_solve(tri, rest)
+                if i == 0:
+                    return solved
+                return self._fold(mats[:i] + [_Printed(solved, _shape(sp.MatMul(*mats[i:])))])
+            if isinstance(f, sp.Inverse) and i < len(mats) - 1:
+                self.helpers.add("_spd_solve")
+                self.imports.add("scipy.linalg")
+                left = mats[:i]
+                rest = self._chain(mats[i + 1:])
+                solved = f"_spd_solve({self._print(f.arg)}, {rest})"
+                if not left:
+                    return solved
+                return self._fold(left + [_Printed(solved, _shape(sp.MatMul(*mats[i:])))])
+        tri = _triangular(mats[-1]) if len(mats) > 1 else None
+        if tri is not None:              # X L⁻¹ = (L⁻ᵀ Xᵀ)ᵀ, X L⁻ᵀ = (L⁻¹ Xᵀ)ᵀ
+            left = self._chain(mats[:-1])
+            return self._tri_solve((tri[0], 1 - tri[1]), f"{left}.T" if left.isidentifier() else f"({left}).T") + ".T"
+        return self._fold(mats)
+
+    def _tri_solve(self, tri, rhs):
+        self.helpers.add("_tri_solve")
+        self.imports.add("scipy.linalg")
+        return f"_tri_solve({self._print(tri[0])}, {rhs}, {tri[1]})"
+
+    def _print_CholeskyFactor(self, expr):
+        return f"numpy.linalg.cholesky({self._print(expr.arg)})"
+
+    def _fold(self, mats):
+        acc: str | None = None
+        shape: tuple = ()
+        for f in mats:
+            s = f.text if isinstance(f, _Printed) else self._wrap(f)
+            fs = f.shape if isinstance(f, _Printed) else f.shape
+            if acc is None:
+                acc, shape = s, fs
+                continue
+            if type(f).__name__ == "DiagOf":         # A @ diag(w) = A * w (columns scaled)
+                acc = f"({acc} * {self._print(f.args[0])})"
+                continue
+            if shape[1] == 1 and fs[0] == 1 and shape[0] != 1 and fs[1] != 1:
+                acc = f"numpy.outer({acc}, {s})"
+            elif shape[1] == 1 and fs == (1, 1) and shape[0] != 1:     # a column times a 1×1 (a number here)
+                acc = f"{acc} * {s}"
+            else:
+                acc = f"{acc} @ {s}"
+            shape = (shape[0], fs[1])
+        return acc
+
+    def _wrap(self, f):
+        s = self._print(f)
+        if isinstance(f, (sp.MatAdd,)) or (isinstance(f, sp.MatMul) and f.args and not f.args[0] == 1):
+            return f"({s})"
+        return s
+
+    # special functions (scipy.special; tested against it in tests/unit/core/test_special_functions.py)
+    def _print_exp1(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.exp1({self._print(expr.args[0])})"
+
+    def _print_gammaincinv(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gammaincinv({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_betaincinv(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.betaincinv({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_ndtri(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.ndtri({self._print(expr.args[0])})"
+
+    def _print_dbesselk(self, expr):
+        n, nu, x = expr.args
+        if n == 0:
+            self.imports.add("scipy.special")
+            return f"scipy.special.kv({self._print(nu)}, {self._print(x)})"
+        self.helpers.add("_dbesselk")
+        return f"_dbesselk({self._print(n)}, {self._print(nu)}, {self._print(x)})"
+
+    def _print_besseli(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.iv({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_loggamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gammaln({self._print(expr.args[0])})"
+
+    def _print_digamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.digamma({self._print(expr.args[0])})"
+
+    def _print_polygamma(self, expr):
+        self.imports.add("scipy.special")
+        n, x = expr.args
+        if n == 0:
+            return f"scipy.special.digamma({self._print(x)})"
+        return f"scipy.special.polygamma({self._print(n)}, {self._print(x)})"
+
+    def _print_gamma(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.gamma({self._print(expr.args[0])})"
+
+    def _print_factorial(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.factorial({self._print(expr.args[0])})"
+
+    def _print_softplus(self, expr):
+        return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
+
+    NAN_WHERE = "numpy.where({test}, {x}, numpy.nan)"
+    WHERE = "numpy.where({test}, {a}, {b})"
+
+    def _print_binary(self, expr):
+        return f"numpy.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
+
+    def _print_xlogy(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_logsumexp(self, expr):
+        self.imports.add("scipy.special")
+        args = ", ".join(self._print(a) for a in expr.args)
+        return f"scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays({args})), axis=0)"
+
+    # sums over a recipe's component axis (the leading axis of the array that holds one value per component)
+    def _print_ComponentSum(self, expr):
+        return f"numpy.sum({self._print(expr.args[0])}, axis=0)"
+
+    def _print_ComponentLogSumExp(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.logsumexp({self._print(expr.args[0])}, axis=0)"
+
+    # sums over data and their Gaussian expectations (blr_derive/rules/datasum.py): vectors are 1-D arrays
+    def _apply(self, f, arg_text):
+        """The one-argument function ``f`` (a Lambda) printed at an already printed argument."""
+        wrapped = arg_text if arg_text.isidentifier() else f"({arg_text})"
+        return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(wrapped)}))
+
+    def _print_DataSum(self, expr):
+        if not expr.fn.expr.has(expr.fn.variables[0]):      # Σ_n c: c times the number of rows
+            size = f"numpy.size({self._print(expr.vec)})"
+            return size if expr.fn.expr == 1 else f"({self._print(expr.fn.expr)})*{size}"
+        return f"numpy.sum({self._apply(expr.fn, self._print(expr.vec))})"
+
+    def _print_Elementwise(self, expr):
+        f, v = expr.args
+        if not f.expr.has(f.variables[0]):          # a constant derivative (a linear data sum): one per row
+            return f"numpy.full(numpy.shape({self._print(v)}), {self._print(f.expr)}, dtype=float)"
+        return self._apply(f, self._print(v))
+
+    def _print_DiagOf(self, expr):
+        return f"numpy.diag({self._print(expr.args[0])})"
+
+    def _print_RowQuadForm(self, expr):
+        A, C = expr.args
+        a = self._wrap(A)
+        axis = -1 if A.shape[0] == 1 else 1           # one row (a vector here): the whole product is the form
+        if isinstance(C, sp.Inverse):
+            self.helpers.add("_spd_solve")
+            self.imports.add("scipy.linalg")
+            return f"numpy.sum({a} * _spd_solve({self._print(C.arg)}, {self._print(A.T)}).T, axis={axis})"
+        return f"numpy.sum(({a} @ {self._wrap(C)}) * {a}, axis={axis})"
+
+    def _print_GaussHermite(self, expr, helper="_gauss_hermite"):
+        f, mean, var, nodes = expr.args
+        self.helpers.add(helper)
+        return (f"{helper}(lambda u: {self._apply(f, 'u')}, {self._print(mean)}, {self._print(var)}, "
+                f"{self._print(nodes)})")
+
+    def _print_GaussHermiteStein(self, expr):
+        return self._print_GaussHermite(expr, "_gauss_hermite_stein")
+
+    def _print_Expm(self, expr):
+        self.helpers.add("_expm_sym")
+        return f"_expm_sym({self._print(expr.args[0])})"
+
+    def _print_HadamardExp(self, expr):
+        return f"{self._wrap(expr.args[0])} * numpy.exp({self._print(expr.args[1])})"
+
+    def _print_ZerosLike(self, expr):
+        return f"numpy.zeros_like({self._print(expr.args[0])})"
+
+    def _print_expit(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.expit({self._print(expr.args[0])})"
+
+    def _print_sech(self, expr):
+        return f"(1/numpy.cosh({self._print(expr.args[0])}))"
+
+    def _print_Heaviside(self, expr):
+        h0 = expr.args[1] if len(expr.args) > 1 else sp.Rational(1, 2)     # the value at 0 (masks use 0)
+        return f"numpy.heaviside({self._print(expr.args[0])}, {self._print(h0)})"
+
+    def emptyPrinter(self, expr):
+        raise UnsupportedTarget(f"the numpy target cannot print {type(expr).__name__}: {expr}")
+
+    def _print_Integral(self, expr):
+        raise UnsupportedTarget(f"the numpy target cannot print an unevaluated integral: {expr}")
+
+
+def known_function_table(table: dict) -> dict:
+    """sympy's known-function table for the array targets: every ``math.*`` entry replaced by its
+    :data:`MATH_FALLBACKS` counterpart (the test of the printers' tables checks that none is left and that every
+    entry names a function of a module the target may import)."""
+    out = {}
+    for name, fn in table.items():
+        if fn.startswith("math."):
+            if name not in MATH_FALLBACKS:
+                continue                     # printed through emptyPrinter: UnsupportedTarget, never math.*
+            fn = MATH_FALLBACKS[name]
+        out[name] = fn
+    return out
+
+
+def _refuse_math(self, expr):
+    return self.emptyPrinter(expr)
+
+
+# a sympy math-module function without a scipy.special counterpart (none today) is refused, never printed as math.*
+for _name, _fn in NumPyPrinter._kf.items():
+    if _fn.startswith("math.") and _name not in MATH_FALLBACKS and \
+            getattr(ArrayPrinter, f"_print_{_name}", None) is getattr(NumPyPrinter, f"_print_{_name}", None):
+        setattr(ArrayPrinter, f"_print_{_name}", _refuse_math)
+
+
+class _Printed:
+    def __init__(self, text, shape):
+        self.text, self.shape = text, shape
+
+
+def _shape(e):
+    return e.shape
+
+
+def _triangular(f):
+    """(L, trans) for the inverse of a Cholesky factor L (trans 0) or of its transpose (trans 1), else None."""
+    if not isinstance(f, sp.Inverse):
+        return None
+    arg = f.arg
+    if type(arg).__name__ == "CholeskyFactor":
+        return arg, 0
+    if isinstance(arg, sp.Transpose) and type(arg.arg).__name__ == "CholeskyFactor":
+        return arg.arg, 1
+    return None

@@ -1,0 +1,295 @@
+"""The views of an update IR that the array targets' templates read (numpy, and jax's plain-function modules):
+printed by the target's printer, so the same view serves both.  Shared by ``codegen/backends/numpy`` and
+``codegen/backends/jax``."""
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+from dataclasses import dataclass
+from typing import NotRequired, TypedDict
+
+import sympy as sp
+
+from blr_derive.codegen.arrays import components
+from blr_derive.codegen.arrays.printer import ArrayPrinter
+from blr_derive.codegen.inert import identifier
+from blr_derive.core import newton
+from blr_derive.core.errors import CodegenError
+from blr_derive.core.text import Prose
+from blr_derive.ir.model import FactorizedIR
+
+#: the engine's solver of ∇A(λ) = μ (blr_derive/core/newton.py), embedded in the modules that need it
+NEWTON_SOURCE = inspect.getsource(newton.newton_dual).replace("def newton_dual(", "def _newton_dual(", 1)
+
+
+class MapsView(TypedDict):
+    """The family's parameter maps (``ir.family_maps``), printed."""
+    lam: list[str]
+    eta: list[str]
+    mu: list[str]
+    A: str
+    solver: str                      # the engine's Newton solver's source
+    fisher: list[list[str]]
+    ordinary: list[tuple[str, str]]
+    lam0: list[str]
+    conditions: list[str]
+    params: list[str]
+    kw: str                          # the fixed parameters as keyword-only arguments of every map of λ: ", *, beta"
+    pass_kw: str                     # the maps' calls passing them on: ", beta=beta"
+
+
+class CheckView(TypedDict):
+    """A run-time domain check (``ir.model.DomainCheck``), printed: run right after the assignment of ``value``."""
+    name: str
+    value: str
+    domain: str                      # "positive" or "positive_definite"
+    component: str                   # the helper's argument as Python text: None, "axis" or a component's number
+    hint: str
+
+
+class RowsView(TypedDict):
+    """An entry point's loop over examples."""
+    count: str
+    slices: list[tuple[str, str]]
+    assignments: list[tuple[str, str]]
+    outputs: list[tuple[str, str]]
+
+
+class EntryView(TypedDict):
+    name: str
+    doc: Prose
+    params: list[str]
+    hyper: list[str] | None          # the hyperparameters it reads (None: it takes none)
+    reads: list[tuple[str, str, str]]
+    counts: list[tuple[str, str]]
+    dims: list[tuple[str, str]]
+    assignments: list[tuple[str, str]]
+    returns: list[tuple[str, str]]
+    keywords: list[str]
+    rows: RowsView | None
+    checks: list[CheckView]
+
+
+class EntriesView(TypedDict):
+    """The entry points of a module besides init/step."""
+    title: str
+    notes: list[str]                 # comment lines
+    constants: list[tuple[str, str | tuple[str, ...] | dict[str, str]]]
+    functions: list[EntryView]
+
+
+class ShapingView(TypedDict):
+    """A rank-based shaping of an oracle's values (rule fitness_shaping), printed."""
+    call: str
+    name: str
+    weight: str
+    value: str
+    kept: NotRequired[list[str]]     # what each sample keeps until the values are ranked (set by the target)
+    index: NotRequired[int]
+
+
+class PointView(TypedDict):
+    """What a model's weights hold (the recipe's ``parameter``), from a state."""
+    code: str
+    reads: list[str]
+
+
+@dataclass(frozen=True)
+class FactorizedView:
+    """What a factorized (several-block) module's template reads of the recipe, printed; each target's render
+    context extends it (codegen/backends/numpy/context.py, codegen/backends/jax/context.py)."""
+    ir: FactorizedIR
+    local_assign: list[tuple[str, str]]        # the plate's per-row program
+    pre_loop: list[tuple[str, str]]            # what the global blocks compute before the plate
+    stats: list[tuple[str, str]]               # the plate statistics (sums over the rows)
+    scale: tuple[str, str] | None
+    assigns: list[tuple[str, str]]             # the global blocks' update
+    dims: list[tuple[str, str, int]]           # (dimension, the variable it is read from, its axis)
+    rows: dict[str, list[tuple[str, str]]] | None   # the per-row program on all rows at once, or None (a loop)
+    program: list[str] | None                  # a component axis: the whole program's lines
+    returns: list[tuple[str, str]] | None
+    plate_names: set[str]
+    printer: ArrayPrinter
+    shapes: dict[str, object]
+    symmetric: list[str]
+
+
+def factorized_view(ir, printer, row_printer, xp="numpy") -> FactorizedView:
+    """The template's view of a factorized (product) recipe, printed by ``printer`` (global expressions) and
+    instances of ``row_printer`` (a RowBatchPrinter class: the per-row program on all rows at once); ``xp`` is
+    the array module's name in the lines of a component axis (codegen/arrays/components.py).  The
+    helpers and imports the printed code needs are added to ``printer.helpers`` / ``printer.imports``.  Shared
+    by the numpy target and the jax target (codegen/backends/jax/factorized.py)."""
+    pr = printer.doprint
+    local_assign = [(pr(s), pr(e)) for s, e in ir.local_assign]
+    pre_loop = [(pr(s), pr(e)) for s, e in ir.prelude + ir.pre_loop]
+    stats = [(pr(s), pr(e)) for s, e in ir.stats]
+    scale = (pr(ir.scale[0]), pr(ir.scale[1])) if ir.scale is not None else None
+    assigns = [(pr(s), pr(e)) for s, e in ir.assignments]
+    dims = [(str(d), var, axis) for d, var, axis in ir.dims]
+    rows = None                  # the per-row program on all rows at once (else: a loop over the rows)
+    program = returns = None     # a recipe with a component axis: the whole program (arrays/components.py)
+    if ir.plate is not None:     # the plate's per-row arrays, and its per-row scalars (data and local values)
+        arrays = {s for _, s, k, _ in ir.plate["data"] if k != "scalar"}
+        scalars = {s for _, s, k, _ in ir.plate["data"] if k == "scalar"} | {s for s, _ in ir.local_assign}
+    if ir.components is not None:
+        rp = row_printer(arrays, scalars, optimize=True) if ir.plate is not None else None
+        program, returns = components.lower(ir, pr, rp, xp)
+        if rp is not None:
+            printer.helpers |= rp.helpers
+            printer.imports |= rp.imports
+    elif ir.plate is not None:
+        rp = row_printer(arrays, scalars)
+        try:
+            rows = {"local": [(pr(s), rp.doprint(e)) for s, e in ir.local_assign],
+                    "stats": [(pr(s), rp.plate_sum(e)) for s, e in ir.stats]}
+            printer.helpers |= rp.helpers
+            printer.imports |= rp.imports
+        except CodegenError:
+            rows = None
+    shapes = {v.name: _shape(v.symbol, False) for v in ir.state + ir.data}
+    if ir.components is not None:       # one value per component: a leading component axis
+        shapes.update({name: (identifier(ir.components["size"]),) + shapes[name]
+                       for name in ir.components["state"]})
+    if ir.plate is not None:
+        shapes.update({name: ("n_rows",) + _shape(sym, False) for name, sym, _, _ in ir.plate["data"]})
+    return FactorizedView(
+        ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
+        dims=dims, rows=rows, program=program, returns=returns,
+        plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
+        printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric))
+
+
+def module_shapes(ir) -> dict:
+    """SHAPES of a single-family module: name -> the shape its ``_array`` checks (see :func:`_shape`) for the
+    state, the data, the oracle values and the values of the oracles at samples of q.  Shared by the numpy
+    target and the jax target's functions (codegen/backends/jax/functions.py)."""
+    elementwise = any(v.kind == "elementwise" for v in ir.state)
+    # fixed parameters and scalar data of an elementwise update may be one number or one per coordinate ("?")
+    shapes = {v.name: "?" if v.fixed and v.kind == "elementwise" else _shape(v.symbol, v.kind == "elementwise")
+              for v in ir.state}
+    shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, False) for v in ir.data})
+    shapes.update({str(c.symbol): _shape(c.symbol, elementwise) for c in ir.oracle_calls})
+    if ir.sampling is not None:
+        # the loss at a sample is the model's total loss (one number), or one per coordinate for a separable loss
+        shapes.update({str(k): "?" if elementwise and o == "loss" else _shape(k, elementwise)
+                       for k, o in ir.sampling.calls})
+        shapes.update({str(c[0]): _shape(c[0], elementwise) for c in ir.sampling.chained})
+    return shapes
+
+
+def own_shape_zeros(ir, printer) -> dict:
+    """The statistics of a Monte Carlo loop that start from zeros of their own shape, printed: matrices whose shape
+    differs from a matrix first state (the Kronecker candidate's d_in × d_in and d_out × d_out factors next to the
+    d_out × d_in mean).  Every other statistic starts from ``zeros_like`` of the first state, which is its shape or
+    broadcasts to it (a vector first state and a P × P statistic: the full Gaussian's score)."""
+    first = ir.state[0].symbol
+    if not (isinstance(first, sp.MatrixSymbol) and first.shape[1] != 1):
+        return {}
+    return {printer.doprint(a): printer.doprint(sp.ZeroMatrix(*a.shape)) for a, _ in ir.sampling.stats
+            if isinstance(a, sp.MatrixSymbol) and a.shape != first.shape}
+
+
+def family_maps_view(ir, printer) -> MapsView | None:
+    """The family's parameter maps (``ir.family_maps``) printed by ``printer``, or None without them.  Shared by
+    the numpy target and the jax target's functions (codegen/backends/jax/functions.py)."""
+    fm = ir.family_maps
+    if not fm:
+        return None
+    conds = []
+    for name, expr, domain in fm["conditions"]:
+        e = printer.doprint(expr)
+        conds.append(f"0 < ({e}) < 1" if domain in ("unit_interval", "simplex") else f"({e}) > 0")
+    return {
+        "lam": [str(l) for l in fm["lam"]],
+        "eta": [printer.doprint(e) for e in fm["eta"]],
+        "mu": [printer.doprint(e) for e in fm["mu"]],
+        "A": printer.doprint(fm["A"]),
+        "solver": NEWTON_SOURCE,
+        "fisher": [[printer.doprint(fm["fisher"][i, j]) for j in range(fm["fisher"].shape[1])]
+                   for i in range(fm["fisher"].shape[0])],
+        "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],
+        "lam0": [printer.doprint(v) for v in fm["lam0"]],
+        "conditions": conds,
+        "params": [p.name for p in fm["params"]],
+        # the fixed parameters (A, μ and F may read them): keyword-only arguments of every map of λ
+        "kw": "".join(f", {identifier(p.name)}" if i else f", *, {identifier(p.name)}"
+                      for i, p in enumerate(p for p in fm["params"] if p.fixed)),
+        "pass_kw": "".join(f", {identifier(p.name)}={identifier(p.name)}" for p in fm["params"] if p.fixed),
+    }
+
+
+def _shape(sym, elementwise):
+    """The shape a generated module checks for a value: ``"*"`` (elementwise: that of the other elementwise
+    arrays; ``"?"``: that or a single number), ``()`` for a scalar, or a tuple of dimension names and integers
+    (a vector is 1-D)."""
+    if elementwise:
+        return "*"
+    if not isinstance(sym, sp.MatrixSymbol):
+        return ()
+    r, c = sym.shape
+    dims = (r,) if c == 1 else (r, c)
+    return tuple(int(d) if d.is_Integer else identifier(str(d)) for d in dims)
+
+
+def shaping_view(sm, printer) -> ShapingView | None:
+    """A rank-based shaping of an oracle's values (rule fitness_shaping): its weight over the ranks ``_r`` =
+    1..n_samples and the value that replaces the oracle's, printed from the rule's expressions."""
+    sh = getattr(sm, "shaping", None)
+    if sh is None:
+        return None
+    n, ranks, weights, total = (sp.Symbol(x) for x in ("n_samples", "_r", "_w", "_W"))
+    return {"call": printer.doprint(sh.call), "name": sh.name,
+            "weight": printer.doprint(sh.weight.xreplace({sh.rank: ranks, sh.count: n})),
+            "value": printer.doprint(sh.value.xreplace({sh.weight_of_rank: weights, sh.total: total,
+                                                         sh.count: n}))}
+
+
+def entry_view(ir, printer) -> EntriesView | None:
+    """The entry points of the module besides init/step (e.g. Bayesian ADMM's dual and server steps), printed."""
+    eps = ir.entry_points
+    if eps is None:
+        return None
+    pr = printer.doprint
+    functions: list[EntryView] = [{
+        "name": identifier(f.name), "doc": Prose(textwrap.fill(f.doc.text, 112, subsequent_indent="    ", break_on_hyphens=False)), "params": [identifier(p) for p in f.params], "hyper": f.hyper,
+        "reads": [(pr(s), identifier(a), k) for s, a, k in f.reads],
+        "counts": [(pr(s), identifier(a)) for s, a in f.counts or ()],
+        "dims": [(pr(d), pr(s)) for d, s in f.dims or ()],
+        "assignments": [(pr(s), pr(e)) for s, e in f.assignments or ()],
+        "returns": [(k, pr(e)) for k, e in f.returns or ()],
+        "keywords": [identifier(k) for k in f.keywords or ()], "rows": rows_view(f.rows, pr),
+        "checks": checks_view(f.checks, printer),
+    } for f in eps.functions]
+    return {"title": eps.title, "notes": eps.notes, "constants": eps.constants, "functions": functions}
+
+
+def checks_view(checks, printer, helpers=None, assigns=None) -> list[CheckView]:
+    """The run-time domain checks (``ir.model.DomainCheck``) printed by ``printer``, each run right after the
+    assignment of its value (one of ``assigns``, [(lhs, rhs)] printed: a check no assignment makes is a bug); the
+    helper that runs them (``_check_domain``, codegen/backends/numpy/runtime.py and codegen/backends/jax/runtime.py)
+    is added to ``helpers.helpers`` (``printer.helpers`` unless given)."""
+    if not checks:
+        return []
+    (helpers if helpers is not None else printer).helpers.add("_check_domain")
+    out: list[CheckView] = [
+        {"name": c.name, "value": printer.doprint(c.symbol), "domain": c.domain,
+         "component": "None" if c.component is None else '"axis"' if c.component == "axis" else str(int(c.component)),
+         "hint": c.hint}
+        for c in checks]
+    lhs = {a for a, _ in assigns or ()}
+    lost = [c["value"] for c in out if assigns is not None and c["value"] not in lhs]
+    if lost:
+        raise CodegenError(f"domain checks of {', '.join(lost)}: no assignment of that name to follow")
+    return out
+
+
+def rows_view(rows, pr) -> RowsView | None:
+    """An entry point's loop over examples (``EntryPoint.rows``, e.g. the leave-one-out sensitivities), printed by
+    ``pr``; None without one."""
+    if rows is None:
+        return None
+    return {"count": pr(rows["count"]), "slices": [(pr(s), pr(full)) for s, full in rows["slices"]],
+            "assignments": [(pr(s), pr(e)) for s, e in rows["assignments"]],
+            "outputs": [(k, pr(s)) for k, s in rows["outputs"]]}

@@ -1,0 +1,123 @@
+"""The numpy target's runtime source: the helpers a generated module defines when its code calls them (array checks,
+run-time domain checks of new values, Cholesky and triangular solves, the symmetric matrix exponential,
+Gauss-Hermite expectations), written once as ordinary Python and copied into each module by the printer's
+``HELPERS`` (codegen/source.py).  Tested directly (tests/unit/codegen/test_runtime_sources.py); never imported by the
+engine, which reads it as text.
+"""
+from __future__ import annotations
+
+import numpy
+import scipy.linalg
+
+#: stand-ins for what each generated module declares itself: the shape of each of its arrays, its symmetric ones
+SHAPES: dict = {}
+SYMMETRIC: frozenset = frozenset()
+#: the module's switch of its run-time domain checks (a module with checks sets it True)
+CHECK_DOMAINS = True
+
+
+def _array(name, value, dims, oracle=None):
+    """``value`` as a float array of the shape SHAPES[name] declares, binding the dimensions it names in ``dims``;
+    a wrong shape, a dimension that differs from its other uses, or a matrix in SYMMETRIC that is not symmetric
+    is a ValueError naming the variable (nothing is broadcast or read from one triangle silently).  A matrix in
+    SYMMETRIC must be finite: a NaN or an infinity is reported as such, naming the ``oracle`` that returned the
+    value (if any) and the entry, before the symmetry test that it would fail."""
+    a = numpy.asarray(value, dtype=float)
+    shape = SHAPES[name]
+    if shape == "?" and a.ndim == 0:    # a number for every coordinate (fixed parameters, scalar data)
+        return a
+    if shape in ("*", "?"):             # elementwise: every such array has the shape of the first one
+        if a.shape != dims.setdefault("*", a.shape):
+            raise ValueError(f"{name} has shape {a.shape}; the other arrays of this update have shape {dims['*']}")
+        return a
+    if a.ndim != len(shape):
+        raise ValueError(f"{name} must have shape ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
+                         f"got an array of shape {a.shape}")
+    for d, n in zip(shape, a.shape):
+        if (n != d) if isinstance(d, int) else (dims.setdefault(d, n) != n):
+            raise ValueError(f"{name} has shape {a.shape}, but {d} = {d if isinstance(d, int) else dims[d]}")
+    if name in SYMMETRIC and a.size:
+        bad = numpy.argwhere(~numpy.isfinite(a))
+        if len(bad):
+            at = tuple(int(i) for i in bad[0])
+            what = "NaN" if numpy.isnan(a[at]) else "inf" if a[at] > 0 else "-inf"
+            source = f"oracle '{oracle}' returned" if oracle else f"{name} holds"
+            raise ValueError(f"{source} {what} at {name}[{', '.join(map(str, at))}]")
+        # a stack of matrices (a leading component axis) is checked matrix by matrix: the last two axes
+        if not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
+            raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
+    return a
+
+
+def _check_domain(name, value, domain, component, step, hint, where="step"):
+    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0;
+    ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
+    numbers them) and the step, instead of returning a state that is no longer a distribution of the family.
+    CHECK_DOMAINS = False switches the checks off."""
+    if not CHECK_DOMAINS:
+        return
+    a = numpy.asarray(value, dtype=float)
+    if domain == "positive_definite":
+        try:                            # a Cholesky factor exists, and is finite (NaN passes LAPACK's test)
+            if numpy.isfinite(numpy.linalg.cholesky(a)).all():
+                return
+        except numpy.linalg.LinAlgError:
+            pass
+        stack = a.reshape((-1,) + a.shape[-2:])
+        finite = numpy.isfinite(stack).all(axis=(1, 2))
+        low = numpy.full(len(stack), numpy.nan)
+        low[finite] = numpy.linalg.eigvalsh((stack[finite] + numpy.swapaxes(stack[finite], -1, -2)) / 2)[:, 0]
+        i = int(numpy.flatnonzero(~(low > 0))[0])
+        M = stack[i]
+        low = numpy.linalg.eigvalsh((M + M.T) / 2)[0] if numpy.isfinite(M).all() else float("nan")
+        what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
+        index = tuple(int(x) for x in numpy.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
+    else:
+        ok = a > 0                      # NaN is not
+        if ok.all():
+            return
+        index = tuple(int(x) for x in numpy.argwhere(~ok)[0]) if a.ndim else ()
+        what, detail = "positive", f"value {float(a[index] if a.ndim else a):.6g}"
+        detail += f" at index {index}" if index else ""
+    if component == "axis":
+        where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
+    elif component is not None:
+        where_c = f" of component {component}"
+    else:
+        where_c = ""
+    at = f" at step {int(step)}" if step is not None else ""
+    raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
+                             f"the family; {hint}")
+
+
+def _spd_solve(A, B):
+    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
+    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)
+
+
+def _tri_solve(L, B, trans):
+    """Solve L X = B (trans 0) or Lᵀ X = B (trans 1) for lower-triangular L (substitution; no explicit inverse)."""
+    return scipy.linalg.solve_triangular(L, B, lower=True, trans=trans)
+
+
+def _expm_sym(M):
+    """The matrix exponential of a symmetric matrix M, V diag(exp(w)) Vᵀ from its eigendecomposition."""
+    w, V = numpy.linalg.eigh((M + M.T) / 2)
+    return (V * numpy.exp(w)) @ V.T
+
+
+def _gauss_hermite(f, mean, var, nodes):
+    """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    x = mean[:, None] + numpy.sqrt(var)[:, None] * z
+    return numpy.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))
+
+
+def _gauss_hermite_stein(f, mean, var, nodes):
+    """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
+    quadrature with `nodes` points; 0 where var = 0."""
+    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    sd = numpy.sqrt(var)
+    x = mean[:, None] + sd[:, None] * z
+    fx = numpy.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
+    return numpy.divide(fx @ (w * z / numpy.sqrt(2 * numpy.pi)), sd, out=numpy.zeros_like(sd), where=sd > 0)

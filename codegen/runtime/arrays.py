@@ -1,0 +1,27 @@
+"""Runtime source shared by the array targets (numpy, and jax's plain-function modules): helpers copied into a
+generated module by its printer when its code calls them (codegen/source.py); tested directly
+(tests/unit/codegen/test_runtime_sources.py).  Host code: numpy in both targets."""
+from __future__ import annotations
+
+import numpy
+
+
+def _need(given, names, what):
+    """The mapping ``given`` must hold every name in ``names`` (a TypeError says which are missing)."""
+    missing = [name for name in names if given is None or name not in given]
+    if missing:
+        raise TypeError(f"step() needs {what} {', '.join(missing)}")
+
+
+def _tanh_sinh(n):
+    """Nodes u_k in (0, 1) and weights w_k of the tanh-sinh rule with n points (an even n uses n - 1, at least 3):
+    u = sigmoid(pi sinh t), t = k h, k = -(n-1)/2 .. (n-1)/2, up to pi sinh t = 34 (1 - u stays above 0 in float64);
+    the weights are normalized to sum to 1 (a change below 4e-11 from 21 points on; a coarse rule stays exact for
+    constants)."""
+    m = max((int(n) - 1) // 2, 1)
+    h = numpy.arcsinh(34 / numpy.pi) / m
+    t = numpy.arange(-m, m + 1) * h
+    x = numpy.pi * numpy.sinh(t)
+    u = 1 / (1 + numpy.exp(-x))
+    w = h * numpy.pi * numpy.cosh(t) * u * (1 - u)
+    return u, w / w.sum()
