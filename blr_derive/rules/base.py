@@ -104,6 +104,11 @@ class Rule:
     def finish(self, ctx):
         """Steps that follow the candidate's update (e.g. the server step of federated ADMM)."""
 
+    def rewrites_in_program(self, D) -> bool:
+        """Whether a rule of another kind also rewrites the update program at its place in the recipe's list (then
+        ``rewrite`` is called there, among the passes): ``posterior_correction`` on sampled estimates."""
+        return False
+
 
 RULES: dict[str, Rule] = {}
 
@@ -431,6 +436,7 @@ class Derivation(Generic[RecipeT]):
     #: quantities that may be indefinite estimates of a Hessian (Price's estimator, a mixture's ∇² log q): an update of
     #: a positive (definite) parameter that reads one is checked at run time unless it is corrected
     indefinite: set[Expr] = field(default_factory=set)
+    correction: object = None                       # rules.posterior_correction.Pending: a correction among passes
 
     def expand_defs(self, e: Expr) -> Expr:
         """``e`` with the named quantities of :attr:`defs` written out (a finite sum's probabilities and

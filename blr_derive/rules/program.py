@@ -223,7 +223,8 @@ def apply_program_rules(recipe, D, fail):
     """The recipe's pass and convention rules, in recipe order, on the derived update program (each rewrites the
     views it names); the update is first written coordinate-wise where it acts elementwise.  ``fail(msg,
     approx)`` makes a located error."""
-    passes = [a for a in recipe.approximations if RULES[a.name].kind in PROGRAM_KINDS]
+    passes = [a for a in recipe.approximations
+              if RULES[a.name].kind in PROGRAM_KINDS or RULES[a.name].rewrites_in_program(D)]
     D.elementwise = recipe.family.elementwise or scalarize_elementwise(D, dry=True)
     if not passes:
         return

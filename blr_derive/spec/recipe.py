@@ -15,7 +15,7 @@ from blr_derive.core.names import check_name_at
 from blr_derive.core.text import Prose
 from blr_derive.core.types import Expr, Text
 from blr_derive.core.yamlio import LDict, check_keys, text_field, where
-from blr_derive.spec.correction import correction_data
+from blr_derive.spec.correction import Correction, parse_correction
 from blr_derive.spec.federated import Federated, parse_federated
 from blr_derive.spec.peer import Peer, parse_peer
 from blr_derive.spec.hyper import (Approx, DataVar, Hyper, add_learning_rate, err, learning_rate_name, parse_approximations,  # noqa: F401
@@ -24,7 +24,7 @@ from blr_derive.spec.hyper import (Approx, DataVar, Hyper, add_learning_rate, er
 RECIPE_KEYS = {
     "name", "title", "class_name", "description", "paper", "family", "loss", "approximations",
     "hyperparameters", "learning_rate", "checked_against", "state_init", "parameter", "federated", "sizes",
-    "peer",
+    "peer", "posterior_correction",
 }
 LOSS_KEYS = {"kind", "expression", "data", "description"}
 
@@ -54,6 +54,7 @@ class Recipe:
     parameter: Expr | None = None      # what a model's weights hold (targets that own them, e.g. torch), or None
     federated: Federated | None = None  # a 'federated' section (Bayesian ADMM), or None
     peer: Peer | None = None           # state names and argument checks of a hand-written peer
+    correction: Correction | None = None  # the old posterior q_old and its sites, or None
 
     def hyper_symbol(self, name):
         for h in self.hyper:
@@ -162,12 +163,7 @@ def parse_recipe(spec, fam, rule_kinds: dict, file=None) -> Recipe:
     add_learning_rate(lr, spec, hyper, taken)
     kind, expr, text, data = parse_loss(spec, fam, hyper, taken)
     approxs = parse_approximations(spec, rule_kinds)
-    pc = next((a for a in approxs if a.name == "posterior_correction"), None)
-    if pc is not None:
-        try:
-            correction_data(fam, data, taken)
-        except SpecError as e:                       # locate the clash at the approximation that caused it
-            raise e.located(file, pc.line)
+    correction = parse_correction(spec, fam, hyper, data, taken, approxs, file)
     federated = parse_federated(spec, fam, hyper, data, taken) if "federated" in spec else None
     shown = {h.name for h in hyper} | {n for h in hyper if h.kind == "tuple" for n, _ in h.elements}
     hsyms = {h.name: h.symbol for h in hyper if h.symbol is not None}
@@ -179,7 +175,7 @@ def parse_recipe(spec, fam, rule_kinds: dict, file=None) -> Recipe:
         data=data, hyper=hyper, approximations=approxs, learning_rate=lr,
         class_name=str(spec.get("class_name", "")), checked_against=text_field(spec, "checked_against", ""),
         file=file, spec=spec, state_init=_state_init(spec), parameter=_parameter(spec, fam), federated=federated,
-        peer=peer,
+        peer=peer, correction=correction,
     )
 
 

@@ -155,3 +155,37 @@ def test_averaged_over_the_batches_of_a_partition_the_corrected_step_is_the_full
                                                          "hess": lambda t: site_hess(t, ALL)}, rho=0.4)
     np.testing.assert_allclose(lam2, -full["S"] / 2, rtol=TOL, atol=TOL)
     np.testing.assert_allclose(lam1, full["S"] @ full["m"], rtol=TOL, atol=TOL)
+
+
+# ------------------------------------------------------------------------------------------ sites: posterior
+def test_sites_posterior_is_the_slides_geometric_mix_with_q_old():
+    """``sites: posterior``: the sites of q_old stand for q_old itself, so Eq. 6 reads
+    λ ← (1 − ρ)λ + ρλ_old − ρ(∇_μE_q[ℓ_B] − ∇_μE_{q_old}[ℓ_B]), the slides' q^{1−ρ} q_old^ρ Π_B exp(−ρ(ℓ̂_j − ℓ̂_{j|old})).
+    Each natural gradient by Gauss-Hermite quadrature and central differences in μ (quadratic loss)."""
+    text = yaml.safe_dump({"name": "pc_posterior", "family": "gaussian_diag", "loss": "abstract",
+                           "hyperparameters": {"rho": 0.1}, "approximations": ["delta", "posterior_correction"],
+                           "posterior_correction": {"old": {"m": "m_ckpt", "s": "s_ckpt"}, "sites": "posterior"}},
+                          sort_keys=False)
+    mod = api.derive(text).compile("numpy")
+    aB, cB = np.array([2.0, 0.5, 1.2]), np.array([0.3, -1.0, 2.0])
+    m, s = np.array([1.0, -0.5, 0.2]), np.array([2.0, 0.7, 4.0])
+    m_old, s_old = np.array([0.3, 0.9, -1.1]), np.array([1.0, 3.0, 0.5])
+    rho = 0.3
+    out = mod.step(mod.init(m=m, s=s), oracles={"grad": lambda t: aB * (t - cB), "hess": lambda t: aB + 0 * t},
+                   data={"m_ckpt": m_old, "s_ckpt": s_old}, rho=rho)
+    z, w = np.polynomial.hermite_e.hermegauss(8)
+    w = w / math.sqrt(2 * math.pi)
+    h = 1e-4
+
+    def nat_grad(ai, ci, u1, u2):
+        def E(v1, v2):
+            th = v1 + math.sqrt(v2 - v1 ** 2) * z
+            return float(np.dot(w, ai * (th - ci) ** 2 / 2))
+        return np.array([(E(u1 + h, u2) - E(u1 - h, u2)) / (2 * h), (E(u1, u2 + h) - E(u1, u2 - h)) / (2 * h)])
+
+    for i in range(3):
+        mu, mu_old = (m[i], m[i] ** 2 + 1 / s[i]), (m_old[i], m_old[i] ** 2 + 1 / s_old[i])
+        lam, lam_old = np.array([s[i] * m[i], -s[i] / 2]), np.array([s_old[i] * m_old[i], -s_old[i] / 2])
+        new = (1 - rho) * lam + rho * lam_old - rho * (nat_grad(aB[i], cB[i], *mu) - nat_grad(aB[i], cB[i], *mu_old))
+        np.testing.assert_allclose(out["s"][i], -2 * new[1], rtol=1e-9)
+        np.testing.assert_allclose(out["m"][i], new[0] / (-2 * new[1]), rtol=1e-9)
