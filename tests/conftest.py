@@ -55,3 +55,13 @@ def load_generated(recipe, target="numpy"):
 @pytest.fixture
 def generated():
     return load_generated
+
+
+@pytest.fixture
+def x64():
+    """jax in float64 for the test (its default is float32, the numpy modules' is float64), restored afterwards."""
+    import jax
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", old)

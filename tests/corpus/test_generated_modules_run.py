@@ -27,15 +27,6 @@ HERE = Path(__file__).parent
 FAMILIES = HERE / "families"
 
 
-@pytest.fixture
-def x64():
-    import jax
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 def _recipe(tmp_path, name, text):
     p = tmp_path / f"{name}.yaml"
     p.write_text(textwrap.dedent(text), encoding="utf-8")

@@ -17,7 +17,6 @@ natural parameters and maps back to the family's parameters.  Checked:
 """
 import importlib.util
 
-import jax
 import numpy as np
 import pytest
 import yaml
@@ -170,14 +169,6 @@ def test_ivon_state_prediction_deviations_correlate_with_leave_one_out_retrainin
     corr = _pred_corr(X, out["mean_deviation"], true)
     print(f"ivon: correlation of prediction deviations {corr:.4f}")
     assert corr > 0.9
-
-
-@pytest.fixture
-def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
 
 
 def test_jax_sensitivities_equal_numpy(x64):

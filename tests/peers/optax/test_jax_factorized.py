@@ -20,14 +20,6 @@ RECIPES = ["em_gmm", "em_gmm_unrolled", "svi", "svi_unrolled", "vmp"]
 STEPS = 3
 
 
-@pytest.fixture
-def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 def _spd(rng, p):
     a = rng.standard_normal((p, p))
     return a @ a.T / p + np.eye(p)

@@ -51,15 +51,6 @@ def gen(tmp_path_factory):
     return get
 
 
-@pytest.fixture
-def x64():
-    jax = pytest.importorskip("jax")
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 def ppca_data(seed=0, N=60, P=4):
     rng = np.random.default_rng(seed)
     u = np.array([1.0, -2.0, 0.5, 1.5])[:P]

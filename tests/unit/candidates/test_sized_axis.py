@@ -4,7 +4,6 @@ coordinate k, the state one array of length K.  Checked against the unrolled rec
 coordinate) at K = 2 and 3, against the closed-form conjugate posterior at K = 7, 64 and 256, against the BLR
 written here in the categorical's minimal parameters (λ_k = log p_k/p_K), against mpmath where the smallest
 probability is far below the others' rounding, and the axis family's μ and Fisher against the unrolled family's."""
-import jax
 import mpmath
 import numpy as np
 import pytest
@@ -78,15 +77,6 @@ def test_axis_step_equals_the_unrolled_step(tmp_path, K):
                          data={f"c{k + 1}": c[k] for k in range(K)}, **{f"a0{k + 1}": a0[k] for k in range(K)})
     got = AXIS.step(AXIS.init(a=a), data={"c": c}, a0=a0)
     np.testing.assert_allclose(got["a"], [want[f"a{k + 1}"] for k in range(K)], rtol=1e-12, atol=0)
-
-
-@pytest.fixture
-def x64():
-    """The jax module in float64 (as the numpy one), restored afterwards."""
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
 
 
 @pytest.mark.parametrize("K", [7, 64, 256])

@@ -20,15 +20,6 @@ def module(name, target):
     return ns
 
 
-@pytest.fixture
-def x64():
-    import jax
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 @pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_a_fixed_parameter_is_a_keyword_argument_of_the_maps(target, x64):
     """chi with k = 3 degrees of freedom and scale σ: A(λ) = log Γ(k/2) − (k/2) log(−λ) − log 2, λ = −1/(2σ²)."""

@@ -74,16 +74,6 @@ def test_the_numpy_table_has_no_math_module_entry():
     assert table["erf"] == "scipy.special.erf" and table["erfc"] == "scipy.special.erfc"
 
 
-@pytest.fixture
-def x64():
-    """jax in float64 for the test (its default is float32), restored afterwards."""
-    import jax
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 def _functions_of_table(printer):
     """(sympy function class, arguments) for every function the printer's table names."""
     out = []

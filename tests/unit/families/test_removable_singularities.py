@@ -116,15 +116,6 @@ def test_torch_printers(cb):
         assert _err(torch.cat(list(ns["out"])).numpy(), w) < 1e-12
 
 
-@pytest.fixture
-def x64():
-    import jax
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 @pytest.mark.slow
 def test_jax_printer(cb, x64):
     import jax
