@@ -12,6 +12,7 @@ import yaml
 
 from blr_derive.candidates.load import recipe_from_spec
 from blr_derive.core.errors import SpecError
+from blr_derive.core.text import did_you_mean
 from blr_derive.core.io import source_label
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.core.yamlio import load_yaml_file, load_yaml_text
@@ -42,8 +43,9 @@ def resolve_input(ref: str) -> tuple[Path, str]:
     for folder, kind in ((catalog_dir(), "recipe"), (families_dir(), "family")):
         if (folder / f"{ref}.yaml").is_file():
             return folder / f"{ref}.yaml", kind
-    raise SpecError("file not found, and not the name of a catalog recipe or built-in family (see catalog/README.md "
-                    "and `blr-derive families`)", ref, None)
+    known = [p.stem for folder in (catalog_dir(), families_dir()) for p in folder.glob("*.yaml")]
+    raise SpecError("file not found, and not the name of a catalog recipe or built-in family (`blr-derive list` "
+                    "lists them)" + did_you_mean(ref, known), ref, None)
 
 
 def _one_line_yaml(value, option: str) -> str:

@@ -7,6 +7,7 @@
                                                        the derivation, step by step
     blr-derive catalog [--check]                       regenerate every catalog artifact
     blr-derive families                                list the built-in families (T, h, λ, μ)
+    blr-derive list [WORD...] [--kind recipe|family]   the catalog recipes and built-in families, one line each
     blr-derive verify RECIPE --against MODULE:OBJECT [--map OURS=YOURS]
                                                        is your optimizer the recipe's derivation? (exit 0/1)
 
@@ -31,8 +32,9 @@ from blr_derive.core.text import did_you_mean, file_safe, quote, terminal_safe
 from blr_derive.core.yamlio import read_text_file
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
 from blr_derive.cli.checks import cmd_check, cmd_verify
+from blr_derive.cli.listing import cmd_list
 
-COMMANDS = ("explain", "catalog", "families", "check", "compare", "verify")
+COMMANDS = ("list", "explain", "catalog", "families", "check", "compare", "verify")
 MAX_JOBS = 64
 
 
@@ -284,7 +286,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in COMMANDS:
-            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare,
+            cmd = {"list": cmd_list, "explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare,
                    "check": cmd_check, "verify": cmd_verify}[argv[0]]
             return cmd(argv[1:])
         return cmd_generate(argv)
