@@ -23,7 +23,7 @@ from pathlib import Path
 
 from blr_derive import __version__
 from blr_derive.codegen import TARGET_NAMES
-from blr_derive.core.io import MAX_GENERATED_BYTES, check_tree, output_problem, write_atomic
+from blr_derive.core.io import MAX_GENERATED_BYTES, command_label, check_tree, output_problem, write_atomic
 from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
 from blr_derive.core.errors import BLRError, SpecError
 from blr_derive.core.resources import catalog_dir, families_dir
@@ -112,7 +112,9 @@ def _recipe_input(args, target: str = "numpy"):
         if _from_family(args):
             raise SpecError(f"--loss, --data, --approx, --hyper, --set and --name derive from a family file; "
                             f"'{quote(args.recipe)}' is a recipe (edit its 'loss' and 'approximations')", CMDLINE)
-        return path, None
+        # a catalog name keeps the catalog's label (the header of catalog/generated/, byte for byte); a path is
+        # recorded as given, so that the header's command regenerates the module from where this one ran
+        return path, (None if args.recipe.isidentifier() else command_label(args.recipe))
     if not _from_family(args):
         words = api.suggest_options(path, target)
         ref = quote(args.recipe, 200)
