@@ -86,7 +86,7 @@ def _family_options(p):
                                                   "family's variable, e.g. '(theta - 3)**2/2'")
     g.add_argument("--data", action="append", default=[], metavar="NAME[=DECL]",
                    help="a data input of an explicit --loss (repeatable): a number by default, or declared, e.g. "
-                        "--data 'X={shape: [N, P]}' (see 'data' in the README's recipe format)")
+                        "--data 'X={shape: [N, P]}' (see 'data' in docs/recipe-format.md)")
     g.add_argument("--approx", action="append", default=[], metavar="RULE",
                    help="an approximation, in order (repeatable): a rule name (delta) or one YAML flow mapping "
                         "('ema_momentum: {rate: beta1, state: u}')")
