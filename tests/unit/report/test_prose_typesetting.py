@@ -15,3 +15,11 @@ def test_natural_to_ordinary_and_increment_steps_use_unicode_indices():
     assert "λ⁽²⁾ₜ₊₁" in md and not re.search(r"λ\^\(\d\)|_\(t\+1\)", md)
     tex = d.to_latex()
     assert r"{\lambda}{^{(}}{^{2}}{^{)}}{_{t}}{_{+}}{_{1}}" in tex and "λ" not in tex
+
+
+def test_a_rule_named_twice_is_shown_with_the_parameter_each_acts_on():
+    """Adam's approximations row said 'debias, debias'; each is labelled with its parameter."""
+    d = api.derive(api.recipe("adam"))
+    row = next(line for line in d.to_markdown().splitlines() if line.startswith("- **Approximations**"))
+    assert "debias (u), debias (s)" in row and "debias, debias" not in row
+    assert "delta, weight_decay" in row                  # a rule named once keeps its bare name
