@@ -32,7 +32,7 @@ from blr_derive.core.text import did_you_mean, file_safe, quote, terminal_safe
 from blr_derive.core.yamlio import read_text_file
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
 from blr_derive.cli.checks import cmd_check, cmd_verify
-from blr_derive.cli.listing import cmd_list
+from blr_derive.cli.names import cmd_list
 
 COMMANDS = ("list", "explain", "catalog", "families", "check", "compare", "verify")
 MAX_JOBS = 64
@@ -112,9 +112,11 @@ def _recipe_input(args, target: str = "numpy"):
         if _from_family(args):
             raise SpecError(f"--loss, --data, --approx, --hyper, --set and --name derive from a family file; "
                             f"'{quote(args.recipe)}' is a recipe (edit its 'loss' and 'approximations')", CMDLINE)
-        # a catalog name keeps the catalog's label (the header of catalog/generated/, byte for byte); a path is
-        # recorded as given, so that the header's command regenerates the module from where this one ran
-        return path, (None if args.recipe.isidentifier() else command_label(args.recipe))
+        # a catalog recipe, by name or by any path, keeps the catalog's machine-independent label (the header of
+        # catalog/generated/, byte for byte); any other path is recorded as given, so that the header's command
+        # regenerates the module from where this one ran
+        in_catalog = args.recipe.isidentifier() or _same_file(Path(path).parent, catalog_dir())
+        return path, (None if in_catalog else command_label(args.recipe))
     if not _from_family(args):
         words = api.suggest_options(path, target)
         ref = quote(args.recipe, 200)

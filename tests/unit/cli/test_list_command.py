@@ -52,7 +52,7 @@ def test_every_listed_name_resolves_to_its_kind(tmp_path, monkeypatch):
     """Every name in the list is accepted where a recipe or a family is: it resolves (from any directory) to the
     bundled file of the kind the list says."""
     from blr_derive.api import resolve_input
-    from blr_derive.cli.listing import entries
+    from blr_derive.cli.names import entries
     monkeypatch.chdir(tmp_path)
     rows = entries()
     shadowed = []
