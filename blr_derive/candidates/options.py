@@ -12,7 +12,8 @@ import yaml
 
 from blr_derive.candidates.load import recipe_from_spec
 from blr_derive.core.errors import SpecError
-from blr_derive.core.io import source_label
+from blr_derive.core.text import did_you_mean
+from blr_derive.core.io import command_label
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.core.yamlio import load_yaml_file, load_yaml_text
 from blr_derive.families.library import load_family
@@ -42,8 +43,9 @@ def resolve_input(ref: str) -> tuple[Path, str]:
     for folder, kind in ((catalog_dir(), "recipe"), (families_dir(), "family")):
         if (folder / f"{ref}.yaml").is_file():
             return folder / f"{ref}.yaml", kind
-    raise SpecError("file not found, and not the name of a catalog recipe or built-in family (see catalog/README.md "
-                    "and `blr-derive families`)", ref, None)
+    known = [p.stem for folder in (catalog_dir(), families_dir()) for p in folder.glob("*.yaml")]
+    raise SpecError("file not found, and not the name of a catalog recipe or built-in family (`blr-derive list` "
+                    "lists them)" + did_you_mean(ref, known), ref, None)
 
 
 def _one_line_yaml(value, option: str) -> str:
@@ -169,9 +171,9 @@ def options_located(origin: dict):
 
 def options_label(family_path, loss, approximations, hyperparameters, settings, name, data=()) -> str:
     """The command that regenerates a module derived from a family file (the header of generated code): a
-    built-in family by its name, a file by its name (machine-independent, like recipe files)."""
-    ref = str(family_path)
-    words = [ref if ref.isidentifier() else source_label(ref)]
+    built-in family by its name, a file by its path as the command line gave it (relative to the directory the
+    command ran in, or absolute), so that the command regenerates the module from there."""
+    words = [command_label(family_path)]
     words += [f"--name {shlex.quote(name)}"] if name else []
     words += [f"--loss {shlex.quote(loss)}"] + [f"--data {shlex.quote(d)}" for d in data]
     words += [f"--approx {shlex.quote(a)}" for a in approximations]

@@ -7,6 +7,7 @@
                                                        the derivation, step by step
     blr-derive catalog [--check]                       regenerate every catalog artifact
     blr-derive families                                list the built-in families (T, h, λ, μ)
+    blr-derive list [WORD...] [--kind recipe|family]   the catalog recipes and built-in families, one line each
     blr-derive verify RECIPE --against MODULE:OBJECT [--map OURS=YOURS]
                                                        is your optimizer the recipe's derivation? (exit 0/1)
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from blr_derive import __version__
 from blr_derive.codegen import TARGET_NAMES
-from blr_derive.core.io import MAX_GENERATED_BYTES, check_tree, output_problem, write_atomic
+from blr_derive.core.io import MAX_GENERATED_BYTES, command_label, check_tree, output_problem, write_atomic
 from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
 from blr_derive.core.errors import BLRError, SpecError
 from blr_derive.core.resources import catalog_dir, families_dir
@@ -31,8 +32,9 @@ from blr_derive.core.text import did_you_mean, file_safe, quote, terminal_safe
 from blr_derive.core.yamlio import read_text_file
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
 from blr_derive.cli.checks import cmd_check, cmd_verify
+from blr_derive.cli.names import cmd_list
 
-COMMANDS = ("explain", "catalog", "families", "check", "compare", "verify")
+COMMANDS = ("list", "explain", "catalog", "families", "check", "compare", "verify")
 MAX_JOBS = 64
 
 
@@ -84,7 +86,7 @@ def _family_options(p):
                                                   "family's variable, e.g. '(theta - 3)**2/2'")
     g.add_argument("--data", action="append", default=[], metavar="NAME[=DECL]",
                    help="a data input of an explicit --loss (repeatable): a number by default, or declared, e.g. "
-                        "--data 'X={shape: [N, P]}' (see 'data' in the README's recipe format)")
+                        "--data 'X={shape: [N, P]}' (see 'data' in docs/recipe-format.md)")
     g.add_argument("--approx", action="append", default=[], metavar="RULE",
                    help="an approximation, in order (repeatable): a rule name (delta) or one YAML flow mapping "
                         "('ema_momentum: {rate: beta1, state: u}')")
@@ -110,7 +112,11 @@ def _recipe_input(args, target: str = "numpy"):
         if _from_family(args):
             raise SpecError(f"--loss, --data, --approx, --hyper, --set and --name derive from a family file; "
                             f"'{quote(args.recipe)}' is a recipe (edit its 'loss' and 'approximations')", CMDLINE)
-        return path, None
+        # a catalog recipe, by name or by any path, keeps the catalog's machine-independent label (the header of
+        # catalog/generated/, byte for byte); any other path is recorded as given, so that the header's command
+        # regenerates the module from where this one ran
+        in_catalog = args.recipe.isidentifier() or _same_file(Path(path).parent, catalog_dir())
+        return path, (None if in_catalog else command_label(args.recipe))
     if not _from_family(args):
         words = api.suggest_options(path, target)
         ref = quote(args.recipe, 200)
@@ -284,7 +290,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in COMMANDS:
-            cmd = {"explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare,
+            cmd = {"list": cmd_list, "explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare,
                    "check": cmd_check, "verify": cmd_verify}[argv[0]]
             return cmd(argv[1:])
         return cmd_generate(argv)

@@ -33,7 +33,7 @@ def _time_limit(args):
 
 def _size_option(p):
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
-                   help="instantiate a sized recipe at this size, e.g. --size K=5 (repeatable; see 'sizes' in README)")
+                   help="instantiate a sized recipe at this size, e.g. --size K=5 (repeatable; see 'sizes' in docs/family-format.md)")
 
 
 def _sizes(items) -> dict:

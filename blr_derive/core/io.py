@@ -129,6 +129,16 @@ def write_atomic(path: Path, text: str, follow_links: bool = True):
             os.unlink(tmp)
 
 
+def command_label(ref) -> str:
+    """The recipe or family file as a command line named it, for the header's regenerate command: a name
+    (``adam``, ``gaussian_diag``) as it is, a path as given (normalized: relative to the directory the command ran
+    in when relative, absolute when absolute), so that the header's command, run where the first one was,
+    regenerates the module.  Quoted as one shell word where it needs it."""
+    ref = str(ref)
+    label = ref if ref.isidentifier() else os.path.normpath(ref)
+    return label if re.fullmatch(r"[A-Za-z0-9_./+-]+", label) else shlex.quote(label)
+
+
 def source_label(path) -> str:
     """A machine-independent label for a recipe path (for reproducible headers of generated code)."""
     p = Path(path).resolve()

@@ -92,7 +92,7 @@ def _recipe_lines(D) -> list[str]:
     return [
         f"- **Family**: `{fam.name}` — {md_text(fam.description, inline=True)}",
         f"- **Loss**: {'abstract ℓ(θ) (oracles)' if r.loss_kind == 'abstract' else '$' + derivation_tex(D, r.loss) + '$'}",
-        f"- **Approximations**: {', '.join(a.name for a in r.approximations) or 'none'}",
+        f"- **Approximations**: {', '.join(approximation_labels(r.approximations)) or 'none'}",
         f"- **Paper**: {md_text(r.paper, inline=True)}" if r.paper else "",
         "",
     ]
@@ -155,11 +155,25 @@ def family_markdown(fam) -> str:
     return "\n".join(out) + "\n"
 
 
+def approximation_labels(approximations, code: bool = False) -> list[str]:
+    """The approximations' names; a rule named more than once (Adam's two ``debias``) with the parameter each
+    acts on, ``debias (u), debias (s)``, not ``debias, debias``."""
+    names = [a.name for a in approximations]
+    out = []
+    for a in approximations:
+        label = f"`{a.name}`" if code else a.name
+        param = a.args.get("param") if isinstance(getattr(a, "args", None), dict) else None
+        if names.count(a.name) > 1 and isinstance(param, str):
+            label += f" ({md_text(param, inline=True)})"
+        out.append(label)
+    return out
+
+
 def recipe_markdown(r) -> str:
     """Family, loss, approximations and hyperparameters."""
     loss = "abstract ℓ(θ) (oracles)" if r.loss_kind == "abstract" else f"${latex(r.loss)}$"
     hyper = ", ".join(f"`{h.name}` = {md_text(repr(h.default), inline=True)}" for h in r.hyper) or "none"
-    approx = ", ".join(f"`{a.name}`" for a in r.approximations) or "none"
+    approx = ", ".join(approximation_labels(r.approximations, code=True)) or "none"
     return "\n".join([f"**Recipe `{r.name}`** — {md_text(r.title, inline=True)}", "", f"- family: `{r.family.name}`",
                       f"- loss: {loss}", f"- approximations: {approx}", f"- hyperparameters: {hyper}",
                       f"- paper: {md_text(r.paper, inline=True)}" if r.paper else ""]) + "\n"

@@ -19,6 +19,8 @@ from blr_derive.spec.hyper import DATA_KEYS, HP_KEYS
 from blr_derive.spec.kronecker import KRONECKER_KEYS
 from blr_derive.spec.mixture import MIXTURE_KEYS
 from blr_derive.spec.peer import CHECK_KEYS, PEER_KEYS, SWITCH_KEYS
+from blr_derive.spec.components import COMPONENTS_KEYS
+from blr_derive.spec.product import BLOCK_KEYS, FACTOR_KEYS, FACTORIZED_KEYS, PLATE_KEYS
 from blr_derive.spec.recipe import LOSS_KEYS, RECIPE_KEYS
 from blr_derive.spec.vocabulary import FAMILY_KEYS, PARAM_KEYS, VARIABLE_KEYS
 
@@ -115,6 +117,64 @@ FED_DOC = [
                           "posterior ∝ p_0 Π_k exp(−ℓ_k/τ); the prior is not tempered)"),
     ("description", "no", "one line of text"),
 ]
+FACTORIZED_DOC = [
+    ("name", "yes", "identifier; names the generated module's `RECIPE`"),
+    ("title", "no", "one line, carried into `explain` and the generated header"),
+    ("description", "no", "text, carried into `explain` and the generated header"),
+    ("class_name", "no", "a CamelCase name for the algorithm"),
+    ("paper", "no", "the section and equations of Khan & Rue (2023) the algorithm corresponds to"),
+    ("checked_against", "no", "what the generated code is tested against (`catalog/README.md`)"),
+    ("blocks", "yes", "the factors of the mean-field candidate q = Π_b q_b (Eq. 55), updated in the order declared: "
+                      "`NAME: {...}` (block keys below)"),
+    ("factors", "yes", "the terms of the loss, −log p(data, θ) = Σ_f factor_f: `NAME: {expression: ..., ...}` "
+                       "(factor keys below)"),
+    ("dimension", "for vector and matrix blocks", "the dimension name of vector and matrix blocks and data, e.g. "
+                                                  "`P` (one name)"),
+    ("plate", "with local blocks or per-row data", "the rows of the data set: `{index: n, data: {...}, "
+                                                   "minibatch: N}` (plate keys below)"),
+    ("components", "no", "`{index: k, size: K}`: the mixture components as an array axis of run-time length K "
+                         "(components keys below); blocks and factors with `components: true` are written for one "
+                         "generic component k"),
+    ("hyperparameters", "no", "`name: {default: ..., description: ..., type: int}` (numbers only)"),
+    ("data", "no", "global data (not per row): `NAME: {shape: [...], description: ...}`"),
+    ("sizes", "no", "size parameters of a templated recipe, `{K: {default: 3, min: 2, max: 16}}` (`--size K=4`)"),
+]
+BLOCK_DOC = [
+    ("approximations", "yes", "`[exact]`: an exponential-family block that takes the BLR step of Eqs. 58–60; "
+                              "`[delta]`: a point estimate (q = N(θ_t, I)) that jumps to its stationary point, the "
+                              "M-step of Sec. 5.2"),
+    ("family", "for `exact` blocks", "the block's family: a built-in name, a path, an inline mapping, or "
+                                     "`{name: F, K: 4}` for a sized family"),
+    ("variable", "for `delta` blocks", "`{shape: scalar|vector|matrix, symmetric: true}`, `{components: [a, b]}` "
+                                       "(several scalars) or `{simplex: true}` (a point on the simplex over the "
+                                       "components)"),
+    ("local", "no", "`true`: one copy per row of the `plate`, recomputed every step with ρ = 1 (the E-step)"),
+    ("learning_rate", "no", "ρ_b: a number, a hyperparameter or `{robbins_monro: {delay, forgetting}}` (default 1; "
+                            "local and delta blocks need 1)"),
+    ("messages", "no", "`true`: keep one natural parameter per factor as state, each smoothed with ρ "
+                       "(the message form of Eq. 60)"),
+    ("components", "no", "`true`: one copy of the block per component (needs the recipe's `components`)"),
+    ("domain", "no", "accepted for older files and not read (a block's domain is its family's)"),
+    ("description", "no", "one line of text"),
+]
+FACTOR_DOC = [
+    ("expression", "yes", "the factor: an expression of the blocks' variables, hyperparameters and data"),
+    ("plate", "no", "`true`: summed over the rows of the plate (it may name the plate's data and local blocks)"),
+    ("components", "no", "`true`: written for one generic component k and summed over the components"),
+    ("description", "no", "one line of text"),
+]
+PLATE_DOC = [
+    ("data", "yes", "the per-row data: `NAME: {shape: [...], description: ...}` (shape of one row; default scalar)"),
+    ("index", "no", "the row index's name (default `n`)"),
+    ("minibatch", "no", "a hyperparameter N, the data-set size: the plate sums over a minibatch of B rows are "
+                        "scaled by N/B (Sec. 5.3)"),
+    ("description", "no", "one line of text"),
+]
+COMPONENTS_DOC = [
+    ("size", "yes", "the size name K: the length of the component axis of the state arrays at run time"),
+    ("index", "no", "the generic component's index name (default `k`)"),
+    ("description", "no", "one line of text"),
+]
 FAMILY_DOC = [
     ("name", "yes", "identifier of the family"),
     ("description", "no", "one line of text"),
@@ -171,6 +231,15 @@ SECTIONS = [
                                                             "one weight matrix (`KRONECKER_KEYS`, "
                                                             "`blr_derive/spec/kronecker.py`; catalog `noisy_kfac`)."),
     ("Federated", FED_KEYS, FED_DOC, "`federated:` (`FED_KEYS`, `blr_derive/spec/federated.py`)."),
+    ("Factorized recipes", FACTORIZED_KEYS, FACTORIZED_DOC, "A recipe with `blocks:` and `factors:` instead of "
+                                                            "`family:` and `loss:` (`FACTORIZED_KEYS`, "
+                                                            "`blr_derive/spec/product.py`; catalog `em_gmm`, `vmp`, "
+                                                            "`svi`)."),
+    ("Blocks", BLOCK_KEYS, BLOCK_DOC, "each entry of `blocks: {NAME: {...}}` (`BLOCK_KEYS`)."),
+    ("Factors", FACTOR_KEYS, FACTOR_DOC, "each entry of `factors: {NAME: {...}}` (`FACTOR_KEYS`)."),
+    ("Plate", PLATE_KEYS, PLATE_DOC, "`plate:` of a factorized recipe (`PLATE_KEYS`)."),
+    ("Components axis", COMPONENTS_KEYS, COMPONENTS_DOC, "`components:` of a factorized recipe (`COMPONENTS_KEYS`, "
+                                                         "`blr_derive/spec/components.py`)."),
     ("Family file keys", FAMILY_KEYS, FAMILY_DOC, "A family file, or an inline `family:` mapping (`FAMILY_KEYS`, "
                                                   "`blr_derive/spec/vocabulary.py`)."),
     ("Family parameters", PARAM_KEYS, PARAM_DOC, "`parameters: {NAME: {...}}` (`PARAM_KEYS`)."),
@@ -260,7 +329,8 @@ def recipe_docs() -> str:
     head = ["# Recipe format", "",
             "<!-- Generated by `python -m blr_derive.report.recipe_docs > docs/recipes.md`; do not edit. -->", "",
             "Every key of a recipe and of a family file, and every rule with its arguments and their types. "
-            "The README's *Recipe format* and *Family file format* sections explain them with examples; "
+            "The pages [Recipe format](recipe-format.md) and [Family file format](family-format.md) explain them "
+            "with examples; "
             "`examples/05_writing_a_recipe.ipynb` writes a recipe step by step.", ""]
     return "\n".join(head + _key_sections() + _rule_sections()).rstrip("\n") + "\n"
 

@@ -17,6 +17,11 @@ from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.core.specialfns import stable_softmax
 from blr_derive.core.pretty import pretty
+
+
+def _sup(n: int) -> str:
+    """The index of the n-th natural parameter as Unicode superscripts, λ⁽²⁾ (report prose, not ASCII maths)."""
+    return "⁽" + str(n).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")) + "⁾"
 from blr_derive.families.solve import isolate_block
 from blr_derive.families.symbolic import simplify_bounded
 from blr_derive.rules.base import RULES, rule
@@ -83,15 +88,15 @@ def solve_ordinary(recipe, D, lam_new, sym):
             direct = isolate(e_new, lam_new[i], p.symbol, sym, inverse)
             steps = [(new_sym[p.symbol], direct, r"\leftarrow")]
             chosen, rule, text = direct, "natural_to_ordinary", (
-                f"Solve λ^({i + 1})_(t+1) = {pretty(e)} for {p.name}, using the parameters already updated.")
+                f"Solve λ{_sup(i + 1)}ₜ₊₁ = {pretty(e)} for {p.name}, using the parameters already updated.")
             incr = increment(e, lam_new[i], p.symbol, known_new, solved_expr, sym)
             # the increment form m + Δ (Eq. 12) unless the direct solve is shorter once expanded: passes that
             # rewrite learning rates (separate_learning_rates) then act on the step Δ, as in the peers
             direct_size = sp.count_ops(direct if is_mat(direct) else sp.expand(direct))
             if incr is not None and sp.count_ops(incr) < direct_size:
                 chosen, rule = incr, "increment_form"
-                text = (f"{p.name} enters λ^({i + 1}) linearly; writing {p.name}_(t+1) = {p.name}_t + Δ, the terms "
-                        f"of λ^({i + 1})_(t+1) that reproduce the old {p.name} cancel (as in Eq. 12 / App. D).")
+                text = (f"{p.name} enters λ{_sup(i + 1)} linearly; writing {p.name}ₜ₊₁ = {p.name}ₜ + Δ, the terms "
+                        f"of λ{_sup(i + 1)}ₜ₊₁ that reproduce the old {p.name} cancel (as in Eq. 12 / App. D).")
                 steps = [(new_sym[p.symbol], incr, r"\leftarrow")]
             D.add(rule, RULES[rule].equation, f"Update of {p.name}", text, steps)
             solved_expr[p.symbol] = tidy(chosen, fam, D, sym, new_sym)

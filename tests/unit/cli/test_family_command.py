@@ -57,9 +57,10 @@ def test_family_without_options_shows_the_options_that_derive_for_the_target(tmp
     res = run_cli(*words[1:], "-o", out, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     mod = load_module(out)
-    # the header says how to regenerate it (the file by its name, the options shell-quoted, then the target)
+    # the header says how to regenerate it (the file as the command named it, here an absolute path; the options
+    # shell-quoted, then the target)
     options = shlex.join(words[4:])
-    assert f"regenerate with `blr-derive gaussian_diag.yaml {options} --target torch`" in out.read_text()
+    assert f"regenerate with `blr-derive {fam} {options} --target torch`" in out.read_text()
 
     torch.manual_seed(0)
     target = torch.randn(7, dtype=torch.float64)

@@ -7,6 +7,8 @@ from conftest import ROOT
 from blr_derive.report import recipe_docs
 from blr_derive.report.rule_args import rule_arguments
 from blr_derive.rules.base import RULES
+from blr_derive.spec.components import COMPONENTS_KEYS
+from blr_derive.spec.product import BLOCK_KEYS, FACTOR_KEYS, FACTORIZED_KEYS, PLATE_KEYS
 from blr_derive.spec.recipe import LOSS_KEYS, RECIPE_KEYS
 from blr_derive.spec.vocabulary import FAMILY_KEYS, PARAM_KEYS
 
@@ -23,6 +25,13 @@ def test_every_key_has_a_description():
     described = {title: {k for k, _, _ in doc} for title, _, doc, _ in recipe_docs.SECTIONS}
     assert described["Recipe keys"] == RECIPE_KEYS and described["Family file keys"] == FAMILY_KEYS
     assert described["Loss"] == LOSS_KEYS and described["Family parameters"] == PARAM_KEYS
+    # the factorized recipes' keys (issue 40: blocks, factors, plate, components, dimension were undocumented)
+    assert described["Factorized recipes"] == FACTORIZED_KEYS and described["Blocks"] == BLOCK_KEYS
+    assert described["Factors"] == FACTOR_KEYS and described["Plate"] == PLATE_KEYS
+    assert described["Components axis"] == COMPONENTS_KEYS
+    text = DOC.read_text(encoding="utf-8")
+    for key in ("blocks", "factors", "plate", "components", "dimension", "local", "minibatch", "messages"):
+        assert f"| `{key}` |" in text.split("## Factorized recipes", 1)[1].split("## Family file keys", 1)[0], key
 
 
 def test_a_key_without_a_description_fails(monkeypatch):

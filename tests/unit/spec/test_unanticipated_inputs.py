@@ -242,7 +242,7 @@ def test_the_header_quotes_a_file_name_as_one_shell_word(tmp_path, capsys):
     assert run_cli([rec, "-o", out], capsys)[0] == 0
     header = out.read_text().splitlines()[1]
     command = header.split("`")[1]
-    assert shlex.split(command) == ["blr-derive", name, "--target", "numpy"]
+    assert shlex.split(command) == ["blr-derive", str(rec), "--target", "numpy"]   # as the command named it
 
 
 def test_an_update_that_is_undefined_is_a_located_error(tmp_path, capsys):

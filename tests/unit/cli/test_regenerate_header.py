@@ -1,0 +1,62 @@
+"""The generated header's 'regenerate with' command reproduces the module byte for byte when run from the
+directory the first command ran in (issue 40 item 4): a relative path stays relative to that directory, an
+absolute one stays absolute, a name stays a name.  (It recorded the file's base name: from where it ran it said
+'file not found'.)"""
+import re
+import shlex
+import shutil
+
+import pytest
+
+from conftest import ROOT
+
+from test_cli import run_cli
+
+CATALOG = ROOT / "catalog"
+
+
+def _regenerate(text):
+    command = re.search(r"^# DO NOT EDIT: regenerate with `(.*)`\.$", text, re.M).group(1)
+    words = shlex.split(command)
+    assert words[0] == "blr-derive"
+    return words[1:]
+
+
+@pytest.mark.slow
+def test_the_header_command_regenerates_from_where_it_ran(tmp_path):
+    work = tmp_path / "work"
+    (work / "recipes" / "mine").mkdir(parents=True)
+    (work / "families").mkdir()
+    shutil.copy(CATALOG / "rmsprop.yaml", work / "recipes" / "mine" / "my rms.yaml")
+    shutil.copy(ROOT / "families" / "gaussian_diag.yaml", work / "families" / "fam.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    runs = [
+        (work, ["recipes/mine/my rms.yaml", "--target", "torch"], ["recipes/mine/my rms.yaml", "--target", "torch"]),
+        (work / "recipes", ["./mine/../mine/my rms.yaml"], ["mine/my rms.yaml", "--target", "numpy"]),
+        (elsewhere, [str(work / "recipes" / "mine" / "my rms.yaml"), "--target", "jax"],
+         [str(work / "recipes" / "mine" / "my rms.yaml"), "--target", "jax"]),
+        (elsewhere, ["../work/families/fam.yaml", "--loss", "abstract", "--approx", "delta", "--approx",
+                     "squared_gradient_hessian", "--set", "state_init={s: 1.0}"],
+         ["../work/families/fam.yaml", "--loss", "abstract", "--approx", "delta", "--approx",
+          "squared_gradient_hessian", "--set", "state_init={s: 1.0}", "--target", "numpy"]),
+    ]
+    for cwd, args, recorded in runs:
+        first = run_cli(*args, cwd=cwd)
+        assert first.returncode == 0, (args, first.stderr)
+        words = _regenerate(first.stdout)
+        assert words == recorded, (args, words)
+        again = run_cli(*words, cwd=cwd)                # the header's command, where the first one ran
+        assert again.returncode == 0, (words, again.stderr)
+        assert again.stdout == first.stdout, words
+
+
+@pytest.mark.slow
+def test_catalog_artifacts_keep_the_catalog_label(tmp_path):
+    """A catalog recipe, by name or by any path, records `catalog/NAME.yaml`: the output does not depend on the
+    machine, and equals the committed artifact (whose header's command runs from the repository root)."""
+    for cwd, ref in ((tmp_path, "adam"), (ROOT, "catalog/adam.yaml"), (tmp_path, str(CATALOG / "adam.yaml"))):
+        res = run_cli(ref, "--target", "torch", cwd=cwd)
+        assert res.returncode == 0, res.stderr
+        assert _regenerate(res.stdout) == ["catalog/adam.yaml", "--target", "torch"]
+        assert res.stdout == (CATALOG / "generated" / "torch" / "adam.py").read_text(encoding="utf-8")
