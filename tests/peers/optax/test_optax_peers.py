@@ -115,6 +115,45 @@ def test_generated_equals_optax(case, prec):
     assert max_error([params], [ours[-1]]) > 1e-2          # the parameters did move
 
 
+#: optax.rmsprop with momentum applies the learning rate before its momentum trace (chain(scale_by_rms,
+#: scale_by_learning_rate, trace)), torch's RMSprop and the recipes after it (buf = momentum*buf + g/denom;
+#: p -= lr*buf): with a constant learning rate the two are equal (test_generated_equals_optax), with a schedule they
+#: are not, so these cases are compared with a scheduled run only where the learning rate is constant
+LR_INSIDE_MOMENTUM = {"rmsprop-centered-momentum", "rmsprop-optax-centered-nesterov", "rmsprop-optax-momentum"}
+SCHEDULED_PEERS = [pytest.param(p, prec, id=f"{p[0]}-{prec}", marks=pytest.mark.slow if prec == "f32" else ())
+                   for p in PEERS if p[0] not in LR_INSIDE_MOMENTUM for prec in ("f64", "f32")]
+
+
+@pytest.mark.parametrize("case,prec", SCHEDULED_PEERS)
+def test_scheduled_learning_rate_equals_optax_with_the_same_schedule(case, prec):
+    """optax's ScalarOrSchedule: the learning rate as optax.cosine_decay_schedule (or, for half the cases,
+    optax.warmup_cosine_decay_schedule) in the generated factory and in optax's optimizer, 100 steps under jit."""
+    _, recipe, kw, peer, peer_kw = case
+    mod = load_generated(recipe, "jax")
+    params, grads = problem(_dtype(prec))
+    lr = kw["lr"]
+    schedule = (optax.cosine_decay_schedule(lr, decay_steps=80, alpha=0.05) if len(recipe) % 2 else
+                optax.warmup_cosine_decay_schedule(0.0, lr, warmup_steps=10, decay_steps=90, end_value=lr / 20))
+    ours, _ = run(getattr(mod, recipe)(**{**kw, "lr": schedule}), params, grads)
+    ref, _ = run(peer(**{**peer_kw, "learning_rate": schedule}), params, grads)
+    assert max_error(ours, ref) <= TOL[prec]
+
+
+def test_rmsprop_momentum_under_a_schedule_is_torchs_not_optaxs():
+    """The difference LR_INSIDE_MOMENTUM names, measured: with momentum and a scheduled learning rate optax.rmsprop
+    accumulates lr_t-scaled steps in its trace, the generated rmsprop_optax scales the trace by the current lr_t
+    (torch's order); each equals its own formula fed step by step (test_optax_schedules.py)."""
+    mod = load_generated("rmsprop_optax", "jax")
+    params, grads = problem(jnp.float64)
+    schedule = optax.linear_schedule(0.01, 0.001, 50)
+    ours, _ = run(mod.rmsprop_optax(lr=schedule, momentum=0.9), params, grads)
+    ref, _ = run(optax.rmsprop(schedule, momentum=0.9), params, grads)
+    assert max_error(ours, ref) > 1e-3
+    ours, _ = run(mod.rmsprop_optax(lr=0.01, momentum=0.9), params, grads)
+    ref, _ = run(optax.rmsprop(0.01, momentum=0.9), params, grads)
+    assert max_error(ours, ref) <= 1e-12
+
+
 def test_inject_hyperparams_traces_the_numbers():
     """optax.inject_hyperparams: lr, eps and weight_decay become traced arrays in the jitted update (a Python
     `if` on them would fail); changing lr in the state mid-run acts as it does for optax.adamw."""
