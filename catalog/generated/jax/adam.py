@@ -100,13 +100,14 @@ def _concrete(*values):
     return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
-def _validate(lr, betas, eps, weight_decay):
+def _validate(lr, betas, eps, weight_decay, amsgrad):
     """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
     recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
     recipe makes these checks from one description (blr_derive.codegen.validation)."""
     if len(betas) != 2:
         raise ValueError("Invalid betas: " + repr(betas) + " (expected 2 values)")
     beta1, beta2 = betas
+    amsgrad = bool(amsgrad)
     if _concrete(lr) and not ((lr >= 0)):
         raise ValueError("Invalid learning rate: " + str(lr))
     if _concrete(eps) and not ((eps >= 0)):
@@ -117,6 +118,8 @@ def _validate(lr, betas, eps, weight_decay):
         raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
     if _concrete(weight_decay) and not ((weight_decay >= 0)):
         raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if not (not amsgrad):
+        raise ValueError("amsgrad=True is torch's AMSGrad (max of the raw second moment, debiased after), not optax.amsgrad (max of the debiased moment): write optax.amsgrad, or use the torch target")
 
 
 class AdamState(NamedTuple):
@@ -146,7 +149,7 @@ def adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=Fals
         raise ValueError("Invalid amsgrad: a schedule (a callable of the step count); amsgrad is a static setting, True or False, and only numbers may be schedules")
     if callable(decoupled_weight_decay):
         raise ValueError("Invalid decoupled_weight_decay: a schedule (a callable of the step count); decoupled_weight_decay is a static setting, True or False, and only numbers may be schedules")
-    _validate(lr, betas, eps, weight_decay)
+    _validate(lr, betas, eps, weight_decay, amsgrad)
     beta1, beta2 = betas
     amsgrad = bool(amsgrad)
     decoupled_weight_decay = bool(decoupled_weight_decay)

@@ -128,7 +128,7 @@ class JaxTarget:
             special=any("jax.scipy.special." in line for line in printed), used=used,
             uses_optax=step is not None or bool(scalar_states) or sampling is None or bool(numbers),
             ir=ir, factory=factory, state_class=state_class, tx_class=tx_class, hyper=_signature(ir.hyperparameters),
-            validation=validation(ir), step=step,
+            validation=validation(ir, self.name), step=step,
             states=states, host_lines=host_lines, leaf_lines=leaf_lines, leaf_args=leaf_args,
             leaf_states=[s for s in states if not s["scalar"]], scalar_states=scalar_states,
             grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls],
