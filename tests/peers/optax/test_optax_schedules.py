@@ -226,3 +226,38 @@ def test_a_constant_keeps_the_state_without_a_count():
     tx = getattr(mod, recipe)(**kw)
     params, state = jax.jit(_step_fn(tx, a, b))(params, tx.init(params), jax.random.PRNGKey(0))
     assert int(state.count) == 1
+
+
+MINE = """name: mine
+family: gaussian_diag
+loss: abstract
+learning_rate: rate
+hyperparameters:
+  rate: {default: 0.1}
+  decay: {default: [0.5], names: [rho]}
+  h0: {default: 2.0}
+state_init: {s: h0}
+approximations:
+  - delta
+  - squared_gradient_hessian
+  - separate_learning_rates: {s: 1 - rho}
+  - square_root_scaling: {param: s, eps: 1.0e-8}
+"""
+
+
+def test_a_recipe_of_ones_own_one_element_tuple_and_a_number_init_reads(tmp_path):
+    """Not a catalog recipe: a one-element tuple (decay=(rho,), which the factory unpacked as the tuple itself
+    before) and a number the initial state reads (h0, evaluated at count 0), each a schedule."""
+    from blr_derive import api
+    path = tmp_path / "mine.yaml"
+    path.write_text(MINE)
+    mod = api.derive(str(path)).compile("jax")
+    params, a, b = _problem(jnp.float64)
+    kw = dict(rate=optax.linear_schedule(0.1, 0.01, 5), decay=(optax.linear_schedule(0.5, 0.9, 5),),
+              h0=optax.linear_schedule(3.0, 1.0, 4))
+    assert float(mod.mine(**kw).init(params).s["w"][0, 0]) == 3.0
+    ours = _run_scheduled(mod.mine, kw, params, a, b)
+    ref = _run_fed(mod.mine, kw, params, a, b)
+    assert _max_error(ours, ref) <= TOL["f64"]
+    assert _max_error([params], [ours[-1]]) > 1e-2
+    assert mod.mine(decay=(0.5,)).init(params).count is None
