@@ -88,8 +88,9 @@ def _default_checks(hypers):
     return out
 
 
-def validation(ir) -> Validation:
-    """The description of the constructor checks of a recipe's optimizer (see the module docstring)."""
+def validation(ir, target=None) -> Validation:
+    """The description of the constructor checks of a recipe's optimizer (see the module docstring) in ``target``:
+    a check restricted to some targets (``targets: [jax]``) is made only by those (``target=None``: by none)."""
     hypers = list(ir.hyperparameters)
     numbers = {str(s) for h in hypers if h.kind in NUMERIC + ("tuple",) for s in h.symbols}
     peer = ir.peer.checks if ir.peer is not None else None
@@ -97,7 +98,7 @@ def validation(ir) -> Validation:
         raw = _default_checks(hypers)
     else:
         raw = [(c.condition, tuple(("text", v) if k == "text" else ("str", identifier(v)) for k, v in c.message))
-               for c in peer]
+               for c in peer if c.targets is None or target in c.targets]
     printer = CheckPrinter()
     checks, read = [], set()
     for cond, message in raw:

@@ -23,6 +23,9 @@ recipe; no template names an algorithm.
 booleans, choices); ``message`` is text whose only placeholders are ``{name}`` of a hyperparameter or tuple
 element (its value, formatted as Python's ``str``).  Messages reach generated code as escaped string data only.
 Recipes without a ``validate`` list get the default check (numeric hyperparameters are not negative).
+A check with ``targets: [jax]`` is made only by those optimizer targets: a name that means something else in a
+target's ecosystem (Adam's ``amsgrad``, torch's AMSGrad, is not ``optax.amsgrad``) refused there with a message
+that says which and what to write instead.
 
 ``switches`` lays out torch.optim's implementation switches (maximize, foreach, capturable, differentiable,
 fused) in the constructor as the peer does: ``positional`` ones follow the hyperparameters in that order,
@@ -52,7 +55,9 @@ PEER_KEYS = {"state_names", "validate", "counts_steps", "switches", "group_entri
              "sparse_gradients"}
 SWITCHES = ("maximize", "foreach", "capturable", "differentiable", "fused")
 SWITCH_KEYS = {"positional", "keyword"}
-CHECK_KEYS = {"require", "message"}
+CHECK_KEYS = {"require", "message", "targets"}
+#: the targets whose optimizers make the peer checks (spec does not import codegen: the names, not the targets)
+OPTIMIZER_TARGETS = ("torch", "triton", "jax")
 MAX_MESSAGE = 200
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
@@ -62,6 +67,7 @@ class Check:
     condition: object            # sympy Boolean over hyperparameter symbols
     message: tuple               # (("text", str) | ("value", hyperparameter or element name), ...)
     line: int | None = None
+    targets: tuple | None = None   # the optimizer targets that make the check (None: every one)
 
 
 @dataclass
@@ -171,8 +177,21 @@ def _checks(p, key, symbols, choices, names):
             cond = cond.xreplace({plain[n]: x for n, x in symbols.items() if plain[n] is not x})
         if not isinstance(cond, sp.logic.boolalg.Boolean) or (cond.is_Symbol and cond.is_real):
             raise _err(f"require must be a condition (a comparison or a boolean), got {cond}", c, "require")
-        checks.append(Check(cond, _message(c["message"], set(names), c, "message"), where(c, "require")[1]))
+        checks.append(Check(cond, _message(c["message"], set(names), c, "message"), where(c, "require")[1],
+                            _targets(c)))
     return checks
+
+
+def _targets(c):
+    """A check's ``targets``: the optimizer targets that make it (a name an optimizer means differently in a
+    target's ecosystem, refused there with a message that says what to write instead); absent: every target."""
+    if "targets" not in c:
+        return None
+    t = c["targets"]
+    if not isinstance(t, list) or not t or not all(isinstance(x, str) and x in OPTIMIZER_TARGETS for x in t):
+        raise _err(f"targets must be a non-empty list of optimizer targets ({', '.join(OPTIMIZER_TARGETS)})", c,
+                   "targets")
+    return tuple(t)
 
 
 def _group_entries(p, names):

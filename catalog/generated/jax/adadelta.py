@@ -90,8 +90,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, rho, eps, weight_decay):
@@ -110,6 +110,7 @@ def _validate(lr, rho, eps, weight_decay):
 
 class AdadeltaState(NamedTuple):
     """The state of adadelta: pytrees shaped like the parameters; None for a state the settings do not use."""
+    count: Any          # updates done so far, kept where a hyperparameter is a schedule (None otherwise)
     s: Any          # precision
     acc_delta: Any          # exponential average of the squared steps
 
@@ -120,16 +121,24 @@ def adadelta(lr=1.0, rho=0.9, eps=1e-06, weight_decay=0.0):
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 1.0): learning rate (scales the unit-corrected step)
         rho (default 0.9): EMA rate of the squared gradients and of the squared steps
         eps (default 1e-06): added inside both square roots
         weight_decay (default 0.0): prior precision delta (coupled L2)
     """
     _validate(lr, rho, eps, weight_decay)
+    _scheduled = any(callable(_v) for _v in (lr, rho, eps, weight_decay))
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, rho, eps, weight_decay))
 
     def _init(_params):
         return AdadeltaState(
+            count=jnp.zeros([], jnp.int32) if _scheduled else None,
             s=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, 0), _params),
             acc_delta=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, 0), _params),
         )
@@ -138,6 +147,7 @@ def adadelta(lr=1.0, rho=0.9, eps=1e-06, weight_decay=0.0):
         """The updates (new parameters minus parameters) and the new state."""
         if _params is None:
             raise ValueError("adadelta: update() needs the current parameters (params)")
+        lr, rho, eps, weight_decay = _hyper(_state.count)
         t_0 = 1 - rho
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _state.acc_delta), _leaves(_treedef, _updates),)
@@ -156,6 +166,7 @@ def adadelta(lr=1.0, rho=0.9, eps=1e-06, weight_decay=0.0):
         _rows = [_leaf(*_a) for _a in zip(*_columns)]
         _new = [_tree(_treedef, [_r[_i] for _r in _rows]) for _i in range(3)]
         return _new[0], AdadeltaState(
+            count=optax.safe_increment(_state.count) if _scheduled else None,
             s=_new[1],
             acc_delta=_new[2],
         )

@@ -87,8 +87,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, lr_decay, weight_decay, initial_accumulator_value, eps):
@@ -119,7 +119,8 @@ def adagrad(lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.01): learning rate of the mean
         lr_decay (default 0.0): learning-rate decay: lr/(1 + (t - 1)*lr_decay)
         weight_decay (default 0.0): prior precision delta (coupled L2)
@@ -128,7 +129,13 @@ def adagrad(lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0
     """
     _validate(lr, lr_decay, weight_decay, initial_accumulator_value, eps)
 
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, lr_decay, weight_decay, initial_accumulator_value, eps))
+
     def _init(_params):
+        lr, lr_decay, weight_decay, initial_accumulator_value, eps = _hyper(jnp.zeros([], jnp.int32))
         return AdagradState(
             count=jnp.zeros([], jnp.int32),
             s=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, initial_accumulator_value), _params),
@@ -139,6 +146,7 @@ def adagrad(lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0
         if _params is None:
             raise ValueError("adagrad: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, lr_decay, weight_decay, initial_accumulator_value, eps = _hyper(_state.count)
         lr_t = lr/(lr_decay*(t - 1) + 1)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _updates),)

@@ -83,8 +83,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, initial_accumulator_value, eps):
@@ -101,6 +101,7 @@ def _validate(lr, initial_accumulator_value, eps):
 
 class AdagradOptaxState(NamedTuple):
     """The state of adagrad_optax: pytrees shaped like the parameters; None for a state the settings do not use."""
+    count: Any          # updates done so far, kept where a hyperparameter is a schedule (None otherwise)
     s: Any          # precision
 
 
@@ -110,15 +111,24 @@ def adagrad_optax(lr=0.01, initial_accumulator_value=0.1, eps=1e-07):
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.01): learning rate of the mean
         initial_accumulator_value (default 0.1): initial value of the sum of squared gradients
         eps (default 1e-07): added to the sum inside the square root
     """
     _validate(lr, initial_accumulator_value, eps)
+    _scheduled = any(callable(_v) for _v in (lr, initial_accumulator_value, eps))
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, initial_accumulator_value, eps))
 
     def _init(_params):
+        lr, initial_accumulator_value, eps = _hyper(jnp.zeros([], jnp.int32))
         return AdagradOptaxState(
+            count=jnp.zeros([], jnp.int32) if _scheduled else None,
             s=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, initial_accumulator_value), _params),
         )
 
@@ -126,6 +136,7 @@ def adagrad_optax(lr=0.01, initial_accumulator_value=0.1, eps=1e-07):
         """The updates (new parameters minus parameters) and the new state."""
         if _params is None:
             raise ValueError("adagrad_optax: update() needs the current parameters (params)")
+        lr, initial_accumulator_value, eps = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _updates),)
 
@@ -140,6 +151,7 @@ def adagrad_optax(lr=0.01, initial_accumulator_value=0.1, eps=1e-07):
         _rows = [_leaf(*_a) for _a in zip(*_columns)]
         _new = [_tree(_treedef, [_r[_i] for _r in _rows]) for _i in range(2)]
         return _new[0], AdagradOptaxState(
+            count=optax.safe_increment(_state.count) if _scheduled else None,
             s=_new[1],
         )
 

@@ -96,17 +96,18 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
-def _validate(lr, betas, eps, weight_decay):
+def _validate(lr, betas, eps, weight_decay, amsgrad):
     """Refuse hyperparameters the recipe does not allow (ValueError): tuple lengths, integers and choices, then the
     recipe's peer checks (peer: validate) or, without them, numbers that are not negative.  Every target of the
     recipe makes these checks from one description (blr_derive.codegen.validation)."""
     if len(betas) != 2:
         raise ValueError("Invalid betas: " + repr(betas) + " (expected 2 values)")
     beta1, beta2 = betas
+    amsgrad = bool(amsgrad)
     if _concrete(lr) and not ((lr >= 0)):
         raise ValueError("Invalid learning rate: " + str(lr))
     if _concrete(eps) and not ((eps >= 0)):
@@ -117,6 +118,8 @@ def _validate(lr, betas, eps, weight_decay):
         raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
     if _concrete(weight_decay) and not ((weight_decay >= 0)):
         raise ValueError("Invalid weight_decay value: " + str(weight_decay))
+    if not (not amsgrad):
+        raise ValueError("amsgrad=True is torch's AMSGrad (max of the raw second moment, debiased after), not optax.amsgrad (max of the debiased moment): write optax.amsgrad, or use the torch target")
 
 
 class AdamState(NamedTuple):
@@ -133,7 +136,8 @@ def adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=Fals
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.001): learning rate of the mean
         betas (default (0.9, 0.999)): EMA rates of the gradient and of the scale
         eps (default 1e-08): added to the square root of the scale
@@ -141,10 +145,19 @@ def adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=Fals
         amsgrad (default False): use the running maximum of the scale
         decoupled_weight_decay (default False): shrink the mean by lr*weight_decay outside the preconditioner (AdamW, torch.optim.Adam's decoupled_weight_decay)
     """
-    _validate(lr, betas, eps, weight_decay)
+    if callable(amsgrad):
+        raise ValueError("Invalid amsgrad: a schedule (a callable of the step count); amsgrad is a static setting, True or False, and only numbers may be schedules")
+    if callable(decoupled_weight_decay):
+        raise ValueError("Invalid decoupled_weight_decay: a schedule (a callable of the step count); decoupled_weight_decay is a static setting, True or False, and only numbers may be schedules")
+    _validate(lr, betas, eps, weight_decay, amsgrad)
     beta1, beta2 = betas
     amsgrad = bool(amsgrad)
     decoupled_weight_decay = bool(decoupled_weight_decay)
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, beta1, beta2, eps, weight_decay))
 
     def _init(_params):
         return AdamState(
@@ -159,6 +172,7 @@ def adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=Fals
         if _params is None:
             raise ValueError("adam: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, beta1, beta2, eps, weight_decay = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _state.u), _leaves(_treedef, _state.s_max), _leaves(_treedef, _updates),)
 

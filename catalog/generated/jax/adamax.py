@@ -84,8 +84,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, betas, eps, weight_decay):
@@ -120,7 +120,8 @@ def adamax(lr=0.002, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0):
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.002): learning rate of the mean
         betas (default (0.9, 0.999)): EMA rate of the gradient and decay of the infinity norm
         eps (default 1e-08): added to |g| before the maximum
@@ -128,6 +129,11 @@ def adamax(lr=0.002, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0):
     """
     _validate(lr, betas, eps, weight_decay)
     beta1, beta2 = betas
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, beta1, beta2, eps, weight_decay))
 
     def _init(_params):
         return AdamaxState(
@@ -141,6 +147,7 @@ def adamax(lr=0.002, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0):
         if _params is None:
             raise ValueError("adamax: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, beta1, beta2, eps, weight_decay = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _state.u), _leaves(_treedef, _updates),)
 

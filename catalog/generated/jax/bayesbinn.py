@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 RECIPE = "bayesbinn"
 FAMILY = "bernoulli_logit"
@@ -84,8 +85,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _integral(value):
@@ -120,6 +121,7 @@ def _validate(lr, temperature, train_set_size, prior_p, momentum, mc_samples, ep
 
 class BayesBiNNState(NamedTuple):
     """The state of bayesbinn: pytrees shaped like the parameters; None for a state the settings do not use."""
+    count: Any          # updates done so far, kept where a hyperparameter is a schedule (None otherwise)
     lam: Any          # natural parameter (latent weight), P(theta = +1) = sigmoid(2*lam)
     grad_avg: Any          # exponential moving average of the gradient
     acc_ngrad: Any          # running average over the samples of this step
@@ -147,7 +149,8 @@ def bayesbinn(lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, moment
     for each sample (``mc_samples`` of them), then ``updates, state = tx.update(None, state, params)``: the
     update reads the averages accumulated since the last one and ignores its gradient argument.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.001): learning rate rho of the BLR (Eq. 52)
         temperature (default 1.0): temperature tau of the Concrete relaxation (Eq. 50)
         train_set_size (default 1.0): N: the gradient oracle returns mini-batch means (1: sums)
@@ -156,10 +159,19 @@ def bayesbinn(lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, moment
         mc_samples (default 1): relaxed samples per step
         eps (default 1e-10): floor on both factors of s where tanh saturates (0: Eq. 51 exactly)
     """
+    if callable(mc_samples):
+        raise ValueError("Invalid mc_samples: a schedule (a callable of the step count); mc_samples is a static setting, a Python int, and only numbers may be schedules")
     _validate(lr, temperature, train_set_size, prior_p, momentum, mc_samples, eps)
+    _scheduled = any(callable(_v) for _v in (lr, temperature, train_set_size, prior_p, momentum, eps))
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, temperature, train_set_size, prior_p, momentum, eps))
 
     def _init(_params):
         return BayesBiNNState(
+            count=jnp.zeros([], jnp.int32) if _scheduled else None,
             lam=jax.tree_util.tree_map(jnp.array, _params),
             grad_avg=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, 0), _params),
             acc_ngrad=jax.tree_util.tree_map(jnp.zeros_like, _params),
@@ -170,6 +182,7 @@ def bayesbinn(lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, moment
         """The updates (new parameters minus parameters) and the new state, from the samples accumulated in the state (the gradient argument is not read)."""
         if _params is None:
             raise ValueError("bayesbinn: update() needs the current parameters (params)")
+        lr, temperature, train_set_size, prior_p, momentum, eps = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.lam), _leaves(_treedef, _state.grad_avg), _leaves(_treedef, _state.acc_ngrad),)
 
@@ -183,6 +196,7 @@ def bayesbinn(lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, moment
         _rows = [_leaf(*_a) for _a in zip(*_columns)]
         _new = [_tree(_treedef, [_r[_i] for _r in _rows]) for _i in range(3)]
         return _new[0], BayesBiNNState(
+            count=optax.safe_increment(_state.count) if _scheduled else None,
             lam=_new[1],
             grad_avg=_new[2],
             acc_ngrad=jax.tree_util.tree_map(jnp.zeros_like, _state.acc_ngrad),
@@ -191,6 +205,7 @@ def bayesbinn(lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, moment
 
     def _perturb(_noise, _params, _state):
         """The sample of q for the noise ``_noise`` (a pytree like the parameters): tanh((lam + log(u/(1 - u))/2)/temperature)."""
+        lr, temperature, train_set_size, prior_p, momentum, eps = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
 
         def _theta(_param, lam, grad_avg, u):
@@ -209,6 +224,7 @@ def bayesbinn(lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, moment
     def _accumulate(_grads, _state, _noise, _params):
         """The state with one more sample: the statistics of the gradients ``_grads`` taken at the sample of the noise
         ``_noise`` added to the running averages (Welford's running mean)."""
+        lr, temperature, train_set_size, prior_p, momentum, eps = _hyper(_state.count)
         _n = _state.samples + 1
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.lam), _leaves(_treedef, _state.grad_avg), _leaves(_treedef, _noise), _leaves(_treedef, _grads), _leaves(_treedef, _state.acc_ngrad),)

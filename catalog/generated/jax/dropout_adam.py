@@ -92,8 +92,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, betas, eps, pi1):
@@ -146,7 +146,8 @@ def dropout_adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, pi1=0.5):
     for each sample (``1`` of them), then ``updates, state = tx.update(None, state, params)``: the
     update reads the averages accumulated since the last one and ignores its gradient argument.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.001): learning rate of the mean
         betas (default (0.9, 0.999)): EMA rates of the gradient and of the scale
         eps (default 1e-08): added to the square root of the scale
@@ -154,6 +155,11 @@ def dropout_adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, pi1=0.5):
     """
     _validate(lr, betas, eps, pi1)
     beta1, beta2 = betas
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, beta1, beta2, eps, pi1))
 
     def _init(_params):
         return DropoutAdamState(
@@ -170,6 +176,7 @@ def dropout_adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, pi1=0.5):
         if _params is None:
             raise ValueError("dropout_adam: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, beta1, beta2, eps, pi1 = _hyper(_state.count)
         t_0 = (1/pi1)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _state.u), _leaves(_treedef, _state.acc_g), _leaves(_treedef, _state.acc_avg_gsq),)
@@ -197,6 +204,7 @@ def dropout_adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, pi1=0.5):
 
     def _perturb(_noise, _params, _state):
         """The sample of q for the noise ``_noise`` (a pytree like the parameters): m*Heaviside(pi1 - u_mask, 0)."""
+        lr, beta1, beta2, eps, pi1 = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
 
         def _theta(m, s, u, u_mask):
@@ -215,6 +223,7 @@ def dropout_adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, pi1=0.5):
     def _accumulate(_grads, _state, _noise, _params):
         """The state with one more sample: the statistics of the gradients ``_grads`` taken at the sample of the noise
         ``_noise`` added to the running averages (Welford's running mean)."""
+        lr, beta1, beta2, eps, pi1 = _hyper(_state.count)
         _n = _state.samples + 1
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _state.u), _leaves(_treedef, _noise), _leaves(_treedef, _grads), _leaves(_treedef, _state.acc_g), _leaves(_treedef, _state.acc_avg_gsq),)

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 RECIPE = "dropout_rmsprop"
 FAMILY = "mixture_2_gaussian_diag"
@@ -85,8 +86,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, alpha, eps, pi1):
@@ -105,6 +106,7 @@ def _validate(lr, alpha, eps, pi1):
 
 class DropoutRMSpropState(NamedTuple):
     """The state of dropout_rmsprop: pytrees shaped like the parameters; None for a state the settings do not use."""
+    count: Any          # updates done so far, kept where a hyperparameter is a schedule (None otherwise)
     s: Any          # precision of component 1
     acc_g: Any          # running average over the samples of this step
     acc_avg_gsq: Any          # running average over the samples of this step
@@ -132,16 +134,24 @@ def dropout_rmsprop(lr=0.01, alpha=0.99, eps=1e-08, pi1=0.5):
     for each sample (``1`` of them), then ``updates, state = tx.update(None, state, params)``: the
     update reads the averages accumulated since the last one and ignores its gradient argument.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.01): learning rate of the mean
         alpha (default 0.99): smoothing constant of the scale
         eps (default 1e-08): added to the square root of the scale
         pi1 (default 0.5): keep probability of a weight (the slab's weight)
     """
     _validate(lr, alpha, eps, pi1)
+    _scheduled = any(callable(_v) for _v in (lr, alpha, eps, pi1))
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, alpha, eps, pi1))
 
     def _init(_params):
         return DropoutRMSpropState(
+            count=jnp.zeros([], jnp.int32) if _scheduled else None,
             s=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, 0), _params),
             acc_g=jax.tree_util.tree_map(jnp.zeros_like, _params),
             acc_avg_gsq=jax.tree_util.tree_map(jnp.zeros_like, _params),
@@ -152,6 +162,7 @@ def dropout_rmsprop(lr=0.01, alpha=0.99, eps=1e-08, pi1=0.5):
         """The updates (new parameters minus parameters) and the new state, from the samples accumulated in the state (the gradient argument is not read)."""
         if _params is None:
             raise ValueError("dropout_rmsprop: update() needs the current parameters (params)")
+        lr, alpha, eps, pi1 = _hyper(_state.count)
         t_0 = (1/pi1)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _state.acc_g), _leaves(_treedef, _state.acc_avg_gsq),)
@@ -166,6 +177,7 @@ def dropout_rmsprop(lr=0.01, alpha=0.99, eps=1e-08, pi1=0.5):
         _rows = [_leaf(*_a) for _a in zip(*_columns)]
         _new = [_tree(_treedef, [_r[_i] for _r in _rows]) for _i in range(2)]
         return _new[0], DropoutRMSpropState(
+            count=optax.safe_increment(_state.count) if _scheduled else None,
             s=_new[1],
             acc_g=jax.tree_util.tree_map(jnp.zeros_like, _state.acc_g),
             acc_avg_gsq=jax.tree_util.tree_map(jnp.zeros_like, _state.acc_avg_gsq),
@@ -174,6 +186,7 @@ def dropout_rmsprop(lr=0.01, alpha=0.99, eps=1e-08, pi1=0.5):
 
     def _perturb(_noise, _params, _state):
         """The sample of q for the noise ``_noise`` (a pytree like the parameters): m*Heaviside(pi1 - u_mask, 0)."""
+        lr, alpha, eps, pi1 = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
 
         def _theta(m, s, u_mask):
@@ -192,6 +205,7 @@ def dropout_rmsprop(lr=0.01, alpha=0.99, eps=1e-08, pi1=0.5):
     def _accumulate(_grads, _state, _noise, _params):
         """The state with one more sample: the statistics of the gradients ``_grads`` taken at the sample of the noise
         ``_noise`` added to the running averages (Welford's running mean)."""
+        lr, alpha, eps, pi1 = _hyper(_state.count)
         _n = _state.samples + 1
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _noise), _leaves(_treedef, _grads), _leaves(_treedef, _state.acc_g), _leaves(_treedef, _state.acc_avg_gsq),)

@@ -113,8 +113,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _integral(value):
@@ -183,7 +183,8 @@ def ivon(lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, 
     for each sample (``mc_samples`` of them), then ``updates, state = tx.update(None, state, params)``: the
     update reads the averages accumulated since the last one and ignores its gradient argument.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (required): learning rate of the mean
         ess (required): effective sample size N (data-set size)
         hess_init (default 1.0): initial Hessian estimate h
@@ -196,12 +197,26 @@ def ivon(lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, 
         rescale_lr (default True): multiply lr by (hess_init + weight_decay)
         debias (default True): bias-correct the gradient EMA
     """
+    if callable(mc_samples):
+        raise ValueError("Invalid mc_samples: a schedule (a callable of the step count); mc_samples is a static setting, a Python int, and only numbers may be schedules")
+    if callable(hess_approx):
+        raise ValueError("Invalid hess_approx: a schedule (a callable of the step count); hess_approx is a static setting, one of price, gradsq, and only numbers may be schedules")
+    if callable(rescale_lr):
+        raise ValueError("Invalid rescale_lr: a schedule (a callable of the step count); rescale_lr is a static setting, True or False, and only numbers may be schedules")
+    if callable(debias):
+        raise ValueError("Invalid debias: a schedule (a callable of the step count); debias is a static setting, True or False, and only numbers may be schedules")
     _validate(lr, ess, hess_init, beta1, beta2, weight_decay, mc_samples, hess_approx, clip_radius)
     hess_approx__price = hess_approx == "price"
     rescale_lr = bool(rescale_lr)
     debias = bool(debias)
 
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, ess, hess_init, beta1, beta2, weight_decay, clip_radius))
+
     def _init(_params):
+        lr, ess, hess_init, beta1, beta2, weight_decay, clip_radius = _hyper(jnp.zeros([], jnp.int32))
         return IVONState(
             count=jnp.zeros([], jnp.int32),
             h=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, hess_init), _params),
@@ -217,6 +232,7 @@ def ivon(lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, 
         if _params is None:
             raise ValueError("ivon: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, ess, hess_init, beta1, beta2, weight_decay, clip_radius = _hyper(_state.count)
         t_2 = ess*weight_decay
         t_3 = 1 - beta2
         t_4 = (1/ess)
@@ -256,6 +272,7 @@ def ivon(lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, 
 
     def _perturb(_noise, _params, _state):
         """The sample of q for the noise ``_noise`` (a pytree like the parameters): eps/sqrt(ess*(h + weight_decay)) + m."""
+        lr, ess, hess_init, beta1, beta2, weight_decay, clip_radius = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
 
         def _theta(m, h, momentum, eps):
@@ -274,6 +291,7 @@ def ivon(lr, ess, hess_init=1.0, beta1=0.9, beta2=0.99999, weight_decay=0.0001, 
     def _accumulate(_grads, _state, _noise, _params):
         """The state with one more sample: the statistics of the gradients ``_grads`` taken at the sample of the noise
         ``_noise`` added to the running averages (Welford's running mean)."""
+        lr, ess, hess_init, beta1, beta2, weight_decay, clip_radius = _hyper(_state.count)
         _n = _state.samples + 1
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.h), _leaves(_treedef, _state.momentum), _leaves(_treedef, _noise), _leaves(_treedef, _grads), _leaves(_treedef, _state.acc_g), _leaves(_treedef, _state.acc_avg_gsq), _leaves(_treedef, _state.acc_avg_nxg),)

@@ -100,8 +100,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, betas, eps, weight_decay, momentum_decay):
@@ -139,7 +139,8 @@ def nadam(lr=0.002, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, momentum_de
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.002): learning rate of the mean
         betas (default (0.9, 0.999)): EMA rates of the gradient and of the scale
         eps (default 1e-08): added to the square root of the scale
@@ -147,9 +148,16 @@ def nadam(lr=0.002, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, momentum_de
         momentum_decay (default 0.004): psi of the momentum schedule beta1*(1 - 0.96^(t*psi)/2)
         decoupled_weight_decay (default False): shrink the mean by lr*weight_decay outside the preconditioner (AdamW-style)
     """
+    if callable(decoupled_weight_decay):
+        raise ValueError("Invalid decoupled_weight_decay: a schedule (a callable of the step count); decoupled_weight_decay is a static setting, True or False, and only numbers may be schedules")
     _validate(lr, betas, eps, weight_decay, momentum_decay)
     beta1, beta2 = betas
     decoupled_weight_decay = bool(decoupled_weight_decay)
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, beta1, beta2, eps, weight_decay, momentum_decay))
 
     def _init(_params):
         return NAdamState(
@@ -164,6 +172,7 @@ def nadam(lr=0.002, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, momentum_de
         if _params is None:
             raise ValueError("nadam: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, beta1, beta2, eps, weight_decay, momentum_decay = _hyper(_state.count)
         mu_product = _state.mu_product
         mu_product_rate = beta1*(1 - 1/2*(24/25)**(momentum_decay*t))
         mu_product_rate_next = beta1*(1 - 1/2*(24/25)**(momentum_decay*(t + 1)))

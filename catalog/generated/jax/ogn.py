@@ -88,8 +88,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(ess, lr, beta, prior_precision):
@@ -108,6 +108,7 @@ def _validate(ess, lr, beta, prior_precision):
 
 class OGNState(NamedTuple):
     """The state of ogn: pytrees shaped like the parameters; None for a state the settings do not use."""
+    count: Any          # updates done so far, kept where a hyperparameter is a schedule (None otherwise)
     s: Any          # precision
 
 
@@ -120,16 +121,25 @@ def ogn(ess, lr=0.01, beta=0.01, prior_precision=1.0):
     ``update(grads, state, params, ggn=...)`` also reads (pytrees shaped like the parameters):
         ggn: mean over the mini-batch of squared per-example gradients (Gauss-Newton, Eq. 45)
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         ess (required): data-set size N
         lr (default 0.01): learning rate of the mean
         beta (default 0.01): learning rate of the precision (Eq. 36; beta = lr gives Eq. 44)
         prior_precision (default 1.0): prior precision delta of R(theta) = delta*||theta||^2/2
     """
     _validate(ess, lr, beta, prior_precision)
+    _scheduled = any(callable(_v) for _v in (ess, lr, beta, prior_precision))
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (ess, lr, beta, prior_precision))
 
     def _init(_params):
+        ess, lr, beta, prior_precision = _hyper(jnp.zeros([], jnp.int32))
         return OGNState(
+            count=jnp.zeros([], jnp.int32) if _scheduled else None,
             s=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, ess*prior_precision), _params),
         )
 
@@ -139,6 +149,7 @@ def ogn(ess, lr=0.01, beta=0.01, prior_precision=1.0):
             raise ValueError("ogn: update() needs the current parameters (params)")
         if ggn is None:
             raise ValueError("ogn: update() needs the oracle values ggn=... (a pytree like the parameters)")
+        ess, lr, beta, prior_precision = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _updates), _leaves(_treedef, ggn),)
 
@@ -154,6 +165,7 @@ def ogn(ess, lr=0.01, beta=0.01, prior_precision=1.0):
         _rows = [_leaf(*_a) for _a in zip(*_columns)]
         _new = [_tree(_treedef, [_r[_i] for _r in _rows]) for _i in range(2)]
         return _new[0], OGNState(
+            count=optax.safe_increment(_state.count) if _scheduled else None,
             s=_new[1],
         )
 

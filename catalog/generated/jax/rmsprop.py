@@ -94,8 +94,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, alpha, eps, weight_decay, momentum):
@@ -128,7 +128,8 @@ def rmsprop(lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, cent
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.01): learning rate of the mean
         alpha (default 0.99): smoothing constant of the scale
         eps (default 1e-08): added to the square root of the scale
@@ -136,8 +137,15 @@ def rmsprop(lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, cent
         momentum (default 0.0): heavy-ball momentum
         centered (default False): precondition with the gradient variance
     """
+    if callable(centered):
+        raise ValueError("Invalid centered: a schedule (a callable of the step count); centered is a static setting, True or False, and only numbers may be schedules")
     _validate(lr, alpha, eps, weight_decay, momentum)
     centered = bool(centered)
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, alpha, eps, weight_decay, momentum))
 
     def _init(_params):
         return RMSpropState(
@@ -152,6 +160,7 @@ def rmsprop(lr=0.01, alpha=0.99, eps=1e-08, weight_decay=0.0, momentum=0.0, cent
         if _params is None:
             raise ValueError("rmsprop: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, alpha, eps, weight_decay, momentum = _hyper(_state.count)
         t_0 = 1 - alpha
         t_1 = (momentum > 0)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)

@@ -95,8 +95,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, decay, eps, initial_scale, momentum):
@@ -129,7 +129,8 @@ def rmsprop_optax(lr=0.01, decay=0.9, eps=1e-08, initial_scale=0.0, centered=Fal
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.01): learning rate of the mean
         decay (default 0.9): EMA rate of the scale
         eps (default 1e-08): added to the scale inside the square root
@@ -138,11 +139,21 @@ def rmsprop_optax(lr=0.01, decay=0.9, eps=1e-08, initial_scale=0.0, centered=Fal
         momentum (default 0.0): heavy-ball momentum (optax's momentum=None is 0)
         nesterov (default False): Nesterov momentum
     """
+    if callable(centered):
+        raise ValueError("Invalid centered: a schedule (a callable of the step count); centered is a static setting, True or False, and only numbers may be schedules")
+    if callable(nesterov):
+        raise ValueError("Invalid nesterov: a schedule (a callable of the step count); nesterov is a static setting, True or False, and only numbers may be schedules")
     _validate(lr, decay, eps, initial_scale, momentum)
     centered = bool(centered)
     nesterov = bool(nesterov)
 
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, decay, eps, initial_scale, momentum))
+
     def _init(_params):
+        lr, decay, eps, initial_scale, momentum = _hyper(jnp.zeros([], jnp.int32))
         return RMSpropOptaxState(
             count=jnp.zeros([], jnp.int32),
             s=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, initial_scale), _params),
@@ -155,6 +166,7 @@ def rmsprop_optax(lr=0.01, decay=0.9, eps=1e-08, initial_scale=0.0, centered=Fal
         if _params is None:
             raise ValueError("rmsprop_optax: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, decay, eps, initial_scale, momentum = _hyper(_state.count)
         t_0 = 1 - decay
         t_1 = (momentum > 0)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)

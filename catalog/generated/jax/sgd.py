@@ -83,8 +83,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr, momentum, dampening, weight_decay, nesterov):
@@ -114,15 +114,23 @@ def sgd(lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)
     The parameters are the mean `m` of the candidate distribution; the rest of its state lives in the
     optimizer state, and ``update`` returns the updates (new mean minus mean) for ``optax.apply_updates``.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.001): learning rate
         momentum (default 0.0): heavy-ball momentum
         dampening (default 0.0): dampening of the momentum buffer
         weight_decay (default 0.0): prior precision delta (coupled L2)
         nesterov (default False): Nesterov momentum
     """
+    if callable(nesterov):
+        raise ValueError("Invalid nesterov: a schedule (a callable of the step count); nesterov is a static setting, True or False, and only numbers may be schedules")
     _validate(lr, momentum, dampening, weight_decay, nesterov)
     nesterov = bool(nesterov)
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr, momentum, dampening, weight_decay))
 
     def _init(_params):
         return SGDState(
@@ -135,6 +143,7 @@ def sgd(lr=0.001, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)
         if _params is None:
             raise ValueError("sgd: update() needs the current parameters (params)")
         t = optax.safe_increment(_state.count)
+        lr, momentum, dampening, weight_decay = _hyper(_state.count)
         t_0 = (momentum != 0)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.momentum_buffer), _leaves(_treedef, _updates),)

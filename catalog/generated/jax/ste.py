@@ -73,8 +73,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _validate(lr):
@@ -87,6 +87,7 @@ def _validate(lr):
 
 class STEState(NamedTuple):
     """The state of ste: pytrees shaped like the parameters; None for a state the settings do not use."""
+    count: Any          # updates done so far, kept where a hyperparameter is a schedule (None otherwise)
     lam: Any          # natural parameter (latent weight), P(theta = +1) = sigmoid(2*lam)
 
 
@@ -96,13 +97,21 @@ def ste(lr=0.01):
     The parameters hold `binary(lam)` of the candidate's state, which lives in the optimizer state; ``update``
     returns the change of what they hold.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         lr (default 0.01): learning rate alpha of Eq. 48
     """
     _validate(lr)
+    _scheduled = any(callable(_v) for _v in (lr,))
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (lr,))
 
     def _init(_params):
         return STEState(
+            count=jnp.zeros([], jnp.int32) if _scheduled else None,
             lam=jax.tree_util.tree_map(jnp.array, _params),
         )
 
@@ -110,6 +119,7 @@ def ste(lr=0.01):
         """The updates (new parameters minus parameters) and the new state."""
         if _params is None:
             raise ValueError("ste: update() needs the current parameters (params)")
+        lr, = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.lam), _leaves(_treedef, _updates),)
 
@@ -121,6 +131,7 @@ def ste(lr=0.01):
         _rows = [_leaf(*_a) for _a in zip(*_columns)]
         _new = [_tree(_treedef, [_r[_i] for _r in _rows]) for _i in range(2)]
         return _new[0], STEState(
+            count=optax.safe_increment(_state.count) if _scheduled else None,
             lam=_new[1],
         )
 

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 RECIPE = "vogn"
 FAMILY = "gaussian_diag"
@@ -90,8 +91,8 @@ def _tree(treedef, leaves):
 
 def _concrete(*values):
     """Whether the hyperparameters have values to check in Python (not traced by jax.jit or inside a compiled
-    optax.inject_hyperparams update)."""
-    return not any(isinstance(v, jax.core.Tracer) for v in values)
+    optax.inject_hyperparams update, and not schedules: callables of the step count, whose values the update reads)."""
+    return not any(isinstance(v, jax.core.Tracer) or callable(v) for v in values)
 
 
 def _integral(value):
@@ -122,6 +123,7 @@ def _validate(ess, lr, beta, prior_precision, mc_samples):
 
 class VOGNState(NamedTuple):
     """The state of vogn: pytrees shaped like the parameters; None for a state the settings do not use."""
+    count: Any          # updates done so far, kept where a hyperparameter is a schedule (None otherwise)
     s: Any          # precision
     acc_g: Any          # running average over the samples of this step
     acc_avg_ggn: Any          # running average over the samples of this step
@@ -149,17 +151,28 @@ def vogn(ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1):
     for each sample (``mc_samples`` of them), then ``updates, state = tx.update(None, state, params)``: the
     update reads the averages accumulated since the last one and ignores its gradient argument.
 
-    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams):
+    Hyperparameters (booleans and choices are static; numbers may be traced, e.g. by optax.inject_hyperparams, or
+    schedules as optax's ScalarOrSchedule: a callable of the step count, read at the count of updates done so far):
         ess (required): data-set size N
         lr (default 0.01): learning rate of the mean
         beta (default 0.01): learning rate of the precision
         prior_precision (default 1.0): prior precision delta
         mc_samples (default 1): samples of q per step
     """
+    if callable(mc_samples):
+        raise ValueError("Invalid mc_samples: a schedule (a callable of the step count); mc_samples is a static setting, a Python int, and only numbers may be schedules")
     _validate(ess, lr, beta, prior_precision, mc_samples)
+    _scheduled = any(callable(_v) for _v in (ess, lr, beta, prior_precision))
+
+    def _hyper(_count):
+        """The numbers at the step count ``_count`` (updates done so far): a schedule evaluated there, as optax's
+        scale_by_learning_rate and inject_hyperparams do, a number as given."""
+        return tuple(_v(_count) if callable(_v) else _v for _v in (ess, lr, beta, prior_precision))
 
     def _init(_params):
+        ess, lr, beta, prior_precision = _hyper(jnp.zeros([], jnp.int32))
         return VOGNState(
+            count=jnp.zeros([], jnp.int32) if _scheduled else None,
             s=jax.tree_util.tree_map(lambda _p: jnp.full_like(_p, ess*prior_precision), _params),
             acc_g=jax.tree_util.tree_map(jnp.zeros_like, _params),
             acc_avg_ggn=jax.tree_util.tree_map(jnp.zeros_like, _params),
@@ -170,6 +183,7 @@ def vogn(ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1):
         """The updates (new parameters minus parameters) and the new state, from the samples accumulated in the state (the gradient argument is not read)."""
         if _params is None:
             raise ValueError("vogn: update() needs the current parameters (params)")
+        ess, lr, beta, prior_precision = _hyper(_state.count)
         _flat, _treedef = jax.tree_util.tree_flatten(_params)
         _columns = (_flat, _leaves(_treedef, _state.s), _leaves(_treedef, _state.acc_g), _leaves(_treedef, _state.acc_avg_ggn),)
 
@@ -185,6 +199,7 @@ def vogn(ess, lr=0.01, beta=0.01, prior_precision=1.0, mc_samples=1):
         _rows = [_leaf(*_a) for _a in zip(*_columns)]
         _new = [_tree(_treedef, [_r[_i] for _r in _rows]) for _i in range(2)]
         return _new[0], VOGNState(
+            count=optax.safe_increment(_state.count) if _scheduled else None,
             s=_new[1],
             acc_g=jax.tree_util.tree_map(jnp.zeros_like, _state.acc_g),
             acc_avg_ggn=jax.tree_util.tree_map(jnp.zeros_like, _state.acc_avg_ggn),

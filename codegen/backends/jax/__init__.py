@@ -118,17 +118,24 @@ class JaxTarget:
         used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(printed)))
         step = None if ir.step_symbol is None else identifier(str(ir.step_symbol))
         scalar_states = [s for s in states if s["scalar"]]
+        numbers = _numbers(ir.hyperparameters)
+        reads = {
+            "init": _reading(numbers, [s["init"] for s in states]),
+            "update": _reading(numbers, host_lines + leaf_lines),
+            "sample": _reading(numbers, [sampling["theta_line"]] + [s["value"] for s in stats] if sampling else []),
+        }
         return render(self.env, self.template, TransformationContext(
             special=any("jax.scipy.special." in line for line in printed), used=used,
-            uses_optax=step is not None or bool(scalar_states) or sampling is None,
+            uses_optax=step is not None or bool(scalar_states) or sampling is None or bool(numbers),
             ir=ir, factory=factory, state_class=state_class, tx_class=tx_class, hyper=_signature(ir.hyperparameters),
-            validation=validation(ir), step=step,
+            validation=validation(ir, self.name), step=step,
             states=states, host_lines=host_lines, leaf_lines=leaf_lines, leaf_args=leaf_args,
             leaf_states=[s for s in states if not s["scalar"]], scalar_states=scalar_states,
             grads=[(str(c.symbol), c.oracle) for c in ir.oracle_calls],
             other_oracles=[(o, d) for o, d in ir.oracles if o != "grad"],
             stat_inputs=[(str(a), f"acc_{a}") for a in plan.stats_in], sampling=sampling, stats=stats,
             mean=plan.mean, point=None if plan.mean is not None else sp.sstr(plan.parameter),
+            numbers=numbers, reads=reads,
         ))
 
     @staticmethod
@@ -274,6 +281,25 @@ def _refuse_class_clash(ir, factory, classes):
             raise UnsupportedTarget(f"recipe '{ir.recipe}': the jax target defines the classes {' and '.join(classes)} "
                                     f"(from class_name '{ir.class_name}'); rename {', '.join(clash)} or set another "
                                     "class_name", key)
+
+
+def _numbers(hyperparameters) -> list[str]:
+    """The names the factory binds to numbers it may be given as schedules (optax's ScalarOrSchedule: a callable of
+    the step count): each float hyperparameter and each element of a tuple of numbers.  Booleans, choices and
+    integers (sample counts) are static settings, never schedules."""
+    out: list[str] = []
+    for h in hyperparameters:
+        if h.kind == "float":
+            out.append(identifier(h.name))
+        elif h.kind == "tuple":
+            out += [identifier(str(s)) for s in h.symbols]
+    return out
+
+
+def _reading(numbers, lines) -> list[str]:
+    """The numbers of ``numbers`` that the printed ``lines`` read (a function evaluates their schedules)."""
+    names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(lines)))
+    return [n for n in numbers if n in names]
 
 
 def _signature(hyperparameters) -> Signature:

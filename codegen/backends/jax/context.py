@@ -73,6 +73,8 @@ class TransformationContext:
     stats: list[StatView]
     mean: str | None
     point: str | None                          # what the parameter holds, as text
+    numbers: list[str]                         # the names bound to numbers, each a number or a schedule
+    reads: dict[str, list[str]]                # init, update, sample -> the numbers that function reads
 
 
 class FunctionsSamplingView(TypedDict):

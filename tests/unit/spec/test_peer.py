@@ -93,6 +93,9 @@ def test_old_checkpoints_with_the_recipes_own_state_names_load(tmp_path):
     ("peer:\n  validate:\n    - {require: 'lr > 0', message: 'a } b'}", 12, "braces"),
     ("peer:\n  validate:\n    - {require: 'lr > 0', message: \"a \\x00 b\"}", 12, "control characters"),
     ("peer:\n  validate:\n    - {require: '__import__(\"os\")', message: m}", 12, "__import__"),
+    ("peer:\n  validate:\n    - {require: 'lr > 0', message: m, targets: [numpy]}", 12, "targets must be"),
+    ("peer:\n  validate:\n    - {require: 'lr > 0', message: m, targets: jax}", 12, "targets must be"),
+    ("peer:\n  validate:\n    - {require: 'lr > 0', message: m, targets: []}", 12, "targets must be"),
     ("peer:\n  switches: [foreach]", 11, "switches must be a mapping"),
     ("peer:\n  switches: {positional: [turbo]}", 11, "'turbo' is not a switch"),
     ("peer:\n  switches: {positional: [foreach], keyword: [foreach]}", 11, "listed twice"),
@@ -106,7 +109,8 @@ def test_old_checkpoints_with_the_recipes_own_state_names_load(tmp_path):
      "missing required key 'message'"),
 ], ids=["not_mapping", "unknown_key", "unknown_state", "duplicate", "step", "not_a_name", "counts_not_bool",
         "validate_not_list", "no_message", "not_condition", "unknown_symbol", "unknown_placeholder",
-        "attribute_placeholder", "stray_brace", "control_char", "code", "switches_list", "unknown_switch",
+        "attribute_placeholder", "stray_brace", "control_char", "code", "targets_numpy", "targets_not_list",
+        "targets_empty", "switches_list", "unknown_switch",
         "switch_twice", "switch_key", "entry_clash", "entry_text", "entry_name", "eager_not_bool",
         "densify_false", "sparse_check"])
 def test_bad_peer_sections_are_located_errors(tmp_path, peer, line, message):
@@ -115,6 +119,24 @@ def test_bad_peer_sections_are_located_errors(tmp_path, peer, line, message):
     with pytest.raises(SpecError, match=message) as exc:
         build_ir(derive(load_recipe(p)), "bad.yaml")       # state names are checked against the update's state
     assert (exc.value.file, exc.value.line) == (str(p), line)
+
+
+def test_a_check_with_targets_is_made_by_those_targets_only(tmp_path):
+    """`targets: [jax]`: a setting refused by the jax factory (a name optax reads otherwise) and accepted by the
+    torch optimizer; the untargeted checks stay in both."""
+    mod = _module(tmp_path, GOOD + """
+    - {require: "not flag", targets: [jax], message: "flag means something else in optax: use the torch target"}""")
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
+    mod.Peered([w], flag=True)
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        mod.Peered([w], lr=-1.0)
+    p = tmp_path / "peered.yaml"
+    jax_mod = api.derive(str(p)).compile("jax")
+    jax_mod.peered(flag=False)
+    with pytest.raises(ValueError, match="^flag means something else in optax: use the torch target$"):
+        jax_mod.peered(flag=True)
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        jax_mod.peered(lr=-1.0)
 
 
 LAYOUT = """peer:
