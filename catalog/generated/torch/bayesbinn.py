@@ -149,6 +149,26 @@ def _sub(values, index):
     return values if index is None or values is None else [values[i] for i in index]
 
 
+def _keep_low_state(opt, state_dict, renamed):
+    """After torch.optim.Optimizer.load_state_dict: the floating state of every float16/bfloat16 parameter back
+    in the dtype its arithmetic runs in (float32, see _work), from the checkpoint's own values.  torch casts
+    state to the parameter's dtype (_process_value_according_to_param_policy), which rounds a float32 state
+    to the parameter's 8 or 11 bits and makes the next step mix dtypes; a state torch.optim keeps in the
+    parameter's dtype is widened to float32 exactly; a per-tensor number keeps the dtype it was saved in."""
+    saved = [_i for g in state_dict["param_groups"] for _i in g["params"]]
+    params = [_p for g in opt.param_groups for _p in g["params"]]
+    for _i, _p in zip(saved, params):
+        st = opt.state.get(_p)
+        if _p.dtype not in _LOW or not isinstance(st, dict):
+            continue
+        for name, value in state_dict["state"].get(_i, {}).items():
+            key = name if name in st else renamed.get(name)
+            if name == "step" or key not in st or not torch.is_tensor(value) or not value.is_floating_point():
+                continue
+            value = value.to_dense() if value.is_sparse else value
+            st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
+
+
 def _no_sparse(params, name):
     for p in params:
         if p.grad is not None and p.grad.is_sparse:
@@ -445,6 +465,12 @@ class BayesBiNN(torch.optim.Optimizer):
                     st[new] = st.pop(old)
             if "step" in st and not torch.is_tensor(st["step"]):
                 st["step"] = torch.tensor(float(st["step"]))
+
+    def load_state_dict(self, state_dict):
+        """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a
+        float16/bfloat16 parameter stays float32 (torch would cast it to the parameter's dtype)."""
+        super().load_state_dict(state_dict)
+        _keep_low_state(self, state_dict, _RENAMED)
 
     @torch.no_grad()
     def step(self, closure=None):

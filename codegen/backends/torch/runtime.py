@@ -192,6 +192,40 @@ def _oracle(params, read, name):
     return values
 
 
+#: a stand-in for the module's own table (state key -> the key the optimizer stores it under; never copied)
+_RENAMED: dict = {}
+
+
+def _keep_low_state(opt, state_dict, renamed):
+    """After torch.optim.Optimizer.load_state_dict: the floating state of every float16/bfloat16 parameter back
+    in the dtype its arithmetic runs in (float32, see _work), from the checkpoint's own values.  torch casts
+    state to the parameter's dtype (_process_value_according_to_param_policy), which rounds a float32 state
+    to the parameter's 8 or 11 bits and makes the next step mix dtypes; a state torch.optim keeps in the
+    parameter's dtype is widened to float32 exactly; a per-tensor number keeps the dtype it was saved in."""
+    saved = [_i for g in state_dict["param_groups"] for _i in g["params"]]
+    params = [_p for g in opt.param_groups for _p in g["params"]]
+    for _i, _p in zip(saved, params):
+        st = opt.state.get(_p)
+        if _p.dtype not in _LOW or not isinstance(st, dict):
+            continue
+        for name, value in state_dict["state"].get(_i, {}).items():
+            key = name if name in st else renamed.get(name)
+            if name == "step" or key not in st or not torch.is_tensor(value) or not value.is_floating_point():
+                continue
+            value = value.to_dense() if value.is_sparse else value
+            st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
+
+
+class _Methods(torch.optim.Optimizer):
+    """Methods every generated torch optimizer class has, copied into it (``_Methods.name``); never used here."""
+
+    def load_state_dict(self, state_dict):
+        """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a
+        float16/bfloat16 parameter stays float32 (torch would cast it to the parameter's dtype)."""
+        super().load_state_dict(state_dict)
+        _keep_low_state(self, state_dict, _RENAMED)
+
+
 def _kernel(*arrays):
     """A stand-in for the kernel a generated module renders from its update (never copied)."""
     raise NotImplementedError
