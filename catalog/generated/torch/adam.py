@@ -406,12 +406,9 @@ class Adam(torch.optim.Optimizer):
                 _done.extend(_ks)
             _copy_back(_pr, m)
             return
-        if decoupled_weight_decay or (weight_decay != 0):
-            _f1 = torch._foreach_mul(m, weight_decay)
-            t_0 = _f1
         if not decoupled_weight_decay and (weight_decay != 0):
-            _f2 = torch._foreach_add(_f1, g)
-            g_wd = _f2
+            _f1 = torch._foreach_add(g, m, alpha=weight_decay)
+            g_wd = _f1
         else:
             g_wd = g
         torch._foreach_lerp_(u, g_wd, 1 - beta1)
@@ -429,16 +426,24 @@ class Adam(torch.optim.Optimizer):
         else:
             s_used = s
         if decoupled_weight_decay:
-            torch._foreach_add_(m, _f1, alpha=-lr)
-            _f3 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
-            torch._foreach_sqrt_(_f3)
+            torch._foreach_mul_(m, -lr*weight_decay + 1)
+            if 1 - beta2**t > 0:
+                _f2 = torch._foreach_sqrt(s_used)
+                torch._foreach_div_(_f2, math.sqrt(1 - beta2**t))
+            else:
+                _f2 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
+                torch._foreach_sqrt_(_f2)
+            torch._foreach_add_(_f2, eps)
+            torch._foreach_addcdiv_(m, u, _f2, value=-lr/(1 - beta1**t))
+        else:
+            if 1 - beta2**t > 0:
+                _f3 = torch._foreach_sqrt(s_used)
+                torch._foreach_div_(_f3, math.sqrt(1 - beta2**t))
+            else:
+                _f3 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
+                torch._foreach_sqrt_(_f3)
             torch._foreach_add_(_f3, eps)
             torch._foreach_addcdiv_(m, u, _f3, value=-lr/(1 - beta1**t))
-        else:
-            _f4 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
-            torch._foreach_sqrt_(_f4)
-            torch._foreach_add_(_f4, eps)
-            torch._foreach_addcdiv_(m, u, _f4, value=-lr/(1 - beta1**t))
         m_new = m
         if u_new is not u:
             _foreach_copy(u, u_new)

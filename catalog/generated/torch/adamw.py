@@ -414,8 +414,12 @@ class AdamW(torch.optim.Optimizer):
         else:
             s_used = s
         torch._foreach_mul_(m, -lr*weight_decay + 1)
-        _f1 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
-        torch._foreach_sqrt_(_f1)
+        if 1 - beta2**t > 0:
+            _f1 = torch._foreach_sqrt(s_used)
+            torch._foreach_div_(_f1, math.sqrt(1 - beta2**t))
+        else:
+            _f1 = torch._foreach_mul(s_used, 1/(1 - beta2**t))
+            torch._foreach_sqrt_(_f1)
         torch._foreach_add_(_f1, eps)
         torch._foreach_addcdiv_(m, u, _f1, value=-lr/(1 - beta1**t))
         m_new = m

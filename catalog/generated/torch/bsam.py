@@ -619,37 +619,36 @@ class BSAM(torch.optim.Optimizer):
         _f2 = torch._foreach_mul(s_ex, ess)
         t_1 = _f2
         t_2 = 1/ess
-        _f3 = torch._foreach_mul(gm, beta1)
-        t_3 = _f3
         t_4 = beta1 - 1
         if (wdecay != 0):
             g_wd = _f1
         else:
             g_wd = g_adv
-        _f4 = torch._foreach_add(_f3, g_wd, alpha=-t_4)
-        _foreach_copy(gm, _f4)
-        gm_new = gm
-        _f6 = torch._foreach_mul(_f2, -1)
-        _f7 = torch._foreach_sqrt(_f2)
-        _f8 = torch._foreach_mul(avg_absg, _f7)
-        torch._foreach_mul_(_f8, math.sqrt(t_2))
-        torch._foreach_add_(_f8, damping + wdecay)
-        torch._foreach_add_(_f6, _f8, alpha=ess)
-        _f5 = torch._foreach_add(_f2, _f6, alpha=1 - beta2)
-        torch._foreach_mul_(_f5, t_2)
-        s_ex_new = _f5
+        _f3 = torch._foreach_mul(gm, beta1)
+        torch._foreach_add_(_f3, g_wd, alpha=-t_4)
+        gm_new = _f3
+        _f5 = torch._foreach_mul(_f2, -1)
+        _f6 = torch._foreach_sqrt(_f2)
+        _f7 = torch._foreach_mul(avg_absg, _f6)
+        torch._foreach_mul_(_f7, math.sqrt(t_2))
+        torch._foreach_add_(_f7, damping + wdecay)
+        torch._foreach_add_(_f5, _f7, alpha=ess)
+        _f4 = torch._foreach_add(_f2, _f5, alpha=1 - beta2)
+        torch._foreach_mul_(_f4, t_2)
+        s_ex_new = _f4
         if (wdecay > 0) or (wdecay < 0):
-            _f10 = torch._foreach_add(_f3, _f1, alpha=-t_4)
-            torch._foreach_div_(_f10, s_ex)
-            torch._foreach_mul_(_f10, -1)
-            _f9 = _f10
+            _f9 = torch._foreach_mul(gm, beta1)
+            torch._foreach_add_(_f9, _f1, alpha=-t_4)
+            torch._foreach_div_(_f9, s_ex)
+            torch._foreach_mul_(_f9, -1)
+            _f8 = _f9
         else:
-            _f11 = torch._foreach_mul(_f3, -1)
-            torch._foreach_add_(_f11, g_adv, alpha=-1)
-            torch._foreach_add_(_f11, g_adv, alpha=beta1)
-            torch._foreach_div_(_f11, s_ex)
-            _f9 = _f11
-        torch._foreach_add_(m, _f9, alpha=lr)
+            _f10 = torch._foreach_mul(g_adv, -1)
+            torch._foreach_add_(_f10, g_adv, alpha=beta1)
+            torch._foreach_add_(_f10, gm, alpha=-beta1)
+            torch._foreach_div_(_f10, s_ex)
+            _f8 = _f10
+        torch._foreach_add_(m, _f8, alpha=lr)
         m_new = m
         if gm_new is not gm:
             _foreach_copy(gm, gm_new)

@@ -432,12 +432,9 @@ class NAdam(torch.optim.Optimizer):
             _copy_back(_pr, m)
             _set_host_value(states, "mu_product", mu_product_new)
             return
-        if decoupled_weight_decay or (weight_decay != 0):
-            _f1 = torch._foreach_mul(m, weight_decay)
-            t_0 = _f1
         if not decoupled_weight_decay and (weight_decay != 0):
-            _f2 = torch._foreach_add(_f1, g)
-            g_wd = _f2
+            _f1 = torch._foreach_add(g, m, alpha=weight_decay)
+            g_wd = _f1
         else:
             g_wd = g
         mu_product_rate = beta1*(1 - 1/2*(24/25)**(momentum_decay*t))
@@ -449,20 +446,28 @@ class NAdam(torch.optim.Optimizer):
         torch._foreach_addcmul_(s, g_wd, g_wd, value=1 - beta2)
         s_new = s
         if decoupled_weight_decay:
-            torch._foreach_add_(m, _f1, alpha=-lr)
-            _f3 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
-            torch._foreach_add_(_f3, u, alpha=mu_product_rate_next/(1 - mu_product_next))
-            _f4 = torch._foreach_mul(s, 1/(1 - beta2**t))
-            torch._foreach_sqrt_(_f4)
-            torch._foreach_add_(_f4, eps)
-            torch._foreach_addcdiv_(m, _f3, _f4, value=-lr)
+            torch._foreach_mul_(m, -lr*weight_decay + 1)
+            _f2 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
+            torch._foreach_add_(_f2, u, alpha=mu_product_rate_next/(1 - mu_product_next))
+            if 1 - beta2**t > 0:
+                _f3 = torch._foreach_sqrt(s)
+                torch._foreach_div_(_f3, math.sqrt(1 - beta2**t))
+            else:
+                _f3 = torch._foreach_mul(s, 1/(1 - beta2**t))
+                torch._foreach_sqrt_(_f3)
+            torch._foreach_add_(_f3, eps)
+            torch._foreach_addcdiv_(m, _f2, _f3, value=-lr)
         else:
-            _f5 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
-            torch._foreach_add_(_f5, u, alpha=mu_product_rate_next/(1 - mu_product_next))
-            _f6 = torch._foreach_mul(s, 1/(1 - beta2**t))
-            torch._foreach_sqrt_(_f6)
-            torch._foreach_add_(_f6, eps)
-            torch._foreach_addcdiv_(m, _f5, _f6, value=-lr)
+            _f4 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
+            torch._foreach_add_(_f4, u, alpha=mu_product_rate_next/(1 - mu_product_next))
+            if 1 - beta2**t > 0:
+                _f5 = torch._foreach_sqrt(s)
+                torch._foreach_div_(_f5, math.sqrt(1 - beta2**t))
+            else:
+                _f5 = torch._foreach_mul(s, 1/(1 - beta2**t))
+                torch._foreach_sqrt_(_f5)
+            torch._foreach_add_(_f5, eps)
+            torch._foreach_addcdiv_(m, _f4, _f5, value=-lr)
         m_new = m
         if u_new is not u:
             _foreach_copy(u, u_new)

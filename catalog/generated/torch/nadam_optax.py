@@ -378,18 +378,19 @@ class NAdamOptax(torch.optim.Optimizer):
                 _done.extend(_ks)
             _copy_back(_pr, m)
             return
-        _f1 = torch._foreach_mul(g, 1 - b1)
-        t_0 = _f1
-        torch._foreach_mul_(u, b1)
-        torch._foreach_add_(u, _f1)
+        torch._foreach_lerp_(u, g, 1 - b1)
         u_new = u
         torch._foreach_mul_(s, b2)
         torch._foreach_addcmul_(s, g, g, value=1 - b2)
         s_new = s
-        torch._foreach_mul_(_f1, 1/(1 - b1**t))
-        torch._foreach_add_(_f1, u, alpha=b1/(1 - b1**(t + 1)))
-        _f2 = torch._foreach_mul(s, 1/(1 - b2**t))
-        torch._foreach_sqrt_(_f2)
+        _f1 = torch._foreach_mul(u, b1/(1 - b1**(t + 1)))
+        torch._foreach_add_(_f1, g, alpha=(1 - b1)/(1 - b1**t))
+        if 1 - b2**t > 0:
+            _f2 = torch._foreach_sqrt(s)
+            torch._foreach_div_(_f2, math.sqrt(1 - b2**t))
+        else:
+            _f2 = torch._foreach_mul(s, 1/(1 - b2**t))
+            torch._foreach_sqrt_(_f2)
         torch._foreach_add_(_f2, eps)
         torch._foreach_addcdiv_(m, _f1, _f2, value=-lr)
         m_new = m

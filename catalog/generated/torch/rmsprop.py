@@ -416,28 +416,27 @@ class RMSprop(torch.optim.Optimizer):
         torch._foreach_addcmul_(s, g_wd, g_wd, value=t_0)
         s_new = s
         if centered:
-            _f3 = torch._foreach_mul(grad_avg, grad_avg)
-            _f2 = torch._foreach_add(s, _f3, alpha=-1)
+            _f2 = torch._foreach_addcmul(s, grad_avg, grad_avg, value=-1)
             s_centered = _f2
         else:
             s_centered = s
-        _f4 = torch._foreach_sqrt(s_centered)
-        torch._foreach_add_(_f4, eps)
-        s_root = _f4
+        _f3 = torch._foreach_sqrt(s_centered)
+        torch._foreach_add_(_f3, eps)
+        s_root = _f3
         if t_1:
             if (t == 1):
-                _f5 = torch._foreach_div(g_wd, _f4)
-                _foreach_copy(momentum_buffer, _f5)
+                _f4 = torch._foreach_div(g_wd, _f3)
+                _foreach_copy(momentum_buffer, _f4)
             else:
                 torch._foreach_mul_(momentum_buffer, momentum)
-                torch._foreach_addcdiv_(momentum_buffer, g_wd, _f4)
+                torch._foreach_addcdiv_(momentum_buffer, g_wd, _f3)
         else:
             pass
         momentum_buffer_new = momentum_buffer
         if t_1:
             torch._foreach_add_(m, momentum_buffer, alpha=-lr)
         else:
-            torch._foreach_addcdiv_(m, g_wd, _f4, value=-lr)
+            torch._foreach_addcdiv_(m, g_wd, _f3, value=-lr)
         m_new = m
         if momentum_buffer_new is not momentum_buffer:
             _foreach_copy(momentum_buffer, momentum_buffer_new)

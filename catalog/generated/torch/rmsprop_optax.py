@@ -417,34 +417,33 @@ class RMSpropOptax(torch.optim.Optimizer):
         torch._foreach_addcmul_(s, g, g, value=t_0)
         s_new = s
         if centered:
-            _f2 = torch._foreach_mul(grad_avg, grad_avg)
-            _f1 = torch._foreach_add(s, _f2, alpha=-1)
+            _f1 = torch._foreach_addcmul(s, grad_avg, grad_avg, value=-1)
             s_centered = _f1
         else:
             s_centered = s
-        _f3 = torch._foreach_add(s_centered, eps)
-        torch._foreach_sqrt_(_f3)
-        s_root = _f3
+        _f2 = torch._foreach_add(s_centered, eps)
+        torch._foreach_sqrt_(_f2)
+        s_root = _f2
         if t_1:
             if (t == 1):
-                _f4 = torch._foreach_div(g, _f3)
-                _foreach_copy(momentum_buffer, _f4)
+                _f3 = torch._foreach_div(g, _f2)
+                _foreach_copy(momentum_buffer, _f3)
             else:
                 torch._foreach_mul_(momentum_buffer, momentum)
-                torch._foreach_addcdiv_(momentum_buffer, g, _f3)
+                torch._foreach_addcdiv_(momentum_buffer, g, _f2)
         else:
             pass
         momentum_buffer_new = momentum_buffer
         if t_1:
             if nesterov:
-                _f6 = torch._foreach_div(g, _f3)
-                torch._foreach_add_(_f6, momentum_buffer, alpha=momentum)
-                _f5 = _f6
+                _f5 = torch._foreach_div(g, _f2)
+                torch._foreach_add_(_f5, momentum_buffer, alpha=momentum)
+                _f4 = _f5
             else:
-                _f5 = momentum_buffer
-            torch._foreach_add_(m, _f5, alpha=-lr)
+                _f4 = momentum_buffer
+            torch._foreach_add_(m, _f4, alpha=-lr)
         else:
-            torch._foreach_addcdiv_(m, g, _f3, value=-lr)
+            torch._foreach_addcdiv_(m, g, _f2, value=-lr)
         m_new = m
         if momentum_buffer_new is not momentum_buffer:
             _foreach_copy(momentum_buffer, momentum_buffer_new)

@@ -554,21 +554,18 @@ class SNES(torch.optim.Optimizer):
             return
         _f1 = torch._foreach_mul(std, std)
         t_0 = _f1
-        _f2 = torch._foreach_mul(ngrad2, 2)
-        t_1 = _f2
-        _f3 = torch._foreach_mul(_f1, _f2)
-        torch._foreach_mul_(_f3, lr_std)
-        torch._foreach_exp_(_f3)
-        torch._foreach_div_(_f3, _f1)
-        torch._foreach_sqrt_(_f3)
-        torch._foreach_reciprocal_(_f3)
-        _foreach_copy(std, _f3)
+        _f2 = torch._foreach_mul(_f1, ngrad2)
+        torch._foreach_mul_(_f2, 2*lr_std)
+        torch._foreach_exp_(_f2)
+        torch._foreach_div_(_f2, _f1)
+        torch._foreach_sqrt_(_f2)
+        torch._foreach_reciprocal_(_f2)
+        _foreach_copy(std, _f2)
         std_new = std
-        _f5 = torch._foreach_mul(ngrad1, -1)
-        torch._foreach_addcmul_(_f5, _f2, m, value=-1)
-        torch._foreach_mul_(_f1, _f5)
-        _f4 = torch._foreach_add(m, _f1, alpha=lr)
-        _foreach_copy(m, _f4)
+        _f4 = torch._foreach_mul(ngrad1, -1)
+        torch._foreach_addcmul_(_f4, m, ngrad2, value=-2)
+        _f3 = torch._foreach_addcmul(m, _f1, _f4, value=lr)
+        _foreach_copy(m, _f3)
         m_new = m
         if std_new is not std:
             _foreach_copy(std, std_new)
