@@ -114,6 +114,8 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     same values of the states that are one number per tensor (``scalars``), or one at a time with
     foreach=False.  Returns [(step, indices or None for all)].  ``fresh`` (an update that reads only whether
     this is the first step, and keeps no count): step 1 where the state was just created."""
+    if fresh is None and not scalars and torch.compiler.is_compiling():
+        return _one_bucket(states)
     if fresh is not None:
         steps = [1 if f else 2 for f in fresh]
     else:
@@ -127,6 +129,26 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     for i, k in enumerate(keys):
         out.setdefault(k, []).append(i)
     return [(k[0], i) for k, i in out.items()]
+
+
+def _one_bucket(states):
+    """The compiled path's buckets (under torch.compile, where a step count read from its tensor is a traced
+    number and comparing counts would break the graph): every tensor in one bucket at the first one's count,
+    with a check at run time that the counts agree (a group whose parameters missed different steps fails
+    there instead of being updated at one count)."""
+    t = _scalar(states[0].get("step", 1))
+    for st in states[1:]:
+        torch._check(_scalar(st.get("step", 1)) == t)
+    return [(t, None)]
+
+
+def _positive(x):
+    """x > 0 for a host number; on the compiled path, where x may be a traced number (a step count's
+    function), required (checked at run time: a failure raises) and taken as true instead of branched on."""
+    if torch.compiler.is_compiling():
+        torch._check(x > 0)
+        return True
+    return x > 0
 
 
 def _count_step(states):

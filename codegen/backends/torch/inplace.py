@@ -344,8 +344,8 @@ class PlannedCompiler:
         c is printed as the square root of the tensor, then divided by the host number sqrt(d) where c = 1/d
         (multiplied by sqrt(c) otherwise) -- ``sqrt(s/(1 - β^t))`` as ``sqrt(s)/sqrt(1 - β^t)``, as torch.optim
         computes a bias-corrected root.  The same real number for c > 0; the float32 roundings are torch's.
-        Where the sign of c is not known to sympy, a host test picks this form for c > 0 and the plain one
-        (scale, then root) otherwise."""
+        Where the sign of c is not known to sympy, a host test (``_positive``: under torch.compile a check at run
+        time) picks this form for c > 0 and the plain one (scale, then root) otherwise."""
         num, den = sp.fraction(sp.factor_terms(c))
         scale = (f"torch._foreach_div_({{}}, {self.h(sp.sqrt(den))})" if num == 1
                  else f"torch._foreach_mul_({{}}, {self.h(sp.sqrt(c))})")
@@ -354,7 +354,7 @@ class PlannedCompiler:
             self.emit(scale.format(out))
             return out
         out = self.tmp()
-        self.emit(f"if {self.h(den if num == 1 else c)} > 0:")
+        self.emit(f"if _positive({self.h(den if num == 1 else c)}):")
         self.indent += "    "
         self.emit(f"{out} = torch._foreach_sqrt({self.compile(x)[0]})")
         self.emit(scale.format(out))

@@ -81,7 +81,7 @@ def test_the_square_root_of_a_scaled_tensor_is_printed_in_torchs_order():
             (1 / (1 - b ** t), {"b": 2.0, "t": 1}, lambda v: (v * (1 / (1 - 2.0))).sqrt())]:   # c < 0: NaN, as written
         comp = PlannedCompiler({s}, {}, {r_new}, indent="")
         lines = comp.compile_program([(r_new, sp.sqrt(c * s))], {})
-        env = {"torch": torch, "math": math, **host, "s": [v.clone() for v in x]}
+        env = {"torch": torch, "math": math, "_positive": lambda v: v > 0, **host, "s": [v.clone() for v in x]}
         exec("\n".join(lines), env)        # noqa: S102 -- the planner's own output on test data
         text = "\n".join(lines)
         assert ("if " in text) == (not c.is_positive), text
