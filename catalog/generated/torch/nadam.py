@@ -126,6 +126,8 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     same values of the states that are one number per tensor (``scalars``), or one at a time with
     foreach=False.  Returns [(step, indices or None for all)].  ``fresh`` (an update that reads only whether
     this is the first step, and keeps no count): step 1 where the state was just created."""
+    if fresh is None and not scalars and torch.compiler.is_compiling():
+        return _one_bucket(states)
     if fresh is not None:
         steps = [1 if f else 2 for f in fresh]
     else:
@@ -139,6 +141,26 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     for i, k in enumerate(keys):
         out.setdefault(k, []).append(i)
     return [(k[0], i) for k, i in out.items()]
+
+
+def _one_bucket(states):
+    """The compiled path's buckets (under torch.compile, where a step count read from its tensor is a traced
+    number and comparing counts would break the graph): every tensor in one bucket at the first one's count,
+    with a check at run time that the counts agree (a group whose parameters missed different steps fails
+    there instead of being updated at one count)."""
+    t = _scalar(states[0].get("step", 1))
+    for st in states[1:]:
+        torch._check(_scalar(st.get("step", 1)) == t)
+    return [(t, None)]
+
+
+def _positive(x):
+    """x > 0 for a host number; on the compiled path, where x may be a traced number (a step count's
+    function), required (checked at run time: a failure raises) and taken as true instead of branched on."""
+    if torch.compiler.is_compiling():
+        torch._check(x > 0)
+        return True
+    return x > 0
 
 
 def _SCALAR_DTYPE():
@@ -173,6 +195,26 @@ def _count_step(states):
 
 def _sub(values, index):
     return values if index is None or values is None else [values[i] for i in index]
+
+
+def _keep_low_state(opt, state_dict, renamed):
+    """After torch.optim.Optimizer.load_state_dict: the floating state of every float16/bfloat16 parameter back
+    in the dtype its arithmetic runs in (float32, see _work), from the checkpoint's own values.  torch casts
+    state to the parameter's dtype (_process_value_according_to_param_policy), which rounds a float32 state
+    to the parameter's 8 or 11 bits and makes the next step mix dtypes; a state torch.optim keeps in the
+    parameter's dtype is widened to float32 exactly; a per-tensor number keeps the dtype it was saved in."""
+    saved = [_i for g in state_dict["param_groups"] for _i in g["params"]]
+    params = [_p for g in opt.param_groups for _p in g["params"]]
+    for _i, _p in zip(saved, params):
+        st = opt.state.get(_p)
+        if _p.dtype not in _LOW or not isinstance(st, dict):
+            continue
+        for name, value in state_dict["state"].get(_i, {}).items():
+            key = name if name in st else renamed.get(name)
+            if name == "step" or key not in st or not torch.is_tensor(value) or not value.is_floating_point():
+                continue
+            value = value.to_dense() if value.is_sparse else value
+            st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
 
 
 def _no_sparse(params, name):
@@ -338,8 +380,17 @@ class NAdam(torch.optim.Optimizer):
                     st[new] = st.pop(old)
             if "step" in st and not torch.is_tensor(st["step"]):
                 st["step"] = torch.tensor(float(st["step"]))
-            if st and "step" not in st:     # a peer's checkpoint without counts (torch.optim.SGD): past its first step
-                st["step"] = torch.tensor(1.0)
+        for group in self.param_groups:     # a peer's checkpoint without counts (torch.optim.SGD): past its first
+            for _p in group["params"]:      # step, where this optimizer keeps a count
+                st = self.state.get(_p)
+                if st and "step" not in st:
+                    st["step"] = torch.tensor(1.0)
+
+    def load_state_dict(self, state_dict):
+        """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a
+        float16/bfloat16 parameter stays float32 (torch would cast it to the parameter's dtype)."""
+        super().load_state_dict(state_dict)
+        _keep_low_state(self, state_dict, _RENAMED)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -403,12 +454,9 @@ class NAdam(torch.optim.Optimizer):
             _copy_back(_pr, m)
             _set_host_value(states, "mu_product", mu_product_new)
             return
-        if decoupled_weight_decay or (weight_decay != 0):
-            _f1 = torch._foreach_mul(m, weight_decay)
-            t_0 = _f1
         if not decoupled_weight_decay and (weight_decay != 0):
-            _f2 = torch._foreach_add(_f1, g)
-            g_wd = _f2
+            _f1 = torch._foreach_add(g, m, alpha=weight_decay)
+            g_wd = _f1
         else:
             g_wd = g
         mu_product_rate = beta1*(1 - 1/2*(24/25)**(momentum_decay*t))
@@ -420,20 +468,28 @@ class NAdam(torch.optim.Optimizer):
         torch._foreach_addcmul_(s, g_wd, g_wd, value=1 - beta2)
         s_new = s
         if decoupled_weight_decay:
-            torch._foreach_add_(m, _f1, alpha=-lr)
-            _f3 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
-            torch._foreach_add_(_f3, u, alpha=mu_product_rate_next/(1 - mu_product_next))
-            _f4 = torch._foreach_mul(s, 1/(1 - beta2**t))
-            torch._foreach_sqrt_(_f4)
-            torch._foreach_add_(_f4, eps)
-            torch._foreach_addcdiv_(m, _f3, _f4, value=-lr)
+            torch._foreach_mul_(m, -lr*weight_decay + 1)
+            _f2 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
+            torch._foreach_add_(_f2, u, alpha=mu_product_rate_next/(1 - mu_product_next))
+            if _positive(1 - beta2**t):
+                _f3 = torch._foreach_sqrt(s)
+                torch._foreach_div_(_f3, math.sqrt(1 - beta2**t))
+            else:
+                _f3 = torch._foreach_mul(s, 1/(1 - beta2**t))
+                torch._foreach_sqrt_(_f3)
+            torch._foreach_add_(_f3, eps)
+            torch._foreach_addcdiv_(m, _f2, _f3, value=-lr)
         else:
-            _f5 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
-            torch._foreach_add_(_f5, u, alpha=mu_product_rate_next/(1 - mu_product_next))
-            _f6 = torch._foreach_mul(s, 1/(1 - beta2**t))
-            torch._foreach_sqrt_(_f6)
-            torch._foreach_add_(_f6, eps)
-            torch._foreach_addcdiv_(m, _f5, _f6, value=-lr)
+            _f4 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
+            torch._foreach_add_(_f4, u, alpha=mu_product_rate_next/(1 - mu_product_next))
+            if _positive(1 - beta2**t):
+                _f5 = torch._foreach_sqrt(s)
+                torch._foreach_div_(_f5, math.sqrt(1 - beta2**t))
+            else:
+                _f5 = torch._foreach_mul(s, 1/(1 - beta2**t))
+                torch._foreach_sqrt_(_f5)
+            torch._foreach_add_(_f5, eps)
+            torch._foreach_addcdiv_(m, _f4, _f5, value=-lr)
         m_new = m
         if u_new is not u:
             _foreach_copy(u, u_new)

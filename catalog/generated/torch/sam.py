@@ -124,6 +124,8 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     same values of the states that are one number per tensor (``scalars``), or one at a time with
     foreach=False.  Returns [(step, indices or None for all)].  ``fresh`` (an update that reads only whether
     this is the first step, and keeps no count): step 1 where the state was just created."""
+    if fresh is None and not scalars and torch.compiler.is_compiling():
+        return _one_bucket(states)
     if fresh is not None:
         steps = [1 if f else 2 for f in fresh]
     else:
@@ -139,6 +141,26 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     return [(k[0], i) for k, i in out.items()]
 
 
+def _one_bucket(states):
+    """The compiled path's buckets (under torch.compile, where a step count read from its tensor is a traced
+    number and comparing counts would break the graph): every tensor in one bucket at the first one's count,
+    with a check at run time that the counts agree (a group whose parameters missed different steps fails
+    there instead of being updated at one count)."""
+    t = _scalar(states[0].get("step", 1))
+    for st in states[1:]:
+        torch._check(_scalar(st.get("step", 1)) == t)
+    return [(t, None)]
+
+
+def _positive(x):
+    """x > 0 for a host number; on the compiled path, where x may be a traced number (a step count's
+    function), required (checked at run time: a failure raises) and taken as true instead of branched on."""
+    if torch.compiler.is_compiling():
+        torch._check(x > 0)
+        return True
+    return x > 0
+
+
 def _count_step(states):
     """Every tensor's step count + 1 (tensors, as torch.optim keeps them: one multi-tensor call)."""
     steps = [st["step"] for st in states]
@@ -151,6 +173,26 @@ def _count_step(states):
 
 def _sub(values, index):
     return values if index is None or values is None else [values[i] for i in index]
+
+
+def _keep_low_state(opt, state_dict, renamed):
+    """After torch.optim.Optimizer.load_state_dict: the floating state of every float16/bfloat16 parameter back
+    in the dtype its arithmetic runs in (float32, see _work), from the checkpoint's own values.  torch casts
+    state to the parameter's dtype (_process_value_according_to_param_policy), which rounds a float32 state
+    to the parameter's 8 or 11 bits and makes the next step mix dtypes; a state torch.optim keeps in the
+    parameter's dtype is widened to float32 exactly; a per-tensor number keeps the dtype it was saved in."""
+    saved = [_i for g in state_dict["param_groups"] for _i in g["params"]]
+    params = [_p for g in opt.param_groups for _p in g["params"]]
+    for _i, _p in zip(saved, params):
+        st = opt.state.get(_p)
+        if _p.dtype not in _LOW or not isinstance(st, dict):
+            continue
+        for name, value in state_dict["state"].get(_i, {}).items():
+            key = name if name in st else renamed.get(name)
+            if name == "step" or key not in st or not torch.is_tensor(value) or not value.is_floating_point():
+                continue
+            value = value.to_dense() if value.is_sparse else value
+            st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
 
 
 def _no_sparse(params, name):
@@ -481,8 +523,18 @@ class SAM(torch.optim.Optimizer):
                     st[new] = st.pop(old)
             if "step" in st and not torch.is_tensor(st["step"]):
                 st["step"] = torch.tensor(float(st["step"]))
-            if st and "step" not in st:     # a peer's checkpoint without counts (torch.optim.SGD): past its first step
-                st["step"] = torch.tensor(1.0)
+        for group in self.param_groups:     # a peer's checkpoint without counts (torch.optim.SGD): past its first
+            momentum = _scalar(group["momentum"])
+            for _p in group["params"]:      # step, where this optimizer keeps a count
+                st = self.state.get(_p)
+                if st and "step" not in st and (momentum != 0):
+                    st["step"] = torch.tensor(1.0)
+
+    def load_state_dict(self, state_dict):
+        """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a
+        float16/bfloat16 parameter stays float32 (torch would cast it to the parameter's dtype)."""
+        super().load_state_dict(state_dict)
+        _keep_low_state(self, state_dict, _RENAMED)
 
     @torch.no_grad()
     def step(self, closure=None):

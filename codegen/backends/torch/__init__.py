@@ -105,6 +105,7 @@ class TorchTarget:
             switch_doc=switch_doc(ir.peer.switches if ir.peer is not None and ir.peer.switches else ((), SWITCHES)),
             group_entries=sorted(ir.peer.group_entries.items()) if ir.peer is not None else [],
             step_cond=None if step_cond is None or step_cond == sp.true else host.doprint(step_cond),
+            step_hyper=[] if step_cond is None else plan.hyper_using({str(x) for x in step_cond.free_symbols}),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
         ))
 

@@ -95,4 +95,5 @@ class TorchContext:
     switch_doc: str
     group_entries: list[tuple[str, object]]
     step_cond: str | None
+    step_hyper: list[HyperVar]                 # the hyperparameters step_cond reads
     data: list[tuple[str, str, object]]        # (name, default, description)

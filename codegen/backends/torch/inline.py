@@ -23,10 +23,15 @@ def _reads(expr, sym):
 
 def _fusable(e, tensors):
     """A product that one fused accumulation computes in its reader (``c·x·y``, ``c·x/y``, ``c·x²``: addcmul_,
-    addcdiv_): substituted into each of several readers it costs no extra pass, and saves a buffer."""
+    addcdiv_; ``c·x`` with a host factor c: the ``alpha`` of an ``add``, or folded into the coefficient of a
+    state, ``x + c·x`` as ``x·(1 + c)``): substituted into each of several readers it costs no extra pass, saves
+    a buffer, and rounds as torch.optim does (``g + δ·m`` in one ``add(g, m, alpha=δ)``, ``m·(1 - lr·δ)`` in one
+    ``mul_``)."""
     if not isinstance(e, sp.Mul):
         return False
     factors = [f for f in e.args if f.free_symbols & tensors]
+    if len(factors) == 1 and isinstance(factors[0], sp.Symbol):
+        return True             # c·x: the alpha of its reader's add, or the coefficient of a state (torch's order)
     shapes = []
     for f in factors:
         base, ex = f.as_base_exp()

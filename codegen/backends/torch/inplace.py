@@ -182,8 +182,8 @@ class PlannedCompiler:
             self.emit(f"torch._foreach_add_({lst}, {self.h(sp.Add(*host))})")
         return True
 
-    def _accumulate(self, acc, term):
-        """acc += term, as ``add_``, ``addcmul_`` (c·x·y, c·x²) or ``addcdiv_`` (c·x/y)."""
+    def _fused_term(self, term):
+        """(op, x, y, c) where ``term`` is c·x·y or c·x² (op 'addcmul') or c·x/y ('addcdiv'), else None."""
         c, rest = self._split(term)
         num, den = [], []
         for f in sp.Mul.make_args(rest):
@@ -193,17 +193,28 @@ class PlannedCompiler:
                 den.append(f.base)
             else:
                 num.append(f)
-        value = "" if c == 1 else f", value={self.h(c)}"
         if len(num) == 2 and not den:
-            a, b = self.compile(num[0])[0], self.compile(num[1])[0]
-            self.emit(f"torch._foreach_addcmul_({acc}, {a}, {b}{value})")
-        elif len(num) == 1 and len(den) == 1:
-            a, b = self.compile(num[0])[0], self.compile(den[0])[0]
-            self.emit(f"torch._foreach_addcdiv_({acc}, {a}, {b}{value})")
+            return "addcmul", num[0], num[1], c
+        if len(num) == 1 and len(den) == 1:
+            return "addcdiv", num[0], den[0], c
+        return None
+
+    def _accumulate(self, acc, term, into=None):
+        """acc += term, as ``add_``, ``addcmul_`` (c·x·y, c·x²) or ``addcdiv_`` (c·x/y); with ``into`` (a new
+        list name), into = acc + term without touching acc (``add``, ``addcmul``, ``addcdiv``)."""
+        c, rest = self._split(term)
+        fused = self._fused_term(term)
+        tail = "_" if into is None else ""
+        head = "" if into is None else f"{into} = "
+        if fused is not None:
+            op, x, y, c = fused
+            value = "" if c == 1 else f", value={self.h(c)}"
+            a, b = self.compile(x)[0], self.compile(y)[0]
+            self.emit(f"{head}torch._foreach_{op}{tail}({acc}, {a}, {b}{value})")
         else:
             x = self.compile(rest)[0]
             alpha = "" if c == 1 else f", alpha={self.h(c)}"
-            self.emit(f"torch._foreach_add_({acc}, {x}{alpha})")
+            self.emit(f"{head}torch._foreach_add{tail}({acc}, {x}{alpha})")
 
     def _accumulate_factor(self, acc, rest):
         for f in sp.Mul.make_args(rest):
@@ -277,12 +288,9 @@ class PlannedCompiler:
         if c != 1:
             acc, owned = self._fresh(acc, owned, "mul", self.h(c)), True
         for t in terms[1:]:
-            if not owned:
-                x = acc
-                c2, r2 = self._split(t)
-                alpha = "" if c2 == 1 else f", alpha={self.h(c2)}"
-                acc, owned = self.tmp(), True
-                self.emit(f"{acc} = torch._foreach_add({x}, {self.compile(r2)[0]}{alpha})")
+            if not owned:                       # x + c·y·z as one addcmul (x + c·y/z: addcdiv), as torch does
+                x, acc, owned = acc, self.tmp(), True
+                self._accumulate(x, t, into=acc)
                 continue
             self._accumulate(acc, t)
         if host:
@@ -309,6 +317,8 @@ class PlannedCompiler:
 
     def _pow(self, e):
         b, p = e.args
+        if p == sp.Rational(1, 2) and self._scaled(b) is not None:
+            return self._scaled_sqrt(*self._scaled(b)), True
         x, owned = self.compile(b)
         if p == 2:
             return self._fresh(x, owned, "mul", x), True
@@ -321,6 +331,40 @@ class PlannedCompiler:
         if not self.is_tensor(p):
             return self._fresh(x, owned, "pow", self.h(p)), True
         raise UnsupportedTarget(f"the torch target cannot print a tensor exponent: {e}")
+
+    def _scaled(self, b):
+        """(c, x) where ``b`` is c·x with a host factor c (not 1) and a tensor x, else None."""
+        if not isinstance(b, sp.Mul):
+            return None
+        c, rest = self._split(b)
+        return None if c == 1 or rest == 1 else (c, rest)
+
+    def _scaled_sqrt(self, c, x):
+        """The *scaled square root* convention (torch.optim's order of operations): sqrt(c·x) for a host factor
+        c is printed as the square root of the tensor, then divided by the host number sqrt(d) where c = 1/d
+        (multiplied by sqrt(c) otherwise) -- ``sqrt(s/(1 - β^t))`` as ``sqrt(s)/sqrt(1 - β^t)``, as torch.optim
+        computes a bias-corrected root.  The same real number for c > 0; the float32 roundings are torch's.
+        Where the sign of c is not known to sympy, a host test (``_positive``: under torch.compile a check at run
+        time) picks this form for c > 0 and the plain one (scale, then root) otherwise."""
+        num, den = sp.fraction(sp.factor_terms(c))
+        scale = (f"torch._foreach_div_({{}}, {self.h(sp.sqrt(den))})" if num == 1
+                 else f"torch._foreach_mul_({{}}, {self.h(sp.sqrt(c))})")
+        if c.is_positive:
+            out = self._fresh(*self.compile(x), "sqrt")
+            self.emit(scale.format(out))
+            return out
+        out = self.tmp()
+        self.emit(f"if _positive({self.h(den if num == 1 else c)}):")
+        self.indent += "    "
+        self.emit(f"{out} = torch._foreach_sqrt({self.compile(x)[0]})")
+        self.emit(scale.format(out))
+        self.indent = self.indent[:-4]
+        self.emit("else:")
+        self.indent += "    "
+        self.emit(f"{out} = torch._foreach_mul({self.compile(x)[0]}, {self.h(c)})")
+        self.emit(f"torch._foreach_sqrt_({out})")
+        self.indent = self.indent[:-4]
+        return out
 
     def _minmax(self, e):
         fn = "maximum" if isinstance(e, sp.Max) else "minimum"

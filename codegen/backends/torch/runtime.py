@@ -95,6 +95,8 @@ def _buckets(states, foreach, fresh=None, scalars=()):
     same values of the states that are one number per tensor (``scalars``), or one at a time with
     foreach=False.  Returns [(step, indices or None for all)].  ``fresh`` (an update that reads only whether
     this is the first step, and keeps no count): step 1 where the state was just created."""
+    if fresh is None and not scalars and torch.compiler.is_compiling():
+        return _one_bucket(states)
     if fresh is not None:
         steps = [1 if f else 2 for f in fresh]
     else:
@@ -115,6 +117,8 @@ def _buckets_plain(states, foreach, fresh=None, scalars=()):
     same values of the states that are one number per tensor (``scalars``), or one at a time with
     foreach=False.  Returns [(step, indices or None for all)].  ``fresh`` (an update that reads only whether
     this is the first step, and keeps no count): step 1 where the state was just created."""
+    if fresh is None and not scalars and torch.compiler.is_compiling():
+        return _one_bucket(states)
     if fresh is not None:
         steps = [1 if f else 2 for f in fresh]
     else:
@@ -128,6 +132,26 @@ def _buckets_plain(states, foreach, fresh=None, scalars=()):
     for i, k in enumerate(keys):
         out.setdefault(k, []).append(i)
     return [(k[0], i) for k, i in out.items()]
+
+
+def _one_bucket(states):
+    """The compiled path's buckets (under torch.compile, where a step count read from its tensor is a traced
+    number and comparing counts would break the graph): every tensor in one bucket at the first one's count,
+    with a check at run time that the counts agree (a group whose parameters missed different steps fails
+    there instead of being updated at one count)."""
+    t = _scalar(states[0].get("step", 1))
+    for st in states[1:]:
+        torch._check(_scalar(st.get("step", 1)) == t)
+    return [(t, None)]
+
+
+def _positive(x):
+    """x > 0 for a host number; on the compiled path, where x may be a traced number (a step count's
+    function), required (checked at run time: a failure raises) and taken as true instead of branched on."""
+    if torch.compiler.is_compiling():
+        torch._check(x > 0)
+        return True
+    return x > 0
 
 
 def _SCALAR_DTYPE():
@@ -190,6 +214,40 @@ def _oracle(params, read, name):
         if value.device != p.device:
             raise ValueError(f"p.{name} is on {value.device}, the parameter on {p.device}")
     return values
+
+
+#: a stand-in for the module's own table (state key -> the key the optimizer stores it under; never copied)
+_RENAMED: dict = {}
+
+
+def _keep_low_state(opt, state_dict, renamed):
+    """After torch.optim.Optimizer.load_state_dict: the floating state of every float16/bfloat16 parameter back
+    in the dtype its arithmetic runs in (float32, see _work), from the checkpoint's own values.  torch casts
+    state to the parameter's dtype (_process_value_according_to_param_policy), which rounds a float32 state
+    to the parameter's 8 or 11 bits and makes the next step mix dtypes; a state torch.optim keeps in the
+    parameter's dtype is widened to float32 exactly; a per-tensor number keeps the dtype it was saved in."""
+    saved = [_i for g in state_dict["param_groups"] for _i in g["params"]]
+    params = [_p for g in opt.param_groups for _p in g["params"]]
+    for _i, _p in zip(saved, params):
+        st = opt.state.get(_p)
+        if _p.dtype not in _LOW or not isinstance(st, dict):
+            continue
+        for name, value in state_dict["state"].get(_i, {}).items():
+            key = name if name in st else renamed.get(name)
+            if name == "step" or key not in st or not torch.is_tensor(value) or not value.is_floating_point():
+                continue
+            value = value.to_dense() if value.is_sparse else value
+            st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
+
+
+class _Methods(torch.optim.Optimizer):
+    """Methods every generated torch optimizer class has, copied into it (``_Methods.name``); never used here."""
+
+    def load_state_dict(self, state_dict):
+        """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a
+        float16/bfloat16 parameter stays float32 (torch would cast it to the parameter's dtype)."""
+        super().load_state_dict(state_dict)
+        _keep_low_state(self, state_dict, _RENAMED)
 
 
 def _kernel(*arrays):

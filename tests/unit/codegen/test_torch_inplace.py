@@ -1,5 +1,7 @@
 """The torch target's buffer planner (codegen/backends/torch/inplace.py): what it inlines and which in-place
 programs it writes, each program run on random tensors against the expression it compiles (float64)."""
+import math
+
 import sympy as sp
 import torch
 
@@ -63,3 +65,48 @@ def test_terms_linear_in_the_state_are_collected():
     assert "_foreach_mul_(m, " in "\n".join(lines) and "_foreach_copy_" not in "\n".join(lines)
     for i in range(2):
         torch.testing.assert_close(env["m"][i], vals["m"][i] * (1 - 0.03) - 0.1 * vals["g"][i], rtol=1e-14, atol=0)
+
+
+def test_the_square_root_of_a_scaled_tensor_is_printed_in_torchs_order():
+    """sqrt(c·x) for a host factor c: the root of the tensor, divided by sqrt(d) where c = 1/d (torch.optim's
+    ``sqrt(s)/sqrt(1 - β^t)``), multiplied by sqrt(c) otherwise; the plain form (scale, then root) where the
+    host test c > 0 fails.  float32 values against the two orders computed directly by torch."""
+    b, t = sp.symbols("b t")          # no assumptions: the sign of 1 - b**t is tested on the host
+    r_new = sp.Symbol("r_new", real=True)
+    rng = torch.Generator().manual_seed(3)
+    x = [torch.rand(64, generator=rng) * 1e-3 for _ in range(2)]
+    for c, host, want in [
+            (1 / (1 - b ** t), {"b": 0.999, "t": 7}, lambda v: v.sqrt() / math.sqrt(1 - 0.999 ** 7)),
+            (a, {"a": 0.3}, lambda v: v.sqrt() * math.sqrt(0.3)),                  # a positive factor: no test
+            (1 / (1 - b ** t), {"b": 2.0, "t": 1}, lambda v: (v * (1 / (1 - 2.0))).sqrt())]:   # c < 0: NaN, as written
+        comp = PlannedCompiler({s}, {}, {r_new}, indent="")
+        lines = comp.compile_program([(r_new, sp.sqrt(c * s))], {})
+        env = {"torch": torch, "math": math, "_positive": lambda v: v > 0, **host, "s": [v.clone() for v in x]}
+        exec("\n".join(lines), env)        # noqa: S102 -- the planner's own output on test data
+        text = "\n".join(lines)
+        assert ("if " in text) == (not c.is_positive), text
+        for got, v in zip(env["r_new"], x):
+            assert torch.equal(got.nan_to_num(-1.0), want(v).nan_to_num(-1.0)), text
+    assert "_foreach_div_(_f1, math.sqrt(1 - b**t))" in "\n".join(
+        PlannedCompiler({s}, {}, {r_new}, indent="").compile_program([(r_new, sp.sqrt(s / (1 - b ** t)))], {}))
+
+
+def test_a_scaled_tensor_read_twice_is_folded_into_its_readers():
+    """c·x (a host factor times one tensor) read by two assignments is not kept in a buffer: its readers take it
+    as an add's alpha (g + δ·m as ``add(g, m, alpha=δ)``) and as a state's coefficient (m - lr·δ·m as
+    ``mul_(m, 1 - lr·δ)``), as torch.optim rounds them."""
+    delta = sp.Symbol("delta", positive=True)
+    t0, gw, m_new = (sp.Symbol(n, real=True) for n in ("t_0", "g_wd", "m_new"))
+    assert _fusable(delta * m, {m}) and not _fusable(delta * m * g * s, {m, g, s})
+    program = [(t0, delta * m), (gw, g + t0), (m_new, m - lr * t0 - lr * g)]
+    out = dict(inline_single_use(program, {gw, m_new}, TENSORS))
+    assert t0 not in out
+    rng = torch.Generator().manual_seed(4)
+    vals = {str(v): [torch.rand(6, generator=rng) for _ in range(2)] for v in TENSORS}
+    lines, env = _run(list(out.items()), {m_new: ("m", m)}, {gw, m_new}, vals, {"delta": 0.01, "lr": 0.1})
+    text = "\n".join(lines)
+    assert "_foreach_add(g, m, alpha=delta)" in text and "_foreach_mul_(m, -delta*lr + 1)" in text, text
+    for i in range(2):
+        gi, mi = vals["g"][i], vals["m"][i]
+        assert torch.equal(env["g_wd"][i], torch.add(gi, mi, alpha=0.01)), i
+        assert torch.equal(env["m"][i], (mi * (1 - 0.1 * 0.01)).add(gi, alpha=-0.1)), i
