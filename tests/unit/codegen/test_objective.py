@@ -13,6 +13,7 @@ from scipy import integrate, stats
 
 import blr_derive.api as api
 from blr_derive.candidates.options import recipe_from_options
+from blr_derive.verify.recipe import objective_checks
 from conftest import load_module_from_path
 
 # (family, loss text, the loss as a Python function, data, state, the density of q from the state, quad limits)
@@ -119,3 +120,23 @@ def test_no_objective_where_the_expected_loss_is_not_closed(tmp_path):
     """A recipe that samples (Monte Carlo) or calls oracles has no closed E_q[ℓ]: no objective (yet)."""
     r = recipe_from_options("gaussian_diag", loss="abstract", approximations=["delta"])
     assert "def objective(" not in api.generate(r, "numpy")
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_check_compares_the_objective_with_quadrature(tmp_path, key):
+    """``blr-derive check``'s objective lines (verify/recipe.py objective_checks) pass on the generated module and
+    fail on one whose objective is off by 1e-4, or whose step goes uphill (ρ = −0.01)."""
+    fam, loss, data = CASES[key][:3]
+    r = recipe_from_options(fam, loss=loss, approximations=["exact"], data=list(data))
+    mod = _module(tmp_path, key)
+    checks = {c.name: c for c in objective_checks(r, mod, 3)}
+    assert checks["objective vs quadrature"].passed and checks["objective vs quadrature"].value < 1e-9
+    assert checks["objective does not increase along a small step"].passed
+    right = mod.objective
+    mod.objective = lambda state, **kw: {**right(state, **kw), "objective": right(state, **kw)["objective"] + 1e-4}
+    assert not {c.name: c for c in objective_checks(r, mod, 3)}["objective vs quadrature"].passed
+    step = mod.step
+    mod.objective = right
+    mod.step = lambda state, **kw: step(state, **{**kw, "rho": -0.01})        # uphill: the step reversed
+    assert not {c.name: c for c in objective_checks(r, mod, 3)}["objective does not increase along a small step"].passed
+    mod.step = step
