@@ -140,3 +140,15 @@ def test_check_compares_the_objective_with_quadrature(tmp_path, key):
     mod.step = lambda state, **kw: step(state, **{**kw, "rho": -0.01})        # uphill: the step reversed
     assert not {c.name: c for c in objective_checks(r, mod, 3)}["objective does not increase along a small step"].passed
     mod.step = step
+
+
+def test_explain_shows_the_objective(tmp_path):
+    """``explain`` of an exact recipe ends with the objective's section (E_q[ℓ], H(q), L = E − H, in LaTeX, the
+    Markdown and the LaTeX document alike); a recipe without a closed E_q[ℓ] has none."""
+    r = recipe_from_options("gamma", loss="n*theta - y*log(theta)", approximations=["exact"], data=["n", "y"])
+    _, view = api.derive_file(r)
+    md, tex = view.to_markdown(), view.to_latex()
+    assert "## Objective" in md and r"\mathcal{L}(q) = \mathbb{E}_q[\ell(\theta)] - \mathcal{H}(q)" in md
+    assert r"\subsection*{Objective}" in tex and r"\mathcal{H}(q) = " in tex
+    r = recipe_from_options("gaussian_diag", loss="abstract", approximations=["delta"])
+    assert "## Objective" not in api.derive_file(r)[1].to_markdown()
