@@ -268,13 +268,13 @@ def entry_view(ir, printer) -> EntriesView | None:
 
 def objective_view(ir, printer, xp: str) -> EntriesView | None:
     """The ``objective`` entry point (``UpdateIR.objective``, blr_derive/ir/objective.py) printed like the other
-    entry points; over a mean-field (elementwise) state its two terms are summed over the coordinates
-    (``xp.sum``, ``xp`` the array module's name)."""
+    entry points; its two terms are summed over the coordinates of a mean-field (elementwise) state (``xp.sum``,
+    ``xp`` the array module's name; a scalar is its own sum)."""
     eps = getattr(ir, "objective", None)
     if eps is None:
         return None
     view = entry_view(SimpleNamespace(entry_points=eps), printer)
-    if view is not None and ir.elementwise:
+    if view is not None:
         for f in view["functions"]:
             f["assignments"] = [(s, f"{xp}.sum({e})") for s, e in f["assignments"]]
     return view

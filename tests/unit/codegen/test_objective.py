@@ -6,6 +6,7 @@ modules; and it decreases along steps with a small learning rate (the BLR is a n
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -152,3 +153,23 @@ def test_explain_shows_the_objective(tmp_path):
     assert r"\subsection*{Objective}" in tex and r"\mathcal{H}(q) = " in tex
     r = recipe_from_options("gaussian_diag", loss="abstract", approximations=["delta"])
     assert "## Objective" not in api.derive_file(r)[1].to_markdown()
+
+
+@pytest.mark.parametrize("fam,loss,data", [
+    ("inverse_gamma", "a/theta + b*log(theta)", ["a", "b"]),
+    ("bernoulli", "w*theta", ["w"]),                          # a finite support: the integral is a sum
+    pytest.param("binomial", "w*theta", ["w"], marks=pytest.mark.slow),     # 19 s: the binomial's derivation
+    ("log_normal", "(log(theta) - 2)**2", []),
+    ("von_mises", "-k*cos(theta - 1)", ["k"]),                # the circle
+    ("beta", "-log(theta) + 3*theta**2", []),                 # not conjugate: E_q[θ²] from μ
+    ("gaussian_diag", "theta**6 - theta", []),
+])
+def test_objective_of_other_families_passes_check(fam, loss, data):
+    """Exact recipes of more families, through check's comparison with quadrature (or the sum over a finite
+    support) and its small-step test."""
+    r = recipe_from_options(fam, loss=loss, approximations=["exact"], data=data)
+    mod = types.ModuleType("_objective_check")
+    exec(compile(api.generate(r, "numpy"), "<generated>", "exec"), mod.__dict__)
+    checks = {c.name: c for c in objective_checks(r, mod, 3)}
+    assert checks["objective vs quadrature"].kind == "max" and checks["objective vs quadrature"].value < 1e-9
+    assert checks["objective does not increase along a small step"].passed
