@@ -33,13 +33,14 @@ from blr_derive.families.model import Family
 from blr_derive.ir.build import build_ir
 from blr_derive.report.compare import compare_recipes
 from blr_derive.report.family_index import INDEX_NAME, index_text
+from blr_derive.report.suggestion import Suggestions, suggest
 from blr_derive.report.views import DerivationView, register_notebook_views
 from blr_derive.spec.vocabulary import FAMILY_KEYS
 
 __all__ = ["source_label", "derive_file", "generate", "family", "families", "catalog", "recipe", "derive", "compare",
            "time_limited", "located_codegen_error", "DerivationView",
            "COMMAND_LINE", "is_family_spec", "options_label", "options_located", "recipe_from_options",
-           "resolve_input", "suggest_options"]
+           "resolve_input", "suggest_options", "suggest", "Suggestions"]
 
 
 def __getattr__(name):

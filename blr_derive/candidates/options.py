@@ -146,7 +146,9 @@ def recipe_from_options(family_ref, *, loss=None, approximations=(), hyperparame
     put("]", "--approx")
     with options_located(origin):
         spec = load_yaml_text("\n".join(lines) + "\n", COMMAND_LINE)
-        spec["family"] = fam
+        # over a run-time axis (--set components=...) the family is read from its file (its size is the state's
+        # length), so it stays a reference there; elsewhere the family loaded above
+        spec["family"] = str(family_ref) if "components" in spec else fam
         r = recipe_from_spec(spec, COMMAND_LINE, Path.cwd())
     r.option_lines = origin                            # derivation and code generation errors name the option too
     return r

@@ -10,6 +10,8 @@
     blr-derive list [WORD...] [--kind recipe|family]   the catalog recipes and built-in families, one line each
     blr-derive verify RECIPE --against MODULE:OBJECT [--map OURS=YOURS]
                                                        is your optimizer the recipe's derivation? (exit 0/1)
+    blr-derive suggest --loss EXPR [--variable NAME] [--support S] [--data NAME[=DECL]] [--write-family FILE]
+                                                       the families in which a loss is conjugate, with commands
 
 Bad input (malformed YAML, unknown keys or symbols, code in expressions, families
 that are not normalizable or minimal, rules that do not apply) prints one line
@@ -34,7 +36,7 @@ from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option,
 from blr_derive.cli.checks import cmd_check, cmd_verify
 from blr_derive.cli.names import cmd_list
 
-COMMANDS = ("list", "explain", "catalog", "families", "check", "compare", "verify")
+COMMANDS = ("list", "explain", "catalog", "families", "check", "compare", "verify", "suggest")
 MAX_JOBS = 64
 
 
@@ -279,6 +281,32 @@ def cmd_families(argv):
     return 0
 
 
+def cmd_suggest(argv):
+    p = _Parser(prog="blr-derive suggest",
+                description="The candidate families in which a loss is conjugate (linear in the sufficient "
+                            "statistics: E_q[loss] exact, one step with rho = 1 is the posterior), best first, each "
+                            "with the command that derives its update; where no built-in family fits, a family "
+                            "built from the loss's own statistics (--write-family FILE).")
+    p.add_argument("--loss", required=True, metavar="EXPR", help="the loss in the recipe grammar, e.g. "
+                   "'n*theta - s*log(theta)' (write --loss=EXPR when it starts with a minus sign)")
+    p.add_argument("--variable", default="theta", metavar="NAME", help="the loss's variable (default: theta)")
+    p.add_argument("--support", metavar="S", help="only families of this support (positive, unit_interval, "
+                   "simplex, ...); default: all, the loss's own domain first")
+    p.add_argument("--data", action="append", default=[], metavar="NAME[=DECL]",
+                   help="declare a data input as in the family command (repeatable); the loss's other names are "
+                        "numbers")
+    p.add_argument("--write-family", metavar="FILE", help="where no built-in family fits, write the family built "
+                                                          "from the loss's statistics to FILE")
+    _time_option(p)
+    args = p.parse_args(argv)
+    seconds = _time_limit(args)
+    from blr_derive.api import suggest
+    with derivation_budget(seconds):
+        text = suggest(args.loss, args.variable, args.data, args.support, args.write_family).to_text()
+    sys.stdout.write(terminal_safe(text))
+    return 0
+
+
 def _error_line(kind: str, text: str) -> str:
     """One line on stderr: the first line of the message, every non-printable character escaped (a message may
     quote untrusted text: no control sequence reaches the terminal), at most 1000 characters."""
@@ -290,8 +318,8 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in COMMANDS:
-            cmd = {"list": cmd_list, "explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families, "compare": cmd_compare,
-                   "check": cmd_check, "verify": cmd_verify}[argv[0]]
+            cmd = {"list": cmd_list, "explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families,
+                   "compare": cmd_compare, "check": cmd_check, "verify": cmd_verify, "suggest": cmd_suggest}[argv[0]]
             return cmd(argv[1:])
         return cmd_generate(argv)
     except BLRError as exc:

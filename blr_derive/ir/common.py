@@ -53,6 +53,12 @@ def seal_text(ir: AnyIR) -> AnyIR:
                 eps, title=Prose(eps.title), notes=[Prose(x) for x in eps.notes],
                 constants=[(name, _prose(value)) for name, value in eps.constants],
                 functions=[dataclasses.replace(f, doc=Prose(f.doc)) for f in eps.functions])
+        obj = getattr(ir, "objective", None)
+        if obj is not None:
+            ir.objective = dataclasses.replace(
+                obj, title=Prose(obj.title), notes=[Prose(x) for x in obj.notes],
+                constants=[(name, _prose(value)) for name, value in obj.constants],
+                functions=[dataclasses.replace(f, doc=Prose(f.doc)) for f in obj.functions])
     else:
         ir.blocks = [Block(b.name, Prose(b.candidate), b.scope, Prose(b.rho), Prose(b.approximation))
                      for b in ir.blocks]

@@ -167,6 +167,8 @@ class UpdateIR:
     components: ComponentArrays | None = None  # a mixture with the components as an array axis
     #: new state values the derivation cannot guarantee to stay in their domain (blr_derive/ir/validity.py)
     checks: list[DomainCheck] | None = None
+    #: the BLR's objective L(q) = E_q[ℓ] − H(q) as an entry point (blr_derive/ir/objective.py), where it is closed
+    objective: EntryPoints | None = None
 
 
 class Block(NamedTuple):

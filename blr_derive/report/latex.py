@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 from blr_derive.core.text import text_of
-from blr_derive.report.markdown import CONVENTION, final_latex, is_convention
+from blr_derive.report.markdown import CONVENTION, OBJECTIVE_TEXT, final_latex, is_convention, objective_latex
 from blr_derive.report.texprint import eq_tex, oracle_tex
 
 #: TeX's special characters, each as the command that prints it in text (nothing in a report's text is TeX: a
@@ -193,5 +193,10 @@ def derivation_document(D) -> str:
         lines.append(r"\begin{equation*}%s\end{equation*}" % oracle_tex(D, call))
     for l in final_latex(D):
         lines.append(r"\begin{equation*}%s\end{equation*}" % l)
+    objective = objective_latex(D)
+    if objective is not None:
+        lines.append(r"\subsection*{Objective}")
+        lines.append(tex_text(OBJECTIVE_TEXT))
+        lines += [r"\begin{equation*}%s\end{equation*}" % l for l in objective]
     lines.append(r"\end{document}")
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from blr_derive.core.text import Prose, text_of
+from blr_derive.ir.objective import objective_terms
 from blr_derive.report.texprint import derivation_tex, eq_tex, latex, oracle_tex
 from blr_derive.rules.base import RULES
 from blr_derive.spec.product import FactorizedRecipe
@@ -139,7 +140,28 @@ def derivation_markdown(D) -> str:
     for l in final_latex(D):
         lines.append(f"$$ {l} $$")
     lines.append("")
+    objective = objective_latex(D)
+    if objective is not None:
+        lines += ["## Objective", "", OBJECTIVE_TEXT, ""] + [f"$$ {l} $$" for l in objective] + [""]
     return "\n".join(lines)
+
+
+#: what the report says of the objective the generated modules compute (blr_derive/ir/objective.py)
+OBJECTIVE_TEXT = ("The objective the BLR minimizes over the family (Eq. 2), L(q) = E_q[ℓ] − H(q): the expected loss as "
+                  "the expectation rule derived it and the family's entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] "
+                  "(App. B), in the ordinary parameters; the generated numpy and jax modules compute it as "
+                  "objective(state, ...).")
+
+
+def objective_latex(D) -> list[str] | None:
+    """[E_q[ℓ] = ..., H(q) = ..., L(q) = ...] in LaTeX where the objective is closed (``objective_terms``), else
+    None."""
+    terms = objective_terms(D) if not isinstance(D.recipe, FactorizedRecipe) else None
+    if terms is None:
+        return None
+    E, H = terms
+    return [r"\mathbb{E}_q[\ell(\theta)] = " + latex(E), r"\mathcal{H}(q) = " + latex(H),
+            r"\mathcal{L}(q) = \mathbb{E}_q[\ell(\theta)] - \mathcal{H}(q)"]
 
 
 def family_markdown(fam) -> str:

@@ -3,7 +3,9 @@ differences of the expected loss it derived; a relaxation's chain rule against f
 generated code's fidelity (the numpy module against the symbolic update, at random inputs)."""
 from __future__ import annotations
 
+import math
 import types
+import warnings
 
 import numpy as np
 import sympy as sp
@@ -11,6 +13,8 @@ import sympy as sp
 from blr_derive.codegen.registry import emit
 from blr_derive.core.matexpr import is_mat
 from blr_derive.derive.driver import derive
+from blr_derive.families.numeric import MODULES
+from blr_derive.families.partition import support_points
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.build import build_ir
 from blr_derive.verify.results import Check
@@ -63,6 +67,8 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     if not errors:
         note = f"no random input of {skipped} gave a finite symbolic update"
     checks = [Check("generated update vs symbolic update", worst, 1e-10, note=note, group="codegen")]
+    if hasattr(mod, "objective"):
+        checks += objective_checks(recipe, mod, points)
     if D.expected_loss is not None and D.natural_gradient is not None:
         checks.append(Check("natural gradient vs finite differences", _natural_gradient_fd(recipe, D, points), 1e-6,
                             note="∇_μ E_q[loss] against central differences of E_q[loss](μ)", group="derivation"))
@@ -70,6 +76,75 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
         checks.append(Check("relaxation scale vs finite differences", _relaxation_scale_fd(recipe, D, points), 1e-6,
                             note="s = ∇_μ θ̂ (Eq. 51) against central differences of θ̂(u; μ)", group="derivation"))
     return checks
+
+
+#: the integration ranges of the continuous scalar supports, for the objective's quadrature
+_RANGES = {"real": (-np.inf, np.inf), "positive": (0.0, np.inf), "unit_interval": (0.0, 1.0),
+           "circular": (-np.pi, np.pi)}
+
+
+def objective_checks(recipe, mod, points: int = 3) -> list:
+    """The generated ``objective`` (blr_derive/ir/objective.py) against quadrature of ∫ q(θ) (ℓ(θ) + log q(θ)) dθ
+    with the family's log-density (not its entropy formula, not the derived E_q[ℓ]) at random parameters, data and
+    hyperparameters; and that one step with a small learning rate (ρ = 0.01 where the recipe has one, else its own)
+    does not increase it (Eq. 2: the BLR is a natural-gradient descent on it).  A scalar variable over an interval,
+    or over a finite set of points (the integral is then their sum); elsewhere one 'na' line."""
+    from scipy import integrate
+    fam = recipe.family
+    support = fam.component_supports[0] if len(fam.components) == 1 and fam.component_supports else None
+    points_of = support_points(fam, limit=1000) if support not in _RANGES and support is not None else None
+    if (support not in _RANGES and not points_of) or any(d.shape for d in recipe.data):
+        return [Check("objective vs quadrature", float("nan"), 1e-7, kind="na", group="codegen",
+                      note="quadrature of the objective is checked for one continuous scalar variable")]
+    theta = fam.components[0]
+    params = [p.symbol for p in fam.params.values()]
+    data_syms = [d.symbol for d in recipe.data]
+    hyper = [h for h in recipe.hyper if h.kind == "float" and h.symbol is not None]
+    args = [theta] + params + data_syms + [h.symbol for h in hyper]
+    integrand = sp.lambdify(args, sp.exp(fam.log_density()) * (recipe.loss + fam.log_density()), MODULES)
+    lo, hi = _RANGES.get(support, (None, None))
+    worst, rise, done = 0.0, 0.0, 0
+    for seed in range(points * MAX_TRIES):
+        if done == points:
+            break
+        rng = np.random.default_rng(300 + seed)
+        vals = fam.sample_params(rng, 1)
+        pv = [float(np.ravel(vals[p])[0]) for p in params]
+        dv = {d.name: float(rng.uniform(0.5, 3.0)) for d in recipe.data}
+        hv = {h.name: float(h.default) if isinstance(h.default, (int, float)) else float(rng.uniform(0.5, 2.0))
+              for h in hyper}
+        state = {p.name: np.array([v]) for p, v in zip(fam.params.values(), pv)}
+        known = {k: v for k, v in hv.items() if k in getattr(mod, "HYPERPARAMETERS", {})}
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", integrate.IntegrationWarning)     # judged by the comparison itself
+            try:
+                value = lambda t: float(np.real(integrand(t, *pv, *dv.values(), *hv.values())))  # noqa: E731
+                if points_of:
+                    want = math.fsum(value(float(pt[theta])) for pt in points_of)
+                else:
+                    want, _ = integrate.quad(value, lo, hi, limit=400, epsabs=1e-12, epsrel=1e-12)
+                got = float(mod.objective(state, data=dv, **known)["objective"])
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+                continue
+        if not (np.isfinite(want) and np.isfinite(got)):
+            continue
+        worst = max(worst, abs(got - want) / max(1.0, abs(want)))
+        small = {"rho": 0.01} if "rho" in getattr(mod, "HYPERPARAMETERS", {}) else {}
+        try:
+            after = float(mod.objective(mod.step(state, data=dv, **{**known, **small}), data=dv,
+                                        **known)["objective"])
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            after = got
+        rise = max(rise, (after - got) / max(1.0, abs(got)))
+        done += 1
+    if not done:
+        return [Check("objective vs quadrature", float("nan"), 1e-7, kind="na", group="codegen",
+                      note="no random input gave a finite objective and quadrature")]
+    return [Check("objective vs quadrature", worst, 1e-7, group="codegen",
+                  note=f"generated objective(state) = E_q[loss] - H(q) against quadrature of q (loss + log q), "
+                       f"{done} random inputs"),
+            Check("objective does not increase along a small step", max(rise, 0.0), 1e-12, group="codegen",
+                  note="L(step(state)) - L(state), relative, with rho = 0.01 where the recipe has a rho")]
 
 
 def _relaxation_scale_fd(recipe, D, points):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import textwrap
+from types import SimpleNamespace
 
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
@@ -263,6 +264,20 @@ def entry_view(ir, printer) -> EntriesView | None:
         "checks": checks_view(f.checks, printer),
     } for f in eps.functions]
     return {"title": eps.title, "notes": eps.notes, "constants": eps.constants, "functions": functions}
+
+
+def objective_view(ir, printer, xp: str) -> EntriesView | None:
+    """The ``objective`` entry point (``UpdateIR.objective``, blr_derive/ir/objective.py) printed like the other
+    entry points; its two terms are summed over the coordinates of a mean-field (elementwise) state (``xp.sum``,
+    ``xp`` the array module's name; a scalar is its own sum)."""
+    eps = getattr(ir, "objective", None)
+    if eps is None:
+        return None
+    view = entry_view(SimpleNamespace(entry_points=eps), printer)
+    if view is not None:
+        for f in view["functions"]:
+            f["assignments"] = [(s, f"{xp}.sum({e})") for s, e in f["assignments"]]
+    return view
 
 
 def checks_view(checks, printer, helpers=None, assigns=None) -> list[CheckView]:

@@ -129,3 +129,48 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "s": s_new,
         "m": m_new,
     }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; summed over the coordinates of the (mean-field) state; every constant of the loss as
+    written is kept (the loss's additive constants are part of L; none is added).  Takes what step() takes
+    (oracles and rng are accepted and unused) and returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy':
+    H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    sigma2 = hp["sigma2"]
+    if sigma2 is None:
+        raise TypeError("this step needs the hyperparameter sigma2")
+    m0 = hp["m0"]
+    if m0 is None:
+        raise TypeError("this step needs the hyperparameter m0")
+    s0 = hp["s0"]
+    if s0 is None:
+        raise TypeError("this step needs the hyperparameter s0")
+    m = numpy.asarray(state["m"], dtype=float)
+    s = numpy.asarray(state["s"], dtype=float)
+    n = numpy.asarray(data["n"], dtype=float)
+    S1 = numpy.asarray(data["S1"], dtype=float)
+    S2 = numpy.asarray(data["S2"], dtype=float)
+    _expected_loss = numpy.sum(m*(-S1 - m0*s0*sigma2)/sigma2 + (1/2)*(S2 + m0**2*s0*sigma2)/sigma2 + (1/2)*(m**2 + s**(-1.0))*(n + s0*sigma2)/sigma2)
+    _entropy = numpy.sum(-1/2*numpy.log(s) + (1/2)*numpy.log(2) + 1/2 + (1/2)*numpy.log(numpy.pi))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
+    }

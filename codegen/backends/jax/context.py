@@ -121,6 +121,7 @@ class FunctionsContext:
     first: str
     checks: list[CheckView]                    # the run-time domain checks, each after the assignment of its value
     check_domains: bool                        # the module defines _check_domain and its CHECK_DOMAINS switch
+    objective: EntriesView | None = None       # the BLR objective's entry point (blr_derive/ir/objective.py)
 
 
 @dataclass(frozen=True)

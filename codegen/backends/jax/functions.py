@@ -33,7 +33,7 @@ from pathlib import Path
 import sympy as sp
 
 from blr_derive.codegen.arrays.printer import ArrayPrinter
-from blr_derive.codegen.arrays.views import (NEWTON_SOURCE, PointView, checks_view, entry_view, family_maps_view,
+from blr_derive.codegen.arrays.views import (NEWTON_SOURCE, PointView, checks_view, entry_view, objective_view, family_maps_view,
                                              module_shapes, shaping_view)
 from blr_derive.codegen.backends.jax.context import FunctionsContext, FunctionsSamplingView
 from blr_derive.codegen.inert import identifier
@@ -159,6 +159,7 @@ def functions_view(ir) -> FunctionsContext:
     sampling = _sampling_view(ir, pr)
     maps = family_maps_view(ir, pr)
     entries = entry_view(ir, pr)
+    objective = objective_view(ir, pr, "jnp")
     point: PointView | None = None
     if ir.parameter is not None:                # what a model's weights hold (e.g. sign(lam))
         point = {"code": pr.doprint(ir.parameter),
@@ -187,6 +188,7 @@ def functions_view(ir) -> FunctionsContext:
         step=None if ir.step_symbol is None else identifier(str(ir.step_symbol)),
         shapes=module_shapes(ir), symmetric=sorted(ir.symmetric),
         first=identifier(ir.state[0].name), checks=checks, check_domains="_check_domain" in pr.helpers,
+        objective=objective,
     )
 
 

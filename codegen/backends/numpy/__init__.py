@@ -5,7 +5,7 @@ from pathlib import Path
 
 from blr_derive.codegen.arrays import mixture_axis
 from blr_derive.codegen.arrays.rows import RowBatchPrinter
-from blr_derive.codegen.arrays.views import (PointView, checks_view, entry_view, factorized_view, family_maps_view,
+from blr_derive.codegen.arrays.views import (PointView, checks_view, entry_view, objective_view, factorized_view, family_maps_view,
                                              module_shapes, own_shape_zeros, shaping_view)
 from blr_derive.codegen.backends.numpy.config import CONFIG
 from blr_derive.codegen.backends.numpy.context import FactorizedContext, ModuleContext, SamplingView
@@ -64,6 +64,7 @@ class NumpyTarget:
                 sampling["shaping"]["index"] = kept.index(sampling["shaping"]["call"])
         maps = family_maps_view(ir, printer)
         entries = entry_view(ir, printer)
+        objective = objective_view(ir, printer, "numpy")
         point: PointView | None = None
         if getattr(ir, "parameter", None) is not None:      # what a model's weights hold (e.g. sign(lam))
             point = {"code": printer.doprint(ir.parameter),
@@ -81,7 +82,7 @@ class NumpyTarget:
             imports=sorted(printer.imports), maps=maps,
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], entries=entries,
-            point=point, shapes=shapes, symmetric=sorted(ir.symmetric), checks=checks,
+            point=point, shapes=shapes, symmetric=sorted(ir.symmetric), checks=checks, objective=objective,
         ))
         return out
 

@@ -51,6 +51,7 @@ class ModuleContext:
     shapes: dict[str, object]
     symmetric: list[str]
     checks: list[CheckView]                   # the run-time domain checks, each after the assignment of its value
+    objective: EntriesView | None = None      # the BLR objective's entry point (blr_derive/ir/objective.py)
 
 
 @dataclass(frozen=True)

@@ -187,8 +187,9 @@ def test_recipe_file_checks_its_family(tmp_path, capsys):
     assert cli.main(["check", str(p), "--points", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"check recipe 'expo_recipe' ({p}), family 'exponential'")
-    # 10 checks of the family, 7 at its hard points, 2 of the recipe's update
-    assert "all 19 checks passed" in out and "1 random parameter points" in out
+    # 10 checks of the family, 7 at its hard points, 2 of the recipe's update, 2 of its objective (issue 42)
+    assert "all 21 checks passed" in out and "1 random parameter points" in out
+    assert "objective vs quadrature" in out and "objective does not increase along a small step" in out
     assert "hard points: integer and half-integer" in out and "the numpy module of the family" in out
     assert "natural gradient vs finite differences" in out
     assert "generated update vs symbolic update" in out

@@ -1,0 +1,170 @@
+"""``blr-derive suggest``: the candidate families in which a loss is conjugate (linear in the sufficient
+statistics, :mod:`blr_derive.families.suggest`), each confirmed by deriving the recipe its suggested command
+declares (``exact`` and ``unit_learning_rate``: one BLR step with ρ = 1 is the posterior, Sec. 5.1), and, where no
+family of the library fits, the family built from the loss's own statistics, written to a file."""
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blr_derive.candidates.options import COMMAND_LINE, recipe_from_options
+from blr_derive.core.errors import BLRError, DerivationError, SpecError
+from blr_derive.core.io import output_problem, write_atomic
+from blr_derive.core.pretty import pretty
+from blr_derive.core.resources import families_dir
+from blr_derive.core.text import quote
+from blr_derive.core.yamlio import load_yaml_file
+from blr_derive.derive.driver import derive as derive_recipe
+from blr_derive.families.library import builtin_family_names, load_family
+from blr_derive.families.suggest import build_from_loss, loss_text, parse_loss, screen
+from blr_derive.spec.vocabulary import SUPPORTS
+
+#: the approximations of a conjugate recipe: E_q[ℓ] exact, and ρ = 1 (one step is Bayes' rule)
+CONJUGATE_APPROXIMATIONS = ("exact", "unit_learning_rate")
+#: at most this many matches are confirmed by a derivation (the rest are listed by the screen only)
+MAX_CONFIRMED = 8
+
+
+@dataclass
+class Suggestion:
+    """One family in which the loss is conjugate, with the command that derives its update."""
+    family: str
+    statistics: list
+    coefficients: list
+    support: str
+    unused: int
+    on_domain: bool
+    command: list
+    built: bool = False
+
+
+@dataclass
+class Suggestions:
+    loss: object
+    variable: str
+    domain: str
+    suggestions: list = field(default_factory=list)
+    not_derived: dict = field(default_factory=dict)       # family -> why its recipe does not derive
+    rejected: dict = field(default_factory=dict)          # family -> why the loss is not linear in it
+    built_file: str | None = None
+
+    def to_text(self) -> str:
+        lines = [f"loss: ℓ({self.variable}) = {pretty(self.loss)}   (its domain: {SUPPORTS.get(self.domain, self.domain)}"
+                 f" -> support {self.domain})"]
+        if self.built_file:
+            lines.append(f"no built-in family makes the loss linear in its statistics: built one from the loss's "
+                         f"terms, written to {self.built_file} (check it: blr-derive check {shlex.quote(self.built_file)})")
+        lines.append("conjugate families (ℓ = c0 + Σ c_i T_i: E_q[ℓ] is exact and one step with ρ = 1 is the "
+                     "posterior, Sec. 5.1), best first:")
+        for i, s in enumerate(self.suggestions, 1):
+            stats = ", ".join(pretty(t) for t in s.statistics)
+            note = [] if s.on_domain else [f"support {s.support}, not the loss's domain"]
+            note += [f"{s.unused} statistic{'s' if s.unused > 1 else ''} unused"] if s.unused else []
+            note += ["built from the loss"] if s.built else []
+            lines.append(f"  {i}. {s.family}: T = ({stats})" + (f"  [{'; '.join(note)}]" if note else ""))
+            lines.append("     " + " ".join(s.command))
+        for name, why in self.not_derived.items():
+            lines.append(f"  (linear in {name}'s statistics, but its recipe does not derive: {why})")
+        return "\n".join(lines) + "\n"
+
+
+def _command(family_ref: str, loss: str, data: list, settings=()) -> list:
+    return (["blr-derive", shlex.quote(family_ref), shlex.quote(f"--loss={loss}")]
+            + [w for d in data for w in ("--data", shlex.quote(d))]
+            + [w for x in settings for w in ("--set", shlex.quote(x))]
+            + [w for a in CONJUGATE_APPROXIMATIONS for w in ("--approx", a)])
+
+
+def _data_items(names, declared) -> list:
+    """``--data`` items: the user's declarations, then every other name of the loss as a number."""
+    given = {d.partition("=")[0].strip(): d for d in declared}
+    return [given.get(n, n) for n in names] + [d for n, d in given.items() if n not in names]
+
+
+def _axis_settings(name: str) -> list:
+    """``--set components=...`` for a built-in family over a run-time axis (its file declares ``axis``): the loss
+    is then read for one generic component and summed over them (candidates/sized_axis.py)."""
+    spec = load_yaml_file(families_dir() / f"{name}.yaml", "family file")
+    if not isinstance(spec, dict) or "axis" not in spec or not isinstance(spec.get("sizes"), dict):
+        return []
+    size = next(iter(spec["sizes"]))
+    return [f"components={{index: k, size: {size}}}"]
+
+
+def _derives(family_ref: str, loss: str, data: list, settings=()):
+    """None if the recipe the command declares derives, else why not (one line)."""
+    try:
+        r = recipe_from_options(family_ref, loss=loss, approximations=CONJUGATE_APPROXIMATIONS, data=data,
+                                settings=settings)
+        derive_recipe(r)
+    except (BLRError, DerivationError) as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+def _reasons(found, out) -> str:
+    """Why nothing fits, in a few words: how many families were tried, and for up to three of the loss's own
+    domain (else any), why not."""
+    why = {**found.rejected, **out.not_derived}
+    own = [n for n in why if n in out.not_derived or "not a multiple" in why[n] or "inside" in why[n]]
+    shown = "; ".join(f"{n}: {why[n]}" for n in (own or list(why))[:3])
+    return f"{len(why)} built-in families tried; e.g. {shown}"
+
+
+def suggest(loss: str, variable: str = "theta", data=(), support: str | None = None,
+            write_family: str | None = None) -> Suggestions:
+    """The families of the library in which ``loss`` (recipe grammar, in ``variable``) is conjugate, each confirmed
+    by deriving its suggested recipe; with none, the family built from the loss's statistics, written to
+    ``write_family`` (required then).  Nothing fits: a SpecError located at the command line."""
+    if support is not None and support not in SUPPORTS:
+        raise SpecError(f"--support: unknown support '{quote(support)}' (known: {', '.join(sorted(SUPPORTS))})",
+                        COMMAND_LINE)
+    if write_family is not None:
+        problem = output_problem(Path(write_family))
+        if problem is not None:
+            raise SpecError(problem, write_family)
+    expr, theta, names = parse_loss(loss, variable)
+    data = _data_items([str(n) for n in names], list(data))
+    families = [(n, load_family(n)) for n in builtin_family_names()]
+    found = screen(expr, theta, names, families, support)
+    out = Suggestions(expr, variable, found.domain, rejected=found.rejected)
+    for m in found.matches[:MAX_CONFIRMED]:
+        fam = families[[n for n, _ in families].index(m.family)][1]
+        own = fam.theta if hasattr(fam.theta, "name") else "theta"
+        text = loss if str(own) == variable else loss_text(expr, theta, own)
+        settings = _axis_settings(m.family)
+        why = _derives(m.family, text, data, settings)
+        if why is not None:
+            out.not_derived[m.family] = why
+            continue
+        out.suggestions.append(Suggestion(m.family, m.statistics, m.coefficients, m.support, m.unused, m.on_domain,
+                                          _command(m.family, text, data, settings)))
+    if out.suggestions:
+        return out
+    reasons = _reasons(found, out)
+    if write_family is None:
+        raise SpecError(f"--loss '{quote(loss)}': no built-in family makes the loss conjugate ({reasons}); "
+                        f"name a file with --write-family FILE to build a family from the loss's own statistics",
+                        COMMAND_LINE)
+    name = Path(write_family).stem if Path(write_family).stem.isidentifier() else "suggested"
+    try:
+        text, fam, m = build_from_loss(expr, theta, name, write_family, support)
+    except (SpecError, DerivationError) as exc:
+        raise SpecError(f"--loss '{quote(loss)}': no family fits: no built-in family makes the loss linear in its "
+                        f"statistics ({reasons}), and the family built from its terms does not derive: "
+                        f"{str(exc).splitlines()[0]}", COMMAND_LINE) from None
+    cmd_loss = loss if str(fam.theta) == variable else loss_text(expr, theta, fam.theta)
+    with tempfile.TemporaryDirectory() as tmp:        # the file is written only once its recipe derives
+        trial = Path(tmp) / Path(write_family).name
+        trial.write_text(text, encoding="utf-8")
+        why = _derives(str(trial), cmd_loss, data)
+    if why is not None:
+        raise SpecError(f"--loss '{quote(loss)}': the family built from the loss's statistics (written to "
+                        f"{write_family}) derives, but its recipe does not: {why}", COMMAND_LINE)
+    write_atomic(Path(write_family), text)
+    out.built_file = write_family
+    out.suggestions.append(Suggestion(write_family, m.statistics, m.coefficients, m.support, m.unused, True,
+                                      _command(write_family, cmd_loss, data), built=True))
+    return out

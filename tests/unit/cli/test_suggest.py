@@ -1,0 +1,126 @@
+"""``blr-derive suggest`` and ``blr_derive.api.suggest`` (issue 42, item 3): every suggested command derives, and
+the module it generates takes one step with ρ = 1 to the posterior exp(−ℓ) normalized (closed forms written here:
+Beta, Gamma, Gaussian); a loss whose statistics are not in the library gets a family built from its terms, written
+to the file named and passing ``blr-derive check``; a loss nothing fits and bad input are one located line."""
+from __future__ import annotations
+
+import shlex
+
+import numpy as np
+import pytest
+
+import blr_derive.api as api
+from blr_derive.cli import main
+from blr_derive.core.errors import SpecError
+from test_cli import load_module, run_cli
+
+
+def _v(x):
+    return float(np.ravel(x)[0])
+
+
+def _generate(words, tmp_path, name):
+    """Run a suggested command (in this process) to a file and load the module."""
+    assert words[0] == "blr-derive"
+    out = tmp_path / f"{name}.py"
+    assert main([*shlex.split(" ".join(words[1:])), "-o", str(out)]) == 0
+    return load_module(out)
+
+
+def test_every_suggested_command_derives_the_posterior_in_one_step(tmp_path):
+    """Binomial likelihood in p: beta first; its module's one step with ρ = 1 is Beta(k + 1, n − k + 1) (the flat
+    base measure: λ = (a − 1, b − 1) = −c)."""
+    res = api.suggest("-k*log(p) - (n - k)*log(1 - p)", variable="p")
+    assert [s.family for s in res.suggestions][:1] == ["beta"]
+    mod = _generate(res.suggestions[0].command, tmp_path, "beta")
+    state = mod.step({"a": np.array([2.0]), "b": np.array([5.0])}, data={"k": 7.0, "n": 10.0})
+    np.testing.assert_allclose([_v(state["a"]), _v(state["b"])], [8.0, 4.0], rtol=1e-12)
+
+
+def test_poisson_loss_gamma_posterior_and_the_ranked_alternatives(tmp_path):
+    """ℓ = nλ − s log λ: gamma (Gamma(s + 1, n)) before the generalized inverse Gaussian (one statistic unused);
+    both commands derive (suggest derives each before it lists it)."""
+    res = api.suggest("n*lam - s*log(lam)", variable="lam")
+    names = [s.family for s in res.suggestions]
+    assert names[:2] == ["gamma", "generalized_inverse_gaussian"]
+    assert "--loss=n*theta - s*log(theta)" in " ".join(res.suggestions[0].command)   # renamed to the family's
+    text = res.to_text()
+    assert "1. gamma: T = (log(lam), lam)" in text and "1 statistic unused" in text
+    gamma = _generate(res.suggestions[0].command, tmp_path, "gamma")
+    st = gamma.step({"alpha": np.array([3.0]), "beta": np.array([1.0])}, data={"n": 4.0, "s": 9.0})
+    np.testing.assert_allclose([_v(st["alpha"]), _v(st["beta"])], [10.0, 4.0], rtol=1e-12)
+    # the GIG's posterior (1/λ coefficient 0) is on its domain's boundary (a gamma): derived, not stepped here
+
+
+def test_gaussian_mean_and_dirichlet_commands_derive(tmp_path):
+    """Known-variance Gaussian likelihood of the mean: gaussian_diag, posterior precision n/σ² and mean S1/n;
+    categorical counts over the simplex: dirichlet over a run-time axis, a = c + 1."""
+    res = api.suggest("(S2 - 2*theta*S1 + n*theta**2)/(2*sigma2)")
+    assert res.suggestions[0].family == "gaussian_diag"
+    mod = _generate(res.suggestions[0].command, tmp_path, "gauss")
+    state0 = {k: np.array([1.0]) for k in mod.STATE}
+    st = mod.step(state0, data={"S2": 30.0, "S1": 12.0, "n": 6.0, "sigma2": 2.0})
+    keys = sorted(st)
+    assert keys == sorted(state0)
+    precision = [v for k, v in st.items() if k != "m"][0]
+    np.testing.assert_allclose([_v(st["m"]), _v(precision)], [2.0, 3.0], rtol=1e-12)
+    res = api.suggest("-c*log(theta)", support="simplex")
+    assert [s.family for s in res.suggestions] == ["dirichlet"]
+    mod = _generate(res.suggestions[0].command, tmp_path, "dir")
+    st = mod.step({"a": np.ones(4)}, data={"c": np.array([3.0, 0.0, 1.0, 5.0])})
+    np.testing.assert_allclose(st["a"], [4.0, 1.0, 2.0, 6.0], rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_a_loss_outside_the_library_builds_a_family_that_passes_check(tmp_path, capsys):
+    fam = tmp_path / "cubic.yaml"
+    assert main(["suggest", "--loss", "a*theta**3 - c*log(theta)", "--write-family", str(fam)]) == 0
+    out = capsys.readouterr().out
+    assert "no built-in family makes the loss linear in its statistics" in out and str(fam) in out
+    assert "support: positive" in fam.read_text()
+    assert main(["check", str(fam)]) == 0
+    assert "checks passed" in capsys.readouterr().out
+    words = [l for l in out.splitlines() if l.strip().startswith("blr-derive")][0].split()
+    mod = _generate(words, tmp_path, "cubic_rule")
+    # posterior ∝ exp(−aθ³ + c log θ): λ = (−a, c), i.e. lam1 = a and lam2 − 1 = c
+    st = mod.step({k: np.array([1.0]) for k in mod.STATE}, data={"a": 2.0, "c": 1.5})
+    np.testing.assert_allclose([_v(st["lam1"]), _v(st["lam2"])], [2.0, 2.5], rtol=1e-12)
+
+
+def test_without_a_file_to_write_or_when_nothing_fits_a_located_line(tmp_path, capsys):
+    assert main(["suggest", "--loss", "a*theta**3 - c*log(theta)"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "<command line>: --loss" in err and "--write-family" in err
+    target = tmp_path / "f.yaml"
+    assert main(["suggest", "--loss", "exp(theta)*sin(theta)", "--write-family", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no family fits" in err and "not normalizable" in err
+    assert not target.exists()                          # nothing written
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--loss", "theta**"], "syntax error"),
+    (["--loss", "theta", "--support", "moon"], "unknown support"),
+    (["--loss", "a*x"], "does not depend on theta"),
+    (["--loss", "open('x')"], "--loss"),
+    ([], "--loss"),
+])
+def test_bad_input_is_one_located_line_exit_2(argv, needle, capsys):
+    assert main(["suggest", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and needle in captured.err
+    assert "<command line>" in captured.err
+
+
+@pytest.mark.slow
+def test_through_the_real_command_line(tmp_path):
+    res = run_cli("suggest", "--loss", "lam*S - n*log(lam)", "--variable", "lam", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "1. gamma" in res.stdout
+    res = run_cli("suggest", "--loss=-", cwd=tmp_path)
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+def test_api_errors_are_spec_errors():
+    with pytest.raises(SpecError):
+        api.suggest("theta +")
