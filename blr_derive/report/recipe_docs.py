@@ -14,6 +14,7 @@ import sys
 from blr_derive.report.rule_args import rule_arguments
 from blr_derive.rules import load_all
 from blr_derive.rules.base import KINDS, RULES
+from blr_derive.spec.correction import CORRECTION_KEYS
 from blr_derive.spec.federated import FED_KEYS
 from blr_derive.spec.hyper import DATA_KEYS, HP_KEYS
 from blr_derive.spec.kronecker import KRONECKER_KEYS
@@ -48,6 +49,9 @@ RECIPE_DOC = [
                         "family's parameters, e.g. `binary(lam)`; default the Gaussian mean"),
     ("peer", "no", "how a generated optimizer presents itself to the hand-written one it mirrors (keys below)"),
     ("federated", "no", "federated Bayesian ADMM: the penalties and the prior's site (keys below)"),
+    ("posterior_correction", "no", "the old posterior q_old and its sites, read by the approximation "
+                                   "`posterior_correction` (keys below; default: `{p: p_old}` for every free "
+                                   "parameter, `sites: gradient`)"),
     ("sizes", "no", "size parameters of a templated recipe, `{K: {default: 3, min: 2, max: 16}}` (`--size K=4`)"),
 ]
 LOSS_DOC = [
@@ -91,7 +95,9 @@ PEER_DOC = [
 SWITCH_DOC = [("positional", "no", "switches accepted positionally, in order"),
               ("keyword", "no", "switches accepted as keywords only")]
 CHECK_DOC = [("require", "yes", "a condition on the hyperparameters"),
-             ("message", "yes", "the error text (`{name}` shows a hyperparameter's value)")]
+             ("message", "yes", "the error text (`{name}` shows a hyperparameter's value)"),
+             ("targets", "no", "the optimizer targets that make the check (`[jax]`: a name optax reads otherwise, "
+                               "Adam's `amsgrad`); default every optimizer target")]
 MIXTURE_DOC = [
     ("mixture", "yes", "the component family (Gaussian)"),
     ("components", "yes", "the number of components: an integer 2..9 (one state variable per component, `m1`, `S1`, "
@@ -107,6 +113,12 @@ KRONECKER_DOC = [
     ("cols", "yes", "the dimension name of W's columns (d_in; A is cols × cols); with `family: gaussian_full` the "
                     "candidate is MN(M, A⁻¹, G⁻¹), vec(W) ~ N(vec M, (A ⊗ G)⁻¹), and the full-Gaussian BLR is "
                     "written in M, A, G by the rules `kronecker_gauss_newton`, `factored_tikhonov`, `kronecker_ema`"),
+]
+CORRECTION_DOC = [
+    ("old", "no", "q_old: the data names of its parameters, `{m: m_old, s: s_old}` (default `<p>_old`)"),
+    ("sites", "no", "the sum of q_old's sites: `gradient` (the full-data gradient and Hessian at q_old: data "
+                    "`grad_full`, `hess_full`) or `posterior` (q_old itself: −log q_old)"),
+    ("description", "no", "the source of the correction, shown by `explain`"),
 ]
 FED_DOC = [
     ("penalty", "yes", "ρ (a hyperparameter): the client objective E_q[ℓ_k] + <η_k, μ> + ρ KL(q ‖ q_g)"),
@@ -231,6 +243,8 @@ SECTIONS = [
                                                             "one weight matrix (`KRONECKER_KEYS`, "
                                                             "`blr_derive/spec/kronecker.py`; catalog `noisy_kfac`)."),
     ("Federated", FED_KEYS, FED_DOC, "`federated:` (`FED_KEYS`, `blr_derive/spec/federated.py`)."),
+    ("Posterior correction", CORRECTION_KEYS, CORRECTION_DOC, "`posterior_correction:` (`CORRECTION_KEYS`, "
+                                                               "`blr_derive/spec/correction.py`; Khan 2025)."),
     ("Factorized recipes", FACTORIZED_KEYS, FACTORIZED_DOC, "A recipe with `blocks:` and `factors:` instead of "
                                                             "`family:` and `loss:` (`FACTORIZED_KEYS`, "
                                                             "`blr_derive/spec/product.py`; catalog `em_gmm`, `vmp`, "

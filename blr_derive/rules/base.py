@@ -401,6 +401,18 @@ RecipeT = TypeVar("RecipeT")
 
 
 @dataclass
+class PendingCorrection:
+    """What rule ``posterior_correction`` needs in the update program (set at the step stage, read at its place among
+    the passes, ``rules/posterior_correction.py``): the natural gradient in μ with the placeholders E_q[∇ℓ],
+    E_q[∇²ℓ], and the sum of q_old's sites."""
+    grads: list[Expr]
+    Eg: Expr
+    EH: Expr
+    full: list[Expr]      # the sites of q_old as a natural gradient, per block (in μ and q_old's parameters)
+    old: dict[Sym, Sym]   # family parameter symbol -> q_old's data symbol
+
+
+@dataclass
 class Derivation(Generic[RecipeT]):
     """The record a derivation writes (a spec.recipe.Recipe's; ``rules/product.py`` FactorizedDerivation is a
     product recipe's)."""
@@ -436,7 +448,7 @@ class Derivation(Generic[RecipeT]):
     #: quantities that may be indefinite estimates of a Hessian (Price's estimator, a mixture's ∇² log q): an update of
     #: a positive (definite) parameter that reads one is checked at run time unless it is corrected
     indefinite: set[Expr] = field(default_factory=set)
-    correction: object = None                       # rules.posterior_correction.Pending: a correction among passes
+    correction: PendingCorrection | None = None     # a posterior correction acting among the passes
 
     def expand_defs(self, e: Expr) -> Expr:
         """``e`` with the named quantities of :attr:`defs` written out (a finite sum's probabilities and

@@ -34,25 +34,13 @@ Passes after it see the corrected estimate (IVON's momentum averages the correct
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import sympy as sp
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
-from blr_derive.rules.base import PROGRAM_KINDS, RULES, ChainedCall, OracleCall, Rule, TexForm, register
+from blr_derive.rules.base import PROGRAM_KINDS, RULES, PendingCorrection, ChainedCall, OracleCall, Rule, TexForm, register
 from blr_derive.rules.program import name_in_use, record, scalar_expr
-
-
-@dataclass
-class Pending:
-    """What the correction needs in the update program (set at the step stage, read at its place among the
-    passes): the natural gradient in μ with the placeholders E_q[∇ℓ], E_q[∇²ℓ], and the sum of q_old's sites."""
-    grads: list
-    Eg: object
-    EH: object
-    full: list            # the sites of q_old as a natural gradient, per block (in μ and q_old's parameters)
-    old: dict             # family parameter symbol -> q_old's data symbol
 
 
 def program_mode(recipe, D):
@@ -107,7 +95,7 @@ def posterior_correction(ctx, g_loss):
     recipe, D, sym = ctx.recipe, ctx.D, ctx.sym
     grads, Eg, EH, old, mu_old, full = _setup(recipe, D, ctx.fail, ctx.g_logh, sym)
     if program_mode(recipe, D):
-        D.correction = Pending(grads, Eg, EH, full, old)
+        D.correction = PendingCorrection(grads, Eg, EH, full, old)
         return g_loss
     fam = recipe.family
     m_old = fam.gaussian_mean.xreplace(old)
