@@ -200,9 +200,11 @@ def test_numpy_references_and_their_seeded_mistakes():
     from seeded import newton_step, newton_step_negated_hessian, online_newton_diag_step
     report = equivalent("newton", newton_step)
     # ρ = 1 and ρ = 1/2 on two losses; at ρ = 1/2 the precision of the non-convex loss stops being positive
-    # definite after one step (the derived step's Cholesky fails), which the report names as not exercised
+    # definite after one step (the derived step's run-time domain check raises), which the report names as not
+    # exercised
     assert report.equal and report.runs == 4 and report.steps_checked == 19, str(report)
-    assert report.skipped == ["setting rho=0.5 on 'nonconvex' after step 1 (the derived step raises LinAlgError)"]
+    assert report.skipped == ["setting rho=0.5 on 'nonconvex' after step 1 (the derived step raises "
+                              "FloatingPointError)"]
     d = equivalent("newton", newton_step_negated_hessian).divergence
     assert (d.problem, d.step, d.variable, d.localized) == ("quadratic", 1, "S", True)
     assert d.assignment == "S ← rho*H + (1 - rho)*S"
