@@ -262,7 +262,8 @@ def test_relaxation_derived_for_the_p_parameterized_family_matches_autograd():
     D = derive(r)
     rel = D.relaxation
     p = r.family.params["p"].symbol
-    s_fn = sp.lambdify((rel.theta, p, rel.temperature), rel.scale, "math")
+    # s at the sample θ̂(u; p, τ), and the sample itself, as the derivation records them for check
+    s_fn = sp.lambdify((rel.u, p, rel.temperature), rel.scale_evaluated, "math")
     th_fn = sp.lambdify((rel.u, p, rel.temperature), rel.sample, "math")
     for uu, pp in [(0.2, 0.3), (0.6, 0.85), (0.93, 0.1)]:
         mu = torch.tensor(2 * pp - 1, dtype=torch.float64, requires_grad=True)
@@ -271,7 +272,9 @@ def test_relaxation_derived_for_the_p_parameterized_family_matches_autograd():
         theta.backward()
         t = th_fn(uu, pp, 0.6)
         assert abs(t - theta.item()) < 1e-14
-        assert abs(s_fn(t, pp, 0.6) - mu.grad.item()) < 1e-12 * max(1.0, abs(mu.grad.item()))
+        assert abs(s_fn(uu, pp, 0.6) - mu.grad.item()) < 1e-12 * max(1.0, abs(mu.grad.item()))
+        # the closed form the docstring states, at the same sample
+        assert abs(s_fn(uu, pp, 0.6) - (t * t - 1) / (4 * 0.6 * pp * (pp - 1))) < 1e-12 * max(1.0, abs(mu.grad.item()))
 
 
 def test_zero_noise_small_temperature_limit_is_the_ste_sample():
