@@ -39,6 +39,10 @@ def objective_terms(D: Derivation):
         return None
     if not isinstance(H, sp.Basic) or H.has(sp.Integral):
         return None
+    if _reads_verbatim(D, D.expected_loss):
+        # a deeply nested loss at the points of a finite support, kept as named definitions (rules/finite_support.py):
+        # written out, its nested functions of numbers are evaluated again at every level (minutes at depth 12)
+        return None
     E = D.expand_defs(D.expected_loss)
     if not isinstance(E, sp.Basic) or is_mat(E):
         return None
@@ -83,3 +87,21 @@ def objective_entry_points(D: Derivation, state: list[Var], hyper: list[HyperVar
                          "engine derived them; it decreases along steps with a small enough learning rate."]
     constants: list[tuple[str, Constant]] = [("OBJECTIVE_KEYS", KEYS)]
     return EntryPoints("the BLR objective L(q) = E_q[loss] - H(q)", notes, constants, [fn])
+
+
+def _reads_verbatim(D: Derivation, e) -> bool:
+    """Whether ``e`` reads, through the named definitions, one that the derivation keeps verbatim."""
+    if not D.verbatim or not isinstance(e, sp.Basic):
+        return False
+    defs = dict(D.defs)
+    seen, todo = set(), list(e.free_symbols)
+    while todo:
+        s = todo.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        if s in D.verbatim:
+            return True
+        if s in defs and isinstance(defs[s], sp.Basic):
+            todo.extend(defs[s].free_symbols)
+    return False

@@ -46,8 +46,20 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports: set = set()
         self.known_functions = known_function_table(self.known_functions)
 
+    def _print_Sum(self, expr):
+        """A finite sum as Python's own sum over its range.  A series (an infinite limit) has no value a module can
+        compute this way (sympy's form loops over range(0, inf + 1)): it prints as NaN, which check's hunt reports
+        where a function of the module reads it (the family maps of a prior whose log-partition is a series)."""
+        if any(not (a.is_finite and b.is_finite) for _, a, b in expr.limits):
+            return self._module_format("numpy.nan")
+        loops = " ".join(f"for {self._print(i)} in range({self._print(a)}, {self._print(b)} + 1)"
+                         for i, a, b in expr.limits[::-1])
+        return f"(sum({self._print(expr.function)} {loops}))"
+
     def _module_format(self, fqn, register=True):
-        module = fqn.rpartition(".")[0]
+        module, _, name = fqn.rpartition(".")
+        if module == "builtins":        # sympy prints a series as builtins.sum(...): Python's own, no import
+            return name
         # numpy's own subpackages (numpy.linalg) are loaded by `import numpy`
         if module and module.split(".")[0] not in self.ALWAYS_IMPORTED:
             self.imports.add(module)

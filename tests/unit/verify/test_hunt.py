@@ -197,11 +197,10 @@ def test_reflection_form_passes_random_points_and_fails_at_integers(tmp_path):
 @pytest.mark.slow
 def test_removable_singularity_is_found_at_zero_and_next_to_it(tmp_path):
     fam = load_family(str(write(tmp_path, "te", TRUNCATED_EXPONENTIAL)))
-    bad = failed(hunt_of(fam))
-    assert {"hard_log_partition", "hard_mu", "hard_fisher"} <= set(bad)
-    assert re.search(r"at b = 0 \(", bad["hard_log_partition"][1])
-    # next to λ = 0 the generated module's μ cancels catastrophically: |error| far above 1e-6, not NaN
-    assert "generated_numpy" in bad
+    # the closed form log((e^λ − 1)/λ) is 0/0 at b = 0 and cancels next to it; the derivation replaces it there by its
+    # Taylor polynomial (families/singular.py), says so, and the hunt at b = 0 and next to it then finds nothing
+    assert any(what == "removable singularity" and "lambda1 = 0" in how for what, how in fam.steps), fam.steps
+    assert failed(hunt_of(fam)) == {}
 
 
 #: log_partition's return in the numpy module of a family, and the same with a call of math, which it never imports
