@@ -66,18 +66,12 @@ def test_objective_equals_quadrature(tmp_path, key):
 
 
 @pytest.mark.parametrize("key", list(CASES))
-def test_jax_objective_equals_quadrature(tmp_path, key):
-    """The jax module's objective, in float64, equals the same quadrature."""
-    jax = pytest.importorskip("jax")
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        jmod = _module(tmp_path, key, "jax")
-        _, _, data, _, state, _, _ = CASES[key]
-        st = {k: np.array([v]) for k, v in state.items()}
-        got = float(jmod.objective(st, data=data)["objective"])
-    finally:
-        jax.config.update("jax_enable_x64", old)
+def test_jax_objective_equals_quadrature(tmp_path, key, x64):
+    """The jax module's objective, in float64 (the x64 fixture), equals the same quadrature."""
+    jmod = _module(tmp_path, key, "jax")
+    _, _, data, _, state, _, _ = CASES[key]
+    st = {k: np.array([v]) for k, v in state.items()}
+    got = float(jmod.objective(st, data=data)["objective"])
     want = _quadrature(key, state)
     assert abs(got - want) < 1e-9 * max(1.0, abs(want)), (got, want)
 
