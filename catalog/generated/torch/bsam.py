@@ -539,16 +539,16 @@ class BSAM(torch.optim.Optimizer):
         self._pending = {}
         self._totals = {}
         for group in self.param_groups:
-            for key, value in _GROUP_DEFAULTS.items():
-                group.setdefault(key, value)
-        for st in self.state.values():
-            if not isinstance(st, dict):
+            for _key, _value in _GROUP_DEFAULTS.items():
+                group.setdefault(_key, _value)
+        for _st in self.state.values():
+            if not isinstance(_st, dict):
                 continue
-            for old, new in _RENAMED.items():
-                if old in st and new not in st:
-                    st[new] = st.pop(old)
-            if "step" in st and not torch.is_tensor(st["step"]):
-                st["step"] = torch.tensor(float(st["step"]))
+            for _old, _new in _RENAMED.items():
+                if _old in _st and _new not in _st:
+                    _st[_new] = _st.pop(_old)
+            if "step" in _st and not torch.is_tensor(_st["step"]):
+                _st["step"] = torch.tensor(float(_st["step"]))
 
     def load_state_dict(self, state_dict):
         """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a

@@ -19,8 +19,12 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("name,kwargs", [("adam", dict(lr=1e-2, weight_decay=1e-2)),
                                          ("adamw", dict(lr=1e-2, amsgrad=True)),
                                          ("rmsprop", dict(lr=1e-2, centered=True))])
-def test_a_training_step_compiles_with_no_graph_break(name, kwargs, monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "trace_autograd_ops", True)
+def test_a_training_step_compiles_with_no_graph_break(name, kwargs):
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        _compiled_steps_equal_eager_ones(name, kwargs)
+
+
+def _compiled_steps_equal_eager_ones(name, kwargs):
     torch._dynamo.reset()
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))

@@ -198,7 +198,7 @@ def test_reflection_form_passes_random_points_and_fails_at_integers(tmp_path):
 def test_removable_singularity_is_found_at_zero_and_next_to_it(tmp_path):
     fam = load_family(str(write(tmp_path, "te", TRUNCATED_EXPONENTIAL)))
     # the closed form log((e^λ − 1)/λ) is 0/0 at b = 0 and cancels next to it; the derivation replaces it there by its
-    # Taylor polynomial (families/singular.py), says so, and the hunt at b = 0 and next to it then finds nothing
+    # Taylor polynomial (blr_derive/families/singular.py), says so, and the hunt at b = 0 and next to it then finds nothing
     assert any(what == "removable singularity" and "lambda1 = 0" in how for what, how in fam.steps), fam.steps
     assert failed(hunt_of(fam)) == {}
 
