@@ -127,7 +127,8 @@ FED_DOC = [
     ("damping", "no", "d (a hyperparameter; default 1): the dual step η_k ← η_k + dρ(λ_k − λ_g)"),
     ("temperature", "no", "τ (a hyperparameter; default 1): the clients' losses enter as ℓ_k/τ (a tempered "
                           "posterior ∝ p_0 Π_k exp(−ℓ_k/τ); the prior is not tempered)"),
-    ("description", "no", "one line of text"),
+    ("description", "no", "which algorithm these penalties make and its source: a step of the derivation before the "
+                          "client objective, shown by `explain`"),
 ]
 FACTORIZED_DOC = [
     ("name", "yes", "identifier; names the generated module's `RECIPE`"),

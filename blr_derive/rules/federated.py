@@ -66,6 +66,8 @@ def local_objective(recipe, D, g_loss, g_logh, sym):
         D.symbol_names[dv.symbol] = r"\eta^{(%d)}_k" % (i + 1)
     for p, dv in fed.globals:
         D.symbol_names[dv.symbol] = (r"\mathbf{%s}_g" if is_mat(p.symbol) else "%s_g") % p.name
+    if fed.description:             # the recipe's words: which algorithm these penalties make, and its source
+        D.add("federated_local", RULES["federated_local"].equation, "The federated algorithm", fed.description)
     D.add("federated_local", RULES["federated_local"].equation, "Client objective of Bayesian ADMM",
           "Client k minimises E_q[ℓ_k]/τ + <η_k, μ> + ρ KL(q ‖ q_g) (τ the temperature, 1 unless the recipe names "
           "one).  Divided by ρ this is a variational objective with loss ℓ_k/(τρ) + <η_k/ρ − λ_g, T(θ)> − log h(θ) "

@@ -11,7 +11,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.text import Prose
-from blr_derive.core.yamlio import check_keys, where
+from blr_derive.core.yamlio import check_keys, text_field, where
 from blr_derive.spec.hyper import DataVar
 
 
@@ -29,6 +29,7 @@ class Federated:
     count: object = field(default_factory=lambda: sp.Symbol("K", integer=True, positive=True))
     damping: object = sp.Integer(1)   # d: the dual step η_k ← η_k + dρ(λ_k − λ_g) (a hyperparameter symbol, or 1)
     temperature: object = sp.Integer(1)   # τ: the clients' losses enter as ℓ_k/τ (a hyperparameter symbol, or 1)
+    description: Prose = field(default_factory=lambda: Prose(""))   # the algorithm and its source, shown by explain
 
 
 def _err(msg, container, key=None):
@@ -96,4 +97,5 @@ def parse_federated(spec, fam, hyper, data, taken) -> Federated:
     for dv, l in zip(duals, fam.lam):
         if is_mat(l) and l.shape[0] == l.shape[1] and l.shape[1] != 1:
             dv.symmetric = True
-    return Federated(rho, rho_s, prior, Prose(text), globals_, duals, damping=damping, temperature=temperature)
+    return Federated(rho, rho_s, prior, Prose(text), globals_, duals, damping=damping, temperature=temperature,
+                     description=text_field(fs, "description", ""))

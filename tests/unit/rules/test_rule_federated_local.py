@@ -224,3 +224,38 @@ def test_full_gaussian_one_round_is_the_centralized_posterior():
     for (X, y), d in zip(clients, duals):
         np.testing.assert_allclose(d["dual1"], X.T @ y, rtol=1e-10, atol=1e-9)
         np.testing.assert_allclose(d["dual2"], -X.T @ X / 2, rtol=1e-10, atol=1e-9)
+
+
+def test_the_federated_sections_description_is_an_explain_step(tmp_path):
+    """A federated section's ``description`` (which algorithm the penalties make, and its source) is a step of the
+    derivation just before the client objective, shown by explain; without one there is no such step, and the
+    derived update does not change with it."""
+    base = (ROOT / "catalog" / "fed_admm_isotropic.yaml").read_text(encoding="utf-8")
+    assert "  description:" not in base.split("federated:", 1)[1].split("hyperparameters:", 1)[0]
+    described = tmp_path / "described.yaml"
+    described.write_text(base.replace("  prior: 0.5*delta*theta.T*theta\n", "  prior: 0.5*delta*theta.T*theta\n"
+                                      "  description: classic federated ADMM (Boyd et al. 2011, Sec. 7.1)\n"),
+                         encoding="utf-8")
+    _, plain = api.derive_record(ROOT / "catalog" / "fed_admm_isotropic.yaml")
+    _, with_text = api.derive_record(described)
+    titles = [s.title for s in with_text.steps]
+    i = titles.index("The federated algorithm")
+    assert titles[i + 1] == "Client objective of Bayesian ADMM"
+    assert with_text.steps[i].text.text == "classic federated ADMM (Boyd et al. 2011, Sec. 7.1)"
+    assert "The federated algorithm" not in [s.title for s in plain.steps]
+    assert [(n, str(e)) for n, _, e in with_text.updates] == [(n, str(e)) for n, _, e in plain.updates]
+    feddyn = api.derive_record(ROOT / "catalog" / "feddyn.yaml")[1]
+    assert "Acar et al. (2021)" in feddyn.steps[[s.title for s in feddyn.steps].index("The federated algorithm")].text.text
+
+
+def test_a_federated_description_that_is_not_text_is_a_located_error(tmp_path):
+    import pytest
+    from blr_derive.core.errors import SpecError
+    base = (ROOT / "catalog" / "fed_admm_isotropic.yaml").read_text(encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(base.replace("  prior: 0.5*delta*theta.T*theta\n",
+                                "  prior: 0.5*delta*theta.T*theta\n  description: [a, b]\n"), encoding="utf-8")
+    with pytest.raises(SpecError) as err:
+        api.derive_record(bad)
+    line = base.split("\n").index("  prior: 0.5*delta*theta.T*theta") + 2
+    assert "'description' must be text" in str(err.value) and f"bad.yaml:{line}" in str(err.value)
