@@ -146,3 +146,18 @@ def test_continual_example_equals_joint_regression_after_every_task(capsys):
     assert len(lines) == 5
     for ln in lines:
         assert float(ln.split("|m - joint| = ")[1].split()[0]) < 1e-10
+
+
+def test_model_merging_example_merges_with_the_closed_forms(capsys):
+    """The script asserts the closed forms itself; Fisher merging keeps both tasks (lower error than either
+    fine-tuned model on the two tasks together)."""
+    errors = _script("model_merging").main()
+    assert errors["Fisher merging"] < min(errors["fine-tuned 1"], errors["fine-tuned 2"])
+    assert "Fisher merging   mean squared error over both tasks" in capsys.readouterr().out
+
+
+def test_feddyn_pvi_example_reaches_the_centralized_solutions(capsys):
+    feddyn_error, pvi_error = _script("feddyn_pvi").main()
+    assert feddyn_error < 1e-10 and pvi_error < 1e-10
+    out = capsys.readouterr().out
+    assert "FedDyn after 100 rounds" in out and "PVI after 100 rounds" in out
