@@ -61,10 +61,16 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
             if d.symbol in used:
                 reads.append((pr.doprint(d.symbol), d.name))
     hyper = [h for h in ir.hyperparameters if any(s in used for s in h.symbols)]
-    doc = ("The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the optimizer's state (Khan & Rue 2023, Eq. 2), which "
-           "the update minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy "
-           "(App. B) at every parameter's state, summed over all coordinates of all parameters, with its constants "
-           "(e.g. ½ log(2πe) per coordinate of a Gaussian); "
+    if parts.no_entropy:
+        head = ("The objective the update minimizes at the optimizer's state: the recipe drops the entropy of the "
+                "BLR's L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2; no_entropy, Sec. 4.5), so it is E_q[ℓ] "
+                "alone and 'entropy' is 0; ")
+    else:
+        head = ("The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the optimizer's state (Khan & Rue 2023, Eq. 2), "
+                "which the update minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's "
+                "entropy (App. B) at every parameter's state, summed over all coordinates of all parameters, with "
+                "its constants (e.g. ½ log(2πe) per coordinate of a Gaussian); ")
+    doc = (head
            + _WHAT[parts.kind].format(point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale))
            + (" ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors), "
               "summed over all parameters; ℓ_o's own constants are kept, none is added; every parameter group must "

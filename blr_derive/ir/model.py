@@ -188,6 +188,8 @@ class ObjectiveParts:
     scale: Expr = 1
     extra: Expr = 0
     loss: Text = ""                    # ℓ(θ) in words and sympy text: "ess*ℓ_o(θ) + ..."
+    #: the recipe drops the entropy (rule no_entropy, Sec. 4.5): the update minimizes E_q[ℓ] alone, entropy 0
+    no_entropy: bool = False
 
 
 class Block(NamedTuple):

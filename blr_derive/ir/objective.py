@@ -118,7 +118,8 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     (the optimizers keep no data outside their per-parameter state); ``monte_carlo`` where the recipe samples q
     (scale × the mean of ℓ_o at the samples, as the caller gives them, + E_q[R − log p₀] in closed form);
     ``delta`` where the update calls oracles at one point and samples nothing (E_q[ℓ] ≈ ℓ(point), the delta
-    method, Sec. 4.2, R and p₀ included).  Scalar families only; mixtures, federated recipes, families whose
+    method, Sec. 4.2, R and p₀ included).  A recipe that drops the entropy (``no_entropy``, Sec. 4.5) minimizes
+    E_q[ℓ] alone: its entropy term is 0.  Scalar families only; mixtures, federated recipes, families whose
     entropy does not close and losses changed in a way the rules did not record (``followed``): None."""
     r = D.recipe
     fam = r.family
@@ -152,10 +153,12 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
         H, extra = in_state(H), in_state(extra)
         if H is None or extra is None:
             return None
-        return ObjectiveParts("monte_carlo" if point is None else "delta", H, point="" if point is None else str(point),
-                              scale=lm.scale, extra=extra, loss=_loss_text(fam, lm))
+        dropped = any(a.name == "no_entropy" for a in r.approximations)
+        return ObjectiveParts("monte_carlo" if point is None else "delta", sp.Integer(0) if dropped else H,
+                              point="" if point is None else str(point), scale=lm.scale, extra=extra,
+                              loss=_loss_text(fam, lm), no_entropy=dropped)
     terms = objective_terms(D)
-    if terms is None or D.renamed or not lm.trivial():
+    if terms is None or D.renamed or not lm.trivial() or any(a.name == "no_entropy" for a in r.approximations):
         return None
     E, H0 = terms
     if not (E.free_symbols | H0.free_symbols) <= held | {s for h in hyper for s in h.symbols}:

@@ -548,15 +548,14 @@ class SNES(torch.optim.Optimizer):
 
     @torch.no_grad()
     def objective(self, loss=None, samples=None):
-        """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the optimizer's state (Khan & Rue 2023, Eq. 2), which the
-        update minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B)
-        at every parameter's state, summed over all coordinates of all parameters, with its constants (e.g.
-        ½ log(2πe) per coordinate of a Gaussian); the recipe samples q, so E_q[ℓ] is a Monte Carlo estimate:
-        ``loss`` is either the values of the loss the oracles evaluate (ℓ_o, what the closure returns) at
-        samples of q (a sequence or a tensor; e.g. the closure's values inside ``sampled_params()``), or a
-        callable returning ℓ_o, which is evaluated at ``samples`` fresh samples of q (default 2; torch's
-        global generator; the parameters are restored after each and no gradient is collected).  With ℓ =
-        ℓ_o(theta), 'expected_loss' is 1 × their mean + the expectation of the other terms (closed form),
+        """The objective the update minimizes at the optimizer's state: the recipe drops the entropy of the BLR's L(q)
+        = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2; no_entropy, Sec. 4.5), so it is E_q[ℓ] alone and
+        'entropy' is 0; the recipe samples q, so E_q[ℓ] is a Monte Carlo estimate: ``loss`` is either the
+        values of the loss the oracles evaluate (ℓ_o, what the closure returns) at samples of q (a sequence
+        or a tensor; e.g. the closure's values inside ``sampled_params()``), or a callable returning ℓ_o,
+        which is evaluated at ``samples`` fresh samples of q (default 2; torch's global generator; the
+        parameters are restored after each and no gradient is collected).  With ℓ = ℓ_o(theta),
+        'expected_loss' is 1 × their mean + the expectation of the other terms (closed form),
         'standard_error' its standard error (1 × the sample standard deviation / √n; NaN for one value) and
         'samples' n. ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled
         by N, priors), summed over all parameters; ℓ_o's own constants are kept, none is added; every
@@ -588,9 +587,6 @@ class SNES(torch.optim.Optimizer):
             for _p in group["params"]:
                 _st = self._state(_p, group)
                 _zero = torch.zeros(_real([_p])[0].shape, dtype=torch.float64, device=_p.device)
-                std = _real([_st["std"]])[0].to(torch.float64)
-                _entropy += torch.sum(_zero + (-1/2*torch.log(std**(-2)))).cpu()
-                _entropy += ((1/2)*math.log(2) + 1/2 + (1/2)*math.log(math.pi)) * _zero.numel()
         if len(_scales) > 1:
             raise ValueError(f"objective(): the parameter groups scale the loss differently ({sorted(_scales)})")
         _scale = _scales.pop() if _scales else 1.0

@@ -340,19 +340,18 @@ class STE(torch.optim.Optimizer):
 
     @torch.no_grad()
     def objective(self, loss=None, samples=None):
-        """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the optimizer's state (Khan & Rue 2023, Eq. 2), which the
-        update minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B)
-        at every parameter's state, summed over all coordinates of all parameters, with its constants (e.g.
-        ½ log(2πe) per coordinate of a Gaussian); the update reads the loss only through oracles at
-        binary(lam) (no samples), so E_q[ℓ] is the delta method's ℓ(binary(lam)) (Sec. 4.2): ``loss`` is
-        ℓ_o(binary(lam)), the value of the loss the oracles evaluate at what the parameters hold (a number
-        or a one-element tensor), or a callable returning it (called once).  With ℓ = ℓ_o(theta),
-        'expected_loss' is ℓ(binary(lam)) and 'objective' the delta-method value ℓ(binary(lam)) − H(q),
-        labelled 'estimate': 'delta' ('standard_error' NaN, 'samples' 1). ℓ is the loss of Eq. 1 as the
-        recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors), summed over all parameters;
-        ℓ_o's own constants are kept, none is added; every parameter group must give the same scale.
-        Computed in float64 on the host; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H,
-        'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS)."""
+        """The objective the update minimizes at the optimizer's state: the recipe drops the entropy of the BLR's L(q)
+        = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2; no_entropy, Sec. 4.5), so it is E_q[ℓ] alone and
+        'entropy' is 0; the update reads the loss only through oracles at binary(lam) (no samples), so
+        E_q[ℓ] is the delta method's ℓ(binary(lam)) (Sec. 4.2): ``loss`` is ℓ_o(binary(lam)), the value of
+        the loss the oracles evaluate at what the parameters hold (a number or a one-element tensor), or a
+        callable returning it (called once).  With ℓ = ℓ_o(theta), 'expected_loss' is ℓ(binary(lam)) and
+        'objective' the delta-method value ℓ(binary(lam)) − H(q), labelled 'estimate': 'delta'
+        ('standard_error' NaN, 'samples' 1). ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a
+        mini-batch mean scaled by N, priors), summed over all parameters; ℓ_o's own constants are kept, none
+        is added; every parameter group must give the same scale. Computed in float64 on the host; returns
+        {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate': 'exact' |
+        'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS)."""
         if samples is not None:
             raise TypeError("objective(): the delta method reads one loss value; samples is not taken")
         if loss is None:
@@ -372,8 +371,6 @@ class STE(torch.optim.Optimizer):
             for _p in group["params"]:
                 _st = self._state(_p, group)
                 _zero = torch.zeros(_real([_p])[0].shape, dtype=torch.float64, device=_p.device)
-                lam = _real([_st["lam"]])[0].to(torch.float64)
-                _entropy += torch.sum(_zero + (-lam*torch.tanh(lam) - lam + torch.logaddexp(torch.zeros_like(2*lam), 2*lam))).cpu()
         if len(_scales) > 1:
             raise ValueError(f"objective(): the parameter groups scale the loss differently ({sorted(_scales)})")
         _scale = _scales.pop() if _scales else 1.0

@@ -241,3 +241,23 @@ def test_objective_only_where_derived(tmp_path):
     """A recipe whose loss a rule changes in a way the objective does not follow (sharpness_aware: SAM's
     relaxation) gets no objective; the others of the torch catalog do."""
     assert not hasattr(_catalog(tmp_path, "sam").SAM, "objective")
+
+
+def test_recipes_without_entropy_minimize_the_expected_loss(tmp_path):
+    """no_entropy (STE, SNES; Sec. 4.5): the update minimizes E_q[ℓ] alone, so the entropy term is 0 and the
+    objective is the (estimated) expected loss; SNES's Monte Carlo estimate is still unbiased (z-test)."""
+    ste = _catalog(tmp_path, "ste")
+    w = torch.nn.Parameter(torch.tensor([0.3, -1.2], dtype=torch.float64))
+    got = ste.STE([w], lr=0.1).objective(0.75)
+    assert (got["objective"], got["entropy"], got["estimate"]) == (0.75, 0.0, "delta")
+    snes = _catalog(tmp_path, "snes")
+    p = torch.nn.Parameter(torch.tensor([0.2, -0.4, 0.9], dtype=torch.float64))
+    opt = snes.SNES([p], lr_std=0.1, popsize=4)
+    std = opt._state(p, opt.param_groups[0])["std"]
+    std.copy_(torch.tensor([0.5, 0.2, 1.5], dtype=torch.float64))
+    m = p.detach().clone()
+    torch.manual_seed(4)
+    got = opt.objective(lambda: _quadratic(p), samples=4000)
+    assert got["entropy"] == 0.0 and got["objective"] == got["expected_loss"]
+    z = (got["expected_loss"] - _exact_quadratic(m, 1 / std ** 2)) / got["standard_error"]
+    assert abs(z) < 4, z
