@@ -277,7 +277,7 @@ class LossModel:
     ``followed`` is False where a rule changed the loss in a way not recorded here (then no objective)."""
     scale: Expr = sp.Integer(1)              # minibatch: N
     prior: Expr = sp.Integer(0)              # a function of the family's variable (weight_decay: δθ²/2)
-    family_prior: list | None = None         # λ₀ (family_prior)
+    family_prior: list[Expr] | None = None   # λ₀ (family_prior)
     followed: bool = True
 
     def trivial(self) -> bool:
