@@ -19,7 +19,7 @@ from scipy import integrate, stats
 
 import blr_derive.api as api
 from blr_derive.candidates.options import recipe_from_options
-from conftest import load_module_from_path
+from conftest import load_generated, load_module_from_path
 
 #: (family, loss, hyperparameters, settings, state of one coordinate besides the parameter, the parameter's
 #: value from the state, the density of q from the state, quadrature limits, the loss as a function)
@@ -43,10 +43,11 @@ def _modules(tmp_path, key):
     fam, loss, hyper, settings = EXACT[key][:4]
     r = recipe_from_options(fam, loss=loss, approximations=["exact"],
                             hyperparameters=[f"{k}={v}" for k, v in hyper.items()], settings=settings)
+    d = api.derive(r)                                   # one derivation, both targets
     out = []
     for target in ("numpy", "torch"):
         path = tmp_path / f"{key}_{target}.py"
-        path.write_text(api.generate(r, target), encoding="utf-8")
+        path.write_text(d.code(target), encoding="utf-8")
         out.append(load_module_from_path(path))
     return out
 
@@ -101,9 +102,9 @@ def test_exact_objective_equals_numpy_and_quadrature(tmp_path, key):
 
 
 def _catalog(tmp_path, name):
-    path = tmp_path / f"{name}_torch.py"
-    path.write_text(api.generate(api.load_recipe(f"catalog/{name}.yaml"), "torch"), encoding="utf-8")
-    return load_module_from_path(path)
+    """The committed torch artifact of a catalog recipe (catalog/generated/torch, which tests/golden keeps equal to
+    what the engine generates)."""
+    return load_generated(name, "torch")
 
 
 A = torch.tensor([0.5, 2.0, 1.0], dtype=torch.float64)
