@@ -169,6 +169,27 @@ class UpdateIR:
     checks: list[DomainCheck] | None = None
     #: the BLR's objective L(q) = E_q[ℓ] − H(q) as an entry point (blr_derive/ir/objective.py), where it is closed
     objective: EntryPoints | None = None
+    #: the same objective for the optimizer targets (torch, Triton), also where E_q[ℓ] is estimated from loss values
+    objective_parts: ObjectiveParts | None = None
+
+
+@dataclass
+class ObjectiveParts:
+    """The BLR's objective L(q) = E_q[ℓ] − H(q) (Eq. 2) as the optimizer targets compute it from their state
+    (blr_derive/ir/objective.py): the entropy in the state's symbols and how E_q[ℓ] is had (``kind``):
+    ``exact`` (``expected_loss``, closed), ``monte_carlo`` (the mean of loss values at samples of q, with its
+    standard error) or ``delta`` (the loss at ``point``, the delta method's E_q[ℓ] ≈ ℓ(point))."""
+    kind: str
+    entropy: Expr
+    expected_loss: Expr | None = None
+    point: Text = ""
+    #: the loss ℓ from the oracles' loss ℓ_o (monte_carlo, delta): E_q[ℓ] = scale·(ℓ_o's mean or value) + extra,
+    #: ``extra`` the terms rules added to the loss (priors), in the state, exact (monte_carlo) or at the point (delta)
+    scale: Expr = 1
+    extra: Expr = 0
+    loss: Text = ""                    # ℓ(θ) in words and sympy text: "ess*ℓ_o(θ) + ..."
+    #: the recipe drops the entropy (rule no_entropy, Sec. 4.5): the update minimizes E_q[ℓ] alone, entropy 0
+    no_entropy: bool = False
 
 
 class Block(NamedTuple):

@@ -14,7 +14,7 @@ import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.types import Text
-from blr_derive.ir.model import Constant, EntryPoint, EntryPoints, HyperVar, Read, Var
+from blr_derive.ir.model import Constant, EntryPoint, EntryPoints, HyperVar, ObjectiveParts, Read, Var
 from blr_derive.rules.base import Derivation
 
 #: the keys of the mapping ``objective`` returns
@@ -105,3 +105,131 @@ def _reads_verbatim(D: Derivation, e) -> bool:
         if s in defs and isinstance(defs[s], sp.Basic):
             todo.extend(defs[s].free_symbols)
     return False
+
+
+def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
+                    data: list[Var] | None = None) -> ObjectiveParts | None:
+    """The objective's parts for the optimizer targets (torch, Triton), or None.  H(q) is the family's entropy
+    (App. B) written in the state (a family parameter a rule replaced by another state, ``change_variable``,
+    through its value).  The loss ℓ of Eq. 1 is what the rules recorded (``Derivation.loss_model``): scale·ℓ_o +
+    R(θ) − log p₀(θ), ℓ_o the loss the oracles evaluate (a mini-batch mean under ``minibatch``: scale N), R a prior
+    a rule added (``weight_decay``, ``prior_site``) and p₀ a prior in the candidate family (``family_prior``).
+    How E_q[ℓ] is had (``kind``): ``exact`` where :func:`objective_terms` closes it and no rule changed the loss
+    (the optimizers keep no data outside their per-parameter state); ``monte_carlo`` where the recipe samples q
+    (scale × the mean of ℓ_o at the samples, as the caller gives them, + E_q[R − log p₀] in closed form);
+    ``delta`` where the update calls oracles at one point and samples nothing (E_q[ℓ] ≈ ℓ(point), the delta
+    method, Sec. 4.2, R and p₀ included).  A recipe that drops the entropy (``no_entropy``, Sec. 4.5) minimizes
+    E_q[ℓ] alone: its entropy term is 0.  Scalar families only; mixtures, federated recipes, families whose
+    entropy does not close and losses changed in a way the rules did not record (``followed``): None."""
+    r = D.recipe
+    fam = r.family
+    lm = D.loss_model
+    if D.component_axis is not None or getattr(D, "federated", None) is not None or not lm.followed:
+        return None
+    if any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta):
+        return None
+    try:
+        H = fam.entropy()
+    except Exception:                   # noqa: BLE001 - a family whose entropy does not close: no objective
+        return None
+    if not isinstance(H, sp.Basic) or H.has(sp.Integral, sp.zoo, sp.nan):
+        return None
+    held = {v.symbol for v in state if v.family}
+    allowed = held | {s for h in hyper for s in h.symbols} | {v.symbol for v in data or () if v.kind in ("scalar", "elementwise")}
+    to_state = {fam.params[k].symbol: v.value for k, v in D.renamed.items() if k in fam.params}
+
+    def in_state(e):
+        e = e.xreplace(to_state)
+        return e if isinstance(e, sp.Basic) and e.free_symbols <= allowed and not e.has(sp.zoo, sp.nan) else None
+
+    if D.sampling is not None or D.oracle_calls:
+        points = {c.argument for c in D.oracle_calls}
+        if D.sampling is None and len(points) != 1:
+            return None                 # oracles at several points (e.g. an ascent point): no one delta value
+        point = next(iter(points)) if D.sampling is None else None
+        extra = _added_terms(fam, lm, point)
+        if extra is None:
+            return None
+        H, extra = in_state(H), in_state(extra)
+        if H is None or extra is None:
+            return None
+        dropped = any(a.name == "no_entropy" for a in r.approximations)
+        return ObjectiveParts("monte_carlo" if point is None else "delta", sp.Integer(0) if dropped else H,
+                              point="" if point is None else str(point), scale=lm.scale, extra=extra,
+                              loss=_loss_text(fam, lm), no_entropy=dropped)
+    terms = objective_terms(D)
+    if terms is None or D.renamed or not lm.trivial() or any(a.name == "no_entropy" for a in r.approximations):
+        return None
+    E, H0 = terms
+    if not (E.free_symbols | H0.free_symbols) <= held | {s for h in hyper for s in h.symbols}:
+        return None                     # E_q[ℓ] reads data: the optimizers keep none outside their state
+    return ObjectiveParts("exact", H0, expected_loss=E)
+
+
+def _loss_text(fam, lm) -> str:
+    """ℓ(θ) of the loss model as text: scale·ℓ_o(θ) + R(θ) − log p₀(θ)."""
+    theta = str(fam.theta)
+    out = ("" if lm.scale == 1 else f"({sp.sstr(lm.scale)})·") + f"ℓ_o({theta})"
+    if lm.prior != 0:
+        pieces = lm.prior.args if isinstance(lm.prior, sp.Add) else (lm.prior,)
+        for p in pieces:
+            if isinstance(p, sp.Piecewise) and len(p.args) == 2 and p.args[1] == (0, True):
+                out += f" + {sp.sstr(p.args[0][0])} (when {sp.sstr(p.args[0][1])})"
+            else:
+                out += f" + {sp.sstr(p)}"
+    if lm.family_prior is not None:
+        out += f" − log p₀({theta}), p₀ of the family at λ₀ = ({', '.join(sp.sstr(l) for l in lm.family_prior)})"
+    return out
+
+
+def _added_terms(fam, lm, point):
+    """E_q[R(θ) − log p₀(θ)] of the loss model's added terms in the ordinary parameters (``point`` None), or their
+    value at ``point`` (the delta method); None where an expectation does not close (R not linear in T(θ))."""
+    theta = fam.theta
+    if point is not None:
+        out = lm.prior.xreplace({theta: point})
+        if lm.family_prior is not None:
+            lam0 = dict(zip(fam.lam, lm.family_prior))
+            out += -sp.log(fam.h).xreplace({theta: point}) - sum(l0 * t.xreplace({theta: point})
+                                                                 for l0, t in zip(lm.family_prior, fam.T)) \
+                + fam.A.xreplace(lam0)
+        return out
+    out = _expectation(fam, lm.prior)
+    if out is None:
+        return None
+    if lm.family_prior is not None:
+        try:
+            log_h = fam.expect_log_h()
+        except Exception:               # noqa: BLE001 - E_q[log h] does not close: no objective
+            return None
+        lam0 = dict(zip(fam.lam, lm.family_prior))
+        out += -log_h - sum(l0 * mu for l0, mu in zip(lm.family_prior, fam.mu_ord)) + fam.A.xreplace(lam0)
+    return out
+
+
+def _expectation(fam, R):
+    """E_q[R(θ)] in the ordinary parameters where R is a constant plus a combination of the statistics T(θ)
+    (through conditions: a Piecewise's pieces one by one), else None."""
+    theta = fam.theta
+    if not R.has(theta):
+        return R
+    if isinstance(R, sp.Add):
+        parts = [_expectation(fam, a) for a in R.args]
+        return None if any(p is None for p in parts) else sp.Add(*parts)
+    if isinstance(R, sp.Piecewise):
+        pieces = [(_expectation(fam, e), c) for e, c in R.args]
+        return None if any(e is None for e, _ in pieces) else sp.Piecewise(*pieces)
+    cs = sp.symbols(f"_c0:{len(fam.T) + 1}")
+    rest = sp.expand(R - cs[-1] - sum(c * t for c, t in zip(cs, fam.T)))
+    try:
+        eqs = sp.Poly(rest, theta).all_coeffs()
+    except sp.PolynomialError:
+        return None
+    sol = sp.solve(eqs, cs, dict=True)
+    if not sol:
+        return None
+    sol = sol[0]
+    if any(c not in sol for c in cs[:-1]) and any(c in sp.Add(*[sol.get(x, 0) for x in cs]).free_symbols for c in cs):
+        return None
+    coeff = [sol.get(c, sp.Integer(0)).xreplace({x: 0 for x in cs}) for c in cs]
+    return coeff[-1] + sum(c * mu for c, mu in zip(coeff, fam.mu_ord))

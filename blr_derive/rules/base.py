@@ -270,6 +270,21 @@ class Renamed(NamedTuple):
 
 
 @dataclass
+class LossModel:
+    """How the loss ℓ the BLR minimizes (Eq. 1) is made of the loss the oracles evaluate, as the rules that change
+    it record it (for the objective L(q) = E_q[ℓ] − H(q), ``ir/objective.py``): ℓ(θ) = scale·ℓ_oracle(θ) +
+    prior(θ) − log p₀(θ), with p₀ a prior in the candidate family of natural parameter ``family_prior`` (λ₀).
+    ``followed`` is False where a rule changed the loss in a way not recorded here (then no objective)."""
+    scale: Expr = sp.Integer(1)              # minibatch: N
+    prior: Expr = sp.Integer(0)              # a function of the family's variable (weight_decay: δθ²/2)
+    family_prior: list[Expr] | None = None   # λ₀ (family_prior)
+    followed: bool = True
+
+    def trivial(self) -> bool:
+        return self.followed and self.scale == 1 and self.prior == 0 and self.family_prior is None
+
+
+@dataclass
 class Views:
     """What currently stands for each quantity that pass and convention rules rewrite (``rules/program.py``).
 
@@ -437,6 +452,7 @@ class Derivation(Generic[RecipeT]):
     state_vars: dict[str, StateVar] = field(default_factory=dict)  # state name -> a renamed parameter's domain
     natural_gradient: NaturalGradient | None = None
     expected_loss: Expr | None = None               # E_q[ℓ] when a rule derived it
+    loss_model: LossModel = field(default_factory=LossModel)   # ℓ from the oracles' loss (rules that change it)
     relaxation: Relaxation | None = None
     mixture_gradient: MixtureGradient | None = None
     federated: FederatedSteps | None = None

@@ -29,6 +29,7 @@ class FamilyPrior(Rule):
                            "base measure that depends on θ")
         lam0 = [args.expr(l.name) for l in fam.lam]
         args.done()
+        D.loss_model.family_prior = lam0            # ℓ̄ = ℓ − log p₀ (the objective adds E_q[−log p₀])
         out = [g - l0 - gh for g, l0, gh in zip(g_loss, lam0, g_logh)]
         D.add("family_prior", RULES["family_prior"].equation, "Prior in the candidate family",
               "-log p₀(θ) = -log h(θ) - <λ₀, T(θ)> + A(λ₀) is linear in T up to log h, so its natural gradient is "

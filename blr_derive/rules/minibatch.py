@@ -15,6 +15,8 @@ class Minibatch(Rule):
         D = ctx.D
         n = ctx.expr("size")
         ctx.done()
+        D.loss_model.scale = n * D.loss_model.scale         # the oracles' loss is a mean: ℓ is N times it
+        D.loss_model.prior = n * D.loss_model.prior         # (and the terms added before, which it scales too)
         eqs = []
         for key in ("grad", "hess"):
             v = D.views.of(key)

@@ -310,6 +310,7 @@ class PosteriorCorrection(Rule):
 
     def rewrite(self, ctx):
         ctx.done()
+        ctx.D.loss_model.followed = False           # a corrected loss the objective does not follow
         correct_program(ctx)
 
 

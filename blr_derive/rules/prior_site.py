@@ -22,7 +22,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import cond, mean_name, record, scalar, substitute_def
+from blr_derive.rules.program import cond, mean_name, record, record_prior, scalar, substitute_def
 
 
 def site_expr(ctx, key, raw):
@@ -51,6 +51,7 @@ class PriorSite(Rule):
         p0 = site_expr(ctx, "precision", ctx.args.pop("precision", None))
         when = ctx.when()
         ctx.done()
+        record_prior(D, lambda theta: p0 * (theta - m0)**2 / 2, when)   # R(θ) of Eq. 1, for the objective
         m = D.recipe.family.params[mean_name(D)].symbol
         if is_mat(m) and not (D.recipe.family.elementwise or D.elementwise):
             raise ctx.fail("needs a mean-field (elementwise) Gaussian candidate: the site's precision is diagonal")

@@ -122,6 +122,16 @@ def cond(when, a, b):
     return a if when is None else sp.Piecewise((a, when), (b, True))
 
 
+def record_prior(D, R, when):
+    """Add the prior R(θ) (a function of the family's scalar variable) to the loss the objective reads
+    (``Derivation.loss_model``); a vector or matrix variable: not followed."""
+    theta = D.recipe.family.theta
+    if is_mat(theta) or any(is_mat(x) for x in R(theta).free_symbols):
+        D.loss_model.followed = False
+        return
+    D.loss_model.prior = D.loss_model.prior + cond(when, R(theta), sp.Integer(0))
+
+
 def name_in_use(D, name):
     """What already goes by ``name`` in the derivation (a hyperparameter, data, a parameter, a state, an oracle
     value or a definition), or None: a new state must not take it, or two quantities would merge into one symbol."""

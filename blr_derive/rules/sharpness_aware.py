@@ -78,6 +78,7 @@ class SharpnessAware(Rule):
 
     def rewrite(self, ctx):
         D = ctx.D
+        D.loss_model.followed = False               # a relaxation of the objective (bSAM) it does not follow
         radius = ctx.expr("radius")
         scale = state_expr(ctx, "scale", sp.Integer(1))
         norm = ctx.args.pop("norm", None)

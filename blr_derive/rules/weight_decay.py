@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import cond, mean_name, record, scalar, substitute_def
+from blr_derive.rules.program import cond, mean_name, record, record_prior, scalar, substitute_def
 
 
 class WeightDecay(Rule):
@@ -20,6 +20,7 @@ class WeightDecay(Rule):
         when = ctx.when()
         ctx.done()
         m = D.recipe.family.params[mean_name(D)].symbol
+        record_prior(D, lambda theta: delta * theta**2 / 2, when)      # R(θ) of Eq. 1, for the objective
         g_old = D.views.grad
         # a zero coefficient (a runtime hyperparameter) skips the term: no work when weight decay is off
         active = sp.Ne(delta, 0) if not delta.is_number else None

@@ -43,6 +43,8 @@ EQUATIONS = (
     "s <- beta2*s + h_gsq*(1 - beta2)",
     "m <- -lr*m*weight_decay - lr*u_nesterov/s_root + m if decoupled_weight_decay else -lr*u_nesterov/s_root + m",
 )
+#: the keys of the mapping objective() returns
+OBJECTIVE_KEYS = ('objective', 'expected_loss', 'entropy', 'standard_error', 'estimate', 'samples')
 
 
 
@@ -412,6 +414,59 @@ class NAdam(torch.optim.Optimizer):
                 self._apply(group, _sub(params, _i), _sub(states, _i), _t,
                             {_k: _sub(_v, _i) for _k, _v in _inputs.items()}, fused)
         return loss
+
+
+    @torch.no_grad()
+    def objective(self, loss=None, samples=None):
+        """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the optimizer's state (Khan & Rue 2023, Eq. 2), which the
+        update minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B)
+        at every parameter's state, summed over all coordinates of all parameters, with its constants (e.g.
+        ½ log(2πe) per coordinate of a Gaussian); the update reads the loss only through oracles at m (no
+        samples), so E_q[ℓ] is the delta method's ℓ(m) (Sec. 4.2): ``loss`` is ℓ_o(m), the value of the loss
+        the oracles evaluate at what the parameters hold (a number or a one-element tensor), or a callable
+        returning it (called once).  With ℓ = ℓ_o(theta) + theta**2*weight_decay/2 (when
+        ~decoupled_weight_decay), 'expected_loss' is ℓ(m) and 'objective' the delta-method value ℓ(m) −
+        H(q), labelled 'estimate': 'delta' ('standard_error' NaN, 'samples' 1). ℓ is the loss of Eq. 1 as
+        the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors), summed over all
+        parameters; ℓ_o's own constants are kept, none is added; every parameter group must give the same
+        scale. Computed in float64 on the host; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy':
+        H, 'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS)."""
+        if samples is not None:
+            raise TypeError("objective(): the delta method reads one loss value; samples is not taken")
+        if loss is None:
+            raise TypeError("objective() needs loss: the loss at what the parameters hold (a number or a callable)")
+        if callable(loss):
+            with torch.enable_grad():
+                loss = loss()
+        if torch.is_tensor(loss):
+            loss = loss.detach()
+        _values = torch.as_tensor(loss, dtype=torch.float64).detach().reshape(-1).cpu()
+        if _values.numel() != 1:
+            raise ValueError(f"objective(): the delta method reads one loss value, got {_values.numel()}")
+        _entropy = torch.zeros((), dtype=torch.float64)
+        _expected = torch.zeros((), dtype=torch.float64)
+        _scales = set()
+        for group in self.param_groups:
+            weight_decay = _scalar(group["weight_decay"])
+            weight_decay = torch.as_tensor(weight_decay, dtype=torch.float64)  # a host value in tensor terms
+            decoupled_weight_decay = bool(group["decoupled_weight_decay"])
+            _scales.add(float(1))
+            for _p in group["params"]:
+                _st = self._state(_p, group)
+                _zero = torch.zeros(_real([_p])[0].shape, dtype=torch.float64, device=_p.device)
+                m = _real([_p.detach()])[0].to(torch.float64)
+                s = _real([_st["exp_avg_sq"]])[0].to(torch.float64)
+                _entropy += torch.sum(_zero + (-1/2*torch.log(s))).cpu()
+                _entropy += ((1/2)*math.log(2) + 1/2 + (1/2)*math.log(math.pi)) * _zero.numel()
+                _expected += torch.sum(_zero + (((1/2)*m**2*weight_decay if not decoupled_weight_decay else 0))).cpu()
+        if len(_scales) > 1:
+            raise ValueError(f"objective(): the parameter groups scale the loss differently ({sorted(_scales)})")
+        _scale = _scales.pop() if _scales else 1.0
+        _n = _values.numel()
+        _mean = _scale * float(_values.mean()) + float(_expected)
+        _se = abs(_scale) * float(_values.std(correction=1)) / math.sqrt(_n) if _n > 1 else math.nan
+        return {"objective": _mean - float(_entropy), "expected_loss": _mean, "entropy": float(_entropy),
+                "standard_error": _se, "estimate": "delta", "samples": _n}
 
     def _apply(self, group, params, states, t, _inputs, fused):
         """The update of tensors that share a step count: one compiled kernel per tensor (fused) or the

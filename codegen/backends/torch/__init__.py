@@ -31,6 +31,7 @@ from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, h
 from blr_derive.codegen.backends.torch.inline import inline_single_use
 from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
+from blr_derive.codegen.objective import objective_view
 from blr_derive.codegen.validation import validation
 
 
@@ -107,6 +108,7 @@ class TorchTarget:
             step_cond=None if step_cond is None or step_cond == sp.true else host.doprint(step_cond),
             step_hyper=[] if step_cond is None else plan.hyper_using({str(x) for x in step_cond.free_symbols}),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
+            objective=objective_view(ir, stored, absent=frozenset(scalar_states) | {k for k, c in conds.items() if c != sp.true}),
         ))
 
     @staticmethod

@@ -97,3 +97,4 @@ class TorchContext:
     step_cond: str | None
     step_hyper: list[HyperVar]                 # the hyperparameters step_cond reads
     data: list[tuple[str, str, object]]        # (name, default, description)
+    objective: dict | None = None              # the BLR objective method (codegen/objective.py)

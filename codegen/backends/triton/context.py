@@ -107,3 +107,4 @@ class TritonContext:
     scalar_stored: list[str]
     data: list[tuple[str, str, object]]
     validation: Validation
+    objective: dict | None = None              # the BLR objective method (codegen/objective.py)

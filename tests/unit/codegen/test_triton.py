@@ -487,3 +487,32 @@ def test_per_parameter_step_counts_follow_the_torch_target():
     for a, b in zip(pa, pb):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     states_close(opt_a, pa, opt_b, pb, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------- the BLR objective (issue 42)
+OBJECTIVE = [("adam", dict(lr=1e-2, weight_decay=0.1), 1.25), ("ogn", dict(lr=0.1, ess=100.0), 1.25),
+             ("ivon", dict(lr=0.05, ess=100.0), [1.0, 3.0, 2.5]), ("vogn", dict(lr=0.05, ess=100.0), [1.0, 3.0]),
+             ("bayesbinn", dict(lr=0.01, train_set_size=10.0, prior_p=0.3), [0.5, 0.25]),
+             ("ste", dict(lr=0.05), 0.75)]
+
+
+@pytest.mark.parametrize("name,kw,loss", OBJECTIVE, ids=[n for n, _, _ in OBJECTIVE])
+def test_objective_equals_torch_target(name, kw, loss):
+    """objective() of the Triton optimizer (a host-side float64 computation from its fp32 state buffers) equals
+    the torch target's at the same state: every state set to the same positive values."""
+    tr, to = triton_module(name), load_generated(name, "torch")
+    pa, pb = make_params(), make_params()
+    opt_a, opt_b = optimizer_class(tr)(pa, **kw), optimizer_class(to)(pb, **kw)
+    opt_a._layout(opt_a.param_groups[0])
+    g = torch.Generator().manual_seed(11)
+    for a, b in zip(pa, pb):
+        st_b = opt_b._state(b, opt_b.param_groups[0])
+        for key, v in st_b.items():
+            if key != "step" and v.shape == b.shape:
+                x = torch.rand(b.shape, generator=g) + 0.5
+                v.copy_(x)
+                opt_a.state[a][key].copy_(x)
+    got, want = opt_a.objective(loss), opt_b.objective(loss)
+    assert got["estimate"] == want["estimate"] and got["samples"] == want["samples"]
+    for k in ("objective", "expected_loss", "entropy"):
+        assert abs(got[k] - want[k]) <= 1e-13 * max(1.0, abs(want[k])), (k, got[k], want[k])

@@ -1,0 +1,103 @@
+"""The BLR's objective in the optimizer targets (torch, Triton): ``objective(loss=None, samples=None)``, a method of
+the generated ``torch.optim.Optimizer`` (issue 42).  The view prints the parts the IR holds
+(``UpdateIR.objective_parts``, blr_derive/ir/objective.py): the family's entropy in the state and, for an exact
+recipe, E_q[ℓ]; for a recipe that samples q or calls oracles at one point, E_q[ℓ] comes from the loss values the
+caller gives (a Monte Carlo mean with its standard error, or the delta method's ℓ(point)).  Nothing here names an
+algorithm: the kind, the terms and the point are the derivation's."""
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import sympy as sp
+
+from blr_derive.codegen.backends.torch.printer import ElementwisePrinter, HostPrinter
+from blr_derive.core.specialfns import softplus
+
+#: the keys of the mapping ``objective`` returns in the optimizer targets
+KEYS = ("objective", "expected_loss", "entropy", "standard_error", "estimate", "samples")
+
+_WHAT = {
+    "exact": "E_q[ℓ] is closed (the derivation's exact expectation, in the state), so ``loss`` and ``samples`` are "
+             "refused (TypeError); 'standard_error' is 0.0 and 'samples' 0.",
+    "monte_carlo": "the recipe samples q, so E_q[ℓ] is a Monte Carlo estimate: ``loss`` is either the values of the "
+                   "loss the oracles evaluate (ℓ_o, what the closure returns) at samples of q (a sequence or a "
+                   "tensor; e.g. the closure's values inside ``sampled_params()``), or a callable returning ℓ_o, "
+                   "which is evaluated at ``samples`` fresh samples of q (default 2; torch's global generator; the "
+                   "parameters are restored after each and no gradient is collected).  With ℓ = {loss}, "
+                   "'expected_loss' is {scale} × their mean + the expectation of the other terms (closed form), "
+                   "'standard_error' its standard error ({scale} × the sample standard deviation / √n; NaN for one "
+                   "value) and 'samples' n.",
+    "delta": "the update reads the loss only through oracles at {point} (no samples), so E_q[ℓ] is the delta "
+             "method's ℓ({point}) (Sec. 4.2): ``loss`` is ℓ_o({point}), the value of the loss the oracles evaluate "
+             "at what the parameters hold (a number or a one-element tensor), or a callable returning it (called "
+             "once).  With ℓ = {loss}, 'expected_loss' is ℓ({point}) and 'objective' the delta-method value "
+             "ℓ({point}) − H(q), labelled 'estimate': 'delta' ('standard_error' NaN, 'samples' 1).",
+}
+
+
+def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = False,
+                   absent: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+    """What the ``objective`` method prints: {kind, doc, entropy, expected, scale, extra, reads: [(symbol, key or
+    None for the parameter)], hyper, layout}; ``layout``: the Triton target's optimizer, whose state
+    ``self._layout(group)`` binds (real parameters only) instead of ``self._state(p, group)``.  None where the IR
+    has no objective parts or they read a state in ``absent`` (one number per tensor, or kept only under a
+    setting)."""
+    parts = getattr(ir, "objective_parts", None)
+    if parts is None:
+        return None
+    pr = printer or ElementwisePrinter()
+    used = parts.entropy.free_symbols | (parts.expected_loss.free_symbols if parts.expected_loss is not None else set())
+    reads = []
+    state = {v.symbol for v in ir.state} | {d.symbol for d in ir.data}
+    for v in ir.state:
+        if v.symbol in used | (parts.extra.free_symbols if parts.kind != "exact" else set()):
+            if v.name in absent:
+                return None
+            reads.append((pr.doprint(v.symbol), None if v.name == ir.mean else stored.get(v.name, v.name)))
+    if parts.kind != "exact":
+        used |= parts.extra.free_symbols | sp.sympify(parts.scale).free_symbols
+        for d in ir.data:
+            if d.symbol in used:
+                reads.append((pr.doprint(d.symbol), d.name))
+    hyper = [h for h in ir.hyperparameters if any(s in used for s in h.symbols)]
+    if parts.no_entropy:
+        head = ("The objective the update minimizes at the optimizer's state: the recipe drops the entropy of the "
+                "BLR's L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2; no_entropy, Sec. 4.5), so it is E_q[ℓ] "
+                "alone and 'entropy' is 0; ")
+    else:
+        head = ("The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the optimizer's state (Khan & Rue 2023, Eq. 2), "
+                "which the update minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's "
+                "entropy (App. B) at every parameter's state, summed over all coordinates of all parameters, with "
+                "its constants (e.g. ½ log(2πe) per coordinate of a Gaussian); ")
+    doc = (head
+           + _WHAT[parts.kind].format(point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale))
+           + (" ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors), "
+              "summed over all parameters; ℓ_o's own constants are kept, none is added; every parameter group must "
+              "give the same scale." if parts.kind != "exact" else
+              " Every constant of the loss as written is kept; none is added.")
+           + " Computed in float64 on the host; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, "
+             "'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS).")
+    return {"kind": parts.kind, "doc": textwrap.fill(doc, 108, subsequent_indent="        ", break_on_hyphens=False),
+            "entropy": _split(parts.entropy, state, pr),
+            "expected": None if parts.expected_loss is None else _split(parts.expected_loss, state, pr),
+            "scale": None if parts.kind == "exact" else HostPrinter().doprint(parts.scale),
+            "extra": None if parts.kind == "exact" or parts.extra == 0 else _split(parts.extra, state, pr),
+            "reads": reads, "hyper": hyper, "key_names": KEYS, "layout": layout}
+
+
+def _split(e, state, pr) -> tuple[str, str]:
+    """``e`` summed over a tensor's coordinates as (the elementwise part, printed for tensors; the part that reads
+    no state, printed on the host and counted once per coordinate)."""
+    e = e.replace(_log1p_exp, lambda x: softplus(next(a for a in x.args[0].args if isinstance(a, sp.exp)).args[0]))
+    terms = sp.Add.make_args(sp.expand(e, deep=False, mul=True, power_base=False, power_exp=False, log=False))
+    tensor = sp.Add(*[t for t in terms if t.free_symbols & state])
+    host = sp.Add(*[t for t in terms if not t.free_symbols & state])
+    return (pr.doprint(tensor) if tensor != 0 else "", HostPrinter().doprint(host) if host != 0 else "")
+
+
+def _log1p_exp(x) -> bool:
+    """log(1 + exp(a)): printed as softplus(a) (stable where exp(a) overflows, e.g. a Bernoulli's entropy at a
+    large natural parameter)."""
+    return (isinstance(x, sp.log) and isinstance(x.args[0], sp.Add) and len(x.args[0].args) == 2
+            and sp.Integer(1) in x.args[0].args and any(isinstance(a, sp.exp) for a in x.args[0].args))
