@@ -303,6 +303,8 @@ class PlannedCompiler:
         for f in sp.Mul.make_args(rest):
             (den.append(f.base ** (-f.exp)) if isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0
              else num.append(f))
+        if den and any(isinstance(f, sp.Symbol) for f in num) and any(not isinstance(f, sp.Symbol) for f in num):
+            return self._quotient_first(c, num, den)
         if num:
             acc, owned = self.compile(num[0])
             for f in num[1:]:
@@ -311,6 +313,24 @@ class PlannedCompiler:
             acc, owned = self._fresh(self.compile(den.pop(0))[0], False, "reciprocal"), True
         for f in den:
             acc, owned = self._fresh(acc, owned, "div", self.compile(f)[0]), True
+        if c != 1:
+            acc, owned = self._fresh(acc, owned, "mul", self.h(c)), True
+        return acc, owned
+
+    def _quotient_first(self, c, num, den):
+        """The *quotient first* convention (torch.optim's order): in a product of a computed tensor, a divisor
+        and a plain tensor (an input or a state), ``x·√a/√b`` is printed as ``(√a / √b)·x`` -- the computed
+        factors divided first, the plain ones multiplied after (a ratio of roots times the gradient, as torch's
+        foreach and for-loop paths compute it).  The same real number; the float32 roundings are torch's."""
+        compound = [f for f in num if not isinstance(f, sp.Symbol)]
+        plain = [f for f in num if isinstance(f, sp.Symbol)]
+        acc, owned = self.compile(compound[0])
+        for f in compound[1:]:
+            acc, owned = self._fresh(acc, owned, "mul", self.compile(f)[0]), True
+        for f in den:
+            acc, owned = self._fresh(acc, owned, "div", self.compile(f)[0]), True
+        for f in plain:
+            acc, owned = self._fresh(acc, owned, "mul", self.compile(f)[0]), True
         if c != 1:
             acc, owned = self._fresh(acc, owned, "mul", self.h(c)), True
         return acc, owned
