@@ -203,6 +203,8 @@ class PlannedCompiler:
         """acc += term, as ``add_``, ``addcmul_`` (c·x·y, c·x²) or ``addcdiv_`` (c·x/y); with ``into`` (a new
         list name), into = acc + term without touching acc (``add``, ``addcmul``, ``addcdiv``)."""
         c, rest = self._split(term)
+        if into is None and self._distributed(acc, term):
+            return
         fused = self._fused_term(term)
         tail = "_" if into is None else ""
         head = "" if into is None else f"{into} = "
@@ -215,6 +217,24 @@ class PlannedCompiler:
             x = self.compile(rest)[0]
             alpha = "" if c == 1 else f", alpha={self.h(c)}"
             self.emit(f"{head}torch._foreach_add{tail}({acc}, {x}{alpha})")
+
+    def _distributed(self, acc, term):
+        """The *distributed quotient* convention (torch.optim's order): ``acc += c·(Σ cᵢ·xᵢ)/y``, where every
+        summand is a host multiple of one tensor, as one ``addcdiv_(acc, xᵢ, y, value=c·cᵢ)`` per summand in the
+        sum's order (y computed once) -- fewer passes than forming the sum, and torch's roundings where it
+        accumulates a Nesterov-style numerator into the parameter term by term.  False (nothing emitted) when
+        ``term`` is not of this form."""
+        fused = self._fused_term(term)
+        if fused is None or fused[0] != "addcdiv" or not isinstance(fused[1], sp.Add):
+            return False
+        _, num, den, c = fused
+        parts = [self._split(a) for a in num.args]
+        if any(not isinstance(x, sp.Symbol) or not self.is_tensor(x) for _, x in parts):
+            return False
+        y = self.compile(den)[0]
+        for ci, x in parts:
+            self.emit(f"torch._foreach_addcdiv_({acc}, {self.compile(x)[0]}, {y}, value={self.h(c * ci)})")
+        return True
 
     def _accumulate_factor(self, acc, rest):
         for f in sp.Mul.make_args(rest):
