@@ -134,7 +134,7 @@ class TorchTarget:
         by_name = state_symbols(ir)
         dests = {sym: (name, by_name[name]) for name, sym in ir.outputs
                  if name in by_name and str(sym) != name and (point is None or name != ir.mean) and sym not in scalar_new}
-        comp = PlannedCompiler(tensors, dests, final, indent="        ")
+        comp = PlannedCompiler(tensors, dests, final, indent="        ", step=ir.step_symbol)
         return comp.compile_program(program, plan.need)
 
     @staticmethod

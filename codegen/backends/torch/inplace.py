@@ -39,7 +39,8 @@ class PlannedCompiler:
     name, state symbol) of values that may be computed in their state's tensors; ``final``: symbols read after
     the program (the outputs and what the parameter holds)."""
 
-    def __init__(self, tensors, dests, final, indent="            "):
+    def __init__(self, tensors, dests, final, indent="            ", step=None):
+        self.step = step           # the step count's symbol: a host test of it is a select when compiling
         self.tensors = set(tensors)
         self.dests = dict(dests)
         self.final = set(final)
@@ -127,14 +128,18 @@ class PlannedCompiler:
         if e == old:
             return
         if isinstance(e, sp.Piecewise) and all(not self.is_tensor(c) for _, c in e.args):
-            for i, (x, c) in enumerate(e.args):
-                self.emit("else:" if c == sp.true else f"{'if' if i == 0 else 'elif'} {self.h(c)}:")
+            conds = self._traced_conditions(e)
+            if conds is not None:           # compiled: a select of the branches; eager: the branches as below
+                self.emit("if torch.compiler.is_compiling():")
                 self.indent += "    "
-                n = len(self.lines)
-                self.compile_into(x, lst, old)
-                if len(self.lines) == n:
-                    self.emit("pass")
+                self._select_into(e, lst, conds)
                 self.indent = self.indent[:-4]
+                self.emit("else:")
+                self.indent += "    "
+                self._branches_into(e, lst, old)
+                self.indent = self.indent[:-4]
+                return
+            self._branches_into(e, lst, old)
             return
         if isinstance(e, sp.Add) and self._into_add(e, lst, old):
             return
@@ -153,6 +158,59 @@ class PlannedCompiler:
             return
         name, _ = self.compile(e)
         self.emit(f"_foreach_copy({lst}, {name})")
+
+    def _branches_into(self, e, lst, old):
+        """A host Piecewise into a state: one ``if``/``elif`` block per branch."""
+        for i, (x, c) in enumerate(e.args):
+            self.emit("else:" if c == sp.true else f"{'if' if i == 0 else 'elif'} {self.h(c)}:")
+            self.indent += "    "
+            n = len(self.lines)
+            self.compile_into(x, lst, old)
+            if len(self.lines) == n:
+                self.emit("pass")
+            self.indent = self.indent[:-4]
+
+    def _traced_conditions(self, e):
+        """The *select* convention, for a whole step under torch.compile: the conditions of a host Piecewise
+        that tests the step count (the start of a running average, ``t == 1``), printed as tests of a 0-d
+        tensor holding the count (``_step_t``), so the branch is chosen by ``torch.where`` in the graph
+        instead of a comparison of a traced number on the host (a graph break).  None when no condition reads
+        the count or one is not a comparison (and/or/not of comparisons) of host numbers."""
+        if self.step is None or not any(c.has(self.step) for _, c in e.args):
+            return None
+        stand_in = sp.Symbol("_step_t", real=True)
+
+        def text(c):
+            if c == sp.true:
+                return "True"
+            if isinstance(c, (sp.And, sp.Or)):
+                parts = [text(a) for a in c.args]
+                return None if None in parts else "(" + (" & " if isinstance(c, sp.And) else " | ").join(parts) + ")"
+            if isinstance(c, sp.Not):
+                inner = text(c.args[0])
+                return None if inner is None else f"(~{inner})"
+            if isinstance(c, sp.core.relational.Relational):
+                if not c.has(self.step):                    # a test of hyperparameters alone: a Python bool
+                    return f"bool({self.h(c)})"
+                return self.h(c.xreplace({self.step: stand_in}))
+            return None
+        conds = [text(c) for _, c in e.args]
+        return None if None in conds else conds
+
+    def _select_into(self, e, lst, conds):
+        """``lst`` = the branch whose condition holds first, by ``torch.where`` per tensor (every branch
+        computed: a select, not a jump; the same values as the branches)."""
+        vals = []
+        for x, _ in e.args:
+            vals.append((self.compile(x)[0], True) if self.is_tensor(x) else (self.h(x), False))
+        names = [f"_x{k}" for k in range(len(vals))]
+        out = names[-1] if vals[-1][1] else vals[-1][0]
+        for k in range(len(vals) - 2, -1, -1):
+            out = f"torch.where({conds[k]}, {names[k] if vals[k][1] else vals[k][0]}, {out})"
+        lists = [(n, v) for n, (v, is_list) in zip(names, vals) if is_list]
+        self.emit(f"_step_t = torch.scalar_tensor({self.h(self.step)}, dtype=torch.float64, device={lst}[0].device)")
+        self.emit(f"_foreach_copy({lst}, [{out} for {', '.join(n for n, _ in lists)}{',' if len(lists) == 1 else ''} "
+                  f"in zip({', '.join(v for _, v in lists)})])")
 
     def _into_add(self, e, lst, old):
         """``c·old + Σ terms`` in the state's tensors (False when ``old`` is not one linear term)."""
