@@ -446,7 +446,7 @@ class RMSprop(torch.optim.Optimizer):
         torch._foreach_add_(_f3, eps)
         s_root = _f3
         if t_1:
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_compiling() and not isinstance(t, int):
                 _f4 = torch._foreach_div(g_wd, _f3)
                 _f5 = torch._foreach_div(g_wd, _f3)
                 torch._foreach_add_(_f5, momentum_buffer, alpha=momentum)

@@ -447,7 +447,7 @@ class RMSpropOptax(torch.optim.Optimizer):
         torch._foreach_sqrt_(_f2)
         s_root = _f2
         if t_1:
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_compiling() and not isinstance(t, int):
                 _f3 = torch._foreach_div(g, _f2)
                 _f4 = torch._foreach_div(g, _f2)
                 torch._foreach_add_(_f4, momentum_buffer, alpha=momentum)

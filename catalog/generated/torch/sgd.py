@@ -399,7 +399,7 @@ class SGD(torch.optim.Optimizer):
             g_wd = g
         direction = g_wd
         if t_0:
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_compiling() and not isinstance(t, int):
                 _f2 = torch._foreach_mul(direction, 1 - dampening)
                 torch._foreach_add_(_f2, momentum_buffer, alpha=momentum)
                 _step_t = torch.scalar_tensor(t, dtype=torch.float64, device=momentum_buffer[0].device)

@@ -130,7 +130,10 @@ class PlannedCompiler:
         if isinstance(e, sp.Piecewise) and all(not self.is_tensor(c) for _, c in e.args):
             conds = self._traced_conditions(e)
             if conds is not None:           # compiled: a select of the branches; eager: the branches as below
-                self.emit("if torch.compiler.is_compiling():")
+                # a count known on the host (an int: SGD's, from whether the state was just created) keeps its
+                # branch, on which the compiled graph specializes; a traced count (a float read from the step
+                # tensor) takes the select
+                self.emit(f"if torch.compiler.is_compiling() and not isinstance({self.h(self.step)}, int):")
                 self.indent += "    "
                 self._select_into(e, lst, conds)
                 self.indent = self.indent[:-4]

@@ -155,8 +155,9 @@ def test_a_sum_over_a_divisor_accumulated_into_a_state_is_one_addcdiv_per_summan
 
 def test_a_state_branch_on_the_step_count_is_a_select_when_compiling():
     """buf ← (g if t == 1 else mom·buf + g): eager, the ``if``; under torch.compile a ``torch.where`` on a 0-d
-    tensor of the count.  Both blocks run here (the compiled one by patching is_compiling) for t = 1 and t = 3
-    and equal the formula; a condition on hyperparameters alone stays a plain branch."""
+    tensor of the count where the count is traced (not an int known on the host).  Both blocks run here (the
+    compiled one by patching is_compiling) for t = 1 and t = 3 and equal the formula; a condition on
+    hyperparameters alone stays a plain branch."""
     t = sp.Symbol("t", positive=True)
     buf_new = sp.Symbol("buf_new", real=True)
     e = sp.Piecewise((g, sp.Eq(t, 1)), (mom * buf + g, True))
@@ -165,13 +166,13 @@ def test_a_state_branch_on_the_step_count_is_a_select_when_compiling():
     comp = PlannedCompiler(set(TENSORS), {buf_new: ("buf", buf)}, {buf_new}, indent="", step=t)
     lines = comp.compile_program([(buf_new, e)], {})
     text = "\n".join(lines)
-    assert "if torch.compiler.is_compiling():" in text and "torch.where((_step_t == 1)" in text, text
+    assert "if torch.compiler.is_compiling() and not isinstance(t, int):" in text and "torch.where((_step_t == 1)" in text, text
     plain = PlannedCompiler(set(TENSORS), {buf_new: ("buf", buf)}, {buf_new}, indent="", step=t).compile_program(
         [(buf_new, sp.Piecewise((g, mom > 1), (mom * buf + g, True)))], {})
     assert "is_compiling" not in "\n".join(plain)
     real = torch.compiler.is_compiling
     for compiling in (False, True):
-        for step in (1, 3):
+        for step in (1, 3, 1.0, 3.0):       # an int count keeps the branch; a float (a traced count's type) selects
             env = {"torch": torch, "t": step, "mom": 0.5, "_foreach_copy": torch._foreach_copy_,
                    **{k: [v.clone() for v in vs] for k, vs in vals.items()}}
             torch.compiler.is_compiling = (lambda: True) if compiling else real
@@ -179,6 +180,7 @@ def test_a_state_branch_on_the_step_count_is_a_select_when_compiling():
                 exec(text, env)           # noqa: S102 -- the planner's own output on test data
             finally:
                 torch.compiler.is_compiling = real
+            assert ("_step_t" in env) == (compiling and isinstance(step, float))
             for i in range(2):
                 want = vals["g"][i] if step == 1 else 0.5 * vals["buf"][i] + vals["g"][i]
                 torch.testing.assert_close(env["buf"][i], want, rtol=1e-15, atol=0)
