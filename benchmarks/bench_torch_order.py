@@ -2,7 +2,9 @@
 
 A small CNN on sklearn's digits (8x8 images, 10 classes), full-batch-ish mini-batches of 64 drawn by a fixed
 permutation, float32, 200 steps.  For each pair (the catalog's generated optimizer vs torch.optim's default
-path; torch's own fused vs its foreach path as the yardstick) it reports:
+path, asked for explicitly with foreach=True (on CPU torch's default is its for-loop path), and the for-loop
+path; torch's own fused vs its foreach path as the yardstick, or its for-loop vs its foreach path where torch
+has no fused implementation) it reports:
 
 - ``differ``: the mean over steps of the fraction of parameter entries that differ after ONE step from the
   same parameters, state and gradients (the second run is put back onto the first's parameters and state after
@@ -38,6 +40,13 @@ CASES = {   # name -> (recipe, torch.optim class, kwargs)
     "sgd_momentum": ("sgd", torch.optim.SGD, dict(lr=0.05, momentum=0.9, weight_decay=1e-3)),
     "sgd_nesterov": ("sgd", torch.optim.SGD, dict(lr=0.05, momentum=0.9, nesterov=True)),
     "adagrad": ("adagrad", torch.optim.Adagrad, dict(lr=0.05)),
+    "nadam": ("nadam", torch.optim.NAdam, dict(lr=3e-3)),
+    "nadam_wd_mdecay": ("nadam", torch.optim.NAdam, dict(lr=3e-3, weight_decay=1e-2, momentum_decay=6e-3)),
+    "nadam_decoupled": ("nadam", torch.optim.NAdam, dict(lr=3e-3, weight_decay=1e-2, decoupled_weight_decay=True)),
+    "adamax": ("adamax", torch.optim.Adamax, dict(lr=3e-3)),
+    "adamax_wd": ("adamax", torch.optim.Adamax, dict(lr=3e-3, weight_decay=1e-2)),
+    "adadelta": ("adadelta", torch.optim.Adadelta, dict(lr=1.0)),
+    "adadelta_rho_wd": ("adadelta", torch.optim.Adadelta, dict(lr=1.0, rho=0.95, weight_decay=1e-2)),
 }
 FUSED = {torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad}
 
@@ -90,7 +99,10 @@ def compare(make_a, make_b, steps, x, y):
         with torch.no_grad():                       # back onto a's parameters and state
             for p, q in zip(net_a.parameters(), net_b.parameters()):
                 q.copy_(p)
+        own = [{k: g[k] for k in ("foreach", "fused") if k in g} for g in opt_b.param_groups]
         opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))
+        for g, kept in zip(opt_b.param_groups, own):   # a's groups carry a's path: b keeps its own
+            g.update(kept)
     # free runs
     net_a, net_b = model(), model()
     opt_a, opt_b = make_a(net_a.parameters()), make_b(net_b.parameters())
@@ -124,10 +136,14 @@ def main():
     for name in names:
         recipe, peer, kw = CASES[name]
         ours = generated(recipe, args.artifacts)
-        rows = [("generated vs foreach", lambda ps: peer(ps, **kw), lambda ps: ours(ps, **kw)),
+        rows = [("generated vs foreach", lambda ps: peer(ps, **kw, foreach=True), lambda ps: ours(ps, **kw)),
                 ("generated vs for-loop", lambda ps: peer(ps, **kw, foreach=False), lambda ps: ours(ps, **kw))]
         if peer in FUSED:
-            rows.append(("torch fused vs foreach", lambda ps: peer(ps, **kw), lambda ps: peer(ps, **kw, fused=True)))
+            rows.append(("torch fused vs foreach", lambda ps: peer(ps, **kw, foreach=True),
+                         lambda ps: peer(ps, **kw, fused=True)))
+        else:       # the yardstick where torch has no fused path: its own for-loop against its foreach path
+            rows.append(("torch for-loop vs foreach", lambda ps: peer(ps, **kw, foreach=True),
+                         lambda ps: peer(ps, **kw, foreach=False)))
         for pair, a, b in rows:
             differ, drift, same = compare(a, b, args.steps, x, y)
             print(f"{name:24s} {pair:26s} {differ:12.2e} {drift:11.2e} {'yes' if same else 'no'}", flush=True)

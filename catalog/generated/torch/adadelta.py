@@ -468,15 +468,15 @@ class Adadelta(torch.optim.Optimizer):
         s_new = s
         _f2 = torch._foreach_add(acc_delta, eps)
         torch._foreach_sqrt_(_f2)
-        _f3 = torch._foreach_mul(g_wd, _f2)
-        _f4 = torch._foreach_add(s, eps)
-        torch._foreach_sqrt_(_f4)
-        torch._foreach_div_(_f3, _f4)
-        acc_delta_step = _f3
+        _f3 = torch._foreach_add(s, eps)
+        torch._foreach_sqrt_(_f3)
+        torch._foreach_div_(_f2, _f3)
+        torch._foreach_mul_(_f2, g_wd)
+        acc_delta_step = _f2
         torch._foreach_mul_(acc_delta, rho)
-        torch._foreach_addcmul_(acc_delta, _f3, _f3, value=t_0)
+        torch._foreach_addcmul_(acc_delta, _f2, _f2, value=t_0)
         acc_delta_new = acc_delta
-        torch._foreach_add_(m, _f3, alpha=-lr)
+        torch._foreach_add_(m, _f2, alpha=-lr)
         m_new = m
         if acc_delta_new is not acc_delta:
             _foreach_copy(acc_delta, acc_delta_new)

@@ -485,7 +485,7 @@ class NAdam(torch.optim.Optimizer):
         g = _work(_real(_inputs["g"]))
         if group["maximize"]:
             g = torch._foreach_neg(g)
-        mu_product_new = beta1*mu_product*(1 - 1/2*(24/25)**(momentum_decay*t))
+        mu_product_new = _host_value(states[0]["mu_product"]*(beta1*(1 - 1/2*(24/25)**(momentum_decay*t))))
         if fused:
             mu_product_rate = beta1*(1 - 1/2*(24/25)**(momentum_decay*t))
             mu_product_rate_next = beta1*(1 - 1/2*(24/25)**(momentum_decay*(t + 1)))
@@ -524,8 +524,16 @@ class NAdam(torch.optim.Optimizer):
         s_new = s
         if decoupled_weight_decay:
             torch._foreach_mul_(m, -lr*weight_decay + 1)
-            _f2 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
-            torch._foreach_add_(_f2, u, alpha=mu_product_rate_next/(1 - mu_product_next))
+            if _positive(1 - beta2**t):
+                _f2 = torch._foreach_sqrt(s)
+                torch._foreach_div_(_f2, math.sqrt(1 - beta2**t))
+            else:
+                _f2 = torch._foreach_mul(s, 1/(1 - beta2**t))
+                torch._foreach_sqrt_(_f2)
+            torch._foreach_add_(_f2, eps)
+            torch._foreach_addcdiv_(m, g_wd, _f2, value=-lr*(1 - mu_product_rate)/(1 - mu_product_new))
+            torch._foreach_addcdiv_(m, u, _f2, value=-lr*mu_product_rate_next/(1 - mu_product_next))
+        else:
             if _positive(1 - beta2**t):
                 _f3 = torch._foreach_sqrt(s)
                 torch._foreach_div_(_f3, math.sqrt(1 - beta2**t))
@@ -533,18 +541,8 @@ class NAdam(torch.optim.Optimizer):
                 _f3 = torch._foreach_mul(s, 1/(1 - beta2**t))
                 torch._foreach_sqrt_(_f3)
             torch._foreach_add_(_f3, eps)
-            torch._foreach_addcdiv_(m, _f2, _f3, value=-lr)
-        else:
-            _f4 = torch._foreach_mul(g_wd, (1 - mu_product_rate)/(1 - mu_product_new))
-            torch._foreach_add_(_f4, u, alpha=mu_product_rate_next/(1 - mu_product_next))
-            if _positive(1 - beta2**t):
-                _f5 = torch._foreach_sqrt(s)
-                torch._foreach_div_(_f5, math.sqrt(1 - beta2**t))
-            else:
-                _f5 = torch._foreach_mul(s, 1/(1 - beta2**t))
-                torch._foreach_sqrt_(_f5)
-            torch._foreach_add_(_f5, eps)
-            torch._foreach_addcdiv_(m, _f4, _f5, value=-lr)
+            torch._foreach_addcdiv_(m, g_wd, _f3, value=-lr*(1 - mu_product_rate)/(1 - mu_product_new))
+            torch._foreach_addcdiv_(m, u, _f3, value=-lr*mu_product_rate_next/(1 - mu_product_next))
         m_new = m
         if u_new is not u:
             _foreach_copy(u, u_new)

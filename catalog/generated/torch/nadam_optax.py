@@ -454,16 +454,15 @@ class NAdamOptax(torch.optim.Optimizer):
         torch._foreach_mul_(s, b2)
         torch._foreach_addcmul_(s, g, g, value=1 - b2)
         s_new = s
-        _f1 = torch._foreach_mul(u, b1/(1 - b1**(t + 1)))
-        torch._foreach_add_(_f1, g, alpha=(1 - b1)/(1 - b1**t))
         if _positive(1 - b2**t):
-            _f2 = torch._foreach_sqrt(s)
-            torch._foreach_div_(_f2, math.sqrt(1 - b2**t))
+            _f1 = torch._foreach_sqrt(s)
+            torch._foreach_div_(_f1, math.sqrt(1 - b2**t))
         else:
-            _f2 = torch._foreach_mul(s, 1/(1 - b2**t))
-            torch._foreach_sqrt_(_f2)
-        torch._foreach_add_(_f2, eps)
-        torch._foreach_addcdiv_(m, _f1, _f2, value=-lr)
+            _f1 = torch._foreach_mul(s, 1/(1 - b2**t))
+            torch._foreach_sqrt_(_f1)
+        torch._foreach_add_(_f1, eps)
+        torch._foreach_addcdiv_(m, u, _f1, value=-b1*lr/(1 - b1**(t + 1)))
+        torch._foreach_addcdiv_(m, g, _f1, value=-lr*(1 - b1)/(1 - b1**t))
         m_new = m
         if u_new is not u:
             _foreach_copy(u, u_new)

@@ -500,12 +500,19 @@ class RMSprop(torch.optim.Optimizer):
         torch._foreach_add_(_f3, eps)
         s_root = _f3
         if t_1:
-            if (t == 1):
+            if torch.compiler.is_compiling() and not isinstance(t, int):
                 _f4 = torch._foreach_div(g_wd, _f3)
-                _foreach_copy(momentum_buffer, _f4)
+                _f5 = torch._foreach_div(g_wd, _f3)
+                torch._foreach_add_(_f5, momentum_buffer, alpha=momentum)
+                _step_t = torch.scalar_tensor(t, dtype=torch.float64, device=momentum_buffer[0].device)
+                _foreach_copy(momentum_buffer, [torch.where((_step_t == 1), _x0, _x1) for _x0, _x1 in zip(_f4, _f5)])
             else:
-                torch._foreach_mul_(momentum_buffer, momentum)
-                torch._foreach_addcdiv_(momentum_buffer, g_wd, _f3)
+                if (t == 1):
+                    _f6 = torch._foreach_div(g_wd, _f3)
+                    _foreach_copy(momentum_buffer, _f6)
+                else:
+                    torch._foreach_mul_(momentum_buffer, momentum)
+                    torch._foreach_addcdiv_(momentum_buffer, g_wd, _f3)
         else:
             pass
         momentum_buffer_new = momentum_buffer

@@ -496,23 +496,30 @@ class RMSpropOptax(torch.optim.Optimizer):
         torch._foreach_sqrt_(_f2)
         s_root = _f2
         if t_1:
-            if (t == 1):
+            if torch.compiler.is_compiling() and not isinstance(t, int):
                 _f3 = torch._foreach_div(g, _f2)
-                _foreach_copy(momentum_buffer, _f3)
+                _f4 = torch._foreach_div(g, _f2)
+                torch._foreach_add_(_f4, momentum_buffer, alpha=momentum)
+                _step_t = torch.scalar_tensor(t, dtype=torch.float64, device=momentum_buffer[0].device)
+                _foreach_copy(momentum_buffer, [torch.where((_step_t == 1), _x0, _x1) for _x0, _x1 in zip(_f3, _f4)])
             else:
-                torch._foreach_mul_(momentum_buffer, momentum)
-                torch._foreach_addcdiv_(momentum_buffer, g, _f2)
+                if (t == 1):
+                    _f5 = torch._foreach_div(g, _f2)
+                    _foreach_copy(momentum_buffer, _f5)
+                else:
+                    torch._foreach_mul_(momentum_buffer, momentum)
+                    torch._foreach_addcdiv_(momentum_buffer, g, _f2)
         else:
             pass
         momentum_buffer_new = momentum_buffer
         if t_1:
             if nesterov:
-                _f5 = torch._foreach_div(g, _f2)
-                torch._foreach_add_(_f5, momentum_buffer, alpha=momentum)
-                _f4 = _f5
+                _f7 = torch._foreach_div(g, _f2)
+                torch._foreach_add_(_f7, momentum_buffer, alpha=momentum)
+                _f6 = _f7
             else:
-                _f4 = momentum_buffer
-            torch._foreach_add_(m, _f4, alpha=-lr)
+                _f6 = momentum_buffer
+            torch._foreach_add_(m, _f6, alpha=-lr)
         else:
             torch._foreach_addcdiv_(m, g, _f2, value=-lr)
         m_new = m

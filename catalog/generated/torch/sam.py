@@ -619,11 +619,16 @@ class SAM(torch.optim.Optimizer):
             g_wd = g_adv
         direction = g_wd
         if t_0:
-            if (t == 1):
-                _foreach_copy(momentum_buffer, direction)
+            if torch.compiler.is_compiling() and not isinstance(t, int):
+                _f2 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
+                _step_t = torch.scalar_tensor(t, dtype=torch.float64, device=momentum_buffer[0].device)
+                _foreach_copy(momentum_buffer, [torch.where((_step_t == 1), _x0, _x1) for _x0, _x1 in zip(direction, _f2)])
             else:
-                torch._foreach_mul_(momentum_buffer, momentum)
-                torch._foreach_add_(momentum_buffer, direction)
+                if (t == 1):
+                    _foreach_copy(momentum_buffer, direction)
+                else:
+                    torch._foreach_mul_(momentum_buffer, momentum)
+                    torch._foreach_add_(momentum_buffer, direction)
         else:
             pass
         momentum_buffer_new = momentum_buffer

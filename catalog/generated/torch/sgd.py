@@ -399,21 +399,27 @@ class SGD(torch.optim.Optimizer):
             g_wd = g
         direction = g_wd
         if t_0:
-            if (t == 1):
-                _foreach_copy(momentum_buffer, direction)
+            if torch.compiler.is_compiling() and not isinstance(t, int):
+                _f2 = torch._foreach_mul(direction, 1 - dampening)
+                torch._foreach_add_(_f2, momentum_buffer, alpha=momentum)
+                _step_t = torch.scalar_tensor(t, dtype=torch.float64, device=momentum_buffer[0].device)
+                _foreach_copy(momentum_buffer, [torch.where((_step_t == 1), _x0, _x1) for _x0, _x1 in zip(direction, _f2)])
             else:
-                torch._foreach_mul_(momentum_buffer, momentum)
-                torch._foreach_add_(momentum_buffer, direction, alpha=1 - dampening)
+                if (t == 1):
+                    _foreach_copy(momentum_buffer, direction)
+                else:
+                    torch._foreach_mul_(momentum_buffer, momentum)
+                    torch._foreach_add_(momentum_buffer, direction, alpha=1 - dampening)
         else:
             pass
         momentum_buffer_new = momentum_buffer
         if t_0:
             if nesterov:
-                _f3 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
-                _f2 = _f3
+                _f4 = torch._foreach_add(direction, momentum_buffer, alpha=momentum)
+                _f3 = _f4
             else:
-                _f2 = momentum_buffer
-            torch._foreach_add_(m, _f2, alpha=-lr)
+                _f3 = momentum_buffer
+            torch._foreach_add_(m, _f3, alpha=-lr)
         else:
             torch._foreach_add_(m, direction, alpha=-lr)
         m_new = m

@@ -24,7 +24,7 @@ from blr_derive.codegen.backends.torch.config import CONFIG
 from blr_derive.codegen.backends.torch.context import (ChainedView, PhaseView, PointView, SamplingView, ShapingView,
                                                        TorchContext)
 from blr_derive.codegen.context import render
-from blr_derive.codegen.inert import template_env
+from blr_derive.codegen.inert import pystr, template_env
 from blr_derive.spec.peer import SWITCHES
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, host_states, plan_optimizer, samples_code,
                                      state_conditions, state_symbols, step_condition, stored_names)
@@ -84,7 +84,8 @@ class TorchTarget:
         init_hyper = plan.init_hyper + [h for h in plan.hyper_using(cond_syms) if h not in plan.init_hyper]
         return render(self.env, self.template, TorchContext(
             ir=ir, program=program, outputs=[(n, o) for n, o in plan.outputs if n not in scalar_states],
-            scalar_states=[(n, str(new), host.doprint(e)) for n, (_, new, e) in scalar_states.items()],
+            scalar_states=[(n, str(new), self.host_update(host, stored[n], old, e))
+                           for n, (old, new, e) in scalar_states.items()],
             scalar_names=set(scalar_states),
             mean_out=mean_out,
             others=plan.others, host=host.doprint, init_hyper=init_hyper, state_cond=state_cond, grads=plan.grads, sampling=sampling,
@@ -112,6 +113,17 @@ class TorchTarget:
         ))
 
     @staticmethod
+    def host_update(host, key, old, e):
+        """The new value of a state kept as one number per tensor (a 0-d tensor).  An update ``c·old`` is
+        computed as torch computes it in its 0-d tensor -- the stored number times c, in the state's dtype
+        (float32: torch.optim's scalar dtype) -- so the readers of the new value read the number that is
+        stored, as torch's do (the running product of a schedule rounded each step as torch.optim rounds it);
+        any other update as a host expression."""
+        if isinstance(e, sp.Mul) and e.args.count(old) == 1 and not (e / old).has(old):
+            return f"_host_value(states[0][{pystr(key)}]*({host.doprint(e / old)}))"
+        return host.doprint(e)
+
+    @staticmethod
     def program(ir, plan, tensors, point, scalar_new=frozenset()):
         """The multi-tensor program with planned buffers (codegen/backends/torch/inplace.py): every state whose
         old value is dead is updated in its own tensors, the mean (the parameter) included.  The new values of
@@ -124,7 +136,7 @@ class TorchTarget:
         by_name = state_symbols(ir)
         dests = {sym: (name, by_name[name]) for name, sym in ir.outputs
                  if name in by_name and str(sym) != name and (point is None or name != ir.mean) and sym not in scalar_new}
-        comp = PlannedCompiler(tensors, dests, final, indent="        ")
+        comp = PlannedCompiler(tensors, dests, final, indent="        ", step=ir.step_symbol)
         return comp.compile_program(program, plan.need)
 
     @staticmethod

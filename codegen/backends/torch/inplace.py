@@ -39,7 +39,8 @@ class PlannedCompiler:
     name, state symbol) of values that may be computed in their state's tensors; ``final``: symbols read after
     the program (the outputs and what the parameter holds)."""
 
-    def __init__(self, tensors, dests, final, indent="            "):
+    def __init__(self, tensors, dests, final, indent="            ", step=None):
+        self.step = step           # the step count's symbol: a host test of it is a select when compiling
         self.tensors = set(tensors)
         self.dests = dict(dests)
         self.final = set(final)
@@ -127,14 +128,21 @@ class PlannedCompiler:
         if e == old:
             return
         if isinstance(e, sp.Piecewise) and all(not self.is_tensor(c) for _, c in e.args):
-            for i, (x, c) in enumerate(e.args):
-                self.emit("else:" if c == sp.true else f"{'if' if i == 0 else 'elif'} {self.h(c)}:")
+            conds = self._traced_conditions(e)
+            if conds is not None:           # compiled: a select of the branches; eager: the branches as below
+                # a count known on the host (an int: SGD's, from whether the state was just created) keeps its
+                # branch, on which the compiled graph specializes; a traced count (a float read from the step
+                # tensor) takes the select
+                self.emit(f"if torch.compiler.is_compiling() and not isinstance({self.h(self.step)}, int):")
                 self.indent += "    "
-                n = len(self.lines)
-                self.compile_into(x, lst, old)
-                if len(self.lines) == n:
-                    self.emit("pass")
+                self._select_into(e, lst, conds)
                 self.indent = self.indent[:-4]
+                self.emit("else:")
+                self.indent += "    "
+                self._branches_into(e, lst, old)
+                self.indent = self.indent[:-4]
+                return
+            self._branches_into(e, lst, old)
             return
         if isinstance(e, sp.Add) and self._into_add(e, lst, old):
             return
@@ -153,6 +161,59 @@ class PlannedCompiler:
             return
         name, _ = self.compile(e)
         self.emit(f"_foreach_copy({lst}, {name})")
+
+    def _branches_into(self, e, lst, old):
+        """A host Piecewise into a state: one ``if``/``elif`` block per branch."""
+        for i, (x, c) in enumerate(e.args):
+            self.emit("else:" if c == sp.true else f"{'if' if i == 0 else 'elif'} {self.h(c)}:")
+            self.indent += "    "
+            n = len(self.lines)
+            self.compile_into(x, lst, old)
+            if len(self.lines) == n:
+                self.emit("pass")
+            self.indent = self.indent[:-4]
+
+    def _traced_conditions(self, e):
+        """The *select* convention, for a whole step under torch.compile: the conditions of a host Piecewise
+        that tests the step count (the start of a running average, ``t == 1``), printed as tests of a 0-d
+        tensor holding the count (``_step_t``), so the branch is chosen by ``torch.where`` in the graph
+        instead of a comparison of a traced number on the host (a graph break).  None when no condition reads
+        the count or one is not a comparison (and/or/not of comparisons) of host numbers."""
+        if self.step is None or not any(c.has(self.step) for _, c in e.args):
+            return None
+        stand_in = sp.Symbol("_step_t", real=True)
+
+        def text(c):
+            if c == sp.true:
+                return "True"
+            if isinstance(c, (sp.And, sp.Or)):
+                parts = [text(a) for a in c.args]
+                return None if None in parts else "(" + (" & " if isinstance(c, sp.And) else " | ").join(parts) + ")"
+            if isinstance(c, sp.Not):
+                inner = text(c.args[0])
+                return None if inner is None else f"(~{inner})"
+            if isinstance(c, sp.core.relational.Relational):
+                if not c.has(self.step):                    # a test of hyperparameters alone: a Python bool
+                    return f"bool({self.h(c)})"
+                return self.h(c.xreplace({self.step: stand_in}))
+            return None
+        conds = [text(c) for _, c in e.args]
+        return None if None in conds else conds
+
+    def _select_into(self, e, lst, conds):
+        """``lst`` = the branch whose condition holds first, by ``torch.where`` per tensor (every branch
+        computed: a select, not a jump; the same values as the branches)."""
+        vals = []
+        for x, _ in e.args:
+            vals.append((self.compile(x)[0], True) if self.is_tensor(x) else (self.h(x), False))
+        names = [f"_x{k}" for k in range(len(vals))]
+        out = names[-1] if vals[-1][1] else vals[-1][0]
+        for k in range(len(vals) - 2, -1, -1):
+            out = f"torch.where({conds[k]}, {names[k] if vals[k][1] else vals[k][0]}, {out})"
+        lists = [(n, v) for n, (v, is_list) in zip(names, vals) if is_list]
+        self.emit(f"_step_t = torch.scalar_tensor({self.h(self.step)}, dtype=torch.float64, device={lst}[0].device)")
+        self.emit(f"_foreach_copy({lst}, [{out} for {', '.join(n for n, _ in lists)}{',' if len(lists) == 1 else ''} "
+                  f"in zip({', '.join(v for _, v in lists)})])")
 
     def _into_add(self, e, lst, old):
         """``c·old + Σ terms`` in the state's tensors (False when ``old`` is not one linear term)."""
@@ -203,6 +264,8 @@ class PlannedCompiler:
         """acc += term, as ``add_``, ``addcmul_`` (c·x·y, c·x²) or ``addcdiv_`` (c·x/y); with ``into`` (a new
         list name), into = acc + term without touching acc (``add``, ``addcmul``, ``addcdiv``)."""
         c, rest = self._split(term)
+        if into is None and self._distributed(acc, term):
+            return
         fused = self._fused_term(term)
         tail = "_" if into is None else ""
         head = "" if into is None else f"{into} = "
@@ -215,6 +278,24 @@ class PlannedCompiler:
             x = self.compile(rest)[0]
             alpha = "" if c == 1 else f", alpha={self.h(c)}"
             self.emit(f"{head}torch._foreach_add{tail}({acc}, {x}{alpha})")
+
+    def _distributed(self, acc, term):
+        """The *distributed quotient* convention (torch.optim's order): ``acc += c·(Σ cᵢ·xᵢ)/y``, where every
+        summand is a host multiple of one tensor, as one ``addcdiv_(acc, xᵢ, y, value=c·cᵢ)`` per summand in the
+        sum's order (y computed once) -- fewer passes than forming the sum, and torch's roundings where it
+        accumulates a Nesterov-style numerator into the parameter term by term.  False (nothing emitted) when
+        ``term`` is not of this form."""
+        fused = self._fused_term(term)
+        if fused is None or fused[0] != "addcdiv" or not isinstance(fused[1], sp.Add):
+            return False
+        _, num, den, c = fused
+        parts = [self._split(a) for a in num.args]
+        if any(not isinstance(x, sp.Symbol) or not self.is_tensor(x) for _, x in parts):
+            return False
+        y = self.compile(den)[0]
+        for ci, x in parts:
+            self.emit(f"torch._foreach_addcdiv_({acc}, {self.compile(x)[0]}, {y}, value={self.h(c * ci)})")
+        return True
 
     def _accumulate_factor(self, acc, rest):
         for f in sp.Mul.make_args(rest):
@@ -303,6 +384,8 @@ class PlannedCompiler:
         for f in sp.Mul.make_args(rest):
             (den.append(f.base ** (-f.exp)) if isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0
              else num.append(f))
+        if den and any(isinstance(f, sp.Symbol) for f in num) and any(not isinstance(f, sp.Symbol) for f in num):
+            return self._quotient_first(c, num, den)
         if num:
             acc, owned = self.compile(num[0])
             for f in num[1:]:
@@ -311,6 +394,24 @@ class PlannedCompiler:
             acc, owned = self._fresh(self.compile(den.pop(0))[0], False, "reciprocal"), True
         for f in den:
             acc, owned = self._fresh(acc, owned, "div", self.compile(f)[0]), True
+        if c != 1:
+            acc, owned = self._fresh(acc, owned, "mul", self.h(c)), True
+        return acc, owned
+
+    def _quotient_first(self, c, num, den):
+        """The *quotient first* convention (torch.optim's order): in a product of a computed tensor, a divisor
+        and a plain tensor (an input or a state), ``x·√a/√b`` is printed as ``(√a / √b)·x`` -- the computed
+        factors divided first, the plain ones multiplied after (a ratio of roots times the gradient, as torch's
+        foreach and for-loop paths compute it).  The same real number; the float32 roundings are torch's."""
+        compound = [f for f in num if not isinstance(f, sp.Symbol)]
+        plain = [f for f in num if isinstance(f, sp.Symbol)]
+        acc, owned = self.compile(compound[0])
+        for f in compound[1:]:
+            acc, owned = self._fresh(acc, owned, "mul", self.compile(f)[0]), True
+        for f in den:
+            acc, owned = self._fresh(acc, owned, "div", self.compile(f)[0]), True
+        for f in plain:
+            acc, owned = self._fresh(acc, owned, "mul", self.compile(f)[0]), True
         if c != 1:
             acc, owned = self._fresh(acc, owned, "mul", self.h(c)), True
         return acc, owned

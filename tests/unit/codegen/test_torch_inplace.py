@@ -110,3 +110,77 @@ def test_a_scaled_tensor_read_twice_is_folded_into_its_readers():
         gi, mi = vals["g"][i], vals["m"][i]
         assert torch.equal(env["g_wd"][i], torch.add(gi, mi, alpha=0.01)), i
         assert torch.equal(env["m"][i], (mi * (1 - 0.1 * 0.01)).add(gi, alpha=-0.1)), i
+
+
+def test_a_quotient_of_computed_tensors_is_formed_before_the_plain_factor():
+    """x·√a/√b with x a plain tensor and the roots computed: ``(√a / √b)·x``, as torch's Adadelta computes its
+    delta; float32 values equal to that order computed directly by torch (and not, on these draws, to
+    ``(x·√a)/√b``, the order the planner printed before)."""
+    d_new = sp.Symbol("d_new", real=True)
+    rng = torch.Generator().manual_seed(5)
+    vals = {str(v): [torch.rand(256, generator=rng) + 0.01 for _ in range(2)] for v in TENSORS}
+    lines, env = _run([(d_new, g * sp.sqrt(buf + eps) / sp.sqrt(s + eps))], {}, {d_new}, vals, {"eps": 1e-6})
+    text = "\n".join(lines)
+    assert "_foreach_mul_(_f1, g)" in text and text.index("_foreach_div_") < text.index("_foreach_mul_"), text
+    other = 0
+    for i in range(2):
+        gi, si, bi = vals["g"][i], vals["s"][i], vals["buf"][i]
+        torch_order = (bi + 1e-6).sqrt().div((si + 1e-6).sqrt()).mul(gi)
+        assert torch.equal(env["d_new"][i], torch_order), i
+        other += int((env["d_new"][i] != (gi * (bi + 1e-6).sqrt()).div((si + 1e-6).sqrt())).sum())
+    assert other > 0                        # the two orders do round differently here
+
+
+def test_a_sum_over_a_divisor_accumulated_into_a_state_is_one_addcdiv_per_summand():
+    """m - lr·(c₁·g + c₂·buf)/y: the divisor computed once, then ``addcdiv_(m, g, y, -lr·c₁)`` and
+    ``addcdiv_(m, buf, y, -lr·c₂)`` in the sum's order (torch's NAdam); float32 values equal to that order."""
+    c1, c2 = sp.symbols("c1 c2", positive=True)
+    m_new = sp.Symbol("m_new", real=True)
+    rng = torch.Generator().manual_seed(6)
+    vals = {str(v): [torch.rand(256, generator=rng) for _ in range(2)] for v in TENSORS}
+    host = {"lr": 0.01, "c1": 0.3, "c2": 0.6, "eps": 1e-8}
+    lines, env = _run([(m_new, m - lr * (c1 * g + c2 * buf) / (sp.sqrt(s) + eps))], {m_new: ("m", m)}, {m_new},
+                      vals, host)
+    text = "\n".join(lines)
+    assert text.count("_foreach_addcdiv_(m, ") == 2 and text.count("_foreach_sqrt") == 1, text
+    for i in range(2):
+        gi, si, bi, mi = (vals[k][i] for k in ("g", "s", "buf", "m"))
+        y = si.sqrt() + 1e-8
+        names = [n for n in ("g", "buf") if f"_foreach_addcdiv_(m, {n}," in text]
+        want = mi.clone()
+        for n in sorted(names, key=lambda n: text.index(f"_foreach_addcdiv_(m, {n},")):
+            want.addcdiv_({"g": gi, "buf": bi}[n], y, value=-0.01 * (0.3 if n == "g" else 0.6))
+        assert torch.equal(env["m"][i], want), i
+
+
+def test_a_state_branch_on_the_step_count_is_a_select_when_compiling():
+    """buf ← (g if t == 1 else mom·buf + g): eager, the ``if``; under torch.compile a ``torch.where`` on a 0-d
+    tensor of the count where the count is traced (not an int known on the host).  Both blocks run here (the
+    compiled one by patching is_compiling) for t = 1 and t = 3 and equal the formula; a condition on
+    hyperparameters alone stays a plain branch."""
+    t = sp.Symbol("t", positive=True)
+    buf_new = sp.Symbol("buf_new", real=True)
+    e = sp.Piecewise((g, sp.Eq(t, 1)), (mom * buf + g, True))
+    rng = torch.Generator().manual_seed(7)
+    vals = {str(v): [torch.rand(8, generator=rng, dtype=torch.float64) for _ in range(2)] for v in TENSORS}
+    comp = PlannedCompiler(set(TENSORS), {buf_new: ("buf", buf)}, {buf_new}, indent="", step=t)
+    lines = comp.compile_program([(buf_new, e)], {})
+    text = "\n".join(lines)
+    assert "if torch.compiler.is_compiling() and not isinstance(t, int):" in text and "torch.where((_step_t == 1)" in text, text
+    plain = PlannedCompiler(set(TENSORS), {buf_new: ("buf", buf)}, {buf_new}, indent="", step=t).compile_program(
+        [(buf_new, sp.Piecewise((g, mom > 1), (mom * buf + g, True)))], {})
+    assert "is_compiling" not in "\n".join(plain)
+    real = torch.compiler.is_compiling
+    for compiling in (False, True):
+        for step in (1, 3, 1.0, 3.0):       # an int count keeps the branch; a float (a traced count's type) selects
+            env = {"torch": torch, "t": step, "mom": 0.5, "_foreach_copy": torch._foreach_copy_,
+                   **{k: [v.clone() for v in vs] for k, vs in vals.items()}}
+            torch.compiler.is_compiling = (lambda: True) if compiling else real
+            try:
+                exec(text, env)           # noqa: S102 -- the planner's own output on test data
+            finally:
+                torch.compiler.is_compiling = real
+            assert ("_step_t" in env) == (compiling and isinstance(step, float))
+            for i in range(2):
+                want = vals["g"][i] if step == 1 else 0.5 * vals["buf"][i] + vals["g"][i]
+                torch.testing.assert_close(env["buf"][i], want, rtol=1e-15, atol=0)
