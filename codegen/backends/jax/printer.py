@@ -115,6 +115,9 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
     # ------------------------------------------------------------------ arithmetic and functions
     def _print_Pow(self, expr, rational=False):
         b, e = expr.args
+        if isinstance(b, sp.cosh) and e.is_number and e.is_negative:    # cosh(x)**-2 as sech, without overflow
+            sech = sp.sech(b.args[0])
+            return self._print(sech if e == -1 else sp.Pow(sech, -e, evaluate=False))
         if e == sp.Rational(1, 2):
             return f"jnp.sqrt({self._print(b)})"
         if e == sp.Rational(-1, 2):

@@ -77,3 +77,19 @@ def test_torch_sech_and_its_derivative_of_any_argument():
     _close(d.numpy(), [_dsech(v) for v in XS if v != 0], DERIVATIVE_ATOL)
     x32 = torch.tensor([0.5, 60.0, 89.0, 95.0, -200.0], dtype=torch.float32)       # cosh overflows past 89
     np.testing.assert_allclose(f(x32).numpy(), [_sech(float(v)) for v in x32], rtol=4e-7, atol=1e-45)
+
+
+@pytest.mark.parametrize("printer,header", [(BLRNumPyPrinter, "import numpy"),
+                                            (JnpPrinter, "import jax\nimport jax.numpy as jnp"),
+                                            (JaxPrinter, "import jax\nimport jax.numpy as jnp")])
+def test_a_negative_power_of_cosh_is_printed_as_sech(printer, header, x64):
+    """The Bernoulli family's Fisher information cosh(λ)**-2 (the family modules' ``fisher_information``) overflowed
+    the same way: a negative power of cosh is printed as the positive power of sech."""
+    for e, ref in [(sp.cosh(X) ** -2, lambda v: _sech(v) ** 2), (sp.cosh(X) ** sp.Float(-2.0), lambda v: _sech(v) ** 2),
+                   (1 / sp.cosh(X), _sech), (sp.cosh(X) ** -3, lambda v: _sech(v) ** 3)]:
+        text = printer().doprint(e)
+        assert "cosh" not in text, text
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = np.asarray(_function(text, header)(np.array(XS)))
+        _close(got, [ref(v) for v in XS])
