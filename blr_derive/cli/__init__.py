@@ -321,6 +321,8 @@ def main(argv=None) -> int:
             cmd = {"list": cmd_list, "explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families,
                    "compare": cmd_compare, "check": cmd_check, "verify": cmd_verify, "suggest": cmd_suggest}[argv[0]]
             return cmd(argv[1:])
+        if argv:
+            _refuse_misspelt_command(argv[0])
         return cmd_generate(argv)
     except BLRError as exc:
         print(_error_line("error", exc), file=sys.stderr)
@@ -352,6 +354,20 @@ def main(argv=None) -> int:
                                             "with the input files; BLR_DERIVE_TRACEBACK=1 shows the traceback)"),
               file=sys.stderr)
         return 3
+
+
+def _refuse_misspelt_command(word: str) -> None:
+    """``blr-derive chek adam``: a first word that is no command, no file and no catalog recipe or built-in family
+    name, but is spelt close to a command, is refused with the command it could have been (one located line, exit
+    2) instead of being read as a recipe that does not exist."""
+    if not word.isidentifier() or Path(word).exists():
+        return
+    if any((folder / f"{word}.yaml").is_file() for folder in (catalog_dir(), families_dir())):
+        return
+    hint = did_you_mean(word, COMMANDS)
+    if hint:
+        raise SpecError(f"'{quote(word)}' is not a command, a file, or a catalog recipe or family name{hint} "
+                        f"(commands: {', '.join(COMMANDS)}; recipes and families: `blr-derive list`)", CMDLINE)
 
 
 def _input_argument(argv) -> str:

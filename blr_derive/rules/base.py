@@ -551,13 +551,31 @@ class Derivation(Generic[RecipeT]):
                 out.append(f"{avg} = mean_k({text(e)})")
         for call in self.oracle_calls:
             out.append(f"{call.symbol} = {call.oracle}({call.argument})")
-        for sym, expr in self.defs:
-            out.append(f"{sym} = {text(expr)}")
-        for name, sym, expr in self.updates:
-            out.append(f"{name} <- {text(expr)}")
+        for name, sym, expr in self.update_order():
+            out.append(f"{sym} = {text(expr)}" if name is None else f"{name} <- {text(expr)}")
         return out
 
     def final_equations(self) -> list[tuple[EquationSide, EquationSide, str]]:
-        """The update as (lhs, rhs, op) triples, after the oracle calls (rendered by the reports)."""
-        return ([(sym, expr, "=") for sym, expr in self.defs]
-                + [(sym, expr, r"\leftarrow") for _, sym, expr in self.updates])
+        """The update as (lhs, rhs, op) triples, after the oracle calls (rendered by the reports), each after
+        the equations that define the symbols it reads (:meth:`update_order`)."""
+        return [(sym, expr, "=" if name is None else r"\leftarrow") for name, sym, expr in self.update_order()]
+
+    def update_order(self) -> list[tuple[str | None, Expr, Expr]]:
+        """The definitions (``(None, symbol, expr)``) and state updates (``(name, new symbol, expr)``) in an order
+        a reader can follow: each after the ones that define what it reads (a debiased ``u_hat = u_new/(1 - β^t)``
+        after ``u <- ...``), else in the order the passes recorded them (definitions first).  A new value is
+        read as its own symbol (``u_new``), an old one as the parameter's, so the order changes no meaning.  The
+        generated code orders its statements by its own schedule; this is what the reports and the modules'
+        headers print."""
+        eqs = [(None, sym, expr) for sym, expr in self.defs] + [(n, sym, expr) for n, sym, expr in self.updates]
+        owner = {sym: i for i, (_, sym, _) in enumerate(eqs) if isinstance(sym, sp.Basic)}
+        need = [{owner[s] for s in (e.free_symbols if isinstance(e, sp.Basic) else ()) if s in owner} - {i}
+                for i, (_, _, e) in enumerate(eqs)]
+        done, order = set(), []
+        while len(order) < len(eqs):
+            ready = next((i for i in range(len(eqs)) if i not in done and need[i] <= done), None)
+            if ready is None:
+                return eqs                              # a cycle among the definitions: as recorded
+            done.add(ready)
+            order.append(ready)
+        return [eqs[i] for i in order]

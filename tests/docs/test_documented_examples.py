@@ -68,3 +68,18 @@ def test_the_runner_compares_what_it_should():
     assert dr.is_excerpt(["x = 1", "...", "z = 3"], "x = 1\ny = 2\nz = 3\n")
     assert not dr.is_excerpt(["z = 3", "x = 1"], "x = 1\ny = 2\nz = 3\n")
     assert dr.console_commands("$ a \\\n  b\nout\n$ c\n") == [("a \n  b", ["out"]), ("c", [])]
+
+
+def test_the_api_reference_covers_what_the_python_api_page_presents():
+    """docs/api.md (mkdocstrings) lists every ``blr.NAME(...)`` that docs/python-api.md shows, each a public function
+    of blr_derive.api, and the docs extra pins the handler that renders it."""
+    import blr_derive.api as api
+    shown = set(re.findall(r"\bblr\.(\w+)\(", (ROOT / "docs" / "python-api.md").read_text(encoding="utf-8")))
+    reference = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    members = re.search(r"::: blr_derive\.api\n    options:\n      members:\n((?:        - \w+\n)+)", reference)
+    listed = set(re.findall(r"- (\w+)", members.group(1)))
+    assert shown >= {"family", "recipe", "derive", "compare", "families", "catalog"} and shown <= listed, shown - listed
+    assert all(callable(getattr(api, n)) and n in api.__all__ for n in listed), listed - set(api.__all__)
+    assert re.search(r'"mkdocstrings-python==[\d.]+"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "mkdocstrings" in nav and "api.md" in nav

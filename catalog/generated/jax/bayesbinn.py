@@ -230,7 +230,7 @@ def bayesbinn(lr=0.001, temperature=1.0, train_set_size=1.0, prior_p=0.5, moment
         _columns = (_flat, _leaves(_treedef, _state.lam), _leaves(_treedef, _state.grad_avg), _leaves(_treedef, _noise), _leaves(_treedef, _grads), _leaves(_treedef, _state.acc_ngrad),)
 
         def _stat(_param, lam, grad_avg, u, g_k, acc_ngrad,):
-            return (acc_ngrad + ((g_k*(eps + (1/jnp.cosh((lam + (1/2)*jnp.log(u/(1 - u)))/temperature))**2/temperature)/(eps + (1/jnp.cosh(lam))**2)) - acc_ngrad) / _n, )
+            return (acc_ngrad + ((g_k*(eps + (2*jnp.exp(-jnp.abs((lam + (1/2)*jnp.log(u/(1 - u)))/temperature))/(1 + jnp.exp(-2*jnp.abs((lam + (1/2)*jnp.log(u/(1 - u)))/temperature))))**2/temperature)/(eps + (2*jnp.exp(-jnp.abs(lam))/(1 + jnp.exp(-2*jnp.abs(lam))))**2)) - acc_ngrad) / _n, )
 
         _rows = [_stat(*_a) for _a in zip(*_columns)]
         _new = [_tree(_treedef, [_r[_i] for _r in _rows]) for _i in range(1)]

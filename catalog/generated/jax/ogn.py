@@ -126,7 +126,7 @@ def ogn(ess, lr=0.01, beta=0.01, prior_precision=1.0):
         ess (required): data-set size N
         lr (default 0.01): learning rate of the mean
         beta (default 0.01): learning rate of the precision (Eq. 36; beta = lr gives Eq. 44)
-        prior_precision (default 1.0): prior precision delta of R(theta) = delta*||theta||^2/2
+        prior_precision (default 1.0): prior precision δ of R(θ) = δ‖θ‖²/2
     """
     _validate(ess, lr, beta, prior_precision)
     _scheduled = any(callable(_v) for _v in (ess, lr, beta, prior_precision))

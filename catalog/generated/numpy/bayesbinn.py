@@ -140,7 +140,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         u = numpy.asarray(rng.random(numpy.shape(lam)), dtype=float)
         theta_k = numpy.tanh((lam + (1/2)*numpy.log(u/(1 - u)))/temperature)
         g_k = _array("g_k", oracles["grad"](theta_k), _dims, "grad")
-        ngrad = ngrad + (g_k*(eps + (1/numpy.cosh((lam + (1/2)*numpy.log(u/(1 - u)))/temperature))**2/temperature)/(eps + (1/numpy.cosh(lam))**2) - ngrad) / (_k + 1)
+        ngrad = ngrad + (g_k*(eps + (2*numpy.exp(-numpy.abs((lam + (1/2)*numpy.log(u/(1 - u)))/temperature))/(1 + numpy.exp(-2*numpy.abs((lam + (1/2)*numpy.log(u/(1 - u)))/temperature))))**2/temperature)/(eps + (2*numpy.exp(-numpy.abs(lam))/(1 + numpy.exp(-2*numpy.abs(lam))))**2) - ngrad) / (_k + 1)
     grad_N = ngrad*train_set_size
     grad_avg_new = grad_N*(1 - momentum) + grad_avg*momentum
     lam_new = -grad_avg_new*lr + lam*(1 - lr) + (1/2)*lr*numpy.log(prior_p/(1 - prior_p))
@@ -182,7 +182,7 @@ def expectation_parameters(lam):
 def fisher_information(lam):
     """F(λ) = ∇²A(λ)."""
     lambda1, = numpy.asarray(lam, dtype=float)
-    return numpy.array([[numpy.cosh(lambda1)**(-2.0)], ], dtype=float)
+    return numpy.array([[(2*numpy.exp(-numpy.abs(lambda1))/(1 + numpy.exp(-2*numpy.abs(lambda1))))**2], ], dtype=float)
 
 
 def ordinary_from_natural(lam):

@@ -148,7 +148,7 @@ def expectation_parameters(lam):
 def fisher_information(lam):
     """F(λ) = ∇²A(λ)."""
     lambda1, = numpy.asarray(lam, dtype=float)
-    return numpy.array([[numpy.cosh(lambda1)**(-2.0)], ], dtype=float)
+    return numpy.array([[(2*numpy.exp(-numpy.abs(lambda1))/(1 + numpy.exp(-2*numpy.abs(lambda1))))**2], ], dtype=float)
 
 
 def ordinary_from_natural(lam):

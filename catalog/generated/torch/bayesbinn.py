@@ -429,12 +429,12 @@ class BayesBiNN(torch.optim.Optimizer):
             _f5 = [torch.log(_a0) for _a0 in _f3]
             _f6 = torch._foreach_add(lam, _f5, alpha=1/2)
             _f2 = torch._foreach_mul(_f6, 1/temperature)
-            _f7 = [(1/torch.cosh(_a0)) for _a0 in _f2]
+            _f7 = [(2*torch.exp(-torch.abs(_a0))/(1 + torch.exp(-2*torch.abs(_a0)))) for _a0 in _f2]
             _f8 = torch._foreach_mul(_f7, _f7)
             _f9 = torch._foreach_mul(_f8, 1/temperature)
             torch._foreach_add_(_f9, eps)
             _f1 = torch._foreach_mul(g_k, _f9)
-            _f10 = [(1/torch.cosh(_a0)) for _a0 in lam]
+            _f10 = [(2*torch.exp(-torch.abs(_a0))/(1 + torch.exp(-2*torch.abs(_a0)))) for _a0 in lam]
             _f11 = torch._foreach_mul(_f10, _f10)
             _f12 = torch._foreach_add(_f11, eps)
             torch._foreach_div_(_f1, _f12)

@@ -115,6 +115,9 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
     # ------------------------------------------------------------------ arithmetic and functions
     def _print_Pow(self, expr, rational=False):
         b, e = expr.args
+        if isinstance(b, sp.cosh) and e.is_number and e.is_negative:    # cosh(x)**-2 as sech, without overflow
+            sech = sp.sech(b.args[0])
+            return self._print(sech if e == -1 else sp.Pow(sech, -e, evaluate=False))
         if e == sp.Rational(1, 2):
             return f"jnp.sqrt({self._print(b)})"
         if e == sp.Rational(-1, 2):
@@ -139,7 +142,10 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
         return f"jnp.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
 
     def _print_sech(self, expr):
-        return f"(1/jnp.cosh({self._print(expr.args[0])}))"
+        # 2e/(1 + e²) with e = exp(-|x|), as the triton target's _sech: 1/cosh(x) overflows cosh for |x| > 710
+        # (float64; 89 in float32) on the way to a sech that is merely small, and its derivative there is NaN
+        a = f"jnp.abs({self._print(expr.args[0])})"
+        return f"(2*jnp.exp(-{a})/(1 + jnp.exp(-2*{a})))"
 
     def _print_gamma(self, expr):
         return f"jnp.exp(jax.scipy.special.gammaln({self._print(expr.args[0])}))"

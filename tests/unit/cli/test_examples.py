@@ -56,6 +56,9 @@ def test_notebook_runs_and_writes_plots(name, tmp_path, monkeypatch):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000, png
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    # no numeric warning (notebook 03 printed "overflow encountered in cosh": sech was generated as 1/cosh)
+    warned = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr" and "RuntimeWarning" in o.text]
+    assert not warned, f"{name}: {warned}"
     images = [o for o in outputs if o.output_type in ("display_data", "execute_result") and "image/png" in o.data]
     assert images, f"{name}: no figure is displayed inline (image/png output)"
     print(f"{name}: {elapsed:.1f} s")

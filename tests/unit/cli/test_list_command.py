@@ -89,3 +89,34 @@ def test_misspelt_names_get_a_suggestion(tmp_path, capsys, monkeypatch):
     rc, out, err = _main(capsys, "qwertyuiop")
     assert rc == 2 and "qwertyuiop: file not found" in err and "blr-derive list" in err and "did you mean" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_misspelt_commands_get_a_suggestion_through_the_command_line(tmp_path):
+    """``blr-derive chek adam``: one located line naming the command it could have been, exit 2, nothing written
+    (before: 'unrecognized arguments: adam', which sent the reader looking for a recipe named chek)."""
+    line = one_error_line(run_cli("chek", "adam", cwd=tmp_path), "<command line>: ", "'chek' is not a command",
+                          "did you mean 'check'?")
+    assert "blr-derive list" in line
+    assert list(tmp_path.iterdir()) == []
+    for args, meant in [(("explian", "newton"), "explain"), (("lst", "adam"), "list"), (("catalgo", "--check"), "catalog"),
+                        (("verfy", "adam", "--against", "x:Y"), "verify"), (("famlies",), "families"),
+                        (("compair", "ogn", "vogn"), "compare"), (("sugest", "--loss", "x**2"), "suggest"),
+                        (("checks", "adam", "-o", str(tmp_path / "out.txt")), "check")]:
+        one_error_line(run_cli(*args, cwd=tmp_path), f"'{args[0]}' is not a command", f"did you mean '{meant}'?")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_word_near_a_command_that_names_a_file_or_recipe_is_not_refused(tmp_path, capsys, monkeypatch):
+    """The suggestion is for words that are nothing else: a file of that name in the working directory is read as
+    the file (its own error if it is not a recipe), a catalog name as the recipe (no catalog or family name is near
+    a command today: the file case is the one that exercises the guard), and a word near no command keeps the
+    recipe-name suggestion."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "chek").write_text("name: [\n", encoding="utf-8")
+    rc, out, err = _main(capsys, "chek")
+    assert rc == 2 and err.startswith("blr-derive: error: chek:") and "not a command" not in err, err
+    rc, out, err = _main(capsys, "sam", "--target", "numpy")
+    assert rc == 0 and "def step" in out and err == ""
+    rc, out, err = _main(capsys, "adamm")
+    assert rc == 2 and "did you mean 'adam'?" in err and "not a command" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chek"]
