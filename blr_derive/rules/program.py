@@ -304,6 +304,18 @@ def scalarize_elementwise(D, dry=False):
 
     def scal(e):
         return scalar_expr(e)
+    # the vector data go coordinate-wise with the state: those the updates read (a recipe's vector data, the
+    # broadcast global parameters and the duals of a federated section) and any other of the state's dimension,
+    # each read with the state's shape, one value per coordinate (a data vector of shape (P,) next to a state
+    # written with scalars would be two programs in one: the update reads m_g as a coordinate)
+    read = set()
+    for _, _, e in D.updates:
+        read |= e.free_symbols
+    for c in D.oracle_calls:
+        read |= c.argument.free_symbols
+    dim = D.recipe.family.dim
+    D.scalar_data = {d.name for d in D.recipe.data if is_mat(d.symbol) and d.symbol.shape[1] == 1
+                     and (d.symbol in read or (dim is not None and d.symbol.shape[0] == dim))}
     D.updates = [(n, sp.Symbol(s.name, real=True), scal(e)) for n, s, e in D.updates]
     # an oracle's argument is a state or an expression of one (straight_through: binary(lam))
     D.oracle_calls = [OracleCall(sp.Symbol(c.symbol.name, real=True), c.oracle, scal(c.argument), c.description)
