@@ -137,3 +137,12 @@ def test_weight_decay_over_the_federated_data_is_the_prior_added_by_hand(tmp_pat
              callback=lambda r, g, s, d: want.append((g["m"].copy(), [x["m"].copy() for x in s],
                                                       [x["dual1"].copy() for x in d])))
     assert worst(got, want) < 1e-12
+
+
+def test_torch_names_the_missing_default_of_the_coordinatewise_data(tmp_path):
+    """The torch target keeps an abstract loss's per-coordinate data as state of the parameter's shape: m_g, now of
+    the state's shape, is refused for its missing default, not as data "with its own shape"."""
+    from blr_derive.api import generate
+    from blr_derive.core.errors import SpecError
+    with pytest.raises(SpecError, match="data 'm_g' needs a default"):
+        generate(with_passes(tmp_path, ["scale_learning_rate: {factor: alpha}"], ALPHA), "torch")
