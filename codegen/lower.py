@@ -37,7 +37,7 @@ def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False
     if ir.data and not data_state:
         no("takes no data inputs (the loss is the model's)", "loss")
     for d in ir.data:
-        if d.kind != "scalar":
+        if d.kind not in ("scalar", "elementwise"):     # elementwise: one value per coordinate (ir/build.py)
             no(f"keeps data as per-parameter state of the parameter's shape; data '{d.name}' has its own shape "
                "(declare it with shape [])", "loss")
         if d.init is None:

@@ -23,6 +23,7 @@ from blr_derive.ir.sensitivities import sensitivity_entry_points
 from blr_derive.ir.validity import server_checks, state_checks
 from blr_derive.rules.base import Derivation, OracleCall, Sampling
 from blr_derive.rules.product import FactorizedDerivation
+from blr_derive.rules.program import scalar_expr
 from blr_derive.spec.peer import Peer
 from blr_derive.spec.recipe import Recipe
 
@@ -164,13 +165,22 @@ def _used_symbols(D: Derivation, assignments: list[Assignment], state: list[Var]
     return used
 
 
+def _scalar_data(d) -> Var:
+    """A vector data item of an update written with scalars (``Derivation.scalar_data``): read coordinate-wise, as
+    the update reads it, an array of the state's shape."""
+    init = d.default
+    if init is not None and is_mat(init):
+        init = scalar_expr(init)
+    return Var(d.name, sp.Symbol(d.name, real=True), "elementwise", d.description, init)
+
+
 def build_update_ir(D: Derivation[Recipe], source: str = "") -> UpdateIR:
     r = D.recipe
     fam = r.family
     elementwise = fam.elementwise or D.elementwise
     state = _state(D, r, elementwise)
     data = [Var(d.name, d.symbol, _kind(d.symbol, False) if d.shape else "scalar", d.description, d.default)
-            for d in r.data]
+            if d.name not in D.scalar_data else _scalar_data(d) for d in r.data]
     scalarized = D.elementwise and not any(is_mat(e) for _, _, e in D.updates)
     if scalarized:
         for v in state:

@@ -447,6 +447,9 @@ class Derivation(Generic[RecipeT]):
     views: Views = field(default_factory=Views)     # what currently stands for grad/hess/each parameter (passes)
     step_symbol: Sym | None = None                  # the step counter t (1-based) when a rule needs it
     elementwise: bool = False                       # every update acts coordinate-wise
+    #: vector data the update reads coordinate-wise once it is written with scalars (rules/program.py
+    #: scalarize_elementwise): inputs of the same shape as the state, one value per coordinate
+    scalar_data: set[str] = field(default_factory=set)
     sampling: Sampling | None = None                # Monte Carlo recipes
     renamed: dict[str, Renamed] = field(default_factory=dict)      # family parameter -> the state replacing it
     state_vars: dict[str, StateVar] = field(default_factory=dict)  # state name -> a renamed parameter's domain

@@ -307,13 +307,40 @@ def scalarize_elementwise(D, dry=False):
             if isinstance(node, sp.MatMul) and sum(1 for a in node.args if is_mat(a)) > 1:
                 return False
         return True
-    if not all(ok(e) for _, _, e in D.updates):
+    # the definitions the updates and the oracles' arguments read (a gradient derived from an explicit loss,
+    # g = m - y) are written with scalars too, or the update would read a scalar g that nothing defines
+    read = set()
+    for _, _, e in D.updates:
+        read |= e.free_symbols
+    for c in D.oracle_calls:
+        read |= c.argument.free_symbols
+    needed = set()
+    changed = True
+    while changed:
+        changed = False
+        for s_, e in D.defs:
+            if s_ in read and s_ not in needed:
+                needed.add(s_)
+                read |= e.free_symbols
+                changed = True
+    if not all(ok(e) for _, _, e in D.updates) or not all(ok(e) and (not is_mat(s_) or s_.shape[1] == 1)
+                                                             for s_, e in D.defs if s_ in needed):
         return False
     if dry:
         return True
 
     def scal(e):
         return scalar_expr(e)
+    D.defs = [(sp.Symbol(s_.name, real=True) if is_mat(s_) else s_, scal(e)) if s_ in needed else (s_, e)
+              for s_, e in D.defs]
+    D.frozen = {sp.Symbol(s_.name, real=True) if is_mat(s_) and s_ in needed else s_ for s_ in D.frozen}
+    # the vector data go coordinate-wise with the state: those the updates read (a recipe's vector data, the
+    # broadcast global parameters and the duals of a federated section) and any other of the state's dimension,
+    # each read with the state's shape, one value per coordinate (a data vector of shape (P,) next to a state
+    # written with scalars would be two programs in one: the update reads m_g as a coordinate)
+    dim = D.recipe.family.dim
+    D.scalar_data = {d.name for d in D.recipe.data if is_mat(d.symbol) and d.symbol.shape[1] == 1
+                     and (d.symbol in read or (dim is not None and d.symbol.shape[0] == dim))}
     D.updates = [(n, sp.Symbol(s.name, real=True), scal(e)) for n, s, e in D.updates]
     # an oracle's argument is a state or an expression of one (straight_through: binary(lam))
     D.oracle_calls = [OracleCall(sp.Symbol(c.symbol.name, real=True), c.oracle, scal(c.argument), c.description)

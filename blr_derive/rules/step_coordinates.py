@@ -22,7 +22,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.rules.base import Rule, register
-from blr_derive.rules.program import invert, record, set_update
+from blr_derive.rules.program import invert, record, scalar, set_update
 
 
 def expanded(D, expr, own):
@@ -56,7 +56,7 @@ class StepCoordinates(Rule):
             if pname not in fam.params:
                 raise ctx.fail(f"'{pname}' is not a parameter of family '{fam.name}' "
                                f"(parameters: {', '.join(fam.params)})")
-            p = fam.params[pname].symbol
+            p = scalar(fam.params[pname].symbol)   # the update is written coordinate-wise
             syms = {**ctx.symbols(), pname: p}
             try:
                 xi = parse_expression(ctx.args.pop(pname), syms, what=f"step_coordinates.{pname}")
@@ -71,7 +71,7 @@ class StepCoordinates(Rule):
         for name, sym, expr in D.updates:
             if name not in fam.params:
                 continue
-            p = fam.params[name].symbol
+            p = scalar(fam.params[name].symbol)
             full = expanded(D, expr, sym)
             if not full.has(rho):
                 raise ctx.fail(f"the update of '{name}' does not depend on the learning rate {rho}")
@@ -81,7 +81,7 @@ class StepCoordinates(Rule):
                                f"{name} + {at0})")
             tangents[name] = sym, sp.simplify(sp.diff(full, rho).xreplace({rho: 0}))
         for name, (sym, tangent) in tangents.items():
-            p = fam.params[name].symbol
+            p = scalar(fam.params[name].symbol)
             xi = coords.get(name, p)
             moved = xi + rho * sp.diff(xi, p) * tangent
             new = moved if xi == p else sp.simplify(invert(xi, p, moved, ctx.fail)[0])

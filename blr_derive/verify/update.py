@@ -146,6 +146,11 @@ def compare_update(recipe, D, mod, seed=0, P=3):
         env[D.step_symbol] = 4
     oracle_vals = _random_oracles(D, rng, dims, env)
     for d in recipe.data:
+        if d.name in D.scalar_data:          # read coordinate-wise with the state (one coordinate drawn, like it)
+            v = float(rng.normal())
+            data[d.name] = v
+            env[sp.Symbol(d.name, real=True)] = v
+            continue
         shape = tuple(P if s_ == fam.dim else 7 for s_ in d.shape)
         v = rng.normal(size=shape)
         if d.symmetric:                      # declared symmetric: a covariance-like SPD matrix

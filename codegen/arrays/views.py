@@ -170,7 +170,9 @@ def module_shapes(ir) -> dict:
     # fixed parameters and scalar data of an elementwise update may be one number or one per coordinate ("?")
     shapes = {v.name: "?" if v.fixed and v.kind == "elementwise" else _shape(v.symbol, v.kind == "elementwise")
               for v in ir.state}
-    shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, False) for v in ir.data})
+    # vector data of an update written with scalars go coordinate-wise with the state ("*", ir/build.py)
+    shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, v.kind == "elementwise")
+                   for v in ir.data})
     shapes.update({str(c.symbol): _shape(c.symbol, elementwise) for c in ir.oracle_calls})
     if ir.sampling is not None:
         # the loss at a sample is the model's total loss (one number), or one per coordinate for a separable loss
