@@ -28,14 +28,16 @@ MAX_TRIES = 10
 def _at_finite_inputs(points, at):
     """``at(seed)`` at seeds 0, 1, ... until ``points`` of them gave a value; None, or a TypeError (complex),
     ValueError, OverflowError or ZeroDivisionError, means the input lies where the derivation has no finite value,
-    and another is drawn, at most ``points × MAX_TRIES`` in all.  Returns (values, number skipped)."""
+    and a FloatingPointError (the generated module's run-time domain check: the update leaves the family there, e.g.
+    a precision made negative by a dual of any sign) that the input lies outside the family's domain after the
+    step; either way another is drawn, at most ``points × MAX_TRIES`` in all.  Returns (values, number skipped)."""
     values, skipped = [], 0
     for seed in range(points * MAX_TRIES):
         if len(values) == points:
             break
         try:
             v = at(seed)
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError, FloatingPointError):
             v = None
         if v is None:
             skipped += 1
@@ -63,9 +65,9 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     worst = max(errors, default=float("inf"))
     note = f"numpy target, {len(errors)} random inputs"
     if skipped:
-        note += f" ({skipped} skipped where the symbolic update is not finite)"
+        note += f" ({skipped} skipped where the symbolic update is not finite or leaves the family)"
     if not errors:
-        note = f"no random input of {skipped} gave a finite symbolic update"
+        note = f"no random input of {skipped} gave a finite symbolic update inside the family"
     checks = [Check("generated update vs symbolic update", worst, 1e-10, note=note, group="codegen")]
     if hasattr(mod, "objective"):
         checks += objective_checks(recipe, mod, points)

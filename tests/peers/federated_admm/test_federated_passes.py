@@ -146,3 +146,17 @@ def test_torch_names_the_missing_default_of_the_coordinatewise_data(tmp_path):
     from blr_derive.core.errors import SpecError
     with pytest.raises(SpecError, match="data 'm_g' needs a default"):
         generate(with_passes(tmp_path, ["scale_learning_rate: {factor: alpha}"], ALPHA), "torch")
+
+
+@pytest.mark.parametrize("base", ["fed_admm_isotropic", "fed_admm_full"])
+def test_check_skips_inputs_where_the_update_leaves_a_diagonal_family(tmp_path, base):
+    """Over gaussian_diag the duals have any sign, so at some random inputs the new precision is negative: the
+    generated module's run-time domain check raises FloatingPointError there (the update left the family).  check
+    draws another input and compares the update where it stays in the family (it ended with an internal error,
+    exit 3, before); the inputs it skipped are counted in the note."""
+    text = (CATALOG / f"{base}.yaml").read_text()
+    fam = next(line for line in text.splitlines() if line.startswith("family:"))
+    path = tmp_path / "fed_diag.yaml"
+    path.write_text(text.replace(fam, "family: gaussian_diag"))
+    (row,) = [c for c in check_recipe_updates(load_recipe(path), points=3) if c.name.startswith("generated update")]
+    assert row.value < 1e-12 and "3 random inputs (1 skipped where" in row.note, (row.value, row.note)
