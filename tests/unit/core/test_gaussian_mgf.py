@@ -37,6 +37,7 @@ def test_nonlinear_exponents_are_refused():
         gaussian_expectation(sp.exp(x ** 2), x, m, v + m ** 2)
 
 
+@pytest.mark.slow
 def test_poisson_log_link_blr_step_is_eq_6():
     """ℓ(θ) = e^θ − yθ + θ²/2 under N(m, 1/s): the exact step equals λ ← (1 − ρ)λ − ρ∇_μ E_q[ℓ] with the gradient by
     central differences of the quadrature expectation in μ = (m, m² + 1/s)."""

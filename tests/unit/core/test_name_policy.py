@@ -156,6 +156,7 @@ def _template_names():
     return need
 
 
+@pytest.mark.slow
 def test_reserved_names_cover_every_name_the_templates_bind():
     need = _template_names()
     missing = {n: sorted(w)[:3] for n, w in need.items() if n not in RESERVED}

@@ -82,6 +82,7 @@ NOT_MINIMAL = """
 """
 
 
+@pytest.mark.slow
 def test_not_minimal():
     with pytest.raises(SpecError, match="not minimal") as ei:
         build(NOT_MINIMAL, "redundant.yaml")
@@ -254,6 +255,7 @@ def test_exponential_family_log_partition_by_integration():
     assert sp.simplify(f.mu_ord[0] - 1 / r) == 0
 
 
+@pytest.mark.slow
 def test_gaussian_log_partition_by_integration_matches_builtin():
     """A scalar Gaussian declared without log_partition: the integrated A is the textbook one."""
     f = build("""
@@ -290,6 +292,7 @@ def test_exponential_entropy():
         assert f.evaluate(f.entropy(), {r: rv}) == pytest.approx(1 - np.log(rv), rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_unsupported_inversion_is_a_spec_error_or_a_correct_family():
     """Continuous Bernoulli on (0,1): μ(λ) has no closed-form inverse.
 

@@ -22,6 +22,7 @@ from conftest import CATALOG, load_module_from_path
 # ------------------------------------------------------------------------------------------- families
 @pytest.mark.parametrize("name,K", [("categorical", 2), ("categorical", 4), ("categorical", 5),
                                     ("dirichlet", 2), ("dirichlet", 4)])
+@pytest.mark.slow
 def test_sized_family_passes_the_numeric_checks(name, K):
     """μ vs ∇A (quadrature/summation, finite differences, Monte Carlo), the Fisher information, the entropy
     and both round trips, as `blr-derive check` runs them, at the instantiated K."""
@@ -100,6 +101,7 @@ def em4_equals_sklearn(mod, iterations=10):
     return state
 
 
+@pytest.mark.slow
 def test_em_gmm_at_four_components_equals_sklearn(tmp_path):
     """The catalog recipe is a template over K (K copies of the m_k, L_k blocks, z categorical at K):
     `--size K=4` gives four-component EM, equal to GaussianMixture(4, 'full', tol=0, reg_covar=0) over 10
@@ -262,6 +264,7 @@ def test_a_sized_family_file_in_a_recipe_directory(tmp_path):
     assert load_family("cat_t.yaml", tmp_path).sizes == (("K", 3),)
 
 
+@pytest.mark.slow
 def test_svi_at_four_components_full_batch_is_one_cavi_sweep(tmp_path):
     """svi is a template over K too: at K = 4 (Dirichlet and categorical at K = 4, four Gaussian blocks), a
     full-batch step with rho = 1 is one CAVI sweep of the four-component Bayesian mixture (the hand-written
@@ -285,6 +288,7 @@ def test_svi_at_four_components_full_batch_is_one_cavi_sweep(tmp_path):
         np.testing.assert_allclose(state["z_p3"], r[:, 2], rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_check_command_takes_a_size(capsys):
     """`blr-derive check families/categorical.yaml --size K=5` checks the family at K = 5; a size the family
     does not declare is a located one-line error (exit 2)."""

@@ -42,6 +42,7 @@ def _module(tmp_path, peer):
     return api.derive(str(p)).compile("torch")
 
 
+@pytest.mark.slow
 def test_state_names_checks_and_step_counts_reach_the_torch_optimizer(tmp_path):
     mod = _module(tmp_path, GOOD)
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))

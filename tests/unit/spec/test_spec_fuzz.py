@@ -280,6 +280,7 @@ def _cases():
             yield label, kind, path, mlabel, mutant
 
 
+@pytest.mark.slow
 def test_mutants_fail_cleanly(tmp_path, capsys):
     fr = _family_recipes()
     failures, n, ok = [], 0, 0
@@ -297,6 +298,7 @@ def test_mutants_fail_cleanly(tmp_path, capsys):
     assert not failures, f"{len(failures)} of {n} mutants misbehave:\n" + "\n".join(failures[:40])
 
 
+@pytest.mark.slow
 def test_mutants_reach_derivation(tmp_path):
     """The harness really derives: unmutated files succeed, and a mutant that only drops an optional
     description also succeeds (exit 0, output written)."""

@@ -174,6 +174,7 @@ def test_a_recipe_named_like_a_jax_module_is_refused_by_the_jax_target_only():
         d.compile("jax")
 
 
+@pytest.mark.slow
 def test_factorial_of_a_hyperparameter_on_the_torch_host_is_the_gamma_function():
     """torch printed math.factorial(b), which refuses b = 0.9; it is Γ(b + 1), as numpy's scipy factorial."""
     import torch
@@ -245,6 +246,7 @@ def test_the_header_quotes_a_file_name_as_one_shell_word(tmp_path, capsys):
     assert shlex.split(command) == ["blr-derive", str(rec), "--target", "numpy"]   # as the command named it
 
 
+@pytest.mark.slow
 def test_an_update_that_is_undefined_is_a_located_error(tmp_path, capsys):
     """λ₁ = exp(exp(α)) on a gamma kernel: sympy reduced α's update to ∞/0 and the numpy printer raised KeyError
     (exit 3)."""

@@ -200,6 +200,7 @@ def test_logistic_regression_without_a_prior_term_derives():
 
 @pytest.mark.parametrize("family, loss", [("gamma", "theta**2"), ("bernoulli", "softplus(theta)"),
                                           ("inverse_gamma", "theta"), ("beta", "theta")])
+@pytest.mark.slow
 def test_check_of_exact_expectations_over_non_gaussian_families(family, loss):
     """``blr-derive check`` on correct derivations: the finite-difference check moved μ while E_q[ℓ] was written
     in the ordinary parameters (error 1: a false FAIL); softplus had no numeric value (internal error); E[θ] under
@@ -369,6 +370,7 @@ def test_markdown_syntax_in_a_description_is_shown_not_interpreted(tmp_path):
     assert "\\`\\`\\`  \n\\# not a heading  \n\\$\\$x\\$\\$ and a\\*b\\_c  \n\\- not an item  \nnot code" in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", FUNCTION_TARGETS)
 def test_an_expectation_finite_on_part_of_the_parameter_space_is_nan_outside_it(target):
     """E[θ] under an inverse gamma is β/(α − 1) for α > 1 and infinite otherwise; the generated step returned
@@ -422,6 +424,7 @@ natural_parameters: [-s]
 """
 
 
+@pytest.mark.slow
 def test_exact_on_a_finite_support_without_a_closed_form_inverse_derives_quickly(tmp_path):
     """A truncated Zipf on 1..5 (T = log θ, no closed-form μ → s) with exact expectations ran into the time limit
     (minutes of simplify on the differentiated closed form).  Now the sums over the support are named quantities:
@@ -517,6 +520,7 @@ def test_command_line_outputs_respect_the_users_files(tmp_path, capsys):
     assert "a\u00a0b" in report.read_text()
 
 
+@pytest.mark.slow
 def test_check_refuses_what_its_quadrature_cannot_integrate_accurately(capsys):
     """A correct 4-D family failed normalization (6e-7) and fisher_vs_covariance (3e-5) on the 4-D grid, with the
     hint 'check log_partition and base_measure'; a Dirichlet at K = 6 got an unlocated message that named --dim."""
