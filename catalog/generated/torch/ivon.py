@@ -731,8 +731,10 @@ class IVON(torch.optim.Optimizer):
         _foreach_copy(h, _f11)
         h_new = h
         _f12 = torch._foreach_div(g_wd, _f6)
-        _foreach_bound_('maximum', _f12, -clip_radius)
-        _foreach_bound_('minimum', _f12, clip_radius)
+        if -clip_radius != -math.inf:
+            _foreach_bound_('maximum', _f12, -clip_radius)
+        if clip_radius != math.inf:
+            _foreach_bound_('minimum', _f12, clip_radius)
         torch._foreach_add_(m, _f12, alpha=-lr_mean)
         m_new = m
         if momentum_new is not momentum:

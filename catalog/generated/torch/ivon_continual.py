@@ -775,8 +775,10 @@ class IVONContinual(torch.optim.Optimizer):
         _f12 = torch._foreach_add(m, m_past, alpha=-1)
         torch._foreach_addcmul_(_f11, s_past, _f12)
         torch._foreach_div_(_f11, _f6)
-        _foreach_bound_('maximum', _f11, -clip_radius)
-        _foreach_bound_('minimum', _f11, clip_radius)
+        if -clip_radius != -math.inf:
+            _foreach_bound_('maximum', _f11, -clip_radius)
+        if clip_radius != math.inf:
+            _foreach_bound_('minimum', _f11, clip_radius)
         _f10 = torch._foreach_add(m, _f11, alpha=-lr_mean)
         _foreach_copy(m, _f10)
         m_new = m
