@@ -7,7 +7,10 @@ per-iteration times are compared; ``step()`` alone is timed the same way (one sa
 before each timed ``step()``).
 
 Usage: python benchmarks/bench_ivon_small.py [--reps 7] [--iters 20] [--mc 1,3] [--sizes mlp,cnn,1e5,1e6]
-(``1e5``, ``1e6``, ``1e7``: an MLP 64-w-w-10 with about that many parameters.)
+[--clock process|wall]
+(``1e5``, ``1e6``, ``1e7``: an MLP 64-w-w-10 with about that many parameters.)  ``--clock process`` (default) times
+with time.process_time (CPU time of this process: steadier than wall time on a shared machine; with one thread
+the two agree up to the other processes' load), ``--clock wall`` with time.perf_counter.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from conftest import load_generated  # noqa: E402
+from conftest import load_generated, load_module_from_path  # noqa: E402
 
 
 def data():
@@ -63,12 +66,15 @@ def iteration(opt, net, x, y, idx, mc):
     opt.step()
 
 
+CLOCK = [time.process_time]
+
+
 def time_block(fn, iters):
     out = []
     for _ in range(iters):
-        t0 = time.perf_counter()
+        t0 = CLOCK[0]()
         fn()
-        out.append(time.perf_counter() - t0)
+        out.append(CLOCK[0]() - t0)
     return out
 
 
@@ -79,22 +85,32 @@ def main():
     ap.add_argument("--mc", default="1,3")
     ap.add_argument("--sizes", default="mlp,cnn,1e5,1e6")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=("process", "wall"), default="process")
+    ap.add_argument("--before", help="also time this generated torch IVON module file (e.g. an earlier version, "
+                                     "from `git show REV:catalog/generated/torch/ivon.py`) in the same alternation")
     args = ap.parse_args()
+    CLOCK[0] = time.process_time if args.clock == "process" else time.perf_counter
     torch.set_num_threads(args.threads)
     import ivon as ivon_opt
     gen = load_generated("ivon", "torch")
+    before = load_module_from_path(Path(args.before)) if args.before else None
     x, y = data()
     g = torch.Generator().manual_seed(0)
     batches = [torch.randperm(len(x), generator=g)[:64] for _ in range(64)]
-    print(f"torch {torch.__version__}, {args.threads} thread(s); medians over {args.reps} x {args.iters} iterations")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.clock} time; medians over {args.reps} x {args.iters} iterations")
     print(f"{'model':6s} {'params':>9s} {'mc':>3s} {'ivon-opt ms':>12s} {'generated ms':>13s} {'ratio':>6s} "
-          f"{'step-only ratio':>16s}")
+          f"{'step-only ratio':>16s}" + (f" {'before ms':>10s} {'before ratio':>13s} {'before step-only':>17s}"
+                                         if before else ""))
     for size in args.sizes.split(","):
         for mc in [int(v) for v in args.mc.split(",")]:
             nets = {"ivon-opt": model(size), "generated": model(size)}
+            if before:
+                nets["before"] = model(size)
             n = sum(p.numel() for p in nets["generated"].parameters())
             opts = {"ivon-opt": ivon_opt.IVON(nets["ivon-opt"].parameters(), lr=0.1, ess=1797, mc_samples=mc),
                     "generated": gen.IVON(nets["generated"].parameters(), lr=0.1, ess=1797, mc_samples=mc)}
+            if before:
+                opts["before"] = before.IVON(nets["before"].parameters(), lr=0.1, ess=1797, mc_samples=mc)
             times = {k: [] for k in opts}
             step_times = {k: [] for k in opts}
             k_batch = [0]
@@ -114,8 +130,9 @@ def main():
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
             smed = {k: statistics.median(v) * 1e3 for k, v in step_times.items()}
             print(f"{size:6s} {n:9d} {mc:3d} {med['ivon-opt']:12.3f} {med['generated']:13.3f} "
-                  f"{med['generated'] / med['ivon-opt']:6.2f} {smed['generated'] / smed['ivon-opt']:16.2f}",
-                  flush=True)
+                  f"{med['generated'] / med['ivon-opt']:6.2f} {smed['generated'] / smed['ivon-opt']:16.2f}"
+                  + (f" {med['before']:10.3f} {med['before'] / med['ivon-opt']:13.2f} "
+                     f"{smed['before'] / smed['ivon-opt']:17.2f}" if before else ""), flush=True)
 
 
 def step_only(opt, net, x, y, idx, iters):
@@ -125,9 +142,9 @@ def step_only(opt, net, x, y, idx, iters):
         with opt.sampled_params(train=True):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
-        t0 = time.perf_counter()
+        t0 = CLOCK[0]()
         opt.step()
-        out.append(time.perf_counter() - t0)
+        out.append(CLOCK[0]() - t0)
     return out
 
 

@@ -376,7 +376,7 @@ class BayesBiNN(torch.optim.Optimizer):
         finally:
             self._sampling = False
             with torch.no_grad():
-                for _, params, mean, _, _ in drawn:
+                for _, params, mean, _, _, _ in drawn:
                     _foreach_copy(_real(params), mean)
         if train:
             with torch.no_grad():
@@ -406,13 +406,13 @@ class BayesBiNN(torch.optim.Optimizer):
             _f1 = torch._foreach_tanh(_f2)
             theta_k = _f1
             _foreach_copy(_pr, theta_k)
-            drawn.append((_index, params, _saved, u, theta_k))
+            drawn.append((_index, params, _saved, u, theta_k, (_f2,)))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean); a
         parameter with no gradient in any sample of a step is left as it is by that step."""
-        for _index, params, _saved, u, theta_k in drawn:
+        for _index, params, _saved, u, theta_k, (_kept_f2,) in drawn:
             group = self.param_groups[_index]
             _no_sparse(params, "BayesBiNN")
             temperature = _scalar(group["temperature"])
@@ -423,21 +423,15 @@ class BayesBiNN(torch.optim.Optimizer):
             g_k = _work(_real([p.grad if p.grad is not None else torch.zeros_like(p) for p in params]))
             if group["maximize"]:
                 g_k = torch._foreach_neg(g_k)
-            _f4 = torch._foreach_mul(u, -1)
-            torch._foreach_add_(_f4, 1)
-            _f3 = torch._foreach_div(u, _f4)
-            _f5 = [torch.log(_a0) for _a0 in _f3]
-            _f6 = torch._foreach_add(lam, _f5, alpha=1/2)
-            _f2 = torch._foreach_mul(_f6, 1/temperature)
-            _f7 = [(2*torch.exp(-torch.abs(_a0))/(1 + torch.exp(-2*torch.abs(_a0)))) for _a0 in _f2]
-            _f8 = torch._foreach_mul(_f7, _f7)
-            _f9 = torch._foreach_mul(_f8, 1/temperature)
-            torch._foreach_add_(_f9, eps)
-            _f1 = torch._foreach_mul(g_k, _f9)
-            _f10 = [(2*torch.exp(-torch.abs(_a0))/(1 + torch.exp(-2*torch.abs(_a0)))) for _a0 in lam]
-            _f11 = torch._foreach_mul(_f10, _f10)
-            _f12 = torch._foreach_add(_f11, eps)
-            torch._foreach_div_(_f1, _f12)
+            _f2 = [(2*torch.exp(-torch.abs(_a0))/(1 + torch.exp(-2*torch.abs(_a0)))) for _a0 in _kept_f2]
+            _f3 = torch._foreach_mul(_f2, _f2)
+            _f4 = torch._foreach_mul(_f3, 1/temperature)
+            torch._foreach_add_(_f4, eps)
+            _f1 = torch._foreach_mul(g_k, _f4)
+            _f5 = [(2*torch.exp(-torch.abs(_a0))/(1 + torch.exp(-2*torch.abs(_a0)))) for _a0 in lam]
+            _f6 = torch._foreach_mul(_f5, _f5)
+            _f7 = torch._foreach_add(_f6, eps)
+            torch._foreach_div_(_f1, _f7)
             _sample_ngrad = _f1
             _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1
@@ -445,9 +439,10 @@ class BayesBiNN(torch.optim.Optimizer):
             _got = [p.grad is not None for p in params]
             _acc["has_grad"] = [a or b for a, b in zip(_acc.get("has_grad", _got), _got)]
             if _n == 1:
-                _acc["ngrad"] = [x.clone() for x in _sample_ngrad]
+                _acc["ngrad"] = _sample_ngrad
             else:
-                torch._foreach_add_(_acc["ngrad"], torch._foreach_sub(_sample_ngrad, _acc["ngrad"]), alpha=1.0 / _n)
+                torch._foreach_sub_(_sample_ngrad, _acc["ngrad"])
+                torch._foreach_add_(_acc["ngrad"], _sample_ngrad, alpha=1.0 / _n)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""

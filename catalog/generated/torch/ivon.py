@@ -412,7 +412,7 @@ class IVON(torch.optim.Optimizer):
         finally:
             self._sampling = False
             with torch.no_grad():
-                for _, params, mean, _, _ in drawn:
+                for _, params, mean, _, _, _ in drawn:
                     _foreach_copy(_real(params), mean)
         if train:
             with torch.no_grad():
@@ -441,13 +441,13 @@ class IVON(torch.optim.Optimizer):
             _f5 = torch._foreach_add(m, _f1)
             theta_k = _f5
             _foreach_copy(_pr, theta_k)
-            drawn.append((_index, params, m, eps, theta_k))
+            drawn.append((_index, params, m, eps, theta_k, (_f4,)))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean); a
         parameter with no gradient in any sample of a step is left as it is by that step."""
-        for _index, params, m, eps, theta_k in drawn:
+        for _index, params, m, eps, theta_k, (_kept_f4,) in drawn:
             group = self.param_groups[_index]
             _no_sparse(params, "IVON")
             ess = _scalar(group["ess"])
@@ -467,10 +467,7 @@ class IVON(torch.optim.Optimizer):
                 _sample_avg_gsq = _f1
             if hess_approx__price:
                 _f2 = torch._foreach_mul(eps, g_k)
-                _f4 = torch._foreach_add(h, weight_decay)
-                _f3 = torch._foreach_mul(_f4, ess)
-                _f5 = torch._foreach_sqrt(_f3)
-                torch._foreach_div_(_f2, _f5)
+                torch._foreach_div_(_f2, _kept_f4)
                 _sample_avg_nxg = _f2
             _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1
@@ -483,14 +480,16 @@ class IVON(torch.optim.Optimizer):
                 torch._foreach_add_(_acc["g"], torch._foreach_sub(_sample_g, _acc["g"]), alpha=1.0 / _n)
             if not hess_approx__price:
                 if _n == 1:
-                    _acc["avg_gsq"] = [x.clone() for x in _sample_avg_gsq]
+                    _acc["avg_gsq"] = _sample_avg_gsq
                 else:
-                    torch._foreach_add_(_acc["avg_gsq"], torch._foreach_sub(_sample_avg_gsq, _acc["avg_gsq"]), alpha=1.0 / _n)
+                    torch._foreach_sub_(_sample_avg_gsq, _acc["avg_gsq"])
+                    torch._foreach_add_(_acc["avg_gsq"], _sample_avg_gsq, alpha=1.0 / _n)
             if hess_approx__price:
                 if _n == 1:
-                    _acc["avg_nxg"] = [x.clone() for x in _sample_avg_nxg]
+                    _acc["avg_nxg"] = _sample_avg_nxg
                 else:
-                    torch._foreach_add_(_acc["avg_nxg"], torch._foreach_sub(_sample_avg_nxg, _acc["avg_nxg"]), alpha=1.0 / _n)
+                    torch._foreach_sub_(_sample_avg_nxg, _acc["avg_nxg"])
+                    torch._foreach_add_(_acc["avg_nxg"], _sample_avg_nxg, alpha=1.0 / _n)
 
     def _sync_samples(self):
         """Average the accumulated statistics over the ranks (one all-reduce per group and statistic)."""
@@ -732,8 +731,10 @@ class IVON(torch.optim.Optimizer):
         _foreach_copy(h, _f11)
         h_new = h
         _f12 = torch._foreach_div(g_wd, _f6)
-        _foreach_bound_('maximum', _f12, -clip_radius)
-        _foreach_bound_('minimum', _f12, clip_radius)
+        if -clip_radius != -math.inf:
+            _foreach_bound_('maximum', _f12, -clip_radius)
+        if clip_radius != math.inf:
+            _foreach_bound_('minimum', _f12, clip_radius)
         torch._foreach_add_(m, _f12, alpha=-lr_mean)
         m_new = m
         if momentum_new is not momentum:

@@ -172,17 +172,29 @@ class TorchTarget:
         theta_c = ForeachCompiler(plan.state_syms | {sm.eps}, indent="            ")
         theta_c.assign(sm.theta, sm.theta_expr)
         values = [k for k, o in sm.calls if o == "loss"]      # the loss at a sample: one number, not a tensor
+        # what the draw computed (e.g. the spread that scales ε) is kept with the sample and read again by the
+        # statistics instead of being computed twice; the same operations on the same values: the same bits
+        plain = not sm.chained and getattr(sm, "shaping", None) is None       # (those keep other things per sample)
+        seed = {e: f"_kept{n}" for e, n in theta_c.memo.items()} if plain else {}
         stat_c = ForeachCompiler(plan.state_syms | {sm.eps, sm.theta} | {k for k, _ in sm.calls if k not in values}
-                                 | {c[0] for c in sm.chained}, indent="            ")
+                                 | {c[0] for c in sm.chained}, indent="            ", seed=seed)
         stat_names = []
         for avg, e in sm.stats:
             val = sp.Symbol(f"_sample_{avg}")
             cond = plan.stat_need[avg]
             stat_c.assign(val, e, cond)
             stat_names.append((str(avg), str(val), None if cond == sp.true else host.doprint(cond)))
-        return {"samples": host.doprint(sm.samples), "samples_code": samples_code(sm.samples),
+        # a statistic whose value is a list its program allocated (and no other statistic holds) becomes the
+        # running mean itself on the first sample, and takes the difference in place after: no copy
+        names = [stat_c.bound.get(sp.Symbol(v)) for _, v, _ in stat_names]
+        fresh = [n in stat_c.temps and names.count(n) == 1 for n in names]
+        kept = sorted((n for n in set(theta_c.memo.values()) if f"_kept{n}" in stat_c.used_seed),
+                      key=lambda n: int(n[2:]))
+        return {"kept": [(n, f"_kept{n}") for n in kept],
+                "fresh": fresh,"samples": host.doprint(sm.samples), "samples_code": samples_code(sm.samples),
                 "eps": str(sm.eps), "theta": str(sm.theta),
-                "theta_program": theta_c.lines, "stat_program": stat_c.lines, "stats": stat_names,
+                "theta_program": theta_c.lines, "stat_program": stat_c.lines,
+                "stats": [(a, v, c, f) for (a, v, c), f in zip(stat_names, fresh)],
                 "grads": [(str(k), o) for k, o in sm.calls if k not in values], "draw": DRAWS.get(sm.draw),
                 "chained": chained_view(plan, sm), "loss_values": [str(k) for k in values],
                 "shaping": shaping_view(plan, sm, host, values)}

@@ -52,7 +52,9 @@ class SamplingView(TypedDict):
     theta: str
     theta_program: list[str]
     stat_program: list[str]
-    stats: list[tuple[str, str, str | None]]   # (average, per-sample value, host condition or None)
+    stats: list[tuple[str, str, str | None, bool]]   # (average, per-sample value, host condition or None, fresh:
+    #                                           the value is a list of its own, kept as the running mean)
+    kept: list[tuple[str, str]]                # (the draw's list, its name in _collect): computed once per sample
     grads: list[tuple[str, str]]               # (symbol, oracle) at a sample
     draw: str | None                           # the torch function that draws ε (randn, rand)
     chained: ChainedView | None

@@ -474,7 +474,11 @@ class PlannedCompiler:
         acc, owned = self.compile(tens[0])
         for a in tens[1:] + host:
             arg = self.compile(a)[0] if self.is_tensor(a) else self.h(a)
-            if owned:                          # the helpers handle DTensors (FSDP2), which lack these kernels
+            if owned and not self.is_tensor(a):     # a host bound at its infinity changes nothing (NaN stays
+                # NaN): the pass over every tensor is skipped then, e.g. for an elementwise clip that is off
+                self.emit(f"if {arg} != {'-' if fn == 'maximum' else ''}math.inf:")
+                self.emit(f"    _foreach_bound_({fn!r}, {acc}, {arg})")
+            elif owned:                        # the helpers handle DTensors (FSDP2), which lack these kernels
                 self.emit(f"_foreach_bound_({fn!r}, {acc}, {arg})")
             else:
                 out = self.tmp()

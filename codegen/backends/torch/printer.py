@@ -10,6 +10,8 @@ pick one multi-tensor program.  Unsupported nodes raise
 """
 from __future__ import annotations
 
+import re
+
 import sympy as sp
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
@@ -24,20 +26,39 @@ UNARY = {
 }
 
 
+#: the tensor list an emitted line changes in place (its first argument): torch._foreach_*_ and the runtime's helpers
+_MUTATES = re.compile(r"(?:torch\.\w+_|_foreach_copy|_foreach_bound_)\((?:'\w+', )?(\w+)")
+
+
 class ForeachCompiler:
-    def __init__(self, tensors, indent="            "):
+    def __init__(self, tensors, indent="            ", seed=None):
         self.tensors = set(tensors)       # symbols bound to lists of tensors
         self.host = HostPrinter()
         self.lines: list[str] = []
         self.indent = indent
+        self.base = indent
         self.n = 0
+        self.temps: set[str] = set()      # lists this program allocated
+        self.bound: dict = {}             # symbol -> the list name assign() bound it to
+        #: expression -> a list holding its value, computed by an earlier program (common subexpressions
+        #: across programs, e.g. a sample's draw and its statistics): read, never changed in place
+        self.seed = dict(seed or {})
+        self.used_seed: set[str] = set()
+        #: expression -> the fresh list this program computed it into, unconditionally and never changed since
+        #: (what a later program may take as its seed)
+        self.memo: dict = {}
 
     def tmp(self):
         self.n += 1
-        return f"_f{self.n}"
+        name = f"_f{self.n}"
+        self.temps.add(name)
+        return name
 
     def emit(self, line):
         self.lines.append(self.indent + line)
+        hit = _MUTATES.match(line)
+        if hit:
+            self.memo = {e: n for e, n in self.memo.items() if n != hit.group(1)}
 
     def is_tensor(self, e):
         return bool(e.free_symbols & self.tensors)
@@ -61,6 +82,7 @@ class ForeachCompiler:
             if name != str(sym):
                 self.emit(f"{sym} = {name}")
             self.tensors.add(sym)
+            self.bound[sym] = name
         if when != sp.true:
             self.indent = self.indent[:-4]
 
@@ -69,8 +91,17 @@ class ForeachCompiler:
         """The name of a tensor list holding ``e`` (statements emitted as needed); ``target`` names a Piecewise's result."""
         if isinstance(e, sp.Symbol):
             return identifier(e.name)
+        if e in self.seed:
+            self.used_seed.add(self.seed[e])
+            return self.seed[e]
         if isinstance(e, sp.Piecewise):
             return self._piecewise(e, target)
+        name = self._compute(e)
+        if name in self.temps and self.indent == self.base:
+            self.memo[e] = name
+        return name
+
+    def _compute(self, e):
         if isinstance(e, sp.Add):
             return self._add(e)
         if isinstance(e, sp.Mul):
