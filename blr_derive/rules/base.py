@@ -570,11 +570,13 @@ class Derivation(Generic[RecipeT]):
         read as its own symbol (``u_new``), an old one as the parameter's, so the order changes no meaning.  The
         generated code orders its statements by its own schedule; this is what the reports and the modules'
         headers print."""
-        eqs = [(None, sym, expr) for sym, expr in self.defs] + [(n, sym, expr) for n, sym, expr in self.updates]
+        eqs: list[tuple[str | None, Expr, Expr]] = [(None, sym, expr) for sym, expr in self.defs]
+        eqs += [(n, sym, expr) for n, sym, expr in self.updates]
         owner = {sym: i for i, (_, sym, _) in enumerate(eqs) if isinstance(sym, sp.Basic)}
         need = [{owner[s] for s in (e.free_symbols if isinstance(e, sp.Basic) else ()) if s in owner} - {i}
                 for i, (_, _, e) in enumerate(eqs)]
-        done, order = set(), []
+        done: set[int] = set()
+        order: list[int] = []
         while len(order) < len(eqs):
             ready = next((i for i in range(len(eqs)) if i not in done and need[i] <= done), None)
             if ready is None:

@@ -191,7 +191,7 @@ class TorchTarget:
         kept = sorted((n for n in set(theta_c.memo.values()) if f"_kept{n}" in stat_c.used_seed),
                       key=lambda n: int(n[2:]))
         return {"kept": [(n, f"_kept{n}") for n in kept],
-                "fresh": fresh,"samples": host.doprint(sm.samples), "samples_code": samples_code(sm.samples),
+                "samples": host.doprint(sm.samples), "samples_code": samples_code(sm.samples),
                 "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines,
                 "stats": [(a, v, c, f) for (a, v, c), f in zip(stat_names, fresh)],

@@ -65,6 +65,13 @@ DETERMINISTIC = [
     ("nadam", dict(lr=1e-2, weight_decay=0.05, decoupled_weight_decay=True)),
     ("adadelta", dict(lr=0.5, weight_decay=0.01)),
 ]
+#: fp32 agreement: 1e-6, except NAdam: its momentum-schedule coefficients (1 - mu_product, 1 - mu_product*mu_next)
+#: are computed per element in float32 in the Triton kernel (its per-tensor numbers are elementwise buffers there),
+#: while the torch target computes them on the host in float64 from the stored float32 product, as
+#: torch.optim.NAdam(foreach=True) does (bit for bit: tests/peers/torch_optim/test_torch_order_bitwise.py); the two
+#: roundings differ by up to ~13 float32 ulps after 20 steps (1.6e-6 relative measured), within torch.testing's
+#: float32 defaults (rtol 1.3e-6, atol 1e-5), which torch's own optimizer tests use
+FP32_TOL = {"nadam": dict(rtol=1.3e-6, atol=1e-5)}
 
 
 @pytest.mark.parametrize("name,kw", DETERMINISTIC, ids=[n for n, _ in DETERMINISTIC])
@@ -82,9 +89,9 @@ def test_deterministic_recipe_equals_torch_target(name, kw):
         opt_a.step()
         opt_b.step()
         for a, b in zip(pa, pb):
-            # fp32 agreement to 1e-6; not bitwise because torch's CPU _foreach_sqrt is not correctly rounded
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
-    states_close(opt_a, pa, opt_b, pb, rtol=1e-6, atol=1e-6)
+            # fp32 agreement; not bitwise because torch's CPU _foreach_sqrt is not correctly rounded
+            torch.testing.assert_close(a, b, **FP32_TOL.get(name, dict(rtol=1e-6, atol=1e-6)))
+    states_close(opt_a, pa, opt_b, pb, **FP32_TOL.get(name, dict(rtol=1e-6, atol=1e-6)))
     if name == "sgd":                    # no square roots: the same fp32 operations, bit for bit
         assert all(torch.equal(a, b) for a, b in zip(pa, pb))
 
