@@ -65,3 +65,35 @@ def x64():
     jax.config.update("jax_enable_x64", True)
     yield
     jax.config.update("jax_enable_x64", old)
+
+
+# ------------------------------------------------------------------------------------------------ the fast tier
+#: tests measured over this many seconds (setup, call and teardown, on 2 cores under pytest -n 2) are in the slow
+#: tier as well as those marked ``@pytest.mark.slow`` in their module; ``pytest -m "not slow"`` is the fast tier
+FAST_TIER_SECONDS = 0.2
+#: per-test durations of a full run (``tests/durations.json``: the tests over FAST_TIER_SECONDS only), regenerated
+#: with ``python tests/measure_durations.py`` after a full run with ``--junitxml``; a test not listed (a new one)
+#: counts as fast until the next measure, so a test of more than ~3 s is still marked slow where it is written
+_DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks slow the tests measured over FAST_TIER_SECONDS, then every test that shares a module-scoped fixture
+    of its own module with a slow test: the fixture's cost is measured on the first test that set it up, so the
+    others, fast alone, would set it up again in the fast tier."""
+    import json
+    measured = json.loads(_DURATIONS.read_text(encoding="utf-8"))
+    slow = [item for item in items if measured.get(item.nodeid, 0.0) > FAST_TIER_SECONDS
+            or item.get_closest_marker("slow") is not None]
+
+    def shared(item):
+        info = getattr(item, "_fixtureinfo", None)
+        for name in item.fixturenames:
+            for fixdef in (info.name2fixturedefs.get(name, ()) if info is not None else ()):
+                if fixdef.scope != "function" and fixdef.baseid == item.nodeid.split("::")[0]:
+                    yield fixdef.baseid, name
+
+    heavy = {key for item in slow for key in shared(item)}
+    for item in items:
+        if item in slow or any(key in heavy for key in shared(item)):
+            item.add_marker(pytest.mark.slow)
