@@ -233,11 +233,14 @@ def unbound_names(source: str, tree: ast.Module, modules=frozenset()) -> list:
     top = symtable.symtable(source, "<generated>", "exec")
     bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
     read: set = set()
+    scopes: dict = {}                   # name -> the first lines of the functions that read it unbound
 
     def walk(table):
         for s in table.get_symbols():
             if s.is_referenced() and (table is top or s.is_global()) and s.get_name() not in bound:
                 read.add(s.get_name())
+                if table is not top:
+                    scopes.setdefault(s.get_name(), set()).add(table.get_lineno())
         for child in table.get_children():
             walk(child)
     walk(top)
@@ -247,9 +250,18 @@ def unbound_names(source: str, tree: ast.Module, modules=frozenset()) -> list:
     plain: set[str] = set()             # top-level names bound by `import a.b.c` (without `as`)
     outer: list[ast.Attribute] = []     # the outermost attribute of each dotted chain (a.b.c)
     inner_attrs: set[int] = set()
+    # a name read unbound in a function is located at its first read there (another function may bind it locally)
+    spans = [(f.lineno, f.end_lineno or f.lineno) for f in ast.walk(tree)
+             if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+
+    def unbound_here(name, line):
+        starts = scopes.get(name)
+        if not starts:
+            return True
+        return any(a in starts and a <= line <= b for a, b in spans)
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
-            if node.id in missing and isinstance(node.ctx, ast.Load):
+            if node.id in missing and isinstance(node.ctx, ast.Load) and unbound_here(node.id, node.lineno):
                 first[node.id] = min(first.get(node.id, node.lineno), node.lineno)
         elif isinstance(node, ast.Attribute):
             if id(node) not in inner_attrs:

@@ -149,6 +149,16 @@ def test_audit_refuses_a_module_without_the_import_of_a_name_it_reads():
         audit(src, "numpy", MODULES)
 
 
+def test_audit_locates_a_name_where_it_is_read_unbound_not_where_another_function_binds_it():
+    """A federated module's client step binds ``s`` locally and its server step reads it unbound: the refusal
+    names the server step's line (it named the first read anywhere, in the function that binds it)."""
+    src = ("import numpy\n\n\ndef step(state):\n    s = state['s']\n    return s*2\n\n\n"
+           "def server_step(x):\n    return x/s\n")
+    assert [(n, line) for n, line, _ in unbound_names(src, ast.parse(src), MODULES)] == [("s", 10)]
+    with pytest.raises(CodegenError, match=r"reads 's' \(line 10\), which nothing in it binds"):
+        audit(src, "numpy", MODULES)
+
+
 def test_audit_refuses_a_submodule_it_does_not_import():
     src = "import numpy\nimport scipy.linalg\n\n\ndef f(x):\n    return scipy.special.erf(x)\n"
     with pytest.raises(CodegenError, match=r"'scipy.special.erf' \(line 6\), but the module does not import "
