@@ -19,6 +19,24 @@ from blr_derive.codegen.inert import identifier
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 
 
+def stable_sech(arg: str, abs_: str, exp: str) -> str:
+    """sech of the printed ``arg`` as 2e/(1 + e²) with e = exp(-|x|) (``abs_``/``exp`` the target's functions), as
+    the triton target's _sech: 1/cosh(x) overflows cosh for |x| > 710 (float64; 89 in float32) on the way to a sech
+    that is merely small, and its derivative there is NaN."""
+    a = f"{abs_}({arg})"
+    return f"(2*{exp}(-{a})/(1 + {exp}(-2*{a})))"
+
+
+def cosh_power_as_sech(expr):
+    """cosh(x)**-k (a negative number k: a Fisher information's cosh(x)**-2) as sech(x)**k, which a target prints
+    without the overflow of cosh; None for any other power."""
+    b, e = expr.args
+    if isinstance(b, sp.cosh) and e.is_number and e.is_negative:
+        sech = sp.sech(b.args[0])
+        return sech if e == -1 else sp.Pow(sech, -e, evaluate=False)
+    return None
+
+
 class HostConditionalMixin:
     """Printing shared by the targets: ``Piecewise`` whose conditions are host scalars (hyperparameters,
     the step counter) becomes a Python conditional expression, and ``Max``/``Min`` fold into the

@@ -16,7 +16,7 @@ from sympy.printing.numpy import NumPyPrinter
 
 from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.codegen.inert import identifier
-from blr_derive.codegen.printing import HostConditionalMixin
+from blr_derive.codegen.printing import HostConditionalMixin, cosh_power_as_sech, stable_sech
 
 #: sympy's NumPyPrinter prints the functions numpy lacks from Python's math module (its known-function table
 #: ``_kf`` falls back to ``math.erf``, ``math.lgamma`` ...), which cannot take an array and which the numpy target
@@ -307,17 +307,13 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         return f"scipy.special.expit({self._print(expr.args[0])})"
 
     def _print_Pow(self, expr, rational=False):
-        b, e = expr.args
-        if isinstance(b, sp.cosh) and e.is_number and e.is_negative:    # cosh(x)**-2 (a Fisher information) as
-            sech = sp.sech(b.args[0])                                   # sech², without the overflow of cosh
-            return self._print(sech if e == -1 else sp.Pow(sech, -e, evaluate=False))
+        sech = cosh_power_as_sech(expr)
+        if sech is not None:
+            return self._print(sech)
         return super()._print_Pow(expr, rational=rational)
 
     def _print_sech(self, expr):
-        # 2e/(1 + e²) with e = exp(-|x|), as the triton target's _sech: 1/cosh(x) overflows cosh for |x| > 710
-        # (float64; 89 in float32) on the way to a sech that is merely small, and its derivative there is NaN
-        a = f"numpy.abs({self._print(expr.args[0])})"
-        return f"(2*numpy.exp(-{a})/(1 + numpy.exp(-2*{a})))"
+        return stable_sech(self._print(expr.args[0]), "numpy.abs", "numpy.exp")
 
     def _print_Heaviside(self, expr):
         h0 = expr.args[1] if len(expr.args) > 1 else sp.Rational(1, 2)     # the value at 0 (masks use 0)

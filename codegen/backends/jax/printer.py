@@ -21,7 +21,7 @@ import sympy as sp
 from sympy.logic.boolalg import BooleanFunction
 from sympy.printing.pycode import PythonCodePrinter
 
-from blr_derive.codegen.printing import HostConditionalMixin
+from blr_derive.codegen.printing import HostConditionalMixin, cosh_power_as_sech, stable_sech
 from blr_derive.core.errors import UnsupportedTarget
 
 
@@ -114,10 +114,10 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
 
     # ------------------------------------------------------------------ arithmetic and functions
     def _print_Pow(self, expr, rational=False):
+        sech = cosh_power_as_sech(expr)
+        if sech is not None:
+            return self._print(sech)
         b, e = expr.args
-        if isinstance(b, sp.cosh) and e.is_number and e.is_negative:    # cosh(x)**-2 as sech, without overflow
-            sech = sp.sech(b.args[0])
-            return self._print(sech if e == -1 else sp.Pow(sech, -e, evaluate=False))
         if e == sp.Rational(1, 2):
             return f"jnp.sqrt({self._print(b)})"
         if e == sp.Rational(-1, 2):
@@ -142,10 +142,7 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
         return f"jnp.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
 
     def _print_sech(self, expr):
-        # 2e/(1 + e²) with e = exp(-|x|), as the triton target's _sech: 1/cosh(x) overflows cosh for |x| > 710
-        # (float64; 89 in float32) on the way to a sech that is merely small, and its derivative there is NaN
-        a = f"jnp.abs({self._print(expr.args[0])})"
-        return f"(2*jnp.exp(-{a})/(1 + jnp.exp(-2*{a})))"
+        return stable_sech(self._print(expr.args[0]), "jnp.abs", "jnp.exp")
 
     def _print_gamma(self, expr):
         return f"jnp.exp(jax.scipy.special.gammaln({self._print(expr.args[0])}))"

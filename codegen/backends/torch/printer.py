@@ -17,7 +17,7 @@ import sympy as sp
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 from blr_derive.codegen.fused import FusedCompiler as _FusedCompiler
 from blr_derive.codegen.inert import identifier
-from blr_derive.codegen.printing import HostPrinter, KernelPrinter
+from blr_derive.codegen.printing import HostPrinter, KernelPrinter, stable_sech
 
 
 UNARY = {
@@ -292,10 +292,7 @@ class ElementwisePrinter(KernelPrinter):
         return f"torch.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
 
     def _print_sech(self, expr):
-        # 2e/(1 + e²) with e = exp(-|x|), as the triton target's _sech: 1/cosh(x) overflows cosh for |x| > 710
-        # (float64; 89 in float32) on the way to a sech that is merely small, and its derivative there is NaN
-        a = f"torch.abs({self._print(expr.args[0])})"
-        return f"(2*torch.exp(-{a})/(1 + torch.exp(-2*{a})))"
+        return stable_sech(self._print(expr.args[0]), "torch.abs", "torch.exp")
 
     def _print_gamma(self, expr):
         return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
