@@ -39,6 +39,11 @@ def federated_entry_points(fed: FederatedSteps, state: list[Var], hyper: list[Hy
     if dims and dims[0].symbol in server_free:
         vec = [s for s, _, _ in msgs if is_mat(s) and s.shape[1] == 1]
         dim = [(dims[0].symbol, vec[0] if vec else msgs[0].symbol)]
+    # parameters of the family the server reads but does not solve for (fixed ones, e.g. a known precision): q_g
+    # shares them with the clients, so server_step reads them from the previous global state and passes them on
+    solved = {p for p, _ in fed.server}
+    fixed = [v for v in state if v.symbol in server_free and v.name not in solved]
+    fixed_reads = [Read(v.symbol, "global_state", v.name) for v in fixed]
     rule = {n: RULES[n] for n in ("federated_local", "federated_dual", "federated_server")}
     functions = [
         EntryPoint("client_data", "The ``data`` of a client's ``step``: the server's broadcast parameters and the "
@@ -55,9 +60,12 @@ def federated_entry_points(fed: FederatedSteps, state: list[Var], hyper: list[Hy
                    _hyper_of([e for _, e in fed.message], hyper), state_reads + duals, returns=list(fed.message)),
         EntryPoint("server_step", f"Server step (rule federated_server, {rule['federated_server'].equation}): "
                    f"{rule['federated_server'].summary}; ``message_sum`` is the sum over the ``clients`` clients "
-                   "of client_message.", ["message_sum", "clients"],
-                   _hyper_of([e for _, e in fed.server], hyper), msgs, counts=[(fed.count, "clients")], dims=dim,
-                   assignments=server_syms, returns=[(p, _sym(p, symbols.get(p))) for p, _ in fed.globals]),
+                   "of client_message" + ("; ``global_state`` is the previous global state, whose fixed parameters "
+                                          f"({', '.join(v.name for v in fixed)}) q_g keeps" if fixed else "") + ".",
+                   ["message_sum", "clients"] + (["global_state"] if fixed else []),
+                   _hyper_of([e for _, e in fed.server], hyper), msgs + fixed_reads, counts=[(fed.count, "clients")],
+                   dims=dim, assignments=server_syms,
+                   returns=[(p, _sym(p, symbols.get(p))) for p, _ in fed.globals] + [(v.name, v.symbol) for v in fixed]),
     ]
     notes: list[Text] = [f"Derived by the rules {', '.join(rule)}.  One round: the server broadcasts",
              "its parameters; each client runs step(state, oracles=..., data=client_data(global_state, dual)) on",
@@ -66,4 +74,7 @@ def federated_entry_points(fed: FederatedSteps, state: list[Var], hyper: list[Hy
     constants: list[tuple[str, Constant]] = [
         ("FEDERATED_GLOBALS", dict(fed.globals)), ("FEDERATED_DUALS", tuple(fed.duals)),
         ("FEDERATED_MESSAGES", tuple(fed.messages)), ("FEDERATED_EQUATIONS", tuple(fed.equations))]
+    if fixed:
+        constants.append(("FEDERATED_FIXED", tuple(v.name for v in fixed)))
+        notes.append("The server also reads the fixed parameters of q_g: server_step(message_sum, K, global_state).")
     return EntryPoints("federated Bayesian ADMM", notes, constants, functions)

@@ -55,6 +55,19 @@ def _start(mod, state, global_state, hyper, how):
     return {**state, **_copy({k: v for k, v in global_state.items() if k in state})}
 
 
+def _server(mod, total, K, g, hyper):
+    """The server's step; a family with fixed parameters (FEDERATED_FIXED) reads them from the previous global
+    state, which the step passes on."""
+    if getattr(mod, "FEDERATED_FIXED", ()):
+        return mod.server_step(total, K, g, **hyper)
+    return mod.server_step(total, K, **hyper)
+
+
+def _global_keys(mod):
+    """The global state's keys as server_step returns them: the solved parameters, then the fixed ones."""
+    return list(mod.FEDERATED_GLOBALS) + list(getattr(mod, "FEDERATED_FIXED", ()))
+
+
 def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hyper=None, rng=None, data=None,
                  step_hyper=None, round_index=0):
     """One client's part of a round: local BLR steps, the dual step and the message (new state, dual, message).
@@ -92,7 +105,7 @@ def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=
                                                     local_steps=local_steps, hyper=hyper, rng=rngs[k],
                                                     data=client_data[k], step_hyper=step_hyper, round_index=r)
             total = msg if total is None else {n: total[n] + msg[n] for n in msg}
-        g = mod.server_step(total, K, **hyper)
+        g = _server(mod, total, K, g, hyper)
         if callback is not None:
             callback(r, g, states, duals)
     return g, states, duals
@@ -127,8 +140,8 @@ def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, r
         if rank == server:
             parts = np.split(flat.numpy(), np.cumsum([np.size(zero[n]) for n in names])[:-1])
             total = {n: p.reshape(np.shape(zero[n])) for n, p in zip(names, parts)}
-            g = mod.server_step(total, K, **hyper)
-        keys = list(g)
+            g = _server(mod, total, K, g, hyper)
+        keys = _global_keys(mod)            # one order on every rank (a rank's own dict may list them otherwise)
         gflat = torch.from_numpy(np.concatenate([np.asarray(g[n], dtype=np.float64).ravel() for n in keys]))
         dist.broadcast(gflat, src=server)                              # ... and broadcasts q_g
         parts = np.split(gflat.numpy(), np.cumsum([np.size(g[n]) for n in keys])[:-1])
