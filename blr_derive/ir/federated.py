@@ -44,20 +44,29 @@ def federated_entry_points(fed: FederatedSteps, state: list[Var], hyper: list[Hy
     solved = {p for p, _ in fed.server}
     fixed = [v for v in state if v.symbol in server_free and v.name not in solved]
     fixed_reads = [Read(v.symbol, "global_state", v.name) for v in fixed]
+    def state_dims(exprs: list[Expr]) -> list[tuple[Sym, Sym]]:
+        """The dimensions the expressions read (e.g. I_P in a precision's natural parameter), from the state."""
+        free: set = set()
+        for e in exprs:         # the symbols and the shapes of inverses (Σ⁻¹ is printed as a solve with I_P)
+            free |= e.free_symbols | {x for m in e.atoms(sp.Inverse) for x in m.shape}
+        return [(d.symbol, symbols[d.var]) for d in dims if d.axis == 0 and d.var in symbols and d.symbol in free]
+
     rule = {n: RULES[n] for n in ("federated_local", "federated_dual", "federated_server")}
     functions = [
         EntryPoint("client_data", "The ``data`` of a client's ``step``: the server's broadcast parameters and the "
                    "client's dual.", ["global_state", "dual"], None, glob + duals,
                    returns=[(str(s), s) for s, _, _ in glob + duals]),
         EntryPoint("init_dual", "Zero dual natural parameters, shaped like the natural parameters of ``state``.",
-                   ["state"], None, state_reads, returns=[(d, ZerosLike(e)) for d, e in fed.eta]),
+                   ["state"], None, state_reads, returns=[(d, ZerosLike(e)) for d, e in fed.eta],
+                   dims=state_dims([e for _, e in fed.eta])),
         EntryPoint("dual_step", f"Dual step (rule federated_dual, {rule['federated_dual'].equation}): "
                    f"{rule['federated_dual'].summary}.", ["state", "global_state", "dual"],
                    _hyper_of([e for _, e in fed.dual], hyper), state_reads + glob + duals,
-                   returns=list(fed.dual)),
+                   returns=list(fed.dual), dims=state_dims([e for _, e in fed.dual])),
         EntryPoint("client_message", "What a client sends after its dual step: its site η_k + ρ_s λ_k (rule "
                    "federated_server), one array per natural-parameter block.", ["state", "dual"],
-                   _hyper_of([e for _, e in fed.message], hyper), state_reads + duals, returns=list(fed.message)),
+                   _hyper_of([e for _, e in fed.message], hyper), state_reads + duals, returns=list(fed.message),
+                   dims=state_dims([e for _, e in fed.message])),
         EntryPoint("server_step", f"Server step (rule federated_server, {rule['federated_server'].equation}): "
                    f"{rule['federated_server'].summary}; ``message_sum`` is the sum over the ``clients`` clients "
                    "of client_message" + ("; ``global_state`` is the previous global state, whose fixed parameters "

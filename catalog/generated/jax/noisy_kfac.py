@@ -99,8 +99,14 @@ def _need(given, names, what):
 
 
 def _spd_solve(A, B):
-    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
-    return jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)
+    """Solve A X = B for symmetric A, no explicit inverse: Cholesky where A is positive definite (a precision, a
+    covariance), else (the Cholesky solve not finite) the LU solve, e.g. for a sum of sites of any sign; a
+    covariance that comes out indefinite is then refused by the step's domain check, which names it."""
+    X = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(A, lower=True), B)
+    ok = jnp.all(jnp.isfinite(X))
+    if isinstance(ok, jax.core.Tracer):         # under jit/vmap: one branch is run (both under vmap)
+        return jax.lax.cond(ok, lambda: X, lambda: jnp.linalg.solve(A, B))
+    return X if bool(ok) else jnp.linalg.solve(A, B)
 
 
 def init(hyperparameters=None, **state):

@@ -93,8 +93,13 @@ def _need(given, names, what):
 
 
 def _spd_solve(A, B):
-    """Solve A X = B for symmetric positive-definite A (Cholesky; no explicit inverse)."""
-    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)
+    """Solve A X = B for symmetric A, no explicit inverse: Cholesky where A is positive definite (a precision, a
+    covariance), else the symmetric indefinite (LDLᵀ) solve, e.g. a sum of sites of any sign; a covariance that
+    comes out indefinite is then refused by the step's domain check, which names it."""
+    try:
+        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)
+    except scipy.linalg.LinAlgError:
+        return scipy.linalg.solve(A, B, assume_a="sym")
 
 
 def init(hyperparameters=None, **state):

@@ -9,6 +9,7 @@ import inspect
 import math
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 import scipy.special
@@ -149,6 +150,13 @@ def test_array_checks_and_solves():
     b = np.array([1.0, 2.0])
     assert np.allclose(A @ numpy_rt._spd_solve(A, b), b, rtol=0, atol=1e-14)
     assert np.allclose(np.asarray(jax_rt._spd_solve(A, b)), np.linalg.solve(A, b), rtol=1e-6)
+    # a symmetric matrix that is not positive definite (a sum of sites: the federated server's −Σ⁻¹/2 block) is
+    # solved too, eagerly and under jit (before: scipy's Cholesky raised, jax's returned NaN)
+    for N in (-A, np.array([[1.0, 2.0], [2.0, 1.0]])):
+        assert np.allclose(N @ numpy_rt._spd_solve(N, b), b, rtol=0, atol=1e-14)
+        assert np.allclose(np.asarray(jax_rt._spd_solve(N, b)), np.linalg.solve(N, b), rtol=1e-6)
+        assert np.allclose(np.asarray(jax.jit(jax_rt._spd_solve)(N, b)), np.linalg.solve(N, b), rtol=1e-6)
+    assert np.allclose(np.asarray(jax.jit(jax_rt._spd_solve)(A, b)), np.linalg.solve(A, b), rtol=1e-6)
     L = np.linalg.cholesky(A)
     assert np.allclose(L.T @ numpy_rt._tri_solve(L, b, 1), b, rtol=0, atol=1e-14)
     w, V = np.linalg.eigh(A)
