@@ -17,6 +17,7 @@ from blr_derive.families.numeric import MODULES
 from blr_derive.families.partition import support_points
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.build import build_ir
+from blr_derive.verify.entry_points import federated_error
 from blr_derive.verify.results import Check
 from blr_derive.verify.update import compare_update
 
@@ -52,7 +53,8 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     Relative error max|generated - symbolic| / max(|symbolic|, 1), tolerance 1e-10."""
     D = derive(recipe)
     mod = types.ModuleType(f"_blr_check_{recipe.name}")
-    exec(compile(emit(build_ir(D, recipe.name), "numpy"), f"<generated {recipe.name}>", "exec"), mod.__dict__)
+    ir = build_ir(D, recipe.name)
+    exec(compile(emit(ir, "numpy"), f"<generated {recipe.name}>", "exec"), mod.__dict__)
 
     def at(seed):                            # complex or undefined (TypeError ...): no real value, drawn again
         pairs = [(np.asarray(g, dtype=float), np.asarray(s_, dtype=float))
@@ -71,6 +73,8 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     checks = [Check("generated update vs symbolic update", worst, 1e-10, note=note, group="codegen")]
     if hasattr(mod, "objective"):
         checks += objective_checks(recipe, mod, points)
+    if hasattr(mod, "server_step") and ir.entry_points is not None:
+        checks.append(_federated_check(recipe, D, ir, mod, points))
     if D.expected_loss is not None and D.natural_gradient is not None:
         checks.append(Check("natural gradient vs finite differences", _natural_gradient_fd(recipe, D, points), 1e-6,
                             note="∇_μ E_q[loss] against central differences of E_q[loss](μ)", group="derivation"))
@@ -78,6 +82,19 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
         checks.append(Check("relaxation scale vs finite differences", _relaxation_scale_fd(recipe, D, points), 1e-6,
                             note="s = ∇_μ θ̂ (Eq. 51) against central differences of θ̂(u; μ)", group="derivation"))
     return checks
+
+
+def _federated_check(recipe, D, ir, mod, points):
+    """Federated Bayesian ADMM's generated dual, message and server steps against their symbolic expressions
+    (``verify/entry_points.py``), at random rounds."""
+    errors, skipped = _at_finite_inputs(points, lambda seed: federated_error(recipe, D, ir, mod, seed))
+    note = f"dual_step, client_message, server_step; numpy target, {len(errors)} random rounds of 2 clients"
+    if skipped:
+        note += f" ({skipped} skipped where the symbolic value is not finite or q_g leaves the family)"
+    if not errors:
+        note = f"no random round of {skipped} gave a finite server state inside the family"
+    return Check("generated federated steps vs symbolic", max(errors, default=float("inf")), 1e-10, note=note,
+                 group="codegen")
 
 
 #: the integration ranges of the continuous scalar supports, for the objective's quadrature

@@ -1,0 +1,105 @@
+"""``blr-derive check``: a generated module's other entry points (federated Bayesian ADMM's ``dual_step``,
+``client_message`` and ``server_step``; Sec. 5.4, Eq. 60 of the paper and Möllenhoff et al. 2025) against the
+symbolic expressions they were rendered from, at random inputs.
+
+One round of two clients is played: random valid client states and a random valid global state (drawn as
+``compare_update`` draws a state), random duals of the shapes ``init_dual`` gives, random hyperparameters; the
+generated ``dual_step`` and ``client_message`` are compared with the derivation's expressions evaluated by sympy
+(``families/symbolic.evaluate``) on the same values, then the clients' messages are summed and the generated
+``server_step`` (the solve of the global natural parameters for the family's parameters) is compared with the
+symbolic solve.  A server state outside the family (the module's domain check raises FloatingPointError, e.g. a
+precision made negative by the random duals) or a non-finite symbolic value makes the input skipped, like the
+step's own check.  This is what runs the server's solve at all: a solve the printer could not do (a symmetric
+matrix that is not positive definite) or a name the step reads unbound fails here, not in a user's run.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from blr_derive.families.symbolic import evaluate
+from blr_derive.ir.model import EntryPoint
+from blr_derive.verify.state import dimension_sizes
+from blr_derive.verify.update import _random_state
+
+#: the entry points compared (init_dual's zeros and client_data's copies are read by these)
+COMPARED = ("dual_step", "client_message", "server_step")
+CLIENTS = 2
+
+
+def _symbolic(f: EntryPoint, args: dict, hp: dict, hyper, defaults: dict) -> dict:
+    """The entry point's returns evaluated from its IR: reads, counts, dimensions, hyperparameters (flags and
+    choices at the module's defaults), then the assignments in order.  Values are bound by name, as the generated
+    code binds them (an assigned parameter is read by later expressions under its family's symbol)."""
+    env, dims, flags = {}, {}, {}
+    for r in f.reads:
+        env[str(r.symbol)] = np.asarray(args[r.argument][r.key], dtype=float)
+    for sym, arg in f.counts or []:
+        env[str(sym)] = int(args[arg])
+    for d, sym in f.dims or []:
+        dims[str(d)] = int(np.shape(env[str(sym)])[0])
+    for h in hyper:
+        if h.kind == "float" and h.name in hp:
+            env[str(h.symbols[0])] = float(hp[h.name])
+        elif h.kind == "bool":
+            flags[str(h.symbols[0])] = sp.true if defaults.get(h.name) else sp.false
+        elif h.kind == "choice":
+            flags.update({str(cs): sp.true if c == defaults.get(h.name) else sp.false
+                          for c, cs in zip(h.choices, h.symbols)})
+
+    def value(e):
+        e = e.xreplace({x: flags[str(x)] for x in e.free_symbols if str(x) in flags})
+        return evaluate(e, {x: env[str(x)] for x in e.free_symbols if str(x) in env},
+                        {x: dims[str(x)] for x in e.free_symbols if str(x) in dims})
+    for var, e in f.assignments or []:
+        env[str(var)] = value(e)
+    return {key: np.asarray(value(e), dtype=float) for key, e in (f.returns or [])}
+
+
+def _error(got: dict, want: dict) -> float:
+    worst = 0.0
+    for key, w in want.items():
+        g = np.asarray(got[key], dtype=float).reshape(np.shape(w)) if np.size(got[key]) == np.size(w) else None
+        if g is None:
+            return float("inf")
+        if not np.all(np.isfinite(w)):
+            return float("nan")                 # no finite symbolic value: the input is skipped
+        err = float(np.max(np.abs(g - w), initial=0.0)) / max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        worst = max(worst, err if np.isfinite(err) else float("inf"))
+    return worst
+
+
+def _dual(rng, shape):
+    """A random dual natural parameter: small (the clients near q_g), symmetric where it is a square matrix (the
+    natural parameter of a precision or a covariance)."""
+    x = 0.1 * rng.standard_normal(shape)
+    return (x + x.T) / 2 if len(shape) == 2 and shape[0] == shape[1] else x
+
+
+def federated_error(recipe, D, ir, mod, seed: int):
+    """The largest relative error of dual_step, client_message and server_step at one random round; None where the
+    input is skipped (see the module docstring)."""
+    fns = {f.name: f for f in ir.entry_points.functions}
+    rng = np.random.default_rng(31 + seed)
+    dims = dimension_sizes(recipe, D, 3)
+    states = [_random_state(recipe.family, D, rng, 3, {}, dims) for _ in range(CLIENTS)]
+    glob = _random_state(recipe.family, D, rng, 3, {}, dims)
+    hp = {h.name: float(rng.uniform(0.1, 0.9)) for h in ir.hyperparameters if h.kind == "float"}
+    duals = [{k: _dual(rng, np.shape(v)) for k, v in mod.init_dual(s).items()} for s in states]
+    worst, total = 0.0, None
+    for s, d in zip(states, duals):
+        args = {"state": s, "global_state": glob, "dual": d}
+        for name in ("dual_step", "client_message"):
+            f = fns[name]
+            got = getattr(mod, name)(*[args[p] for p in f.params], **({} if f.hyper is None else hp))
+            err = _error(got, _symbolic(f, args, hp, ir.hyperparameters, mod.HYPERPARAMETERS))
+            if np.isnan(err):
+                return None
+            worst = max(worst, err)
+        msg = mod.client_message(s, d, **hp)
+        total = msg if total is None else {k: total[k] + msg[k] for k in msg}
+    f = fns["server_step"]
+    args = {"message_sum": total, "clients": CLIENTS, "global_state": glob}
+    got = mod.server_step(*[args[p] for p in f.params], **({} if f.hyper is None else hp))
+    err = _error(got, _symbolic(f, args, hp, ir.hyperparameters, mod.HYPERPARAMETERS))
+    return None if np.isnan(err) else max(worst, err)
