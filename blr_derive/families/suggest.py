@@ -96,12 +96,17 @@ def loss_domain(expr, theta) -> str:
     """The support the loss's own domain suggests: the unit interval where it takes log θ and log(1 − θ) (or
     log(1 − θ) alone), the positive half-line where it takes a logarithm, a fractional or negative power or a
     digamma of θ, else the real line."""
-    logs = [a for a in expr.atoms(sp.log) if a.has(theta)]
+    # an argument positive at every real θ (log(1 + e^−θ), (1 + θ²)^−½) does not restrict it
+    real = sp.Dummy("theta", real=True)
+    expr = expr.xreplace({theta: real})
+    theta = real
+    logs = [a for a in expr.atoms(sp.log) if a.has(theta) and a.args[0].is_positive is not True]
     one_minus = any(sp.simplify(a.args[0] - (1 - theta)) == 0 for a in logs)
     if one_minus:
         return "unit_interval"
     positive = bool(logs) or any(
-        p.base.has(theta) and not (p.exp.is_Integer and p.exp > 0) for p in expr.atoms(sp.Pow)) \
+        p.base.has(theta) and not (p.exp.is_Integer and p.exp > 0) and p.base.is_positive is not True
+        for p in expr.atoms(sp.Pow)) \
         or any(f.has(theta) for f in expr.atoms(sp.Function) if f.func.__name__ in ("digamma", "loggamma", "gamma"))
     return "positive" if positive else "real"
 

@@ -9,6 +9,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sympy as sp
+
 from blr_derive.candidates.options import COMMAND_LINE, recipe_from_options
 from blr_derive.core.errors import BLRError, DerivationError, SpecError
 from blr_derive.core.io import output_problem, write_atomic
@@ -49,10 +51,23 @@ class Suggestions:
     not_derived: dict = field(default_factory=dict)       # family -> why its recipe does not derive
     rejected: dict = field(default_factory=dict)          # family -> why the loss is not linear in it
     built_file: str | None = None
+    approximate: list = field(default_factory=list)       # [Approximate]: no conjugate family; what derives instead
+    approximate_tried: int = 0                            # families of the loss's domain tried for those
 
     def to_text(self) -> str:
         lines = [f"loss: ℓ({self.variable}) = {pretty(self.loss)}   (its domain: {SUPPORTS.get(self.domain, self.domain)}"
                  f" -> support {self.domain})"]
+        if not self.suggestions:
+            lines.append(f"no family makes the loss conjugate (it is not linear in the statistics of any built-in "
+                         f"family; --write-family FILE builds one from its terms where they make a family). Families of "
+                         f"its domain and the expectation rules with which their update derives ({self.approximate_tried}"
+                         " tried; E_q[ℓ] exact where 'exact' derives, else approximated; not one step to the "
+                         "posterior), best first:")
+            for i, a in enumerate(self.approximate, 1):
+                lines.append(f"  {i}. {a.family}: {', '.join(a.rules)}" + (f"   (not: {'; '.join(a.refused)})"
+                                                                          if a.refused else ""))
+                lines.append("     " + " ".join(a.command))
+            return "\n".join(lines) + "\n"
         if self.built_file:
             lines.append(f"no built-in family makes the loss linear in its statistics: built one from the loss's "
                          f"terms, written to {self.built_file} (check it: blr-derive check {shlex.quote(self.built_file)})")
@@ -70,11 +85,27 @@ class Suggestions:
         return "\n".join(lines) + "\n"
 
 
-def _command(family_ref: str, loss: str, data: list, settings=()) -> list:
+#: the expectation rules tried where no family is conjugate, in the order they are listed (deterministic first);
+#: as one --approx item each (rules/exact.py, quadrature.py, gauss_hermite.py, delta.py)
+EXPECTATION_RULES = ("exact", "quadrature", "gauss_hermite: {nodes: 5}", "delta")
+#: at most this many families of the loss's domain are tried for them
+MAX_APPROXIMATE = 6
+
+
+@dataclass
+class Approximate:
+    """A family of the loss's domain in which the loss is not conjugate, with the expectation rules that derive."""
+    family: str
+    rules: list
+    refused: list
+    command: list
+
+
+def _command(family_ref: str, loss: str, data: list, settings=(), approximations=CONJUGATE_APPROXIMATIONS) -> list:
     return (["blr-derive", shlex.quote(family_ref), shlex.quote(f"--loss={loss}")]
             + [w for d in data for w in ("--data", shlex.quote(d))]
             + [w for x in settings for w in ("--set", shlex.quote(x))]
-            + [w for a in CONJUGATE_APPROXIMATIONS for w in ("--approx", a)])
+            + [w for a in approximations for w in ("--approx", shlex.quote(a))])
 
 
 def _data_items(names, declared) -> list:
@@ -93,10 +124,10 @@ def _axis_settings(name: str) -> list:
     return [f"components={{index: k, size: {size}}}"]
 
 
-def _derives(family_ref: str, loss: str, data: list, settings=()):
+def _derives(family_ref: str, loss: str, data: list, settings=(), approximations=CONJUGATE_APPROXIMATIONS):
     """None if the recipe the command declares derives, else why not (one line)."""
     try:
-        r = recipe_from_options(family_ref, loss=loss, approximations=CONJUGATE_APPROXIMATIONS, data=data,
+        r = recipe_from_options(family_ref, loss=loss, approximations=approximations, data=data,
                                 settings=settings)
         derive_recipe(r)
     except (BLRError, DerivationError) as exc:
@@ -145,9 +176,13 @@ def suggest(loss: str, variable: str = "theta", data=(), support: str | None = N
         return out
     reasons = _reasons(found, out)
     if write_family is None:
-        raise SpecError(f"--loss '{quote(loss)}': no built-in family makes the loss conjugate ({reasons}); "
-                        f"name a file with --write-family FILE to build a family from the loss's own statistics",
-                        COMMAND_LINE)
+        _approximate(out, expr, theta, loss, variable, data, families, found)
+        if out.approximate:
+            return out
+        raise SpecError(f"--loss '{quote(loss)}': no built-in family makes the loss conjugate ({reasons}), and no "
+                        f"family of its domain ({found.domain}) derives with an expectation rule "
+                        f"({', '.join(r.split(':')[0] for r in EXPECTATION_RULES)}); name a file with --write-family "
+                        "FILE to build a family from the loss's own statistics", COMMAND_LINE)
     name = Path(write_family).stem if Path(write_family).stem.isidentifier() else "suggested"
     try:
         text, fam, m = build_from_loss(expr, theta, name, write_family, support)
@@ -168,3 +203,30 @@ def suggest(loss: str, variable: str = "theta", data=(), support: str | None = N
     out.suggestions.append(Suggestion(write_family, m.statistics, m.coefficients, m.support, m.unused, True,
                                       _command(write_family, cmd_loss, data), built=True))
     return out
+
+
+def _approximate(out, expr, theta, loss, variable, data, families, found):
+    """No conjugate family: the scalar families of the loss's domain (at most MAX_APPROXIMATE: those that share
+    the most of the loss's statistics, then the fewest statistics, first) with the expectation rules under which their recipe derives, each confirmed by deriving it."""
+    from blr_derive.families.suggest import _scalar_family, _support, statistics_of
+    loss_stats = statistics_of(expr, theta)
+
+    def shared(fam):            # the loss's statistics the family has (E_q of those is its μ: exact)
+        own = fam.theta if isinstance(fam.theta, sp.Symbol) else fam.components[0]
+        T = [t.xreplace({own: theta}) for t in fam.T]
+        return sum(1 for x in loss_stats if any(sp.simplify(x - t) == 0 for t in T))
+    own_domain = [(n, f) for n, f in families if _scalar_family(f) and _support(f) == found.domain]
+    own_domain.sort(key=lambda nf: (-shared(nf[1]), len(nf[1].T), nf[0]))
+    for name, fam in own_domain[:MAX_APPROXIMATE]:
+        out.approximate_tried += 1
+        own = fam.theta if isinstance(fam.theta, sp.Symbol) else fam.components[0]
+        text = loss if str(own) == variable else loss_text(expr, theta, own)
+        settings = _axis_settings(name)
+        rules, refused = [], []
+        for rule in EXPECTATION_RULES:
+            why = _derives(name, text, data, settings, (rule,))
+            (rules.append(rule) if why is None else refused.append(rule.split(":")[0]))
+        if rules:
+            out.approximate.append(Approximate(name, rules, refused, _command(name, text, data, settings, (rules[0],))))
+    # exact expectations first, then the number of rules that apply
+    out.approximate.sort(key=lambda a: (a.rules[0] != "exact", -len(a.rules), a.family))

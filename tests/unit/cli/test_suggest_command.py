@@ -87,10 +87,36 @@ def test_a_loss_outside_the_library_builds_a_family_that_passes_check(tmp_path, 
     np.testing.assert_allclose([_v(st["lam1"]), _v(st["lam2"])], [2.0, 2.5], rtol=1e-12)
 
 
-def test_without_a_file_to_write_or_when_nothing_fits_a_located_line(tmp_path, capsys):
-    assert main(["suggest", "--loss", "a*theta**3 - c*log(theta)"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "<command line>: --loss" in err and "--write-family" in err
+@pytest.mark.slow           # 5-11 s: about 24 derivations
+def test_without_a_conjugate_family_the_expectation_rules_that_derive(tmp_path, capsys, monkeypatch):
+    """θ³ is no statistic of a built-in family of the positive half-line: no family is conjugate (issue 42 item 3:
+    "where none is conjugate, the families and expectation rules that apply").  The families of the loss's domain
+    that share its statistic log θ come first, with the rules under which their recipe derives; the gamma's command
+    derives a module whose exact objective equals quadrature of ∫ q (ℓ + log q) (scipy, the gamma's own density)."""
+    import importlib.util
+    import shlex
+    from scipy import integrate, stats
+    assert main(["suggest", "--loss", "a*theta**3 - c*log(theta)"]) == 0
+    out = capsys.readouterr().out
+    assert "no family makes the loss conjugate" in out and "--write-family" in out
+    entries = [line.strip() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert entries and all(": exact" in e for e in entries[:3]), entries          # exact expectations first
+    assert any(e.startswith(tuple(f"{i}. gamma: exact" for i in range(1, 4))) for e in entries), entries
+    cmd = next(line.split() for line in out.splitlines() if line.strip().startswith("blr-derive gamma "))
+    monkeypatch.chdir(tmp_path)
+    assert main([shlex.split(" ".join(cmd))[1], *shlex.split(" ".join(cmd))[2:], "-o", "g.py"]) == 0
+    spec = importlib.util.spec_from_file_location("_suggested_gamma", tmp_path / "g.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    alpha, beta, a, c = 2.5, 1.5, 0.7, 1.3
+    got = float(mod.objective(mod.init(alpha=alpha, beta=beta), data={"a": a, "c": c})["objective"])
+    q = stats.gamma(alpha, scale=1 / beta)
+    want = integrate.quad(lambda t: q.pdf(t) * (a * t ** 3 - c * np.log(t) + q.logpdf(t)), 0, np.inf,
+                          epsabs=1e-13, epsrel=1e-13)[0]
+    assert abs(got - want) < 1e-9 * max(1.0, abs(want)), (got, want)
+
+
+def test_when_nothing_fits_a_located_line(tmp_path, capsys):
     target = tmp_path / "f.yaml"
     assert main(["suggest", "--loss", "exp(theta)*sin(theta)", "--write-family", str(target)]) == 2
     err = capsys.readouterr().err
