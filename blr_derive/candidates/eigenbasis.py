@@ -173,7 +173,11 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
             D.updates.append((n, out, expr))
         else:
             D.updates.append((n, s, e))
-    if ectx.QL_new is not None:
+    fam.symmetric = frozenset(ectx.symmetric)
+    if ectx.QL_new is None:              # no rule moves the basis: it is a fixed parameter, returned as given
+        for k in ("Q_L", "Q_R"):
+            fam.params[k] = dataclasses.replace(fam.params[k], fixed=True)
+    else:
         D.updates += [("Q_L", sp.MatrixSymbol("Q_L_new", rows, rows), ectx.QL_new),
                       ("Q_R", sp.MatrixSymbol("Q_R_new", cols, cols), ectx.QR_new)]
     D.views = Views(grad=G, state={"M": M, "Q_L": QL, "Q_R": QR})

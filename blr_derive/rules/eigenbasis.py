@@ -57,6 +57,12 @@ class Entrywise(sp.MatrixExpr):
     def _eval_transpose(self):
         return None
 
+    def _sympystr(self, printer):
+        return f"({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return rf"\left[{printer._print(self.arg)}\right]"
+
 
 class Eigenbasis(sp.MatrixExpr):
     """The eigenvectors of the symmetric S as the columns of an orthogonal matrix, in decreasing order of their
@@ -73,6 +79,12 @@ class Eigenbasis(sp.MatrixExpr):
     def shape(self):
         return self.args[0].shape
 
+    def _sympystr(self, printer):
+        return f"eigenbasis({printer._print(self.arg)})"
+
+    def _latex(self, printer):
+        return rf"\operatorname{{eig}}\left({printer._print(self.arg)}\right)"
+
 
 class PowerBasis(sp.MatrixExpr):
     """One power iteration of the symmetric S from the orthogonal Q, orthonormalised: the Q factor of the QR
@@ -86,6 +98,13 @@ class PowerBasis(sp.MatrixExpr):
     def shape(self):
         return self.args[1].shape
 
+    def _sympystr(self, printer):
+        return f"power_qr({printer._print(self.args[0])}, {printer._print(self.args[1])})"
+
+    def _latex(self, printer):
+        S, Q = (printer._print(a) for a in self.args)
+        return rf"\operatorname{{qr}}\left({S} {Q} \Pi\right)_Q"
+
 
 class Reordered(sp.MatrixExpr):
     """The rows × cols array X with its rows in the order Π_L of :class:`PowerBasis` (S_L, Q_L) and its columns in the
@@ -97,6 +116,14 @@ class Reordered(sp.MatrixExpr):
     @property
     def shape(self):
         return self.args[0].shape
+
+    def _sympystr(self, printer):
+        X, SL, QL, SR, QR = (printer._print(a) for a in self.args)
+        return f"reordered({X}; {SL}, {QL}, {SR}, {QR})"
+
+    def _latex(self, printer):
+        X, SL, QL, SR, QR = (printer._print(a) for a in self.args)
+        return rf"\Pi_L^\top {X} \Pi_R"
 
 
 class MatSelect(sp.MatrixExpr):
@@ -112,6 +139,14 @@ class MatSelect(sp.MatrixExpr):
     @property
     def free_symbols(self):
         return set().union(*(a.free_symbols for a in self.args))
+
+    def _sympystr(self, printer):
+        c, a, b = (printer._print(x) for x in self.args)
+        return f"({a} if {c} else {b})"
+
+    def _latex(self, printer):
+        c, a, b = (printer._print(x) for x in self.args)
+        return rf"\begin{{cases}} {a} & {c} \\ {b} & \text{{otherwise}} \end{{cases}}"
 
 
 @dataclass
@@ -131,6 +166,8 @@ class EigenbasisContext:
     QL_new: Expr | None = None
     QR_new: Expr | None = None
     state_after: dict[str, tuple[Sym, Expr]] = field(default_factory=dict)
+    #: the symmetric matrices among the state rules add (checked as such by the generated modules)
+    symmetric: set[Sym] = field(default_factory=set)
     approx: object = None
 
     def fail(self, msg) -> SpecError:

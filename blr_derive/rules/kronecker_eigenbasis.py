@@ -63,6 +63,7 @@ class KroneckerEigenbasis(EigenbasisRule):
         D.aux_state += [AuxState("L", L, L_new, None, "exponential average of G Gᵀ (rows × rows)"),
                         AuxState("R", R, R_new, None, "exponential average of Gᵀ G (cols × cols)")]
         D.updates += [("L", L_new, eL), ("R", R_new, eR)]
+        ectx.symmetric |= {L, R}
         refresh = sp.Eq(sp.Mod(t, every), 0)
         if method == "eigh":
             QL_ref, QR_ref = Eigenbasis(L_new), Eigenbasis(R_new)
