@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 
 import sympy as sp
 
+import mpmath
+import numpy as np
+
 from blr_derive.core.errors import SpecError
 from blr_derive.core.types import Expr, Sym
 from blr_derive.rules.base import Derivation, Rule, rule
@@ -79,6 +82,11 @@ class Eigenbasis(sp.MatrixExpr):
     def shape(self):
         return self.args[0].shape
 
+    def numeric_value(self, S):
+        """The value (verify: generated code against the symbolic update), in float64 with numpy's LAPACK, as the
+        generated code computes it: an eigenvector's sign is LAPACK's choice."""
+        return _mp(_eigenbasis(_np(S)))
+
     def _sympystr(self, printer):
         return f"eigenbasis({printer._print(self.arg)})"
 
@@ -98,6 +106,10 @@ class PowerBasis(sp.MatrixExpr):
     def shape(self):
         return self.args[1].shape
 
+    def numeric_value(self, S, Q):
+        """The value in float64 (numpy's QR: the signs of the columns are LAPACK's choice)."""
+        return _mp(_power_basis(_np(S), _np(Q)))
+
     def _sympystr(self, printer):
         return f"power_qr({printer._print(self.args[0])}, {printer._print(self.args[1])})"
 
@@ -116,6 +128,9 @@ class Reordered(sp.MatrixExpr):
     @property
     def shape(self):
         return self.args[0].shape
+
+    def numeric_value(self, X, SL, QL, SR, QR):
+        return _mp(_np(X)[_order(_np(SL), _np(QL))][:, _order(_np(SR), _np(QR))])
 
     def _sympystr(self, printer):
         X, SL, QL, SR, QR = (printer._print(a) for a in self.args)
@@ -140,6 +155,12 @@ class MatSelect(sp.MatrixExpr):
     def free_symbols(self):
         return set().union(*(a.free_symbols for a in self.args))
 
+    def doit(self, **hints):
+        c, a, b = self.args
+        if c in (sp.true, sp.false):
+            return (a if c == sp.true else b).doit(**hints)
+        return self.func(c, a.doit(**hints), b.doit(**hints))
+
     def _sympystr(self, printer):
         c, a, b = (printer._print(x) for x in self.args)
         return f"({a} if {c} else {b})"
@@ -147,6 +168,26 @@ class MatSelect(sp.MatrixExpr):
     def _latex(self, printer):
         c, a, b = (printer._print(x) for x in self.args)
         return rf"\begin{{cases}} {a} & {c} \\ {b} & \text{{otherwise}} \end{{cases}}"
+
+
+def _np(m):
+    return np.array(m.tolist(), dtype=float)
+
+
+def _mp(a):
+    return mpmath.matrix(a.tolist())
+
+
+def _eigenbasis(S):
+    return np.linalg.eigh(S)[1][:, ::-1]
+
+
+def _order(S, Q):
+    return np.argsort(-(Q * (S @ Q)).sum(axis=0), kind="stable")
+
+
+def _power_basis(S, Q):
+    return np.linalg.qr((S @ Q)[:, _order(S, Q)])[0]
 
 
 @dataclass
