@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 from pytorch_optimizer.optimizer import soap as soap_module
 
-from conftest import load_generated
-from soap_reference import eig_desc, soap_peer_conventions
+from blr_derive import api
+from conftest import CATALOG, load_generated
+from soap_reference import algorithm1, eig_desc, soap_peer_conventions
 from test_soap_reference import EVERY, HYPER, SHAPES, STEPS, float64_torch, peer_kw, problem, rel, run_peer
 
 B3 = HYPER["beta2"]          # the peer's shampoo_beta defaults to beta2
@@ -95,3 +97,29 @@ def test_the_module_checks_its_state(numpy_module):
         numpy_module.init(**{**good, "L": np.triu(np.ones((3, 3)))})
     with pytest.raises(ValueError, match="Q_R has shape"):
         numpy_module.init(**{**good, "Q_R": np.eye(3)})
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_eigh_refresh_variant_is_the_slides_algorithm1(shape):
+    """catalog/soap.yaml with ``method: eigh`` (the refresh as the slides' Algorithm 1 writes it: Eig(L), Eig(R),
+    the momentum rotated into the new basis, H kept) equals the transcription of Algorithm 1 with the peer's bias
+    corrections, no weight decay, 10 steps and 3 refreshes."""
+    import yaml
+
+    from blr_derive import api
+    from conftest import CATALOG
+    from soap_reference import algorithm1
+    spec = yaml.safe_load((CATALOG / "soap.yaml").read_text())
+    for a in spec["approximations"]:
+        if isinstance(a, dict) and "kronecker_eigenbasis" in a:
+            a["kronecker_eigenbasis"]["method"] = "eigh"
+    mod = api.derive(yaml.safe_dump(spec, sort_keys=False)).compile("numpy")
+    grads, W0 = problem(shape, 3)
+    G0 = grads.reset()(W0)
+    L, R = (1 - B3) * G0 @ G0.T, (1 - B3) * G0.T @ G0
+    basis = (eig_desc(L), eig_desc(R))
+    gen, _ = run_generated(mod, W0, grads, basis)
+    grads.reset()(W0)
+    alg = algorithm1(W0, *basis, L, R, grads, alpha=HYPER["lr"], beta1=HYPER["beta1"], beta2=HYPER["beta2"],
+                     beta3=B3, eps=HYPER["eps"], every=EVERY, steps=STEPS, debias=True)
+    assert rel(alg, gen[1:]) < 1e-12
