@@ -104,11 +104,6 @@ def test_the_eigh_refresh_variant_is_the_slides_algorithm1(shape):
     """catalog/soap.yaml with ``method: eigh`` (the refresh as the slides' Algorithm 1 writes it: Eig(L), Eig(R),
     the momentum rotated into the new basis, H kept) equals the transcription of Algorithm 1 with the peer's bias
     corrections, no weight decay, 10 steps and 3 refreshes."""
-    import yaml
-
-    from blr_derive import api
-    from conftest import CATALOG
-    from soap_reference import algorithm1
     spec = yaml.safe_load((CATALOG / "soap.yaml").read_text())
     for a in spec["approximations"]:
         if isinstance(a, dict) and "kronecker_eigenbasis" in a:
