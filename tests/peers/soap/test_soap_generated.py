@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from pytorch_optimizer.optimizer import soap as soap_module
 
@@ -118,3 +119,47 @@ def test_the_eigh_refresh_variant_is_the_slides_algorithm1(shape):
     alg = algorithm1(W0, *basis, L, R, grads, alpha=HYPER["lr"], beta1=HYPER["beta1"], beta2=HYPER["beta2"],
                      beta3=B3, eps=HYPER["eps"], every=EVERY, steps=STEPS, debias=True)
     assert rel(alg, gen[1:]) < 1e-12
+
+
+def test_a_1d_parameter_is_the_diagonal_update_with_the_same_conventions():
+    """The peer leaves a 1-D parameter unrotated (precondition_1d=False, its default): Adam with SOAP's
+    conventions, its first call again only initialising.  That is catalog/soap.yaml without its eigenbasis section
+    and refresh rule (the diagonal Gaussian's program it rotates), equal to the peer in float64."""
+    spec = yaml.safe_load((CATALOG / "soap.yaml").read_text())
+    spec.pop("eigenbasis")
+    spec["approximations"] = [a for a in spec["approximations"]
+                              if not (isinstance(a, dict) and "kronecker_eigenbasis" in a)]
+    mod = api.derive(yaml.safe_dump(spec, sort_keys=False)).compile("numpy")
+    rng = np.random.default_rng(8)
+    A, b = rng.standard_normal((6, 6)), rng.standard_normal(6)
+    noise = rng.standard_normal((STEPS + 1, 6))
+    calls = []
+
+    def grads(w):
+        calls.append(1)
+        return A.T @ (A @ w - b) + w**3 + noise[len(calls) - 1]
+
+    grads.reset = lambda: calls.clear() or grads
+    w0 = rng.standard_normal(6)
+    peer = run_peer_1d(w0, grads, 0.05)
+    grads.reset()(w0)
+    st, gen = mod.init(m=w0), [w0]
+    for _ in range(STEPS):
+        st = mod.step(st, oracles={"grad": grads}, lr=HYPER["lr"], betas=(HYPER["beta1"], HYPER["beta2"]),
+                      eps=HYPER["eps"], weight_decay=0.05)
+        gen.append(st["m"])
+    assert rel(peer, gen) < 1e-13
+    assert np.abs(gen[-1] - w0).max() > 1e-2
+
+
+def run_peer_1d(w0, grads, weight_decay):
+    grads.reset()
+    p = torch.nn.Parameter(torch.tensor(w0, dtype=torch.float64))
+    opt = soap_module.SOAP([p], **peer_kw(weight_decay))
+    out = []
+    for _ in range(STEPS + 1):
+        p.grad = torch.tensor(grads(p.detach().numpy().copy()))
+        opt.step()
+        out.append(p.detach().numpy().copy())
+    assert opt.state[p]["GG"] == [[]]                  # no preconditioner for the 1-D parameter
+    return out
