@@ -100,7 +100,8 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
     grads = [c for c in diag.oracle_calls if c.oracle == "grad"]
     if len(diag.oracle_calls) != 1 or not grads or grads[0].argument != m:
         raise fail(recipe, "the eigenbasis candidate maps a program whose only oracle is the gradient at the mean "
-                           f"(got {', '.join(c.oracle for c in diag.oracle_calls) or 'none'})")
+                           f"(got {', '.join(c.oracle for c in diag.oracle_calls) or 'none'}); estimate the Hessian "
+                           "from the gradient (e.g. squared_gradient_hessian) and use an abstract loss")
     g = grads[0].symbol
     es = recipe.eigenbasis
     rows = sp.Symbol(es.rows, integer=True, positive=True)

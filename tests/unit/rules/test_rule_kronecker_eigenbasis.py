@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from blr_derive import api
-from blr_derive.core.errors import SpecError
+from blr_derive.core.errors import SpecError, UnsupportedTarget
 from conftest import CATALOG, load_generated
 
 RULES_CHECKED = ("kronecker_eigenbasis", "eigenbasis_rotation")
@@ -161,3 +161,24 @@ def test_the_rule_needs_the_eigenbasis_candidate_and_the_candidate_a_diagonal_ga
         api.derive(recipe(family="gaussian_full"))
     with pytest.raises(SpecError, match="is a state or oracle name"):
         api.derive(recipe(eigenbasis={"rows": "Q_L", "cols": "d_in"}))
+
+
+def test_programs_the_candidate_cannot_rotate_are_located_errors():
+    spec = yaml.safe_load((CATALOG / "soap.yaml").read_text())
+    sampled = dict(spec, approximations=[{"monte_carlo": {"samples": 1}}] + spec["approximations"][1:])
+    with pytest.raises(SpecError, match="oracles at the mean") as exc:
+        api.derive(yaml.safe_dump(sampled, sort_keys=False))
+    assert exc.value.line is not None
+    newton = dict(spec, approximations=["delta"])
+    with pytest.raises(SpecError, match=r"only oracle is the gradient at the mean \(got grad, hess\)"):
+        api.derive(yaml.safe_dump(newton, sort_keys=False))
+    twice = dict(spec, approximations=spec["approximations"] + [
+        {"kronecker_eigenbasis": {"rate": "0.5", "every": 2}}])
+    with pytest.raises(SpecError, match="already refreshed by another rule"):
+        api.derive(yaml.safe_dump(twice, sort_keys=False))
+
+
+@pytest.mark.parametrize("target", ["torch", "triton"])
+def test_the_optimizer_targets_refuse_it_naming_why(target):
+    with pytest.raises(UnsupportedTarget, match="is a matrix"):
+        api.derive(recipe()).code(target)
