@@ -32,6 +32,7 @@ import numpy as np
 from blr_derive.core.errors import SpecError
 from blr_derive.core.types import Expr, Sym
 from blr_derive.rules.base import Derivation, Rule, rule
+from blr_derive.spec.hyper import Approx
 
 rule("eigenbasis_rotation", "identity", "Khan & Rue Eqs. 6, 12, 34-36 (in θ' = Qᵀθ); Magnus & Neudecker Thm. 2.2",
      "with S = Q diag(s) Qᵀ, Q = Q_R ⊗ Q_L orthogonal and fixed, θ' = Qᵀ vec(W) is a mean-field Gaussian: the BLR "
@@ -209,10 +210,12 @@ class EigenbasisContext:
     state_after: dict[str, tuple[Sym, Expr]] = field(default_factory=dict)
     #: the symmetric matrices among the state rules add (checked as such by the generated modules)
     symmetric: set[Sym] = field(default_factory=set)
-    approx: object = None
+    approx: Approx | None = None         # the rule's entry in the recipe (for located errors)
 
     def fail(self, msg) -> SpecError:
         a = self.approx
+        if a is None:
+            return SpecError(msg, self.D.recipe.file, None)
         return SpecError(f"approximation '{a.name}': {msg}", self.D.recipe.file, a.line)
 
 
