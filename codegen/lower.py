@@ -31,6 +31,10 @@ def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False
     if not ir.elementwise:
         no(f"needs an elementwise (mean-field) update; family '{ir.family.text}' mixes coordinates (matrix "
            "products, solves)", "family")
+    matrix = next((v.name for v in ir.state if v.kind == "matrix"), None)
+    if matrix is not None:
+        no(f"needs an elementwise (mean-field) update; state '{matrix}' is a matrix (matrix products, "
+           "eigendecompositions: the numpy and jax targets print them)", "family")
     if ir.mean is None and ir.parameter is None:
         no("needs a family with a mean parameter, or a recipe 'parameter' saying what the torch parameter holds",
            "family")

@@ -4,6 +4,7 @@
 
     Piecewise((a, c), (b, True))   ->  a if c else b
     Eq(t, 1), Ne(x, 0)             ->  t == 1, x != 0
+    Mod(t, T)                      ->  t % T
     And(a, Not(b))                 ->  a and not b
     hess_approx__price             ->  hess_approx == 'price'     (a choice hyperparameter, ``spec/hyper.py``)
     Determinant(X), Trace(X)       ->  det(X), tr(X)
@@ -85,6 +86,10 @@ def _make_printer():
             op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}.get(expr.rel_op, expr.rel_op)
             prec = PRECEDENCE["Relational"]
             return f"{self.parenthesize(expr.lhs, prec)} {op} {self.parenthesize(expr.rhs, prec)}"
+
+        def _print_Mod(self, expr):
+            prec = PRECEDENCE["Mul"]
+            return f"{self.parenthesize(expr.args[0], prec)} % {self.parenthesize(expr.args[1], prec + 1)}"
 
         def _logic(self, args, word):
             parts = []

@@ -93,10 +93,24 @@ def matrix_state(D, rng, P, env, dims) -> dict:
         state.update({p.name: vals[p.symbol] for p in own})
     else:                                           # a candidate's family (e.g. the matrix normal): by domain
         described = [StateVar(p.name, p.symbol, p.domain) for p in own] + described
+    # an elementwise program over a matrix mean (the eigenbasis candidate's rotated coordinates): its scalar state
+    # holds arrays of the mean's shape
+    mean = getattr(fam, "gaussian_mean", None)
+    entrywise = shape_of(mean, dims) if D.elementwise and is_mat(mean) else None
     for v in described:
-        val = draw(rng, v.domain, shape_of(v.symbol, dims))
+        val = draw(rng, v.domain, shape_of(v.symbol, dims) or (entrywise if entrywise else ()))
         state[v.name] = val
         env[v.symbol] = val
+    symmetric = getattr(fam, "symmetric", frozenset())
+    for a in D.aux_state:           # state a rule adds without a default, or that holds arrays: drawn too
+        if a.name in state or (a.init is not None and entrywise is None):
+            continue
+        if is_mat(a.symbol):
+            val = draw(rng, "positive_definite" if a.symbol in symmetric else "real", shape_of(a.symbol, dims))
+        else:
+            val = draw(rng, "real", entrywise or ())
+        state[a.name] = val
+        env[a.symbol] = val
     return state
 
 

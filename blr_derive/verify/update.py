@@ -23,6 +23,7 @@ from blr_derive.verify.product import compare_product
 from blr_derive.verify.shaping import fixed_noise_statistics, shaped_statistics, supports
 from blr_derive.verify.state import dimension_sizes, fixed_draw, matrix_state, oracle_value
 from blr_derive.core.matexpr import is_mat
+from blr_derive.rules.eigenbasis import Entrywise
 
 
 def _host_value(rng, h):
@@ -128,6 +129,32 @@ def _tanh_sinh_statistics(sm, flags, env, dims, rng, oracle_vals):
     env.update(sums)
 
 
+def evaluate_entrywise(expr, env, dims):
+    """:func:`evaluate`, where elementwise quantities (scalar symbols) may hold arrays (an elementwise program over
+    a matrix mean, the eigenbasis candidate's rotated coordinates): a scalar expression of them is worked out entry
+    by entry, and an :class:`Entrywise` node of a matrix expression becomes the explicit matrix of its entries."""
+    arrays = {k: v for k, v in env.items() if not is_mat(k) and np.ndim(v) > 0}
+    if not arrays:
+        return evaluate(expr, env, dims)
+    rest = {k: v for k, v in env.items() if k not in arrays}
+
+    def entries(x):
+        used = sorted(x.free_symbols & arrays.keys(), key=str)
+        if not used:
+            return evaluate(x, rest, dims)
+        shape = np.shape(arrays[used[0]])
+        out = np.empty(shape)
+        for idx in np.ndindex(*shape):
+            out[idx] = evaluate(x, {**rest, **{k: arrays[k][idx] for k in used}}, dims)
+        return out
+
+    if not is_mat(expr):
+        return entries(expr)
+    expr = expr.replace(lambda n: isinstance(n, Entrywise),
+                        lambda n: sp.ImmutableMatrix(np.atleast_2d(entries(n.arg)).tolist()))
+    return evaluate(expr, rest, dims)
+
+
 def compare_update(recipe, D, mod, seed=0, P=3):
     """[(state name, generated value, symbolic value)] for one random input."""
     if isinstance(D, FactorizedDerivation):
@@ -189,7 +216,7 @@ def compare_update(recipe, D, mod, seed=0, P=3):
     names = {sym: n for n, sym, _ in D.updates}
     result = []
     for sym, expr in toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates]):
-        val = evaluate(expr.xreplace(flags), env, dims)
+        val = evaluate_entrywise(expr.xreplace(flags), env, dims)
         env[sym] = val if np.ndim(val) == 0 or val.shape[1] != 1 else val.ravel()
         if sym in names:
             result.append((names[sym], np.reshape(out[names[sym]], np.shape(val)), val))

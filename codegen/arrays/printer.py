@@ -144,6 +144,26 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.linalg")
         return f"_tri_solve({self._print(tri[0])}, {rhs}, {tri[1]})"
 
+    # the eigenbasis structure's nodes (blr_derive/rules/eigenbasis.py)
+    def _print_Entrywise(self, expr):
+        return f"({self._print(expr.arg)})"
+
+    def _print_Eigenbasis(self, expr):
+        self.helpers.add("_eigenbasis")
+        return f"_eigenbasis({self._print(expr.arg)})"
+
+    def _print_PowerBasis(self, expr):
+        self.helpers |= {"_power_basis", "_rayleigh_order"}
+        return f"_power_basis({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_Reordered(self, expr):
+        self.helpers |= {"_reordered", "_rayleigh_order"}
+        return f"_reordered({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_MatSelect(self, expr):
+        cond, a, b = expr.args
+        return f"({self._print(a)} if {self._print(cond)} else {self._print(b)})"
+
     def _print_CholeskyFactor(self, expr):
         return f"numpy.linalg.cholesky({self._print(expr.arg)})"
 

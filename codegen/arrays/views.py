@@ -173,7 +173,9 @@ def module_shapes(ir) -> dict:
     # vector data of an update written with scalars go coordinate-wise with the state ("*", ir/build.py)
     shapes.update({v.name: "?" if elementwise and v.kind == "scalar" else _shape(v.symbol, v.kind == "elementwise")
                    for v in ir.data})
-    shapes.update({str(c.symbol): _shape(c.symbol, elementwise) for c in ir.oracle_calls})
+    # an oracle that returns a matrix keeps its own shape next to elementwise state (the eigenbasis candidate's G)
+    shapes.update({str(c.symbol): _shape(c.symbol, elementwise and not isinstance(c.symbol, sp.MatrixSymbol))
+                   for c in ir.oracle_calls})
     if ir.sampling is not None:
         # the loss at a sample is the model's total loss (one number), or one per coordinate for a separable loss
         shapes.update({str(k): "?" if elementwise and o == "loss" else _shape(k, elementwise)

@@ -60,7 +60,8 @@ RUNTIME = Path(__file__).parent / "runtime.py"
 HELPER_SOURCES = {
     **{name: definition(SHARED / "arrays.py", name) for name in ("_need", "_tanh_sinh")},
     **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve", "_expm_sym",
-                                                     "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv")},
+                                                     "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv",
+                                                     "_eigenbasis", "_rayleigh_order", "_power_basis", "_reordered")},
 }
 #: the numpy printer's helpers that the module defines in jax (any other one is refused)
 HELPERS = frozenset(HELPER_SOURCES)

@@ -112,6 +112,27 @@ def _expm_sym(M):
     return (V * jnp.exp(w)) @ V.T
 
 
+def _eigenbasis(S):
+    """The eigenvectors of the symmetric S as the columns of an orthogonal matrix, by decreasing eigenvalue."""
+    return jnp.linalg.eigh(S)[1][:, ::-1]
+
+
+def _rayleigh_order(S, Q):
+    """The columns of Q by decreasing Rayleigh quotient diag(Qᵀ S Q) (a stable order)."""
+    return jnp.argsort(-(Q * (S @ Q)).sum(axis=0), stable=True)
+
+
+def _power_basis(S, Q):
+    """One power iteration of the symmetric S from the orthogonal Q, orthonormalised: the Q factor of the QR
+    decomposition of S Q with its columns by decreasing Rayleigh quotient."""
+    return jnp.linalg.qr((S @ Q)[:, _rayleigh_order(S, Q)])[0]
+
+
+def _reordered(X, SL, QL, SR, QR):
+    """X with its rows in the order _power_basis gives the columns of QL, its columns in that of QR."""
+    return X[_rayleigh_order(SL, QL)][:, _rayleigh_order(SR, QR)]
+
+
 def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points (a Python int; the
     nodes and weights are computed on the host with numpy)."""

@@ -126,3 +126,24 @@ def _gauss_hermite_stein(f, mean, var, nodes):
     x = mean[:, None] + sd[:, None] * z
     fx = numpy.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
     return numpy.divide(fx @ (w * z / numpy.sqrt(2 * numpy.pi)), sd, out=numpy.zeros_like(sd), where=sd > 0)
+
+
+def _eigenbasis(S):
+    """The eigenvectors of the symmetric S as the columns of an orthogonal matrix, by decreasing eigenvalue."""
+    return numpy.linalg.eigh(S)[1][:, ::-1]
+
+
+def _rayleigh_order(S, Q):
+    """The columns of Q by decreasing Rayleigh quotient diag(Qᵀ S Q) (a stable order)."""
+    return numpy.argsort(-(Q * (S @ Q)).sum(axis=0), kind="stable")
+
+
+def _power_basis(S, Q):
+    """One power iteration of the symmetric S from the orthogonal Q, orthonormalised: the Q factor of the QR
+    decomposition of S Q with its columns by decreasing Rayleigh quotient."""
+    return numpy.linalg.qr((S @ Q)[:, _rayleigh_order(S, Q)])[0]
+
+
+def _reordered(X, SL, QL, SR, QR):
+    """X with its rows in the order _power_basis gives the columns of QL, its columns in that of QR."""
+    return X[_rayleigh_order(SL, QL)][:, _rayleigh_order(SR, QR)]

@@ -164,3 +164,9 @@ def test_feddyn_pvi_example_reaches_the_centralized_solutions(capsys):
     assert feddyn_error < 1e-10 and pvi_error < 1e-10
     out = capsys.readouterr().out
     assert "FedDyn after 100 rounds" in out and "PVI after 100 rounds" in out
+
+
+def test_soap_example_reaches_the_least_squares_optimum(capsys):
+    soap_gap, adamw_gap = _script("soap_example").main()
+    assert 0 <= soap_gap < 1e-3 and 0 <= adamw_gap < 1e-2
+    assert "step  300   loss - optimum: SOAP" in capsys.readouterr().out

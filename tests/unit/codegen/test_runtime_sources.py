@@ -217,3 +217,31 @@ def test_domain_checks_name_the_value_component_and_step(rt):
         rt._check_domain("s", [-1.0], "positive", None, None, "hint")
     finally:
         rt.CHECK_DOMAINS = True
+
+
+@pytest.mark.parametrize("rt", [numpy_rt, jax_rt], ids=["numpy", "jax"])
+def test_eigenbasis_helpers(rt, x64):
+    """_eigenbasis: eigenvectors by decreasing eigenvalue; _power_basis: the Q factor of the QR of S Q with the
+    columns in the order of decreasing diag(Qᵀ S Q) (checked as Q R = S Q Π with R upper triangular, and by
+    iterating it to the eigenbasis); _reordered: rows and columns in those orders."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5, 7))
+    S = X @ X.T
+    Q = rt._eigenbasis(S)
+    w = np.linalg.eigvalsh(S)[::-1]
+    np.testing.assert_allclose(np.asarray(S @ Q), np.asarray(Q) * w, atol=1e-12)
+    Q0 = np.linalg.qr(rng.normal(size=(5, 5)))[0]
+    P = S @ Q0
+    order = np.argsort(-np.diag(Q0.T @ S @ Q0))
+    np.testing.assert_array_equal(np.asarray(rt._rayleigh_order(S, Q0)), order)
+    Qp = np.asarray(rt._power_basis(S, Q0))
+    Rf = Qp.T @ P[:, order]
+    np.testing.assert_allclose(np.tril(Rf, -1), 0, atol=1e-12)
+    np.testing.assert_allclose(Qp.T @ Qp, np.eye(5), atol=1e-13)
+    Qi = Q0
+    for _ in range(300):
+        Qi = np.asarray(rt._power_basis(S, Qi))
+    np.testing.assert_allclose(np.abs(Qi), np.abs(np.asarray(Q)), atol=1e-8)
+    Y = rng.normal(size=(5, 3))
+    SR = np.diag([1.0, 3.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(rt._reordered(Y, S, Q0, SR, np.eye(3))), Y[order][:, [1, 2, 0]])

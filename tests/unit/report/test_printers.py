@@ -116,6 +116,8 @@ def test_tex_forms_are_filled_in_by_the_printer():
     (sp.And(nesterov, sp.Not(price)), "nesterov and hess_approx != 'price'"),
     (sp.Not(nesterov), "not nesterov"),
     (sp.Eq(t, 1), "t == 1"),
+    (sp.Eq(sp.Mod(t, a), 0), "t % a == 0"),
+    (2 * sp.Mod(t + 1, a * m), "2*((t + 1) % (a*m))"),
     (sp.Determinant(-2 * X), "det(-2*X)"),
     (sp.Trace(X), "tr(X)"),
     (sp.polygamma(0, a) - sp.polygamma(0, a + t), "digamma(a) - digamma(a + t)"),

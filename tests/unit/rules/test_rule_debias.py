@@ -14,10 +14,12 @@ adds Kingma & Ba's correction.  Checked numerically:
 import functools
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
 from blr_derive import api
+from blr_derive.core.errors import SpecError
 from conftest import CATALOG
 
 # Deterministic identities in float64: both sides evaluate the same closed forms with a few roundings grouped
@@ -195,3 +197,32 @@ def test_the_recorded_step_is_the_correction_and_a_convention():
     # the recorded û = u_{t+1}/(1 − β₁^t), evaluated at u_{t+1} = 2, β₁ = 0.9, t = 3
     vals = {x: {"beta1": 0.9, "t": 3, "u_new": 2.0}[x.name] for x in rhs.free_symbols}
     np.testing.assert_allclose(float(rhs.subs(vals)), 2.0 / (1 - 0.9 ** 3), rtol=1e-15)
+
+
+def test_power_one_half_is_adams_efficient_step_size():
+    """debias with power 1/2 on √s + ε (after square_root_scaling): the step ρ û/((√s + ε)/√(1 − β₂ᵗ)) =
+    ρ√(1 − β₂ᵗ)/(1 − β₁ᵗ) · u/(√s + ε), Kingma & Ba (2015) Sec. 2's last paragraph, against the hand formula."""
+    hp = {"lr": {"default": 0.1}, "b1": {"default": 0.8}, "b2": {"default": 0.9}, "eps": {"default": 1e-3}}
+    approx = ["delta", "squared_gradient_hessian", {"separate_learning_rates": {"s": "1 - b2"}},
+              {"ema_momentum": {"rate": "b1", "state": "u"}}, {"debias": {"param": "u", "rate": "b1"}},
+              {"square_root_scaling": {"param": "s", "eps": "eps"}},
+              {"debias": {"param": "s", "rate": "b2", "power": "1/2"}}]
+    mod = api.derive(recipe(approx, hp, {"s": 0})).compile("numpy")
+    rng = np.random.default_rng(3)
+    m = rng.normal(size=5)
+    grad = lambda x: np.sin(3 * x) + x                      # noqa: E731
+    st = mod.init(m=m)
+    u, s = np.zeros(5), np.zeros(5)
+    for t in range(1, 8):
+        g = grad(m)
+        st = mod.step(st, oracles={"grad": grad})
+        u, s = 0.8 * u + 0.2 * g, 0.9 * s + 0.1 * g**2
+        m = m - 0.1 * np.sqrt(1 - 0.9**t) / (1 - 0.8**t) * u / (np.sqrt(s) + 1e-3)
+        np.testing.assert_allclose(st["m"], m, rtol=RTOL)
+
+
+def test_power_must_be_positive():
+    approx = ["delta", {"ema_momentum": {"rate": "0.5", "state": "u"}},
+              {"debias": {"param": "u", "rate": "0.5", "power": "-1"}}]
+    with pytest.raises(SpecError, match="power must be positive"):
+        api.derive(recipe(approx, {"lr": {"default": 0.1}}))

@@ -15,10 +15,12 @@ prior's pull on the mean directly.  Checked numerically:
 import functools
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
 from blr_derive import api
+from blr_derive.core.errors import SpecError
 
 # Deterministic identities in float64 (the same sums and products grouped differently, a few roundings of ~1e-16):
 # 1e-12 relative is a wide margin over ≤ 30 steps, while a missing or doubled shrink is an O(ρδ) change.
@@ -132,3 +134,22 @@ def test_the_recorded_step_adds_the_shrink_to_the_mean_update():
     vals = {"lr": 0.5, "wd": 0.25, "m": 2.0, "g": 1.0}
     got = float(rhs.subs({x: vals[x.name] for x in rhs.free_symbols}))
     assert got == 2.0 - 0.5 * 1.0 - 0.5 * 0.25 * 2.0          # m − ρg − ρδm, exact in binary
+
+
+def test_multiplicative_form_shrinks_after_the_step():
+    """form: multiplicative is m ← (m − ρg/s)(1 − ρδ) (pytorch-optimizer's order: the step, then p·(1 − lr·wd)),
+    which differs from the additive form by ρδ·(ρ g/s)."""
+    hp = {"rho": {"default": 0.3}, "wd": {"default": 0.2}}
+    spec = {"name": "dwd_mult", "family": "gaussian_diag", "loss": "abstract", "hyperparameters": hp,
+            "approximations": ["delta", {"decoupled_weight_decay": {"coefficient": "wd", "form": "multiplicative"}}]}
+    mod = api.derive(yaml.safe_dump(spec)).compile("numpy")
+    rng = np.random.default_rng(7)
+    m, s = rng.normal(size=4), rng.uniform(0.5, 2, size=4)
+    g, h = rng.normal(size=4), rng.uniform(0.5, 2, size=4)
+    out = mod.step(mod.init(m=m, s=s), oracles={"grad": lambda x: g, "hess": lambda x: h})
+    s_new = 0.7 * s + 0.3 * h
+    np.testing.assert_allclose(out["m"], (m - 0.3 * g / s_new) * (1 - 0.3 * 0.2), rtol=RTOL)
+    np.testing.assert_allclose(out["s"], s_new, rtol=RTOL)
+    spec["approximations"][1]["decoupled_weight_decay"]["form"] = "after"
+    with pytest.raises(SpecError, match="form must be additive or multiplicative"):
+        api.derive(yaml.safe_dump(spec))
