@@ -122,7 +122,7 @@ def statistics_of(expr, theta) -> list:
     return out
 
 
-def _scalar_family(fam) -> bool:
+def scalar_family(fam) -> bool:
     """A family of one scalar variable, or whose variable is a vector of scalar components of one support (the
     loss is then read for each component: mean-field, as a recipe over it reads it)."""
     if isinstance(fam.theta, sp.Symbol):
@@ -130,7 +130,7 @@ def _scalar_family(fam) -> bool:
     return bool(fam.components) and all(isinstance(c, sp.Symbol) for c in fam.components)
 
 
-def _support(fam) -> str:
+def support_of(fam) -> str:
     return fam.joint_support or (fam.component_supports[0] if fam.component_supports else "?")
 
 
@@ -140,10 +140,10 @@ def screen(expr, theta, data, families, support: str | None = None) -> Screen:
     the fewest statistics, the name.  ``support`` keeps only the families of that support."""
     out = Screen(expr, theta, list(data), support or loss_domain(expr, theta))
     for name, fam in families:
-        if not _scalar_family(fam):
+        if not scalar_family(fam):
             out.rejected[name] = "its variable is a vector or matrix (the loss is read for a scalar variable)"
             continue
-        sup = _support(fam)
+        sup = support_of(fam)
         if support is not None and sup != support:
             out.rejected[name] = f"its support is {sup}, not {support}"
             continue
