@@ -13,9 +13,10 @@ import sympy as sp
 
 from blr_derive.codegen.backends.torch.printer import ElementwisePrinter, HostPrinter
 from blr_derive.core.specialfns import softplus
+from blr_derive.ir.objective import ESTIMATE_KEYS
 
-#: the keys of the mapping ``objective`` returns in the optimizer targets
-KEYS = ("objective", "expected_loss", "entropy", "standard_error", "estimate", "samples")
+#: the keys of the mapping ``objective`` returns in the optimizer targets (the array targets' estimated objective's)
+KEYS = ESTIMATE_KEYS
 
 _WHAT = {
     "exact": "E_q[ℓ] is closed (the derivation's exact expectation, in the state), so ``loss`` and ``samples`` are "
