@@ -409,8 +409,8 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
         + (" ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors); "
            "ℓ_o's own constants are kept, none is added.  Takes what step() takes, and ``loss`` and ``samples``; "
            "returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate', "
-           "'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE); computed eagerly in "
-           "float64 (not for tracing).")
+           "'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; "
+           "computed eagerly, not for tracing.")
     return {"kind": parts.kind, "doc": Prose(textwrap.fill(text, 112, subsequent_indent="    ", break_on_hyphens=False)),
             "state": state, "data": data, "hyper": hyper, "first": first.name,
             "entropy": pr(parts.entropy), "extra": pr(parts.extra) if parts.extra != 0 else None,

@@ -199,8 +199,8 @@ def objective(state, *, oracles=None, data=None, rng=None, loss=None, samples=No
     the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors); ℓ_o's own
     constants are kept, none is added.  Takes what step() takes, and ``loss`` and ``samples``; returns
     {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate', 'samples'}
-    (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE); computed eagerly in float64 (not for
-    tracing)."""
+    (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; computed eagerly, not
+    for tracing."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")

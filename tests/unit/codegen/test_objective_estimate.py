@@ -155,3 +155,51 @@ def test_check_verifies_the_estimated_objective(name):
     mod.objective = off
     (c,) = estimated_objective_checks(r, D, mod, 2)
     assert not c.passed, c.value
+
+
+# ------------------------------------------------------------------ the jax target's plain functions
+
+
+@pytest.mark.slow                       # ~10 s: 200 eager calls of jax.random and the module's arithmetic
+@pytest.mark.parametrize("key", ["reparameterization_exponential"])
+def test_jax_monte_carlo_objective_is_unbiased(key, x64):
+    """The jax module's objective draws with a jax.random key (split per sample, as its step splits it): 200
+    estimates from 4 samples each are within 4 standard errors of the same quadrature, and the jax module and the
+    numpy module agree on given loss values.  (Not quadrature_gamma: its eager inverse-CDF draws take ~8 s a call.)"""
+    import jax
+    mod = load_generated(key, "jax")
+    st, hp = MC[key][:2]
+    assert mod.OBJECTIVE_ESTIMATE == "monte_carlo"
+    keys = jax.random.split(jax.random.key(11), 200)
+    est = np.array([mod.objective(st, oracles={"loss": _loss}, key=k, samples=4, **hp)["objective"] for k in keys])
+    want = _truth(key)
+    z = (est.mean() - want) / (est.std(ddof=1) / math.sqrt(len(est)))
+    assert abs(z) < 4, (est.mean(), want, z)
+    values = [0.5, 2.0, 1.25]
+    a, b = mod.objective(st, loss=values, **hp), load_generated(key).objective(st, loss=values, **hp)
+    for k in ("objective", "expected_loss", "entropy", "standard_error"):
+        assert abs(a[k] - b[k]) < 1e-12, k
+    with pytest.raises(TypeError, match="key"):
+        mod.objective(st, oracles={"loss": _loss}, **hp)
+
+
+def test_jax_draws_as_step_draws(x64):
+    """Sample k of the exponential's objective is θ = −log(u)/r with u = jax.random.uniform(split(key, n)[k])."""
+    import jax
+    mod = load_generated("reparameterization_exponential", "jax")
+    r = np.array([1.5, 3.0])
+    seen = []
+    mod.objective({"r": r}, oracles={"loss": lambda t: seen.append(np.asarray(t)) or 0.0}, key=jax.random.key(5),
+                  samples=3)
+    for k, t in zip(jax.random.split(jax.random.key(5), 3), seen):
+        u = np.asarray(jax.random.uniform(k, (2,), dtype=float))
+        assert np.allclose(t, -np.log(u) / r, rtol=1e-14, atol=0)
+
+
+def test_jax_delta_objective(x64):
+    """online_newton_diag (a Hessian oracle: plain jax functions) has the delta-method value ℓ_o(m) − H(N(m, 1/s))."""
+    mod = load_generated("online_newton_diag", "jax")
+    st = {"m": np.array([0.3, -1.2]), "s": np.array([2.0, 0.5])}
+    H = sum(float(stats.norm(0, 1 / math.sqrt(s)).entropy()) for s in st["s"])
+    out = mod.objective(st, oracles={"loss": _loss})
+    assert out["estimate"] == "delta" and abs(out["objective"] - (float(np.sum(_loss(st["m"]))) - H)) < 1e-12
