@@ -362,12 +362,15 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     ``objective_parts`` of kind monte_carlo or delta), printed by ``printer``; ``uniform``/``normal``: the target's
     names of the draws, ``how``: how step draws (for the docstring).  None where the module has the exact objective,
     the parts are not there or exact, the samples are not draws from q (sub-batches at a point), the point does not
-    read the state alone, or a hyperparameter is named like one of :data:`ESTIMATE_KEYWORDS`."""
+    read the state alone, or a hyperparameter, state, data or draw is named like one of :data:`ESTIMATE_KEYWORDS`."""
     parts = getattr(ir, "objective_parts", None)
     if getattr(ir, "objective", None) is not None or parts is None or parts.kind not in ("monte_carlo", "delta"):
         return None
-    if any(n in ESTIMATE_KEYWORDS for n in hyperparameter_names(ir)):
-        return None
+    bound = hyperparameter_names(ir) + [v.name for v in ir.state] + [v.name for v in ir.data]
+    if ir.sampling is not None:
+        bound += [str(ir.sampling.eps), str(ir.sampling.theta)] + [str(d) for d, _ in ir.sampling.more_draws]
+    if any(n in ESTIMATE_KEYWORDS for n in bound):
+        return None                     # a name the module binds would shadow a keyword of objective()
     pr = printer.doprint
     used = set(parts.entropy.free_symbols) | set(sp.sympify(parts.extra).free_symbols) \
         | set(sp.sympify(parts.scale).free_symbols)
