@@ -13,9 +13,10 @@ import sympy as sp
 
 from blr_derive.codegen.backends.torch.printer import ElementwisePrinter, HostPrinter
 from blr_derive.core.specialfns import softplus
+from blr_derive.ir.objective import ESTIMATE_KEYS
 
-#: the keys of the mapping ``objective`` returns in the optimizer targets
-KEYS = ("objective", "expected_loss", "entropy", "standard_error", "estimate", "samples")
+#: the keys of the mapping ``objective`` returns in the optimizer targets (the array targets' estimated objective's)
+KEYS = ESTIMATE_KEYS
 
 _WHAT = {
     "exact": "E_q[ℓ] is closed (the derivation's exact expectation, in the state), so ``loss`` and ``samples`` are "
@@ -33,6 +34,26 @@ _WHAT = {
              "at what the parameters hold (a number or a one-element tensor), or a callable returning it (called "
              "once).  With ℓ = {loss}, 'expected_loss' is ℓ({point}) and 'objective' the delta-method value "
              "ℓ({point}) − H(q), labelled 'estimate': 'delta' ('standard_error' NaN, 'samples' 1).",
+}
+
+
+#: what step(closure) returns, and why not the objective (issue 42 item 2), by how E_q[ℓ] is had
+_STEP_RETURNS = {
+    "exact": "Returns the closure's loss (None without a closure), as torch.optim's optimizers do (training loops "
+             "and schedulers such as ReduceLROnPlateau read it); the BLR objective L(q) is objective(), exact here "
+             "and without loss values.",
+    "monte_carlo": "Returns the closure's loss, the mean of its values at the step's samples of q (None without a "
+                   "closure), as torch.optim's optimizers do (training loops and schedulers such as "
+                   "ReduceLROnPlateau read it), not the objective L(q): those values are ℓ_o at samples of the "
+                   "state before the update, and L needs H(q) and the priors' expectation at that state, one more "
+                   "float64 pass over every parameter's state on every step.  For L call objective(closure, "
+                   "samples=n) (fresh samples at the current state) or objective(values) with the closure's values "
+                   "at samples of q (e.g. inside sampled_params()).",
+    "delta": "Returns the closure's loss, ℓ_o at what the parameters hold before the update (None without a "
+             "closure), as torch.optim's optimizers do (training loops and schedulers such as ReduceLROnPlateau "
+             "read it), not the objective L(q): the delta-method value needs H(q) and the priors at that state, one "
+             "more float64 pass over every parameter's state on every step.  For L call objective(closure) or "
+             "objective(value).",
 }
 
 
@@ -78,7 +99,10 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
               " Every constant of the loss as written is kept; none is added.")
            + " Computed in float64 on the host; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, "
              "'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS).")
+    step_doc = "\n\n" + textwrap.fill(_STEP_RETURNS[parts.kind], 108, initial_indent="        ",
+                                      subsequent_indent="        ", break_on_hyphens=False) + "\n        "
     return {"kind": parts.kind, "doc": textwrap.fill(doc, 108, subsequent_indent="        ", break_on_hyphens=False),
+            "step_doc": step_doc,
             "entropy": _split(parts.entropy, state, pr),
             "expected": None if parts.expected_loss is None else _split(parts.expected_loss, state, pr),
             "scale": None if parts.kind == "exact" else HostPrinter().doprint(parts.scale),

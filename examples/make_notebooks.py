@@ -179,6 +179,35 @@ axes[0].set_ylabel("training loss (MSE)")
 fig.tight_layout()
 fig.savefig(OUT / "diag_gaussian_optimizers.png", dpi=80)
 plt.show()'''),
+    ("md", """\
+The objective the BLR minimizes, $\\mathcal{L}(q) = \\mathbb{E}_q[\\ell(\\theta)] - \\mathcal{H}(q)$ (Eq. 2), is
+what a variational run should watch. The generated optimizer's `objective()` estimates it at its state: for
+IVON, $\\ell = N \\cdot \\mathrm{MSE} + \\tfrac{\\delta N}{2}\\lVert\\theta\\rVert^2$ (the recipe's `minibatch` and
+`weight_decay`), $\\mathbb{E}_q$ of the MSE by Monte Carlo at fresh samples of $q$ (with its standard error), the
+prior's expectation and the entropy in closed form. `step()` keeps returning the loss, as `torch.optim` does."""),
+    ("code", '''\
+net = make_net()
+opt = generated["ivon"](net.parameters(), lr=0.05, ess=256)
+mse = lambda: torch.nn.functional.mse_loss(net(X), y)
+torch.manual_seed(5)
+at, L, se = [], [], []
+for t in range(101):
+    if t % 10 == 0:
+        out = opt.objective(mse, samples=16)
+        at.append(t); L.append(out["objective"]); se.append(out["standard_error"])
+    with opt.sampled_params(train=True):
+        opt.zero_grad()
+        mse().backward()
+    opt.step()
+L, se = np.array(L), np.array(se)
+print(f"L(q): {L[0]:.1f} -> {L[-1]:.1f} (standard error at the end {se[-1]:.2f}), estimate: {out['estimate']}")
+assert L[-1] < L[0] - 10 * se[0]
+fig, ax = plt.subplots(figsize=(5, 3.5))
+ax.errorbar(at, L, yerr=2 * se, marker="o", capsize=3)
+ax.set_xlabel("step"); ax.set_ylabel("L(q) = E_q[loss] - H(q)  (± 2 SE)"); ax.set_title("IVON: the BLR objective")
+fig.tight_layout()
+fig.savefig(OUT / "ivon_objective.png", dpi=80)
+plt.show()'''),
 ]
 
 USER = [

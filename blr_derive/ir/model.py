@@ -190,6 +190,8 @@ class ObjectiveParts:
     loss: Text = ""                    # ℓ(θ) in words and sympy text: "ess*ℓ_o(θ) + ..."
     #: the recipe drops the entropy (rule no_entropy, Sec. 4.5): the update minimizes E_q[ℓ] alone, entropy 0
     no_entropy: bool = False
+    #: the delta method's point in the state's symbols (``point`` is its text), for the array targets
+    point_value: Expr | None = None
 
 
 class Block(NamedTuple):

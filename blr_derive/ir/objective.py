@@ -19,6 +19,8 @@ from blr_derive.rules.base import Derivation
 
 #: the keys of the mapping ``objective`` returns
 KEYS = ("objective", "expected_loss", "entropy")
+#: the keys of the mapping an estimated objective returns (Monte Carlo or delta method; every target)
+ESTIMATE_KEYS = ("objective", "expected_loss", "entropy", "standard_error", "estimate", "samples")
 
 
 def objective_terms(D: Derivation):
@@ -156,7 +158,8 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
         dropped = any(a.name == "no_entropy" for a in r.approximations)
         return ObjectiveParts("monte_carlo" if point is None else "delta", sp.Integer(0) if dropped else H,
                               point="" if point is None else str(point), scale=lm.scale, extra=extra,
-                              loss=_loss_text(fam, lm), no_entropy=dropped)
+                              loss=_loss_text(fam, lm), no_entropy=dropped,
+                              point_value=None if point is None else in_state(sp.sympify(point)))
     terms = objective_terms(D)
     if terms is None or D.renamed or not lm.trivial() or any(a.name == "no_entropy" for a in r.approximations):
         return None

@@ -19,6 +19,7 @@ from blr_derive.core import newton
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.text import Prose
 from blr_derive.ir.model import FactorizedIR
+from blr_derive.ir.objective import ESTIMATE_KEYS
 
 #: the engine's solver of ∇A(λ) = μ (blr_derive/core/newton.py), embedded in the modules that need it
 NEWTON_SOURCE = inspect.getsource(newton.newton_dual).replace("def newton_dual(", "def _newton_dual(", 1)
@@ -312,3 +313,119 @@ def rows_view(rows, pr) -> RowsView | None:
     return {"count": pr(rows["count"]), "slices": [(pr(s), pr(full)) for s, full in rows["slices"]],
             "assignments": [(pr(s), pr(e)) for s, e in rows["assignments"]],
             "outputs": [(k, pr(s)) for k, s in rows["outputs"]]}
+
+
+class EstimateView(TypedDict):
+    """The BLR objective of a recipe that samples q or reads its loss through oracles at one point (``kind``
+    monte_carlo or delta, ``UpdateIR.objective_parts``), printed for the array targets: the state, data and
+    hyperparameters it reads, the first state (the coordinates it sums over), the entropy, the terms rules added to
+    the loss, the loss's scale, the delta method's point or the draws of a sample of q and θ from them."""
+    kind: str
+    doc: Prose
+    state: list[str]
+    data: list[str]
+    hyper: list                      # HyperVar
+    first: str
+    entropy: str
+    extra: str | None
+    scale: str
+    point: str | None
+    eps: str
+    draws: list[tuple[str, str]]     # (draw, law) of a sample: "normal" or "uniform"
+    theta: str
+    theta_expr: str
+    accept: str | None
+    keys: tuple[str, ...]
+
+
+#: the keywords of an estimated objective besides step's (a hyperparameter of either name leaves it out)
+ESTIMATE_KEYWORDS = ("loss", "samples")
+
+_ESTIMATE_DOC = {
+    "monte_carlo": "the recipe samples q, so E_q[ℓ] is a Monte Carlo estimate from values of the loss ℓ_o the "
+                   "oracles evaluate at samples of q: either ``loss``, the values at samples the caller drew (a "
+                   "sequence, one number per sample), or ``oracles['loss']``, a function of θ returning ℓ_o(θ) (an "
+                   "array is summed over its elements: a loss per coordinate is its sum), evaluated at ``samples`` "
+                   "fresh samples {theta} = {theta_expr} (default 2) drawn {how} as step() draws its samples.  With "
+                   "ℓ = {loss}, 'expected_loss' is {scale} × the mean of the values + the expectation of the other "
+                   "terms (closed form), 'standard_error' its standard error ({scale} × the sample standard "
+                   "deviation / √n; NaN for one value), 'samples' n and 'estimate' 'monte_carlo'.",
+    "delta": "the update reads the loss only through oracles at {point} (no samples), so E_q[ℓ] is the delta "
+             "method's ℓ({point}) (Sec. 4.2), labelled 'estimate': 'delta': ``loss`` is ℓ_o({point}), the value "
+             "of the loss the oracles evaluate at {point} (one number), or ``oracles['loss']``, a function of θ "
+             "returning ℓ_o(θ) (an array is summed over its elements), is evaluated at {point}.  With ℓ = {loss}, "
+             "'expected_loss' is ℓ({point}) and 'objective' the delta-method value ℓ({point}) − H(q) "
+             "('standard_error' NaN, 'samples' 1).",
+}
+
+
+def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) -> EstimateView | None:
+    """The estimated objective of a recipe whose E_q[ℓ] is not closed (blr_derive/ir/objective.py
+    ``objective_parts`` of kind monte_carlo or delta), printed by ``printer``; ``uniform``/``normal``: the target's
+    names of the draws, ``how``: how step draws (for the docstring).  None where the module has the exact objective,
+    the parts are not there or exact, the samples are not draws from q (sub-batches at a point), the point does not
+    read the state alone, or a hyperparameter, state, data or draw is named like one of :data:`ESTIMATE_KEYWORDS`."""
+    parts = getattr(ir, "objective_parts", None)
+    if getattr(ir, "objective", None) is not None or parts is None or parts.kind not in ("monte_carlo", "delta"):
+        return None
+    bound = hyperparameter_names(ir) + [v.name for v in ir.state] + [v.name for v in ir.data]
+    if ir.sampling is not None:
+        bound += [str(ir.sampling.eps), str(ir.sampling.theta)] + [str(d) for d, _ in ir.sampling.more_draws]
+    if any(n in ESTIMATE_KEYWORDS for n in bound):
+        return None                     # a name the module binds would shadow a keyword of objective()
+    pr = printer.doprint
+    used = set(parts.entropy.free_symbols) | set(sp.sympify(parts.extra).free_symbols) \
+        | set(sp.sympify(parts.scale).free_symbols)
+    sm = ir.sampling
+    law = {"normal": normal, "uniform": uniform, "tanh_sinh": uniform}    # quadrature: u = F(θ) ~ U(0, 1)
+    if parts.kind == "monte_carlo":
+        if sm is None or sm.draw not in law or any(d not in ("normal", "uniform") for _, d in sm.more_draws):
+            return None
+        used |= sm.theta_expr.free_symbols | (sm.accept.free_symbols if sm.accept is not None else set())
+        draws = [(pr(sm.eps), law[sm.draw])] + [(pr(d), law[x]) for d, x in sm.more_draws]
+        point = None
+    else:
+        if parts.point_value is None:
+            return None
+        used |= parts.point_value.free_symbols
+        draws, point = [], pr(parts.point_value)
+    first = ir.state[0]
+    state = [v.name for v in ir.state if v.symbol in used or v is first]
+    data = [v.name for v in ir.data if v.symbol in used]
+    hyper = [h for h in ir.hyperparameters if any(s in used for s in h.symbols)]
+    known = {v.symbol for v in ir.state} | {v.symbol for v in ir.data} | {s for h in ir.hyperparameters
+                                                                           for s in h.symbols}
+    if sm is not None and parts.kind == "monte_carlo":
+        known |= {sm.eps} | {d for d, _ in sm.more_draws}
+    if not used <= known:
+        return None                     # a symbol the module does not bind (e.g. a definition of the update)
+    if parts.no_entropy:
+        head = ("The objective the update minimizes at the state: the recipe drops the entropy of the BLR's "
+                "L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2; no_entropy, Sec. 4.5), so it is E_q[ℓ] alone and "
+                "'entropy' is 0; ")
+    else:
+        head = ("The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update "
+                "minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B) in "
+                "the state, summed over the coordinates, with its constants (e.g. ½ log(2πe) per coordinate of a "
+                "Gaussian); ")
+    text = head + _ESTIMATE_DOC[parts.kind].format(
+        point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale), how=how,
+        theta=pr(sm.theta) if sm is not None else "", theta_expr=pr(sm.theta_expr) if sm is not None else "") \
+        + (" ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors); "
+           "ℓ_o's own constants are kept, none is added.  Takes what step() takes, and ``loss`` and ``samples``; "
+           "returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate', "
+           "'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; "
+           "computed eagerly, not for tracing.")
+    return {"kind": parts.kind, "doc": Prose(textwrap.fill(text, 112, subsequent_indent="    ", break_on_hyphens=False)),
+            "state": state, "data": data, "hyper": hyper, "first": first.name,
+            "entropy": pr(parts.entropy), "extra": pr(parts.extra) if parts.extra != 0 else None,
+            "scale": pr(sp.sympify(parts.scale)), "point": point, "eps": draws[0][0] if draws else "",
+            "draws": draws, "theta": pr(sm.theta) if point is None else "",
+            "theta_expr": pr(sm.theta_expr) if point is None else "",
+            "accept": pr(sm.accept) if point is None and sm.accept is not None else None,
+            "keys": ESTIMATE_KEYS}
+
+
+def hyperparameter_names(ir) -> list:
+    """Every name the hyperparameters bind in a module: each one's own and its symbols' (tuple elements, choices)."""
+    return [h.name for h in ir.hyperparameters] + [str(s) for h in ir.hyperparameters for s in h.symbols]

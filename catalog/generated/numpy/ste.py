@@ -213,3 +213,57 @@ def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
     _lam = numpy.array([1] if lam0 is None else lam0, dtype=float)
     return ordinary_from_natural(_newton_dual(mu, _lam, log_partition, expectation_parameters, fisher_information,
                                               _in_domain, tol, max_iter))
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q), estimated
+# The objective the BLR minimizes (Eq. 2), with E_q[loss] by the delta method (the loss at one point) and H(q) as the engine
+# derived it.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+    "standard_error",
+    "estimate",
+    "samples",
+)
+OBJECTIVE_ESTIMATE = "delta"
+
+
+def objective(state, *, oracles=None, data=None, rng=None, loss=None, samples=None, **hyperparameters):
+    """The objective the update minimizes at the state: the recipe drops the entropy of the BLR's L(q) = E_q[ℓ(θ)] −
+    H(q) (Khan & Rue 2023, Eq. 2; no_entropy, Sec. 4.5), so it is E_q[ℓ] alone and 'entropy' is 0; the update
+    reads the loss only through oracles at binary(lam) (no samples), so E_q[ℓ] is the delta method's
+    ℓ(binary(lam)) (Sec. 4.2), labelled 'estimate': 'delta': ``loss`` is ℓ_o(binary(lam)), the value of the loss
+    the oracles evaluate at binary(lam) (one number), or ``oracles['loss']``, a function of θ returning ℓ_o(θ)
+    (an array is summed over its elements), is evaluated at binary(lam).  With ℓ = ℓ_o(theta), 'expected_loss'
+    is ℓ(binary(lam)) and 'objective' the delta-method value ℓ(binary(lam)) − H(q) ('standard_error' NaN,
+    'samples' 1). ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N,
+    priors); ℓ_o's own constants are kept, none is added.  Takes what step() takes, and ``loss`` and
+    ``samples``; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate',
+    'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; computed
+    eagerly, not for tracing."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    _need(state, ("lam", ), "the state")
+    _dims = {}
+    lam = _array("lam", state["lam"], _dims)
+    if samples is not None:
+        raise TypeError("objective(): the delta method reads one loss value; samples is not taken")
+    if loss is None:
+        if oracles is None or "loss" not in oracles:
+            raise TypeError("objective() needs loss (the loss at numpy.where(lam < 0, -1.0, 1.0)) or oracles['loss']")
+        loss = numpy.sum(oracles["loss"](numpy.where(lam < 0, -1.0, 1.0)))
+    _values = numpy.asarray(loss, dtype=float).reshape(-1)
+    if _values.size != 1:
+        raise ValueError(f"objective(): the delta method reads one loss value, got {_values.size}")
+    _zero = numpy.zeros(numpy.shape(lam))
+    with numpy.errstate(all="ignore"):
+        _entropy = float(numpy.sum(_zero + (0)))
+    _scale = float(1)
+    _n = int(_values.size)
+    _mean = _scale * float(numpy.mean(_values))
+    _se = numpy.nan
+    return {"objective": _mean - _entropy, "expected_loss": _mean, "entropy": _entropy, "standard_error": float(_se),
+            "estimate": "delta", "samples": _n}

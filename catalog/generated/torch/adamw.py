@@ -369,7 +369,14 @@ class AdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One update of every parameter group; ``closure`` re-evaluates the loss (optional)."""
+        """One update of every parameter group; ``closure`` re-evaluates the loss (optional).
+
+        Returns the closure's loss, ℓ_o at what the parameters hold before the update (None without a
+        closure), as torch.optim's optimizers do (training loops and schedulers such as ReduceLROnPlateau
+        read it), not the objective L(q): the delta-method value needs H(q) and the priors at that state,
+        one more float64 pass over every parameter's state on every step.  For L call objective(closure) or
+        objective(value).
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():

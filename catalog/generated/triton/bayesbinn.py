@@ -539,7 +539,16 @@ class BayesBiNN(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One update of every parameter group (one kernel launch per group and parameter dtype);
-        ``closure`` re-evaluates the loss (optional)."""
+        ``closure`` re-evaluates the loss (optional).
+
+        Returns the closure's loss, the mean of its values at the step's samples of q (None without a
+        closure), as torch.optim's optimizers do (training loops and schedulers such as ReduceLROnPlateau
+        read it), not the objective L(q): those values are ℓ_o at samples of the state before the update,
+        and L needs H(q) and the priors' expectation at that state, one more float64 pass over every
+        parameter's state on every step.  For L call objective(closure, samples=n) (fresh samples at the
+        current state) or objective(values) with the closure's values at samples of q (e.g. inside
+        sampled_params()).
+        """
         loss = None
         if closure is not None:
             samples = int(self.param_groups[0]["mc_samples"])

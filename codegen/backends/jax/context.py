@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from blr_derive.codegen.arrays.views import CheckView, EntriesView, FactorizedView, MapsView, PointView, ShapingView
+from blr_derive.codegen.arrays.views import CheckView, EntriesView, EstimateView, FactorizedView, MapsView, PointView, ShapingView
 from blr_derive.codegen.validation import Validation
 from blr_derive.ir.model import HyperVar, UpdateIR
 
@@ -122,6 +122,7 @@ class FunctionsContext:
     checks: list[CheckView]                    # the run-time domain checks, each after the assignment of its value
     check_domains: bool                        # the module defines _check_domain and its CHECK_DOMAINS switch
     objective: EntriesView | None = None       # the BLR objective's entry point (blr_derive/ir/objective.py)
+    estimate: EstimateView | None = None       # the BLR objective where E_q[ℓ] is estimated (Monte Carlo, delta method)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 import sympy as sp
 
 from blr_derive.codegen.arrays.printer import ArrayPrinter
-from blr_derive.codegen.arrays.views import (NEWTON_SOURCE, PointView, checks_view, entry_view, objective_view, family_maps_view,
+from blr_derive.codegen.arrays.views import (NEWTON_SOURCE, PointView, checks_view, entry_view, hyperparameter_names, objective_estimate_view, objective_view, family_maps_view,
                                              module_shapes, shaping_view)
 from blr_derive.codegen.backends.jax.context import FunctionsContext, FunctionsSamplingView
 from blr_derive.codegen.inert import identifier
@@ -131,11 +131,6 @@ def check_functions(ir):
                                 f"(got '{sm.draw}')", "approximations")
 
 
-def hyperparameter_names(ir) -> list:
-    """Every name the hyperparameters bind in a module: each one's own and its symbols' (tuple elements, choices)."""
-    return [h.name for h in ir.hyperparameters] + [str(s) for h in ir.hyperparameters for s in h.symbols]
-
-
 def refuse_reserved(ir, groups):
     """UnsupportedTarget at the first recipe entry (``groups``: [(entry, names)]) that declares a name a jax module
     binds itself (:data:`RESERVED`); shared by the single-family and the factorized modules."""
@@ -161,6 +156,7 @@ def functions_view(ir) -> FunctionsContext:
     maps = family_maps_view(ir, pr)
     entries = entry_view(ir, pr)
     objective = objective_view(ir, pr, "jnp")
+    estimate = objective_estimate_view(ir, pr, "uniform", "normal", "with ``key`` (a jax.random key) split")
     point: PointView | None = None
     if ir.parameter is not None:                # what a model's weights hold (e.g. sign(lam))
         point = {"code": pr.doprint(ir.parameter),
@@ -189,7 +185,7 @@ def functions_view(ir) -> FunctionsContext:
         step=None if ir.step_symbol is None else identifier(str(ir.step_symbol)),
         shapes=module_shapes(ir), symmetric=sorted(ir.symmetric),
         first=identifier(ir.state[0].name), checks=checks, check_domains="_check_domain" in pr.helpers,
-        objective=objective,
+        objective=objective, estimate=estimate,
     )
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from blr_derive.codegen.arrays import mixture_axis
 from blr_derive.codegen.arrays.rows import RowBatchPrinter
-from blr_derive.codegen.arrays.views import (PointView, checks_view, entry_view, objective_view, factorized_view, family_maps_view,
+from blr_derive.codegen.arrays.views import (PointView, checks_view, entry_view, objective_estimate_view, objective_view, factorized_view, family_maps_view,
                                              module_shapes, own_shape_zeros, shaping_view)
 from blr_derive.codegen.backends.numpy.config import CONFIG
 from blr_derive.codegen.backends.numpy.context import FactorizedContext, ModuleContext, SamplingView
@@ -65,6 +65,7 @@ class NumpyTarget:
         maps = family_maps_view(ir, printer)
         entries = entry_view(ir, printer)
         objective = objective_view(ir, printer, "numpy")
+        estimate = objective_estimate_view(ir, printer, "random", "standard_normal", "with ``rng`` (numpy's Generator)")
         point: PointView | None = None
         if getattr(ir, "parameter", None) is not None:      # what a model's weights hold (e.g. sign(lam))
             point = {"code": printer.doprint(ir.parameter),
@@ -83,6 +84,7 @@ class NumpyTarget:
             state_names=[v.name for v in ir.state], printer=printer,
             init_hyper=[h for h in ir.hyperparameters if any(s in init_syms for s in h.symbols)], entries=entries,
             point=point, shapes=shapes, symmetric=sorted(ir.symmetric), checks=checks, objective=objective,
+            estimate=estimate,
         ))
         return out
 

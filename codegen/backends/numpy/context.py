@@ -8,7 +8,7 @@ from typing import TypedDict
 
 from blr_derive.codegen.arrays.mixture_axis import AxisPrinter as MixtureAxisPrinter
 from blr_derive.codegen.arrays.printer import ArrayPrinter
-from blr_derive.codegen.arrays.views import CheckView, EntriesView, FactorizedView, MapsView, PointView, ShapingView
+from blr_derive.codegen.arrays.views import CheckView, EntriesView, EstimateView, FactorizedView, MapsView, PointView, ShapingView
 from blr_derive.ir.model import HyperVar, UpdateIR
 
 
@@ -52,6 +52,7 @@ class ModuleContext:
     symmetric: list[str]
     checks: list[CheckView]                   # the run-time domain checks, each after the assignment of its value
     objective: EntriesView | None = None      # the BLR objective's entry point (blr_derive/ir/objective.py)
+    estimate: EstimateView | None = None      # the BLR objective where E_q[ℓ] is estimated (Monte Carlo, delta method)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from conftest import CATALOG, ROOT
 EXAMPLES = ROOT / "examples"
 PLOTS = {
     "01_newton_full_gaussian.ipynb": ["newton_convergence.png"],
-    "02_rmsprop_adam_ivon_diag_gaussian.ipynb": ["diag_gaussian_optimizers.png"],
+    "02_rmsprop_adam_ivon_diag_gaussian.ipynb": ["diag_gaussian_optimizers.png", "ivon_objective.png"],
     "03_bayesbinn_bernoulli.ipynb": ["bayesbinn_training.png"],
     "04_user_declared_family.ipynb": ["nakagami_posterior.png"],
     "05_writing_a_recipe.ipynb": ["recipe_from_scratch.png"],
