@@ -21,12 +21,29 @@ def _rule_words(name):
     return f"({tag}{r.equation}: {r.summary})"
 
 
+def _structure(r) -> str:
+    """The recipe's candidate-structure sections (the family's variable laid out as a matrix, a basis, federated
+    sites, a stored posterior), in words; 'none' for a plain family."""
+    parts = []
+    for key, what in (("kronecker", "matrix-normal"), ("eigenbasis", "diagonal in a Kronecker eigenbasis")):
+        sec = getattr(r, key, None)
+        if sec is not None:
+            parts.append(f"{key} ({what}, {sec.rows} x {sec.cols})")
+    if getattr(r, "federated", None) is not None:
+        parts.append("federated (Bayesian ADMM sites)")
+    if getattr(r, "correction", None) is not None:
+        parts.append("posterior_correction (a stored posterior)")
+    return ", ".join(parts) or "none"
+
+
 def compare_recipes(path_a, path_b) -> str:
     ra, Da = derive_file(path_a)
     rb, Db = derive_file(path_b)
     lines = [f"compare {ra.name} ({plain(ra.title)}) with {rb.name} ({plain(rb.title)})", ""]
     same_family = ra.family.name == rb.family.name
     lines.append(f"candidate family: {ra.family.name}" + (" (both)" if same_family else f" vs {rb.family.name}"))
+    sa, sb = _structure(ra), _structure(rb)
+    lines.append(f"candidate structure: {sa}" + (" (both)" if sa == sb else f" vs {sb}"))
     la = ra.loss_kind if ra.loss_kind == "abstract" else f"explicit: {pretty(ra.loss)}"
     lb = rb.loss_kind if rb.loss_kind == "abstract" else f"explicit: {pretty(rb.loss)}"
     lines.append(f"loss: {la}" + (" (both)" if la == lb else f" vs {lb}"))

@@ -65,6 +65,18 @@ def test_compare_names_the_approximations_that_separate_algorithms():
     assert "change the candidate family gaussian_fixed_cov -> gaussian_full" in out
     out = compare_recipes(CATALOG / "adam.yaml", CATALOG / "adam.yaml")
     assert "nothing: the recipes derive the same update" in out
+    assert "candidate structure: none (both)" in out
+
+
+def test_compare_names_the_candidate_structure_sections():
+    """Adam and SOAP share the family and most rules; what separates them is the eigenbasis section (and its
+    refresh rule), which compare names next to the family."""
+    out = compare_recipes(CATALOG / "adam.yaml", CATALOG / "soap.yaml")
+    assert "candidate structure: none vs eigenbasis (diagonal in a Kronecker eigenbasis, d_out x d_in)" in out
+    assert "- add kronecker_eigenbasis" in out
+    out = compare_recipes(CATALOG / "svrg.yaml", CATALOG / "fed_admm_isotropic.yaml")
+    assert ("candidate structure: posterior_correction (a stored posterior) vs federated (Bayesian ADMM sites)"
+            in out)
 
 
 def test_cli_explain_latex_and_compare(tmp_path):
