@@ -238,12 +238,13 @@ def _flat_states(cache, index, states, params, names):
     (a dtype, device or shape that differs, an entry only some parameters have).  The state of every parameter
     is a view of that tensor, so the flat update is the state's update: the first call (and any after the state
     was replaced, e.g. by load_state_dict) lays the state out once (``cache``: (group index, name) -> (flat
-    tensor, its views)); later calls find the same views and copy nothing."""
+    tensor, its views, their ids)); later calls find the same views (the cache holds them, so their ids are
+    theirs) and copy nothing."""
     out = {}
     for name in names:
         tensors = [st.get(name) for st in states]
         entry = cache.get((index, name))
-        if entry is not None and len(entry[1]) == len(tensors) and all(a is b for a, b in zip(entry[1], tensors)):
+        if entry is not None and list(map(id, tensors)) == entry[2]:
             out[name] = entry[0]
             continue
         if all(t is None for t in tensors):
@@ -257,7 +258,7 @@ def _flat_states(cache, index, states, params, names):
         views = _views(flat, tensors)
         for st, v in zip(states, views):
             st[name] = v
-        cache[(index, name)] = (flat, views)
+        cache[(index, name)] = (flat, views, list(map(id, views)))
         out[name] = flat
     return out
 
@@ -425,7 +426,7 @@ class VOGN(torch.optim.Optimizer):
         self._samples = {}
         self._sync = bool(sync)
         self._sampling = False
-        self._flat = {}             # (group index, state) -> its flat tensor and the views the state holds
+        self._flat = {}             # (group index, state) -> its flat tensor, the views the state holds, their ids
 
     def _state(self, _p, group):
         """The state of one parameter; an entry missing (a new parameter, or a checkpoint of an optimizer that
