@@ -198,16 +198,20 @@ class _FlatList(list):
     parameter order): what a multi-tensor program runs on when a group's parameters share a dtype and device."""
 
 
+_FLAT_MAX = 1 << 17
+
+
 def _flat_ok(params, foreach):
-    """Whether a group's elementwise programs may run on one flat tensor per quantity: parameters of one dtype
-    and device, real, not DTensors (FSDP2's shards), foreach not False, and not while torch.compile traces
-    (its graph keeps the per-tensor lists).  One operation per quantity instead of one per tensor: on small
-    models the multi-tensor operations cost a kernel launch per tensor on the CPU."""
+    """Whether a group's elementwise programs may run on one flat tensor per quantity: a small group
+    (_FLAT_MAX) of parameters of one dtype and device, real, not DTensors (FSDP2's shards), foreach not False,
+    and not while torch.compile traces (its graph keeps the per-tensor lists).  One operation per quantity
+    instead of one per tensor: on small models the multi-tensor operations cost a kernel launch per tensor."""
     if foreach is False or torch.compiler.is_compiling():
         return False
     first = params[0]
-    return all(p.dtype == first.dtype and p.device == first.device and not torch.is_complex(p)
-               and not hasattr(p, "device_mesh") for p in params)
+    return sum(p.numel() for p in params) <= _FLAT_MAX and all(
+        p.dtype == first.dtype and p.device == first.device and not torch.is_complex(p)
+        and not hasattr(p, "device_mesh") for p in params)
 
 
 def _flat_cat(tensors):

@@ -19,15 +19,16 @@ def _net(dtype=torch.float32, one=False):
                                torch.nn.Linear(3, 2, bias=False)).to(dtype)
 
 
-def _train(name, cls, kw, *, dtype=torch.float32, one=False, steps=5, mc=2, skip=False, resume_at=None):
+def _train(name, cls, kw, *, dtype=torch.float32, one=False, steps=5, mc=2, skip=False, resume_at=None, mod=None):
+    mod = mod or load_generated(name, "torch")
     net = _net(dtype, one)
-    opt = getattr(load_generated(name, "torch"), cls)(net.parameters(), **kw)
+    opt = getattr(mod, cls)(net.parameters(), **kw)
     torch.manual_seed(1)
     x, y = torch.randn(16, 5, dtype=dtype), torch.randn(16, 2, dtype=dtype)
     for s in range(steps):
         if s == resume_at:
             saved = copy.deepcopy(opt.state_dict())
-            opt = getattr(load_generated(name, "torch"), cls)(net.parameters(), **kw)
+            opt = getattr(mod, cls)(net.parameters(), **kw)
             opt.load_state_dict(saved)
         for _ in range(mc):
             with opt.sampled_params(train=True):
@@ -84,3 +85,12 @@ def test_a_parameter_without_gradient_in_every_sample_of_a_step_is_left_as_it_is
     opt.step()
     assert all(torch.equal(p, q) for p, q in zip(net[0].parameters(), first))
     assert not any(torch.equal(p, q) for p, q in zip(net[-1].parameters(), last))
+
+
+def test_a_group_over_the_flat_size_keeps_the_per_tensor_lists(monkeypatch):
+    mod = load_generated("ivon", "torch")
+    monkeypatch.setattr(mod, "_FLAT_MAX", 50)          # the test network's group has 72 elements
+    net, opt = _train("ivon", "IVON", {"lr": 0.1, "ess": 100, "mc_samples": 2}, mod=mod)
+    ref_net, ref_opt = _train("ivon", "IVON", {"lr": 0.1, "ess": 100, "mc_samples": 2, "foreach": False})
+    assert not opt._flat and sum(p.numel() for p in net.parameters()) == 72
+    assert all(torch.equal(u, v) for u, v in zip(_values(net, opt), _values(ref_net, ref_opt)))
