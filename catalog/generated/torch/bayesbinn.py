@@ -193,6 +193,80 @@ def _keep_low_state(opt, state_dict, renamed):
             st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
 
 
+class _FlatList(list):
+    """The one-tensor list of a group's values laid out flat (every parameter's elements one after the other, in
+    parameter order): what a multi-tensor program runs on when a group's parameters share a dtype and device."""
+
+
+_FLAT_MAX = 1 << 17
+
+
+def _flat_ok(params, foreach):
+    """Whether a group's elementwise programs may run on one flat tensor per quantity: a small group
+    (_FLAT_MAX) of parameters of one dtype and device, real, not DTensors (FSDP2's shards), foreach not False,
+    and not while torch.compile traces (its graph keeps the per-tensor lists).  One operation per quantity
+    instead of one per tensor: on small models the multi-tensor operations cost a kernel launch per tensor."""
+    if foreach is False or torch.compiler.is_compiling():
+        return False
+    first = params[0]
+    return sum(p.numel() for p in params) <= _FLAT_MAX and all(
+        p.dtype == first.dtype and p.device == first.device and not torch.is_complex(p)
+        and not hasattr(p, "device_mesh") for p in params)
+
+
+def _flat_cat(tensors):
+    """A new flat tensor of the tensors' elements, one after the other (logical order; torch's own
+    torch._utils._flatten_dense_tensors, one call into C++ instead of a Python loop over the tensors; for a single
+    tensor torch returns a view of it, copied here)."""
+    if len(tensors) == 1:
+        return tensors[0].reshape(-1).clone()
+    return torch._C._nn.flatten_dense_tensors(tensors)
+
+
+def _views(flat, like):
+    """The tensors of ``like``'s shapes that the flat tensor holds one after the other (contiguous views, no
+    copy; torch._utils._unflatten_dense_tensors)."""
+    return torch._C._nn.unflatten_dense_tensors(flat, like)
+
+
+def _flat_states(cache, index, states, params, names):
+    """The states ``names`` of a group as one flat tensor each ({name: tensor}), or None where they cannot be
+    (a dtype, device or shape that differs, an entry only some parameters have).  The state of every parameter
+    is a view of that tensor, so the flat update is the state's update: the first call (and any after the state
+    was replaced, e.g. by load_state_dict) lays the state out once (``cache``: (group index, name) -> (flat
+    tensor, its views, their ids)); later calls find the same views (the cache holds them, so their ids are
+    theirs) and copy nothing."""
+    out = {}
+    for name in names:
+        tensors = [st.get(name) for st in states]
+        entry = cache.get((index, name))
+        if entry is not None and list(map(id, tensors)) == entry[2]:
+            out[name] = entry[0]
+            continue
+        if all(t is None for t in tensors):
+            continue
+        first = tensors[0]
+        if not all(torch.is_tensor(t) and t.dtype == first.dtype and t.device == first.device and not t.is_sparse
+                   and t.shape == p.shape and not torch.is_complex(t) and not hasattr(t, "device_mesh")
+                   for t, p in zip(tensors, params)):
+            return None
+        flat = _flat_cat(tensors)
+        views = _views(flat, tensors)
+        for st, v in zip(states, views):
+            st[name] = v
+        cache[(index, name)] = (flat, views, list(map(id, views)))
+        out[name] = flat
+    return out
+
+
+def _unflat_samples(acc, params):
+    """The statistics accumulated flat (``acc["flat"]``) as one tensor per parameter (views)."""
+    if acc.pop("flat", False):
+        for key, value in acc.items():
+            if key not in ("count", "has_grad") and value is not None:
+                acc[key] = _views(value[0], params)
+
+
 def _no_sparse(params, name):
     for p in params:
         if p.grad is not None and p.grad.is_sparse:
@@ -335,6 +409,7 @@ class BayesBiNN(torch.optim.Optimizer):
         self._samples = {}
         self._sync = bool(sync)
         self._sampling = False
+        self._flat = {}             # (group index, state) -> its flat tensor, the views the state holds, their ids
         with torch.no_grad():
             for group in self.param_groups:
                 params = list(group["params"])
@@ -377,7 +452,7 @@ class BayesBiNN(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _, _ in drawn:
-                    _foreach_copy(_real(params), mean)
+                    _foreach_copy(_real(params), _views(mean[0], params) if isinstance(mean, _FlatList) else mean)
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -392,11 +467,24 @@ class BayesBiNN(torch.optim.Optimizer):
             temperature = _scalar(group["temperature"])
             states = [self._state(p, group) for p in params]
             _pr = _real(params)
-            _saved = _work([p.detach().clone() for p in _pr])
-            lam = _real([st["lam"] for st in states])
-            grad_avg = _real([st["grad_avg"] for st in states])
-            flat = torch.rand(sum(p.numel() for p in _pr), dtype=_saved[0].dtype, device=params[0].device)
-            u = [_shard_like(x.view(p.shape), p) for x, p in zip(flat.split([p.numel() for p in _pr]), _pr)]
+            _fs = None
+            if _flat_ok(params, group["foreach"]):
+                _acc = self._samples.get(_index)
+                if _acc is None or not _acc["count"] or _acc.get("flat"):      # a step's samples share one layout
+                    _fs = _flat_states(self._flat, _index, states, params, ("lam", "grad_avg", ))
+            if _fs is not None:             # one flat tensor per quantity: one operation each, not one per tensor
+                _saved = _FlatList(_work([_flat_cat(_pr)]))
+                lam = [_fs.get("lam")]
+                grad_avg = [_fs.get("grad_avg")]
+                flat = torch.rand(_saved[0].numel(), dtype=_saved[0].dtype, device=params[0].device)
+                u = [flat]
+            else:
+                _unflat_samples(self._samples.get(_index, {}), params)
+                _saved = _work([p.detach().clone() for p in _pr])
+                lam = _real([st["lam"] for st in states])
+                grad_avg = _real([st["grad_avg"] for st in states])
+                flat = torch.rand(sum(p.numel() for p in _pr), dtype=_saved[0].dtype, device=params[0].device)
+                u = [_shard_like(x.view(p.shape), p) for x, p in zip(flat.split([p.numel() for p in _pr]), _pr)]
             _f4 = torch._foreach_mul(u, -1)
             torch._foreach_add_(_f4, 1)
             _f3 = torch._foreach_div(u, _f4)
@@ -405,7 +493,7 @@ class BayesBiNN(torch.optim.Optimizer):
             _f2 = torch._foreach_mul(_f6, 1/temperature)
             _f1 = torch._foreach_tanh(_f2)
             theta_k = _f1
-            _foreach_copy(_pr, theta_k)
+            _foreach_copy(_pr, _views(theta_k[0], _pr) if _fs is not None else theta_k)
             drawn.append((_index, params, _saved, u, theta_k, (_f2,)))
         return drawn
 
@@ -418,9 +506,18 @@ class BayesBiNN(torch.optim.Optimizer):
             temperature = _scalar(group["temperature"])
             eps = _scalar(group["eps"])
             states = [self._state(p, group) for p in params]
-            lam = _real([st["lam"] for st in states])
-            grad_avg = _real([st["grad_avg"] for st in states])
-            g_k = _work(_real([p.grad if p.grad is not None else torch.zeros_like(p) for p in params]))
+            _fs = _flat_states(self._flat, _index, states, params, ("lam", "grad_avg", )) if isinstance(_saved, _FlatList) else None
+            if _fs is None and isinstance(_saved, _FlatList):          # the state was replaced since the draw
+                u, theta_k, _kept_f2 = (_views(u[0], params), _views(theta_k[0], params), _views(_kept_f2[0], params), )
+                _unflat_samples(self._samples.get(_index, {}), params)
+            if _fs is not None:
+                lam = [_fs.get("lam")]
+                grad_avg = [_fs.get("grad_avg")]
+                g_k = _work([_flat_cat([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])])
+            else:
+                lam = _real([st["lam"] for st in states])
+                grad_avg = _real([st["grad_avg"] for st in states])
+                g_k = _work(_real([p.grad if p.grad is not None else torch.zeros_like(p) for p in params]))
             if group["maximize"]:
                 g_k = torch._foreach_neg(g_k)
             _f2 = [(2*torch.exp(-torch.abs(_a0))/(1 + torch.exp(-2*torch.abs(_a0)))) for _a0 in _kept_f2]
@@ -436,6 +533,8 @@ class BayesBiNN(torch.optim.Optimizer):
             _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1
             _n = _acc["count"]
+            if _n == 1 and _fs is not None:
+                _acc["flat"] = True         # the statistics below are flat (one tensor each)
             _got = [p.grad is not None for p in params]
             _acc["has_grad"] = [a or b for a, b in zip(_acc.get("has_grad", _got), _got)]
             if _n == 1:
@@ -454,7 +553,7 @@ class BayesBiNN(torch.optim.Optimizer):
             acc = self._samples.get(_index)
             if acc is None:
                 continue
-            for key in sorted(k for k in acc if k not in ("count", "has_grad")):
+            for key in sorted(k for k in acc if k not in ("count", "has_grad", "flat")):
                 flat = torch.cat([x.reshape(-1) for x in acc[key]])
                 dist.all_reduce(flat)
                 flat.div_(world)
@@ -473,6 +572,7 @@ class BayesBiNN(torch.optim.Optimizer):
         self._sync = state.get("_sync", False)
         self._samples = state.get("_samples", {})
         self._sampling = False
+        self._flat = {}
         for group in self.param_groups:
             for _key, _value in _GROUP_DEFAULTS.items():
                 group.setdefault(_key, _value)
@@ -524,10 +624,20 @@ class BayesBiNN(torch.optim.Optimizer):
             params = _sub(list(group["params"]), _keep)
             if not params:
                 continue
-            _inputs = {"ngrad": _sub(_acc.get("ngrad"), _keep), }
             states = [self._state(p, group) for p in params]
             fused = group["fused"] and not _COMPILED.get("failed")
-            for _t, _i in _buckets(states, group["foreach"]):
+            _bk = _buckets(states, group["foreach"])
+            _fs = None
+            if _acc.get("flat") and len(params) == len(group["params"]) and len(_bk) == 1 and _bk[0][1] is None:
+                _fs = _flat_states(self._flat, _index, states, params, ("lam", "grad_avg", ))
+            if _fs is not None:             # the samples and the state are flat: the update runs on one tensor each
+                _fp = _flat_cat(params)
+                self._apply(group, [_fp], [_fs], _bk[0][0], {"ngrad": _acc.get("ngrad"), }, fused)
+                _foreach_copy(params, _views(_fp, params))
+                continue
+            _unflat_samples(_acc, list(group["params"]))
+            _inputs = {"ngrad": _sub(_acc.get("ngrad"), _keep), }
+            for _t, _i in _bk:
                 self._apply(group, _sub(params, _i), _sub(states, _i), _t,
                             {_k: _sub(_v, _i) for _k, _v in _inputs.items()}, fused)
         self._samples.clear()

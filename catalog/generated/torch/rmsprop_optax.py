@@ -389,9 +389,7 @@ class RMSpropOptax(torch.optim.Optimizer):
             _no_sparse(params, "RMSpropOptax")
             _inputs = {"g": [p.grad for p in params], }
             states = [self._state(p, group) for p in params]
-            for _st in states:
-                if "step" in _st:
-                    _st["step"] += 1
+            _count_step([_st for _st in states if "step" in _st])
             fused = group["fused"] and not _COMPILED.get("failed")
             for _t, _i in _buckets(states, group["foreach"]):
                 self._apply(group, _sub(params, _i), _sub(states, _i), _t,

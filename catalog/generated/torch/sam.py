@@ -490,7 +490,7 @@ class SAM(torch.optim.Optimizer):
             acc = self._samples.get(_index)
             if acc is None:
                 continue
-            for key in sorted(k for k in acc if k not in ("count", "has_grad")):
+            for key in sorted(k for k in acc if k not in ("count", "has_grad", "flat")):
                 flat = torch.cat([x.reshape(-1) for x in acc[key]])
                 dist.all_reduce(flat)
                 flat.div_(world)
@@ -569,9 +569,7 @@ class SAM(torch.optim.Optimizer):
                 continue
             _inputs = {"g_adv": _sub(_acc.get("g_adv"), _keep), }
             states = [self._state(p, group) for p in params]
-            for _st in states:
-                if "step" in _st:
-                    _st["step"] += 1
+            _count_step([_st for _st in states if "step" in _st])
             fused = group["fused"] and not _COMPILED.get("failed")
             for _t, _i in _buckets(states, group["foreach"]):
                 self._apply(group, _sub(params, _i), _sub(states, _i), _t,

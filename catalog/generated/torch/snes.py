@@ -469,7 +469,7 @@ class SNES(torch.optim.Optimizer):
             acc = self._samples.get(_index)
             if acc is None:
                 continue
-            for key in sorted(k for k in acc if k not in ("count", "has_grad")):
+            for key in sorted(k for k in acc if k not in ("count", "has_grad", "flat")):
                 flat = torch.cat([x.reshape(-1) for x in acc[key]])
                 dist.all_reduce(flat)
                 flat.div_(world)

@@ -201,6 +201,80 @@ def _keep_low_state(opt, state_dict, renamed):
             st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
 
 
+class _FlatList(list):
+    """The one-tensor list of a group's values laid out flat (every parameter's elements one after the other, in
+    parameter order): what a multi-tensor program runs on when a group's parameters share a dtype and device."""
+
+
+_FLAT_MAX = 1 << 17
+
+
+def _flat_ok(params, foreach):
+    """Whether a group's elementwise programs may run on one flat tensor per quantity: a small group
+    (_FLAT_MAX) of parameters of one dtype and device, real, not DTensors (FSDP2's shards), foreach not False,
+    and not while torch.compile traces (its graph keeps the per-tensor lists).  One operation per quantity
+    instead of one per tensor: on small models the multi-tensor operations cost a kernel launch per tensor."""
+    if foreach is False or torch.compiler.is_compiling():
+        return False
+    first = params[0]
+    return sum(p.numel() for p in params) <= _FLAT_MAX and all(
+        p.dtype == first.dtype and p.device == first.device and not torch.is_complex(p)
+        and not hasattr(p, "device_mesh") for p in params)
+
+
+def _flat_cat(tensors):
+    """A new flat tensor of the tensors' elements, one after the other (logical order; torch's own
+    torch._utils._flatten_dense_tensors, one call into C++ instead of a Python loop over the tensors; for a single
+    tensor torch returns a view of it, copied here)."""
+    if len(tensors) == 1:
+        return tensors[0].reshape(-1).clone()
+    return torch._C._nn.flatten_dense_tensors(tensors)
+
+
+def _views(flat, like):
+    """The tensors of ``like``'s shapes that the flat tensor holds one after the other (contiguous views, no
+    copy; torch._utils._unflatten_dense_tensors)."""
+    return torch._C._nn.unflatten_dense_tensors(flat, like)
+
+
+def _flat_states(cache, index, states, params, names):
+    """The states ``names`` of a group as one flat tensor each ({name: tensor}), or None where they cannot be
+    (a dtype, device or shape that differs, an entry only some parameters have).  The state of every parameter
+    is a view of that tensor, so the flat update is the state's update: the first call (and any after the state
+    was replaced, e.g. by load_state_dict) lays the state out once (``cache``: (group index, name) -> (flat
+    tensor, its views, their ids)); later calls find the same views (the cache holds them, so their ids are
+    theirs) and copy nothing."""
+    out = {}
+    for name in names:
+        tensors = [st.get(name) for st in states]
+        entry = cache.get((index, name))
+        if entry is not None and list(map(id, tensors)) == entry[2]:
+            out[name] = entry[0]
+            continue
+        if all(t is None for t in tensors):
+            continue
+        first = tensors[0]
+        if not all(torch.is_tensor(t) and t.dtype == first.dtype and t.device == first.device and not t.is_sparse
+                   and t.shape == p.shape and not torch.is_complex(t) and not hasattr(t, "device_mesh")
+                   for t, p in zip(tensors, params)):
+            return None
+        flat = _flat_cat(tensors)
+        views = _views(flat, tensors)
+        for st, v in zip(states, views):
+            st[name] = v
+        cache[(index, name)] = (flat, views, list(map(id, views)))
+        out[name] = flat
+    return out
+
+
+def _unflat_samples(acc, params):
+    """The statistics accumulated flat (``acc["flat"]``) as one tensor per parameter (views)."""
+    if acc.pop("flat", False):
+        for key, value in acc.items():
+            if key not in ("count", "has_grad") and value is not None:
+                acc[key] = _views(value[0], params)
+
+
 def _no_sparse(params, name):
     for p in params:
         if p.grad is not None and p.grad.is_sparse:
@@ -356,6 +430,7 @@ class VOGN(torch.optim.Optimizer):
         self._samples = {}
         self._sync = bool(sync)
         self._sampling = False
+        self._flat = {}             # (group index, state) -> its flat tensor, the views the state holds, their ids
 
     def _state(self, _p, group):
         """The state of one parameter; an entry missing (a new parameter, or a checkpoint of an optimizer that
@@ -385,7 +460,7 @@ class VOGN(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _ in drawn:
-                    _foreach_copy(_real(params), mean)
+                    _foreach_copy(_real(params), _views(mean[0], params) if isinstance(mean, _FlatList) else mean)
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -399,15 +474,27 @@ class VOGN(torch.optim.Optimizer):
                 continue
             states = [self._state(p, group) for p in params]
             _pr = _real(params)
-            m = _work([p.detach().clone() for p in _pr])
-            s = _real([st["s"] for st in states])
-            flat = torch.randn(sum(p.numel() for p in _pr), dtype=m[0].dtype, device=params[0].device)
-            eps = [_shard_like(x.view(p.shape), p) for x, p in zip(flat.split([p.numel() for p in _pr]), _pr)]
+            _fs = None
+            if _flat_ok(params, group["foreach"]):
+                _acc = self._samples.get(_index)
+                if _acc is None or not _acc["count"] or _acc.get("flat"):      # a step's samples share one layout
+                    _fs = _flat_states(self._flat, _index, states, params, ("s", ))
+            if _fs is not None:             # one flat tensor per quantity: one operation each, not one per tensor
+                m = _FlatList(_work([_flat_cat(_pr)]))
+                s = [_fs.get("s")]
+                flat = torch.randn(m[0].numel(), dtype=m[0].dtype, device=params[0].device)
+                eps = [flat]
+            else:
+                _unflat_samples(self._samples.get(_index, {}), params)
+                m = _work([p.detach().clone() for p in _pr])
+                s = _real([st["s"] for st in states])
+                flat = torch.randn(sum(p.numel() for p in _pr), dtype=m[0].dtype, device=params[0].device)
+                eps = [_shard_like(x.view(p.shape), p) for x, p in zip(flat.split([p.numel() for p in _pr]), _pr)]
             _f2 = torch._foreach_sqrt(s)
             _f1 = torch._foreach_div(eps, _f2)
             _f3 = torch._foreach_add(m, _f1)
             theta_k = _f3
-            _foreach_copy(_pr, theta_k)
+            _foreach_copy(_pr, _views(theta_k[0], _pr) if _fs is not None else theta_k)
             drawn.append((_index, params, m, eps, theta_k))
         return drawn
 
@@ -418,24 +505,35 @@ class VOGN(torch.optim.Optimizer):
             group = self.param_groups[_index]
             _no_sparse(params, "VOGN")
             states = [self._state(p, group) for p in params]
-            s = _real([st["s"] for st in states])
-            g_k = _work(_real([p.grad if p.grad is not None else torch.zeros_like(p) for p in params]))
+            _fs = _flat_states(self._flat, _index, states, params, ("s", )) if isinstance(m, _FlatList) else None
+            if _fs is None and isinstance(m, _FlatList):          # the state was replaced since the draw
+                eps, theta_k = (_views(eps[0], params), _views(theta_k[0], params), )
+                _unflat_samples(self._samples.get(_index, {}), params)
+            if _fs is not None:
+                s = [_fs.get("s")]
+                g_k = _work([_flat_cat([p.grad if p.grad is not None else torch.zeros_like(p) for p in params])])
+                ggn_k = _work([_flat_cat(_oracle(params, lambda p: p.ggn if p.grad is not None else torch.zeros_like(p), "ggn"))])
+            else:
+                s = _real([st["s"] for st in states])
+                g_k = _work(_real([p.grad if p.grad is not None else torch.zeros_like(p) for p in params]))
+                ggn_k = _work(_real(_oracle(params, lambda p: p.ggn if p.grad is not None else torch.zeros_like(p), "ggn")))       # like the gradient: no value, no sample
             if group["maximize"]:
                 g_k = torch._foreach_neg(g_k)
-            ggn_k = _work(_real(_oracle(params, lambda p: p.ggn if p.grad is not None else torch.zeros_like(p), "ggn")))       # like the gradient: no value, no sample
             _sample_g = g_k
             _sample_avg_ggn = ggn_k
             _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1
             _n = _acc["count"]
+            if _n == 1 and _fs is not None:
+                _acc["flat"] = True         # the statistics below are flat (one tensor each)
             _got = [p.grad is not None for p in params]
             _acc["has_grad"] = [a or b for a, b in zip(_acc.get("has_grad", _got), _got)]
             if _n == 1:
-                _acc["g"] = [x.clone() for x in _sample_g]
+                _acc["g"] = _sample_g if _fs is not None else [x.clone() for x in _sample_g]     # flat: a copy already
             else:
                 torch._foreach_add_(_acc["g"], torch._foreach_sub(_sample_g, _acc["g"]), alpha=1.0 / _n)
             if _n == 1:
-                _acc["avg_ggn"] = [x.clone() for x in _sample_avg_ggn]
+                _acc["avg_ggn"] = _sample_avg_ggn if _fs is not None else [x.clone() for x in _sample_avg_ggn]     # flat: a copy already
             else:
                 torch._foreach_add_(_acc["avg_ggn"], torch._foreach_sub(_sample_avg_ggn, _acc["avg_ggn"]), alpha=1.0 / _n)
 
@@ -449,7 +547,7 @@ class VOGN(torch.optim.Optimizer):
             acc = self._samples.get(_index)
             if acc is None:
                 continue
-            for key in sorted(k for k in acc if k not in ("count", "has_grad")):
+            for key in sorted(k for k in acc if k not in ("count", "has_grad", "flat")):
                 flat = torch.cat([x.reshape(-1) for x in acc[key]])
                 dist.all_reduce(flat)
                 flat.div_(world)
@@ -468,6 +566,7 @@ class VOGN(torch.optim.Optimizer):
         self._sync = state.get("_sync", False)
         self._samples = state.get("_samples", {})
         self._sampling = False
+        self._flat = {}
         for group in self.param_groups:
             for _key, _value in _GROUP_DEFAULTS.items():
                 group.setdefault(_key, _value)
@@ -519,10 +618,20 @@ class VOGN(torch.optim.Optimizer):
             params = _sub(list(group["params"]), _keep)
             if not params:
                 continue
-            _inputs = {"g": _sub(_acc.get("g"), _keep), "avg_ggn": _sub(_acc.get("avg_ggn"), _keep), }
             states = [self._state(p, group) for p in params]
             fused = group["fused"] and not _COMPILED.get("failed")
-            for _t, _i in _buckets(states, group["foreach"]):
+            _bk = _buckets(states, group["foreach"])
+            _fs = None
+            if _acc.get("flat") and len(params) == len(group["params"]) and len(_bk) == 1 and _bk[0][1] is None:
+                _fs = _flat_states(self._flat, _index, states, params, ("s", ))
+            if _fs is not None:             # the samples and the state are flat: the update runs on one tensor each
+                _fp = _flat_cat(params)
+                self._apply(group, [_fp], [_fs], _bk[0][0], {"g": _acc.get("g"), "avg_ggn": _acc.get("avg_ggn"), }, fused)
+                _foreach_copy(params, _views(_fp, params))
+                continue
+            _unflat_samples(_acc, list(group["params"]))
+            _inputs = {"g": _sub(_acc.get("g"), _keep), "avg_ggn": _sub(_acc.get("avg_ggn"), _keep), }
+            for _t, _i in _bk:
                 self._apply(group, _sub(params, _i), _sub(states, _i), _t,
                             {_k: _sub(_v, _i) for _k, _v in _inputs.items()}, fused)
         self._samples.clear()

@@ -110,7 +110,19 @@ class TorchTarget:
             step_hyper=[] if step_cond is None else plan.hyper_using({str(x) for x in step_cond.free_symbols}),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
             objective=objective_view(ir, stored, absent=frozenset(scalar_states) | {k for k, c in conds.items() if c != sp.true}),
+            flat_groups=self.flat_groups(ir, plan, sampling, scalar_states, stored),
         ))
+
+    @staticmethod
+    def flat_groups(ir, plan, sampling, scalar_states, stored) -> tuple[str, ...] | None:
+        """The stored names of the state a sampling recipe's group keeps flat (one tensor per quantity, every
+        parameter's state a view of it), or None where its programs cannot run flat: only where every program
+        of a sample and of the step is elementwise over the parameters' coordinates (no per-tensor number in the
+        state, no chained phase with its sums over coordinates, no ranked draws kept per sample, no data of the
+        parameters' own shapes)."""
+        if sampling is None or sampling["chained"] or sampling["shaping"] is not None or scalar_states or ir.data:
+            return None
+        return tuple(stored[v.name] for v in plan.others)
 
     @staticmethod
     def host_update(host, key, old, e):
@@ -188,13 +200,18 @@ class TorchTarget:
         # running mean itself on the first sample, and takes the difference in place after: no copy
         names = [stat_c.bound.get(sp.Symbol(v)) for _, v, _ in stat_names]
         fresh = [n in stat_c.temps and names.count(n) == 1 for n in names]
+        # laid out flat (flat_groups), the gradients of a sample are a list of their own (a copy of p.grad), so a
+        # statistic that is one of them is fresh there too
+        calls = {str(k) for k, _ in sm.calls if k not in values}
+        flat_fresh = [a for (a, _, _), n, f in zip(stat_names, names, fresh)
+                      if not f and n is not None and str(n) in calls and names.count(n) == 1]
         kept = sorted((n for n in set(theta_c.memo.values()) if f"_kept{n}" in stat_c.used_seed),
                       key=lambda n: int(n[2:]))
         return {"kept": [(n, f"_kept{n}") for n in kept],
                 "samples": host.doprint(sm.samples), "samples_code": samples_code(sm.samples),
                 "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines,
-                "stats": [(a, v, c, f) for (a, v, c), f in zip(stat_names, fresh)],
+                "stats": [(a, v, c, f) for (a, v, c), f in zip(stat_names, fresh)], "flat_fresh": flat_fresh,
                 "grads": [(str(k), o) for k, o in sm.calls if k not in values], "draw": DRAWS.get(sm.draw),
                 "chained": chained_view(plan, sm), "loss_values": [str(k) for k in values],
                 "shaping": shaping_view(plan, sm, host, values)}

@@ -54,6 +54,7 @@ class SamplingView(TypedDict):
     stat_program: list[str]
     stats: list[tuple[str, str, str | None, bool]]   # (average, per-sample value, host condition or None, fresh:
     #                                           the value is a list of its own, kept as the running mean)
+    flat_fresh: list[str]                      # the averages whose value is a sample's gradients: fresh when flat
     kept: list[tuple[str, str]]                # (the draw's list, its name in _collect): computed once per sample
     grads: list[tuple[str, str]]               # (symbol, oracle) at a sample
     draw: str | None                           # the torch function that draws ε (randn, rand)
@@ -100,3 +101,4 @@ class TorchContext:
     step_hyper: list[HyperVar]                 # the hyperparameters step_cond reads
     data: list[tuple[str, str, object]]        # (name, default, description)
     objective: dict | None = None              # the BLR objective method (codegen/objective.py)
+    flat_groups: tuple[str, ...] | None = None  # the stored states of a group laid out flat (elementwise sampling)
