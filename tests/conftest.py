@@ -97,3 +97,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item in slow or any(key in heavy for key in shared(item)):
             item.add_marker(pytest.mark.slow)
+
+
+# ------------------------------------------------------------------------------- the command line in this process
+def run_cli_in_process(*args, cwd):
+    """``blr-derive ARGS`` run by :func:`blr_derive.cli.main` in this process, in the working directory ``cwd``,
+    as a ``subprocess.CompletedProcess`` (returncode, stdout, stderr) like ``subprocess.run(..., text=True)`` gives
+    (universal newlines: ``\\r\\n`` and ``\\r`` read as ``\\n``).  ``main`` turns every failure into its exit status
+    and one line on stderr itself (an exception that escaped it fails the test), so a test of what a command prints,
+    writes and exits with needs no new interpreter, which costs ~2 s of imports each (sympy, scipy, the rules).
+    What only a real process shows stays tested through one: the console entry's memory limit and terminal
+    encoding, a traceback printed by the interpreter, the tool found from any working directory by a fresh import,
+    time bounds of a whole process."""
+    import contextlib
+    import io
+    import subprocess
+    from blr_derive import cli
+    out, err = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    os.chdir(str(cwd))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main([str(a) for a in args])
+    finally:
+        os.chdir(old)
+
+    def text(s):
+        return s.getvalue().replace("\r\n", "\n").replace("\r", "\n")
+    return subprocess.CompletedProcess(["blr-derive", *map(str, args)], rc, text(out), text(err))
