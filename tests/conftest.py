@@ -77,10 +77,19 @@ FAST_TIER_SECONDS = 0.2
 _DURATIONS = Path(__file__).with_name("durations.json")
 
 
+def pytest_configure(config):
+    """``pytest -n N`` schedules with ``--dist loadgroup`` (pytest-xdist's default is ``load``, which it sets
+    when -n is given): the ``xdist_group`` marks of :func:`pytest_collection_modifyitems` then keep a slow module
+    fixture's tests on one worker.  Tests without the mark are handed out one by one as under ``load``."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+
+
 def pytest_collection_modifyitems(config, items):
     """Marks slow the tests measured over FAST_TIER_SECONDS, then every test that shares a module-scoped fixture
     of its own module with a slow test: the fixture's cost is measured on the first test that set it up, so the
-    others, fast alone, would set it up again in the fast tier."""
+    others, fast alone, would set it up again in the fast tier.  Groups such tests on one xdist worker and puts
+    the longest modules first (below)."""
     import json
     measured = json.loads(_DURATIONS.read_text(encoding="utf-8"))
     slow = [item for item in items if measured.get(item.nodeid, 0.0) > FAST_TIER_SECONDS
@@ -97,6 +106,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item in slow or any(key in heavy for key in shared(item)):
             item.add_marker(pytest.mark.slow)
+        # under pytest-xdist (``--dist loadgroup``, :func:`pytest_configure`) the tests of a module-scoped fixture
+        # measured slow go to one worker, which sets the fixture up once (another worker would pay it again)
+        group = next((base for base, name in shared(item) if (base, name) in heavy), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    # the longest modules first (by their measured total; a module's tests keep their order, so its module
+    # fixtures are still set up once per worker): pytest-xdist hands tests out in this order, so the last ones a
+    # worker gets are short and both workers finish together, instead of one running a long test alone at the end
+    total = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        total[module] = total.get(module, 0.0) + measured.get(item.nodeid, 0.0)
+    items.sort(key=lambda item: -total[item.nodeid.split("::")[0]])
 
 
 # ------------------------------------------------------------------------------- the command line in this process
