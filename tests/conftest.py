@@ -9,6 +9,22 @@ from pathlib import Path
 # Only under pytest: test_kernels_compile_for_a_gpu imports this module in a plain process that compiles for real
 if "_pytest" in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# JAX's persistent compilation cache, for this test process and the commands it starts (the environment is
+# inherited): a jitted function whose XLA program was compiled before (the same generated module, shapes and dtypes
+# in another test, worker or run) is loaded instead of compiled again; the key is the program itself with jax's
+# version and compile options, so a changed module is compiled afresh.  Every compilation is kept (the default
+# threshold keeps only those over 1 s; the tests' take 0.05-0.5 s each).  A JAX_COMPILATION_CACHE_DIR already set
+# is used as it is.  tests/peers/optax/test_optax_peers.py: 89.6 s of CPU without the cache (or with an empty
+# one), 28.7 s with the cache its previous run left.
+if "_pytest" in sys.modules and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _jax_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "blr-derive-tests" / "jax"
+    try:
+        _jax_cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        pass
+    else:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_jax_cache)
+        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # Under pytest-xdist every core already runs a worker: one BLAS/OpenMP thread per worker instead of one per core
 # each (oversubscribed threads made small dense solves ~300x slower: scipy's solve_triangular on 3x3 matrices took
 # 1 ms per call).  OMP_NUM_THREADS is read by torch when it is imported; OpenBLAS is limited through threadpoolctl
@@ -77,10 +93,19 @@ FAST_TIER_SECONDS = 0.2
 _DURATIONS = Path(__file__).with_name("durations.json")
 
 
+def pytest_configure(config):
+    """``pytest -n N`` schedules with ``--dist loadgroup`` (pytest-xdist's default is ``load``, which it sets
+    when -n is given): the ``xdist_group`` marks of :func:`pytest_collection_modifyitems` then keep a slow module
+    fixture's tests on one worker.  Tests without the mark are handed out one by one as under ``load``."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+
+
 def pytest_collection_modifyitems(config, items):
     """Marks slow the tests measured over FAST_TIER_SECONDS, then every test that shares a module-scoped fixture
     of its own module with a slow test: the fixture's cost is measured on the first test that set it up, so the
-    others, fast alone, would set it up again in the fast tier."""
+    others, fast alone, would set it up again in the fast tier.  Groups such tests on one xdist worker and puts
+    the longest modules first (below)."""
     import json
     measured = json.loads(_DURATIONS.read_text(encoding="utf-8"))
     slow = [item for item in items if measured.get(item.nodeid, 0.0) > FAST_TIER_SECONDS
@@ -97,3 +122,44 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item in slow or any(key in heavy for key in shared(item)):
             item.add_marker(pytest.mark.slow)
+        # under pytest-xdist (``--dist loadgroup``, :func:`pytest_configure`) the tests of a module-scoped fixture
+        # measured slow go to one worker, which sets the fixture up once (another worker would pay it again)
+        group = next((base for base, name in shared(item) if (base, name) in heavy), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    # the longest modules first (by their measured total; a module's tests keep their order, so its module
+    # fixtures are still set up once per worker): pytest-xdist hands tests out in this order, so the last ones a
+    # worker gets are short and both workers finish together, instead of one running a long test alone at the end
+    total = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        total[module] = total.get(module, 0.0) + measured.get(item.nodeid, 0.0)
+    items.sort(key=lambda item: -total[item.nodeid.split("::")[0]])
+
+
+# ------------------------------------------------------------------------------- the command line in this process
+def run_cli_in_process(*args, cwd):
+    """``blr-derive ARGS`` run by :func:`blr_derive.cli.main` in this process, in the working directory ``cwd``,
+    as a ``subprocess.CompletedProcess`` (returncode, stdout, stderr) like ``subprocess.run(..., text=True)`` gives
+    (universal newlines: ``\\r\\n`` and ``\\r`` read as ``\\n``).  ``main`` turns every failure into its exit status
+    and one line on stderr itself (an exception that escaped it fails the test), so a test of what a command prints,
+    writes and exits with needs no new interpreter, which costs ~2 s of imports each (sympy, scipy, the rules).
+    What only a real process shows stays tested through one: the console entry's memory limit and terminal
+    encoding, a traceback printed by the interpreter, the tool found from any working directory by a fresh import,
+    time bounds of a whole process."""
+    import contextlib
+    import io
+    import subprocess
+    from blr_derive import cli
+    out, err = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    os.chdir(str(cwd))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main([str(a) for a in args])
+    finally:
+        os.chdir(old)
+
+    def text(s):
+        return s.getvalue().replace("\r\n", "\n").replace("\r", "\n")
+    return subprocess.CompletedProcess(["blr-derive", *map(str, args)], rc, text(out), text(err))

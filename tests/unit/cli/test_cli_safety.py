@@ -12,6 +12,7 @@ import pytest
 
 from blr_derive.codegen import TARGET_NAMES
 
+from conftest import run_cli_in_process
 from test_cli import CATALOG, NEWTON, _assert_one_line_error, listing, run_cli, write
 
 ADAM = CATALOG / "adam.yaml"
@@ -72,7 +73,7 @@ def test_family_reference_to_another_kind_of_file_never_quotes_it(tmp_path, ref)
     (tmp_path / "secret.txt").mkdir()
     write(tmp_path, "r.yaml", f"name: r\nfamily: {ref}\nloss: abstract\napproximations: [delta]\n")
     before = _setup(tmp_path)
-    r = run_cli("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
     _assert_one_line_error(r, "", ["r.yaml:2:|not a regular file|not a family|is a directory|not found"])
     assert "TOPSECRET" not in r.stderr and "zz_account" not in r.stderr
     _untouched(tmp_path, before)
@@ -111,7 +112,7 @@ def test_output_through_a_link_to_a_file_writes_the_file(tmp_path):
 ])
 def test_bad_output_paths_are_input_errors(tmp_path, out, words):
     before = _setup(tmp_path)
-    r = run_cli(ADAM, "-o", out, cwd=tmp_path)
+    r = run_cli_in_process(ADAM, "-o", out, cwd=tmp_path)
     _assert_one_line_error(r, "", words)
     _untouched(tmp_path, before)
 
@@ -143,7 +144,7 @@ def test_output_is_checked_before_the_derivation(tmp_path):
 def test_bad_numbers_and_characters(tmp_path, text, location, words):
     (tmp_path / "r.yaml").write_text(text, encoding="utf-8")
     before = _setup(tmp_path)
-    r = run_cli("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
     _assert_one_line_error(r, location, words)
     _untouched(tmp_path, before)
 
@@ -158,7 +159,7 @@ def test_an_infinite_bound_is_allowed_where_declared(tmp_path):
           rho: {default: 0.1}
           cap: {default: .inf, allow_infinite: true, description: unused here}
     """)
-    r = run_cli("r.yaml", "-o", "out.py", cwd=tmp_path)
+    r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
 
 
@@ -166,7 +167,7 @@ def test_control_characters_in_messages_are_escaped(tmp_path):
     """A key spelled with YAML escapes (ESC, BEL) is named in the error with the escapes visible: no control
     sequence reaches the terminal."""
     (tmp_path / "r.yaml").write_text('name: r\n"zz\\e]0;x\\a": 1\nfamily: gaussian_diag\n', encoding="utf-8")
-    r = run_cli("r.yaml", cwd=tmp_path)
+    r = run_cli_in_process("r.yaml", cwd=tmp_path)
     line = _assert_one_line_error(r, "r.yaml:2:", ["unknown key"])
     assert "\x1b" not in line and "\x07" not in line and "\\x1b" in line
 
@@ -184,7 +185,7 @@ def test_control_characters_in_messages_are_escaped(tmp_path):
     (["explain", str(NEWTON), "--format", "pdf"], ["invalid choice"]),
 ])
 def test_bad_arguments_are_one_line(tmp_path, args, words):
-    r = run_cli(*args, cwd=tmp_path)
+    r = run_cli_in_process(*args, cwd=tmp_path)
     _assert_one_line_error(r, "<command line>:", words)
 
 
@@ -233,14 +234,14 @@ def test_expensive_losses_are_refused_quickly(tmp_path, family, loss, rule, word
         f"name: r\nfamily: {family}\nloss: {{expression: \"{loss}\"}}\napproximations: [{rule}]\n"
         f"hyperparameters:\n  rho: 0.5\n{hyper}", encoding="utf-8")
     t0 = time.perf_counter()
-    r = run_cli("r.yaml", "-o", "out.py", cwd=tmp_path)
+    r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
     _assert_one_line_error(r, "r.yaml:", words)
     assert time.perf_counter() - t0 < 20
 
 
 # ---------------------------------------------------------------------------- located refusals of targets
 def test_target_refusals_are_located(tmp_path):
-    r = run_cli(NEWTON, "--target", "torch", cwd=tmp_path)
+    r = run_cli_in_process(NEWTON, "--target", "torch", cwd=tmp_path)
     line = _assert_one_line_error(r, r"newton\.yaml:\d+:", ["needs an elementwise"])
     n = int(line.split("newton.yaml:")[1].split(":")[0])
     assert NEWTON.read_text(encoding="utf-8").splitlines()[n - 1].startswith("family:")

@@ -1,5 +1,7 @@
 """The design card's command, ``blr-derive FAMILY.yaml --target T --loss ... --approx ...``, and catalog names
-wherever a recipe path goes (issue 19, item 1), through the real command line (``python -m blr_derive``).
+wherever a recipe path goes (issue 19, item 1), through the real command line (``python -m blr_derive``) or,
+where a test checks what a command prints, writes and exits with, through its ``main`` in the test's process
+(``run_cli_in_process``).
 
 A family file without ``--loss``/``--approx`` is one located line that shows options which derive for the
 target; with them the family is derived and emitted, and every error of the recipe the options declare names
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from blr_derive.codegen import TARGET_NAMES
+from conftest import run_cli_in_process
 from test_cli import CATALOG, ROOT, listing, load_module, run_cli, write
 
 NAKAGAMI = """
@@ -79,10 +82,10 @@ def test_family_without_options_shows_the_options_that_derive_for_the_target(tmp
 
 
 def test_family_name_without_options_on_numpy_and_when_nothing_derives(tmp_path):
-    one_error_line(run_cli("gaussian_full", cwd=tmp_path), "gaussian_full.yaml:1: this is a family file",
+    one_error_line(run_cli_in_process("gaussian_full", cwd=tmp_path), "gaussian_full.yaml:1: this is a family file",
                    "blr-derive gaussian_full --target numpy --loss abstract --approx delta")
     # a discrete family without a sampler: no abstract-loss recipe derives, and the line says so
-    one_error_line(run_cli("poisson", cwd=tmp_path), "poisson.yaml:1: this is a family file",
+    one_error_line(run_cli_in_process("poisson", cwd=tmp_path), "poisson.yaml:1: this is a family file",
                    "name a loss and approximations", "no abstract loss with delta")
 
 
@@ -91,7 +94,7 @@ def test_users_family_file_with_explicit_loss_and_data_is_exact_conjugate_bayes(
     statistics: the `exact` rule and ρ = 1 land on the posterior in one step (Sec. 5.1, Eq. 6), here the
     Nakagami posterior a = a0 + n/2, b = b0 + Σy²/2 of y ~ N(0, 1/θ²)."""
     write(tmp_path, "nakagami.yaml", NAKAGAMI)
-    res = run_cli("nakagami.yaml", "--loss", "0.5*sy2*theta**2 - n*log(theta) - (2*a0 - 1)*log(theta) + b0*theta**2",
+    res = run_cli_in_process("nakagami.yaml", "--loss", "0.5*sy2*theta**2 - n*log(theta) - (2*a0 - 1)*log(theta) + b0*theta**2",
                   "--data", "sy2", "--data", "n", "--approx", "exact", "--hyper", "rho=1.0", "--hyper", "a0=1.5",
                   "--hyper", "b0=0.5", "--name", "nakagami_scale", "-o", "nak.py", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -105,18 +108,18 @@ def test_users_family_file_with_explicit_loss_and_data_is_exact_conjugate_bayes(
 
 
 def test_catalog_names_work_where_recipe_paths_do(tmp_path):
-    res = run_cli("adam", "--target", "torch", cwd=tmp_path)
+    res = run_cli_in_process("adam", "--target", "torch", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout == (CATALOG / "generated" / "torch" / "adam.py").read_text(encoding="utf-8")
-    res = run_cli("explain", "ivon", cwd=tmp_path)
+    res = run_cli_in_process("explain", "ivon", cwd=tmp_path)
     assert res.returncode == 0 and res.stdout.startswith("# Derivation of `ivon`"), res.stderr
-    res = run_cli("compare", "ogn", "vogn", cwd=tmp_path)
+    res = run_cli_in_process("compare", "ogn", "vogn", cwd=tmp_path)
     assert res.returncode == 0 and "compare ogn" in res.stdout, res.stderr
-    res = run_cli("check", "gamma", "--points", "1", cwd=tmp_path)
+    res = run_cli_in_process("check", "gamma", "--points", "1", cwd=tmp_path)
     assert res.returncode == 0 and "family 'gamma'" in res.stdout, res.stderr
-    one_error_line(run_cli("no_such_recipe", cwd=tmp_path), "no_such_recipe: file not found",
+    one_error_line(run_cli_in_process("no_such_recipe", cwd=tmp_path), "no_such_recipe: file not found",
                    "not the name of a catalog recipe or built-in family")
-    one_error_line(run_cli("compare", "ogn", "gaussian_diag", cwd=tmp_path),
+    one_error_line(run_cli_in_process("compare", "ogn", "gaussian_diag", cwd=tmp_path),
                    "gaussian_diag.yaml:1: this is a family file; compare takes two recipes")
 
 
@@ -124,22 +127,22 @@ def test_option_errors_name_the_option(tmp_path):
     """Each option is one line of the recipe they declare: an error anywhere (loading, deriving, rendering) names
     the option, and an undeclared symbol says how to declare it."""
     base = ("gaussian_diag", "--loss", "abstract", "--approx", "delta")
-    one_error_line(run_cli(*base, "--approx", "ema_momentum: {rate: beta1, state: u}", cwd=tmp_path),
+    one_error_line(run_cli_in_process(*base, "--approx", "ema_momentum: {rate: beta1, state: u}", cwd=tmp_path),
                    "<command line>: --approx 'ema_momentum: {rate: beta1, state: u}': ",
                    "unknown symbol 'beta1'", "(declare it: --hyper beta1=VALUE)")
-    one_error_line(run_cli(*base, "--approx", "no_such_rule", cwd=tmp_path),
+    one_error_line(run_cli_in_process(*base, "--approx", "no_such_rule", cwd=tmp_path),
                    "<command line>: --approx no_such_rule: unknown approximation 'no_such_rule'")
-    one_error_line(run_cli("gaussian_diag", "--loss", "__import__('os').system('true')", cwd=tmp_path),
+    one_error_line(run_cli_in_process("gaussian_diag", "--loss", "__import__('os').system('true')", cwd=tmp_path),
                    "<command line>: --loss", "only plain function calls are allowed")
-    one_error_line(run_cli(*base, "--hyper", "rho=[1", cwd=tmp_path), "<command line>: --hyper rho: malformed YAML")
-    one_error_line(run_cli(*base, "--set", "loss=abstract", cwd=tmp_path),
+    one_error_line(run_cli_in_process(*base, "--hyper", "rho=[1", cwd=tmp_path), "<command line>: --hyper rho: malformed YAML")
+    one_error_line(run_cli_in_process(*base, "--set", "loss=abstract", cwd=tmp_path),
                    "<command line>: --set loss: set it with --loss instead")
-    one_error_line(run_cli(*base, "--target", "torch", cwd=tmp_path),
+    one_error_line(run_cli_in_process(*base, "--target", "torch", cwd=tmp_path),
                    "<command line>: ", "torch target has no Hessian oracle")
-    one_error_line(run_cli("adam", "--approx", "delta", cwd=tmp_path),
+    one_error_line(run_cli_in_process("adam", "--approx", "delta", cwd=tmp_path),
                    "derive from a family file; 'adam' is a recipe")
-    one_error_line(run_cli("gaussian_diag", "--approx", "delta", cwd=tmp_path), "--loss is missing")
-    one_error_line(run_cli("gaussian_diag", "--loss", "abstract", "--data", "X", cwd=tmp_path),
+    one_error_line(run_cli_in_process("gaussian_diag", "--approx", "delta", cwd=tmp_path), "--loss is missing")
+    one_error_line(run_cli_in_process("gaussian_diag", "--loss", "abstract", "--data", "X", cwd=tmp_path),
                    "--data declares the data of an explicit --loss")
 
 
@@ -151,7 +154,7 @@ def test_option_errors_name_the_option(tmp_path):
 def test_option_text_never_reaches_generated_code_as_code(tmp_path, hostile):
     """Recipe text from options is data end to end (principle 4): refused with one located line, or written only
     as escaped data, so that importing the module runs nothing of it."""
-    res = run_cli("gaussian_diag", "--loss", "abstract", "--approx", "delta", *hostile, "-o", "m.py", cwd=tmp_path)
+    res = run_cli_in_process("gaussian_diag", "--loss", "abstract", "--approx", "delta", *hostile, "-o", "m.py", cwd=tmp_path)
     if res.returncode == 0:
         text = (tmp_path / "m.py").read_text(encoding="utf-8")
         assert "\nimport os" not in text

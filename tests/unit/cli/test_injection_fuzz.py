@@ -19,6 +19,7 @@ every mutant.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import functools
@@ -251,30 +252,88 @@ def _generate_all(recipe, outdir, tag):
 
 
 IMPORTER = textwrap.dedent("""
-    import importlib.util, sys
-    failures = 0
-    for i, path in enumerate(sys.argv[1:]):
-        spec = importlib.util.spec_from_file_location(f"_injected_{i}", path)
-        mod = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(mod)
-        except Exception as exc:              # an import that fails is reported, never silent
-            failures += 1
-            print(f"IMPORT-FAILED {path}: {type(exc).__name__}: {exc}")
-    print(f"imported {len(sys.argv) - 1 - failures} of {len(sys.argv) - 1}")
+    import importlib.util, json, os, sys
+    # one request per line on stdin: {"cwd": folder, "paths": [module, ...]}; one reply per request on the
+    # original stdout: {"n": modules, "failed": ["IMPORT-FAILED path: error", ...]}.  What a module prints goes to
+    # stderr, never into a reply.
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    count = 0
+    for line in sys.stdin:
+        request = json.loads(line)
+        os.chdir(request["cwd"])
+        failed = []
+        for path in request["paths"]:
+            count += 1
+            spec = importlib.util.spec_from_file_location(f"_injected_{count}", path)
+            mod = importlib.util.module_from_spec(spec)
+            try:
+                spec.loader.exec_module(mod)
+            except BaseException as exc:      # an import that fails (or exits) is reported, never silent
+                failed.append(f"IMPORT-FAILED {path}: {type(exc).__name__}: {exc}")
+            del mod
+        reply.write(json.dumps({"n": len(request["paths"]), "failed": failed}) + "\\n")
+        reply.flush()
 """)
 
 
+class Importer:
+    """One importer process per test process (pytest-xdist worker), started when first needed and reused by every
+    file's :func:`import_all`: each generated module is still imported in a process of its own, away from the
+    test's, with ``TRITON_INTERPRET=1``, by ``exec_module`` of its file (top-level code runs as in a fresh
+    interpreter), but torch, jax and triton are imported once per worker instead of once per file (~4 s each).
+    A process that dies (a module that kills it) is reported as a problem, and the next request starts a new one."""
+    proc = None
+    log = None
+
+    @classmethod
+    def request(cls, modules, cwd: Path, timeout=600):
+        import json
+        import selectors
+        import tempfile
+        if cls.proc is None or cls.proc.poll() is not None:
+            env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
+            cls.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+            cls.proc = subprocess.Popen([sys.executable, "-c", IMPORTER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=cls.log, text=True, env=env, cwd=str(cwd))
+            atexit.register(cls.close, cls.proc)
+        proc = cls.proc
+        try:
+            proc.stdin.write(json.dumps({"cwd": str(cwd), "paths": list(map(str, modules))}) + "\n")
+            proc.stdin.flush()
+            with selectors.DefaultSelector() as sel:
+                sel.register(proc.stdout, selectors.EVENT_READ)
+                line = proc.stdout.readline() if sel.select(timeout) else ""
+        except (BrokenPipeError, OSError):
+            line = ""
+        if line:
+            return json.loads(line)["failed"]
+        proc.kill()
+        rc = proc.wait()
+        cls.log.seek(0)
+        tail = cls.log.read()[-500:]
+        cls.proc = None
+        return [f"importer exit {rc}: {tail}"]
+
+    @staticmethod
+    def close(proc):
+        """The end of input ends the importer's loop (at the test process's exit)."""
+        if proc.poll() is None:
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def import_all(modules, canaries: Path):
-    """Import every module in one subprocess; returns (problems, canaries that exist)."""
+    """Import every module in the importer process (:class:`Importer`, run in ``canaries``); returns (problems,
+    canaries that exist)."""
     if not modules:
         return [], []
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")
-    r = subprocess.run([sys.executable, "-c", IMPORTER, *map(str, modules)], capture_output=True, text=True,
-                       env=env, timeout=600, cwd=str(canaries))
-    problems = [line for line in r.stdout.splitlines() if line.startswith("IMPORT-FAILED")]
-    if r.returncode != 0:
-        problems.append(f"importer exit {r.returncode}: {r.stderr[-500:]}")
+    problems = Importer.request(modules, canaries)
     return problems, sorted(p.name for p in canaries.iterdir())
 
 

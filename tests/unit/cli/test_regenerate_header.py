@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cli_in_process
 
 from test_cli import run_cli
 
@@ -41,22 +41,26 @@ def test_the_header_command_regenerates_from_where_it_ran(tmp_path):
          ["../work/families/fam.yaml", "--loss", "abstract", "--approx", "delta", "--approx",
           "squared_gradient_hessian", "--set", "state_init={s: 1.0}", "--target", "numpy"]),
     ]
-    for cwd, args, recorded in runs:
-        first = run_cli(*args, cwd=cwd)
+    for i, (cwd, args, recorded) in enumerate(runs):
+        # the command line's main in this process, in the directory each command runs in (the first case's header
+        # command also in a real process)
+        first = run_cli_in_process(*args, cwd=cwd)
         assert first.returncode == 0, (args, first.stderr)
         words = _regenerate(first.stdout)
         assert words == recorded, (args, words)
-        again = run_cli(*words, cwd=cwd)                # the header's command, where the first one ran
-        assert again.returncode == 0, (words, again.stderr)
-        assert again.stdout == first.stdout, words
+        for run in (run_cli_in_process, run_cli) if i == 0 else (run_cli_in_process,):
+            again = run(*words, cwd=cwd)                # the header's command, where the first one ran
+            assert again.returncode == 0, (words, again.stderr)
+            assert again.stdout == first.stdout, words
 
 
 @pytest.mark.slow
 def test_catalog_artifacts_keep_the_catalog_label(tmp_path):
     """A catalog recipe, by name or by any path, records `catalog/NAME.yaml`: the output does not depend on the
     machine, and equals the committed artifact (whose header's command runs from the repository root)."""
-    for cwd, ref in ((tmp_path, "adam"), (ROOT, "catalog/adam.yaml"), (tmp_path, str(CATALOG / "adam.yaml"))):
-        res = run_cli(ref, "--target", "torch", cwd=cwd)
+    for cwd, ref, run in ((tmp_path, "adam", run_cli), (ROOT, "catalog/adam.yaml", run_cli_in_process),
+                          (tmp_path, str(CATALOG / "adam.yaml"), run_cli_in_process)):
+        res = run(ref, "--target", "torch", cwd=cwd)
         assert res.returncode == 0, res.stderr
         assert _regenerate(res.stdout) == ["catalog/adam.yaml", "--target", "torch"]
         assert res.stdout == (CATALOG / "generated" / "torch" / "adam.py").read_text(encoding="utf-8")

@@ -3,7 +3,9 @@
 ``\\u03c1``) and exits as it would on a UTF-8 terminal, never with ``UnicodeEncodeError`` (it was exit status 3 for
 ``blr-derive adam``, ``families``, ``explain``, ``compare``, ``check`` and every error message that quoted ``ρ``).
 The inputs carry such characters where a user's would: a recipe's title, a family's text, the folder they are in.
-Files written with ``-o`` are UTF-8 whatever the terminal."""
+Files written with ``-o`` are UTF-8 whatever the terminal.  The commands of :data:`CASES` run one after the other in
+one interpreter per encoding (through the console entry, with fresh streams of that encoding); the other tests start
+a process per command."""
 from __future__ import annotations
 
 import os
@@ -71,12 +73,63 @@ def _escaped(text: str, encoding: str) -> str:
     return text.encode(encoding, "backslashreplace").decode(encoding)
 
 
+#: runs console commands one after the other in one interpreter started with the terminal's PYTHONIOENCODING: each
+#: through the console entry (``blr_derive.cli.entry``: it reconfigures the streams, then runs the command) with
+#: fresh standard streams of the interpreter's own encoding and error handler, as a new process would have them;
+#: an exception that escapes is printed as the interpreter prints it (a traceback, status 1)
+_DRIVER = r"""
+import base64, io, json, os, sys, traceback
+from blr_derive import cli
+results = []
+for args in json.loads(sys.argv[1]):
+    streams = [io.TextIOWrapper(io.BytesIO(), encoding=s.encoding, errors=s.errors) for s in (sys.__stdout__, sys.__stderr__)]
+    sys.stdout, sys.stderr = streams
+    sys.argv = ["blr-derive", *args]
+    try:
+        cli.entry()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    for s in streams:
+        s.flush()
+    results.append([code] + [base64.b64encode(s.buffer.getvalue()).decode() for s in streams])
+sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+sys.stdout.write(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def every_command(inputs):
+    """{(command, encoding): CompletedProcess} of every case of :data:`CASES`, the commands of one encoding run
+    by one interpreter (:data:`_DRIVER`) instead of a process each (~2 s of imports each); the other tests of this
+    module start a real process per command."""
+    import base64
+    import json
+    out = {}
+    for encoding in ENCODINGS:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONIOENCODING"] = encoding
+        env.pop("PYTHONSTARTUP", None)
+        argv = [[str(a) for a in CASES[c][0]] for c in CASES]
+        r = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(argv)], cwd=str(inputs), env=env,
+                           capture_output=True, timeout=600)
+        assert r.returncode == 0, r.stderr.decode("utf-8", "replace")[-3000:]
+        for command, (code, o, e) in zip(CASES, json.loads(r.stdout)):
+            out[command, encoding] = subprocess.CompletedProcess(CASES[command][0], code, base64.b64decode(o),
+                                                                 base64.b64decode(e))
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("command", list(CASES))
-def test_every_command_survives_the_terminal_encoding(command, encoding, inputs):
+def test_every_command_survives_the_terminal_encoding(command, encoding, every_command):
     args, status, shows = CASES[command]
-    r = run(args, encoding, inputs)
+    r = every_command[command, encoding]
     out, err = r.stdout.decode(encoding), r.stderr.decode(encoding)       # strict: all of it is encodable
     assert r.returncode == status, err
     assert "internal error" not in err and "Traceback" not in err and "UnicodeEncodeError" not in err, err

@@ -12,7 +12,7 @@ import torch
 
 from blr_derive.testing import equivalent
 from blr_derive.testing.problems import PROBLEMS
-from conftest import ROOT
+from conftest import ROOT, run_cli_in_process
 from seeded import SEEDED, HandAdam, HandRMSprop, seeded_adam, seeded_rmsprop
 
 HERE = os.path.dirname(__file__)
@@ -157,9 +157,10 @@ def test_verify_command_line_pinpoints_each_seeded_mistake(capsys, monkeypatch, 
 def test_verify_command_line(tmp_path):
     res = _run(["-m", "blr_derive", "verify", "rmsprop", "--against", "torch.optim:RMSprop"], tmp_path)
     assert res.returncode == 0 and res.stdout.startswith("RMSprop equals the BLR derivation"), res.stdout + res.stderr
-    res = _run(["-m", "blr_derive", "verify", "adam", "--against", "seeded.WrongBetaAdam"], tmp_path)
+    # the malformed options are refused before anything is imported: cli.main in this process (run_cli_in_process)
+    res = run_cli_in_process("verify", "adam", "--against", "seeded.WrongBetaAdam", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "--against takes MODULE:OBJECT" in res.stderr
-    res = _run(["-m", "blr_derive", "verify", "adam", "--against", "seeded:HandAdam", "--map", "lr"], tmp_path)
+    res = run_cli_in_process("verify", "adam", "--against", "seeded:HandAdam", "--map", "lr", cwd=tmp_path)
     assert res.returncode == 2 and "--map takes OURS=YOURS" in res.stderr
     res = _run(["-m", "blr_derive", "verify", "ivon", "--against", "ivon:IVON"], tmp_path)
     assert res.returncode == 2 and "hyperparameters without a default: lr, ess" in res.stderr
