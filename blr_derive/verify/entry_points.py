@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
+from blr_derive.core.matexpr import is_mat
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.model import EntryPoint
 from blr_derive.verify.state import dimension_sizes
@@ -49,8 +50,15 @@ def _symbolic(f: EntryPoint, args: dict, hp: dict, hyper, defaults: dict) -> dic
 
     def value(e):
         e = e.xreplace({x: flags[str(x)] for x in e.free_symbols if str(x) in flags})
-        return evaluate(e, {x: env[str(x)] for x in e.free_symbols if str(x) in env},
-                        {x: dims[str(x)] for x in e.free_symbols if str(x) in dims})
+        values = {x: env[str(x)] for x in e.free_symbols if str(x) in env}
+        sizes = {x: dims[str(x)] for x in e.free_symbols if str(x) in dims}
+        for x, v in list(values.items()):
+            # a state written coordinate by coordinate (rules/program.py scalarize_elementwise): a vector symbol
+            # holds one coordinate, read as the 1 × 1 matrix of a dimension 1
+            if is_mat(x) and np.ndim(v) == 0:
+                values[x] = np.reshape(v, (1, 1))
+                sizes.update({d: 1 for d in x.shape if not getattr(d, "is_Integer", False)})
+        return evaluate(e, values, sizes)
     for var, e in f.assignments or []:
         env[str(var)] = value(e)
     return {key: np.asarray(value(e), dtype=float) for key, e in (f.returns or [])}
