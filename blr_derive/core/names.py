@@ -42,7 +42,8 @@ RESERVED = frozenset("""
     SENSITIVITY_INPUTS SENSITIVITY_OUTPUTS SENSITIVITY_EQUATIONS sensitivities
     init step parameter natural_parameters expectation_parameters fisher_information ordinary_from_natural
     log_partition
-    ordinary_from_expectation client_data init_dual dual_step client_message server_step
+    ordinary_from_expectation client_data init_dual dual_step client_message server_step global_objective
+    GLOBAL_OBJECTIVE_KEYS client_loss_sum
     state oracles data rng hyperparameters
     self params closure train fused sync foreach maximize capturable differentiable defaults group groups
     param_groups state_dict load_state_dict zero_grad add_param_group sampled_params noise

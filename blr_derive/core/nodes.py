@@ -269,6 +269,25 @@ class ZerosLike(sp.Function):
     nargs = 1
 
 
+class ArraySum(sp.Function):
+    """Σ_i x_i over every entry of an array (the coordinates of a mean-field state: an objective summed over them);
+    a number is its own sum.  Printed ``numpy.sum``."""
+    is_real = True
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_Number:
+            return x
+        return None
+
+    def _latex(self, printer):
+        return r"\sum_i %s" % printer._print(self.args[0])
+
+    def _sympystr(self, printer):
+        return "sum_i(%s)" % printer._print(self.args[0])
+
+
 class ComponentSum(sp.Function):
     """Σ_k x_k over the component axis of a recipe with ``components`` (the argument is a symbol that holds one
     value per component; the result has none).  Printed as a sum over the array's last axis."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
-from blr_derive.core.nodes import ZerosLike
+from blr_derive.core.nodes import ArraySum, ZerosLike
 from blr_derive.core.types import Expr, Sym, Text
 from blr_derive.ir.model import Constant, Dim, EntryPoint, EntryPoints, HyperVar, Read, Var
 from blr_derive.rules.base import RULES, FederatedSteps
@@ -76,6 +76,9 @@ def federated_entry_points(fed: FederatedSteps, state: list[Var], hyper: list[Hy
                    dims=dim, assignments=server_syms,
                    returns=[(p, _sym(p, symbols.get(p))) for p, _ in fed.globals] + [(v.name, v.symbol) for v in fixed]),
     ]
+    objective = _global_objective(fed, state, hyper, dims, fixed)
+    if objective is not None:
+        functions.append(objective)
     notes: list[Text] = [f"Derived by the rules {', '.join(rule)}.  One round: the server broadcasts",
              "its parameters; each client runs step(state, oracles=..., data=client_data(global_state, dual)) on",
              "its own loss, then dual = dual_step(...), and sends client_message(state, dual); the server sums",
@@ -86,4 +89,57 @@ def federated_entry_points(fed: FederatedSteps, state: list[Var], hyper: list[Hy
     if fixed:
         constants.append(("FEDERATED_FIXED", tuple(v.name for v in fixed)))
         notes.append("The server also reads the fixed parameters of q_g: server_step(message_sum, K, global_state).")
+    if objective is not None:
+        constants.append(("GLOBAL_OBJECTIVE_KEYS", GLOBAL_OBJECTIVE_KEYS))
+        notes.append("The bound per round: global_objective(global_state, client_loss_sum), client_loss_sum the sum "
+                     "of the")
+        notes.append("clients' E_{q_g}[loss_k] (each client's loss at the mean of q_g: the delta method).")
     return EntryPoints("federated Bayesian ADMM", notes, constants, functions)
+
+
+#: the keys of the mapping ``global_objective`` returns
+GLOBAL_OBJECTIVE_KEYS = ("objective", "expected_loss", "prior", "entropy")
+
+
+def _global_objective(fed: FederatedSteps, state: list[Var], hyper: list[HyperVar], dims: list[Dim],
+                      fixed: list[Var]) -> EntryPoint | None:
+    """``global_objective(global_state, client_loss_sum)``: L(q_g) = Σ_k E_{q_g}[ℓ_k]/τ + E_{q_g}[ℓ_0] − H(q_g)
+    from the rule's closed-form terms (``FederatedSteps.prior_expectation``, ``entropy``) and the clients' sum,
+    summed over the coordinates of a mean-field state; None where the terms do not close."""
+    E0, H = fed.prior_expectation, fed.entropy
+    if E0 is None or H is None:
+        return None
+    symbols = {v.name: v.symbol for v in state}
+    used = E0.free_symbols | H.free_symbols | (fed.temperature.free_symbols
+                                               if isinstance(fed.temperature, sp.Basic) else set())
+    family = [v for v in state if v.family]
+    hnames = _hyper_of([E0, H, sp.sympify(fed.temperature)], hyper)
+    known = {v.symbol for v in family} | {h.symbols[0] for h in hyper if h.name in hnames}
+    dim = [(d.symbol, symbols[d.var]) for d in dims if d.axis == 0 and d.var in symbols and d.symbol in used]
+    read = used | {s for _, s in dim}   # the dimensions are read from the arrays of q_g
+    reads = [Read(v.symbol, "global_state", v.name) for v in family if v.symbol in read]
+    known |= {d for d, _ in dim}
+    if not used <= known:
+        return None                     # a symbol the module cannot bind (a hyperparameter the update never reads)
+    elementwise = not any(is_mat(v.symbol) for v in family)
+    first = family[0].symbol
+    if elementwise:                     # per coordinate: summed over the state's coordinates (a constant term too)
+        E0, H = (ArraySum(ZerosLike(first) + e) for e in (E0, H))
+    loss = sp.Symbol("_client_loss", real=True)
+    e_sym, p_sym, h_sym = (sp.Symbol(n, real=True) for n in ("_expected_loss", "_prior", "_entropy"))
+    total = " summed over the coordinates of the (mean-field) state," if elementwise else ""
+    tau = fed.temperature != 1
+    doc = ("The global objective of Bayesian ADMM at q_g = global_state, L(q_g) = Σ_k E_{q_g}[ℓ_k]/τ + "
+           "E_{q_g}[ℓ_0] − H(q_g) (Khan & Rue 2023, Eq. 2 with the loss Σ_k ℓ_k/τ + ℓ_0; the server's fixed point, "
+           "Eq. 60, is its stationary point): ``client_loss_sum`` is Σ_k E_{q_g}[ℓ_k] as the clients give it (with "
+           "abstract losses each its loss at the mean of q_g, the delta method, or a mean over samples of q_g; an "
+           f"array is summed), divided by the temperature τ{' = ' + str(fed.temperature) if tau else ' (1 here)'}; "
+           "E_{q_g}[ℓ_0] is the prior's expectation and H(q_g) = A(λ) − ⟨λ, μ⟩ − E_q[log h] the family's entropy "
+           f"(App. B), both derived in closed form in the parameters of q_g,{total} every constant of ℓ_0 as "
+           "written kept.  Returns {'objective': L, 'expected_loss': Σ_k E[ℓ_k]/τ + E[ℓ_0], 'prior': E[ℓ_0], "
+           "'entropy': H} (GLOBAL_OBJECTIVE_KEYS).")
+    return EntryPoint("global_objective", doc, ["global_state", "client_loss_sum"], hnames, reads,
+                      numbers=[(loss, "client_loss_sum")], dims=dim,
+                      assignments=[(p_sym, E0), (h_sym, H), (e_sym, loss / fed.temperature + p_sym)],
+                      returns=[("objective", e_sym - h_sym), ("expected_loss", e_sym), ("prior", p_sym),
+                               ("entropy", h_sym)])

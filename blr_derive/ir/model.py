@@ -99,6 +99,7 @@ class EntryPoint:
     keywords: list[str] | None = None               # keyword-only arguments (default None) after the positional ones
     checks: list[DomainCheck] | None = None         # of the returned values (the federated server's parameters)
     rows: RowLoop | None = None                     # a loop over examples
+    numbers: list[tuple[Sym, str]] | None = None    # (symbol, argument): symbol = the sum of float(argument)
 
 
 #: a documenting constant of an entry-point group: a string, a tuple of strings or a mapping of strings

@@ -386,6 +386,11 @@ class FederatedSteps:
     messages: list[str]                # message names
     eta: list[tuple[str, Expr]]        # [(dual name, λ block as a function of the parameters)]
     equations: list[str]               # plain-text lines
+    #: the global objective's closed-form terms at q_g (rule federated_server): E_{q_g}[ℓ_0] and H(q_g) in the
+    #: family's ordinary parameters, and the temperature τ of the clients' losses; None where one does not close
+    prior_expectation: Expr | None = None
+    entropy: Expr | None = None
+    temperature: Expr = 1
 
 
 @dataclass

@@ -182,12 +182,70 @@ def derive_server(recipe, D, sym):
             if is_mat(e) and e.shape[0] == e.shape[1] and e.shape[1] != 1:
                 sym.add(nats[-1])
         server = correct_server(recipe, D, fam, server, nats, K, corrections, sym)
+    prior_e, entropy = global_objective_terms(recipe, D, sym)
     D.federated = FederatedSteps(
         dual=dual, message=message, server=server, count=K,
         globals=[(p.name, dv.name) for p, dv in fed.globals], duals=[dv.name for dv in fed.duals],
         messages=[m.name for m in msgs], eta=[(dv.name, e) for dv, e in zip(fed.duals, eta)],
         equations=[f"{n} <- {pretty(e)}" for n, e in dual] + [f"{n} = {pretty(e)}" for n, e in message]
-        + [f"{n}_g <- {pretty(e)}" for n, e in server])
+        + [f"{n}_g <- {pretty(e)}" for n, e in server],
+        prior_expectation=prior_e, entropy=entropy, temperature=fed.temperature)
+
+
+def global_objective_terms(recipe, D, sym):
+    """The closed-form terms of the global objective that Bayesian ADMM minimizes at q_g,
+    L(q_g) = Σ_k E_{q_g}[ℓ_k]/τ + E_{q_g}[ℓ_0] − H(q_g) (Khan & Rue 2023, Eq. 2 with the loss Σ_k ℓ_k/τ + ℓ_0;
+    the server's fixed points, Eq. 60, are its stationary points): (E_{q_g}[ℓ_0], H(q_g)) in the family's ordinary
+    parameters.  E_{q_g}[ℓ_0] is the Gaussian expectation of the recipe's prior (the one whose gradient is the
+    server's prior site), H the family's entropy A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B); the clients' terms are
+    numbers the caller gives (their losses are abstract).  (None, None) where either does not close."""
+    fed, fam = recipe.federated, recipe.family
+    try:
+        H = fam.entropy()
+    except Exception:                   # noqa: BLE001 - a family whose entropy does not close: no global objective
+        return None, None
+    if not isinstance(H, sp.Basic) or is_mat(H) or H.has(sp.Integral, sp.zoo, sp.nan):
+        return None, None
+    prior = fed.prior
+    if prior != 0 and fam.depends_on_variable(prior):
+        try:
+            E0 = fam.expect_gaussian(prior, mean=fam.mean_of_mu(), cov=fam.cov_of_mu())
+        except Exception:               # noqa: BLE001 - no Gaussian expectation of the prior: no global objective
+            return None, None
+        E0 = E0.xreplace(dict(zip(fam.mu, fam.mu_ord)))
+    else:
+        E0 = prior
+    if isinstance(E0, sp.Basic) and E0.has(sp.Trace):
+        E0 = _small_traces(simplify_mat(E0, sym))
+    if is_mat(E0):
+        E0 = scalar_expr(E0)
+    if not isinstance(E0, sp.Basic) or is_mat(E0) or E0.has(sp.Integral, sp.zoo, sp.nan):
+        return None, None
+    D.add("federated_server", RULES["federated_server"].equation, "Global objective at q_g",
+          "The server's fixed point is a stationary point of L(q_g) = Σ_k E_{q_g}[ℓ_k]/τ + E_{q_g}[ℓ_0] − H(q_g) "
+          "(Eq. 2 with the loss Σ_k ℓ_k/τ + ℓ_0): the prior's expectation and the entropy in the parameters of q_g; "
+          "the clients' expected losses are numbers the clients give (their losses at the mean of q_g: the delta "
+          "method, or at its samples).",
+          [(r"\mathbb{E}_{q_g}[\ell_0]", E0), (r"\mathcal{H}(q_g)", H)])
+    return E0, H
+
+
+def _small_traces(e):
+    """Every trace tr(A₁⋯Aₙ) rotated so that its product is 1×1 where a rotation makes it so (tr(m mᵀ) = mᵀm, a
+    number, not a P×P outer product), a trace of a sum split into a sum of traces."""
+    def rot(t):
+        a = t.arg
+        if isinstance(a, sp.MatAdd):
+            return sp.Add(*[rot(sp.Trace(x)) for x in a.args])
+        if isinstance(a, sp.MatMul):
+            c, mats = a.as_coeff_mmul()
+            mats = list(mats.args) if isinstance(mats, sp.MatMul) else [mats]
+            for i in range(1, len(mats)):
+                r = mats[i:] + mats[:i]
+                if r[0].shape[0] == 1 and r[-1].shape[1] == 1:
+                    return c * sp.Trace(sp.MatMul(*r))
+        return t
+    return e.replace(lambda n: isinstance(n, sp.Trace), rot)
 
 
 def correct_server(recipe, D, fam, server, nats, K, corrections, sym):

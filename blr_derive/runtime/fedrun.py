@@ -18,6 +18,13 @@ parameters (momentum and step count reset: its toy example, a new optimizer per 
 client steps on their own oracles (``step_hyper(round, local_step)`` may return hyperparameters for that step, a
 learning-rate schedule), update their duals, send their messages; the server sums them and solves for the new
 global parameters.
+
+The bound per round: with ``client_loss`` (one callable per client in :func:`simulate`, this rank's in
+:func:`run_rank`), after every round each client gives ``client_loss(global_state)``, its E_{q_g}[ℓ_k] at the new
+global state (its loss at the mean of q_g for the delta method, a mean over samples of q_g for a sampling recipe);
+the numbers are summed (``dist.all_reduce`` across ranks) and the module's ``global_objective`` adds the prior's
+expectation and subtracts the entropy of q_g: ``callback(..., objective=...)`` receives its mapping
+(L(q_g) under ``"objective"``).
 """
 from __future__ import annotations
 
@@ -68,6 +75,15 @@ def _global_keys(mod):
     return list(mod.FEDERATED_GLOBALS) + list(getattr(mod, "FEDERATED_FIXED", ()))
 
 
+def _objective(mod, client_loss_sum, g, hyper):
+    """The module's global objective at ``g`` from the clients' summed expected losses (a federated module whose
+    family's entropy or prior expectation does not close has none: a TypeError says so)."""
+    if not hasattr(mod, "global_objective"):
+        raise TypeError(f"{mod.RECIPE}: the generated module has no global_objective (the entropy of its family or "
+                        "the expectation of its prior has no closed form); run without client_loss")
+    return mod.global_objective(g, client_loss_sum, **hyper)
+
+
 def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hyper=None, rng=None, data=None,
                  step_hyper=None, round_index=0):
     """One client's part of a round: local BLR steps, the dual step and the message (new state, dual, message).
@@ -84,13 +100,17 @@ def client_round(mod, state, dual, global_state, oracles, *, local_steps=1, hype
 
 
 def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=None, rngs=None, client_states=None,
-             callback=None, client_data=None, client_start="previous", step_hyper=None):
+             callback=None, client_data=None, client_start="previous", step_hyper=None, client_loss=None):
     """Run ``rounds`` rounds with K = len(client_oracles) clients in this process (``client_data``: each client's
     data of an explicit loss, a list of K mappings; ``client_start`` and ``step_hyper``: see the module docstring).
 
     Returns ``(global_state, client_states, duals)``; ``callback(round, global_state, client_states, duals)``
-    is called after every round (e.g. to record iterates)."""
+    is called after every round (e.g. to record iterates).  ``client_loss``: K callables, ``client_loss[k](g)``
+    client k's E_{q_g}[ℓ_k] at the global state g; the callback then also gets ``objective=``, the module's
+    ``global_objective(g, Σ_k client_loss[k](g))`` after the round (the bound per round)."""
     K = len(client_oracles)
+    if client_loss is not None and len(client_loss) != K:
+        raise ValueError(f"client_loss has {len(client_loss)} callables for {K} clients")
     hyper = _known(mod, hyper)
     g = _copy(global_state)
     states = [_copy(s) for s in client_states] if client_states is not None else [_client(mod, g, hyper) for _ in range(K)]
@@ -106,17 +126,25 @@ def simulate(mod, client_oracles, global_state, *, rounds, local_steps=1, hyper=
                                                     data=client_data[k], step_hyper=step_hyper, round_index=r)
             total = msg if total is None else {n: total[n] + msg[n] for n in msg}
         g = _server(mod, total, K, g, hyper)
-        if callback is not None:
+        if client_loss is not None:
+            objective = _objective(mod, sum(float(np.sum(f(g))) for f in client_loss), g, hyper)
+            if callback is not None:
+                callback(r, g, states, duals, objective=objective)
+        elif callback is not None:
             callback(r, g, states, duals)
     return g, states, duals
 
 
 def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, rng=None, state=None, server=0,
-             dedicated_server=False, callback=None, data=None, client_start="previous", step_hyper=None):
+             dedicated_server=False, callback=None, data=None, client_start="previous", step_hyper=None,
+             client_loss=None):
     """This process's part of ``rounds`` rounds over the default ``torch.distributed`` process group.
 
     ``oracles`` are this rank's (ignored on a dedicated server).  Every rank passes the same initial
-    ``global_state``; every rank returns the final global state (broadcast by the server)."""
+    ``global_state``; every rank returns the final global state (broadcast by the server).  ``client_loss``: this
+    rank's E_{q_g}[ℓ_k] as a callable of the global state (ignored on a dedicated server, which adds 0); given on
+    every rank, the ranks' values are summed by ``dist.all_reduce`` after each round and every rank's
+    ``callback(round, global_state, state, dual, objective=...)`` gets the module's ``global_objective``."""
     import torch
     import torch.distributed as dist
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -146,6 +174,13 @@ def run_rank(mod, oracles, global_state, *, rounds, local_steps=1, hyper=None, r
         dist.broadcast(gflat, src=server)                              # ... and broadcasts q_g
         parts = np.split(gflat.numpy(), np.cumsum([np.size(g[n]) for n in keys])[:-1])
         g = {n: p.reshape(np.shape(g[n])).copy() for n, p in zip(keys, parts)}
-        if callback is not None:
+        if client_loss is not None:
+            own = float(np.sum(client_loss(g))) if is_client else 0.0
+            loss = torch.tensor([own], dtype=torch.float64)
+            dist.all_reduce(loss, op=dist.ReduceOp.SUM)               # Σ_k E_{q_g}[ℓ_k] over the clients
+            objective = _objective(mod, float(loss[0]), g, hyper)
+            if callback is not None:
+                callback(r, g, state, dual, objective=objective)
+        elif callback is not None:
             callback(r, g, state, dual)
     return g

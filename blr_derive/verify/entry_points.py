@@ -1,6 +1,6 @@
 """``blr-derive check``: a generated module's other entry points (federated Bayesian ADMM's ``dual_step``,
-``client_message`` and ``server_step``; Sec. 5.4, Eq. 60 of the paper and Möllenhoff et al. 2025) against the
-symbolic expressions they were rendered from, at random inputs.
+``client_message``, ``server_step`` and its bound ``global_objective``; Sec. 5.4, Eq. 60 of the paper and
+Möllenhoff et al. 2025) against the symbolic expressions they were rendered from, at random inputs.
 
 One round of two clients is played: random valid client states and a random valid global state (drawn as
 ``compare_update`` draws a state), random duals of the shapes ``init_dual`` gives, random hyperparameters; the
@@ -18,13 +18,14 @@ import numpy as np
 import sympy as sp
 
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.nodes import ArraySum, ZerosLike
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.model import EntryPoint
 from blr_derive.verify.state import dimension_sizes
 from blr_derive.verify.update import _random_state
 
 #: the entry points compared (init_dual's zeros and client_data's copies are read by these)
-COMPARED = ("dual_step", "client_message", "server_step")
+COMPARED = ("dual_step", "client_message", "server_step", "global_objective")
 CLIENTS = 2
 
 
@@ -37,6 +38,8 @@ def _symbolic(f: EntryPoint, args: dict, hp: dict, hyper, defaults: dict) -> dic
         env[str(r.symbol)] = np.asarray(args[r.argument][r.key], dtype=float)
     for sym, arg in f.counts or []:
         env[str(sym)] = int(args[arg])
+    for sym, arg in f.numbers or []:
+        env[str(sym)] = float(np.sum(args[arg]))
     for d, sym in f.dims or []:
         dims[str(d)] = int(np.shape(env[str(sym)])[0])
     for h in hyper:
@@ -50,6 +53,9 @@ def _symbolic(f: EntryPoint, args: dict, hp: dict, hyper, defaults: dict) -> dic
 
     def value(e):
         e = e.xreplace({x: flags[str(x)] for x in e.free_symbols if str(x) in flags})
+        # the sum over a mean-field state's coordinates, here of one coordinate (check draws a scalar state)
+        e = e.replace(lambda n: isinstance(n, ArraySum), lambda n: n.args[0])
+        e = e.replace(lambda n: isinstance(n, ZerosLike), lambda n: sp.Integer(0))
         values = {x: env[str(x)] for x in e.free_symbols if str(x) in env}
         sizes = {x: dims[str(x)] for x in e.free_symbols if str(x) in dims}
         for x, v in list(values.items()):
@@ -110,4 +116,15 @@ def federated_error(recipe, D, ir, mod, seed: int):
     args = {"message_sum": total, "clients": CLIENTS, "global_state": glob}
     got = mod.server_step(*[args[p] for p in f.params], **({} if f.hyper is None else hp))
     err = _error(got, _symbolic(f, args, hp, ir.hyperparameters, mod.HYPERPARAMETERS))
-    return None if np.isnan(err) else max(worst, err)
+    if np.isnan(err):
+        return None
+    worst = max(worst, err)
+    if "global_objective" in fns:       # the bound at the random global state, with a random sum of client losses
+        f = fns["global_objective"]
+        args = {"global_state": glob, "client_loss_sum": float(rng.normal() * 10)}
+        got = mod.global_objective(*[args[p] for p in f.params], **({} if f.hyper is None else hp))
+        err = _error(got, _symbolic(f, args, hp, ir.hyperparameters, mod.HYPERPARAMETERS))
+        if np.isnan(err):
+            return None
+        worst = max(worst, err)
+    return worst

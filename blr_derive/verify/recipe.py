@@ -77,6 +77,8 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
         checks += objective_checks(recipe, mod, points)
     if hasattr(mod, "server_step") and ir.entry_points is not None:
         checks.append(_federated_check(recipe, D, ir, mod, points))
+        if hasattr(mod, "global_objective"):
+            checks.append(global_objective_check(recipe, mod, points))
     if D.expected_loss is not None and D.natural_gradient is not None:
         checks.append(Check("natural gradient vs finite differences", _natural_gradient_fd(recipe, D, points), 1e-6,
                             note="∇_μ E_q[loss] against central differences of E_q[loss](μ)", group="derivation"))
@@ -90,13 +92,66 @@ def _federated_check(recipe, D, ir, mod, points):
     """Federated Bayesian ADMM's generated dual, message and server steps against their symbolic expressions
     (``verify/entry_points.py``), at random rounds."""
     errors, skipped = _at_finite_inputs(points, lambda seed: federated_error(recipe, D, ir, mod, seed))
-    note = f"dual_step, client_message, server_step; numpy target, {len(errors)} random rounds of 2 clients"
+    names = "dual_step, client_message, server_step" + (", global_objective" if hasattr(mod, "global_objective") else "")
+    note = f"{names}; numpy target, {len(errors)} random rounds of 2 clients"
     if skipped:
         note += f" ({skipped} skipped where the symbolic value is not finite or q_g leaves the family)"
     if not errors:
         note = f"no random round of {skipped} gave a finite server state inside the family"
     return Check("generated federated steps vs symbolic", max(errors, default=float("inf")), 1e-10, note=note,
                  group="codegen")
+
+
+def global_objective_check(recipe, mod, points: int = 3) -> Check:
+    """The generated ``global_objective`` of a federated recipe (Bayesian ADMM's bound at q_g, blr_derive/ir/
+    federated.py) against c/τ + quadrature of ∫ q_g(θ) (ℓ_0(θ) + log q_g(θ)) dθ with the family's log-density (not
+    its entropy formula, not the derived prior expectation), c a random sum of the clients' expected losses, at
+    random parameters of q_g and hyperparameters; one continuous scalar variable (a mean-field state of one
+    coordinate), elsewhere one 'na' line (the symbolic comparison of the federated steps covers it there)."""
+    from scipy import integrate
+    fam, fed = recipe.family, recipe.federated
+    name = "global objective vs quadrature"
+    support = fam.component_supports[0] if len(fam.components) == 1 and fam.component_supports else None
+    if support not in _RANGES or is_mat(fam.theta):
+        return Check(name, float("nan"), 1e-7, kind="na", group="codegen",
+                     note="quadrature of the global objective is checked for one continuous scalar variable")
+    theta = fam.components[0]
+    params = [p.symbol for p in fam.params.values()]
+    hyper = [h for h in recipe.hyper if h.kind == "float" and h.symbol is not None]
+    args = [theta] + params + [h.symbol for h in hyper]
+    integrand = sp.lambdify(args, sp.exp(fam.log_density()) * (fed.prior + fam.log_density()), MODULES)
+    tau = sp.lambdify([h.symbol for h in hyper], sp.sympify(fed.temperature), MODULES)
+    lo, hi = _RANGES[support]
+    worst, done = 0.0, 0
+    for seed in range(points * MAX_TRIES):
+        if done == points:
+            break
+        rng = np.random.default_rng(500 + seed)
+        vals = fam.sample_params(rng, 1)
+        pv = [float(np.ravel(vals[p])[0]) for p in params]
+        hv = {h.name: float(rng.uniform(0.5, 2.0)) for h in hyper}
+        state = {p.name: np.array([v]) for p, v in zip(fam.params.values(), pv)}
+        known = {k: v for k, v in hv.items() if k in mod.HYPERPARAMETERS}
+        c = float(rng.normal() * 10)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", integrate.IntegrationWarning)     # judged by the comparison itself
+            try:
+                value = lambda t: float(np.real(integrand(t, *pv, *hv.values())))  # noqa: E731
+                quad, _ = integrate.quad(value, lo, hi, limit=400, epsabs=1e-12, epsrel=1e-12)
+                want = c / float(tau(*hv.values())) + quad
+                got = float(mod.global_objective(state, c, **known)["objective"])
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+                continue
+        if not (np.isfinite(want) and np.isfinite(got)):
+            continue
+        worst = max(worst, abs(got - want) / max(1.0, abs(want)))
+        done += 1
+    if not done:
+        return Check(name, float("nan"), 1e-7, kind="na", group="codegen",
+                     note="no random input gave a finite global objective and quadrature")
+    return Check(name, worst, 1e-7, group="codegen",
+                 note=f"generated global_objective(q_g, c) = c/τ + E_q_g[prior] - H(q_g) against c/τ + quadrature of "
+                      f"q_g (prior + log q_g), {done} random inputs")
 
 
 #: the integration ranges of the continuous scalar supports, for the objective's quadrature

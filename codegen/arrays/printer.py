@@ -264,6 +264,9 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         args = ", ".join(self._print(a) for a in expr.args)
         return f"scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays({args})), axis=0)"
 
+    def _print_ArraySum(self, expr):
+        return f"numpy.sum({self._print(expr.args[0])})"
+
     # sums over a recipe's component axis (the leading axis of the array that holds one value per component)
     def _print_ComponentSum(self, expr):
         return f"numpy.sum({self._print(expr.args[0])}, axis=0)"

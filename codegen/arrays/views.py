@@ -65,6 +65,7 @@ class EntryView(TypedDict):
     hyper: list[str] | None          # the hyperparameters it reads (None: it takes none)
     reads: list[tuple[str, str, str]]
     counts: list[tuple[str, str]]
+    numbers: list[tuple[str, str]]   # (variable, argument): the argument's sum as a float
     dims: list[tuple[str, str]]
     assignments: list[tuple[str, str]]
     returns: list[tuple[str, str]]
@@ -262,6 +263,7 @@ def entry_view(ir, printer) -> EntriesView | None:
         "name": identifier(f.name), "doc": Prose(textwrap.fill(f.doc.text, 112, subsequent_indent="    ", break_on_hyphens=False)), "params": [identifier(p) for p in f.params], "hyper": f.hyper,
         "reads": [(pr(s), identifier(a), k) for s, a, k in f.reads],
         "counts": [(pr(s), identifier(a)) for s, a in f.counts or ()],
+        "numbers": [(pr(s), identifier(a)) for s, a in f.numbers or ()],
         "dims": [(pr(d), pr(s)) for d, s in f.dims or ()],
         "assignments": [(pr(s), pr(e)) for s, e in f.assignments or ()],
         "returns": [(k, pr(e)) for k, e in f.returns or ()],

@@ -214,6 +214,8 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
 # its parameters; each client runs step(state, oracles=..., data=client_data(global_state, dual)) on
 # its own loss, then dual = dual_step(...), and sends client_message(state, dual); the server sums
 # the messages over the K clients and calls server_step(message_sum, K).
+# The bound per round: global_objective(global_state, client_loss_sum), client_loss_sum the sum of the
+# clients' E_{q_g}[loss_k] (each client's loss at the mean of q_g: the delta method).
 FEDERATED_GLOBALS = {"m": "m_g", "S": "S_g", }
 FEDERATED_DUALS = (
     "dual1",
@@ -230,6 +232,12 @@ FEDERATED_EQUATIONS = (
     "msg2 = dual2",
     "S_g <- delta*I - 2*msg2",
     "m_g <- S^-1*msg1",
+)
+GLOBAL_OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "prior",
+    "entropy",
 )
 
 
@@ -321,4 +329,35 @@ def server_step(message_sum, clients, **hyperparameters):
     return {
         "m": m,
         "S": S,
+    }
+
+
+def global_objective(global_state, client_loss_sum, **hyperparameters):
+    """The global objective of Bayesian ADMM at q_g = global_state, L(q_g) = Σ_k E_{q_g}[ℓ_k]/τ + E_{q_g}[ℓ_0] − H(q_g)
+    (Khan & Rue 2023, Eq. 2 with the loss Σ_k ℓ_k/τ + ℓ_0; the server's fixed point, Eq. 60, is its stationary
+    point): ``client_loss_sum`` is Σ_k E_{q_g}[ℓ_k] as the clients give it (with abstract losses each its loss
+    at the mean of q_g, the delta method, or a mean over samples of q_g; an array is summed), divided by the
+    temperature τ (1 here); E_{q_g}[ℓ_0] is the prior's expectation and H(q_g) = A(λ) − ⟨λ, μ⟩ − E_q[log h] the
+    family's entropy (App. B), both derived in closed form in the parameters of q_g, every constant of ℓ_0 as
+    written kept.  Returns {'objective': L, 'expected_loss': Σ_k E[ℓ_k]/τ + E[ℓ_0], 'prior': E[ℓ_0], 'entropy':
+    H} (GLOBAL_OBJECTIVE_KEYS)."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    delta = hp["delta"]
+    if delta is None:
+        raise TypeError("this step needs the hyperparameter delta")
+    _client_loss = jnp.sum(jnp.asarray(client_loss_sum, dtype=float))
+    m = jnp.asarray(global_state["m"], dtype=float)
+    S = jnp.asarray(global_state["S"], dtype=float)
+    P = m.shape[0]
+    _prior = (1/2)*delta*(m @ m + jnp.trace(_spd_solve(S, jnp.eye(P))))
+    _entropy = (1/2)*P + (1/2)*P*(jnp.log(2) + jnp.log(jnp.pi)) - 1/2*jnp.log(jnp.linalg.det(S))
+    _expected_loss = _client_loss + _prior
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "prior": _prior,
+        "entropy": _entropy,
     }

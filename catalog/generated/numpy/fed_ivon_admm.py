@@ -241,6 +241,8 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
 # its parameters; each client runs step(state, oracles=..., data=client_data(global_state, dual)) on
 # its own loss, then dual = dual_step(...), and sends client_message(state, dual); the server sums
 # the messages over the K clients and calls server_step(message_sum, K).
+# The bound per round: global_objective(global_state, client_loss_sum), client_loss_sum the sum of the
+# clients' E_{q_g}[loss_k] (each client's loss at the mean of q_g: the delta method).
 FEDERATED_GLOBALS = {"m": "m_g", "s": "s_g", }
 FEDERATED_DUALS = (
     "dual1",
@@ -261,6 +263,12 @@ FEDERATED_EQUATIONS = (
     "nat2 = -s/2",
     "s_g <- -K*((delta - 2*msg2)/(K*rho_server + 1) + 2*nat2/K)^2/(4*nat2) + (delta - 2*msg2)/(K*rho_server + 1) if pd_server else (delta - 2*msg2)/(K*rho_server + 1)",
     "m_g <- msg1/(s*(K*rho_server + 1))",
+)
+GLOBAL_OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "prior",
+    "entropy",
 )
 
 
@@ -367,4 +375,37 @@ def server_step(message_sum, clients, **hyperparameters):
     return {
         "m": m,
         "s": s,
+    }
+
+
+def global_objective(global_state, client_loss_sum, **hyperparameters):
+    """The global objective of Bayesian ADMM at q_g = global_state, L(q_g) = Σ_k E_{q_g}[ℓ_k]/τ + E_{q_g}[ℓ_0] − H(q_g)
+    (Khan & Rue 2023, Eq. 2 with the loss Σ_k ℓ_k/τ + ℓ_0; the server's fixed point, Eq. 60, is its stationary
+    point): ``client_loss_sum`` is Σ_k E_{q_g}[ℓ_k] as the clients give it (with abstract losses each its loss
+    at the mean of q_g, the delta method, or a mean over samples of q_g; an array is summed), divided by the
+    temperature τ = temperature; E_{q_g}[ℓ_0] is the prior's expectation and H(q_g) = A(λ) − ⟨λ, μ⟩ − E_q[log h]
+    the family's entropy (App. B), both derived in closed form in the parameters of q_g, summed over the
+    coordinates of the (mean-field) state, every constant of ℓ_0 as written kept.  Returns {'objective': L,
+    'expected_loss': Σ_k E[ℓ_k]/τ + E[ℓ_0], 'prior': E[ℓ_0], 'entropy': H} (GLOBAL_OBJECTIVE_KEYS)."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    temperature = hp["temperature"]
+    if temperature is None:
+        raise TypeError("this step needs the hyperparameter temperature")
+    delta = hp["delta"]
+    if delta is None:
+        raise TypeError("this step needs the hyperparameter delta")
+    _client_loss = numpy.sum(numpy.asarray(client_loss_sum, dtype=float))
+    m = numpy.asarray(global_state["m"], dtype=float)
+    s = numpy.asarray(global_state["s"], dtype=float)
+    _prior = numpy.sum((1/2)*delta*(m**2 + s**(-1.0)) + numpy.zeros_like(m))
+    _entropy = numpy.sum(-1/2*numpy.log(s) + numpy.zeros_like(m) + (1/2)*numpy.log(2) + 1/2 + (1/2)*numpy.log(numpy.pi))
+    _expected_loss = _client_loss/temperature + _prior
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "prior": _prior,
+        "entropy": _entropy,
     }

@@ -56,6 +56,22 @@ def grad_of(X, y):
     return lambda th: X.T @ (1 / (1 + np.exp(-np.clip(X @ th, -500, 500))) - y)
 
 
+def logistic_loss_at_mean(X, y):
+    """A client's loss Σ_n log(1 + e^{x_nᵀθ}) − y_n x_nᵀθ at the mean of q_g (the delta method's E_{q_g}[ℓ_k])."""
+    return lambda g: float(np.sum(np.logaddexp(0.0, X @ g["m"]) - y * (X @ g["m"])))
+
+
+def simulator_bounds():
+    """The bound per round of the dedicated-server run, every client in this process."""
+    clients, _ = heterogeneous_clients()
+    bounds = []
+    simulate(_mod("fed_admm_isotropic"), [{"grad": grad_of(X, y)} for X, y in clients[1:]], {"m": np.zeros(P)},
+             rounds=3, local_steps=LOCAL, hyper=dict(lr=0.1, rho=3.0, rho_server=3.0, delta=DELTA),
+             client_loss=[logistic_loss_at_mean(X, y) for X, y in clients[1:]],
+             callback=lambda r, g, s, d, objective: bounds.append(float(objective["objective"])))
+    return bounds
+
+
 def least_squares(seed=3):
     rng = np.random.default_rng(seed)
     out = []
@@ -94,10 +110,15 @@ def rank_runs(rank):
     hp = dict(lr=0.1, rho=3.0, rho_server=3.0, delta=DELTA)
     out["admm"] = run_rank(iso, {"grad": grad_of(X, y)}, {"m": np.zeros(P)}, rounds=ROUNDS, local_steps=LOCAL,
                            hyper=hp)
+    bounds = []     # the bound per round: every rank's callback gets global_objective of the clients' summed losses
+    record = lambda r, g, s, d, objective: bounds.append(float(objective["objective"]))  # noqa: E731
     out["admm_server"] = run_rank(iso, {"grad": grad_of(X, y)}, {"m": np.zeros(P)}, rounds=3, local_steps=LOCAL,
-                                  hyper=hp, dedicated_server=True) if rank else None
+                                  hyper=hp, dedicated_server=True, client_loss=logistic_loss_at_mean(X, y),
+                                  callback=record) if rank else None
     if rank == 0:     # the dedicated server holds no data: it still takes part in every collective
-        out["admm_server"] = run_rank(iso, None, {"m": np.zeros(P)}, rounds=3, hyper=hp, dedicated_server=True)
+        out["admm_server"] = run_rank(iso, None, {"m": np.zeros(P)}, rounds=3, hyper=hp, dedicated_server=True,
+                                      client_loss=logistic_loss_at_mean(X, y), callback=record)
+    out["admm_server_bounds"] = bounds
     A, b = ls[rank]
     out["full"] = run_rank(full, {"grad": lambda th: A.T @ (A @ th - b), "hess": lambda th: A.T @ A},
                            {"m": np.zeros(3), "S": np.eye(3)}, rounds=1, hyper=dict(lr=1.0, rho=1.0, rho_server=0.0,

@@ -186,6 +186,15 @@ def test_federated_ranks_equal_the_in_process_simulator(spawned):
     assert np.allclose(spawned[1][1]["full"]["m"], np.linalg.solve(S, sum(A.T @ b for A, b in ls)), rtol=1e-10, atol=0)
 
 
+def test_bound_per_round_on_ranks_equals_the_in_process_simulator(spawned):
+    """run_rank(client_loss=...): the three client ranks' losses at the mean of q_g are summed by all_reduce (the
+    dedicated server adds 0) and every rank's callback gets the same global_objective as simulate's."""
+    ref = fp.simulator_bounds()
+    assert len(ref) == 3 and np.all(np.isfinite(ref))
+    for r, res in enumerate(spawned[1]):
+        assert np.allclose(res["admm_server_bounds"], ref, rtol=1e-12, atol=0), (r, res["admm_server_bounds"], ref)
+
+
 def test_ivon_admm_on_ranks_reaches_fedavg_and_admm_accuracy(spawned):
     acc_ivon, acc_avg, acc_admm = fp.accuracies(spawned[1][0]["ivon"]["m"])
     print(f"test accuracy after {fp.ROUNDS} rounds: IVON-ADMM {acc_ivon:.4f}, FedAvg {acc_avg:.4f}, "

@@ -1,5 +1,5 @@
-"""``check``'s federated line (blr_derive/verify/entry_points.py): the generated dual_step, client_message and
-server_step against their symbolic expressions at random rounds of two clients.  Before it, ``check`` ran only a
+"""``check``'s federated line (blr_derive/verify/entry_points.py): the generated dual_step, client_message,
+server_step and global_objective against their symbolic expressions at random rounds of two clients.  Before it, ``check`` ran only a
 federated module's ``step``, so a server solve that raised (a Cholesky of the negative-definite msg2 − δ/2 I of the
 (m, Σ) parametrization) or returned wrong numbers passed every check."""
 import types
@@ -61,3 +61,32 @@ def test_the_check_line_of_a_recipe_over_the_mean_covariance_gaussian(tmp_path):
     mod._spd_solve = lambda A, B: scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)
     with pytest.raises(np.linalg.LinAlgError):
         federated_error(recipe, D, ir, mod, 0)
+
+
+@pytest.mark.parametrize("name,key", [("fed_admm_full", "entropy"), ("fed_ivon_admm", "prior")])
+def test_a_wrong_global_objective_is_found(name, key):
+    """The bound per round (global_objective) is compared too: a 0.1 % error in its entropy (full Gaussian) or in
+    its prior's expectation (mean-field, summed over the coordinates) is found."""
+    recipe, D, ir, mod = _module(CATALOG / f"{name}.yaml")
+    assert [f.name for f in ir.entry_points.functions][-1] == "global_objective"
+    right = mod.global_objective
+
+    def wrong(*a, **k):
+        out = dict(right(*a, **k))
+        out[key] = 1.001 * out[key]         # every key is compared with its symbolic value
+        return out
+    mod.global_objective = wrong
+    errs = [e for e in (federated_error(recipe, D, ir, mod, seed) for seed in range(6)) if e is not None]
+    assert errs and min(errs) > 1e-6, errs
+
+
+def test_global_objective_vs_quadrature_line():
+    """check's quadrature line of the mean-field IVON-ADMM: c/τ + ∫ q_g (ℓ_0 + log q_g) against the generated value;
+    a wrong entropy is found."""
+    from blr_derive.verify.recipe import global_objective_check
+    recipe, D, ir, mod = _module(CATALOG / "fed_ivon_admm.yaml")
+    line = global_objective_check(recipe, mod)
+    assert line.passed and line.value < 1e-10, line
+    right = mod.global_objective
+    mod.global_objective = lambda *a, **k: {**right(*a, **k), "objective": right(*a, **k)["objective"] * 1.001}
+    assert not global_objective_check(recipe, mod).passed
