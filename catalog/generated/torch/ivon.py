@@ -246,9 +246,15 @@ def _flat_ok(params, foreach):
     if foreach is False or torch.compiler.is_compiling():
         return False
     first = params[0]
-    return sum(p.numel() for p in params) <= _FLAT_MAX and all(
-        p.dtype == first.dtype and p.device == first.device and not torch.is_complex(p)
-        and not hasattr(p, "device_mesh") for p in params)
+    dtype = first.dtype
+    if dtype.is_complex or sum(p.numel() for p in params) > _FLAT_MAX:
+        return False
+    if any(p.dtype != dtype or hasattr(p, "device_mesh") for p in params):
+        return False
+    if first.is_cpu:                    # p.device builds a device object per call (~1 us each): CPU first
+        return all(p.is_cpu for p in params)
+    device = first.device
+    return all(p.device == device for p in params)
 
 
 def _flat_cat(tensors):
