@@ -148,9 +148,22 @@ def _positive(x):
 
 
 def _count_step(states):
-    """Every tensor's step count + 1 (tensors, as torch.optim keeps them: one multi-tensor call)."""
+    """Every tensor's step count + 1 (tensors, as torch.optim keeps them).  Counts on the CPU (torch.optim's
+    default) are read and written back as host numbers, one ``fill_`` each: a Python number added to a 0-d
+    tensor is first wrapped in a tensor, which costs several times a fill (~4 us per parameter, as much as the
+    update of a small model's tensor); the count is an integer, so the sum is the same number.  Counts on a
+    device (capturable) and under torch.compile (where reading a count would break the graph): one
+    multi-tensor add."""
     steps = [st["step"] for st in states]
-    if all(isinstance(x, torch.Tensor) for x in steps) and len({x.device for x in steps}) == 1:
+    if not all(isinstance(x, torch.Tensor) for x in steps):
+        for st in states:
+            st["step"] += 1
+        return
+    if not torch.compiler.is_compiling() and all(x.is_cpu and x.ndim == 0 for x in steps):
+        for x in steps:
+            x.fill_(x.item() + 1)
+        return
+    if len({x.device for x in steps}) == 1:
         torch._foreach_add_(steps, 1)
     else:
         for st in states:
@@ -300,6 +313,8 @@ class SGD(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
+        if "momentum_buffer" in state:
+            return state            # every entry there (every call after the first): nothing to start
         momentum = _scalar(group["momentum"])
         if "momentum_buffer" not in state and (momentum != 0):
             state["momentum_buffer"] = torch.full_like(_p, _start(0, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
