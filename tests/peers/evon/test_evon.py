@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from blr_derive import api
+from blr_derive.core.errors import UnsupportedTarget
 from conftest import CATALOG, load_generated
 from evon_reference import Grads, algorithm2, eig_desc
 
@@ -208,3 +209,9 @@ def test_a_fixed_basis_is_catalog_ivon_in_the_rotated_coordinates():
         np.testing.assert_allclose(st["momentum"], sd["momentum"], rtol=1e-12, atol=1e-15)
     np.testing.assert_array_equal(st["Q_L"], QL)
     assert np.abs(st["M"] - M0).max() > 1e-2
+
+
+@pytest.mark.parametrize("target", ["torch", "triton"])
+def test_the_optimizer_targets_refuse_it_naming_why(target):
+    with pytest.raises(UnsupportedTarget, match="is a matri"):
+        api.derive((CATALOG / "evon.yaml").read_text()).code(target)
