@@ -12,7 +12,8 @@
 #   G_bar = mean_k(G_k)
 #   m = Q_L.T*M*Q_R
 #   h_price = avg_nxg*ess*(h + weight_decay)
-#   hess_N = ess*h_price
+#   h_clipped = min(price_clip*(clip_eps + h), max(h_price, -price_clip*(clip_eps + h))) if price_clip > 0 else h_price
+#   hess_N = ess*h_clipped
 #   h_wd = ess*weight_decay + hess_N
 #   s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1 - beta2)^2*(ess*(h + weight_decay) - h_wd)^2/(2*ess*(h + weight_decay))
 #   momentum_new = beta1*momentum + g*(1 - beta1)
@@ -53,6 +54,8 @@ HYPERPARAMETERS = {
     "weight_decay": 0.0001,
     "mc_samples": 1,
     "clip_radius": float('inf'),
+    "price_clip": 0.0,
+    "clip_eps": 1e-08,
     "debias": True,
     "precondition_frequency": 10,
 }
@@ -67,7 +70,8 @@ EQUATIONS = (
     "G_bar = mean_k(G_k)",
     "m = Q_L.T*M*Q_R",
     "h_price = avg_nxg*ess*(h + weight_decay)",
-    "hess_N = ess*h_price",
+    "h_clipped = min(price_clip*(clip_eps + h), max(h_price, -price_clip*(clip_eps + h))) if price_clip > 0 else h_price",
+    "hess_N = ess*h_clipped",
     "h_wd = ess*weight_decay + hess_N",
     "s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1 - beta2)^2*(ess*(h + weight_decay) - h_wd)^2/(2*ess*(h + weight_decay))",
     "momentum_new = beta1*momentum + g*(1 - beta1)",
@@ -205,6 +209,8 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     weight_decay = hp["weight_decay"]
     mc_samples = int(hp["mc_samples"])
     clip_radius = hp["clip_radius"]
+    price_clip = hp["price_clip"]
+    clip_eps = hp["clip_eps"]
     debias = bool(hp["debias"])
     precondition_frequency = int(hp["precondition_frequency"])
     _need(state, STATE, "the state")
@@ -240,7 +246,8 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     (g, avg_nxg, G_bar, ), _ = jax.lax.scan(_sample, (jnp.zeros_like(M), jnp.zeros_like(M), jnp.zeros_like(M, shape=(d_out, d_in)), ), jnp.arange(n_samples))
     m = Q_L.T @ M @ Q_R
     h_price = avg_nxg*ess*(h + weight_decay)
-    hess_N = ess*h_price
+    h_clipped = jnp.where(jnp.greater(price_clip, 0), jnp.minimum(price_clip*(clip_eps + h), jnp.maximum(h_price, -price_clip*(clip_eps + h))), h_price)
+    hess_N = ess*h_clipped
     h_wd = ess*weight_decay + hess_N
     s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1/2)*(1 - beta2)**2*(ess*(h + weight_decay) - h_wd)**2/(ess*(h + weight_decay))
     momentum_new = beta1*momentum + g*(1 - beta1)

@@ -12,7 +12,8 @@
 #   G_bar = mean_k(G_k)
 #   m = Q_L.T*M*Q_R
 #   h_price = avg_nxg*ess*(h + weight_decay)
-#   hess_N = ess*h_price
+#   h_clipped = min(price_clip*(clip_eps + h), max(h_price, -price_clip*(clip_eps + h))) if price_clip > 0 else h_price
+#   hess_N = ess*h_clipped
 #   h_wd = ess*weight_decay + hess_N
 #   s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1 - beta2)^2*(ess*(h + weight_decay) - h_wd)^2/(2*ess*(h + weight_decay))
 #   momentum_new = beta1*momentum + g*(1 - beta1)
@@ -49,6 +50,8 @@ HYPERPARAMETERS = {
     "weight_decay": 0.0001,
     "mc_samples": 1,
     "clip_radius": float('inf'),
+    "price_clip": 0.0,
+    "clip_eps": 1e-08,
     "debias": True,
     "precondition_frequency": 10,
 }
@@ -62,7 +65,8 @@ EQUATIONS = (
     "G_bar = mean_k(G_k)",
     "m = Q_L.T*M*Q_R",
     "h_price = avg_nxg*ess*(h + weight_decay)",
-    "hess_N = ess*h_price",
+    "h_clipped = min(price_clip*(clip_eps + h), max(h_price, -price_clip*(clip_eps + h))) if price_clip > 0 else h_price",
+    "hess_N = ess*h_clipped",
     "h_wd = ess*weight_decay + hess_N",
     "s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1 - beta2)^2*(ess*(h + weight_decay) - h_wd)^2/(2*ess*(h + weight_decay))",
     "momentum_new = beta1*momentum + g*(1 - beta1)",
@@ -195,6 +199,8 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     weight_decay = hp["weight_decay"]
     mc_samples = int(hp["mc_samples"])
     clip_radius = hp["clip_radius"]
+    price_clip = hp["price_clip"]
+    clip_eps = hp["clip_eps"]
     debias = bool(hp["debias"])
     precondition_frequency = int(hp["precondition_frequency"])
     t = int(state["step"]) + 1
@@ -226,7 +232,8 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         G_bar = G_bar + (G_k - G_bar) / (_k + 1)
     m = Q_L.T @ M @ Q_R
     h_price = avg_nxg*ess*(h + weight_decay)
-    hess_N = ess*h_price
+    h_clipped = (numpy.minimum(price_clip*(clip_eps + h), numpy.maximum(h_price, -price_clip*(clip_eps + h))) if numpy.greater(price_clip, 0) else h_price)
+    hess_N = ess*h_clipped
     h_wd = ess*weight_decay + hess_N
     s_new = beta2*ess*(h + weight_decay) + h_wd*(1 - beta2) + (1/2)*(1 - beta2)**2*(ess*(h + weight_decay) - h_wd)**2/(ess*(h + weight_decay))
     momentum_new = beta1*momentum + g*(1 - beta1)

@@ -16,7 +16,9 @@ Algorithm 2 (the slides), per step:
     10: R ← β3 R + (1 − β3) Gᵀ G
     11: every T steps: Q_L, Q_R ← Eig(L), Eig(R); Ḡ carried into the new basis.
 
-:func:`algorithm2` transcribes it with the clips off (the slides do not say their form; the tests run without them).
+:func:`algorithm2` transcribes it.  The slides do not say the clips' form: line 4's clip is off unless ``clip_ratio``
+> 0, then Ĥ is clipped to ±clip_ratio·(H + clip_eps) (H before the step: the official code's form, read from
+``team-approx-bayes/evon``); line 8's clip is not transcribed (the tests run without it).
 The draw E is ``sqrt(V) * z`` with ``z = rng.standard_normal(M.shape)``, one z per step, so that a run given the
 same generator state sees the same draws as a generated module.  ``refresh``:
 
@@ -41,7 +43,7 @@ def power_refresh(S, Q):
 
 
 def algorithm2(M, H, Gbar, L, R, QL, QR, grads, rng, *, zeta, delta, alpha, beta1, beta2, beta3, every, steps,
-               refresh="eigh", t0=0):
+               refresh="eigh", t0=0, clip_ratio=0.0, clip_eps=1e-8):
     """``steps`` steps of Algorithm 2 from the state (M, H, Ḡ, L, R, Q_L, Q_R) at step count t0.  Returns the list
     of states (dicts) after each step."""
     out = []
@@ -51,7 +53,9 @@ def algorithm2(M, H, Gbar, L, R, QL, QR, grads, rng, *, zeta, delta, alpha, beta
         Theta = M + QL @ E @ QR.T
         G = grads(Theta)                                                 # 3
         Gc = QL.T @ G @ QR
-        Hhat = E * Gc / V                                                # 4 (no clip)
+        Hhat = E * Gc / V                                                # 4
+        if clip_ratio > 0:
+            Hhat = np.clip(Hhat, -clip_ratio * (H + clip_eps), clip_ratio * (H + clip_eps))
         Gbar = beta1 * Gbar + (1 - beta1) * Gc                           # 5
         H = beta2 * H + (1 - beta2) * Hhat + 0.5 * (1 - beta2) ** 2 * (Hhat - H) ** 2 / (H + delta)   # 6
         U = (Gbar + delta * QL.T @ M @ QR) / (H + delta)                 # 7

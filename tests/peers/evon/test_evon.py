@@ -33,13 +33,13 @@ def start(shape, seed=0):
     return grads, M0, L, R, eig_desc(L), eig_desc(R)
 
 
-def reference(shape, refresh, seed=0, steps=STEPS):
+def reference(shape, refresh, seed=0, steps=STEPS, **clip):
     grads, M0, L, R, QL, QR = start(shape, seed)
     h = HYPER
     return algorithm2(M0, np.full(shape, h["hess_init"]), np.zeros(shape), L, R, QL, QR, grads,
                       np.random.default_rng(100 + seed), zeta=h["ess"], delta=h["weight_decay"], alpha=h["lr"],
                       beta1=h["beta1"], beta2=h["beta2"], beta3=h["shampoo_beta"], every=EVERY, steps=steps,
-                      refresh=refresh)
+                      refresh=refresh, **clip)
 
 
 def run_numpy(mod, shape, seed=0, steps=STEPS, **extra):
@@ -67,6 +67,7 @@ def numpy_module():
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_generated_numpy_is_algorithm2_with_the_power_refresh(numpy_module, shape):
+    """Clip off (price_clip 0, the default)."""
     ref = reference(shape, "power")
     gen = run_numpy(numpy_module, shape)
     assert max_err(ref, gen) < 1e-12
@@ -75,6 +76,15 @@ def test_generated_numpy_is_algorithm2_with_the_power_refresh(numpy_module, shap
     assert np.abs(gen[-1]["Q_L"] - start(shape)[4]).max() > 1e-3
     assert np.abs(gen[-1]["h"] - HYPER["hess_init"]).max() > 1e-2
     np.testing.assert_allclose(gen[-1]["Q_L"].T @ gen[-1]["Q_L"], np.eye(shape[0]), atol=1e-13)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_clipped_price_estimate_is_algorithm2_line4(numpy_module, shape):
+    """price_clip 0.5: Ĥ clipped to ±0.5(H + clip_eps) — active in most entries of most steps here."""
+    clip = dict(clip_ratio=0.5, clip_eps=1e-3)
+    gen = run_numpy(numpy_module, shape, price_clip=0.5, clip_eps=1e-3)
+    assert max_err(reference(shape, "power", **clip), gen) < 1e-12
+    assert max_err(reference(shape, "power"), gen) > 1e-3         # the clip changed the run
 
 
 @pytest.mark.parametrize("shape", SHAPES[:2])
