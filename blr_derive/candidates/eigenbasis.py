@@ -33,8 +33,8 @@ from blr_derive.core.yamlio import where
 from blr_derive.families.library import load_family
 from blr_derive.families.model import Family
 from blr_derive.rules.args import Ctx
-from blr_derive.rules.base import RULES, Derivation, OracleCall, Views
-from blr_derive.rules.eigenbasis import EigenbasisContext, Entrywise
+from blr_derive.rules.base import RULES, Derivation, OracleCall, Sampling, StateVar, Views
+from blr_derive.rules.eigenbasis import EigenbasisContext, EntryOf, Entrywise
 from blr_derive.spec.eigenbasis import EigenbasisRecipe, eigenbasis_recipe, is_eigenbasis_spec, split_eigenbasis
 from blr_derive.spec.family import Param
 
@@ -92,17 +92,23 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
     check_base(recipe)
     own, inner = split_rules(recipe)
     diag = derive_single(dataclasses.replace(recipe, approximations=inner))
-    if diag.sampling is not None or diag.federated is not None or diag.component_axis is not None:
-        raise fail(recipe, "the eigenbasis candidate maps the diagonal Gaussian's BLR with its oracles at the mean "
-                           "(the delta method)")
+    if diag.federated is not None or diag.component_axis is not None:
+        raise fail(recipe, "the eigenbasis candidate maps the diagonal Gaussian's BLR of one weight matrix (not a "
+                           "federated or mixture program)")
     base = recipe.family
     m = base.gaussian_mean
-    grads = [c for c in diag.oracle_calls if c.oracle == "grad"]
-    if len(diag.oracle_calls) != 1 or not grads or grads[0].argument != m:
-        raise fail(recipe, "the eigenbasis candidate maps a program whose only oracle is the gradient at the mean "
-                           f"(got {', '.join(c.oracle for c in diag.oracle_calls) or 'none'}); estimate the Hessian "
-                           "from the gradient (e.g. squared_gradient_hessian) and use an abstract loss")
-    g = grads[0].symbol
+    sm = diag.sampling
+    if sm is not None:
+        check_sampling(recipe, diag, m)
+        g = sm.calls[0][0]
+    else:
+        grads = [c for c in diag.oracle_calls if c.oracle == "grad"]
+        if len(diag.oracle_calls) != 1 or not grads or grads[0].argument != m:
+            raise fail(recipe, "the eigenbasis candidate maps a program whose only oracle is the gradient at the mean "
+                               f"(got {', '.join(c.oracle for c in diag.oracle_calls) or 'none'}); estimate the "
+                               "Hessian from the gradient (e.g. squared_gradient_hessian, or price_estimator at "
+                               "samples of monte_carlo) and use an abstract loss")
+        g = grads[0].symbol
     es = recipe.eigenbasis
     rows = sp.Symbol(es.rows, integer=True, positive=True)
     cols = sp.Symbol(es.cols, integer=True, positive=True)
@@ -121,6 +127,12 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
                            gaussian_mean=M, theta=sp.MatrixSymbol("W", rows, cols))
     D = Derivation(dataclasses.replace(recipe, family=fam))
     D.symbol_names.update(diag.symbol_names)
+    D.renamed.update(diag.renamed)      # change_variable: the state stores the new variable
+    D.state_vars.update(diag.state_vars)
+    for old, (new, nsym, _) in diag.renamed.items():
+        # the random valid states of the checks draw it as the elementwise checks draw a renamed coordinate: in the
+        # domain of the parameter it replaces (e.g. IVON's h for s = ess (h + δ): positive values are valid)
+        D.state_vars.setdefault(new, StateVar(new, nsym, base.params[old].domain, old))
     D.symbol_names.update({M: r"\mathbf{M}", G: r"\mathbf{G}", QL: r"\mathbf{Q}_L", QR: r"\mathbf{Q}_R"})
     D.add("eigenbasis_rotation", RULES["eigenbasis_rotation"].equation, "Gaussian diagonal in a Kronecker basis",
           f"The candidate is the Gaussian over vec(W) (W: {rows} × {cols}) with mean vec(M) and precision "
@@ -133,8 +145,11 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
     D.elementwise = True
     D.aux_state = list(diag.aux_state)
     D.frozen, D.verbatim = set(diag.frozen), set(diag.verbatim)
-    D.oracle_calls.append(OracleCall(G, "grad", M, grads[0].description.replace("θ", "W")))
-    D.defs.append((g, QL.T * G * QR))
+    if sm is None:
+        D.oracle_calls.append(OracleCall(G, "grad", M, grads[0].description.replace("θ", "W")))
+        D.defs.append((g, QL.T * G * QR))
+    else:
+        G = sample_in_basis(D, sm, m, M, QL, QR, rows, cols)
     updates = list(diag.updates)
     s_m, e_m = next((s, e) for n, s, e in updates if n == mean_name)
     others = [e for _, e in diag.defs] + [e for n, _, e in updates if n != mean_name]
@@ -142,7 +157,8 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
     c = step_m.coeff(m) if step_m.is_Add or step_m.has(m) else sp.Integer(0)
     rest = sp.expand(step_m - c * m)
     elementwise = {p.symbol for p in base.params.values()} | {a.symbol for a in diag.aux_state} \
-        | {a.new_symbol for a in diag.aux_state} | {s for s, _ in diag.defs} | {s for _, s, _ in updates} | {g}
+        | {a.new_symbol for a in diag.aux_state} | {s for s, _ in diag.defs} | {s for _, s, _ in updates} | {g} \
+        | ({a for a, _ in sm.stats} if sm is not None else set())
     scalar_c = not (c.free_symbols & elementwise)
     if not scalar_c:
         c, rest = sp.Integer(0), step_m
@@ -183,6 +199,45 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
                       ("Q_R", sp.MatrixSymbol("Q_R_new", cols, cols), ectx.QR_new)]
     D.views = Views(grad=G, state={"M": M, "Q_L": QL, "Q_R": QR})
     return D
+
+
+def check_sampling(recipe, diag, m):
+    """The Monte Carlo programs the candidate maps: normal draws, one gradient at each sample θ_k = m + δ(ε, state)
+    (the diagonal Gaussian's reparameterisation), averaged statistics of the draw, the state and that gradient."""
+    sm = diag.sampling
+    dev = sp.expand(sm.theta_expr - m)
+    ok = (sm.draw == "normal" and not sm.more_draws and sm.accept is None and sm.shaping is None
+          and not sm.reductions and not sm.chained and not sm.views and sm.covariance_factor is None
+          and not diag.oracle_calls and [o for _, o in sm.calls] == ["grad"] and not dev.has(m)
+          and not dev.has(sm.theta) and not any(e.has(sm.theta) for _, e in sm.stats))
+    if not ok:
+        raise fail(recipe, "the eigenbasis candidate samples the rotated coordinates with normal draws and takes "
+                           "only the gradient at each sample (monte_carlo with price_estimator or a gradient "
+                           "Hessian estimate, an abstract loss)")
+
+
+def sample_in_basis(D, sm, m, M, QL, QR, rows, cols):
+    """The diagonal program's Monte Carlo over θ' = Qᵀ vec(W) written in W: the rotated sample θ'_k = m' + δ_k is
+    W_k = M + Q_L [δ_k] Q_Rᵀ (vec(Q_L X Q_Rᵀ) = Q vec(X)); the gradient there, G_k = ∇_W ℓ(W_k), enters every
+    per-sample statistic rotated, g'_k = Q_Lᵀ G_k Q_R (chain rule); the structure's rules read the average Ḡ of the
+    G_k.  Returns Ḡ."""
+    g_k = sm.calls[0][0]
+    W_k = sp.MatrixSymbol("W_k", rows, cols)
+    G_k = sp.MatrixSymbol("G_k", rows, cols)
+    G_bar = sp.MatrixSymbol("G_bar", rows, cols)
+    dev = sp.expand(sm.theta_expr - m)
+    rotated = EntryOf(QL.T * G_k * QR)
+    stats = [(a, e.xreplace({g_k: rotated})) for a, e in sm.stats]
+    stats.append((G_bar, G_k))
+    theta = M + QL * Entrywise(sp.factor_terms(dev), rows, cols) * QR.T
+    D.sampling = Sampling(sm.samples, sm.eps, W_k, theta, [(G_k, "grad")], stats, draw="normal")
+    D.symbol_names.update({W_k: r"\mathbf{W}_k", G_k: r"\mathbf{G}_k", G_bar: r"\bar{\mathbf{G}}"})
+    D.add("eigenbasis_rotation", RULES["eigenbasis_rotation"].equation, "Samples in the basis",
+          "The diagonal program's samples of θ' = Qᵀ vec(W) are θ'_k = M' + δ_k with δ_k a draw of the rotated "
+          "Gaussian; in W they are W_k = M + Q_L δ_k Q_Rᵀ.  The gradient at W_k enters the program's per-sample "
+          "statistics rotated, g'_k = Q_Lᵀ G_k Q_R; the basis' rules read the average Ḡ of the gradients.",
+          [(W_k, theta, "="), (g_k, QL.T * G_k * QR, "=")])
+    return G_bar
 
 
 class EigenbasisCandidate(Candidate):

@@ -68,6 +68,34 @@ class Entrywise(sp.MatrixExpr):
         return rf"\left[{printer._print(self.arg)}\right]"
 
 
+class EntryOf(sp.Expr):
+    """The entries of a rows × cols matrix expression ``X`` as an elementwise quantity of the program (the inverse
+    view of :class:`Entrywise`): e.g. the gradient at a sample rotated into the basis, Q_Lᵀ G_k Q_R, inside a
+    per-sample statistic of the diagonal program."""
+    is_commutative = True
+    is_real = True
+
+    def __new__(cls, X):
+        return super().__new__(cls, X)
+
+    @property
+    def arg(self):
+        return self.args[0]
+
+    @property
+    def free_symbols(self):
+        return self.args[0].free_symbols
+
+    def _eval_derivative(self, s):
+        return sp.Integer(0) if s not in self.free_symbols else sp.Derivative(self, s)
+
+    def _sympystr(self, printer):
+        return f"[{printer._print(self.arg)}]"
+
+    def _latex(self, printer):
+        return rf"\left[{printer._print(self.arg)}\right]"
+
+
 class Eigenbasis(sp.MatrixExpr):
     """The eigenvectors of the symmetric S as the columns of an orthogonal matrix, in decreasing order of their
     eigenvalues."""

@@ -23,7 +23,7 @@ from blr_derive.verify.product import compare_product
 from blr_derive.verify.shaping import fixed_noise_statistics, shaped_statistics, supports
 from blr_derive.verify.state import dimension_sizes, fixed_draw, matrix_state, oracle_value
 from blr_derive.core.matexpr import is_mat
-from blr_derive.rules.eigenbasis import Entrywise
+from blr_derive.rules.eigenbasis import EntryOf, Entrywise
 
 
 def _host_value(rng, h):
@@ -133,6 +133,13 @@ def evaluate_entrywise(expr, env, dims):
     """:func:`evaluate`, where elementwise quantities (scalar symbols) may hold arrays (an elementwise program over
     a matrix mean, the eigenbasis candidate's rotated coordinates): a scalar expression of them is worked out entry
     by entry, and an :class:`Entrywise` node of a matrix expression becomes the explicit matrix of its entries."""
+    nodes = sorted(expr.atoms(EntryOf), key=str) if isinstance(expr, sp.Basic) else []
+    if nodes:                   # the entries of a matrix (a rotated gradient at a sample): its value as an array
+        env, reps = dict(env), {}
+        for i, n in enumerate(nodes):
+            reps[n] = sp.Dummy(f"entries{i}", real=True)
+            env[reps[n]] = np.asarray(evaluate_entrywise(n.arg, env, dims), dtype=float)
+        expr = expr.xreplace(reps)
     arrays = {k: v for k, v in env.items() if not is_mat(k) and np.ndim(v) > 0}
     if not arrays:
         return evaluate(expr, env, dims)
@@ -192,7 +199,7 @@ def compare_update(recipe, D, mod, seed=0, P=3):
     elif D.sampling is not None:
         sm = D.sampling
         env[sm.eps] = fixed_draw(sm.eps, dims)
-        env[sm.theta] = evaluate(sm.theta_expr.xreplace(flags), env, dims)
+        env[sm.theta] = evaluate_entrywise(sm.theta_expr.xreplace(flags), env, dims)
         for k_sym, oracle in sm.calls:
             oracle_vals[oracle] = oracle_value(rng, k_sym, dims)
             env[k_sym] = oracle_vals[oracle]
@@ -203,7 +210,7 @@ def compare_update(recipe, D, mod, seed=0, P=3):
             env[k_sym] = oracle_vals[oracle]
         if sm.shaping is None:
             for avg, e in sm.stats:
-                env[avg] = evaluate(e.xreplace(flags), env, dims)
+                env[avg] = evaluate_entrywise(e.xreplace(flags), env, dims)
         elif supports(sm):
             # a draw of its own per sample and a loss that depends on θ: the centred shaped values do not cancel
             noise, oracle_fns = shaped_statistics(sm, flags, env, dims, rng, oracle_vals)

@@ -148,6 +148,9 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
     def _print_Entrywise(self, expr):
         return f"({self._print(expr.arg)})"
 
+    def _print_EntryOf(self, expr):
+        return f"({self._print(expr.arg)})"
+
     def _print_Eigenbasis(self, expr):
         self.helpers.add("_eigenbasis")
         return f"_eigenbasis({self._print(expr.arg)})"

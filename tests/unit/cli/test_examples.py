@@ -170,3 +170,10 @@ def test_soap_example_reaches_the_least_squares_optimum(capsys):
     soap_gap, adamw_gap = _script("soap_example").main()
     assert 0 <= soap_gap < 1e-3 and 0 <= adamw_gap < 1e-2
     assert "step  300   loss - optimum: SOAP" in capsys.readouterr().out
+
+
+def test_evon_example_approaches_the_exact_posterior_covariance(capsys):
+    evon_cov, ivon_cov, evon_mean, ivon_mean = _script("evon_example").main()
+    assert evon_cov < 0.1 and ivon_cov > 0.3               # 0.045 and 0.42 (seed 0)
+    assert evon_mean < 0.5 and ivon_mean < 0.5              # in posterior standard deviations
+    assert "step  4000  covariance error: EVON" in capsys.readouterr().out
