@@ -33,12 +33,13 @@ if "_pytest" in sys.modules and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 # 1.1-1.2 s with), and pytest rewrote and compiled every test module in every worker.  A .pyc is used only while
 # its source's modification time and size match, so an edited file is compiled afresh.  A PYTHONPYCACHEPREFIX
 # already set is used as it is.
+_pycache = None
 if "_pytest" in sys.modules and "PYTHONPYCACHEPREFIX" not in os.environ:
     _pycache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "blr-derive-tests" / "pycache"
     try:
         _pycache.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
-        pass
+        _pycache = None
     else:
         os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = str(_pycache)
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -117,6 +118,13 @@ def pytest_configure(config):
     fixture's tests on one worker.  Tests without the mark are handed out one by one as under ``load``."""
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+    # the .pyc files of modules imported from temporary folders (generated modules in tmp_path, the docs pages'
+    # folders) would pile up in the bytecode cache run after run: the main process removes them before the run
+    if _pycache is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import shutil
+        import tempfile
+        tmp = Path(tempfile.gettempdir()).resolve()
+        shutil.rmtree(_pycache / tmp.relative_to(tmp.anchor), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
