@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 import sympy as sp
-from scipy import optimize
 
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.specialfns import dbesselk_numpy, softplus
@@ -136,6 +135,8 @@ def integral_value(node) -> float:
     if not np.isfinite(Lg[i]) or Lg[i] == np.inf:
         raise DerivationError(f"the integral {sp.sstr(node)} has no finite mass to integrate numerically")
     a, b = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    from scipy import optimize                 # lazy: scipy.optimize costs ~0.5 s of every process start
+
     r = optimize.minimize_scalar(lambda t: -float(L(t)), bounds=(a, b), method="bounded",
                                  options={"xatol": 1e-12 * max(1.0, abs(grid[i]))})
     u0, M = (float(r.x), -float(r.fun)) if -float(r.fun) > Lg[i] else (float(grid[i]), float(Lg[i]))

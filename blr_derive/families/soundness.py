@@ -24,8 +24,6 @@ import math
 
 import numpy as np
 import sympy as sp
-from scipy import integrate as _integrate
-from scipy.special import logsumexp as _logsumexp
 
 from blr_derive.core.budget import StepTimeout, step_limit
 from blr_derive.core.errors import SpecError
@@ -249,13 +247,15 @@ def reference_log_partition(fam, vals):
     b = grid[min(keep[-1] + 1, grid.size - 1)] if keep[-1] < grid.size - 1 else hi
     peak = grid[int(np.argmax(lg))]
     inner = sorted({float(a), float(peak), float(b)} - {float("inf"), float("-inf")})
+    from scipy import integrate                # lazy: scipy's import costs every process start
+
     g = lambda u: float(np.exp(log_g(u) - M))                                       # noqa: E731
     total, err = 0.0, 0.0
     edges = [a] + [p for p in inner if a < p < b] + [b]
     for s, t in zip(edges[:-1], edges[1:]):
         if s == t:
             continue
-        val, e = _integrate.quad(g, s, t, epsabs=0.0, epsrel=1e-13, limit=400)
+        val, e = integrate.quad(g, s, t, epsabs=0.0, epsrel=1e-13, limit=400)
         total, err = total + val, err + e
     if not (total > 0 and err < 1e-10 * total):
         return None
@@ -293,7 +293,9 @@ def _series_reference(ell, k):
         if not math.isfinite(M):
             return None
         if v[-1] < M - 60 and v[-1] <= v[-2]:
-            return float(_logsumexp(v))
+            from scipy.special import logsumexp
+
+            return float(logsumexp(v))
         n *= 4
     return None
 

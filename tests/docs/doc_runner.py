@@ -142,7 +142,9 @@ def folder(tmp: Path) -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{bin_}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env.update(COLUMNS="80", PYTHONIOENCODING="utf-8", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+    env.update(COLUMNS="80", PYTHONIOENCODING="utf-8", MPLBACKEND="Agg")
+    if not env.get("PYTHONPYCACHEPREFIX"):       # tests/conftest.py keeps the .pyc files outside every tree
+        env["PYTHONDONTWRITEBYTECODE"] = "1"     # else none is written next to a page's files
     env.pop("PYTHONSTARTUP", None)
     return env
 
