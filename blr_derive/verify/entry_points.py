@@ -24,8 +24,6 @@ from blr_derive.ir.model import EntryPoint
 from blr_derive.verify.state import dimension_sizes
 from blr_derive.verify.update import _random_state
 
-#: the entry points compared (init_dual's zeros and client_data's copies are read by these)
-COMPARED = ("dual_step", "client_message", "server_step", "global_objective")
 CLIENTS = 2
 
 
@@ -91,8 +89,8 @@ def _dual(rng, shape):
 
 
 def federated_error(recipe, D, ir, mod, seed: int):
-    """The largest relative error of dual_step, client_message and server_step at one random round; None where the
-    input is skipped (see the module docstring)."""
+    """The largest relative error of dual_step, client_message, server_step (and global_objective) at one random
+    round; None where the input is skipped (see the module docstring)."""
     fns = {f.name: f for f in ir.entry_points.functions}
     rng = np.random.default_rng(31 + seed)
     dims = dimension_sizes(recipe, D, 3)
@@ -100,31 +98,21 @@ def federated_error(recipe, D, ir, mod, seed: int):
     glob = _random_state(recipe.family, D, rng, 3, {}, dims)
     hp = {h.name: float(rng.uniform(0.1, 0.9)) for h in ir.hyperparameters if h.kind == "float"}
     duals = [{k: _dual(rng, np.shape(v)) for k, v in mod.init_dual(s).items()} for s in states]
-    worst, total = 0.0, None
+    errors = []
+
+    def compare(name, args):
+        """The generated entry point's value at ``args``, its error against the symbolic one recorded."""
+        f = fns[name]
+        got = getattr(mod, name)(*[args[p] for p in f.params], **({} if f.hyper is None else hp))
+        errors.append(_error(got, _symbolic(f, args, hp, ir.hyperparameters, mod.HYPERPARAMETERS)))
+        return got
+    total = None
     for s, d in zip(states, duals):
         args = {"state": s, "global_state": glob, "dual": d}
-        for name in ("dual_step", "client_message"):
-            f = fns[name]
-            got = getattr(mod, name)(*[args[p] for p in f.params], **({} if f.hyper is None else hp))
-            err = _error(got, _symbolic(f, args, hp, ir.hyperparameters, mod.HYPERPARAMETERS))
-            if np.isnan(err):
-                return None
-            worst = max(worst, err)
-        msg = mod.client_message(s, d, **hp)
+        compare("dual_step", args)
+        msg = compare("client_message", args)
         total = msg if total is None else {k: total[k] + msg[k] for k in msg}
-    f = fns["server_step"]
-    args = {"message_sum": total, "clients": CLIENTS, "global_state": glob}
-    got = mod.server_step(*[args[p] for p in f.params], **({} if f.hyper is None else hp))
-    err = _error(got, _symbolic(f, args, hp, ir.hyperparameters, mod.HYPERPARAMETERS))
-    if np.isnan(err):
-        return None
-    worst = max(worst, err)
+    compare("server_step", {"message_sum": total, "clients": CLIENTS, "global_state": glob})
     if "global_objective" in fns:       # the bound at the random global state, with a random sum of client losses
-        f = fns["global_objective"]
-        args = {"global_state": glob, "client_loss_sum": float(rng.normal() * 10)}
-        got = mod.global_objective(*[args[p] for p in f.params], **({} if f.hyper is None else hp))
-        err = _error(got, _symbolic(f, args, hp, ir.hyperparameters, mod.HYPERPARAMETERS))
-        if np.isnan(err):
-            return None
-        worst = max(worst, err)
-    return worst
+        compare("global_objective", {"global_state": glob, "client_loss_sum": float(rng.normal() * 10)})
+    return None if any(np.isnan(e) for e in errors) else max(errors)
