@@ -130,6 +130,11 @@ def scalar_family(fam) -> bool:
     return bool(fam.components) and all(isinstance(c, sp.Symbol) for c in fam.components)
 
 
+def scalar_variable(fam):
+    """The scalar symbol the loss is read in: the family's variable, or its first component (mean-field)."""
+    return fam.theta if isinstance(fam.theta, sp.Symbol) else fam.components[0]
+
+
 def support_of(fam) -> str:
     return fam.joint_support or (fam.component_supports[0] if fam.component_supports else "?")
 
@@ -147,7 +152,7 @@ def screen(expr, theta, data, families, support: str | None = None) -> Screen:
         if support is not None and sup != support:
             out.rejected[name] = f"its support is {sup}, not {support}"
             continue
-        own = fam.theta if isinstance(fam.theta, sp.Symbol) else fam.components[0]
+        own = scalar_variable(fam)
         loss = expr.xreplace({theta: own})
         try:
             _, cs = statistics_decomposition(fam, loss)

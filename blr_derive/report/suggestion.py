@@ -20,8 +20,8 @@ from blr_derive.core.text import quote
 from blr_derive.core.yamlio import load_yaml_file
 from blr_derive.derive.driver import derive as derive_recipe
 from blr_derive.families.library import builtin_family_names, load_family
-from blr_derive.families.suggest import (build_from_loss, loss_text, parse_loss, scalar_family, screen, statistics_of,
-                                         support_of)
+from blr_derive.families.suggest import (build_from_loss, loss_text, parse_loss, scalar_family, scalar_variable, screen,
+                                         statistics_of, support_of)
 from blr_derive.spec.vocabulary import SUPPORTS
 
 #: the approximations of a conjugate recipe: E_q[ℓ] exact, and ρ = 1 (one step is Bayes' rule)
@@ -208,24 +208,27 @@ def suggest(loss: str, variable: str = "theta", data=(), support: str | None = N
 
 def _approximate(out, expr, theta, loss, variable, data, families, found):
     """No conjugate family: the scalar families of the loss's domain (at most MAX_APPROXIMATE: those that share
-    the most of the loss's statistics, then the fewest statistics, first) with the expectation rules under which their recipe derives, each confirmed by deriving it."""
+    the most of the loss's statistics, then the fewest statistics, first) with the expectation rules under which
+    their recipe derives, each confirmed by deriving it."""
     loss_stats = statistics_of(expr, theta)
 
     def shared(fam):            # the loss's statistics the family has (E_q of those is its μ: exact)
-        own = fam.theta if isinstance(fam.theta, sp.Symbol) else fam.components[0]
+        own = scalar_variable(fam)
         T = [t.xreplace({own: theta}) for t in fam.T]
         return sum(1 for x in loss_stats if any(sp.simplify(x - t) == 0 for t in T))
     own_domain = [(n, f) for n, f in families if scalar_family(f) and support_of(f) == found.domain]
     own_domain.sort(key=lambda nf: (-shared(nf[1]), len(nf[1].T), nf[0]))
     for name, fam in own_domain[:MAX_APPROXIMATE]:
         out.approximate_tried += 1
-        own = fam.theta if isinstance(fam.theta, sp.Symbol) else fam.components[0]
+        own = scalar_variable(fam)
         text = loss if str(own) == variable else loss_text(expr, theta, own)
         settings = _axis_settings(name)
         rules, refused = [], []
         for rule in EXPECTATION_RULES:
-            why = _derives(name, text, data, settings, (rule,))
-            (rules.append(rule) if why is None else refused.append(rule.split(":")[0]))
+            if _derives(name, text, data, settings, (rule,)) is None:
+                rules.append(rule)
+            else:
+                refused.append(rule.split(":")[0])
         if rules:
             out.approximate.append(Approximate(name, rules, refused, _command(name, text, data, settings, (rules[0],))))
     # exact expectations first, then the number of rules that apply
