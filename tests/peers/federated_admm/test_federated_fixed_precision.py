@@ -8,14 +8,10 @@ The reference: federated ADMM written from the augmented Lagrangian with the pen
 of size lr/ρ (the BLR step in λ = s m), dual ascent v_k += ρS(θ_k − θ_g), and the server's
 θ_g = (Σ v_k + ρ_s S Σ θ_k)/(δ + Kρ_s s).  With s = 1 it is test_federated.py's hand-written ADMM.
 """
-import types
-
 import numpy as np
 import pytest
 
-from blr_derive.api import derive_file
-from blr_derive.codegen.registry import emit
-from blr_derive.ir.build import build_ir
+from blr_derive import api
 from blr_derive.runtime.fedrun import simulate
 from conftest import CATALOG
 from test_federated import logistic_clients, logistic_grad
@@ -51,10 +47,7 @@ def recipe_path(tmp_path_factory):
 
 
 def module(path, target):
-    recipe, D = derive_file(path)
-    mod = types.ModuleType(f"_fedfp_{target}")
-    exec(compile(emit(build_ir(D, recipe.name), target), recipe.name, "exec"), mod.__dict__)
-    return mod
+    return api.derive(path).compile(target)
 
 
 @pytest.mark.parametrize("target", ["numpy", "jax"])
