@@ -81,6 +81,10 @@ class DomainCheck:
     domain: str            # "positive" (elementwise) or "positive_definite" (matrices in the last two axes)
     component: int | str | None    # None, a component's number (a mixture's unrolled state) or "axis" (the leading axis)
     hint: str              # what would keep it valid
+    #: "hessian": the update reads a Hessian estimate of any sign or a federated dual (the torch and Triton targets
+    #: refuse the recipe); "estimate": a sampled or quadrature natural gradient of either sign (numpy and jax check
+    #: it; torch and Triton, which never synchronize with the host in a step, generate it unchecked, as before)
+    source: str = "hessian"
 
 
 @dataclass

@@ -86,9 +86,38 @@ def state_checks(D, fam) -> list:
         p, component = owners.get(name, (None, None))
         if p is None or p.domain not in CHECKED or p.name in D.corrected:
             continue
-        if _reads(e, defs, cache) & sources:
+        reads = _reads(e, defs, cache)
+        if reads & sources:
             out.append(DomainCheck(name, sym, p.domain, component, _hint(p.name, p.domain)))
+        elif reads & D.unsigned and not _positive_whatever_the_estimate(e, p, fam):
+            out.append(DomainCheck(name, sym, p.domain, component, _unsigned_hint(p, fam), "estimate"))
     return out
+
+
+def _positive_whatever_the_estimate(e, p, fam) -> bool:
+    """Whether the new value ``e`` of the positive parameter ``p`` is positive for every real value of the symbols it
+    reads besides the family's positive parameters (the estimate, the hyperparameters, the named quantities): sympy's
+    assumptions prove it (e.g. σ·exp(ρĝ/2)); a positive-definite matrix is never proved."""
+    if p.domain != "positive" or not isinstance(e, sp.Expr) or e.has(sp.MatrixSymbol):
+        return False
+    positive = {q.symbol for q in fam.params.values() if q.domain == "positive" and isinstance(q.symbol, sp.Symbol)}
+    sub = {s: sp.Dummy(s.name, positive=True) if s in positive else sp.Dummy(s.name, real=True)
+           for s in e.free_symbols if isinstance(s, sp.Symbol)}
+    return bool(e.xreplace(sub).is_positive)
+
+
+def _unsigned_hint(p, fam):
+    """Take a smaller ρ; riemannian_correction is named only where it applies (λ affine in the parameter)."""
+    base = getattr(fam, "base", fam)
+    text = "its update reads a natural-gradient estimate of either sign, and a large step leaves the family: take a smaller rho"
+    try:
+        affine = all(sp.diff(l, p.symbol, 2) == 0 for l in base.eta)
+    except (TypeError, ValueError, AttributeError):
+        affine = False
+    if affine:
+        what = "positive definite" if p.domain == "positive_definite" else "positive"
+        text += f", or the rule riemannian_correction: {{param: {p.name}}} keeps it {what}"
+    return text
 
 
 def server_checks(D, fam, symbols) -> list:

@@ -472,6 +472,11 @@ class Derivation(Generic[RecipeT]):
     #: quantities that may be indefinite estimates of a Hessian (Price's estimator, a mixture's ∇² log q): an update of
     #: a positive (definite) parameter that reads one is checked at run time unless it is corrected
     indefinite: set[Expr] = field(default_factory=set)
+    #: estimates of ∇_λ E_q[ℓ] of either sign (the score-function, reparameterization and quadrature rules over any
+    #: family): a positive (definite) parameter updated from one may leave its domain when ρ is large for the
+    #: estimate (e.g. λ_{t+1} = (1 − ρ)λ_t − ρ∇̂ outside Ω), so it is checked at run time unless its new value is
+    #: positive whatever the estimate's sign (σ·exp(·)) or it is corrected
+    unsigned: set[Expr] = field(default_factory=set)
     correction: PendingCorrection | None = None     # a posterior correction acting among the passes
 
     def expand_defs(self, e: Expr) -> Expr:

@@ -121,6 +121,7 @@ def sampled_natural_gradient(recipe, D, approx, mode):
         eqs = [(theta, fam.sampler)] + [(avg, TexForm(r"\frac{1}{S}\sum_k %s", (e,))) for avg, e in stats]
     D.sampling = Sampling(samples, u, theta, fam.sampler, [(o_k, oracle)], stats,
                           draw=law, more_draws=more, accept=accept)
+    D.unsigned.update(a for a, _ in stats)          # estimates of either sign: the state's domain is checked
     D.natural_gradient = NaturalGradient(list(grads))
     D.add(mode, RULES[mode].equation, "Natural gradient from samples of q", text,
           eqs + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g, r"\approx") for i, g in enumerate(grads)])
@@ -201,6 +202,7 @@ def quadrature_natural_gradient(recipe, D, approx, mode):
         calls = [(o_k, "loss")]
     stats = [(sp.Symbol(f"dlam{i + 1}", real=True), e) for i, e in enumerate(score_terms(fam, o_k, theta))]
     D.sampling = Sampling(nodes, u, theta, fam.sampler, calls, stats, draw="tanh_sinh")
+    D.unsigned.update(a for a, _ in stats)          # of either sign: the state's domain is checked
     grads = natural_gradient_at_state(D, fam, sp.Matrix([a for a, _ in stats]))
     D.natural_gradient = NaturalGradient(list(grads))
     D.add(mode, RULES[mode].equation, "Natural gradient by quadrature in the CDF coordinate",

@@ -117,3 +117,66 @@ def test_optimizer_targets_refuse_an_update_they_would_not_check(target):
                                                 r"positive.*riemannian_correction: \{param: s\}"):
         api.derive(PRICE.format(extra="")).code(target)
     assert "class" in api.derive(PRICE.format(extra="  - riemannian_correction: {param: s}\n")).code(target)
+
+
+# ------------------------------------------------------------------ natural-gradient estimates of either sign
+#: a family written as a user would (docs/family-format.md): the half-normal, λ = −1/(2σ²), T = θ²; sampler by ndtri
+HALF_NORMAL = """\
+name: half_normal_user
+variable: theta
+support: positive
+parameters:
+  sigma: {domain: positive, description: scale}
+sufficient_statistics: [theta**2]
+base_measure: "1"
+natural_parameters: [-1/(2*sigma**2)]
+expectation_parameters: [sigma**2]
+sampler: sigma*ndtri((1 + u)/2)
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def half_normal_recipe(tmp_root):
+    from pathlib import Path
+    root = Path(tmp_root)
+    (root / "half_normal_user.yaml").write_text(HALF_NORMAL)
+    (root / "r.yaml").write_text("name: hn_quadrature\nfamily: half_normal_user.yaml\n"
+                                 "loss: theta**2 - 3*log(theta)\napproximations: [quadrature]\n")
+    return api.derive(root / "r.yaml")
+
+
+def test_an_estimate_of_either_sign_is_checked_unless_the_new_value_is_positive_anyway():
+    """Score-function, reparameterization and quadrature estimates of ∇_λE_q[ℓ] have either sign: the exponential's
+    rate r ← (1 − ρ)r + ρ∇̂ is checked; SNES's σ ← σ·exp(·) is positive whatever the estimate (not checked)."""
+    assert checks("score_function_exponential") == [("r", "positive", None)]
+    assert checks("reparameterization_exponential") == [("r", "positive", None)]
+    assert checks("quadrature_gamma") != []
+    assert checks("snes") == []
+
+
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
+def test_a_quadrature_step_that_leaves_a_user_family_is_named(tmp_path_factory, target):
+    """The exact (quadrature) BLR step λ ← (1 − ρ)λ − ρ(1 − 3/(2σ²)) over the half-normal leaves Ω = (−∞, 0) at σ = ½
+    with ρ = ½ (λ = −2 + ... = 1.5): the step raises naming σ instead of returning NaN; with ρ = 0.1 it reaches the
+    fixed point λ = −∇_μE_q[ℓ], i.e. σ² = 2 (E_q[log θ] = ½ log σ² + const)."""
+    mod = half_normal_recipe(str(tmp_path_factory.getbasetemp())).compile(target)
+    st = mod.init(sigma=np.array([0.5, 1.2]))
+    with pytest.raises(FloatingPointError, match=r"step\(\): the new sigma is not positive .*the update left the "
+                                                 r"family; .*take a smaller rho$"):
+        with np.errstate(invalid="ignore"):
+            mod.step(st, rho=0.5)
+    for _ in range(300):
+        st = mod.step(st, rho=0.1)
+    got = np.asarray(st["sigma"])
+    # float64 (numpy) to the quadrature's precision; jax's default float32 sums 65 nodes' float32 terms
+    np.testing.assert_allclose(got, np.sqrt(2.0), rtol=1e-10 if got.dtype == np.float64 else 5e-5)
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_optimizer_targets_generate_an_estimate_of_either_sign_unchecked(target):
+    """torch and Triton never synchronize with the host in a step: an update that reads a sampled natural gradient
+    is generated unchecked there (as before), the Hessian estimates above are refused."""
+    text = ("name: score_plain\nfamily: gaussian_diag\nloss: abstract\nhyperparameters:\n  rho: {default: 0.1}\n"
+            "approximations:\n  - score_function: {samples: 4}\nstate_init: {s: 1}\n")
+    assert checks(text) == [("s", "positive", None)]
+    assert "class" in api.derive(text).code(target)

@@ -47,6 +47,9 @@ def nes_utilities(S):
 def shaped_mean_step(mod, losses, z, **hp):
     """Feed one coordinate's draws and losses; return dlam1 recovered from m' = m − ρ dlam1 (no_entropy, s = 1)."""
     it = iter(losses)
+    # ρ = 1 with random losses may take s out of (0, ∞) (the step then raises, blr_derive/ir/validity.py): these
+    # tests check the step's algebra, so the domain check is off here
+    mod.CHECK_DOMAINS = False
     out = mod.step({"m": np.zeros(1), "s": np.ones(1)}, oracles={"loss": lambda th: next(it)},
                    rng=Fixed([np.array([v]) for v in z]), mc_samples=len(losses), rho=1.0, **hp)
     return out

@@ -69,8 +69,16 @@ def test_log_coordinates_keep_the_precision_positive():
     logs = build("  - step_coordinates: {s: log(s)}\n")
     z = [np.array([2.5, 0.0]), np.array([0.1, 0.0]), np.array([-0.1, 0.0])]
     steep = lambda th: float(-10 * th[0] ** 2)          # rewards spread: pushes s down
-    a = blr.step(STATE, oracles={"loss": steep}, rng=Fixed(z), rho=0.5)
+    # Eq. 6's step is checked (a score-function estimate of either sign): it raises naming s ...
+    with pytest.raises(FloatingPointError, match=r"the new s is not positive \(value -80\.1"):
+        blr.step(STATE, oracles={"loss": steep}, rng=Fixed(z), rho=0.5)
+    blr.CHECK_DOMAINS = False                           # ... and unchecked it returns the negative s
+    try:
+        a = blr.step(STATE, oracles={"loss": steep}, rng=Fixed(z), rho=0.5)
+    finally:
+        blr.CHECK_DOMAINS = True
     b = logs.step(STATE, oracles={"loss": steep}, rng=Fixed(z), rho=0.5)
+    assert not getattr(logs, "CHECK_DOMAINS", False)    # s = exp(log s): positive whatever the estimate, unchecked
     assert a["s"][0] < 0 < b["s"][0]
 
 
