@@ -89,8 +89,8 @@ def state_checks(D, fam) -> list:
         reads = _reads(e, defs, cache)
         if reads & sources:
             out.append(DomainCheck(name, sym, p.domain, component, _hint(p.name, p.domain)))
-        elif reads & D.unsigned and not _positive_whatever_the_estimate(e, p, fam):
-            out.append(DomainCheck(name, sym, p.domain, component, _unsigned_hint(p, fam), "estimate"))
+        elif (reads & D.unsigned or D.unsigned_gradient) and not _positive_whatever_the_estimate(e, p, fam):
+            out.append(DomainCheck(name, sym, p.domain, component, _unsigned_hint(p, fam, exact=not (reads & D.unsigned)), "estimate"))
     return out
 
 
@@ -106,15 +106,19 @@ def _positive_whatever_the_estimate(e, p, fam) -> bool:
     return bool(e.xreplace(sub).is_positive)
 
 
-def _unsigned_hint(p, fam):
-    """Take a smaller ρ; riemannian_correction is named only where it applies (λ affine in the parameter)."""
+def _unsigned_hint(p, fam, exact=False):
+    """Take a smaller ρ (or, for the exact rule, check the loss: its target may be outside the family);
+    riemannian_correction is named only where it applies (λ affine in the parameter)."""
     base = getattr(fam, "base", fam)
-    text = "its update reads a natural-gradient estimate of either sign, and a large step leaves the family: take a smaller rho"
+    text = ("its update moves λ by rho toward −∇_μE_q[loss] (Eq. 6), which may lie outside the family (the loss has "
+            "no normalizable posterior in it: check its signs and terms) or be overshot: take a smaller rho" if exact
+            else "its update reads a natural-gradient estimate of either sign, and a large step leaves the family: "
+            "take a smaller rho")
     try:
         affine = all(sp.diff(l, p.symbol, 2) == 0 for l in base.eta)
     except (TypeError, ValueError, AttributeError):
         affine = False
-    if affine:
+    if affine and not exact:
         what = "positive definite" if p.domain == "positive_definite" else "positive"
         text += f", or the rule riemannian_correction: {{param: {p.name}}} keeps it {what}"
     return text

@@ -477,6 +477,10 @@ class Derivation(Generic[RecipeT]):
     #: estimate (e.g. λ_{t+1} = (1 − ρ)λ_t − ρ∇̂ outside Ω), so it is checked at run time unless its new value is
     #: positive whatever the estimate's sign (σ·exp(·)) or it is corrected
     unsigned: set[Expr] = field(default_factory=set)
+    #: the exact rule's natural gradient over a family without Gaussian moments (a conjugate loss's coefficients, a
+    #: tilted closed form): of either sign too, so every positive (definite) parameter it updates is checked the same
+    #: way (λ_{t+1} = (1 − ρ)λ_t − ρc leaves Ω where −c is outside it: an improper posterior, or ρ too large)
+    unsigned_gradient: bool = False
     correction: PendingCorrection | None = None     # a posterior correction acting among the passes
 
     def expand_defs(self, e: Expr) -> Expr:

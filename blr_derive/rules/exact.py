@@ -198,6 +198,7 @@ def tilted(recipe, D, e_lam, shifts):
         grads = [nan_outside(g, *finite) for g in grads]
     e_loss = simplify_bounded(e_lam.xreplace(lam_of))
     D.expected_loss = e_loss
+    D.unsigned_gradient = not fam.is_gaussian     # of either sign: the new state is checked (ir/validity.py)
     D.natural_gradient = NaturalGradient(list(grads))
     where = ""
     if shifts:
@@ -233,6 +234,7 @@ def conjugate_with_log_h(recipe, D, linear, g_logh):
     c0, cs = linear
     D.expected_loss = None            # E_q[ℓ] itself needs E_q[log h]; Eq. 6 needs only E_q[ℓ + log h]
     grads = [c - g for c, g in zip(cs, g_logh)]
+    D.unsigned_gradient = not fam.is_gaussian     # of either sign: the new state is checked (ir/validity.py)
     D.natural_gradient = NaturalGradient(list(grads))
     D.add("exact", RULES["exact"].equation, "Loss with −log h: linear in the statistics once log h is added",
           "The loss is −log h(θ) plus a linear combination of the sufficient statistics (the negative log-joint of a "
@@ -249,6 +251,7 @@ def conjugate(recipe, D, linear):
     c0, cs = linear
     e_loss = c0 + fam.inner(cs, fam.mu)
     D.expected_loss = e_loss
+    D.unsigned_gradient = not fam.is_gaussian     # of either sign: the new state is checked (ir/validity.py)
     D.natural_gradient = NaturalGradient(list(cs))
     D.add("exact", RULES["exact"].equation, "Conjugate loss: linear in the sufficient statistics",
           "Each term of the loss is a multiple of a sufficient statistic, so E_q[ℓ] is linear in μ and the "

@@ -180,3 +180,20 @@ def test_optimizer_targets_generate_an_estimate_of_either_sign_unchecked(target)
             "approximations:\n  - score_function: {samples: 4}\nstate_init: {s: 1}\n")
     assert checks(text) == [("s", "positive", None)]
     assert "class" in api.derive(text).code(target)
+
+
+def test_a_conjugate_loss_with_no_posterior_in_the_family_is_named():
+    """The exact rule's natural gradient over a non-Gaussian family is of either sign too: under the gamma,
+    ℓ = 3 log θ + θ is linear in T = (log θ, θ) with c = (3, 1), and Eq. 6 at ρ = 1 lands on λ* = −c, i.e. α = 1 − 3
+    = −2, outside Ω (θ^(−3)e^(−θ) is not normalizable): the step raises naming α; the conjugate catalog recipes are
+    checked the same way and step as before inside Ω."""
+    assert checks("gamma_poisson") == [("alpha", "positive", None), ("beta", "positive", None)]
+    assert checks("wishart_gaussian") == [("V", "positive_definite", None)]
+    mod = compiled("name: improper_gamma\nfamily: gamma\nloss: 3*log(theta) + theta\napproximations: [exact]\n")
+    st = mod.init(alpha=np.array([0.5, 2.0]), beta=np.array([1.0, 1.0]))
+    with pytest.raises(FloatingPointError, match=r"the new alpha is not positive \(value -2 at index \(0,\)\).*"
+                                                 r"may lie outside the family"):
+        mod.step(st, rho=1.0)
+    half = mod.step(st, rho=0.1)        # inside: α ← (1 − ρ)(α − 1) + 1 − 3ρ, β ← (1 − ρ)β + ρ
+    np.testing.assert_allclose(half["alpha"], 0.9 * np.array([0.5, 2.0]) - 0.2, rtol=1e-14)
+    np.testing.assert_allclose(half["beta"], 0.9 * np.array([1.0, 1.0]) + 0.1, rtol=1e-14)
