@@ -118,6 +118,9 @@ def pytest_configure(config):
     fixture's tests on one worker.  Tests without the mark are handed out one by one as under ``load``."""
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+        # hand the work out in the order of pytest_collection_modifyitems (longest modules first), not xdist's
+        # default for scopes (the groups with the most tests first, whatever their time)
+        config.option.loadscopereorder = False
     # a worker parses the command line again (``-n 2`` alone gives it dist "no", so xdist's own loadgroup flag is
     # off there and it would not append the group to the tests' ids: the controller's LoadGroupScheduling would then
     # see no group and hand a group's tests to both workers); the controller tells it its mode (below)
