@@ -126,13 +126,6 @@ def pytest_configure(config):
     # see no group and hand a group's tests to both workers); the controller tells it its mode (below)
     if getattr(config, "workerinput", {}).get("blr_dist") == "loadgroup":
         config.option.loadgroup = True
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    """pytest-xdist's controller, for each worker it starts: the worker learns the distribution mode (see
-    :func:`pytest_configure`)."""
-    node.workerinput["blr_dist"] = node.config.getoption("dist", "no")
     # the .pyc files of modules imported from temporary folders (generated modules in tmp_path, the docs pages'
     # folders) would pile up in the bytecode cache run after run: the main process removes them before the run
     if _pycache is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
@@ -140,6 +133,13 @@ def pytest_configure_node(node):
         import tempfile
         tmp = Path(tempfile.gettempdir()).resolve()
         shutil.rmtree(_pycache / tmp.relative_to(tmp.anchor), ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's controller, for each worker it starts: the worker learns the distribution mode (see
+    :func:`pytest_configure`)."""
+    node.workerinput["blr_dist"] = node.config.getoption("dist", "no")
 
 
 @pytest.hookimpl(tryfirst=True)
