@@ -118,6 +118,14 @@ def pytest_configure(config):
     fixture's tests on one worker.  Tests without the mark are handed out one by one as under ``load``."""
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"
+        # hand the work out in the order of pytest_collection_modifyitems (longest modules first), not xdist's
+        # default for scopes (the groups with the most tests first, whatever their time)
+        config.option.loadscopereorder = False
+    # a worker parses the command line again (``-n 2`` alone gives it dist "no", so xdist's own loadgroup flag is
+    # off there and it would not append the group to the tests' ids: the controller's LoadGroupScheduling would then
+    # see no group and hand a group's tests to both workers); the controller tells it its mode (below)
+    if getattr(config, "workerinput", {}).get("blr_dist") == "loadgroup":
+        config.option.loadgroup = True
     # the .pyc files of modules imported from temporary folders (generated modules in tmp_path, the docs pages'
     # folders) would pile up in the bytecode cache run after run: the main process removes them before the run
     if _pycache is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
@@ -127,6 +135,14 @@ def pytest_configure(config):
         shutil.rmtree(_pycache / tmp.relative_to(tmp.anchor), ignore_errors=True)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's controller, for each worker it starts: the worker learns the distribution mode (see
+    :func:`pytest_configure`)."""
+    node.workerinput["blr_dist"] = node.config.getoption("dist", "no")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Marks slow the tests measured over FAST_TIER_SECONDS, then every test that shares a module-scoped fixture
     of its own module with a slow test: the fixture's cost is measured on the first test that set it up, so the
@@ -153,6 +169,8 @@ def pytest_collection_modifyitems(config, items):
         group = next((base for base, name in shared(item) if (base, name) in heavy), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            if getattr(config.option, "loadgroup", False):
+                _append_group(item, group)
     # the longest modules first (by their measured total; a module's tests keep their order, so its module
     # fixtures are still set up once per worker): pytest-xdist hands tests out in this order, so the last ones a
     # worker gets are short and both workers finish together, instead of one running a long test alone at the end
@@ -161,6 +179,18 @@ def pytest_collection_modifyitems(config, items):
         module = item.nodeid.split("::")[0]
         total[module] = total.get(module, 0.0) + measured.get(item.nodeid, 0.0)
     items.sort(key=lambda item: -total[item.nodeid.split("::")[0]])
+
+
+def _append_group(item, group):
+    """The worker's id of a grouped test, ``NODEID@GROUP``, which xdist's LoadGroupScheduling reads the group from.
+    pytest-xdist 3.8 appends it by assigning ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is its
+    ``_id``, a NodeId): the groups were silently lost and a slow module fixture was set up on both workers
+    (test_check's shipped families: two 90 s runs of ``blr-derive check``).  Here the id itself is set; on a pytest
+    whose nodes still read ``_nodeid`` xdist's own hook appends the group, after this one."""
+    if not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import NodeId
+    item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 # ------------------------------------------------------------------------------- the command line in this process

@@ -20,6 +20,12 @@ def node_id(classname: str, name: str) -> str:
     for k in range(len(parts), 0, -1):
         path = "/".join(parts[:k]) + ".py"
         if (ROOT / path).exists():
+            # a test of an xdist group (tests/conftest.py: the module's path) has the id NODEID@GROUP, which JUnit
+            # writes test[params]@GROUP] for a parametrized test (it parses the params up to the last "]")
+            for suffix in (f"@{path}]", f"@{path}"):
+                if name.endswith(suffix):
+                    name = name[:-len(suffix)]
+                    break
             return "::".join([path, *parts[k:], name])
     raise SystemExit(f"{classname}: no such test module")
 
