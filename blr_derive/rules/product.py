@@ -473,8 +473,11 @@ def em_bound(R, D, ctx):
             or any(b.approximation != "delta" for b in R.blocks if not b.local)):
         return
     b = local[0]
-    names = {name for bb in R.blocks for name, _, _ in bb.state} | {str(s) for s, _ in D.local_assign + D.assignments}
-    if BOUND_KEY in names or BOUND_SYMBOL in names:
+    # a name of the recipe's own (state, hyperparameter, data, variable) or of the derivation keeps it out
+    names = ({name for bb in R.blocks for name, _, _ in bb.state} | {str(s) for s, _ in D.local_assign + D.assignments}
+             | {str(v) for bb in R.blocks for v in bb.variables} | {h.name for h in R.hyper} | {d.name for d in R.data}
+             | {d.name for d in R.plate["data"]})
+    if names & {BOUND_KEY, BOUND_SYMBOL, f"{local[0].name}_row_bound"}:
         return
     row_loss = sp.Add(*[f.expr for f in R.factors if f.plate])
     glob = [f for f in R.factors if not f.plate]
