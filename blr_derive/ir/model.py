@@ -263,6 +263,8 @@ class FactorizedIR:
     elementwise: bool = False
     symmetric: frozenset[str] = frozenset()    # names of the symmetric matrices among state and data
     components: ComponentAxisIR | None = None  # the component axis of a recipe with ``components``
+    #: the EM bound step returns (rule em_bound, blr_derive/rules/product.py): (key, what it is), or None
+    bound: tuple[str, Text] | None = None
 
 
 #: either IR

@@ -10,9 +10,17 @@ from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
 from blr_derive.core.types import Assignment, Expr, Sym
 from blr_derive.ir.common import camel, check_printed_names, seal_text
 from blr_derive.ir.model import Block, ComponentAxisIR, Dim, FactorizedIR, HyperVar, Plate, PlateVar, Var
-from blr_derive.rules.product import FactorizedDerivation
+from blr_derive.rules.product import BOUND_KEY, FactorizedDerivation
 from blr_derive.spec.components import ComponentsSpec
 from blr_derive.spec.product import FactorizedRecipe, block_candidate
+
+
+#: what a factorized module's step says of the bound it returns (rule em_bound)
+BOUND_DOC = ("the EM bound at the state the step started from (rule em_bound; Khan & Rue 2023, Sec. 5.2 and "
+             "Eq. 2): −L(q) with the global blocks at their points and q(z_n) the exact E-step, Σ_n log Σ_z "
+             "exp(−ℓ_n(z, θ)) minus the global factors at θ, which is log p(y, θ) up to the constants the recipe's "
+             "factors drop (Gaussian rows written without their −(P/2)·log 2π: log p(y | θ) = bound − (N·P/2)·log 2π); "
+             "a float that an EM step never decreases")
 
 
 def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
@@ -74,6 +82,8 @@ def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
         assignments=list(D.assignments),
         outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name, components=components)
     ir.symmetric = frozenset(str(b.variables[0]) for b in R.blocks if b.symmetric)
+    if any(name == BOUND_KEY for name, _ in D.outputs):
+        ir.bound = (BOUND_KEY, BOUND_DOC)
     check_printed_names(ir, R)
     return seal_text(ir)
 

@@ -19,7 +19,8 @@ import sympy as sp
 from blr_derive.core import matcalc, matexpr
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, simplify_mat
-from blr_derive.core.nodes import ComponentSum
+from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
+from blr_derive.core.specialfns import logsumexp
 from blr_derive.core.pretty import pretty
 from blr_derive.core.types import Assignment, Sym
 from blr_derive.families.statistics import NotLinearInStatistics, separate_scalars, statistics_decomposition
@@ -441,3 +442,98 @@ def expected_gradients(R, D, ctx, b):
           "averaged over the other blocks; its gradient, summed over the plate rows into plate statistics "
           "(Eq. 54):", eqs)
     return grads
+
+
+rule('em_bound', 'identity', 'Sec. 5.2 (EM); Eqs. 2, 56',
+     'with point (delta) global blocks and the exact local E-step, min over q(z_n) of E[ℓ_n] − H(q(z_n)) is '
+     '−log Σ_z exp(−ℓ_n(z, θ)) = c0_n − A(λ_n): the bound Σ_n (A(λ_n) − c0_n) − Σ_f ℓ_f(θ) is log p(y, θ) '
+     'up to the constants the factors drop')
+
+#: the key of the EM bound in the state a factorized module's step returns, and the symbol holding it
+BOUND_KEY = "bound"
+BOUND_SYMBOL = "evidence_bound"
+
+
+def em_bound(R, D, ctx):
+    """The bound an EM recipe reports per iteration (rule ``em_bound``), added to the derivation's outputs under
+    ``BOUND_KEY``; nothing where it does not apply.
+
+    It applies to a recipe with a plate (not a minibatch), one local block first in the order with the exact rule
+    and ρ = 1 (the E-step, Eq. 56) whose family has base measure 1 and statistics its variables (the categorical,
+    minimal or over the components), and only point (delta) global blocks (the M-step).  Then each plate factor is
+    linear in the local statistics, ℓ_n = c0_n + ⟨c_n, T(z)⟩ at the state θ the step starts from, the E-step sets
+    λ_n = −c_n, and min over q(z_n) of E_q[ℓ_n] − H(q(z_n)) (Eq. 2) is c0_n − A(λ_n) = −log Σ_z exp(−ℓ_n(z, θ)).
+    The global factors (priors) enter at the point, the delta method (their entropy is a constant, dropped).  So
+    −L = Σ_n (A(λ_n) − c0_n) − Σ_f ℓ_f(θ) = log p(y, θ) (+ the constants the factors drop): the marginal
+    log-likelihood (plus the log-prior) at θ, which an EM step never decreases."""
+    if R.plate is None or ctx.scale is not None:
+        return
+    local = [b for b in R.blocks if b.local]
+    if (len(local) != 1 or R.blocks[0] is not local[0] or local[0].approximation != "exact" or local[0].rho != 1
+            or any(b.approximation != "delta" for b in R.blocks if not b.local)):
+        return
+    b = local[0]
+    # a name of the recipe's own (state, hyperparameter, data, variable) or of the derivation keeps it out
+    names = ({name for bb in R.blocks for name, _, _ in bb.state} | {str(s) for s, _ in D.local_assign + D.assignments}
+             | {str(v) for bb in R.blocks for v in bb.variables} | {h.name for h in R.hyper} | {d.name for d in R.data}
+             | {d.name for d in R.plate["data"]})
+    if names & {BOUND_KEY, BOUND_SYMBOL, f"{local[0].name}_row_bound"}:
+        return
+    row_loss = sp.Add(*[f.expr for f in R.factors if f.plate])
+    glob = [f for f in R.factors if not f.plate]
+    if b.one_hot:
+        c0 = sp.simplify(row_loss.xreplace({b.variables[0]: 0}))
+        log_z = sp.Symbol(f"{b.name}_log_partition", real=True)
+        if c0 != 0 or log_z not in dict(D.local_assign):
+            return
+        row = log_z
+        row_eqs = [(log_z, ComponentLogSumExp(sp.Symbol(f"{b.name}_lambda", real=True)), "=")]
+    else:
+        fam = b.family
+        if fam is None:
+            return
+        n, thetas = len(fam.T), list(fam.theta) if isinstance(fam.theta, (list, tuple, sp.MatrixBase)) else [fam.theta]
+        # T(z) = the first variables, the others implied by the one-hot constraint: T = 0 fixes z (a Gaussian's
+        # T = (θ, θ²) and base measure are not this case: no bound)
+        if (fam.log_h != 0 or list(fam.T) != thetas[:n]
+                or any(v not in b.constraint for v in b.variables[n:])):
+            return
+        lam_new = [sp.Symbol(f"{b.name}_lambda{i + 1}", real=True) for i in range(len(fam.lam))]
+        assigned = dict(D.local_assign)
+        if any(l not in assigned for l in lam_new):
+            return
+        A = fam.A.xreplace(dict(zip(fam.lam, lam_new)))
+        if isinstance(A, sp.log) and isinstance(A.args[0], sp.Add):
+            parts = []
+            for t in A.args[0].args:
+                if isinstance(t, sp.exp):
+                    parts.append(t.args[0])
+                elif t.is_number and t.is_positive:
+                    parts.append(sp.log(t))
+                else:
+                    parts = None
+                    break
+            if parts:
+                A = logsumexp(*parts)
+        zero = row_loss.xreplace(b.constraint).xreplace({v: 0 for v in b.variables})
+        c0 = sp.expand(zero)
+        row = sp.Symbol(f"{b.name}_row_bound", real=True)
+        D.symbol_names[row] = r"B_{%s}" % tex_name(b.name)
+        D.local_assign.append((row, A - c0))
+        ctx.row.add(row)
+        row_eqs = [(row, A - c0, "=")]
+    total = ctx.stat(row)
+    prior = sp.Add(*[ComponentSum(f.expr) if f.components else f.expr for f in glob])
+    bound = sp.Symbol(BOUND_SYMBOL, real=True)
+    D.symbol_names[bound] = r"\mathcal{B}"
+    D.assignments.insert(0, (bound, total - prior))
+    D.outputs.append((BOUND_KEY, bound))
+    D.add("em_bound", RULES["em_bound"].equation, "The EM bound per iteration",
+          "The global blocks are points and the local step is exact with ρ = 1, so at the state θ the step starts "
+          "from, min over q(z_n) of E[ℓ_n] − H(q(z_n)) (Eq. 2) is −log Σ_z exp(−ℓ_n(z, θ)) = c0_n − A(λ_n), A the "
+          "local family's log-partition at the E-step's λ_n and c0_n the factors at T(z) = 0.  Summed over the plate, "
+          "with the global factors at the point (the delta method), −L(q) is the evidence bound the step returns as "
+          f"'{BOUND_KEY}': log p(y, θ) at the state before the step, up to the constants the factors drop; an EM step "
+          "never decreases it.",
+          row_eqs + [(total, TexForm(r"\sum_{%s} %s", (sp.Symbol(R.plate["index"]), row)), "="),
+                     (bound, total - prior, "=")])

@@ -420,7 +420,7 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
            "computed eagerly, not for tracing.")
     return {"kind": parts.kind, "doc": Prose(textwrap.fill(text, 112, subsequent_indent="    ", break_on_hyphens=False)),
             "state": state, "data": data, "hyper": hyper, "first": first.name,
-            "entropy": pr(parts.entropy), "extra": pr(parts.extra) if parts.extra != 0 else None,
+            "entropy": pr(stable_softplus(parts.entropy)), "extra": pr(parts.extra) if parts.extra != 0 else None,
             "scale": pr(sp.sympify(parts.scale)), "point": point, "eps": draws[0][0] if draws else "",
             "draws": draws, "theta": pr(sm.theta) if point is None else "",
             "theta_expr": pr(sm.theta_expr) if point is None else "",
@@ -431,3 +431,15 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
 def hyperparameter_names(ir) -> list:
     """Every name the hyperparameters bind in a module: each one's own and its symbols' (tuple elements, choices)."""
     return [h.name for h in ir.hyperparameters] + [str(s) for h in ir.hyperparameters for s in h.symbols]
+
+
+def stable_softplus(e):
+    """log(1 + exp(a)) in ``e`` as softplus(a): the entropy of a Bernoulli at a large natural parameter (exp(2λ)
+    overflows at λ > 355, and the objective was −inf where q is nearly a point), as the optimizer targets print it
+    (codegen/objective.py)."""
+    from blr_derive.core.specialfns import softplus
+    def is_log1p_exp(x):
+        return (isinstance(x, sp.log) and isinstance(x.args[0], sp.Add) and len(x.args[0].args) == 2
+                and sp.Integer(1) in x.args[0].args and any(isinstance(a, sp.exp) for a in x.args[0].args))
+    return sp.sympify(e).replace(is_log1p_exp,
+                                 lambda x: softplus(next(a for a in x.args[0].args if isinstance(a, sp.exp)).args[0]))

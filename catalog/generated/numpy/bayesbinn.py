@@ -316,7 +316,7 @@ def objective(state, *, oracles=None, data=None, rng=None, loss=None, samples=No
         raise ValueError("objective(): no loss values")
     _zero = numpy.zeros(numpy.shape(lam))
     with numpy.errstate(all="ignore"):
-        _entropy = float(numpy.sum(_zero + (-lam*numpy.tanh(lam) - lam + numpy.log1p(numpy.exp(2*lam)))))
+        _entropy = float(numpy.sum(_zero + (-lam*numpy.tanh(lam) - lam + numpy.logaddexp(0, 2*lam))))
         _extra = float(numpy.sum(_zero + (-1/2*numpy.log(prior_p/(1 - prior_p))*numpy.tanh(lam) + numpy.log(numpy.sqrt(prior_p/(1 - prior_p)) + 1/numpy.sqrt(prior_p/(1 - prior_p))))))
     _scale = float(train_set_size)
     _n = int(_values.size)

@@ -17,6 +17,8 @@
 #   sum1 = sum_n z_p
 #   sum2 = sum_n z_p*y
 #   sum3 = sum_n z_p*(y*y.T)
+#   sum4 = sum_n z_log_partition
+#   evidence_bound = sum4
 #   pi_weight = sum1
 #   pi_multiplier = sum_k(pi_weight)
 #   pi_new = pi_weight/pi_multiplier
@@ -56,6 +58,8 @@ EQUATIONS = (
     "sum1 = sum_n z_p",
     "sum2 = sum_n z_p*y",
     "sum3 = sum_n z_p*(y*y.T)",
+    "sum4 = sum_n z_log_partition",
+    "evidence_bound = sum4",
     "pi_weight = sum1",
     "pi_multiplier = sum_k(pi_weight)",
     "pi_new = pi_weight/pi_multiplier",
@@ -138,6 +142,12 @@ def init(**state):
 def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     """One coordinate-wise BLR step over all blocks; returns a new state dict.
 
+    It also returns ``bound``, the EM bound at the state the step started from (rule em_bound; Khan & Rue 2023,
+    Sec. 5.2 and Eq. 2): −L(q) with the global blocks at their points and q(z_n) the exact E-step, Σ_n log Σ_z
+    exp(−ℓ_n(z, θ)) minus the global factors at θ, which is log p(y, θ) up to the constants the recipe's factors
+    drop (Gaussian rows written without their −(P/2)·log 2π: log p(y | θ) = bound − (N·P/2)·log 2π); a float
+    that an EM step never decreases.
+
     data:
         y: one vector per row of the plate (leading axis); observations (an N x P array; one row per plate row)
     """
@@ -202,6 +212,8 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     sum1_all = numpy.stack(sum1_all)
     sum2_all = numpy.stack(sum2_all)
     sum3_all = numpy.stack(sum3_all)
+    sum4 = numpy.sum(numpy.broadcast_to(z_log_partition, (n_rows,)))
+    evidence_bound = sum4
     pi_weight_all = []
     for k in range(K):
         sum1 = sum1_all[k]
@@ -230,5 +242,6 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "pi": pi_new_all,
         "m": m_new_all,
         "L": L_new_all,
+        "bound": evidence_bound,
         "z_p": z_p_rows,
     }

@@ -135,7 +135,7 @@ class JaxTarget:
             other_oracles=[(o, d) for o, d in ir.oracles if o != "grad"],
             stat_inputs=[(str(a), f"acc_{a}") for a in plan.stats_in], sampling=sampling, stats=stats,
             mean=plan.mean, point=None if plan.mean is not None else sp.sstr(plan.parameter),
-            numbers=numbers, reads=reads,
+            numbers=numbers, reads=reads, objective=_objective(ir, pr, plan.mean, tx_class),
         ))
 
     @staticmethod
@@ -311,3 +311,50 @@ def _signature(hyperparameters) -> Signature:
 
 
 TARGET = JaxTarget()
+
+
+#: how E_q[ℓ] is had, in the optax module's objective() docstring (the kind is the derivation's)
+_OBJECTIVE_WHAT = {
+    "exact": "E_q[ℓ] is closed (the derivation's exact expectation, in the state), so ``loss`` must be None; "
+             "'standard_error' is 0.0 and 'samples' 0.",
+    "monte_carlo": "the recipe samples q, so E_q[ℓ] is a Monte Carlo estimate from ``loss``, the values of the loss "
+                   "the oracles evaluate (ℓ_o) at samples of q at this state (e.g. at the samples of "
+                   "``sample_parameters``), one number per sample: with ℓ = {loss}, 'expected_loss' is {scale} × their "
+                   "mean + the expectation of the other terms (closed form, summed over the leaves), "
+                   "'standard_error' its standard error ({scale} × the sample standard deviation / √n; NaN for one "
+                   "value) and 'samples' n.",
+    "delta": "the update reads the loss only through oracles at {point} (no samples), so E_q[ℓ] is the delta method's "
+             "ℓ({point}) (Sec. 4.2): ``loss`` is ℓ_o({point}), the loss the oracles evaluate at the parameters (one "
+             "number); with ℓ = {loss}, 'expected_loss' is ℓ({point}) and 'objective' the delta-method value "
+             "ℓ({point}) − H(q) ('standard_error' NaN, 'samples' 1).",
+}
+
+
+def _objective(ir, pr, mean, tx_class):
+    """The module-level ``objective(params, state, loss=None, **hyperparameters)`` of an optax module: the parts the
+    optimizer targets print (codegen/objective.py), here per leaf of the parameter pytree and summed over the
+    leaves (q is a product over the coordinates of every leaf: its entropy and E_q[ℓ]'s closed terms add up);
+    None where the IR has no objective parts or the parameter is not the mean."""
+    import textwrap
+    from blr_derive.codegen.objective import objective_view     # here: it imports the backends (a cycle at import)
+    if mean is None:
+        return None
+    view = objective_view(ir, {}, pr)
+    if view is None:
+        return None
+    parts = ir.objective_parts
+    head = ("The objective the update minimizes at ``params`` and ``state`` (the optimizer state of this "
+            "transformation): the recipe drops the entropy of L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2; "
+            "no_entropy, Sec. 4.5), so it is E_q[ℓ] alone and 'entropy' is 0; " if parts.no_entropy else
+            "The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2) at ``params`` (the mean of q) and "
+            "``state`` (this transformation's optimizer state), which the update minimizes over the family: q is a "
+            "product over every coordinate of every leaf of the pytree, so H(q), the family's entropy (App. B) with "
+            "its constants, is summed over all of them, and so are the closed terms of E_q[ℓ]; ")
+    what = _OBJECTIVE_WHAT[parts.kind].format(point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale))
+    doc = (head + what + " Hyperparameters are keywords with the factory's defaults (a schedule is read at "
+           "state.count).  Computed eagerly in the parameters' precision (call it outside jax.jit), the numbers of "
+           "the numpy target's objective() on the same state; returns {'objective': L, 'expected_loss': E_q[ℓ], "
+           "'entropy': H, 'standard_error', 'estimate', 'samples'} (OBJECTIVE_KEYS) as Python floats.")
+    reads = [(sym, key) for sym, key in view["reads"]]
+    return {**view, "reads": reads, "point": parts.point,
+            "doc": textwrap.fill(doc, 112, initial_indent="   ", subsequent_indent="    ", break_on_hyphens=False)[3:]}

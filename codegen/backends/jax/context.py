@@ -75,6 +75,7 @@ class TransformationContext:
     point: str | None                          # what the parameter holds, as text
     numbers: list[str]                         # the names bound to numbers, each a number or a schedule
     reads: dict[str, list[str]]                # init, update, sample -> the numbers that function reads
+    objective: dict | None = None              # the module-level objective(params, state, loss) (issue 42)
 
 
 class FunctionsSamplingView(TypedDict):

@@ -167,7 +167,8 @@ def test_a_global_block_without_the_axis_next_to_the_components(tmp_path):
     recipe, D = derive_record(path)
     for seed in (0, 1):
         pairs = compare_update(recipe, D, mod, seed)
-        assert {name for name, _, _ in pairs} == {"z_p", "pi", "m", "L", "c"}
+        # bound: the EM bound (rule em_bound) with the offset factor at c, compared like the state
+        assert {name for name, _, _ in pairs} == {"z_p", "pi", "m", "L", "c", "bound"}
         for _, generated, symbolic in pairs:
             np.testing.assert_allclose(generated, symbolic, rtol=1e-10, atol=1e-12)
     Y, w0, m0, L0 = mixture_data(3, 2, 200, 1)
