@@ -58,13 +58,44 @@ SHAPES = {
     "step": (),
 }
 SYMMETRIC = ("L", "R", )
+#: the recipe's mean: what a parameter holds (its SHAPES entry names the dimensions a parameter binds)
+MEAN = "M"
 #: state the recipe gives no initial value: set it with init_state(p, ...) before p's first step
 REQUIRED_STATE = ("Q_L", "Q_R", "L", "R", )
+
+
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _work(tensors):
+    """Tensors for the arithmetic: float16/bfloat16 ones as float32 copies (their state is float32 too), the
+    others as they are."""
+    return [t.float() if t.dtype in _LOW else t for t in tensors]
 
 
 def _scalar(value):
     """A hyperparameter given as a one-element tensor, as a number."""
     return value.item() if isinstance(value, torch.Tensor) else value
+
+
+def _keep_low_state(opt, state_dict, renamed):
+    """After torch.optim.Optimizer.load_state_dict: the floating state of every float16/bfloat16 parameter back
+    in the dtype its arithmetic runs in (float32, see _work), from the checkpoint's own values.  torch casts
+    state to the parameter's dtype (_process_value_according_to_param_policy), which rounds a float32 state
+    to the parameter's 8 or 11 bits and makes the next step mix dtypes; a state torch.optim keeps in the
+    parameter's dtype is widened to float32 exactly; a per-tensor number keeps the dtype it was saved in."""
+    saved = [_i for g in state_dict["param_groups"] for _i in g["params"]]
+    params = [_p for g in opt.param_groups for _p in g["params"]]
+    for _i, _p in zip(saved, params):
+        st = opt.state.get(_p)
+        if _p.dtype not in _LOW or not isinstance(st, dict):
+            continue
+        for name, value in state_dict["state"].get(_i, {}).items():
+            key = name if name in st else renamed.get(name)
+            if name == "step" or key not in st or not torch.is_tensor(value) or not value.is_floating_point():
+                continue
+            value = value.to_dense() if value.is_sparse else value
+            st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
 
 
 _UFUNC_TORCH = {
@@ -184,7 +215,8 @@ class SOAP(torch.optim.Optimizer):
     column); the other state (s, Q_L, Q_R, u, L, R, step) lives in ``self.state[p]``, one set per parameter, its
     shapes those of SHAPES.  The recipe gives Q_L, Q_R, L, R no initial value: call
     ``init_state(p, ...)`` for every parameter before its first step.  Parameters are updated one at a
-    time (matrix products and decompositions of each parameter's own state); ``maximize`` ascends.
+    time (matrix products and decompositions of each parameter's own state); ``maximize`` ascends; a
+    float16/bfloat16 parameter's state and arithmetic are float32 (torch.linalg has no half-precision QR).
 
     Hyperparameters:
 
@@ -213,7 +245,8 @@ class SOAP(torch.optim.Optimizer):
     def init_state(self, p, **state):
         """Set parameter p's state before its first step: the names in REQUIRED_STATE (required), the others
         optional (their defaults are the recipe's), as tensors of SHAPES' shapes (dimensions read from p as a
-        matrix); matrices in SYMMETRIC must be symmetric.  The values are copied in p's dtype and device."""
+        matrix); matrices in SYMMETRIC must be symmetric.  The values are copied in p's dtype (float32 for a
+        float16/bfloat16 p) and device."""
         known = ("s", "Q_L", "Q_R", "u", "L", "R", "step", )
         unknown = [n for n in state if n not in known]
         missing = [n for n in REQUIRED_STATE if n not in state]
@@ -228,7 +261,7 @@ class SOAP(torch.optim.Optimizer):
         weight_decay = _scalar(group["weight_decay"])
         precondition_frequency = int(group["precondition_frequency"])
 
-        M = _as_matrix(p)
+        M = _as_matrix(_work([p])[0])
         dims = {}
         dims["d_out"] = M.shape[0]
         dims["d_in"] = M.shape[1]
@@ -238,8 +271,8 @@ class SOAP(torch.optim.Optimizer):
                 st["step"] = torch.tensor(float(value))
                 continue
             if not isinstance(value, torch.Tensor):     # a numpy view with negative strides: as a copy
-                value = torch.tensor(value.tolist() if "tolist" in dir(value) else value, dtype=p.dtype)
-            value = value.to(dtype=p.dtype, device=p.device).clone()
+                value = torch.tensor(value.tolist() if "tolist" in dir(value) else value, dtype=M.dtype)
+            value = value.to(dtype=M.dtype, device=p.device).clone()
             shape = SHAPES[name]
             want = tuple(M.shape) if shape in ("*", "?") else tuple(dims[d] if isinstance(d, str) else d
                                                                         for d in shape)
@@ -255,6 +288,12 @@ class SOAP(torch.optim.Optimizer):
             st["u"] = torch.full_like(M, 0)
         st.setdefault("step", torch.tensor(0.0))
         self.state[p] = st
+
+    def load_state_dict(self, state_dict):
+        """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a
+        float16/bfloat16 parameter stays float32 (torch would cast it to the parameter's dtype)."""
+        super().load_state_dict(state_dict)
+        _keep_low_state(self, state_dict, {})
 
     def _state(self, p):
         st = self.state.get(p)
@@ -283,7 +322,7 @@ class SOAP(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 st = self._state(p)
-                M = _as_matrix(p)
+                M = _as_matrix(_work([p])[0])
                 s = st["s"]
                 Q_L = st["Q_L"]
                 Q_R = st["Q_R"]
@@ -294,7 +333,7 @@ class SOAP(torch.optim.Optimizer):
                 d_in = M.shape[1]
                 t = int(_scalar(st["step"])) + 1
 
-                G = _as_matrix(-p.grad if group["maximize"] else p.grad)
+                G = _as_matrix(_work([-p.grad if group["maximize"] else p.grad])[0])
                 g = Q_L.T @ G @ Q_R
                 h_gsq = g**2
                 u_new = beta1*u + g*(1 - beta1)
