@@ -98,7 +98,7 @@ def _keep_low_state(opt, state_dict, renamed):
             st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
 
 
-_UFUNC_TORCH = {
+_UFUNC_TORCH: dict = {
     "sqrt": torch.sqrt, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p, "expm1": torch.expm1,
     "abs": torch.abs, "sign": torch.sign, "tanh": torch.tanh, "sin": torch.sin, "cos": torch.cos,
     "minimum": torch.minimum, "maximum": torch.maximum, "where": torch.where, "logaddexp": torch.logaddexp,
@@ -107,7 +107,7 @@ _UFUNC_TORCH = {
 }
 
 
-_UFUNC_HOST = {
+_UFUNC_HOST: dict = {
     "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "log1p": math.log1p, "expm1": math.expm1, "abs": abs,
     "sign": lambda x: float((x > 0) - (x < 0)), "tanh": math.tanh, "sin": math.sin, "cos": math.cos, "minimum": min,
     "maximum": max, "where": lambda c, a, b: a if c else b,

@@ -385,7 +385,7 @@ def _fused_failed(name, exc):
 
 # ------------------------------------------------------------------ array programs (a recipe with matrix state)
 #: numpy's elementwise functions that an array program may call, as torch computes them on tensors ...
-_UFUNC_TORCH = {
+_UFUNC_TORCH: dict = {
     "sqrt": torch.sqrt, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p, "expm1": torch.expm1,
     "abs": torch.abs, "sign": torch.sign, "tanh": torch.tanh, "sin": torch.sin, "cos": torch.cos,
     "minimum": torch.minimum, "maximum": torch.maximum, "where": torch.where, "logaddexp": torch.logaddexp,
@@ -393,7 +393,7 @@ _UFUNC_TORCH = {
     "less_equal": torch.le, "mod": torch.remainder, "zeros_like": torch.zeros_like,
 }
 #: ... and on host numbers (hyperparameters, the step count): math's functions and Python's operators
-_UFUNC_HOST = {
+_UFUNC_HOST: dict = {
     "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "log1p": math.log1p, "expm1": math.expm1, "abs": abs,
     "sign": lambda x: float((x > 0) - (x < 0)), "tanh": math.tanh, "sin": math.sin, "cos": math.cos, "minimum": min,
     "maximum": max, "where": lambda c, a, b: a if c else b,
