@@ -19,20 +19,22 @@ from blr_derive.codegen.inert import pystr
 DRAWS = {"normal": "randn", "uniform": "rand"}
 
 
-def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False, data_state: bool = False):
+def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False, data_state: bool = False,
+                    matrices: bool = False):
     """Whether an optimizer target can express the recipe (UnsupportedTarget, naming the recipe entry, if not):
     an elementwise update whose oracles are the gradient at what the parameter holds, or at samples of q (and,
     for a target that evaluates them (``chained``), at points computed from those gradients, Sampling.chained;
     for a target that keeps every sample of a step until step() (``shaped``), loss values ranked over the samples,
     Sampling.shaping).  A target that keeps data as per-parameter state (``data_state``) takes an abstract loss's
-    per-coordinate data that declare a default."""
+    per-coordinate data that declare a default.  A target that prints an array program per parameter
+    (``matrices``: the torch target's codegen/backends/torch/matrix.py) takes state that is a matrix."""
     def no(msg, key):
         raise UnsupportedTarget(f"recipe '{ir.recipe}': the {target} target {msg}", key)
     if not ir.elementwise:
         no(f"needs an elementwise (mean-field) update; family '{ir.family.text}' mixes coordinates (matrix "
            "products, solves)", "family")
     matrix = next((v.name for v in ir.state if v.kind == "matrix"), None)
-    if matrix is not None:
+    if matrix is not None and not matrices:
         no(f"needs an elementwise (mean-field) update; state '{matrix}' is a matrix (matrix products, "
            "eigendecompositions: the numpy and jax targets print them)", "family")
     if ir.mean is None and ir.parameter is None:

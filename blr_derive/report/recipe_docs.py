@@ -118,6 +118,9 @@ CORRECTION_DOC = [
     ("old", "no", "q_old: the data names of its parameters, `{m: m_old, s: s_old}` (default `<p>_old`)"),
     ("sites", "no", "the sum of q_old's sites: `gradient` (the full-data gradient and Hessian at q_old: data "
                     "`grad_full`, `hess_full`) or `posterior` (q_old itself: −log q_old)"),
+    ("estimates", "no", "the estimates the correction replaces: `[grad, hess]` (default) or `[grad]` (E_q[∇ℓ] only: "
+                        "g_B(q) − g_B(q_old) + the stored full-data gradient, the Hessian estimate the batch's own, "
+                        "no `hess_full`; needs `sites: gradient`)"),
     ("description", "no", "the source of the correction, shown by `explain`"),
 ]
 FED_DOC = [

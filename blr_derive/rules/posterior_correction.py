@@ -101,6 +101,19 @@ def posterior_correction(ctx, g_loss):
     m_old = fam.gaussian_mean.xreplace(old)
     g_old = like_symbol("g_old", Eg)
     D.oracle_calls.append(OracleCall(g_old, "grad", m_old, "∇_θ ℓ(θ) at the snapshot's mean (posterior correction)"))
+    if not corrects_hessian(recipe):        # E_q[∇ℓ] only: g_B(m) − g_B(m_old) + ḡ_old, the Hessian the batch's
+        # the natural gradient is linear in E_q[∇ℓ]: add its change when E_q[∇ℓ] gains −g_B(m_old) + ḡ_old (the
+        # natural gradients here read the step's own estimates, e.g. the delta method's oracle values)
+        shift = -g_old + recipe.correction.full["grad"].symbol
+        out = [g + gn.xreplace({Eg: Eg + shift}) - gn for g, gn in zip(g_loss, grads)]
+        out = [simplify_mat(o, sym) if is_mat(o) else sp.expand(o) for o in out]
+        D.symbol_names.update({g_old: r"\hat{g}_{old}"})
+        _describe(D, recipe.correction)
+        D.add("posterior_correction", RULES["posterior_correction"].equation, "Posterior correction (gradient)",
+              "The batch's gradient estimate is corrected by its value at the snapshot q_old and completed by the "
+              "stored full-data gradient there (estimates: [grad]); the Hessian estimate is the batch's own.",
+              [((r"\tilde\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), o) for i, o in enumerate(out)])
+        return out
     reps_batch = {Eg: g_old}
     if EH is not None and any(g.has(EH) for g in grads):
         H_old = like_symbol("H_old", EH)
@@ -143,14 +156,20 @@ def _fresh(D, base, taken):
     return name
 
 
-def at_old(ctx):
-    """The estimates the ``grad`` and ``hess`` views stand for, evaluated again at q_old: every definition,
-    Monte Carlo statistic and oracle call they read is copied with the state replaced by q_old's parameters (an
-    oracle at a sample θ_k is called at θ_k,old with the same draw).  Returns {view symbol: its copy}."""
+def corrects_hessian(recipe) -> bool:
+    """Whether the correction replaces the Hessian estimate too (the section's ``estimates``, default both)."""
+    return "hess" in recipe.correction.estimates
+
+
+def at_old(ctx, hessian=True):
+    """The estimates the ``grad`` and ``hess`` views stand for (the ``grad`` view only, without ``hessian``),
+    evaluated again at q_old: every definition, Monte Carlo statistic and oracle call they read is copied with the
+    state replaced by q_old's parameters (an oracle at a sample θ_k is called at θ_k,old with the same draw).
+    Returns {view symbol: its copy}."""
     D = ctx.D
     pend = D.correction
     old = {scalar_expr(k): scalar_expr(v) for k, v in pend.old.items()}
-    views = [v for v in (D.views.grad, D.views.hess) if v is not None]
+    views = [v for v in (D.views.grad, D.views.hess if hessian else None) if v is not None]
     defs = dict(D.defs)
     sm = D.sampling
     stats = dict(sm.stats) if sm is not None else {}
@@ -250,6 +269,21 @@ def correct_program(ctx):
     g_view, h_view = D.views.grad, D.views.hess
     if g_view is None:
         raise ctx.fail("the update has no gradient to correct")
+    if not corrects_hessian(D.recipe):      # E_q[∇ℓ] only (estimates: [grad]): g_B − g_B,old + ḡ_old
+        olds, shown = at_old(ctx, hessian=False)
+        g_new = sp.Symbol(_fresh(D, "g_pc", set()), real=True)
+        added = [(g_new, g_view - olds[g_view] + scalar_expr(D.recipe.correction.full["grad"].symbol))]
+        D.updates = [(n, sym_, e.xreplace({g_view: g_new})) for n, sym_, e in D.updates]
+        D.defs = [(d, e if d in D.frozen else e.xreplace({g_view: g_new})) for d, e in D.defs] + added
+        D.views.grad = g_new
+        _describe(D, D.recipe.correction)
+        record(ctx, "Posterior correction (gradient)",
+               "The batch's gradient estimate as it stands here is evaluated again at q_old (its parameters in place "
+               "of the state; an oracle at a sample θ_k = m + σε_k is called at m_old + σ_old ε_k, the same draw) and "
+               "replaced by the estimate at q minus the estimate at q_old plus the stored full-data gradient at q_old "
+               "(estimates: [grad]); the Hessian estimate is the batch's own.",
+               [(a, b, "=") for a, b in shown + added])
+        return
     uses_h = pend.EH is not None and any(g.has(pend.EH) for g in pend.grads)
     if uses_h and h_view is None:
         raise ctx.fail("the update has no Hessian to correct")

@@ -6,6 +6,8 @@ Adaptation as Posterior Correction*; the Bayes-duality slides, "Speeding up trai
       old: {m: m_old, s: s_old}     # q_old: the data names of its parameters (default <p>_old)
       sites: gradient               # the sum of q_old's sites: 'gradient' (the full-data gradient, and Hessian,
                                     # at q_old: data grad_full, hess_full) or 'posterior' (q_old itself: −log q_old)
+      estimates: [grad, hess]       # the estimates the correction replaces (default both); [grad]: E_q[∇ℓ] only,
+                                    # the Hessian estimate the batch's own (no hess_full)
       description: text             # the source, shown by explain
 
 A recipe that names the approximation ``posterior_correction`` without the section gets the default section
@@ -24,7 +26,9 @@ from blr_derive.core.text import Prose
 from blr_derive.core.yamlio import LDict, check_keys, text_field, where
 from blr_derive.spec.hyper import DataVar
 
-CORRECTION_KEYS = {"old", "sites", "description"}
+CORRECTION_KEYS = {"old", "sites", "estimates", "description"}
+#: the estimates a correction may replace
+ESTIMATES = ("grad", "hess")
 SITES = ("gradient", "posterior")
 #: the approximations that read the section
 READERS = ("posterior_correction",)
@@ -43,6 +47,7 @@ class Correction:
     full: dict = field(default_factory=dict)   # sites == 'gradient': {'grad': DataVar, 'hess': DataVar (if any)}
     description: object = field(default_factory=lambda: Prose(""))   # Prose: the source, shown by explain
     line: int | None = None                # the section's line (or the approximation's, for the default section)
+    estimates: tuple = ESTIMATES           # the estimates replaced: both, or ('grad',) (E_q[∇ℓ] only)
 
     @property
     def single(self):
@@ -116,12 +121,21 @@ def parse_correction(spec, fam, hyper, data, taken, approxs, file=None) -> Corre
     sites = section.get("sites", "gradient")
     if sites not in SITES:
         raise fail(f"posterior_correction.sites must be one of {', '.join(SITES)}", section, "sites")
+    estimates = section.get("estimates", list(ESTIMATES))
+    if not (isinstance(estimates, list) and estimates and all(isinstance(e, str) for e in estimates)
+            and len(set(estimates)) == len(estimates) and set(estimates) <= set(ESTIMATES) and "grad" in estimates):
+        raise fail("posterior_correction.estimates is a list of the estimates the correction replaces: [grad, hess] "
+                   "(the default) or [grad] (E_q[∇ℓ] only)", section, "estimates")
+    if "hess" not in estimates and sites != "gradient":
+        raise fail("posterior_correction.estimates: [grad] corrects E_q[∇ℓ] by the stored full-data gradient; it needs "
+                   "sites: gradient", section, "estimates")
     full = {}
     if sites == "gradient":
         at = ("at the snapshot's mean" if any(a.name == "delta" for a in approxs)
               else "averaged over the snapshot q_old")
         full["grad"] = add("grad_full", fam.gaussian_mean, f"full-data gradient {at}")
-        if uses_hessian(fam):
+        if uses_hessian(fam) and "hess" in estimates:
             full["hess"] = add("hess_full", fam.gaussian_cov, f"full-data Hessian {at}", is_mat(fam.gaussian_cov))
     return Correction([Posterior(params)], sites, full, text_field(section, "description", ""),
-                      section.line if "posterior_correction" in spec else first.line)
+                      section.line if "posterior_correction" in spec else first.line,
+                      tuple(e for e in ESTIMATES if e in estimates))

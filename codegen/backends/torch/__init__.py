@@ -29,6 +29,7 @@ from blr_derive.spec.peer import SWITCHES
 from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, host_states, plan_optimizer, samples_code,
                                      state_conditions, state_symbols, step_condition, stored_names)
 from blr_derive.codegen.backends.torch.inline import inline_single_use
+from blr_derive.codegen.backends.torch.matrix import MATRIX_TEMPLATE, MatrixContext, has_matrix_state, matrix_view
 from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
 from blr_derive.codegen.objective import objective_view
@@ -52,9 +53,16 @@ class TorchTarget:
 
     def check(self, ir):
         """Whether the target can express the recipe (UnsupportedTarget, naming the recipe entry, if not)."""
+        if has_matrix_state(ir):        # one parameter at a time, the array program (codegen/backends/torch/matrix.py)
+            check_optimizer(ir, self.name, matrices=True)
+            matrix_view(ir)
+            return
         check_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
 
     def render(self, ir) -> str:
+        if has_matrix_state(ir):
+            check_optimizer(ir, self.name, matrices=True)
+            return render(self.env, MATRIX_TEMPLATE, MatrixContext(ir=ir, **matrix_view(ir)))
         plan = plan_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
         host = HostPrinter()
         scalar_states = host_states(plan)            # one number per tensor (0-d tensors in the state)

@@ -6,6 +6,7 @@ text of a definition here is its text in every generated module.  Linted, type-c
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -380,3 +381,58 @@ def _fused_failed(name, exc):
         warnings.warn(f"{name}: fused=True could not be compiled ({type(exc).__name__}: {exc}); "
                       "using the multi-tensor (foreach) path instead", RuntimeWarning, stacklevel=3)
     _COMPILED["failed"] = True
+
+
+# ------------------------------------------------------------------ array programs (a recipe with matrix state)
+#: numpy's elementwise functions that an array program may call, as torch computes them on tensors ...
+_UFUNC_TORCH: dict = {
+    "sqrt": torch.sqrt, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p, "expm1": torch.expm1,
+    "abs": torch.abs, "sign": torch.sign, "tanh": torch.tanh, "sin": torch.sin, "cos": torch.cos,
+    "minimum": torch.minimum, "maximum": torch.maximum, "where": torch.where, "logaddexp": torch.logaddexp,
+    "equal": torch.eq, "not_equal": torch.ne, "greater": torch.gt, "greater_equal": torch.ge, "less": torch.lt,
+    "less_equal": torch.le, "mod": torch.remainder, "zeros_like": torch.zeros_like,
+}
+#: ... and on host numbers (hyperparameters, the step count): math's functions and Python's operators
+_UFUNC_HOST: dict = {
+    "sqrt": math.sqrt, "exp": math.exp, "log": math.log, "log1p": math.log1p, "expm1": math.expm1, "abs": abs,
+    "sign": lambda x: float((x > 0) - (x < 0)), "tanh": math.tanh, "sin": math.sin, "cos": math.cos, "minimum": min,
+    "maximum": max, "where": lambda c, a, b: a if c else b,
+    "logaddexp": lambda a, b: max(a, b) + math.log1p(math.exp(-abs(a - b))),
+    "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b, "greater": lambda a, b: a > b,
+    "greater_equal": lambda a, b: a >= b, "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
+    "mod": lambda a, b: a % b,
+}
+
+
+def _ufunc(name, *args):
+    """numpy's elementwise function ``name`` on tensors or host numbers: torch's where an argument is a tensor (the
+    numbers as tensors of the first floating tensor's dtype and device), the host's (math, operator) where all are
+    numbers, so that a condition on hyperparameters and the step count stays a Python bool."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if not tensors:
+        return _UFUNC_HOST[name](*args)
+    like = next((a for a in tensors if a.is_floating_point()), tensors[0])
+    return _UFUNC_TORCH[name](*[a if isinstance(a, torch.Tensor) else torch.as_tensor(a, dtype=like.dtype,
+                                                                                       device=like.device)
+                                for a in args])
+
+
+def _eigenbasis(S):
+    """The eigenvectors of the symmetric S as the columns of an orthogonal matrix, by decreasing eigenvalue."""
+    return torch.linalg.eigh(S)[1].flip(-1)
+
+
+def _rayleigh_order(S, Q):
+    """The columns of Q by decreasing Rayleigh quotient diag(Qᵀ S Q) (a stable order)."""
+    return torch.argsort(-(Q * (S @ Q)).sum(dim=0), stable=True)
+
+
+def _power_basis(S, Q):
+    """One power iteration of the symmetric S from the orthogonal Q, orthonormalised: the Q factor of the QR
+    decomposition of S Q with its columns by decreasing Rayleigh quotient."""
+    return torch.linalg.qr((S @ Q)[:, _rayleigh_order(S, Q)])[0]
+
+
+def _reordered(X, SL, QL, SR, QR):
+    """X with its rows in the order _power_basis gives the columns of QL, its columns in that of QR."""
+    return X[_rayleigh_order(SL, QL)][:, _rayleigh_order(SR, QR)]

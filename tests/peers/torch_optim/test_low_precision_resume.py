@@ -53,16 +53,24 @@ class Run:
         self.kwargs = _required(recipe)
         text = (GENERATED / "torch" / f"{recipe}.py").read_text(encoding="utf-8")
         self.oracles = sorted(set(re.findall(r"_oracle\(params, lambda p: p\.(\w+)", text)))
+        # an optimizer with per-parameter matrix state (REQUIRED_STATE: set by init_state) takes matrices and
+        # vectors (one column), not 0-d parameters
+        self.required = getattr(self.mod, "REQUIRED_STATE", ())
+        shapes = [s for s in SHAPES if len(s) in (1, 2)] if self.required else SHAPES
         g = torch.Generator().manual_seed(0)
-        self.init = [(0.5 * torch.randn(s, generator=g)).to(dtype) for s in SHAPES]
-        self.scale = [0.5 + torch.rand(s, generator=g) for s in SHAPES]
-        self.targets = [[torch.randn(s, generator=g) for s in SHAPES] for _ in range(2 * K)]
+        self.init = [(0.5 * torch.randn(s, generator=g)).to(dtype) for s in shapes]
+        self.scale = [0.5 + torch.rand(s, generator=g) for s in shapes]
+        self.targets = [[torch.randn(s, generator=g) for s in shapes] for _ in range(2 * K)]
 
     def params(self, values=None):
         return [torch.nn.Parameter(v.detach().clone()) for v in (values or self.init)]
 
     def optimizer(self, params):
-        return self.cls(params, **self.kwargs)
+        opt = self.cls(params, **self.kwargs)
+        for p in params if self.required else ():      # identity matrices of the declared shapes
+            dims = dict(zip(self.mod.SHAPES[self.mod.MEAN], tuple(p.shape) + (1,) * (2 - p.ndim)))
+            opt.init_state(p, **{n: torch.eye(dims[self.mod.SHAPES[n][0]]) for n in self.required})
+        return opt
 
     def _loss(self, params, k):
         return sum((0.5 * a * (p.float() - t) ** 2 + 0.1 * torch.cos(3 * p.float())).sum()

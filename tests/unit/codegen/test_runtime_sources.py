@@ -219,7 +219,15 @@ def test_domain_checks_name_the_value_component_and_step(rt):
         rt.CHECK_DOMAINS = True
 
 
-@pytest.mark.parametrize("rt", [numpy_rt, jax_rt], ids=["numpy", "jax"])
+class _TorchArrays:
+    """The torch runtime's eigenbasis helpers on numpy arrays (float64 tensors in, numpy arrays out)."""
+
+    def __getattr__(self, name):
+        fn = getattr(torch_rt, name)
+        return lambda *a: fn(*[torch.from_numpy(np.asarray(x)) for x in a]).numpy()
+
+
+@pytest.mark.parametrize("rt", [numpy_rt, jax_rt, _TorchArrays()], ids=["numpy", "jax", "torch"])
 def test_eigenbasis_helpers(rt, x64):
     """_eigenbasis: eigenvectors by decreasing eigenvalue; _power_basis: the Q factor of the QR of S Q with the
     columns in the order of decreasing diag(Qᵀ S Q) (checked as Q R = S Q Π with R upper triangular, and by
@@ -245,3 +253,19 @@ def test_eigenbasis_helpers(rt, x64):
     Y = rng.normal(size=(5, 3))
     SR = np.diag([1.0, 3.0, 2.0])
     np.testing.assert_array_equal(np.asarray(rt._reordered(Y, S, Q0, SR, np.eye(3))), Y[order][:, [1, 2, 0]])
+
+
+def test_torch_ufunc_on_tensors_and_host_numbers():
+    """_ufunc: torch's function where an argument is a tensor (numbers as tensors of its dtype), the host's where all
+    are numbers (a condition on hyperparameters and the step count stays a Python bool)."""
+    x = torch.tensor([0.25, 4.0], dtype=torch.float64)
+    assert torch_rt._ufunc("sqrt", 2.25) == 1.5 and isinstance(torch_rt._ufunc("sqrt", 2.25), float)
+    assert torch_rt._ufunc("equal", torch_rt._ufunc("mod", 6, 3), 0) is True
+    assert torch_rt._ufunc("greater", 0.0, 0) is False
+    np.testing.assert_array_equal(torch_rt._ufunc("sqrt", x).numpy(), [0.5, 2.0])
+    m = torch_rt._ufunc("minimum", 1.0, x)
+    assert m.dtype == torch.float64 and m.tolist() == [0.25, 1.0]
+    w = torch_rt._ufunc("where", x > 1, 7.0, x)
+    assert w.dtype == torch.float64 and w.tolist() == [0.25, 7.0]
+    assert torch_rt._ufunc("logaddexp", 0.0, 0.0) == pytest.approx(math.log(2.0), abs=1e-15)
+    assert set(torch_rt._UFUNC_HOST) <= set(torch_rt._UFUNC_TORCH)
