@@ -209,8 +209,8 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
         try:
             after = float(mod.objective(mod.step(state, data=dv, **{**known, **small}), data=dv,
                                         **known)["objective"])
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-            after = got
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError, FloatingPointError):
+            after = got                 # no step there (a FloatingPointError: the step's domain check, outside Ω)
         rise = max(rise, (after - got) / max(1.0, abs(got)))
         done += 1
     if not done:

@@ -148,11 +148,16 @@ def reference_step_grad_only(m, h, mom, t, eps_list, grad, old, *, lr, ess, hess
     return m - lr_m * step, s_new / ess - weight_decay, mom
 
 
+@pytest.mark.parametrize("source", ["derived", "catalog"])
 @pytest.mark.parametrize("kw", CASES, ids=[str(i) for i in range(len(CASES))])
-def test_the_gradient_only_correction_equals_its_reference(kw):
+def test_the_gradient_only_correction_equals_its_reference(kw, source):
     """estimates: [grad] derived (the module's data: m_old, s_old, grad_full; no hess_full) = the reference, 20
-    steps, the same draws, float64."""
-    mod = api.derive(grad_only_recipe()).compile("numpy")
+    steps, the same draws, float64; also the catalog's checked-in artifact (catalog/ivon_poco.yaml)."""
+    if source == "catalog":
+        from conftest import load_generated
+        mod = load_generated("ivon_poco", "numpy")
+    else:
+        mod = api.derive(grad_only_recipe()).compile("numpy")
     assert mod.DATA == ("m_old", "s_old", "grad_full")
     x0, grad, old = problem()
     old = {k: v for k, v in old.items() if k != "hess_full"}
