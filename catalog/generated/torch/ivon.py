@@ -272,6 +272,29 @@ def _views(flat, like):
     return torch._C._nn.unflatten_dense_tensors(flat, like)
 
 
+def _flat_buffer(cache, key, params):
+    """A flat tensor for a group's parameters' values (float32 for float16/bfloat16 ones, as _work computes) and
+    its views of the parameters' shapes, laid out once and reused (``cache``: key -> (flat, views, params)):
+    writing the parameters into it (_foreach_copy into the views) and back costs two copies, where a fresh
+    flat tensor and fresh views of it (torch's flatten/unflatten) cost ~10 us per call on small models.  Laid
+    out again when the group's parameters, a shape, the dtype or the device changed (a model moved or cast
+    after the optimizer was built).  Only for values that live between two calls of one phase (the means a
+    draw saves until the exit, the parameters during step()); what is kept longer gets a tensor of its own."""
+    entry = cache.get(key)
+    first = params[0]
+    dtype = torch.float32 if first.dtype in _LOW else first.dtype
+    if entry is not None:
+        flat, views, held = entry
+        if (len(held) == len(params) and flat.dtype == dtype
+                and (flat.is_cpu and first.is_cpu or flat.device == first.device)
+                and all(a is b and v.shape == a.shape for a, b, v in zip(params, held, views))):
+            return flat, views
+    flat = torch.empty(sum(p.numel() for p in params), dtype=dtype, device=first.device)
+    views = _views(flat, params)
+    cache[key] = (flat, views, list(params))
+    return flat, views
+
+
 def _flat_states(cache, index, states, params, names):
     """The states ``names`` of a group as one flat tensor each ({name: tensor}), or None where they cannot be
     (a dtype, device or shape that differs, an entry only some parameters have).  The state of every parameter
@@ -509,7 +532,7 @@ class IVON(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _, _ in drawn:
-                    _foreach_copy(_real(params), _views(mean[0], params) if isinstance(mean, _FlatList) else mean)
+                    _foreach_copy(_real(params), mean.views if isinstance(mean, _FlatList) else mean)
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -531,7 +554,10 @@ class IVON(torch.optim.Optimizer):
                 if _acc is None or not _acc["count"] or _acc.get("flat"):      # a step's samples share one layout
                     _fs = _flat_states(self._flat, _index, states, params, ("h", "momentum", ))
             if _fs is not None:             # one flat tensor per quantity: one operation each, not one per tensor
-                m = _FlatList(_work([_flat_cat(_pr)]))
+                _mb, _mv = _flat_buffer(self._flat, (_index, "_saved"), _pr)      # laid out once, views cached
+                _foreach_copy(_mv, _pr)
+                m = _FlatList([_mb])
+                m.views = _mv         # what the exit restores the parameters from
                 h = [_fs.get("h")]
                 momentum = [_fs.get("momentum")]
                 flat = torch.randn(m[0].numel(), dtype=m[0].dtype, device=params[0].device)
@@ -706,9 +732,10 @@ class IVON(torch.optim.Optimizer):
             if _acc.get("flat") and len(params) == len(group["params"]) and len(_bk) == 1 and _bk[0][1] is None:
                 _fs = _flat_states(self._flat, _index, states, params, ("h", "momentum", ))
             if _fs is not None:             # the samples and the state are flat: the update runs on one tensor each
-                _fp = _flat_cat(params)
+                _fp, _fv = _flat_buffer(self._flat, (_index, "_params"), params)      # laid out once, views cached
+                _foreach_copy(_fv, params)
                 self._apply(group, [_fp], [_fs], _bk[0][0], {"g": _acc.get("g"), "avg_gsq": _acc.get("avg_gsq"), "avg_nxg": _acc.get("avg_nxg"), }, fused)
-                _foreach_copy(params, _views(_fp, params))
+                _foreach_copy(params, _fv)
                 continue
             _unflat_samples(_acc, list(group["params"]))
             _inputs = {"g": _sub(_acc.get("g"), _keep), "avg_gsq": _sub(_acc.get("avg_gsq"), _keep), "avg_nxg": _sub(_acc.get("avg_nxg"), _keep), }
