@@ -529,7 +529,10 @@ class BayesBiNN(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _, _ in drawn:
-                    _foreach_copy(_real(params), mean.views if isinstance(mean, _FlatList) else mean)
+                    if isinstance(mean, _FlatList):     # laid out flat: no DTensors (_flat_ok), torch's copy as it is
+                        torch._foreach_copy_(params, mean.views)
+                    else:
+                        _foreach_copy(_real(params), mean)
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -551,7 +554,7 @@ class BayesBiNN(torch.optim.Optimizer):
                     _fs = _flat_states(self._flat, _index, states, params, ("lam", "grad_avg", ))
             if _fs is not None:             # one flat tensor per quantity: one operation each, not one per tensor
                 _mb, _mv = _flat_buffer(self._flat, (_index, "_saved"), _pr)      # laid out once, views cached
-                _foreach_copy(_mv, _pr)
+                torch._foreach_copy_(_mv, _pr)
                 _saved = _FlatList([_mb])
                 _saved.views = _mv         # what the exit restores the parameters from
                 lam = [_fs.get("lam")]
@@ -573,7 +576,10 @@ class BayesBiNN(torch.optim.Optimizer):
             _f2 = torch._foreach_mul(_f6, 1/temperature)
             _f1 = torch._foreach_tanh(_f2)
             theta_k = _f1
-            _foreach_copy(_pr, _views(theta_k[0], _pr) if _fs is not None else theta_k)
+            if _fs is not None:
+                torch._foreach_copy_(_pr, _views(theta_k[0], _pr))
+            else:
+                _foreach_copy(_pr, theta_k)
             drawn.append((_index, params, _saved, u, theta_k, (_f2,)))
         return drawn
 
@@ -712,9 +718,9 @@ class BayesBiNN(torch.optim.Optimizer):
                 _fs = _flat_states(self._flat, _index, states, params, ("lam", "grad_avg", ))
             if _fs is not None:             # the samples and the state are flat: the update runs on one tensor each
                 _fp, _fv = _flat_buffer(self._flat, (_index, "_params"), params)      # laid out once, views cached
-                _foreach_copy(_fv, params)
+                torch._foreach_copy_(_fv, params)         # a flat group: no DTensors (_flat_ok)
                 self._apply(group, [_fp], [_fs], _bk[0][0], {"ngrad": _acc.get("ngrad"), }, fused)
-                _foreach_copy(params, _fv)
+                torch._foreach_copy_(params, _fv)
                 continue
             _unflat_samples(_acc, list(group["params"]))
             _inputs = {"ngrad": _sub(_acc.get("ngrad"), _keep), }

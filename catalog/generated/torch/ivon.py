@@ -565,7 +565,10 @@ class IVON(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _, _ in drawn:
-                    _foreach_copy(_real(params), mean.views if isinstance(mean, _FlatList) else mean)
+                    if isinstance(mean, _FlatList):     # laid out flat: no DTensors (_flat_ok), torch's copy as it is
+                        torch._foreach_copy_(params, mean.views)
+                    else:
+                        _foreach_copy(_real(params), mean)
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -588,7 +591,7 @@ class IVON(torch.optim.Optimizer):
                     _fs = _flat_states(self._flat, _index, states, params, ("h", "momentum", ))
             if _fs is not None:             # one flat tensor per quantity: one operation each, not one per tensor
                 _mb, _mv = _flat_buffer(self._flat, (_index, "_saved"), _pr)      # laid out once, views cached
-                _foreach_copy(_mv, _pr)
+                torch._foreach_copy_(_mv, _pr)
                 m = _FlatList([_mb])
                 m.views = _mv         # what the exit restores the parameters from
                 h = [_fs.get("h")]
@@ -608,7 +611,10 @@ class IVON(torch.optim.Optimizer):
             _f1 = torch._foreach_div(eps, _f4)
             _f5 = torch._foreach_add(m, _f1)
             theta_k = _f5
-            _foreach_copy(_pr, _views(theta_k[0], _pr) if _fs is not None else theta_k)
+            if _fs is not None:
+                torch._foreach_copy_(_pr, _views(theta_k[0], _pr))
+            else:
+                _foreach_copy(_pr, theta_k)
             drawn.append((_index, params, m, eps, theta_k, (_f4,)))
         return drawn
 
@@ -771,9 +777,9 @@ class IVON(torch.optim.Optimizer):
                 _fs = _flat_states(self._flat, _index, states, params, ("h", "momentum", ))
             if _fs is not None:             # the samples and the state are flat: the update runs on one tensor each
                 _fp, _fv = _flat_buffer(self._flat, (_index, "_params"), params)      # laid out once, views cached
-                _foreach_copy(_fv, params)
+                torch._foreach_copy_(_fv, params)         # a flat group: no DTensors (_flat_ok)
                 self._apply(group, [_fp], [_fs], _bk[0][0], {"g": _acc.get("g"), "avg_gsq": _acc.get("avg_gsq"), "avg_nxg": _acc.get("avg_nxg"), }, fused)
-                _foreach_copy(params, _fv)
+                torch._foreach_copy_(params, _fv)
                 continue
             _unflat_samples(_acc, list(group["params"]))
             _inputs = {"g": _sub(_acc.get("g"), _keep), "avg_gsq": _sub(_acc.get("avg_gsq"), _keep), "avg_nxg": _sub(_acc.get("avg_nxg"), _keep), }
