@@ -256,6 +256,29 @@ def _views(flat, like):
     return torch._C._nn.unflatten_dense_tensors(flat, like)
 
 
+def _flat_buffer(cache, key, params):
+    """A flat tensor for a group's parameters' values (float32 for float16/bfloat16 ones, as _work computes) and
+    its views of the parameters' shapes, laid out once and reused (``cache``: key -> (flat, views, params)):
+    writing the parameters into it (_foreach_copy into the views) and back costs two copies, where a fresh
+    flat tensor and fresh views of it (torch's flatten/unflatten) cost ~10 us per call on small models.  Laid
+    out again when the group's parameters, a shape, the dtype or the device changed (a model moved or cast
+    after the optimizer was built).  Only for values that live between two calls of one phase (the means a
+    draw saves until the exit, the parameters during step()); what is kept longer gets a tensor of its own."""
+    entry = cache.get(key)
+    first = params[0]
+    dtype = torch.float32 if first.dtype in _LOW else first.dtype
+    if entry is not None:
+        flat, views, held = entry
+        if (len(held) == len(params) and flat.dtype == dtype
+                and (flat.is_cpu and first.is_cpu or flat.device == first.device)
+                and all(a is b and v.shape == a.shape for a, b, v in zip(params, held, views))):
+            return flat, views
+    flat = torch.empty(sum(p.numel() for p in params), dtype=dtype, device=first.device)
+    views = _views(flat, params)
+    cache[key] = (flat, views, list(params))
+    return flat, views
+
+
 def _flat_states(cache, index, states, params, names):
     """The states ``names`` of a group as one flat tensor each ({name: tensor}), or None where they cannot be
     (a dtype, device or shape that differs, an entry only some parameters have).  The state of every parameter
@@ -284,6 +307,39 @@ def _flat_states(cache, index, states, params, names):
         cache[(index, name)] = (flat, views, list(map(id, views)))
         out[name] = flat
     return out
+
+
+def _flat_counts(cache, index, states):
+    """The step counts of a group as one flat tensor whose elements every parameter's ``state["step"]`` is a 0-d
+    view of (torch.optim's per-parameter counts, so checkpoints keep their layout), or None where they cannot be
+    (a count missing, not a 0-d tensor on the CPU, or of another dtype).  Laid out on the first call and again
+    after the counts were replaced (e.g. by load_state_dict; ``cache`` as _flat_states'): then one add counts
+    every parameter's step and one read gives every count, where a count per parameter costs a fill and a read
+    each (~2 us per parameter, as much as a small model's update)."""
+    steps = [st.get("step") for st in states]
+    entry = cache.get((index, "step"))
+    if entry is not None and list(map(id, steps)) == entry[2]:
+        return entry[0]
+    first = steps[0]
+    if not all(torch.is_tensor(t) and t.ndim == 0 and t.is_cpu and t.dtype == first.dtype and not t.requires_grad
+               and not hasattr(t, "device_mesh") for t in steps):
+        return None
+    flat = torch.stack(steps)
+    views = flat.unbind()
+    for st, v in zip(states, views):
+        st["step"] = v
+    cache[(index, "step")] = (flat, views, list(map(id, views)))
+    return flat
+
+
+def _flat_buckets(counts, states, foreach):
+    """_buckets over counts laid out flat (_flat_counts): one bucket at their count where they agree (one read of
+    the flat tensor), otherwise _buckets' own."""
+    values = counts.tolist()
+    first = values[0]
+    if all(v == first for v in values):
+        return [(int(first), None)]
+    return _buckets(states, foreach)
 
 
 def _unflat_samples(acc, params):
@@ -481,7 +537,10 @@ class VOGN(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _ in drawn:
-                    _foreach_copy(_real(params), _views(mean[0], params) if isinstance(mean, _FlatList) else mean)
+                    if isinstance(mean, _FlatList):     # laid out flat: no DTensors (_flat_ok), torch's copy as it is
+                        torch._foreach_copy_(params, mean.views)
+                    else:
+                        _foreach_copy(_real(params), mean)
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -501,7 +560,10 @@ class VOGN(torch.optim.Optimizer):
                 if _acc is None or not _acc["count"] or _acc.get("flat"):      # a step's samples share one layout
                     _fs = _flat_states(self._flat, _index, states, params, ("s", ))
             if _fs is not None:             # one flat tensor per quantity: one operation each, not one per tensor
-                m = _FlatList(_work([_flat_cat(_pr)]))
+                _mb, _mv = _flat_buffer(self._flat, (_index, "_saved"), _pr)      # laid out once, views cached
+                torch._foreach_copy_(_mv, _pr)
+                m = _FlatList([_mb])
+                m.views = _mv         # what the exit restores the parameters from
                 s = [_fs.get("s")]
                 flat = torch.randn(m[0].numel(), dtype=m[0].dtype, device=params[0].device)
                 eps = [flat]
@@ -515,7 +577,10 @@ class VOGN(torch.optim.Optimizer):
             _f1 = torch._foreach_div(eps, _f2)
             _f3 = torch._foreach_add(m, _f1)
             theta_k = _f3
-            _foreach_copy(_pr, _views(theta_k[0], _pr) if _fs is not None else theta_k)
+            if _fs is not None:
+                torch._foreach_copy_(_pr, _views(theta_k[0], _pr))
+            else:
+                _foreach_copy(_pr, theta_k)
             drawn.append((_index, params, m, eps, theta_k))
         return drawn
 
@@ -646,9 +711,10 @@ class VOGN(torch.optim.Optimizer):
             if _acc.get("flat") and len(params) == len(group["params"]) and len(_bk) == 1 and _bk[0][1] is None:
                 _fs = _flat_states(self._flat, _index, states, params, ("s", ))
             if _fs is not None:             # the samples and the state are flat: the update runs on one tensor each
-                _fp = _flat_cat(params)
+                _fp, _fv = _flat_buffer(self._flat, (_index, "_params"), params)      # laid out once, views cached
+                torch._foreach_copy_(_fv, params)         # a flat group: no DTensors (_flat_ok)
                 self._apply(group, [_fp], [_fs], _bk[0][0], {"g": _acc.get("g"), "avg_ggn": _acc.get("avg_ggn"), }, fused)
-                _foreach_copy(params, _views(_fp, params))
+                torch._foreach_copy_(params, _fv)
                 continue
             _unflat_samples(_acc, list(group["params"]))
             _inputs = {"g": _sub(_acc.get("g"), _keep), "avg_ggn": _sub(_acc.get("avg_ggn"), _keep), }

@@ -94,3 +94,64 @@ def test_a_group_over_the_flat_size_keeps_the_per_tensor_lists(monkeypatch):
     ref_net, ref_opt = _train("ivon", "IVON", {"lr": 0.1, "ess": 100, "mc_samples": 2, "foreach": False})
     assert not opt._flat and sum(p.numel() for p in net.parameters()) == 72
     assert all(torch.equal(u, v) for u, v in zip(_values(net, opt), _values(ref_net, ref_opt)))
+
+
+def _train_touched(kw, touch, steps=5):
+    """_train's loop with ``touch(net, s)`` between the steps: what a training loop may do to the parameters outside
+    the optimizer (clip them in place, replace their data)."""
+    mod = load_generated("ivon", "torch")
+    net = _net()
+    opt = mod.IVON(net.parameters(), **kw)
+    torch.manual_seed(1)
+    x, y = torch.randn(16, 5), torch.randn(16, 2)
+    for s in range(steps):
+        for _ in range(2):
+            with opt.sampled_params(train=True):
+                opt.zero_grad()
+                ((net(x) - y) ** 2).mean().backward()
+        opt.step()
+        touch(net, s)
+    return net, opt
+
+
+def _clamp(net, s):
+    with torch.no_grad():
+        for p in net.parameters():
+            p.data.clamp_(-0.3, 0.3)        # in place, through .data: no version bump a cache could see
+
+
+def _swap(net, s):
+    for p in net.parameters():
+        p.data = p.data * 0.5 + 0.01 * s   # new storage under the same Parameter
+
+
+@pytest.mark.parametrize("touch", [_clamp, _swap])
+def test_parameters_changed_outside_the_optimizer_are_read_again_at_every_draw_and_step(touch):
+    """The flat buffers of the saved means and of step() are reused (their views cached), never their values:
+    whatever a loop does to the parameters between steps, the flat layout gives the per-tensor path's bits."""
+    kw = {"lr": 0.1, "ess": 100, "mc_samples": 2}
+    net, opt = _train_touched(kw, touch)
+    ref_net, ref_opt = _train_touched({**kw, "foreach": False}, touch)
+    assert any(k[1] == "_saved" for k in opt._flat) and any(k[1] == "_params" for k in opt._flat)
+    assert all(torch.equal(u, v) for u, v in zip(_values(net, opt), _values(ref_net, ref_opt)))
+
+
+def test_step_counts_are_views_of_one_flat_tensor_and_load_back_per_parameter():
+    """Every parameter's ``state["step"]`` is a 0-d tensor (torch.optim's layout) viewing one flat count tensor;
+    a checkpoint written with torch.save and loaded into a new optimizer continues with the same counts and the
+    same bits as an uninterrupted run."""
+    import io
+    kw = {"lr": 0.1, "ess": 100, "mc_samples": 2}
+    net, opt = _train("ivon", "IVON", kw, steps=3)
+    steps = [opt.state[p]["step"] for p in net.parameters()]
+    assert all(s.ndim == 0 and float(s) == 3.0 for s in steps)
+    assert len({s.untyped_storage().data_ptr() for s in steps}) == 1
+    buf = io.BytesIO()
+    torch.save(opt.state_dict(), buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert all(v["step"].ndim == 0 and float(v["step"]) == 3.0 for v in loaded["state"].values())
+    whole_net, whole_opt = _train("ivon", "IVON", kw, steps=5)
+    resumed_net, resumed_opt = _train("ivon", "IVON", kw, steps=5, resume_at=3)
+    assert all(float(resumed_opt.state[p]["step"]) == 5.0 for p in resumed_net.parameters())
+    assert all(torch.equal(u, v) for u, v in zip(_values(whole_net, whole_opt), _values(resumed_net, resumed_opt)))
