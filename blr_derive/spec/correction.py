@@ -65,7 +65,9 @@ def _data(name, like, what, symmetric=False):
     if is_mat(like):
         shape = tuple(like.shape) if like.shape[1] != 1 else (like.shape[0],)
         return DataVar(name, sp.MatrixSymbol(name, *like.shape), shape, what, symmetric)
-    return DataVar(name, sp.Symbol(name, real=True), (), what)
+    # a positive parameter's snapshot (IVON's s_old) is a positive datum: its square root stays real
+    return DataVar(name, sp.Symbol(name, positive=True) if getattr(like, "is_positive", False) else
+                   sp.Symbol(name, real=True), (), what)
 
 
 def parse_correction(spec, fam, hyper, data, taken, approxs, file=None) -> Correction | None:
