@@ -44,7 +44,8 @@ HYPER = {"snes": {"popsize": 6, "lr_std": 0.2}, "reparameterization_exponential"
          "score_function_exponential": {"mc_samples": 7}, "fed_ivon_admm": {"mc_samples": 3},
          "quadrature_gamma": {"nodes": 33}, "bsam": {"ess": 50.0, "msharpness": 3}, "sam": {"msharpness": 3},
          "xnes": {"popsize": 6, "lr_A": 0.2}, "xnes_evosax": {"popsize": 6, "lr_A": 0.2},
-         "ivon_continual": {"lr": 0.3, "ess": 20.0, "mc_samples": 2}}
+         "ivon_continual": {"lr": 0.3, "ess": 20.0, "mc_samples": 2},
+         "ivon_poco": {"lr": 0.3, "ess": 20.0, "mc_samples": 2}}
 #: max |jax - numpy| / max(1, max |numpy|) over the outputs, per recipe (printed by the tests with -s)
 ERRORS = {}
 TOL = 1e-12
