@@ -17,6 +17,7 @@ from blr_derive.codegen.arrays.printer import ArrayPrinter
 from blr_derive.codegen.inert import identifier
 from blr_derive.core import newton
 from blr_derive.core.errors import CodegenError
+from blr_derive.core.specialfns import softplus
 from blr_derive.core.text import Prose
 from blr_derive.ir.model import FactorizedIR
 from blr_derive.ir.objective import ESTIMATE_KEYS
@@ -437,7 +438,6 @@ def stable_softplus(e):
     """log(1 + exp(a)) in ``e`` as softplus(a): the entropy of a Bernoulli at a large natural parameter (exp(2λ)
     overflows at λ > 355, and the objective was −inf where q is nearly a point), as the optimizer targets print it
     (codegen/objective.py)."""
-    from blr_derive.core.specialfns import softplus
     def is_log1p_exp(x):
         return (isinstance(x, sp.log) and isinstance(x.args[0], sp.Add) and len(x.args[0].args) == 2
                 and sp.Integer(1) in x.args[0].args and any(isinstance(a, sp.exp) for a in x.args[0].args))

@@ -28,6 +28,7 @@ templates/functions.py.j2).  Factorized (several-block) recipes are plain functi
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import sympy as sp
@@ -36,6 +37,7 @@ from blr_derive.codegen.backends.jax.config import CONFIG
 from blr_derive.codegen.backends.jax.context import (Signature, StatView, StateView, TransformationContext,
                                                      TxSamplingView)
 from blr_derive.codegen.context import render
+from blr_derive.codegen.objective import objective_view
 from blr_derive.codegen.backends.jax.factorized import render_factorized
 from blr_derive.codegen.backends.jax.functions import (RESERVED as FUNCTION_RESERVED, functions_view,
                                                       hyperparameter_names, refuse_reserved)
@@ -335,8 +337,6 @@ def _objective(ir, pr, mean, tx_class):
     optimizer targets print (codegen/objective.py), here per leaf of the parameter pytree and summed over the
     leaves (q is a product over the coordinates of every leaf: its entropy and E_q[ℓ]'s closed terms add up);
     None where the IR has no objective parts or the parameter is not the mean."""
-    import textwrap
-    from blr_derive.codegen.objective import objective_view     # here: it imports the backends (a cycle at import)
     if mean is None:
         return None
     view = objective_view(ir, {}, pr)
