@@ -153,7 +153,7 @@ def _reads_verbatim(D: Derivation, e) -> bool:
 
 
 def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
-                    data: list[Var] | None = None) -> ObjectiveParts | None:
+                    data: list[Var] | None = None, dims: list | None = None) -> ObjectiveParts | None:
     """The objective's parts for the optimizer targets (torch, Triton), or None.  H(q) is the family's entropy
     (App. B) written in the state (a family parameter a rule replaced by another state, ``change_variable``,
     through its value).  The loss ℓ of Eq. 1 is what the rules recorded (``Derivation.loss_model``): scale·ℓ_o +
@@ -165,26 +165,36 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     ``delta`` where the update calls oracles at one point and samples nothing (E_q[ℓ] ≈ ℓ(point), the delta
     method, Sec. 4.2, R and p₀ included).  A recipe that drops the entropy (``no_entropy``, Sec. 4.5) minimizes
     E_q[ℓ] alone: its entropy term is 0.  Scalar families only; mixtures, federated recipes, families whose
-    entropy does not close and losses changed in a way the rules did not record (``followed``): None."""
+    entropy does not close and losses changed in a way the rules did not record (``followed``): None.  A vector
+    or matrix family (its entropy one number, its log-determinant as the family derives it; the dimensions read
+    from the arrays) has the delta kind only, without a prior in the family (``family_prior``)."""
     r = D.recipe
     fam = r.family
     lm = D.loss_model
     if D.component_axis is not None or getattr(D, "federated", None) is not None or not lm.followed:
         return None
-    if any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta):
-        return None
+    matrix = any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta)
+    if matrix and (D.sampling is not None or not D.oracle_calls or lm.family_prior is not None):
+        return None                     # vector and matrix families: the delta method only, so far
     try:
         H = fam.entropy()
     except Exception:                   # noqa: BLE001 - a family whose entropy does not close: no objective
         return None
-    if not isinstance(H, sp.Basic) or H.has(sp.Integral, sp.zoo, sp.nan):
+    if not isinstance(H, sp.Basic) or H.has(sp.Integral, sp.zoo, sp.nan) or is_mat(H):
         return None
     held = {v.symbol for v in state if v.family}
-    allowed = held | {s for h in hyper for s in h.symbols} | {v.symbol for v in data or () if v.kind in ("scalar", "elementwise")}
+    kinds = ("scalar", "elementwise", "vector", "matrix") if matrix else ("scalar", "elementwise")
+    allowed = held | {s for h in hyper for s in h.symbols} | {v.symbol for v in data or () if v.kind in kinds}
+    if matrix:
+        allowed |= {d.symbol for d in dims or ()}
     to_state = {fam.params[k].symbol: v.value for k, v in D.renamed.items() if k in fam.params}
 
-    def in_state(e):
+    def in_state(e, scalar=True):
         e = e.xreplace(to_state)
+        if matrix and scalar:           # a 1×1 product (a prior θᵀθ at the point) as its number
+            e = _scalar(e, held | set(fam.symmetric))
+            if e is None:
+                return None
         return e if isinstance(e, sp.Basic) and e.free_symbols <= allowed and not e.has(sp.zoo, sp.nan) else None
 
     if D.sampling is not None or D.oracle_calls:
@@ -202,7 +212,7 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
         return ObjectiveParts("monte_carlo" if point is None else "delta", sp.Integer(0) if dropped else H,
                               point="" if point is None else str(point), scale=lm.scale, extra=extra,
                               loss=_loss_text(fam, lm), no_entropy=dropped,
-                              point_value=None if point is None else in_state(sp.sympify(point)))
+                              point_value=None if point is None else in_state(sp.sympify(point), scalar=False))
     terms = objective_terms(D)
     if terms is None or D.renamed or not lm.trivial() or any(a.name == "no_entropy" for a in r.approximations):
         return None

@@ -199,3 +199,32 @@ def test_dirichlet_objective():
     v = -np.log(s) @ (c + a0 - 1)
     assert abs(float(out["expected_loss"]) - want) < 1e-12 * abs(want)
     assert abs(v.mean() - want) < 5 * v.std() / np.sqrt(v.size)
+
+
+# ---- the delta method over vector families (oracles at the mean, Sec. 4.2): ℓ(m) − H(q) --------------------------
+def _loss_fn(t):
+    return float(np.sum((t - 0.5) ** 2) + np.sum(np.cos(t)))
+
+
+DELTA = {   # recipe -> (state, H(q) from scipy)
+    "newton": ({"m": M0, "S": S0}, stats.multivariate_normal(M0, np.linalg.inv(S0)).entropy()),
+    "sgd_preconditioned": ({"m": M0, "S": S0}, stats.multivariate_normal(M0, np.linalg.inv(S0)).entropy()),
+    "gd": ({"m": M0}, stats.multivariate_normal(M0, np.eye(P)).entropy()),
+}
+
+
+@pytest.mark.parametrize("name", list(DELTA))
+def test_delta_method_objective_of_vector_families(name, x64):
+    st, H = DELTA[name]
+    for target in ("numpy", "jax"):
+        mod = load_generated(name, target)
+        assert mod.OBJECTIVE_ESTIMATE == "delta"
+        out = mod.objective(st, oracles={"loss": _loss_fn})
+        assert out["estimate"] == "delta" and out["samples"] == 1 and np.isnan(out["standard_error"])
+        assert abs(out["entropy"] - H) < 1e-12 * abs(H), (target, out["entropy"], H)
+        assert abs(out["expected_loss"] - _loss_fn(M0)) < 1e-12
+        assert abs(out["objective"] - (_loss_fn(M0) - H)) < 1e-12 * max(1.0, abs(_loss_fn(M0) - H))
+        given = mod.objective(st, loss=2.5)
+        assert abs(given["objective"] - (2.5 - H)) < 1e-12
+        with pytest.raises(ValueError):
+            mod.objective(st, loss=[1.0, 2.0])
