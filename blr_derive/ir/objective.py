@@ -174,8 +174,9 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     if D.component_axis is not None or getattr(D, "federated", None) is not None or not lm.followed:
         return None
     matrix = any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta)
-    if matrix and (D.sampling is not None or not D.oracle_calls or lm.family_prior is not None):
-        return None                     # vector and matrix families: the delta method only, so far
+    if matrix and (lm.family_prior is not None or (D.sampling is None and not D.oracle_calls)
+                   or (D.sampling is not None and lm.prior != 0)):
+        return None                     # vector and matrix families: the delta method, Monte Carlo without priors
     try:
         H = fam.entropy()
     except Exception:                   # noqa: BLE001 - a family whose entropy does not close: no objective
