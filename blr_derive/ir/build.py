@@ -218,8 +218,8 @@ def build_update_ir(D: Derivation[Recipe], source: str = "") -> UpdateIR:
     )
     ir.peer = r.peer
     ir.checks = state_checks(D, fam)
-    ir.objective = objective_entry_points(D, state, hyper, data, elementwise)
-    ir.objective_parts = objective_parts(D, state, hyper, data)
+    ir.objective = objective_entry_points(D, state, hyper, data, elementwise, dims)
+    ir.objective_parts = objective_parts(D, state, hyper, data, dims)
     if D.federated is not None and ir.entry_points is not None:
         server = next(f for f in ir.entry_points.functions if f.name == "server_step")
         server.checks = server_checks(D, fam, {str(s): s for s, _ in server.assignments or ()})

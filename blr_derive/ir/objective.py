@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import sympy as sp
 
-from blr_derive.core.matexpr import is_mat
+from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.core.types import Text
 from blr_derive.ir.model import Constant, EntryPoint, EntryPoints, HyperVar, ObjectiveParts, Read, Var
 from blr_derive.rules.base import Derivation
+from blr_derive.rules.federated import _small_traces
+from blr_derive.rules.program import scalar_expr
 
 #: the keys of the mapping ``objective`` returns
 KEYS = ("objective", "expected_loss", "entropy")
@@ -33,31 +35,63 @@ def objective_terms(D: Derivation):
         return None
     if getattr(D, "federated", None) is not None or D.renamed:
         return None
-    if any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta):
-        return None                     # vector and matrix families: left for later (traces, log-determinants)
+    if isinstance(r.loss, sp.Basic) and r.loss.free_symbols & {p.symbol for p in fam.params.values()}:
+        return None                     # the loss reads q's own parameters (a prior at the state the step starts
+        #                                 from): E_q[ℓ] − H(q) of a loss that moves with q is no objective of q
     try:
         H = fam.entropy()
     except Exception:                   # noqa: BLE001 - a family whose entropy does not close: no objective
         return None
-    if not isinstance(H, sp.Basic) or H.has(sp.Integral):
+    if not isinstance(H, sp.Basic) or H.has(sp.Integral) or is_mat(H):
         return None
     if _reads_verbatim(D, D.expected_loss):
         # a deeply nested loss at the points of a finite support, kept as named definitions (rules/finite_support.py):
         # written out, its nested functions of numbers are evaluated again at every level (minutes at depth 12)
         return None
     E = D.expand_defs(D.expected_loss)
-    if not isinstance(E, sp.Basic) or is_mat(E):
+    if not isinstance(E, sp.Basic):
         return None
     E = E.xreplace(dict(zip(fam.mu, fam.mu_ord)))
+    E = _scalar(E, {p.symbol for p in fam.params.values()} | set(fam.symmetric)
+                | {d.symbol for d in r.data if d.symmetric})
+    if E is None:
+        return None
     params = {p.symbol for p in fam.params.values()}
-    allowed = params | {d.symbol for d in r.data} | set(r.hyper_symbols().values())
+    allowed = params | {d.symbol for d in r.data} | set(r.hyper_symbols().values()) | _dimensions(r, params)
     if not (E.free_symbols | H.free_symbols) <= allowed or E.has(sp.zoo, sp.nan) or H.has(sp.zoo, sp.nan):
         return None
     return E, H
 
 
+def _scalar(E, symmetric):
+    """E_q[ℓ] of a vector or matrix family as a scalar expression: traces of products rotated to 1×1 products
+    (tr(X m yᵀ) = yᵀX m), a trace of a sum split, a 1×1 matrix read as its number; a scalar expression unchanged;
+    None where it stays a matrix."""
+    if not isinstance(E, sp.Basic):
+        return None
+    if any(is_mat(s) for s in symmetric) and any(type(n).__module__.startswith("blr_derive")
+                                                 for n in sp.preorder_traversal(E)):
+        return None                     # a numeric rule's node over vectors (Gauss–Hermite of a linear predictor,
+        #                                 summed over the data): not written as an entry point's expression yet
+    if E.has(sp.Trace) or is_mat(E):
+        sym = {s for s in symmetric if is_mat(s) and s.shape[0] == s.shape[1]}
+        E = _small_traces(simplify_mat(E, sym))
+        if is_mat(E):
+            E = scalar_expr(E)
+    return None if not isinstance(E, sp.Basic) or is_mat(E) else E
+
+
+def _dimensions(r, params) -> set:
+    """The dimension symbols of the family's parameters and the data (P, N: read from the arrays' shapes)."""
+    out = set()
+    for s in list(params) + [d.symbol for d in r.data]:
+        if is_mat(s):
+            out |= {x for x in s.shape if isinstance(x, sp.Symbol)}
+    return out
+
+
 def objective_entry_points(D: Derivation, state: list[Var], hyper: list[HyperVar], data: list[Var],
-                           elementwise: bool) -> EntryPoints | None:
+                           elementwise: bool, dims: list | None = None) -> EntryPoints | None:
     """The ``objective`` entry point of an :class:`~blr_derive.ir.model.UpdateIR`, or None (see
     :func:`objective_terms`)."""
     terms = objective_terms(D)
@@ -65,9 +99,18 @@ def objective_entry_points(D: Derivation, state: list[Var], hyper: list[HyperVar
         return None
     E, H = terms
     used = E.free_symbols | H.free_symbols
-    reads = [Read(v.symbol, "state", v.name) for v in state if v.family and v.symbol in used]
-    reads += [Read(v.symbol, "data", v.name) for v in data if v.symbol in used]
-    if any(v.kind not in ("scalar", "elementwise") for v in data if v.symbol in used):
+    arrays = {v.name: v.symbol for v in state if v.family} | {v.name: v.symbol for v in data}
+    dim: dict = {}                      # a dimension read from the first array (state, then data) whose axis it is
+    for d in dims or ():
+        if d.axis == 0 and d.var in arrays and d.symbol in used:
+            dim.setdefault(d.symbol, (d.symbol, arrays[d.var]))
+    dim = list(dim.values())
+    if not {x for x in used if x not in arrays.values()} <= set(D.recipe.hyper_symbols().values()) | {d for d, _ in dim}:
+        return None                     # a dimension no array of the state or the data gives
+    read = used | {s for _, s in dim}   # the dimensions are read from the arrays' shapes
+    reads = [Read(v.symbol, "state", v.name) for v in state if v.family and v.symbol in read]
+    reads += [Read(v.symbol, "data", v.name) for v in data if v.symbol in read]
+    if elementwise and any(v.kind not in ("scalar", "elementwise") for v in data if v.symbol in read):
         return None
     hsyms = D.recipe.hyper_symbols()
     hyper_names = [h.name for h in hyper if h.kind in ("float", "int") and h.symbols[0] in used]
@@ -82,7 +125,7 @@ def objective_entry_points(D: Derivation, state: list[Var], hyper: list[HyperVar
            f"both in the state's ordinary parameters; {total}every constant of the loss as written is kept (the "
            "loss's additive constants are part of L; none is added).  Takes what step() takes (oracles and rng are "
            "accepted and unused) and returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H}.")
-    fn = EntryPoint("objective", doc, ["state"], hyper_names, reads, keywords=["oracles", "data", "rng"],
+    fn = EntryPoint("objective", doc, ["state"], hyper_names, reads, keywords=["oracles", "data", "rng"], dims=dim,
                     assignments=[(e_sym, E), (h_sym, H)],
                     returns=[("objective", e_sym - h_sym), ("expected_loss", e_sym), ("entropy", h_sym)])
     notes: list[Text] = ["The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the",
@@ -110,7 +153,7 @@ def _reads_verbatim(D: Derivation, e) -> bool:
 
 
 def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
-                    data: list[Var] | None = None) -> ObjectiveParts | None:
+                    data: list[Var] | None = None, dims: list | None = None) -> ObjectiveParts | None:
     """The objective's parts for the optimizer targets (torch, Triton), or None.  H(q) is the family's entropy
     (App. B) written in the state (a family parameter a rule replaced by another state, ``change_variable``,
     through its value).  The loss ℓ of Eq. 1 is what the rules recorded (``Derivation.loss_model``): scale·ℓ_o +
@@ -122,26 +165,37 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     ``delta`` where the update calls oracles at one point and samples nothing (E_q[ℓ] ≈ ℓ(point), the delta
     method, Sec. 4.2, R and p₀ included).  A recipe that drops the entropy (``no_entropy``, Sec. 4.5) minimizes
     E_q[ℓ] alone: its entropy term is 0.  Scalar families only; mixtures, federated recipes, families whose
-    entropy does not close and losses changed in a way the rules did not record (``followed``): None."""
+    entropy does not close and losses changed in a way the rules did not record (``followed``): None.  A vector
+    or matrix family (its entropy one number, its log-determinant as the family derives it; the dimensions read
+    from the arrays) has the delta kind only, without a prior in the family (``family_prior``)."""
     r = D.recipe
     fam = r.family
     lm = D.loss_model
     if D.component_axis is not None or getattr(D, "federated", None) is not None or not lm.followed:
         return None
-    if any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta):
-        return None
+    matrix = any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta)
+    if matrix and (lm.family_prior is not None or (D.sampling is None and not D.oracle_calls)
+                   or (D.sampling is not None and lm.prior != 0)):
+        return None                     # vector and matrix families: the delta method, Monte Carlo without priors
     try:
         H = fam.entropy()
     except Exception:                   # noqa: BLE001 - a family whose entropy does not close: no objective
         return None
-    if not isinstance(H, sp.Basic) or H.has(sp.Integral, sp.zoo, sp.nan):
+    if not isinstance(H, sp.Basic) or H.has(sp.Integral, sp.zoo, sp.nan) or is_mat(H):
         return None
     held = {v.symbol for v in state if v.family}
-    allowed = held | {s for h in hyper for s in h.symbols} | {v.symbol for v in data or () if v.kind in ("scalar", "elementwise")}
+    kinds = ("scalar", "elementwise", "vector", "matrix") if matrix else ("scalar", "elementwise")
+    allowed = held | {s for h in hyper for s in h.symbols} | {v.symbol for v in data or () if v.kind in kinds}
+    if matrix:
+        allowed |= {d.symbol for d in dims or ()}
     to_state = {fam.params[k].symbol: v.value for k, v in D.renamed.items() if k in fam.params}
 
-    def in_state(e):
+    def in_state(e, scalar=True):
         e = e.xreplace(to_state)
+        if matrix and scalar:           # a 1×1 product (a prior θᵀθ at the point) as its number
+            e = _scalar(e, held | set(fam.symmetric))
+            if e is None:
+                return None
         return e if isinstance(e, sp.Basic) and e.free_symbols <= allowed and not e.has(sp.zoo, sp.nan) else None
 
     if D.sampling is not None or D.oracle_calls:
@@ -159,7 +213,7 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
         return ObjectiveParts("monte_carlo" if point is None else "delta", sp.Integer(0) if dropped else H,
                               point="" if point is None else str(point), scale=lm.scale, extra=extra,
                               loss=_loss_text(fam, lm), no_entropy=dropped,
-                              point_value=None if point is None else in_state(sp.sympify(point)))
+                              point_value=None if point is None else in_state(sp.sympify(point), scalar=False))
     terms = objective_terms(D)
     if terms is None or D.renamed or not lm.trivial() or any(a.name == "no_entropy" for a in r.approximations):
         return None

@@ -339,6 +339,8 @@ class EstimateView(TypedDict):
     theta_expr: str
     accept: str | None
     keys: tuple[str, ...]
+    dims: list[str]                  # the dimensions the terms read (a vector or matrix family), from _dims
+    elementwise: bool                # a mean-field state: the terms are summed over its coordinates
 
 
 #: the keywords of an estimated objective besides step's (a hyperparameter of either name leaves it out)
@@ -398,6 +400,11 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     hyper = [h for h in ir.hyperparameters if any(s in used for s in h.symbols)]
     known = {v.symbol for v in ir.state} | {v.symbol for v in ir.data} | {s for h in ir.hyperparameters
                                                                            for s in h.symbols}
+    # a term that reads a dimension is one number for the whole vector or matrix family (its entropy P/2·log 2πe
+    # − ½ log det S; blr_derive/ir/objective.py admits dimensions for those families only), not per coordinate
+    dims = list(dict.fromkeys(str(d.symbol) for d in ir.dims or () if d.symbol in used))
+    whole = bool(dims) or not ir.elementwise
+    known |= {d.symbol for d in ir.dims or () if str(d.symbol) in dims}
     if sm is not None and parts.kind == "monte_carlo":
         known |= {sm.eps} | {d for d, _ in sm.more_draws}
     if not used <= known:
@@ -409,8 +416,10 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     else:
         head = ("The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update "
                 "minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B) in "
-                "the state, summed over the coordinates, with its constants (e.g. ½ log(2πe) per coordinate of a "
-                "Gaussian); ")
+                "the state, " + ("summed over the coordinates, with its constants (e.g. ½ log(2πe) per coordinate "
+                                 "of a Gaussian); " if not whole else
+                                 "one number for the vector or matrix family, its dimensions read from the "
+                                 "arrays' shapes; "))
     text = head + _ESTIMATE_DOC[parts.kind].format(
         point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale), how=how,
         theta=pr(sm.theta) if sm is not None else "", theta_expr=pr(sm.theta_expr) if sm is not None else "") \
@@ -420,7 +429,8 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
            "'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; "
            "computed eagerly, not for tracing.")
     return {"kind": parts.kind, "doc": Prose(textwrap.fill(text, 112, subsequent_indent="    ", break_on_hyphens=False)),
-            "state": state, "data": data, "hyper": hyper, "first": first.name,
+            "state": state, "data": data, "hyper": hyper, "first": first.name, "dims": dims,
+            "elementwise": not whole,
             "entropy": pr(stable_softplus(parts.entropy)), "extra": pr(parts.extra) if parts.extra != 0 else None,
             "scale": pr(sp.sympify(parts.scale)), "point": point, "eps": draws[0][0] if draws else "",
             "draws": draws, "theta": pr(sm.theta) if point is None else "",

@@ -293,3 +293,53 @@ def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
                         lambda _l: numpy.asarray(expectation_parameters(_l), dtype=float),
                         lambda _l: numpy.asarray(fisher_information(_l), dtype=float), _in_domain, tol, max_iter)
     return ordinary_from_natural(_lam)
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; summed over the coordinates of the (mean-field) state; every constant of the loss as
+    written is kept (the loss's additive constants are part of L; none is added).  Takes what step() takes
+    (oracles and rng are accepted and unused) and returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy':
+    H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    m0 = hp["m0"]
+    if m0 is None:
+        raise TypeError("this step needs the hyperparameter m0")
+    kappa0 = hp["kappa0"]
+    if kappa0 is None:
+        raise TypeError("this step needs the hyperparameter kappa0")
+    alpha0 = hp["alpha0"]
+    if alpha0 is None:
+        raise TypeError("this step needs the hyperparameter alpha0")
+    beta0 = hp["beta0"]
+    if beta0 is None:
+        raise TypeError("this step needs the hyperparameter beta0")
+    m = jnp.asarray(state["m"], dtype=float)
+    kappa = jnp.asarray(state["kappa"], dtype=float)
+    alpha = jnp.asarray(state["alpha"], dtype=float)
+    beta = jnp.asarray(state["beta"], dtype=float)
+    n = jnp.asarray(data["n"], dtype=float)
+    S1 = jnp.asarray(data["S1"], dtype=float)
+    S2 = jnp.asarray(data["S2"], dtype=float)
+    _expected_loss = jnp.sum(alpha*m*(-S1 - kappa0*m0)/beta + alpha*((1/2)*S2 + beta0 + (1/2)*kappa0*m0**2)/beta + ((1/2)*kappa0 + (1/2)*n)*(alpha*m**2/beta + kappa**(-1.0)) + (-jnp.log(beta) + jax.scipy.special.digamma(alpha))*(-alpha0 - 1/2*n + 1/2))
+    _entropy = jnp.sum(-alpha*jax.scipy.special.digamma(alpha) + alpha - 1/2*jnp.log(beta) - 1/2*jnp.log(kappa) + jax.scipy.special.gammaln(alpha) + (1/2)*jax.scipy.special.digamma(alpha) + (1/2)*jnp.log(2) + 1/2 + (1/2)*jnp.log(jnp.pi))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
+    }

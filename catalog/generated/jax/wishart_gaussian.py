@@ -19,6 +19,7 @@ integers such as sample counts) are Python values, static under jit
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg
+import jax.scipy.special
 
 RECIPE = "wishart_gaussian"
 FAMILY = "wishart"
@@ -184,4 +185,43 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     return {
         "V": V_new,
         "n": n_new,
+    }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; every constant of the loss as written is kept (the loss's additive constants are part
+    of L; none is added).  Takes what step() takes (oracles and rng are accepted and unused) and returns
+    {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    n0 = hp["n0"]
+    if n0 is None:
+        raise TypeError("this step needs the hyperparameter n0")
+    V = jnp.asarray(state["V"], dtype=float)
+    n = jnp.asarray(state["n"], dtype=float)
+    N_obs = jnp.asarray(data["N_obs"], dtype=float)
+    S = jnp.asarray(data["S"], dtype=float)
+    W0 = jnp.asarray(data["W0"], dtype=float)
+    P = V.shape[0]
+    _expected_loss = jnp.sum((1/2)*n*jnp.trace(S @ V) + (1/2)*n*jnp.trace(V @ W0) + (P*jnp.log(2) + jnp.log(jnp.linalg.det(V)) + (sum(jax.scipy.special.digamma(-1/2*j_8869297 + (1/2)*n + 1/2) for j_8869297 in range(1, P + 1))))*(-1/2*N_obs + (1/2)*P - 1/2*n0 + 1/2))
+    _entropy = jnp.sum((1/2)*P*n*jnp.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*jnp.log(jnp.pi) - 1/2*n*jnp.log(jnp.linalg.det(_spd_solve(V, jnp.eye(P)))) - (-1/2*P + (1/2)*n - 1/2)*(P*jnp.log(2) + jnp.log(jnp.linalg.det(V)) + (sum(jax.scipy.special.digamma(-1/2*j_8869297 + (1/2)*n + 1/2) for j_8869297 in range(1, P + 1)))) + (sum(jax.scipy.special.gammaln(-1/2*j_8869296 + (1/2)*n + 1/2) for j_8869296 in range(1, P + 1))))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
     }

@@ -277,3 +277,49 @@ def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
     _lam = numpy.array([0, 0, 0] if lam0 is None else lam0, dtype=float)
     return ordinary_from_natural(_newton_dual(mu, _lam, log_partition, expectation_parameters, fisher_information,
                                               _in_domain, tol, max_iter))
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; summed over the coordinates of the (mean-field) state; every constant of the loss as
+    written is kept (the loss's additive constants are part of L; none is added).  Takes what step() takes
+    (oracles and rng are accepted and unused) and returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy':
+    H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    a01 = hp["a01"]
+    if a01 is None:
+        raise TypeError("this step needs the hyperparameter a01")
+    a02 = hp["a02"]
+    if a02 is None:
+        raise TypeError("this step needs the hyperparameter a02")
+    a03 = hp["a03"]
+    if a03 is None:
+        raise TypeError("this step needs the hyperparameter a03")
+    a1 = numpy.asarray(state["a1"], dtype=float)
+    a2 = numpy.asarray(state["a2"], dtype=float)
+    a3 = numpy.asarray(state["a3"], dtype=float)
+    c1 = numpy.asarray(data["c1"], dtype=float)
+    c2 = numpy.asarray(data["c2"], dtype=float)
+    c3 = numpy.asarray(data["c3"], dtype=float)
+    _expected_loss = numpy.sum((scipy.special.digamma(a1) - scipy.special.digamma(a1 + a2 + a3))*(-a01 - c1 + 1) + (scipy.special.digamma(a2) - scipy.special.digamma(a1 + a2 + a3))*(-a02 - c2 + 1) + (scipy.special.digamma(a3) - scipy.special.digamma(a1 + a2 + a3))*(-a03 - c3 + 1))
+    _entropy = numpy.sum(-(a1 - 1)*(scipy.special.digamma(a1) - scipy.special.digamma(a1 + a2 + a3)) - (a2 - 1)*(scipy.special.digamma(a2) - scipy.special.digamma(a1 + a2 + a3)) - (a3 - 1)*(scipy.special.digamma(a3) - scipy.special.digamma(a1 + a2 + a3)) + scipy.special.gammaln(a1) + scipy.special.gammaln(a2) + scipy.special.gammaln(a3) - scipy.special.gammaln(a1 + a2 + a3))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
+    }

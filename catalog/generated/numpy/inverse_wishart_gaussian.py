@@ -14,6 +14,8 @@ Call ``step(state, oracles=..., data=..., **hyperparameters)``; it returns the n
 state and never mutates its input.
 """
 import numpy
+import scipy.linalg
+import scipy.special
 
 RECIPE = "inverse_wishart_gaussian"
 FAMILY = "inverse_wishart"
@@ -122,6 +124,16 @@ def _need(given, names, what):
         raise TypeError(f"step() needs {what} {', '.join(missing)}")
 
 
+def _spd_solve(A, B):
+    """Solve A X = B for symmetric A, no explicit inverse: Cholesky where A is positive definite (a precision, a
+    covariance), else the symmetric indefinite (LDLᵀ) solve, e.g. a sum of sites of any sign; a covariance that
+    comes out indefinite is then refused by the step's domain check, which names it."""
+    try:
+        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(A, lower=True), B)
+    except scipy.linalg.LinAlgError:
+        return scipy.linalg.solve(A, B, assume_a="sym")
+
+
 def init(hyperparameters=None, **state):
     """Validate and copy an initial state (Psi: matrix, n: scalar).
 
@@ -169,4 +181,43 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     return {
         "Psi": Psi_new,
         "n": n_new,
+    }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; every constant of the loss as written is kept (the loss's additive constants are part
+    of L; none is added).  Takes what step() takes (oracles and rng are accepted and unused) and returns
+    {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    n0 = hp["n0"]
+    if n0 is None:
+        raise TypeError("this step needs the hyperparameter n0")
+    Psi = numpy.asarray(state["Psi"], dtype=float)
+    n = numpy.asarray(state["n"], dtype=float)
+    N_obs = numpy.asarray(data["N_obs"], dtype=float)
+    S = numpy.asarray(data["S"], dtype=float)
+    Psi0 = numpy.asarray(data["Psi0"], dtype=float)
+    P = Psi.shape[0]
+    _expected_loss = numpy.sum((1/2)*n*numpy.trace(_spd_solve(Psi, Psi0)) + (1/2)*n*numpy.trace(_spd_solve(Psi, S)) + (-P*numpy.log(2) + numpy.log(numpy.linalg.det(Psi)) - (sum(scipy.special.digamma(-1/2*j_8869269 + (1/2)*n + 1/2) for j_8869269 in range(1, P + 1))))*((1/2)*N_obs + (1/2)*P + (1/2)*n0 + 1/2))
+    _entropy = numpy.sum((1/2)*P*n*numpy.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*numpy.log(numpy.pi) - 1/2*n*numpy.log(numpy.linalg.det(Psi)) - (-1/2*P - 1/2*n - 1/2)*(-P*numpy.log(2) + numpy.log(numpy.linalg.det(Psi)) - (sum(scipy.special.digamma(-1/2*j_8869269 + (1/2)*n + 1/2) for j_8869269 in range(1, P + 1)))) + (sum(scipy.special.gammaln(-1/2*j_8869268 + (1/2)*n + 1/2) for j_8869268 in range(1, P + 1))))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
     }

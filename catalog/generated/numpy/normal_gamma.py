@@ -285,3 +285,53 @@ def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
     _lam = numpy.array([1, -1/2, -3/2, 1/2] if lam0 is None else lam0, dtype=float)
     return ordinary_from_natural(_newton_dual(mu, _lam, log_partition, expectation_parameters, fisher_information,
                                               _in_domain, tol, max_iter))
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; summed over the coordinates of the (mean-field) state; every constant of the loss as
+    written is kept (the loss's additive constants are part of L; none is added).  Takes what step() takes
+    (oracles and rng are accepted and unused) and returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy':
+    H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    m0 = hp["m0"]
+    if m0 is None:
+        raise TypeError("this step needs the hyperparameter m0")
+    kappa0 = hp["kappa0"]
+    if kappa0 is None:
+        raise TypeError("this step needs the hyperparameter kappa0")
+    alpha0 = hp["alpha0"]
+    if alpha0 is None:
+        raise TypeError("this step needs the hyperparameter alpha0")
+    beta0 = hp["beta0"]
+    if beta0 is None:
+        raise TypeError("this step needs the hyperparameter beta0")
+    m = numpy.asarray(state["m"], dtype=float)
+    kappa = numpy.asarray(state["kappa"], dtype=float)
+    alpha = numpy.asarray(state["alpha"], dtype=float)
+    beta = numpy.asarray(state["beta"], dtype=float)
+    n = numpy.asarray(data["n"], dtype=float)
+    S1 = numpy.asarray(data["S1"], dtype=float)
+    S2 = numpy.asarray(data["S2"], dtype=float)
+    _expected_loss = numpy.sum(alpha*m*(-S1 - kappa0*m0)/beta + alpha*((1/2)*S2 + beta0 + (1/2)*kappa0*m0**2)/beta + ((1/2)*kappa0 + (1/2)*n)*(alpha*m**2/beta + kappa**(-1.0)) + (-numpy.log(beta) + scipy.special.digamma(alpha))*(-alpha0 - 1/2*n + 1/2))
+    _entropy = numpy.sum(-alpha*scipy.special.digamma(alpha) + alpha - 1/2*numpy.log(beta) - 1/2*numpy.log(kappa) + scipy.special.gammaln(alpha) + (1/2)*scipy.special.digamma(alpha) + (1/2)*numpy.log(2) + 1/2 + (1/2)*numpy.log(numpy.pi))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
+    }

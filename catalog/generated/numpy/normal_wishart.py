@@ -17,6 +17,7 @@ state and never mutates its input.
 """
 import numpy
 import scipy.linalg
+import scipy.special
 
 RECIPE = "normal_wishart"
 FAMILY = "normal_wishart"
@@ -202,4 +203,50 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "n": n_new,
         "m": m_new,
         "V": V_new,
+    }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; every constant of the loss as written is kept (the loss's additive constants are part
+    of L; none is added).  Takes what step() takes (oracles and rng are accepted and unused) and returns
+    {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    kappa0 = hp["kappa0"]
+    if kappa0 is None:
+        raise TypeError("this step needs the hyperparameter kappa0")
+    n0 = hp["n0"]
+    if n0 is None:
+        raise TypeError("this step needs the hyperparameter n0")
+    m = numpy.asarray(state["m"], dtype=float)
+    kappa = numpy.asarray(state["kappa"], dtype=float)
+    V = numpy.asarray(state["V"], dtype=float)
+    n = numpy.asarray(state["n"], dtype=float)
+    N_obs = numpy.asarray(data["N_obs"], dtype=float)
+    s1 = numpy.asarray(data["s1"], dtype=float)
+    S = numpy.asarray(data["S"], dtype=float)
+    m0 = numpy.asarray(data["m0"], dtype=float)
+    W0 = numpy.asarray(data["W0"], dtype=float)
+    P = m.shape[0]
+    _expected_loss = numpy.sum(-kappa0*n*m0 @ V @ m + (1/2)*kappa0*n*m0 @ V @ m0 + (1/2)*n*numpy.trace(S @ V) + (1/2)*n*numpy.trace(V @ W0) - n*s1 @ V @ m + ((1/2)*N_obs + (1/2)*kappa0)*(P/kappa + n*m @ V @ m) + (-1/2*N_obs + (1/2)*P - 1/2*n0)*(P*numpy.log(2) + numpy.log(numpy.linalg.det(V)) + (sum(scipy.special.digamma(-1/2*j_8869289 + (1/2)*n + 1/2) for j_8869289 in range(1, P + 1)))))
+    _entropy = numpy.sum((1/2)*P*n*numpy.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*numpy.log(numpy.pi) - 1/2*P*numpy.log(kappa) + (1/2)*P*(numpy.log(2) + numpy.log(numpy.pi)) - 1/2*kappa*n*numpy.trace(numpy.outer(V @ m, m)) + (1/2)*kappa*(P/kappa + n*numpy.trace(numpy.outer(V @ m, m))) - 1/2*n*numpy.log(numpy.linalg.det((-2)*((-1/2)*_spd_solve(V, numpy.eye(P)) + (-1/2*kappa)*numpy.outer(m, m)) + (-kappa)*numpy.outer(m, m))) - (-1/2*P + (1/2)*n)*(P*numpy.log(2) + numpy.log(numpy.linalg.det(V)) + (sum(scipy.special.digamma(-1/2*j_8869289 + (1/2)*n + 1/2) for j_8869289 in range(1, P + 1)))) + (sum(scipy.special.gammaln(-1/2*j_8869288 + (1/2)*n + 1/2) for j_8869288 in range(1, P + 1))))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
     }
