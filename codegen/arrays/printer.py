@@ -52,9 +52,18 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         where a function of the module reads it (the family maps of a prior whose log-partition is a series)."""
         if any(not (a.is_finite and b.is_finite) for _, a, b in expr.limits):
             return self._module_format("numpy.nan")
-        loops = " ".join(f"for {self._print(i)} in range({self._print(a)}, {self._print(b)} + 1)"
-                         for i, a, b in expr.limits[::-1])
-        return f"(sum({self._print(expr.function)} {loops}))"
+        # the summation indices are often sympy Dummies, whose printed names carry a process-wide counter (j_8869297):
+        # renamed _k<depth>_<position> (a generator's own scope; nested sums get their depth) for reproducible output
+        depth = getattr(self, "_sum_depth", 0)
+        names = {i: sp.Symbol(f"_k{depth}_{n}", integer=True) for n, (i, _, _) in enumerate(expr.limits)}
+        self._sum_depth = depth + 1
+        try:
+            body = self._print(expr.function.xreplace(names))
+            loops = " ".join(f"for {names[i].name} in range({self._print(a)}, {self._print(b)} + 1)"
+                             for i, a, b in expr.limits[::-1])
+        finally:
+            self._sum_depth = depth
+        return f"(sum({body} {loops}))"
 
     def _module_format(self, fqn, register=True):
         module, _, name = fqn.rpartition(".")

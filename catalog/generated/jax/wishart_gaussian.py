@@ -218,8 +218,8 @@ def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     S = jnp.asarray(data["S"], dtype=float)
     W0 = jnp.asarray(data["W0"], dtype=float)
     P = V.shape[0]
-    _expected_loss = jnp.sum((1/2)*n*jnp.trace(S @ V) + (1/2)*n*jnp.trace(V @ W0) + (P*jnp.log(2) + jnp.log(jnp.linalg.det(V)) + (sum(jax.scipy.special.digamma(-1/2*j_8869297 + (1/2)*n + 1/2) for j_8869297 in range(1, P + 1))))*(-1/2*N_obs + (1/2)*P - 1/2*n0 + 1/2))
-    _entropy = jnp.sum((1/2)*P*n*jnp.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*jnp.log(jnp.pi) - 1/2*n*jnp.log(jnp.linalg.det(_spd_solve(V, jnp.eye(P)))) - (-1/2*P + (1/2)*n - 1/2)*(P*jnp.log(2) + jnp.log(jnp.linalg.det(V)) + (sum(jax.scipy.special.digamma(-1/2*j_8869297 + (1/2)*n + 1/2) for j_8869297 in range(1, P + 1)))) + (sum(jax.scipy.special.gammaln(-1/2*j_8869296 + (1/2)*n + 1/2) for j_8869296 in range(1, P + 1))))
+    _expected_loss = jnp.sum((1/2)*n*jnp.trace(S @ V) + (1/2)*n*jnp.trace(V @ W0) + (P*jnp.log(2) + jnp.log(jnp.linalg.det(V)) + (sum(jax.scipy.special.digamma(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1))))*(-1/2*N_obs + (1/2)*P - 1/2*n0 + 1/2))
+    _entropy = jnp.sum((1/2)*P*n*jnp.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*jnp.log(jnp.pi) - 1/2*n*jnp.log(jnp.linalg.det(_spd_solve(V, jnp.eye(P)))) - (-1/2*P + (1/2)*n - 1/2)*(P*jnp.log(2) + jnp.log(jnp.linalg.det(V)) + (sum(jax.scipy.special.digamma(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1)))) + (sum(jax.scipy.special.gammaln(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1))))
     return {
         "objective": -_entropy + _expected_loss,
         "expected_loss": _expected_loss,

@@ -214,8 +214,8 @@ def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     S = numpy.asarray(data["S"], dtype=float)
     Psi0 = numpy.asarray(data["Psi0"], dtype=float)
     P = Psi.shape[0]
-    _expected_loss = numpy.sum((1/2)*n*numpy.trace(_spd_solve(Psi, Psi0)) + (1/2)*n*numpy.trace(_spd_solve(Psi, S)) + (-P*numpy.log(2) + numpy.log(numpy.linalg.det(Psi)) - (sum(scipy.special.digamma(-1/2*j_8869269 + (1/2)*n + 1/2) for j_8869269 in range(1, P + 1))))*((1/2)*N_obs + (1/2)*P + (1/2)*n0 + 1/2))
-    _entropy = numpy.sum((1/2)*P*n*numpy.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*numpy.log(numpy.pi) - 1/2*n*numpy.log(numpy.linalg.det(Psi)) - (-1/2*P - 1/2*n - 1/2)*(-P*numpy.log(2) + numpy.log(numpy.linalg.det(Psi)) - (sum(scipy.special.digamma(-1/2*j_8869269 + (1/2)*n + 1/2) for j_8869269 in range(1, P + 1)))) + (sum(scipy.special.gammaln(-1/2*j_8869268 + (1/2)*n + 1/2) for j_8869268 in range(1, P + 1))))
+    _expected_loss = numpy.sum((1/2)*n*numpy.trace(_spd_solve(Psi, Psi0)) + (1/2)*n*numpy.trace(_spd_solve(Psi, S)) + (-P*numpy.log(2) + numpy.log(numpy.linalg.det(Psi)) - (sum(scipy.special.digamma(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1))))*((1/2)*N_obs + (1/2)*P + (1/2)*n0 + 1/2))
+    _entropy = numpy.sum((1/2)*P*n*numpy.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*numpy.log(numpy.pi) - 1/2*n*numpy.log(numpy.linalg.det(Psi)) - (-1/2*P - 1/2*n - 1/2)*(-P*numpy.log(2) + numpy.log(numpy.linalg.det(Psi)) - (sum(scipy.special.digamma(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1)))) + (sum(scipy.special.gammaln(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1))))
     return {
         "objective": -_entropy + _expected_loss,
         "expected_loss": _expected_loss,

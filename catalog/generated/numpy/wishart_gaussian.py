@@ -214,8 +214,8 @@ def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     S = numpy.asarray(data["S"], dtype=float)
     W0 = numpy.asarray(data["W0"], dtype=float)
     P = V.shape[0]
-    _expected_loss = numpy.sum((1/2)*n*numpy.trace(S @ V) + (1/2)*n*numpy.trace(V @ W0) + (P*numpy.log(2) + numpy.log(numpy.linalg.det(V)) + (sum(scipy.special.digamma(-1/2*j_8869297 + (1/2)*n + 1/2) for j_8869297 in range(1, P + 1))))*(-1/2*N_obs + (1/2)*P - 1/2*n0 + 1/2))
-    _entropy = numpy.sum((1/2)*P*n*numpy.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*numpy.log(numpy.pi) - 1/2*n*numpy.log(numpy.linalg.det(_spd_solve(V, numpy.eye(P)))) - (-1/2*P + (1/2)*n - 1/2)*(P*numpy.log(2) + numpy.log(numpy.linalg.det(V)) + (sum(scipy.special.digamma(-1/2*j_8869297 + (1/2)*n + 1/2) for j_8869297 in range(1, P + 1)))) + (sum(scipy.special.gammaln(-1/2*j_8869296 + (1/2)*n + 1/2) for j_8869296 in range(1, P + 1))))
+    _expected_loss = numpy.sum((1/2)*n*numpy.trace(S @ V) + (1/2)*n*numpy.trace(V @ W0) + (P*numpy.log(2) + numpy.log(numpy.linalg.det(V)) + (sum(scipy.special.digamma(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1))))*(-1/2*N_obs + (1/2)*P - 1/2*n0 + 1/2))
+    _entropy = numpy.sum((1/2)*P*n*numpy.log(2) + (1/2)*P*n + (1/4)*P*(P - 1)*numpy.log(numpy.pi) - 1/2*n*numpy.log(numpy.linalg.det(_spd_solve(V, numpy.eye(P)))) - (-1/2*P + (1/2)*n - 1/2)*(P*numpy.log(2) + numpy.log(numpy.linalg.det(V)) + (sum(scipy.special.digamma(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1)))) + (sum(scipy.special.gammaln(-1/2*_k0_0 + (1/2)*n + 1/2) for _k0_0 in range(1, P + 1))))
     return {
         "objective": -_entropy + _expected_loss,
         "expected_loss": _expected_loss,

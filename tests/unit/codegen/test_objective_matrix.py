@@ -265,3 +265,17 @@ def test_jax_monte_carlo_objective_of_a_full_gaussian(x64):
     sd = np.sqrt(np.ones(P) @ A @ A.T @ np.ones(P))
     assert abs(out["expected_loss"] - M0.sum()) < 5 * sd / np.sqrt(200)
     assert abs(out["standard_error"] / (sd / np.sqrt(200)) - 1) < 0.3
+
+
+def test_a_sum_over_a_dummy_index_prints_the_same_in_any_process():
+    """The Wishart entropy's multivariate digamma is a Sum over a sympy Dummy index, whose printed name carried
+    the process-wide Dummy counter (j_8869297): the checked-in artifact and the same recipe generated after other
+    work differed.  The index is printed _k<depth>_<position>: the artifact is reproduced after 1,000 more Dummies."""
+    import sympy as sp
+    from blr_derive.api import generate
+    from conftest import CATALOG, GENERATED
+    [sp.Dummy("j") for _ in range(1000)]
+    for target in ("numpy", "jax"):
+        code = generate(str(CATALOG / "wishart_gaussian.yaml"), target)
+        assert code == (GENERATED / target / "wishart_gaussian.py").read_text()
+        assert "for _k0_0 in range(1, P + 1)" in code
