@@ -61,6 +61,11 @@ def simplify_mat(expr, symmetric: Iterable = ()):
     ``X X⁻¹`` cancel, and like terms of sums are collected with tidy coefficients.
     """
     sym = frozenset(symmetric)
+    key = (expr, sym) if isinstance(expr, sp.Basic) else None
+    if key is not None:
+        out = _SIMPLIFIED.get(key)
+        if out is not None:
+            return out
     prev = None
     cur = expr
     for _ in range(8):
@@ -68,7 +73,16 @@ def simplify_mat(expr, symmetric: Iterable = ()):
             break
         prev = cur
         cur = _simp(cur, sym)
+    if key is not None:
+        if len(_SIMPLIFIED) >= 2048:
+            _SIMPLIFIED.clear()
+        _SIMPLIFIED[key] = cur
     return cur
+
+
+#: (expression, symmetric symbols) -> simplify_mat's result: a pure function of immutable expressions, remembered
+#: because a family derived again (a file that differs only in prose, a recipe sharing its family) repeats it
+_SIMPLIFIED: dict = {}
 
 
 def _expand_matpow(e):

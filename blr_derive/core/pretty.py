@@ -70,7 +70,19 @@ def _make_printer():
         def _print(self, expr, **kwargs):
             self._depth = getattr(self, "_depth", 0) + 1
             try:
-                return super()._print(expr, **kwargs)
+                if kwargs or not isinstance(expr, sp.Basic):
+                    return super()._print(expr, **kwargs)
+                # the text of an expression depends only on the expression and on whether it is nested (a
+                # Piecewise is parenthesized below the top level): remembered, so that a subexpression shared by
+                # several terms or equations is printed (and its terms sorted) once
+                key = (expr, self._depth > 1)
+                out = _MEMO.get(key)
+                if out is None:
+                    out = super()._print(expr)
+                    if len(_MEMO) >= MEMO_SIZE:
+                        _MEMO.clear()
+                    _MEMO[key] = out
+                return out
             finally:
                 self._depth -= 1
 
@@ -175,6 +187,9 @@ def _make_printer():
 
 
 _PRINTER = []
+#: printed text by (expression, nested): see ``PlainPrinter._print``; emptied when it holds MEMO_SIZE entries
+_MEMO: dict = {}
+MEMO_SIZE = 20000
 
 
 def pretty(expr) -> str:

@@ -47,11 +47,28 @@ EXPAND_MAX_OPS = 1000
 
 
 def expand(e):
-    big = isinstance(e, sp.Basic) and sp.count_ops(e) > EXPAND_MAX_OPS
+    """``e`` multiplied out (powers of big sums kept, :data:`EXPAND_MAX_OPS`).  The result is remembered by the
+    (immutable) expression: a family derived again from a file that differs only in its text (a description, the
+    tests' payloads) assembles the same update, whose expansion is the costly part of :func:`assemble`."""
+    hashable = isinstance(e, sp.Basic)
+    if hashable:
+        out = _EXPANDED.get(e)
+        if out is not None:
+            return out
+    big = hashable and sp.count_ops(e) > EXPAND_MAX_OPS
     try:
-        return sp.expand(e, power_exp=False, multinomial=not big)    # exp(a + b) stays whole (no overflow of one factor)
+        out = sp.expand(e, power_exp=False, multinomial=not big)    # exp(a + b) stays whole (no overflow of one factor)
     except Exception:  # pragma: no cover
         return e
+    if hashable:
+        if len(_EXPANDED) >= 256:
+            _EXPANDED.clear()
+        _EXPANDED[e] = out
+    return out
+
+
+#: expression -> expand(expression) (see :func:`expand`)
+_EXPANDED: dict = {}
 
 
 def new_symbol(p):

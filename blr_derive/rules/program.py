@@ -9,6 +9,7 @@ and moves the view, so rules compose in recipe order.
 from __future__ import annotations
 
 import sympy as sp
+from sympy.utilities.iterables import iterable
 
 from blr_derive.core.errors import SpecError
 from blr_derive.core.matexpr import is_mat
@@ -299,13 +300,25 @@ def apply_program_rules(recipe, D, fail):
 def scalarize_elementwise(D, dry=False):
     """Vector updates that only add and scale vectors act coordinate-wise: rewrite them with scalars."""
     def ok(e):
-        for node in sp.preorder_traversal(e):
+        # every distinct node once (a subexpression that recurs in an update, as in a large sum over a support,
+        # is looked at once; the answer depends only on which nodes occur)
+        seen, todo = set(), [e]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, sp.Basic):
+                if node in seen:
+                    continue
+                seen.add(node)
             if isinstance(node, (sp.Inverse, sp.Transpose, sp.Trace, sp.Determinant, sp.Identity)):
                 return False
             if isinstance(node, sp.MatrixSymbol) and node.shape[1] != 1:
                 return False
             if isinstance(node, sp.MatMul) and sum(1 for a in node.args if is_mat(a)) > 1:
                 return False
+            if isinstance(node, sp.Basic):
+                todo.extend(node.args)
+            elif iterable(node):
+                todo.extend(node)
         return True
     # the definitions the updates and the oracles' arguments read (a gradient derived from an explicit loss,
     # g = m - y) are written with scalars too, or the update would read a scalar g that nothing defines
