@@ -12,6 +12,7 @@ from typing import Any
 import sympy as sp
 
 from blr_derive.codegen.printing import HostPrinter
+from blr_derive.codegen.torch_elementwise import ElementwisePrinter
 from blr_derive.core.specialfns import softplus
 from blr_derive.ir.objective import ESTIMATE_KEYS
 
@@ -57,7 +58,7 @@ _STEP_RETURNS = {
 }
 
 
-def objective_view(ir, stored: dict[str, str], printer, layout: bool = False,
+def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = False,
                    absent: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """What the ``objective`` method prints: {kind, doc, entropy, expected, scale, extra, reads: [(symbol, key or
     None for the parameter)], hyper, layout}; ``layout``: the Triton target's optimizer, whose state
@@ -67,7 +68,7 @@ def objective_view(ir, stored: dict[str, str], printer, layout: bool = False,
     parts = getattr(ir, "objective_parts", None)
     if parts is None:
         return None
-    pr = printer                     # the target's elementwise printer (torch's for the torch and Triton optimizers)
+    pr = printer or ElementwisePrinter()     # torch's, for the torch and Triton optimizers' host code; jax its own
     used = parts.entropy.free_symbols | (parts.expected_loss.free_symbols if parts.expected_loss is not None else set())
     reads = []
     state = {v.symbol for v in ir.state} | {d.symbol for d in ir.data}

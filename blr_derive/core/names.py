@@ -50,6 +50,7 @@ RESERVED = frozenset("""
     hp unknown missing required out name value n_samples loss losses samples acc states drawn saved flat
     host dtype device world dist floats flags chunks pointers ptrs buckets mean eta global_state clients
     message_sum dual param_init param_new
+    MEAN init_state
 """.split())
 
 #: symbol names the derivation creates for itself (natural and expectation parameters and their gradients,

@@ -100,11 +100,11 @@ def objective_entry_points(D: Derivation, state: list[Var], hyper: list[HyperVar
     E, H = terms
     used = E.free_symbols | H.free_symbols
     arrays = {v.name: v.symbol for v in state if v.family} | {v.name: v.symbol for v in data}
-    dim: dict = {}                      # a dimension read from the first array (state, then data) whose axis it is
+    first: dict = {}                    # a dimension read from the first array (state, then data) whose axis it is
     for d in dims or ():
         if d.axis == 0 and d.var in arrays and d.symbol in used:
-            dim.setdefault(d.symbol, (d.symbol, arrays[d.var]))
-    dim = list(dim.values())
+            first.setdefault(d.symbol, (d.symbol, arrays[d.var]))
+    dim = list(first.values())
     if not {x for x in used if x not in arrays.values()} <= set(D.recipe.hyper_symbols().values()) | {d for d, _ in dim}:
         return None                     # a dimension no array of the state or the data gives
     read = used | {s for _, s in dim}   # the dimensions are read from the arrays' shapes

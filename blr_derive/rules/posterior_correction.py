@@ -229,8 +229,9 @@ def at_old(ctx, hessian=True):
                 copy[k] = sp.Symbol(_fresh(D, f"{k}_old", taken), real=True)
                 sm.chained.append(ChainedCall(copy[k], oracle, pt if first else sp.Symbol(_fresh(D, f"{pt}", taken), real=True),
                                                point))
-                shown.append((copy[k], TexForm(r"\nabla_\theta\ell(%s)" if oracle == "grad" else
-                                               oracle.replace("_", r"\_") + r"(%s)", (point,))))
+                tex = {"grad": r"\nabla_\theta\ell(%s)", "hess": r"\nabla^2_\theta\ell(%s)", "loss": r"\ell(%s)"}.get(
+                    oracle, r"\mathrm{" + oracle.replace("_", r"\_") + r"}(%s)")
+                shown.append((copy[k], TexForm(tex, (point,))))
                 first = False
         D.symbol_names[pt] = r"\theta_{k,old}"
     for s in order:

@@ -279,25 +279,25 @@ class EVON(torch.optim.Optimizer):
         self._samples = {}
         self._sampling = False
 
-    def _group_of(self, p):
+    def _group_of(self, _p):
         for group in self.param_groups:
-            if any(q is p for q in group["params"]):
+            if any(q is _p for q in group["params"]):
                 return group
         raise ValueError("init_state: the tensor is not a parameter of this optimizer")
 
     @torch.no_grad()
-    def init_state(self, p, **state):
+    def init_state(self, _p, /, **state):
         """Set parameter p's state before its first step: the names in REQUIRED_STATE (required), the others
         optional (their defaults are the recipe's), as tensors of SHAPES' shapes (dimensions read from p as a
         matrix); matrices in SYMMETRIC must be symmetric.  The values are copied in p's dtype (float32 for a
         float16/bfloat16 p) and device."""
-        known = ("h", "Q_L", "Q_R", "momentum", "L", "R", "step", )
-        unknown = [n for n in state if n not in known]
-        missing = [n for n in REQUIRED_STATE if n not in state]
+        _known = ("h", "Q_L", "Q_R", "momentum", "L", "R", "step", )
+        unknown = [_n for _n in state if _n not in _known]
+        missing = [_n for _n in REQUIRED_STATE if _n not in state]
         if unknown or missing:
-            raise TypeError(f"init_state() needs {REQUIRED_STATE} (optional: {known}); missing {missing}, "
+            raise TypeError(f"init_state() needs {REQUIRED_STATE} (optional: {_known}); missing {missing}, "
                             f"unknown {unknown}")
-        group = self._group_of(p)
+        group = self._group_of(_p)
         lr = _scalar(group["lr"])
         ess = _scalar(group["ess"])
         hess_init = _scalar(group["hess_init"])
@@ -312,33 +312,33 @@ class EVON(torch.optim.Optimizer):
         debias = bool(group["debias"])
         precondition_frequency = int(group["precondition_frequency"])
 
-        M = _as_matrix(_work([p])[0])
-        dims = {}
-        dims["d_out"] = M.shape[0]
-        dims["d_in"] = M.shape[1]
-        st = {}
+        M = _as_matrix(_work([_p])[0])
+        _dims = {}
+        _dims["d_out"] = M.shape[0]
+        _dims["d_in"] = M.shape[1]
+        _st = {}
         for name, value in state.items():
             if name == "step":
-                st["step"] = torch.tensor(float(value))
+                _st["step"] = torch.tensor(float(value))
                 continue
             if not isinstance(value, torch.Tensor):     # a numpy view with negative strides: as a copy
                 value = torch.tensor(value.tolist() if "tolist" in dir(value) else value, dtype=M.dtype)
-            value = value.to(dtype=M.dtype, device=p.device).clone()
-            shape = SHAPES[name]
-            want = tuple(M.shape) if shape in ("*", "?") else tuple(dims[d] if isinstance(d, str) else d
-                                                                        for d in shape)
-            if tuple(value.shape) != want:
-                raise ValueError(f"{name} must have shape {want}, got {tuple(value.shape)}")
+            value = value.to(dtype=M.dtype, device=_p.device).clone()
+            _shape = SHAPES[name]
+            _want = tuple(M.shape) if _shape in ("*", "?") else tuple(_dims[d] if isinstance(d, str) else d
+                                                                        for d in _shape)
+            if tuple(value.shape) != _want:
+                raise ValueError(f"{name} must have shape {_want}, got {tuple(value.shape)}")
             if name in SYMMETRIC and not torch.allclose(value, value.T, rtol=0,
                                                         atol=1e-8 * max(1.0, value.abs().max().item())):
                 raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
-            st[name] = value
-        if "h" not in st:
-            st["h"] = torch.full_like(M, hess_init)
-        if "momentum" not in st:
-            st["momentum"] = torch.full_like(M, 0)
-        st.setdefault("step", torch.tensor(0.0))
-        self.state[p] = st
+            _st[name] = value
+        if "h" not in _st:
+            _st["h"] = torch.full_like(M, hess_init)
+        if "momentum" not in _st:
+            _st["momentum"] = torch.full_like(M, 0)
+        _st.setdefault("step", torch.tensor(0.0))
+        self.state[_p] = _st
 
     def load_state_dict(self, state_dict):
         """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a
@@ -346,12 +346,12 @@ class EVON(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         _keep_low_state(self, state_dict, {})
 
-    def _state(self, p):
-        st = self.state.get(p)
-        if not st:
-            raise RuntimeError(f"{RECIPE}: parameter of shape {tuple(p.shape)} has no state: the recipe gives "
+    def _state(self, _p):
+        _st = self.state.get(_p)
+        if not _st:
+            raise RuntimeError(f"{RECIPE}: parameter of shape {tuple(_p.shape)} has no state: the recipe gives "
                                f"{', '.join(REQUIRED_STATE)} no initial value; call init_state(p, ...) first")
-        return st
+        return _st
 
     @contextlib.contextmanager
     def sampled_params(self, train=False):
@@ -377,31 +377,31 @@ class EVON(torch.optim.Optimizer):
                 debias = bool(group["debias"])
                 precondition_frequency = int(group["precondition_frequency"])
 
-                for p in group["params"]:
-                    st = self._state(p)
-                    M = _as_matrix(_work([p])[0])
-                    h = st["h"]
-                    Q_L = st["Q_L"]
-                    Q_R = st["Q_R"]
-                    momentum = st["momentum"]
-                    L = st["L"]
-                    R = st["R"]
+                for _p in group["params"]:
+                    _st = self._state(_p)
+                    M = _as_matrix(_work([_p])[0])
+                    h = _st["h"]
+                    Q_L = _st["Q_L"]
+                    Q_R = _st["Q_R"]
+                    momentum = _st["momentum"]
+                    L = _st["L"]
+                    R = _st["R"]
                     d_out = M.shape[0]
                     d_in = M.shape[1]
-                    t = int(_scalar(st["step"])) + 1
+                    t = int(_scalar(_st["step"])) + 1
 
-                    eps = torch.randn(M.shape, dtype=M.dtype, device=p.device)
+                    eps = torch.randn(M.shape, dtype=M.dtype, device=_p.device)
                     W_k = Q_L @ (eps/_ufunc("sqrt", ess*(h + weight_decay))) @ Q_R.T + M
-                    drawn.append((group, p, M.clone(), eps))
-                    p.copy_(W_k.view_as(p))
+                    drawn.append((group, _p, M.clone(), eps))
+                    _p.copy_(W_k.view_as(_p))
         self._sampling = True
         try:
             yield
         finally:
             self._sampling = False
             with torch.no_grad():
-                for _, p, mean, _ in drawn:
-                    p.copy_(mean.view_as(p))
+                for _, _p, mean, _ in drawn:
+                    _p.copy_(mean.view_as(_p))
         if train:
             with torch.no_grad():
                 self._collect(drawn)
@@ -409,8 +409,8 @@ class EVON(torch.optim.Optimizer):
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (a running mean); a parameter with no
         gradient in a sample is left out of that sample."""
-        for group, p, mean, eps in drawn:
-            if p.grad is None:
+        for group, _p, mean, eps in drawn:
+            if _p.grad is None:
                 continue
             lr = _scalar(group["lr"])
             ess = _scalar(group["ess"])
@@ -426,29 +426,29 @@ class EVON(torch.optim.Optimizer):
             debias = bool(group["debias"])
             precondition_frequency = int(group["precondition_frequency"])
 
-            st = self._state(p)
-            M = _as_matrix(_work([p])[0])
-            h = st["h"]
-            Q_L = st["Q_L"]
-            Q_R = st["Q_R"]
-            momentum = st["momentum"]
-            L = st["L"]
-            R = st["R"]
+            _st = self._state(_p)
+            M = _as_matrix(_work([_p])[0])
+            h = _st["h"]
+            Q_L = _st["Q_L"]
+            Q_R = _st["Q_R"]
+            momentum = _st["momentum"]
+            L = _st["L"]
+            R = _st["R"]
             d_out = M.shape[0]
             d_in = M.shape[1]
-            t = int(_scalar(st["step"])) + 1
+            t = int(_scalar(_st["step"])) + 1
 
             M = mean
-            G_k = _as_matrix(_work([-p.grad if group["maximize"] else p.grad])[0])
-            acc = self._samples.setdefault(p, {"count": 0})
+            G_k = _as_matrix(_work([-_p.grad if group["maximize"] else _p.grad])[0])
+            acc = self._samples.setdefault(_p, {"count": 0})
             acc["count"] += 1
-            n = acc["count"]
+            _n = acc["count"]
             value = (Q_L.T @ G_k @ Q_R)
-            acc["g"] = value if n == 1 else acc["g"] + (value - acc["g"]) / n
+            acc["g"] = value if _n == 1 else acc["g"] + (value - acc["g"]) / _n
             value = eps*(Q_L.T @ G_k @ Q_R)/_ufunc("sqrt", ess*(h + weight_decay))
-            acc["avg_nxg"] = value if n == 1 else acc["avg_nxg"] + (value - acc["avg_nxg"]) / n
+            acc["avg_nxg"] = value if _n == 1 else acc["avg_nxg"] + (value - acc["avg_nxg"]) / _n
             value = G_k
-            acc["G_bar"] = value if n == 1 else acc["G_bar"] + (value - acc["G_bar"]) / n
+            acc["G_bar"] = value if _n == 1 else acc["G_bar"] + (value - acc["G_bar"]) / _n
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -478,24 +478,24 @@ class EVON(torch.optim.Optimizer):
             debias = bool(group["debias"])
             precondition_frequency = int(group["precondition_frequency"])
 
-            for p in group["params"]:
-                acc = self._samples.pop(p, None)
+            for _p in group["params"]:
+                acc = self._samples.pop(_p, None)
                 if acc is None:
-                    if p.grad is not None:
+                    if _p.grad is not None:
                         raise RuntimeError("no Monte Carlo samples: compute the loss inside "
                                            "`with optimizer.sampled_params(train=True):` before step()")
                     continue
-                st = self._state(p)
-                M = _as_matrix(_work([p])[0])
-                h = st["h"]
-                Q_L = st["Q_L"]
-                Q_R = st["Q_R"]
-                momentum = st["momentum"]
-                L = st["L"]
-                R = st["R"]
+                _st = self._state(_p)
+                M = _as_matrix(_work([_p])[0])
+                h = _st["h"]
+                Q_L = _st["Q_L"]
+                Q_R = _st["Q_R"]
+                momentum = _st["momentum"]
+                L = _st["L"]
+                R = _st["R"]
                 d_out = M.shape[0]
                 d_in = M.shape[1]
-                t = int(_scalar(st["step"])) + 1
+                t = int(_scalar(_st["step"])) + 1
 
                 g = acc["g"]
                 avg_nxg = acc["avg_nxg"]
@@ -519,13 +519,13 @@ class EVON(torch.optim.Optimizer):
                 Q_L_new = (_power_basis(L_new, Q_L) if _ufunc("equal", _ufunc("mod", t, precondition_frequency), 0) else Q_L)
                 Q_R_new = (_power_basis(R_new, Q_R) if _ufunc("equal", _ufunc("mod", t, precondition_frequency), 0) else Q_R)
                 momentum_next = (Q_L_new.T @ Q_L @ (momentum_new) @ Q_R.T @ Q_R_new if _ufunc("equal", _ufunc("mod", t, precondition_frequency), 0) else (momentum_new))
-                st["L"] = L_new
-                st["R"] = R_new
-                st["momentum"] = momentum_next
-                st["h"] = h_next
-                p.copy_(M_new.view_as(p))
-                st["Q_L"] = Q_L_new
-                st["Q_R"] = Q_R_new
-                st["step"] = torch.tensor(float(t))
+                _st["L"] = L_new
+                _st["R"] = R_new
+                _st["momentum"] = momentum_next
+                _st["h"] = h_next
+                _p.copy_(M_new.view_as(_p))
+                _st["Q_L"] = Q_L_new
+                _st["Q_R"] = Q_R_new
+                _st["step"] = torch.tensor(float(t))
         self._samples.clear()
         return loss

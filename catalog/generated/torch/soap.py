@@ -235,25 +235,25 @@ class SOAP(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=betas, shampoo_beta=shampoo_beta, eps=eps, weight_decay=weight_decay, precondition_frequency=precondition_frequency, maximize=bool(maximize))
         super().__init__(params, defaults)
 
-    def _group_of(self, p):
+    def _group_of(self, _p):
         for group in self.param_groups:
-            if any(q is p for q in group["params"]):
+            if any(q is _p for q in group["params"]):
                 return group
         raise ValueError("init_state: the tensor is not a parameter of this optimizer")
 
     @torch.no_grad()
-    def init_state(self, p, **state):
+    def init_state(self, _p, /, **state):
         """Set parameter p's state before its first step: the names in REQUIRED_STATE (required), the others
         optional (their defaults are the recipe's), as tensors of SHAPES' shapes (dimensions read from p as a
         matrix); matrices in SYMMETRIC must be symmetric.  The values are copied in p's dtype (float32 for a
         float16/bfloat16 p) and device."""
-        known = ("s", "Q_L", "Q_R", "u", "L", "R", "step", )
-        unknown = [n for n in state if n not in known]
-        missing = [n for n in REQUIRED_STATE if n not in state]
+        _known = ("s", "Q_L", "Q_R", "u", "L", "R", "step", )
+        unknown = [_n for _n in state if _n not in _known]
+        missing = [_n for _n in REQUIRED_STATE if _n not in state]
         if unknown or missing:
-            raise TypeError(f"init_state() needs {REQUIRED_STATE} (optional: {known}); missing {missing}, "
+            raise TypeError(f"init_state() needs {REQUIRED_STATE} (optional: {_known}); missing {missing}, "
                             f"unknown {unknown}")
-        group = self._group_of(p)
+        group = self._group_of(_p)
         lr = _scalar(group["lr"])
         beta1, beta2 = map(_scalar, group["betas"])
         shampoo_beta = _scalar(group["shampoo_beta"])
@@ -261,33 +261,33 @@ class SOAP(torch.optim.Optimizer):
         weight_decay = _scalar(group["weight_decay"])
         precondition_frequency = int(group["precondition_frequency"])
 
-        M = _as_matrix(_work([p])[0])
-        dims = {}
-        dims["d_out"] = M.shape[0]
-        dims["d_in"] = M.shape[1]
-        st = {}
+        M = _as_matrix(_work([_p])[0])
+        _dims = {}
+        _dims["d_out"] = M.shape[0]
+        _dims["d_in"] = M.shape[1]
+        _st = {}
         for name, value in state.items():
             if name == "step":
-                st["step"] = torch.tensor(float(value))
+                _st["step"] = torch.tensor(float(value))
                 continue
             if not isinstance(value, torch.Tensor):     # a numpy view with negative strides: as a copy
                 value = torch.tensor(value.tolist() if "tolist" in dir(value) else value, dtype=M.dtype)
-            value = value.to(dtype=M.dtype, device=p.device).clone()
-            shape = SHAPES[name]
-            want = tuple(M.shape) if shape in ("*", "?") else tuple(dims[d] if isinstance(d, str) else d
-                                                                        for d in shape)
-            if tuple(value.shape) != want:
-                raise ValueError(f"{name} must have shape {want}, got {tuple(value.shape)}")
+            value = value.to(dtype=M.dtype, device=_p.device).clone()
+            _shape = SHAPES[name]
+            _want = tuple(M.shape) if _shape in ("*", "?") else tuple(_dims[d] if isinstance(d, str) else d
+                                                                        for d in _shape)
+            if tuple(value.shape) != _want:
+                raise ValueError(f"{name} must have shape {_want}, got {tuple(value.shape)}")
             if name in SYMMETRIC and not torch.allclose(value, value.T, rtol=0,
                                                         atol=1e-8 * max(1.0, value.abs().max().item())):
                 raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
-            st[name] = value
-        if "s" not in st:
-            st["s"] = torch.full_like(M, 0)
-        if "u" not in st:
-            st["u"] = torch.full_like(M, 0)
-        st.setdefault("step", torch.tensor(0.0))
-        self.state[p] = st
+            _st[name] = value
+        if "s" not in _st:
+            _st["s"] = torch.full_like(M, 0)
+        if "u" not in _st:
+            _st["u"] = torch.full_like(M, 0)
+        _st.setdefault("step", torch.tensor(0.0))
+        self.state[_p] = _st
 
     def load_state_dict(self, state_dict):
         """torch.optim.Optimizer.load_state_dict, keeping this optimizer's dtype policy: the state of a
@@ -295,12 +295,12 @@ class SOAP(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         _keep_low_state(self, state_dict, {})
 
-    def _state(self, p):
-        st = self.state.get(p)
-        if not st:
-            raise RuntimeError(f"{RECIPE}: parameter of shape {tuple(p.shape)} has no state: the recipe gives "
+    def _state(self, _p):
+        _st = self.state.get(_p)
+        if not _st:
+            raise RuntimeError(f"{RECIPE}: parameter of shape {tuple(_p.shape)} has no state: the recipe gives "
                                f"{', '.join(REQUIRED_STATE)} no initial value; call init_state(p, ...) first")
-        return st
+        return _st
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -318,22 +318,22 @@ class SOAP(torch.optim.Optimizer):
             weight_decay = _scalar(group["weight_decay"])
             precondition_frequency = int(group["precondition_frequency"])
 
-            for p in group["params"]:
-                if p.grad is None:
+            for _p in group["params"]:
+                if _p.grad is None:
                     continue
-                st = self._state(p)
-                M = _as_matrix(_work([p])[0])
-                s = st["s"]
-                Q_L = st["Q_L"]
-                Q_R = st["Q_R"]
-                u = st["u"]
-                L = st["L"]
-                R = st["R"]
+                _st = self._state(_p)
+                M = _as_matrix(_work([_p])[0])
+                s = _st["s"]
+                Q_L = _st["Q_L"]
+                Q_R = _st["Q_R"]
+                u = _st["u"]
+                L = _st["L"]
+                R = _st["R"]
                 d_out = M.shape[0]
                 d_in = M.shape[1]
-                t = int(_scalar(st["step"])) + 1
+                t = int(_scalar(_st["step"])) + 1
 
-                G = _as_matrix(_work([-p.grad if group["maximize"] else p.grad])[0])
+                G = _as_matrix(_work([-_p.grad if group["maximize"] else _p.grad])[0])
                 g = Q_L.T @ G @ Q_R
                 h_gsq = g**2
                 u_new = beta1*u + g*(1 - beta1)
@@ -348,12 +348,12 @@ class SOAP(torch.optim.Optimizer):
                 Q_L_new = (_power_basis(L_new, Q_L) if _ufunc("equal", _ufunc("mod", t, precondition_frequency), 0) else Q_L)
                 Q_R_new = (_power_basis(R_new, Q_R) if _ufunc("equal", _ufunc("mod", t, precondition_frequency), 0) else Q_R)
                 u_next = (Q_L_new.T @ Q_L @ (u_new) @ Q_R.T @ Q_R_new if _ufunc("equal", _ufunc("mod", t, precondition_frequency), 0) else (u_new))
-                st["L"] = L_new
-                st["R"] = R_new
-                st["u"] = u_next
-                st["s"] = s_next
-                p.copy_(M_new.view_as(p))
-                st["Q_L"] = Q_L_new
-                st["Q_R"] = Q_R_new
-                st["step"] = torch.tensor(float(t))
+                _st["L"] = L_new
+                _st["R"] = R_new
+                _st["u"] = u_next
+                _st["s"] = s_next
+                _p.copy_(M_new.view_as(_p))
+                _st["Q_L"] = Q_L_new
+                _st["Q_R"] = Q_R_new
+                _st["step"] = torch.tensor(float(t))
         return loss

@@ -32,7 +32,6 @@ from blr_derive.codegen.backends.torch.inline import inline_single_use
 from blr_derive.codegen.backends.torch.matrix import MATRIX_TEMPLATE, MatrixContext, has_matrix_state, matrix_view
 from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
-from blr_derive.codegen.backends.torch.printer import ElementwisePrinter
 from blr_derive.codegen.objective import objective_view
 from blr_derive.codegen.validation import validation
 
@@ -118,7 +117,7 @@ class TorchTarget:
             step_cond=None if step_cond is None or step_cond == sp.true else host.doprint(step_cond),
             step_hyper=[] if step_cond is None else plan.hyper_using({str(x) for x in step_cond.free_symbols}),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
-            objective=objective_view(ir, stored, ElementwisePrinter(), absent=frozenset(scalar_states) | {k for k, c in conds.items() if c != sp.true}),
+            objective=objective_view(ir, stored, absent=frozenset(scalar_states) | {k for k, c in conds.items() if c != sp.true}),
             flat_groups=self.flat_groups(ir, plan, sampling, scalar_states, stored),
         ))
 

@@ -17,7 +17,8 @@ import sympy as sp
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 from blr_derive.codegen.fused import FusedCompiler as _FusedCompiler
 from blr_derive.codegen.inert import identifier
-from blr_derive.codegen.printing import HostPrinter, KernelPrinter, stable_sech
+from blr_derive.codegen.printing import HostPrinter
+from blr_derive.codegen.torch_elementwise import ElementwisePrinter  # noqa: F401 - the torch target's elementwise printer
 
 
 UNARY = {
@@ -252,71 +253,6 @@ class ForeachCompiler:
             tens = [a for a in e.args if self.is_tensor(a)]
             return sp.Mul(*host), sp.Mul(*tens)
         return sp.Integer(1), e
-
-
-class ElementwisePrinter(KernelPrinter):
-    """Per-tensor elementwise torch expressions for the compiled (fused) path.  Piecewise conditions are
-    host booleans (Python bools): torch.compile specializes on them."""
-
-    MAXIMUM = "torch.maximum"
-    MINIMUM = "torch.minimum"
-    LOG = "torch.log"
-    LOG1P = "torch.log1p"
-
-    def _print_Pow(self, expr, rational=False):
-        b, e = expr.args
-        if e == sp.Rational(1, 2):
-            return f"torch.sqrt({self._print(b)})"
-        if e == sp.Rational(-1, 2):
-            return f"torch.rsqrt({self._print(b)})"
-        if e == -1:
-            return f"(1/{self.parenthesize(b, 60)})"
-        return f"{self.parenthesize(b, 60)}**{self.parenthesize(e, 60)}"
-
-    #: sympy function name -> the torch function that computes it elementwise (sympy's known_functions model;
-    #: functions with no entry here raise UnsupportedTarget, never fall back to the math module)
-    KNOWN_FUNCTIONS = {
-        "exp": "torch.exp", "tanh": "torch.tanh", "sin": "torch.sin", "cos": "torch.cos", "cosh": "torch.cosh",
-        "sinh": "torch.sinh", "sign": "torch.sign", "loggamma": "torch.lgamma", "digamma": "torch.digamma",
-        "Abs": "torch.abs", "sqrt": "torch.sqrt", "erf": "torch.erf", "erfc": "torch.erfc", "expm1": "torch.expm1",
-        "atan": "torch.atan", "asin": "torch.asin", "acos": "torch.acos", "tan": "torch.tan", "atanh": "torch.atanh",
-        "asinh": "torch.asinh", "acosh": "torch.acosh", "floor": "torch.floor", "ceiling": "torch.ceil",
-        "ndtri": "torch.special.ndtri", "atan2": "torch.atan2",
-    }
-    TARGET_NAME = "torch"
-
-    NAN_WHERE = "torch.where({test}, {x}, math.nan)"
-    WHERE = "torch.where({test}, {a}, {b})"
-
-    def _print_binary(self, expr):
-        return f"torch.where({self.parenthesize(expr.args[0], 0)} < 0, -1.0, 1.0)"
-
-    def _print_sech(self, expr):
-        return stable_sech(self._print(expr.args[0]), "torch.abs", "torch.exp")
-
-    def _print_gamma(self, expr):
-        return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
-
-    def _print_polygamma(self, expr):
-        n, x = expr.args
-        return f"torch.polygamma({self._print(n)}, {self._print(x)})"
-
-    def _print_softplus(self, expr):
-        x = self._print(expr.args[0])
-        return f"torch.logaddexp(torch.zeros_like({x}), {x})"
-
-    def _print_xlogy(self, expr):
-        return f"torch.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
-
-    def _print_logsumexp(self, expr):
-        """log Σ exp over the arguments, elementwise; a number among them (the 0 of log(1 + e^x)) is a tensor
-        like the first argument that is not one (torch.broadcast_tensors takes tensors only)."""
-        ref = next((self._print(a) for a in expr.args if not a.is_Number), None)
-        if ref is None:
-            raise CodegenError("logsumexp of numbers only: nothing to compute elementwise")
-        args = ", ".join(f"torch.full_like({ref}, {self._print(a)})" if a.is_Number else self._print(a)
-                         for a in expr.args)
-        return f"torch.logsumexp(torch.stack(torch.broadcast_tensors({args})), dim=0)"
 
 
 class FusedCompiler(_FusedCompiler):

@@ -42,7 +42,6 @@ from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_
 from blr_derive.codegen.backends.triton.kernels import (Kernel, KernelArg, ModuleKernels, arg, block_kernel,
                                                         buffers, constexpr)
 from blr_derive.codegen.backends.triton.printer import HELPERS, RUNTIME, TritonFusedCompiler
-from blr_derive.codegen.backends.torch.printer import ElementwisePrinter   # the optimizer's host-side torch code
 from blr_derive.codegen.objective import objective_view
 from blr_derive.codegen.validation import validation
 
@@ -112,7 +111,7 @@ class TritonTarget:
             keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
             scalar_stored=sorted(stored_names(plan)[n] for n in host_states(plan)),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data], validation=validation(ir),
-            objective=objective_view(ir, stored_names(plan), ElementwisePrinter(), layout=True,
+            objective=objective_view(ir, stored_names(plan), layout=True,
                                      absent=frozenset(host_states(plan))),     # every other state is kept
         ))
 

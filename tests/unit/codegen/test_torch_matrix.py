@@ -40,7 +40,7 @@ def test_the_command_line_writes_soap_for_torch_and_triton_still_refuses_it(tmp_
     out = tmp_path / "soap_opt.py"
     assert main([str(CATALOG / "soap.yaml"), "--target", "torch", "-o", str(out)]) == 0
     text = out.read_text()
-    assert "class SOAP(torch.optim.Optimizer)" in text and "def init_state(self, p, **state)" in text
+    assert "class SOAP(torch.optim.Optimizer)" in text and "def init_state(self, _p, /, **state)" in text
     assert "_foreach" not in text and "import numpy" not in text
     capsys.readouterr()
     bad = tmp_path / "soap_triton.py"
