@@ -13,7 +13,7 @@ import sympy as sp
 
 from blr_derive.codegen.printing import HostPrinter
 from blr_derive.codegen.torch_elementwise import ElementwisePrinter
-from blr_derive.core.specialfns import softplus
+from blr_derive.core.specialfns import softplus_form
 from blr_derive.ir.objective import ESTIMATE_KEYS
 
 #: the keys of the mapping ``objective`` returns in the optimizer targets (the array targets' estimated objective's)
@@ -114,15 +114,9 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
 def _split(e, state, pr) -> tuple[str, str]:
     """``e`` summed over a tensor's coordinates as (the elementwise part, printed for tensors; the part that reads
     no state, printed on the host and counted once per coordinate)."""
-    e = e.replace(_log1p_exp, lambda x: softplus(next(a for a in x.args[0].args if isinstance(a, sp.exp)).args[0]))
+    e = softplus_form(e)
     terms = sp.Add.make_args(sp.expand(e, deep=False, mul=True, power_base=False, power_exp=False, log=False))
     tensor = sp.Add(*[t for t in terms if t.free_symbols & state])
     host = sp.Add(*[t for t in terms if not t.free_symbols & state])
     return (pr.doprint(tensor) if tensor != 0 else "", HostPrinter().doprint(host) if host != 0 else "")
 
-
-def _log1p_exp(x) -> bool:
-    """log(1 + exp(a)): printed as softplus(a) (stable where exp(a) overflows, e.g. a Bernoulli's entropy at a
-    large natural parameter)."""
-    return (isinstance(x, sp.log) and isinstance(x.args[0], sp.Add) and len(x.args[0].args) == 2
-            and sp.Integer(1) in x.args[0].args and any(isinstance(a, sp.exp) for a in x.args[0].args))

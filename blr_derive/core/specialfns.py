@@ -26,6 +26,16 @@ class softplus(sp.Function):
             return sp.log(1 + sp.exp(self.args[0])).evalf(sp.core.evalf.prec_to_dps(prec))
 
 
+def softplus_form(e):
+    """``e`` with every log(1 + exp(a)) written softplus(a): stable where exp(a) overflows (a Bernoulli's entropy at
+    a large natural parameter, exp(2λ) beyond λ ≈ 355); the objectives of every target print entropies this way."""
+    def is_log1p_exp(x):
+        return (isinstance(x, sp.log) and isinstance(x.args[0], sp.Add) and len(x.args[0].args) == 2
+                and sp.Integer(1) in x.args[0].args and any(isinstance(a, sp.exp) for a in x.args[0].args))
+    return sp.sympify(e).replace(is_log1p_exp,
+                                 lambda x: softplus(next(a for a in x.args[0].args if isinstance(a, sp.exp)).args[0]))
+
+
 class xlogy(sp.Function):
     """x log y with xlogy(0, y) = 0."""
 

@@ -17,7 +17,7 @@ from blr_derive.codegen.arrays.printer import ArrayPrinter
 from blr_derive.codegen.inert import identifier
 from blr_derive.core import newton
 from blr_derive.core.errors import CodegenError
-from blr_derive.core.specialfns import softplus
+from blr_derive.core.specialfns import softplus_form
 from blr_derive.core.text import Prose
 from blr_derive.ir.model import FactorizedIR
 from blr_derive.ir.objective import ESTIMATE_KEYS
@@ -431,7 +431,7 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     return {"kind": parts.kind, "doc": Prose(textwrap.fill(text, 112, subsequent_indent="    ", break_on_hyphens=False)),
             "state": state, "data": data, "hyper": hyper, "first": first.name, "dims": dims,
             "elementwise": not whole,
-            "entropy": pr(stable_softplus(parts.entropy)), "extra": pr(parts.extra) if parts.extra != 0 else None,
+            "entropy": pr(softplus_form(parts.entropy)), "extra": pr(parts.extra) if parts.extra != 0 else None,
             "scale": pr(sp.sympify(parts.scale)), "point": point, "eps": draws[0][0] if draws else "",
             "draws": draws, "theta": pr(sm.theta) if point is None else "",
             "theta_expr": pr(sm.theta_expr) if point is None else "",
@@ -443,13 +443,3 @@ def hyperparameter_names(ir) -> list:
     """Every name the hyperparameters bind in a module: each one's own and its symbols' (tuple elements, choices)."""
     return [h.name for h in ir.hyperparameters] + [str(s) for h in ir.hyperparameters for s in h.symbols]
 
-
-def stable_softplus(e):
-    """log(1 + exp(a)) in ``e`` as softplus(a): the entropy of a Bernoulli at a large natural parameter (exp(2λ)
-    overflows at λ > 355, and the objective was −inf where q is nearly a point), as the optimizer targets print it
-    (codegen/objective.py)."""
-    def is_log1p_exp(x):
-        return (isinstance(x, sp.log) and isinstance(x.args[0], sp.Add) and len(x.args[0].args) == 2
-                and sp.Integer(1) in x.args[0].args and any(isinstance(a, sp.exp) for a in x.args[0].args))
-    return sp.sympify(e).replace(is_log1p_exp,
-                                 lambda x: softplus(next(a for a in x.args[0].args if isinstance(a, sp.exp)).args[0]))

@@ -355,6 +355,5 @@ def _objective(ir, pr, mean, tx_class):
            "state.count).  Computed eagerly in the parameters' precision (call it outside jax.jit), the numbers of "
            "the numpy target's objective() on the same state; returns {'objective': L, 'expected_loss': E_q[ℓ], "
            "'entropy': H, 'standard_error', 'estimate', 'samples'} (OBJECTIVE_KEYS) as Python floats.")
-    reads = [(sym, key) for sym, key in view["reads"]]
-    return {**view, "reads": reads, "point": parts.point,
+    return {**view, "point": parts.point,
             "doc": textwrap.fill(doc, 112, initial_indent="   ", subsequent_indent="    ", break_on_hyphens=False)[3:]}
