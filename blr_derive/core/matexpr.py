@@ -16,6 +16,8 @@ numerically in ``tests/unit/core/test_matcalc.py``.
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Iterable
 
 import sympy as sp
@@ -61,11 +63,12 @@ def simplify_mat(expr, symmetric: Iterable = ()):
     ``X X⁻¹`` cancel, and like terms of sums are collected with tidy coefficients.
     """
     sym = frozenset(symmetric)
-    key = (expr, sym) if isinstance(expr, sp.Basic) else None
-    if key is not None:
-        out = _SIMPLIFIED.get(key)
-        if out is not None:
-            return out
+    if isinstance(expr, sp.Basic):
+        return _simplified(expr, sym)
+    return _simplify_mat(expr, sym)
+
+
+def _simplify_mat(expr, sym):
     prev = None
     cur = expr
     for _ in range(8):
@@ -73,16 +76,13 @@ def simplify_mat(expr, symmetric: Iterable = ()):
             break
         prev = cur
         cur = _simp(cur, sym)
-    if key is not None:
-        if len(_SIMPLIFIED) >= 2048:
-            _SIMPLIFIED.clear()
-        _SIMPLIFIED[key] = cur
     return cur
 
 
-#: (expression, symmetric symbols) -> simplify_mat's result: a pure function of immutable expressions, remembered
-#: because a family derived again (a file that differs only in prose, a recipe sharing its family) repeats it
-_SIMPLIFIED: dict = {}
+#: (expression, symmetric symbols) -> simplify_mat's result, the 2048 latest: a pure function of immutable
+#: expressions, remembered because a family derived again (a file that differs only in prose, a recipe sharing its
+#: family) repeats it
+_simplified = functools.lru_cache(maxsize=2048)(_simplify_mat)
 
 
 def _expand_matpow(e):

@@ -110,23 +110,14 @@ def _value(e):
     return e.doit()
 
 
+@functools.lru_cache(maxsize=4096)
 def _numeric_inverse(n):
     """The value of Inverse(M) for a numeric M: LU in mpmath at :data:`DIGITS` digits (the working precision of
     sympy's LU on 30-digit Floats, about 100 times faster; partial pivoting).  A matrix with an entry that is not
     a finite real number at that precision, or one that mpmath finds singular, goes through sympy's LU as before
-    (the same result or the same error).  Values are remembered by the (immutable) node: the Fisher information's
-    columns and the hunt's quantities at one point invert the same λ block many times."""
-    out = _INVERSES.get(n)
-    if out is None:
-        out = _numeric_inverse_of(n)
-        if len(_INVERSES) >= 4096:
-            _INVERSES.clear()
-        _INVERSES[n] = out
-    return out
-
-
-#: Inverse(M) node -> its value (see :func:`_numeric_inverse`)
-_INVERSES: dict = {}
+    (the same result or the same error).  Values are remembered by the (immutable) node, the 4096 latest: the
+    Fisher information's columns and the hunt's quantities at one point invert the same λ block many times."""
+    return _numeric_inverse_of(n)
 
 
 def _numeric_inverse_of(n):

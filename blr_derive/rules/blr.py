@@ -10,6 +10,8 @@ candidate.
 """
 from __future__ import annotations
 
+import functools
+
 import sympy as sp
 
 from blr_derive.core import matcalc
@@ -50,25 +52,21 @@ def expand(e):
     """``e`` multiplied out (powers of big sums kept, :data:`EXPAND_MAX_OPS`).  The result is remembered by the
     (immutable) expression: a family derived again from a file that differs only in its text (a description, the
     tests' payloads) assembles the same update, whose expansion is the costly part of :func:`assemble`."""
-    hashable = isinstance(e, sp.Basic)
-    if hashable:
-        out = _EXPANDED.get(e)
-        if out is not None:
-            return out
-    big = hashable and sp.count_ops(e) > EXPAND_MAX_OPS
+    if not isinstance(e, sp.Basic):
+        return _expand(e)
+    return _expand_remembered(e)
+
+
+def _expand(e):
+    big = isinstance(e, sp.Basic) and sp.count_ops(e) > EXPAND_MAX_OPS
     try:
-        out = sp.expand(e, power_exp=False, multinomial=not big)    # exp(a + b) stays whole (no overflow of one factor)
+        return sp.expand(e, power_exp=False, multinomial=not big)    # exp(a + b) stays whole (no overflow of one factor)
     except Exception:  # pragma: no cover
         return e
-    if hashable:
-        if len(_EXPANDED) >= 256:
-            _EXPANDED.clear()
-        _EXPANDED[e] = out
-    return out
 
 
-#: expression -> expand(expression) (see :func:`expand`)
-_EXPANDED: dict = {}
+#: expression -> its expansion (see :func:`expand`), the 256 latest
+_expand_remembered = functools.lru_cache(maxsize=256)(_expand)
 
 
 def new_symbol(p):

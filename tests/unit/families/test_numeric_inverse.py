@@ -27,7 +27,7 @@ def test_evaluate_of_a_quadratic_form_with_an_inverse():
     X = sp.MatrixSymbol("X", 2, 2)
     v = sp.MatrixSymbol("v", 2, 1)
     e = (v.T * sp.Inverse(X) * v)[0, 0]
-    symbolic._INVERSES.clear()
+    symbolic._numeric_inverse.cache_clear()
     got = evaluate(e, {X: [[2.0, 0.5], [0.5, 1.0]], v: [1.0, -1.0]})
     # [1, -1] [[1, -0.5], [-0.5, 2]] / 1.75 [1, -1]ᵀ = (1 + 1 + 2) / 1.75
     assert got == pytest.approx(4 / 1.75, rel=1e-15)
