@@ -34,6 +34,11 @@
 
 Call ``step(state, oracles=..., data=..., **hyperparameters)``; it returns the new
 state and never mutates its input.
+
+No ``objective()``: the candidate is a mixture q = Σ_k π_k q_k (Khan & Rue 2023, Sec. 3.2, Eq. 27), whose
+entropy H(q) = −E_q[log Σ_k π_k q_k] has no closed form (the logarithm of a sum), so the BLR's objective
+L(q) = E_q[ℓ] − H(q) (Eq. 2) is no expression of the state; a bound on it (E_q[ℓ] minus a lower bound on
+H(q), e.g. Jensen's −Σ_k π_k log Σ_j π_j ∫ q_k q_j) or a Monte Carlo estimate is not generated yet.
 """
 import numpy
 import scipy.linalg

@@ -23,6 +23,11 @@
 
 Call ``step(state, data=..., **hyperparameters)``; it returns the new state (and the local
 blocks' parameters for the rows of the plate) and never mutates its input.
+
+No ``objective()``: the candidate is a product (mean-field) of blocks, some of them distributions (Sec.
+5.3), and the mean-field bound L(q) = Σ_f E_q[ℓ_f] − Σ_b H(q_b) (Eq. 2 over the product: every factor's
+expectation under all blocks, minus the blocks' entropies) is not generated yet (only the EM bound of point
+global blocks with the exact local E-step is, rule em_bound).
 """
 import numpy
 
