@@ -11,11 +11,11 @@ Three structures have no generated L(q) = E_q[ℓ] − H(q) (Eq. 2):
 * a family whose statistics are indexed by an axis of **run-time length** (``components: K`` next to a family
   with an ``axis`` section): its entropy and E_q[ℓ] couple the axis's coordinates through sums over it, which the
   objective's entry point does not write yet (the unrolled recipe, K fixed, has its objective);
-* a **product** candidate (factorized recipe, Sec. 5.3) whose global blocks are distributions: the mean-field bound
-  L(q) = Σ_f E_q[ℓ_f] − Σ_b H(q_b), each factor's expectation under all blocks, is not generated yet, and under a
-  minibatch a step sees B of the N rows only (the local blocks q(z_n) of the other rows are not in its state).  A
-  product whose global blocks are points and whose local block is the exact E-step has its bound
-  (rule em_bound, ``objective`` = −bound, blr_derive/ir/product.py).
+* a **product** candidate (factorized recipe, Sec. 5.3) that neither rule em_bound (point global blocks, the
+  exact local E-step) nor rule mean_field_bound (global blocks only, each exact in a family or a point, the whole
+  data set) gives a bound: local blocks next to global distributions, a component axis or a minibatch (a step
+  then sees B of the N rows only; the local blocks q(z_n) of the other rows are not in its state).  The others
+  have ``objective`` = −bound (blr_derive/ir/product.py).
 
 Nothing here names an algorithm: the reasons follow from the family, the rules applied and the blocks."""
 from __future__ import annotations
@@ -35,10 +35,11 @@ MIXTURE = ("the candidate is a mixture q = Σ_k π_k q_k (Khan & Rue 2023, Sec. 
            "on H(q), e.g. Jensen's −Σ_k π_k log Σ_j π_j ∫ q_k q_j) or a Monte Carlo estimate is not generated yet")
 MASKS = ("; moreover the update reads the loss at randomly masked points (dropout_masks, App. G, Eq. 84), not at "
          "one point of q, so the delta method gives no E_q[ℓ] either")
-PRODUCT = ("the candidate is a product (mean-field) of blocks, some of them distributions (Sec. 5.3), and the "
+PRODUCT = ("the candidate is a product (mean-field) of blocks, some of them distributions (Sec. 5.3), and its "
            "mean-field bound L(q) = Σ_f E_q[ℓ_f] − Σ_b H(q_b) (Eq. 2 over the product: every factor's expectation "
-           "under all blocks, minus the blocks' entropies) is not generated yet (only the EM bound of point global "
-           "blocks with the exact local E-step is, rule em_bound)")
+           "under all blocks, minus the blocks' entropies) is not generated for this structure yet (rule em_bound "
+           "gives it for point global blocks with the exact local E-step, rule mean_field_bound for global blocks "
+           "only, each exact in a family or a point, over the whole data set)")
 MINIBATCH = ("; moreover a step sees a minibatch of B of the N rows, and the local blocks q(z_n) of the other "
              "rows, which the bound needs, are not in the state")
 
