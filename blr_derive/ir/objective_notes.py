@@ -4,9 +4,9 @@ the module's docstring so that a user who looks for the objective finds why it i
 Three structures have no generated L(q) = E_q[ℓ] − H(q) (Eq. 2):
 
 * a **mixture** candidate q = Σ_k π_k q_k (Sec. 3.2, Eq. 27): H(q) = −E_q[log Σ_k π_k q_k] has no closed form (the
-  logarithm of a sum), so L(q) is no expression of the state; a bound on it (E_q[ℓ] minus a lower bound on H, e.g.
-  Jensen's −Σ_k π_k log Σ_j π_j ∫ q_k q_j, which for Gaussians is −Σ_k π_k log Σ_j π_j N(m_k | m_j, Σ_k + Σ_j)) or a
-  Monte Carlo estimate is not generated yet.  Where the update reads the loss at randomly masked points
+  logarithm of a sum), so L(q) is no expression of the state; its bound (E_q[ℓ] minus a lower bound on H,
+  blr_derive/ir/mixture_objective.py) is generated for scalar Gaussian components with K fixed and an explicit
+  loss, not yet for components along a run-time axis, full covariances or a loss read through oracles.  Where the update reads the loss at randomly masked points
   (``dropout_masks``, App. G, Eq. 84), its E_q[ℓ] is not one point's value either;
 * a family whose statistics are indexed by an axis of **run-time length** (``components: K`` next to a family
   with an ``axis`` section): its entropy and E_q[ℓ] couple the axis's coordinates through sums over it, which the
@@ -31,8 +31,10 @@ AXIS = ("the family's statistics are indexed by an axis whose length is known at
         "coordinate, e.g. dirichlet_categorical_unrolled) has its objective")
 MIXTURE = ("the candidate is a mixture q = Σ_k π_k q_k (Khan & Rue 2023, Sec. 3.2, Eq. 27), whose entropy "
            "H(q) = −E_q[log Σ_k π_k q_k] has no closed form (the logarithm of a sum), so the BLR's objective "
-           "L(q) = E_q[ℓ] − H(q) (Eq. 2) is no expression of the state; a bound on it (E_q[ℓ] minus a lower bound "
-           "on H(q), e.g. Jensen's −Σ_k π_k log Σ_j π_j ∫ q_k q_j) or a Monte Carlo estimate is not generated yet")
+           "L(q) = E_q[ℓ] − H(q) (Eq. 2) is no expression of the state; its bound E_q[ℓ] − H_B(q) (H_B a pairwise "
+           "lower bound on H(q), blr_derive/ir/mixture_objective.py) is generated for scalar Gaussian components, "
+           "K fixed and an explicit loss with exact expectations, not yet for components along a run-time axis, "
+           "full-covariance components or a loss read through oracles")
 MASKS = ("; moreover the update reads the loss at randomly masked points (dropout_masks, App. G, Eq. 84), not at "
          "one point of q, so the delta method gives no E_q[ℓ] either")
 PRODUCT = ("the candidate is a product (mean-field) of blocks, some of them distributions (Sec. 5.3), and its "
