@@ -3,8 +3,8 @@
 For q = Σ_k π_k q_k (Sec. 3.2, Eq. 27) the objective L(q) = E_q[ℓ] − H(q) (Eq. 2) has an exact first term,
 E_q[ℓ] = Σ_k π_k E_{q_k}[ℓ] (each component's expectation as the ``exact`` rule takes it, from the Gaussian moments
 of the loss), but no closed entropy: H(q) = −E_q[log Σ_j π_j q_j].  The pairwise-distance bound of Kolchinsky &
-Tracey (2017, "Estimating mixture entropy with pairwise distances", Entropy 19: 361, Thm. 3) with the Bhattacharyya
-distance BD_kj = −log ∫ √(q_k q_j) is a lower bound,
+Tracey (2017, "Estimating mixture entropy with pairwise distances", Entropy 19: 361; any Chernoff α-divergence
+gives a lower bound, α = ½ here) with the Bhattacharyya distance BD_kj = −log ∫ √(q_k q_j) is a lower bound,
 
     H(q) ≥ H_B(q) = Σ_k π_k H(q_k) − Σ_k π_k log Σ_j π_j exp(−BD_kj),
     −BD_kj = A((λ_k + λ_j)/2) − ½ A(λ_k) − ½ A(λ_j)     (exponential family, any base measure h),
@@ -36,7 +36,7 @@ DOC = ("An upper bound on the BLR's objective L(q) = E_q[ℓ(θ)] − H(q) (Khan
        "q = Σ_k π_k q_k (Sec. 3.2, Eq. 27) at the state: E_q[ℓ] = Σ_k π_k E_{q_k}[ℓ] is exact (each component's "
        "expectation from the Gaussian moments of the loss, the exact rule), and the mixture's entropy, which has no "
        "closed form, is replaced by the lower bound H_B = Σ_k π_k H(q_k) − Σ_k π_k log Σ_j π_j exp(−BD_kj) ≤ H(q) "
-       "(Kolchinsky & Tracey 2017, Thm. 3), BD_kj = −log ∫ √(q_k q_j) the Bhattacharyya distance, written with the "
+       "(Kolchinsky & Tracey 2017), BD_kj = −log ∫ √(q_k q_j) the Bhattacharyya distance, written with the "
        "component family's log-partition as ½ A(λ_k) + ½ A(λ_j) − A((λ_k + λ_j)/2); H_B is exact for identical and "
        "for non-overlapping components.  So 'objective' = E_q[ℓ] − H_B ≥ L(q) and 'entropy' is H_B; {total}every "
        "constant of the loss as written is kept.  Takes what step() takes (oracles and rng are accepted and unused) "

@@ -6,8 +6,9 @@ Three structures have no generated L(q) = E_q[ℓ] − H(q) (Eq. 2):
 * a **mixture** candidate q = Σ_k π_k q_k (Sec. 3.2, Eq. 27): H(q) = −E_q[log Σ_k π_k q_k] has no closed form (the
   logarithm of a sum), so L(q) is no expression of the state; its bound (E_q[ℓ] minus a lower bound on H,
   blr_derive/ir/mixture_objective.py) is generated for scalar Gaussian components with K fixed and an explicit
-  loss, not yet for components along a run-time axis, full covariances or a loss read through oracles.  Where the update reads the loss at randomly masked points
-  (``dropout_masks``, App. G, Eq. 84), its E_q[ℓ] is not one point's value either;
+  loss, not yet for components along a run-time axis, full covariances or a loss read through oracles.  Where the
+  update reads the loss at randomly masked points (``dropout_masks``, App. G, Eq. 84), its E_q[ℓ] is not one point's
+  value either;
 * a family whose statistics are indexed by an axis of **run-time length** (``components: K`` next to a family
   with an ``axis`` section): its entropy and E_q[ℓ] couple the axis's coordinates through sums over it, which the
   objective's entry point does not write yet (the unrolled recipe, K fixed, has its objective);

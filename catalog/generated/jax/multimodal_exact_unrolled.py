@@ -211,13 +211,12 @@ def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     π_k q_k (Sec. 3.2, Eq. 27) at the state: E_q[ℓ] = Σ_k π_k E_{q_k}[ℓ] is exact (each component's expectation
     from the Gaussian moments of the loss, the exact rule), and the mixture's entropy, which has no closed form,
     is replaced by the lower bound H_B = Σ_k π_k H(q_k) − Σ_k π_k log Σ_j π_j exp(−BD_kj) ≤ H(q) (Kolchinsky &
-    Tracey 2017, Thm. 3), BD_kj = −log ∫ √(q_k q_j) the Bhattacharyya distance, written with the component
-    family's log-partition as ½ A(λ_k) + ½ A(λ_j) − A((λ_k + λ_j)/2); H_B is exact for identical and for
-    non-overlapping components.  So 'objective' = E_q[ℓ] − H_B ≥ L(q) and 'entropy' is H_B; summed over the
-    coordinates of the (mean-field) state, each a mixture of its own; every constant of the loss as written is
-    kept.  Takes what step() takes (oracles and rng are accepted and unused) and returns {'objective': E_q[ℓ] −
-    H_B, 'expected_loss': E_q[ℓ], 'entropy': H_B} (OBJECTIVE_KEYS; OBJECTIVE_BOUND says what each is a bound
-    on)."""
+    Tracey 2017), BD_kj = −log ∫ √(q_k q_j) the Bhattacharyya distance, written with the component family's
+    log-partition as ½ A(λ_k) + ½ A(λ_j) − A((λ_k + λ_j)/2); H_B is exact for identical and for non-overlapping
+    components.  So 'objective' = E_q[ℓ] − H_B ≥ L(q) and 'entropy' is H_B; summed over the coordinates of the
+    (mean-field) state, each a mixture of its own; every constant of the loss as written is kept.  Takes what
+    step() takes (oracles and rng are accepted and unused) and returns {'objective': E_q[ℓ] − H_B,
+    'expected_loss': E_q[ℓ], 'entropy': H_B} (OBJECTIVE_KEYS; OBJECTIVE_BOUND says what each is a bound on)."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")

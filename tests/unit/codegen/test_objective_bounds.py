@@ -13,8 +13,8 @@ corresponding bound"; "EM recipes report their bound per round").
   above −log ∫∫ exp(−ℓ) dθ dτ (2-D quadrature of the recipe's own loss: the mean-field family does not hold the
   exact posterior, so strictly above) and never increases along 10 VMP rounds.
 * A mixture (``multimodal_exact_unrolled``; numpy, and jax = numpy to 1e-12): E_q[ℓ] against quadrature of the
-  mixture density written here (1e-10); the entropy bound H_B below the mixture's entropy by quadrature at random states, equal to
-  it (1e-9) for identical and for far-apart components; 'objective' therefore above L(q); and it never increases
+  mixture density written here (1e-10); the entropy bound H_B below the mixture's entropy by quadrature at random
+  states, equal to it (1e-9) for identical and for far-apart components; 'objective' therefore above L(q); and it never increases
   along 300 steps with ρ = 0.01 (5 coordinates).
 * The recipes whose module has no objective state why in the module's docstring (numpy and jax): the mixtures
   (the entropy of a mixture is not closed; the dropout recipes also read the loss at masked points), the
@@ -210,7 +210,10 @@ def test_vmp_objective_is_above_minus_the_log_evidence_and_never_increases():
 def mixture_by_quadrature(m1, s1, m2, s2, scale):
     """E_q[ℓ] and H(q) of q = ½ N(m1, 1/s1) + ½ N(m2, 1/s2) by quadrature, ℓ the recipe's loss written here."""
     from scipy import integrate
-    q = lambda t: 0.5 * scipy.stats.norm.pdf(t, m1, 1 / np.sqrt(s1)) + 0.5 * scipy.stats.norm.pdf(t, m2, 1 / np.sqrt(s2))  # noqa: E731,E501
+
+    def q(t):
+        return 0.5 * scipy.stats.norm.pdf(t, m1, 1 / np.sqrt(s1)) + 0.5 * scipy.stats.norm.pdf(t, m2, 1 / np.sqrt(s2))
+
     ell = lambda t: scale * (t ** 2 - 4) ** 2 + t           # noqa: E731
     width = 12 / np.sqrt(min(s1, s2))
     kw = dict(points=[m1, m2], limit=500, epsabs=1e-13, epsrel=1e-13)
