@@ -35,7 +35,8 @@ from blr_derive.core.sizes import instantiate_recipe
 from blr_derive.core.yamlio import check_keys
 from blr_derive.families.library import load_family
 from blr_derive.rules.base import RULES, Step, TexForm
-from blr_derive.rules.product import FactorizedDerivation, PlateSums, em_bound, name_states, tex_name
+from blr_derive.rules.product import (FactorizedDerivation, PlateSums, em_bound, mean_field_bound, name_states,
+                                   tex_name)
 from blr_derive.spec.product import FACTORIZED_KEYS, FactorizedRecipe, is_product_spec, parse_product
 
 
@@ -64,6 +65,7 @@ def derive_product(R: FactorizedRecipe) -> FactorizedDerivation:
             at = len(D.steps)
         RULES[b.approximation].product_block(R, D, ctx, b, current)
     em_bound(R, D, ctx)
+    mean_field_bound(R, D, ctx)
     D.row_symbols = set(ctx.row)
     exprs = dict(D.local_assign + D.assignments)
     D.updates = [(n, s, exprs[s]) for n, s in D.local_outputs + D.outputs]

@@ -16,7 +16,9 @@ from blr_derive.core.yamlio import LDict
 from blr_derive.ir.common import camel, check_printed_names, seal_text, toposort
 from blr_derive.ir.federated import federated_entry_points
 from blr_derive.ir.mixture_axis import with_component_axis
+from blr_derive.ir.mixture_objective import mixture_objective_entry_points
 from blr_derive.ir.objective import objective_entry_points, objective_parts
+from blr_derive.ir.objective_notes import update_note
 from blr_derive.ir.model import IR, Dim, FamilyMaps, HyperVar, UpdateIR, Var
 from blr_derive.ir.product import build_product_ir
 from blr_derive.ir.sensitivities import sensitivity_entry_points
@@ -218,8 +220,11 @@ def build_update_ir(D: Derivation[Recipe], source: str = "") -> UpdateIR:
     )
     ir.peer = r.peer
     ir.checks = state_checks(D, fam)
-    ir.objective = objective_entry_points(D, state, hyper, data, elementwise, dims)
+    ir.objective = (objective_entry_points(D, state, hyper, data, elementwise, dims)
+                    or mixture_objective_entry_points(D, state, hyper, data, elementwise, dims))
     ir.objective_parts = objective_parts(D, state, hyper, data, dims)
+    if ir.objective is None and ir.objective_parts is None:
+        ir.objective_note = update_note(D)
     if D.federated is not None and ir.entry_points is not None:
         server = next(f for f in ir.entry_points.functions if f.name == "server_step")
         server.checks = server_checks(D, fam, {str(s): s for s, _ in server.assignments or ()})

@@ -176,6 +176,8 @@ class UpdateIR:
     objective: EntryPoints | None = None
     #: the same objective for the optimizer targets (torch, Triton), also where E_q[ℓ] is estimated from loss values
     objective_parts: ObjectiveParts | None = None
+    #: why the module has no ``objective`` (in its docstring), where the reason is structural (ir/objective_notes.py)
+    objective_note: Text | None = None
 
 
 @dataclass
@@ -265,6 +267,10 @@ class FactorizedIR:
     components: ComponentAxisIR | None = None  # the component axis of a recipe with ``components``
     #: the EM bound step returns (rule em_bound, blr_derive/rules/product.py): (key, what it is), or None
     bound: tuple[str, Text] | None = None
+    #: the docstring of ``objective``, −bound at the state (ir/product.py), where the step returns the EM bound
+    objective_doc: Text | None = None
+    #: why the module has no ``objective`` (in its docstring), where the reason is structural (ir/objective_notes.py)
+    objective_note: Text | None = None
 
 
 #: either IR

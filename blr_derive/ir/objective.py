@@ -91,10 +91,11 @@ def _dimensions(r, params) -> set:
 
 
 def objective_entry_points(D: Derivation, state: list[Var], hyper: list[HyperVar], data: list[Var],
-                           elementwise: bool, dims: list | None = None) -> EntryPoints | None:
+                           elementwise: bool, dims: list | None = None, bound=None) -> EntryPoints | None:
     """The ``objective`` entry point of an :class:`~blr_derive.ir.model.UpdateIR`, or None (see
-    :func:`objective_terms`)."""
-    terms = objective_terms(D)
+    :func:`objective_terms`); ``bound``: (E, H, doc, notes, constants) of a bound in place of the derivation's exact
+    terms and their text (blr_derive/ir/mixture_objective.py)."""
+    terms = objective_terms(D) if bound is None else bound[:2]
     if terms is None:
         return None
     E, H = terms
@@ -131,6 +132,8 @@ def objective_entry_points(D: Derivation, state: list[Var], hyper: list[HyperVar
     notes: list[Text] = ["The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the",
                          "engine derived them; it decreases along steps with a small enough learning rate."]
     constants: list[tuple[str, Constant]] = [("OBJECTIVE_KEYS", KEYS)]
+    if bound is not None:
+        fn.doc, notes, constants = bound[2], bound[3], constants + bound[4]
     return EntryPoints("the BLR objective L(q) = E_q[loss] - H(q)", notes, constants, [fn])
 
 

@@ -10,6 +10,7 @@ from blr_derive.core.nodes import ComponentLogSumExp, ComponentSum
 from blr_derive.core.types import Assignment, Expr, Sym
 from blr_derive.ir.common import camel, check_printed_names, seal_text
 from blr_derive.ir.model import Block, ComponentAxisIR, Dim, FactorizedIR, HyperVar, Plate, PlateVar, Var
+from blr_derive.ir.objective_notes import product_note
 from blr_derive.rules.product import BOUND_KEY, FactorizedDerivation
 from blr_derive.spec.components import ComponentsSpec
 from blr_derive.spec.product import FactorizedRecipe, block_candidate
@@ -21,6 +22,39 @@ BOUND_DOC = ("the EM bound at the state the step started from (rule em_bound; Kh
              "exp(−ℓ_n(z, θ)) minus the global factors at θ, which is log p(y, θ) up to the constants the recipe's "
              "factors drop (Gaussian rows written without their −(P/2)·log 2π: log p(y | θ) = bound − (N·P/2)·log 2π); "
              "a float that an EM step never decreases")
+
+
+#: the keys of the mapping a factorized module's ``objective`` returns (the EM bound's objective)
+BOUND_OBJECTIVE_KEYS = ("objective", BOUND_KEY)
+
+#: the docstring of a factorized module's ``objective`` where its step returns the EM bound (rule em_bound)
+BOUND_OBJECTIVE_DOC = (
+    "The BLR's objective L(q) = E_q[ℓ] − H(q) (Khan & Rue 2023, Eq. 2) of the product candidate at the state, "
+    "with the global blocks at their points (q = N(θ_t, I), the delta method, Eq. 55: their entropy, a constant, "
+    "is dropped) and each row's q(z_n) the exact E-step at that state (Eq. 56), which minimizes L over q(z_n): "
+    "L = Σ_n (c0_n − A(λ_n)) + Σ_f ℓ_f(θ) = −log p(y, θ) up to the constants the recipe's factors drop, i.e. "
+    "−bound (rule em_bound).  Any other q(z_n) gives a larger E_q[ℓ] − H(q); an EM step never increases it, so it "
+    "is the quantity to monitor per round.  Takes what step() takes (oracles and the random source are accepted "
+    "and unused) and runs the step's program once to read the bound (the state is not changed); returns "
+    "{'objective': L, 'bound': −L} as floats (OBJECTIVE_KEYS).")
+
+
+#: what a factorized module's step says of the bound it returns (rule mean_field_bound)
+MEAN_FIELD_BOUND_DOC = (
+    "the mean-field bound at the state the step started from (rule mean_field_bound; Khan & Rue 2023, Sec. 5.3 "
+    "and Eq. 2): −L(q) = Σ_b H(q_b) − Σ_n E_q[ℓ_n] − Σ_f E_q[ℓ_f] under the product of the blocks, the evidence "
+    "lower bound up to the constants the recipe's factors drop; a float that a step with ρ = 1 never decreases")
+
+#: the docstring of a factorized module's ``objective`` where its step returns the mean-field bound
+MEAN_FIELD_OBJECTIVE_DOC = (
+    "The BLR's objective L(q) = E_q[ℓ] − H(q) (Khan & Rue 2023, Eq. 2) of the product candidate q = Π_b q_b at "
+    "the state: Σ_n E_q[ℓ_n] + Σ_f E_q[ℓ_f] − Σ_b H(q_b), each factor's expectation under all blocks (it is linear "
+    "in each block's statistics, so T_b is replaced by μ_b) and each block's entropy its family's (App. B), i.e. "
+    "−bound (rule mean_field_bound): the negative evidence lower bound up to the constants the recipe's factors "
+    "drop (a point block's constant entropy is dropped too).  Coordinate-wise exact steps with ρ = 1 (VMP, "
+    "Sec. 5.3) never increase it; a smaller ρ need not decrease it at every step.  Takes what step() takes "
+    "(oracles and the random source are accepted and unused) and runs the step's program once to read the "
+    "bound (the state is not changed); returns {'objective': L, 'bound': −L} as floats (OBJECTIVE_KEYS).")
 
 
 def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
@@ -83,7 +117,10 @@ def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
         outputs=list(D.outputs), equations=D.update_lines(), family=R.family.name, components=components)
     ir.symmetric = frozenset(str(b.variables[0]) for b in R.blocks if b.symmetric)
     if any(name == BOUND_KEY for name, _ in D.outputs):
-        ir.bound = (BOUND_KEY, BOUND_DOC)
+        em = D.bound_rule != "mean_field_bound"
+        ir.bound = (BOUND_KEY, BOUND_DOC if em else MEAN_FIELD_BOUND_DOC)
+        ir.objective_doc = BOUND_OBJECTIVE_DOC if em else MEAN_FIELD_OBJECTIVE_DOC
+    ir.objective_note = product_note(D, ir.bound is not None)
     check_printed_names(ir, R)
     return seal_text(ir)
 

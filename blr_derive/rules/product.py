@@ -54,6 +54,8 @@ class FactorizedDerivation(Derivation[FactorizedRecipe]):
     prelude: list[Assignment] = field(default_factory=list)            # first: parameters of message-form blocks
     #: block name -> [(state name, symbol, factor, index)]: one natural parameter per factor kept as state (Eq. 60)
     message_state: dict[str, list[tuple[str, Sym, str, int]]] = field(default_factory=dict)
+    #: the rule that gave the bound under ``BOUND_KEY`` in the outputs (em_bound, mean_field_bound), or None
+    bound_rule: str | None = None
 
     def update_lines(self, text=pretty):
         out = [f"{s} = {text(e)}" for s, e in self.prelude]
@@ -528,6 +530,7 @@ def em_bound(R, D, ctx):
     D.symbol_names[bound] = r"\mathcal{B}"
     D.assignments.insert(0, (bound, total - prior))
     D.outputs.append((BOUND_KEY, bound))
+    D.bound_rule = "em_bound"
     D.add("em_bound", RULES["em_bound"].equation, "The EM bound per iteration",
           "The global blocks are points and the local step is exact with ρ = 1, so at the state θ the step starts "
           "from, min over q(z_n) of E[ℓ_n] − H(q(z_n)) (Eq. 2) is −log Σ_z exp(−ℓ_n(z, θ)) = c0_n − A(λ_n), A the "
@@ -537,3 +540,71 @@ def em_bound(R, D, ctx):
           "never decreases it.",
           row_eqs + [(total, TexForm(r"\sum_{%s} %s", (sp.Symbol(R.plate["index"]), row)), "="),
                      (bound, total - prior, "=")])
+
+
+rule('mean_field_bound', 'identity', 'Sec. 5.3 (VMP); Eqs. 2, 58',
+     'with every block global, exact in a family (or a point) and the whole data set as the plate, each factor is '
+     'linear in each block\'s statistics, so E_q[ℓ_f] under the product is its coefficients at the blocks\' μ: the '
+     'bound −L(q) = Σ_b H(q_b) − Σ_n E_q[ℓ_n] − Σ_f E_q[ℓ_f] at the state the step starts from')
+
+#: which rule gave a factorized derivation's bound (``FactorizedDerivation.bound_rule``)
+BOUND_RULES = ("em_bound", "mean_field_bound")
+
+
+def mean_field_bound(R, D, ctx):
+    """The bound −L(q) (Eq. 2) of a product candidate whose blocks are all global and each exact in a family whose
+    parameters are its state (or a point, the delta method: its constant entropy dropped), with the whole data set
+    as the plate (not a minibatch), no message-form block and no component axis; added to the outputs under
+    ``BOUND_KEY`` (rule ``mean_field_bound``), nothing where it does not apply or another rule gave the bound.
+
+    Every factor is linear in each block's statistics (the condition of the blocks' exact steps), so under the
+    product q = Π_b q_b its expectation is taken one block at a time, T_b replaced by μ_b (``expect_over_blocks``,
+    the same expectation the messages use), the plate factors' summed over the rows into plate statistics; the
+    entropy of each block is its family's, H(q_b) = A(λ) − ⟨λ, μ⟩ − E[log h] (App. B), in its state.  So
+    −L(q) = Σ_b H(q_b) − Σ_n E_q[ℓ_n] − Σ_f E_q[ℓ_f] at the state the step starts from: the evidence lower bound
+    up to the constants the factors drop.  A coordinate-wise exact step with ρ = 1 (VMP) never decreases it."""
+    if any(name == BOUND_KEY for name, _ in D.outputs) or ctx.scale is not None or D.message_state:
+        return
+    if R.components is not None or any(b.local or b.one_hot for b in R.blocks):
+        return
+    if any(b.approximation not in ("exact", "delta") for b in R.blocks):
+        return
+    exact = [b for b in R.blocks if b.approximation == "exact"]
+    if not exact or any(b.family is None or any(p is None for _, _, p in b.state) for b in exact):
+        return
+    names = ({name for bb in R.blocks for name, _, _ in bb.state} | {str(s) for s, _ in D.assignments}
+             | {str(v) for bb in R.blocks for v in bb.variables} | {h.name for h in R.hyper} | {d.name for d in R.data}
+             | ({d.name for d in R.plate["data"]} if R.plate is not None else set()))
+    if names & {BOUND_KEY, BOUND_SYMBOL}:
+        return
+    try:
+        entropy = sp.Integer(0)
+        for b in exact:
+            H = b.family.entropy()
+            if not isinstance(H, sp.Basic) or H.has(sp.Integral) or is_mat(H):
+                return
+            entropy += H.xreplace({p.symbol if hasattr(p, "symbol") else p: s for _, s, p in b.state})
+        rows = sp.Add(*[f.expr for f in R.factors if f.plate])
+        glob = sp.Add(*[f.expr for f in R.factors if not f.plate])
+        e_rows = expect_over_blocks(R, ctx, rows, None, {}) if rows != 0 else sp.Integer(0)
+        e_glob = expect_over_blocks(R, ctx, glob, None, {}) if glob != 0 else sp.Integer(0)
+        total = ctx.plate_sum(e_rows) if rows != 0 else sp.Integer(0)
+    except (DerivationError, NotImplementedError, TypeError, ValueError):
+        return
+    if any(is_mat(x) for x in (entropy, total, e_glob)):
+        return
+    bound = sp.Symbol(BOUND_SYMBOL, real=True)
+    D.symbol_names[bound] = r"\mathcal{B}"
+    value = entropy - total - e_glob
+    D.assignments.insert(0, (bound, value))
+    D.outputs.append((BOUND_KEY, bound))
+    D.bound_rule = "mean_field_bound"
+    D.add("mean_field_bound", RULES["mean_field_bound"].equation, "The mean-field bound per iteration",
+          "Every block is global, exact in its family (or a point) and the plate is the whole data set.  Each "
+          "factor is linear in each block's statistics, so its expectation under the product q = Π_b q_b is taken "
+          "one block at a time (T_b replaced by μ_b), the plate factors' summed into plate statistics; with the "
+          "blocks' entropies (App. B), −L(q) (Eq. 2) at the state the step starts from is the evidence lower bound "
+          f"the step returns as '{BOUND_KEY}', up to the constants the factors drop (the points' entropies, "
+          "constants, are dropped).  A coordinate-wise exact step with ρ = 1 never decreases it.",
+          [(sp.Symbol(r"H_{%s}" % tex_name(b.name)), b.family.entropy(), "=") for b in exact]
+          + [(bound, value, "=")])

@@ -18,6 +18,7 @@ from blr_derive.families.partition import support_points
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.build import build_ir
 from blr_derive.verify.entry_points import federated_error
+from blr_derive.verify.mixture_bound import mixture_bound_checks
 from blr_derive.verify.results import Check
 from blr_derive.verify.update import compare_update
 
@@ -73,6 +74,8 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     checks = [Check("generated update vs symbolic update", worst, 1e-10, note=note, group="codegen")]
     if hasattr(mod, "objective") and hasattr(mod, "OBJECTIVE_ESTIMATE"):
         checks += estimated_objective_checks(recipe, D, mod, points)
+    elif hasattr(mod, "objective") and hasattr(mod, "OBJECTIVE_BOUND"):
+        checks += mixture_bound_checks(recipe, mod, points)
     elif hasattr(mod, "objective"):
         checks += objective_checks(recipe, mod, points)
     if hasattr(mod, "server_step") and ir.entry_points is not None:

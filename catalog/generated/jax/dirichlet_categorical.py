@@ -14,6 +14,12 @@ new state (a dict of jax arrays) and never mutates its input.  It is pure and ``
 branches in Python on a traced value; the hyperparameters in STATIC_HYPERPARAMETERS (booleans, choices and
 integers such as sample counts) are Python values, static under jit
 (``jax.jit(step, static_argnames=STATIC_HYPERPARAMETERS)``); the oracles must be jax functions.
+
+No ``objective()``: the family's statistics are indexed by an axis whose length is known at run time only
+(components: K, blr_derive/candidates/sized_axis.py), and the terms of L(q) = E_q[ℓ] − H(q) (Eq. 2) couple
+the coordinates of that axis through sums over it (e.g. a Dirichlet's log B(α) = Σ_k log Γ(α_k) − log Γ(Σ_k
+α_k)), which the objective's entry point does not write yet; the same recipe with K fixed (one state
+variable per coordinate, e.g. dirichlet_categorical_unrolled) has its objective.
 """
 import jax
 import jax.numpy as jnp

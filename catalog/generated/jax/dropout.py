@@ -18,6 +18,14 @@ new state (a dict of jax arrays) and never mutates its input.  It is pure and ``
 branches in Python on a traced value; the hyperparameters in STATIC_HYPERPARAMETERS (booleans, choices and
 integers such as sample counts) are Python values, static under jit
 (``jax.jit(step, static_argnames=STATIC_HYPERPARAMETERS)``); the oracles must be jax functions.
+
+No ``objective()``: the candidate is a mixture q = Σ_k π_k q_k (Khan & Rue 2023, Sec. 3.2, Eq. 27), whose
+entropy H(q) = −E_q[log Σ_k π_k q_k] has no closed form (the logarithm of a sum), so the BLR's objective
+L(q) = E_q[ℓ] − H(q) (Eq. 2) is no expression of the state; its bound E_q[ℓ] − H_B(q) (H_B a pairwise lower
+bound on H(q), blr_derive/ir/mixture_objective.py) is generated for scalar Gaussian components, K fixed and
+an explicit loss with exact expectations, not yet for components along a run-time axis, full-covariance
+components or a loss read through oracles; moreover the update reads the loss at randomly masked points
+(dropout_masks, App. G, Eq. 84), not at one point of q, so the delta method gives no E_q[ℓ] either.
 """
 import jax
 import jax.numpy as jnp

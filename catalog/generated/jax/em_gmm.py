@@ -51,6 +51,7 @@ REQUIRED_STATE = ("pi", "m", "L", )
 ORACLES = ()
 DATA = ("y", )
 PLATE_DATA = ("y", )
+OBJECTIVE_KEYS = ("objective", "bound", )
 LOCAL_OUTPUTS = ("z_p", )
 EQUATIONS = (
     "for each row n of the plate:",
@@ -250,3 +251,18 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
         "bound": evidence_bound,
         "z_p": z_p_rows,
     }
+
+
+def objective(state, *, oracles=None, data=None, key=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ] − H(q) (Khan & Rue 2023, Eq. 2) of the product candidate at the state,
+    with the global blocks at their points (q = N(θ_t, I), the delta method, Eq. 55: their entropy, a constant,
+    is dropped) and each row's q(z_n) the exact E-step at that state (Eq. 56), which minimizes L over q(z_n): L
+    = Σ_n (c0_n − A(λ_n)) + Σ_f ℓ_f(θ) = −log p(y, θ) up to the constants the recipe's factors drop, i.e. −bound
+    (rule em_bound).  Any other q(z_n) gives a larger E_q[ℓ] − H(q); an EM step never increases it, so it is the
+    quantity to monitor per round.  Takes what step() takes (oracles and the random source are accepted and
+    unused) and runs the step's program once to read the bound (the state is not changed); returns {'objective':
+    L, 'bound': −L} as floats (OBJECTIVE_KEYS).
+    """
+    out = step(state, oracles=oracles, data=data, key=key, **hyperparameters)
+    bound = float(out["bound"])
+    return {"objective": -bound, "bound": bound}

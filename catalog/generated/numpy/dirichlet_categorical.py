@@ -11,6 +11,12 @@
 
 Call ``step(state, oracles=..., data=..., **hyperparameters)``; it returns the new
 state and never mutates its input.
+
+No ``objective()``: the family's statistics are indexed by an axis whose length is known at run time only
+(components: K, blr_derive/candidates/sized_axis.py), and the terms of L(q) = E_q[ℓ] − H(q) (Eq. 2) couple
+the coordinates of that axis through sums over it (e.g. a Dirichlet's log B(α) = Σ_k log Γ(α_k) − log Γ(Σ_k
+α_k)), which the objective's entry point does not write yet; the same recipe with K fixed (one state
+variable per coordinate, e.g. dirichlet_categorical_unrolled) has its objective.
 """
 import numpy
 

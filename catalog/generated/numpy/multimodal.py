@@ -22,6 +22,13 @@
 
 Call ``step(state, oracles=..., data=..., **hyperparameters)``; it returns the new
 state and never mutates its input.
+
+No ``objective()``: the candidate is a mixture q = Σ_k π_k q_k (Khan & Rue 2023, Sec. 3.2, Eq. 27), whose
+entropy H(q) = −E_q[log Σ_k π_k q_k] has no closed form (the logarithm of a sum), so the BLR's objective
+L(q) = E_q[ℓ] − H(q) (Eq. 2) is no expression of the state; its bound E_q[ℓ] − H_B(q) (H_B a pairwise lower
+bound on H(q), blr_derive/ir/mixture_objective.py) is generated for scalar Gaussian components, K fixed and
+an explicit loss with exact expectations, not yet for components along a run-time axis, full-covariance
+components or a loss read through oracles.
 """
 import numpy
 import scipy.special

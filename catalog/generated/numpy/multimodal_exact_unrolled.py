@@ -187,3 +187,45 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "s2": s2_new,
         "m2": m2_new,
     }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# An upper bound on the objective the BLR minimizes (Eq. 2): E_q[loss] exact, the mixture's entropy replaced
+# by the pairwise lower bound sum_k pi_k H(q_k) - sum_k pi_k log sum_j pi_j exp(-BD_kj) (OBJECTIVE_BOUND).
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+OBJECTIVE_BOUND = {"objective": "an upper bound on L(q)", "entropy": "a lower bound on H(q): pairwise, with the Bhattacharyya distance (Kolchinsky & Tracey 2017)", }
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """An upper bound on the BLR's objective L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2) of the mixture q = Σ_k
+    π_k q_k (Sec. 3.2, Eq. 27) at the state: E_q[ℓ] = Σ_k π_k E_{q_k}[ℓ] is exact (each component's expectation
+    from the Gaussian moments of the loss, the exact rule), and the mixture's entropy, which has no closed form,
+    is replaced by the lower bound H_B = Σ_k π_k H(q_k) − Σ_k π_k log Σ_j π_j exp(−BD_kj) ≤ H(q) (Kolchinsky &
+    Tracey 2017), BD_kj = −log ∫ √(q_k q_j) the Bhattacharyya distance, written with the component family's
+    log-partition as ½ A(λ_k) + ½ A(λ_j) − A((λ_k + λ_j)/2); H_B is exact for identical and for non-overlapping
+    components.  So 'objective' = E_q[ℓ] − H_B ≥ L(q) and 'entropy' is H_B; summed over the coordinates of the
+    (mean-field) state, each a mixture of its own; every constant of the loss as written is kept.  Takes what
+    step() takes (oracles and rng are accepted and unused) and returns {'objective': E_q[ℓ] − H_B,
+    'expected_loss': E_q[ℓ], 'entropy': H_B} (OBJECTIVE_KEYS; OBJECTIVE_BOUND says what each is a bound on)."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    scale = hp["scale"]
+    if scale is None:
+        raise TypeError("this step needs the hyperparameter scale")
+    m1 = numpy.asarray(state["m1"], dtype=float)
+    s1 = numpy.asarray(state["s1"], dtype=float)
+    m2 = numpy.asarray(state["m2"], dtype=float)
+    s2 = numpy.asarray(state["s2"], dtype=float)
+    _expected_loss = numpy.sum((1/2)*m1 + (1/2)*m2 - 4*scale*(m1**2 + s1**(-1.0)) - 4*scale*(m2**2 + s2**(-1.0)) + (1/2)*scale*(m1**4 + 6*m1**2/s1 + 3/s1**2) + (1/2)*scale*(m2**4 + 6*m2**2/s2 + 3/s2**2) + 16*scale)
+    _entropy = numpy.sum(-1/2*scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(-1/4*s1*s2*(m1 - m2)**2/(s1 + s2) + (1/4)*numpy.log(s1) + (1/4)*numpy.log(s2) - 1/2*numpy.log((1/4)*s1 + (1/4)*s2) - 3/2*numpy.log(2), -numpy.log(2))), axis=0) - 1/2*scipy.special.logsumexp(numpy.stack(numpy.broadcast_arrays(-numpy.log(2), -1/4*s1*s2*(m1 - m2)**2/(s1 + s2) + (1/4)*numpy.log(s1) + (1/4)*numpy.log(s2) - 1/2*numpy.log((1/4)*s1 + (1/4)*s2) - 3/2*numpy.log(2))), axis=0) - 1/4*numpy.log(s1) - 1/4*numpy.log(s2) + (1/2)*numpy.log(2) + 1/2 + (1/2)*numpy.log(numpy.pi))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
+    }

@@ -28,6 +28,14 @@
 
 Call ``step(state, data=..., **hyperparameters)``; it returns the new state (and the local
 blocks' parameters for the rows of the plate) and never mutates its input.
+
+No ``objective()``: the candidate is a product (mean-field) of blocks, some of them distributions (Sec.
+5.3), and its mean-field bound L(q) = Σ_f E_q[ℓ_f] − Σ_b H(q_b) (Eq. 2 over the product: every factor's
+expectation under all blocks, minus the blocks' entropies) is not generated for this structure yet (rule
+em_bound gives it for point global blocks with the exact local E-step, rule mean_field_bound for global
+blocks only, each exact in a family or a point, over the whole data set); moreover a step sees a minibatch
+of B of the N rows, and the local blocks q(z_n) of the other rows, which the bound needs, are not in the
+state.
 """
 import numpy
 import scipy.special

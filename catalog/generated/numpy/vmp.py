@@ -11,6 +11,7 @@
 #   sum1 = sum_n y
 #   sum2 = sum_n 1
 #   sum3 = sum_n y^2
+#   evidence_bound = sum1*tau_alpha*theta_m/tau_beta - sum2*tau_alpha*theta_m^2/(2*tau_beta) - sum2*tau_alpha/(2*tau_beta*theta_s) - sum2*log(tau_beta)/2 + sum2*digamma(tau_alpha)/2 - sum3*tau_alpha/(2*tau_beta) - tau_alpha*digamma(tau_alpha) + tau_alpha - tau_alpha*(beta0 + kappa0*m0^2/2 - kappa0*m0*theta_m + kappa0*theta_m^2/2 + kappa0/(2*theta_s))/tau_beta - (1/2 - alpha0)*(-log(tau_beta) + digamma(tau_alpha)) - log(tau_beta) - log(theta_s)/2 + loggamma(tau_alpha) + digamma(tau_alpha) + log(2)/2 + 1/2 + log(pi)/2
 #   theta_lambda1 = kappa0*m0*tau_alpha/tau_beta + sum1*tau_alpha/tau_beta
 #   theta_lambda2 = -kappa0*tau_alpha/(2*tau_beta) - sum2*tau_alpha/(2*tau_beta)
 #   theta_m_new = -theta_lambda1/(2*theta_lambda2)
@@ -25,6 +26,7 @@ Call ``step(state, data=..., **hyperparameters)``; it returns the new state (and
 blocks' parameters for the rows of the plate) and never mutates its input.
 """
 import numpy
+import scipy.special
 
 RECIPE = "vmp"
 FAMILY = "theta: gaussian_diag × tau: gamma"
@@ -44,11 +46,13 @@ REQUIRED_STATE = ("theta_m", "theta_s", "tau_alpha", "tau_beta", )
 ORACLES = ()
 DATA = ("y", )
 PLATE_DATA = ("y", )
+OBJECTIVE_KEYS = ("objective", "bound", )
 LOCAL_OUTPUTS = ()
 EQUATIONS = (
     "sum1 = sum_n y",
     "sum2 = sum_n 1",
     "sum3 = sum_n y^2",
+    "evidence_bound = sum1*tau_alpha*theta_m/tau_beta - sum2*tau_alpha*theta_m^2/(2*tau_beta) - sum2*tau_alpha/(2*tau_beta*theta_s) - sum2*log(tau_beta)/2 + sum2*digamma(tau_alpha)/2 - sum3*tau_alpha/(2*tau_beta) - tau_alpha*digamma(tau_alpha) + tau_alpha - tau_alpha*(beta0 + kappa0*m0^2/2 - kappa0*m0*theta_m + kappa0*theta_m^2/2 + kappa0/(2*theta_s))/tau_beta - (1/2 - alpha0)*(-log(tau_beta) + digamma(tau_alpha)) - log(tau_beta) - log(theta_s)/2 + loggamma(tau_alpha) + digamma(tau_alpha) + log(2)/2 + 1/2 + log(pi)/2",
     "theta_lambda1 = kappa0*m0*tau_alpha/tau_beta + sum1*tau_alpha/tau_beta",
     "theta_lambda2 = -kappa0*tau_alpha/(2*tau_beta) - sum2*tau_alpha/(2*tau_beta)",
     "theta_m_new = -theta_lambda1/(2*theta_lambda2)",
@@ -122,6 +126,11 @@ def init(**state):
 def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     """One coordinate-wise BLR step over all blocks; returns a new state dict.
 
+    It also returns ``bound``, the mean-field bound at the state the step started from (rule mean_field_bound;
+    Khan & Rue 2023, Sec. 5.3 and Eq. 2): −L(q) = Σ_b H(q_b) − Σ_n E_q[ℓ_n] − Σ_f E_q[ℓ_f] under the product of
+    the blocks, the evidence lower bound up to the constants the recipe's factors drop; a float that a step with
+    ρ = 1 never decreases.
+
     data:
         y: one scalar per row of the plate (leading axis); observations (a vector; one row per observation)
     """
@@ -147,6 +156,7 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     sum1 = numpy.sum(numpy.broadcast_to(y, (n_rows,)))
     sum2 = numpy.sum(numpy.broadcast_to(1, (n_rows,)))
     sum3 = numpy.sum(numpy.broadcast_to(y**2, (n_rows,)))
+    evidence_bound = sum1*tau_alpha*theta_m/tau_beta - 1/2*sum2*tau_alpha*theta_m**2/tau_beta - 1/2*sum2*tau_alpha/(tau_beta*theta_s) - 1/2*sum2*numpy.log(tau_beta) + (1/2)*sum2*scipy.special.digamma(tau_alpha) - 1/2*sum3*tau_alpha/tau_beta - tau_alpha*scipy.special.digamma(tau_alpha) + tau_alpha - tau_alpha*(beta0 + (1/2)*kappa0*m0**2 - kappa0*m0*theta_m + (1/2)*kappa0*theta_m**2 + (1/2)*kappa0/theta_s)/tau_beta - (1/2 - alpha0)*(-numpy.log(tau_beta) + scipy.special.digamma(tau_alpha)) - numpy.log(tau_beta) - 1/2*numpy.log(theta_s) + scipy.special.gammaln(tau_alpha) + scipy.special.digamma(tau_alpha) + (1/2)*numpy.log(2) + 1/2 + (1/2)*numpy.log(numpy.pi)
     theta_lambda1 = kappa0*m0*tau_alpha/tau_beta + sum1*tau_alpha/tau_beta
     theta_lambda2 = -1/2*kappa0*tau_alpha/tau_beta - 1/2*sum2*tau_alpha/tau_beta
     theta_m_new = -1/2*theta_lambda1/theta_lambda2
@@ -160,4 +170,20 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "theta_s": theta_s_new,
         "tau_alpha": tau_alpha_new,
         "tau_beta": tau_beta_new,
+        "bound": evidence_bound,
     }
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ] − H(q) (Khan & Rue 2023, Eq. 2) of the product candidate q = Π_b q_b at
+    the state: Σ_n E_q[ℓ_n] + Σ_f E_q[ℓ_f] − Σ_b H(q_b), each factor's expectation under all blocks (it is
+    linear in each block's statistics, so T_b is replaced by μ_b) and each block's entropy its family's (App.
+    B), i.e. −bound (rule mean_field_bound): the negative evidence lower bound up to the constants the recipe's
+    factors drop (a point block's constant entropy is dropped too).  Coordinate-wise exact steps with ρ = 1
+    (VMP, Sec. 5.3) never increase it; a smaller ρ need not decrease it at every step.  Takes what step() takes
+    (oracles and the random source are accepted and unused) and runs the step's program once to read the bound
+    (the state is not changed); returns {'objective': L, 'bound': −L} as floats (OBJECTIVE_KEYS).
+    """
+    out = step(state, oracles=oracles, data=data, rng=rng, **hyperparameters)
+    bound = float(out["bound"])
+    return {"objective": -bound, "bound": bound}
