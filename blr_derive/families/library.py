@@ -2,15 +2,18 @@
 each derived once per process and content (a bounded cache: derivations only read a Family)."""
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from pathlib import Path
+
+import sympy as sp
 
 from blr_derive.core import budget
 from blr_derive.core.errors import SpecError
 from blr_derive.core.resources import families_dir
 from blr_derive.core.sizes import declared_sizes, resolve_sizes
-from blr_derive.core.text import did_you_mean, quote
-from blr_derive.core.yamlio import LDict, load_yaml_text, note_absent, read_text_file, where
+from blr_derive.core.text import Prose, did_you_mean, quote
+from blr_derive.core.yamlio import LDict, LList, load_yaml_text, note_absent, read_text_file, where
 from blr_derive.families import diskcache
 from blr_derive.families.build import build_family
 from blr_derive.families.model import Family
@@ -116,8 +119,13 @@ def _load_family_file(path: Path, given=None) -> Family:
         raise SpecError(f"'{name}' is not a size of the family '{path.stem}' (it declares no sizes)",
                         getattr(given, "file", None) or str(path),
                         given.line_of(name) if isinstance(given, LDict) else None)
+    math_key = ("mathematics", without_prose(spec), resolved)
+    fam = _with_prose(_cached(math_key), spec, str(path), resolved)
     disk_key = (str(path.resolve()), text, resolved)
-    fam = diskcache.load(disk_key)
+    if fam is None:
+        fam = diskcache.load(disk_key)
+    if fam is None:
+        fam = _with_prose(diskcache.load(math_key), spec, str(path), resolved)
     if fam is None:
         before = budget.location()
         budget.where(str(path), 1)          # a budget that runs out while the family derives names its file
@@ -126,11 +134,87 @@ def _load_family_file(path: Path, given=None) -> Family:
         finally:
             budget.where(*before)
         diskcache.store(disk_key, fam)
+        if prose_sites(fam) is not None:
+            diskcache.store(math_key, fam)
+    if prose_sites(fam) is not None:
+        _remember(math_key, fam)
     _remember(key, fam)
     if resolved is not None:
         _ALIASES[key] = (str(path.resolve()), text, "resolved", resolved)
         _remember(_ALIASES[key], fam)
     return fam
+
+
+#: the keys of a family file whose values are prose (text_field): what a family derives never reads them
+PROSE_KEYS = frozenset({"description", "reference"})
+
+
+def without_prose(spec):
+    """A hashable picture of a family declaration with every prose value left out: two files with the same
+    picture declare the same mathematics, whatever their descriptions say and wherever their lines fall (a
+    multi-line description moves the keys after it).  Lines matter only to the errors a derivation raises, and a
+    family reused by this picture was derived without one (:func:`prose_sites` also requires that nothing in it
+    remembers a line)."""
+    if isinstance(spec, dict):
+        return ("map", tuple((k, "<prose>" if k in PROSE_KEYS else without_prose(v)) for k, v in spec.items()))
+    if isinstance(spec, list):
+        return ("seq", tuple(without_prose(v) for v in spec))
+    return (type(spec).__name__, spec)
+
+
+def prose_sites(fam):
+    """The places of a derived family that hold its file's prose — its description and reference, and each
+    parameter's description — or None where prose (:class:`~blr_derive.core.text.Prose`, which cannot become
+    plain text unnoticed: ``str`` and ``format`` of it raise) sits anywhere else in the family, or where the family
+    keeps a part of its declaration that knows its lines (an ``LDict``/``LList``): such a family is only ever
+    reused for the same text."""
+    seen, others = set(), []
+
+    def walk(x, path):
+        if isinstance(x, str) and x == fam.file and path != ("file",):
+            others.append(path)                 # the file's own name elsewhere than in ``file``
+        if isinstance(x, sp.Basic) or isinstance(x, (str, bytes, int, float, bool, type(None))) or id(x) in seen:
+            return
+        seen.add(id(x))
+        if isinstance(x, (LDict, LList)):
+            others.append(path)
+            return
+        if isinstance(x, Prose):
+            if not (path in (("description",), ("reference",)) or (len(path) == 3 and path[0] == "params"
+                                                                    and path[2] == "description")):
+                others.append(path)
+            return
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            for f in dataclasses.fields(x):
+                walk(getattr(x, f.name, None), path + (f.name,))
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                walk(k, path + ("<key>",))
+                walk(v, path + (k,))
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            for i, v in enumerate(x):
+                walk(v, path + (i,))
+        elif hasattr(x, "__dict__") and not callable(x):
+            for k, v in vars(x).items():
+                walk(v, path + (k,))
+    walk(fam, ())
+    return None if others else ("description", "reference", "params")
+
+
+def _with_prose(fam, spec, file, resolved):
+    """A family derived from a declaration with the same mathematics as ``spec`` (:func:`without_prose`; in
+    whichever file), given ``spec``'s file and prose: its description and reference and its parameters'
+    descriptions, read as the declaration reads them (the other fields are the derivation's and are shared:
+    derivations only read a Family).  None for None, or where prose or the file's name sits elsewhere
+    (:func:`prose_sites`)."""
+    if fam is None or prose_sites(fam) is None:
+        return None
+    decl = parse_family(spec, file, resolved)
+    if set(decl.params) != set(fam.params):
+        return None
+    return dataclasses.replace(fam, file=file, description=decl.description, reference=decl.reference,
+                               params={k: dataclasses.replace(p, description=decl.params[k].description)
+                                       for k, p in fam.params.items()})
 
 
 def cached_entries(path: Path) -> list:
