@@ -200,7 +200,7 @@ class ObjectiveParts:
     #: the delta method's point in the state's symbols (``point`` is its text), for the array targets
     point_value: Expr | None = None
     #: quadrature: ℓ_o at the rule's node θ_k (the sampling's ``theta``) where the loss is explicit (None: the
-    #: ``loss`` oracle is evaluated there)
+    #: ``loss`` oracle is evaluated there); delta over an explicit loss: the loss at the point, in the state
     node_loss: Expr | None = None
 
 

@@ -163,7 +163,8 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     there where it is abstract) + E_q[R − log p₀] in closed form; ``monte_carlo`` where the recipe samples q
     (scale × the mean of ℓ_o at the samples, as the caller gives them, + E_q[R − log p₀] in closed form);
     ``delta`` where the update calls oracles at one point and samples nothing (E_q[ℓ] ≈ ℓ(point), the delta
-    method, Sec. 4.2, R and p₀ included).  A recipe that drops the entropy (``no_entropy``, Sec. 4.5) minimizes
+    method, Sec. 4.2, R and p₀ included), or where the delta rule differentiates an explicit loss at the Gaussian
+    mean (``node_loss``: the recipe's loss at the mean, no oracle).  A recipe that drops the entropy (``no_entropy``, Sec. 4.5) minimizes
     E_q[ℓ] alone: its entropy term is 0.  Scalar families only; mixtures, federated recipes, families whose
     entropy does not close and losses changed in a way the rules did not record (``followed``): None.  A vector
     or matrix family (its entropy one number, its log-determinant as the family derives it; the dimensions read
@@ -174,7 +175,12 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     if D.component_axis is not None or getattr(D, "federated", None) is not None or not lm.followed:
         return None
     matrix = any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta)
-    if matrix and (lm.family_prior is not None or (D.sampling is None and not D.oracle_calls)
+    # the delta method over an explicit loss (its derivatives at the Gaussian mean, Eq. 13; no oracle is called):
+    # E_q[ℓ] ≈ ℓ(m), the recipe's own loss at the mean
+    explicit_delta = (D.sampling is None and not D.oracle_calls and r.loss_kind == "explicit"
+                      and isinstance(r.loss, sp.Basic) and any(a.name == "delta" for a in r.approximations)
+                      and getattr(fam, "gaussian_mean", None) is not None)
+    if matrix and (lm.family_prior is not None or (D.sampling is None and not D.oracle_calls and not explicit_delta)
                    or (D.sampling is not None and lm.prior != 0)):
         return None                     # vector and matrix families: the delta method, Monte Carlo without priors
     try:
@@ -198,6 +204,17 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
                 return None
         return e if isinstance(e, sp.Basic) and e.free_symbols <= allowed and not e.has(sp.zoo, sp.nan) else None
 
+    if explicit_delta:
+        point = fam.gaussian_mean
+        extra = _added_terms(fam, lm, point)
+        node = in_state(r.loss.xreplace({fam.theta: point}))
+        H, extra = in_state(H), None if extra is None else in_state(extra)
+        if H is None or extra is None or node is None:
+            return None
+        dropped = any(a.name == "no_entropy" for a in r.approximations)
+        return ObjectiveParts("delta", sp.Integer(0) if dropped else H, point=str(point), scale=lm.scale,
+                              extra=extra, loss=_loss_text(fam, lm), no_entropy=dropped,
+                              point_value=in_state(sp.sympify(point), scalar=False), node_loss=node)
     if D.sampling is not None or D.oracle_calls:
         points = {c.argument for c in D.oracle_calls}
         if D.sampling is None and len(points) != 1:

@@ -305,7 +305,7 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
         scale = float(sp.sympify(lm.scale).xreplace(env))
         extra_fn = sp.lambdify([theta], added.xreplace(env), MODULES)
         logq = sp.lambdify([theta], fam.log_density().xreplace(env), MODULES)
-        own = None if kind != "quadrature" or recipe.loss_kind != "explicit" else \
+        own = None if parts.node_loss is None else \
             sp.lambdify([theta], recipe.loss.xreplace(env), MODULES)     # the module's own loss (no oracle)
         oracle = _test_loss if own is None else (lambda t: float(np.real(own(t))))
         loss = lambda t: scale * oracle(t) + float(np.real(extra_fn(t)))              # noqa: E731

@@ -364,6 +364,11 @@ _ESTIMATE_DOC = {
                   "{scale} × that sum + the expectation of the other terms (closed form); 'standard_error' is 0.0 "
                   "(the rule's own error is not estimated: it falls fast with the nodes), 'samples' the number of "
                   "nodes and 'estimate' 'quadrature'.",
+    "delta_explicit": "the update differentiates the recipe's explicit loss at {point} (the delta method: Laplace's, "
+                      "Eq. 13; no samples), so E_q[ℓ] is the delta method's ℓ({point}) (Sec. 4.2), labelled 'estimate': "
+                      "'delta', the recipe's own loss there, ℓ_o({point}) = {node} (no oracle is called; ``loss`` and "
+                      "``samples`` are refused).  With ℓ = {loss}, 'expected_loss' is ℓ({point}) and 'objective' the "
+                      "delta-method value ℓ({point}) − H(q) ('standard_error' NaN, 'samples' 1).",
     "delta": "the update reads the loss only through oracles at {point} (no samples), so E_q[ℓ] is the delta "
              "method's ℓ({point}) (Sec. 4.2), labelled 'estimate': 'delta': ``loss`` is ℓ_o({point}), the value "
              "of the loss the oracles evaluate at {point} (one number), or ``oracles['loss']``, a function of θ "
@@ -409,7 +414,8 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     else:
         if parts.point_value is None:
             return None
-        used |= parts.point_value.free_symbols
+        used |= parts.point_value.free_symbols \
+            | (parts.node_loss.free_symbols if parts.node_loss is not None else set())
         draws, point = [], pr(parts.point_value)
     first = ir.state[0]
     state = [v.name for v in ir.state if v.symbol in used or v is first]
@@ -440,13 +446,15 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     what = (f"the recipe's explicit loss ℓ_o({sm.theta}) = {sp.sstr(parts.node_loss)} (no oracle is called)" if parts.node_loss is not None and sm is not None else
             "``oracles['loss']``, a function of θ returning ℓ_o(θ) (an array is summed over its elements), called "
             "there")
-    text = head + _ESTIMATE_DOC[parts.kind].format(
+    doc_kind = "delta_explicit" if parts.kind == "delta" and parts.node_loss is not None else parts.kind
+    text = head + _ESTIMATE_DOC[doc_kind].format(node=sp.sstr(parts.node_loss) if parts.node_loss is not None else "",
         point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale), how=how, what=what,
         nodes=pr(sm.samples) if sm is not None else "",
         theta=pr(sm.theta) if sm is not None else "", theta_expr=pr(sm.theta_expr) if sm is not None else "") \
         + (" ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors); "
            "ℓ_o's own constants are kept, none is added.  Takes what step() takes, and ``loss`` and ``samples``"
-           + (" (refused here: the quadrature needs neither)" if parts.kind == "quadrature" else "") + "; "
+           + (" (refused here: the recipe's own loss needs neither)" if parts.node_loss is not None else
+              " (refused here: the quadrature needs neither)" if parts.kind == "quadrature" else "") + "; "
            "returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate', "
            "'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; "
            "computed eagerly, not for tracing.")

@@ -368,10 +368,10 @@ def objective(state, *, oracles=None, data=None, key=None, loss=None, samples=No
     other terms (closed form); 'standard_error' is 0.0 (the rule's own error is not estimated: it falls fast
     with the nodes), 'samples' the number of nodes and 'estimate' 'quadrature'. ℓ is the loss of Eq. 1 as the
     recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors); ℓ_o's own constants are kept, none is
-    added.  Takes what step() takes, and ``loss`` and ``samples`` (refused here: the quadrature needs neither);
-    returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate', 'samples'}
-    (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; computed eagerly, not
-    for tracing."""
+    added.  Takes what step() takes, and ``loss`` and ``samples`` (refused here: the recipe's own loss needs
+    neither); returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate',
+    'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; computed
+    eagerly, not for tracing."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
