@@ -262,6 +262,9 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
         why = "the estimated objective is checked for one scalar variable"
     elif D.renamed:
         why = "the state holds a changed variable, not the family's parameters"
+    elif not {p.name for p in fam.params.values()} <= set(getattr(mod, "STATE", ())):
+        why = (f"the state ({', '.join(getattr(mod, 'STATE', ()))}) is not the family's parameters (a structured "
+               "candidate, e.g. an eigenbasis)")
     elif kind == "monte_carlo" and D.relaxation is not None:
         why = "the samples are of the relaxation (Eq. 51), not of q: no quadrature of q is their expectation"
     if why:
