@@ -66,8 +66,8 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
     has no objective parts or they read a state in ``absent`` (one number per tensor, or kept only under a
     setting)."""
     parts = getattr(ir, "objective_parts", None)
-    if parts is None:
-        return None
+    if parts is None or parts.kind not in _WHAT or parts.node_loss is not None:
+        return None                     # no parts, or the module's own loss (the array targets' objective prints it)
     pr = printer or ElementwisePrinter()     # torch's, for the torch and Triton optimizers' host code; jax its own
     used = parts.entropy.free_symbols | (parts.expected_loss.free_symbols if parts.expected_loss is not None else set())
     reads = []

@@ -80,23 +80,43 @@ def hess(w):
 from scipy.optimize import minimize
 ref = minimize(loss, np.zeros(P), jac=grad, hess=hess, method="trust-exact", options={"gtol": 1e-12})
 ref.x'''),
+    ("md", "The BLR minimizes $\\mathcal{L}(q) = \\mathbb{E}_q[\\ell(\\theta)] - \\mathcal{H}(q)$ (Eq. 2). With the "
+           "delta method the generated module's `objective(state, oracles={\"loss\": loss})` reports the "
+           "delta-method value $\\ell(m) - \\mathcal{H}(q)$ (labelled `'delta'`), with "
+           "$\\mathcal{H}(q) = \\tfrac{P}{2}\\log 2\\pi e - \\tfrac12 \\log\\det S$. Where $S$ has reached the "
+           "Hessian at the optimum it is $\\ell(m^*) + \\tfrac12\\log\\det \\nabla^2\\ell(m^*) - "
+           "\\tfrac{P}{2}\\log 2\\pi e$: Laplace's approximation of $-\\log \\int e^{-\\ell}$ less $P/2$, the "
+           "$\\tfrac12 \\mathrm{tr}(\\nabla^2\\ell\\, S^{-1})$ by which $\\mathbb{E}_q[\\ell]$ exceeds $\\ell(m)$ "
+           "and which the delta method drops."),
     ("code", '''\
-errors = {}
+errors, objective = {}, {}
 for rho in (1.0, 0.5, 0.2):
     state = newton.init(m=np.zeros(P), S=np.eye(P))
-    errors[rho] = []
+    errors[rho], objective[rho] = [], [newton.objective(state, oracles={"loss": loss})["objective"]]
     for t in range(40):
         state = newton.step(state, oracles={"grad": grad, "hess": hess}, rho=rho)
         errors[rho].append(np.linalg.norm(state["m"] - ref.x))
+        objective[rho].append(newton.objective(state, oracles={"loss": loss})["objective"])
 print({rho: f"{e[-1]:.1e}" for rho, e in errors.items()})
 assert errors[1.0][7] < 1e-9             # Newton's method: quadratic convergence
-assert errors[0.5][-1] < 1e-9 and errors[0.2][-1] < 1e-3'''),
+assert errors[0.5][-1] < 1e-9 and errors[0.2][-1] < 1e-3
+
+# l(m*) - H(N(m*, H(m*)^-1)): Laplace's -log evidence less P/2 (the delta method's E_q[l] is l(m))
+laplace = loss(ref.x) + 0.5 * np.linalg.slogdet(hess(ref.x))[1] - 0.5 * P * np.log(2 * np.pi * np.e)
+print({rho: f"{L[0]:.4f} -> {L[-1]:.8f}" for rho, L in objective.items()}, f"at the Laplace q: {laplace:.8f}")
+assert abs(objective[1.0][-1] - laplace) < 1e-8 and abs(objective[0.5][-1] - laplace) < 1e-8
+assert all(L[-1] < L[0] for L in objective.values())'''),
     ("code", '''\
-fig, ax = plt.subplots(figsize=(6, 4))
+fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4))
 for rho, e in errors.items():
     ax.semilogy(range(1, len(e) + 1), np.maximum(e, 1e-16), marker="o", ms=3, label=f"rho = {rho}")
 ax.set_xlabel("iteration"); ax.set_ylabel("|m - m*|  (m*: scipy, gtol 1e-12)"); ax.set_title("generated Newton (BLR, full Gaussian + delta)")
-ax.legend(); fig.tight_layout()
+ax.legend()
+for rho, L in objective.items():
+    ax2.semilogy(range(len(L)), np.maximum(np.abs(np.array(L) - laplace), 1e-16), marker="o", ms=3, label=f"rho = {rho}")
+ax2.set_xlabel("iteration"); ax2.set_ylabel("|L(q) - L at q = N(m*, H(m*)^-1)|")
+ax2.set_title(f"the BLR objective l(m) - H(q) (delta method): {objective[1.0][0]:.1f} -> {laplace:.4f}"); ax2.legend()
+fig.tight_layout()
 fig.savefig(OUT / "newton_convergence.png", dpi=80)
 plt.show()'''),
 ]
@@ -526,6 +546,31 @@ assert gap < 1e-10 and np.abs(loss_a - loss_b).max() < 1e-10
 p0 = next(iter(opt_a.state))
 print("optimizer state:", sorted(opt_a.state[p0]))"""),
     ("md", """\
+**Its objective.** The generated optimizer also reports $\\mathcal{L}(q) = \\mathbb{E}_q[\\ell] - \\mathcal{H}(q)$
+(Eq. 2) at its state: with the delta method, `opt.objective(closure)` is $\\ell(m) - \\mathcal{H}(q)$
+(labelled `'delta'`), $q = \\mathcal{N}(m, \\mathrm{diag}(s)^{-1})$ with $s$ the state `exp_avg_sq`. Adam's $s$
+is a running average of $g^2$, tiny next to a Hessian, so $q$ is very wide and $-\\mathcal{H}(q)$ dominates; and
+since $s$ grows as the average fills in, $\\mathcal{L}$ *rises* while the loss falls: Adam's conventions
+(bias correction, the square root) leave the BLR, which would descend $\\mathcal{L}$. We check the value
+against the entropy written here from `exp_avg_sq`."""),
+    ("code", """\
+net = make_net()
+opt = MyAdam(net.parameters(), **hyper)
+mse = lambda: torch.nn.functional.mse_loss(net(X), y)
+watched = []
+for t in range(200):
+    opt.zero_grad(); mse().backward(); opt.step()
+    with torch.no_grad():
+        out = opt.objective(mse)                       # the closure is called once, at the mean
+    watched.append((out["objective"], out["expected_loss"], out["entropy"]))
+watched = np.array(watched)
+with torch.no_grad():
+    H = sum(float(np.sum(0.5 * np.log(2 * np.pi * np.e / st["exp_avg_sq"].numpy()))) for st in opt.state.values())
+    assert abs(watched[-1, 0] - (float(mse()) - H)) < 1e-9 * abs(H)
+print(f"L(q): {watched[0, 0]:.1f} -> {watched[-1, 0]:.1f} (loss {watched[0, 1]:.4f} -> {watched[-1, 1]:.4f}, "
+      f"H(q) {watched[0, 2]:.1f} -> {watched[-1, 2]:.1f}); estimate: {out['estimate']}")
+assert out["estimate"] == "delta" and watched[-1, 1] < 0.1 * watched[0, 1]"""),
+    ("md", """\
 **A new variant.** Swap the Hessian estimate: `absolute_gradient_hessian` takes $|\\hat g| + \\epsilon$
 (Adamax's estimate) in place of $\\hat g^2$. Since $|\\hat g|$ already has the units of the gradient, we
 drop the square root: the mean step is $u/s$, a smoothed sign descent. Nothing else changes."""),
@@ -544,12 +589,16 @@ _, loss_c, _ = train(lambda p: MyAdamAbs(p, **hyper))
 print(f"MyAdamAbs: loss {loss_c[0]:.4f} -> {loss_c[-1]:.4f}")
 assert loss_c[-1] < 0.1 * loss_c[0]"""),
     ("code", """\
-fig, ax = plt.subplots(figsize=(6.5, 4))
+fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4))
 ax.semilogy(loss_a, lw=3, alpha=0.5, label="MyAdam (derived)")
 ax.semilogy(loss_b, "k--", lw=1, label="torch.optim.Adam")
 ax.semilogy(loss_c, lw=2, label="MyAdamAbs (derived variant: |g| Hessian, no square root)")
 ax.set_xlabel("step"); ax.set_ylabel("training loss (MSE)"); ax.set_title("a recipe written from scratch")
-ax.legend(); fig.tight_layout()
+ax.legend()
+ax2.plot(range(1, len(watched) + 1), watched[:, 0])
+ax2.set_xlabel("step"); ax2.set_ylabel("L(q) = l(m) - H(q)  (delta method)")
+ax2.set_title("MyAdam's L(q), q = N(m, diag(exp_avg_sq)^-1): it rises")
+fig.tight_layout()
 fig.savefig(OUT / "recipe_from_scratch.png", dpi=80)
 plt.show()"""),
 ]

@@ -67,6 +67,11 @@ class EigenbasisFamily:
     def free_params(self):
         return list(self.params.values())
 
+    def entropy(self):
+        """H(q) of vec(W) ~ N(vec(M), (Q diag(vec(s)) Qᵀ)⁻¹): Q is orthogonal (|det Q| = 1), so it is the entropy of
+        the mean-field Gaussian of the rotated coordinates θ' = Qᵀ vec(W) (App. B), per coordinate in s."""
+        return self.base.entropy()
+
 
 def fail(recipe, msg, approx=None):
     line = approx.line if approx is not None else recipe.eigenbasis.line
@@ -126,6 +131,10 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
                            "(Q diag(s) Qᵀ)⁻¹)", "Khan & Rue (2023) Eq. 6 in θ' = Qᵀθ", params, base,
                            gaussian_mean=M, theta=sp.MatrixSymbol("W", rows, cols))
     D = Derivation(dataclasses.replace(recipe, family=fam))
+    # the loss the objective reads (ir/objective.py): a scale (minibatch) is the same in any basis; an added prior
+    # R(θ') is written in the rotated coordinates, whose expectation in M, s, Q_L, Q_R is not derived: not followed
+    lm = diag.loss_model
+    D.loss_model = dataclasses.replace(lm, followed=lm.followed and lm.prior == 0 and lm.family_prior is None)
     D.symbol_names.update(diag.symbol_names)
     D.renamed.update(diag.renamed)      # change_variable: the state stores the new variable
     D.state_vars.update(diag.state_vars)

@@ -185,7 +185,9 @@ class ObjectiveParts:
     """The BLR's objective L(q) = E_q[ℓ] − H(q) (Eq. 2) as the optimizer targets compute it from their state
     (blr_derive/ir/objective.py): the entropy in the state's symbols and how E_q[ℓ] is had (``kind``):
     ``exact`` (``expected_loss``, closed), ``monte_carlo`` (the mean of loss values at samples of q, with its
-    standard error) or ``delta`` (the loss at ``point``, the delta method's E_q[ℓ] ≈ ℓ(point))."""
+    standard error), ``quadrature`` (the weighted sum of the loss at the nodes of the deterministic rule the step
+    integrates with: ``node_loss`` where the loss is explicit, else the ``loss`` oracle there) or ``delta`` (the
+    loss at ``point``, the delta method's E_q[ℓ] ≈ ℓ(point))."""
     kind: str
     entropy: Expr
     expected_loss: Expr | None = None
@@ -199,6 +201,9 @@ class ObjectiveParts:
     no_entropy: bool = False
     #: the delta method's point in the state's symbols (``point`` is its text), for the array targets
     point_value: Expr | None = None
+    #: quadrature: ℓ_o at the rule's node θ_k (the sampling's ``theta``) where the loss is explicit (None: the
+    #: ``loss`` oracle is evaluated there); delta over an explicit loss: the loss at the point, in the state
+    node_loss: Expr | None = None
 
 
 class Block(NamedTuple):

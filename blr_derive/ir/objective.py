@@ -21,7 +21,7 @@ from blr_derive.rules.program import scalar_expr
 
 #: the keys of the mapping ``objective`` returns
 KEYS = ("objective", "expected_loss", "entropy")
-#: the keys of the mapping an estimated objective returns (Monte Carlo or delta method; every target)
+#: the keys of the mapping an estimated objective returns (Monte Carlo, quadrature or delta method; every target)
 ESTIMATE_KEYS = ("objective", "expected_loss", "entropy", "standard_error", "estimate", "samples")
 
 
@@ -66,13 +66,10 @@ def objective_terms(D: Derivation):
 def _scalar(E, symmetric):
     """E_q[ℓ] of a vector or matrix family as a scalar expression: traces of products rotated to 1×1 products
     (tr(X m yᵀ) = yᵀX m), a trace of a sum split, a 1×1 matrix read as its number; a scalar expression unchanged;
-    None where it stays a matrix."""
+    None where it stays a matrix.  A numeric rule's node (Gauss–Hermite of a linear predictor summed over the
+    data, ``rules/datasum.py``) stays as it is: the array printers print it at the expanded projection."""
     if not isinstance(E, sp.Basic):
         return None
-    if any(is_mat(s) for s in symmetric) and any(type(n).__module__.startswith("blr_derive")
-                                                 for n in sp.preorder_traversal(E)):
-        return None                     # a numeric rule's node over vectors (Gauss–Hermite of a linear predictor,
-        #                                 summed over the data): not written as an entry point's expression yet
     if E.has(sp.Trace) or is_mat(E):
         sym = {s for s in symmetric if is_mat(s) and s.shape[0] == s.shape[1]}
         E = _small_traces(simplify_mat(E, sym))
@@ -163,10 +160,14 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     R(θ) − log p₀(θ), ℓ_o the loss the oracles evaluate (a mini-batch mean under ``minibatch``: scale N), R a prior
     a rule added (``weight_decay``, ``prior_site``) and p₀ a prior in the candidate family (``family_prior``).
     How E_q[ℓ] is had (``kind``): ``exact`` where :func:`objective_terms` closes it and no rule changed the loss
-    (the optimizers keep no data outside their per-parameter state); ``monte_carlo`` where the recipe samples q
+    (the optimizers keep no data outside their per-parameter state); ``quadrature`` where the update integrates
+    over q by a deterministic rule (the tanh-sinh nodes of the ``quadrature`` rule): scale × the same weighted sum
+    of ℓ_o at the same nodes (the recipe's loss written at the node θ_k where it is explicit, the ``loss`` oracle
+    there where it is abstract) + E_q[R − log p₀] in closed form; ``monte_carlo`` where the recipe samples q
     (scale × the mean of ℓ_o at the samples, as the caller gives them, + E_q[R − log p₀] in closed form);
     ``delta`` where the update calls oracles at one point and samples nothing (E_q[ℓ] ≈ ℓ(point), the delta
-    method, Sec. 4.2, R and p₀ included).  A recipe that drops the entropy (``no_entropy``, Sec. 4.5) minimizes
+    method, Sec. 4.2, R and p₀ included), or where the delta rule differentiates an explicit loss at the Gaussian
+    mean (``node_loss``: the recipe's loss at the mean, no oracle).  A recipe that drops the entropy (``no_entropy``, Sec. 4.5) minimizes
     E_q[ℓ] alone: its entropy term is 0.  Scalar families only; mixtures, federated recipes, families whose
     entropy does not close and losses changed in a way the rules did not record (``followed``): None.  A vector
     or matrix family (its entropy one number, its log-determinant as the family derives it; the dimensions read
@@ -177,7 +178,12 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     if D.component_axis is not None or getattr(D, "federated", None) is not None or not lm.followed:
         return None
     matrix = any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta)
-    if matrix and (lm.family_prior is not None or (D.sampling is None and not D.oracle_calls)
+    # the delta method over an explicit loss (its derivatives at the Gaussian mean, Eq. 13; no oracle is called):
+    # E_q[ℓ] ≈ ℓ(m), the recipe's own loss at the mean
+    explicit_delta = (D.sampling is None and not D.oracle_calls and r.loss_kind == "explicit"
+                      and isinstance(r.loss, sp.Basic) and any(a.name == "delta" for a in r.approximations)
+                      and getattr(fam, "gaussian_mean", None) is not None)
+    if matrix and (lm.family_prior is not None or (D.sampling is None and not D.oracle_calls and not explicit_delta)
                    or (D.sampling is not None and lm.prior != 0)):
         return None                     # vector and matrix families: the delta method, Monte Carlo without priors
     try:
@@ -201,6 +207,17 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
                 return None
         return e if isinstance(e, sp.Basic) and e.free_symbols <= allowed and not e.has(sp.zoo, sp.nan) else None
 
+    if explicit_delta:
+        point = fam.gaussian_mean
+        extra = _added_terms(fam, lm, point)
+        node = in_state(r.loss.xreplace({fam.theta: point}))
+        H, extra = in_state(H), None if extra is None else in_state(extra)
+        if H is None or extra is None or node is None:
+            return None
+        dropped = any(a.name == "no_entropy" for a in r.approximations)
+        return ObjectiveParts("delta", sp.Integer(0) if dropped else H, point=str(point), scale=lm.scale,
+                              extra=extra, loss=_loss_text(fam, lm), no_entropy=dropped,
+                              point_value=in_state(sp.sympify(point), scalar=False), node_loss=node)
     if D.sampling is not None or D.oracle_calls:
         points = {c.argument for c in D.oracle_calls}
         if D.sampling is None and len(points) != 1:
@@ -213,6 +230,17 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
         if H is None or extra is None:
             return None
         dropped = any(a.name == "no_entropy" for a in r.approximations)
+        sm = D.sampling
+        if sm is not None and sm.draw == "tanh_sinh" and not matrix:
+            # a deterministic rule (the quadrature rule's tanh-sinh nodes in u = F(θ)): E_q[ℓ_o] is the same
+            # weighted sum of ℓ_o at the same nodes, the module's own loss where it is explicit (no draws, no values)
+            node = None
+            if r.loss_kind == "explicit" and isinstance(r.loss, sp.Basic):
+                node = r.loss.xreplace({fam.theta: sm.theta})
+                if not node.free_symbols <= allowed | {sm.theta} or node.has(sp.zoo, sp.nan):
+                    return None
+            return ObjectiveParts("quadrature", sp.Integer(0) if dropped else H, scale=lm.scale, extra=extra,
+                                  loss=_loss_text(fam, lm), no_entropy=dropped, node_loss=node)
         return ObjectiveParts("monte_carlo" if point is None else "delta", sp.Integer(0) if dropped else H,
                               point="" if point is None else str(point), scale=lm.scale, extra=extra,
                               loss=_loss_text(fam, lm), no_entropy=dropped,

@@ -19,6 +19,7 @@ from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.build import build_ir
 from blr_derive.verify.entry_points import federated_error
 from blr_derive.verify.mixture_bound import mixture_bound_checks
+from blr_derive.verify.objective_vector import vector_gaussian, vector_objective_checks
 from blr_derive.verify.results import Check
 from blr_derive.verify.update import compare_update
 
@@ -72,7 +73,10 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     if not errors:
         note = f"no random input of {skipped} gave a finite symbolic update inside the family"
     checks = [Check("generated update vs symbolic update", worst, 1e-10, note=note, group="codegen")]
-    if hasattr(mod, "objective") and hasattr(mod, "OBJECTIVE_ESTIMATE"):
+    if hasattr(mod, "objective") and vector_gaussian(recipe.family):
+        kind = getattr(mod, "OBJECTIVE_ESTIMATE", "exact")
+        checks += vector_objective_checks(recipe, D, mod, kind, ir.objective_parts, points)
+    elif hasattr(mod, "objective") and hasattr(mod, "OBJECTIVE_ESTIMATE"):
         checks += estimated_objective_checks(recipe, D, mod, points)
     elif hasattr(mod, "objective") and hasattr(mod, "OBJECTIVE_BOUND"):
         checks += mixture_bound_checks(recipe, mod, points)
@@ -234,16 +238,20 @@ def _test_loss(theta):
 
 #: fresh samples for the Monte Carlo estimate in check; the test is |estimate - quadrature| <= Z_MC standard errors
 MC_SAMPLES, Z_MC = 4000, 5.0
+#: the node count check gives the step's quadrature rule (tanh-sinh) where the count is a hyperparameter
+QUADRATURE_NODES = 257
 
 
 def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
-    """The generated ``objective`` of a recipe whose E_q[ℓ] is estimated (``OBJECTIVE_ESTIMATE``: 'monte_carlo'
-    or 'delta', blr_derive/ir/objective.py) with a test loss ℓ_o (:func:`_test_loss`) as ``oracles['loss']``,
+    """The generated ``objective`` of a recipe whose E_q[ℓ] is estimated (``OBJECTIVE_ESTIMATE``: 'monte_carlo',
+    'quadrature' or 'delta', blr_derive/ir/objective.py) with a test loss ℓ_o (:func:`_test_loss`) as
+    ``oracles['loss']`` (quadrature of an explicit loss: the recipe's own loss, no oracle),
     against a reference that neither the derived entropy nor the closed-form expectations of the added terms
     enter: ℓ = scale·ℓ_o + R − log p₀ from the derivation's loss model (R and p₀ evaluated pointwise from their
     definitions) and log q from the family's log-density.  Monte Carlo: quadrature of ∫ q (ℓ + log q) (a sum over
     a finite support; without log q where the recipe drops the entropy), and the estimate from MC_SAMPLES fresh
-    draws must lie within Z_MC of its own standard errors (value: the worst |estimate − reference| / SE); delta:
+    draws must lie within Z_MC of its own standard errors (value: the worst |estimate − reference| / SE);
+    quadrature: the same integral, relative error 1e-7, and a step with ρ = 0.01 must not increase it; delta:
     ℓ(point) + ∫ q log q, relative error.  At random parameters of one scalar variable; elsewhere (a changed
     variable, data with a shape, samples of a relaxation rather than of q) one 'na' line."""
     from scipy import integrate
@@ -257,11 +265,14 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
         why = "the estimated objective is checked for one scalar variable"
     elif D.renamed:
         why = "the state holds a changed variable, not the family's parameters"
+    elif not {p.name for p in fam.params.values()} <= set(getattr(mod, "STATE", ())):
+        why = (f"the state ({', '.join(getattr(mod, 'STATE', ()))}) is not the family's parameters (a structured "
+               "candidate, e.g. an eigenbasis)")
     elif kind == "monte_carlo" and D.relaxation is not None:
         why = "the samples are of the relaxation (Eq. 51), not of q: no quadrature of q is their expectation"
     if why:
-        return [Check(name, float("nan"), Z_MC if kind == "monte_carlo" else 1e-9, kind="na", group="codegen",
-                      note=why)]
+        return [Check(name, float("nan"), Z_MC if kind == "monte_carlo" else 1e-7 if kind == "quadrature" else 1e-9,
+                      kind="na", group="codegen", note=why)]
     theta = fam.components[0]
     params = [p.symbol for p in fam.params.values()]
     lm = D.loss_model
@@ -271,7 +282,13 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
             + fam.A.xreplace(dict(zip(fam.lam, lm.family_prior)))
     dropped = any(a.name == "no_entropy" for a in recipe.approximations)
     parts = build_ir(D, recipe.name).objective_parts
-    worst, done = 0.0, 0
+    worst, done, rise = 0.0, 0, 0.0
+    # quadrature: a node count that is a hyperparameter is raised to QUADRATURE_NODES, so that the comparison
+    # measures the objective's formula (loss, weights, entropy) and not the rule's error at the recipe's count
+    count = D.sampling.samples if kind == "quadrature" and D.sampling is not None else None
+    raised = next((h.name for h in recipe.hyper if h.symbol is not None and h.symbol == count
+                   and h.name in getattr(mod, "HYPERPARAMETERS", {})), None)
+    tol = 1e-9 if kind == "delta" else 1e-7 if kind != "quadrature" or raised else 1e-6
     for seed in range(points * MAX_TRIES):
         if done == points:
             break
@@ -287,12 +304,17 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
                 hv[h.name] = float(h.default) if isinstance(h.default, (int, float)) else float(rng.uniform(0.5, 2.0))
             elif h.default is not None:
                 hv[h.name] = h.default
+        if raised:
+            hv[raised] = QUADRATURE_NODES
         env = {**{p: sp.Float(v) for p, v in pv.items()}, **{d.symbol: sp.Float(dv[d.name]) for d in recipe.data},
                **{h.symbol: sp.sympify(hv[h.name]) for h in recipe.hyper if h.name in hv and h.symbol is not None}}
         scale = float(sp.sympify(lm.scale).xreplace(env))
         extra_fn = sp.lambdify([theta], added.xreplace(env), MODULES)
         logq = sp.lambdify([theta], fam.log_density().xreplace(env), MODULES)
-        loss = lambda t: scale * _test_loss(t) + float(np.real(extra_fn(t)))           # noqa: E731
+        own = None if parts.node_loss is None else \
+            sp.lambdify([theta], recipe.loss.xreplace(env), MODULES)     # the module's own loss (no oracle)
+        oracle = _test_loss if own is None else (lambda t: float(np.real(own(t))))
+        loss = lambda t: scale * oracle(t) + float(np.real(extra_fn(t)))              # noqa: E731
         state = {fam.params[k].name: np.array([v]) for k, v in zip(fam.params, pv.values())}
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", integrate.IntegrationWarning)     # judged by the comparison itself
@@ -306,6 +328,20 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
                     want = loss(at) + minus_h
                     out = mod.objective(state, oracles={"loss": _test_loss}, data=dv, **hv)
                     got, err = float(out["objective"]), abs(float(out["objective"]) - want) / max(1.0, abs(want))
+                elif kind == "quadrature":
+                    f = lambda t: float(np.real(np.exp(logq(t)) * (loss(t) + (0.0 if dropped else logq(t)))))  # noqa: E731
+                    want = (math.fsum(f(float(pt[theta])) for pt in points_of) if points_of else
+                            integrate.quad(f, *_RANGES[support], limit=400, epsabs=1e-12, epsrel=1e-12)[0])
+                    oracles = {"loss": _test_loss} if own is None else None
+                    got = float(mod.objective(state, oracles=oracles, data=dv, **hv)["objective"])
+                    err = abs(got - want) / max(1.0, abs(want))
+                    small = {"rho": 0.01} if "rho" in getattr(mod, "HYPERPARAMETERS", {}) else {}
+                    try:
+                        after = float(mod.objective(mod.step(state, oracles=oracles, data=dv, **{**hv, **small}),
+                                                    oracles=oracles, data=dv, **hv)["objective"])
+                    except (TypeError, ValueError, ZeroDivisionError, OverflowError, FloatingPointError):
+                        after = got     # no step there (a FloatingPointError: the step's domain check, outside Ω)
+                    rise = max(rise, (after - got) / max(1.0, abs(got)))
                 else:
                     f = lambda t: float(np.real(np.exp(logq(t)) * (loss(t) + (0.0 if dropped else logq(t)))))  # noqa: E731
                     want = (math.fsum(f(float(pt[theta])) for pt in points_of) if points_of else
@@ -323,6 +359,15 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
     if not done:
         return [Check(name, float("nan"), 1.0, kind="na", group="codegen",
                       note="no random input gave a finite objective and reference")]
+    if kind == "quadrature":
+        loss_text = "the recipe's own loss" if recipe.loss_kind == "explicit" else "a test loss as oracles['loss']"
+        nodes = (f"{raised} = {QUADRATURE_NODES} nodes" if raised else
+                 f"the recipe's {sp.sstr(count)} nodes (a fixed count: tolerance 1e-6, the rule's own error)")
+        return [Check(name, worst, tol, group="codegen",
+                      note=f"generated objective (the step's deterministic quadrature of {loss_text}, {nodes}) "
+                           f"against scipy quadrature of q (l + log q), relative, {done} random inputs"),
+                Check("objective does not increase along a small step", max(rise, 0.0), 1e-12, group="codegen",
+                      note="L(step(state)) - L(state), relative, with rho = 0.01 where the recipe has a rho")]
     if kind == "delta":
         return [Check(name, worst, 1e-9, group="codegen",
                       note=f"generated objective with oracles['loss'] = a test loss: l(point) - H(q) against l(point) "

@@ -290,8 +290,12 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
     # sums over data and their Gaussian expectations (blr_derive/rules/datasum.py): vectors are 1-D arrays
     def _apply(self, f, arg_text):
         """The one-argument function ``f`` (a Lambda) printed at an already printed argument."""
-        wrapped = arg_text if arg_text.isidentifier() else f"({arg_text})"
-        return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(wrapped)}))
+        if arg_text.isidentifier():
+            return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(arg_text)}))
+        # an expression (an entry point's expanded definitions, e.g. X @ m): printed through a placeholder name,
+        # since the printers print every symbol as a checked identifier
+        hole = "_blr_argument_"
+        return self._print(f.expr.xreplace({f.variables[0]: sp.Symbol(hole)})).replace(hole, f"({arg_text})")
 
     def _print_DataSum(self, expr):
         if not expr.fn.expr.has(expr.fn.variables[0]):      # Σ_n c: c times the number of rows

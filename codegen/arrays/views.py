@@ -341,6 +341,8 @@ class EstimateView(TypedDict):
     keys: tuple[str, ...]
     dims: list[str]                  # the dimensions the terms read (a vector or matrix family), from _dims
     elementwise: bool                # a mean-field state: the terms are summed over its coordinates
+    nodes: str | None                # quadrature: the number of nodes (step's count)
+    node_loss: str | None            # quadrature: the explicit loss at the node θ_k (None: oracles['loss'] there)
 
 
 #: the keywords of an estimated objective besides step's (a hyperparameter of either name leaves it out)
@@ -355,6 +357,18 @@ _ESTIMATE_DOC = {
                    "ℓ = {loss}, 'expected_loss' is {scale} × the mean of the values + the expectation of the other "
                    "terms (closed form), 'standard_error' its standard error ({scale} × the sample standard "
                    "deviation / √n; NaN for one value), 'samples' n and 'estimate' 'monte_carlo'.",
+    "quadrature": "the update integrates over q by the tanh-sinh rule in u = F(θ) (rule quadrature), so E_q[ℓ] is "
+                  "the same deterministic quadrature: the weighted sum of {what} at the nodes of the rule with {nodes} "
+                  "points, {theta} = {theta_expr} (the nodes step() reads, no random numbers; a tail node of weight below 1e-6 "
+                  "whose value is not finite contributes 0, as in step()).  With ℓ = {loss}, 'expected_loss' is "
+                  "{scale} × that sum + the expectation of the other terms (closed form); 'standard_error' is 0.0 "
+                  "(the rule's own error is not estimated: it falls fast with the nodes), 'samples' the number of "
+                  "nodes and 'estimate' 'quadrature'.",
+    "delta_explicit": "the update differentiates the recipe's explicit loss at {point} (the delta method: Laplace's, "
+                      "Eq. 13; no samples), so E_q[ℓ] is the delta method's ℓ({point}) (Sec. 4.2), labelled 'estimate': "
+                      "'delta', the recipe's own loss there, ℓ_o({point}) = {node} (no oracle is called; ``loss`` and "
+                      "``samples`` are refused).  With ℓ = {loss}, 'expected_loss' is ℓ({point}) and 'objective' the "
+                      "delta-method value ℓ({point}) − H(q) ('standard_error' NaN, 'samples' 1).",
     "delta": "the update reads the loss only through oracles at {point} (no samples), so E_q[ℓ] is the delta "
              "method's ℓ({point}) (Sec. 4.2), labelled 'estimate': 'delta': ``loss`` is ℓ_o({point}), the value "
              "of the loss the oracles evaluate at {point} (one number), or ``oracles['loss']``, a function of θ "
@@ -371,7 +385,8 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     the parts are not there or exact, the samples are not draws from q (sub-batches at a point), the point does not
     read the state alone, or a hyperparameter, state, data or draw is named like one of :data:`ESTIMATE_KEYWORDS`."""
     parts = getattr(ir, "objective_parts", None)
-    if getattr(ir, "objective", None) is not None or parts is None or parts.kind not in ("monte_carlo", "delta"):
+    if getattr(ir, "objective", None) is not None or parts is None or \
+            parts.kind not in ("monte_carlo", "quadrature", "delta"):
         return None
     bound = hyperparameter_names(ir) + [v.name for v in ir.state] + [v.name for v in ir.data]
     if ir.sampling is not None:
@@ -389,10 +404,18 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
         used |= sm.theta_expr.free_symbols | (sm.accept.free_symbols if sm.accept is not None else set())
         draws = [(pr(sm.eps), law[sm.draw])] + [(pr(d), law[x]) for d, x in sm.more_draws]
         point = None
+    elif parts.kind == "quadrature":
+        if sm is None or sm.draw != "tanh_sinh" or sm.more_draws or sm.accept is not None:
+            return None
+        used |= sm.theta_expr.free_symbols | sp.sympify(sm.samples).free_symbols \
+            | (parts.node_loss.free_symbols if parts.node_loss is not None else set())
+        printer.helpers.add("_tanh_sinh")
+        draws, point = [(pr(sm.eps), law[sm.draw])], None
     else:
         if parts.point_value is None:
             return None
-        used |= parts.point_value.free_symbols
+        used |= parts.point_value.free_symbols \
+            | (parts.node_loss.free_symbols if parts.node_loss is not None else set())
         draws, point = [], pr(parts.point_value)
     first = ir.state[0]
     state = [v.name for v in ir.state if v.symbol in used or v is first]
@@ -405,8 +428,8 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     dims = list(dict.fromkeys(str(d.symbol) for d in ir.dims or () if d.symbol in used))
     whole = bool(dims) or not ir.elementwise
     known |= {d.symbol for d in ir.dims or () if str(d.symbol) in dims}
-    if sm is not None and parts.kind == "monte_carlo":
-        known |= {sm.eps} | {d for d, _ in sm.more_draws}
+    if sm is not None and parts.kind in ("monte_carlo", "quadrature"):
+        known |= {sm.eps, sm.theta} | {d for d, _ in sm.more_draws}
     if not used <= known:
         return None                     # a symbol the module does not bind (e.g. a definition of the update)
     if parts.no_entropy:
@@ -420,11 +443,18 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
                                  "of a Gaussian); " if not whole else
                                  "one number for the vector or matrix family, its dimensions read from the "
                                  "arrays' shapes; "))
-    text = head + _ESTIMATE_DOC[parts.kind].format(
-        point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale), how=how,
+    what = (f"the recipe's explicit loss ℓ_o({sm.theta}) = {sp.sstr(parts.node_loss)} (no oracle is called)" if parts.node_loss is not None and sm is not None else
+            "``oracles['loss']``, a function of θ returning ℓ_o(θ) (an array is summed over its elements), called "
+            "there")
+    doc_kind = "delta_explicit" if parts.kind == "delta" and parts.node_loss is not None else parts.kind
+    text = head + _ESTIMATE_DOC[doc_kind].format(node=sp.sstr(parts.node_loss) if parts.node_loss is not None else "",
+        point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale), how=how, what=what,
+        nodes=pr(sm.samples) if sm is not None else "",
         theta=pr(sm.theta) if sm is not None else "", theta_expr=pr(sm.theta_expr) if sm is not None else "") \
         + (" ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors); "
-           "ℓ_o's own constants are kept, none is added.  Takes what step() takes, and ``loss`` and ``samples``; "
+           "ℓ_o's own constants are kept, none is added.  Takes what step() takes, and ``loss`` and ``samples``"
+           + (" (refused here: the recipe's own loss needs neither)" if parts.node_loss is not None else
+              " (refused here: the quadrature needs neither)" if parts.kind == "quadrature" else "") + "; "
            "returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate', "
            "'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; "
            "computed eagerly, not for tracing.")
@@ -436,7 +466,9 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
             "draws": draws, "theta": pr(sm.theta) if point is None else "",
             "theta_expr": pr(sm.theta_expr) if point is None else "",
             "accept": pr(sm.accept) if point is None and sm.accept is not None else None,
-            "keys": ESTIMATE_KEYS}
+            "keys": ESTIMATE_KEYS,
+            "nodes": pr(sm.samples) if parts.kind == "quadrature" else None,
+            "node_loss": pr(parts.node_loss) if parts.node_loss is not None else None}
 
 
 def hyperparameter_names(ir) -> list:

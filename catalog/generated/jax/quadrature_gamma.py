@@ -343,7 +343,7 @@ def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
 
 
 # ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q), estimated
-# The objective the BLR minimizes (Eq. 2), with E_q[loss] a Monte Carlo estimate and H(q) as the engine
+# The objective the BLR minimizes (Eq. 2), with E_q[loss] by the step's deterministic quadrature and H(q) as the engine
 # derived it.
 OBJECTIVE_KEYS = (
     "objective",
@@ -353,57 +353,56 @@ OBJECTIVE_KEYS = (
     "estimate",
     "samples",
 )
-OBJECTIVE_ESTIMATE = "monte_carlo"
+OBJECTIVE_ESTIMATE = "quadrature"
 
 
 def objective(state, *, oracles=None, data=None, key=None, loss=None, samples=None, **hyperparameters):
     """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
     over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B) in the state, summed
-    over the coordinates, with its constants (e.g. ½ log(2πe) per coordinate of a Gaussian); the recipe samples
-    q, so E_q[ℓ] is a Monte Carlo estimate from values of the loss ℓ_o the oracles evaluate at samples of q:
-    either ``loss``, the values at samples the caller drew (a sequence, one number per sample), or
-    ``oracles['loss']``, a function of θ returning ℓ_o(θ) (an array is summed over its elements: a loss per
-    coordinate is its sum), evaluated at ``samples`` fresh samples theta_k = _gammaincinv(alpha, u)/beta
-    (default 2) drawn with ``key`` (a jax.random key) split as step() draws its samples.  With ℓ = ℓ_o(theta),
-    'expected_loss' is 1 × the mean of the values + the expectation of the other terms (closed form),
-    'standard_error' its standard error (1 × the sample standard deviation / √n; NaN for one value), 'samples' n
-    and 'estimate' 'monte_carlo'. ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean
-    scaled by N, priors); ℓ_o's own constants are kept, none is added.  Takes what step() takes, and ``loss``
-    and ``samples``; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error',
-    'estimate', 'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats;
-    computed eagerly, not for tracing."""
+    over the coordinates, with its constants (e.g. ½ log(2πe) per coordinate of a Gaussian); the update
+    integrates over q by the tanh-sinh rule in u = F(θ) (rule quadrature), so E_q[ℓ] is the same deterministic
+    quadrature: the weighted sum of the recipe's explicit loss ℓ_o(theta_k) = theta_k/2 + log(theta_k + 1) (no
+    oracle is called) at the nodes of the rule with nodes points, theta_k = _gammaincinv(alpha, u)/beta (the
+    nodes step() reads, no random numbers; a tail node of weight below 1e-6 whose value is not finite
+    contributes 0, as in step()).  With ℓ = ℓ_o(theta), 'expected_loss' is 1 × that sum + the expectation of the
+    other terms (closed form); 'standard_error' is 0.0 (the rule's own error is not estimated: it falls fast
+    with the nodes), 'samples' the number of nodes and 'estimate' 'quadrature'. ℓ is the loss of Eq. 1 as the
+    recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors); ℓ_o's own constants are kept, none is
+    added.  Takes what step() takes, and ``loss`` and ``samples`` (refused here: the recipe's own loss needs
+    neither); returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate',
+    'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; computed
+    eagerly, not for tracing."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:
         raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
     hp = {**HYPERPARAMETERS, **hyperparameters}
+    if hp["nodes"] is None:
+        raise TypeError("objective() needs the hyperparameter nodes")
+    nodes = int(hp["nodes"])
     _need(state, ("alpha", "beta", ), "the state")
     _dims = {}
     alpha = _array("alpha", state["alpha"], _dims)
     beta = _array("beta", state["beta"], _dims)
-    if loss is not None:
-        if samples is not None:
-            raise TypeError("objective(): samples is the number of fresh draws; loss values are given")
-        _values = jnp.asarray(loss, dtype=float).reshape(-1)
-    else:
-        if oracles is None or "loss" not in oracles:
-            raise TypeError("objective() needs loss (values at samples of q) or oracles['loss'] (a function of theta)")
-        if key is None:
-            raise TypeError("objective() draws samples of q: pass key (a jax.random key, e.g. jax.random.key(0)) or loss values")
-        _shape = jnp.shape(alpha)
-        _values = []
-        _keys = jax.random.split(key, 2 if samples is None else int(samples))
-        for _k in range(2 if samples is None else int(samples)):
-            u = jax.random.uniform(_keys[_k], _shape, dtype=float)
-            theta_k = _gammaincinv(alpha, u)/beta
-            _values.append(float(jnp.sum(oracles["loss"](theta_k))))
-        _values = jnp.asarray(_values, dtype=float)
-    if _values.size < 1:
-        raise ValueError("objective(): no loss values")
+    if loss is not None or samples is not None:
+        raise TypeError("objective(): E_q[loss] is the step's deterministic quadrature; loss and samples are not taken")
+    # tanh-sinh quadrature in u = F(theta), the nodes step() reads: theta_k = _gammaincinv(alpha, u)/beta
+    _u, _w = _tanh_sinh(int(nodes))
+    _shape = jnp.shape(alpha)
+    _sum = 0.0
+    for _k in range(len(_u)):
+        u = jnp.full(_shape, float(_u[_k]))
+        theta_k = _gammaincinv(alpha, u)/beta
+        _term = jnp.zeros(_shape) + ((1/2)*theta_k + jnp.log1p(theta_k))
+        # a tail node (weight below 1e-6) whose value is not finite contributes 0, as in step()
+        _term = jnp.where(jnp.isfinite(_term) | (_w[_k] > 1e-6), _term, 0.0)
+        _sum += float(_w[_k]) * float(jnp.sum(_term))
+    _values = jnp.asarray([_sum], dtype=float)
     _zero = jnp.zeros(jnp.shape(alpha))
     _entropy = float(jnp.sum(_zero + (-alpha*jax.scipy.special.digamma(alpha) + alpha - jnp.log(beta) + jax.scipy.special.gammaln(alpha) + jax.scipy.special.digamma(alpha))))
     _scale = float(1)
     _n = int(_values.size)
     _mean = _scale * float(jnp.mean(_values))
-    _se = abs(_scale) * float(jnp.std(_values, ddof=1)) / jnp.sqrt(_n) if _n > 1 else jnp.nan
+    _n = len(_u)
+    _se = 0.0
     return {"objective": _mean - _entropy, "expected_loss": _mean, "entropy": _entropy, "standard_error": float(_se),
-            "estimate": "monte_carlo", "samples": _n}
+            "estimate": "quadrature", "samples": _n}

@@ -166,3 +166,44 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
         "S": S_new,
         "m": m_new,
     }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; every constant of the loss as written is kept (the loss's additive constants are part
+    of L; none is added).  Takes what step() takes (oracles and rng are accepted and unused) and returns
+    {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    alpha = hp["alpha"]
+    if alpha is None:
+        raise TypeError("this step needs the hyperparameter alpha")
+    nodes = hp["nodes"]
+    if nodes is None:
+        raise TypeError("this step needs the hyperparameter nodes")
+    m = numpy.asarray(state["m"], dtype=float)
+    S = numpy.asarray(state["S"], dtype=float)
+    X = numpy.asarray(data["X"], dtype=float)
+    y = numpy.asarray(data["y"], dtype=float)
+    P = m.shape[0]
+    _expected_loss = numpy.sum((1/2)*alpha*(m @ m + numpy.trace(_spd_solve(S, numpy.eye(P)))) + numpy.sum((_gauss_hermite(lambda u: numpy.logaddexp(0, u), X @ m, numpy.sum(X * _spd_solve(S, X.T).T, axis=1), nodes))) - y @ X @ m)
+    _entropy = numpy.sum((1/2)*P + (1/2)*P*(numpy.log(2) + numpy.log(numpy.pi)) - 1/2*numpy.log(numpy.linalg.det(S)))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
+    }
