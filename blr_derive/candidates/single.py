@@ -55,6 +55,14 @@ def check(ctx):
     named = [r for r, _ in expectation if recipe.loss_kind in r.losses]
     if named:
         return
+    if expectation:
+        # the rule named takes the other kind of loss: say which, and which rules take this one (from the registry)
+        rule, where_ = expectation[0]
+        takes = sorted(n for n, r in RULES.items() if r.kind == "expectation" and recipe.loss_kind in r.losses)
+        other = ("an abstract loss (`loss: abstract`: the step receives ℓ or its derivatives at the points it "
+                 "names, from your code)" if "abstract" in rule.losses else "an explicit loss")
+        raise ctx.fail(f"approximation '{rule.name}' takes {other}, not an {recipe.loss_kind} loss; with this "
+                       f"loss name one of: {', '.join(takes)}", where_)
     if recipe.loss_kind == "explicit":
         raise ctx.fail("an explicit loss needs an expectation rule: add 'exact' (or 'delta', "
                        "'gauss_hermite' for sums over data)")
