@@ -220,6 +220,22 @@ def de_rule(h, zmax=1e8):
     return np.sinh(s), np.log(h * np.pi / 2) + np.log(np.cosh(t)) + np.log(np.cosh(s))
 
 
+def product_grid(z, lw1, d):
+    """(Z (d, n^d), log-weights (n^d,)): the product of the 1-D rule (nodes ``z``, log-weights ``lw1``) with itself
+    d times, in C order (what ``np.meshgrid(..., indexing="ij")`` raveled gives), the log-weights summed over the
+    axes in order; built by broadcasting each axis, without d full-size grids per quantity."""
+    n = len(z)
+    shape = (n,) * d
+    Z = np.empty((d, n ** d))
+    lw = 0
+    for k in range(d):
+        axis = [1] * d
+        axis[k] = n
+        Z[k] = np.broadcast_to(z.reshape(axis), shape).ravel()
+        lw = lw + lw1.reshape(axis)
+    return Z, np.ravel(lw)
+
+
 class Quadrature:
     """Nodes θ_i with log-weights (including h and <λ, T>) for one parameter point."""
 
@@ -329,15 +345,7 @@ class Quadrature:
             # the draws of ``sample``, which index them
             self.tnodes, self._t_axis = None, np.arcsinh(np.arcsinh(z) * 2 / np.pi)
             self.sides = None
-            shape = (len(z),) * d
-            Z = np.empty((d, len(z) ** d))
-            lw = 0
-            for k in range(d):
-                axis = [1] * d
-                axis[k] = len(z)
-                Z[k] = np.broadcast_to(z.reshape(axis), shape).ravel()
-                lw = lw + lw1.reshape(axis)
-            lw = lw.ravel()
+            Z, lw = product_grid(z, lw1, d)
         u = center[:, None] + L @ Z
         entries, bars, logJ = self.model.from_u(u)
         self.u = u
