@@ -115,6 +115,9 @@ class ConditionalGaussian:
         b = np.repeat(self.base[:, None], M, axis=1)
         W = np.repeat(np.diag(self.scale)[None], M, axis=0)
         f0, g, Q = np.zeros(M), np.zeros((P, M)), np.zeros((M, P, P))
+        # the eigen-decomposition of each point's last fit (eigh works matrix by matrix: the same matrix gives the
+        # same values in any batch), so that the final pass need not decompose them again
+        ev_all, vec_all = np.zeros((M, P)), np.zeros((M, P, P))
         ok = np.ones(M, dtype=bool)
         todo = np.arange(M)
         for _ in range(12):
@@ -123,6 +126,7 @@ class ConditionalGaussian:
             with np.errstate(all="ignore"):
                 live = np.isfinite(a0) & np.all(np.isfinite(aQ), axis=(1, 2)) & np.all(np.isfinite(ag), axis=0)
                 ev, vec = np.linalg.eigh(np.where(live[:, None, None], aQ, -np.eye(P)))
+                ev_all[todo], vec_all[todo] = ev, vec
                 live &= ev.max(axis=1) < 0
                 ev = np.where(live[:, None], ev, -1.0)
                 x_star = _mv(vec, -1.0 / ev * _mv(np.swapaxes(vec, 1, 2), np.where(live, ag, 0.0).T)).T
@@ -140,7 +144,10 @@ class ConditionalGaussian:
             todo = upd
         ok[todo] = False                          # the fit did not settle: no mass the checks can use there
         with np.errstate(all="ignore"):
-            ev, vec = np.linalg.eigh(np.where(ok[:, None, None], Q, -np.eye(P)))
+            # eigh(Q) where ok (Q is the last fit, decomposed in the loop), eigh(−I) elsewhere
+            ev, vec = ev_all, vec_all
+            if not np.all(ok):
+                ev[~ok], vec[~ok] = np.linalg.eigh(-np.eye(P))
             ev = np.where(ok[:, None], ev, -1.0)
             x_star = _mv(vec, -1.0 / ev * _mv(np.swapaxes(vec, 1, 2), np.where(ok, g, 0.0).T)).T
             # the fit must be a quadratic: check it at another point

@@ -32,6 +32,7 @@ point (its parameters and why it is hard) and the quantity.
 """
 from __future__ import annotations
 
+import functools
 import types
 from dataclasses import dataclass
 
@@ -360,7 +361,18 @@ def _singular_points(fam, lam0, dim, per_argument=3):
 
 def _mp_dbesselk(n, nu, x):
     n = int(n)
-    return mpmath.besselk(nu, x) if n == 0 else mpmath.diff(lambda v: mpmath.besselk(v, x), nu, n)
+    return _mp_besselk(nu, x) if n == 0 else mpmath.diff(lambda v: _mp_besselk(v, x), nu, n)
+
+
+def _mp_besselk(nu, x):
+    """mpmath.besselk(nu, x), remembered per (nu, x, working precision): the derivatives in ν that A, μ and F of
+    a Bessel family take at one point evaluate K at the same orders again (mpmath.diff's steps), each 20 ms."""
+    return _mp_besselk_at(nu, x, mpmath.mp.prec)
+
+
+@functools.lru_cache(maxsize=65536)
+def _mp_besselk_at(nu, x, prec):
+    return mpmath.besselk(nu, x)
 
 
 #: the engine's own functions (blr_derive/core/specialfns.py) in mpmath, for the 30-digit symbolic record
@@ -368,7 +380,7 @@ MP_FUNCTIONS = {
     "softplus": lambda x: mpmath.log1p(mpmath.exp(x)) if x < 30 else x + mpmath.log1p(mpmath.exp(-x)),
     "xlogy": lambda x, y: mpmath.mpf(0) if x == 0 else x * mpmath.log(y),
     "logsumexp": lambda *a: mpmath.log(mpmath.fsum(mpmath.exp(x) for x in a)),
-    "exp1": mpmath.e1, "dbesselk": _mp_dbesselk, "binary": lambda x: -1 if x < 0 else 1,
+    "exp1": mpmath.e1, "dbesselk": _mp_dbesselk, "besselk": _mp_besselk, "binary": lambda x: -1 if x < 0 else 1,
     "nan_outside": lambda x, *c: x if all(ci > 0 for ci in c) else mpmath.nan,
     "loggamma": mpmath.loggamma, "polygamma": mpmath.polygamma, "digamma": mpmath.digamma,
 }
@@ -628,6 +640,7 @@ class GeneratedModule:
         """``ir``: the family's IR (:func:`family_ir`), or the BLRError that building it raised."""
         self.target, self.module, self.problem, self.na = target, None, None, False
         self._x64 = None
+        self._jitted = {}
         if isinstance(ir, BLRError):
             self.problem = f"the family's module could not be built: {_msg(ir)}"
             return
@@ -674,6 +687,15 @@ class GeneratedModule:
                     target._jax.config.update("jax_enable_x64", target._x64)
         return _Ctx()
 
+    def _mapped(self, name):
+        """jax.jit(jax.vmap(the module's ``name``)), made once per function: jax compiles it again only for new
+        shapes (the round trip maps as many points as the first call; a new function object each time was a new
+        trace and compile)."""
+        if name not in self._jitted:
+            fn = getattr(self.module, name)
+            self._jitted[name] = self._jax.jit(self._jax.vmap(lambda *a, **kw: fn(*a, **kw)))
+        return self._jitted[name]
+
     def call(self, name, *args, **kwargs):
         with self.precision():
             return getattr(self.module, name)(*args, **kwargs)
@@ -689,8 +711,7 @@ class GeneratedModule:
                     cols = [jnp.asarray(np.array(c, dtype=float)) for c in zip(*args_list)]
                     kws = {k: jnp.asarray(np.array([kw[k] for kw in kwargs_list], dtype=float))
                            for k in (kwargs_list[0] if kwargs_list else {})}
-                    out = self._jax.jit(self._jax.vmap(lambda *a, **kw: getattr(self.module, name)(*a, **kw)))(
-                        *cols, **kws)
+                    out = self._mapped(name)(*cols, **kws)
                     out = self._jax.tree_util.tree_map(np.asarray, out)
                 if isinstance(out, dict):
                     return [{k: v[i] for k, v in out.items()} for i in range(len(args_list))]

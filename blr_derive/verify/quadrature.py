@@ -220,6 +220,22 @@ def de_rule(h, zmax=1e8):
     return np.sinh(s), np.log(h * np.pi / 2) + np.log(np.cosh(t)) + np.log(np.cosh(s))
 
 
+def product_grid(z, lw1, d):
+    """(Z (d, n^d), log-weights (n^d,)): the product of the 1-D rule (nodes ``z``, log-weights ``lw1``) with itself
+    d times, in C order (what ``np.meshgrid(..., indexing="ij")`` raveled gives), the log-weights summed over the
+    axes in order; built by broadcasting each axis, without d full-size grids per quantity."""
+    n = len(z)
+    shape = (n,) * d
+    Z = np.empty((d, n ** d))
+    lw = 0
+    for k in range(d):
+        axis = [1] * d
+        axis[k] = n
+        Z[k] = np.broadcast_to(z.reshape(axis), shape).ravel()
+        lw = lw + lw1.reshape(axis)
+    return Z, np.ravel(lw)
+
+
 class Quadrature:
     """Nodes θ_i with log-weights (including h and <λ, T>) for one parameter point."""
 
@@ -324,13 +340,12 @@ class Quadrature:
             self.sides = np.concatenate([-np.ones(len(x)), np.ones(len(x))])
         else:
             z, lw1 = de_rule(h)
-            t1 = np.arcsinh(np.arcsinh(z) * 2 / np.pi)
-            grids = np.meshgrid(*([z] * d), indexing="ij")
-            lws = np.meshgrid(*([lw1] * d), indexing="ij")
-            self.tnodes = np.array([g.ravel() for g in np.meshgrid(*([t1] * d), indexing="ij")])
+            # the product grid in C order (meshgrid's "ij" raveled), built by broadcasting each axis's values
+            # (the same numbers, without d full-size grids per quantity); the DE coordinates of the nodes only for
+            # the draws of ``sample``, which index them
+            self.tnodes, self._t_axis = None, np.arcsinh(np.arcsinh(z) * 2 / np.pi)
             self.sides = None
-            Z = np.array([g.ravel() for g in grids])
-            lw = sum(w.ravel() for w in lws)
+            Z, lw = product_grid(z, lw1, d)
         u = center[:, None] + L @ Z
         entries, bars, logJ = self.model.from_u(u)
         self.u = u
@@ -458,7 +473,11 @@ class Quadrature:
         if self.model.discrete:
             return self.t[:, idx].T
         d = len(self.mode)
-        tk = self.tnodes[:, idx] + self.h * (rng.uniform(size=(d, n)) - 0.5)
+        if self.tnodes is not None:
+            at = self.tnodes[:, idx]
+        else:                                   # the product grid's node idx: its index along each axis
+            at = np.array([self._t_axis[k] for k in np.unravel_index(idx, (len(self._t_axis),) * d)])
+        tk = at + self.h * (rng.uniform(size=(d, n)) - 0.5)
         if self.sides is not None:              # the split exp-sinh rule of one coordinate
             z = self.sides[idx] * np.exp(np.pi / 2 * np.sinh(tk))
         else:
