@@ -272,6 +272,27 @@ def _views(flat, like):
     return torch._C._nn.unflatten_dense_tensors(flat, like)
 
 
+def _swap_data(params, values):
+    """Point every parameter's ``data`` at the tensor of ``values`` in its place (one of its shape, dtype and
+    device, e.g. a view of a flat sample), returning the tensors the parameters held before (what the caller puts
+    back with _restore_data), or None, changing nothing, where a parameter is not contiguous (its strides would
+    change under the model).  Swapping two pointers instead of copying the values in and out again: two passes
+    over every parameter less per sample.  The parameters' own storage is untouched (the values it holds are
+    still there when it is put back) and is theirs again outside the block that holds the swap."""
+    if not all(p.is_contiguous() for p in params):
+        return None
+    held = [p.data for p in params]
+    for p, v in zip(params, values):
+        p.data = v
+    return held
+
+
+def _restore_data(params, held):
+    """Give every parameter back the tensor it held before _swap_data."""
+    for p, d in zip(params, held):
+        p.data = d
+
+
 def _flat_buffer(cache, key, params):
     """A flat tensor for a group's parameters' values (float32 for float16/bfloat16 ones, as _work computes) and
     its views of the parameters' shapes, laid out once and reused (``cache``: key -> (flat, views, params)):
@@ -604,7 +625,9 @@ class IVON(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _, _ in drawn:
-                    if isinstance(mean, _FlatList):     # laid out flat: no DTensors (_flat_ok), torch's copy as it is
+                    if isinstance(mean, _FlatList) and mean.held is not None:   # the parameters point at the sample
+                        _restore_data(params, mean.held)
+                    elif isinstance(mean, _FlatList):     # laid out flat: no DTensors (_flat_ok), torch's copy as it is
                         torch._foreach_copy_(params, mean.views)
                     else:
                         _foreach_copy(_real(params), mean)
@@ -633,6 +656,7 @@ class IVON(torch.optim.Optimizer):
                 torch._foreach_copy_(_mv, _pr)
                 m = _FlatList([_mb])
                 m.views = _mv         # what the exit restores the parameters from
+                m.held = None         # or the tensors they held, where they point at the sample
                 h = [_fs.get("h")]
                 momentum = [_fs.get("momentum")]
                 flat = torch.randn(m[0].numel(), dtype=m[0].dtype, device=params[0].device)
@@ -651,16 +675,19 @@ class IVON(torch.optim.Optimizer):
             _f5 = torch._foreach_add(m, _f1)
             theta_k = _f5
             if _fs is not None:
-                torch._foreach_copy_(_pr, _views(theta_k[0], _pr))
+                _s = theta_k[0] if theta_k[0].dtype == _pr[0].dtype else theta_k[0].to(_pr[0].dtype)
+                m.held = _swap_data(_pr, _views(_s, _pr))      # the sample is this draw's own tensor
+                if m.held is None:
+                    torch._foreach_copy_(_pr, _views(_s, _pr))
             else:
                 _foreach_copy(_pr, theta_k)
-            drawn.append((_index, params, m, eps, theta_k, (_f4,)))
+            drawn.append((_index, params, m, eps, theta_k, (_f1,)))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean); a
         parameter with no gradient in any sample of a step is left as it is by that step."""
-        for _index, params, m, eps, theta_k, (_kept_f4,) in drawn:
+        for _index, params, m, eps, theta_k, (_kept_f1,) in drawn:
             group = self.param_groups[_index]
             _no_sparse(params, "IVON")
             ess = _scalar(group["ess"])
@@ -671,7 +698,7 @@ class IVON(torch.optim.Optimizer):
             states = [self._state(p, group) for p in params]
             _fs = _flat_states(self._flat, _index, states, params, ("h", "momentum", )) if isinstance(m, _FlatList) else None
             if _fs is None and isinstance(m, _FlatList):          # the state was replaced since the draw
-                eps, theta_k, _kept_f4 = (_views(eps[0], params), _views(theta_k[0], params), _views(_kept_f4[0], params), )
+                eps, theta_k, _kept_f1 = (_views(eps[0], params), _views(theta_k[0], params), _views(_kept_f1[0], params), )
                 _unflat_samples(self._samples.get(_index, {}), params)
             if _fs is not None:
                 h = [_fs.get("h")]
@@ -688,8 +715,7 @@ class IVON(torch.optim.Optimizer):
                 _f1 = torch._foreach_mul(g_k, g_k)
                 _sample_avg_gsq = _f1
             if hess_approx__price:
-                _f2 = torch._foreach_mul(eps, g_k)
-                torch._foreach_div_(_f2, _kept_f4)
+                _f2 = torch._foreach_mul(_kept_f1, g_k)
                 _sample_avg_nxg = _f2
             _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1

@@ -256,6 +256,27 @@ def _views(flat, like):
     return torch._C._nn.unflatten_dense_tensors(flat, like)
 
 
+def _swap_data(params, values):
+    """Point every parameter's ``data`` at the tensor of ``values`` in its place (one of its shape, dtype and
+    device, e.g. a view of a flat sample), returning the tensors the parameters held before (what the caller puts
+    back with _restore_data), or None, changing nothing, where a parameter is not contiguous (its strides would
+    change under the model).  Swapping two pointers instead of copying the values in and out again: two passes
+    over every parameter less per sample.  The parameters' own storage is untouched (the values it holds are
+    still there when it is put back) and is theirs again outside the block that holds the swap."""
+    if not all(p.is_contiguous() for p in params):
+        return None
+    held = [p.data for p in params]
+    for p, v in zip(params, values):
+        p.data = v
+    return held
+
+
+def _restore_data(params, held):
+    """Give every parameter back the tensor it held before _swap_data."""
+    for p, d in zip(params, held):
+        p.data = d
+
+
 def _flat_buffer(cache, key, params):
     """A flat tensor for a group's parameters' values (float32 for float16/bfloat16 ones, as _work computes) and
     its views of the parameters' shapes, laid out once and reused (``cache``: key -> (flat, views, params)):
@@ -576,7 +597,9 @@ class VOGN(torch.optim.Optimizer):
             self._sampling = False
             with torch.no_grad():
                 for _, params, mean, _, _ in drawn:
-                    if isinstance(mean, _FlatList):     # laid out flat: no DTensors (_flat_ok), torch's copy as it is
+                    if isinstance(mean, _FlatList) and mean.held is not None:   # the parameters point at the sample
+                        _restore_data(params, mean.held)
+                    elif isinstance(mean, _FlatList):     # laid out flat: no DTensors (_flat_ok), torch's copy as it is
                         torch._foreach_copy_(params, mean.views)
                     else:
                         _foreach_copy(_real(params), mean)
@@ -603,6 +626,7 @@ class VOGN(torch.optim.Optimizer):
                 torch._foreach_copy_(_mv, _pr)
                 m = _FlatList([_mb])
                 m.views = _mv         # what the exit restores the parameters from
+                m.held = None         # or the tensors they held, where they point at the sample
                 s = [_fs.get("s")]
                 flat = torch.randn(m[0].numel(), dtype=m[0].dtype, device=params[0].device)
                 eps = [flat]
@@ -617,7 +641,10 @@ class VOGN(torch.optim.Optimizer):
             _f3 = torch._foreach_add(m, _f1)
             theta_k = _f3
             if _fs is not None:
-                torch._foreach_copy_(_pr, _views(theta_k[0], _pr))
+                _s = theta_k[0] if theta_k[0].dtype == _pr[0].dtype else theta_k[0].to(_pr[0].dtype)
+                m.held = _swap_data(_pr, _views(_s, _pr))      # the sample is this draw's own tensor
+                if m.held is None:
+                    torch._foreach_copy_(_pr, _views(_s, _pr))
             else:
                 _foreach_copy(_pr, theta_k)
             drawn.append((_index, params, m, eps, theta_k))

@@ -247,6 +247,27 @@ def _views(flat, like):
     return torch._C._nn.unflatten_dense_tensors(flat, like)
 
 
+def _swap_data(params, values):
+    """Point every parameter's ``data`` at the tensor of ``values`` in its place (one of its shape, dtype and
+    device, e.g. a view of a flat sample), returning the tensors the parameters held before (what the caller puts
+    back with _restore_data), or None, changing nothing, where a parameter is not contiguous (its strides would
+    change under the model).  Swapping two pointers instead of copying the values in and out again: two passes
+    over every parameter less per sample.  The parameters' own storage is untouched (the values it holds are
+    still there when it is put back) and is theirs again outside the block that holds the swap."""
+    if not all(p.is_contiguous() for p in params):
+        return None
+    held = [p.data for p in params]
+    for p, v in zip(params, values):
+        p.data = v
+    return held
+
+
+def _restore_data(params, held):
+    """Give every parameter back the tensor it held before _swap_data."""
+    for p, d in zip(params, held):
+        p.data = d
+
+
 def _flat_buffer(cache, key, params):
     """A flat tensor for a group's parameters' values (float32 for float16/bfloat16 ones, as _work computes) and
     its views of the parameters' shapes, laid out once and reused (``cache``: key -> (flat, views, params)):

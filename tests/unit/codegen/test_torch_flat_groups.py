@@ -155,3 +155,61 @@ def test_step_counts_are_views_of_one_flat_tensor_and_load_back_per_parameter():
     resumed_net, resumed_opt = _train("ivon", "IVON", kw, steps=5, resume_at=3)
     assert all(float(resumed_opt.state[p]["step"]) == 5.0 for p in resumed_net.parameters())
     assert all(torch.equal(u, v) for u, v in zip(_values(whole_net, whole_opt), _values(resumed_net, resumed_opt)))
+
+
+def _ptrs(net):
+    return [p.data_ptr() for p in net.parameters()]
+
+
+@pytest.mark.parametrize("name, cls, kw", CASES)
+def test_parameters_point_at_the_sample_inside_the_block_and_keep_their_own_storage_outside(name, cls, kw):
+    """A group laid out flat hands the parameters the draw's own sample tensor for the block (no copy in, no copy
+    back): inside, every parameter is a view of one flat sample and holds its values; on leaving (also when the body
+    raises) and after step(), every parameter is back on its own storage, holding the mean bit for bit."""
+    net, opt = _train(name, cls, kw, steps=2)
+    own = _ptrs(net)
+    means = [p.detach().clone() for p in net.parameters()]
+    with opt.sampled_params():
+        inside = _ptrs(net)
+        base = {p.untyped_storage().data_ptr() for p in net.parameters()}
+        sample = [p.detach().clone() for p in net.parameters()]
+    assert all(a != b for a, b in zip(inside, own)) and len(base) == 1
+    assert not all(torch.equal(a, b) for a, b in zip(sample, means))
+    assert _ptrs(net) == own and all(torch.equal(p, q) for p, q in zip(net.parameters(), means))
+    with pytest.raises(ZeroDivisionError):
+        with opt.sampled_params():
+            1 / 0
+    assert _ptrs(net) == own and all(torch.equal(p, q) for p, q in zip(net.parameters(), means))
+    x = torch.randn(4, 5)
+    for _ in range(kw["mc_samples"]):
+        with opt.sampled_params(train=True):
+            opt.zero_grad()
+            net(x).pow(2).sum().backward()
+    opt.step()
+    assert _ptrs(net) == own
+
+
+def test_a_parameter_that_is_not_contiguous_is_copied_into_with_the_per_tensor_paths_bits():
+    """A parameter whose strides a flat view would change (here a transposed weight) keeps its storage for the
+    block too (the sample is copied into it, as before), and the run gives the per-tensor path's bits."""
+    def run(kw):
+        net = _net()
+        with torch.no_grad():
+            w = net[0].weight
+            net[0].weight = torch.nn.Parameter(w.t().contiguous().t())     # same values, transposed strides
+        opt = load_generated("ivon", "torch").IVON(net.parameters(), **kw)
+        torch.manual_seed(1)
+        x, y = torch.randn(16, 5), torch.randn(16, 2)
+        own = _ptrs(net)
+        for _ in range(3):
+            for _ in range(2):
+                with opt.sampled_params(train=True):
+                    assert _ptrs(net) == own
+                    opt.zero_grad()
+                    ((net(x) - y) ** 2).mean().backward()
+            opt.step()
+        return net, opt
+    kw = {"lr": 0.1, "ess": 100, "mc_samples": 2}
+    (net, opt), (ref_net, ref_opt) = run(kw), run({**kw, "foreach": False})
+    assert opt._flat and not net[0].weight.is_contiguous()
+    assert all(torch.equal(u, v) for u, v in zip(_values(net, opt), _values(ref_net, ref_opt)))
