@@ -213,3 +213,48 @@ def test_a_parameter_that_is_not_contiguous_is_copied_into_with_the_per_tensor_p
     (net, opt), (ref_net, ref_opt) = run(kw), run({**kw, "foreach": False})
     assert opt._flat and not net[0].weight.is_contiguous()
     assert all(torch.equal(u, v) for u, v in zip(_values(net, opt), _values(ref_net, ref_opt)))
+
+
+def _shared_buffer(net):
+    """The net's parameters as views of one buffer of their own (as FSDP's flat parameter or a contiguous-gradient
+    scheme holds them): none is alone on its storage."""
+    params = list(net.parameters())
+    buf = torch.cat([p.detach().reshape(-1) for p in params] + [torch.zeros(3)])
+    for p, v in zip(params, buf[:-3].split([p.numel() for p in params])):
+        p.data = v.view(p.shape)
+    return buf
+
+
+@pytest.mark.parametrize("name, cls, kw", CASES)
+@pytest.mark.parametrize("flat", [True, False])
+def test_parameters_sharing_a_buffer_keep_it_and_the_copies_give_the_pointed_samples_bits(name, cls, kw, flat,
+                                                                                          monkeypatch):
+    """Laid out flat and per tensor (a group over _FLAT_MAX; foreach=False), parameters alone on their storage point
+    at the sample inside the block and are back on it outside; parameters that are views of a larger buffer are
+    copied into instead (the buffer is what something else may read: it holds the sample inside the block, the
+    means outside) -- and both give the same bits, step after step."""
+    mod = load_generated(name, "torch")
+    if not flat:
+        monkeypatch.setattr(mod, "_FLAT_MAX", 10)
+    def run(shared, kw2):
+        net = _net()
+        buf = _shared_buffer(net) if shared else None
+        opt = getattr(mod, cls)(net.parameters(), **kw2)
+        torch.manual_seed(1)
+        x, y = torch.randn(16, 5), torch.randn(16, 2)
+        own = _ptrs(net)
+        for _ in range(3):
+            for _ in range(2):
+                with opt.sampled_params(train=True):
+                    assert (_ptrs(net) == own) == shared
+                    if shared:
+                        assert torch.equal(buf[:-3], torch.cat([p.detach().reshape(-1) for p in net.parameters()]))
+                    opt.zero_grad()
+                    ((net(x) - y) ** 2).mean().backward()
+                assert _ptrs(net) == own
+            opt.step()
+        return net, opt
+    for kw2 in (kw, {**kw, "foreach": False}):
+        (a_net, a_opt), (b_net, b_opt) = run(False, kw2), run(True, kw2)
+        assert bool(a_opt._flat) == (flat and "foreach" not in kw2)
+        assert all(torch.equal(u, v) for u, v in zip(_values(a_net, a_opt), _values(b_net, b_opt)))
