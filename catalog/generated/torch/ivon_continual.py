@@ -540,13 +540,13 @@ class IVONContinual(torch.optim.Optimizer):
             _f5 = torch._foreach_add(m, _f1)
             theta_k = _f5
             _foreach_copy(_pr, theta_k)
-            drawn.append((_index, params, m, eps, theta_k, (_f4,)))
+            drawn.append((_index, params, m, eps, theta_k, (_f1,)))
         return drawn
 
     def _collect(self, drawn):
         """Average the per-sample statistics of the gradients now in p.grad (Welford's running mean); a
         parameter with no gradient in any sample of a step is left as it is by that step."""
-        for _index, params, m, eps, theta_k, (_kept_f4,) in drawn:
+        for _index, params, m, eps, theta_k, (_kept_f1,) in drawn:
             group = self.param_groups[_index]
             _no_sparse(params, "IVONContinual")
             ess = _scalar(group["ess"])
@@ -567,8 +567,7 @@ class IVONContinual(torch.optim.Optimizer):
                 _f1 = torch._foreach_mul(g_k, g_k)
                 _sample_avg_gsq = _f1
             if hess_approx__price:
-                _f2 = torch._foreach_mul(eps, g_k)
-                torch._foreach_div_(_f2, _kept_f4)
+                _f2 = torch._foreach_mul(_kept_f1, g_k)
                 _sample_avg_nxg = _f2
             _acc = self._samples.setdefault(_index, {"count": 0})
             _acc["count"] += 1

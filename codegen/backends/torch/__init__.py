@@ -219,6 +219,9 @@ class TorchTarget:
                 "samples": host.doprint(sm.samples), "samples_code": samples_code(sm.samples),
                 "eps": str(sm.eps), "theta": str(sm.theta),
                 "theta_program": theta_c.lines, "stat_program": stat_c.lines,
+                # the sample is a list the draw's program allocated (nothing else holds it): the parameters may
+                # point at it for the block instead of taking a copy of it
+                "theta_fresh": theta_c.bound.get(sm.theta) in theta_c.temps,
                 "stats": [(a, v, c, f) for (a, v, c), f in zip(stat_names, fresh)], "flat_fresh": flat_fresh,
                 "grads": [(str(k), o) for k, o in sm.calls if k not in values], "draw": DRAWS.get(sm.draw),
                 "chained": chained_view(plan, sm), "loss_values": [str(k) for k in values],

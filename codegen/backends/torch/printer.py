@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from collections import Counter
+
 import sympy as sp
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
@@ -166,8 +168,40 @@ class ForeachCompiler:
                 acc = new
         return acc
 
+    def _seeded_part(self, rest):
+        """The largest product of two or more of ``rest``'s factors that an earlier program computed (a seed; e.g.
+        the draw's scaled noise ε/σ inside a statistic ε·g/σ) and the factors left over, or None: the product is
+        then the seed times the rest, one operation per factor left instead of one per factor (the same real
+        number, rounded in that order)."""
+        have = Counter(sp.Mul.make_args(rest))
+        best = None
+        for s in self.seed:
+            if not isinstance(s, sp.Mul):
+                continue
+            part = Counter(sp.Mul.make_args(s))
+            if (sum(part.values()) >= 2 and all(have[f] >= k for f, k in part.items()) and part != have
+                    and (best is None or sum(part.values()) > sum(best[1].values()))):
+                best = (s, part)
+        if best is None:
+            return None
+        return best[0], list((have - best[1]).elements())
+
     def _mul(self, e):
         coeff, rest = self._split(e)
+        seeded = self._seeded_part(rest) if self.seed else None
+        if seeded is not None:
+            s, left = seeded
+            acc = self.compile(s)
+            out = self.tmp()
+            for k, f in enumerate(left):
+                div = isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0
+                x = self.compile(f.base ** (-f.exp) if div else f)
+                op = "div" if div else "mul"
+                self.emit(f"{out} = torch._foreach_{op}({acc}, {x})" if k == 0 else f"torch._foreach_{op}_({out}, {x})")
+                acc = out
+            if coeff != 1:
+                self.emit(f"torch._foreach_mul_({out}, {self.host_expr(coeff)})")
+            return out
         num, den = [], []
         for f in sp.Mul.make_args(rest):
             if isinstance(f, sp.Pow) and f.exp.is_number and f.exp < 0:

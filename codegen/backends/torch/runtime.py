@@ -247,6 +247,48 @@ def _views(flat, like):
     return torch._C._nn.unflatten_dense_tensors(flat, like)
 
 
+def _own_storage(p):
+    """Whether parameter p is contiguous and alone on its storage (it starts it and fills it): a parameter that is
+    a view of a larger buffer (e.g. FSDP's flat parameter, or any buffer something else reads through) is not."""
+    return (p.is_contiguous() and p.storage_offset() == 0
+            and p.untyped_storage().nbytes() == p.numel() * p.element_size())
+
+
+def _swap_data(params, values):
+    """Point every parameter's ``data`` at the tensor of ``values`` in its place (one of its shape, dtype and
+    device: a view of a flat sample, or a sample of its own), returning the tensors the parameters held before
+    (what the caller puts back with _restore_data), or None, changing nothing, where a parameter is not alone on
+    a contiguous storage of its own (_own_storage: its strides would change under the model, or something else
+    reads the storage it shares).  Pointing instead of copying the sample in and the mean back: two passes over
+    every parameter less per sample.  The parameters' own storage is untouched (the values it holds are still
+    there when it is put back) and is theirs again outside the block that holds the swap."""
+    if not all(_own_storage(p) for p in params):
+        return None
+    held = [p.data for p in params]
+    for p, v in zip(params, values):
+        p.data = v if v.is_contiguous() else v.contiguous()
+    return held
+
+
+def _restore_data(params, held):
+    """Give every parameter back the tensor it held before _swap_data."""
+    for p, d in zip(params, held):
+        p.data = d
+
+
+class _Swapped(list):
+    """The means a draw saved as the parameters' own tensors (no copy), the parameters pointing at the sample
+    (_swap_data) until the exit gives them back (_restore_data)."""
+
+
+def _swappable(params):
+    """Whether a group laid out per tensor may point its parameters at the sample (_swap_data): real parameters
+    whose arithmetic runs in their own dtype (not float16/bfloat16: the sample is float32), not DTensors (FSDP2's
+    shards), each alone on a contiguous storage of its own."""
+    return all(not p.is_complex() and p.dtype not in _LOW and not hasattr(p, "device_mesh") and _own_storage(p)
+               for p in params)
+
+
 def _flat_buffer(cache, key, params):
     """A flat tensor for a group's parameters' values (float32 for float16/bfloat16 ones, as _work computes) and
     its views of the parameters' shapes, laid out once and reused (``cache``: key -> (flat, views, params)):

@@ -139,3 +139,24 @@ def test_torch_ivon_equals_numpy_twin_with_the_same_noise(kw):
         state = np_mod.step(state, oracles={"grad": grad}, rng=TorchNoise(), lr=0.05, ess=50, **kw)
         np.testing.assert_allclose(p.detach().numpy(), state["m"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(opt.state[p]["h"].numpy(), state["h"], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_price_statistic_is_ivon_opts_bit_for_bit(dtype):
+    """The per-sample statistic ε·g/σ reads the draw's scaled noise ε/σ (kept from the draw) and multiplies it by
+    the gradient, one pass, as ivon-opt's ``noise * grad``: from the same draws, the averaged statistic equals
+    ivon-opt's bit for bit (two groups, two samples: the running mean's 1/2 is exact, where ivon-opt divides by
+    the count and the generated optimizer multiplies by its reciprocal)."""
+    mod = load_generated("ivon", "torch")
+    X, y, net_ref = problem(dtype)
+    net_gen = copy.deepcopy(net_ref)
+    ref = ivon.IVON(groups(net_ref), lr=0.1, ess=128, mc_samples=2)
+    gen = mod.IVON(groups(net_gen), lr=0.1, ess=128, mc_samples=2)
+    for opt, net in ((ref, net_ref), (gen, net_gen)):
+        torch.manual_seed(5)
+        for _ in range(2):
+            with opt.sampled_params(train=True):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(net(X[:32]), y[:32]).backward()
+    got = torch.cat([gen._samples[i]["avg_nxg"][0].reshape(-1) for i in range(2)])
+    assert gen._samples[0].get("flat") and torch.equal(got, ref.state["avg_nxg"])

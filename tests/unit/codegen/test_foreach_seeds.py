@@ -1,7 +1,8 @@
 """The torch printer's common subexpressions across programs (issue 39, item 2): a later program (a sample's
 statistics) reads the lists an earlier one (the draw) computed instead of computing them again; a list changed in
-place after it was computed is never offered.  Values are checked against numpy, and the seeded program against
-the same program without seeds (bitwise: the same operations on the same values)."""
+place after it was computed is never offered; a product reads the largest product of its factors an earlier
+program computed and applies the others after.  Values are checked against numpy and against the same program
+without seeds."""
 import numpy as np
 import sympy as sp
 import torch
@@ -38,15 +39,38 @@ def test_statistics_read_the_draws_lists_and_agree_bitwise():
     plain.assign(sp.Symbol("s"), e * g / sigma)
     assert stat.used_seed and not any("sqrt" in line for line in stat.lines)      # the spread is read, not made
     assert any("sqrt" in line for line in plain.lines)
+    # the largest product the draw made (the scaled noise e/σ) is read whole: one operation, e/σ times g
+    assert len(stat.lines) == 2 and "_foreach_mul(" in stat.lines[0] and len(plain.lines) > 3
     ns = run(draw.lines, lists())
     kept = {f"_kept{n}": ns[n] for n in draw.memo.values()}
     got = run(stat.lines, dict(lists(), **kept))["s"]
     ref = run(plain.lines, lists())["s"]
     for a, b, hh, ee, gg in zip(got, ref, H, E, G):
-        assert torch.equal(a, b)
+        t = torch.tensor
+        assert torch.equal(a, t(ee) / torch.sqrt((t(hh) + 0.25) * 3.0) * t(gg))   # rounded in that order
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-15)
         np.testing.assert_allclose(a.numpy(), ee * gg / np.sqrt(3.0 * (hh + 0.25)), rtol=1e-14)
     for a, hh, ee, mm in zip(ns["theta"], H, E, M):
         np.testing.assert_allclose(a.numpy(), ee / np.sqrt(3.0 * (hh + 0.25)) + mm, rtol=1e-14)
+
+
+def test_a_product_over_a_computed_sub_product_reads_it_with_what_is_left():
+    """A seed that is a product of several factors of a later product (with a host coefficient and a divisor
+    left over) is read once and the other factors applied after: the value is the product's, and the program
+    has one operation per factor left, where the unseeded one has one per factor."""
+    draw = ForeachCompiler({h, e, m}, indent="")
+    draw.assign(sp.Symbol("u"), e * h + m)
+    seed = {x: f"_kept{n}" for x, n in draw.memo.items()}
+    stat = ForeachCompiler({h, e, g, m}, indent="", seed=seed)
+    stat.assign(sp.Symbol("s"), c * e * h * g / (m + 2))
+    assert stat.used_seed == {"_kept" + draw.memo[e * h]}
+    plain = ForeachCompiler({h, e, g, m}, indent="")
+    plain.assign(sp.Symbol("s"), c * e * h * g / (m + 2))
+    assert len(stat.lines) == len(plain.lines) - 1        # e·h read, not made: one multiplication less
+    ns = run(draw.lines, lists())
+    got = run(stat.lines, dict(lists(), **{f"_kept{n}": ns[n] for n in draw.memo.values()}))["s"]
+    for a, hh, ee, gg, mm in zip(got, H, E, G, M):
+        np.testing.assert_allclose(a.numpy(), 3.0 * ee * hh * gg / (mm + 2), rtol=1e-14)
 
 
 def test_a_list_changed_in_place_is_not_offered():

@@ -155,3 +155,106 @@ def test_step_counts_are_views_of_one_flat_tensor_and_load_back_per_parameter():
     resumed_net, resumed_opt = _train("ivon", "IVON", kw, steps=5, resume_at=3)
     assert all(float(resumed_opt.state[p]["step"]) == 5.0 for p in resumed_net.parameters())
     assert all(torch.equal(u, v) for u, v in zip(_values(whole_net, whole_opt), _values(resumed_net, resumed_opt)))
+
+
+def _ptrs(net):
+    return [p.data_ptr() for p in net.parameters()]
+
+
+@pytest.mark.parametrize("name, cls, kw", CASES)
+def test_parameters_point_at_the_sample_inside_the_block_and_keep_their_own_storage_outside(name, cls, kw):
+    """A group laid out flat hands the parameters the draw's own sample tensor for the block (no copy in, no copy
+    back): inside, every parameter is a view of one flat sample and holds its values; on leaving (also when the body
+    raises) and after step(), every parameter is back on its own storage, holding the mean bit for bit."""
+    net, opt = _train(name, cls, kw, steps=2)
+    own = _ptrs(net)
+    means = [p.detach().clone() for p in net.parameters()]
+    with opt.sampled_params():
+        inside = _ptrs(net)
+        base = {p.untyped_storage().data_ptr() for p in net.parameters()}
+        sample = [p.detach().clone() for p in net.parameters()]
+    assert all(a != b for a, b in zip(inside, own)) and len(base) == 1
+    assert not all(torch.equal(a, b) for a, b in zip(sample, means))
+    assert _ptrs(net) == own and all(torch.equal(p, q) for p, q in zip(net.parameters(), means))
+    with pytest.raises(ZeroDivisionError):
+        with opt.sampled_params():
+            1 / 0
+    assert _ptrs(net) == own and all(torch.equal(p, q) for p, q in zip(net.parameters(), means))
+    x = torch.randn(4, 5)
+    for _ in range(kw["mc_samples"]):
+        with opt.sampled_params(train=True):
+            opt.zero_grad()
+            net(x).pow(2).sum().backward()
+    opt.step()
+    assert _ptrs(net) == own
+
+
+def test_a_parameter_that_is_not_contiguous_is_copied_into_with_the_per_tensor_paths_bits():
+    """A parameter whose strides a flat view would change (here a transposed weight) keeps its storage for the
+    block too (the sample is copied into it, as before), and the run gives the per-tensor path's bits."""
+    def run(kw):
+        net = _net()
+        with torch.no_grad():
+            w = net[0].weight
+            net[0].weight = torch.nn.Parameter(w.t().contiguous().t())     # same values, transposed strides
+        opt = load_generated("ivon", "torch").IVON(net.parameters(), **kw)
+        torch.manual_seed(1)
+        x, y = torch.randn(16, 5), torch.randn(16, 2)
+        own = _ptrs(net)
+        for _ in range(3):
+            for _ in range(2):
+                with opt.sampled_params(train=True):
+                    assert _ptrs(net) == own
+                    opt.zero_grad()
+                    ((net(x) - y) ** 2).mean().backward()
+            opt.step()
+        return net, opt
+    kw = {"lr": 0.1, "ess": 100, "mc_samples": 2}
+    (net, opt), (ref_net, ref_opt) = run(kw), run({**kw, "foreach": False})
+    assert opt._flat and not net[0].weight.is_contiguous()
+    assert all(torch.equal(u, v) for u, v in zip(_values(net, opt), _values(ref_net, ref_opt)))
+
+
+def _shared_buffer(net):
+    """The net's parameters as views of one buffer of their own (as FSDP's flat parameter or a contiguous-gradient
+    scheme holds them): none is alone on its storage."""
+    params = list(net.parameters())
+    buf = torch.cat([p.detach().reshape(-1) for p in params] + [torch.zeros(3)])
+    for p, v in zip(params, buf[:-3].split([p.numel() for p in params])):
+        p.data = v.view(p.shape)
+    return buf
+
+
+@pytest.mark.parametrize("name, cls, kw", CASES)
+@pytest.mark.parametrize("flat", [True, False])
+def test_parameters_sharing_a_buffer_keep_it_and_the_copies_give_the_pointed_samples_bits(name, cls, kw, flat,
+                                                                                          monkeypatch):
+    """Laid out flat and per tensor (a group over _FLAT_MAX; foreach=False), parameters alone on their storage point
+    at the sample inside the block and are back on it outside; parameters that are views of a larger buffer are
+    copied into instead (the buffer is what something else may read: it holds the sample inside the block, the
+    means outside) -- and both give the same bits, step after step."""
+    mod = load_generated(name, "torch")
+    if not flat:
+        monkeypatch.setattr(mod, "_FLAT_MAX", 10)
+    def run(shared, kw2):
+        net = _net()
+        buf = _shared_buffer(net) if shared else None
+        opt = getattr(mod, cls)(net.parameters(), **kw2)
+        torch.manual_seed(1)
+        x, y = torch.randn(16, 5), torch.randn(16, 2)
+        own = _ptrs(net)
+        for _ in range(3):
+            for _ in range(2):
+                with opt.sampled_params(train=True):
+                    assert (_ptrs(net) == own) == shared
+                    if shared:
+                        assert torch.equal(buf[:-3], torch.cat([p.detach().reshape(-1) for p in net.parameters()]))
+                    opt.zero_grad()
+                    ((net(x) - y) ** 2).mean().backward()
+                assert _ptrs(net) == own
+            opt.step()
+        return net, opt
+    for kw2 in (kw, {**kw, "foreach": False}):
+        (a_net, a_opt), (b_net, b_opt) = run(False, kw2), run(True, kw2)
+        assert bool(a_opt._flat) == (flat and "foreach" not in kw2)
+        assert all(torch.equal(u, v) for u, v in zip(_values(a_net, a_opt), _values(b_net, b_opt)))
