@@ -72,9 +72,14 @@ def _scalar(E, symmetric):
         return None
     if E.has(sp.Trace) or is_mat(E):
         sym = {s for s in symmetric if is_mat(s) and s.shape[0] == s.shape[1]}
-        E = _small_traces(simplify_mat(E, sym))
-        if is_mat(E):
-            E = scalar_expr(E)
+        try:
+            E = _small_traces(simplify_mat(E, sym))
+            if is_mat(E):
+                E = scalar_expr(E)
+        except (AttributeError, TypeError, ValueError):
+            # sympy's matrix algebra refuses the expression (a loss over data the derivation scalarized, whose
+            # symbol is a number inside a matrix product): no objective is written, the update is unaffected
+            return None
     return None if not isinstance(E, sp.Basic) or is_mat(E) else E
 
 
