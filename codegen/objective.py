@@ -13,6 +13,7 @@ import sympy as sp
 
 from blr_derive.codegen.printing import HostPrinter
 from blr_derive.codegen.torch_elementwise import ElementwisePrinter
+from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import softplus_form
 from blr_derive.ir.objective import ESTIMATE_KEYS
 
@@ -58,6 +59,12 @@ _STEP_RETURNS = {
 }
 
 
+def coordinates(ir) -> dict:
+    """{state name: the scalar that stands for one coordinate of it} for the vector states of a scalarized program
+    (``scalarize_elementwise``: one coordinate at a time, each named by its state's name)."""
+    return {v.name: sp.Symbol(v.name, real=True) for v in ir.state if v.kind == "elementwise" and is_mat(v.symbol)}
+
+
 def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = False,
                    absent: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """What the ``objective`` method prints: {kind, doc, entropy, expected, scale, extra, reads: [(symbol, key or
@@ -71,9 +78,10 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
     pr = printer or ElementwisePrinter()     # torch's, for the torch and Triton optimizers' host code; jax its own
     used = parts.entropy.free_symbols | (parts.expected_loss.free_symbols if parts.expected_loss is not None else set())
     reads = []
-    state = {v.symbol for v in ir.state} | {d.symbol for d in ir.data}
+    state = {v.symbol for v in ir.state} | {d.symbol for d in ir.data} | set(coordinates(ir).values())
     for v in ir.state:
-        if v.symbol in used | (parts.extra.free_symbols if parts.kind != "exact" else set()):
+        if {v.symbol, coordinates(ir).get(v.name)} & (used | (parts.extra.free_symbols if parts.kind != "exact"
+                                                             else set())):
             if v.name in absent:
                 return None
             reads.append((pr.doprint(v.symbol), None if v.name == ir.mean else stored.get(v.name, v.name)))

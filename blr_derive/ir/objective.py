@@ -183,6 +183,11 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     if D.component_axis is not None or getattr(D, "federated", None) is not None or not lm.followed:
         return None
     matrix = any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta)
+    # a vector family whose program was scalarized (one coordinate at a time, ``scalarize_elementwise``): its
+    # coordinates are alike and independent, so H(q) = P·h with h one coordinate's entropy, summed over the
+    # coordinates as an elementwise objective sums its terms
+    per_coordinate = (matrix and D.elementwise and not any(is_mat(e) for _, _, e in D.updates)
+                      and not any(is_mat(p.symbol) and p.symbol.shape[1] != 1 for p in fam.params.values()))
     # the delta method over an explicit loss (its derivatives at the Gaussian mean, Eq. 13; no oracle is called):
     # E_q[ℓ] ≈ ℓ(m), the recipe's own loss at the mean
     explicit_delta = (D.sampling is None and not D.oracle_calls and r.loss_kind == "explicit"
@@ -197,11 +202,19 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
         return None
     if not isinstance(H, sp.Basic) or H.has(sp.Integral, sp.zoo, sp.nan) or is_mat(H):
         return None
+    if per_coordinate:
+        P = fam.dim
+        h = sp.simplify(H / P) if isinstance(P, sp.Symbol) else None
+        if h is None or h.has(P) or h.atoms(sp.MatrixSymbol):
+            return None
+        H, matrix = h, False
     held = {v.symbol for v in state if v.family}
     kinds = ("scalar", "elementwise", "vector", "matrix") if matrix else ("scalar", "elementwise")
     allowed = held | {s for h in hyper for s in h.symbols} | {v.symbol for v in data or () if v.kind in kinds}
     if matrix:
         allowed |= {d.symbol for d in dims or ()}
+    if per_coordinate:                  # the scalarized program names a coordinate of a vector state by its name
+        allowed |= {sp.Symbol(str(s), real=True) for s in held if is_mat(s)}
     to_state = {fam.params[k].symbol: v.value for k, v in D.renamed.items() if k in fam.params}
 
     def in_state(e, scalar=True):
@@ -264,7 +277,9 @@ def _loss_text(fam, lm) -> str:
     theta = str(fam.theta)
     out = ("" if lm.scale == 1 else f"({sp.sstr(lm.scale)})·") + f"ℓ_o({theta})"
     if lm.prior != 0:
-        pieces = lm.prior.args if isinstance(lm.prior, sp.Add) else (lm.prior,)
+        prior = lm.prior.xreplace({sp.Trace(fam.theta.T * fam.theta): sp.Symbol(f"‖{theta}‖²")}) \
+            if is_mat(fam.theta) else lm.prior
+        pieces = prior.args if isinstance(prior, sp.Add) else (prior,)
         for p in pieces:
             if isinstance(p, sp.Piecewise) and len(p.args) == 2 and p.args[1] == (0, True):
                 out += f" + {sp.sstr(p.args[0][0])} (when {sp.sstr(p.args[0][1])})"
@@ -280,7 +295,14 @@ def _added_terms(fam, lm, point):
     value at ``point`` (the delta method); None where an expectation does not close (R not linear in T(θ))."""
     theta = fam.theta
     if point is not None:
-        out = lm.prior.xreplace({theta: point})
+        prior = lm.prior
+        if is_mat(theta) and not is_mat(point):
+            # the program was scalarized (one coordinate at a time): θᵀθ of a prior recorded on the vector is the
+            # coordinate's square, summed over the coordinates as the elementwise objective sums its terms
+            prior = prior.xreplace({sp.Trace(theta.T * theta): point ** 2})
+            if prior.has(theta) or lm.family_prior is not None:
+                return None
+        out = prior.xreplace({theta: point})
         if lm.family_prior is not None:
             lam0 = dict(zip(fam.lam, lm.family_prior))
             out += -sp.log(fam.h).xreplace({theta: point}) - sum(l0 * t.xreplace({theta: point})

@@ -124,13 +124,25 @@ def cond(when, a, b):
 
 
 def record_prior(D, R, when):
-    """Add the prior R(θ) (a function of the family's scalar variable) to the loss the objective reads
-    (``Derivation.loss_model``); a vector or matrix variable: not followed."""
+    """Add the prior R(θ) (written for one coordinate) to the loss the objective reads (``Derivation.loss_model``).
+    A scalar variable: R(θ).  A vector variable θ (a column) whose R is a x² with a free of x (weight decay's δx²/2,
+    Eq. 1): the same prior on every coordinate, Σ_i a θ_i² = a θᵀθ.  Other vector priors and matrix variables:
+    not followed (no objective)."""
     theta = D.recipe.family.theta
-    if is_mat(theta) or any(is_mat(x) for x in R(theta).free_symbols):
+    if is_mat(theta):
+        x = sp.Dummy("x", real=True)
+        a = sp.simplify(R(x) / x**2)
+        if (theta.shape[1] != 1 or a.has(x) or any(is_mat(s) for s in a.free_symbols)
+                or sp.simplify(R(x) - a * x**2) != 0):
+            D.loss_model.followed = False
+            return
+        prior = a * sp.Trace(theta.T * theta)       # the 1×1 product θᵀθ as a scalar
+    elif any(is_mat(x) for x in R(theta).free_symbols):
         D.loss_model.followed = False
         return
-    D.loss_model.prior = D.loss_model.prior + cond(when, R(theta), sp.Integer(0))
+    else:
+        prior = R(theta)
+    D.loss_model.prior = D.loss_model.prior + cond(when, prior, sp.Integer(0))
 
 
 def name_in_use(D, name):

@@ -53,7 +53,6 @@ funnel-shaped densities such as the normal-gamma need no envelope.
 from __future__ import annotations
 
 from blr_derive.candidates.load import load_recipe
-from blr_derive.core.errors import SpecError
 from blr_derive.core.sizes import instantiate_recipe
 from blr_derive.core.yamlio import load_yaml_file
 from blr_derive.families.axis import AxisFamily
@@ -80,20 +79,8 @@ def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dic
     (``hunt``) at its hard points; ``sizes`` instantiates a sized family or recipe (blr_derive/core/sizes.py) at those
     sizes."""
     spec = load_yaml_file(path)
-    if is_product_spec(spec):                     # one family per block: name them (checked one by one)
-        spec = instantiate_recipe(spec, str(path), sizes)
-        blocks = [b for b in spec["blocks"].values() if isinstance(b, dict) and "family" in b]
-        # the categorical and the Dirichlet over a recipe's components are built into the engine (rules
-        # component_softmax and component_dirichlet), not family files
-        over = sorted({f"the {b['family']} over the components" for b in blocks if b.get("components") is True
-                       and b["family"] in ("categorical", "dirichlet")})
-        fams = sorted({str(b["family"]["name"] if isinstance(b["family"], dict) and "name" in b["family"]
-                           and "variable" not in b["family"] else b["family"])
-                       for b in blocks if not (b.get("components") is True
-                                               and b["family"] in ("categorical", "dirichlet"))})
-        raise SpecError("a factorized recipe has one family per block; check them one by one: "
-                        + (", ".join(fams) or "none (no family file)")
-                        + (f" ({' and '.join(over)}: built in, no family file)" if over else ""), str(path), None)
+    if is_product_spec(spec):                     # one family per block: the step and the objective are checked
+        return _check_product(path, spec, points, sizes)
     if isinstance(spec, dict) and "family" in spec and "sufficient_statistics" not in spec:
         recipe = load_recipe(path, sizes)
         fam = recipe.family
@@ -118,4 +105,28 @@ def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dic
         rep.checks = list(checks)
     rep.notes = describe(fam) + [f"{points} random parameter points (seed {seed})"
                                   + (f", dimension {dim}" if fam.dim is not None else "")] + checks.notes
+    return rep
+
+
+def _check_product(path, spec, points, sizes) -> Report:
+    """A factorized recipe: its generated step against the derivation's program (blr_derive/verify/product.py) and
+    its objective, where the module has one, against a reference computed from the blocks and factors
+    (blr_derive/verify/product_objective.py); the blocks' families are named, to be checked one by one."""
+    inst = instantiate_recipe(spec, str(path), sizes)
+    blocks = [b for b in inst["blocks"].values() if isinstance(b, dict) and "family" in b]
+    # the categorical and the Dirichlet over a recipe's components are built into the engine (rules
+    # component_softmax and component_dirichlet), not family files
+    over = sorted({f"the {b['family']} over the components" for b in blocks if b.get("components") is True
+                   and b["family"] in ("categorical", "dirichlet")})
+    fams = sorted({str(b["family"]["name"] if isinstance(b["family"], dict) and "name" in b["family"]
+                       and "variable" not in b["family"] else b["family"])
+                   for b in blocks if not (b.get("components") is True
+                                           and b["family"] in ("categorical", "dirichlet"))})
+    recipe = load_recipe(path, sizes)
+    rep = Report(f"recipe '{recipe.name}' ({path}), a factorized recipe", None)
+    rep.checks = list(check_recipe_updates(recipe, points))
+    rep.notes = ["the blocks' families are checked one by one (blr-derive check FAMILY): "
+                 + (", ".join(fams) or "none (no family file)")
+                 + (f" ({' and '.join(over)}: built in, no family file)" if over else ""),
+                 f"{points} random states, data and hyperparameters"]
     return rep

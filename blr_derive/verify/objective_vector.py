@@ -177,7 +177,9 @@ def vector_objective_checks(recipe, D, mod, kind: str, parts=None, points: int =
                 else:
                     scale = _number(evaluate(sp.sympify(lm.scale), env, dims))
                     if kind == "delta":
-                        at = _column(evaluate(parts.point_value, env, dims))
+                        # a scalarized program names a coordinate of a vector state by the state's name
+                        coords = {sp.Symbol(str(k), real=True): k for k in env if is_mat(k)}
+                        at = _column(evaluate(sp.sympify(parts.point_value).xreplace(coords), env, dims))
                         prior = _number(evaluate(lm.prior, {**env, fam.theta: at.reshape(-1, 1)}, dims)) \
                             if lm.prior != 0 else 0.0
                         if loss is not None:        # the recipe's own loss at the point (no oracle)

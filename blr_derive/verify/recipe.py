@@ -17,8 +17,12 @@ from blr_derive.families.numeric import MODULES
 from blr_derive.families.partition import support_points
 from blr_derive.families.symbolic import evaluate
 from blr_derive.ir.build import build_ir
+from blr_derive.rules.product import FactorizedDerivation
 from blr_derive.verify.entry_points import federated_error
 from blr_derive.verify.mixture_bound import mixture_bound_checks
+from blr_derive.verify.product_objective import NAME as OBJECTIVE_CHECK
+from blr_derive.verify.product_objective import TOLERANCE as OBJECTIVE_TOLERANCE
+from blr_derive.verify.product_objective import product_objective_checks
 from blr_derive.verify.objective_vector import vector_gaussian, vector_objective_checks
 from blr_derive.verify.results import Check
 from blr_derive.verify.update import compare_update
@@ -73,7 +77,12 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     if not errors:
         note = f"no random input of {skipped} gave a finite symbolic update inside the family"
     checks = [Check("generated update vs symbolic update", worst, 1e-10, note=note, group="codegen")]
-    if hasattr(mod, "objective") and vector_gaussian(recipe.family):
+    if hasattr(mod, "objective") and isinstance(D, FactorizedDerivation):
+        checks += product_objective_checks(recipe, D, mod, points)
+    elif isinstance(D, FactorizedDerivation):
+        checks.append(Check(OBJECTIVE_CHECK, float("nan"), OBJECTIVE_TOLERANCE, kind="na", group="codegen",
+                            note="the module has no objective() (its docstring says why; docs/targets.md)"))
+    elif hasattr(mod, "objective") and vector_gaussian(recipe.family):
         kind = getattr(mod, "OBJECTIVE_ESTIMATE", "exact")
         checks += vector_objective_checks(recipe, D, mod, kind, ir.objective_parts, points)
     elif hasattr(mod, "objective") and hasattr(mod, "OBJECTIVE_ESTIMATE"):

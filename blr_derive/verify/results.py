@@ -55,6 +55,8 @@ DESCRIPTIONS = {
     "hard_maps": "λ(ordinary) finite, ordinary(λ) and μ(ordinary) consistent at the hard points",
     "generated_numpy": "the numpy module's maps (λ, A, μ, F, ordinary) at the hard points",
     "generated_jax": "the jax module's maps (λ, A, μ, F, ordinary) at the hard points",
+    "objective vs summation and quadrature": "objective() = E_q[ℓ] − H(q) from the recipe's factors and blocks",
+    "objective never increases over rounds": "objective() after each step() ≤ before (steps that lower L)",
 }
 
 
@@ -79,6 +81,8 @@ HINTS = {
     "hard_maps": "a derived map between ordinary, natural and expectation parameters fails at a hard point",
     "generated_numpy": "the generated numpy module fails or is wrong at a hard point (named above)",
     "generated_jax": "the generated jax module fails or is wrong at a hard point (named above)",
+    "objective vs summation and quadrature": "the generated objective is not E_q[ℓ] − H(q) of the recipe's blocks",
+    "objective never increases over rounds": "a round of step() raised the objective (see the note)",
 }
 
 

@@ -15,6 +15,7 @@ import sympy as sp
 from blr_derive.codegen.arrays import components
 from blr_derive.codegen.arrays.printer import ArrayPrinter
 from blr_derive.codegen.inert import identifier
+from blr_derive.core.matexpr import is_mat
 from blr_derive.core import newton
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.specialfns import softplus_form
@@ -423,6 +424,8 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
     hyper = [h for h in ir.hyperparameters if any(s in used for s in h.symbols)]
     known = {v.symbol for v in ir.state} | {v.symbol for v in ir.data} | {s for h in ir.hyperparameters
                                                                            for s in h.symbols}
+    # a scalarized program (one coordinate at a time) names a coordinate of a vector state by the state's name
+    known |= {sp.Symbol(v.name, real=True) for v in ir.state if v.kind == "elementwise" and is_mat(v.symbol)}
     # a term that reads a dimension is one number for the whole vector or matrix family (its entropy P/2·log 2πe
     # − ½ log det S; blr_derive/ir/objective.py admits dimensions for those families only), not per coordinate
     dims = list(dict.fromkeys(str(d.symbol) for d in ir.dims or () if d.symbol in used))

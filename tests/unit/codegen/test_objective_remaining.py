@@ -53,8 +53,8 @@ def test_soap_objective_is_the_delta_value_in_the_eigenbasis():
 
 #: the modules with no objective (outside mixtures, EM, svi/vmp, dropout and federated recipes) and a word of the
 #: reason docs/targets.md gives for each
-ABSENT = {"sgd": "record_prior", "noisy_kfac": "Kronecker", "noisy_kfac_mc": "Kronecker", "evon": "rotated",
-          "torch/soap": "matrix-state", "torch/evon": "rotated", "torch/sgd": "record_prior"}
+ABSENT = {"noisy_kfac": "Kronecker", "noisy_kfac_mc": "Kronecker", "evon": "rotated",
+          "torch/soap": "matrix-state", "torch/evon": "rotated"}
 
 
 @pytest.mark.parametrize("name", list(ABSENT))
@@ -82,3 +82,34 @@ def test_jax_objectives_equal_numpy(x64):
         a = load_generated(name, "jax").objective(st, **kw)
         b = load_generated(name).objective(st, **kw)
         assert abs(float(a["objective"]) - float(b["objective"])) < 1e-12 * max(1.0, abs(float(b["objective"]))), name
+
+
+def test_sgd_objective_is_the_delta_value_with_its_weight_decay(x64):
+    """sgd (gaussian_fixed_cov over a vector θ, its program scalarized): weight decay's prior δθ²/2 is recorded on the
+    vector as δ/2 θᵀθ, so the module has the delta value ℓ_o(m) + δ/2 ‖m‖² − P/2 log(2πe) (identity covariance),
+    written here; numpy, jax (two leaves: P counts both) and the torch optimizer (two parameter groups) to 1e-12."""
+    import jax.numpy as jnp
+    import torch
+    rng = np.random.default_rng(6)
+    m, w = rng.normal(size=5), rng.normal(size=(2, 3))
+    loss = lambda *xs: 0.5 * sum(float(np.sum((np.asarray(x) - 1.0) ** 2)) for x in xs)   # noqa: E731
+    delta = 0.3
+    H = lambda P: P / 2 * math.log(2 * math.pi * math.e)                                    # noqa: E731
+    want = loss(m) + delta / 2 * m @ m - H(5)
+    out = load_generated("sgd").objective({"m": m}, oracles={"loss": loss}, weight_decay=delta)
+    assert out["estimate"] == "delta" and abs(out["objective"] - want) < 1e-12 * abs(want)
+    assert abs(out["entropy"] - H(5)) < 1e-12 and abs(out["expected_loss"] - (want + H(5))) < 1e-12 * abs(want)
+    assert abs(load_generated("sgd").objective({"m": m}, oracles={"loss": loss})["objective"]
+               - (loss(m) - H(5))) < 1e-12 * abs(want)          # the default weight_decay = 0: no prior
+    jmod = load_generated("sgd", "jax")
+    params = {"a": jnp.asarray(m), "b": jnp.asarray(w)}
+    tx = jmod.sgd(lr=0.1, weight_decay=delta)
+    both = loss(m, w) + delta / 2 * (m @ m + np.sum(w * w)) - H(11)
+    got = jmod.objective(params, tx.init(params), loss=loss(m, w), weight_decay=delta)
+    assert abs(float(got["objective"]) - both) < 1e-12 * abs(both)
+    a, b = torch.nn.Parameter(torch.tensor(m)), torch.nn.Parameter(torch.tensor(w))
+    opt = load_generated("sgd", "torch").SGD([{"params": [a]}, {"params": [b], "weight_decay": 0.0}], lr=0.1,
+                                             weight_decay=delta)
+    two = loss(m, w) + delta / 2 * m @ m - H(11)            # the second group has no weight decay
+    got = opt.objective(lambda: torch.tensor(loss(m, w), dtype=torch.float64))
+    assert got["estimate"] == "delta" and abs(got["objective"] - two) < 1e-12 * abs(two)
