@@ -85,3 +85,48 @@ def test_fused_equal_sizes_bitwise_per_parameter():
     for a, b, o in zip(pa, pb, ob):
         assert torch.equal(a, b)
         assert torch.equal(oa.state[a]["exp_avg_sq"], o.state[b]["exp_avg_sq"])
+
+
+@pytest.mark.slow
+def test_fused_parameter_laid_out_unlike_its_gradient():
+    """Issue 39's case: a transposed (non-contiguous) parameter whose gradient from a loss is contiguous, next to a
+    channels_last convolution weight and a slice of a larger tensor, their gradients contiguous too.  fused=True once failed to compile here (the
+    gradient laid out flat next to the strided parameter), warned and used the multi-tensor path for the rest of
+    the process; now it stays fused, keeps every parameter's layout (the slice still writes into its tensor) and
+    gives the bits the same values laid out contiguously give, in float32 and float64."""
+    import warnings
+    mod = load_generated("adam", "torch")
+
+    def run(dtype, contiguous):
+        g = torch.Generator().manual_seed(0)
+        big = torch.randn(9, 7, generator=g, dtype=dtype)
+        w = torch.randn(8, 6, generator=g, dtype=dtype).t()
+        k = torch.randn(4, 3, 2, 2, generator=g, dtype=dtype).to(memory_format=torch.channels_last)
+        params = [torch.nn.Parameter(x.contiguous() if contiguous else x) for x in (w, k, big[2:8, 1:5])]
+        X = torch.randn(5, 3, 4, 4, generator=g, dtype=dtype)
+        opt = mod.Adam(params, lr=0.01, weight_decay=0.1, fused=True)
+        for _ in range(3):
+            # the loss at contiguous copies (a matrix product's rounding depends on its operands' layout; the
+            # optimizer's must not), so both runs get the same gradients while their parameters agree
+            a, b, c = (p.detach().contiguous().requires_grad_() for p in params)
+            out = torch.nn.functional.conv2d(X, b).flatten(1)[:, :8]        # (5, 8)
+            loss = (out @ a.t() @ a).square().mean() + c.square().sum()
+            grads = torch.autograd.grad(loss, (a, b, c))
+            for p, gr in zip(params, grads):
+                p.grad = gr.contiguous()        # as a loss's gradient often is (autograd.grad, DDP buckets)
+            opt.step()
+        return params, opt, big
+
+    for dtype in (torch.float32, torch.float64):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            params, opt, big = run(dtype, contiguous=False)
+            flat, flat_opt, _ = run(dtype, contiguous=True)
+        assert not any(p.is_contiguous() for p in params)
+        assert params[1].is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(big[2:8, 1:5], params[2])
+        assert not mod._COMPILED.get("failed")
+        for p, q in zip(params, flat):
+            assert torch.equal(p, q)
+            assert all(torch.equal(v, flat_opt.state[q][n]) for n, v in opt.state[p].items())
+
