@@ -54,7 +54,7 @@ def _work(tensors):
 def _real(tensors):
     """Complex tensors as real views (torch.optim's convention: real and imaginary parts are updated as two
     independent real numbers)."""
-    return [torch.view_as_real(t) if t is not None and torch.is_complex(t) else t for t in tensors]
+    return [torch.view_as_real(t) if t is not None and t.is_complex() else t for t in tensors]
 
 
 def _shard_like(x, p):

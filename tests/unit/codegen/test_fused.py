@@ -130,3 +130,46 @@ def test_fused_parameter_laid_out_unlike_its_gradient():
             assert torch.equal(p, q)
             assert all(torch.equal(v, flat_opt.state[q][n]) for n, v in opt.state[p].items())
 
+
+
+@pytest.mark.slow
+def test_fused_step_counts_one_flat_tensor():
+    """The fused step counts a group's parameters with one add on one flat tensor whose elements the states'
+    ``step`` entries are (0-d views), and buckets them with one read: the counts stay torch's per-parameter counts
+    (a parameter without a gradient for a step keeps its own), a checkpoint loaded into a new optimizer or back into
+    the same one (its counts laid out again) continues as the uninterrupted run does, bit for bit, and both
+    follow torch's for-loop Adam."""
+    mod = load_generated("adam", "torch")
+    g = torch.Generator().manual_seed(0)
+    init = [torch.randn(5, generator=g), torch.randn(2, 3, generator=g)]
+    grads = [[torch.randn(t.shape, generator=g) for t in init] for _ in range(8)]
+    ours = [torch.nn.Parameter(t.clone()) for t in init]
+    ref = [torch.nn.Parameter(t.clone()) for t in init]
+    opt = mod.Adam(ours, lr=0.01, amsgrad=True, fused=True)
+    peer = torch.optim.Adam(ref, lr=0.01, amsgrad=True, foreach=False)
+
+    def step(k, opts):
+        for o in opts:
+            for i, p in enumerate(o.param_groups[0]["params"]):
+                p.grad = None if (k, i) == (3, 1) else grads[k][i].clone()
+            o.step()
+
+    for k in range(5):
+        step(k, (opt, peer))
+    counts = [opt.state[p]["step"] for p in ours]
+    assert counts[0]._base is not None and counts[0]._base is counts[1]._base       # one flat tensor
+    assert [c.item() for c in counts] == [peer.state[p]["step"].item() for p in ref] == [5.0, 4.0]
+    saved = copy.deepcopy(opt.state_dict())
+    other_params = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    other = mod.Adam(other_params, lr=0.01, amsgrad=True, fused=True)
+    other.load_state_dict(copy.deepcopy(saved))
+    opt.load_state_dict(copy.deepcopy(saved))
+    for k in range(5, 8):
+        step(k, (opt, other, peer))
+    for p, q, r in zip(ours, other_params, ref):
+        assert torch.equal(p, q)
+        assert torch.equal(opt.state[p]["exp_avg_sq"], other.state[q]["exp_avg_sq"])
+        assert opt.state[p]["step"].item() == other.state[q]["step"].item() == peer.state[r]["step"].item()
+        torch.testing.assert_close(p.detach(), r.detach(), rtol=1.3e-6, atol=1e-6)
+    assert [opt.state[p]["step"].item() for p in ours] == [8.0, 7.0]
+    assert not mod._COMPILED.get("failed")
