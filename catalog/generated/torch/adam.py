@@ -61,7 +61,7 @@ def _work(tensors):
 def _real(tensors):
     """Complex tensors as real views (torch.optim's convention: real and imaginary parts are updated as two
     independent real numbers)."""
-    return [torch.view_as_real(t) if t is not None and torch.is_complex(t) else t for t in tensors]
+    return [torch.view_as_real(t) if t is not None and t.is_complex() else t for t in tensors]
 
 
 def _start(value, p):
@@ -208,6 +208,39 @@ def _keep_low_state(opt, state_dict, renamed):
             st[key] = value.to(device=_p.device, dtype=torch.float32 if value.dtype in _LOW else value.dtype)
 
 
+def _flat_counts(cache, index, states):
+    """The step counts of a group as one flat tensor whose elements every parameter's ``state["step"]`` is a 0-d
+    view of (torch.optim's per-parameter counts, so checkpoints keep their layout), or None where they cannot be
+    (a count missing, not a 0-d tensor on the CPU, or of another dtype).  Laid out on the first call and again
+    after the counts were replaced (e.g. by load_state_dict; ``cache`` as _flat_states'): then one add counts
+    every parameter's step and one read gives every count, where a count per parameter costs a fill and a read
+    each (~2 us per parameter, as much as a small model's update)."""
+    steps = [st.get("step") for st in states]
+    entry = cache.get((index, "step"))
+    if entry is not None and list(map(id, steps)) == entry[2]:
+        return entry[0]
+    first = steps[0]
+    if not all(torch.is_tensor(t) and t.ndim == 0 and t.is_cpu and t.dtype == first.dtype and not t.requires_grad
+               and not hasattr(t, "device_mesh") for t in steps):
+        return None
+    flat = torch.stack(steps)
+    views = flat.unbind()
+    for st, v in zip(states, views):
+        st["step"] = v
+    cache[(index, "step")] = (flat, views, list(map(id, views)))
+    return flat
+
+
+def _flat_buckets(counts, states, foreach):
+    """_buckets over counts laid out flat (_flat_counts): one bucket at their count where they agree (one read of
+    the flat tensor), otherwise _buckets' own."""
+    values = counts.tolist()
+    first = values[0]
+    if all(v == first for v in values):
+        return [(int(first), None)]
+    return _buckets(states, foreach)
+
+
 def _no_sparse(params, name):
     for p in params:
         if p.grad is not None and p.grad.is_sparse:
@@ -283,7 +316,8 @@ def _kernel_group(arrays, numbers, flags):
     and one guard check per step instead of one per tensor (a compiled call costs ~40 µs on the host, as much as
     the update of 1e5 parameters).  The tensors arrive as they are and are flattened here, inside the compiled
     graph, where a view costs nothing (outside, one ``view`` per tensor and list was ~1 us each: ~60 us a step for
-    16 parameters of Adam; the graph is specialized on each tensor's number of dimensions).  The host arguments arrive as _host_args makes them: the numbers in one
+    16 parameters of Adam; the graph is specialized on each tensor's number of dimensions and on whether a
+    parameter's tensors are all contiguous, see _flat).  The host arguments arrive as _host_args makes them: the numbers in one
     tensor, read here by position (0-d views, as the kernel's arithmetic had them as 0-d tensors), the flags
     as Python bools (None where a number goes)."""
     host, _j = [], 0
@@ -294,7 +328,7 @@ def _kernel_group(arrays, numbers, flags):
         else:
             host.append(_f)
     for _k in range(len(arrays[0])):
-        _kernel(*[_flat(a[_k]) for a in arrays], *host)
+        _kernel(*_flat([a[_k] for a in arrays]), *host)
 
 
 def _host_args(host, dtype, device):
@@ -324,8 +358,15 @@ def _compiled_kernel():
     return _COMPILED["kernel"]
 
 
-def _flat(x):
-    return None if x is None else (x.view(-1) if x.is_contiguous() else x)
+def _flat(tensors):
+    """One parameter's tensors for the kernel (its value, its state, its gradient...; None where a list is None),
+    all laid out alike: each one flat (a view) where every one of them is contiguous, otherwise all as they are
+    (they have one shape, and the kernel is elementwise, so any strides give each element the same value: a
+    transposed, channels_last or sliced parameter whose gradient or state is laid out otherwise, which a flat
+    view next to a strided tensor would broadcast against)."""
+    if all(x is None or x.is_contiguous() for x in tensors):
+        return [None if x is None else x.view(-1) for x in tensors]
+    return tensors
 
 
 def _pick(values, index, n):
@@ -374,6 +415,7 @@ class Adam(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, decoupled_weight_decay=decoupled_weight_decay, maximize=bool(maximize), foreach=foreach,
                         capturable=False, differentiable=False, fused=bool(fused))
         super().__init__(params, defaults)
+        self._flat = {}             # (group index, "step") -> the flat tensor of its counts, their views, their ids
 
     def _state(self, _p, group):
         """The state of one parameter; an entry missing (a new parameter, or a checkpoint of an optimizer that
@@ -404,6 +446,7 @@ class Adam(torch.optim.Optimizer):
         """Also what load_state_dict calls: groups saved without torch's newer flags get their defaults, a
         ``step`` saved as a number becomes a tensor, and state saved under its own name takes its stored name."""
         super().__setstate__(state)
+        self._flat = {}
         for group in self.param_groups:
             for _key, _value in _GROUP_DEFAULTS.items():
                 group.setdefault(_key, _value)
@@ -448,9 +491,17 @@ class Adam(torch.optim.Optimizer):
             _no_sparse(params, "Adam")
             _inputs = {"g": [p.grad for p in params], }
             states = [self._state(p, group) for p in params]
-            _count_step(states)
+            _fc = None
+            if group["fused"] and len(params) == len(group["params"]) and not torch.compiler.is_compiling():
+                _fc = _flat_counts(self._flat, _index, states)
+            if _fc is not None:             # every count a view of one flat tensor: one add, one read
+                _fc.add_(1)
+                _bk = _flat_buckets(_fc, states, group["foreach"])
+            else:
+                _count_step(states)
+                _bk = _buckets(states, group["foreach"])
             fused = group["fused"] and not _COMPILED.get("failed")
-            for _t, _i in _buckets(states, group["foreach"]):
+            for _t, _i in _bk:
                 self._apply(group, _sub(params, _i), _sub(states, _i), _t,
                             {_k: _sub(_v, _i) for _k, _v in _inputs.items()}, fused)
         return loss

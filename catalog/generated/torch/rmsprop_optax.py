@@ -59,7 +59,7 @@ def _work(tensors):
 def _real(tensors):
     """Complex tensors as real views (torch.optim's convention: real and imaginary parts are updated as two
     independent real numbers)."""
-    return [torch.view_as_real(t) if t is not None and torch.is_complex(t) else t for t in tensors]
+    return [torch.view_as_real(t) if t is not None and t.is_complex() else t for t in tensors]
 
 
 def _start(value, p):
@@ -274,7 +274,8 @@ def _kernel_group(arrays, numbers, flags):
     and one guard check per step instead of one per tensor (a compiled call costs ~40 µs on the host, as much as
     the update of 1e5 parameters).  The tensors arrive as they are and are flattened here, inside the compiled
     graph, where a view costs nothing (outside, one ``view`` per tensor and list was ~1 us each: ~60 us a step for
-    16 parameters of Adam; the graph is specialized on each tensor's number of dimensions).  The host arguments arrive as _host_args makes them: the numbers in one
+    16 parameters of Adam; the graph is specialized on each tensor's number of dimensions and on whether a
+    parameter's tensors are all contiguous, see _flat).  The host arguments arrive as _host_args makes them: the numbers in one
     tensor, read here by position (0-d views, as the kernel's arithmetic had them as 0-d tensors), the flags
     as Python bools (None where a number goes)."""
     host, _j = [], 0
@@ -285,7 +286,7 @@ def _kernel_group(arrays, numbers, flags):
         else:
             host.append(_f)
     for _k in range(len(arrays[0])):
-        _kernel(*[_flat(a[_k]) for a in arrays], *host)
+        _kernel(*_flat([a[_k] for a in arrays]), *host)
 
 
 def _host_args(host, dtype, device):
@@ -315,8 +316,15 @@ def _compiled_kernel():
     return _COMPILED["kernel"]
 
 
-def _flat(x):
-    return None if x is None else (x.view(-1) if x.is_contiguous() else x)
+def _flat(tensors):
+    """One parameter's tensors for the kernel (its value, its state, its gradient...; None where a list is None),
+    all laid out alike: each one flat (a view) where every one of them is contiguous, otherwise all as they are
+    (they have one shape, and the kernel is elementwise, so any strides give each element the same value: a
+    transposed, channels_last or sliced parameter whose gradient or state is laid out otherwise, which a flat
+    view next to a strided tensor would broadcast against)."""
+    if all(x is None or x.is_contiguous() for x in tensors):
+        return [None if x is None else x.view(-1) for x in tensors]
+    return tensors
 
 
 def _pick(values, index, n):
