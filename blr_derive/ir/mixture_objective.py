@@ -58,7 +58,9 @@ def mixture_bound_terms(D: Derivation):
         return None
     base = fam.base
     theta = base.theta
-    if base.gaussian_mean is None or is_mat(theta) or any(is_mat(p.symbol) for p in base.params.values()):
+    mean, cov = base.gaussian_mean, base.gaussian_cov
+    if (not isinstance(mean, sp.Basic) or not isinstance(cov, sp.Basic) or is_mat(theta)
+            or any(is_mat(p.symbol) for p in base.params.values())):
         return None
     if r.loss.free_symbols & {p.symbol for p in base.params.values()}:
         return None
@@ -66,14 +68,15 @@ def mixture_bound_terms(D: Derivation):
     if any(w is None for w, _ in comps):
         return None
     try:
-        E = sp.Add(*[w * base.expect_gaussian(r.loss, mean=base.gaussian_mean.xreplace(s),
-                                              cov=base.gaussian_cov.xreplace(s)) for w, s in comps])
+        E = sp.Add(*[w * base.expect_gaussian(r.loss, mean=mean.xreplace(s), cov=cov.xreplace(s))
+                     for w, s in comps])
     except Exception:                   # noqa: BLE001 - no closed Gaussian expectation: no bound
         return None
     lams = [[sp.sympify(e).xreplace(s) for e in base.eta] for _, s in comps]
+    A_base = sp.sympify(base.A)
 
     def A(lam):
-        return base.A.xreplace(dict(zip(base.lam, lam)))
+        return A_base.xreplace(dict(zip(base.lam, lam)))
 
     try:
         H_k = base.entropy()

@@ -52,6 +52,7 @@ class SamplingView(TypedDict):
     theta: str
     theta_program: list[str]
     stat_program: list[str]
+    theta_fresh: bool                          # the sample is a list the draw allocated: parameters may point at it
     stats: list[tuple[str, str, str | None, bool]]   # (average, per-sample value, host condition or None, fresh:
     #                                           the value is a list of its own, kept as the running mean)
     flat_fresh: list[str]                      # the averages whose value is a sample's gradients: fresh when flat
