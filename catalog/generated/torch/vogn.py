@@ -481,9 +481,9 @@ def _kernel_group(arrays, numbers, flags):
     and one guard check per step instead of one per tensor (a compiled call costs ~40 µs on the host, as much as
     the update of 1e5 parameters).  The tensors arrive as they are and are flattened here, inside the compiled
     graph, where a view costs nothing (outside, one ``view`` per tensor and list was ~1 us each: ~60 us a step for
-    16 parameters of Adam; the graph is specialized on each tensor's number of dimensions and on whether a
-    parameter's tensors are all contiguous, see _flat).  The host arguments arrive as _host_args makes them: the numbers in one
-    tensor, read here by position (0-d views, as the kernel's arithmetic had them as 0-d tensors), the flags
+    16 parameters with four tensors each; the graph is specialized on each tensor's number of dimensions and on
+    whether a parameter's tensors are all contiguous, see _flat).  The host arguments arrive as _host_args makes
+    them: the numbers in one tensor, read here by position (0-d views, as the kernel's arithmetic had them as 0-d tensors), the flags
     as Python bools (None where a number goes)."""
     host, _j = [], 0
     for _f in flags:
