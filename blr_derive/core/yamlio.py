@@ -107,11 +107,12 @@ _EXPONENT_FLOAT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
 MAX_NESTING = 64
 
 
-def _check_nesting(text, file):
+def _check_nesting(text, file, loader=yaml.SafeLoader):
     """Reject deeply nested collections from the event stream (flat, no recursion) before composing nodes,
-    which recurses once per level (``[[[[...]]]]`` would exhaust the Python stack)."""
+    which recurses once per level (``[[[[...]]]]`` would exhaust the Python stack); ``loader``: the parser whose
+    events are read (libyaml's on the fast path)."""
     depth = 0
-    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+    for ev in yaml.parse(text, Loader=loader):
         if isinstance(ev, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_NESTING:
@@ -131,14 +132,7 @@ def _libyaml_load(text: str, file: str):
     if not getattr(yaml, "__with_libyaml__", False):
         return None
     try:
-        depth = 0
-        for ev in yaml.parse(text, Loader=yaml.CSafeLoader):
-            if isinstance(ev, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_NESTING:
-                    return None
-            elif isinstance(ev, yaml.CollectionEndEvent):
-                depth -= 1
+        _check_nesting(text, file, yaml.CSafeLoader)     # too deep: None, and the pure-Python path refuses it
         loader = yaml.CSafeLoader(text)
         try:
             node = loader.get_single_node()
