@@ -126,7 +126,8 @@ def _load_family_file(path: Path, given=None) -> Family:
         fam = diskcache.load(disk_key)
     if fam is None:
         fam = _with_prose(diskcache.load(math_key), spec, str(path), resolved)
-    if fam is None:
+    derived = fam is None
+    if derived:
         before = budget.location()
         budget.where(str(path), 1)          # a budget that runs out while the family derives names its file
         try:
@@ -134,9 +135,9 @@ def _load_family_file(path: Path, given=None) -> Family:
         finally:
             budget.where(*before)
         diskcache.store(disk_key, fam)
-        if prose_sites(fam) is not None:
+    if prose_sites(fam) is not None:        # reusable for the same mathematics with other prose
+        if derived:
             diskcache.store(math_key, fam)
-    if prose_sites(fam) is not None:
         _remember(math_key, fam)
     _remember(key, fam)
     if resolved is not None:
