@@ -15,7 +15,10 @@ Stages, each applied by the rules the recipe names (``blr_derive/rules``), in th
 """
 from __future__ import annotations
 
+import dataclasses
+
 from blr_derive.candidates.base import Candidate, check_structure, located_family, register
+from blr_derive.core.errors import DerivationError
 from blr_derive.core.sizes import instantiate_recipe
 from blr_derive.core.yamlio import check_keys
 from blr_derive.families.library import load_family
@@ -25,6 +28,7 @@ from blr_derive.rules.context import BLRContext
 from blr_derive.rules.delta import needs_gaussian_moments
 from blr_derive.rules.federated import IMPLIED
 from blr_derive.rules.program import apply_program_rules
+from blr_derive.spec.hyper import Approx
 from blr_derive.spec.recipe import RECIPE_KEYS, check_recipe_keys, parse_recipe
 
 
@@ -50,25 +54,59 @@ def check(ctx):
     if len(expectation) > 1:
         raise ctx.fail("at most one expectation rule may be named (got "
                        + ", ".join(a.name for _, a in expectation) + ")", expectation[1][1])
-    for a in recipe.approximations:
-        RULES[a.name].check(ctx)
     named = [r for r, _ in expectation if recipe.loss_kind in r.losses]
+    if named or not expectation:
+        for a in recipe.approximations:
+            RULES[a.name].check(ctx)
     if named:
         return
     if expectation:
-        # the rule named takes the other kind of loss: say which, and which rules take this one (from the registry)
+        # the rule named takes the other kind of loss: say which, and which rules take this one over this family
+        # (from the registry, each rule's own applicability check)
         rule, where_ = expectation[0]
         takes = sorted(n for n, r in RULES.items() if r.kind == "expectation" and recipe.loss_kind in r.losses)
         other = ("an abstract loss (`loss: abstract`: the step receives ℓ or its derivatives at the points it "
                  "names, from your code)" if "abstract" in rule.losses else "an explicit loss")
-        raise ctx.fail(f"approximation '{rule.name}' takes {other}, not an {recipe.loss_kind} loss; with this "
-                       f"loss name one of: {', '.join(takes)}", where_)
+        fits = applicable(recipe, takes, recipe.loss_kind, where_.line)
+        if fits:
+            raise ctx.fail(f"approximation '{rule.name}' takes {other}, not an {recipe.loss_kind} loss; for this "
+                           f"loss over family '{recipe.family.name}' name one of: {', '.join(fits)}", where_)
+        kind = next(k for k in rule.losses if k != recipe.loss_kind)
+        others = sorted(n for n, r in RULES.items() if r.kind == "expectation" and kind in r.losses)
+        why: list = []
+        there = applicable(recipe, others, kind, where_.line, why if rule.name in others else None, rule.name)
+        if there:
+            tail = f"; with an {kind} loss these apply: {', '.join(there)}"
+        else:
+            tail = f"; nor does '{rule.name}' with an {kind} loss" + (f" ({why[0]})" if why else "")
+        raise ctx.fail(f"approximation '{rule.name}' takes {other}, not an {recipe.loss_kind} loss, and none of the "
+                       f"rules for an {recipe.loss_kind} loss ({', '.join(takes)}) applies to family "
+                       f"'{recipe.family.name}'" + tail, where_)
     if recipe.loss_kind == "explicit":
         raise ctx.fail("an explicit loss needs an expectation rule: add 'exact' (or 'delta', "
                        "'gauss_hermite' for sums over data)")
     needs_gaussian_moments(ctx, None)
     raise ctx.fail("an abstract loss needs an expectation approximation for E_q[∇ℓ], E_q[∇²ℓ]: "
                    "add 'delta' or 'monte_carlo'")
+
+
+def applicable(recipe, names, loss_kind, line, why: list | None = None, named: str = "") -> list:
+    """The expectation rules among ``names`` whose applicability check passes for ``recipe`` with a loss of
+    ``loss_kind`` in place of its own expectation rule (to name, in a refusal, only rules that would derive);
+    ``why`` receives the first line of rule ``named``'s refusal."""
+    kept = [a for a in recipe.approximations if RULES[a.name].kind != "expectation"]
+    out = []
+    for n in names:
+        trial = dataclasses.replace(recipe, loss_kind=loss_kind, approximations=[Approx(n, {}, line)] + kept,
+                                    loss=recipe.loss if loss_kind == "explicit" else None)
+        try:
+            RULES[n].check(BLRContext(trial, Derivation(trial), candidate="single"))
+        except Exception as exc:        # noqa: BLE001 - any refusal (located or not) means: does not apply here
+            if n == named and why is not None:
+                why.append(str(getattr(exc, "message", None) or exc).splitlines()[0])
+            continue
+        out.append(n)
+    return out
 
 
 def step_rules(ctx):
@@ -87,8 +125,22 @@ def derive_single(recipe) -> Derivation:
     for r in steps:
         r.on_blr(ctx)
     base_measure(ctx)
-    (expectation, _), = expectation_rules(ctx)
-    grads = expectation.natural_gradient(ctx)
+    (expectation, approx), = expectation_rules(ctx)
+    try:
+        grads = expectation.natural_gradient(ctx)
+    except DerivationError as exc:      # the loss is beyond the rule: located at the rule the recipe names
+        takes = sorted(n for n, r in RULES.items() if r.kind == "expectation" and recipe.loss_kind in r.losses
+                       and n != approx.name)
+        fits = applicable(recipe, takes, recipe.loss_kind, approx.line)
+        if fits:
+            tail = f"; rules that apply to this loss and family: {', '.join(fits)}"
+        else:
+            kind = "abstract" if recipe.loss_kind == "explicit" else "explicit"
+            there = applicable(recipe, sorted(n for n, r in RULES.items() if r.kind == "expectation"
+                                              and kind in r.losses), kind, approx.line)
+            tail = f"; with an {kind} loss these apply to the family: {', '.join(there)}" if there else ""
+        raise ctx.fail(f"approximation '{approx.name}' cannot derive E_q[loss] over family "
+                       f"'{recipe.family.name}': {exc}" + tail, approx) from None
     for r in steps:
         grads = r.adjust_gradient(ctx, grads)
     lam_new = assemble(ctx, grads)

@@ -82,8 +82,9 @@ class Exact(Rule):
             raise ctx.fail(f"approximation 'exact' does not apply to family '{fam.name}': the loss is not linear "
                            "in its sufficient statistics, nor a sum of polynomials in them times exponentials of "
                            "linear combinations of them (closed forms from the tilted log-partition), the support is "
-                           "not finite and the family has no Gaussian moments; use a sampling rule "
-                           "('score_function') or a family with a closed form", approx)
+                           "not finite and the family has no Gaussian moments; use a rule that integrates numerically "
+                           "('quadrature' over the family's inverse-CDF 'sampler', or `loss: abstract` with "
+                           "'score_function' or 'monte_carlo') or a family with a closed form", approx)
 
     #: mixtures: the loss term is differentiated in closed form under component k
     mixture_note = " — applied to the entropy term; the loss term is differentiated in closed form below."
@@ -233,6 +234,7 @@ def conjugate_with_log_h(recipe, D, linear, g_logh):
     fam = recipe.family
     c0, cs = linear
     D.expected_loss = None            # E_q[ℓ] itself needs E_q[log h]; Eq. 6 needs only E_q[ℓ + log h]
+    D.expected_loss_plus_log_h = c0 + fam.inner(cs, fam.mu)    # the objective adds −E_q[log h] where it closes
     grads = [c - g for c, g in zip(cs, g_logh)]
     D.unsigned_gradient = not fam.is_gaussian     # of either sign: the new state is checked (ir/validity.py)
     D.natural_gradient = NaturalGradient(list(grads))

@@ -1,7 +1,9 @@
 """A recipe that names an expectation rule for the other kind of loss gets one located line that says which kind
-the rule takes and which rules take its loss (read from the rule registry): a user with an explicit loss and a
-family whose sampler is not an inverse CDF went round in circles ('exact' said "use a sampling rule
-('score_function')", 'score_function' said "add 'exact'")."""
+the rule takes and which rules take its loss over its family (read from the rule registry, each rule's own
+applicability check): a user with an explicit loss and a family whose sampler is not an inverse CDF went round in
+circles ('exact' said "use a sampling rule ('score_function')", 'score_function' said "add 'exact'", then "name one
+of: delta, exact, gauss_hermite, quadrature", none of which applies to a non-Gaussian family without an
+inverse-CDF sampler).  Every rule a message names is followed here and derives."""
 from __future__ import annotations
 
 import contextlib
@@ -28,6 +30,11 @@ sampler: a*sqrt(z**2 + z2**2 + z3**2)
 
 def _run(tmp_path, loss, approx):
     (tmp_path / "maxwell.yaml").write_text(FAMILY, encoding="utf-8")
+    return _run_in(tmp_path, loss, approx)
+
+
+def _run_in(tmp_path, loss, approx):
+    """The command line on rec.yaml with the family file as it is in ``tmp_path``."""
     (tmp_path / "rec.yaml").write_text(f"name: fit\nfamily: maxwell.yaml\nloss: {loss}\nlearning_rate: rho\n"
                                        f"hyperparameters: {{rho: 0.1}}\napproximations: [{approx}]\n",
                                        encoding="utf-8")
@@ -41,12 +48,55 @@ def _takes(kind):
     return sorted(n for n, r in RULES.items() if r.kind == "expectation" and kind in r.losses)
 
 
-def test_a_sampling_rule_with_an_explicit_loss_names_the_rules_that_take_it(tmp_path):
+def _named(msg, after):
+    return msg.rstrip().split(after, 1)[1].split(", ")
+
+
+def test_a_sampling_rule_with_an_explicit_loss_no_explicit_rule_fits(tmp_path):
+    """Nothing for an explicit loss applies to this family (no Gaussian moments, its sampler is no inverse CDF,
+    the loss is not linear in T): the message says so and names the rules that take the abstract loss here."""
     rc, msg = _run(tmp_path, "{expression: theta + theta**2/2 - 2*log(theta)}", "score_function")
     assert rc == 2 and msg.count("\n") == 1 and not (tmp_path / "out.py").exists()
     assert "rec.yaml:6: approximation 'score_function' takes an abstract loss (`loss: abstract`" in msg
-    assert msg.rstrip().endswith("with this loss name one of: " + ", ".join(_takes("explicit")))
+    assert ("none of the rules for an explicit loss (" + ", ".join(_takes("explicit"))
+            + ") applies to family 'maxwell_scale'") in msg
+    named = _named(msg, "with an abstract loss these apply: ")
+    assert named == ["reparameterization", "score_function"]
+    for rule in named:                  # each one derives with the abstract loss
+        out = tmp_path / "out.py"
+        rc, err = _run(tmp_path, "abstract", rule)
+        assert rc == 0, err
+        assert "def step" in out.read_text(encoding="utf-8")
+        out.unlink()
     assert {"exact", "quadrature", "delta"} <= set(_takes("explicit")) and "score_function" not in _takes("explicit")
+
+
+def test_an_explicit_rule_named_for_an_abstract_loss_names_the_abstract_rules_that_fit(tmp_path):
+    """'exact' (or 'gauss_hermite') with `loss: abstract` used to say "use 'delta'", which needs a Gaussian."""
+    for rule in ("exact", "gauss_hermite"):
+        rc, msg = _run(tmp_path, "abstract", rule)
+        assert rc == 2 and msg.count("\n") == 1
+        assert f"rec.yaml:6: approximation '{rule}' takes an explicit loss, not an abstract loss; for this loss " \
+               "over family 'maxwell_scale' name one of: reparameterization, score_function" in msg
+        assert "delta" not in msg
+
+
+def test_with_an_inverse_cdf_sampler_the_explicit_rule_that_fits_is_named(tmp_path):
+    """A Rayleigh family written here, with an inverse-CDF sampler: of the explicit-loss rules only 'quadrature'
+    applies, and it derives; without the sampler nothing applies either way, and the message says why."""
+    fam = FAMILY.replace("maxwell_scale", "rayleigh_scale").replace("base_measure: theta**2", "base_measure: theta")
+    (tmp_path / "maxwell.yaml").write_text(fam.replace("a*sqrt(z**2 + z2**2 + z3**2)", "a*sqrt(-2*log(u))"),
+                                           encoding="utf-8")
+    loss = "{expression: (theta - 2)**4/4 + exp(-theta)}"
+    rc, msg = _run_in(tmp_path, loss, "score_function")
+    assert rc == 2 and msg.rstrip().endswith("for this loss over family 'rayleigh_scale' name one of: quadrature")
+    rc, err = _run_in(tmp_path, loss, "quadrature")
+    assert rc == 0, err
+    (tmp_path / "maxwell.yaml").write_text(fam.split("sampler:")[0], encoding="utf-8")
+    rc, msg = _run_in(tmp_path, loss, "score_function")
+    assert rc == 2 and msg.count("\n") == 1
+    assert msg.rstrip().endswith("nor does 'score_function' with an abstract loss (approximation 'score_function' "
+                                 "needs samples of q: family 'rayleigh_scale' declares no 'sampler')")
 
 
 def test_the_rule_it_names_derives_with_that_loss(tmp_path):
@@ -54,3 +104,27 @@ def test_the_rule_it_names_derives_with_that_loss(tmp_path):
     rc, msg = _run(tmp_path, "abstract", "score_function")
     assert rc == 0, msg
     assert "def step" in (tmp_path / "out.py").read_text(encoding="utf-8")
+
+
+def test_a_loss_beyond_the_rule_is_located_at_the_rule_and_names_what_applies(tmp_path):
+    """A loss the named rule cannot integrate (exp(exp(θ)) under a Gaussian, 'exact'): one line at the rule's own
+    line (it used to point at the recipe's first line as "derivation failed"), with the rules that apply to the
+    family, each of which derives."""
+    rec = tmp_path / "rec.yaml"
+    rec.write_text("name: fit\nfamily: gaussian_diag\nloss: {expression: exp(exp(theta))}\n"
+                   "approximations: [exact]\n", encoding="utf-8")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = cli.main([str(rec), "-o", str(tmp_path / "out.py")])
+    msg = err.getvalue()
+    assert rc == 2 and msg.count("\n") == 1 and not (tmp_path / "out.py").exists()
+    assert "rec.yaml:4: approximation 'exact' cannot derive E_q[loss] over family 'gaussian_diag': exact Gaussian " \
+           "expectation needs exp(a*theta + b) with a linear exponent, got exp(exp(theta))" in msg
+    named = _named(msg, "with an abstract loss these apply to the family: ")
+    assert {"delta", "monte_carlo"} <= set(named) and "exact" not in named
+    for rule in named:
+        rec.write_text(f"name: fit\nfamily: gaussian_diag\nloss: abstract\napproximations: [{rule}]\n",
+                       encoding="utf-8")
+        with contextlib.redirect_stderr(io.StringIO()) as e2, contextlib.redirect_stdout(io.StringIO()):
+            rc = cli.main([str(rec), "-o", str(tmp_path / "out.py")])
+        assert rc == 0, e2.getvalue()
