@@ -28,10 +28,23 @@ ESTIMATE_KEYS = ("objective", "expected_loss", "entropy", "standard_error", "est
 def objective_terms(D: Derivation):
     """(E_q[ℓ], H(q)) in the family's ordinary parameters, the data and the hyperparameters, or None where the
     derivation does not hold E_q[ℓ] in closed form, the entropy is not closed (a numeric E_q[log h]), or the
-    recipe samples, calls oracles or stores more than the family's parameters in what E_q[ℓ] reads."""
+    recipe samples, calls oracles or stores more than the family's parameters in what E_q[ℓ] reads.
+
+    A loss that is −log h plus a linear combination of the statistics (the full negative log-joint of a conjugate
+    model, ``rules/exact.py``) has E_q[ℓ + log h] from the derivation; E_q[ℓ] is that minus the family's E_q[log h]
+    (App. B), written where the family closes it (a series or a numeric integral: no objective)."""
     r = D.recipe
     fam = r.family
-    if D.expected_loss is None or D.sampling is not None or D.oracle_calls or D.component_axis is not None:
+    expected, log_h = D.expected_loss, sp.Integer(0)
+    if expected is None and D.expected_loss_plus_log_h is not None:
+        try:
+            log_h = fam.expect_log_h()
+        except Exception:               # noqa: BLE001 - E_q[log h] not derived: no objective
+            return None
+        if not isinstance(log_h, sp.Basic) or log_h.has(sp.Integral, sp.Sum):
+            return None
+        expected = D.expected_loss_plus_log_h
+    if expected is None or D.sampling is not None or D.oracle_calls or D.component_axis is not None:
         return None
     if getattr(D, "federated", None) is not None or D.renamed:
         return None
@@ -44,14 +57,14 @@ def objective_terms(D: Derivation):
         return None
     if not isinstance(H, sp.Basic) or H.has(sp.Integral) or is_mat(H):
         return None
-    if _reads_verbatim(D, D.expected_loss):
+    if _reads_verbatim(D, expected):
         # a deeply nested loss at the points of a finite support, kept as named definitions (rules/finite_support.py):
         # written out, its nested functions of numbers are evaluated again at every level (minutes at depth 12)
         return None
-    E = D.expand_defs(D.expected_loss)
+    E = D.expand_defs(expected)
     if not isinstance(E, sp.Basic):
         return None
-    E = E.xreplace(dict(zip(fam.mu, fam.mu_ord)))
+    E = E.xreplace(dict(zip(fam.mu, fam.mu_ord))) - log_h
     E = _scalar(E, {p.symbol for p in fam.params.values()} | set(fam.symmetric)
                 | {d.symbol for d in r.data if d.symmetric})
     if E is None:

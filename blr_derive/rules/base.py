@@ -460,6 +460,9 @@ class Derivation(Generic[RecipeT]):
     state_vars: dict[str, StateVar] = field(default_factory=dict)  # state name -> a renamed parameter's domain
     natural_gradient: NaturalGradient | None = None
     expected_loss: Expr | None = None               # E_q[ℓ] when a rule derived it
+    #: E_q[ℓ + log h] in μ where a rule derived it and not E_q[ℓ] (a loss that is −log h plus a linear combination of
+    #: the statistics, rules/exact.py): the objective then needs E_q[log h] only where the family closes it
+    expected_loss_plus_log_h: Expr | None = None
     loss_model: LossModel = field(default_factory=LossModel)   # ℓ from the oracles' loss (rules that change it)
     relaxation: Relaxation | None = None
     mixture_gradient: MixtureGradient | None = None

@@ -31,6 +31,12 @@ CASES = {
              lambda t, k, n: -k * math.log(t) - (n - k) * math.log(1 - t),
              {"a": 1.8, "b": 3.2},
              lambda st: stats.beta(st["a"], st["b"]), (0, 1)),
+    # the full negative log-joint: −log h (h = (2πθ³)^(-1/2)) plus a linear combination of T = (θ, 1/θ); the
+    # derivation holds E_q[ℓ + log h] only (rules/exact.py), the objective subtracts the family's E_q[log h]
+    "inverse_gaussian": ("inverse_gaussian", "3*log(theta)/2 + a*theta + b/theta", {"a": 0.8, "b": 1.9},
+                         lambda t, a, b: 1.5 * math.log(t) + a * t + b / t,
+                         {"mu": 1.3, "lam": 2.2},
+                         lambda st: stats.invgauss(st["mu"] / st["lam"], scale=st["lam"]), (0, np.inf)),
 }
 
 
