@@ -4,6 +4,7 @@ declares (``exact`` and ``unit_learning_rate``: one BLR step with ρ = 1 is the 
 family of the library fits, the family built from the loss's own statistics, written to a file."""
 from __future__ import annotations
 
+import re
 import shlex
 import tempfile
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ class Suggestion:
     on_domain: bool
     command: list
     built: bool = False
+    renamed: dict = field(default_factory=dict)           # data name -> its name in the command (a clash)
 
 
 @dataclass
@@ -66,7 +68,8 @@ class Suggestions:
                          "posterior), best first:")
             for i, a in enumerate(self.approximate, 1):
                 lines.append(f"  {i}. {a.family}: {', '.join(a.rules)}" + (f"   (not: {'; '.join(a.refused)})"
-                                                                          if a.refused else ""))
+                                                                          if a.refused else "")
+                             + (_renamed_note(a.family, a.renamed, "   ") if a.renamed else ""))
                 lines.append("     " + " ".join(a.command))
             return "\n".join(lines) + "\n"
         if self.built_file:
@@ -79,6 +82,7 @@ class Suggestions:
             note = [] if s.on_domain else [f"support {s.support}, not the loss's domain"]
             note += [f"{s.unused} statistic{'s' if s.unused > 1 else ''} unused"] if s.unused else []
             note += ["built from the loss"] if s.built else []
+            note += [_renamed_note(s.family, s.renamed, "")] if s.renamed else []
             lines.append(f"  {i}. {s.family}: T = ({stats})" + (f"  [{'; '.join(note)}]" if note else ""))
             lines.append("     " + " ".join(s.command))
         for name, why in self.not_derived.items():
@@ -100,6 +104,7 @@ class Approximate:
     rules: list
     refused: list
     command: list
+    renamed: dict = field(default_factory=dict)           # data name -> its name in the command (a clash)
 
 
 def _command(family_ref: str, loss: str, data: list, settings=(), approximations=CONJUGATE_APPROXIMATIONS) -> list:
@@ -136,6 +141,47 @@ def _derives(family_ref: str, loss: str, data: list, settings=(), approximations
     return None
 
 
+def _renamed_note(family: str, renamed: dict, lead: str) -> str:
+    """The data the command renames, where the loss's names are names of the family (its parameters)."""
+    if not renamed:
+        return ""
+    text = (f"data {', '.join(renamed)} renamed {', '.join(renamed.values())}: "
+            f"{family} uses {'that name' if len(renamed) == 1 else 'those names'}")
+    return f"{lead}[{text}]" if lead else text
+
+
+#: a recipe's refusal of a data name that the family (or the recipe) already uses
+CLASH = re.compile(r"data '([A-Za-z_][A-Za-z0-9_]*)' clashes with another name")
+
+
+def _fitted(family_ref, own, expr, theta, loss, variable, names, data, settings=(),
+            approximations=CONJUGATE_APPROXIMATIONS):
+    """(why, loss text, data items, renamed) of the recipe for ``family_ref`` (``_derives``), with the loss's
+    variable renamed to the family's ``own`` and every data name that clashes with a name of the family (a loss
+    -a*log(θ) - b*log(1 - θ) over the beta, whose parameters are a and b) renamed to a fresh one, so that a
+    conjugate family is not missed for the names of the user's data."""
+    renamed: dict = {}
+    taken = {str(n) for n in names} | {variable, str(own)}
+    while True:
+        sub = {n: sp.Symbol(renamed[str(n)], **n.assumptions0) for n in names if str(n) in renamed}
+        text = loss if str(own) == variable and not sub else loss_text(expr.xreplace(sub), theta, own)
+        items = [_renamed_item(d, renamed) for d in data]
+        why = _derives(family_ref, text, items, settings, approximations)
+        clash = CLASH.search(why or "")
+        name = clash.group(1) if clash else None
+        if name is None or name not in {str(n) for n in names} or name in renamed:
+            return why, text, items, renamed
+        new = next(f"{name}_data{i or ''}" for i in range(len(taken) + 1) if f"{name}_data{i or ''}" not in taken)
+        taken.add(new)
+        renamed[name] = new
+
+
+def _renamed_item(item: str, renamed: dict) -> str:
+    """A ``--data`` item (``NAME`` or ``NAME=declaration``) under the renaming."""
+    name, eq, rest = item.partition("=")
+    return renamed.get(name.strip(), name.strip()) + eq + rest if name.strip() in renamed else item
+
+
 def _reasons(found, out) -> str:
     """Why nothing fits, in a few words: how many families were tried, and for up to three of the loss's own
     domain (else any), why not."""
@@ -165,19 +211,18 @@ def suggest(loss: str, variable: str = "theta", data=(), support: str | None = N
     for m in found.matches[:MAX_CONFIRMED]:
         fam = families[[n for n, _ in families].index(m.family)][1]
         own = fam.theta if hasattr(fam.theta, "name") else "theta"
-        text = loss if str(own) == variable else loss_text(expr, theta, own)
         settings = _axis_settings(m.family)
-        why = _derives(m.family, text, data, settings)
+        why, text, items, renamed = _fitted(m.family, own, expr, theta, loss, variable, names, data, settings)
         if why is not None:
             out.not_derived[m.family] = why
             continue
         out.suggestions.append(Suggestion(m.family, m.statistics, m.coefficients, m.support, m.unused, m.on_domain,
-                                          _command(m.family, text, data, settings)))
+                                          _command(m.family, text, items, settings), renamed=renamed))
     if out.suggestions:
         return out
     reasons = _reasons(found, out)
     if write_family is None:
-        _approximate(out, expr, theta, loss, variable, data, families, found)
+        _approximate(out, expr, theta, loss, variable, data, families, found, names)
         if out.approximate:
             return out
         raise SpecError(f"--loss '{quote(loss)}': no built-in family makes the loss conjugate ({reasons}), and no "
@@ -206,7 +251,7 @@ def suggest(loss: str, variable: str = "theta", data=(), support: str | None = N
     return out
 
 
-def _approximate(out, expr, theta, loss, variable, data, families, found):
+def _approximate(out, expr, theta, loss, variable, data, families, found, names=()):
     """No conjugate family: the scalar families of the loss's domain (at most MAX_APPROXIMATE: those that share
     the most of the loss's statistics, then the fewest statistics, first) with the expectation rules under which
     their recipe derives, each confirmed by deriving it."""
@@ -221,15 +266,21 @@ def _approximate(out, expr, theta, loss, variable, data, families, found):
     for name, fam in own_domain[:MAX_APPROXIMATE]:
         out.approximate_tried += 1
         own = scalar_variable(fam)
-        text = loss if str(own) == variable else loss_text(expr, theta, own)
         settings = _axis_settings(name)
         rules, refused = [], []
-        for rule in EXPECTATION_RULES:
-            if _derives(name, text, data, settings, (rule,)) is None:
+        text, items, renamed = loss, data, {}
+        for i, rule in enumerate(EXPECTATION_RULES):
+            if i == 0:                  # the names are the family's, whatever the rule: renamed once
+                why, text, items, renamed = _fitted(name, own, expr, theta, loss, variable, names, data, settings,
+                                                    (rule,))
+            else:
+                why = _derives(name, text, items, settings, (rule,))
+            if why is None:
                 rules.append(rule)
             else:
                 refused.append(rule.split(":")[0])
         if rules:
-            out.approximate.append(Approximate(name, rules, refused, _command(name, text, data, settings, (rules[0],))))
+            out.approximate.append(Approximate(name, rules, refused, _command(name, text, items, settings, (rules[0],)),
+                                               renamed=renamed))
     # exact expectations first, then the number of rules that apply
     out.approximate.sort(key=lambda a: (a.rules[0] != "exact", -len(a.rules), a.family))

@@ -486,7 +486,8 @@ BAD = [
         loss: abstract
         approximations:
           - exact
-     """}, "r.yaml", "r.yaml:5:", ["does not apply", "exact"]),
+     """}, "r.yaml", "r.yaml:5:", ["'exact' takes an explicit loss, not an abstract loss",
+                                   "over family 'gaussian_full' name one of: delta$"]),
     ("delta_without_gaussian_section", {"r.yaml": "name: bad\nfamily:\n" + textwrap.indent(
         textwrap.dedent(EXPONENTIAL_FAMILY).strip("\n"), "  ") + "\nloss: abstract\napproximations:\n  - delta\n"},
      "r.yaml", "r.yaml:15:", ["does not apply", "delta", "gaussian"]),

@@ -150,3 +150,28 @@ def test_through_the_real_command_line(tmp_path):
 def test_api_errors_are_spec_errors():
     with pytest.raises(SpecError):
         api.suggest("theta +")
+
+
+@pytest.mark.slow
+def test_data_named_like_the_family_s_parameters_are_renamed_not_a_reason_to_miss_it(tmp_path, capsys):
+    """A beta–Bernoulli loss written with counts named a and b (the beta's own parameters): the recipe refuses
+    data that clash with the family's names, and suggest used to answer "no family makes the loss conjugate".
+    The beta is found, its command renames the data (a → a_data, b → b_data) and says so, and the command's module
+    takes one step with ρ = 1 to Beta(a + 1, b + 1) (the flat base measure)."""
+    res = api.suggest("-a*log(theta) - b*log(1 - theta)")
+    first = res.suggestions[0]
+    assert first.family == "beta" and first.renamed == {"a": "a_data", "b": "b_data"}
+    assert "--data a_data --data b_data" in " ".join(first.command)
+    assert "[data a, b renamed a_data, b_data: beta uses those names]" in res.to_text()
+    mod = _generate(first.command, tmp_path, "beta_renamed")
+    state = mod.step({"a": np.array([2.0]), "b": np.array([5.0])}, data={"a_data": 7.0, "b_data": 3.0})
+    np.testing.assert_allclose([_v(state["a"]), _v(state["b"])], [8.0, 4.0], rtol=1e-12)
+    # not conjugate (a θ term too): the beta is still tried, renamed, and its exact rule derives
+    res = api.suggest("a*theta - b*log(theta) + c*log(1 - theta)")
+    beta = next(x for x in res.approximate if x.family == "beta")
+    assert beta.rules[0] == "exact" and beta.renamed == {"a": "a_data", "b": "b_data"}
+    mod = _generate(beta.command, tmp_path, "beta_approx")
+    assert "a_data" in mod.DATA and "c" in mod.DATA
+    # a name already taken by the loss is not reused
+    res = api.suggest("-a*log(theta) - b*log(1 - theta) + 0*a_data")
+    assert res.suggestions[0].renamed["a"] not in ("a", "a_data", "b")
