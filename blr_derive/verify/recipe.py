@@ -23,6 +23,7 @@ from blr_derive.verify.mixture_bound import mixture_bound_checks
 from blr_derive.verify.product_objective import NAME as OBJECTIVE_CHECK
 from blr_derive.verify.product_objective import TOLERANCE as OBJECTIVE_TOLERANCE
 from blr_derive.verify.product_objective import product_objective_checks
+from blr_derive.verify import objective_components
 from blr_derive.verify.objective_vector import vector_gaussian, vector_objective_checks
 from blr_derive.verify.results import Check
 from blr_derive.verify.update import compare_update
@@ -160,7 +161,7 @@ def global_objective_check(recipe, mod, points: int = 3) -> Check:
                 quad, _ = integrate.quad(value, lo, hi, limit=400, epsabs=1e-12, epsrel=1e-12)
                 want = c / float(tau(*hv.values())) + quad
                 got = float(mod.global_objective(state, c, **known)["objective"])
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError, ArithmeticError, np.linalg.LinAlgError):
                 continue
         if not (np.isfinite(want) and np.isfinite(got)):
             continue
@@ -184,20 +185,26 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
     with the family's log-density (not its entropy formula, not the derived E_q[ℓ]) at random parameters, data and
     hyperparameters; and that one step with a small learning rate (ρ = 0.01 where the recipe has one, else its own)
     does not increase it (Eq. 2: the BLR is a natural-gradient descent on it).  A scalar variable over an interval,
-    or over a finite set of points (the integral is then their sum); elsewhere one 'na' line."""
+    or over a finite set of points (the integral is then their sum); several scalar components (normal-gamma) by
+    the family check's product quadrature, at points where it reproduces the family's normalization and mean
+    (blr_derive/verify/objective_components.py); elsewhere one 'na' line."""
     from scipy import integrate
     fam = recipe.family
     support = fam.component_supports[0] if len(fam.components) == 1 and fam.component_supports else None
     points_of = support_points(fam, limit=1000) if support not in _RANGES and support is not None else None
-    if (support not in _RANGES and not points_of) or any(d.shape for d in recipe.data):
-        return [Check("objective vs quadrature", float("nan"), 1e-7, kind="na", group="codegen",
-                      note="quadrature of the objective is checked for one continuous scalar variable")]
-    theta = fam.components[0]
     params = [p.symbol for p in fam.params.values()]
     data_syms = [d.symbol for d in recipe.data]
     hyper = [h for h in recipe.hyper if h.kind == "float" and h.symbol is not None]
-    args = [theta] + params + data_syms + [h.symbol for h in hyper]
-    integrand = sp.lambdify(args, sp.exp(fam.log_density()) * (recipe.loss + fam.log_density()), MODULES)
+    several = None
+    if objective_components.applies(recipe):       # several scalar components: the family check's quadrature
+        several = objective_components.ComponentsReference(recipe, data_syms, [h.symbol for h in hyper])
+    elif (support not in _RANGES and not points_of) or any(d.shape for d in recipe.data):
+        return [Check("objective vs quadrature", float("nan"), 1e-7, kind="na", group="codegen",
+                      note="quadrature of the objective is checked for scalar variables and components")]
+    if several is None:
+        theta = fam.components[0]
+        args = [theta] + params + data_syms + [h.symbol for h in hyper]
+        integrand = sp.lambdify(args, sp.exp(fam.log_density()) * (recipe.loss + fam.log_density()), MODULES)
     lo, hi = _RANGES.get(support, (None, None))
     worst, rise, done = 0.0, 0.0, 0
     for seed in range(points * MAX_TRIES):
@@ -214,13 +221,16 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", integrate.IntegrationWarning)     # judged by the comparison itself
             try:
-                value = lambda t: float(np.real(integrand(t, *pv, *dv.values(), *hv.values())))  # noqa: E731
-                if points_of:
+                value = None if several else \
+                    (lambda t: float(np.real(integrand(t, *pv, *dv.values(), *hv.values()))))  # noqa: E731
+                if several:
+                    want = several(vals, list(dv.values()), list(hv.values()))
+                elif points_of:
                     want = math.fsum(value(float(pt[theta])) for pt in points_of)
                 else:
                     want, _ = integrate.quad(value, lo, hi, limit=400, epsabs=1e-12, epsrel=1e-12)
                 got = float(mod.objective(state, data=dv, **known)["objective"])
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError, ArithmeticError, np.linalg.LinAlgError):
                 continue
         if not (np.isfinite(want) and np.isfinite(got)):
             continue
@@ -363,7 +373,7 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
                                         rng=np.random.default_rng(500 + seed), samples=MC_SAMPLES, **hv)
                     got = float(out["objective"])
                     err = abs(got - want) / float(out["standard_error"])
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError, ArithmeticError, np.linalg.LinAlgError):
                 continue
         if not (np.isfinite(want) and np.isfinite(got)):
             continue
