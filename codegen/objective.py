@@ -107,7 +107,8 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
               "give the same scale." if parts.kind != "exact" else
               " Every constant of the loss as written is kept; none is added.")
            + " Computed in float64 on the host; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, "
-             "'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS).")
+             "'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS)."
+           + (f"  Here {parts.note}." if parts.note else ""))
     step_doc = "\n\n" + textwrap.fill(_STEP_RETURNS[parts.kind], 108, initial_indent="        ",
                                       subsequent_indent="        ", break_on_hyphens=False) + "\n        "
     return {"kind": parts.kind, "doc": textwrap.fill(doc, 108, subsequent_indent="        ", break_on_hyphens=False),
@@ -117,6 +118,37 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
             "scale": None if parts.kind == "exact" else HostPrinter().doprint(parts.scale),
             "extra": None if parts.kind == "exact" or parts.extra == 0 else _split(parts.extra, state, pr),
             "reads": reads, "hyper": hyper, "key_names": KEYS, "layout": layout}
+
+
+def target_note(ir, view, matrix: bool = False) -> str | None:
+    """Why an optimizer module (torch, Triton, jax's optax transformation) has no objective, for its docstring: None
+    where it has one (``view``, what :func:`objective_view` gave); the derivation's reason where it gives none
+    (``UpdateIR.objective_note``, blr_derive/ir/objective_notes.py); otherwise why this target does not print the
+    objective the numpy module has, from the structure: ``matrix``, a parameter updated one at a time with its
+    matrix state (codegen/backends/torch/matrix.py); E_q[ℓ] closed only with the recipe's data; the recipe's
+    explicit loss at a point or nodes; a state the optimizer keeps as one number per tensor or only under a
+    setting."""
+    if view is not None:
+        return None
+    if getattr(ir, "objective_note", None):
+        return ir.objective_note
+    parts = getattr(ir, "objective_parts", None)
+    if matrix:
+        why = ("this target updates a parameter with matrix state one at a time by the numpy target's array program "
+               "(codegen/backends/torch/matrix.py), whose optimizer prints no objective method yet")
+    elif parts is None and getattr(ir, "objective", None) is not None:
+        why = ("E_q[ℓ] is closed with the recipe's data (e.g. a design matrix), which an optimizer keeps nowhere "
+               "(its state is per parameter)")
+    elif parts is not None and parts.node_loss is not None:
+        why = ("E_q[ℓ] is the recipe's explicit loss at a point or at quadrature nodes, which this target's "
+               "objective method does not evaluate (it takes the loss's values from the caller)")
+    elif parts is not None:
+        why = ("the objective reads a state this target keeps as one number per tensor or only under a setting, or "
+               "a parameter that holds another function of q than the state it is read from")
+    else:
+        why = "the derivation gives no objective parts for this recipe"
+    return ("the BLR's objective L(q) = E_q[ℓ] − H(q) (Eq. 2) is derived for this recipe (the numpy module's "
+            f"objective()), but {why}.")
 
 
 def _split(e, state, pr) -> tuple[str, str]:

@@ -126,3 +126,4 @@ class MatrixContext:
     shapes: dict[str, Any]
     symmetric: list[str]
     validation: Validation
+    objective_note: str | None = None              # why there is no objective (codegen/objective.py target_note)
