@@ -223,3 +223,36 @@ def test_torch_sam_and_bsam_objectives():
     expected = ess * np.mean(values) + ess * wd / 2 * float(np.sum(m ** 2 + 1 / s))
     assert out["estimate"] == "monte_carlo"
     assert abs(out["entropy"] - H) < 1e-10 and abs(out["expected_loss"] - expected) < 1e-10 * abs(expected)
+
+
+def _task_arithmetic_objective(m, theta, alpha):
+    """E_q[ℓ] − H(q) under q = N(m, I) by hand: E‖θ − a‖²/2 = ‖m − a‖²/2 + P/2 for each of the loss's squares."""
+    P = len(m)
+    sq = lambda a: (float((m - a) @ (m - a)) + P) / 2                   # noqa: E731
+    expected = sq(theta[0]) + sum(al * (sq(t) - sq(theta[0])) for al, t in zip(alpha, theta[1:]))
+    return expected - P * HALF_LOG_2PIE, expected
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_task_arithmetic_objective_is_exact(target, x64):
+    """task_arithmetic (a vector family whose program runs one coordinate at a time): the exact E_q[ℓ] − H(q) as
+    the vector's totals, against the Gaussian moments written here (1e-12); its step (ρ = 1, the exact BLR's fixed
+    point) lands on the minimum over m, below the objective at random means."""
+    mod = load_generated("task_arithmetic", target)
+    rng = np.random.default_rng(18)
+    P = 4
+    theta = [rng.normal(size=P) for _ in range(3)]
+    alpha = (0.7, 0.4)
+    data = {f"theta{t}": theta[t] for t in range(3)}
+    hyper = {"alpha1": alpha[0], "alpha2": alpha[1]}
+    m = rng.normal(size=P)
+    out = mod.objective(mod.init(m=m), data=data, **hyper)
+    want, expected = _task_arithmetic_objective(m, theta, alpha)
+    assert abs(out["objective"] - want) < 1e-12 * max(1.0, abs(want))
+    assert abs(out["expected_loss"] - expected) < 1e-12 * max(1.0, abs(expected))
+    assert abs(out["entropy"] - P * HALF_LOG_2PIE) < 1e-12
+    merged = mod.step(mod.init(m=m), data=data, **hyper)
+    best = float(mod.objective(merged, data=data, **hyper)["objective"])
+    assert abs(best - _task_arithmetic_objective(np.asarray(merged["m"]), theta, alpha)[0]) < 1e-12 * abs(best)
+    for _ in range(10):
+        assert best < _task_arithmetic_objective(rng.normal(size=P), theta, alpha)[0]
