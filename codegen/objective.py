@@ -66,10 +66,12 @@ def coordinates(ir) -> dict:
 
 
 def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = False,
-                   absent: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+                   absent: frozenset[str] = frozenset(), matrix: bool = False) -> dict[str, Any] | None:
     """What the ``objective`` method prints: {kind, doc, entropy, expected, scale, extra, reads: [(symbol, key or
     None for the parameter)], hyper, layout}; ``layout``: the Triton target's optimizer, whose state
-    ``self._layout(group)`` binds (real parameters only) instead of ``self._state(p, group)``.  None where the IR
+    ``self._layout(group)`` binds (real parameters only) instead of ``self._state(p, group)``; ``matrix``: the
+    torch target's optimizer for a parameter with matrix state (codegen/backends/torch/matrix.py), whose state is
+    ``self._state(p)`` and whose parameter is read as the recipe's matrix mean (``_as_matrix``).  None where the IR
     has no objective parts or they read a state in ``absent`` (one number per tensor, or kept only under a
     setting)."""
     parts = getattr(ir, "objective_parts", None)
@@ -117,15 +119,14 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
             "expected": None if parts.expected_loss is None else _split(parts.expected_loss, state, pr),
             "scale": None if parts.kind == "exact" else HostPrinter().doprint(parts.scale),
             "extra": None if parts.kind == "exact" or parts.extra == 0 else _split(parts.extra, state, pr),
-            "reads": reads, "hyper": hyper, "key_names": KEYS, "layout": layout}
+            "reads": reads, "hyper": hyper, "key_names": KEYS, "layout": layout, "matrix": matrix}
 
 
-def target_note(ir, view, matrix: bool = False) -> str | None:
+def target_note(ir, view) -> str | None:
     """Why an optimizer module (torch, Triton, jax's optax transformation) has no objective, for its docstring: None
     where it has one (``view``, what :func:`objective_view` gave); the derivation's reason where it gives none
     (``UpdateIR.objective_note``, blr_derive/ir/objective_notes.py); otherwise why this target does not print the
-    objective the numpy module has, from the structure: ``matrix``, a parameter updated one at a time with its
-    matrix state (codegen/backends/torch/matrix.py); E_q[ℓ] closed only with the recipe's data; the recipe's
+    objective the numpy module has, from the structure: E_q[ℓ] closed only with the recipe's data; the recipe's
     explicit loss at a point or nodes; a state the optimizer keeps as one number per tensor or only under a
     setting."""
     if view is not None:
@@ -133,10 +134,7 @@ def target_note(ir, view, matrix: bool = False) -> str | None:
     if getattr(ir, "objective_note", None):
         return ir.objective_note
     parts = getattr(ir, "objective_parts", None)
-    if matrix:
-        why = ("this target updates a parameter with matrix state one at a time by the numpy target's array program "
-               "(codegen/backends/torch/matrix.py), whose optimizer prints no objective method yet")
-    elif parts is None and getattr(ir, "objective", None) is not None:
+    if parts is None and getattr(ir, "objective", None) is not None:
         why = ("E_q[ℓ] is closed with the recipe's data (e.g. a design matrix), which an optimizer keeps nowhere "
                "(its state is per parameter)")
     elif parts is not None and parts.node_loss is not None:

@@ -62,8 +62,9 @@ class TorchTarget:
     def render(self, ir) -> str:
         if has_matrix_state(ir):
             check_optimizer(ir, self.name, matrices=True)
-            return render(self.env, MATRIX_TEMPLATE, MatrixContext(ir=ir, **matrix_view(ir),
-                                                                   objective_note=target_note(ir, None, matrix=True)))
+            objective = objective_view(ir, {}, matrix=True)
+            return render(self.env, MATRIX_TEMPLATE, MatrixContext(ir=ir, **matrix_view(ir), objective=objective,
+                                                                   objective_note=target_note(ir, objective)))
         plan = plan_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
         host = HostPrinter()
         scalar_states = host_states(plan)            # one number per tensor (0-d tensors in the state)

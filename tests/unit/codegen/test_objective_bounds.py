@@ -124,7 +124,7 @@ NO_OBJECTIVE = {
 }
 #: the optimizer targets' modules without an objective and a word of the reason (the derivation's, or the target's
 #: own where the numpy module has it: codegen/objective.py target_note)
-NO_OBJECTIVE_OPTIMIZERS = {"torch/evon": "rotated coordinates", "torch/soap": "matrix state"}
+NO_OBJECTIVE_OPTIMIZERS = {"torch/evon": "rotated coordinates"}
 
 
 @pytest.mark.parametrize("target", ["numpy", "jax"])

@@ -23,7 +23,7 @@ import pytest
 import scipy.special
 from scipy import stats
 
-from conftest import load_generated
+from conftest import CATALOG, load_generated
 
 HALF_LOG_2PIE = 0.5 * math.log(2 * math.pi * math.e)
 
@@ -256,3 +256,51 @@ def test_task_arithmetic_objective_is_exact(target, x64):
     assert abs(best - _task_arithmetic_objective(np.asarray(merged["m"]), theta, alpha)[0]) < 1e-12 * abs(best)
     for _ in range(10):
         assert best < _task_arithmetic_objective(rng.normal(size=P), theta, alpha)[0]
+
+
+def test_torch_soap_objective_is_the_delta_value_in_the_eigenbasis():
+    """The torch target's matrix-state optimizer (one parameter at a time): SOAP's delta value ℓ_o(M) − Σ ½ log(2πe/s)
+    over every parameter's rotated coordinates (a 1-D parameter is one column), to 1e-12, equal to the numpy
+    module's objective on the same state; a parameter without its state is refused as step() refuses it."""
+    torch = pytest.importorskip("torch")
+    mod, np_mod = load_generated("soap", "torch"), load_generated("soap")
+    rng = np.random.default_rng(19)
+    w = torch.nn.Parameter(torch.tensor(rng.normal(size=(3, 2)), dtype=torch.float64))
+    b = torch.nn.Parameter(torch.tensor(rng.normal(size=4), dtype=torch.float64))
+    opt = mod.SOAP([w, b])
+    with pytest.raises(RuntimeError, match="init_state"):
+        opt.objective(loss=1.0)
+    states = {}
+    for p, (r, c) in ((w, (3, 2)), (b, (4, 1))):
+        QL, _ = np.linalg.qr(rng.normal(size=(r, r)))
+        QR, _ = np.linalg.qr(rng.normal(size=(c, c)))
+        s = rng.uniform(0.5, 4.0, size=(r, c))
+        opt.init_state(p, s=torch.tensor(s), L=torch.eye(r, dtype=torch.float64), R=torch.eye(c, dtype=torch.float64),
+                       Q_L=torch.tensor(QL), Q_R=torch.tensor(QR))
+        states[r] = (s, QL, QR)
+    out = opt.objective(loss=2.5)
+    H = sum(float(np.sum(0.5 * np.log(2 * math.pi * math.e / s))) for s, _, _ in states.values())
+    assert out["estimate"] == "delta" and abs(out["entropy"] - H) < 1e-12 and abs(out["objective"] - (2.5 - H)) < 1e-12
+    s, QL, QR = states[3]
+    one = np_mod.objective({"M": w.detach().numpy(), "s": s, "Q_L": QL, "Q_R": QR}, loss=2.5)
+    assert abs(one["entropy"] - float(np.sum(0.5 * np.log(2 * math.pi * math.e / s)))) < 1e-12
+
+
+def test_an_optimizer_target_says_why_it_prints_no_objective():
+    """codegen/objective.py target_note, the reason an optimizer module would give where the numpy module has the
+    objective and the optimizer's view has none: E_q[ℓ] closed only with the recipe's data (ridge's design matrix),
+    or the recipe's own explicit loss at a point (laplace); None where the optimizer prints it (adam); the
+    derivation's own reason where it gives none (kalman_update)."""
+    from blr_derive.api import derive_record
+    from blr_derive.codegen.objective import objective_view, target_note
+    from blr_derive.ir.build import build_ir
+
+    def ir_of(name):
+        return build_ir(derive_record(CATALOG / f"{name}.yaml")[1], name)
+    ridge, laplace, adam, kalman = (ir_of(n) for n in ("ridge", "laplace", "adam", "kalman_update"))
+    assert ridge.objective is not None and objective_view(ridge, {}) is None
+    assert "data" in target_note(ridge, None) and "Eq. 2" in target_note(ridge, None)
+    assert objective_view(laplace, {}) is None and "explicit loss" in target_note(laplace, None)
+    view = objective_view(adam, {})
+    assert view is not None and target_note(adam, view) is None
+    assert target_note(kalman, None) == kalman.objective_note and "q's own parameters" in kalman.objective_note
