@@ -242,7 +242,7 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
                               point_value=in_state(sp.sympify(point), scalar=False), node_loss=node)
     if D.sampling is not None or D.oracle_calls:
         points = {c.argument for c in D.oracle_calls} - _anchors(r)
-        if point_mass:
+        if point_mass and D.sampling is not None:
             points |= {D.sampling.theta_expr}
         if not sampled and len(points) != 1:
             return None                 # oracles at several points: no one delta value
