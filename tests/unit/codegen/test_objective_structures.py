@@ -304,3 +304,53 @@ def test_an_optimizer_target_says_why_it_prints_no_objective():
     view = objective_view(adam, {})
     assert view is not None and target_note(adam, view) is None
     assert target_note(kalman, None) == kalman.objective_note and "q's own parameters" in kalman.objective_note
+
+
+CORRECTED = """
+name: corrected
+title: A posterior correction over N(m, I) with q_old itself as its sites
+family: gaussian_fixed_cov
+loss: abstract
+posterior_correction:
+  old: {m: m_old}
+  sites: SITES
+hyperparameters:
+  rho: {default: 0.1, description: step}
+approximations:
+  - delta
+  - posterior_correction
+"""
+
+
+@pytest.mark.parametrize("sites", ["gradient", "posterior"])
+def test_a_posterior_correction_keeps_the_objective_only_as_a_control_variate(tmp_path, sites):
+    """Recipes written here: with the full-data gradient as q_old's sites the anchor's oracle call is set aside
+    and the module has the delta value at m (ℓ_o(m) − P/2 log(2πe), by hand); with q_old itself as its sites the
+    loss becomes the batch's sites plus −log q_old, and the module says so instead."""
+    from blr_derive import api
+    path = tmp_path / "corrected.yaml"
+    path.write_text(CORRECTED.replace("SITES", sites), encoding="utf-8")
+    code = api.generate(path, "numpy")
+    if sites == "posterior":
+        assert "def objective(" not in code and "No ``objective()``" in code and "sites: posterior" in code
+        return
+    out_py = tmp_path / "corrected.py"
+    out_py.write_text(code, encoding="utf-8")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("corrected", out_py)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    m = np.array([0.4, -1.1, 2.0])
+    out = mod.objective(mod.init(m=m), loss=3.25)
+    assert out["estimate"] == "delta" and abs(out["objective"] - (3.25 - 3 * HALF_LOG_2PIE)) < 1e-12
+
+
+def test_a_loss_that_reads_the_state_has_no_objective_and_says_why(tmp_path):
+    """A loss written here that reads the candidate's own mean (a prior at the state the step starts from)."""
+    from blr_derive import api
+    path = tmp_path / "selfprior.yaml"
+    path.write_text("name: selfprior\ntitle: t\nfamily: gaussian_diag\nloss:\n  expression: 0.5*(theta - y)**2 + "
+                    "0.5*(theta - m)**2\n  data:\n    y: {description: obs}\napproximations:\n  - exact\n",
+                    encoding="utf-8")
+    code = api.generate(path, "numpy")
+    assert "def objective(" not in code and "q's own parameters (m:" in " ".join(code.split())
