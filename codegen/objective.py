@@ -66,10 +66,12 @@ def coordinates(ir) -> dict:
 
 
 def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = False,
-                   absent: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+                   absent: frozenset[str] = frozenset(), matrix: bool = False) -> dict[str, Any] | None:
     """What the ``objective`` method prints: {kind, doc, entropy, expected, scale, extra, reads: [(symbol, key or
     None for the parameter)], hyper, layout}; ``layout``: the Triton target's optimizer, whose state
-    ``self._layout(group)`` binds (real parameters only) instead of ``self._state(p, group)``.  None where the IR
+    ``self._layout(group)`` binds (real parameters only) instead of ``self._state(p, group)``; ``matrix``: the
+    torch target's optimizer for a parameter with matrix state (codegen/backends/torch/matrix.py), whose state is
+    ``self._state(p)`` and whose parameter is read as the recipe's matrix mean (``_as_matrix``).  None where the IR
     has no objective parts or they read a state in ``absent`` (one number per tensor, or kept only under a
     setting)."""
     parts = getattr(ir, "objective_parts", None)
@@ -107,7 +109,8 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
               "give the same scale." if parts.kind != "exact" else
               " Every constant of the loss as written is kept; none is added.")
            + " Computed in float64 on the host; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, "
-             "'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS).")
+             "'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS)."
+           + (f"  Here {parts.note}." if parts.note else ""))
     step_doc = "\n\n" + textwrap.fill(_STEP_RETURNS[parts.kind], 108, initial_indent="        ",
                                       subsequent_indent="        ", break_on_hyphens=False) + "\n        "
     return {"kind": parts.kind, "doc": textwrap.fill(doc, 108, subsequent_indent="        ", break_on_hyphens=False),
@@ -116,7 +119,34 @@ def objective_view(ir, stored: dict[str, str], printer=None, layout: bool = Fals
             "expected": None if parts.expected_loss is None else _split(parts.expected_loss, state, pr),
             "scale": None if parts.kind == "exact" else HostPrinter().doprint(parts.scale),
             "extra": None if parts.kind == "exact" or parts.extra == 0 else _split(parts.extra, state, pr),
-            "reads": reads, "hyper": hyper, "key_names": KEYS, "layout": layout}
+            "reads": reads, "hyper": hyper, "key_names": KEYS, "layout": layout, "matrix": matrix}
+
+
+def target_note(ir, view) -> str | None:
+    """Why an optimizer module (torch, Triton, jax's optax transformation) has no objective, for its docstring: None
+    where it has one (``view``, what :func:`objective_view` gave); the derivation's reason where it gives none
+    (``UpdateIR.objective_note``, blr_derive/ir/objective_notes.py); otherwise why this target does not print the
+    objective the numpy module has, from the structure: E_q[ℓ] closed only with the recipe's data; the recipe's
+    explicit loss at a point or nodes; a state the optimizer keeps as one number per tensor or only under a
+    setting."""
+    if view is not None:
+        return None
+    if getattr(ir, "objective_note", None):
+        return ir.objective_note
+    parts = getattr(ir, "objective_parts", None)
+    if parts is None and getattr(ir, "objective", None) is not None:
+        why = ("E_q[ℓ] is closed with the recipe's data (e.g. a design matrix), which an optimizer keeps nowhere "
+               "(its state is per parameter)")
+    elif parts is not None and parts.node_loss is not None:
+        why = ("E_q[ℓ] is the recipe's explicit loss at a point or at quadrature nodes, which this target's "
+               "objective method does not evaluate (it takes the loss's values from the caller)")
+    elif parts is not None:
+        why = ("the objective reads a state this target keeps as one number per tensor or only under a setting, or "
+               "a parameter that holds another function of q than the state it is read from")
+    else:
+        why = "the derivation gives no objective parts for this recipe"
+    return ("the BLR's objective L(q) = E_q[ℓ] − H(q) (Eq. 2) is derived for this recipe (the numpy module's "
+            f"objective()), but {why}.")
 
 
 def _split(e, state, pr) -> tuple[str, str]:

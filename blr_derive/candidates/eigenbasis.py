@@ -134,7 +134,11 @@ def derive_eigenbasis(recipe: EigenbasisRecipe) -> Derivation:
     # the loss the objective reads (ir/objective.py): a scale (minibatch) is the same in any basis; an added prior
     # R(θ') is written in the rotated coordinates, whose expectation in M, s, Q_L, Q_R is not derived: not followed
     lm = diag.loss_model
-    D.loss_model = dataclasses.replace(lm, followed=lm.followed and lm.prior == 0 and lm.family_prior is None)
+    D.loss_model = dataclasses.replace(lm)
+    if lm.prior != 0 or lm.family_prior is not None:
+        D.loss_model.unfollow("the loss model adds a prior in the rotated coordinates θ' = Qᵀ vec(W) of the "
+                              "Kronecker eigenbasis (Q = Q_R ⊗ Q_L), whose expectation in the state (M, the "
+                              "precisions, Q_L, Q_R) is not derived")
     D.symbol_names.update(diag.symbol_names)
     D.renamed.update(diag.renamed)      # change_variable: the state stores the new variable
     D.state_vars.update(diag.state_vars)

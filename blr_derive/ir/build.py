@@ -220,7 +220,10 @@ def build_update_ir(D: Derivation[Recipe], source: str = "") -> UpdateIR:
     )
     ir.peer = r.peer
     ir.checks = state_checks(D, fam)
-    ir.objective = (objective_entry_points(D, state, hyper, data, elementwise, dims)
+    # a vector family whose program runs one coordinate at a time (scalarized): E_q[ℓ] and H(q) are the vector's
+    # totals (traces of vector products, the dimension P), one number each, not terms summed over coordinates
+    whole = any(is_mat(p.symbol) for p in fam.params.values())
+    ir.objective = (objective_entry_points(D, state, hyper, data, elementwise and not whole, dims)
                     or mixture_objective_entry_points(D, state, hyper, data, elementwise, dims))
     ir.objective_parts = objective_parts(D, state, hyper, data, dims)
     if ir.objective is None and ir.objective_parts is None:

@@ -204,6 +204,8 @@ class ObjectiveParts:
     #: quadrature: ℓ_o at the rule's node θ_k (the sampling's ``theta``) where the loss is explicit (None: the
     #: ``loss`` oracle is evaluated there); delta over an explicit loss: the loss at the point, in the state
     node_loss: Expr | None = None
+    #: a sentence for the docstring where the steps descend a relaxation of L(q) (``LossModel.relaxed``)
+    note: Text = ""
 
 
 class Block(NamedTuple):

@@ -196,6 +196,10 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     if D.component_axis is not None or getattr(D, "federated", None) is not None or not lm.followed:
         return None
     matrix = any(is_mat(p.symbol) for p in fam.params.values()) or is_mat(fam.theta)
+    # sub-batches at a point mass (the samples are θ_k = the point, no draw): the delta method at that point
+    point_mass = D.sampling is not None and D.sampling.draw == "point"
+    sampled = D.sampling is not None and not point_mass
+    note = lm.relaxed or ""
     # a vector family whose program was scalarized (one coordinate at a time, ``scalarize_elementwise``): its
     # coordinates are alike and independent, so H(q) = P·h with h one coordinate's entropy, summed over the
     # coordinates as an elementwise objective sums its terms
@@ -207,7 +211,7 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
                       and isinstance(r.loss, sp.Basic) and any(a.name == "delta" for a in r.approximations)
                       and getattr(fam, "gaussian_mean", None) is not None)
     if matrix and (lm.family_prior is not None or (D.sampling is None and not D.oracle_calls and not explicit_delta)
-                   or (D.sampling is not None and lm.prior != 0)):
+                   or (sampled and lm.prior != 0)):
         return None                     # vector and matrix families: the delta method, Monte Carlo without priors
     try:
         H = fam.entropy()
@@ -250,10 +254,12 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
                               extra=extra, loss=_loss_text(fam, lm), no_entropy=dropped,
                               point_value=in_state(sp.sympify(point), scalar=False), node_loss=node)
     if D.sampling is not None or D.oracle_calls:
-        points = {c.argument for c in D.oracle_calls}
-        if D.sampling is None and len(points) != 1:
-            return None                 # oracles at several points (e.g. an ascent point): no one delta value
-        point = next(iter(points)) if D.sampling is None else None
+        points = {c.argument for c in D.oracle_calls} - _anchors(r)
+        if point_mass and D.sampling is not None:
+            points |= {D.sampling.theta_expr}
+        if not sampled and len(points) != 1:
+            return None                 # oracles at several points: no one delta value
+        point = next(iter(points)) if not sampled else None
         extra = _added_terms(fam, lm, point)
         if extra is None:
             return None
@@ -271,11 +277,12 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
                 if not node.free_symbols <= allowed | {sm.theta} or node.has(sp.zoo, sp.nan):
                     return None
             return ObjectiveParts("quadrature", sp.Integer(0) if dropped else H, scale=lm.scale, extra=extra,
-                                  loss=_loss_text(fam, lm), no_entropy=dropped, node_loss=node)
+                                  loss=_loss_text(fam, lm), no_entropy=dropped, node_loss=node, note=note)
         return ObjectiveParts("monte_carlo" if point is None else "delta", sp.Integer(0) if dropped else H,
                               point="" if point is None else str(point), scale=lm.scale, extra=extra,
                               loss=_loss_text(fam, lm), no_entropy=dropped,
-                              point_value=None if point is None else in_state(sp.sympify(point), scalar=False))
+                              point_value=None if point is None else in_state(sp.sympify(point), scalar=False),
+                              note=note)
     terms = objective_terms(D)
     if terms is None or D.renamed or not lm.trivial() or any(a.name == "no_entropy" for a in r.approximations):
         return None
@@ -283,6 +290,18 @@ def objective_parts(D: Derivation, state: list[Var], hyper: list[HyperVar],
     if not (E.free_symbols | H0.free_symbols) <= held | {s for h in hyper for s in h.symbols}:
         return None                     # E_q[ℓ] reads data: the optimizers keep none outside their state
     return ObjectiveParts("exact", H0, expected_loss=E)
+
+
+def _anchors(r) -> set:
+    """The points at which a posterior correction with the full-data gradient as q_old's sites reads its oracles
+    at the stored q_old (its mean there, ``posterior_correction``): a control variate whose expectation over the
+    batches is zero, so the delta method's point is the other one (the candidate's own)."""
+    corr = getattr(r, "correction", None)
+    fam = r.family
+    if corr is None or corr.sites != "gradient" or getattr(fam, "gaussian_mean", None) is None:
+        return set()
+    old = {fam.params[n].symbol: dv.symbol for n, dv in corr.single.params.items()}
+    return {fam.gaussian_mean.xreplace(old)}
 
 
 def _loss_text(fam, lm) -> str:

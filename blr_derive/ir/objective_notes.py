@@ -1,7 +1,7 @@
 """Why a generated module has no ``objective`` (issue 42), where the reason is the candidate's structure, stated in
 the module's docstring so that a user who looks for the objective finds why it is not there (docs/targets.md).
 
-Three structures have no generated L(q) = E_q[ℓ] − H(q) (Eq. 2):
+These structures have no generated L(q) = E_q[ℓ] − H(q) (Eq. 2):
 
 * a **mixture** candidate q = Σ_k π_k q_k (Sec. 3.2, Eq. 27): H(q) = −E_q[log Σ_k π_k q_k] has no closed form (the
   logarithm of a sum), so L(q) is no expression of the state; its bound (E_q[ℓ] minus a lower bound on H,
@@ -16,10 +16,21 @@ Three structures have no generated L(q) = E_q[ℓ] − H(q) (Eq. 2):
   exact local E-step) nor rule mean_field_bound (global blocks only, each exact in a family or a point, the whole
   data set) gives a bound: local blocks next to global distributions, a component axis or a minibatch (a step
   then sees B of the N rows only; the local blocks q(z_n) of the other rows are not in its state).  The others
-  have ``objective`` = −bound (blr_derive/ir/product.py).
+  have ``objective`` = −bound (blr_derive/ir/product.py);
+* a loss that reads **q's own parameters** (a prior or a predictive at the state the step starts from): E_q[ℓ] − H(q)
+  of a loss that moves with q is no objective of q;
+* a loss a rule changed in a way the **loss model does not follow** (``LossModel.unfollow``: the rule says how,
+  e.g. a gradient at an adversarial point, a correction at a stored anchor, a prior in rotated coordinates);
+* a family whose **entropy** the engine does not derive in its state (e.g. a state of Kronecker factors);
+* oracles read at **several points** without samples of q: no one point for the delta method;
+* otherwise, a structure the objective's entry point does not cover (stated as such).
 
-Nothing here names an algorithm: the reasons follow from the family, the rules applied and the blocks."""
+The optimizer targets add their own reason where the array targets have the objective and theirs does not
+(:func:`target_note`).  Nothing here names an algorithm: the reasons follow from the family, the rules applied
+and the blocks."""
 from __future__ import annotations
+
+import sympy as sp
 
 from blr_derive.core.types import Text
 from blr_derive.families.mixture import MixtureFamily
@@ -47,13 +58,61 @@ MINIBATCH = ("; moreover a step sees a minibatch of B of the N rows, and the loc
              "rows, which the bound needs, are not in the state")
 
 
+OWN_PARAMETERS = ("the loss reads q's own parameters ({names}: e.g. a prior or a predictive at the state the step "
+                  "starts from), so the loss moves with q and E_q[ℓ] − H(q) (Eq. 2) of it is no objective of q: the "
+                  "step with ρ = 1 fits q to a target that is itself a function of the state it starts from "
+                  "(the objective of one step is that of a loss with those parameters frozen as data)")
+UNFOLLOWED = ("the BLR's objective L(q) = E_q[ℓ] − H(q) (Eq. 2) needs the loss ℓ of Eq. 1 the steps minimize, and "
+              "{why}")
+NO_ENTROPY = ("the candidate family '{family}' has no entropy H(q) derived in the state it keeps ({state}; App. B "
+              "gives H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] for a family written in λ), so L(q) = E_q[ℓ] − H(q) (Eq. 2) "
+              "is no expression of the state")
+SEVERAL_POINTS = ("the update reads the loss through oracles at several points ({points}) and samples nothing, so "
+                  "there is no one point at which the delta method gives E_q[ℓ] (Sec. 4.2) of L(q) = E_q[ℓ] − "
+                  "H(q) (Eq. 2)")
+UNCOVERED = ("E_q[ℓ] of L(q) = E_q[ℓ] − H(q) (Eq. 2) is neither closed by the derivation (the exact rule, written in "
+             "the state) nor one of the estimates the objective's entry point writes (Monte Carlo at samples of q, "
+             "the quadrature rule's nodes, the delta method at one point), for this combination of family and rules")
+
+
 def update_note(D) -> Text | None:
-    """The reason a mixture candidate's module, or a sized family's over a run-time axis, has no objective, or
-    None for another family."""
-    if not isinstance(D.recipe.family, MixtureFamily):
-        return AXIS + "." if D.component_axis is not None else None
-    masked = any(a.name == "dropout_masks" for a in D.recipe.approximations)
-    return MIXTURE + (MASKS if masked else "") + "."
+    """The reason a module has no objective (called where the derivation gives none): a mixture candidate, a sized
+    family over a run-time axis, a loss that reads q's parameters or that a rule changed unfollowed, a family
+    without an entropy in its state, oracles at several points, or a structure not covered."""
+    r = D.recipe
+    fam = r.family
+    if getattr(D, "federated", None) is not None:
+        return None                     # federated recipes report global_objective (ir/federated.py)
+    if isinstance(fam, MixtureFamily):
+        masked = any(a.name == "dropout_masks" for a in r.approximations)
+        return MIXTURE + (MASKS if masked else "") + "."
+    if D.component_axis is not None:
+        return AXIS + "."
+    own = sorted(str(p.symbol) for p in fam.params.values()
+                 if isinstance(r.loss, sp.Basic) and p.symbol in r.loss.free_symbols)
+    if own:
+        return OWN_PARAMETERS.format(names=", ".join(own)) + "."
+    lm = getattr(D, "loss_model", None)
+    if lm is not None and not lm.followed:
+        return UNFOLLOWED.format(why=lm.why or "a rule changed it in a way the loss model does not record") + "."
+    if not _entropy_closes(fam):
+        return NO_ENTROPY.format(family=fam.name, state=", ".join(fam.params)) + "."
+    points = list(dict.fromkeys(str(c.argument) for c in D.oracle_calls))
+    if D.sampling is None and len(points) > 1:
+        return SEVERAL_POINTS.format(points=", ".join(points)) + "."
+    return UNCOVERED + "."
+
+
+def _entropy_closes(fam) -> bool:
+    """Whether the family's entropy is a closed expression of its state (App. B)."""
+    entropy = getattr(fam, "entropy", None)
+    if entropy is None:
+        return False
+    try:
+        H = entropy()
+    except Exception:                   # noqa: BLE001 - a family whose entropy does not close
+        return False
+    return isinstance(H, sp.Basic) and not H.has(sp.Integral, sp.zoo, sp.nan)
 
 
 def product_note(D, has_bound: bool) -> Text | None:

@@ -274,11 +274,21 @@ class LossModel:
     """How the loss ℓ the BLR minimizes (Eq. 1) is made of the loss the oracles evaluate, as the rules that change
     it record it (for the objective L(q) = E_q[ℓ] − H(q), ``ir/objective.py``): ℓ(θ) = scale·ℓ_oracle(θ) +
     prior(θ) − log p₀(θ), with p₀ a prior in the candidate family of natural parameter ``family_prior`` (λ₀).
-    ``followed`` is False where a rule changed the loss in a way not recorded here (then no objective)."""
+    ``followed`` is False where a rule changed the loss in a way not recorded here (then no objective), and ``why``
+    says how (a clause the module's docstring prints, blr_derive/ir/objective_notes.py)."""
     scale: Expr = sp.Integer(1)              # minibatch: N
     prior: Expr = sp.Integer(0)              # a function of the family's variable (weight_decay: δθ²/2)
     family_prior: list[Expr] | None = None   # λ₀ (family_prior)
     followed: bool = True
+    why: str | None = None                   # how a rule changed the loss where it is not followed
+    #: where the step descends a relaxation of L(q) while ℓ stays the loss of Eq. 1: what the objective's docstring
+    #: says of it (the objective is Eq. 2's L at q, not the relaxed objective)
+    relaxed: str | None = None
+
+    def unfollow(self, why: str) -> None:
+        """The loss is changed in a way not recorded here: no objective, for the reason ``why`` (the first one)."""
+        self.followed = False
+        self.why = self.why or why
 
     def trivial(self) -> bool:
         return self.followed and self.scale == 1 and self.prior == 0 and self.family_prior is None

@@ -89,11 +89,25 @@ def _describe(D, corr):
               corr.description)
 
 
+def record_loss(recipe, D):
+    """What the correction does to the loss the objective reads (``Derivation.loss_model``).  With ``sites:
+    gradient`` nothing: the batch's estimate at q minus the same estimate at q_old, plus the full-data estimate at
+    q_old, has the full-data estimate at q as its expectation over the batches (a control variate, Daheim et al.
+    2026), so the steps minimize the same ℓ of Eq. 1 and L(q) = E_q[ℓ] − H(q) is the uncorrected recipe's.  With
+    ``sites: posterior`` the loss becomes the batch's sites plus −log q_old, which the objective does not follow."""
+    if recipe.correction is not None and recipe.correction.sites != "gradient":
+        D.loss_model.unfollow(
+            "the step replaces the batch's sites in a stored posterior q_old by new ones with q_old itself standing "
+            "for the sum of its sites (rule posterior_correction, sites: posterior), so the loss a step lowers is "
+            "the batch's sites plus −log q_old, which the objective does not follow")
+
+
 def posterior_correction(ctx, g_loss):
     """The step stage: the three natural gradients combined before Eq. 6 (delta method, no pass), or, in program
     mode, the pieces the program stage needs (``D.correction``)."""
     recipe, D, sym = ctx.recipe, ctx.D, ctx.sym
     grads, Eg, EH, old, mu_old, full = _setup(recipe, D, ctx.fail, ctx.g_logh, sym)
+    record_loss(recipe, D)
     if program_mode(recipe, D):
         D.correction = PendingCorrection(grads, Eg, EH, full, old)
         return g_loss
@@ -345,7 +359,7 @@ class PosteriorCorrection(Rule):
 
     def rewrite(self, ctx):
         ctx.done()
-        ctx.D.loss_model.followed = False           # a corrected loss the objective does not follow
+        record_loss(ctx.D.recipe, ctx.D)
         correct_program(ctx)
 
 

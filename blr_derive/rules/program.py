@@ -134,11 +134,13 @@ def record_prior(D, R, when):
         a = sp.simplify(R(x) / x**2)
         if (theta.shape[1] != 1 or a.has(x) or any(is_mat(s) for s in a.free_symbols)
                 or sp.simplify(R(x) - a * x**2) != 0):
-            D.loss_model.followed = False
+            D.loss_model.unfollow("a rule adds a prior R(θ) on a vector or matrix variable that is not the same "
+                                  "a·θ_i² on every coordinate of a vector (the one prior over a vector whose "
+                                  "expectation the objective writes, a·θᵀθ), so E_q[R] is not written")
             return
         prior = a * sp.Trace(theta.T * theta)       # the 1×1 product θᵀθ as a scalar
     elif any(is_mat(x) for x in R(theta).free_symbols):
-        D.loss_model.followed = False
+        D.loss_model.unfollow("a rule adds a prior R(θ) that reads a vector or matrix, so E_q[R] is not written")
         return
     else:
         prior = R(theta)

@@ -78,7 +78,12 @@ class SharpnessAware(Rule):
 
     def rewrite(self, ctx):
         D = ctx.D
-        D.loss_model.followed = False               # a relaxation of the objective (bSAM) it does not follow
+        # the loss ℓ is unchanged; the step descends a relaxation of L(q) (bSAM): the objective reports Eq. 2's L
+        D.loss_model.relaxed = (
+            "the mean step's gradient is taken at an adversarial point (rule sharpness_aware; Foret et al. 2021, "
+            "Eq. 2; Möllenhoff & Khan 2023, Sec. 4), so the steps descend a sharpness-aware relaxation of L(q) "
+            "(the loss near the worst point of a neighbourhood), not L(q) itself; the value here is Eq. 2's "
+            "L(q) of the unperturbed loss ℓ at the state, the quantity the relaxation stands for")
         radius = ctx.expr("radius")
         scale = state_expr(ctx, "scale", sp.Integer(1))
         norm = ctx.args.pop("norm", None)

@@ -460,7 +460,7 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
               " (refused here: the quadrature needs neither)" if parts.kind == "quadrature" else "") + "; "
            "returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate', "
            "'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE) as Python floats; "
-           "computed eagerly, not for tracing.")
+           "computed eagerly, not for tracing.") + _relaxed(parts)
     return {"kind": parts.kind, "doc": Prose(textwrap.fill(text, 112, subsequent_indent="    ", break_on_hyphens=False)),
             "state": state, "data": data, "hyper": hyper, "first": first.name, "dims": dims,
             "elementwise": not whole,
@@ -472,6 +472,11 @@ def objective_estimate_view(ir, printer, uniform: str, normal: str, how: str) ->
             "keys": ESTIMATE_KEYS,
             "nodes": pr(sm.samples) if parts.kind == "quadrature" else None,
             "node_loss": pr(parts.node_loss) if parts.node_loss is not None else None}
+
+
+def _relaxed(parts) -> str:
+    """The docstring's sentence where the steps descend a relaxation of L(q) (``ObjectiveParts.note``)."""
+    return f"  Here {parts.note}." if getattr(parts, "note", "") else ""
 
 
 def hyperparameter_names(ir) -> list:

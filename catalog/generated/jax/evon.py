@@ -36,6 +36,10 @@ new state (a dict of jax arrays) and never mutates its input.  It is pure and ``
 branches in Python on a traced value; the hyperparameters in STATIC_HYPERPARAMETERS (booleans, choices and
 integers such as sample counts) are Python values, static under jit
 (``jax.jit(step, static_argnames=STATIC_HYPERPARAMETERS)``); the oracles must be jax functions.
+
+No ``objective()``: the BLR's objective L(q) = E_q[ℓ] − H(q) (Eq. 2) needs the loss ℓ of Eq. 1 the steps
+minimize, and the loss model adds a prior in the rotated coordinates θ' = Qᵀ vec(W) of the Kronecker
+eigenbasis (Q = Q_R ⊗ Q_L), whose expectation in the state (M, the precisions, Q_L, Q_R) is not derived.
 """
 import jax
 import jax.numpy as jnp

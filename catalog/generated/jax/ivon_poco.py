@@ -241,3 +241,77 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
         "m": m_new,
         "step": jnp.asarray(t),
     }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q), estimated
+# The objective the BLR minimizes (Eq. 2), with E_q[loss] a Monte Carlo estimate and H(q) as the engine
+# derived it.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+    "standard_error",
+    "estimate",
+    "samples",
+)
+OBJECTIVE_ESTIMATE = "monte_carlo"
+
+
+def objective(state, *, oracles=None, data=None, key=None, loss=None, samples=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B) in the state, summed
+    over the coordinates, with its constants (e.g. ½ log(2πe) per coordinate of a Gaussian); the recipe samples
+    q, so E_q[ℓ] is a Monte Carlo estimate from values of the loss ℓ_o the oracles evaluate at samples of q:
+    either ``loss``, the values at samples the caller drew (a sequence, one number per sample), or
+    ``oracles['loss']``, a function of θ returning ℓ_o(θ) (an array is summed over its elements: a loss per
+    coordinate is its sum), evaluated at ``samples`` fresh samples theta_k = eps/jnp.sqrt(ess*(h +
+    weight_decay)) + m (default 2) drawn with ``key`` (a jax.random key) split as step() draws its samples.
+    With ℓ = (ess)·ℓ_o(theta) + ess*theta**2*weight_decay/2, 'expected_loss' is ess × the mean of the values +
+    the expectation of the other terms (closed form), 'standard_error' its standard error (ess × the sample
+    standard deviation / √n; NaN for one value), 'samples' n and 'estimate' 'monte_carlo'. ℓ is the loss of Eq.
+    1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled by N, priors); ℓ_o's own constants are
+    kept, none is added.  Takes what step() takes, and ``loss`` and ``samples``; returns {'objective': L,
+    'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate', 'samples'} (OBJECTIVE_KEYS; the kind of
+    estimate also in OBJECTIVE_ESTIMATE) as Python floats; computed eagerly, not for tracing."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    if hp["ess"] is None:
+        raise TypeError("objective() needs the hyperparameter ess")
+    ess = hp["ess"]
+    if hp["weight_decay"] is None:
+        raise TypeError("objective() needs the hyperparameter weight_decay")
+    weight_decay = hp["weight_decay"]
+    _need(state, ("m", "h", ), "the state")
+    _dims = {}
+    m = _array("m", state["m"], _dims)
+    h = _array("h", state["h"], _dims)
+    if loss is not None:
+        if samples is not None:
+            raise TypeError("objective(): samples is the number of fresh draws; loss values are given")
+        _values = jnp.asarray(loss, dtype=float).reshape(-1)
+    else:
+        if oracles is None or "loss" not in oracles:
+            raise TypeError("objective() needs loss (values at samples of q) or oracles['loss'] (a function of theta)")
+        if key is None:
+            raise TypeError("objective() draws samples of q: pass key (a jax.random key, e.g. jax.random.key(0)) or loss values")
+        _shape = jnp.shape(m)
+        _values = []
+        _keys = jax.random.split(key, 2 if samples is None else int(samples))
+        for _k in range(2 if samples is None else int(samples)):
+            eps = jax.random.normal(_keys[_k], _shape, dtype=float)
+            theta_k = eps/jnp.sqrt(ess*(h + weight_decay)) + m
+            _values.append(float(jnp.sum(oracles["loss"](theta_k))))
+        _values = jnp.asarray(_values, dtype=float)
+    if _values.size < 1:
+        raise ValueError("objective(): no loss values")
+    _zero = jnp.zeros(jnp.shape(m))
+    _entropy = float(jnp.sum(_zero + (-1/2*jnp.log(ess*(h + weight_decay)) + (1/2)*jnp.log(2) + 1/2 + (1/2)*jnp.log(jnp.pi))))
+    _extra = float(jnp.sum(_zero + ((1/2)*ess*weight_decay*(m**2 + 1/(ess*(h + weight_decay))))))
+    _scale = float(ess)
+    _n = int(_values.size)
+    _mean = _scale * float(jnp.mean(_values)) + _extra
+    _se = abs(_scale) * float(jnp.std(_values, ddof=1)) / jnp.sqrt(_n) if _n > 1 else jnp.nan
+    return {"objective": _mean - _entropy, "expected_loss": _mean, "entropy": _entropy, "standard_error": float(_se),
+            "estimate": "monte_carlo", "samples": _n}

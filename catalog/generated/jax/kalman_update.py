@@ -15,6 +15,11 @@ new state (a dict of jax arrays) and never mutates its input.  It is pure and ``
 branches in Python on a traced value; the hyperparameters in STATIC_HYPERPARAMETERS (booleans, choices and
 integers such as sample counts) are Python values, static under jit
 (``jax.jit(step, static_argnames=STATIC_HYPERPARAMETERS)``); the oracles must be jax functions.
+
+No ``objective()``: the loss reads q's own parameters (S, m: e.g. a prior or a predictive at the state the
+step starts from), so the loss moves with q and E_q[ℓ] − H(q) (Eq. 2) of it is no objective of q: the step
+with ρ = 1 fits q to a target that is itself a function of the state it starts from (the objective of one
+step is that of a loss with those parameters frozen as data).
 """
 import jax
 import jax.numpy as jnp

@@ -21,6 +21,10 @@ new state (a dict of jax arrays) and never mutates its input.  It is pure and ``
 branches in Python on a traced value; the hyperparameters in STATIC_HYPERPARAMETERS (booleans, choices and
 integers such as sample counts) are Python values, static under jit
 (``jax.jit(step, static_argnames=STATIC_HYPERPARAMETERS)``); the oracles must be jax functions.
+
+No ``objective()``: the candidate family 'matrix_normal' has no entropy H(q) derived in the state it keeps
+(M, A, G; App. B gives H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] for a family written in λ), so L(q) = E_q[ℓ] − H(q)
+(Eq. 2) is no expression of the state.
 """
 import jax
 import jax.numpy as jnp

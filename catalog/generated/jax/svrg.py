@@ -134,3 +134,57 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     return {
         "m": m_new,
     }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q), estimated
+# The objective the BLR minimizes (Eq. 2), with E_q[loss] by the delta method (the loss at one point) and H(q) as the engine
+# derived it.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+    "standard_error",
+    "estimate",
+    "samples",
+)
+OBJECTIVE_ESTIMATE = "delta"
+
+
+def objective(state, *, oracles=None, data=None, key=None, loss=None, samples=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B) in the state, one number
+    for the vector or matrix family, its dimensions read from the arrays' shapes; the update reads the loss only
+    through oracles at m (no samples), so E_q[ℓ] is the delta method's ℓ(m) (Sec. 4.2), labelled 'estimate':
+    'delta': ``loss`` is ℓ_o(m), the value of the loss the oracles evaluate at m (one number), or
+    ``oracles['loss']``, a function of θ returning ℓ_o(θ) (an array is summed over its elements), is evaluated
+    at m.  With ℓ = ℓ_o(theta), 'expected_loss' is ℓ(m) and 'objective' the delta-method value ℓ(m) − H(q)
+    ('standard_error' NaN, 'samples' 1). ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a
+    mini-batch mean scaled by N, priors); ℓ_o's own constants are kept, none is added.  Takes what step() takes,
+    and ``loss`` and ``samples``; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H,
+    'standard_error', 'estimate', 'samples'} (OBJECTIVE_KEYS; the kind of estimate also in OBJECTIVE_ESTIMATE)
+    as Python floats; computed eagerly, not for tracing."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    _need(state, ("m", ), "the state")
+    _dims = {}
+    m = _array("m", state["m"], _dims)
+    P = _dims["P"]
+    if samples is not None:
+        raise TypeError("objective(): the delta method reads one loss value; samples is not taken")
+    if loss is None:
+        if oracles is None or "loss" not in oracles:
+            raise TypeError("objective() needs loss (the loss at m) or oracles['loss']")
+        loss = jnp.sum(oracles["loss"](m))
+    _values = jnp.asarray(loss, dtype=float).reshape(-1)
+    if _values.size != 1:
+        raise ValueError(f"objective(): the delta method reads one loss value, got {_values.size}")
+    _zero = 0.0                         # one number for the whole vector or matrix family
+    _entropy = float(jnp.sum(_zero + ((1/2)*P*(1 + jnp.log(2*jnp.pi)))))
+    _scale = float(1)
+    _n = int(_values.size)
+    _mean = _scale * float(jnp.mean(_values))
+    _se = jnp.nan
+    return {"objective": _mean - _entropy, "expected_loss": _mean, "entropy": _entropy, "standard_error": float(_se),
+            "estimate": "delta", "samples": _n}

@@ -127,3 +127,44 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     return {
         "m": m_new,
     }
+
+
+# ---------------------------------------------------------------- the BLR objective L(q) = E_q[loss] - H(q)
+# The objective the BLR minimizes (Eq. 2): L(q) = E_q[loss] - H(q), with E_q[loss] and H(q) as the
+# engine derived them; it decreases along steps with a small enough learning rate.
+OBJECTIVE_KEYS = (
+    "objective",
+    "expected_loss",
+    "entropy",
+)
+
+
+def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+    """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
+    over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
+    is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
+    ordinary parameters; every constant of the loss as written is kept (the loss's additive constants are part
+    of L; none is added).  Takes what step() takes (oracles and rng are accepted and unused) and returns
+    {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H}."""
+    unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
+    if unknown:
+        raise TypeError(f"unknown hyperparameters {unknown}; known: {list(HYPERPARAMETERS)}")
+    hp = {**HYPERPARAMETERS, **hyperparameters}
+    alpha1 = hp["alpha1"]
+    if alpha1 is None:
+        raise TypeError("this step needs the hyperparameter alpha1")
+    alpha2 = hp["alpha2"]
+    if alpha2 is None:
+        raise TypeError("this step needs the hyperparameter alpha2")
+    m = jnp.asarray(state["m"], dtype=float)
+    theta0 = jnp.asarray(data["theta0"], dtype=float)
+    theta1 = jnp.asarray(data["theta1"], dtype=float)
+    theta2 = jnp.asarray(data["theta2"], dtype=float)
+    P = m.shape[0]
+    _expected_loss = jnp.sum((1/2)*P + alpha1*((1/2)*m @ theta0 - 1/2*m @ theta1 + (1/2)*theta0 @ m - 1/2*theta0 @ theta0 - 1/2*theta1 @ m + (1/2)*theta1 @ theta1) + alpha2*((1/2)*m @ theta0 - 1/2*m @ theta2 + (1/2)*theta0 @ m - 1/2*theta0 @ theta0 - 1/2*theta2 @ m + (1/2)*theta2 @ theta2) + (1/2)*m @ m - 1/2*m @ theta0 - 1/2*theta0 @ m + (1/2)*theta0 @ theta0)
+    _entropy = jnp.sum((1/2)*P*(1 + jnp.log(2*jnp.pi)))
+    return {
+        "objective": -_entropy + _expected_loss,
+        "expected_loss": _expected_loss,
+        "entropy": _entropy,
+    }

@@ -33,6 +33,10 @@
 
 Call ``step(state, oracles=..., data=..., **hyperparameters)``; it returns the new
 state and never mutates its input.
+
+No ``objective()``: the BLR's objective L(q) = E_q[ℓ] − H(q) (Eq. 2) needs the loss ℓ of Eq. 1 the steps
+minimize, and the loss model adds a prior in the rotated coordinates θ' = Qᵀ vec(W) of the Kronecker
+eigenbasis (Q = Q_R ⊗ Q_L), whose expectation in the state (M, the precisions, Q_L, Q_R) is not derived.
 """
 import numpy
 

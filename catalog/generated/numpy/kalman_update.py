@@ -12,6 +12,11 @@
 
 Call ``step(state, oracles=..., data=..., **hyperparameters)``; it returns the new
 state and never mutates its input.
+
+No ``objective()``: the loss reads q's own parameters (S, m: e.g. a prior or a predictive at the state the
+step starts from), so the loss moves with q and E_q[ℓ] − H(q) (Eq. 2) of it is no objective of q: the step
+with ρ = 1 fits q to a target that is itself a function of the state it starts from (the objective of one
+step is that of a loss with those parameters frozen as data).
 """
 import numpy
 import scipy.linalg

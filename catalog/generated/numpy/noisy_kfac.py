@@ -16,6 +16,10 @@
 
 Call ``step(state, oracles=..., data=..., **hyperparameters)``; it returns the new
 state and never mutates its input.
+
+No ``objective()``: the candidate family 'matrix_normal' has no entropy H(q) derived in the state it keeps
+(M, A, G; App. B gives H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] for a family written in λ), so L(q) = E_q[ℓ] − H(q)
+(Eq. 2) is no expression of the state.
 """
 import numpy
 import scipy.linalg

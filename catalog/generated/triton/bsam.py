@@ -55,6 +55,8 @@ EQUATIONS = (
     "s_ex <- s_new/ess",
     "m <- lr*(-(beta1*gm - (beta1 - 1)*(g_adv + m*wdecay))/s_ex if wdecay > 0 or wdecay < 0 else (beta1*g_adv - beta1*gm - g_adv)/s_ex) + m",
 )
+#: the keys of the mapping objective() returns
+OBJECTIVE_KEYS = ('objective', 'expected_loss', 'entropy', 'standard_error', 'estimate', 'samples')
 
 BLOCK = 1024        # elements per program (a power of two)
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -615,7 +617,16 @@ class BSAM(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One update of every parameter group (one kernel launch per group and parameter dtype);
-        ``closure`` re-evaluates the loss (optional)."""
+        ``closure`` re-evaluates the loss (optional).
+
+        Returns the closure's loss, the mean of its values at the step's samples of q (None without a
+        closure), as torch.optim's optimizers do (training loops and schedulers such as ReduceLROnPlateau
+        read it), not the objective L(q): those values are ℓ_o at samples of the state before the update,
+        and L needs H(q) and the priors' expectation at that state, one more float64 pass over every
+        parameter's state on every step.  For L call objective(closure, samples=n) (fresh samples at the
+        current state) or objective(values) with the closure's values at samples of q (e.g. inside
+        sampled_params()).
+        """
         loss = None
         if closure is not None:
             samples = int(self.param_groups[0]["msharpness"])
@@ -665,3 +676,72 @@ class BSAM(torch.optim.Optimizer):
                     _update_kernel[(chunks.shape[0],)](chunks, ptrs, _lay.buffers["s_ex"], _lay.buffers["gm"], *_stats, *floats, *flags, NPTR=3, PDT=_TL_DTYPES[dtype], BLOCK=BLOCK)
         self._samples.clear()
         return loss
+
+
+    @torch.no_grad()
+    def objective(self, loss=None, samples=None):
+        """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the optimizer's state (Khan & Rue 2023, Eq. 2), which the
+        update minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B)
+        at every parameter's state, summed over all coordinates of all parameters, with its constants (e.g.
+        ½ log(2πe) per coordinate of a Gaussian); the recipe samples q, so E_q[ℓ] is a Monte Carlo estimate:
+        ``loss`` is either the values of the loss the oracles evaluate (ℓ_o, what the closure returns) at
+        samples of q (a sequence or a tensor; e.g. the closure's values inside ``sampled_params()``), or a
+        callable returning ℓ_o, which is evaluated at ``samples`` fresh samples of q (default 2; torch's
+        global generator; the parameters are restored after each and no gradient is collected).  With ℓ =
+        (ess)·ℓ_o(theta) + ess*theta**2*wdecay/2, 'expected_loss' is ess × their mean + the expectation of
+        the other terms (closed form), 'standard_error' its standard error (ess × the sample standard
+        deviation / √n; NaN for one value) and 'samples' n. ℓ is the loss of Eq. 1 as the recipe's rules
+        make it of ℓ_o (a mini-batch mean scaled by N, priors), summed over all parameters; ℓ_o's own
+        constants are kept, none is added; every parameter group must give the same scale. Computed in
+        float64 on the host; returns {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H,
+        'standard_error', 'estimate': 'exact' | 'monte_carlo' | 'delta', 'samples'} (OBJECTIVE_KEYS).  Here
+        the mean step's gradient is taken at an adversarial point (rule sharpness_aware; Foret et al. 2021,
+        Eq. 2; Möllenhoff & Khan 2023, Sec. 4), so the steps descend a sharpness-aware relaxation of L(q)
+        (the loss near the worst point of a neighbourhood), not L(q) itself; the value here is Eq. 2's L(q)
+        of the unperturbed loss ℓ at the state, the quantity the relaxation stands for."""
+        if loss is None:
+            raise TypeError("objective() needs loss: loss values at samples of q, or a callable returning the loss")
+        if callable(loss):
+            _fn, _values = loss, []
+            for _ in range(2 if samples is None else int(samples)):
+                with self.sampled_params():
+                    with torch.enable_grad():
+                        _v = _fn()
+                    _values.append(float(_v.detach() if torch.is_tensor(_v) else _v))
+        elif samples is not None:
+            raise TypeError("objective(): samples is the number of draws for a callable loss")
+        else:
+            _values = loss.detach() if torch.is_tensor(loss) else loss
+        if isinstance(_values, (list, tuple)):
+            _values = [float(v.detach() if torch.is_tensor(v) else v) for v in _values]
+        _values = torch.as_tensor(_values, dtype=torch.float64).detach().reshape(-1).cpu()
+        if _values.numel() < 1:
+            raise ValueError("objective(): no loss values")
+        _entropy = torch.zeros((), dtype=torch.float64)
+        _expected = torch.zeros((), dtype=torch.float64)
+        _scales = set()
+        for group in self.param_groups:
+            ess = group["ess"]
+            ess = torch.as_tensor(ess, dtype=torch.float64)  # a host value in tensor terms
+            wdecay = group["wdecay"]
+            wdecay = torch.as_tensor(wdecay, dtype=torch.float64)  # a host value in tensor terms
+            _scales.add(float(ess))
+            if not group["params"]:
+                continue
+            self._layout(group)             # the state of new parameters, as step() makes it
+            for _p in group["params"]:
+                _st = self.state[_p]
+                _zero = torch.zeros(_p.shape, dtype=torch.float64, device=_p.device)
+                m = _p.detach().to(torch.float64)
+                s_ex = _st["s_ex"].to(torch.float64)
+                _entropy += torch.sum(_zero + (-1/2*torch.log(ess*s_ex))).cpu()
+                _entropy += ((1/2)*math.log(2) + 1/2 + (1/2)*math.log(math.pi)) * _zero.numel()
+                _expected += torch.sum(_zero + ((1/2)*ess*m**2*wdecay + (1/2)*wdecay/s_ex)).cpu()
+        if len(_scales) > 1:
+            raise ValueError(f"objective(): the parameter groups scale the loss differently ({sorted(_scales)})")
+        _scale = _scales.pop() if _scales else 1.0
+        _n = _values.numel()
+        _mean = _scale * float(_values.mean()) + float(_expected)
+        _se = abs(_scale) * float(_values.std(correction=1)) / math.sqrt(_n) if _n > 1 else math.nan
+        return {"objective": _mean - float(_entropy), "expected_loss": _mean, "entropy": float(_entropy),
+                "standard_error": _se, "estimate": "monte_carlo", "samples": _n}

@@ -50,6 +50,8 @@ EQUATIONS = (
     "momentum_buffer <- (direction if t == 1 else direction + momentum*momentum_buffer) if momentum != 0 else momentum_buffer",
     "m <- -lr*momentum_buffer_new + m if momentum != 0 else -direction*lr + m",
 )
+#: the keys of the mapping objective() returns
+OBJECTIVE_KEYS = ('objective', 'expected_loss', 'entropy', 'standard_error', 'estimate', 'samples')
 
 BLOCK = 1024        # elements per program (a power of two)
 _TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -587,7 +589,14 @@ class SAM(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One update of every parameter group (one kernel launch per group and parameter dtype);
-        ``closure`` re-evaluates the loss (optional)."""
+        ``closure`` re-evaluates the loss (optional).
+
+        Returns the closure's loss, ℓ_o at what the parameters hold before the update (None without a
+        closure), as torch.optim's optimizers do (training loops and schedulers such as ReduceLROnPlateau
+        read it), not the objective L(q): the delta-method value needs H(q) and the priors at that state,
+        one more float64 pass over every parameter's state on every step.  For L call objective(closure) or
+        objective(value).
+        """
         loss = None
         if closure is not None:
             samples = int(self.param_groups[0]["msharpness"])
@@ -634,3 +643,60 @@ class SAM(torch.optim.Optimizer):
                 self.state[_lay.params[_i]]["step"] += 1
         self._samples.clear()
         return loss
+
+
+    @torch.no_grad()
+    def objective(self, loss=None, samples=None):
+        """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the optimizer's state (Khan & Rue 2023, Eq. 2), which the
+        update minimizes over the family: H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] is the family's entropy (App. B)
+        at every parameter's state, summed over all coordinates of all parameters, with its constants (e.g.
+        ½ log(2πe) per coordinate of a Gaussian); the update reads the loss only through oracles at m (no
+        samples), so E_q[ℓ] is the delta method's ℓ(m) (Sec. 4.2): ``loss`` is ℓ_o(m), the value of the loss
+        the oracles evaluate at what the parameters hold (a number or a one-element tensor), or a callable
+        returning it (called once).  With ℓ = ℓ_o(theta) + wdecay*‖theta‖²/2, 'expected_loss' is ℓ(m) and
+        'objective' the delta-method value ℓ(m) − H(q), labelled 'estimate': 'delta' ('standard_error' NaN,
+        'samples' 1). ℓ is the loss of Eq. 1 as the recipe's rules make it of ℓ_o (a mini-batch mean scaled
+        by N, priors), summed over all parameters; ℓ_o's own constants are kept, none is added; every
+        parameter group must give the same scale. Computed in float64 on the host; returns {'objective': L,
+        'expected_loss': E_q[ℓ], 'entropy': H, 'standard_error', 'estimate': 'exact' | 'monte_carlo' |
+        'delta', 'samples'} (OBJECTIVE_KEYS).  Here the mean step's gradient is taken at an adversarial
+        point (rule sharpness_aware; Foret et al. 2021, Eq. 2; Möllenhoff & Khan 2023, Sec. 4), so the steps
+        descend a sharpness-aware relaxation of L(q) (the loss near the worst point of a neighbourhood), not
+        L(q) itself; the value here is Eq. 2's L(q) of the unperturbed loss ℓ at the state, the quantity the
+        relaxation stands for."""
+        if samples is not None:
+            raise TypeError("objective(): the delta method reads one loss value; samples is not taken")
+        if loss is None:
+            raise TypeError("objective() needs loss: the loss at what the parameters hold (a number or a callable)")
+        if callable(loss):
+            with torch.enable_grad():
+                loss = loss()
+        if torch.is_tensor(loss):
+            loss = loss.detach()
+        _values = torch.as_tensor(loss, dtype=torch.float64).detach().reshape(-1).cpu()
+        if _values.numel() != 1:
+            raise ValueError(f"objective(): the delta method reads one loss value, got {_values.numel()}")
+        _entropy = torch.zeros((), dtype=torch.float64)
+        _expected = torch.zeros((), dtype=torch.float64)
+        _scales = set()
+        for group in self.param_groups:
+            wdecay = group["wdecay"]
+            wdecay = torch.as_tensor(wdecay, dtype=torch.float64)  # a host value in tensor terms
+            _scales.add(float(1))
+            if not group["params"]:
+                continue
+            self._layout(group)             # the state of new parameters, as step() makes it
+            for _p in group["params"]:
+                _st = self.state[_p]
+                _zero = torch.zeros(_p.shape, dtype=torch.float64, device=_p.device)
+                m = _p.detach().to(torch.float64)
+                _entropy += (1/2 + (1/2)*math.log(2*math.pi)) * _zero.numel()
+                _expected += torch.sum(_zero + ((1/2)*m**2*wdecay)).cpu()
+        if len(_scales) > 1:
+            raise ValueError(f"objective(): the parameter groups scale the loss differently ({sorted(_scales)})")
+        _scale = _scales.pop() if _scales else 1.0
+        _n = _values.numel()
+        _mean = _scale * float(_values.mean()) + float(_expected)
+        _se = abs(_scale) * float(_values.std(correction=1)) / math.sqrt(_n) if _n > 1 else math.nan
+        return {"objective": _mean - float(_entropy), "expected_loss": _mean, "entropy": float(_entropy),
+                "standard_error": _se, "estimate": "delta", "samples": _n}

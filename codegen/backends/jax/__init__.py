@@ -37,7 +37,7 @@ from blr_derive.codegen.backends.jax.config import CONFIG
 from blr_derive.codegen.backends.jax.context import (Signature, StatView, StateView, TransformationContext,
                                                      TxSamplingView)
 from blr_derive.codegen.context import render
-from blr_derive.codegen.objective import objective_view
+from blr_derive.codegen.objective import objective_view, target_note
 from blr_derive.codegen.backends.jax.factorized import render_factorized
 from blr_derive.codegen.backends.jax.functions import (RESERVED as FUNCTION_RESERVED, functions_view,
                                                       hyperparameter_names, refuse_reserved)
@@ -126,6 +126,7 @@ class JaxTarget:
             "update": _reading(numbers, host_lines + leaf_lines),
             "sample": _reading(numbers, [sampling["theta_line"]] + [s["value"] for s in stats] if sampling else []),
         }
+        objective = _objective(ir, pr, plan.mean, tx_class, plan.parameter)
         return render(self.env, self.template, TransformationContext(
             special=any("jax.scipy.special." in line for line in printed), used=used,
             uses_optax=step is not None or bool(scalar_states) or sampling is None or bool(numbers),
@@ -137,7 +138,7 @@ class JaxTarget:
             other_oracles=[(o, d) for o, d in ir.oracles if o != "grad"],
             stat_inputs=[(str(a), f"acc_{a}") for a in plan.stats_in], sampling=sampling, stats=stats,
             mean=plan.mean, point=None if plan.mean is not None else sp.sstr(plan.parameter),
-            numbers=numbers, reads=reads, objective=_objective(ir, pr, plan.mean, tx_class),
+            numbers=numbers, reads=reads, objective=objective, objective_note=target_note(ir, objective),
         ))
 
     @staticmethod
@@ -332,28 +333,32 @@ _OBJECTIVE_WHAT = {
 }
 
 
-def _objective(ir, pr, mean, tx_class):
+def _objective(ir, pr, mean, tx_class, parameter=None):
     """The module-level ``objective(params, state, loss=None, **hyperparameters)`` of an optax module: the parts the
     optimizer targets print (codegen/objective.py), here per leaf of the parameter pytree and summed over the
     leaves (q is a product over the coordinates of every leaf: its entropy and E_q[ℓ]'s closed terms add up);
-    None where the IR has no objective parts or the parameter is not the mean."""
-    if mean is None:
-        return None
+    None where the IR has no objective parts.  Where the parameters hold the mean, the mean is read from them;
+    where they hold another function of q (``parameter``, e.g. a sign of a natural parameter), every parameter of
+    q is in the optimizer state and is read there (``params`` give the pytree's structure)."""
     view = objective_view(ir, {}, pr)
     if view is None:
         return None
     parts = ir.objective_parts
-    head = ("The objective the update minimizes at ``params`` and ``state`` (the optimizer state of this "
-            "transformation): the recipe drops the entropy of L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2; "
-            "no_entropy, Sec. 4.5), so it is E_q[ℓ] alone and 'entropy' is 0; " if parts.no_entropy else
-            "The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2) at ``params`` (the mean of q) and "
-            "``state`` (this transformation's optimizer state), which the update minimizes over the family: q is a "
-            "product over every coordinate of every leaf of the pytree, so H(q), the family's entropy (App. B) with "
-            "its constants, is summed over all of them, and so are the closed terms of E_q[ℓ]; ")
+    where = ("at ``params`` (the mean of q) and ``state`` (this transformation's optimizer state)" if mean is not None
+             else f"at ``state`` (this transformation's optimizer state, which holds q; ``params`` hold "
+                  f"{sp.sstr(parameter)} and give the pytree's structure)")
+    head = (f"The objective the update minimizes {where}: the recipe drops the entropy of L(q) = E_q[ℓ(θ)] − H(q) "
+            "(Khan & Rue 2023, Eq. 2; no_entropy, Sec. 4.5), so it is E_q[ℓ] alone and 'entropy' is 0; "
+            if parts.no_entropy else
+            f"The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2) {where}, which the update "
+            "minimizes over the family: q is a product over every coordinate of every leaf of the pytree, so H(q), "
+            "the family's entropy (App. B) with its constants, is summed over all of them, and so are the closed "
+            "terms of E_q[ℓ]; ")
     what = _OBJECTIVE_WHAT[parts.kind].format(point=parts.point, loss=parts.loss, scale=sp.sstr(parts.scale))
     doc = (head + what + " Hyperparameters are keywords with the factory's defaults (a schedule is read at "
            "state.count).  Computed eagerly in the parameters' precision (call it outside jax.jit), the numbers of "
            "the numpy target's objective() on the same state; returns {'objective': L, 'expected_loss': E_q[ℓ], "
-           "'entropy': H, 'standard_error', 'estimate', 'samples'} (OBJECTIVE_KEYS) as Python floats.")
+           "'entropy': H, 'standard_error', 'estimate', 'samples'} (OBJECTIVE_KEYS) as Python floats."
+           + (f"  Here {parts.note}." if parts.note else ""))
     return {**view, "point": parts.point,
             "doc": textwrap.fill(doc, 112, initial_indent="   ", subsequent_indent="    ", break_on_hyphens=False)[3:]}

@@ -76,6 +76,7 @@ class TransformationContext:
     numbers: list[str]                         # the names bound to numbers, each a number or a schedule
     reads: dict[str, list[str]]                # init, update, sample -> the numbers that function reads
     objective: dict | None = None              # the module-level objective(params, state, loss) (issue 42)
+    objective_note: str | None = None          # why there is none (codegen/objective.py target_note)
 
 
 class FunctionsSamplingView(TypedDict):

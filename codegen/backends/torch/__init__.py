@@ -32,7 +32,7 @@ from blr_derive.codegen.backends.torch.inline import inline_single_use
 from blr_derive.codegen.backends.torch.matrix import MATRIX_TEMPLATE, MatrixContext, has_matrix_state, matrix_view
 from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
 from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
-from blr_derive.codegen.objective import objective_view
+from blr_derive.codegen.objective import objective_view, target_note
 from blr_derive.codegen.validation import validation
 
 
@@ -62,7 +62,9 @@ class TorchTarget:
     def render(self, ir) -> str:
         if has_matrix_state(ir):
             check_optimizer(ir, self.name, matrices=True)
-            return render(self.env, MATRIX_TEMPLATE, MatrixContext(ir=ir, **matrix_view(ir)))
+            objective = objective_view(ir, {}, matrix=True)
+            return render(self.env, MATRIX_TEMPLATE, MatrixContext(ir=ir, **matrix_view(ir), objective=objective,
+                                                                   objective_note=target_note(ir, objective)))
         plan = plan_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
         host = HostPrinter()
         scalar_states = host_states(plan)            # one number per tensor (0-d tensors in the state)
@@ -90,6 +92,8 @@ class TorchTarget:
         state_cond = {k: None if c == sp.true else host.doprint(c) for k, c in conds.items()}
         cond_syms = {str(x) for c in list(conds.values()) + [sp.true if step_cond is None else step_cond] for x in c.free_symbols}
         init_hyper = plan.init_hyper + [h for h in plan.hyper_using(cond_syms) if h not in plan.init_hyper]
+        objective = objective_view(ir, stored, absent=frozenset(scalar_states) | {k for k, c in conds.items()
+                                                                                 if c != sp.true})
         return render(self.env, self.template, TorchContext(
             ir=ir, program=program, outputs=[(n, o) for n, o in plan.outputs if n not in scalar_states],
             scalar_states=[(n, str(new), self.host_update(host, stored[n], old, e))
@@ -117,7 +121,7 @@ class TorchTarget:
             step_cond=None if step_cond is None or step_cond == sp.true else host.doprint(step_cond),
             step_hyper=[] if step_cond is None else plan.hyper_using({str(x) for x in step_cond.free_symbols}),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data],
-            objective=objective_view(ir, stored, absent=frozenset(scalar_states) | {k for k, c in conds.items() if c != sp.true}),
+            objective=objective, objective_note=target_note(ir, objective),
             flat_groups=self.flat_groups(ir, plan, sampling, scalar_states, stored),
         ))
 

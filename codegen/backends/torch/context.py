@@ -102,4 +102,5 @@ class TorchContext:
     step_hyper: list[HyperVar]                 # the hyperparameters step_cond reads
     data: list[tuple[str, str, object]]        # (name, default, description)
     objective: dict | None = None              # the BLR objective method (codegen/objective.py)
+    objective_note: str | None = None          # why there is none (codegen/objective.py target_note)
     flat_groups: tuple[str, ...] | None = None  # the stored states of a group laid out flat (elementwise sampling)

@@ -126,3 +126,5 @@ class MatrixContext:
     shapes: dict[str, Any]
     symmetric: list[str]
     validation: Validation
+    objective: dict | None = None                  # the BLR objective method (codegen/objective.py)
+    objective_note: str | None = None              # why there is no objective (codegen/objective.py target_note)

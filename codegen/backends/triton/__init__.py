@@ -42,7 +42,7 @@ from blr_derive.codegen.lower import (DRAWS, check_optimizer, host_states, plan_
 from blr_derive.codegen.backends.triton.kernels import (Kernel, KernelArg, ModuleKernels, arg, block_kernel,
                                                         buffers, constexpr)
 from blr_derive.codegen.backends.triton.printer import HELPERS, RUNTIME, TritonFusedCompiler
-from blr_derive.codegen.objective import objective_view
+from blr_derive.codegen.objective import objective_view, target_note
 from blr_derive.codegen.validation import validation
 
 
@@ -98,6 +98,8 @@ class TritonTarget:
             if o not in cols:
                 cols.append(o)
         update_state = [n for n in _loads(fused, plan.state_names, [n for n, _ in plan.outputs]) if n != plan.mean]
+        objective = objective_view(ir, stored_names(plan), layout=True,
+                                   absent=frozenset(host_states(plan)))     # every other state is kept
         return render(self.env, self.template, TritonContext(
             ir=ir, mean=plan.mean, pvar=plan.mean or "_p", point=point, outputs=plan.outputs, mean_out=mean_out,
             others=plan.others, host=host.doprint, init_hyper=plan.init_hyper, grads=plan.grads, sampling=sampling,
@@ -111,8 +113,7 @@ class TritonTarget:
             keeps_step=step_condition(plan) is not None or ir.step_symbol is not None,
             scalar_stored=sorted(stored_names(plan)[n] for n in host_states(plan)),
             data=[(d.name, host.doprint(d.init), d.description) for d in ir.data], validation=validation(ir),
-            objective=objective_view(ir, stored_names(plan), layout=True,
-                                     absent=frozenset(host_states(plan))),     # every other state is kept
+            objective=objective, objective_note=target_note(ir, objective),
         ))
 
     @staticmethod

@@ -108,3 +108,4 @@ class TritonContext:
     data: list[tuple[str, str, object]]
     validation: Validation
     objective: dict | None = None              # the BLR objective method (codegen/objective.py)
+    objective_note: str | None = None          # why there is none (codegen/objective.py target_note)

@@ -119,12 +119,14 @@ def test_conjugate_step_lands_on_the_minimum(tmp_path):
 
 def test_no_exact_objective_where_the_expected_loss_is_not_closed(tmp_path):
     """A recipe that calls oracles has no closed E_q[ℓ]: its objective is the delta method's, labelled so
-    (OBJECTIVE_ESTIMATE, tests/unit/codegen/test_objective_estimate.py); one whose oracles are read at several
-    points (sharpness_aware: the mean and an ascent point) has none."""
+    (OBJECTIVE_ESTIMATE, tests/unit/codegen/test_objective_estimate.py); one whose second oracle point is an
+    ascent point (sharpness_aware) has the delta value at its sub-batches' point, and says that its steps descend a
+    relaxation of L(q) (tests/unit/codegen/test_objective_structures.py)."""
     r = recipe_from_options("gaussian_diag", loss="abstract", approximations=["delta"])
     code = api.generate(r, "numpy")
     assert "def objective(" in code and 'OBJECTIVE_ESTIMATE = "delta"' in code
-    assert "def objective(" not in (GENERATED / "numpy" / "sam.py").read_text(encoding="utf-8")
+    sam = (GENERATED / "numpy" / "sam.py").read_text(encoding="utf-8")
+    assert "def objective(" in sam and 'OBJECTIVE_ESTIMATE = "delta"' in sam and "relaxation of L(q)" in sam
 
 
 @pytest.mark.parametrize("key", list(CASES))

@@ -116,7 +116,15 @@ NO_OBJECTIVE = {
     "dropout": "dropout_masks", "dropout_adam": "dropout_masks",
     "dropout_rmsprop": "dropout_masks", "dropout_sgd": "dropout_masks", "svi": "minibatch",
     "svi_unrolled": "minibatch", "dirichlet_categorical": "known at run time only",
+    # a loss that reads q's own parameters, a family without an entropy in its state, a prior the loss model does
+    # not follow (blr_derive/ir/objective_notes.py)
+    "kalman_filter": "q's own parameters", "kalman_predict": "q's own parameters",
+    "kalman_update": "q's own parameters", "noisy_kfac": "no entropy", "noisy_kfac_mc": "no entropy",
+    "evon": "rotated coordinates",
 }
+#: the optimizer targets' modules without an objective and a word of the reason (the derivation's, or the target's
+#: own where the numpy module has it: codegen/objective.py target_note)
+NO_OBJECTIVE_OPTIMIZERS = {"torch/evon": "rotated coordinates"}
 
 
 @pytest.mark.parametrize("target", ["numpy", "jax"])
@@ -132,10 +140,59 @@ def test_a_module_without_objective_says_why(name, target):
         assert "mean-field bound" in doc
 
 
+@pytest.mark.parametrize("name", sorted(NO_OBJECTIVE_OPTIMIZERS))
+def test_an_optimizer_without_objective_says_why(name):
+    tree = ast.parse((GENERATED / f"{name}.py").read_text(encoding="utf-8"))
+    assert not _defines_objective(tree)
+    doc = " ".join(ast.get_docstring(tree).split())
+    assert "No ``objective()``:" in doc and "Eq. 2" in doc and NO_OBJECTIVE_OPTIMIZERS[name] in doc
+
+
 def test_modules_with_an_objective_have_no_such_note():
-    for name in ("em_gmm", "em_gmm_unrolled", "vmp", "multimodal_exact_unrolled", "ridge", "adam", "ivon"):
+    for name in ("em_gmm", "em_gmm_unrolled", "vmp", "multimodal_exact_unrolled", "ridge", "adam", "ivon", "sam",
+                 "bsam", "svrg", "ivon_poco", "task_arithmetic"):
         source = (GENERATED / "numpy" / f"{name}.py").read_text(encoding="utf-8")
         assert "No ``objective()``" not in source and "def objective(" in source
+
+
+def _defines_objective(tree) -> bool:
+    """Whether a module defines ``objective`` or ``global_objective``: a function of the module, or a method of one
+    of its classes (the torch and Triton optimizers)."""
+    names = {"objective", "global_objective"}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            return True
+        if isinstance(node, ast.ClassDef) and any(isinstance(n, ast.FunctionDef) and n.name in names
+                                                  for n in node.body):
+            return True
+    return False
+
+
+ALL_MODULES = sorted(f"{path.parent.name}/{path.stem}" for target in ("numpy", "jax", "torch", "triton")
+                     for path in (GENERATED / target).glob("*.py") if path.stem != "__init__")
+
+
+def test_every_generated_module_has_an_objective_or_says_why():
+    """Issue 42: every generated module of every target defines objective (global_objective for the federated
+    recipes) or states in its docstring why it has none, with the objective it is about (Eq. 2); a module with an
+    objective carries no such note.  Counted over catalog/generated/{numpy,jax,torch,triton}."""
+    assert len(ALL_MODULES) > 150
+    neither, both = [], []
+    counts = {"objective": 0, "reason": 0}
+    for name in ALL_MODULES:
+        tree = ast.parse((GENERATED / f"{name}.py").read_text(encoding="utf-8"))
+        doc = " ".join((ast.get_docstring(tree) or "").split())
+        noted = "No ``objective()``:" in doc and "Eq. 2" in doc
+        if _defines_objective(tree):
+            counts["objective"] += 1
+            if "No ``objective()``" in doc:
+                both.append(name)
+        elif noted:
+            counts["reason"] += 1
+        else:
+            neither.append(name)
+    assert neither == [] and both == [], (neither, both)
+    assert counts["objective"] + counts["reason"] == len(ALL_MODULES)
 
 
 def test_docs_name_the_recipes_and_the_reasons():

@@ -54,7 +54,8 @@ def test_soap_objective_is_the_delta_value_in_the_eigenbasis():
 #: the modules with no objective (outside mixtures, EM, svi/vmp, dropout and federated recipes) and a word of the
 #: reason docs/targets.md gives for each
 ABSENT = {"noisy_kfac": "Kronecker", "noisy_kfac_mc": "Kronecker", "evon": "rotated",
-          "torch/soap": "matrix-state", "torch/evon": "rotated"}
+          "torch/evon": "rotated", "kalman_filter": "q's own parameters",
+          "kalman_predict": "q's own parameters", "kalman_update": "q's own parameters"}
 
 
 @pytest.mark.parametrize("name", list(ABSENT))

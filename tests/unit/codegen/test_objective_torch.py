@@ -239,9 +239,13 @@ def test_bayesbinn_entropy_and_family_prior(tmp_path):
 
 
 def test_objective_only_where_derived(tmp_path):
-    """A recipe whose loss a rule changes in a way the objective does not follow (sharpness_aware: SAM's
-    relaxation) gets no objective; the others of the torch catalog do."""
-    assert not hasattr(_catalog(tmp_path, "sam").SAM, "objective")
+    """A recipe whose loss a rule changes in a way the objective does not follow (kronecker_eigenbasis: a prior in
+    rotated coordinates) gets no objective and says why; SAM, whose steps descend a relaxation of L(q) while the
+    loss stays Eq. 1's, has the delta value and says that it is not what the steps descend."""
+    evon = _catalog(tmp_path, "evon")
+    assert not hasattr(evon.EVON, "objective") and "No ``objective()``" in evon.__doc__
+    sam = _catalog(tmp_path, "sam").SAM
+    assert hasattr(sam, "objective") and "relaxation of L(q)" in " ".join(sam.objective.__doc__.split())
 
 
 def test_recipes_without_entropy_minimize_the_expected_loss(tmp_path):

@@ -500,7 +500,9 @@ def test_per_parameter_step_counts_follow_the_torch_target():
 OBJECTIVE = [("adam", dict(lr=1e-2, weight_decay=0.1), 1.25), ("ogn", dict(lr=0.1, ess=100.0), 1.25),
              ("ivon", dict(lr=0.05, ess=100.0), [1.0, 3.0, 2.5]), ("vogn", dict(lr=0.05, ess=100.0), [1.0, 3.0]),
              ("bayesbinn", dict(lr=0.01, train_set_size=10.0, prior_p=0.3), [0.5, 0.25]),
-             ("ste", dict(lr=0.05), 0.75)]
+             ("ste", dict(lr=0.05), 0.75),
+             # the gradient at an adversarial point: sam's delta value at m, bsam's Monte Carlo value (issue 42)
+             ("sam", dict(lr=0.1, wdecay=0.2), 1.25), ("bsam", dict(ess=20.0, wdecay=0.05), [1.0, 1.5, 0.25])]
 
 
 @pytest.mark.parametrize("name,kw,loss", OBJECTIVE, ids=[n for n, _, _ in OBJECTIVE])
