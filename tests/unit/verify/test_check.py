@@ -257,3 +257,25 @@ def test_recipe_natural_gradient_check_passes_and_catches_a_wrong_gradient(monke
     monkeypatch.setattr(exact, "conjugate", wrong)
     checks = {c.name: c for c in check_recipe_updates(recipe)}
     assert not checks["natural gradient vs finite differences"].passed
+
+
+def test_natural_gradient_check_holds_the_loss_s_own_parameters(monkeypatch):
+    """kalman_update's loss reads the candidate's parameters (its prior (θ − m)ᵀS(θ − m) at the state the step
+    starts from): they are constants of ℓ, and the check used to move them with μ, failing a correct gradient by
+    0.858.  Held at the point, it passes; a doubled gradient still fails."""
+    import blr_derive.verify.recipe as verify_recipe
+    from blr_derive.candidates.load import load_recipe
+    from blr_derive.rules.base import NaturalGradient
+    from conftest import CATALOG
+    recipe = load_recipe(CATALOG / "kalman_update.yaml")
+    checks = {c.name: c for c in check_recipe_updates(recipe)}
+    assert checks["natural gradient vs finite differences"].value < 1e-8
+    real = verify_recipe.derive
+
+    def wrong(r):
+        D = real(r)
+        D.natural_gradient = NaturalGradient([2 * g for g in D.natural_gradient.grads])
+        return D
+    monkeypatch.setattr(verify_recipe, "derive", wrong)
+    checks = {c.name: c for c in check_recipe_updates(recipe)}
+    assert checks["natural gradient vs finite differences"].value > 0.1
