@@ -13,8 +13,9 @@ has no fused implementation) it reports:
   the steps: how far the differences grow on a chaotic problem;
 - ``bitwise``: whether the free runs' final parameters are identical.
 
-Usage: python benchmarks/bench_torch_order.py [--steps 200] [--only adam,sgd_nesterov] [--artifacts DIR]
-(DIR: e.g. ``git archive REV catalog/generated/torch | tar -x -C /tmp/rev`` then /tmp/rev/catalog/generated/torch)
+Usage: python benchmarks/bench_torch_order.py [--steps 200] [--only adam,sgd_nesterov] [--artifacts DIR] [--fused]
+(DIR: e.g. ``git archive REV catalog/generated/torch | tar -x -C /tmp/rev`` then /tmp/rev/catalog/generated/torch;
+``--fused``: also the generated ``fused=True`` path against torch's fused path and against the generated default.)
 """
 from __future__ import annotations
 
@@ -128,6 +129,8 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--artifacts", default=str(GENERATED / "torch"),
                     help="the folder of generated torch modules (e.g. one checked out from another revision)")
+    ap.add_argument("--fused", action="store_true",
+                    help="also compare the generated fused=True path with torch's fused path and the generated default")
     args = ap.parse_args()
     torch.set_num_threads(1)
     x, y = data()
@@ -144,6 +147,12 @@ def main():
         else:       # the yardstick where torch has no fused path: its own for-loop against its foreach path
             rows.append(("torch for-loop vs foreach", lambda ps: peer(ps, **kw, foreach=True),
                          lambda ps: peer(ps, **kw, foreach=False)))
+        if args.fused:          # the generated fused path against torch's fused path and the generated default
+            if peer in FUSED:
+                rows.append(("gen. fused vs torch fused", lambda ps: peer(ps, **kw, fused=True),
+                             lambda ps: ours(ps, **kw, fused=True)))
+            rows.append(("gen. fused vs gen. default", lambda ps: ours(ps, **kw),
+                         lambda ps: ours(ps, **kw, fused=True)))
         for pair, a, b in rows:
             differ, drift, same = compare(a, b, args.steps, x, y)
             print(f"{name:24s} {pair:26s} {differ:12.2e} {drift:11.2e} {'yes' if same else 'no'}", flush=True)

@@ -288,7 +288,7 @@ def _kernel(m, s, u, s_max, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12 = host
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14 = host
     if _h1:
         t_0 = _h0*m
     g_wd = (g + t_0 if _h2 else g)
@@ -299,9 +299,9 @@ def _kernel(m, s, u, s_max, g, *host):
     s_max_new = (torch.maximum(s_max, s_new) if _h8 else s_max)
     s_used = (s_max_new if _h8 else s_new)
     s_hat = _h9*s_used
-    s_root = _h10 + torch.sqrt(s_hat)
-    t_1 = _h11*u_hat/s_root - m
-    m_new = (-_h11*t_0 - t_1 if _h12 else -t_1)
+    s_root = _h10 + (torch.sqrt(s_used)/_h11 if _h12 else torch.sqrt(s_hat))
+    t_1 = _h13*u_hat/s_root - m
+    m_new = (-_h13*t_0 - t_1 if _h14 else -t_1)
     if u_new is not u:
         u.copy_(u_new)
     if s_new is not s:
@@ -577,7 +577,7 @@ class Adam(torch.optim.Optimizer):
         if group["maximize"]:
             g = torch._foreach_neg(g)
         if fused:
-            host = (weight_decay, decoupled_weight_decay or (weight_decay != 0), not decoupled_weight_decay and (weight_decay != 0), beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, lr, decoupled_weight_decay, )
+            host = (weight_decay, decoupled_weight_decay or (weight_decay != 0), not decoupled_weight_decay and (weight_decay != 0), beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, math.sqrt(1 - beta2**t), _positive(1 - beta2**t), lr, decoupled_weight_decay, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

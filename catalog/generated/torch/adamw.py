@@ -286,7 +286,7 @@ def _kernel(m, s, u, s_max, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9 = host
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11 = host
     h_gsq = g**2
     u_new = _h0*u + _h1*g
     u_hat = _h2*u_new
@@ -294,8 +294,8 @@ def _kernel(m, s, u, s_max, g, *host):
     s_max_new = (torch.maximum(s_max, s_new) if _h5 else s_max)
     s_used = (s_max_new if _h5 else s_new)
     s_hat = _h6*s_used
-    s_root = _h7 + torch.sqrt(s_hat)
-    m_new = -_h8*_h9*m - _h8*u_hat/s_root + m
+    s_root = _h7 + (torch.sqrt(s_used)/_h8 if _h9 else torch.sqrt(s_hat))
+    m_new = -_h10*_h11*m - _h10*u_hat/s_root + m
     if u_new is not u:
         u.copy_(u_new)
     if s_new is not s:
@@ -564,7 +564,7 @@ class AdamW(torch.optim.Optimizer):
         if group["maximize"]:
             g = torch._foreach_neg(g)
         if fused:
-            host = (beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, lr, weight_decay, )
+            host = (beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, math.sqrt(1 - beta2**t), _positive(1 - beta2**t), lr, weight_decay, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

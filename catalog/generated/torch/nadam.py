@@ -282,7 +282,7 @@ def _kernel(m, s, u, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14 = host
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15, _h16 = host
     if _h1:
         t_0 = _h0*m
     g_wd = (g + t_0 if _h2 else g)
@@ -291,9 +291,9 @@ def _kernel(m, s, u, g, *host):
     u_nesterov = _h5*_h6*g_wd + _h7*_h8*u_new
     s_new = _h10*h_gsq + _h9*s
     s_hat = _h11*s_new
-    s_root = _h12 + torch.sqrt(s_hat)
-    t_1 = _h13*u_nesterov/s_root - m
-    m_new = (-_h13*t_0 - t_1 if _h14 else -t_1)
+    s_root = _h12 + (torch.sqrt(s_new)/_h13 if _h14 else torch.sqrt(s_hat))
+    t_1 = _h15*u_nesterov/s_root - m
+    m_new = (-_h15*t_0 - t_1 if _h16 else -t_1)
     if u_new is not u:
         u.copy_(u_new)
     if s_new is not s:
@@ -559,7 +559,7 @@ class NAdam(torch.optim.Optimizer):
             mu_product_rate = beta1*(1 - 1/2*(24/25)**(momentum_decay*t))
             mu_product_rate_next = beta1*(1 - 1/2*(24/25)**(momentum_decay*(t + 1)))
             mu_product_next = mu_product_new*mu_product_rate_next
-            host = (weight_decay, decoupled_weight_decay or (weight_decay != 0), not decoupled_weight_decay and (weight_decay != 0), beta1, 1 - beta1, 1/(1 - mu_product_new), 1 - mu_product_rate, mu_product_rate_next, 1/(1 - mu_product_next), beta2, 1 - beta2, 1/(1 - beta2**t), eps, lr, decoupled_weight_decay, )
+            host = (weight_decay, decoupled_weight_decay or (weight_decay != 0), not decoupled_weight_decay and (weight_decay != 0), beta1, 1 - beta1, 1/(1 - mu_product_new), 1 - mu_product_rate, mu_product_rate_next, 1/(1 - mu_product_next), beta2, 1 - beta2, 1/(1 - beta2**t), eps, math.sqrt(1 - beta2**t), _positive(1 - beta2**t), lr, decoupled_weight_decay, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

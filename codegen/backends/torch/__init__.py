@@ -72,8 +72,9 @@ class TorchTarget:
         tensors = {s for s in plan.state_syms if str(s) not in scalar_states} | {c.symbol for c in ir.oracle_calls} \
             | set(plan.stats_in)
         point = self.point_view(plan)
-        program = self.program(ir, plan, tensors, point, scalar_new)   # first: it refuses what no torch program can print
-        fused = FusedCompiler(tensors)
+        substituted: set = set()
+        program = self.program(ir, plan, tensors, point, scalar_new, substituted)   # first: it refuses what no torch program can print
+        fused = FusedCompiler(tensors, substituted=substituted)
         for sym, expr in ir.assignments:
             if sym not in scalar_new:
                 fused.assign(sym, expr, plan.need[sym])
@@ -148,15 +149,20 @@ class TorchTarget:
         return host.doprint(e)
 
     @staticmethod
-    def program(ir, plan, tensors, point, scalar_new=frozenset()):
+    def program(ir, plan, tensors, point, scalar_new=frozenset(), substituted=None):
         """The multi-tensor program with planned buffers (codegen/backends/torch/inplace.py): every state whose
         old value is dead is updated in its own tensors, the mean (the parameter) included.  The new values of
-        states that are one number per tensor (``scalar_new``) are computed on the host before it."""
+        states that are one number per tensor (``scalar_new``) are computed on the host before it.  A set given
+        as ``substituted`` receives the values the program substitutes into their readers (inline.py), which the
+        fused kernel's scaled roots follow (codegen/backends/torch/printer.py FusedCompiler)."""
         assignments = [(s_, e) for s_, e in ir.assignments if s_ not in scalar_new] \
             + ([plan.param_new] if point is not None else [])
         final = {sym for _, sym in ir.outputs if sym not in scalar_new} | ({plan.param_new[0]} if point is not None else set())
         keep = final | {s for c in plan.need.values() for s in c.free_symbols}
         program = inline_single_use(assignments, keep, tensors)
+        if substituted is not None:         # the values substituted into their readers, for the fused kernel
+            kept = {sym for sym, _ in program}
+            substituted.update(sym for sym, _ in assignments if sym not in kept)
         by_name = state_symbols(ir)
         dests = {sym: (name, by_name[name]) for name, sym in ir.outputs
                  if name in by_name and str(sym) != name and (point is None or name != ir.mean) and sym not in scalar_new}
