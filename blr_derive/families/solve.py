@@ -49,10 +49,34 @@ def round_trips(fam, exprs, targets, sol, trials=3):
     return True
 
 
+#: a polynomial equation of higher degree than this (with more than two terms) has no solution in radicals in
+#: general: sympy is not asked (it ground for the whole SOLVE_SECONDS on a 60-point support's μ(p))
+MAX_RADICAL_DEGREE = 4
+
+
+def _beyond_radicals(eqs, unknown) -> int | None:
+    """The degree of an equation that is a polynomial (after clearing denominators) of degree above
+    MAX_RADICAL_DEGREE with more than two terms in one unknown, or None."""
+    for eq in eqs:
+        num = sp.numer(sp.together(eq.lhs - eq.rhs))
+        for u in unknown:
+            try:
+                poly = sp.Poly(num, u)
+            except (sp.PolynomialError, sp.GeneratorsNeeded):
+                continue
+            if poly.degree() > MAX_RADICAL_DEGREE and len(poly.terms()) > 2:
+                return poly.degree()
+    return None
+
+
 def solve_blocks(exprs, targets, unknown_params, symmetric, fam=None, what=None):
     unknown = [p.symbol for p in unknown_params]
     if all(not is_mat(u) for u in unknown) and all(not is_mat(e) for e in exprs):
         eqs = [sp.Eq(e, t) for e, t in zip(exprs, targets)]
+        degree = _beyond_radicals(eqs, unknown)
+        if degree is not None:
+            raise DerivationError(f"no closed form: the equations are polynomials of degree {degree} in the "
+                                  "parameters (no solution in radicals)")
         if fam is not None:
             # sympy's own simplification and checking of every candidate (against the unknowns' assumptions) is
             # most of its time (von Mises: 1.2 s of 1.3 s); the numerical round trip is the check here, so the
