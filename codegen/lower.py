@@ -132,8 +132,9 @@ def _others(ir, target, mean, parameter):
         if v.init_state == "param" and mean is None:
             continue
         if v.init is None:
-            raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value (state_init)",
-                                    "state_init")
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' needs an initial value: in the recipe "
+                                    f"state_init: {{{v.name}: 1.0}}, on the command line --set "
+                                    f"'state_init={{{v.name}: 1.0}}'", "state_init")
         if v.init_state is not None and v.init_state != mean:
             raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' starts as a copy of '{v.init_state}'; "
                                     f"the {target} target can only copy the parameters themselves: give it a value "
