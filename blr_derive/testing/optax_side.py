@@ -17,10 +17,12 @@ from blr_derive.testing.results import Divergence, Report
 
 
 def _loss(problem, data):
-    def f(params, step):
+    """The problem's loss of (params, idx): ``idx`` the rows of the step's mini-batch (:func:`_batch`), a traced
+    argument, so that one compiled gradient serves every step (a step count static under jit compiled one program
+    per step and per setting)."""
+    def f(params, idx):
         if problem.kind == "mlp":
             W1, b1, W2, b2 = params
-            idx = data["batches"][step % len(data["batches"])]
             h = jnp.tanh(data["X"][idx] @ W1 + b1)
             return jnp.mean((h @ W2 + b2 - data["y"][idx]) ** 2)
         total = 0.0
@@ -31,6 +33,13 @@ def _loss(problem, data):
                 total = total + jnp.sum(jnp.sin(3 * p) + 0.1 * d ** 4)
         return total
     return f
+
+
+def _batch(problem, data, step):
+    """The rows of step ``step``'s mini-batch (the mlp problem's), an index array; 0 where the loss reads none."""
+    if problem.kind == "mlp":
+        return jnp.asarray(data["batches"][step % len(data["batches"])])
+    return jnp.zeros((), jnp.int32)
 
 
 def _to_jax(problem, dtype, seed):
@@ -78,6 +87,12 @@ def equivalent_optax(derived, tx, *, names: dict, values: dict, settings=None, s
                         if p.skip or p.groups or p.scheduler or p.reload_at is not None]]
     problems = [p for p in PROBLEMS if not (p.skip or p.groups or p.scheduler or p.reload_at is not None)]
     state_names = [n for n, _ in derived.assignments if n != derived.mean]
+    # each problem's parameters, data and jitted gradient, made once for every setting (the same program each time)
+    made = {}
+    for dtype in dtypes:
+        for problem in problems:
+            params, data = _to_jax(problem, dtype, seed)
+            made[dtype, problem.name] = params, data, jax.jit(jax.grad(_loss(problem, data)))
     for setting in (settings if settings is not None else settings_for(defaults)):
         setting = {**defaults, **setting}
         try:
@@ -91,13 +106,14 @@ def equivalent_optax(derived, tx, *, names: dict, values: dict, settings=None, s
         for dtype in dtypes:
             key = "float64" if dtype == jnp.float64 else "float32"
             for problem in problems:
-                params_g, data = _to_jax(problem, dtype, seed)
+                params_g, data, grad = made[dtype, problem.name]
+                params_g = list(params_g)
                 params_u = list(params_g)
-                grad = jax.jit(jax.grad(_loss(problem, data)), static_argnums=1)
                 sg, su = gen_tx.init(params_g), user_tx.init(params_u)
                 report.runs += 1
                 for k in range(problem.steps):
-                    gg, gu = grad(params_g, k), grad(params_u, k)
+                    idx = _batch(problem, data, k)
+                    gg, gu = grad(params_g, idx), grad(params_u, idx)
                     if k in problem.zero_steps:
                         gg = jax.tree_util.tree_map(jnp.zeros_like, gg)
                         gu = jax.tree_util.tree_map(jnp.zeros_like, gu)
