@@ -46,7 +46,7 @@ MAX_OUTER = 3
 MAX_FITS = 40
 #: the factor by which a probe that saw no curvature is widened, and the widest probe (its scale per coordinate)
 WIDEN = 1e3
-WIDEST = 1e100
+WIDEST = 1e150
 
 
 def _mv(A, x):
