@@ -1,5 +1,6 @@
 """Quadrature for a variable with a vector component in which the density is Gaussian given the other components
-(the normal–Wishart's mean θ given its precision Λ): the other coordinates by the double-exponential rule
+(the normal–Wishart's mean θ given its precision Λ), or real scalar components that are (the normal-gamma's θ given
+τ, whose spread 1/√(κτ) no grid scaled once follows as τ → 0): the other coordinates by the double-exponential rule
 (``quadrature.de_rule``), the Gaussian coordinates at each of those nodes by the Gauss–Hermite rule of their
 conditional Gaussian, which is exact for polynomials of degree 5 in them — the moments of T (degree ≤ 2), its
 covariance (degree 4) and log q (degree 2) — so a 5-dimensional check at P = 2 costs a 3-dimensional grid.

@@ -19,16 +19,21 @@ from blr_derive.verify.numdiff import fd_hessian
 
 
 class FamilyModel:
-    """A family at one dimension: compiled log h, T (in λ coordinates) and the θ parametrization."""
+    """A family at one dimension: compiled log h, T (in λ coordinates) and the θ parametrization.
 
-    def __init__(self, fam, dim: int):
+    With ``gaussian_components`` (the family check), real scalar components that are Gaussian given the others
+    (:func:`conditionally_gaussian`) are integrated by Gauss–Hermite given the others (exact for what the family
+    check integrates: T, T Tᵀ and log q, polynomials of degree ≤ 4 in them); without it (a reference for
+    ∫ q ℓ with an arbitrary loss ℓ) every component is on the grid."""
+
+    def __init__(self, fam, dim: int, gaussian_components: bool = True):
         self.fam = fam
         self.nf = fam.numeric(dim)
         self.dim = self.nf.dim
         self.fixed = [p.symbol for p in fam.fixed_params]
         self.bars = {}                 # component -> symbol standing for 1 - component (unit interval)
         reps = {}
-        if fam.components and fam.variable_kind != "mixed":
+        if gaussian_components and fam.components and fam.variable_kind != "mixed":
             self.theta_args = [sp.Dummy(str(c), real=True) for c in fam.components]
             reps = dict(zip(fam.components, self.theta_args))
             for c, s in zip(fam.components, fam.component_supports):
@@ -58,7 +63,7 @@ class FamilyModel:
                                 for lg in e.atoms(sp.log)})
             return e
 
-        if fam.components and fam.variable_kind != "mixed":
+        if gaussian_components and fam.components and fam.variable_kind != "mixed":
             self.gaussian_coords = conditionally_gaussian(fam)
         targs = list(self.bars.values()) + self.theta_args
         self._logh = self.nf.compile(prep(fam.log_h), targs, self.fixed, reps, post)
