@@ -33,7 +33,7 @@ class FamilyModel:
         self.fixed = [p.symbol for p in fam.fixed_params]
         self.bars = {}                 # component -> symbol standing for 1 - component (unit interval)
         reps = {}
-        if gaussian_components and fam.components and fam.variable_kind != "mixed":
+        if fam.components and fam.variable_kind != "mixed":
             self.theta_args = [sp.Dummy(str(c), real=True) for c in fam.components]
             reps = dict(zip(fam.components, self.theta_args))
             for c, s in zip(fam.components, fam.component_supports):
