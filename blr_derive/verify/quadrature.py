@@ -206,13 +206,14 @@ def conditionally_gaussian(fam) -> list:
     has a square term (a linear one is not integrable alone)."""
     comps = list(fam.components)
     real = [c for c, s in zip(comps, fam.component_supports) if s == "real"]
-    if not real or len(real) == len(comps):
+    if not real or len(comps) < 2:
         return []
     try:
         expr = sp.expand(sp.sympify(fam.log_h) + scalarize(fam.inner(fam.lam, fam.T)))
     except (TypeError, ValueError, AttributeError):
         return []
-    sizes = range(len(real), 0, -1) if len(real) <= MAX_SUBSET_SEARCH else [len(real)]
+    most = min(len(real), len(comps) - 1)            # one component at least stays on the grid
+    sizes = range(most, 0, -1) if len(real) <= MAX_SUBSET_SEARCH else [most]
     for n in sizes:
         for subset in itertools.combinations(real, n):
             try:

@@ -69,6 +69,12 @@ def test_theta_given_tau_is_found_gaussian_and_nothing_else():
         assert not getattr(FamilyModel(load_family(name), 2), "gaussian_coords", None)
     quartic = NORMAL_GAMMA.replace("tau*theta**2", "tau*theta**4").replace("_declared", "_quartic")
     assert not FamilyModel(build(quartic), 2).gaussian_coords
+    # every component real: θ given s = log τ is Gaussian (s is not: e^s), and s stays on the grid
+    log_precision = (NORMAL_GAMMA.split("sampler:")[0].replace("[real, positive]", "[real, real]").replace("[theta, tau]", "[theta, s]")
+                     .replace("[tau*theta, tau*theta**2, tau, log(tau)]", "[exp(s)*theta, exp(s)*theta**2, exp(s), s]")
+                     .replace("alpha - 1/2]", "alpha + 1/2]").replace("lambda4 + 1/2", "lambda4 - 1/2")
+                     .replace("_declared", "_log_precision"))
+    assert FamilyModel(build(log_precision), 2).gaussian_coords == [0]
 
 
 @pytest.mark.parametrize("alpha", [0.1, 0.2, 0.536, 0.73, 1.9])
