@@ -45,7 +45,7 @@ MAX_OUTER = 3
 
 #: the most fits of the conditional Gaussian at an outer point (each re-whitens, or widens a probe that saw no curvature)
 MAX_FITS = 40
-#: the factor by which a probe that saw no curvature is widened, and the widest probe (its scale per coordinate)
+#: the factor by which a probe that saw no curvature is widened, and the widest probe (its largest entry)
 WIDEN = 1e3
 WIDEST = 1e150
 
@@ -141,7 +141,7 @@ class ConditionalGaussian:
                 # a curvature lost in rounding: the conditional spread is far wider than the probe (a normal-gamma's
                 # θ given τ = e^-40 spreads over e^20); the probe is widened and the fit repeated, while the density
                 # stays finite there (the widest probes, where θ² overflows, are not a fit: no mass the checks see)
-                flat = live & ~(ev.max(axis=1) < 0) & (np.abs(np.linalg.det(W[todo])) < WIDEST ** P)
+                flat = live & ~(ev.max(axis=1) < 0) & (np.max(np.abs(W[todo]), axis=(1, 2)) < WIDEST)
                 live &= ev.max(axis=1) < 0
                 ev = np.where(live[:, None], ev, -1.0)
                 x_star = _mv(vec, -1.0 / ev * _mv(np.swapaxes(vec, 1, 2), np.where(live, ag, 0.0).T)).T
