@@ -19,7 +19,8 @@ summation (:class:`~blr_derive.verify.quadrature.Quadrature`, scaled by the fami
 continuous variable a disagreement is confirmed in 30-digit arithmetic before it is reported, and where the density's
 mass lies beyond double precision (a Gamma with α = 1e-3 has it at θ = e^-1000: ``Quadrature.truncated``) the
 30-digit quadrature is the reference (:class:`MpReference`); a variable of several coordinates has no such
-reference, so its hard points stay 1e-2 away from every boundary.  Where no reference can be computed (a sum that
+reference, so where its grid spans two or more of them its hard points stay 1e-2 away from every boundary (one grid
+coordinate next to conditionally Gaussian ones flags mass beyond double precision itself, and takes them all).  Where no reference can be computed (a sum that
 needs 1e9 terms) the derived values must still be finite (or refused by the engine with a located error).  It then
 runs the **generated module** of the family in every target that writes one (numpy and jax: the parameter maps
 ``natural_parameters``, ``log_partition``, ``expectation_parameters``, ``fisher_information``,
