@@ -1,5 +1,6 @@
 """Quadrature for a variable with a vector component in which the density is Gaussian given the other components
-(the normal–Wishart's mean θ given its precision Λ): the other coordinates by the double-exponential rule
+(the normal–Wishart's mean θ given its precision Λ), or real scalar components that are (the normal-gamma's θ given
+τ, whose spread 1/√(κτ) no grid scaled once follows as τ → 0): the other coordinates by the double-exponential rule
 (``quadrature.de_rule``), the Gaussian coordinates at each of those nodes by the Gauss–Hermite rule of their
 conditional Gaussian, which is exact for polynomials of degree 5 in them — the moments of T (degree ≤ 2), its
 covariance (degree 4) and log q (degree 2) — so a 5-dimensional check at P = 2 costs a 3-dimensional grid.
@@ -35,8 +36,18 @@ COARSE = 4
 #: outer points whose conditional integral is below the largest by this much (log) carry no mass
 TAIL_DROP = 60.0
 
+#: log f that has dropped by less than this (nats) where the density leaves double precision: the quadrature misses
+#: mass (``Quadrature.truncated``)
+TRUNCATION_DROP = 40.0
+
 #: the largest number of outer coordinates
 MAX_OUTER = 3
+
+#: the most fits of the conditional Gaussian at an outer point (each re-whitens, or widens a probe that saw no curvature)
+MAX_FITS = 40
+#: the factor by which a probe that saw no curvature is widened, and the widest probe (its largest entry)
+WIDEN = 1e3
+WIDEST = 1e150
 
 
 def _mv(A, x):
@@ -120,28 +131,34 @@ class ConditionalGaussian:
         ev_all, vec_all = np.zeros((M, P)), np.zeros((M, P, P))
         ok = np.ones(M, dtype=bool)
         todo = np.arange(M)
-        for _ in range(12):
+        for _ in range(MAX_FITS):
             a0, ag, aQ = self._fit(uo[:, todo], b[:, todo], W[todo])
             f0[todo], g[:, todo], Q[todo] = a0, ag, aQ
             with np.errstate(all="ignore"):
                 live = np.isfinite(a0) & np.all(np.isfinite(aQ), axis=(1, 2)) & np.all(np.isfinite(ag), axis=0)
                 ev, vec = np.linalg.eigh(np.where(live[:, None, None], aQ, -np.eye(P)))
                 ev_all[todo], vec_all[todo] = ev, vec
+                # a curvature lost in rounding: the conditional spread is far wider than the probe (a normal-gamma's
+                # θ given τ = e^-40 spreads over e^20); the probe is widened and the fit repeated, while the density
+                # stays finite there (the widest probes, where θ² overflows, are not a fit: no mass the checks see)
+                flat = live & ~(ev.max(axis=1) < 0) & (np.max(np.abs(W[todo]), axis=(1, 2)) < WIDEST)
                 live &= ev.max(axis=1) < 0
                 ev = np.where(live[:, None], ev, -1.0)
                 x_star = _mv(vec, -1.0 / ev * _mv(np.swapaxes(vec, 1, 2), np.where(live, ag, 0.0).T)).T
                 whitened = np.all((-ev > 0.01) & (-ev < 100), axis=1) & np.all(np.abs(x_star) < 100, axis=0)
-            ok[todo[~live]] = False
+            ok[todo[~live & ~flat]] = False
+            wide = todo[flat]
+            W[wide] = W[wide] * WIDEN
             again = live & ~whitened
             upd = todo[again]
-            if not len(upd):
+            if not len(upd) and not len(wide):
                 todo = upd
                 break
             # the new coordinates: x = x* + (−Q)^(-1/2) y
             R = (vec * np.sqrt(-1.0 / ev)[:, None, :])[again]
             b[:, upd] = b[:, upd] + _mv(W[upd], x_star[:, again].T).T
             W[upd] = W[upd] @ R
-            todo = upd
+            todo = np.sort(np.concatenate([upd, wide]))
         ok[todo] = False                          # the fit did not settle: no mass the checks can use there
         with np.errstate(all="ignore"):
             # eigh(Q) where ok (Q is the last fit, decomposed in the loop), eigh(−I) elsewhere
@@ -209,7 +226,15 @@ class ConditionalGaussian:
         grid = np.array([g.ravel() for g in np.meshgrid(*([c + r * kc] * len(self.oi)), indexing="ij")])
         _, _, logint = self.conditional(self.mode_o[:, None] + self.L_o @ z[grid])
         lw = lw1[grid].sum(axis=0) + logint
-        alive = (lw > np.max(lw) - TAIL_DROP - 20).reshape((len(kc),) * len(self.oi))
+        shape = (len(kc),) * len(self.oi)
+        # mass next to where the density leaves double precision (τ = e^u underflows for a normal-gamma with
+        # α = 5e-7, whose mass reaches τ = e^-2e6) or at the rule's last node: the grid cannot see all of it
+        dead = np.pad(~np.isfinite(lw).reshape(shape), 1, constant_values=True)
+        near = ndimage.binary_dilation(dead, structure=np.ones((3,) * len(self.oi), dtype=bool))
+        near = near[(slice(1, -1),) * len(self.oi)]
+        if np.any(near & (lw > np.max(lw) - TRUNCATION_DROP).reshape(shape)):
+            self.quad.truncated = True
+        alive = (lw > np.max(lw) - TAIL_DROP - 20).reshape(shape)
         alive = ndimage.binary_dilation(alive, structure=np.ones((3,) * len(self.oi), dtype=bool))
         k = np.clip(np.rint((idx - c) / r).astype(int) + c // r, 0, len(kc) - 1)
         return alive[tuple(k)]

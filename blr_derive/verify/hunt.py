@@ -19,7 +19,8 @@ summation (:class:`~blr_derive.verify.quadrature.Quadrature`, scaled by the fami
 continuous variable a disagreement is confirmed in 30-digit arithmetic before it is reported, and where the density's
 mass lies beyond double precision (a Gamma with α = 1e-3 has it at θ = e^-1000: ``Quadrature.truncated``) the
 30-digit quadrature is the reference (:class:`MpReference`); a variable of several coordinates has no such
-reference, so its hard points stay 1e-2 away from every boundary.  Where no reference can be computed (a sum that
+reference, so where its grid spans two or more of them its hard points stay 1e-2 away from every boundary (one grid
+coordinate next to conditionally Gaussian ones flags mass beyond double precision itself, and takes them all).  Where no reference can be computed (a sum that
 needs 1e9 terms) the derived values must still be finite (or refused by the engine with a located error).  It then
 runs the **generated module** of the family in every target that writes one (numpy and jax: the parameter maps
 ``natural_parameters``, ``log_partition``, ``expectation_parameters``, ``fisher_information``,
@@ -736,9 +737,11 @@ def hunt_family(fam, model, dim, H_sym, record, rng, *, targets=MODULE_TARGETS) 
     outer = 0 if model.discrete else model.ndim_u - len(getattr(model, "gaussian_coords", ()))
     if outer >= 2:
         # a grid over several coordinates cannot integrate a density whose mass runs to the edge of double
-        # precision along a direction the mass search does not see (a normal-gamma with α = 5e-7: its τ-marginal
-        # reaches τ = e^-2e6), and there is no 30-digit reference in several coordinates: such points stay 1e-2 away
-        # from every boundary (a scalar continuous variable has the 30-digit reference and takes them all)
+        # precision along a direction the mass search does not see, and there is no 30-digit reference in several
+        # coordinates: such points stay 1e-2 away from every boundary (a scalar continuous variable has the 30-digit
+        # reference and takes them all; so does a grid of one coordinate next to conditionally Gaussian ones, the
+        # normal-gamma's log τ with θ integrated exactly given τ, whose rule flags mass beyond double precision,
+        # α = 5e-7's τ = e^-2e6, as Quadrature.truncated: no reference there, finite values only)
         points = [hp for hp in points if not _near_boundary(fam, hp.vals, dim)]
     points = points[:MAX_POINTS.get(outer, 4)]
     try:

@@ -30,7 +30,8 @@ class ComponentsReference:
     def __init__(self, recipe, data_syms, hyper_syms):
         fam = recipe.family
         self.fam = fam
-        self.model = FamilyModel(fam, 2)
+        # every component on the grid: Gauss–Hermite given the others is exact for polynomials only, ℓ need not be one
+        self.model = FamilyModel(fam, 2, gaussian_components=False)
         self.loss = sp.lambdify(list(fam.components) + list(data_syms) + list(hyper_syms), recipe.loss, MODULES)
 
     def __call__(self, vals, data_values, hyper_values) -> float:

@@ -151,7 +151,7 @@ class Reference:
         self.glob = [f for f in R.factors if not f.plate]
         if self.exact and any(f.expr.atoms(sp.MatrixSymbol) for f in R.factors):
             raise NotCheckable("factors with matrices are not integrated over distribution blocks here")
-        self.models = {b.name: FamilyModel(b.family, 1) for b in self.exact}
+        self.models = {b.name: FamilyModel(b.family, 1, gaussian_components=False) for b in self.exact}
         self.compiled = {}
         parts = []
         if self.exact:

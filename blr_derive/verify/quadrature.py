@@ -3,6 +3,7 @@
 exact or grid-tabulated Monte Carlo samples, and finite-difference Hessians."""
 from __future__ import annotations
 
+import itertools
 from functools import cached_property
 
 import numpy as np
@@ -11,16 +12,21 @@ from scipy import optimize, special
 
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.partition import support_points
-from blr_derive.verify.conditional import ConditionalGaussian
+from blr_derive.verify.conditional import TRUNCATION_DROP, ConditionalGaussian
 from blr_derive.verify.coordinates import (cholesky_coordinates, cholesky_factor, cholesky_log_jacobian, sphere_from_u,
                                            whitening)
 from blr_derive.verify.numdiff import fd_hessian
 
 
 class FamilyModel:
-    """A family at one dimension: compiled log h, T (in λ coordinates) and the θ parametrization."""
+    """A family at one dimension: compiled log h, T (in λ coordinates) and the θ parametrization.
 
-    def __init__(self, fam, dim: int):
+    With ``gaussian_components`` (the family check), real scalar components that are Gaussian given the others
+    (:func:`conditionally_gaussian`) are integrated by Gauss–Hermite given the others (exact for what the family
+    check integrates: T, T Tᵀ and log q, polynomials of degree ≤ 4 in them); without it (a reference for
+    ∫ q ℓ with an arbitrary loss ℓ) every component is on the grid."""
+
+    def __init__(self, fam, dim: int, gaussian_components: bool = True):
         self.fam = fam
         self.nf = fam.numeric(dim)
         self.dim = self.nf.dim
@@ -57,6 +63,8 @@ class FamilyModel:
                                 for lg in e.atoms(sp.log)})
             return e
 
+        if gaussian_components and fam.components and fam.variable_kind != "mixed":
+            self.gaussian_coords = conditionally_gaussian(fam)
         targs = list(self.bars.values()) + self.theta_args
         self._logh = self.nf.compile(prep(fam.log_h), targs, self.fixed, reps, post)
         self._T = [self.nf.compile(prep(t), targs, self.fixed, reps, post) for t in fam.T]
@@ -186,6 +194,37 @@ class FamilyModel:
         return entries, bars, logJ
 
 
+#: up to how many real components every subset is tried for a conditionally Gaussian one (beyond, all of them only)
+MAX_SUBSET_SEARCH = 6
+
+
+def conditionally_gaussian(fam) -> list:
+    """The positions of the real scalar components in which log h + <λ, T> is a polynomial of degree 2 for every λ
+    — the density is Gaussian in them given the other components (a normal-gamma's θ given τ: its spread, 1/√(κτ),
+    grows without bound as τ → 0, where a shape below 1 puts the mass, and no grid scaled once sees it) — where
+    some other component remains to integrate by a grid; [] otherwise.  The largest such set: each component in it
+    has a square term (a linear one is not integrable alone)."""
+    comps = list(fam.components)
+    real = [c for c, s in zip(comps, fam.component_supports) if s == "real"]
+    if not real or len(comps) < 2:
+        return []
+    try:
+        expr = sp.expand(sp.sympify(fam.log_h) + scalarize(fam.inner(fam.lam, fam.T)))
+    except (TypeError, ValueError, AttributeError):
+        return []
+    most = min(len(real), len(comps) - 1)            # one component at least stays on the grid
+    sizes = range(most, 0, -1) if len(real) <= MAX_SUBSET_SEARCH else [most]
+    for n in sizes:
+        for subset in itertools.combinations(real, n):
+            try:
+                poly = sp.Poly(expr, *subset)
+            except sp.PolynomialError:
+                continue
+            if poly.total_degree() == 2 and all(poly.coeff_monomial(c ** 2) != 0 for c in subset):
+                return sorted(comps.index(c) for c in subset)
+    return []
+
+
 def near_one(lg, c, b):
     """log g(θ) with g(1) = 0 written in b = 1 − θ (log(1 − θ²) → log(b(2 − b))): near θ = 1 the quadrature's θ is
     1 − b rounded, and g(θ) computed from it loses every digit (1 − θ² for θ = 1 − 1e-12)."""
@@ -197,8 +236,6 @@ def near_one(lg, c, b):
 
 #: the drop of log f (nats) that :meth:`Quadrature._mass_scale` looks for on each side of the mode
 MASS_DROP = 2.0
-#: log f that has dropped by less than this (nats) where θ leaves double precision: the quadrature misses mass
-TRUNCATION_DROP = 40.0
 #: the DE step of the coarse passes that find the density's mean and covariance before the fine rule
 COARSE_STEP = 1 / 4
 
