@@ -105,7 +105,7 @@ def x64():
 # ------------------------------------------------------------------------------------------------ the fast tier
 #: tests measured over this many seconds (setup, call and teardown, on 2 cores under pytest -n 2) are in the slow
 #: tier as well as those marked ``@pytest.mark.slow`` in their module; ``pytest -m "not slow"`` is the fast tier
-FAST_TIER_SECONDS = 0.2
+FAST_TIER_SECONDS = 0.12
 #: per-test durations of a full run (``tests/durations.json``: the tests over FAST_TIER_SECONDS only), regenerated
 #: with ``python tests/measure_durations.py`` after a full run with ``--junitxml``; a test not listed (a new one)
 #: counts as fast until the next measure, so a test of more than ~3 s is still marked slow where it is written
