@@ -21,6 +21,7 @@ import math
 import numpy as np
 import pytest
 import scipy.special
+import torch
 from scipy import stats
 
 from conftest import CATALOG, load_generated
@@ -203,7 +204,6 @@ def test_ivon_poco_objective_is_ivons(target, x64):
 def test_torch_sam_and_bsam_objectives():
     """The torch optimizers: SAM's delta value from the loss at the parameters, bSAM's Monte Carlo value from loss
     values, against the formulas above with the state read from the optimizer."""
-    torch = pytest.importorskip("torch")
     sam = load_generated("sam", "torch")
     p = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64))
     opt = sam.SAM([p], lr=0.1, wdecay=0.2)
@@ -262,7 +262,6 @@ def test_torch_soap_objective_is_the_delta_value_in_the_eigenbasis():
     """The torch target's matrix-state optimizer (one parameter at a time): SOAP's delta value ℓ_o(M) − Σ ½ log(2πe/s)
     over every parameter's rotated coordinates (a 1-D parameter is one column), to 1e-12, equal to the numpy
     module's objective on the same state; a parameter without its state is refused as step() refuses it."""
-    torch = pytest.importorskip("torch")
     mod, np_mod = load_generated("soap", "torch"), load_generated("soap")
     rng = np.random.default_rng(19)
     w = torch.nn.Parameter(torch.tensor(rng.normal(size=(3, 2)), dtype=torch.float64))
