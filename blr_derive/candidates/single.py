@@ -64,15 +64,15 @@ def check(ctx):
         # the rule named takes the other kind of loss: say which, and which rules take this one over this family
         # (from the registry, each rule's own applicability check)
         rule, where_ = expectation[0]
-        takes = sorted(n for n, r in RULES.items() if r.kind == "expectation" and recipe.loss_kind in r.losses)
+        takes = taking(recipe.loss_kind)
         other = ("an abstract loss (`loss: abstract`: the step receives ℓ or its derivatives at the points it "
                  "names, from your code)" if "abstract" in rule.losses else "an explicit loss")
         fits = applicable(recipe, takes, recipe.loss_kind, where_.line)
         if fits:
             raise ctx.fail(f"approximation '{rule.name}' takes {other}, not an {recipe.loss_kind} loss; for this "
                            f"loss over family '{recipe.family.name}' name one of: {', '.join(fits)}", where_)
-        kind = next(k for k in rule.losses if k != recipe.loss_kind)
-        others = sorted(n for n, r in RULES.items() if r.kind == "expectation" and kind in r.losses)
+        kind = other_kind(recipe.loss_kind)
+        others = taking(kind)
         why: list = []
         there = applicable(recipe, others, kind, where_.line, why if rule.name in others else None, rule.name)
         if there:
@@ -88,6 +88,15 @@ def check(ctx):
     needs_gaussian_moments(ctx, None)
     raise ctx.fail("an abstract loss needs an expectation approximation for E_q[∇ℓ], E_q[∇²ℓ]: "
                    "add 'delta' or 'monte_carlo'")
+
+
+def taking(loss_kind: str, but: str = "") -> list:
+    """The names of the expectation rules that take a loss of ``loss_kind`` (the registry's), except ``but``."""
+    return sorted(n for n, r in RULES.items() if r.kind == "expectation" and loss_kind in r.losses and n != but)
+
+
+def other_kind(loss_kind: str) -> str:
+    return "abstract" if loss_kind == "explicit" else "explicit"
 
 
 def applicable(recipe, names, loss_kind, line, why: list | None = None, named: str = "") -> list:
@@ -129,15 +138,12 @@ def derive_single(recipe) -> Derivation:
     try:
         grads = expectation.natural_gradient(ctx)
     except DerivationError as exc:      # the loss is beyond the rule: located at the rule the recipe names
-        takes = sorted(n for n, r in RULES.items() if r.kind == "expectation" and recipe.loss_kind in r.losses
-                       and n != approx.name)
-        fits = applicable(recipe, takes, recipe.loss_kind, approx.line)
+        fits = applicable(recipe, taking(recipe.loss_kind, approx.name), recipe.loss_kind, approx.line)
         if fits:
             tail = f"; rules that apply to this loss and family: {', '.join(fits)}"
         else:
-            kind = "abstract" if recipe.loss_kind == "explicit" else "explicit"
-            there = applicable(recipe, sorted(n for n, r in RULES.items() if r.kind == "expectation"
-                                              and kind in r.losses), kind, approx.line)
+            kind = other_kind(recipe.loss_kind)
+            there = applicable(recipe, taking(kind), kind, approx.line)
             tail = f"; with an {kind} loss these apply to the family: {', '.join(there)}" if there else ""
         raise ctx.fail(f"approximation '{approx.name}' cannot derive E_q[loss] over family "
                        f"'{recipe.family.name}': {exc}" + tail, approx) from None
