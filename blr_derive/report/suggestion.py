@@ -69,7 +69,7 @@ class Suggestions:
             for i, a in enumerate(self.approximate, 1):
                 lines.append(f"  {i}. {a.family}: {', '.join(a.rules)}" + (f"   (not: {'; '.join(a.refused)})"
                                                                           if a.refused else "")
-                             + (_renamed_note(a.family, a.renamed, "   ") if a.renamed else ""))
+                             + _renamed_note(a.family, a.renamed, "   "))
                 lines.append("     " + " ".join(a.command))
             return "\n".join(lines) + "\n"
         if self.built_file:
