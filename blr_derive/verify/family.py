@@ -11,7 +11,7 @@ from blr_derive.families.numeric import MODULES
 from blr_derive.spec.sampler import sampler_draws
 from blr_derive.verify.draws import draw_matrix_sampler, matrix_t, mixed_t
 from blr_derive.verify.hunt import hunt_family
-from blr_derive.verify.quadrature import FamilyModel, Quadrature
+from blr_derive.verify.quadrature import FamilyModel, Quadrature, parameter_point
 from blr_derive.verify.results import HUNT_TOLERANCES, TOLERANCES, Check
 
 
@@ -113,12 +113,7 @@ def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler
     """All checks at one random parameter point; ``record`` keeps the worst value of each."""
     nf = model.nf
     vals = fam.sample_params(rng, d or 2)
-    fixed_vals = {p.symbol: vals[p.symbol] for p in fam.fixed_params}
-    lam_vals = {l: fam.evaluate(e, vals, d) for l, e in zip(fam.lam, fam.eta)}
-    c = nf.coords_of(lam_vals)
-    A = nf.A(c, fixed_vals)
-    mu_blocks = {u: fam.evaluate(m, {**lam_vals, **fixed_vals}, d) for u, m in zip(fam.mu, fam.mu_of_lam)}
-    mu_c = nf.coords_of(mu_blocks)
+    fixed_vals, lam_vals, c, A, mu_c = parameter_point(fam, nf, vals, d)
     quad = None
     try:
         quad = Quadrature(model, c, fixed_vals, A)

@@ -10,7 +10,7 @@ import numpy as np
 import sympy as sp
 
 from blr_derive.families.numeric import MODULES
-from blr_derive.verify.quadrature import FamilyModel, Quadrature
+from blr_derive.verify.quadrature import FamilyModel, Quadrature, parameter_point
 
 
 #: the quadrature is a reference at a point only where it gives the family's normalization and μ = ∇A to this
@@ -37,13 +37,9 @@ class ComponentsReference:
     def __call__(self, vals, data_values, hyper_values) -> float:
         """The reference at the family's parameters ``vals`` (symbol -> value, as ``sample_params`` gives them)."""
         fam, nf = self.fam, self.model.nf
-        fixed_vals = {p.symbol: vals[p.symbol] for p in fam.fixed_params}
-        lam_vals = {l: fam.evaluate(e, vals, 2) for l, e in zip(fam.lam, fam.eta)}
-        c = nf.coords_of(lam_vals)
-        A = nf.A(c, fixed_vals)
+        fixed_vals, _, c, A, mu = parameter_point(fam, nf, vals, 2)
         with np.errstate(all="ignore"):  # overflow far in the grid's tails is weight 0 there (verify/quadrature.py)
             quad = Quadrature(self.model, c, fixed_vals, A)
-        mu = nf.coords_of({u: fam.evaluate(m, lam_vals, 2) for u, m in zip(fam.mu, fam.mu_of_lam)})
         if quad.truncated or abs(quad.normalization - 1.0) > TRUST or \
                 np.max(np.abs(quad.mean - mu) / np.maximum(1.0, np.abs(mu))) > TRUST:
             # the nodes miss mass (a shape below 1 puts it at the boundary, where the product grid does not

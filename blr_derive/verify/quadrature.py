@@ -273,6 +273,18 @@ def product_grid(z, lw1, d):
     return Z, np.ravel(lw)
 
 
+def parameter_point(fam, nf, vals, d):
+    """At the family's ordinary parameters ``vals`` (as ``sample_params`` gives them): (fixed parameters' values,
+    λ blocks, λ's coordinates c, A(c), μ = ∇A's coordinates from the derived μ(λ)) — what a :class:`Quadrature`
+    and the comparisons with it read."""
+    fixed_vals = {p.symbol: vals[p.symbol] for p in fam.fixed_params}
+    lam_vals = {l: fam.evaluate(e, vals, d) for l, e in zip(fam.lam, fam.eta)}
+    c = nf.coords_of(lam_vals)
+    A = nf.A(c, fixed_vals)
+    mu_c = nf.coords_of({u: fam.evaluate(m, {**lam_vals, **fixed_vals}, d) for u, m in zip(fam.mu, fam.mu_of_lam)})
+    return fixed_vals, lam_vals, c, A, mu_c
+
+
 class Quadrature:
     """Nodes θ_i with log-weights (including h and <λ, T>) for one parameter point."""
 
