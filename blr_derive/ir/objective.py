@@ -48,7 +48,7 @@ def objective_terms(D: Derivation):
         return None
     if getattr(D, "federated", None) is not None or D.renamed:
         return None
-    if isinstance(r.loss, sp.Basic) and r.loss.free_symbols & {p.symbol for p in fam.params.values()}:
+    if r.own_parameters():
         return None                     # the loss reads q's own parameters (a prior at the state the step starts
         #                                 from): E_q[ℓ] − H(q) of a loss that moves with q is no objective of q
     try:

@@ -88,8 +88,7 @@ def update_note(D) -> Text | None:
         return MIXTURE + (MASKS if masked else "") + "."
     if D.component_axis is not None:
         return AXIS + "."
-    own = sorted(str(p.symbol) for p in fam.params.values()
-                 if isinstance(r.loss, sp.Basic) and p.symbol in r.loss.free_symbols)
+    own = sorted(str(s) for s in r.own_parameters())
     if own:
         return OWN_PARAMETERS.format(names=", ".join(own)) + "."
     lm = getattr(D, "loss_model", None)

@@ -65,6 +65,11 @@ class Recipe:
                     return es
         return None
 
+    def own_parameters(self) -> set:
+        """The symbols of the candidate family's parameters that the loss itself reads (a prior at the state the
+        step starts from, kalman_update's (θ − m)ᵀS(θ − m)): constants of ℓ that move with q."""
+        return {p.symbol for p in self.family.params.values()} & getattr(self.loss, "free_symbols", set())
+
     def hyper_symbols(self) -> dict:
         """name -> symbol for every scalar hyperparameter (tuple elements included; not choices)."""
         out = {}

@@ -418,10 +418,7 @@ def _natural_gradient_fd(recipe, D, points):
     E = D.expand_defs(D.expected_loss)
     grads = [D.expand_defs(g) for g in D.natural_gradient.grads]
     ordinary = {p.symbol for p in fam.free_params} & getattr(E, "free_symbols", set())
-    if isinstance(recipe.loss, sp.Basic):
-        # parameters the loss itself reads (a prior at the state the step starts from: kalman_update's
-        # (θ − m)ᵀS(θ − m)) are constants of ℓ, held at the point, not moved with μ
-        ordinary -= recipe.loss.free_symbols
+    ordinary -= recipe.own_parameters()     # constants of ℓ (a prior at the step's start): held, not moved with μ
 
     def one(seed):
         worst = 0.0
