@@ -24,7 +24,7 @@ import sympy as sp
 
 from blr_derive.codegen.backends.torch.inline import _occurrences
 from blr_derive.codegen.inert import identifier
-from blr_derive.codegen.backends.torch.printer import UNARY, ElementwisePrinter
+from blr_derive.codegen.backends.torch.printer import UNARY, ElementwisePrinter, scaled_root
 from blr_derive.codegen.printing import HostPrinter
 from blr_derive.core.errors import UnsupportedTarget
 
@@ -447,15 +447,14 @@ class PlannedCompiler:
         computes a bias-corrected root.  The same real number for c > 0; the float32 roundings are torch's.
         Where the sign of c is not known to sympy, a host test (``_positive``: under torch.compile a check at run
         time) picks this form for c > 0 and the plain one (scale, then root) otherwise."""
-        num, den = sp.fraction(sp.factor_terms(c))
-        scale = (f"torch._foreach_div_({{}}, {self.h(sp.sqrt(den))})" if num == 1
-                 else f"torch._foreach_mul_({{}}, {self.h(sp.sqrt(c))})")
-        if c.is_positive:
+        op, host, test = scaled_root(c)
+        scale = f"torch._foreach_{op}_({{}}, {self.h(host)})"
+        if test is None:
             out = self._fresh(*self.compile(x), "sqrt")
             self.emit(scale.format(out))
             return out
         out = self.tmp()
-        self.emit(f"if _positive({self.h(den if num == 1 else c)}):")
+        self.emit(f"if _positive({self.h(test)}):")
         self.indent += "    "
         self.emit(f"{out} = torch._foreach_sqrt({self.compile(x)[0]})")
         self.emit(scale.format(out))

@@ -289,6 +289,16 @@ class ForeachCompiler:
         return sp.Integer(1), e
 
 
+def scaled_root(c):
+    """The *scaled square root* convention (torch.optim's order of operations) for sqrt(c·x), a host factor c and
+    a tensor x: (op, host, test) -- the root of x, then ``op`` ('div' or 'mul') by the host number ``host``
+    (sqrt(d) where c = 1/d, else sqrt(c)), and ``test``, the host value whose positivity selects this form over
+    the plain sqrt(c·x) (None where sympy knows c > 0).  One decision for the multi-tensor path
+    (inplace.PlannedCompiler) and the fused kernel (FusedCompiler), so that both take the same roots."""
+    num, den = sp.fraction(sp.factor_terms(c))
+    op, host = ("div", sp.sqrt(den)) if num == 1 else ("mul", sp.sqrt(c))
+    return op, host, None if c.is_positive else (den if num == 1 else c)
+
 class FusedCompiler(_FusedCompiler):
     """The fused path's split of an elementwise program (:class:`codegen.fused.FusedCompiler`) with torch's
     per-element printer, and the multi-tensor path's *scaled square root* convention (torch.optim's order of
@@ -337,16 +347,13 @@ class FusedCompiler(_FusedCompiler):
         return super()._hoist(e)
 
     def _scaled_sqrt(self, e, c, x):
-        num, den = sp.fraction(sp.factor_terms(c))
+        op, host, test = scaled_root(c)
         root = sp.Pow(self._hoist(x), sp.Rational(1, 2), evaluate=False)
-        if num == 1:
-            out = sp.Mul(root, sp.Pow(self._hoist(sp.sqrt(den)), -1, evaluate=False), evaluate=False)
-        else:
-            out = sp.Mul(root, self._hoist(sp.sqrt(c)), evaluate=False)
-        if c.is_positive:
+        factor = sp.Pow(self._hoist(host), -1, evaluate=False) if op == "div" else self._hoist(host)
+        out = sp.Mul(root, factor, evaluate=False)
+        if test is None:
             return out
-        flag = self._host_flag(("positive", den if num == 1 else c),
-                               f"_positive({self.host.doprint(den if num == 1 else c)})")
+        flag = self._host_flag(("positive", test), f"_positive({self.host.doprint(test)})")
         plain = sp.Pow(super()._hoist(e.base), sp.Rational(1, 2), evaluate=False)
         return sp.Piecewise((out, flag), (plain, True), evaluate=False)
 
