@@ -12,9 +12,8 @@ a quantity that may be an indefinite estimate of a Hessian and no rule keeps it 
 
 read directly or through the program's definitions; ``riemannian_correction`` on the parameter keeps it valid
 (``Derivation.corrected``).  The federated server's parameters are always checked (a sum of sites, of any sign, unless
-the server step is corrected; the check is then never met).  An explicit loss's Hessian is derived symbolically and
-its sign is not tracked: such updates are not checked (a known limit).
-"""
+the server step is corrected; the check is then never met).  Under an explicit loss the new value reads the loss's derived curvature and is checked unless it is proved valid
+(:func:`_explicit_loss_check`: sympy's assumptions for scalars, a sum of positive semi-definite terms for matrices)."""
 from __future__ import annotations
 
 import sympy as sp
@@ -91,7 +90,129 @@ def state_checks(D, fam) -> list:
             out.append(DomainCheck(name, sym, p.domain, component, _hint(p.name, p.domain)))
         elif (reads & D.unsigned or D.unsigned_gradient) and not _positive_whatever_the_estimate(e, p, fam):
             out.append(DomainCheck(name, sym, p.domain, component, _unsigned_hint(p, fam, exact=not (reads & D.unsigned)), "estimate"))
+        elif getattr(D.recipe, "loss_kind", None) == "explicit":
+            check = _explicit_loss_check(D, owners, e, p)
+            if check is not None:
+                out.append(DomainCheck(name, sym, p.domain, component, *check))
     return out
+
+
+def _explicit_loss_check(D, owners, e, p):
+    """(hint, source) of the check of a positive (definite) parameter's new value ``e`` under an explicit loss, or
+    None where it is proved valid.  The update reads the loss's derived derivatives (the delta method's Hessian at
+    the mean, Eqs. 65–66; the exact rule's moments of ∇²ℓ, Eq. 11), whose sign the derivation does not otherwise
+    track: a non-convex loss (θ⁴ − 3θ² at θ = 0) makes a Newton-like step's precision negative, and any step with
+    ρ > 1 may overshoot.  The new value is proved valid (sympy's assumptions for a scalar, the structure of a sum of
+    positive semi-definite terms for a matrix: :func:`_definite`) with the family's positive parameters positive,
+    the hyperparameters not negative (what the generated constructors' default checks enforce) and data real:
+
+    * proved for every ρ ≥ 0: no check;
+    * proved only for 0 < ρ ≤ 1 (the BLR's own range, Eq. 6): checked where the targets can (``"estimate"``: the
+      torch and Triton steps, which never synchronize with the host, stay unchecked);
+    * not proved even then: checked, and the torch and Triton targets refuse the recipe (``"hessian"``)."""
+    e = D.expand_defs(e)
+    if _valid(D, owners, e, p, unit_rho=False):
+        return None
+    if _valid(D, owners, e, p, unit_rho=True):
+        return (f"its update moves λ by {D.recipe.learning_rate} toward the loss's curvature (Eq. 6), which keeps it "
+                f"{_what(p)} for {D.recipe.learning_rate} <= 1 only: take {D.recipe.learning_rate} <= 1"), "estimate"
+    text = ("its update reads the loss's second derivatives, which are not proved positive (a non-convex loss, data "
+            "of either sign, or a step that overshoots): check the loss's convexity or take a smaller "
+            f"{D.recipe.learning_rate}")
+    base = getattr(D.recipe.family, "base", D.recipe.family)
+    try:
+        affine = all(sp.diff(l, p.symbol, 2) == 0 for l in base.eta)
+    except (TypeError, ValueError, AttributeError):
+        affine = False
+    if affine:
+        text += f", or the rule riemannian_correction: {{param: {p.name}}} keeps it {_what(p)}"
+    return text, "hessian"
+
+
+def _what(p):
+    return "positive definite" if p.domain == "positive_definite" else "positive"
+
+
+def _assumed(D, owners, e, unit_rho):
+    """Replacements of the symbols of ``e`` by assumption-carrying dummies: the positive (definite) states positive,
+    the hyperparameters not negative (real where the recipe's peer declares its own checks), the learning rate in
+    (0, 1] where ``unit_rho`` (ρ = 1/(1 + k), k ≥ 0), everything else real."""
+    recipe = D.recipe
+    validated = getattr(getattr(recipe, "peer", None), "validate", None)
+    hyper = set()
+    for h in getattr(recipe, "hyper", ()):
+        if h.symbol is not None and h.kind in ("float", "int"):
+            hyper.add(h.symbol)
+        if h.kind == "tuple":
+            hyper.update(s for _, s in h.elements)
+    rho = recipe.hyper_symbol(recipe.learning_rate) if hasattr(recipe, "hyper_symbol") else None
+    sub = {}
+    for s in e.free_symbols:
+        if not isinstance(s, sp.Symbol):
+            continue
+        q = owners.get(s.name, (None, None))[0]
+        if unit_rho and s == rho:
+            sub[s] = 1 / (1 + sp.Dummy("k", nonnegative=True))
+        elif q is not None and q.domain == "positive":
+            sub[s] = sp.Dummy(s.name, positive=True)
+        elif s in hyper and not validated:
+            sub[s] = sp.Dummy(s.name, nonnegative=True)
+        else:
+            sub[s] = sp.Dummy(s.name, real=True)
+    return sub
+
+
+def _valid(D, owners, e, p, unit_rho):
+    if p.domain == "positive":
+        if not isinstance(e, sp.Expr) or e.has(sp.MatrixSymbol):
+            return False
+        return _sign(e.xreplace(_assumed(D, owners, e, unit_rho)), "is_positive")
+    return _definite(e, D, owners, unit_rho) == "pd"
+
+
+def _sign(e, attribute):
+    """sympy's proof of ``attribute`` (is_positive, is_nonnegative) for ``e`` as written or over a common
+    denominator (1 − 1/(1 + k) is proved not negative only as k/(1 + k)); the second form for moderate sizes only."""
+    if getattr(e, attribute):
+        return True
+    return sp.count_ops(e) <= 400 and bool(getattr(sp.together(e), attribute))
+
+
+def _definite(e, D, owners, unit_rho):
+    """"pd" or "psd" where the matrix ``e`` is proved positive (semi-)definite from its structure, else None: a sum of
+    terms each proved semi-definite, one of them definite; a product c·M with a scalar c proved positive (not
+    negative) and M proved so; Gram forms AᵀA and AᵀBA with B semi-definite; the identity, the inverse of a definite
+    matrix, and the old values of the family's positive-definite parameters (the state is in the family)."""
+    if isinstance(e, sp.MatAdd):
+        kinds = [_definite(a, D, owners, unit_rho) for a in e.args]
+        if None in kinds:
+            return None
+        return "pd" if "pd" in kinds else "psd"
+    if isinstance(e, sp.MatMul):
+        c, rest = e.as_coeff_mmul()
+        factors = list(rest.args) if isinstance(rest, sp.MatMul) else [rest]
+        if c != 1 or any(not getattr(f, "is_Matrix", False) for f in factors):
+            scalars = sp.Mul(c, *[f for f in factors if not getattr(f, "is_Matrix", False)])
+            factors = [f for f in factors if getattr(f, "is_Matrix", False)]
+            inner = _definite(sp.MatMul(*factors) if len(factors) > 1 else factors[0], D, owners, unit_rho) \
+                if factors else None
+            if inner is None:
+                return None
+            s = scalars.xreplace(_assumed(D, owners, scalars, unit_rho))
+            return inner if _sign(s, "is_positive") else "psd" if _sign(s, "is_nonnegative") else None
+        if len(factors) == 2 and factors[0] == factors[1].T:
+            return "psd"
+        if len(factors) == 3 and factors[0] == factors[2].T and _definite(factors[1], D, owners, unit_rho):
+            return "psd"
+        return None
+    if isinstance(e, sp.Identity):
+        return "pd"
+    if isinstance(e, sp.Inverse):
+        return "pd" if _definite(e.arg, D, owners, unit_rho) == "pd" else None
+    if isinstance(e, sp.MatrixSymbol):
+        q = owners.get(e.name, (None, None))[0]
+        return "pd" if q is not None and q.domain == "positive_definite" else None
+    return None
 
 
 def _positive_whatever_the_estimate(e, p, fam) -> bool:

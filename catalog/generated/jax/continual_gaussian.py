@@ -45,6 +45,8 @@ SHAPES = {
     "S_past": ("P", "P", ),
 }
 SYMMETRIC = ("S", "S_past", )
+#: the run-time domain checks of the values the derivation cannot guarantee (see _check_domain); False: unchecked
+CHECK_DOMAINS = True
 
 
 def _array(name, value, dims, oracle=None):
@@ -79,6 +81,44 @@ def _array(name, value, dims, oracle=None):
         if not bool(jnp.allclose(a, jnp.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, float(jnp.abs(a).max())))):
             raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a
+
+
+def _check_domain(name, value, domain, component, step, hint, where="step"):
+    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0;
+    ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
+    numbers them) and the step, instead of returning a state that is no longer a distribution of the family.
+    A traced value (under jax.jit) is not checked: a jitted step cannot raise on its values.  CHECK_DOMAINS = False
+    switches the checks off."""
+    if not CHECK_DOMAINS or isinstance(value, jax.core.Tracer):
+        return
+    a = jnp.asarray(value, dtype=float)
+    if domain == "positive_definite":
+        stack = a.reshape((-1,) + a.shape[-2:])
+        ok = jnp.isfinite(stack).all(axis=(1, 2))
+        ok = ok & jnp.isfinite(jnp.linalg.cholesky(jnp.where(ok[:, None, None], stack, 1.0))).all(axis=(1, 2))
+        if bool(ok.all()):
+            return
+        i = int(jnp.argmin(ok))
+        M = stack[i]
+        low = float(jnp.linalg.eigvalsh((M + M.T) / 2)[0]) if bool(jnp.isfinite(M).all()) else float("nan")
+        what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
+        index = tuple(int(x) for x in jnp.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
+    else:
+        ok = a > 0
+        if bool(ok.all()):
+            return
+        index = tuple(int(x) for x in jnp.argwhere(~ok)[0]) if a.ndim else ()
+        what, detail = "positive", f"value {float(a[index] if a.ndim else a):.6g}"
+        detail += f" at index {index}" if index else ""
+    if component == "axis":
+        where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
+    elif component is not None:
+        where_c = f" of component {component}"
+    else:
+        where_c = ""
+    at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
+    raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
+                             f"the family; {hint}")
 
 
 def _need(given, names, what):
@@ -144,6 +184,8 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     P = m.shape[0]
     N = X.shape[0]
     S_new = rho*S_past + (1 - rho)*S + (beta*rho)*X.T @ X
+    _check_domain("S", S_new, "positive_definite", None, None,
+                  "its update reads the loss's second derivatives, which are not proved positive (a non-convex loss, data of either sign, or a step that overshoots): check the loss's convexity or take a smaller rho")
     m_new = _spd_solve(S_new, (rho*S_past @ m_past + (beta*rho)*X.T @ y + (1 - rho)*S @ m))
     return {
         "S": S_new,

@@ -202,3 +202,93 @@ def test_a_conjugate_loss_with_no_posterior_in_the_family_is_named():
     half = mod.step(st, rho=0.1)        # inside: α ← (1 − ρ)(α − 1) + 1 − 3ρ, β ← (1 − ρ)β + ρ
     np.testing.assert_allclose(half["alpha"], 0.9 * np.array([0.5, 2.0]) - 0.2, rtol=1e-14)
     np.testing.assert_allclose(half["beta"], 0.9 * np.array([1.0, 1.0]) + 0.1, rtol=1e-14)
+
+
+# --------------------------------------------------------------------------------------- explicit losses
+# An explicit loss's derived curvature (the exact rule's E_q[∇²ℓ], Eq. 11) has no sign the derivation tracks: the new
+# precision is checked unless sympy proves it positive (scalars) or its structure is a sum of positive semi-definite
+# terms with one definite (matrices), with the hyperparameters not negative and the data real.
+DOUBLE_WELL = """\
+name: double_well
+family: gaussian_diag
+loss:
+  expression: theta**4 - 3*theta**2
+approximations: [exact{extra}]
+state_init: {{s: 1.0}}
+"""
+CONVEX = DOUBLE_WELL.replace("theta**4 - 3*theta**2", "(theta - 2)**2 + exp(theta)").replace("double_well", "convex")
+VECTOR_DOUBLE_WELL = """\
+name: vector_double_well
+family: gaussian_full
+loss:
+  expression: (theta.T*theta)**2 - 3*theta.T*theta
+approximations: [exact]
+"""
+VECTOR_RIDGE = """\
+name: vector_ridge
+family: gaussian_full
+loss:
+  expression: 0.5*beta*(y - X*theta).T*(y - X*theta) + 0.5*theta.T*theta
+  data:
+    X: {shape: [N, P]}
+    y: {shape: [N]}
+hyperparameters:
+  beta: {default: 1.0}
+approximations: [exact]
+"""
+
+
+def sources(text):
+    return [(c.name, c.source) for c in build_ir(api.derive(text).record, "x.yaml").checks]
+
+
+def test_which_explicit_loss_updates_are_checked():
+    assert sources(DOUBLE_WELL.format(extra="")) == [("s", "hessian")]            # non-convex: any ρ
+    assert sources(DOUBLE_WELL.format(extra=", {riemannian_correction: {param: s}}")) == []
+    assert sources(CONVEX.format(extra="")) == [("s", "estimate")]                # convex: only ρ > 1 overshoots
+    assert sources(VECTOR_DOUBLE_WELL) == [("S", "hessian")]
+    assert sources(VECTOR_RIDGE) == [("S", "estimate")]       # ρI + ρβXᵀX + (1 − ρ)S: definite for ρ ≤ 1
+    assert checks("ridge") == [("S", "positive_definite", None)]       # δI + XᵀX with δ = 0 may be singular
+    assert checks("multimodal_exact") == []                             # riemannian_correction
+
+
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
+def test_a_non_convex_explicit_loss_that_leaves_the_family_is_named(target):
+    mod = compiled(DOUBLE_WELL.format(extra=""), target)
+    m, s = np.array([0.0, 1.0]), np.array([10.0, 10.0])
+    # within the family, the step is the exact rule's: s ← ρE[ℓ''] + (1 − ρ)s with E[ℓ''] = 12(m² + 1/s) − 6
+    out = mod.step({"m": m, "s": s}, rho=0.1)
+    tol = 1e-14 if target == "numpy" else 1e-6          # jax computes in float32 unless x64 is enabled
+    np.testing.assert_allclose(np.asarray(out["s"]), 0.1 * (12 * (m**2 + 1 / s) - 6) + 0.9 * s, rtol=tol)
+    with pytest.raises(FloatingPointError, match=r"the new s is not positive \(value -4\.8 at index \(0,\)\).*"
+                                                 r"riemannian_correction: \{param: s\}"):
+        mod.step({"m": m, "s": s}, rho=1.0)
+
+
+def test_a_convex_explicit_loss_is_checked_for_overshooting_steps():
+    # (the jax target makes this elementwise recipe an optax transformation, unchecked as torch's optimizers are)
+    target = "numpy"
+    mod = compiled(CONVEX.format(extra=""), target)
+    m, s = np.array([0.5]), np.array([10.0])
+    e2 = 2 + np.exp(m + 1 / (2 * s))                       # E[ℓ''] under N(m, 1/s)
+    tol = 1e-14 if target == "numpy" else 1e-6
+    np.testing.assert_allclose(np.asarray(mod.step({"m": m, "s": s}, rho=1.0)["s"]), e2, rtol=tol)
+    with pytest.raises(FloatingPointError, match=r"the new s is not positive.*take rho <= 1"):
+        mod.step({"m": m, "s": s}, rho=3.0)                # 3E[ℓ''] − 2s < 0
+
+
+def test_a_vector_precision_that_the_loss_makes_indefinite_is_named():
+    mod = compiled(VECTOR_DOUBLE_WELL)
+    m, S = np.zeros(2), 10.0 * np.eye(2)
+    # E[∇²ℓ] at m = 0 is (4 tr(S⁻¹) − 6)I + 8S⁻¹ = (0.8 − 6 + 0.8)I: the new precision is −4.4 I at ρ = 1
+    with pytest.raises(FloatingPointError, match=r"the new S is not positive definite \(smallest eigenvalue -4\.4\)"):
+        mod.step({"m": m, "S": S}, rho=1.0)
+    out = mod.step({"m": m, "S": S}, rho=0.1)
+    np.testing.assert_allclose(out["S"], 0.1 * -4.4 * np.eye(2) + 0.9 * S, rtol=1e-14)
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_optimizer_targets_refuse_a_non_convex_explicit_loss_and_take_a_convex_one(target):
+    with pytest.raises(UnsupportedTarget, match="does not check at run time that 's' stays positive.*non-convex"):
+        api.derive(DOUBLE_WELL.format(extra="")).code(target)
+    assert "class " in api.derive(CONVEX.format(extra="")).code(target)
