@@ -36,3 +36,17 @@ CORPUS = {
     # F = d²/dκ² log I_0(κ) is 0/0 at κ = 0 in double precision
     "von_mises_cos": {"generated_numpy": "kappa = 0", "generated_jax": "kappa = 0"},
 }
+
+#: beyond the hunt's points (its scales stop at 1e3 and ±30): the generated numpy module evaluated at extreme but
+#: valid parameters against the engine's 30-digit forms (tests/unit/verify/test_beyond_hunt.py asserts that each is
+#: still wrong, so that a fix removes it).  family -> [(module function, ordinary parameters, what goes wrong)]
+BEYOND_HUNT = {
+    # A = log(e^λ + e^−λ) is printed as it is: e^λ overflows (A = inf at |λ| = 1000, μ = inf/inf); a logsumexp
+    # lowering of log Σ exp in the printers (as codegen/scaled.py does for Bessel functions) would remove it
+    "bernoulli_logit": [("log_partition", {"lam": 1000.0}, "inf"), ("expectation_parameters", {"lam": 1000.0}, "nan")],
+    # K_p(√(ab)) overflows in its order, not its argument (K_1000(1.5) ~ 1e2700): no exponential scaling helps; it
+    # needs log K_p computed as such
+    "generalized_inverse_gaussian": [("log_partition", {"p": 1000.0, "a": 1.5, "b": 1.5}, "inf")],
+    # one entry of F (the (2, 2) one, ~1.2e14) loses 0.5% to cancellation at β = 1e-8
+    "normal_gamma": [("fisher_information", {"m": 0.3, "kappa": 1.5, "alpha": 1.5, "beta": 1e-8}, "wrong")],
+}
