@@ -16,6 +16,7 @@ from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.codegen.inert import identifier
+from blr_derive.codegen.scaled import ORIGINAL_NAMES, scaled_bessel
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
 
 
@@ -46,6 +47,12 @@ class HostConditionalMixin:
     # provided by the sympy printer the mixin is combined with
     _print: Callable[..., str]
     parenthesize: Callable[..., str]
+
+    def doprint(self, expr, assign_to=None):
+        """The printer's text of ``expr`` after the lowering every target applies first: Bessel functions as their
+        exponentially scaled functions (:func:`codegen.scaled.scaled_bessel`), so that no target overflows where the
+        value is finite."""
+        return super().doprint(scaled_bessel(expr), assign_to)      # type: ignore[misc]
 
     def _print_Symbol(self, expr):
         return identifier(expr.name)
@@ -133,6 +140,7 @@ class HostPrinter(HostConditionalMixin, PythonCodePrinter):
         except PrintMethodNotImplementedError as exc:
             # a special function of hyperparameters that plain Python's math module lacks (digamma, besseli, ...)
             what = str(exc).splitlines()[0].rsplit(":", 1)[-1].strip() if str(exc) else "a function"
+            what = ORIGINAL_NAMES.get(what, what)
             raise CodegenError(f"the torch and triton targets compute hyperparameter expressions in Python's math "
                                f"module, which has no '{what}'; use the numpy or jax target") from None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from blr_derive.core.errors import CodegenError
+from blr_derive.core.errors import CodegenError, UnsupportedTarget
 from blr_derive.codegen.printing import KernelPrinter, stable_sech
 
 
@@ -53,6 +53,23 @@ class ElementwisePrinter(KernelPrinter):
 
     def _print_gamma(self, expr):
         return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"
+
+    def _print_besselie(self, expr):
+        """The scaled I_0 and I_1 of every printer's lowering (codegen/scaled.py); torch has no other order."""
+        nu, x = expr.args
+        if nu not in (0, 1):
+            raise UnsupportedTarget(f"the torch target has I_0 and I_1 only (torch.special.i0e/i1e), not I_{nu}")
+        return f"torch.special.i{int(nu)}e({self._print(x)})"
+
+    def _print_dbesselke(self, expr):
+        """The scaled K_0 and K_1 of every printer's lowering (codegen/scaled.py); torch has no other order and no
+        derivative in the order."""
+        n, nu, x = expr.args
+        if n != 0 or nu not in (0, 1):
+            what = f"K_{nu}" if n == 0 else "a derivative of K_nu in its order"
+            raise UnsupportedTarget(f"the torch target has K_0 and K_1 only (torch.special.scaled_modified_bessel_k0/"
+                                    f"k1), not {what}")
+        return f"torch.special.scaled_modified_bessel_k{int(nu)}({self._print(x)})"
 
     def _print_polygamma(self, expr):
         n, x = expr.args

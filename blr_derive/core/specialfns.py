@@ -339,12 +339,15 @@ def stable_softmax(e):
     return sp.exp(num.args[0] - logsumexp(*parts))
 
 
-def dbesselk_numpy(n, nu, x):
+def dbesselk_numpy(n, nu, x, scaled=False):
     """∂ⁿK_ν(x)/∂νⁿ for x > 0 (numpy, elementwise): K_ν(x) = ∫_0^∞ cosh(νt) e^{-x cosh t} dt (DLMF 10.32.9), so
     the n-th derivative in the order is ∫_0^∞ tⁿ c_n(νt) e^{-x cosh t} dt with c_n = cosh for even n and sinh for
     odd n.  The integrand is an even function of t, analytic in the strip |Im t| < π/2 and decaying there, so the
-    trapezoidal rule on [0, T] converges geometrically (error ~ e^{-π²/h}); h = 1/32 and T where the integrand is
-    below e^{-745} of the scale e^{|ν|t - x cosh t} (every term in log space: no overflow in cosh(νt))."""
+    trapezoidal rule on [0, T] converges geometrically (error ~ e^{-π²/h}); h = 1/32 (1/(2√x) for x > 256, where the
+    integrand is a Gaussian of width 1/√x: error ~ e^{-2π²/(h²x)}) and T where the integrand is
+    below e^{-745} of the scale e^{|ν|t - x cosh t} (every term in log space: no overflow in cosh(νt)).
+    ``scaled``: e^{x} times the derivative (the integrand's e^{-x cosh t} as e^{-2x sinh²(t/2)}), which does not
+    underflow for large x (K_ν(x) is 0 in double precision from x ≈ 705)."""
     n = int(n)
     nu, x = numpy.broadcast_arrays(numpy.asarray(nu, dtype=float), numpy.asarray(x, dtype=float))
     a = numpy.abs(nu)
@@ -354,13 +357,15 @@ def dbesselk_numpy(n, nu, x):
         for _ in range(4):                      # the |ν|t and n log t growth before the e^{-x cosh t} decay
             T = numpy.arccosh(1 + (745 + a * T + n * numpy.log1p(T)) / xs)
         tmax = float(numpy.nanmax(T)) if numpy.any(numpy.isfinite(T)) else 1.0
-        h = 1 / 32
+        # the integrand is a Gaussian of width 1/√x about t = 0 for large x: h = 1/(2√x) keeps the error e^{-8π²}
+        h = min(1 / 32, 0.5 / float(numpy.sqrt(numpy.nanmax(xs)))) if numpy.any(xs > 0) else 1 / 32
         t = numpy.arange(0.0, tmax + h, h).reshape((-1,) + (1,) * nu.ndim)
         y = a * t                               # log cosh(y) or log |sinh(y)|, y ≥ 0
         e2 = numpy.exp(-2 * y)
         logc = y - numpy.log(2.0) + (numpy.log1p(e2) if n % 2 == 0 else numpy.log1p(-e2))
         sign = numpy.sign(nu) if n % 2 else 1.0    # sinh is odd in ν
-        logf = (n * numpy.log(t) if n else 0.0) + logc - xs * numpy.cosh(t)
+        decay = 2 * xs * numpy.sinh(t / 2) ** 2 if scaled else xs * numpy.cosh(t)
+        logf = (n * numpy.log(t) if n else 0.0) + logc - decay
         w = numpy.full(t.shape, h)
         w[0] = h / 2
         out = sign * numpy.sum(w * numpy.exp(logf), axis=0)

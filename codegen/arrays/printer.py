@@ -235,6 +235,18 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.special")
         return f"scipy.special.iv({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
+    def _print_besselie(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.ive({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_dbesselke(self, expr):
+        n, nu, x = expr.args
+        if n == 0:
+            self.imports.add("scipy.special")
+            return f"scipy.special.kve({self._print(nu)}, {self._print(x)})"
+        self.helpers.add("_dbesselk")
+        return f"_dbesselk({self._print(n)}, {self._print(nu)}, {self._print(x)}, True)"
+
     def _print_loggamma(self, expr):
         self.imports.add("scipy.special")
         return f"scipy.special.gammaln({self._print(expr.args[0])})"

@@ -17,12 +17,13 @@ It covers everything that module covers for one family:
 
 Every expression is printed by the numpy target's printer with its module names replaced by their ``jax.numpy``
 / ``jax.scipy`` counterparts (:class:`JnpPrinter`); ``Piecewise`` becomes ``jnp.where``, solves stay Cholesky solves
-(``jax.scipy.linalg.cho_factor``/``cho_solve``), ``iv(0, x)``/``iv(1, x)`` are ``i0``/``i1``, and
+(``jax.scipy.linalg.cho_factor``/``cho_solve``), the scaled Bessel functions ``ive(0, x)``/``ive(1, x)`` of every
+printer's lowering (codegen/scaled.py) are ``i0e``/``i1e``, and
 ``scipy.special.gammaincinv``, which jax lacks, is a Halley iteration on ``jax.scipy.special.gammainc``
 (``_gammaincinv``).  Nothing in ``step`` branches in Python on a traced value, so
 ``jax.jit(step, static_argnames=STATIC_HYPERPARAMETERS)`` works: numbers may be traced; boolean, choice and
 integer hyperparameters (sample and node counts) are Python values.  A recipe is refused (UnsupportedTarget, located
-at its entry) when it needs a special function jax has no counterpart for (``kv``, ``iv`` of another order,
+at its entry) when it needs a special function jax has no counterpart for (``kve``, ``ive`` of another order,
 ``betaincinv``, the Bessel-function derivative ``_dbesselk``) or declares a name the module binds itself
 (:data:`RESERVED`: ``jax``, ``jnp``, ``numpy``, ``scipy``, ``key``)."""
 from __future__ import annotations
@@ -42,7 +43,7 @@ from blr_derive.core.errors import UnsupportedTarget
 
 #: scipy.special functions that jax.scipy.special has under the same name
 JAX_SPECIAL = frozenset({"exp1", "gammaln", "digamma", "polygamma", "gamma", "factorial", "xlogy", "logsumexp",
-                         "expit", "ndtri", "i0", "i1", "erf", "erfc"})
+                         "expit", "ndtri", "i0", "i1", "i0e", "i1e", "erf", "erfc"})
 #: scipy.special functions that jax lacks, computed by a helper of the module (generic numerics)
 SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv"}
 _NUMPY = re.compile(r"(?<![\w.])numpy\.")
@@ -110,6 +111,14 @@ class JnpPrinter(ArrayPrinter):
         if nu in (0, 1):
             return f"scipy.special.i{int(nu)}({self._print(x)})"
         return super()._print_besseli(expr)
+
+    def _print_besselie(self, expr):
+        # the scaled I_0 and I_1 (codegen/scaled.py) are jax.scipy.special.i0e/i1e; another order has no jax
+        # counterpart (scipy.special.ive: refused by doprint)
+        nu, x = expr.args
+        if nu in (0, 1):
+            return f"scipy.special.i{int(nu)}e({self._print(x)})"
+        return super()._print_besselie(expr)
 
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr) if expr.args[-1].cond == sp.true else "jnp.nan"

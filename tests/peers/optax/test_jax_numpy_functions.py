@@ -374,21 +374,22 @@ def test_rejection_sampler_with_a_parameter_equals_numpy():
     np.testing.assert_allclose(ours.parameter(ours.init(**state)), ref.parameter(state), rtol=1e-15)
 
 
-def test_bessel_functions_of_order_0_and_1_print_as_jax_i0_i1():
-    """The von Mises family's I_0 and I_1 (scipy.special.iv(0, .), iv(1, .) in the numpy target) are
-    jax.scipy.special.i0/i1; another order has no jax counterpart and is refused."""
+def test_bessel_functions_of_order_0_and_1_print_as_jax_i0e_i1e():
+    """The von Mises family's I_0 and I_1, printed exponentially scaled by every target (codegen/scaled.py:
+    scipy.special.ive(0, .), ive(1, .) in the numpy target), are jax.scipy.special.i0e/i1e; another order has no jax
+    counterpart and is refused."""
     import scipy.special
     import sympy as sp
 
     from blr_derive.codegen.backends.jax.functions import JnpPrinter
     x = sp.Symbol("x", positive=True)
     pr = JnpPrinter()
-    assert pr.doprint(sp.besseli(0, x) / sp.besseli(1, x)) == "jax.scipy.special.i0(x)/jax.scipy.special.i1(x)"
+    assert pr.doprint(sp.besseli(0, x) / sp.besseli(1, x)) == "jax.scipy.special.i0e(x)/jax.scipy.special.i1e(x)"
     assert pr.special
-    xs = np.array([0.01, 0.5, 3.0, 40.0])
-    for order, fn in ((0, jax.scipy.special.i0), (1, jax.scipy.special.i1)):
-        np.testing.assert_allclose(fn(jnp.asarray(xs)), scipy.special.iv(order, xs), rtol=1e-14)
-    with pytest.raises(UnsupportedTarget, match=r"jax.scipy.special.iv \(scipy.special.iv\)"):
+    xs = np.array([0.01, 0.5, 3.0, 40.0, 1e3, 1e5])
+    for order, fn in ((0, jax.scipy.special.i0e), (1, jax.scipy.special.i1e)):
+        np.testing.assert_allclose(fn(jnp.asarray(xs)), scipy.special.ive(order, xs), rtol=1e-14)
+    with pytest.raises(UnsupportedTarget, match=r"jax.scipy.special.ive \(scipy.special.ive\)"):
         JnpPrinter().doprint(sp.besseli(2, x))
 
 

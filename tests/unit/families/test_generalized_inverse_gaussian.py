@@ -40,10 +40,11 @@ def test_dbesselk_derivatives_and_printers():
     fd = (special.kv(0.8, 1.3 + h) - special.kv(0.8, 1.3 - h)) / (2 * h)
     assert float(sp.diff(K, x).subs(at).evalf()) == pytest.approx(fd, rel=1e-8)
     printer = BLRNumPyPrinter()
-    assert printer.doprint(K) == "scipy.special.kv(nu, x)"
+    # printed exponentially scaled (codegen/scaled.py): e^{-x} times scipy's kve, or the helper's scaled integral
+    assert printer.doprint(K) == "numpy.exp(-x)*scipy.special.kve(nu, x)"
     code = printer.doprint(sp.diff(K, nu, 2))
-    assert code == "_dbesselk(2, nu, x)" and "_dbesselk" in printer.helpers
-    with pytest.raises(UnsupportedTarget, match="dbesselk"):
+    assert code == "numpy.exp(-x)*_dbesselk(2, nu, x, True)" and "_dbesselk" in printer.helpers
+    with pytest.raises(UnsupportedTarget, match="K_0 and K_1 only"):
         ElementwisePrinter().doprint(K)
 
 
