@@ -16,7 +16,7 @@ targets read and say what each entry is.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypedDict
 
 from blr_derive.core.types import Assignment, Expr, HyperDefault, Sym, Text
@@ -278,6 +278,8 @@ class FactorizedIR:
     objective_doc: Text | None = None
     #: why the module has no ``objective`` (in its docstring), where the reason is structural (ir/objective_notes.py)
     objective_note: Text | None = None
+    #: run-time domain checks of the global blocks' new parameters (ir/validity.py product_checks)
+    checks: list[DomainCheck] = field(default_factory=list)
 
 
 #: either IR

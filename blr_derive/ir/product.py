@@ -11,6 +11,7 @@ from blr_derive.core.types import Assignment, Expr, Sym
 from blr_derive.ir.common import camel, check_printed_names, seal_text
 from blr_derive.ir.model import Block, ComponentAxisIR, Dim, FactorizedIR, HyperVar, Plate, PlateVar, Var
 from blr_derive.ir.objective_notes import product_note
+from blr_derive.ir.validity import product_checks
 from blr_derive.rules.product import BOUND_KEY, FactorizedDerivation
 from blr_derive.spec.components import ComponentsSpec
 from blr_derive.spec.product import FactorizedRecipe, block_candidate
@@ -121,6 +122,7 @@ def build_product_ir(D: FactorizedDerivation, source: str = "") -> FactorizedIR:
         ir.bound = (BOUND_KEY, BOUND_DOC if em else MEAN_FIELD_BOUND_DOC)
         ir.objective_doc = BOUND_OBJECTIVE_DOC if em else MEAN_FIELD_OBJECTIVE_DOC
     ir.objective_note = product_note(D, ir.bound is not None)
+    ir.checks = product_checks(D)
     check_printed_names(ir, R)
     return seal_text(ir)
 

@@ -116,10 +116,12 @@ def _explicit_loss_check(D, owners, e, p):
     if _valid(D, owners, e, p, unit_rho=True):
         return (f"its update moves λ by {D.recipe.learning_rate} toward the loss's curvature (Eq. 6), which keeps it "
                 f"{_what(p)} for {D.recipe.learning_rate} <= 1 only: take {D.recipe.learning_rate} <= 1"), "estimate"
+    base = getattr(D.recipe.family, "base", D.recipe.family)
+    if not getattr(base, "is_gaussian", False):        # the loss's coefficients in the statistics, not a curvature
+        return _unsigned_hint(p, D.recipe.family, exact=True), "hessian"
     text = ("its update reads the loss's second derivatives, which are not proved positive (a non-convex loss, data "
             "of either sign, or a step that overshoots): check the loss's convexity or take a smaller "
             f"{D.recipe.learning_rate}")
-    base = getattr(D.recipe.family, "base", D.recipe.family)
     try:
         affine = all(sp.diff(l, p.symbol, 2) == 0 for l in base.eta)
     except (TypeError, ValueError, AttributeError):
@@ -145,10 +147,10 @@ def _assumed(D, owners, e, unit_rho):
             hyper.add(h.symbol)
         if h.kind == "tuple":
             hyper.update(s for _, s in h.elements)
-    rho = recipe.hyper_symbol(recipe.learning_rate) if hasattr(recipe, "hyper_symbol") else None
+    rho = recipe.hyper_symbol(recipe.learning_rate) if unit_rho else None
     sub = {}
     for s in e.free_symbols:
-        if not isinstance(s, sp.Symbol):
+        if not isinstance(s, sp.Symbol) or isinstance(s, sp.Dummy):     # a Dummy carries its assumptions already
             continue
         q = owners.get(s.name, (None, None))[0]
         if unit_rho and s == rho:
@@ -261,4 +263,50 @@ def server_checks(D, fam, symbols) -> list:
                 f"a sum of the clients' sites is of any sign; riemannian_correction: {{param: {name}, server: "
                 "<condition>}} keeps it valid")
         out.append(DomainCheck(name, symbols[name], p.domain, None, hint))
+    return out
+
+
+def product_checks(D) -> list:
+    """The DomainChecks of a factorized recipe's global blocks (Sec. 5.3): each block's new parameters come from the
+    natural-gradient messages of the factors (Eqs. 58–60), minus their coefficients averaged over the other blocks,
+    which have no sign the derivation tracks (a factor ``-c*theta**2`` makes q(θ)'s precision negative, a data sum
+    of either sign a rate).  A positive (definite) parameter is checked unless its new value, written out through
+    the global program, is proved valid (:func:`_valid`: the blocks' positive parameters positive, the
+    hyperparameters not negative, the plate sums of terms proved not negative (Σ 1, Σ y²) not negative, the data
+    real)."""
+    R = D.recipe
+    outputs = dict(D.outputs)
+    defs = dict(D.prelude)
+    defs.update(D.assignments)
+    owners = {}
+    for b in R.blocks:
+        if b.local or b.family is None or b.name in D.message_state:
+            continue
+        for name, _, p in b.state:
+            q = b.family.params.get(str(p)) if p is not None else None
+            if q is not None:
+                owners[name] = (q, "axis" if getattr(b, "per_component", False) else None)
+    signs = {}
+    for s, e in D.stats:
+        assumed = e.xreplace(_assumed(D, {}, e, False)) if isinstance(e, sp.Expr) and not e.has(sp.MatrixSymbol) else None
+        if assumed is not None and _sign(assumed, "is_nonnegative"):
+            signs[s] = sp.Dummy(str(s), nonnegative=True)
+    out = []
+    for name, (q, component) in owners.items():
+        if q.domain not in CHECKED or name not in outputs:
+            continue
+        sym = outputs[name]
+        e = defs.get(sym, sym)
+        for _ in range(len(defs) + 1):
+            if not isinstance(e, sp.Basic) or not (e.free_symbols & defs.keys()) or sp.count_ops(e) > 400:
+                break
+            e = e.xreplace(defs)
+        e = e.xreplace(signs) if isinstance(e, sp.Basic) else e
+        if isinstance(e, sp.Basic) and not (e.free_symbols & defs.keys()) and _valid(D, owners, e, q, False):
+            continue
+        what = _what(q)
+        out.append(DomainCheck(name, sym, q.domain, component,
+                               f"the factors' messages to its block (Eqs. 58–60) are not proved to keep it {what}: "
+                               "check the signs of the factors that read this block (each must be a normalizable "
+                               "term of a log density, e.g. +c*theta**2 with c > 0) and the data"))
     return out

@@ -118,6 +118,7 @@ class FactorizedView:
     printer: ArrayPrinter
     shapes: dict[str, object]
     symmetric: list[str]
+    checks: list[CheckView]                    # the global blocks' run-time domain checks
 
 
 def factorized_view(ir, printer, row_printer, xp="numpy") -> FactorizedView:
@@ -163,7 +164,7 @@ def factorized_view(ir, printer, row_printer, xp="numpy") -> FactorizedView:
         ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
         dims=dims, rows=rows, program=program, returns=returns,
         plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
-        printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric))
+        printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric), checks=checks_view(ir.checks, printer))
 
 
 def module_shapes(ir) -> dict:

@@ -163,7 +163,7 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     K = a.shape[0]
     a_new = c + a0
     _check_domain("a", a_new, "positive", None, None,
-                  "its update reads the loss's second derivatives, which are not proved positive (a non-convex loss, data of either sign, or a step that overshoots): check the loss's convexity or take a smaller rho")
+                  "its update moves λ by rho toward −∇_μE_q[loss] (Eq. 6), which may lie outside the family (the loss has no normalizable posterior in it: check its signs and terms) or be overshot: take a smaller rho")
     return {
         "a": a_new,
     }

@@ -72,6 +72,8 @@ SHAPES = {
     "y": ("n_rows", ),
 }
 SYMMETRIC = ()
+#: the run-time domain checks of the values the derivation cannot guarantee (see _check_domain); False: unchecked
+CHECK_DOMAINS = True
 
 
 def _array(name, value, dims, oracle=None):
@@ -113,6 +115,44 @@ def _need(given, names, what):
     missing = [name for name in names if given is None or name not in given]
     if missing:
         raise TypeError(f"step() needs {what} {', '.join(missing)}")
+
+
+def _check_domain(name, value, domain, component, step, hint, where="step"):
+    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0;
+    ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
+    numbers them) and the step, instead of returning a state that is no longer a distribution of the family.
+    A traced value (under jax.jit) is not checked: a jitted step cannot raise on its values.  CHECK_DOMAINS = False
+    switches the checks off."""
+    if not CHECK_DOMAINS or isinstance(value, jax.core.Tracer):
+        return
+    a = jnp.asarray(value, dtype=float)
+    if domain == "positive_definite":
+        stack = a.reshape((-1,) + a.shape[-2:])
+        ok = jnp.isfinite(stack).all(axis=(1, 2))
+        ok = ok & jnp.isfinite(jnp.linalg.cholesky(jnp.where(ok[:, None, None], stack, 1.0))).all(axis=(1, 2))
+        if bool(ok.all()):
+            return
+        i = int(jnp.argmin(ok))
+        M = stack[i]
+        low = float(jnp.linalg.eigvalsh((M + M.T) / 2)[0]) if bool(jnp.isfinite(M).all()) else float("nan")
+        what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
+        index = tuple(int(x) for x in jnp.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
+    else:
+        ok = a > 0
+        if bool(ok.all()):
+            return
+        index = tuple(int(x) for x in jnp.argwhere(~ok)[0]) if a.ndim else ()
+        what, detail = "positive", f"value {float(a[index] if a.ndim else a):.6g}"
+        detail += f" at index {index}" if index else ""
+    if component == "axis":
+        where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
+    elif component is not None:
+        where_c = f" of component {component}"
+    else:
+        where_c = ""
+    at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
+    raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
+                             f"the family; {hint}")
 
 
 def init(**state):
@@ -169,6 +209,10 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     tau_lambda2 = -beta0 - 1/2*kappa0*m0**2 + kappa0*m0*theta_m_new - 1/2*kappa0*theta_m_new**2 - 1/2*kappa0/theta_s_new + sum1*theta_m_new - 1/2*sum2*theta_m_new**2 - 1/2*sum2/theta_s_new - 1/2*sum3
     tau_alpha_new = tau_lambda1 + 1
     tau_beta_new = -tau_lambda2
+    _check_domain("theta_s", theta_s_new, "positive", None, None,
+                  "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
+    _check_domain("tau_beta", tau_beta_new, "positive", None, None,
+                  "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
     return {
         "theta_m": theta_m_new,
         "theta_s": theta_s_new,

@@ -70,6 +70,8 @@ SHAPES = {
     "y": ("n_rows", ),
 }
 SYMMETRIC = ()
+#: the run-time domain checks of the values the derivation cannot guarantee (see _check_domain); False: unchecked
+CHECK_DOMAINS = True
 
 
 def _array(name, value, dims, oracle=None):
@@ -103,6 +105,47 @@ def _array(name, value, dims, oracle=None):
         if not numpy.allclose(a, numpy.swapaxes(a, -1, -2), rtol=0, atol=1e-8 * max(1.0, numpy.abs(a).max())):
             raise ValueError(f"{name} must be symmetric (the update reads one triangle of it)")
     return a
+
+
+def _check_domain(name, value, domain, component, step, hint, where="step"):
+    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0;
+    ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
+    numbers them) and the step, instead of returning a state that is no longer a distribution of the family.
+    CHECK_DOMAINS = False switches the checks off."""
+    if not CHECK_DOMAINS:
+        return
+    a = numpy.asarray(value, dtype=float)
+    if domain == "positive_definite":
+        try:                            # a Cholesky factor exists, and is finite (NaN passes LAPACK's test)
+            if numpy.isfinite(numpy.linalg.cholesky(a)).all():
+                return
+        except numpy.linalg.LinAlgError:
+            pass
+        stack = a.reshape((-1,) + a.shape[-2:])
+        finite = numpy.isfinite(stack).all(axis=(1, 2))
+        low = numpy.full(len(stack), numpy.nan)
+        low[finite] = numpy.linalg.eigvalsh((stack[finite] + numpy.swapaxes(stack[finite], -1, -2)) / 2)[:, 0]
+        i = int(numpy.flatnonzero(~(low > 0))[0])
+        M = stack[i]
+        low = numpy.linalg.eigvalsh((M + M.T) / 2)[0] if numpy.isfinite(M).all() else float("nan")
+        what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
+        index = tuple(int(x) for x in numpy.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
+    else:
+        ok = a > 0                      # NaN is not
+        if ok.all():
+            return
+        index = tuple(int(x) for x in numpy.argwhere(~ok)[0]) if a.ndim else ()
+        what, detail = "positive", f"value {float(a[index] if a.ndim else a):.6g}"
+        detail += f" at index {index}" if index else ""
+    if component == "axis":
+        where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
+    elif component is not None:
+        where_c = f" of component {component}"
+    else:
+        where_c = ""
+    at = f" at step {int(step)}" if step is not None else ""
+    raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
+                             f"the family; {hint}")
 
 
 def _need(given, names, what):
@@ -165,6 +208,10 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     tau_lambda2 = -beta0 - 1/2*kappa0*m0**2 + kappa0*m0*theta_m_new - 1/2*kappa0*theta_m_new**2 - 1/2*kappa0/theta_s_new + sum1*theta_m_new - 1/2*sum2*theta_m_new**2 - 1/2*sum2/theta_s_new - 1/2*sum3
     tau_alpha_new = tau_lambda1 + 1
     tau_beta_new = -tau_lambda2
+    _check_domain("theta_s", theta_s_new, "positive", None, None,
+                  "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
+    _check_domain("tau_beta", tau_beta_new, "positive", None, None,
+                  "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
     return {
         "theta_m": theta_m_new,
         "theta_s": theta_s_new,

@@ -230,8 +230,13 @@ def test_the_function_modules_cover_the_single_family_recipes():
 
 
 @pytest.mark.parametrize("recipe", FUNCTION_RECIPES)
-def test_jax_step_equals_numpy_step(recipe):
+def test_jax_step_equals_numpy_step(recipe, monkeypatch):
     ref, ours = load_generated(recipe, "numpy"), load_generated(recipe, "jax")
+    # the algebra of the two steps at random inputs (data of either sign: a conjugate step may leave the family
+    # there), so both modules' run-time domain checks are off; the checks have their tests (test_domain_checks.py)
+    for mod in (ref, ours):
+        if hasattr(mod, "CHECK_DOMAINS"):
+            monkeypatch.setattr(mod, "CHECK_DOMAINS", False)
     _compare_steps(ref, ours, _catalog_ir(recipe), recipe, range(2), HYPER.get(recipe))
 
 

@@ -292,3 +292,48 @@ def test_optimizer_targets_refuse_a_non_convex_explicit_loss_and_take_a_convex_o
     with pytest.raises(UnsupportedTarget, match="does not check at run time that 's' stays positive.*non-convex"):
         api.derive(DOUBLE_WELL.format(extra="")).code(target)
     assert "class " in api.derive(CONVEX.format(extra="")).code(target)
+
+
+# ------------------------------------------------------------------------------------- factorized recipes
+# A factor's message to a block (Eqs. 58–60) has no sign the derivation tracks: '-c*theta**2' turns q(θ)'s
+# precision negative.  The global blocks' positive parameters are checked unless proved positive.
+BAD_FACTOR = """\
+name: vmp_bad
+plate:
+  index: n
+  data:
+    y: {description: observations}
+hyperparameters:
+  c: {default: 1.0}
+blocks:
+  theta: {family: gaussian_diag, approximations: [exact]}
+  tau: {family: gamma, approximations: [exact]}
+factors:
+  likelihood: {plate: true, expression: "tau*(y - theta)**2/2 - log(tau)/2"}
+  bad: {expression: "-c*theta**2 + tau"}
+"""
+
+
+def test_which_factorized_updates_are_checked():
+    def names(text_or_name):
+        D = api.derive(text_or_name).record if "\n" in text_or_name else derive_record(CATALOG / f"{text_or_name}.yaml")[1]
+        return [(c.name, c.component) for c in build_ir(D, "x.yaml").checks]
+    # α ← Σ 1/2 + 1 is proved positive (a plate sum of a positive term); the precision and the rate are not
+    assert names(BAD_FACTOR) == [("theta_s", None), ("tau_beta", None)]
+    assert names("vmp") == [("theta_s", None), ("tau_beta", None)]     # (κ₀ + N)α/β with κ₀ ≥ 0: not strict
+    assert names("svi") == [("mu_s", "axis")]
+    assert names("em_gmm") == []                                        # point blocks: no family domain
+
+
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
+def test_a_factor_that_makes_a_precision_negative_is_named(target):
+    mod = compiled(BAD_FACTOR, target)
+    state = {"theta_m": 0.0, "theta_s": 1.0, "tau_alpha": 2.0, "tau_beta": 1.0}
+    y = np.array([0.1])
+    # within the family: the precision is N·E[τ] − 2c = α/β − 2c (one row), the mean its message's ratio
+    out = mod.step(state, data={"y": y}, c=0.1)
+    tol = 1e-14 if target == "numpy" else 1e-6
+    np.testing.assert_allclose(float(out["theta_s"]), 2.0 - 0.2, rtol=tol)
+    np.testing.assert_allclose(float(out["theta_m"]), 0.1 * 2.0 / 1.8, rtol=tol)
+    with pytest.raises(FloatingPointError, match=r"the new theta_s is not positive \(value -8\).*signs of the factors"):
+        mod.step(state, data={"y": y}, c=5.0)
