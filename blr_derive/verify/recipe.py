@@ -180,6 +180,63 @@ _RANGES = {"real": (-np.inf, np.inf), "positive": (0.0, np.inf), "unit_interval"
            "circular": (-np.pi, np.pi)}
 
 
+class NotIntegrable(ArithmeticError):
+    """E_q[ℓ + log q] does not converge: the loss is not integrable under q (a pole where q > 0, a tail heavier than
+    q's), so the objective (Eq. 2) is infinite and every estimate of its natural gradient is meaningless."""
+
+
+def _quad(f, lo, hi):
+    """∫ f over (lo, hi) by scipy's quad, or NotIntegrable where it diverges.  A result whose error estimate is above
+    1e-6 of it, or over an infinite range (where quad's transformed rule can miss a heavy tail with a small error
+    estimate: t² under a Cauchy-like density), is tested for divergence at each end of the range: the integral from
+    the middle towards the end in twelve geometric pieces (decades), whose contributions shrink where it converges
+    (an integrable pole x^(-a), a < 1, by 10^(a - 1) a decade) and stay or grow where it diverges (1/x: q(0)·ln 10
+    each).  Otherwise (a hard but convergent integrand) the value is returned as it is, judged by
+    the comparison that reads it."""
+    from scipy import integrate
+    value, err = integrate.quad(f, lo, hi, limit=400, epsabs=1e-12, epsrel=1e-12)[:2]
+    if np.isfinite(value) and err <= 1e-6 * max(1.0, abs(value)) and np.isfinite(lo) and np.isfinite(hi):
+        return value
+    mid = (lo + hi) / 2 if np.isfinite(lo) and np.isfinite(hi) else lo + 1.0 if np.isfinite(lo) else \
+        hi - 1.0 if np.isfinite(hi) else 0.0
+
+    def pieces(end):
+        """∫ from mid towards ``end`` over 12 geometric pieces, whose far ends are 10⁻ʲ of the way left (a finite
+        end) or 10ʲ out (an infinite one)."""
+        out, start = [], mid
+        for j in range(1, 13):
+            stop = end - (end - mid) * 10.0 ** -j if np.isfinite(end) else mid + np.sign(end) * 10.0 ** j
+            out.append(integrate.quad(f, min(start, stop), max(start, stop), limit=200, epsabs=1e-13,
+                                      epsrel=1e-12)[0])
+            start = stop
+        return out
+    for end in (lo, hi):
+        p = pieces(end)
+        total = math.fsum(p)
+        # a convergent end's pieces shrink geometrically (x^(-a), a < 1, at a finite end: by 10^(a - 1) a decade);
+        # a divergent one's stay (1/x: q(0)·ln 10 each) or grow
+        if not np.all(np.isfinite(p)) or (abs(p[-1]) >= 0.9 * abs(p[-2]) and abs(p[-1]) > 1e-9 * max(1.0, abs(total))):
+            where = "within 1e-12 of it" if np.isfinite(end) else f"{np.sign(end) * 1e12:g}"
+            raise NotIntegrable(f"E_q[loss + log q] does not converge at {end:g} (quadrature {value:.6g} with error "
+                                f"{err:.2g}; from {mid:g} to {where} in decades, the last two contribute "
+                                f"{p[-2]:.3g} and {p[-1]:.3g})")
+    return value
+
+
+def _not_integrable_check(name, tol, at, why):
+    """The row of a check whose reference diverged (``why``, the NotIntegrable) at the parameters ``at`` (the first
+    such point)."""
+    return Check(name, float("inf"), tol, group="codegen",
+                 note=f"the loss is not integrable under q at {at} ({why}): E_q[loss] is infinite (a pole where q > 0, or a "
+                      "tail heavier than q's), so the objective (Eq. 2) and the step's expectations are meaningless "
+                      "there; bound the loss on the support or choose a family under which it is integrable")
+
+
+def _at(state, data):
+    """The parameters and data of a check's point, for its message."""
+    return ", ".join(f"{k} = {float(np.ravel(v)[0]):.6g}" for k, v in {**state, **data}.items())
+
+
 def objective_checks(recipe, mod, points: int = 3) -> list:
     """The generated ``objective`` (blr_derive/ir/objective.py) against quadrature of ∫ q(θ) (ℓ(θ) + log q(θ)) dθ
     with the family's log-density (not its entropy formula, not the derived E_q[ℓ]) at random parameters, data and
@@ -211,7 +268,7 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
             value = lambda t: float(np.real(integrand(t, *pv, *dvals, *hvals)))  # noqa: E731
             if points_of:
                 return math.fsum(value(float(pt[theta])) for pt in points_of)
-            return integrate.quad(value, lo, hi, limit=400, epsabs=1e-12, epsrel=1e-12)[0]
+            return _quad(value, lo, hi)
 
     worst, rise, done = 0.0, 0.0, 0
     for seed in range(points * MAX_TRIES):
@@ -230,6 +287,8 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
             try:
                 want = reference(vals, list(dv.values()), list(hv.values()))
                 got = float(mod.objective(state, data=dv, **known)["objective"])
+            except NotIntegrable as e:
+                return [_not_integrable_check("objective vs quadrature", 1e-7, _at(state, dv), e)]
             except descent.NO_VALUE:
                 continue
         if not (np.isfinite(want) and np.isfinite(got)):
@@ -340,14 +399,14 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
                     f = lambda t: float(np.real(np.exp(logq(t)) * logq(t)))           # noqa: E731
                     minus_h = 0.0 if dropped else (
                         math.fsum(f(float(pt[theta])) for pt in points_of) if points_of else
-                        integrate.quad(f, *_RANGES[support], limit=400, epsabs=1e-12, epsrel=1e-12)[0])
+                        _quad(f, *_RANGES[support]))
                     want = loss(at) + minus_h
                     out = mod.objective(state, oracles={"loss": _test_loss}, data=dv, **hv)
                     got, err = float(out["objective"]), abs(float(out["objective"]) - want) / max(1.0, abs(want))
                 elif kind == "quadrature":
                     f = lambda t: float(np.real(np.exp(logq(t)) * (loss(t) + (0.0 if dropped else logq(t)))))  # noqa: E731
                     want = (math.fsum(f(float(pt[theta])) for pt in points_of) if points_of else
-                            integrate.quad(f, *_RANGES[support], limit=400, epsabs=1e-12, epsrel=1e-12)[0])
+                            _quad(f, *_RANGES[support]))
                     oracles = {"loss": _test_loss} if own is None else None
                     got = float(mod.objective(state, oracles=oracles, data=dv, **hv)["objective"])
                     err = abs(got - want) / max(1.0, abs(want))
@@ -355,11 +414,13 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
                 else:
                     f = lambda t: float(np.real(np.exp(logq(t)) * (loss(t) + (0.0 if dropped else logq(t)))))  # noqa: E731
                     want = (math.fsum(f(float(pt[theta])) for pt in points_of) if points_of else
-                            integrate.quad(f, *_RANGES[support], limit=400, epsabs=1e-12, epsrel=1e-12)[0])
+                            _quad(f, *_RANGES[support]))
                     out = mod.objective(state, oracles={"loss": _test_loss}, data=dv,
                                         rng=np.random.default_rng(500 + seed), samples=MC_SAMPLES, **hv)
                     got = float(out["objective"])
                     err = abs(got - want) / float(out["standard_error"])
+            except NotIntegrable as e:
+                return [_not_integrable_check(name, tol, _at(state, dv), e)]
             except descent.NO_VALUE:
                 continue
         if not (np.isfinite(want) and np.isfinite(got)):
