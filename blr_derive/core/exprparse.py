@@ -29,7 +29,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, ELEMENTWISE, FUNCTIONS, as_scalar as _sc, is_mat as _is_mat
 from blr_derive.core.nodes import U, DataSum
-from blr_derive.core.text import MAX_EXPANDED_LENGTH, Expanded
+from blr_derive.core.text import MAX_EXPANDED_LENGTH, Expanded, did_you_mean
 from blr_derive.core.yamlio import where
 
 MAX_LENGTH = 2000
@@ -300,7 +300,8 @@ class _Builder:
         if name == "sum":
             return self._sum(node, d)
         if name not in self.functions:
-            self.fail(f"unknown function '{name}'")
+            self.fail(f"unknown function '{name}'{did_you_mean(name, self.functions)} (known: "
+                      f"{', '.join(sorted(self.functions))}; inverse CDFs: ndtri, gammaincinv, betaincinv)")
         if node.keywords:
             self.fail(f"{name}() takes no keyword arguments")
         args = [self.build(a, d) for a in node.args]

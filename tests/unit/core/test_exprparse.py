@@ -356,3 +356,11 @@ def test_python_tags_rejected(text, line):
 def test_recursive_alias_is_a_spec_error():
     with pytest.raises(SpecError):
         load_yaml_text("a: &x [*x]\n", "alias.yaml")
+
+
+def test_an_unknown_function_is_answered_with_the_known_ones():
+    with pytest.raises(SpecError, match=r"unknown function 'sqr'; did you mean 'sqrt'\? \(known: abs, .*xlogy; "
+                                        r"inverse CDFs: ndtri, gammaincinv, betaincinv\)"):
+        parse("sqr(x)")
+    with pytest.raises(SpecError, match=r"unknown function 'erfinv' \(known: .*inverse CDFs: ndtri"):
+        parse("erfinv(x)")
