@@ -39,8 +39,10 @@ def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False
         no(f"needs an elementwise (mean-field) update; state '{matrix}' is a matrix (matrix products, "
            "eigendecompositions: the numpy and jax targets print them)", "family")
     if ir.mean is None and ir.parameter is None:
-        no("needs a family with a mean parameter, or a recipe 'parameter' saying what the torch parameter holds",
-           "family")
+        ex = next((v.name for v in ir.state if v.family), "...")
+        no(f"needs a family with a mean parameter, or a recipe 'parameter' saying what the {target} parameter "
+           f"holds, an expression of the family's parameters (e.g. its mean): in the recipe parameter: {ex}, on "
+           f"the command line --set 'parameter={ex}'", "family")
     if ir.data and not data_state:
         no("takes no data inputs (the loss is the model's)", "loss")
     for d in ir.data:

@@ -294,3 +294,18 @@ def test_a_family_parameter_named_like_the_default_learning_rate_gets_a_message_
     spec.loader.exec_module(mod)
     # exact conjugate step with ℓ = θ: λ ← (1−lr)λ − lr·1, λ = −rate, so rate ← (1−lr)·rate + lr
     assert mod.step(mod.init(rho=np.array(2.0)), lr=0.25)["rho"] == pytest.approx(0.75 * 2.0 + 0.25, rel=1e-14)
+
+
+def test_a_family_without_a_mean_is_told_how_to_name_the_torch_parameter(tmp_path, capsys):
+    """A half-normal written from the docs, derived from the command line for torch: the refusal says what to write,
+    and what it says works."""
+    from blr_derive import cli
+    fam = write(tmp_path, "hn.yaml", "name: half_normal\nvariable: theta\nsupport: positive\nparameters:\n"
+                "  s: {domain: positive}\nsufficient_statistics: [theta**2]\nnatural_parameters: [-s/2]\n"
+                "sampler: ndtri((1 + u)/2)/sqrt(s)\n")
+    out = tmp_path / "hn_torch.py"
+    args = [str(fam), "--loss", "abstract", "--approx", "score_function", "--target", "torch", "-o", str(out)]
+    assert cli.main(args) == 2 and not out.exists()
+    assert "in the recipe parameter: s, on the command line --set 'parameter=s'" in capsys.readouterr().err
+    assert cli.main(args + ["--set", "parameter=s"]) == 0
+    assert "class HalfNormal(torch.optim.Optimizer)" in out.read_text()
