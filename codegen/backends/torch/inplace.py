@@ -95,8 +95,8 @@ class PlannedCompiler:
         else:                   # the helpers handle DTensors (FSDP2), which lack these kernels
             self.emit(f"_foreach_bound_({fn!r}, {acc}, {arg})")
 
-    def bound(self, out, fn, acc, arg):
-        """out = max(acc, arg) or min, a new value."""
+    def bound(self, out, fn, acc, arg, host=False):
+        """out = max(acc, arg) or min, a new value; ``host``: arg is a host number."""
         self.emit(f"{out} = _foreach_bound({fn!r}, {acc}, {arg})")
 
     def copy(self, dst, src):
@@ -513,7 +513,7 @@ class PlannedCompiler:
                 self.bound_(fn, acc, arg, host=not self.is_tensor(a))
             else:
                 out = self.tmp()
-                self.bound(out, fn, acc, arg)
+                self.bound(out, fn, acc, arg, host=not self.is_tensor(a))
                 acc, owned = out, True
         return acc, owned
 
