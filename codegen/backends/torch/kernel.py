@@ -65,24 +65,32 @@ class KernelCompiler(PlannedCompiler):
 
     # --------------------------------------------------------------------------------------- operations on one tensor
     def op_(self, x, op, *args):
+        if op == "lerp":                # ATen's lerp has a fused multiply-add (runtime _lerp_)
+            self.emit(f"_lerp_({x}, {', '.join(args)})")
+            return
         self.emit(f"{x}.{op}_({', '.join(args)})")
 
     def op(self, out, x, op, *args):
         self.emit(f"{out} = torch.{op}({', '.join((x,) + args)})")
 
     def accumulate(self, op, acc, xs, c=None, into=None):
-        """The same ATen operation on one tensor.  A coefficient that is a kernel argument (a 0-d tensor, which
-        ATen's ``alpha``/``value`` cannot take) is multiplied into the first operand as ATen does with its value
-        (``self + (value·t1)·t2``, ``self + (value·t1)/t2``), and ``self + alpha·other`` is ``addcmul`` of alpha
-        and other: the same roundings (eager, one fused multiply-add where ATen's kernel has one)."""
-        args = list(xs)
-        if c is not None and _NAME.match(c):       # a kernel argument
-            args = [c] + args if op == "add" else [f"{c} * {args[0]}"] + args[1:]
-            op, tail = ("addcmul" if op == "add" else op), ""
-        else:
-            tail = "" if c is None else f", {'alpha' if op == 'add' else 'value'}={c}"
+        """The same ATen operation on one tensor.  ``self + alpha·other`` and ``self + value·t1·t2`` are
+        computed with ATen's one rounding of product and sum (runtime _addcmul: add with alpha as addcmul of
+        alpha and other); a coefficient that is a kernel argument (a 0-d tensor, which ATen's ``value`` cannot
+        take) is multiplied into the first operand as ATen does with its value (``self + (value·t1)/t2``)."""
+        tensor_c = c is not None and _NAME.match(c)
+        if op == "add" and c is None:
+            self.emit(f"{acc}.add_({xs[0]})" if into is None else f"{into} = torch.add({acc}, {xs[0]})")
+            return
+        if op in ("add", "addcmul"):
+            args = [c, xs[0]] if op == "add" else list(xs) + ([] if c is None else [c])
+            call = f"_addcmul({acc}, {', '.join(args)}{'' if into is None else ', inplace=False'})"
+            self.emit(call if into is None else f"{into} = {call}")
+            return
+        args = [f"{c} * {xs[0]}", xs[1]] if tensor_c else list(xs)
+        tail = f", value={c}" if c is not None and not tensor_c else ""
         call = f"({', '.join(args)}{tail})"
-        self.emit(f"{acc}.{op}_{call}" if into is None else f"{into} = torch.{op}({acc}, {call[1:]}")
+        self.emit(f"{acc}.addcdiv_{call}" if into is None else f"{into} = torch.addcdiv({acc}, {call[1:]}")
 
     def bound_(self, fn, acc, arg, host=False):
         # torch._foreach_maximum_ with a number is clamp_min_ (minimum: clamp_max_)
