@@ -291,7 +291,7 @@ def _addcmul(acc, t1, t2, value=1, inplace=True):
     t1 = t1 if isinstance(t1, torch.Tensor) else torch.tensor(t1, dtype=acc.dtype)
     if not (torch.compiler.is_compiling() and acc.dtype == torch.float32):
         return acc.addcmul_(t1, t2, value=value) if inplace else torch.addcmul(acc, t1, t2, value=value)
-    out = _fma32(t1 if value == 1 else value * t1, t2, acc)
+    out = _fma32(t1 if not isinstance(value, torch.Tensor) and value == 1 else value * t1, t2, acc)
     return acc.copy_(out) if inplace else out
 
 def _kernel(m, std, ngrad1, ngrad2, *host):

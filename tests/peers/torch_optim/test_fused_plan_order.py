@@ -80,6 +80,16 @@ def test_fused_kernel_run_eagerly_is_the_default_path(name, kwargs, dtype):
         sum(int((a != b).sum()) for a, b in zip(fused, default))
 
 
+def _whole_graph(cls):
+    """The class's fused kernel compiled as one graph (fullgraph=True: a graph break, which would run parts of the
+    kernel eagerly, raises), with the options the module compiles it with otherwise."""
+    module = cls._apply.__globals__
+    module["_COMPILED"].pop("failed", None)
+    module["_COMPILED"]["kernel"] = torch.compile(module["_kernel_group"], dynamic=True, fullgraph=True,
+                                                  options={"cpp.max_horizontal_fusion_size": module["_KERNEL_OUTPUTS"]})
+    return cls
+
+
 def _one_steps(makes, steps=STEPS):
     """One step of each optimizer of ``makes`` from the same parameters, state and gradients, along the trajectory
     of the first (the others are put onto its parameters and state before each step): per step, each one's
@@ -119,7 +129,7 @@ def test_compiled_fused_kernel_is_as_close_to_torch_fused_as_torch_fused_to_fore
     """Along torch's foreach trajectory, one step at a time: the generated fused path (compiled) differs from torch's
     fused path, and from the generated default path, in no more entries than torch's fused path differs from its
     foreach path."""
-    ours, peer = generated_class(name), PEERS[name]
+    ours, peer = _whole_graph(generated_class(name, fresh=True)), PEERS[name]
     runs = _one_steps([lambda ps: peer(ps, **kwargs, foreach=True), lambda ps: peer(ps, **kwargs, fused=True),
                        lambda ps: ours(ps, **kwargs, fused=True), lambda ps: ours(ps, **kwargs)])
     assert not ours._apply.__globals__["_COMPILED"].get("failed")      # the kernel compiled (no fallback)
@@ -163,7 +173,7 @@ def test_compiled_fused_kernel_is_the_default_path_with_rounded_roots(name, kwar
     the default path run with correctly rounded square roots (and, where the update takes none -- SGD, Adamax --
     the default path itself).  Inductor's lerp, add(alpha) and addcmul round as ATen's kernels only because the
     kernel computes their one rounding of product and sum explicitly (runtime _lerp_, _addcmul)."""
-    cls = generated_class(name)
+    cls = _whole_graph(generated_class(name, fresh=True))
     fused = _run(lambda ps: cls(ps, **kwargs, fused=True), torch.float32)
     assert not cls._apply.__globals__["_COMPILED"].get("failed")       # the kernel compiled (no fallback)
     with RoundedRoots():
