@@ -276,41 +276,13 @@ def _validate(ess, lr, beta1, beta2, wdecay, rho, damping, s_init, msharpness):
 _KERNEL_OUTPUTS = 3
 
 
-def _fma32(a, b, c):
-    """a·b + c rounded once to float32, in a compiled float32 kernel (inductor's C++ has no fused multiply-add): the
-    product of two float32 numbers is exact in float64, the sum is rounded there and then to float32 -- the fused
-    multiply-add's value but where the float64 sum falls exactly half-way between two float32 numbers (~2^-29 of
-    the cases)."""
-    return (a.double() * b.double() + c.double()).float()
-
-
-def _lerp_(x, end, weight):
-    """x.lerp_(end, weight), and inside a compiled float32 kernel ATen's CPU arithmetic of it: one fused
-    multiply-add, (weight - 1)·(end - x) + end where |weight| >= 0.5, else weight·(end - x) + x."""
-    if not (torch.compiler.is_compiling() and x.dtype == torch.float32):
-        return x.lerp_(end, weight)
-    weight = weight if isinstance(weight, torch.Tensor) else torch.tensor(weight, dtype=x.dtype)
-    small = weight.abs() < 0.5
-    return x.copy_(_fma32(torch.where(small, weight, weight - 1), end - x, torch.where(small, x, end)))
-
-
-def _addcmul(acc, t1, t2, value=1, inplace=True):
-    """acc + value·t1·t2 (in ``acc`` where ``inplace``) as ATen's CPU kernel computes it: (value·t1)·t2 + acc with one
-    rounding of the product and the sum (a fused multiply-add), also inside a compiled float32 kernel; a number t1
-    is a 0-d tensor of acc's dtype (acc + alpha·t2, ATen's add with alpha, is addcmul(acc, alpha, t2))."""
-    t1 = t1 if isinstance(t1, torch.Tensor) else torch.tensor(t1, dtype=acc.dtype)
-    if not (torch.compiler.is_compiling() and acc.dtype == torch.float32):
-        return acc.addcmul_(t1, t2, value=value) if inplace else torch.addcmul(acc, t1, t2, value=value)
-    out = _fma32(t1 if not isinstance(value, torch.Tensor) and value == 1 else value * t1, t2, acc)
-    return acc.copy_(out) if inplace else out
-
 def _kernel(m, s_ex, gm, g_adv, avg_absg, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12 = host
     if _h0:
-        _f1 = _addcmul(g_adv, _h1, m, inplace=False)
+        _f1 = torch.addcmul(g_adv, _h1, m)
         t_0 = _f1
     _f2 = torch.mul(s_ex, _h2)
     t_1 = _f2
@@ -319,30 +291,30 @@ def _kernel(m, s_ex, gm, g_adv, avg_absg, *host):
     else:
         g_wd = g_adv
     _f3 = torch.mul(gm, _h4)
-    _addcmul(_f3, _h5, g_wd)
+    _f3.addcmul_(_h5, g_wd)
     gm_new = _f3
     _f5 = torch.mul(_f2, -1)
     _f6 = torch.sqrt(_f2)
     _f7 = torch.mul(avg_absg, _f6)
     _f7.mul_(_h6)
     _f7.add_(_h7)
-    _addcmul(_f5, _h2, _f7)
-    _f4 = _addcmul(_f2, _h8, _f5, inplace=False)
+    _f5.addcmul_(_h2, _f7)
+    _f4 = torch.addcmul(_f2, _h8, _f5)
     _f4.mul_(_h9)
     s_ex_new = _f4
     if _h10:
         _f9 = torch.mul(gm, _h4)
-        _addcmul(_f9, _h5, _f1)
+        _f9.addcmul_(_h5, _f1)
         _f9.div_(s_ex)
         _f9.mul_(-1)
         _f8 = _f9
     else:
         _f10 = torch.mul(g_adv, -1)
-        _addcmul(_f10, _h4, g_adv)
-        _addcmul(_f10, _h11, gm)
+        _f10.addcmul_(_h4, g_adv)
+        _f10.addcmul_(_h11, gm)
         _f10.div_(s_ex)
         _f8 = _f10
-    _addcmul(m, _h12, _f8)
+    m.addcmul_(_h12, _f8)
     m_new = m
     if gm_new is not gm:
         gm.copy_(gm_new)

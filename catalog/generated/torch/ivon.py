@@ -469,34 +469,6 @@ def _validate(lr, ess, hess_init, beta1, beta2, weight_decay, mc_samples, hess_a
 _KERNEL_OUTPUTS = 3
 
 
-def _fma32(a, b, c):
-    """a·b + c rounded once to float32, in a compiled float32 kernel (inductor's C++ has no fused multiply-add): the
-    product of two float32 numbers is exact in float64, the sum is rounded there and then to float32 -- the fused
-    multiply-add's value but where the float64 sum falls exactly half-way between two float32 numbers (~2^-29 of
-    the cases)."""
-    return (a.double() * b.double() + c.double()).float()
-
-
-def _lerp_(x, end, weight):
-    """x.lerp_(end, weight), and inside a compiled float32 kernel ATen's CPU arithmetic of it: one fused
-    multiply-add, (weight - 1)·(end - x) + end where |weight| >= 0.5, else weight·(end - x) + x."""
-    if not (torch.compiler.is_compiling() and x.dtype == torch.float32):
-        return x.lerp_(end, weight)
-    weight = weight if isinstance(weight, torch.Tensor) else torch.tensor(weight, dtype=x.dtype)
-    small = weight.abs() < 0.5
-    return x.copy_(_fma32(torch.where(small, weight, weight - 1), end - x, torch.where(small, x, end)))
-
-
-def _addcmul(acc, t1, t2, value=1, inplace=True):
-    """acc + value·t1·t2 (in ``acc`` where ``inplace``) as ATen's CPU kernel computes it: (value·t1)·t2 + acc with one
-    rounding of the product and the sum (a fused multiply-add), also inside a compiled float32 kernel; a number t1
-    is a 0-d tensor of acc's dtype (acc + alpha·t2, ATen's add with alpha, is addcmul(acc, alpha, t2))."""
-    t1 = t1 if isinstance(t1, torch.Tensor) else torch.tensor(t1, dtype=acc.dtype)
-    if not (torch.compiler.is_compiling() and acc.dtype == torch.float32):
-        return acc.addcmul_(t1, t2, value=value) if inplace else torch.addcmul(acc, t1, t2, value=value)
-    out = _fma32(t1 if not isinstance(value, torch.Tensor) and value == 1 else value * t1, t2, acc)
-    return acc.copy_(out) if inplace else out
-
 def _kernel(m, h, momentum, g, avg_gsq, avg_nxg, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
@@ -516,13 +488,13 @@ def _kernel(m, h, momentum, g, avg_gsq, avg_nxg, *host):
     _f5.add_(_h3)
     h_wd = _f5
     _f6 = torch.mul(_f2, _h4)
-    _addcmul(_f6, _h5, _f5)
-    _f7 = _addcmul(_f2, -1, _f5, inplace=False)
+    _f6.addcmul_(_h5, _f5)
+    _f7 = torch.add(_f2, _f5, alpha=-1)
     _f7.mul_(_f7)
     _f7.div_(_f1)
-    _addcmul(_f6, _h6, _f7)
+    _f6.addcmul_(_h6, _f7)
     s_new = _f6
-    _lerp_(momentum, g, _h7)
+    momentum.lerp_(g, _h7)
     momentum_new = momentum
     if _h8:
         _f8 = torch.mul(momentum, _h9)
@@ -531,7 +503,7 @@ def _kernel(m, h, momentum, g, avg_gsq, avg_nxg, *host):
         momentum_hat = momentum
     if _h10:
         _f9 = torch.mul(m, _h3)
-        _addcmul(_f9, _h1, momentum_hat)
+        _f9.addcmul_(_h1, momentum_hat)
         g_wd = _f9
     else:
         _f10 = torch.mul(momentum_hat, _h1)
@@ -543,7 +515,7 @@ def _kernel(m, h, momentum, g, avg_gsq, avg_nxg, *host):
     _f12 = torch.div(g_wd, _f6)
     _f12.clamp_min_(_h13)
     _f12.clamp_max_(_h14)
-    _addcmul(m, _h15, _f12)
+    m.addcmul_(_h15, _f12)
     m_new = m
     if momentum_new is not momentum:
         momentum.copy_(momentum_new)

@@ -291,34 +291,6 @@ def _validate(lr, ess, hess_init, beta1, beta2, weight_decay, mc_samples, hess_a
 _KERNEL_OUTPUTS = 3
 
 
-def _fma32(a, b, c):
-    """a·b + c rounded once to float32, in a compiled float32 kernel (inductor's C++ has no fused multiply-add): the
-    product of two float32 numbers is exact in float64, the sum is rounded there and then to float32 -- the fused
-    multiply-add's value but where the float64 sum falls exactly half-way between two float32 numbers (~2^-29 of
-    the cases)."""
-    return (a.double() * b.double() + c.double()).float()
-
-
-def _lerp_(x, end, weight):
-    """x.lerp_(end, weight), and inside a compiled float32 kernel ATen's CPU arithmetic of it: one fused
-    multiply-add, (weight - 1)·(end - x) + end where |weight| >= 0.5, else weight·(end - x) + x."""
-    if not (torch.compiler.is_compiling() and x.dtype == torch.float32):
-        return x.lerp_(end, weight)
-    weight = weight if isinstance(weight, torch.Tensor) else torch.tensor(weight, dtype=x.dtype)
-    small = weight.abs() < 0.5
-    return x.copy_(_fma32(torch.where(small, weight, weight - 1), end - x, torch.where(small, x, end)))
-
-
-def _addcmul(acc, t1, t2, value=1, inplace=True):
-    """acc + value·t1·t2 (in ``acc`` where ``inplace``) as ATen's CPU kernel computes it: (value·t1)·t2 + acc with one
-    rounding of the product and the sum (a fused multiply-add), also inside a compiled float32 kernel; a number t1
-    is a 0-d tensor of acc's dtype (acc + alpha·t2, ATen's add with alpha, is addcmul(acc, alpha, t2))."""
-    t1 = t1 if isinstance(t1, torch.Tensor) else torch.tensor(t1, dtype=acc.dtype)
-    if not (torch.compiler.is_compiling() and acc.dtype == torch.float32):
-        return acc.addcmul_(t1, t2, value=value) if inplace else torch.addcmul(acc, t1, t2, value=value)
-    out = _fma32(t1 if not isinstance(value, torch.Tensor) and value == 1 else value * t1, t2, acc)
-    return acc.copy_(out) if inplace else out
-
 def _kernel(m, h, momentum, m_past, s_past, g, avg_gsq, avg_nxg, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
@@ -334,16 +306,16 @@ def _kernel(m, h, momentum, m_past, s_past, g, avg_gsq, avg_nxg, *host):
     else:
         _f4 = torch.mul(avg_gsq, _h1)
         h_price = _f4
-    _f5 = _addcmul(s_past, _h1, h_price, inplace=False)
+    _f5 = torch.addcmul(s_past, _h1, h_price)
     h_prior = _f5
     _f6 = torch.mul(_f2, _h3)
-    _addcmul(_f6, _h4, _f5)
-    _f7 = _addcmul(_f2, -1, _f5, inplace=False)
+    _f6.addcmul_(_h4, _f5)
+    _f7 = torch.add(_f2, _f5, alpha=-1)
     _f7.mul_(_f7)
     _f7.div_(_f1)
-    _addcmul(_f6, _h5, _f7)
+    _f6.addcmul_(_h5, _f7)
     s_new = _f6
-    _lerp_(momentum, g, _h6)
+    momentum.lerp_(g, _h6)
     momentum_new = momentum
     if _h7:
         _f8 = torch.mul(momentum, _h8)
@@ -355,12 +327,12 @@ def _kernel(m, h, momentum, m_past, s_past, g, avg_gsq, avg_nxg, *host):
     h.copy_(_f9)
     h_new = h
     _f11 = torch.mul(momentum_hat, _h1)
-    _f12 = _addcmul(m, -1, m_past, inplace=False)
-    _addcmul(_f11, s_past, _f12)
+    _f12 = torch.add(m, m_past, alpha=-1)
+    _f11.addcmul_(s_past, _f12)
     _f11.div_(_f6)
     _f11.clamp_min_(_h11)
     _f11.clamp_max_(_h12)
-    _f10 = _addcmul(m, _h13, _f11, inplace=False)
+    _f10 = torch.addcmul(m, _h13, _f11)
     m.copy_(_f10)
     m_new = m
     if momentum_new is not momentum:

@@ -246,49 +246,21 @@ def _validate(lr, decay, eps, initial_scale, momentum):
 _KERNEL_OUTPUTS = 4
 
 
-def _fma32(a, b, c):
-    """a·b + c rounded once to float32, in a compiled float32 kernel (inductor's C++ has no fused multiply-add): the
-    product of two float32 numbers is exact in float64, the sum is rounded there and then to float32 -- the fused
-    multiply-add's value but where the float64 sum falls exactly half-way between two float32 numbers (~2^-29 of
-    the cases)."""
-    return (a.double() * b.double() + c.double()).float()
-
-
-def _lerp_(x, end, weight):
-    """x.lerp_(end, weight), and inside a compiled float32 kernel ATen's CPU arithmetic of it: one fused
-    multiply-add, (weight - 1)·(end - x) + end where |weight| >= 0.5, else weight·(end - x) + x."""
-    if not (torch.compiler.is_compiling() and x.dtype == torch.float32):
-        return x.lerp_(end, weight)
-    weight = weight if isinstance(weight, torch.Tensor) else torch.tensor(weight, dtype=x.dtype)
-    small = weight.abs() < 0.5
-    return x.copy_(_fma32(torch.where(small, weight, weight - 1), end - x, torch.where(small, x, end)))
-
-
-def _addcmul(acc, t1, t2, value=1, inplace=True):
-    """acc + value·t1·t2 (in ``acc`` where ``inplace``) as ATen's CPU kernel computes it: (value·t1)·t2 + acc with one
-    rounding of the product and the sum (a fused multiply-add), also inside a compiled float32 kernel; a number t1
-    is a 0-d tensor of acc's dtype (acc + alpha·t2, ATen's add with alpha, is addcmul(acc, alpha, t2))."""
-    t1 = t1 if isinstance(t1, torch.Tensor) else torch.tensor(t1, dtype=acc.dtype)
-    if not (torch.compiler.is_compiling() and acc.dtype == torch.float32):
-        return acc.addcmul_(t1, t2, value=value) if inplace else torch.addcmul(acc, t1, t2, value=value)
-    out = _fma32(t1 if not isinstance(value, torch.Tensor) and value == 1 else value * t1, t2, acc)
-    return acc.copy_(out) if inplace else out
-
 def _kernel(m, s, grad_avg, momentum_buffer, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8 = host
     if _h0:
-        _lerp_(grad_avg, g, _h1)
+        grad_avg.lerp_(g, _h1)
     else:
         pass
     grad_avg_new = grad_avg
     s.mul_(_h2)
-    _addcmul(s, g, g, _h1)
+    s.addcmul_(_h1 * g, g)
     s_new = s
     if _h0:
-        _f1 = _addcmul(s, grad_avg, grad_avg, -1, inplace=False)
+        _f1 = torch.addcmul(s, grad_avg, grad_avg, value=-1)
         s_centered = _f1
     else:
         s_centered = s
@@ -308,11 +280,11 @@ def _kernel(m, s, grad_avg, momentum_buffer, g, *host):
     if _h4:
         if _h7:
             _f5 = torch.div(g, _f2)
-            _addcmul(_f5, _h6, momentum_buffer)
+            _f5.addcmul_(_h6, momentum_buffer)
             _f4 = _f5
         else:
             _f4 = momentum_buffer
-        _addcmul(m, _h8, _f4)
+        m.addcmul_(_h8, _f4)
     else:
         m.addcdiv_(_h8 * g, _f2)
     m_new = m

@@ -266,34 +266,6 @@ def _validate(lr_std, popsize, lr, std_init):
 _KERNEL_OUTPUTS = 2
 
 
-def _fma32(a, b, c):
-    """a·b + c rounded once to float32, in a compiled float32 kernel (inductor's C++ has no fused multiply-add): the
-    product of two float32 numbers is exact in float64, the sum is rounded there and then to float32 -- the fused
-    multiply-add's value but where the float64 sum falls exactly half-way between two float32 numbers (~2^-29 of
-    the cases)."""
-    return (a.double() * b.double() + c.double()).float()
-
-
-def _lerp_(x, end, weight):
-    """x.lerp_(end, weight), and inside a compiled float32 kernel ATen's CPU arithmetic of it: one fused
-    multiply-add, (weight - 1)·(end - x) + end where |weight| >= 0.5, else weight·(end - x) + x."""
-    if not (torch.compiler.is_compiling() and x.dtype == torch.float32):
-        return x.lerp_(end, weight)
-    weight = weight if isinstance(weight, torch.Tensor) else torch.tensor(weight, dtype=x.dtype)
-    small = weight.abs() < 0.5
-    return x.copy_(_fma32(torch.where(small, weight, weight - 1), end - x, torch.where(small, x, end)))
-
-
-def _addcmul(acc, t1, t2, value=1, inplace=True):
-    """acc + value·t1·t2 (in ``acc`` where ``inplace``) as ATen's CPU kernel computes it: (value·t1)·t2 + acc with one
-    rounding of the product and the sum (a fused multiply-add), also inside a compiled float32 kernel; a number t1
-    is a 0-d tensor of acc's dtype (acc + alpha·t2, ATen's add with alpha, is addcmul(acc, alpha, t2))."""
-    t1 = t1 if isinstance(t1, torch.Tensor) else torch.tensor(t1, dtype=acc.dtype)
-    if not (torch.compiler.is_compiling() and acc.dtype == torch.float32):
-        return acc.addcmul_(t1, t2, value=value) if inplace else torch.addcmul(acc, t1, t2, value=value)
-    out = _fma32(t1 if not isinstance(value, torch.Tensor) and value == 1 else value * t1, t2, acc)
-    return acc.copy_(out) if inplace else out
-
 def _kernel(m, std, ngrad1, ngrad2, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
@@ -310,8 +282,8 @@ def _kernel(m, std, ngrad1, ngrad2, *host):
     std.copy_(_f2)
     std_new = std
     _f4 = torch.mul(ngrad1, -1)
-    _addcmul(_f4, m, ngrad2, -2)
-    _f3 = _addcmul(m, _f1, _f4, _h1, inplace=False)
+    _f4.addcmul_(m, ngrad2, value=-2)
+    _f3 = torch.addcmul(m, _h1 * _f1, _f4)
     m.copy_(_f3)
     m_new = m
     if std_new is not std:

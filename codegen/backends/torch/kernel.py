@@ -5,15 +5,19 @@ multi-tensor program and their order (torch.optim's conventions: ``lerp`` for ``
 accumulation as ``mul_`` then ``add_``/``addcmul_``/``addcdiv_``, host factors folded into one coefficient, the
 scaled square root, the quotient first, ...).  :class:`KernelCompiler` takes the same decisions on the same
 program and prints each operation on one tensor instead of a list -- ``torch._foreach_lerp_(u, g, w)`` becomes
-``u.lerp_(g, w)``, ``torch._foreach_addcdiv_(m, u, r, value=c)`` becomes ``m.add_(c * u / r)`` (ATen's order:
-``self + value·t1/t2``) -- so that the kernel torch.compile makes of it computes every element by the same
+``u.lerp_(g, w)``, ``torch._foreach_addcdiv_(m, u, r, value=c)`` becomes ``m.addcdiv_(c * u, r)`` (ATen's
+``self + (value·t1)/t2``; a 0-d tensor cannot be ATen's ``value``) -- so that the kernel torch.compile makes of it computes every element by the same
 operations in the same order as the default path (torch's foreach path) does.  The host numbers the operations
 read are passed to the kernel as 0-d tensors of the parameters' dtype (``_hN``: one compiled graph serves every
 step; a number a ``_foreach`` operation reads is rounded to that dtype too), host conditions as Python bools (the
 graph specializes on them), and host values the program assigns are computed before the call (``host_lines``).
 
-What can still differ is the compiler's: inductor may contract a product and a sum into one fused multiply-add
-where ATen's kernels round twice, and it evaluates ``lerp`` by its own decomposition.
+Run eagerly, the kernel is bit for bit the default path.  Compiled, inductor's arithmetic differs from ATen's in
+two places: its float32 square root is correctly rounded (ATen's CPU sqrt is not; torch's fused CPU optimizers'
+is), and its C++ (-ffp-contract=off) rounds the product and the sum of lerp, add(alpha) and addcmul separately
+where ATen's CPU kernels fuse them into one multiply-add (tests/peers/torch_optim/test_fused_plan_order.py).
+Emulating that multiply-add in float64 inside the kernel made it match torch's fused Adam bit for bit per step, but
+2.2-2.9x slower at 1.6e6 parameters (commit eca12cc), so it is not done.
 """
 from __future__ import annotations
 
@@ -65,32 +69,24 @@ class KernelCompiler(PlannedCompiler):
 
     # --------------------------------------------------------------------------------------- operations on one tensor
     def op_(self, x, op, *args):
-        if op == "lerp":                # ATen's lerp has a fused multiply-add (runtime _lerp_)
-            self.emit(f"_lerp_({x}, {', '.join(args)})")
-            return
         self.emit(f"{x}.{op}_({', '.join(args)})")
 
     def op(self, out, x, op, *args):
         self.emit(f"{out} = torch.{op}({', '.join((x,) + args)})")
 
     def accumulate(self, op, acc, xs, c=None, into=None):
-        """The same ATen operation on one tensor.  ``self + alpha·other`` and ``self + value·t1·t2`` are
-        computed with ATen's one rounding of product and sum (runtime _addcmul: add with alpha as addcmul of
-        alpha and other); a coefficient that is a kernel argument (a 0-d tensor, which ATen's ``value`` cannot
-        take) is multiplied into the first operand as ATen does with its value (``self + (value·t1)/t2``)."""
-        tensor_c = c is not None and _NAME.match(c)
-        if op == "add" and c is None:
-            self.emit(f"{acc}.add_({xs[0]})" if into is None else f"{into} = torch.add({acc}, {xs[0]})")
-            return
-        if op in ("add", "addcmul"):
-            args = [c, xs[0]] if op == "add" else list(xs) + ([] if c is None else [c])
-            call = f"_addcmul({acc}, {', '.join(args)}{'' if into is None else ', inplace=False'})"
-            self.emit(call if into is None else f"{into} = {call}")
-            return
-        args = [f"{c} * {xs[0]}", xs[1]] if tensor_c else list(xs)
-        tail = f", value={c}" if c is not None and not tensor_c else ""
+        """The same ATen operation on one tensor.  A coefficient that is a kernel argument (a 0-d tensor, which
+        ATen's ``alpha``/``value`` cannot take) is multiplied into the first operand as ATen does with its value
+        (``self + (value·t1)·t2``, ``self + (value·t1)/t2``), and ``self + alpha·other`` is ``addcmul`` of alpha
+        and other: the same roundings (eager, one fused multiply-add where ATen's kernel has one)."""
+        args = list(xs)
+        if c is not None and _NAME.match(c):       # a kernel argument
+            args = [c] + args if op == "add" else [f"{c} * {args[0]}"] + args[1:]
+            op, tail = ("addcmul" if op == "add" else op), ""
+        else:
+            tail = "" if c is None else f", {'alpha' if op == 'add' else 'value'}={c}"
         call = f"({', '.join(args)}{tail})"
-        self.emit(f"{acc}.addcdiv_{call}" if into is None else f"{into} = torch.addcdiv({acc}, {call[1:]}")
+        self.emit(f"{acc}.{op}_{call}" if into is None else f"{into} = torch.{op}({acc}, {call[1:]}")
 
     def bound_(self, fn, acc, arg, host=False):
         # torch._foreach_maximum_ with a number is clamp_min_ (minimum: clamp_max_)
