@@ -16,7 +16,7 @@ Run eagerly, the kernel is bit for bit the default path.  Compiled, inductor's a
 two places: its float32 square root is correctly rounded (ATen's CPU sqrt is not; torch's fused CPU optimizers'
 is), and its C++ (-ffp-contract=off) rounds the product and the sum of lerp, add(alpha) and addcmul separately
 where ATen's CPU kernels fuse them into one multiply-add (tests/peers/torch_optim/test_fused_plan_order.py).
-Emulating that multiply-add in float64 inside the kernel made it match torch's fused Adam bit for bit per step, but
+Emulating that multiply-add in float64 inside the kernel made it match torch's fused CPU kernels bit for bit per step, but
 2.2-2.9x slower at 1.6e6 parameters (commit eca12cc), so it is not done.
 """
 from __future__ import annotations
