@@ -84,7 +84,8 @@ class PlannedCompiler:
         """acc + c·x (``op`` add, ``xs`` = (x,)), acc + c·x·y (addcmul) or acc + c·x/y (addcdiv), in ``acc``
         or (``into``) as a new value; ``c`` None: 1."""
         args = "".join(f", {x}" for x in xs) + ("" if c is None else f", {'alpha' if op == 'add' else 'value'}={c}")
-        self.emit(f"{'' if into is None else into + ' = '}torch._foreach_{op}{'_' if into is None else ''}({acc}{args})")
+        head, tail = ("", "_") if into is None else (f"{into} = ", "")
+        self.emit(f"{head}torch._foreach_{op}{tail}({acc}{args})")
 
     def bound_(self, fn, acc, arg, host=False):
         """acc = max(acc, arg) (``fn`` 'maximum') or min, in place; ``host``: arg is a host number."""

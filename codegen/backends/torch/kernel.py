@@ -1,23 +1,23 @@
 """The torch target's fused kernel (``fused=True``): the default path's planned program, printed on one tensor.
 
 :class:`~codegen.backends.torch.inplace.PlannedCompiler` decides, from the IR alone, the operations of the
-multi-tensor program and their order (torch.optim's conventions: ``lerp`` for ``c·old + (1 - c)·x``, an
-accumulation as ``mul_`` then ``add_``/``addcmul_``/``addcdiv_``, host factors folded into one coefficient, the
-scaled square root, the quotient first, ...).  :class:`KernelCompiler` takes the same decisions on the same
-program and prints each operation on one tensor instead of a list -- ``torch._foreach_lerp_(u, g, w)`` becomes
-``u.lerp_(g, w)``, ``torch._foreach_addcdiv_(m, u, r, value=c)`` becomes ``m.addcdiv_(c * u, r)`` (ATen's
-``self + (value·t1)/t2``; a 0-d tensor cannot be ATen's ``value``) -- so that the kernel torch.compile makes of it computes every element by the same
-operations in the same order as the default path (torch's foreach path) does.  The host numbers the operations
+multi-tensor program and their order (torch.optim's conventions: ``lerp`` for ``c·old + (1 - c)·x``, an accumulation
+as ``mul_`` then ``add_``/``addcmul_``/``addcdiv_``, host factors folded into one coefficient, the scaled square
+root, the quotient first, ...).  :class:`KernelCompiler` takes the same decisions on the same program and prints each
+operation on one tensor instead of a list -- ``torch._foreach_lerp_(u, g, w)`` becomes ``u.lerp_(g, w)``,
+``torch._foreach_addcdiv_(m, u, r, value=c)`` becomes ``m.addcdiv_(c * u, r)`` (ATen's ``self + (value·t1)/t2``; a
+0-d tensor cannot be ATen's ``value``) -- so that the kernel torch.compile makes of it computes every element by the
+same operations in the same order as the default path (torch's foreach path) does. The host numbers the operations
 read are passed to the kernel as 0-d tensors of the parameters' dtype (``_hN``: one compiled graph serves every
 step; a number a ``_foreach`` operation reads is rounded to that dtype too), host conditions as Python bools (the
 graph specializes on them), and host values the program assigns are computed before the call (``host_lines``).
 
-Run eagerly, the kernel is bit for bit the default path.  Compiled, inductor's arithmetic differs from ATen's in
-two places: its float32 square root is correctly rounded (ATen's CPU sqrt is not; torch's fused CPU optimizers'
-is), and its C++ (-ffp-contract=off) rounds the product and the sum of lerp, add(alpha) and addcmul separately
-where ATen's CPU kernels fuse them into one multiply-add (tests/peers/torch_optim/test_fused_plan_order.py).
-Emulating that multiply-add in float64 inside the kernel made it match torch's fused CPU kernels bit for bit per step, but
-2.2-2.9x slower at 1.6e6 parameters (commit eca12cc), so it is not done.
+Run eagerly, the kernel is bit for bit the default path.  Compiled, inductor's arithmetic differs from ATen's in two
+places: its float32 square root is correctly rounded (ATen's CPU sqrt is not; torch's fused CPU optimizers' is), and
+its C++ (-ffp-contract=off) rounds the product and the sum of lerp, add(alpha) and addcmul separately where ATen's
+CPU kernels fuse them into one multiply-add (tests/peers/torch_optim/test_fused_plan_order.py).  Emulating that
+multiply-add in float64 inside the kernel made it match torch's fused CPU kernels bit for bit per step, but 2.2-2.9x
+slower at 1.6e6 parameters (commit eca12cc), so it is not done.
 """
 from __future__ import annotations
 

@@ -118,10 +118,10 @@ class InductorArithmetic(TorchFunctionMode):
             out = [_rounded_root(x) for x in args[0]]
         elif func in (torch._foreach_lerp, torch._foreach_lerp_) and not isinstance(args[2], (list, tuple)):
             out = [_lerp(x, y, args[2]) for x, y in zip(args[0], args[1])]
-        elif func in (torch._foreach_addcmul, torch._foreach_addcmul_) and not isinstance(kwargs.get("value", 1), (list, tuple)):
-            v = kwargs.get("value", args[3] if len(args) > 3 else 1)
+        elif func in (torch._foreach_addcmul, torch._foreach_addcmul_) and len(args) < 4:
+            v = kwargs.get("value", 1)
             out = [x + (_f32(v, x) * a) * b for x, a, b in zip(*args[:3])]
-        elif func in (torch._foreach_add, torch._foreach_add_) and isinstance(args[1], (list, tuple)) and "alpha" in kwargs:
+        elif func in (torch._foreach_add, torch._foreach_add_) and "alpha" in kwargs:
             out = [x + _f32(kwargs["alpha"], x) * y for x, y in zip(args[0], args[1])]
         else:
             return func(*args, **kwargs)
