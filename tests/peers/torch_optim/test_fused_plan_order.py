@@ -77,6 +77,33 @@ def test_fused_kernel_run_eagerly_is_the_default_path(name, kwargs, dtype):
         sum(int((a != b).sum()) for a, b in zip(fused, default))
 
 
+
+@pytest.mark.parametrize("name,kwargs", [("ivon", dict(lr=0.1, ess=100.0, weight_decay=1e-3)),
+                                         ("bayesbinn", dict(lr=0.1))])
+def test_sampling_recipes_fused_kernel_run_eagerly_is_the_default_path(name, kwargs):
+    """The same for recipes whose gradients are taken at samples of q (inside ``sampled_params``): the step's
+    kernel, run eagerly, gives the default path's bits (float32, 4 steps, a fixed seed for the draws)."""
+    cls = generated_class(name, fresh=True)
+    module = cls._apply.__globals__
+    calls = []
+    module["_COMPILED"]["kernel"] = lambda *args: (calls.append(1), module["_kernel_group"](*args))[1]
+
+    def run(fused):
+        params = _params(torch.float32)
+        opt = cls(params, **kwargs, fused=fused)
+        torch.manual_seed(3)
+        gs = torch.Generator().manual_seed(1)
+        for _ in range(4):
+            with opt.sampled_params(train=True):
+                sum(((p - 0.3) ** 2 * torch.randn(p.shape, generator=gs)).sum() for p in params).backward()
+            opt.step()
+        return [p.detach().clone() for p in params]
+    fused, default = run(True), run(False)
+    assert len(calls) == 4
+    assert all(not torch.equal(a, b) for a, b in zip(default, _params(torch.float32)))
+    assert all(torch.equal(a, b) for a, b in zip(fused, default)), \
+        sum(int((a != b).sum()) for a, b in zip(fused, default))
+
 def _whole_graph(cls):
     """The class's fused kernel compiled as one graph (fullgraph=True: a graph break, which would run parts of the
     kernel eagerly, raises), with the options the module compiles it with otherwise."""
