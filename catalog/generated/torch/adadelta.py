@@ -279,19 +279,32 @@ def _kernel(m, s, acc_delta, g, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5 = host
-    g_wd = (_h0*m + g if _h1 else g)
-    h_gsq = g_wd**2
-    s_new = _h2*h_gsq + _h3*s
-    s_rms = torch.sqrt(_h4 + s_new)
-    direction = g_wd/s_rms
-    acc_delta_step = direction*torch.sqrt(_h4 + acc_delta)
-    acc_delta_new = _h2*acc_delta_step**2 + _h3*acc_delta
-    m_new = -_h5*acc_delta_step + m
+    if _h0:
+        _f1 = torch.addcmul(g, _h1, m)
+        g_wd = _f1
+    else:
+        g_wd = g
+    s.mul_(_h2)
+    s.addcmul_(_h3 * g_wd, g_wd)
+    s_new = s
+    _f2 = torch.add(acc_delta, _h4)
+    _f2.sqrt_()
+    _f3 = torch.add(s, _h4)
+    _f3.sqrt_()
+    _f2.div_(_f3)
+    _f2.mul_(g_wd)
+    acc_delta_step = _f2
+    acc_delta.mul_(_h2)
+    acc_delta.addcmul_(_h3 * _f2, _f2)
+    acc_delta_new = acc_delta
+    m.addcmul_(_h5, _f2)
+    m_new = m
     if acc_delta_new is not acc_delta:
         acc_delta.copy_(acc_delta_new)
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -551,7 +564,7 @@ class Adadelta(torch.optim.Optimizer):
             g = torch._foreach_neg(g)
         if fused:
             t_0 = 1 - rho
-            host = (weight_decay, (weight_decay != 0), t_0, rho, eps, lr, )
+            host = ((weight_decay != 0), weight_decay, rho, t_0, eps, -lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

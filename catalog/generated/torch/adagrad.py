@@ -282,14 +282,21 @@ def _kernel(m, s, g, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3 = host
-    g_wd = (_h0*m + g if _h1 else g)
-    h_gsq = g_wd**2
-    s_new = h_gsq + s
-    s_root = _h2 + torch.sqrt(s_new)
-    m_new = -_h3*g_wd/s_root + m
+    if _h0:
+        _f1 = torch.addcmul(g, _h1, m)
+        g_wd = _f1
+    else:
+        g_wd = g
+    s.addcmul_(g_wd, g_wd)
+    s_new = s
+    _f2 = torch.sqrt(s)
+    _f2.add_(_h2)
+    m.addcdiv_(_h3 * g_wd, _f2)
+    m_new = m
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -559,7 +566,7 @@ class Adagrad(torch.optim.Optimizer):
             g = torch._foreach_neg(g)
         if fused:
             lr_t = lr/(lr_decay*(t - 1) + 1)
-            host = (weight_decay, (weight_decay != 0), eps, lr_t, )
+            host = ((weight_decay != 0), weight_decay, eps, -lr_t, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

@@ -237,14 +237,17 @@ def _kernel(m, s, g, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1 = host
-    h_gsq = g**2
-    s_new = h_gsq + s
-    s_eps = _h0 + s_new
-    s_root = torch.sqrt(s_eps)
-    m_new = -_h1*g/s_root + m
+    s.addcmul_(g, g)
+    s_new = s
+    _f1 = torch.add(s, _h0)
+    _f1.sqrt_()
+    _f1.reciprocal_()
+    m.addcmul_(_h1 * g, _f1)
+    m_new = m
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -475,7 +478,7 @@ class AdagradOptax(torch.optim.Optimizer):
         if group["maximize"]:
             g = torch._foreach_neg(g)
         if fused:
-            host = (eps, lr, )
+            host = (eps, -lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

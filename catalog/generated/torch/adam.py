@@ -288,27 +288,54 @@ def _kernel(m, s, u, s_max, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14 = host
-    if _h1:
-        t_0 = _h0*m
-    g_wd = (g + t_0 if _h2 else g)
-    h_gsq = g_wd**2
-    u_new = _h3*u + _h4*g_wd
-    u_hat = _h5*u_new
-    s_new = _h6*s + _h7*h_gsq
-    s_max_new = (torch.maximum(s_max, s_new) if _h8 else s_max)
-    s_used = (s_max_new if _h8 else s_new)
-    s_hat = _h9*s_used
-    s_root = _h10 + (torch.sqrt(s_used)/_h11 if _h12 else torch.sqrt(s_hat))
-    t_1 = _h13*u_hat/s_root - m
-    m_new = (-_h13*t_0 - t_1 if _h14 else -t_1)
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12 = host
+    if _h0:
+        _f1 = torch.addcmul(g, _h1, m)
+        g_wd = _f1
+    else:
+        g_wd = g
+    u.lerp_(g_wd, _h2)
+    u_new = u
+    s.mul_(_h3)
+    s.addcmul_(_h4 * g_wd, g_wd)
+    s_new = s
+    if _h5:
+        s_max.copy_(torch.maximum(s_max, s))
+    else:
+        pass
+    s_max_new = s_max
+    if _h5:
+        s_used = s_max
+    else:
+        s_used = s
+    if _h6:
+        m.mul_(_h7)
+        if _h8:
+            _f2 = torch.sqrt(s_used)
+            _f2.div_(_h9)
+        else:
+            _f2 = torch.mul(s_used, _h10)
+            _f2.sqrt_()
+        _f2.add_(_h11)
+        m.addcdiv_(_h12 * u, _f2)
+    else:
+        if _h8:
+            _f3 = torch.sqrt(s_used)
+            _f3.div_(_h9)
+        else:
+            _f3 = torch.mul(s_used, _h10)
+            _f3.sqrt_()
+        _f3.add_(_h11)
+        m.addcdiv_(_h12 * u, _f3)
+    m_new = m
     if u_new is not u:
         u.copy_(u_new)
     if s_new is not s:
         s.copy_(s_new)
     if s_max_new is not s_max:
         s_max.copy_(s_max_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -577,7 +604,7 @@ class Adam(torch.optim.Optimizer):
         if group["maximize"]:
             g = torch._foreach_neg(g)
         if fused:
-            host = (weight_decay, decoupled_weight_decay or (weight_decay != 0), not decoupled_weight_decay and (weight_decay != 0), beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, math.sqrt(1 - beta2**t), _positive(1 - beta2**t), lr, decoupled_weight_decay, )
+            host = (not decoupled_weight_decay and (weight_decay != 0), weight_decay, 1 - beta1, beta2, 1 - beta2, amsgrad, decoupled_weight_decay, -lr*weight_decay + 1, _positive(1 - beta2**t), math.sqrt(1 - beta2**t), 1/(1 - beta2**t), eps, -lr/(1 - beta1**t), )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

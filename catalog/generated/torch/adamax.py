@@ -278,17 +278,28 @@ def _kernel(m, s, u, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7 = host
-    g_wd = (_h0*m + g if _h1 else g)
-    u_new = _h2*u + _h3*g_wd
-    u_hat = _h4*u_new
-    s_new = torch.maximum(_h5*s, _h6 + torch.abs(g_wd))
-    m_new = -_h7*u_hat/s_new + m
+    _h0, _h1, _h2, _h3, _h4, _h5 = host
+    if _h0:
+        _f1 = torch.addcmul(g, _h1, m)
+        g_wd = _f1
+    else:
+        g_wd = g
+    u.lerp_(g_wd, _h2)
+    u_new = u
+    _f2 = torch.mul(s, _h3)
+    _f3 = torch.abs(g_wd)
+    _f3.add_(_h4)
+    _f2.copy_(torch.maximum(_f2, _f3))
+    s.copy_(_f2)
+    s_new = s
+    m.addcdiv_(_h5 * u, s)
+    m_new = m
     if u_new is not u:
         u.copy_(u_new)
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -547,7 +558,7 @@ class Adamax(torch.optim.Optimizer):
         if group["maximize"]:
             g = torch._foreach_neg(g)
         if fused:
-            host = (weight_decay, (weight_decay != 0), beta1, 1 - beta1, 1/(1 - beta1**t), beta2, eps, lr, )
+            host = ((weight_decay != 0), weight_decay, 1 - beta1, beta2, eps, -lr/(1 - beta1**t), )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

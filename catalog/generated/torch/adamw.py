@@ -286,23 +286,39 @@ def _kernel(m, s, u, s_max, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11 = host
-    h_gsq = g**2
-    u_new = _h0*u + _h1*g
-    u_hat = _h2*u_new
-    s_new = _h3*s + _h4*h_gsq
-    s_max_new = (torch.maximum(s_max, s_new) if _h5 else s_max)
-    s_used = (s_max_new if _h5 else s_new)
-    s_hat = _h6*s_used
-    s_root = _h7 + (torch.sqrt(s_used)/_h8 if _h9 else torch.sqrt(s_hat))
-    m_new = -_h10*_h11*m - _h10*u_hat/s_root + m
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9 = host
+    u.lerp_(g, _h0)
+    u_new = u
+    s.mul_(_h1)
+    s.addcmul_(_h2 * g, g)
+    s_new = s
+    if _h3:
+        s_max.copy_(torch.maximum(s_max, s))
+    else:
+        pass
+    s_max_new = s_max
+    if _h3:
+        s_used = s_max
+    else:
+        s_used = s
+    m.mul_(_h4)
+    if _h5:
+        _f1 = torch.sqrt(s_used)
+        _f1.div_(_h6)
+    else:
+        _f1 = torch.mul(s_used, _h7)
+        _f1.sqrt_()
+    _f1.add_(_h8)
+    m.addcdiv_(_h9 * u, _f1)
+    m_new = m
     if u_new is not u:
         u.copy_(u_new)
     if s_new is not s:
         s.copy_(s_new)
     if s_max_new is not s_max:
         s_max.copy_(s_max_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -564,7 +580,7 @@ class AdamW(torch.optim.Optimizer):
         if group["maximize"]:
             g = torch._foreach_neg(g)
         if fused:
-            host = (beta1, 1 - beta1, 1/(1 - beta1**t), beta2, 1 - beta2, amsgrad, 1/(1 - beta2**t), eps, math.sqrt(1 - beta2**t), _positive(1 - beta2**t), lr, weight_decay, )
+            host = (1 - beta1, beta2, 1 - beta2, amsgrad, -lr*weight_decay + 1, _positive(1 - beta2**t), math.sqrt(1 - beta2**t), 1/(1 - beta2**t), eps, -lr/(1 - beta1**t), )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

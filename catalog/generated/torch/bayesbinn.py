@@ -444,16 +444,22 @@ def _kernel(_pr, lam, grad_avg, ngrad, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5 = host
-    grad_N = _h0*ngrad
-    grad_avg_new = _h1*grad_N + _h2*grad_avg
-    lam_new = _h3*lam + _h4 - _h5*grad_avg_new
-    param_new = torch.where(lam_new < 0, -1.0, 1.0)
+    _h0, _h1, _h2, _h3, _h4 = host
+    grad_avg.mul_(_h0)
+    grad_avg.addcmul_(_h1, ngrad)
+    grad_avg_new = grad_avg
+    lam.mul_(_h2)
+    lam.addcmul_(_h3, grad_avg)
+    lam.add_(_h4)
+    lam_new = lam
+    _f1 = torch.where(lam < 0, -1.0, 1.0)
+    param_new = _f1
     if grad_avg_new is not grad_avg:
         grad_avg.copy_(grad_avg_new)
     if lam_new is not lam:
         lam.copy_(lam_new)
-    _pr.copy_(param_new)
+    if param_new is not _pr:
+        _pr.copy_(param_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -909,7 +915,7 @@ class BayesBiNN(torch.optim.Optimizer):
         grad_avg = _real([st.get("grad_avg") for st in states])
         ngrad = _inputs["ngrad"]
         if fused:
-            host = (train_set_size, 1 - momentum, momentum, 1 - lr, (1/2)*lr*math.log(prior_p/(1 - prior_p)), lr, )
+            host = (momentum, train_set_size*(1 - momentum), 1 - lr, -lr, (1/2)*lr*math.log(prior_p/(1 - prior_p)), )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((_pr[_k].dtype, params[_k].device), []).append(_k)

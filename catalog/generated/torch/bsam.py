@@ -280,22 +280,48 @@ def _kernel(m, s_ex, gm, g_adv, avg_absg, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11 = host
-    if _h1:
-        t_0 = _h0*m + g_adv
-    t_1 = _h2*s_ex
-    t_3 = _h3*gm
-    t_5 = (1/s_ex)
-    g_wd = (t_0 if _h4 else g_adv)
-    s_new = _h5*(_h2*(_h0 + _h6 + _h7*avg_absg*torch.sqrt(t_1)) - t_1) + t_1
-    gm_new = -_h8*g_wd + t_3
-    s_ex_new = _h9*s_new
-    m_new = _h10*(-t_5*(-_h8*t_0 + t_3) if _h11 else t_5*(_h3*g_adv - g_adv - t_3)) + m
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12 = host
+    if _h0:
+        _f1 = torch.addcmul(g_adv, _h1, m)
+        t_0 = _f1
+    _f2 = torch.mul(s_ex, _h2)
+    t_1 = _f2
+    if _h3:
+        g_wd = _f1
+    else:
+        g_wd = g_adv
+    _f3 = torch.mul(gm, _h4)
+    _f3.addcmul_(_h5, g_wd)
+    gm_new = _f3
+    _f5 = torch.mul(_f2, -1)
+    _f6 = torch.sqrt(_f2)
+    _f7 = torch.mul(avg_absg, _f6)
+    _f7.mul_(_h6)
+    _f7.add_(_h7)
+    _f5.addcmul_(_h2, _f7)
+    _f4 = torch.addcmul(_f2, _h8, _f5)
+    _f4.mul_(_h9)
+    s_ex_new = _f4
+    if _h10:
+        _f9 = torch.mul(gm, _h4)
+        _f9.addcmul_(_h5, _f1)
+        _f9.div_(s_ex)
+        _f9.mul_(-1)
+        _f8 = _f9
+    else:
+        _f10 = torch.mul(g_adv, -1)
+        _f10.addcmul_(_h4, g_adv)
+        _f10.addcmul_(_h11, gm)
+        _f10.div_(s_ex)
+        _f8 = _f10
+    m.addcmul_(_h12, _f8)
+    m_new = m
     if gm_new is not gm:
         gm.copy_(gm_new)
     if s_ex_new is not s_ex:
         s_ex.copy_(s_ex_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -756,7 +782,7 @@ class BSAM(torch.optim.Optimizer):
         if fused:
             t_2 = 1/ess
             t_4 = beta1 - 1
-            host = (wdecay, (wdecay > 0) or (wdecay < 0) or (wdecay != 0), ess, beta1, (wdecay != 0), 1 - beta2, damping, math.sqrt(t_2), t_4, t_2, lr, (wdecay > 0) or (wdecay < 0), )
+            host = ((wdecay > 0) or (wdecay < 0) or (wdecay != 0), wdecay, ess, (wdecay != 0), beta1, -t_4, math.sqrt(t_2), damping + wdecay, 1 - beta2, t_2, (wdecay > 0) or (wdecay < 0), -beta1, lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

@@ -295,27 +295,52 @@ def _kernel(m, h, momentum, m_past, s_past, g, avg_gsq, avg_nxg, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15 = host
-    t_0 = _h0 + h
-    t_1 = _h1*t_0
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13 = host
+    _f1 = torch.add(h, _h0)
+    t_0 = _f1
+    _f2 = torch.mul(_f1, _h1)
+    t_1 = _f2
     if _h2:
-        h_gsq = _h1*avg_gsq
-    h_price = (avg_nxg*t_1 if _h3 else h_gsq)
-    hess_N = _h1*h_price
-    h_prior = hess_N + s_past
-    s_new = _h4*t_1 + _h5*h_prior + (1/2)*_h6*_h7*(-h_prior + t_1)**2/t_0
-    momentum_new = _h8*momentum + _h9*g
-    momentum_hat = (_h10*momentum_new if _h11 else momentum_new)
-    grad_N = _h1*momentum_hat
-    g_prior = grad_N + s_past*(m - m_past)
-    direction = g_prior/s_new
-    h_new = _h12 + _h6*s_new
-    m_new = -_h13*torch.minimum(_h14, torch.maximum(_h15, direction)) + m
+        _f3 = torch.mul(_f2, avg_nxg)
+        h_price = _f3
+    else:
+        _f4 = torch.mul(avg_gsq, _h1)
+        h_price = _f4
+    _f5 = torch.addcmul(s_past, _h1, h_price)
+    h_prior = _f5
+    _f6 = torch.mul(_f2, _h3)
+    _f6.addcmul_(_h4, _f5)
+    _f7 = torch.add(_f2, _f5, alpha=-1)
+    _f7.mul_(_f7)
+    _f7.div_(_f1)
+    _f6.addcmul_(_h5, _f7)
+    s_new = _f6
+    momentum.lerp_(g, _h6)
+    momentum_new = momentum
+    if _h7:
+        _f8 = torch.mul(momentum, _h8)
+        momentum_hat = _f8
+    else:
+        momentum_hat = momentum
+    _f9 = torch.mul(_f6, _h9)
+    _f9.add_(_h10)
+    h.copy_(_f9)
+    h_new = h
+    _f11 = torch.mul(momentum_hat, _h1)
+    _f12 = torch.add(m, m_past, alpha=-1)
+    _f11.addcmul_(s_past, _f12)
+    _f11.div_(_f6)
+    _f11.clamp_min_(_h11)
+    _f11.clamp_max_(_h12)
+    _f10 = torch.addcmul(m, _h13, _f11)
+    m.copy_(_f10)
+    m_new = m
     if momentum_new is not momentum:
         momentum.copy_(momentum_new)
     if h_new is not h:
         h.copy_(h_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -788,7 +813,7 @@ class IVONContinual(torch.optim.Optimizer):
             t_2 = 1 - beta2
             t_3 = 1/ess
             lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
-            host = (weight_decay, ess, not hess_approx__price, hess_approx__price, beta2, t_2, t_3, t_2**2, beta1, 1 - beta1, 1/(1 - beta1**t), debias, -weight_decay, lr_mean, clip_radius, -clip_radius, )
+            host = (weight_decay, ess, hess_approx__price, beta2, t_2, (1/2)*t_2**2*t_3, 1 - beta1, debias, 1/(1 - beta1**t), t_3, -weight_decay, -clip_radius, clip_radius, -lr_mean, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

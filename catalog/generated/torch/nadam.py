@@ -282,23 +282,45 @@ def _kernel(m, s, u, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15, _h16 = host
-    if _h1:
-        t_0 = _h0*m
-    g_wd = (g + t_0 if _h2 else g)
-    h_gsq = g_wd**2
-    u_new = _h3*u + _h4*g_wd
-    u_nesterov = _h5*_h6*g_wd + _h7*_h8*u_new
-    s_new = _h10*h_gsq + _h9*s
-    s_hat = _h11*s_new
-    s_root = _h12 + (torch.sqrt(s_new)/_h13 if _h14 else torch.sqrt(s_hat))
-    t_1 = _h15*u_nesterov/s_root - m
-    m_new = (-_h15*t_0 - t_1 if _h16 else -t_1)
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12 = host
+    if _h0:
+        _f1 = torch.addcmul(g, _h1, m)
+        g_wd = _f1
+    else:
+        g_wd = g
+    u.lerp_(g_wd, _h2)
+    u_new = u
+    s.mul_(_h3)
+    s.addcmul_(_h4 * g_wd, g_wd)
+    s_new = s
+    if _h5:
+        m.mul_(_h6)
+        if _h7:
+            _f2 = torch.sqrt(s)
+            _f2.div_(_h8)
+        else:
+            _f2 = torch.mul(s, _h9)
+            _f2.sqrt_()
+        _f2.add_(_h10)
+        m.addcdiv_(_h11 * g_wd, _f2)
+        m.addcdiv_(_h12 * u, _f2)
+    else:
+        if _h7:
+            _f3 = torch.sqrt(s)
+            _f3.div_(_h8)
+        else:
+            _f3 = torch.mul(s, _h9)
+            _f3.sqrt_()
+        _f3.add_(_h10)
+        m.addcdiv_(_h11 * g_wd, _f3)
+        m.addcdiv_(_h12 * u, _f3)
+    m_new = m
     if u_new is not u:
         u.copy_(u_new)
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -559,7 +581,7 @@ class NAdam(torch.optim.Optimizer):
             mu_product_rate = beta1*(1 - 1/2*(24/25)**(momentum_decay*t))
             mu_product_rate_next = beta1*(1 - 1/2*(24/25)**(momentum_decay*(t + 1)))
             mu_product_next = mu_product_new*mu_product_rate_next
-            host = (weight_decay, decoupled_weight_decay or (weight_decay != 0), not decoupled_weight_decay and (weight_decay != 0), beta1, 1 - beta1, 1/(1 - mu_product_new), 1 - mu_product_rate, mu_product_rate_next, 1/(1 - mu_product_next), beta2, 1 - beta2, 1/(1 - beta2**t), eps, math.sqrt(1 - beta2**t), _positive(1 - beta2**t), lr, decoupled_weight_decay, )
+            host = (not decoupled_weight_decay and (weight_decay != 0), weight_decay, 1 - beta1, beta2, 1 - beta2, decoupled_weight_decay, -lr*weight_decay + 1, _positive(1 - beta2**t), math.sqrt(1 - beta2**t), 1/(1 - beta2**t), eps, -lr*(1 - mu_product_rate)/(1 - mu_product_new), -lr*mu_product_rate_next/(1 - mu_product_next), )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

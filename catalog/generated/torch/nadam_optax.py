@@ -276,20 +276,28 @@ def _kernel(m, s, u, g, *host):
     """The whole update of one tensor, elementwise; compiled once by torch.compile with dynamic shapes
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
-    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10 = host
-    t_0 = _h0*g
-    h_gsq = g**2
-    u_new = _h1*u + t_0
-    u_nesterov = _h1*_h3*u_new + _h2*t_0
-    s_new = _h4*s + _h5*h_gsq
-    s_hat = _h6*s_new
-    s_root = _h7 + (torch.sqrt(s_new)/_h8 if _h9 else torch.sqrt(s_hat))
-    m_new = -_h10*u_nesterov/s_root + m
+    _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8 = host
+    u.lerp_(g, _h0)
+    u_new = u
+    s.mul_(_h1)
+    s.addcmul_(_h2 * g, g)
+    s_new = s
+    if _h3:
+        _f1 = torch.sqrt(s)
+        _f1.div_(_h4)
+    else:
+        _f1 = torch.mul(s, _h5)
+        _f1.sqrt_()
+    _f1.add_(_h6)
+    m.addcdiv_(_h7 * u, _f1)
+    m.addcdiv_(_h8 * g, _f1)
+    m_new = m
     if u_new is not u:
         u.copy_(u_new)
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -543,7 +551,7 @@ class NAdamOptax(torch.optim.Optimizer):
         if group["maximize"]:
             g = torch._foreach_neg(g)
         if fused:
-            host = (1 - b1, b1, 1/(1 - b1**t), 1/(1 - b1**(t + 1)), b2, 1 - b2, 1/(1 - b2**t), eps, math.sqrt(1 - b2**t), _positive(1 - b2**t), lr, )
+            host = (1 - b1, b2, 1 - b2, _positive(1 - b2**t), math.sqrt(1 - b2**t), 1/(1 - b2**t), eps, -b1*lr/(1 - b1**(t + 1)), -lr*(1 - b1)/(1 - b1**t), )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

@@ -262,15 +262,24 @@ def _kernel(m, s, g, ggn, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5 = host
-    grad_N = _h0*g
-    hess_N = _h0*ggn
-    g_wd = (_h1*m + grad_N if _h2 else grad_N)
-    h_wd = _h1 + hess_N
-    s_new = _h3*h_wd + _h4*s
-    m_new = -_h5*g_wd/s_new + m
+    if _h0:
+        _f1 = torch.mul(g, _h1)
+        _f1.addcmul_(_h2, m)
+        g_wd = _f1
+    else:
+        _f2 = torch.mul(g, _h1)
+        g_wd = _f2
+    s.mul_(_h3)
+    _f3 = torch.mul(ggn, _h1)
+    _f3.add_(_h2)
+    s.addcmul_(_h4, _f3)
+    s_new = s
+    m.addcdiv_(_h5 * g_wd, s)
+    m_new = m
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -515,7 +524,7 @@ class OGN(torch.optim.Optimizer):
             g = torch._foreach_neg(g)
         ggn = _work(_real(_inputs["ggn"]))
         if fused:
-            host = (ess, prior_precision, (prior_precision != 0), beta, 1 - beta, lr, )
+            host = ((prior_precision != 0), ess, prior_precision, 1 - beta, beta, -lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

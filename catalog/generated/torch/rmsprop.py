@@ -284,22 +284,50 @@ def _kernel(m, s, grad_avg, momentum_buffer, g, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9 = host
-    g_wd = (_h0*m + g if _h1 else g)
-    h_gsq = g_wd**2
-    grad_avg_new = (_h2*g_wd + _h3*grad_avg if _h4 else grad_avg)
-    s_new = _h2*h_gsq + _h3*s
-    s_centered = (-grad_avg_new**2 + s_new if _h4 else s_new)
-    s_root = _h5 + torch.sqrt(s_centered)
-    direction = g_wd/s_root
-    momentum_buffer_new = ((direction if _h6 else _h7*momentum_buffer + direction) if _h8 else momentum_buffer)
-    m_new = (-_h9*momentum_buffer_new + m if _h8 else -_h9*direction + m)
+    if _h0:
+        _f1 = torch.addcmul(g, _h1, m)
+        g_wd = _f1
+    else:
+        g_wd = g
+    if _h2:
+        grad_avg.lerp_(g_wd, _h3)
+    else:
+        pass
+    grad_avg_new = grad_avg
+    s.mul_(_h4)
+    s.addcmul_(_h3 * g_wd, g_wd)
+    s_new = s
+    if _h2:
+        _f2 = torch.addcmul(s, grad_avg, grad_avg, value=-1)
+        s_centered = _f2
+    else:
+        s_centered = s
+    _f3 = torch.sqrt(s_centered)
+    _f3.add_(_h5)
+    s_root = _f3
+    if _h6:
+        if _h7:
+            _f4 = torch.div(g_wd, _f3)
+            momentum_buffer.copy_(_f4)
+        else:
+            momentum_buffer.mul_(_h8)
+            momentum_buffer.addcdiv_(g_wd, _f3)
+    else:
+        pass
+    momentum_buffer_new = momentum_buffer
+    if _h6:
+        m.addcmul_(_h9, momentum_buffer)
+    else:
+        m.addcdiv_(_h9 * g_wd, _f3)
+    m_new = m
     if momentum_buffer_new is not momentum_buffer:
         momentum_buffer.copy_(momentum_buffer_new)
     if grad_avg_new is not grad_avg:
         grad_avg.copy_(grad_avg_new)
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -570,7 +598,7 @@ class RMSprop(torch.optim.Optimizer):
         if fused:
             t_0 = 1 - alpha
             t_1 = (momentum > 0)
-            host = (weight_decay, (weight_decay != 0), t_0, alpha, centered, eps, (t == 1), momentum, t_1, lr, )
+            host = ((weight_decay != 0), weight_decay, centered, t_0, alpha, eps, t_1, (t == 1), momentum, -lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

@@ -251,22 +251,51 @@ def _kernel(m, s, grad_avg, momentum_buffer, g, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8 = host
-    h_gsq = g**2
-    grad_avg_new = (_h0*g + _h1*grad_avg if _h2 else grad_avg)
-    s_new = _h0*h_gsq + _h1*s
-    s_centered = (-grad_avg_new**2 + s_new if _h2 else s_new)
-    s_eps = _h3 + s_centered
-    s_root = torch.sqrt(s_eps)
-    direction = g/s_root
-    momentum_buffer_new = ((direction if _h4 else _h5*momentum_buffer + direction) if _h6 else momentum_buffer)
-    m_new = (-_h7*(_h5*momentum_buffer_new + direction if _h8 else momentum_buffer_new) + m if _h6 else -_h7*direction + m)
+    if _h0:
+        grad_avg.lerp_(g, _h1)
+    else:
+        pass
+    grad_avg_new = grad_avg
+    s.mul_(_h2)
+    s.addcmul_(_h1 * g, g)
+    s_new = s
+    if _h0:
+        _f1 = torch.addcmul(s, grad_avg, grad_avg, value=-1)
+        s_centered = _f1
+    else:
+        s_centered = s
+    _f2 = torch.add(s_centered, _h3)
+    _f2.sqrt_()
+    s_root = _f2
+    if _h4:
+        if _h5:
+            _f3 = torch.div(g, _f2)
+            momentum_buffer.copy_(_f3)
+        else:
+            momentum_buffer.mul_(_h6)
+            momentum_buffer.addcdiv_(g, _f2)
+    else:
+        pass
+    momentum_buffer_new = momentum_buffer
+    if _h4:
+        if _h7:
+            _f5 = torch.div(g, _f2)
+            _f5.addcmul_(_h6, momentum_buffer)
+            _f4 = _f5
+        else:
+            _f4 = momentum_buffer
+        m.addcmul_(_h8, _f4)
+    else:
+        m.addcdiv_(_h8 * g, _f2)
+    m_new = m
     if momentum_buffer_new is not momentum_buffer:
         momentum_buffer.copy_(momentum_buffer_new)
     if grad_avg_new is not grad_avg:
         grad_avg.copy_(grad_avg_new)
     if s_new is not s:
         s.copy_(s_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -526,7 +555,7 @@ class RMSpropOptax(torch.optim.Optimizer):
         if fused:
             t_0 = 1 - decay
             t_1 = (momentum > 0)
-            host = (t_0, decay, centered, eps, (t == 1), momentum, t_1, lr, nesterov, )
+            host = (centered, t_0, decay, eps, t_1, (t == 1), momentum, nesterov, -lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

@@ -265,13 +265,30 @@ def _kernel(m, momentum_buffer, g_adv, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5 = host
-    g_wd = (_h0*m + g_adv if _h1 else g_adv)
+    if _h0:
+        _f1 = torch.addcmul(g_adv, _h1, m)
+        g_wd = _f1
+    else:
+        g_wd = g_adv
     direction = g_wd
-    momentum_buffer_new = ((direction if _h2 else _h3*momentum_buffer + direction) if _h4 else momentum_buffer)
-    m_new = (-_h5*momentum_buffer_new + m if _h4 else -_h5*direction + m)
+    if _h2:
+        if _h3:
+            momentum_buffer.copy_(direction)
+        else:
+            momentum_buffer.mul_(_h4)
+            momentum_buffer.add_(direction)
+    else:
+        pass
+    momentum_buffer_new = momentum_buffer
+    if _h2:
+        m.addcmul_(_h5, momentum_buffer)
+    else:
+        m.addcmul_(_h5, direction)
+    m_new = m
     if momentum_buffer_new is not momentum_buffer:
         momentum_buffer.copy_(momentum_buffer_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -716,7 +733,7 @@ class SAM(torch.optim.Optimizer):
         g_adv = _inputs["g_adv"]
         if fused:
             t_0 = (momentum != 0)
-            host = (wdecay, (wdecay != 0), (t == 1), momentum, t_0, lr, )
+            host = ((wdecay != 0), wdecay, t_0, (t == 1), momentum, -lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

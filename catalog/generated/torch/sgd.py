@@ -243,13 +243,35 @@ def _kernel(m, momentum_buffer, g, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1, _h2, _h3, _h4, _h5, _h6, _h7 = host
-    g_wd = (_h0*m + g if _h1 else g)
+    if _h0:
+        _f1 = torch.addcmul(g, _h1, m)
+        g_wd = _f1
+    else:
+        g_wd = g
     direction = g_wd
-    momentum_buffer_new = ((direction if _h2 else _h3*direction + _h4*momentum_buffer) if _h5 else momentum_buffer)
-    m_new = (-_h6*(_h4*momentum_buffer_new + direction if _h7 else momentum_buffer_new) + m if _h5 else -_h6*direction + m)
+    if _h2:
+        if _h3:
+            momentum_buffer.copy_(direction)
+        else:
+            momentum_buffer.mul_(_h4)
+            momentum_buffer.addcmul_(_h5, direction)
+    else:
+        pass
+    momentum_buffer_new = momentum_buffer
+    if _h2:
+        if _h6:
+            _f3 = torch.addcmul(direction, _h4, momentum_buffer)
+            _f2 = _f3
+        else:
+            _f2 = momentum_buffer
+        m.addcmul_(_h7, _f2)
+    else:
+        m.addcmul_(_h7, direction)
+    m_new = m
     if momentum_buffer_new is not momentum_buffer:
         momentum_buffer.copy_(momentum_buffer_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -494,7 +516,7 @@ class SGD(torch.optim.Optimizer):
             g = torch._foreach_neg(g)
         if fused:
             t_0 = (momentum != 0)
-            host = (weight_decay, (weight_decay != 0), (t == 1), 1 - dampening, momentum, t_0, lr, nesterov, )
+            host = ((weight_decay != 0), weight_decay, t_0, (t == 1), momentum, 1 - dampening, nesterov, -lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

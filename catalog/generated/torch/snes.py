@@ -271,14 +271,25 @@ def _kernel(m, std, ngrad1, ngrad2, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, _h1 = host
-    t_0 = std**2
-    t_1 = 2*ngrad2
-    s_new = torch.exp(_h0*t_0*t_1)/t_0
-    std_new = torch.rsqrt(s_new)
-    m_new = _h1*t_0*(-m*t_1 - ngrad1) + m
+    _f1 = torch.mul(std, std)
+    t_0 = _f1
+    _f2 = torch.mul(_f1, ngrad2)
+    _f2.mul_(_h0)
+    _f2.exp_()
+    _f2.div_(_f1)
+    _f2.sqrt_()
+    _f2.reciprocal_()
+    std.copy_(_f2)
+    std_new = std
+    _f4 = torch.mul(ngrad1, -1)
+    _f4.addcmul_(m, ngrad2, value=-2)
+    _f3 = torch.addcmul(m, _h1 * _f1, _f4)
+    m.copy_(_f3)
+    m_new = m
     if std_new is not std:
         std.copy_(std_new)
-    m.copy_(m_new)
+    if m_new is not m:
+        m.copy_(m_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -680,7 +691,7 @@ class SNES(torch.optim.Optimizer):
         ngrad1 = _inputs["ngrad1"]
         ngrad2 = _inputs["ngrad2"]
         if fused:
-            host = (lr_std, lr, )
+            host = (2*lr_std, lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)

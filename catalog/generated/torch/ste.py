@@ -223,11 +223,14 @@ def _kernel(_pr, lam, g, *host):
     (fused=True).  Host scalars arrive as 0-d tensors so that one graph serves every step; host booleans stay
     Python bools, so each flag setting gets its own specialized graph."""
     _h0, = host
-    lam_new = -_h0*g + lam
-    param_new = torch.where(lam_new < 0, -1.0, 1.0)
+    lam.addcmul_(_h0, g)
+    lam_new = lam
+    _f1 = torch.where(lam < 0, -1.0, 1.0)
+    param_new = _f1
     if lam_new is not lam:
         lam.copy_(lam_new)
-    _pr.copy_(param_new)
+    if param_new is not _pr:
+        _pr.copy_(param_new)
 
 
 def _kernel_group(arrays, numbers, flags):
@@ -459,7 +462,7 @@ class STE(torch.optim.Optimizer):
         if group["maximize"]:
             g = torch._foreach_neg(g)
         if fused:
-            host = (lr, )
+            host = (-lr, )
             _kernel_fn, _by_kind = _compiled_kernel(), {}
             for _k in range(len(params)):
                 _by_kind.setdefault((_pr[_k].dtype, params[_k].device), []).append(_k)

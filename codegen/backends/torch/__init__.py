@@ -31,7 +31,8 @@ from blr_derive.codegen.lower import (DRAWS, check_optimizer, first_step_only, h
 from blr_derive.codegen.backends.torch.inline import inline_single_use
 from blr_derive.codegen.backends.torch.matrix import MATRIX_TEMPLATE, MatrixContext, has_matrix_state, matrix_view
 from blr_derive.codegen.backends.torch.inplace import PlannedCompiler
-from blr_derive.codegen.backends.torch.printer import ForeachCompiler, FusedCompiler, HostPrinter
+from blr_derive.codegen.backends.torch.kernel import KernelCompiler
+from blr_derive.codegen.backends.torch.printer import ForeachCompiler, HostPrinter
 from blr_derive.codegen.objective import objective_view, target_note
 from blr_derive.codegen.validation import validation
 
@@ -72,17 +73,14 @@ class TorchTarget:
         tensors = {s for s in plan.state_syms if str(s) not in scalar_states} | {c.symbol for c in ir.oracle_calls} \
             | set(plan.stats_in)
         point = self.point_view(plan)
-        substituted: set = set()
-        program = self.program(ir, plan, tensors, point, scalar_new, substituted)   # first: it refuses what no torch program can print
-        fused = FusedCompiler(tensors, substituted=substituted)
-        for sym, expr in ir.assignments:
-            if sym not in scalar_new:
-                fused.assign(sym, expr, plan.need[sym])
+        planned = self.planned(ir, plan, tensors, point, scalar_new)
+        program = self.program(ir, plan, tensors, point, scalar_new)   # first: it refuses what no torch program can print
+        fused = KernelCompiler(tensors, *planned[1:])       # the same program, printed on one tensor
+        fused.compile_program(planned[0], plan.need)
         if point is None:
             mean_out = [str(sym) for name, sym in ir.outputs if name == ir.mean][0]
         else:
             assert plan.param_new is not None           # a parameter that holds an expression of the state
-            fused.assign(*plan.param_new)
             mean_out = str(plan.param_new[0])
         sampling = self.sampling_view(plan, host)
         stat_syms = plan.stat_symbols() if ir.sampling is not None else set()
@@ -149,23 +147,26 @@ class TorchTarget:
         return host.doprint(e)
 
     @staticmethod
-    def program(ir, plan, tensors, point, scalar_new=frozenset(), substituted=None):
-        """The multi-tensor program with planned buffers (codegen/backends/torch/inplace.py): every state whose
-        old value is dead is updated in its own tensors, the mean (the parameter) included.  The new values of
-        states that are one number per tensor (``scalar_new``) are computed on the host before it.  A set given
-        as ``substituted`` receives the values the program substitutes into their readers (inline.py), which the
-        fused kernel's scaled roots follow (codegen/backends/torch/printer.py FusedCompiler)."""
+    def planned(ir, plan, tensors, point, scalar_new=frozenset()):
+        """The update as the planned programs print it: (assignments with the single-use values substituted
+        into their readers (inline.py), the states whose tensors may take their new values (output symbol ->
+        (state list, state symbol)), the symbols read after the program).  The new values of states that are
+        one number per tensor (``scalar_new``) are computed on the host before it."""
         assignments = [(s_, e) for s_, e in ir.assignments if s_ not in scalar_new] \
             + ([plan.param_new] if point is not None else [])
         final = {sym for _, sym in ir.outputs if sym not in scalar_new} | ({plan.param_new[0]} if point is not None else set())
         keep = final | {s for c in plan.need.values() for s in c.free_symbols}
-        program = inline_single_use(assignments, keep, tensors)
-        if substituted is not None:         # the values substituted into their readers, for the fused kernel
-            kept = {sym for sym, _ in program}
-            substituted.update(sym for sym, _ in assignments if sym not in kept)
         by_name = state_symbols(ir)
         dests = {sym: (name, by_name[name]) for name, sym in ir.outputs
                  if name in by_name and str(sym) != name and (point is None or name != ir.mean) and sym not in scalar_new}
+        return inline_single_use(assignments, keep, tensors), dests, final
+
+    @staticmethod
+    def program(ir, plan, tensors, point, scalar_new=frozenset()):
+        """The multi-tensor program with planned buffers (codegen/backends/torch/inplace.py): every state whose
+        old value is dead is updated in its own tensors, the mean (the parameter) included.  The fused kernel
+        (codegen/backends/torch/kernel.py) prints the same plan on one tensor."""
+        program, dests, final = TorchTarget.planned(ir, plan, tensors, point, scalar_new)
         comp = PlannedCompiler(tensors, dests, final, indent="        ", step=ir.step_symbol)
         return comp.compile_program(program, plan.need)
 

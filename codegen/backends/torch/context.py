@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, TypedDict
 
-from blr_derive.codegen.fused import FusedCompiler
+from blr_derive.codegen.backends.torch.kernel import KernelCompiler
 from blr_derive.codegen.validation import Validation
 from blr_derive.ir.model import HyperVar, UpdateIR, Var
 
@@ -78,7 +78,7 @@ class TorchContext:
     state_cond: dict[str, str | None]          # state -> the host condition it is kept under (None: always)
     grads: list[tuple[str, str]]               # (symbol, oracle) at the parameter
     sampling: SamplingView | None
-    fused: FusedCompiler                       # the fused path's kernel
+    fused: KernelCompiler                      # the fused path's kernel
     host_unpack: str                           # the kernel's host values, unpacked
     point: PointView | None
     param_list: str

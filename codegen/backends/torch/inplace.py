@@ -28,11 +28,6 @@ from blr_derive.codegen.backends.torch.printer import UNARY, ElementwisePrinter,
 from blr_derive.codegen.printing import HostPrinter
 from blr_derive.core.errors import UnsupportedTarget
 
-_INPLACE_UNARY = {sp.exp: "_foreach_exp_", sp.Abs: "_foreach_abs_", sp.tanh: "_foreach_tanh_",
-                  sp.sin: "_foreach_sin_", sp.cos: "_foreach_cos_", sp.loggamma: "_foreach_lgamma_",
-                  sp.sign: "_foreach_sign_"}
-
-
 class PlannedCompiler:
     """Compile a whole elementwise program (``assignments`` in order) into ``_foreach`` statements with the
     buffer plan above.  ``tensors``: symbols bound to tensor lists; ``dests``: output symbol -> (state list
@@ -73,6 +68,55 @@ class PlannedCompiler:
     def name_of(self, sym):
         return self.binding.get(sym, identifier(sym.name))
 
+    # --------------------------------------------------------------------------------------- the printed operations
+    # Every operation the plan decides is printed by one of these methods: here as a multi-tensor (``_foreach``)
+    # statement over lists, in codegen/backends/torch/kernel.py as the same operation on one tensor (the fused
+    # kernel), so that both paths compute each element by the same operations in the same order.
+    def op_(self, x, op, *args):
+        """``x`` = op(x, *args) in place (``op``: a torch operation's name: mul, div, add, sqrt, lerp, ...)."""
+        self.emit(f"torch._foreach_{op}_({x}{''.join(f', {a}' for a in args)})")
+
+    def op(self, out, x, op, *args):
+        """``out`` = op(x, *args), a new value."""
+        self.emit(f"{out} = torch._foreach_{op}({x}{''.join(f', {a}' for a in args)})")
+
+    def accumulate(self, op, acc, xs, c=None, into=None):
+        """acc + c·x (``op`` add, ``xs`` = (x,)), acc + c·x·y (addcmul) or acc + c·x/y (addcdiv), in ``acc``
+        or (``into``) as a new value; ``c`` None: 1."""
+        args = "".join(f", {x}" for x in xs) + ("" if c is None else f", {'alpha' if op == 'add' else 'value'}={c}")
+        head, tail = ("", "_") if into is None else (f"{into} = ", "")
+        self.emit(f"{head}torch._foreach_{op}{tail}({acc}{args})")
+
+    def bound_(self, fn, acc, arg, host=False):
+        """acc = max(acc, arg) (``fn`` 'maximum') or min, in place; ``host``: arg is a host number."""
+        if host:                # a host bound at its infinity changes nothing (NaN stays NaN): the pass over every
+            # tensor is skipped then, e.g. for an elementwise clip that is off
+            self.emit(f"if {arg} != {'-' if fn == 'maximum' else ''}math.inf:")
+            self.emit(f"    _foreach_bound_({fn!r}, {acc}, {arg})")
+        else:                   # the helpers handle DTensors (FSDP2), which lack these kernels
+            self.emit(f"_foreach_bound_({fn!r}, {acc}, {arg})")
+
+    def bound(self, out, fn, acc, arg, host=False):
+        """out = max(acc, arg) or min, a new value; ``host``: arg is a host number."""
+        self.emit(f"{out} = _foreach_bound({fn!r}, {acc}, {arg})")
+
+    def copy(self, dst, src):
+        self.emit(f"_foreach_copy({dst}, {src})")
+
+    def positive(self, test):
+        """The host condition test > 0 (see printer.scaled_root)."""
+        return f"_positive({self.h(test)})"
+
+    def per_tensor(self, out, e, names):
+        """out = the function ``e`` of its arguments (``names``: the lists holding its tensor arguments, None for
+        a host argument), printed elementwise and applied tensor by tensor (no multi-tensor kernel)."""
+        loc = [sp.Symbol(f"_a{i}") for i in range(len(e.args))]
+        body = ElementwisePrinter().doprint(e.func(*[l if n is not None else a for l, n, a in zip(loc, names, e.args)]))
+        lists = [n for n in names if n is not None]
+        vars_ = [str(l) for l, n in zip(loc, names) if n is not None]
+        source = lists[0] if len(lists) == 1 else f"zip({', '.join(lists)})"
+        self.emit(f"{out} = [{body} for {', '.join(vars_)} in {source}]")
+
     def _split(self, e):
         if isinstance(e, sp.Mul):
             return (sp.Mul(*[a for a in e.args if not self.is_tensor(a)]),
@@ -90,30 +134,36 @@ class PlannedCompiler:
     def assign(self, sym, expr, when=sp.true):
         if when == sp.false:
             return
+        if not self.is_tensor(expr):
+            self.host_assign(sym, expr, when)
+            if when == sp.true:
+                self.host_defs[sym] = expr.xreplace(self.host_defs)
+            return
         cond = when != sp.true
         if cond:
             self.emit(f"if {self.h(when)}:")
             self.indent += "    "
         self.expr = expr
-        if not self.is_tensor(expr):
-            self.emit(f"{identifier(str(sym))} = {self.h(expr)}")
-            if not cond:
-                self.host_defs[sym] = expr.xreplace(self.host_defs)
+        dest = self.dests.get(sym)
+        if dest is not None and not cond and self._dest_free(dest, expr):
+            self.compile_into(expr, *dest)
+            self.binding[sym] = dest[0]
+            self.emit(f"{identifier(str(sym))} = {dest[0]}")
         else:
-            dest = self.dests.get(sym)
-            if dest is not None and not cond and self._dest_free(dest, expr):
-                self.compile_into(expr, *dest)
-                self.binding[sym] = dest[0]
-                self.emit(f"{identifier(str(sym))} = {dest[0]}")
-            else:
-                name, _ = self.compile(expr, target=identifier(str(sym)))
-                if name != str(sym):
-                    self.emit(f"{identifier(str(sym))} = {name}")
-                    if name in self.temps:
-                        self.binding[sym] = name
-            self.tensors.add(sym)
+            name, _ = self.compile(expr, target=identifier(str(sym)))
+            if name != str(sym):
+                self.emit(f"{identifier(str(sym))} = {name}")
+                if name in self.temps:
+                    self.binding[sym] = name
+        self.tensors.add(sym)
         if cond:
             self.indent = self.indent[:-4]
+
+    def host_assign(self, sym, expr, when):
+        """A host value (a number of the hyperparameters and the step count), computed where the program runs."""
+        if when != sp.true:
+            self.emit(f"if {self.h(when)}:")
+        self.emit(("    " if when != sp.true else "") + f"{identifier(str(sym))} = {self.h(expr)}")
 
     def _dest_free(self, dest, expr):
         """The state's old value is read by no later assignment (so its tensors may take the new value), and
@@ -151,16 +201,16 @@ class PlannedCompiler:
             if rest != 1:
                 self._accumulate_factor(lst, rest)
             if c != 1:
-                self.emit(f"torch._foreach_mul_({lst}, {self.h(c)})")
+                self.op_(lst, "mul", self.h(c))
             return
         if isinstance(e, (sp.Max, sp.Min)) and old in e.args and _occurrences(e, old) == 1:
             fn = "maximum" if isinstance(e, sp.Max) else "minimum"
             for a in e.args:
                 if a != old:
-                    self.emit(f"_foreach_bound_({fn!r}, {lst}, {self.compile(a)[0] if self.is_tensor(a) else self.h(a)})")
+                    self.bound_(fn, lst, self.compile(a)[0] if self.is_tensor(a) else self.h(a))
             return
         name, _ = self.compile(e)
-        self.emit(f"_foreach_copy({lst}, {name})")
+        self.copy(lst, name)
 
     def _branches_into(self, e, lst, old):
         """A host Piecewise into a state: one ``if``/``elif`` block per branch."""
@@ -233,14 +283,14 @@ class PlannedCompiler:
         if len(tens) == 1 and not host:
             b, x = self._split(tens[0])
             if isinstance(x, sp.Symbol) and sp.expand((c + b - 1).xreplace(self.host_defs)) == 0:  # c·old + (1 - c)·x
-                self.emit(f"torch._foreach_lerp_({lst}, {self.compile(x)[0]}, {self.h(b)})")
+                self.op_(lst, "lerp", self.compile(x)[0], self.h(b))
                 return True
         if c != 1:
-            self.emit(f"torch._foreach_mul_({lst}, {self.h(c)})")
+            self.op_(lst, "mul", self.h(c))
         for t in tens:
             self._accumulate(lst, t)
         if host:
-            self.emit(f"torch._foreach_add_({lst}, {self.h(sp.Add(*host))})")
+            self.op_(lst, "add", self.h(sp.Add(*host)))
         return True
 
     def _fused_term(self, term):
@@ -267,17 +317,11 @@ class PlannedCompiler:
         if into is None and self._distributed(acc, term):
             return
         fused = self._fused_term(term)
-        tail = "_" if into is None else ""
-        head = "" if into is None else f"{into} = "
         if fused is not None:
             op, x, y, c = fused
-            value = "" if c == 1 else f", value={self.h(c)}"
-            a, b = self.compile(x)[0], self.compile(y)[0]
-            self.emit(f"{head}torch._foreach_{op}{tail}({acc}, {a}, {b}{value})")
+            self.accumulate(op, acc, (self.compile(x)[0], self.compile(y)[0]), None if c == 1 else self.h(c), into)
         else:
-            x = self.compile(rest)[0]
-            alpha = "" if c == 1 else f", alpha={self.h(c)}"
-            self.emit(f"{head}torch._foreach_add{tail}({acc}, {x}{alpha})")
+            self.accumulate("add", acc, (self.compile(rest)[0],), None if c == 1 else self.h(c), into)
 
     def _distributed(self, acc, term):
         """The *distributed quotient* convention (torch.optim's order): ``acc += c·(Σ cᵢ·xᵢ)/y``, where every
@@ -294,15 +338,15 @@ class PlannedCompiler:
             return False
         y = self.compile(den)[0]
         for ci, x in parts:
-            self.emit(f"torch._foreach_addcdiv_({acc}, {self.compile(x)[0]}, {y}, value={self.h(c * ci)})")
+            self.accumulate("addcdiv", acc, (self.compile(x)[0], y), self.h(c * ci))
         return True
 
     def _accumulate_factor(self, acc, rest):
         for f in sp.Mul.make_args(rest):
             if isinstance(f, sp.Pow) and f.exp == -1:
-                self.emit(f"torch._foreach_div_({acc}, {self.compile(f.base)[0]})")
+                self.op_(acc, "div", self.compile(f.base)[0])
             else:
-                self.emit(f"torch._foreach_mul_({acc}, {self.compile(f)[0]})")
+                self.op_(acc, "mul", self.compile(f)[0])
 
     # --------------------------------------------------------------------------------------- expressions
     def compile(self, e, target=None):
@@ -324,12 +368,7 @@ class PlannedCompiler:
             return self._minmax(e)
         if isinstance(e, sp.Function) and type(e) in UNARY:
             x, owned = self.compile(e.args[0])
-            if owned:
-                self.emit(f"torch.{_INPLACE_UNARY[type(e)]}({x})")
-                return x, True
-            out = self.tmp()
-            self.emit(f"{out} = torch.{UNARY[type(e)]}({x})")
-            return out, True
+            return self._fresh(x, owned, UNARY[type(e)][len("_foreach_"):]), True
         if isinstance(e, sp.Function):
             return self._per_tensor(e), True
         raise UnsupportedTarget(f"the torch target cannot print {type(e).__name__}: {e}")
@@ -339,12 +378,11 @@ class PlannedCompiler:
 
     def _fresh(self, x, owned, op, *args):
         """``op`` applied to list ``x``: in place when owned, else into a new temporary."""
-        tail = "".join(f", {a}" for a in args)
         if owned:
-            self.emit(f"torch._foreach_{op}_({x}{tail})")
+            self.op_(x, op, *args)
             return x
         out = self.tmp()
-        self.emit(f"{out} = torch._foreach_{op}({x}{tail})")
+        self.op(out, x, op, *args)
         return out
 
     def _piecewise(self, e, target):
@@ -448,21 +486,20 @@ class PlannedCompiler:
         Where the sign of c is not known to sympy, a host test (``_positive``: under torch.compile a check at run
         time) picks this form for c > 0 and the plain one (scale, then root) otherwise."""
         op, host, test = scaled_root(c)
-        scale = f"torch._foreach_{op}_({{}}, {self.h(host)})"
         if test is None:
             out = self._fresh(*self.compile(x), "sqrt")
-            self.emit(scale.format(out))
+            self.op_(out, op, self.h(host))
             return out
         out = self.tmp()
-        self.emit(f"if _positive({self.h(test)}):")
+        self.emit(f"if {self.positive(test)}:")
         self.indent += "    "
-        self.emit(f"{out} = torch._foreach_sqrt({self.compile(x)[0]})")
-        self.emit(scale.format(out))
+        self.op(out, self.compile(x)[0], "sqrt")
+        self.op_(out, op, self.h(host))
         self.indent = self.indent[:-4]
         self.emit("else:")
         self.indent += "    "
-        self.emit(f"{out} = torch._foreach_mul({self.compile(x)[0]}, {self.h(c)})")
-        self.emit(f"torch._foreach_sqrt_({out})")
+        self.op(out, self.compile(x)[0], "mul", self.h(c))
+        self.op_(out, "sqrt")
         self.indent = self.indent[:-4]
         return out
 
@@ -473,27 +510,17 @@ class PlannedCompiler:
         acc, owned = self.compile(tens[0])
         for a in tens[1:] + host:
             arg = self.compile(a)[0] if self.is_tensor(a) else self.h(a)
-            if owned and not self.is_tensor(a):     # a host bound at its infinity changes nothing (NaN stays
-                # NaN): the pass over every tensor is skipped then, e.g. for an elementwise clip that is off
-                self.emit(f"if {arg} != {'-' if fn == 'maximum' else ''}math.inf:")
-                self.emit(f"    _foreach_bound_({fn!r}, {acc}, {arg})")
-            elif owned:                        # the helpers handle DTensors (FSDP2), which lack these kernels
-                self.emit(f"_foreach_bound_({fn!r}, {acc}, {arg})")
+            if owned:
+                self.bound_(fn, acc, arg, host=not self.is_tensor(a))
             else:
                 out = self.tmp()
-                self.emit(f"{out} = _foreach_bound({fn!r}, {acc}, {arg})")
+                self.bound(out, fn, acc, arg, host=not self.is_tensor(a))
                 acc, owned = out, True
         return acc, owned
 
     def _per_tensor(self, e):
         """No multi-tensor kernel: the elementwise form, tensor by tensor."""
         names = [self.compile(a)[0] if self.is_tensor(a) else None for a in e.args]
-        loc = [sp.Symbol(f"_a{i}") for i in range(len(e.args))]
-        body = ElementwisePrinter().doprint(e.func(*[l if n is not None else a
-                                                      for l, n, a in zip(loc, names, e.args)]))
-        lists = [n for n in names if n is not None]
-        vars_ = [str(l) for l, n in zip(loc, names) if n is not None]
         out = self.tmp()
-        source = lists[0] if len(lists) == 1 else f"zip({', '.join(lists)})"
-        self.emit(f"{out} = [{body} for {', '.join(vars_)} in {source}]")
+        self.per_tensor(out, e, names)
         return out

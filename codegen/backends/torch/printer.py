@@ -17,7 +17,6 @@ from collections import Counter
 import sympy as sp
 
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
-from blr_derive.codegen.fused import FusedCompiler as _FusedCompiler
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.printing import HostPrinter
 from blr_derive.codegen.torch_elementwise import ElementwisePrinter  # noqa: F401 - the torch target's elementwise printer
@@ -293,73 +292,8 @@ def scaled_root(c):
     """The *scaled square root* convention (torch.optim's order of operations) for sqrt(c·x), a host factor c and
     a tensor x: (op, host, test) -- the root of x, then ``op`` ('div' or 'mul') by the host number ``host``
     (sqrt(d) where c = 1/d, else sqrt(c)), and ``test``, the host value whose positivity selects this form over
-    the plain sqrt(c·x) (None where sympy knows c > 0).  One decision for the multi-tensor path
-    (inplace.PlannedCompiler) and the fused kernel (FusedCompiler), so that both take the same roots."""
+    the plain sqrt(c·x) (None where sympy knows c > 0).  Read by the planned programs (inplace.PlannedCompiler),
+    which the multi-tensor path and the fused kernel (kernel.KernelCompiler) both print."""
     num, den = sp.fraction(sp.factor_terms(c))
     op, host = ("div", sp.sqrt(den)) if num == 1 else ("mul", sp.sqrt(c))
     return op, host, None if c.is_positive else (den if num == 1 else c)
-
-class FusedCompiler(_FusedCompiler):
-    """The fused path's split of an elementwise program (:class:`codegen.fused.FusedCompiler`) with torch's
-    per-element printer, and the multi-tensor path's *scaled square root* convention (torch.optim's order of
-    operations, :meth:`codegen.backends.torch.inplace.PlannedCompiler._scaled_sqrt`): the square root of a
-    host-scaled tensor c·x, written in the expression or held by a value assigned unconditionally earlier
-    (``s_hat = s/(1 - β^t)`` read as ``sqrt(s_hat)``), is the root of the tensor divided by the host number
-    sqrt(d) where c = 1/d (multiplied by sqrt(c) otherwise): ``sqrt(s)/sqrt(1 - β^t)`` as torch's fused and
-    multi-tensor kernels compute a bias-corrected root, not ``sqrt(s·(1/(1 - β^t)))``.  The same real number for
-    c > 0; where the sign of c is not known to sympy a host flag (``_positive``, as on the multi-tensor path)
-    picks this form for c > 0 and the plain one otherwise.  A value assigned earlier is read as its product
-    where the multi-tensor program substitutes it into its readers (``substituted``: read once, or a product
-    an accumulation computes in each reader; codegen/backends/torch/inline.py), so both paths take the same
-    roots; the value itself is still assigned (torch.compile drops it where nothing else reads it)."""
-
-    ELEMENTWISE = ElementwisePrinter
-
-    def __init__(self, tensors, flags=(), substituted=frozenset()):
-        super().__init__(tensors, flags)
-        self.substituted = set(substituted)     # the values the multi-tensor program substitutes into their readers
-        self._scaled_defs: dict = {}       # symbol -> (host factor c, tensor x) of an unconditional c·x
-
-    def _scaled(self, b):
-        """(c, x) where ``b`` is c·x with a host factor c (not 1) and a tensor x, or a symbol assigned such a
-        product unconditionally; else None."""
-        if isinstance(b, sp.Symbol):
-            return self._scaled_defs.get(b)
-        if not isinstance(b, sp.Mul):
-            return None
-        c = sp.Mul(*[a for a in b.args if not self.is_tensor(a)])
-        x = sp.Mul(*[a for a in b.args if self.is_tensor(a)])
-        return None if c == 1 or x == 1 else (c, x)
-
-    def _host_flag(self, key, text):
-        """A host boolean (a Python bool the compiled kernel specializes on) computed as ``text``."""
-        if key not in self._hoisted:
-            name = sp.Symbol(f"_h{len(self._hoisted)}")
-            self._hoisted[key] = name
-            self.args.append((name.name, text))
-        return self._hoisted[key]
-
-    def _hoist(self, e):
-        if isinstance(e, sp.Pow) and e.exp == sp.Rational(1, 2) and self.is_tensor(e):
-            scaled = self._scaled(e.base)
-            if scaled is not None:
-                return self._scaled_sqrt(e, *scaled)
-        return super()._hoist(e)
-
-    def _scaled_sqrt(self, e, c, x):
-        op, host, test = scaled_root(c)
-        root = sp.Pow(self._hoist(x), sp.Rational(1, 2), evaluate=False)
-        factor = sp.Pow(self._hoist(host), -1, evaluate=False) if op == "div" else self._hoist(host)
-        out = sp.Mul(root, factor, evaluate=False)
-        if test is None:
-            return out
-        flag = self._host_flag(("positive", test), f"_positive({self.host.doprint(test)})")
-        plain = sp.Pow(super()._hoist(e.base), sp.Rational(1, 2), evaluate=False)
-        return sp.Piecewise((out, flag), (plain, True), evaluate=False)
-
-    def assign(self, sym, expr, when=sp.true):
-        super().assign(sym, expr, when)
-        if when == sp.true and self.is_tensor(expr) and not isinstance(expr, sp.Piecewise):
-            scaled = self._scaled(expr)
-            if scaled is not None and isinstance(expr, sp.Mul) and sym in self.substituted:
-                self._scaled_defs[sym] = scaled
