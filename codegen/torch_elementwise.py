@@ -79,6 +79,17 @@ class ElementwisePrinter(KernelPrinter):
         x = self._print(expr.args[0])
         return f"torch.logaddexp(torch.zeros_like({x}), {x})"
 
+    def _print_logaddexp(self, expr):
+        """log(e^x + e^y) of the exponential-sum lowering (codegen/expsums.py); a number among the two is a tensor
+        like the other (torch.logaddexp takes tensors only)."""
+        x, y = expr.args
+        if x.is_Number and y.is_Number:
+            raise CodegenError("logaddexp of numbers only: nothing to compute elementwise")
+        px, py = self._print(x), self._print(y)
+        px = f"torch.full_like({py}, {px})" if x.is_Number else px
+        py = f"torch.full_like({px}, {py})" if y.is_Number else py
+        return f"torch.logaddexp({px}, {py})"
+
     def _print_xlogy(self, expr):
         return f"torch.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 

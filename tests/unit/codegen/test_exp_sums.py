@@ -1,0 +1,261 @@
+"""The printers' lowering of sums of exponentials (codegen/expsums.py): the rewritten expression has the value of the
+original (30 digits); a logarithm of a positive sum of exponentials becomes a log-sum-exp (logaddexp, softplus), a
+quotient of such sums is normalized by its largest exponent, and nothing else changes; the family modules whose
+log-partition is a log of a sum of exponentials (Bernoulli, binomial, categorical, multinomial, continuous Bernoulli)
+are finite and right at |λ| = 1e3 and 1e4 in numpy and jax against closed forms in mpmath (precision enough for
+e^{±1e4}), and equal to the modules printed without the lowering at moderate λ; torch, Triton and the host print the
+same forms."""
+import math
+import types
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+
+import blr_derive.codegen.printing as printing
+from blr_derive.codegen.backends.triton.printer import TritonPrinter
+from blr_derive.codegen.expsums import logaddexp, stable_exp_sums
+from blr_derive.codegen.printing import HostPrinter
+from blr_derive.codegen.registry import emit
+from blr_derive.codegen.torch_elementwise import ElementwisePrinter
+from blr_derive.core.specialfns import softplus
+from blr_derive.families.library import load_family
+from blr_derive.ir.build import family_ir
+
+x = sp.Symbol("x", real=True)
+y = sp.Symbol("y", real=True)
+c = sp.Symbol("c", positive=True)
+E = sp.exp
+
+
+@pytest.mark.parametrize("expr", [
+    sp.log(E(x) + E(-x)), sp.log(1 + E(x)), sp.log(1 + E(x) + E(y)), 3 * sp.log(2 + c * E(2 * x)),
+    E(x) / (E(x) + E(-x)), (E(x) - E(-x)) / (E(x) + E(-x)), 10 * E(x) / (E(2 * x) + 2 * E(x) + 1),
+    (E(y) + 1) * E(x) / (E(x) + E(y) + 1) ** 2, sp.log((E(x) - 1) / x), (E(x) - E(x) / x + 1 / x) / (E(x) - 1),
+    sp.log(x ** 2 * (E(x) + E(y)) / (1 + E(-y))), E(x) * (E(x) + 1) / (E(x) + x ** 2)])
+def test_the_rewrite_keeps_the_value(expr):
+    got = stable_exp_sums(expr)
+    for xv, yv in ((0.7, -1.3), (12.0, 3.5), (-4.0, 0.25)):
+        at = {x: sp.Float(xv, 40), y: sp.Float(yv, 40), c: sp.Float(1.7, 40)}
+        want, have = expr.xreplace(at).evalf(30), got.xreplace(at).evalf(30)
+        assert abs(have - want) <= 1e-25 * abs(want), (expr, got)
+
+
+def test_logarithms_of_positive_sums_become_log_sum_exps():
+    assert stable_exp_sums(sp.log(E(x) + E(-x))) == logaddexp(-x, x)
+    assert stable_exp_sums(sp.log(1 + E(x))) == softplus(x)
+    assert stable_exp_sums(10 * sp.log(1 + E(x))) == 10 * softplus(x)
+    assert stable_exp_sums(sp.log(1 + E(x) + E(y))) == logaddexp(softplus(x), y)
+    # a positive coefficient joins the exponent; other factors stay inside the logarithm
+    assert stable_exp_sums(sp.log(c * E(x) + 1)) == softplus(x + sp.log(c))
+    assert stable_exp_sums(sp.log(x ** 2 * (E(x) + E(y)))) == logaddexp(x, y) + sp.log(x ** 2)
+
+
+def test_quotients_are_normalized_by_the_largest_exponent():
+    assert stable_exp_sums(E(x) / (E(x) + 1)) == E(x - softplus(x))
+    assert stable_exp_sums(E(x) / (E(x) + E(-x))) == E(x - logaddexp(-x, x))
+    assert stable_exp_sums(1 / (E(2 * x) + 1)) == E(-softplus(2 * x))
+    assert stable_exp_sums(x / (E(x) + 1)) == x * E(-softplus(x))
+    # a sum with a term of either sign: e^{M}·S̃ with M the largest exponent
+    m = sp.Max(0, x)
+    assert stable_exp_sums(E(x) / (1 - E(x))) == E(x - m) / (E(-m) - E(x - m))
+    assert stable_exp_sums(sp.log((E(x) - 1) / x)) == m + sp.log((E(x - m) - E(-m)) / x)
+
+
+@pytest.mark.parametrize("expr", [
+    E(x), E(x) + E(y), E(x) * (E(x) + 1), sp.log(x + 1), sp.log(2 + E(2)), 1 / (E(2) + 1),
+    # positive only where e^x < 1: never overflows where the logarithm is real (log1p keeps its accuracy)
+    sp.log(1 - E(x)), -3 * sp.log(1 - E(x)),
+    # an exponent that already holds the lowering's functions is not rewritten again
+    E(x - softplus(x)) / (E(-softplus(x)) + 1)])
+def test_what_cannot_overflow_into_inf_over_inf_is_left_as_it_is(expr):
+    assert stable_exp_sums(expr) == expr
+
+
+# ------------------------------------------------------------------------------------------------ family modules
+def _dps(lam):
+    return int(max(abs(float(v)) for v in lam) / 2.3) + 40        # e^{±|λ|} and 40 more digits
+
+
+def _bernoulli(lam):
+    (l,) = lam
+    A = mpmath.log(mpmath.exp(l) + mpmath.exp(-l))
+    return A, [mpmath.tanh(l)], [[mpmath.sech(l) ** 2]]
+
+
+def _binomial(lam, n=10):
+    (l,) = lam
+    s = 1 / (1 + mpmath.exp(-l))
+    return n * mpmath.log(1 + mpmath.exp(l)), [n * s], [[n * s / (1 + mpmath.exp(l))]]
+
+
+def _categorical(lam, n=1):
+    Z = 1 + sum(mpmath.exp(v) for v in lam)
+    p = [mpmath.exp(v) / Z for v in lam]
+    F = [[n * ((p[i] if i == j else 0) - p[i] * p[j]) for j in range(len(lam))] for i in range(len(lam))]
+    return n * mpmath.log(Z), [n * v for v in p], F
+
+
+def _continuous_bernoulli(lam):
+    (l,) = lam
+    e = mpmath.exp(l)
+    return mpmath.log((e - 1) / l), [e / (e - 1) - 1 / l], [[1 / l ** 2 - e / (e - 1) ** 2]]
+
+
+def _geometric(lam, r=1):
+    (l,) = lam
+    e = mpmath.exp(l)
+    return -r * mpmath.log(1 - e), [r * e / (1 - e)], [[r * e / (1 - e) ** 2]]
+
+
+#: family -> (closed forms of A, μ, F in mpmath; extreme λ points (in the natural-parameter space) with finite A)
+FAMILIES = {
+    "bernoulli_logit": (_bernoulli, [(1e3,), (-1e3,), (1e4,), (-1e4,)]),
+    "bernoulli": (_bernoulli, [(1e3,), (-1e4,)]),
+    "binomial": (_binomial, [(1e3,), (-1e3,), (1e4,), (-1e4,)]),
+    "categorical": (_categorical, [(1e3, 1e3), (1e3, -1e3), (-1e4, 1e4), (-1e3, -1e4), (1e4, 1e4 - 1)]),
+    "multinomial": (lambda lam: _categorical(lam, 4), [(1e3, -1e3), (1e4, 1e4)]),
+    "continuous_bernoulli": (_continuous_bernoulli, [(1e3,), (-1e3,), (1e4,), (-1e4,)]),
+    "geometric": (_geometric, [(-1e3,), (-1e4,)]),
+    "negative_binomial": (lambda lam: _geometric(lam, 3), [(-1e3,)]),
+}
+MODERATE = (-30.0, -8.0, -2.0, -0.7, -0.1, 0.3, 1.1, 3.0, 8.0, 30.0)
+#: μ and F at λ lose what their exponent λ − LSE(…) loses to rounding: a few units in the last place of |λ|
+#: (ulp(1e4) = 1.8e-12), relative in e^{E}
+EXTREME_RTOL_PER_LAMBDA = 1e-15
+
+
+def _rel(got, want):
+    got, want = np.ravel(np.asarray(got, dtype=float)), np.ravel(np.asarray(want, dtype=float))
+    assert np.all(np.isfinite(got)), got
+    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-300))
+
+
+def _module(name, target, lowered=True, monkeypatch=None):
+    fam = load_family(name)
+    if not lowered:
+        monkeypatch.setattr(printing, "stable_exp_sums", lambda e: e)
+    try:
+        source = emit(family_ir(fam, fam.name), target)
+    finally:
+        if not lowered:
+            monkeypatch.undo()
+    mod = types.ModuleType(f"_expsums_{name}_{target}")
+    exec(compile(source, f"<{name} {target}>", "exec"), mod.__dict__)
+    return fam, source, mod
+
+
+@pytest.fixture
+def x64():
+    jax = pytest.importorskip("jax")
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", old)
+
+
+def _in_domain(fam, lam):
+    return all(v < 0 for v in lam) if fam.name in ("geometric", "negative_binomial") else True
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_family_module_is_finite_and_right_at_extreme_natural_parameters(name, target, request, monkeypatch):
+    if target == "jax":
+        request.getfixturevalue("x64")
+    reference, points = FAMILIES[name]
+    fam, source, m = _module(name, target)
+    for lam in points:
+        with mpmath.workdps(_dps(lam)):
+            A, mu, F = reference([mpmath.mpf(v) for v in lam])
+            A, mu, F = float(A), [float(v) for v in mu], [[float(v) for v in row] for row in F]
+        at = np.array(lam, dtype=float)
+        EXTREME_RTOL = EXTREME_RTOL_PER_LAMBDA * np.max(np.abs(at))
+        with np.errstate(over="raise", invalid="raise", divide="raise"):     # no intermediate inf, inf − inf, inf/inf
+            assert _rel(m.log_partition(at), A) < EXTREME_RTOL, (lam, m.log_partition(at), A)
+            assert _rel(m.expectation_parameters(at), mu) < EXTREME_RTOL, (lam, m.expectation_parameters(at), mu)
+        # the geometric's F = 1/(4 sinh²(λ/2)) overflows sinh² on the way to 0 (no exponential sum: not lowered)
+        with np.errstate(over="ignore" if name in ("geometric", "negative_binomial") else "raise", invalid="raise"):
+            got_F = np.asarray(m.fisher_information(at), dtype=float)
+            # F underflows (e^{−1000}): equal to the closed form's float, which is 0 or a subnormal
+            assert np.all(np.abs(got_F - np.array(F)) <= EXTREME_RTOL * np.max(np.abs(F)) + 1e-300), (lam, got_F, F)
+    # at moderate λ: the module printed without the lowering, within 1e-13 (the continuous Bernoulli's F, whose
+    # closed form cancels near λ = 0 in either form, against mpmath within that cancellation: ~1e-13/λ²)
+    _, before_source, before = _module(name, target, lowered=False, monkeypatch=monkeypatch)
+    assert before_source != source
+    for lam in (v for v in _moderate(len(fam.lam)) if _in_domain(fam, v)):
+        at = np.array(lam, dtype=float)
+        assert _rel(m.log_partition(at), before.log_partition(at)) < 1e-13, lam
+        assert _rel(m.expectation_parameters(at), before.expectation_parameters(at)) < 1e-13, lam
+        got_F = m.fisher_information(at)
+        if name == "continuous_bernoulli":
+            # F = (e^{2λ} − λ²e^λ − 2e^λ + 1)/(λ²(e^λ − 1)²): numerator and denominator ~λ⁴, cancelling to ~1e-16/λ⁴
+            # relative in double precision in either form (the Taylor polynomial takes over at |λ| < 1/8)
+            with mpmath.workdps(40):
+                want = float(_continuous_bernoulli([mpmath.mpf(lam[0])])[2][0][0])
+            bound = max(1e-14, 5e-15 / lam[0] ** 4)
+            assert _rel(got_F, want) < bound and _rel(before.fisher_information(at), want) < bound, lam
+        else:
+            assert _rel(got_F, before.fisher_information(at)) < 1e-13, lam
+
+
+def _moderate(d):
+    if d == 1:
+        return [(v,) for v in MODERATE]
+    return [(a, b) for a in MODERATE for b in MODERATE[::3]]
+
+
+def test_bernoulli_logit_module_text():
+    _, source, _ = _module("bernoulli_logit", "numpy")
+    assert "return float(numpy.logaddexp(-lambda1, lambda1))" in source
+    assert "numpy.exp(lambda1 - numpy.logaddexp(-lambda1, lambda1))" in source
+
+
+# ------------------------------------------------------------------------------------ the other targets' printers
+LAM = (-1e4, -1e3, -30.0, -0.7, 0.0, 0.3, 8.0, 1e3, 1e4)
+FORMS = {
+    "A": (sp.log(E(x) + E(-x)), lambda v: abs(v) + math.log1p(math.exp(-2 * abs(v)))),
+    "mu": (E(x) / (E(x) + E(-x)) - 1 / (E(2 * x) + 1), math.tanh),
+    "softplus": (sp.log(1 + E(x)), lambda v: max(v, 0) + math.log1p(math.exp(-abs(v)))),
+    "sigmoid": (E(x) / (1 + E(x)), lambda v: 1 / (1 + math.exp(-v)) if v > -700 else math.exp(v)),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_torch_prints_the_forms(form):
+    expr, want = FORMS[form]
+    text = ElementwisePrinter().doprint(expr)
+    assert "logaddexp" in text
+    t = torch.tensor(LAM, dtype=torch.float64)
+    got = eval(text, {"torch": torch, "math": math, "x": t}).numpy()            # noqa: S307 -- the printer's output
+    # e^{x − softplus(x)}: the exponent's rounding, a few units in the last place of |x| ≤ 30
+    np.testing.assert_allclose(got, [want(v) for v in LAM], rtol=1e-14, atol=0)
+
+
+class _TritonShim:
+    """Triton's core functions on numpy arrays: what the printed text computes, without a GPU."""
+    maximum = staticmethod(np.maximum)
+    exp = staticmethod(np.exp)
+    abs = staticmethod(np.abs)
+    log = staticmethod(np.log)
+
+    @staticmethod
+    def div_rn(a, b):
+        return a / b
+
+
+@pytest.mark.parametrize("form", ["A", "softplus"])
+def test_triton_and_host_print_the_forms(form):
+    expr, want = FORMS[form]
+    pr = TritonPrinter()
+    text = pr.doprint(expr)
+    assert "tl.maximum" in text and "_log1p" in pr.helpers
+    arr = np.array(LAM)
+    with np.errstate(over="raise", invalid="raise"):
+        got = eval(text, {"tl": _TritonShim, "_log1p": np.log1p, "x": arr})   # noqa: S307 -- the printer's output
+    np.testing.assert_allclose(got, [want(v) for v in LAM], rtol=1e-15, atol=0)
+    host = HostPrinter().doprint(expr)
+    for v in LAM:
+        assert eval(host, {"math": math, "x": v}) == pytest.approx(want(v), rel=1e-15)   # noqa: S307
