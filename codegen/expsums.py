@@ -27,20 +27,23 @@ where the c_i are.  Then, where such a sum meets what would overflow with it:
   E + log R for R > 0, which it is where the argument was: e^{E} > 0), so A = log(e^λ + e^{−λ}) becomes
   logaddexp(λ, −λ) and the continuous Bernoulli's log((e^λ − 1)/λ) becomes max(λ, 0) + log(S̃/λ);
 * a product with an exponential-sum factor in its denominator (a negative power) has every exponential factor
-  gathered into one e^{E}: e^{b} as it is, S^{k} as e^{k·LSE} (positive sums) or e^{k·M}·S̃^{k}, so
-  e^λ/(e^λ + e^{−λ}) = e^{λ − logaddexp(λ, −λ)} (the stable softmax), 1/(e^{2λ} + 1) = e^{−softplus(2λ)} and a
-  binomial's 10e^λ/(e^{2λ} + 2e^λ + 1) = 10e^{λ − LSE(2λ, λ + log 2, 0)}: never inf/inf, nor an e^{x} that
-  overflows on the way to a quotient that is merely small (whose derivative, in jax or torch autograd, would be
-  inf/inf).
+  gathered into one e^{E}: e^{b} as it is, each exponential sum S^{k} as e^{k·M}·S̃^{k}, so
+  e^λ/(e^λ + e^{−λ}) = e^{λ − M}/(e^{λ − M} + e^{−λ − M}) with M = max(λ, −λ), 1/(e^{2λ} + 1) =
+  e^{−M}/(e^{2λ − M} + e^{−M}) with M = max(0, 2λ), and a categorical's e^{λ₁}/(1 + e^{λ₁} + e^{λ₂}) is the softmax
+  normalized by max(0, λ₁, λ₂): never inf/inf, nor an e^{x} that overflows on the way to a quotient that is merely
+  small (whose derivative, in jax or torch autograd, would be inf/inf).  The dominant term of each S̃ is e^0 = 1
+  exactly and the others are e^{d} with d a difference of exponents, so the quotient keeps the accuracy of the
+  original where that did not overflow (e^{λ − LSE} would lose a few units in the last place of |λ|: 2e-13 at
+  λ₁ = λ₂ = 1e4).
 
 Nothing else changes: a sum of exponentials not under a logarithm nor in a denominator (e^λ itself, a Poisson's A,
 which is inf where e^λ is), sums whose exponents are numbers, a sum under a logarithm that is positive only where its
 exponentials are bounded (:func:`bounded_where_positive`), and exponents that already hold this lowering's max, LSE or
 softplus (so that a rewritten node is never rewritten again).  The value is the same function of the symbols in exact
-arithmetic; in floating point E loses what its terms' rounding loses (a relative error of a few units in the last
-place of |λ| in e^{E}).  Each target prints logaddexp with its own function (numpy ``numpy.logaddexp``, jax
-``jnp.logaddexp``, torch ``torch.logaddexp``, Triton and the host max + log1p(exp(−|x − y|))) and max as its
-two-argument maximum (``Max``, :class:`codegen.printing.HostConditionalMixin`).
+arithmetic.  Each target prints logaddexp with its own function (numpy ``numpy.logaddexp``, jax ``jnp.logaddexp``,
+torch ``torch.logaddexp``, Triton and the host max + log1p(exp(−|x − y|))) and max as its two-argument maximum
+(``Max``, :class:`codegen.printing.HostConditionalMixin`; torch's elementwise printer takes a number in it as
+``torch.clamp``'s bound, as torch.maximum takes tensors only).
 """
 from __future__ import annotations
 
@@ -224,8 +227,6 @@ def _quotient(node):
             exponent += f[1]
         elif f[0] == "other":
             rest.append(f[1])
-        elif _is_positive(f[1]):
-            exponent += f[2] * log_sum_exp(f[1])
         else:
             m = largest_exponent(f[1])
             exponent += f[2] * m
