@@ -276,3 +276,22 @@ def test_torch_max_and_min_with_a_number():
         text = ElementwisePrinter().doprint(expr)
         assert "torch.clamp" in text
         assert eval(text, {"torch": torch, "x": t}).tolist() == want      # noqa: S307 -- the printer's output
+
+
+@pytest.mark.parametrize("name, points", [("bernoulli_logit", [(1e3,), (-1e4,)]), ("binomial", [(1e3,), (-1e3,)]),
+                                          ("categorical", [(1e3, -1e3), (1e4, 1e4)]),
+                                          ("continuous_bernoulli", [(1e3,), (-1e3,)])])
+def test_jax_derivatives_of_the_lowered_forms_are_finite(name, points, x64):
+    """jax.grad of the printed A is the printed μ and jax.jacfwd of μ the printed F at extreme λ: no inf/inf in the
+    derivatives either (the normalized quotients' exponentials are at most e^0)."""
+    import jax
+    import jax.numpy as jnp
+    _, _, m = _module(name, "jax")
+    for lam in points:
+        at = jnp.array(lam)
+        grad = jax.grad(lambda v: jnp.sum(m.log_partition(v)))(at)
+        jac = jax.jacfwd(m.expectation_parameters)(at)
+        assert np.all(np.isfinite(grad)) and np.all(np.isfinite(jac)), (lam, grad, jac)
+        # jax differentiates logaddexp(x, y) as e^{x − logaddexp(x, y)}: a few units in the last place of |λ|
+        assert _rel(grad, m.expectation_parameters(at)) < 1e-15 * max(abs(v) for v in lam), lam
+        np.testing.assert_allclose(np.asarray(jac), np.asarray(m.fisher_information(at)), rtol=1e-13, atol=1e-300)
