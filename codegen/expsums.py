@@ -163,7 +163,20 @@ def largest_exponent(terms):
                 break
         else:
             keep.append(a)
+    keep = _extreme_multiples(keep)
     return keep[0] if len(keep) == 1 else sp.Max(*keep)
+
+
+def _extreme_multiples(exponents):
+    """Exponents k·u of one expression u with number factors k (0 among them: k = 0) have their largest at the
+    smallest or the largest k (max_k k·u = max(k_min·u, k_max·u)): only those two are kept, in the given order."""
+    split = [(sp.Integer(0), None) if a == 0 else a.as_coeff_Mul() for a in exponents]
+    bases = {u for _, u in split if u is not None}
+    if len(exponents) <= 2 or len(bases) != 1 or not all(k.is_real for k, _ in split):
+        return exponents
+    ks = [k for k, _ in split]
+    lo, hi = ks.index(min(ks)), ks.index(max(ks))
+    return [a for i, a in enumerate(exponents) if i in (lo, hi)]
 
 
 def _scaled(terms, m):

@@ -62,6 +62,9 @@ def test_quotients_are_normalized_by_the_largest_exponent():
     assert stable_exp_sums(E(x) / (E(x) + E(-x))) == E(x - mx) / (E(x - mx) + E(-x - mx))
     m2 = sp.Max(0, 2 * x)
     assert stable_exp_sums(1 / (E(2 * x) + 1)) == E(-m2) / (E(2 * x - m2) + E(-m2))
+    # multiples k·x of one exponent: the largest is at the extreme k, max(0, x, 2x) = max(0, 2x)
+    assert stable_exp_sums(10 * E(x) / (E(2 * x) + 2 * E(x) + 1)) == \
+        10 * E(x - m2) / (E(2 * x - m2) + 2 * E(x - m2) + E(-m2))
     # exponents that differ by a number share their largest: e^{x+1} + e^{x} is normalized by x + 1
     assert stable_exp_sums(E(x) / (E(x + 1) + E(x))) == E(-1) / (1 + E(-1))
     # the numerator's sums are normalized too: (e^y + 1)e^x/(e^x + e^y + 1)^2 has e^{x + max(0, y) − 2 max(0, x, y)}
