@@ -245,3 +245,23 @@ def _quotient(node):
             exponent += f[2] * m
             rest.append(_scaled(f[1], m) ** f[2])
     return sp.exp(exponent) * sp.Mul(*rest)
+
+
+def print_order(add, terms):
+    """The order a printer writes the terms of a sum in (``terms``, the printer's own order) for a sum this lowering
+    normalized: that of the sum it came from, each largest exponent M set to 0 (e^{a − M} → e^{a}), so that where
+    M = 0 at run time the printed operations are the original's, in the original's order, and give its values bit
+    for bit (a sum that cancels, the continuous Bernoulli's F next to λ = 0, keeps its rounding).  Any other sum, or
+    one whose terms would not come back distinct, keeps the printer's order."""
+    if not isinstance(add, sp.Add) or not any(isinstance(e, sp.exp) and e.args[0].has(sp.Max)
+                                              for e in add.atoms(sp.exp)):
+        return terms
+    zero = {m: sp.Integer(0) for m in add.atoms(sp.Max)}
+    originals = [t.xreplace(zero) for t in terms]
+    if len(set(originals)) != len(originals):
+        return terms
+    order = sp.Add(*originals).as_ordered_terms()
+    if set(order) != set(originals):
+        return terms
+    rank = {o: i for i, o in enumerate(order)}
+    return [t for _, t in sorted(zip(originals, terms), key=lambda p: rank[p[0]])]

@@ -15,7 +15,7 @@ import sympy as sp
 from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from sympy.printing.pycode import PythonCodePrinter
 
-from blr_derive.codegen.expsums import stable_exp_sums
+from blr_derive.codegen.expsums import print_order, stable_exp_sums
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.scaled import ORIGINAL_NAMES, scaled_bessel
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
@@ -55,6 +55,11 @@ class HostConditionalMixin:
         exponentials as log-sum-exps and quotients of such sums normalized by their largest exponent
         (:func:`codegen.expsums.stable_exp_sums`), so that no target overflows where the value is finite."""
         return super().doprint(stable_exp_sums(scaled_bessel(expr)), assign_to)      # type: ignore[misc]
+
+    def _as_ordered_terms(self, expr, order=None):
+        """A sum's terms in the printer's order, or, for a sum the exponential-sum lowering normalized, in the order of
+        the sum it came from (:func:`codegen.expsums.print_order`)."""
+        return print_order(expr, super()._as_ordered_terms(expr, order=order))      # type: ignore[misc]
 
     def _print_Symbol(self, expr):
         return identifier(expr.name)
