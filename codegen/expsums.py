@@ -40,7 +40,8 @@ Nothing else changes: a sum of exponentials not under a logarithm nor in a denom
 which is inf where e^λ is), sums whose exponents are numbers, a sum under a logarithm that is positive only where its
 exponentials are bounded (:func:`bounded_where_positive`), and exponents that already hold this lowering's max, LSE or
 softplus (so that a rewritten node is never rewritten again).  The value is the same function of the symbols in exact
-arithmetic.  Each target prints logaddexp with its own function (numpy ``numpy.logaddexp``, jax ``jnp.logaddexp``,
+arithmetic, and where the largest exponent is 0 at run time the same doubles: a normalized sum prints its terms in
+the original sum's order (:func:`print_order`).  Each target prints logaddexp with its own function (numpy ``numpy.logaddexp``, jax ``jnp.logaddexp``,
 torch ``torch.logaddexp``, Triton and the host max + log1p(exp(−|x − y|))) and max as its two-argument maximum
 (``Max``, :class:`codegen.printing.HostConditionalMixin`; torch's elementwise printer takes a number in it as
 ``torch.clamp``'s bound, as torch.maximum takes tensors only).
