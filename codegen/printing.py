@@ -15,6 +15,7 @@ import sympy as sp
 from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from sympy.printing.pycode import PythonCodePrinter
 
+from blr_derive.codegen.expsums import print_order, stable_exp_sums
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.scaled import ORIGINAL_NAMES, scaled_bessel
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
@@ -49,10 +50,16 @@ class HostConditionalMixin:
     parenthesize: Callable[..., str]
 
     def doprint(self, expr, assign_to=None):
-        """The printer's text of ``expr`` after the lowering every target applies first: Bessel functions as their
-        exponentially scaled functions (:func:`codegen.scaled.scaled_bessel`), so that no target overflows where the
-        value is finite."""
-        return super().doprint(scaled_bessel(expr), assign_to)      # type: ignore[misc]
+        """The printer's text of ``expr`` after the lowerings every target applies first: Bessel functions as their
+        exponentially scaled functions (:func:`codegen.scaled.scaled_bessel`), then logarithms of sums of
+        exponentials as log-sum-exps and quotients of such sums normalized by their largest exponent
+        (:func:`codegen.expsums.stable_exp_sums`), so that no target overflows where the value is finite."""
+        return super().doprint(stable_exp_sums(scaled_bessel(expr)), assign_to)      # type: ignore[misc]
+
+    def _as_ordered_terms(self, expr, order=None):
+        """A sum's terms in the printer's order, or, for a sum the exponential-sum lowering normalized, in the order of
+        the sum it came from (:func:`codegen.expsums.print_order`)."""
+        return print_order(expr, super()._as_ordered_terms(expr, order=order))      # type: ignore[misc]
 
     def _print_Symbol(self, expr):
         return identifier(expr.name)
@@ -128,6 +135,15 @@ class HostPrinter(HostConditionalMixin, PythonCodePrinter):
 
     def _print_Symbol(self, expr):
         return identifier(expr.name)
+
+    def _print_softplus(self, expr):
+        x = self._print(expr.args[0])
+        return f"(max({x}, 0) + math.log1p(math.exp(-abs({x}))))"
+
+    def _print_logaddexp(self, expr):
+        """log(e^x + e^y) = max(x, y) + log1p(e^{-|x - y|}) of the exponential-sum lowering (codegen/expsums.py)."""
+        x, y = (self._print(a) for a in expr.args)
+        return f"(max({x}, {y}) + math.log1p(math.exp(-abs({x} - ({y})))))"
 
     def _print_factorial(self, expr):
         # x! of a real hyperparameter is Γ(x + 1), as numpy's scipy.special.factorial computes it (math.factorial

@@ -79,6 +79,33 @@ class ElementwisePrinter(KernelPrinter):
         x = self._print(expr.args[0])
         return f"torch.logaddexp(torch.zeros_like({x}), {x})"
 
+    def _print_Max(self, expr):
+        """max of tensors by torch.maximum, a number among them as torch.clamp's bound (torch.maximum takes tensors
+        only): the largest exponent of the exponential-sum lowering, max(0, x) (codegen/expsums.py)."""
+        return self._clamped(expr, "min", max)
+
+    def _print_Min(self, expr):
+        return self._clamped(expr, "max", min)
+
+    def _clamped(self, expr, bound, pick):
+        numbers = [a for a in expr.args if a.is_Number]
+        tensors = [a for a in expr.args if not a.is_Number]
+        if not tensors:
+            return self._print(pick(numbers))
+        out = self._fold_binary(self.MAXIMUM if pick is max else self.MINIMUM, tensors)
+        return f"torch.clamp({out}, {bound}={self._print(pick(numbers))})" if numbers else out
+
+    def _print_logaddexp(self, expr):
+        """log(e^x + e^y) of the exponential-sum lowering (codegen/expsums.py); a number among the two is a tensor
+        like the other (torch.logaddexp takes tensors only)."""
+        x, y = expr.args
+        if x.is_Number and y.is_Number:
+            raise CodegenError("logaddexp of numbers only: nothing to compute elementwise")
+        px, py = self._print(x), self._print(y)
+        px = f"torch.full_like({py}, {px})" if x.is_Number else px
+        py = f"torch.full_like({px}, {py})" if y.is_Number else py
+        return f"torch.logaddexp({px}, {py})"
+
     def _print_xlogy(self, expr):
         return f"torch.special.xlogy({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 

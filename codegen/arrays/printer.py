@@ -273,6 +273,10 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
     def _print_softplus(self, expr):
         return f"numpy.logaddexp(0, {self._print(expr.args[0])})"
 
+    def _print_logaddexp(self, expr):
+        """log(e^x + e^y) of the exponential-sum lowering (codegen/expsums.py)."""
+        return f"numpy.logaddexp({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
     NAN_WHERE = "numpy.where({test}, {x}, numpy.nan)"
     WHERE = "numpy.where({test}, {a}, {b})"
 

@@ -136,13 +136,13 @@ def natural_parameters(lam):
 def log_partition(lam):
     """A(λ)."""
     lambda1, = numpy.asarray(lam, dtype=float)
-    return float(numpy.log(numpy.exp(lambda1) + numpy.exp(-lambda1)))
+    return float(numpy.logaddexp(-lambda1, lambda1))
 
 
 def expectation_parameters(lam):
     """μ = ∇A(λ)."""
     lambda1, = numpy.asarray(lam, dtype=float)
-    return numpy.array([-1/(numpy.exp(2*lambda1) + 1) + numpy.exp(lambda1)/(numpy.exp(lambda1) + numpy.exp(-lambda1))], dtype=float)
+    return numpy.array([-numpy.exp(-numpy.maximum(0, 2*lambda1))/(numpy.exp(2*lambda1 - numpy.maximum(0, 2*lambda1)) + numpy.exp(-numpy.maximum(0, 2*lambda1))) + numpy.exp(lambda1 - numpy.maximum(lambda1, -lambda1))/(numpy.exp(lambda1 - numpy.maximum(lambda1, -lambda1)) + numpy.exp(-lambda1 - numpy.maximum(lambda1, -lambda1)))], dtype=float)
 
 
 def fisher_information(lam):

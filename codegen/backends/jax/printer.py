@@ -154,6 +154,10 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
     def _print_softplus(self, expr):
         return f"jnp.logaddexp(0.0, {self._print(expr.args[0])})"
 
+    def _print_logaddexp(self, expr):
+        """log(e^x + e^y) of the exponential-sum lowering (codegen/expsums.py)."""
+        return f"jnp.logaddexp({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
     def _print_Heaviside(self, expr):
         # sympy's Heaviside(x, H0) is H0 at x = 0 (1/2 when H0 is not given), numpy.heaviside's second argument:
         # the same text as the numpy target prints (codegen/arrays/printer.py)

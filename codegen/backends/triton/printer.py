@@ -208,6 +208,12 @@ class TritonPrinter(KernelPrinter):
         self.helpers.add("_log1p")
         return f"(tl.maximum({x}, 0.0) + _log1p(tl.exp(-tl.abs({x}))))"
 
+    def _print_logaddexp(self, expr):
+        """log(e^x + e^y) = max(x, y) + log1p(e^{-|x - y|}) of the exponential-sum lowering (codegen/expsums.py)."""
+        x, y = (self._print(a) for a in expr.args)
+        self.helpers.add("_log1p")
+        return f"(tl.maximum({x}, {y}) + _log1p(tl.exp(-tl.abs({x} - ({y})))))"
+
     def _print_xlogy(self, expr):
         x, y = (self._print(a) for a in expr.args)
         return f"tl.where({x} == 0, 0.0, {x}*tl.log({y}))"

@@ -1,6 +1,7 @@
 """tests/hunt_findings.py's BEYOND_HUNT: each listed generated-module value at an extreme parameter point is still not
 finite or wrong (relative error above 1e-6 of the largest entry) against the engine's 30-digit form (the check's
-SymbolicRecord), so that a fix fails here and removes its entry."""
+SymbolicRecord), so that a fix fails here and removes its entry; each entry of BEYOND_HUNT_FIXED (removed from it by a
+fix) is finite and equal to that form within 1e-13."""
 import types
 
 import numpy as np
@@ -11,14 +12,17 @@ from blr_derive.families.library import load_family
 from blr_derive.ir.build import family_ir
 from blr_derive.verify.hunt import SymbolicRecord
 
-from hunt_findings import BEYOND_HUNT  # noqa: E402
+from hunt_findings import BEYOND_HUNT, BEYOND_HUNT_FIXED  # noqa: E402
 
 CASES = [(name, fn, point, what) for name, rows in BEYOND_HUNT.items() for fn, point, what in rows]
 KEYS = {"log_partition": "A", "expectation_parameters": "mu", "fisher_information": "F"}
 
 
-@pytest.mark.parametrize("name, fn, point, what", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_listed_extreme_point_is_still_wrong(name, fn, point, what):
+FIXED = [(name, fn, point) for name, rows in BEYOND_HUNT_FIXED.items() for fn, point in rows]
+
+
+def _values(name, fn, point):
+    """The numpy module's value of ``fn`` at ``point`` and the engine's 30-digit form's (finite: an ordinary number)."""
     fam = load_family(name)
     mod = types.ModuleType(f"_beyond_{name}")
     exec(compile(emit(family_ir(fam, fam.name), "numpy"), name, "exec"), mod.__dict__)
@@ -29,7 +33,20 @@ def test_listed_extreme_point_is_still_wrong(name, fn, point, what):
     assert np.all(np.isfinite(want))                       # the quantity is an ordinary number there
     with np.errstate(all="ignore"):
         got = np.ravel(np.asarray(getattr(mod, fn)(lam), dtype=float))
+    return got, want
+
+
+@pytest.mark.parametrize("name, fn, point, what", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_listed_extreme_point_is_still_wrong(name, fn, point, what):
+    got, want = _values(name, fn, point)
     if what in ("inf", "nan"):
         assert not np.all(np.isfinite(got)), (name, fn, got, want)
     else:
         assert np.max(np.abs(got - want)) / np.max(np.abs(want)) > 1e-6, (name, fn, got, want)
+
+
+@pytest.mark.parametrize("name, fn, point", FIXED, ids=[f"{c[0]}-{c[1]}-{list(c[2].values())}" for c in FIXED])
+def test_fixed_extreme_point_is_right(name, fn, point):
+    got, want = _values(name, fn, point)
+    assert np.all(np.isfinite(got)), (name, fn, got, want)
+    assert np.max(np.abs(got - want)) <= 1e-13 * np.max(np.abs(want)), (name, fn, got, want)
