@@ -203,11 +203,12 @@ def test_jax_names_that_would_shadow_the_optax_modules_classes_are_refused(tmp_p
 def test_an_update_that_reads_no_gradient_moves_every_parameter_and_refuses_maximize():
     """An explicit loss with exact expectations: the torch step skipped parameters whose .grad was None (all of
     them, since nothing computes one) and ignored maximize=True.  Now every parameter moves, as the numpy step
-    does, and maximize is refused (the recipe's loss is what to negate)."""
+    does, and maximize is refused (the recipe's loss is what to negate).  The quartic is convex (a ≥ 0), so its
+    precision stays positive for ρ ≤ 1 and torch generates it (a non-convex one is refused: test_domain_checks.py)."""
     text = """name: quartic_exact
 class_name: Quartic
 family: gaussian_diag
-loss: 0.25*(theta**2 - a)**2 + b*theta
+loss: 0.25*(theta**2 + a)**2 + b*theta
 hyperparameters: {rho: 0.2, a: 1.0, b: 0.1}
 state_init: {s: 1.0}
 approximations: [exact]
