@@ -126,6 +126,10 @@ def _others(ir, target, mean, parameter):
         reads = {str(s) for s in parameter.free_symbols}
         others = [dataclasses.replace(v, init_state="param") if v.init is None and v.family and v.name in reads
                   else v for v in ir.state]
+        # a state that starts as a copy of one that starts as the tensor given (natural_momentum's previous
+        # parameters, mu_prev = mu under `parameter: mu`) starts as that tensor too
+        copies = {v.name for v in others if v.init_state == "param"}
+        others = [dataclasses.replace(v, init_state="param") if v.init_state in copies else v for v in others]
     else:
         others = [v for v in ir.state if v.name != mean]
     for v in others:

@@ -225,3 +225,54 @@ approximations: [exact]
     assert not np.allclose(st["m"], [0.5, -1.0, 2.0])
     with pytest.raises(ValueError, match="maximize=True has no effect: the update reads no gradient"):
         cls([p], maximize=True)
+
+
+# the Gamma by its shape k and mean mu (docs/tutorial-own-family.md) under natural_momentum, the torch parameter
+# holding mu: the previous mean mu_prev starts as a copy of mu, which starts as the tensor given
+GAMMA_MEAN_MOMENTUM = """name: {name}
+family:
+  name: gamma_mean
+  variable: theta
+  support: positive
+  parameters:
+    k: {{domain: positive}}
+    mu: {{domain: positive}}
+  sufficient_statistics: [log(theta), theta]
+  natural_parameters: [k - 1, -k/mu]
+loss: (n + b0)*theta - (c + a0 - 1)*log(theta)
+parameter: mu
+state_init: {{k: 1.0, k_prev: 1.0}}
+approximations:
+  - exact
+  - natural_momentum: {{momentum: gam}}
+hyperparameters:
+  rho: {{default: 0.3}}
+  gam: {{default: 0.5}}
+  a0: {{default: 2.0}}
+  b0: {{default: 1.0}}
+  n: {{default: 10.0}}
+  c: {{default: 37.0}}
+"""
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_a_state_copying_the_state_the_parameter_holds_starts_as_the_tensor_given(target):
+    """`state 'mu_prev' starts as a copy of 'mu'; the torch target can only copy the parameters themselves`: mu is
+    what the parameter holds (`parameter: mu`), so mu_prev starts as the tensor too.  Six steps against Eq. 80
+    iterated by hand in λ = (k − 1, −k/μ): λ ← (1 − ρ)λ + ρλ* + γ(λ − λ_prev), λ* = (c + a0 − 1, −(n + b0))."""
+    rho, gam, a0, b0, n, c = 0.3, 0.5, 2.0, 1.0, 10.0, 37.0
+    mu0 = np.array([2.5, 0.4, 7.0])
+    lam = prev = np.stack([np.ones(3) - 1, -1 / mu0])
+    star = np.array([[c + a0 - 1], [-(n + b0)]])
+    for _ in range(6):
+        lam, prev = (1 - rho) * lam + rho * star + gam * (lam - prev), lam
+    k_want, mu_want = lam[0] + 1, -(lam[0] + 1) / lam[1]
+    tm = api.derive(GAMMA_MEAN_MOMENTUM.format(name=f"gm_momentum_{target}")).compile(target)
+    dtype, tol = (torch.float64, 1e-12) if target == "torch" else (torch.float32, 1e-5)     # Triton: float32 only
+    w = torch.nn.Parameter(torch.tensor(mu0, dtype=dtype))
+    opt = _optimizer(tm)([w])
+    for _ in range(6):
+        w.grad = torch.zeros_like(w)
+        opt.step()
+    assert np.max(np.abs(w.detach().double().numpy() - mu_want) / mu_want) < tol
+    assert np.max(np.abs(opt.state[w]["k"].double().numpy() - k_want) / k_want) < tol
