@@ -84,7 +84,7 @@ PEER_DOC = [
     ("counts_steps", "no", "`true`: keep a per-parameter `step` even where the update does not read it"),
     ("validate", "no", "a list of `{require: CONDITION, message: TEXT}` checked by the constructor "
                        "(`ValueError(TEXT)`; `{name}` in TEXT shows a hyperparameter's value); without it, numeric "
-                       "hyperparameters must not be negative"),
+                       "hyperparameters must not be negative, except one whose declared default is negative"),
     ("switches", "no", "`{positional: [...], keyword: [...]}`: torch's maximize, foreach, capturable, differentiable, "
                        "fused, placed as the peer's constructor has them"),
     ("group_entries", "no", "`{name: true}`: constant param-group entries (AdamW's `decoupled_weight_decay`)"),
