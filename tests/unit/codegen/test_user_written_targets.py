@@ -276,3 +276,50 @@ def test_a_state_copying_the_state_the_parameter_holds_starts_as_the_tensor_give
         opt.step()
     assert np.max(np.abs(w.detach().double().numpy() - mu_want) / mu_want) < tol
     assert np.max(np.abs(opt.state[w]["k"].double().numpy() - k_want) / k_want) < tol
+
+
+# an exponential rate with a prior Exp(rate 2) in the family: λ0 = −2 is the prior's natural parameter
+EXPONENTIAL_PRIOR = """name: {name}
+family: exponential
+loss: c*theta
+parameter: r
+approximations:
+  - exact
+  - family_prior: {{lambda1: lam0}}
+hyperparameters:
+  rho: {{default: 0.4}}
+  lam0: {{default: -2.0}}
+  c: {{default: 3.0}}
+"""
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_a_hyperparameter_with_a_negative_default_is_accepted_by_the_constructor(target):
+    """Without `peer: validate` every number had to be non-negative, so the optimizer refused its own default
+    (`ValueError: Invalid lam0: -2.0`); a negative default says a negative value means something.  The step is the
+    conjugate one, r ← (1 − ρ)r + ρ(c − λ0) (Eq. 6 with ∇_μE[cθ] = c, λ = −r, the prior's −λ0 from Eq. 1), and the
+    other hyperparameters are still checked."""
+    tm = api.derive(EXPONENTIAL_PRIOR.format(name=f"exp_prior_{target}")).compile(target)
+    cls = _optimizer(tm)
+    r0 = np.array([0.5, 1.0, 4.0])
+    for kw, (rho, lam0, c) in (({}, (0.4, -2.0, 3.0)), ({"lam0": -0.25, "rho": 0.9}, (0.9, -0.25, 3.0))):
+        w = torch.nn.Parameter(torch.tensor(r0, dtype=torch.float32))
+        opt = cls([w], **kw)
+        w.grad = torch.zeros_like(w)
+        opt.step()
+        want = (1 - rho) * r0 + rho * (c - lam0)
+        assert np.max(np.abs(w.detach().double().numpy() - want) / want) < 1e-6
+    with pytest.raises(ValueError, match="Invalid rho: -0.5"):
+        cls([torch.nn.Parameter(torch.ones(2))], rho=-0.5)
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_the_refusal_of_an_explicit_losss_data_names_what_works(target):
+    """It said `data 'c' needs a default`, and a default on an explicit loss's data is refused (`a default is for
+    the data of an abstract loss`); it now names the hyperparameter that the test above shows to work."""
+    from blr_derive.core.errors import UnsupportedTarget
+    text = EXPONENTIAL_PRIOR.format(name=f"exp_data_{target}").replace(
+        "loss: c*theta", "loss: {expression: c*theta, data: {c: {}}}").replace("  c: {default: 3.0}\n", "")
+    with pytest.raises(UnsupportedTarget) as err:
+        api.derive(text).compile(target)
+    assert "data 'c' has none" in str(err.value) and "({c: {default: 1.0}} under hyperparameters)" in str(err.value)
