@@ -72,7 +72,8 @@ HP_DOC = [
     ("keyword_only", "no", "`true`: after `*` in the torch constructor"),
 ]
 DATA_DOC = [
-    ("shape", "yes", "`[]` scalar, `[N]` vector, `[N, P]` matrix (dimension names; the family's own is `P`)"),
+    ("shape", "no", "default `[]`: `[]` scalar, `[N]` vector, `[N, P]` matrix (dimension names; the family's own "
+              "is `P`)"),
     ("description", "no", "one line of text"),
     ("symmetric", "no", "`true` for a symmetric (covariance-like) matrix"),
     ("default", "no", "abstract losses only: the value, an expression of hyperparameters, a target that keeps the "
