@@ -50,7 +50,10 @@ def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False
             no(f"keeps data as per-parameter state of the parameter's shape; data '{d.name}' has its own shape "
                "(declare it with shape [])", "loss")
         if d.init is None:
-            no(f"keeps data as per-parameter state; data '{d.name}' needs a default (its value until it is set)",
+            # only an abstract loss's data may declare a default (spec/hyper.py): say what works for either kind
+            no(f"keeps data as per-parameter state from a default, which only an abstract loss's data declare "
+               f"({{{d.name}: {{shape: [], default: 1.0}}}} under loss: data); data '{d.name}' has none: the data of an "
+               f"explicit loss can be a hyperparameter instead ({{{d.name}: {{default: 1.0}}}} under hyperparameters)",
                "loss")
     for c in ir.oracle_calls:
         if (str(c.argument) != ir.mean) if ir.mean is not None else (c.argument != ir.parameter):
@@ -128,6 +131,10 @@ def _others(ir, target, mean, parameter):
         reads = {str(s) for s in parameter.free_symbols}
         others = [dataclasses.replace(v, init_state="param") if v.init is None and v.family and v.name in reads
                   else v for v in ir.state]
+        # a state that starts as a copy of one that starts as the tensor given (natural_momentum's previous
+        # parameters, mu_prev = mu under `parameter: mu`) starts as that tensor too
+        copies = {v.name for v in others if v.init_state == "param"}
+        others = [dataclasses.replace(v, init_state="param") if v.init_state in copies else v for v in others]
     else:
         others = [v for v in ir.state if v.name != mean]
     for v in others:

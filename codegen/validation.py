@@ -10,7 +10,8 @@ in the recipe's order:
 * a choice is one of its choices;
 
 then the recipe's ``peer: validate`` checks in the recipe's order (``ValueError(message)``), or, for a recipe
-without that list, the default: every number and every tuple element is not negative.  A check holds only when
+without that list, the default: every number and every tuple element is not negative, unless its declared default
+is negative.  A check holds only when
 its condition is true, so a NaN fails every comparison.  The targets differ only in what a number may be: a
 torch optimizer also takes a one-element tensor (``_number`` reads it; a tuple mixes no numbers and tensors, as
 torch.optim's Adam requires), and the jax factory skips a check whose numbers are traced (``jax.jit``,
@@ -73,16 +74,25 @@ class CheckPrinter(HostConditionalMixin, PythonCodePrinter):
                                f"'{what}'; write the condition without it") from None
 
 
+def _negative(value) -> bool:
+    """Whether a declared default is a negative number."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
+
+
 def _default_checks(hypers):
     """Without ``peer: validate``: every number and every tuple element is not negative (the messages the torch
-    target has always given)."""
+    target has always given), except one whose declared default is negative: the recipe says a negative value
+    means something there (a prior's natural parameter), and its optimizer must accept its own defaults."""
     out = []
     for h in hypers:
-        if h.kind in NUMERIC:
+        if h.kind in NUMERIC and not _negative(h.default):
             out.append((sp.Ge(sp.Symbol(h.name, real=True), 0, evaluate=False),
                         (("text", f"Invalid {h.name}: "), ("str", h.name))))
         elif h.kind == "tuple":
+            defaults = h.default if isinstance(h.default, (list, tuple)) else ()
             for i, s in enumerate(h.symbols):
+                if i < len(defaults) and _negative(defaults[i]):
+                    continue
                 out.append((sp.Ge(sp.Symbol(str(s), real=True), 0, evaluate=False),
                             (("text", f"Invalid {h.name} value at index {i}: "), ("str", str(s)))))
     return out

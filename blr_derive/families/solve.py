@@ -69,10 +69,26 @@ def _beyond_radicals(eqs, unknown) -> int | None:
     return None
 
 
+def _cancelled(e, unknown):
+    """``e`` with numerator and denominator cancelled (sp.cancel) when it is a rational function of the unknowns
+    and that makes it shorter, else ``e`` as it is."""
+    if not e.is_rational_function(*unknown):
+        return e
+    c = sp.cancel(e)
+    return c if sp.count_ops(c) < sp.count_ops(e) else e
+
+
 def solve_blocks(exprs, targets, unknown_params, symmetric, fam=None, what=None):
     unknown = [p.symbol for p in unknown_params]
     if all(not is_mat(u) for u in unknown) and all(not is_mat(e) for e in exprs):
-        eqs = [sp.Eq(e, t) for e, t in zip(exprs, targets)]
+        # log(a) = t is a = e^t (log is one-to-one on the reals): a categorical's logits log(p_k/(1 − Σ_j p_j)) = λ_k
+        # become p_k = e^{λ_k}(1 − Σ_j p_j), a linear system that sympy solves at once (the logarithms took it
+        # 12 s at K = 9 and more than SOLVE_SECONDS from K = 10, though the docs allow K = 16)
+        # a rational μ(p) is cancelled first where that shortens it: the categorical's derived μ_k, p_k/((1 − Σp)(Σ_j
+        # p_j/(1 − Σp) + 1)), is p_k, which sympy's solve did not see within SOLVE_SECONDS from K = 12 (the map
+        # fell back to Newton's method)
+        eqs = [sp.Eq(e.args[0], sp.exp(t)) if isinstance(e, sp.log) else sp.Eq(_cancelled(e, unknown), t)
+               for e, t in zip(exprs, targets)]
         degree = _beyond_radicals(eqs, unknown)
         if degree is not None:
             raise DerivationError(f"no closed form: the equations are polynomials of degree {degree} in the "

@@ -72,7 +72,8 @@ HP_DOC = [
     ("keyword_only", "no", "`true`: after `*` in the torch constructor"),
 ]
 DATA_DOC = [
-    ("shape", "yes", "`[]` scalar, `[N]` vector, `[N, P]` matrix (dimension names; the family's own is `P`)"),
+    ("shape", "no", "default `[]`: `[]` scalar, `[N]` vector, `[N, P]` matrix (dimension names; the family's own "
+              "is `P`)"),
     ("description", "no", "one line of text"),
     ("symmetric", "no", "`true` for a symmetric (covariance-like) matrix"),
     ("default", "no", "abstract losses only: the value, an expression of hyperparameters, a target that keeps the "
@@ -84,7 +85,7 @@ PEER_DOC = [
     ("counts_steps", "no", "`true`: keep a per-parameter `step` even where the update does not read it"),
     ("validate", "no", "a list of `{require: CONDITION, message: TEXT}` checked by the constructor "
                        "(`ValueError(TEXT)`; `{name}` in TEXT shows a hyperparameter's value); without it, numeric "
-                       "hyperparameters must not be negative"),
+                       "hyperparameters must not be negative, except one whose declared default is negative"),
     ("switches", "no", "`{positional: [...], keyword: [...]}`: torch's maximize, foreach, capturable, differentiable, "
                        "fused, placed as the peer's constructor has them"),
     ("group_entries", "no", "`{name: true}`: constant param-group entries (AdamW's `decoupled_weight_decay`)"),

@@ -74,6 +74,25 @@ def _expr(text, container, key, allowed, what, file):
     return parse_at(text, allowed, container, key, file, what=what)
 
 
+def _statistic(text, T_list, i, tsyms, params, file):
+    """Sufficient statistic i + 1, an expression of the variable alone; one that reads a parameter (a known shape,
+    `log(1 - theta**a)`) is refused with a message that says how to write a known constant there."""
+    what = f"sufficient statistic {i + 1}"
+    try:
+        return _expr(text, T_list, i, tsyms, what, file)
+    except SpecError as original:
+        psyms = {p.name: p.symbol for p in params.values()}
+        try:
+            e = _expr(text, T_list, i, {**tsyms, **psyms}, what, file)
+        except SpecError:
+            raise original from None
+        used = sorted(n for n, sym in psyms.items() if e.has(sym))
+        raise _err(f"{what} reads the parameter '{quote(used[0] if used else '?')}': a sufficient statistic is a "
+                   "function of the variable alone (a fixed parameter may enter base_measure only); a known "
+                   "constant in T is a number, or a size ('sizes: {a: {default: 2, min: 1, max: 8}}' and "
+                   "'theta**{a}', as the weibull family writes its known shape)", T_list, i) from None
+
+
 def _parse_param(pname, pdecl, pspec, dim, file, symmetric) -> Param:
     """One entry of ``parameters``: shape, domain, an optional lower bound, fixed or free."""
     if pdecl is None:
@@ -238,7 +257,7 @@ def parse_family(spec, file=None, sizes: tuple | None = None) -> FamilyDecl:
     fixed_syms = {p.name: p.symbol for p in params.values() if p.fixed}
     psyms = {k: v for k, v in symbols.items() if k not in tsyms or (dim is not None and k == str(dim))}
     # a 1 x 1 product (theta.T*Lambda*theta) is a scalar statistic, with a scalar natural parameter
-    T = [scalarize(_expr(t, T_list, i, tsyms, f"sufficient statistic {i + 1}", file)) for i, t in enumerate(T_list)]
+    T = [scalarize(_statistic(t, T_list, i, tsyms, params, file)) for i, t in enumerate(T_list)]
     eta = [scalarize(_expr(e, eta_list, i, psyms, f"natural parameter {i + 1}", file)) for i, e in enumerate(eta_list)]
 
     def depends(e):

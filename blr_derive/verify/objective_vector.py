@@ -208,6 +208,12 @@ def vector_objective_checks(recipe, D, mod, kind: str, parts=None, points: int =
                       note="the printed loss differs from the symbolic loss at a cubature node")]
     if kind == "exact":
         nodes = f" ({', '.join(raised)} = {RAISED_NODES})" if raised else ""
+        literal = sorted(int(c) for c in counts if isinstance(c, sp.Integer))
+        if literal and worst > tol:
+            # the recipe's own node count is the objective's: the rule's error, not the formula's, may be what fails
+            nodes += (f" (E_q[l] by the recipe's {', '.join(map(str, literal))}-node Gauss-Hermite rule: more "
+                      f"nodes, or nodes as an int hyperparameter, which check raises to {RAISED_NODES}, tell the "
+                      "rule's error from the formula's)")
         return [Check(name, worst, tol, group="codegen", note=f"generated objective(state){nodes} against a {where}"),
                 descent.descent_check(rise)]
     if kind == "delta":

@@ -2548,3 +2548,109 @@ def test_normal_inverse_wishart_user_family_checks_and_gives_the_textbook_poster
     assert out["kappa"] == pytest.approx(kN, rel=1e-14) and out["nu"] == pytest.approx(nu0 + N, rel=1e-14)
     np.testing.assert_allclose(out["m"], (k0 * m0 + N * ybar) / kN, rtol=1e-13)
     np.testing.assert_allclose(out["Psi"], want_Psi, rtol=1e-11)
+
+
+# ------------------------------------------------------------------------------------------
+# Acceptance cases written from the docs alone (hunt, second pass)
+# ------------------------------------------------------------------------------------------
+
+POISSON_REGRESSION_PRIOR = """
+name: poisson_reg_exact_prior
+family: gaussian_full
+loss:
+  expression: sum(exp(X*theta)) - y.T*X*theta + 0.5*delta*theta.T*theta
+  data:
+    X: {shape: [N, P]}
+    y: {shape: [N]}
+approximations: [exact]
+hyperparameters:
+  rho: {default: 0.5}
+  delta: {default: 1.0}
+"""
+
+
+def test_poisson_regression_with_a_gaussian_prior_under_exact_is_eq6_with_log_normal_moments():
+    """`exact` on a full Gaussian with a data sum of exponentials and a ridge term: E[e^{x_nᵀθ}] = e^{x_nᵀm +
+    x_nᵀS⁻¹x_n/2}, so E[∇ℓ] = Xᵀ(E[e^{Xθ}] − y) + δm and E[∇²ℓ] = Xᵀdiag(E[e^{Xθ}])X + δI; S ← (1 − ρ)S + ρE[∇²ℓ],
+    m ← m − ρS_new⁻¹E[∇ℓ] (Eqs. 10-12)."""
+    mod = compiled(POISSON_REGRESSION_PRIOR)
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(7, 3)) * 0.6
+    y = rng.poisson(2.0, size=7).astype(float)
+    m = rng.normal(size=3) * 0.3
+    A = rng.normal(size=(3, 3))
+    S = A @ A.T + 2 * np.eye(3)
+    rho, delta = 0.5, 1.3
+    Ee = np.exp(X @ m + 0.5 * np.einsum("np,pq,nq->n", X, np.linalg.inv(S), X))
+    S_new = (1 - rho) * S + rho * (X.T @ (Ee[:, None] * X) + delta * np.eye(3))
+    m_new = m - rho * np.linalg.solve(S_new, X.T @ (Ee - y) + delta * m)
+    out = mod.step(mod.init(m=m, S=S), data={"X": X, "y": y}, rho=rho, delta=delta)
+    assert rel(out["S"], S_new) < 1e-13 and rel(out["m"], m_new) < 1e-13
+
+
+GAMMA_SQRT_LOG = """
+name: gamma_sqrt_log
+family: gamma
+loss:
+  expression: c*sqrt(theta) - d*log(theta) + e*theta**2
+  data: {c: {}, d: {}, e: {}}
+approximations: [exact]
+hyperparameters:
+  rho: {default: 0.3}
+"""
+
+
+def test_a_gamma_under_a_loss_mixing_sqrt_and_log_is_eq6_by_finite_differences():
+    """E_q[ℓ] = c Γ(α + ½)/(Γ(α)√β) − d(ψ(α) − log β) + e α(α + 1)/β² (textbook Gamma moments), its gradient in
+    μ = (ψ(α) − log β, α/β) through the Jacobian of μ(α, β) and central differences in (α, β); λ = (α − 1, −β)."""
+    a, b, rho, c, d, e = 2.7, 1.9, 0.3, 0.8, 1.7, 0.45
+
+    def expected(a, b):
+        return (c * np.exp(scipy.special.gammaln(a + 0.5) - scipy.special.gammaln(a)) / np.sqrt(b)
+                - d * (scipy.special.digamma(a) - np.log(b)) + e * a * (a + 1) / b**2)
+    h = 1e-5
+    grad_ab = np.array([(expected(a + h, b) - expected(a - h, b)) / (2 * h),
+                        (expected(a, b + h) - expected(a, b - h)) / (2 * h)])
+    J = np.array([[scipy.special.polygamma(1, a), -1 / b], [1 / b, -a / b**2]])      # ∂μ/∂(α, β)
+    lam = (1 - rho) * np.array([a - 1, -b]) - rho * np.linalg.solve(J.T, grad_ab)
+    out = compiled(GAMMA_SQRT_LOG).step({"alpha": np.array([a]), "beta": np.array([b])},
+                                        data={"c": c, "d": d, "e": e}, rho=rho)
+    assert rel(out["alpha"], lam[0] + 1) < 1e-8 and rel(out["beta"], -lam[1]) < 1e-8
+
+
+GOMPERTZ_QUADRATURE = """
+name: gompertz_quadrature
+family: {family}
+loss:
+  expression: w*(theta - 1)**2 + log(1 + theta)
+  data: {{w: {{}}}}
+approximations:
+  - family_prior: {{lambda1: l0}}
+  - quadrature: {{nodes: 129}}
+hyperparameters:
+  l0: {{default: -1.5}}
+  rho: {{default: 0.2}}
+"""
+
+
+def test_quadrature_with_a_family_prior_on_a_users_gompertz_is_eq6_by_scipy_quad():
+    """The corpus Gompertz (growth 2, shape g0; T = e^{2θ}, λ = −g0, A = λ − log(−λ), F = 1/g0²): E_q[log h] has no
+    closed form, so the recipe takes the prior in the family that its refusal names; the natural gradient
+    F⁻¹Cov_q(ℓ, T) of the `quadrature` rule against scipy's quad of the density, g0 ← −((1 − ρ)λ − ρ(∇ − l0))."""
+    from pathlib import Path
+    fam = Path(__file__).parent / "families" / "gompertz_b2.yaml"
+    mod = compiled(GOMPERTZ_QUADRATURE.format(family=fam))
+    rho, l0, w = 0.2, -1.5, 0.7
+
+    def loss(t):
+        return w * (t - 1) ** 2 + np.log1p(t)
+    for g0 in (0.3, 1.0, 4.0):
+        def E(f):
+            return scipy.integrate.quad(lambda t: f(t) * 2 * g0 * np.exp(2 * t + g0 - g0 * np.exp(min(2 * t, 700.0))),
+                                        0, 40, epsabs=1e-14, epsrel=1e-13, limit=400)[0]
+        mu = E(lambda t: np.exp(2 * t))
+        assert abs(mu - (1 + 1 / g0)) < 1e-10
+        g = (E(lambda t: loss(t) * np.exp(2 * t)) - E(loss) * mu) * g0**2
+        want = -((1 - rho) * -g0 - rho * (g - l0))
+        out = mod.step(mod.init(g0=np.array([g0])), data={"w": w}, rho=rho, l0=l0)
+        assert rel(out["g0"], want) < 1e-11

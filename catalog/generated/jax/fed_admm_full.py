@@ -92,8 +92,8 @@ def _array(name, value, dims, oracle=None):
 
 
 def _check_domain(name, value, domain, component, step, hint, where="step"):
-    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0;
-    ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
+    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0 and
+    finite; ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
     numbers them) and the step, instead of returning a state that is no longer a distribution of the family.
     A traced value (under jax.jit) is not checked: a jitted step cannot raise on its values.  CHECK_DOMAINS = False
     switches the checks off."""
@@ -112,11 +112,12 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
         what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
         index = tuple(int(x) for x in jnp.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
     else:
-        ok = a > 0
+        ok = (a > 0) & jnp.isfinite(a)          # NaN is not, nor inf (an overflowed E_q[ℓ]: s = inf, m = NaN)
         if bool(ok.all()):
             return
         index = tuple(int(x) for x in jnp.argwhere(~ok)[0]) if a.ndim else ()
-        what, detail = "positive", f"value {float(a[index] if a.ndim else a):.6g}"
+        what = "finite" if bool(a[index] > 0) else "positive"
+        detail = f"value {float(a[index] if a.ndim else a):.6g}"
         detail += f" at index {index}" if index else ""
     if component == "axis":
         where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
@@ -125,6 +126,8 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
     else:
         where_c = ""
     at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
+    if what == "finite":
+        hint = "its update overflowed (an expectation of the loss or of its derivatives is not finite at this state)"
     raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
                              f"the family; {hint}")
 

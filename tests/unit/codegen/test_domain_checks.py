@@ -337,3 +337,31 @@ def test_a_factor_that_makes_a_precision_negative_is_named(target):
     np.testing.assert_allclose(float(out["theta_m"]), 0.1 * 2.0 / 1.8, rtol=tol)
     with pytest.raises(FloatingPointError, match=r"the new theta_s is not positive \(value -8\).*signs of the factors"):
         mod.step(state, data={"y": y}, c=5.0)
+
+
+OVERFLOW = """\
+name: overflow_exp_{target}
+family: gaussian_diag
+loss: exp(50*theta) - 3*theta
+approximations: [exact]
+hyperparameters:
+  rho: {{default: 0.5}}
+"""
+
+
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
+def test_a_precision_that_overflows_is_named_not_returned(target):
+    """E_q[e^{50θ}] = e^{50m + 1250/s} overflows at m = 20, s = 1: the step returned s = inf and m = NaN (inf/inf)
+    because the positivity check let inf through.  Where it is finite the step is Eq. 6 with the log-normal moments
+    E[∇ℓ] = 50e^{50m + 1250/s} − 3, E[∇²ℓ] = 2500e^{50m + 1250/s}: s ← (1 − ρ)s + ρE[∇²ℓ], m ← m − ρE[∇ℓ]/s_new."""
+    mod = compiled(OVERFLOW.format(target=target), target)
+    m, s, rho = np.array([0.0, -0.1]), np.array([100.0, 40.0]), 0.5
+    e = np.exp(50 * m + 1250 / s)
+    s_new = (1 - rho) * s + rho * 2500 * e
+    m_new = m - rho * (50 * e - 3) / s_new
+    out = mod.step(mod.init(m=m, s=s), rho=rho)
+    tol = 1e-12 if target == "numpy" else 1e-5          # jax computes in float32 unless x64 is enabled
+    assert np.max(np.abs(np.asarray(out["s"]) - s_new) / s_new) < tol
+    assert np.max(np.abs(np.asarray(out["m"]) - m_new) / np.abs(m_new)) < tol
+    with pytest.raises(FloatingPointError, match=r"the new s is not finite \(value inf at index \(1,\)\).*overflowed"):
+        mod.step(mod.init(m=np.array([0.0, 20.0]), s=np.array([100.0, 1.0])), rho=rho)

@@ -65,3 +65,32 @@ def test_a_wrong_entropy_is_caught():
     mod.objective = wrong
     c, _ = vector_objective_checks(r, D, mod, "exact", None, 2)
     assert not c.passed, c.value
+
+
+SMOOTH_ABS = """name: smooth_abs_{tag}
+family: gaussian_full
+loss:
+  expression: sum(softplus(X*theta - y)) + sum(softplus(y - X*theta)) + 0.5*delta*theta.T*theta
+  data: {{X: {{shape: [N, P]}}, y: {{shape: [N]}}}}
+approximations:
+  - gauss_hermite: {{nodes: {nodes}}}
+hyperparameters:
+  rho: {{default: 0.5}}
+  delta: {{default: 0.1}}
+{extra}"""
+
+
+def test_a_literal_node_count_that_fails_says_so_and_a_hyperparameter_count_passes(tmp_path):
+    """A smooth absolute loss (softplus(x − y) + softplus(y − x), kinked at the scale of σ) at 30 nodes: its objective
+    is 2e-7..1e-6 off the cubature at check's random inputs (scipy's quad agrees with the cubature to 1e-14: the rule's
+    error), and the failure named neither; it now names the 30-node rule and what tells the two apart, and with the
+    count as an int hyperparameter (raised to 128) the check passes."""
+    def checked(tag, nodes, extra):
+        path = tmp_path / f"{tag}.yaml"
+        path.write_text(SMOOTH_ABS.format(tag=tag, nodes=nodes, extra=extra), encoding="utf-8")
+        r, D = api.derive_record(str(path))
+        return vector_objective_checks(r, D, api.derive(str(path)).compile("numpy"), "exact", None, 3)[0]
+    c = checked("literal", 30, "")
+    assert not c.passed and "recipe's 30-node Gauss-Hermite rule" in c.note, (c.value, c.note)
+    c = checked("hyper", "nn", "  nn: {default: 30, type: int}\n")
+    assert c.passed and c.value < 1e-10 and "Gauss-Hermite rule" not in c.note, (c.value, c.note)

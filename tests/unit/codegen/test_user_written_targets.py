@@ -226,3 +226,101 @@ approximations: [exact]
     assert not np.allclose(st["m"], [0.5, -1.0, 2.0])
     with pytest.raises(ValueError, match="maximize=True has no effect: the update reads no gradient"):
         cls([p], maximize=True)
+
+
+# the Gamma by its shape k and mean mu (docs/tutorial-own-family.md) under natural_momentum, the torch parameter
+# holding mu: the previous mean mu_prev starts as a copy of mu, which starts as the tensor given
+GAMMA_MEAN_MOMENTUM = """name: {name}
+family:
+  name: gamma_mean
+  variable: theta
+  support: positive
+  parameters:
+    k: {{domain: positive}}
+    mu: {{domain: positive}}
+  sufficient_statistics: [log(theta), theta]
+  natural_parameters: [k - 1, -k/mu]
+loss: (n + b0)*theta - (c + a0 - 1)*log(theta)
+parameter: mu
+state_init: {{k: 1.0, k_prev: 1.0}}
+approximations:
+  - exact
+  - natural_momentum: {{momentum: gam}}
+hyperparameters:
+  rho: {{default: 0.3}}
+  gam: {{default: 0.5}}
+  a0: {{default: 2.0}}
+  b0: {{default: 1.0}}
+  n: {{default: 10.0}}
+  c: {{default: 37.0}}
+"""
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_a_state_copying_the_state_the_parameter_holds_starts_as_the_tensor_given(target):
+    """`state 'mu_prev' starts as a copy of 'mu'; the torch target can only copy the parameters themselves`: mu is
+    what the parameter holds (`parameter: mu`), so mu_prev starts as the tensor too.  Six steps against Eq. 80
+    iterated by hand in λ = (k − 1, −k/μ): λ ← (1 − ρ)λ + ρλ* + γ(λ − λ_prev), λ* = (c + a0 − 1, −(n + b0))."""
+    rho, gam, a0, b0, n, c = 0.3, 0.5, 2.0, 1.0, 10.0, 37.0
+    mu0 = np.array([2.5, 0.4, 7.0])
+    lam = prev = np.stack([np.ones(3) - 1, -1 / mu0])
+    star = np.array([[c + a0 - 1], [-(n + b0)]])
+    for _ in range(6):
+        lam, prev = (1 - rho) * lam + rho * star + gam * (lam - prev), lam
+    k_want, mu_want = lam[0] + 1, -(lam[0] + 1) / lam[1]
+    tm = api.derive(GAMMA_MEAN_MOMENTUM.format(name=f"gm_momentum_{target}")).compile(target)
+    dtype, tol = (torch.float64, 1e-12) if target == "torch" else (torch.float32, 1e-5)     # Triton: float32 only
+    w = torch.nn.Parameter(torch.tensor(mu0, dtype=dtype))
+    opt = _optimizer(tm)([w])
+    for _ in range(6):
+        w.grad = torch.zeros_like(w)
+        opt.step()
+    assert np.max(np.abs(w.detach().double().numpy() - mu_want) / mu_want) < tol
+    assert np.max(np.abs(opt.state[w]["k"].double().numpy() - k_want) / k_want) < tol
+
+
+# an exponential rate with a prior Exp(rate 2) in the family: λ0 = −2 is the prior's natural parameter
+EXPONENTIAL_PRIOR = """name: {name}
+family: exponential
+loss: c*theta
+parameter: r
+approximations:
+  - exact
+  - family_prior: {{lambda1: lam0}}
+hyperparameters:
+  rho: {{default: 0.4}}
+  lam0: {{default: -2.0}}
+  c: {{default: 3.0}}
+"""
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_a_hyperparameter_with_a_negative_default_is_accepted_by_the_constructor(target):
+    """Without `peer: validate` every number had to be non-negative, so the optimizer refused its own default
+    (`ValueError: Invalid lam0: -2.0`); a negative default says a negative value means something.  The step is the
+    conjugate one, r ← (1 − ρ)r + ρ(c − λ0) (Eq. 6 with ∇_μE[cθ] = c, λ = −r, the prior's −λ0 from Eq. 1), and the
+    other hyperparameters are still checked."""
+    tm = api.derive(EXPONENTIAL_PRIOR.format(name=f"exp_prior_{target}")).compile(target)
+    cls = _optimizer(tm)
+    r0 = np.array([0.5, 1.0, 4.0])
+    for kw, (rho, lam0, c) in (({}, (0.4, -2.0, 3.0)), ({"lam0": -0.25, "rho": 0.9}, (0.9, -0.25, 3.0))):
+        w = torch.nn.Parameter(torch.tensor(r0, dtype=torch.float32))
+        opt = cls([w], **kw)
+        w.grad = torch.zeros_like(w)
+        opt.step()
+        want = (1 - rho) * r0 + rho * (c - lam0)
+        assert np.max(np.abs(w.detach().double().numpy() - want) / want) < 1e-6
+    with pytest.raises(ValueError, match="Invalid rho: -0.5"):
+        cls([torch.nn.Parameter(torch.ones(2))], rho=-0.5)
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_the_refusal_of_an_explicit_losss_data_names_what_works(target):
+    """It said `data 'c' needs a default`, and a default on an explicit loss's data is refused (`a default is for
+    the data of an abstract loss`); it now names the hyperparameter that the test above shows to work."""
+    from blr_derive.core.errors import UnsupportedTarget
+    text = EXPONENTIAL_PRIOR.format(name=f"exp_data_{target}").replace(
+        "loss: c*theta", "loss: {expression: c*theta, data: {c: {}}}").replace("  c: {default: 3.0}\n", "")
+    with pytest.raises(UnsupportedTarget) as err:
+        api.derive(text).compile(target)
+    assert "data 'c' has none" in str(err.value) and "({c: {default: 1.0}} under hyperparameters)" in str(err.value)

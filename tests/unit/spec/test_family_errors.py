@@ -147,10 +147,42 @@ def test_theta_not_allowed_in_natural_parameters():
 
 
 def test_parameter_in_sufficient_statistic_rejected():
+    """It said `unknown symbol 'm'` of a declared parameter; it now says what a statistic may read and how a known
+    constant is written there (the test below follows it)."""
     text = UNKNOWN_SYMBOL.replace("- theta**2", "- m*theta**2")
-    with pytest.raises(SpecError, match="unknown symbol 'm'") as ei:
+    with pytest.raises(SpecError, match="sufficient statistic 2 reads the parameter 'm': a sufficient statistic is "
+                                        "a function of the variable alone") as ei:
         build(text)
     assert ei.value.line == line_of(text, "m*theta**2")
+    with pytest.raises(SpecError, match="unknown symbol 'q'"):          # an undeclared name: as before
+        build(UNKNOWN_SYMBOL.replace("- theta**2", "- q*theta**2"))
+
+
+def test_a_known_shape_in_a_statistic_written_as_the_message_says_is_a_kumaraswamy(tmp_path):
+    """Kumaraswamy(a, b) with a known: T = log(1 − θ^a), h = aθ^(a−1), λ = b − 1, written with a size as the message
+    above says; ∫ aθ^(a−1)(1 − θ^a)^(b−1) dθ = 1/b, so A(λ) = −log(λ + 1), and μ = E[log(1 − θ^a)] = −H_b (the
+    harmonic number ψ(b + 1) + γ), here by quadrature."""
+    from blr_derive.families.library import load_family
+    text = textwrap.dedent("""
+        name: kumaraswamy_known_a
+        sizes: {a: {default: 2, min: 1, max: 8}}
+        variable: theta
+        support: unit_interval
+        parameters:
+          b: {domain: positive}
+        sufficient_statistics: ["log(1 - theta**{a})"]
+        base_measure: "{a}*theta**({a} - 1)"
+        natural_parameters: [b - 1]
+    """).lstrip("\n")
+    path = tmp_path / "kumaraswamy_known_a.yaml"
+    path.write_text(text, encoding="utf-8")
+    fam = load_family({"name": str(path), "a": 3})
+    lam1 = fam.lam[0]
+    for b in (0.5, 1.0, 2.5):
+        assert abs(float(fam.A.subs(lam1, b - 1)) + np.log(b)) < 1e-13
+        want = integrate.quad(lambda t: np.log1p(-t**3) * 3 * b * t**2 * (1 - t**3)**(b - 1), 0, 1,
+                              epsabs=1e-13, epsrel=1e-13, limit=200)[0]
+        assert abs(float(fam.mu_of_lam[0].subs(lam1, b - 1)) - want) < 1e-9
 
 
 def test_misaligned_natural_parameters():
