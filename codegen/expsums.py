@@ -188,7 +188,7 @@ def _scaled(terms, m):
 def _factors(expr):
     """The factors of a product: ('exp', exponent) for e^{b}, ('sum', terms, power, factor) for an exponential sum
     to a real number power, ('other', factor) for anything else."""
-    out = []
+    out: list[tuple] = []
     for f in sp.Mul.make_args(expr):
         if isinstance(f, sp.exp):
             out.append(("exp", f.args[0]))
@@ -209,8 +209,8 @@ def bounded_where_positive(terms):
 
 def _log_of(node):
     """log of a product with an exponential-sum factor: its exponentials taken out as exponents (module docstring)."""
-    factors = [("other", f[3]) if f[0] == "sum" and bounded_where_positive(f[1]) else f
-               for f in _factors(node.args[0])]
+    factors: list[tuple] = [("other", f[3]) if f[0] == "sum" and bounded_where_positive(f[1]) else f
+                            for f in _factors(node.args[0])]
     if not any(f[0] == "sum" for f in factors):
         return node
     outside, inside = sp.Integer(0), []

@@ -144,7 +144,7 @@ def test_torch_names_the_missing_default_of_the_coordinatewise_data(tmp_path):
     the state's shape, is refused for its missing default, not as data "with its own shape"."""
     from blr_derive.api import generate
     from blr_derive.core.errors import SpecError
-    with pytest.raises(SpecError, match="data 'm_g' needs a default"):
+    with pytest.raises(SpecError, match="data 'm_g' has none: the data of an explicit loss can be a hyperparameter"):
         generate(with_passes(tmp_path, ["scale_learning_rate: {factor: alpha}"], ALPHA), "torch")
 
 

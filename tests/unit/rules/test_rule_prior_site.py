@@ -137,7 +137,8 @@ def test_data_defaults_are_for_abstract_losses_and_torch_needs_them():
     text = yaml.safe_dump({"name": "nodefault", "family": "gaussian_diag", "loss": {"kind": "abstract", "data": data},
                            "learning_rate": "lr", "hyperparameters": {"lr": 0.2, "wd": 0.3},
                            "approximations": ["delta", {"prior_site": {"mean": "m0", "precision": "p0"}}]})
-    with pytest.raises(UnsupportedTarget, match="data 'm0' needs a default"):
+    with pytest.raises(UnsupportedTarget, match=r"from a default, which only an abstract loss's data declare "
+                                                 r"\(\{m0: \{shape: \[\], default: 1.0\}\} under loss: data\); data 'm0' has none"):
         api.derive(text).compile("torch")
     assert compiled().DATA == ("m0", "p0")          # numpy takes them as step(..., data=...) with or without
 
