@@ -137,16 +137,17 @@ def _what(p):
 
 def _assumed(D, owners, e, unit_rho):
     """Replacements of the symbols of ``e`` by assumption-carrying dummies: the positive (definite) states positive,
-    the hyperparameters not negative (real where the recipe's peer declares its own checks), the learning rate in
+    the hyperparameters not negative (real where the recipe's peer declares its own checks or the default is negative), the learning rate in
     (0, 1] where ``unit_rho`` (ρ = 1/(1 + k), k ≥ 0), everything else real."""
     recipe = D.recipe
     validated = getattr(getattr(recipe, "peer", None), "validate", None)
-    hyper = set()
+    hyper = set()                   # the hyperparameters the constructors' default checks keep not negative
     for h in getattr(recipe, "hyper", ()):
-        if h.symbol is not None and h.kind in ("float", "int"):
+        if h.symbol is not None and h.kind in ("float", "int") and not _negative(h.default):
             hyper.add(h.symbol)
         if h.kind == "tuple":
-            hyper.update(s for _, s in h.elements)
+            defaults = h.default if isinstance(h.default, (list, tuple)) else ()
+            hyper.update(s for i, (_, s) in enumerate(h.elements) if not (i < len(defaults) and _negative(defaults[i])))
     rho = recipe.hyper_symbol(recipe.learning_rate) if unit_rho else None
     sub = {}
     for s in e.free_symbols:
@@ -162,6 +163,12 @@ def _assumed(D, owners, e, unit_rho):
         else:
             sub[s] = sp.Dummy(s.name, real=True)
     return sub
+
+
+def _negative(value) -> bool:
+    """Whether a declared default is a negative number: such a hyperparameter may be negative (the constructors'
+    default checks let it be, codegen/validation.py), so no proof assumes it is not."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
 
 
 def _valid(D, owners, e, p, unit_rho):

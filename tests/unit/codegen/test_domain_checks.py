@@ -365,3 +365,15 @@ def test_a_precision_that_overflows_is_named_not_returned(target):
     assert np.max(np.abs(np.asarray(out["m"]) - m_new) / np.abs(m_new)) < tol
     with pytest.raises(FloatingPointError, match=r"the new s is not finite \(value inf at index \(1,\)\).*overflowed"):
         mod.step(mod.init(m=np.array([0.0, 20.0]), s=np.array([100.0, 1.0])), rho=rho)
+
+
+def test_a_hyperparameter_with_a_negative_default_is_not_assumed_non_negative():
+    """s ← (1 − ρ)s + ρ(2c + 1) with c ≥ 0 is positive for ρ ≤ 1; a declared default c = −1 says c may be negative
+    (the constructors accept it), so no proof assumes it is not, and the step raises where s turns negative."""
+    text = ("name: shifted\nfamily: gaussian_diag\nloss:\n  expression: c*theta**2 + theta**2/2\n"
+            "hyperparameters:\n  c: {default: %s}\napproximations: [exact]\nstate_init: {s: 1.0}\n")
+    assert sources(text % "1.0") == [("s", "estimate")]
+    assert sources(text % "-1.0") == [("s", "hessian")]
+    mod = compiled(text % "-1.0")
+    with pytest.raises(FloatingPointError, match=r"the new s is not positive \(value -1 at index \(0,\)\)"):
+        mod.step({"m": np.array([0.0]), "s": np.array([0.5])}, rho=1.0)      # ρ(2c + 1) = -1
