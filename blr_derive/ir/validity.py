@@ -101,7 +101,7 @@ def _explicit_loss_check(D, owners, e, p):
     """(hint, source) of the check of a positive (definite) parameter's new value ``e`` under an explicit loss, or
     None where it is proved valid.  The update reads the loss's derived derivatives (the delta method's Hessian at
     the mean, Eqs. 65–66; the exact rule's moments of ∇²ℓ, Eq. 11), whose sign the derivation does not otherwise
-    track: a non-convex loss (θ⁴ − 3θ² at θ = 0) makes a Newton-like step's precision negative, and any step with
+    track: a non-convex loss (θ⁴ − 3θ² at θ = 0) makes a precision that is the curvature's expectation negative, and any step with
     ρ > 1 may overshoot.  The new value is proved valid (sympy's assumptions for a scalar, the structure of a sum of
     positive semi-definite terms for a matrix: :func:`_definite`) with the family's positive parameters positive,
     the hyperparameters not negative (what the generated constructors' default checks enforce) and data real:
@@ -122,13 +122,17 @@ def _explicit_loss_check(D, owners, e, p):
     text = ("its update reads the loss's second derivatives, which are not proved positive (a non-convex loss, data "
             "of either sign, or a step that overshoots): check the loss's convexity or take a smaller "
             f"{D.recipe.learning_rate}")
-    try:
-        affine = all(sp.diff(l, p.symbol, 2) == 0 for l in base.eta)
-    except (TypeError, ValueError, AttributeError):
-        affine = False
-    if affine:
+    if _correctable(p, base):
         text += f", or the rule riemannian_correction: {{param: {p.name}}} keeps it {_what(p)}"
     return text, "hessian"
+
+
+def _correctable(p, base) -> bool:
+    """Whether riemannian_correction applies to the parameter ``p`` of the family ``base``: λ affine in it."""
+    try:
+        return all(sp.diff(l, p.symbol, 2) == 0 for l in base.eta)
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 def _what(p):
@@ -244,13 +248,8 @@ def _unsigned_hint(p, fam, exact=False):
             "no normalizable posterior in it: check its signs and terms) or be overshot: take a smaller rho" if exact
             else "its update reads a natural-gradient estimate of either sign, and a large step leaves the family: "
             "take a smaller rho")
-    try:
-        affine = all(sp.diff(l, p.symbol, 2) == 0 for l in base.eta)
-    except (TypeError, ValueError, AttributeError):
-        affine = False
-    if affine and not exact:
-        what = "positive definite" if p.domain == "positive_definite" else "positive"
-        text += f", or the rule riemannian_correction: {{param: {p.name}}} keeps it {what}"
+    if not exact and _correctable(p, base):
+        text += f", or the rule riemannian_correction: {{param: {p.name}}} keeps it {_what(p)}"
     return text
 
 

@@ -10,6 +10,7 @@ import math
 import os
 import types
 
+import jax
 import mpmath
 import numpy as np
 import pytest
@@ -161,7 +162,6 @@ def _module(name, target, lowered=True, monkeypatch=None):
 
 @pytest.fixture
 def x64():
-    jax = pytest.importorskip("jax")
     old = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     yield

@@ -6,6 +6,7 @@ closed forms in mpmath (40 digits), and equal to the unscaled functions' values 
 import math
 import types
 
+import jax
 import mpmath
 import numpy as np
 import pytest
@@ -103,7 +104,6 @@ def _check_moderate_fisher(got, before, kappa):
 @pytest.mark.parametrize("target", ["numpy", "jax"])
 def test_von_mises_module_is_finite_and_right_at_large_kappa(target):
     if target == "jax":
-        jax = pytest.importorskip("jax")
         old = jax.config.jax_enable_x64
         jax.config.update("jax_enable_x64", True)
     try:
