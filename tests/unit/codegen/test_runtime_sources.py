@@ -74,6 +74,10 @@ def test_torch_dtype_policy_and_complex_views():
     z = torch.tensor([1 + 2j, 3 - 4j])
     r = torch_rt._real([z, None, f])
     assert r[0].tolist() == [[1.0, 2.0], [3.0, -4.0]] and r[1] is None and r[2] is f
+    # _complex decides for a whole step whether any list needs _real: a complex parameter or gradient anywhere
+    assert torch_rt._complex([f, None], [h]) is False and torch_rt._complex([f], [None, z]) is True
+    plain = [f, None]
+    assert torch_rt._real(plain, False) is plain and torch_rt._real([z], True)[0].shape == (2, 2)
     assert torch_rt._start(0.5, z) == complex(0.5, 0.5) and torch_rt._start(0.5, f) == 0.5
     assert torch_rt._scalar(torch.tensor(2.5)) == 2.5 and torch_rt._scalar(3) == 3
 
