@@ -57,7 +57,12 @@ def check(ctx):
     named = [r for r, _ in expectation if recipe.loss_kind in r.losses]
     if named or not expectation:
         for a in recipe.approximations:
-            RULES[a.name].check(ctx)
+            try:
+                RULES[a.name].check(ctx)
+            except DerivationError as exc:      # the loss is beyond the expectation rule, known before deriving
+                if RULES[a.name].kind != "expectation":
+                    raise
+                raise beyond_rule(ctx, a, exc) from None
     if named:
         return
     if expectation:
@@ -118,6 +123,21 @@ def applicable(recipe, names, loss_kind, line, why: list | None = None, named: s
     return out
 
 
+def beyond_rule(ctx, approx, exc):
+    """The located error for a loss beyond the expectation rule ``approx`` names (``exc`` says why), with the rules
+    that apply to this loss and family instead, or those that would with the other kind of loss."""
+    recipe = ctx.recipe
+    fits = applicable(recipe, taking(recipe.loss_kind, approx.name), recipe.loss_kind, approx.line)
+    if fits:
+        tail = f"; rules that apply to this loss and family: {', '.join(fits)}"
+    else:
+        kind = other_kind(recipe.loss_kind)
+        there = applicable(recipe, taking(kind), kind, approx.line)
+        tail = f"; with an {kind} loss these apply to the family: {', '.join(there)}" if there else ""
+    return ctx.fail(f"approximation '{approx.name}' cannot derive E_q[loss] over family "
+                    f"'{recipe.family.name}': {exc}" + tail, approx)
+
+
 def step_rules(ctx):
     """The step rules the recipe names, then those its sections imply (federated ADMM), in the order they act."""
     named = [r for r, _ in ctx.rules("step")]
@@ -138,15 +158,7 @@ def derive_single(recipe) -> Derivation:
     try:
         grads = expectation.natural_gradient(ctx)
     except DerivationError as exc:      # the loss is beyond the rule: located at the rule the recipe names
-        fits = applicable(recipe, taking(recipe.loss_kind, approx.name), recipe.loss_kind, approx.line)
-        if fits:
-            tail = f"; rules that apply to this loss and family: {', '.join(fits)}"
-        else:
-            kind = other_kind(recipe.loss_kind)
-            there = applicable(recipe, taking(kind), kind, approx.line)
-            tail = f"; with an {kind} loss these apply to the family: {', '.join(there)}" if there else ""
-        raise ctx.fail(f"approximation '{approx.name}' cannot derive E_q[loss] over family "
-                       f"'{recipe.family.name}': {exc}" + tail, approx) from None
+        raise beyond_rule(ctx, approx, exc) from None
     for r in steps:
         grads = r.adjust_gradient(ctx, grads)
     lam_new = assemble(ctx, grads)

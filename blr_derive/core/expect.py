@@ -25,6 +25,29 @@ def gaussian_expectation(f, theta, mean, second_moment, symmetric=()):
     return _vector_expectation(f, theta, mean, second_moment, symmetric)
 
 
+def scalar_form_error(f, theta):
+    """Why E[f(θ)] for a scalar Gaussian θ has no closed form here (the message the derivation would raise), or
+    None where it has: every term of f a polynomial in θ, or a polynomial times exp(aθ + b) (the forms
+    _scalar_expectation takes), tested on the terms' structure without computing a moment (the ``exact`` rule's
+    applicability check, so that a refusal names only rules that derive)."""
+    f = sp.expand(f)
+    for term in sp.Add.make_args(f):
+        if not term.has(theta):
+            continue
+        exps = [x for x in sp.Mul.make_args(term) if isinstance(x, sp.exp) and x.has(theta)]
+        rest = sp.expand(term / sp.Mul(*exps)) if exps else term
+        if exps and sp.diff(sp.Add(*[x.args[0] for x in exps]), theta).has(theta):
+            return f"exact Gaussian expectation needs exp(a*{theta} + b) with a linear exponent, got {term}"
+        try:
+            poly = sp.Poly(rest, theta)
+        except sp.PolynomialError:
+            poly = None
+        if poly is None or any(c.has(theta) for c in poly.coeffs()):
+            return (f"exact Gaussian expectation needs a polynomial in {theta}"
+                    + (f" times exp(a*{theta} + b)" if exps else "") + f", got {term}")
+    return None
+
+
 def _scalar_expectation(f, theta, m, m2):
     f = sp.expand(f)
     if not f.has(theta):

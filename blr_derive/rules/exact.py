@@ -15,7 +15,7 @@ import sympy as sp
 
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError, SpecError
-from blr_derive.core.expect import gaussian_expectation
+from blr_derive.core.expect import scalar_form_error, gaussian_expectation
 from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.families.matstats import linear_in_matrix_statistics
@@ -53,6 +53,10 @@ class Exact(Rule):
                 raise ctx.fail("'exact' supports mixtures of scalar or vector Gaussian components", approx)
             return
         if fam.is_gaussian:
+            theta = fam.theta
+            why = None if theta is None or is_mat(theta) else scalar_form_error(ctx.recipe.loss, theta)
+            if why is not None:     # beyond the rule (the derivation would fail): said where the rule is named
+                raise DerivationError(why)
             return
         matrix_stats = any(is_mat(t) for t in fam.T)
         ctx.conjugate = (linear_in_matrix_statistics if matrix_stats else linear_in_statistics)(fam, ctx.recipe.loss)

@@ -128,3 +128,54 @@ def test_a_loss_beyond_the_rule_is_located_at_the_rule_and_names_what_applies(tm
         with contextlib.redirect_stderr(io.StringIO()) as e2, contextlib.redirect_stdout(io.StringIO()):
             rc = cli.main([str(rec), "-o", str(tmp_path / "out.py")])
         assert rc == 0, e2.getvalue()
+
+
+def test_exact_is_named_only_for_losses_it_derives(tmp_path):
+    """'monte_carlo' with an explicit loss over gaussian_diag used to answer "name one of: exact", and 'exact' then
+    failed on the same loss (a log term): 'exact' now tests the loss's form when it is checked, so the refusal names
+    only what derives; a polynomial times exp(aθ + b) is still taken by 'exact', and named for it."""
+    rec = tmp_path / "rec.yaml"
+
+    def run(loss, rule):
+        rec.write_text(f"name: fit\nfamily: gaussian_diag\nloss: {{expression: {loss}}}\n"
+                       f"hyperparameters: {{nu: 3.0}}\napproximations: [{rule}]\n", encoding="utf-8")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = cli.main([str(rec), "-o", str(tmp_path / "out.py")])
+        return rc, err.getvalue()
+
+    rc, msg = run("log(1 + theta**2/nu) + theta**4/4", "monte_carlo")
+    assert rc == 2 and msg.count("\n") == 1 and not (tmp_path / "out.py").exists()
+    assert "none of the rules for an explicit loss (" + ", ".join(_takes("explicit")) + \
+           ") applies to family 'gaussian_diag'" in msg
+    assert _named(msg, "with an abstract loss these apply: ") == ["delta", "monte_carlo", "reparameterization",
+                                                                  "score_function"]
+    rc, msg = run("log(1 + theta**2/nu) + theta**4/4", "exact")
+    assert rc == 2 and msg.count("\n") == 1
+    assert "rec.yaml:5: approximation 'exact' cannot derive E_q[loss] over family 'gaussian_diag': exact Gaussian " \
+           "expectation needs a polynomial in theta, got log(1 + theta**2/nu)" in msg
+    rc, msg = run("theta**4/4 + theta*exp(2*theta - 1)", "monte_carlo")
+    assert rc == 2 and msg.rstrip().endswith("for this loss over family 'gaussian_diag' name one of: exact")
+    rc, msg = run("theta**4/4 + theta*exp(2*theta - 1)", "exact")
+    assert rc == 0, msg
+
+
+def test_scalar_form_error_mirrors_the_scalar_gaussian_expectation():
+    """The structural test 'exact' runs at check time refuses exactly what the derivation of E[f(θ)] refuses."""
+    import sympy as sp
+    from blr_derive.core.errors import DerivationError
+    from blr_derive.core.expect import gaussian_expectation, scalar_form_error
+    th, y = sp.Symbol("theta", real=True), sp.Symbol("y", real=True)
+    m, v = sp.Symbol("m", real=True), sp.Symbol("v", positive=True)
+    cases = [th**4 + y * th, (th - y)**2 * sp.exp(3 * th + y), sp.exp(-th) + 7, y,
+             sp.log(1 + th**2), sp.exp(th**2), sp.Abs(th), th * sp.sin(th), sp.sqrt(th), th**sp.Rational(1, 2) + th]
+    for f in cases:
+        why = scalar_form_error(f, th)
+        try:
+            gaussian_expectation(f, th, m, v + m**2)
+            derived = None
+        except DerivationError as exc:
+            derived = str(exc)
+        assert (why is None) == (derived is None), (f, why, derived)
+    assert scalar_form_error(th**4 + y * th, th) is None
+    assert scalar_form_error(sp.exp(th**2), th).startswith("exact Gaussian expectation needs exp(a*theta + b)")
