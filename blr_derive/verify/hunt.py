@@ -341,7 +341,7 @@ def _singular_points(fam, lam0, dim, per_argument=3):
                         continue
                     if d[i] == 0:
                         roots.append(grid[i])
-                    elif d[i] * d[i + 1] < 0:
+                    elif (d[i] < 0) != (d[i + 1] < 0) and d[i + 1] != 0:      # a sign change (no product: it can overflow)
                         try:
                             roots.append(optimize.brentq(lambda x: float(np.real(f(x))) - t, grid[i], grid[i + 1],
                                                          xtol=1e-14, rtol=4e-16))

@@ -180,13 +180,41 @@ _RANGES = {"real": (-np.inf, np.inf), "positive": (0.0, np.inf), "unit_interval"
            "circular": (-np.pi, np.pi)}
 
 
+def _exact(end):
+    """A range's end (a float of _RANGES) as the exact number it stands for: 0, 1, ±π."""
+    return sp.pi if end == math.pi else -sp.pi if end == -math.pi else sp.nsimplify(end)
+
+
 class NotIntegrable(ArithmeticError):
     """E_q[ℓ + log q] does not converge: the loss is not integrable under q (a pole where q > 0, a tail heavier than
     q's), so the objective (Eq. 2) is infinite and every estimate of its natural gradient is meaningless."""
 
 
-def _quad(f, lo, hi):
-    """∫ f over (lo, hi) by scipy's quad, or NotIntegrable where it diverges.  A result whose error estimate is above
+def _quad_ends(f, lo, hi, near):
+    """∫ f over (lo, hi) with each finite end e resolved to its own scale: ``near[e](s)`` is the integrand at
+    θ = e ± e^(−s) times the Jacobian e^(−s), written symbolically in s (so that log(1 − θ) at θ = 1 − e^(−s) is −s,
+    exact where 1 − θ is far below double precision's spacing at 1, and a pole (θ − e)^(a−1) is e^(−a s), which
+    does not underflow before its mass is spent), integrated over s ∈ (−log|mid − e|, ∞): a Beta(0.08, 0.07) keeps
+    8 % of its mass within 1e-16 of 1, which no rule in θ itself resolves (scipy's quad and mpmath's tanh-sinh were
+    off by 2 % there).  Returns the value where it can be taken as it is (every end finite, the pieces' values finite
+    with error estimates within 1e-6 of it), otherwise None (an infinite end's tail is for _quad's divergence
+    test)."""
+    from scipy import integrate
+    if not (np.isfinite(lo) and np.isfinite(hi)) or not near:
+        return None
+    mid = (lo + hi) / 2
+    value, err = 0.0, 0.0
+    for end in (lo, hi):
+        v, e = integrate.quad(near[end], -math.log(abs(mid - end)), np.inf, limit=400, epsabs=1e-13,
+                              epsrel=1e-12)[:2]
+        value, err = value + v, err + e
+    return value if np.isfinite(value) and err <= 1e-6 * max(1.0, abs(value)) else None
+
+
+def _quad(f, lo, hi, near=None):
+    """∫ f over (lo, hi) by scipy's quad, or NotIntegrable where it diverges.  Over a finite range with ``near``
+    (the integrand at each end as a function of the distance to it), _quad_ends' value where it is sure of it.
+    A result whose error estimate is above
     1e-6 of it, or over an infinite range (where quad's transformed rule can miss a heavy tail with a small error
     estimate: t² under a Cauchy-like density), is tested for divergence at each end of the range: the integral from
     the middle towards the end in twelve geometric pieces (decades), whose contributions shrink where it converges
@@ -194,6 +222,9 @@ def _quad(f, lo, hi):
     each).  Otherwise (a hard but convergent integrand) the value is returned as it is, judged by
     the comparison that reads it."""
     from scipy import integrate
+    ends = _quad_ends(f, lo, hi, near)
+    if ends is not None:
+        return ends
     value, err = integrate.quad(f, lo, hi, limit=400, epsabs=1e-12, epsrel=1e-12)[:2]
     if np.isfinite(value) and err <= 1e-6 * max(1.0, abs(value)) and np.isfinite(lo) and np.isfinite(hi):
         return value
@@ -260,15 +291,24 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
     else:                                           # one scalar variable: its sum or scipy's quad
         theta = fam.components[0]
         args = [theta] + params + data_syms + [h.symbol for h in hyper]
-        integrand = sp.lambdify(args, sp.exp(fam.log_density()) * (recipe.loss + fam.log_density()), MODULES)
+        body = sp.exp(fam.log_density()) * (recipe.loss + fam.log_density())
+        integrand = sp.lambdify(args, body, MODULES)
         lo, hi = _RANGES.get(support, (None, None))
+        near = {}
+        if lo is not None and np.isfinite(lo) and np.isfinite(hi):     # each end in its own distance (_quad_ends)
+            z = sp.Dummy("s", real=True)
+            for end, sign in ((lo, 1), (hi, -1)):
+                at = {theta: _exact(end) + sign * sp.exp(-z)}
+                log_q = fam.log_density().subs(at)          # the Jacobian's −s inside the one exponential
+                near[end] = sp.lambdify([z] + args[1:], sp.exp(log_q - z) * (recipe.loss.subs(at) + log_q), MODULES)
 
         def reference(vals, dvals, hvals):
             pv = [float(np.ravel(vals[p])[0]) for p in params]
             value = lambda t: float(np.real(integrand(t, *pv, *dvals, *hvals)))  # noqa: E731
             if points_of:
                 return math.fsum(value(float(pt[theta])) for pt in points_of)
-            return _quad(value, lo, hi)
+            ends = {e: (lambda x, g=g: float(np.real(g(x, *pv, *dvals, *hvals)))) for e, g in near.items()}
+            return _quad(value, lo, hi, ends)
 
     worst, rise, done = 0.0, 0.0, 0
     for seed in range(points * MAX_TRIES):
