@@ -197,43 +197,90 @@ def _in_domain(lam):
 
 def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200):
     """λ with ∇A(λ) = μ, from a start ``lam`` in Ω: ``value(λ)`` = A(λ), ``grad`` = ∇A, ``hess`` = ∇²A (the Fisher
-    information), ``in_domain(λ)`` tells whether λ is in Ω.  Raises ArithmeticError when it does not converge."""
+    information), ``in_domain(λ)`` tells whether λ is in Ω.  Raises ArithmeticError when it does not converge.
+
+    Levenberg–Marquardt on φ(λ) = A(λ) − <λ, μ>: the step s solves (F + νD) s = ∇φ with D = diag F (floored) and
+    ν adapted by the ratio of the actual to the predicted decrease of φ (ν = 0 is Newton's step); no step moves a
+    coordinate by more than 1 + |λ|∞ (one step from a well-conditioned start cannot land where F vanishes); a step
+    that leaves Ω or does not decrease φ is refused and ν raised, which turns it into a short scaled gradient step.
+    Where the decrease of φ is below the rounding of A (1e-16 of |A|), a step that lowers |∇φ| is accepted instead.
+    The budget of max_iter steps is extended (to 10 max_iter) while φ keeps decreasing."""
     mu = numpy.asarray(mu, dtype=float)
     lam = numpy.asarray(lam, dtype=float)
     if not in_domain(lam):
         raise ArithmeticError("Newton's method: the starting point is not in the natural-parameter space")
     scale = 1.0 + float(numpy.max(numpy.abs(mu)))
-    f = value(lam) - float(lam @ mu)
-    for _ in range(max_iter):
-        g = grad(lam) - mu
-        if numpy.max(numpy.abs(g)) <= tol * scale:
+    eye = numpy.eye(lam.size)
+
+    def phi(x):
+        v = float(value(x))
+        return v - float(x @ mu), abs(v) + abs(float(x @ mu))
+
+    f, size = phi(lam)
+    g = grad(lam) - mu
+    nu, limit, it, f_mark = 0.0, max_iter, 0, f
+    while True:
+        gmax = float(numpy.max(numpy.abs(g)))
+        if gmax <= tol * scale or not numpy.isfinite(gmax):
             break
-        H = hess(lam)
-        try:
-            step = numpy.linalg.solve(H, g)
-        except numpy.linalg.LinAlgError:
-            step = numpy.linalg.lstsq(H, g, rcond=None)[0]
-        if not numpy.all(numpy.isfinite(step)) or float(g @ step) <= 0:
-            step = g / max(1.0, float(numpy.max(numpy.abs(numpy.diag(H)))))
-        t = 1.0
-        while t > 1e-14:
-            new = lam - t * step
+        if it >= limit:
+            # more steps while φ still decreases by more than its rounding
+            if limit >= 10 * max_iter or not f < f_mark - 1e-13 * (1 + size):
+                break
+            limit, f_mark = limit + max_iter, f
+        it += 1
+        H = numpy.asarray(hess(lam), dtype=float)
+        H = 0.5 * (H + H.T)
+        d = numpy.abs(numpy.diag(H))
+        dmax = float(numpy.max(d)) if numpy.all(numpy.isfinite(d)) else 0.0
+        d = numpy.maximum(d, 1e-12 * dmax) if dmax > 0 else numpy.ones_like(d)
+        cap = 1.0 + float(numpy.max(numpy.abs(lam)))
+        while True:
+            try:
+                if not numpy.all(numpy.isfinite(H)):
+                    raise numpy.linalg.LinAlgError
+                K = H + nu * numpy.diag(d)
+                numpy.linalg.cholesky(K)
+                step = numpy.linalg.solve(K, g)
+                if not numpy.all(numpy.isfinite(step)):
+                    raise numpy.linalg.LinAlgError
+            except numpy.linalg.LinAlgError:
+                if nu > 1e30 or not numpy.all(numpy.isfinite(H)):     # no usable F: a scaled gradient step
+                    H = numpy.zeros_like(H)
+                    step = g / (d * max(nu, 1.0))
+                else:
+                    nu = max(4.0 * nu, 1e-6)
+                    continue
+            big = float(numpy.max(numpy.abs(step)))
+            if big > cap:
+                step = step * (cap / big)
+            if big <= 1e-16 * cap:           # the step no longer moves λ: stalled (or converged in rounding)
+                break
+            new = lam - step
+            pred = float(g @ step) - 0.5 * float(step @ H @ step)
+            ok = False
             if in_domain(new):
-                f_new = value(new) - float(new @ mu)
-                if (f_new <= f - 1e-4 * t * float(g @ step)
-                        or numpy.max(numpy.abs(t * step)) <= 1e-15 * (1 + numpy.max(numpy.abs(lam)))
-                        # near the solution the decrease of φ (of order |g|²) is below the rounding of A (1e-16 of
-                        # |A|): a step that halves the gradient is accepted instead (jax's A rounds differently)
-                        or (numpy.max(numpy.abs(g)) <= 1e-6 * scale
-                            and numpy.max(numpy.abs(grad(new) - mu)) <= 0.5 * numpy.max(numpy.abs(g)))):
-                    break
-            t *= 0.5
-        else:
+                f_new, size_new = phi(new)
+                if numpy.isfinite(f_new):
+                    if f_new <= f - 1e-4 * pred:
+                        ok, rho = True, (f - f_new) / pred if pred > 0 else 1.0
+                    elif pred <= 1e-13 * (1 + size) or gmax <= 1e-6 * scale:
+                        # φ's decrease is below its rounding: accept a step that lowers the gradient
+                        g_new = grad(new) - mu
+                        if float(numpy.max(numpy.abs(g_new))) <= (0.5 if nu == 0 else 1.0) * gmax:
+                            ok, rho = True, 1.0
+            if ok:
+                nu = nu * 0.25 if rho > 0.75 else (nu if rho > 0.25 else max(2.0 * nu, 1e-6))
+                if nu < 1e-8:
+                    nu = 0.0
+                break
+            nu = max(4.0 * nu, 1e-6)
+            if nu > 1e40:
+                break
+        if not ok:
             break
-        if numpy.max(numpy.abs(new - lam)) <= 1e-16 * (1 + numpy.max(numpy.abs(lam))):
-            lam = new
-            break
-        lam, f = new, f_new
+        lam, f, size = new, f_new, size_new
+        g = grad(lam) - mu
     residual = numpy.max(numpy.abs(grad(lam) - mu))
     if not residual <= max(1e3 * tol, 1e-9) * scale:
         raise ArithmeticError(f"Newton's method did not converge (|∇A(λ) - μ| = {residual:.3g}): is μ inside the "
