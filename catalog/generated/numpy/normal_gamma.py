@@ -311,8 +311,8 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
                         if float(numpy.max(numpy.abs(g_new))) <= (0.5 if nu == 0 else 1.0) * gmax:
                             ok, rho = True, 1.0
             if ok:
-                nu = nu * 0.25 if rho > 0.75 else (nu if rho > 0.25 else max(2.0 * nu, 1e-6))
-                if nu < 1e-8:
+                nu = nu * 0.1 if rho > 0.75 else (nu if rho > 0.25 else max(2.0 * nu, 1e-6))
+                if nu < 1e-4:                # Newton's step again (quadratic convergence near the solution)
                     nu = 0.0
                 break
             nu = max(4.0 * nu, 1e-6)
