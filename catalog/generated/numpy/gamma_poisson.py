@@ -233,12 +233,21 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
     eye = numpy.eye(lam.size)
 
     def phi(x):
-        v = float(value(x))
+        try:
+            v = float(value(x))
+        except (ArithmeticError, ValueError):      # an overflow of the printed A: no value there
+            return numpy.nan, numpy.nan
         return v - float(x @ mu), abs(v) + abs(float(x @ mu))
 
+    def gradient(x):
+        try:
+            return numpy.asarray(grad(x), dtype=float) - mu
+        except (ArithmeticError, ValueError):
+            return numpy.full(mu.shape, numpy.nan)
+
     f, size = phi(lam)
-    g = grad(lam) - mu
-    nu, limit, it, f_mark = 0.0, max_iter, 0, f
+    g = gradient(lam)
+    nu, limit, it, f_mark = numpy.zeros(lam.size), max_iter, 0, f
     while True:
         gmax = float(numpy.max(numpy.abs(g)))
         if gmax <= tol * scale or not numpy.isfinite(gmax):
@@ -249,27 +258,31 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
                 break
             limit, f_mark = limit + max_iter, f
         it += 1
-        H = numpy.asarray(hess(lam), dtype=float)
+        try:
+            H = numpy.asarray(hess(lam), dtype=float)
+        except (ArithmeticError, ValueError):      # F overflows here: the scaled gradient step below
+            H = numpy.full((lam.size, lam.size), numpy.nan)
         H = 0.5 * (H + H.T)
         d = numpy.abs(numpy.diag(H))
         dmax = float(numpy.max(d)) if numpy.all(numpy.isfinite(d)) else 0.0
         d = numpy.maximum(d, 1e-12 * dmax) if dmax > 0 else numpy.ones_like(d)
         cap = 1.0 + float(numpy.max(numpy.abs(lam)))
+        ok = False
         while True:
             try:
                 if not numpy.all(numpy.isfinite(H)):
                     raise numpy.linalg.LinAlgError
-                K = H + nu * numpy.diag(d)
+                K = H + numpy.diag(nu * d)
                 numpy.linalg.cholesky(K)
                 step = numpy.linalg.solve(K, g)
                 if not numpy.all(numpy.isfinite(step)):
                     raise numpy.linalg.LinAlgError
             except numpy.linalg.LinAlgError:
-                if nu > 1e30 or not numpy.all(numpy.isfinite(H)):     # no usable F: a scaled gradient step
+                if numpy.min(nu) > 1e30 or not numpy.all(numpy.isfinite(H)):   # no usable F: a gradient step
                     H = numpy.zeros_like(H)
-                    step = g / (d * max(nu, 1.0))
+                    step = g / (d * numpy.maximum(nu, 1.0))
                 else:
-                    nu = max(4.0 * nu, 1e-6)
+                    nu = numpy.maximum(4.0 * nu, 1e-6)
                     continue
             big = float(numpy.max(numpy.abs(step)))
             if big > cap:
@@ -279,29 +292,36 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
             new = lam - step
             pred = float(g @ step) - 0.5 * float(step @ H @ step)
             ok = False
-            if in_domain(new):
+            raise_ = numpy.ones(lam.size, dtype=bool)
+            if not in_domain(new):
+                # damped more: the coordinates whose own move leaves Ω (all, where none alone does), so that a
+                # boundary one coordinate runs into does not shorten the steps of the others
+                alone = numpy.array([not in_domain(lam - step[i] * eye[i]) for i in range(lam.size)])
+                if alone.any():
+                    raise_ = alone
+            else:
                 f_new, size_new = phi(new)
                 if numpy.isfinite(f_new):
                     if f_new <= f - 1e-4 * pred:
                         ok, rho = True, (f - f_new) / pred if pred > 0 else 1.0
                     elif pred <= 1e-13 * (1 + size) or gmax <= 1e-6 * scale:
                         # φ's decrease is below its rounding: accept a step that lowers the gradient
-                        g_new = grad(new) - mu
-                        if float(numpy.max(numpy.abs(g_new))) <= (0.5 if nu == 0 else 1.0) * gmax:
+                        if float(numpy.max(numpy.abs(gradient(new)))) <= (0.5 if not nu.any() else 1.0) * gmax:
                             ok, rho = True, 1.0
+                    if ok:
+                        g_new = gradient(new)
+                        ok = bool(numpy.all(numpy.isfinite(g_new)))
             if ok:
-                nu = nu * 0.1 if rho > 0.75 else (nu if rho > 0.25 else max(2.0 * nu, 1e-6))
-                if nu < 1e-4:                # Newton's step again (quadratic convergence near the solution)
-                    nu = 0.0
+                nu = nu * 0.1 if rho > 0.75 else (nu if rho > 0.25 else numpy.maximum(2.0 * nu, 1e-6))
+                nu[nu < 1e-4] = 0.0          # Newton's step again (quadratic convergence near the solution)
                 break
-            nu = max(4.0 * nu, 1e-6)
-            if nu > 1e40:
+            nu = numpy.where(raise_, numpy.maximum(4.0 * nu, 1e-6), nu)
+            if numpy.max(nu) > 1e40:
                 break
         if not ok:
             break
-        lam, f, size = new, f_new, size_new
-        g = grad(lam) - mu
-    residual = numpy.max(numpy.abs(grad(lam) - mu))
+        lam, f, size, g = new, f_new, size_new, g_new
+    residual = numpy.max(numpy.abs(gradient(lam)))
     if not residual <= max(1e3 * tol, 1e-9) * scale:
         raise ArithmeticError(f"Newton's method did not converge (|∇A(λ) - μ| = {residual:.3g}): is μ inside the "
                               "interior of the expectation-parameter space?")
