@@ -60,7 +60,8 @@ def newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200):
         d = numpy.abs(numpy.diag(H))
         dmax = float(numpy.max(d)) if numpy.all(numpy.isfinite(d)) else 0.0
         d = numpy.maximum(d, 1e-12 * dmax) if dmax > 0 else numpy.ones_like(d)
-        cap = 1.0 + float(numpy.max(numpy.abs(lam)))
+        # the trust region, a bound on each coordinate's move: at first 1 + |λ|∞ for all
+        cap = numpy.full(lam.size, 1.0 + float(numpy.max(numpy.abs(lam))))
         ok = False
         while True:
             try:
@@ -78,11 +79,11 @@ def newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200):
                 else:
                     nu = numpy.maximum(4.0 * nu, 1e-6)
                     continue
-            big = float(numpy.max(numpy.abs(step)))
-            if big > cap:
-                step = step * (cap / big)
-            if big <= 1e-16 * cap:           # the step no longer moves λ: stalled (or converged in rounding)
-                break
+            big = float(numpy.max(numpy.abs(step) / cap))
+            if big > 1.0:
+                step = step / big
+            if float(numpy.max(numpy.abs(step))) <= 1e-16 * (1.0 + float(numpy.max(numpy.abs(lam)))):
+                break                        # the step no longer moves λ: stalled (or converged in rounding)
             new = lam - step
             pred = float(g @ step) - 0.5 * float(step @ H @ step)
             ok = False
@@ -110,6 +111,9 @@ def newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200):
                 nu[nu < 1e-4] = 0.0          # Newton's step again (quadratic convergence near the solution)
                 break
             nu = numpy.where(raise_, numpy.maximum(4.0 * nu, 1e-6), nu)
+            # and the trust region halved: for the coordinates whose own move leaves Ω, each to half its move, else
+            # (φ did not decrease, or no coordinate alone leaves Ω) all to half the largest move
+            cap = numpy.where(raise_, 0.5 * (numpy.abs(step) if not raise_.all() else numpy.max(numpy.abs(step))), cap)
             if numpy.max(nu) > 1e40:
                 break
         if not ok:
