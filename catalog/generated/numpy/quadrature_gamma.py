@@ -252,10 +252,12 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
     """λ with ∇A(λ) = μ, from a start ``lam`` in Ω: ``value(λ)`` = A(λ), ``grad`` = ∇A, ``hess`` = ∇²A (the Fisher
     information), ``in_domain(λ)`` tells whether λ is in Ω.  Raises ArithmeticError when it does not converge.
 
-    Levenberg–Marquardt on φ(λ) = A(λ) − <λ, μ>: the step s solves (F + νD) s = ∇φ with D = diag F (floored) and
-    ν adapted by the ratio of the actual to the predicted decrease of φ (ν = 0 is Newton's step); no step moves a
-    coordinate by more than 1 + |λ|∞ (one step from a well-conditioned start cannot land where F vanishes); a step
-    that leaves Ω or does not decrease φ is refused and ν raised, which turns it into a short scaled gradient step.
+    Levenberg–Marquardt on φ(λ) = A(λ) − <λ, μ>: the step s solves (F + diag(ν D)) s = ∇φ with D = diag F (floored)
+    and ν ≥ 0 per coordinate, adapted by the ratio of the actual to the predicted decrease of φ (ν = 0 is Newton's
+    step), and is scaled into a trust region, a bound on each coordinate's move, at first 1 + |λ|∞ (one step from a
+    nearly singular start cannot land on a point mass where F vanishes).  A step that does not decrease φ is refused,
+    ν raised and the region halved for all coordinates; one that leaves Ω (or where A, ∇A or F are not finite), for
+    the coordinates whose own move leaves it, so that a boundary one coordinate runs into does not stop the others.
     Where the decrease of φ is below the rounding of A (1e-16 of |A|), a step that lowers |∇φ| is accepted instead.
     The budget of max_iter steps is extended (to 10 max_iter) while φ keeps decreasing."""
     mu = numpy.asarray(mu, dtype=float)
