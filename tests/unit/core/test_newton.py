@@ -109,4 +109,5 @@ def test_generated_gig_module_solves_next_to_a_zero(p, a, b):
     exec(compile(emit(family_ir(fam, fam.name), "numpy"), "<gig maps>", "exec"), mod.__dict__)
     mu = np.asarray(mod.expectation_parameters(np.asarray(mod.natural_parameters(p, a, b), dtype=float)))
     out = mod.ordinary_from_expectation(mu)
-    assert abs(out["p"] - p) < 1e-9 and out["a"] == pytest.approx(a, rel=1e-9) and out["b"] == pytest.approx(b, rel=1e-9)
+    assert abs(out["p"] - p) < 1e-9
+    assert out["a"] == pytest.approx(a, rel=1e-9) and out["b"] == pytest.approx(b, rel=1e-9)
