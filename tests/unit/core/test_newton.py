@@ -52,3 +52,62 @@ def test_generated_modules_embed_the_engine_solver():
     mu = [special.digamma(a) - special.digamma(a + b), special.digamma(b) - special.digamma(a + b)]
     out = mod.ordinary_from_expectation(mu)
     assert abs(out["a"] - a) < 1e-9 and abs(out["b"] - b) < 1e-9
+
+
+def _tilted_zipf():
+    """A tilted Zipf law on k = 1..20, q(k) ∝ exp(λ1 k + λ2 log k): A = log Σ exp(<λ, T(k)>) (computed stably), μ =
+    E[T], F = Cov[T].  At λ = (1, −1) all mass is near k = 20 and F is nearly singular (cond 7e4); at λ2 ≪ 0 it is
+    a point mass at k = 1 (F ~ 1e-13): Newton's full step from (1, −1) lands there."""
+    k = np.arange(1.0, 21.0)
+    T = np.stack([k, np.log(k)], axis=1)
+
+    def probs(lam):
+        e = T @ lam
+        w = np.exp(e - e.max())
+        return w / w.sum()
+
+    def A(lam):
+        e = T @ lam
+        return float(e.max() + np.log(np.sum(np.exp(e - e.max()))))
+
+    def grad(lam):
+        return probs(lam) @ T
+
+    def hess(lam):
+        p = probs(lam)
+        c = T - p @ T
+        return (c * p[:, None]).T @ c
+    return A, grad, hess, lambda lam: True
+
+
+@pytest.mark.parametrize("lam_star", [(-1.0, 0.0), (-2.0, -1.0), (0.5, -3.0), (-0.5, 1.0), (0.0, 0.0)])
+def test_newton_dual_converges_from_a_nearly_singular_start(lam_star):
+    """The dual φ = A − <λ, μ> is strictly convex but F at the start is nearly singular: Newton's full step overshoots
+    to a point mass where no backtracked Newton step decreases φ (the solver before Levenberg–Marquardt damping and
+    the step cap stopped with |∇A − μ| = 0.58 at λ* = (−1, 0) and 0.076 at (−2, −1))."""
+    A, grad, hess, ok = _tilted_zipf()
+    start = np.array([1.0, -1.0])
+    assert np.linalg.cond(hess(start)) > 5e4
+    lam_star = np.array(lam_star)
+    lam = newton.newton_dual(grad(lam_star), start, A, grad, hess, ok)
+    np.testing.assert_allclose(lam, lam_star, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("p,a,b", [(0.0, 2e-6, 1.0), (0.0, 1.0, 2e-6)])
+def test_generated_gig_module_solves_next_to_a_zero(p, a, b):
+    """The generalized inverse Gaussian's numpy module (blr_derive/ir/build.py: family_ir) next to the boundary a = 0
+    or b = 0 of Ω, where F is badly conditioned: its solve stalled at |∇A − μ| = 7.5e4 at both points before the
+    damping (tests/hunt_findings.py), at the second also with one ν for all coordinates (the boundary λ3 → 0 held
+    λ1 at steps of 1e-5)."""
+    import types
+
+    from blr_derive.codegen.registry import emit
+    from blr_derive.families.library import load_family
+    from blr_derive.ir.build import family_ir
+    fam = load_family("generalized_inverse_gaussian")
+    mod = types.ModuleType("gig_maps")
+    exec(compile(emit(family_ir(fam, fam.name), "numpy"), "<gig maps>", "exec"), mod.__dict__)
+    mu = np.asarray(mod.expectation_parameters(np.asarray(mod.natural_parameters(p, a, b), dtype=float)))
+    out = mod.ordinary_from_expectation(mu)
+    assert abs(out["p"] - p) < 1e-9
+    assert out["a"] == pytest.approx(a, rel=1e-9) and out["b"] == pytest.approx(b, rel=1e-9)
