@@ -362,7 +362,7 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
 
 def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
     """The ordinary parameters whose expectation parameters are ``mu``: Newton's method on ∇A(λ) = μ (the
-    engine's solver, blr_derive/core/newton.py, on the host), steps halved until they stay in Ω and decrease
+    engine's solver, blr_derive/core/newton.py, on the host), damped steps that stay in Ω and decrease
     A(λ) - <λ, μ>."""
     _lam = numpy.array([1, -1/2, -3/2, 1/2] if lam0 is None else lam0, dtype=float)
     _lam = _newton_dual(numpy.asarray(mu, dtype=float), _lam, lambda _l: float(log_partition(_l)),

@@ -336,7 +336,7 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
 
 def ordinary_from_expectation(mu, lam0=None, tol=1e-12, max_iter=100):
     """The ordinary parameters whose expectation parameters are ``mu``: Newton's method on ∇A(λ) = μ (the
-    engine's solver, blr_derive/core/newton.py), steps halved until they stay in Ω and decrease A(λ) - <λ, μ>."""
+    engine's solver, blr_derive/core/newton.py), damped steps that stay in Ω and decrease A(λ) - <λ, μ>."""
     _lam = numpy.array([0, 0] if lam0 is None else lam0, dtype=float)
     return ordinary_from_natural(_newton_dual(mu, _lam, log_partition, expectation_parameters, fisher_information,
                                               _in_domain, tol, max_iter))
