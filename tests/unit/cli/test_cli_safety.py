@@ -276,3 +276,62 @@ def test_terminal_output_escapes_control_characters(tmp_path):
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "evil \\x1b\\]0;owned\\x07" in r.stdout
     r = run_cli("compare", "r.yaml", "r.yaml", cwd=tmp_path)
     assert r.returncode == 0 and "\x1b" not in r.stdout
+
+
+# ---------------------------------------------------------------------------- counts (docs/recipe-format.md)
+def _catalog_with(tmp_path, recipe, old, new):
+    text = (CATALOG / recipe).read_text(encoding="utf-8")
+    assert old in text
+    (tmp_path / "r.yaml").write_text(text.replace(old, new), encoding="utf-8")
+    return text[:text.index(old)].count("\n") + 1          # the line of the edit
+
+
+_MC = "a Monte Carlo estimate's error falls only as 1/sqrt(samples); draw fewer per step (the steps average them further)"
+_NODES = ("more nodes add nothing in double precision (65 tanh-sinh or 32 Gauss-Hermite nodes already integrate a "
+          "smooth loss to rounding error)")
+
+
+@pytest.mark.parametrize("recipe, old, new, message", [
+    # a literal count: 10^12 draws per step was derived and `check` ran it until the timeout
+    ("vogn.yaml", "{samples: mc_samples}", "{samples: 1000000000000}",
+     "approximation 'monte_carlo': samples must be at most 10000, got 1000000000000: " + _MC),
+    # the same count as a hyperparameter's default
+    ("vogn.yaml", "mc_samples: {default: 1,", "mc_samples: {default: 1000000000000,",
+     "approximation 'monte_carlo': samples: the default of 'mc_samples' is 1000000000000, more than 10000: " + _MC),
+    ("score_function_exponential.yaml", "{samples: mc_samples}", "{samples: 2*mc_samples**2}",
+     "approximation 'score_function': samples = 2*mc_samples**2 is 20000 at the hyperparameters' defaults, more "
+     "than 10000: " + _MC + " (lower the default of 'mc_samples')"),
+    # 10^8 tanh-sinh nodes: `check` grew to 3.5 GB before its timeout
+    ("quadrature_gamma.yaml", "{nodes: nodes}", "{nodes: 100000001}",
+     "approximation 'quadrature': nodes must be at most 1001, got 100000001: " + _NODES),
+    ("ncvi.yaml", "nodes: {default: 32,", "nodes: {default: 1003,",
+     "approximation 'gauss_hermite': nodes: the default of 'nodes' is 1003, more than 1001: " + _NODES),
+    ("soap.yaml", "every: precondition_frequency", "every: 1000001",
+     "approximation 'kronecker_eigenbasis': every must be at most 1000000, got 1000001: a longer period never "
+     "refreshes in practice"),
+])
+@pytest.mark.parametrize("command", [["--target", t] for t in TARGET_NAMES] + [["check"]])
+def test_counts_are_bounded(tmp_path, recipe, old, new, message, command):
+    """A count that asks for unbounded work (draws per step, quadrature nodes, a refresh period) is refused where
+    the recipe is read, by every target and by ``check``: one located line, exit 2, the output untouched."""
+    _catalog_with(tmp_path, recipe, old, new)
+    text = (tmp_path / "r.yaml").read_text(encoding="utf-8")
+    rule = message.split("'")[1]
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if l.strip().startswith(f"- {rule}"))
+    before = _setup(tmp_path)
+    args = ["check", "r.yaml"] if command == ["check"] else ["r.yaml", *command, "-o", "existing.py"]
+    r = run_cli_in_process(*args, cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"blr-derive: error: r.yaml:{line}: {message}\n")
+    _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("recipe, old, new", [
+    ("vogn.yaml", "{samples: mc_samples}", "{samples: 10000}"),
+    ("quadrature_gamma.yaml", "{nodes: nodes}", "{nodes: 1001}"),
+    ("soap.yaml", "every: precondition_frequency", "every: 1000000"),
+])
+def test_counts_at_their_limit_derive(tmp_path, recipe, old, new):
+    _catalog_with(tmp_path, recipe, old, new)
+    r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert new.split(": ")[-1].strip("}") in (tmp_path / "out.py").read_text(encoding="utf-8")
