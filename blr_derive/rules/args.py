@@ -15,7 +15,7 @@ from blr_derive.core.names import name_problem
 #: period in steps of ``kronecker_eigenbasis``'s refresh (``every``).  A count is checked where the recipe writes a
 #: number and, where it names hyperparameters, at their defaults (``--hyper`` included).
 COUNT_LIMITS = {
-    "samples": (10_000, "a Monte Carlo estimate's error falls only as 1/sqrt(samples); draw fewer per step (the "
+    "samples": (100_000, "a Monte Carlo estimate's error falls only as 1/sqrt(samples); draw fewer per step (the "
                         "steps average them further)"),
     "nodes": (1001, "more nodes add nothing in double precision (65 tanh-sinh or 32 Gauss-Hermite nodes already "
                     "integrate a smooth loss to rounding error)"),

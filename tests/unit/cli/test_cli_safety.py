@@ -294,13 +294,13 @@ _NODES = ("more nodes add nothing in double precision (65 tanh-sinh or 32 Gauss-
 @pytest.mark.parametrize("recipe, old, new, message", [
     # a literal count: 10^12 draws per step was derived and `check` ran it until the timeout
     ("vogn.yaml", "{samples: mc_samples}", "{samples: 1000000000000}",
-     "approximation 'monte_carlo': samples must be at most 10000, got 1000000000000: " + _MC),
+     "approximation 'monte_carlo': samples must be at most 100000, got 1000000000000: " + _MC),
     # the same count as a hyperparameter's default
     ("vogn.yaml", "mc_samples: {default: 1,", "mc_samples: {default: 1000000000000,",
-     "approximation 'monte_carlo': samples: the default of 'mc_samples' is 1000000000000, more than 10000: " + _MC),
-    ("score_function_exponential.yaml", "{samples: mc_samples}", "{samples: 2*mc_samples**2}",
-     "approximation 'score_function': samples = 2*mc_samples**2 is 20000 at the hyperparameters' defaults, more "
-     "than 10000: " + _MC + " (lower the default of 'mc_samples')"),
+     "approximation 'monte_carlo': samples: the default of 'mc_samples' is 1000000000000, more than 100000: " + _MC),
+    ("score_function_exponential.yaml", "{samples: mc_samples}", "{samples: 2*mc_samples**3}",
+     "approximation 'score_function': samples = 2*mc_samples**3 is 2000000 at the hyperparameters' defaults, more "
+     "than 100000: " + _MC + " (lower the default of 'mc_samples')"),
     # 10^8 tanh-sinh nodes: `check` grew to 3.5 GB before its timeout
     ("quadrature_gamma.yaml", "{nodes: nodes}", "{nodes: 100000001}",
      "approximation 'quadrature': nodes must be at most 1001, got 100000001: " + _NODES),
@@ -326,7 +326,7 @@ def test_counts_are_bounded(tmp_path, recipe, old, new, message, command):
 
 
 @pytest.mark.parametrize("recipe, old, new", [
-    ("vogn.yaml", "{samples: mc_samples}", "{samples: 10000}"),
+    ("vogn.yaml", "{samples: mc_samples}", "{samples: 100000}"),
     ("quadrature_gamma.yaml", "{nodes: nodes}", "{nodes: 1001}"),
     ("soap.yaml", "every: precondition_frequency", "every: 1000000"),
 ])
