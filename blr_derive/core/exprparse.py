@@ -83,7 +83,7 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
     try:
         tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:
-        raise SpecError(f"{what}: syntax error in {src!r} ({exc.msg})") from None
+        raise SpecError(f"{what}: syntax error in {_shown(src)} ({exc.msg})") from None
     except (RecursionError, MemoryError):
         raise SpecError(f"{what}: expression nested too deeply") from None
     b = _Builder(symbols, what, src, logic)
@@ -92,6 +92,15 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
     out = b.build(tree.body, 0)
     _check_numbers(out, b)
     return out
+
+
+SHOWN = 120
+
+
+def _shown(src):
+    """An expression quoted in an error message: at most :data:`SHOWN` characters of it, so that the reason after it
+    survives the command line's 1000-character error line (an expression may be 2000 characters long)."""
+    return repr(src[:SHOWN] + ("…" if len(src) > SHOWN else ""))
 
 
 def _degree(e, memo):
@@ -157,7 +166,7 @@ class _Builder:
 
     def fail(self, msg):
         src = self.src if len(self.src) <= 160 else self.src[:160] + "…"
-        raise SpecError(f"{self.what}: {msg} in {src!r}")
+        raise SpecError(f"{self.what}: {msg} in {_shown(src)}")
 
     def build(self, node, depth):
         out = self._build(node, depth)

@@ -335,3 +335,19 @@ def test_counts_at_their_limit_derive(tmp_path, recipe, old, new):
     r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert new.split(": ")[-1].strip("}") in (tmp_path / "out.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("depth, opener, closer", [(300, "exp(", ")"), (900, "(", ")")])
+def test_a_deeply_nested_expression_says_why(tmp_path, depth, opener, closer):
+    """An expression nested past the parser's limit (2000 characters of 'exp(exp(...' or '(((...') is one line that
+    ends with the reason: the quoted expression is cut at 120 characters (it was quoted whole and the error line's
+    1000-character cut dropped the reason)."""
+    loss = opener * depth + "theta" + closer * depth
+    (tmp_path / "r.yaml").write_text(f'name: r\nfamily: gaussian_diag\nloss: {{expression: "{loss}"}}\n'
+                                     "approximations: [exact]\n", encoding="utf-8")
+    before = _setup(tmp_path)
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    shown = (opener * depth)[:120]
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"blr-derive: error: r.yaml:3: loss: syntax error in '{shown}…' (too many nested parentheses)\n")
+    _untouched(tmp_path, before)
