@@ -351,3 +351,20 @@ def test_a_deeply_nested_expression_says_why(tmp_path, depth, opener, closer):
     assert (r.returncode, r.stdout, r.stderr) == (
         2, "", f"blr-derive: error: r.yaml:3: loss: syntax error in '{shown}…' (too many nested parentheses)\n")
     _untouched(tmp_path, before)
+
+
+def test_a_long_base_60_integer_is_refused_at_once(tmp_path):
+    """YAML 1.1 reads 1:30:00 as a base-60 integer, built part by part (quadratic): a 1 MB one of 500 000 parts
+    took 86 s to be called too large; it is refused from its length."""
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations: [delta]\n"
+                                     "hyperparameters:\n  rho: " + "1:" * 500_000 + "1\n", encoding="utf-8")
+    before = _setup(tmp_path)
+    t0 = time.perf_counter()
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", "blr-derive: error: r.yaml:6: number too large\n")
+    assert time.perf_counter() - t0 < 10
+    _untouched(tmp_path, before)
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations: [delta]\n"
+                                     "hyperparameters:\n  rho: 1:30\n", encoding="utf-8")
+    r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
+    assert r.returncode == 0 and '"rho": 90.0,' in (tmp_path / "out.py").read_text(encoding="utf-8")
