@@ -368,3 +368,24 @@ def test_a_long_base_60_integer_is_refused_at_once(tmp_path):
                                      "hyperparameters:\n  rho: 1:30\n", encoding="utf-8")
     r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
     assert r.returncode == 0 and '"rho": 90.0,' in (tmp_path / "out.py").read_text(encoding="utf-8")
+
+
+def test_the_approximations_list_is_bounded(tmp_path):
+    """2000 weight decays derived in 65 s (a 1 MB file holds 30 000): more than 64 approximations are refused at
+    the list's line, from a file and from repeated --approx alike; 64 derive."""
+    head = "name: r\nfamily: gaussian_diag\nloss: abstract\napproximations:\n  - delta\n  - squared_gradient_hessian\n"
+    (tmp_path / "r.yaml").write_text(head + "  - weight_decay: {coefficient: 0.1}\n" * 2000, encoding="utf-8")
+    before = _setup(tmp_path)
+    t0 = time.perf_counter()
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", "blr-derive: error: r.yaml:4: at most 64 approximations, got 2002 (the catalog's longest list has 13)\n")
+    assert time.perf_counter() - t0 < 10
+    _untouched(tmp_path, before)
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", *["--approx", "delta"] * 65, "-o", "existing.py",
+                           cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.endswith(": at most 64 approximations, got 65 (the catalog's longest list has 13)\n"), r.stderr
+    _untouched(tmp_path, before)
+    (tmp_path / "r.yaml").write_text(head + "  - weight_decay: {coefficient: 0.1}\n" * 62, encoding="utf-8")
+    assert run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path).returncode == 0
