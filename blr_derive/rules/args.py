@@ -80,7 +80,7 @@ class Ctx:
                 defaults.update({es: v for (_, es), v in zip(h.elements, h.default)})
         at = e.xreplace({s: sp.Integer(v) if isinstance(v, int) else sp.Float(v) for s, v in defaults.items()})
         if at.is_number and at.is_real and at > limit:
-            shown = int(at) if at == int(at) else at
+            shown = int(at) if float(at).is_integer() and abs(at) < 1e15 else f"{float(at):g}"   # --hyper: floats
             if e.is_Symbol:
                 raise self.fail(f"{key}: the default of '{e}' is {shown}, more than {limit}: {instead}")
             names = " or ".join(f"'{s.name}'" for s in sorted(e.free_symbols & set(defaults), key=str))

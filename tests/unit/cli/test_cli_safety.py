@@ -389,3 +389,16 @@ def test_the_approximations_list_is_bounded(tmp_path):
     _untouched(tmp_path, before)
     (tmp_path / "r.yaml").write_text(head + "  - weight_decay: {coefficient: 0.1}\n" * 62, encoding="utf-8")
     assert run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("value, shown", [("1e300", "1e+300"), ("1000000", "1000000")])
+def test_a_count_from_hyper_on_the_command_line_is_bounded(tmp_path, value, shown):
+    """--hyper declares a float: its default as a count is shown as the number it is (1000000, not 1000000.00000)."""
+    before = _setup(tmp_path)
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", "--approx", "monte_carlo: {samples: n}",
+                           "--approx", "squared_gradient_hessian", "--hyper", f"n={value}", "-o", "existing.py",
+                           cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", "blr-derive: error: <command line>: --approx 'monte_carlo: {samples: n}': approximation 'monte_carlo': "
+        f"samples: the default of 'n' is {shown}, more than 100000: {_MC}\n")
+    _untouched(tmp_path, before)
