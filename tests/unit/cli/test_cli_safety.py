@@ -402,3 +402,28 @@ def test_a_count_from_hyper_on_the_command_line_is_bounded(tmp_path, value, show
         2, "", "blr-derive: error: <command line>: --approx 'monte_carlo: {samples: n}': approximation 'monte_carlo': "
         f"samples: the default of 'n' is {shown}, more than 100000: {_MC}\n")
     _untouched(tmp_path, before)
+
+
+def test_sampler_definitions_that_copy_each_other_are_bounded(tmp_path):
+    """16 sampler definitions, each using the one before three times, are 3**15 operations once written in: the
+    derivation ran to the time limit at 2 GB; the first definition past 100 000 operations is refused at its line,
+    by a recipe over the family and by ``check``."""
+    family = (CATALOG.parent / "families" / "exponential.yaml").read_text(encoding="utf-8")
+    defs = "".join(f"    d{i}: (d{i - 1} + d{i - 1}*u{i % 15 + 2})*(d{i - 1} + 1)\n" for i in range(2, 17))
+    family = family.replace("sampler: -log(u)/r", "sampler:\n  value: d16\n  define:\n    d1: -log(u)/r - log(u2)/r\n"
+                            + defs)
+    (tmp_path / "fam.yaml").write_text(family, encoding="utf-8")
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: fam.yaml\nloss: abstract\napproximations: [score_function]\n",
+                                     encoding="utf-8")
+    line = family[:family.index("    d9:")].count("\n") + 1
+    message = (f"{line}: sampler: definition 'd9' has 112628 operations with the "
+               "definitions it uses written in, more than 100000: use each definition fewer times (a definition is "
+               "copied where it is used)\n")
+    before = _setup(tmp_path)
+    # a family a recipe names is reported by its resolved path, one given to check as written
+    for args, file in ((["r.yaml", "-o", "existing.py"], tmp_path / "fam.yaml"), (["check", "fam.yaml"], "fam.yaml")):
+        t0 = time.perf_counter()
+        r = run_cli_in_process(*args, cwd=tmp_path)
+        assert (r.returncode, r.stdout, r.stderr) == (2, "", f"blr-derive: error: {file}:{message}")
+        assert time.perf_counter() - t0 < 20
+    _untouched(tmp_path, before)
