@@ -73,7 +73,9 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
             raise SpecError(f"{what}: {text!r} is not a finite number")
         return sp.Rational(Fraction(repr(text)))
     if not isinstance(text, str):
-        raise SpecError(f"{what}: expected an expression string, got {type(text).__name__}")
+        kind = ("a list" if isinstance(text, list) else "a mapping" if isinstance(text, dict)
+                else "nothing (null)" if text is None else type(text).__name__)
+        raise SpecError(f"{what}: expected an expression string, got {kind}")
     limit = MAX_EXPANDED_LENGTH if isinstance(text, Expanded) else MAX_LENGTH     # a size template's output
     src = text.strip()
     if not src:

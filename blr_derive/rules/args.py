@@ -79,6 +79,11 @@ class Ctx:
             elif h.kind == "tuple":
                 defaults.update({es: v for (_, es), v in zip(h.elements, h.default)})
         at = e.xreplace({s: sp.Integer(v) if isinstance(v, int) else sp.Float(v) for s, v in defaults.items()})
+        if at.is_number and at.is_real and not (float(at).is_integer() and at >= 1):
+            shown = f"{float(at):g}"
+            if e.is_Symbol:
+                raise self.fail(f"{key}: the default of '{e}' is {shown}; a count is a positive integer")
+            raise self.fail(f"{key} = {e} is {shown} at the hyperparameters' defaults; a count is a positive integer")
         if at.is_number and at.is_real and at > limit:
             shown = int(at) if float(at).is_integer() and abs(at) < 1e15 else f"{float(at):g}"   # --hyper: floats
             if e.is_Symbol:

@@ -427,3 +427,28 @@ def test_sampler_definitions_that_copy_each_other_are_bounded(tmp_path):
         assert (r.returncode, r.stdout, r.stderr) == (2, "", f"blr-derive: error: {file}:{message}")
         assert time.perf_counter() - t0 < 20
     _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("samples, hyper, problem", [
+    # -3 draws per step were derived
+    ("-n", "n=3", "samples = -n is -3 at the hyperparameters' defaults; a count is a positive integer"),
+    ("n", "n=2.5", "samples: the default of 'n' is 2.5; a count is a positive integer"),
+])
+def test_a_count_that_is_not_a_positive_integer_at_the_defaults_is_refused(tmp_path, samples, hyper, problem):
+    before = _setup(tmp_path)
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", "--approx", f"monte_carlo: {{samples: {samples}}}",
+                           "--approx", "squared_gradient_hessian", "--hyper", hyper, "-o", "existing.py", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"blr-derive: error: <command line>: --approx 'monte_carlo: {{samples: {samples}}}': approximation "
+        f"'monte_carlo': {problem}\n")
+    _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("value, kind", [("[1, 2]", "a list"), ("{a: 1}", "a mapping"), ("null", "nothing (null)")])
+def test_a_rule_argument_of_the_wrong_kind_is_named_in_words(tmp_path, value, kind):
+    """(it said 'got LList', 'got LDict', 'got NoneType': the reader's own type names)"""
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", "--approx", f"monte_carlo: {{samples: {value}}}",
+                           "--approx", "squared_gradient_hessian", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"blr-derive: error: <command line>: --approx 'monte_carlo: {{samples: {value}}}': monte_carlo.samples: "
+        f"expected an expression string, got {kind}\n")
