@@ -6,6 +6,7 @@ import argparse
 
 from blr_derive.core.budget import DEFAULT_SECONDS
 from blr_derive.core.errors import SpecError
+from blr_derive.core.sizes import HARD_MAX
 from blr_derive.core.text import quote
 
 CMDLINE = "<command line>"
@@ -46,8 +47,12 @@ def _sizes(items) -> dict:
             raise SpecError(f"--size takes NAME=N (e.g. K=5), got '{quote(item)}'", CMDLINE)
         if name in out:
             raise SpecError(f"--size {name} is given twice", CMDLINE)
-        if not (value.isdigit() and len(value) <= 9):
+        # ASCII digits only: str.isdigit() also holds for '²', which int() refuses (an internal error)
+        if not (value.isascii() and value.isdigit()):
             raise SpecError(f"size {name} must be a positive integer, got '{quote(value)}'", CMDLINE)
+        if len(value.lstrip("0")) > 9:
+            raise SpecError(f"size {name} = {quote(value)} is too large: a size is at most {HARD_MAX} (see 'sizes' "
+                            "in docs/family-format.md)", CMDLINE)
         out[name] = int(value)
     return out
 

@@ -73,7 +73,9 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
             raise SpecError(f"{what}: {text!r} is not a finite number")
         return sp.Rational(Fraction(repr(text)))
     if not isinstance(text, str):
-        raise SpecError(f"{what}: expected an expression string, got {type(text).__name__}")
+        kind = ("a list" if isinstance(text, list) else "a mapping" if isinstance(text, dict)
+                else "nothing (null)" if text is None else type(text).__name__)
+        raise SpecError(f"{what}: expected an expression string, got {kind}")
     limit = MAX_EXPANDED_LENGTH if isinstance(text, Expanded) else MAX_LENGTH     # a size template's output
     src = text.strip()
     if not src:
@@ -83,7 +85,7 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
     try:
         tree = ast.parse(src, mode="eval")
     except SyntaxError as exc:
-        raise SpecError(f"{what}: syntax error in {src!r} ({exc.msg})") from None
+        raise SpecError(f"{what}: syntax error in {_shown(src)} ({exc.msg})") from None
     except (RecursionError, MemoryError):
         raise SpecError(f"{what}: expression nested too deeply") from None
     b = _Builder(symbols, what, src, logic)
@@ -92,6 +94,15 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
     out = b.build(tree.body, 0)
     _check_numbers(out, b)
     return out
+
+
+SHOWN = 120
+
+
+def _shown(src):
+    """An expression quoted in an error message: at most :data:`SHOWN` characters of it, so that the reason after it
+    survives the command line's 1000-character error line (an expression may be 2000 characters long)."""
+    return repr(src[:SHOWN] + ("…" if len(src) > SHOWN else ""))
 
 
 def _degree(e, memo):
@@ -157,7 +168,7 @@ class _Builder:
 
     def fail(self, msg):
         src = self.src if len(self.src) <= 160 else self.src[:160] + "…"
-        raise SpecError(f"{self.what}: {msg} in {src!r}")
+        raise SpecError(f"{self.what}: {msg} in {_shown(src)}")
 
     def build(self, node, depth):
         out = self._build(node, depth)

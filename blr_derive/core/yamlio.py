@@ -23,6 +23,8 @@ from blr_derive.core.text import Prose, did_you_mean, quote
 MAX_FILE_BYTES = 1 << 20
 #: integers beyond what a double can hold are not numbers any declaration needs
 MAX_INT = 2 ** 1023
+#: a base-60 integer (YAML 1.1's 1:30:00) of more parts than this is beyond MAX_INT (60**173 > 2**1022)
+MAX_SEXAGESIMAL_PARTS = 180
 
 
 class LDict(dict):
@@ -82,6 +84,10 @@ def _convert(node, loader, file, seen=None):
             out.append(_convert(item, loader, file, seen))
             out.lines.append(item.start_mark.line + 1)
         return out
+    if node.tag == "tag:yaml.org,2002:int" and node.value.count(":") > MAX_SEXAGESIMAL_PARTS:
+        # YAML 1.1's base-60 integers (1:30:00) are built digit by digit, quadratic in their length: 500 000
+        # parts took 86 s before 'number too large'; 60**180 is beyond MAX_INT whatever the digits
+        raise SpecError("number too large", file, node.start_mark.line + 1)
     try:
         value = loader.construct_object(node)
     except (ValueError, OverflowError):          # e.g. an integer of 5000 digits (int-to-str limit)

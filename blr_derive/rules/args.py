@@ -10,6 +10,19 @@ from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import name_problem
 
 
+#: the most a count argument may ask for, with what to write instead (docs/recipe-format.md, "Limits on counts"):
+#: draws per step (every rule with ``samples``), quadrature nodes (``quadrature``, ``gauss_hermite``) and the
+#: period in steps of ``kronecker_eigenbasis``'s refresh (``every``).  A count is checked where the recipe writes a
+#: number and, where it names hyperparameters, at their defaults (``--hyper`` included).
+COUNT_LIMITS = {
+    "samples": (100_000, "a Monte Carlo estimate's error falls only as 1/sqrt(samples); draw fewer per step (the "
+                        "steps average them further)"),
+    "nodes": (1001, "more nodes add nothing in double precision (65 tanh-sinh or 32 Gauss-Hermite nodes already "
+                    "integrate a smooth loss to rounding error)"),
+    "every": (1_000_000, "a longer period never refreshes in practice"),
+}
+
+
 class Ctx:
     def __init__(self, D, approx):
         self.D = D
@@ -51,6 +64,33 @@ class Ctx:
         e = self.expr(key, None if default is None else sp.Integer(default))
         if e.is_number and not (e.is_Integer and e >= 1):
             raise self.fail(f"{key} must be a positive integer (or an int hyperparameter), got {e}")
+        limit, instead = COUNT_LIMITS.get(key, (None, None))
+        if limit is None:
+            return e
+        if e.is_number:
+            if e > limit:
+                raise self.fail(f"{key} must be at most {limit}, got {e}: {instead}")
+            return e
+        # an expression of hyperparameters: checked at their defaults (a required one has none)
+        defaults = {}
+        for h in self.r.hyper:
+            if h.kind in ("int", "float") and h.default is not None:
+                defaults[h.symbol] = h.default
+            elif h.kind == "tuple":
+                defaults.update({es: v for (_, es), v in zip(h.elements, h.default)})
+        at = e.xreplace({s: sp.Integer(v) if isinstance(v, int) else sp.Float(v) for s, v in defaults.items()})
+        if at.is_number and at.is_real and not (float(at).is_integer() and at >= 1):
+            shown = f"{float(at):g}"
+            if e.is_Symbol:
+                raise self.fail(f"{key}: the default of '{e}' is {shown}; a count is a positive integer")
+            raise self.fail(f"{key} = {e} is {shown} at the hyperparameters' defaults; a count is a positive integer")
+        if at.is_number and at.is_real and at > limit:
+            shown = int(at) if float(at).is_integer() and abs(at) < 1e15 else f"{float(at):g}"   # --hyper: floats
+            if e.is_Symbol:
+                raise self.fail(f"{key}: the default of '{e}' is {shown}, more than {limit}: {instead}")
+            names = " or ".join(f"'{s.name}'" for s in sorted(e.free_symbols & set(defaults), key=str))
+            raise self.fail(f"{key} = {e} is {shown} at the hyperparameters' defaults, more than {limit}: "
+                            f"{instead} (lower the default of {names})")
         return e
 
     def positive(self, key, default=None):

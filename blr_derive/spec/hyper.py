@@ -261,12 +261,19 @@ def _data_default(dname, ddecl, defaults):
 
 # ------------------------------------------------------------------------------------------- approximations
 
+#: the longest ``approximations`` list (the catalog's longest has 13): 2000 weight decays derived in 65 s
+MAX_APPROXIMATIONS = 64
+
+
 def parse_approximations(spec, kinds: dict) -> list:
     """``approximations``: rule names or ``{name: {args}}``; ``kinds`` maps every rule a recipe may name to its
     kind (the rule registry, given by the caller)."""
     aspec = spec.get("approximations", [])
     if not isinstance(aspec, list):
         raise err("approximations must be a list", spec, "approximations")
+    if len(aspec) > MAX_APPROXIMATIONS:
+        raise err(f"at most {MAX_APPROXIMATIONS} approximations, got {len(aspec)} (the catalog's longest list "
+                  "has 13)", spec, "approximations")
     out = []
     for i, a in enumerate(aspec):
         if isinstance(a, str):

@@ -35,6 +35,32 @@ def sampler_draws(sampler, accept=None):
 
 SAMPLER_KEYS = {"value", "accept", "define"}
 MAX_SAMPLER_DEFINITIONS = 16
+#: the most operations a sampler's value, acceptance condition or definition may have with the definitions it
+#: uses written in (counted as a tree: a definition used three times counts three times).  The generalized inverse
+#: Gaussian's acceptance condition, the largest bundled one, has 17 917; 16 definitions that each use the one
+#: before three times are 3**15 = 14 million, which ran to the time limit at 2 GB.
+MAX_SAMPLER_NODES = 100_000
+
+
+def _tree_size(e, memo):
+    """The number of nodes of ``e`` as a tree (shared subexpressions counted each time), without walking it as
+    one: each distinct subexpression is counted once and its count reused."""
+    n = memo.get(e)
+    if n is None:
+        n = 1 + sum(_tree_size(a, memo) for a in e.args if isinstance(a, sp.Basic))
+        memo[e] = n
+    return n
+
+
+def _bounded(e, container, key, what):
+    """``e`` (with the definitions written in), refused with a located error when it is larger than
+    :data:`MAX_SAMPLER_NODES`."""
+    n = _tree_size(e, {})
+    if n > MAX_SAMPLER_NODES:
+        raise _err(f"sampler: {what} has {n} operations with the definitions it uses written in, more than "
+                   f"{MAX_SAMPLER_NODES}: use each definition fewer times (a definition is copied where it is "
+                   "used)", container, key)
+    return e
 
 
 def parse_sampler(spec, kind, theta, psyms, file, components=()):
@@ -77,10 +103,11 @@ def parse_sampler(spec, kind, theta, psyms, file, components=()):
 
         def inline(e):
             return e.xreplace(dict(subs))
-        expr = _sampler_value(raw["value"], several, components, known, raw, file, inline, functions=functions)
+        expr = _bounded(_sampler_value(raw["value"], several, components, known, raw, file, inline,
+                                       functions=functions), raw, "value", "the value")
         if "accept" in raw:
-            accept = inline(parse_at(raw["accept"], known, raw, "accept", file, what="sampler acceptance",
-                                     logic=True))
+            accept = _bounded(inline(parse_at(raw["accept"], known, raw, "accept", file, what="sampler acceptance",
+                                              logic=True)), raw, "accept", "the acceptance condition")
             if not isinstance(accept, (sp.core.relational.Relational, sp.logic.boolalg.BooleanFunction)):
                 raise _err("sampler: 'accept' must be a condition (a comparison such as u2 <= exp(-x), combined "
                            "with 'and'/'or')", raw, "accept")
@@ -138,7 +165,7 @@ def _definitions(raw, known, theta, file, functions):
         known[name] = sp.MatrixSymbol(f"{name}__defined", *e.shape) if is_mat(e) else sp.Dummy(name, real=True)
         # each definition is inlined once, in terms of the draws and parameters only, so that the value and
         # the acceptance condition are rebuilt in one pass (not once per definition: seconds for the GIG's 13)
-        subs.append((known[name], e.xreplace(dict(subs))))
+        subs.append((known[name], _bounded(e.xreplace(dict(subs)), defs, name, f"definition '{name}'")))
     return subs
 
 

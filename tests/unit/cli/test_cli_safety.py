@@ -276,3 +276,179 @@ def test_terminal_output_escapes_control_characters(tmp_path):
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "evil \\x1b\\]0;owned\\x07" in r.stdout
     r = run_cli("compare", "r.yaml", "r.yaml", cwd=tmp_path)
     assert r.returncode == 0 and "\x1b" not in r.stdout
+
+
+# ---------------------------------------------------------------------------- counts (docs/recipe-format.md)
+def _catalog_with(tmp_path, recipe, old, new):
+    text = (CATALOG / recipe).read_text(encoding="utf-8")
+    assert old in text
+    (tmp_path / "r.yaml").write_text(text.replace(old, new), encoding="utf-8")
+    return text[:text.index(old)].count("\n") + 1          # the line of the edit
+
+
+_MC = "a Monte Carlo estimate's error falls only as 1/sqrt(samples); draw fewer per step (the steps average them further)"
+_NODES = ("more nodes add nothing in double precision (65 tanh-sinh or 32 Gauss-Hermite nodes already integrate a "
+          "smooth loss to rounding error)")
+
+
+@pytest.mark.parametrize("recipe, old, new, message", [
+    # a literal count: 10^12 draws per step was derived and `check` ran it until the timeout
+    ("vogn.yaml", "{samples: mc_samples}", "{samples: 1000000000000}",
+     "approximation 'monte_carlo': samples must be at most 100000, got 1000000000000: " + _MC),
+    # the same count as a hyperparameter's default
+    ("vogn.yaml", "mc_samples: {default: 1,", "mc_samples: {default: 1000000000000,",
+     "approximation 'monte_carlo': samples: the default of 'mc_samples' is 1000000000000, more than 100000: " + _MC),
+    ("score_function_exponential.yaml", "{samples: mc_samples}", "{samples: 2*mc_samples**3}",
+     "approximation 'score_function': samples = 2*mc_samples**3 is 2000000 at the hyperparameters' defaults, more "
+     "than 100000: " + _MC + " (lower the default of 'mc_samples')"),
+    # 10^8 tanh-sinh nodes: `check` grew to 3.5 GB before its timeout
+    ("quadrature_gamma.yaml", "{nodes: nodes}", "{nodes: 100000001}",
+     "approximation 'quadrature': nodes must be at most 1001, got 100000001: " + _NODES),
+    ("ncvi.yaml", "nodes: {default: 32,", "nodes: {default: 1003,",
+     "approximation 'gauss_hermite': nodes: the default of 'nodes' is 1003, more than 1001: " + _NODES),
+    ("soap.yaml", "every: precondition_frequency", "every: 1000001",
+     "approximation 'kronecker_eigenbasis': every must be at most 1000000, got 1000001: a longer period never "
+     "refreshes in practice"),
+])
+@pytest.mark.parametrize("command", [["--target", t] for t in TARGET_NAMES] + [["check"]])
+def test_counts_are_bounded(tmp_path, recipe, old, new, message, command):
+    """A count that asks for unbounded work (draws per step, quadrature nodes, a refresh period) is refused where
+    the recipe is read, by every target and by ``check``: one located line, exit 2, the output untouched."""
+    _catalog_with(tmp_path, recipe, old, new)
+    text = (tmp_path / "r.yaml").read_text(encoding="utf-8")
+    rule = message.split("'")[1]
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if l.strip().startswith(f"- {rule}"))
+    before = _setup(tmp_path)
+    args = ["check", "r.yaml"] if command == ["check"] else ["r.yaml", *command, "-o", "existing.py"]
+    r = run_cli_in_process(*args, cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"blr-derive: error: r.yaml:{line}: {message}\n")
+    _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("recipe, old, new", [
+    ("vogn.yaml", "{samples: mc_samples}", "{samples: 100000}"),
+    ("quadrature_gamma.yaml", "{nodes: nodes}", "{nodes: 1001}"),
+    ("soap.yaml", "every: precondition_frequency", "every: 1000000"),
+])
+def test_counts_at_their_limit_derive(tmp_path, recipe, old, new):
+    _catalog_with(tmp_path, recipe, old, new)
+    r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert new.split(": ")[-1].strip("}") in (tmp_path / "out.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("depth, opener, closer", [(300, "exp(", ")"), (900, "(", ")")])
+def test_a_deeply_nested_expression_says_why(tmp_path, depth, opener, closer):
+    """An expression nested past the parser's limit (2000 characters of 'exp(exp(...' or '(((...') is one line that
+    ends with the reason: the quoted expression is cut at 120 characters (it was quoted whole and the error line's
+    1000-character cut dropped the reason)."""
+    loss = opener * depth + "theta" + closer * depth
+    (tmp_path / "r.yaml").write_text(f'name: r\nfamily: gaussian_diag\nloss: {{expression: "{loss}"}}\n'
+                                     "approximations: [exact]\n", encoding="utf-8")
+    before = _setup(tmp_path)
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    shown = (opener * depth)[:120]
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"blr-derive: error: r.yaml:3: loss: syntax error in '{shown}…' (too many nested parentheses)\n")
+    _untouched(tmp_path, before)
+
+
+def test_a_long_base_60_integer_is_refused_at_once(tmp_path):
+    """YAML 1.1 reads 1:30:00 as a base-60 integer, built part by part (quadratic): a 1 MB one of 500 000 parts
+    took 86 s to be called too large; it is refused from its length."""
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations: [delta]\n"
+                                     "hyperparameters:\n  rho: " + "1:" * 500_000 + "1\n", encoding="utf-8")
+    before = _setup(tmp_path)
+    t0 = time.perf_counter()
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", "blr-derive: error: r.yaml:6: number too large\n")
+    assert time.perf_counter() - t0 < 10
+    _untouched(tmp_path, before)
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations: [delta]\n"
+                                     "hyperparameters:\n  rho: 1:30\n", encoding="utf-8")
+    r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
+    assert r.returncode == 0 and '"rho": 90.0,' in (tmp_path / "out.py").read_text(encoding="utf-8")
+
+
+def test_the_approximations_list_is_bounded(tmp_path):
+    """2000 weight decays derived in 65 s (a 1 MB file holds 30 000): more than 64 approximations are refused at
+    the list's line, from a file and from repeated --approx alike; 64 derive."""
+    head = "name: r\nfamily: gaussian_diag\nloss: abstract\napproximations:\n  - delta\n  - squared_gradient_hessian\n"
+    (tmp_path / "r.yaml").write_text(head + "  - weight_decay: {coefficient: 0.1}\n" * 2000, encoding="utf-8")
+    before = _setup(tmp_path)
+    t0 = time.perf_counter()
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", "blr-derive: error: r.yaml:4: at most 64 approximations, got 2002 (the catalog's longest list has 13)\n")
+    assert time.perf_counter() - t0 < 10
+    _untouched(tmp_path, before)
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", *["--approx", "delta"] * 65, "-o", "existing.py",
+                           cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.endswith(": at most 64 approximations, got 65 (the catalog's longest list has 13)\n"), r.stderr
+    _untouched(tmp_path, before)
+    (tmp_path / "r.yaml").write_text(head + "  - weight_decay: {coefficient: 0.1}\n" * 62, encoding="utf-8")
+    assert run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("value, shown", [("1e300", "1e+300"), ("1000000", "1000000")])
+def test_a_count_from_hyper_on_the_command_line_is_bounded(tmp_path, value, shown):
+    """--hyper declares a float: its default as a count is shown as the number it is (1000000, not 1000000.00000)."""
+    before = _setup(tmp_path)
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", "--approx", "monte_carlo: {samples: n}",
+                           "--approx", "squared_gradient_hessian", "--hyper", f"n={value}", "-o", "existing.py",
+                           cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", "blr-derive: error: <command line>: --approx 'monte_carlo: {samples: n}': approximation 'monte_carlo': "
+        f"samples: the default of 'n' is {shown}, more than 100000: {_MC}\n")
+    _untouched(tmp_path, before)
+
+
+def test_sampler_definitions_that_copy_each_other_are_bounded(tmp_path):
+    """16 sampler definitions, each using the one before three times, are 3**15 operations once written in: the
+    derivation ran to the time limit at 2 GB; the first definition past 100 000 operations is refused at its line,
+    by a recipe over the family and by ``check``."""
+    family = (CATALOG.parent / "families" / "exponential.yaml").read_text(encoding="utf-8")
+    defs = "".join(f"    d{i}: (d{i - 1} + d{i - 1}*u{i % 15 + 2})*(d{i - 1} + 1)\n" for i in range(2, 17))
+    family = family.replace("sampler: -log(u)/r", "sampler:\n  value: d16\n  define:\n    d1: -log(u)/r - log(u2)/r\n"
+                            + defs)
+    (tmp_path / "fam.yaml").write_text(family, encoding="utf-8")
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: fam.yaml\nloss: abstract\napproximations: [score_function]\n",
+                                     encoding="utf-8")
+    line = family[:family.index("    d9:")].count("\n") + 1
+    message = (f"{line}: sampler: definition 'd9' has 112628 operations with the "
+               "definitions it uses written in, more than 100000: use each definition fewer times (a definition is "
+               "copied where it is used)\n")
+    before = _setup(tmp_path)
+    # a family a recipe names is reported by its resolved path, one given to check as written
+    for args, file in ((["r.yaml", "-o", "existing.py"], tmp_path / "fam.yaml"), (["check", "fam.yaml"], "fam.yaml")):
+        t0 = time.perf_counter()
+        r = run_cli_in_process(*args, cwd=tmp_path)
+        assert (r.returncode, r.stdout, r.stderr) == (2, "", f"blr-derive: error: {file}:{message}")
+        assert time.perf_counter() - t0 < 20
+    _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("samples, hyper, problem", [
+    # -3 draws per step were derived
+    ("-n", "n=3", "samples = -n is -3 at the hyperparameters' defaults; a count is a positive integer"),
+    ("n", "n=2.5", "samples: the default of 'n' is 2.5; a count is a positive integer"),
+])
+def test_a_count_that_is_not_a_positive_integer_at_the_defaults_is_refused(tmp_path, samples, hyper, problem):
+    before = _setup(tmp_path)
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", "--approx", f"monte_carlo: {{samples: {samples}}}",
+                           "--approx", "squared_gradient_hessian", "--hyper", hyper, "-o", "existing.py", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"blr-derive: error: <command line>: --approx 'monte_carlo: {{samples: {samples}}}': approximation "
+        f"'monte_carlo': {problem}\n")
+    _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("value, kind", [("[1, 2]", "a list"), ("{a: 1}", "a mapping"), ("null", "nothing (null)")])
+def test_a_rule_argument_of_the_wrong_kind_is_named_in_words(tmp_path, value, kind):
+    """(it said 'got LList', 'got LDict', 'got NoneType': the reader's own type names)"""
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", "--approx", f"monte_carlo: {{samples: {value}}}",
+                           "--approx", "squared_gradient_hessian", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"blr-derive: error: <command line>: --approx 'monte_carlo: {{samples: {value}}}': monte_carlo.samples: "
+        f"expected an expression string, got {kind}\n")

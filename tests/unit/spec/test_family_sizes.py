@@ -209,6 +209,14 @@ def test_unknown_size_and_unsized_family_are_located_errors(tmp_path):
     ("K=1000000", "catalog/em_gmm_unrolled.yaml:{line}: size K = 1000000 is outside 2..16"),
     ("J=2", "catalog/em_gmm_unrolled.yaml:{sizes}: 'J' is not a size of the recipe (sizes: K)"),
     ("K", "<command line>: --size takes NAME=N (e.g. K=5), got 'K'"),
+    # '²'.isdigit() holds and int('²') raised: an internal error (exit 3)
+    ("K=²", "<command line>: size K must be a positive integer, got '²'"),
+    ("K=٣", "<command line>: size K must be a positive integer, got '٣'"),
+    # ten digits or more: said 'must be a positive integer' of a positive integer
+    ("K=1000000000", "<command line>: size K = 1000000000 is too large: a size is at most 64 (see 'sizes' in "
+                     "docs/family-format.md)"),
+    ("K=" + "9" * 5000, "<command line>: size K = " + "9" * 80 + "… is too large: a size is at most 64 (see 'sizes' "
+                        "in docs/family-format.md)"),
 ])
 def test_bad_size_on_the_command_line_is_one_line_exit_2(tmp_path, arg, message):
     text = (CATALOG / "em_gmm_unrolled.yaml").read_text(encoding="utf-8")
