@@ -120,7 +120,7 @@ def test_bad_output_paths_are_input_errors(tmp_path, out, words):
 def test_output_is_checked_before_the_derivation(tmp_path):
     """A bad -o fails at once (not after minutes of deriving)."""
     t0 = time.perf_counter()
-    r = run_cli(CATALOG / "em_gmm_unrolled.yaml", "--size", "K=9", "-o", ".", cwd=tmp_path)
+    r = run_cli(CATALOG / "em_gmm_unrolled.yaml", "--size", "K=7", "-o", ".", cwd=tmp_path)
     _assert_one_line_error(r, "", ["is a directory"])
     assert time.perf_counter() - t0 < 10
 

@@ -204,9 +204,9 @@ def test_unknown_size_and_unsized_family_are_located_errors(tmp_path):
 
 
 @pytest.mark.parametrize("arg,message", [
-    ("K=1", "catalog/em_gmm_unrolled.yaml:{line}: size K = 1 is outside 2..16"),
+    ("K=1", "catalog/em_gmm_unrolled.yaml:{line}: size K = 1 is outside 2..7"),
     ("K=a", "<command line>: size K must be a positive integer, got 'a'"),
-    ("K=1000000", "catalog/em_gmm_unrolled.yaml:{line}: size K = 1000000 is outside 2..16"),
+    ("K=1000000", "catalog/em_gmm_unrolled.yaml:{line}: size K = 1000000 is outside 2..7"),
     ("J=2", "catalog/em_gmm_unrolled.yaml:{sizes}: 'J' is not a size of the recipe (sizes: K)"),
     ("K", "<command line>: --size takes NAME=N (e.g. K=5), got 'K'"),
     # '²'.isdigit() holds and int('²') raised: an internal error (exit 3)
