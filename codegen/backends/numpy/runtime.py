@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy
 import scipy.linalg
+import scipy.special
 
 #: stand-ins for what each generated module declares itself: the shape of each of its arrays, its symmetric ones
 SHAPES: dict = {}
@@ -150,3 +151,18 @@ def _power_basis(S, Q):
 def _reordered(X, SL, QL, SR, QR):
     """X with its rows in the order _power_basis gives the columns of QL, its columns in that of QR."""
     return X[_rayleigh_order(SL, QL)][:, _rayleigh_order(SR, QR)]
+
+
+def _exp1e(x):
+    """e^x E1(x) for x > 0, the exponentially scaled exponential integral (codegen/scaled.py): e^x times scipy's exp1
+    below 50, where neither overflows, and the asymptotic series (1/x) sum_k (-1)^k k!/x^k (DLMF 6.12.1) to k = 19
+    above, whose next term 20!/50^20 = 2.6e-16 bounds its relative error; finite where e^x alone overflows (x > 709)."""
+    x = numpy.asarray(x, dtype=float)
+    small = x < 50
+    near = numpy.where(small, x, 50.0)
+    far = numpy.where(small, 50.0, x)
+    series, term = numpy.ones_like(far), numpy.ones_like(far)
+    for k in range(1, 20):
+        term = -term * k / far
+        series = series + term
+    return numpy.where(small, numpy.exp(near) * scipy.special.exp1(near), series / far)
