@@ -353,10 +353,8 @@ class _Builder:
         visit(arg)
         if not found:
             return None
-        if any(v != found[0][1] for _, v in found[1:]):
-            self.fail("sum(): its argument holds different column-vector expressions "
-                      f"({', '.join(sorted({ast.unparse(n) for n, _ in found}))}); a sum over data is Σ_n g(v_n) of one "
-                      "vector v (sum(log(1 + (X*theta - y)**2/nu))): write one sum per vector expression")
+        if any(v != found[0][1] for _, v in found[1:]):     # y*(X*theta): the row-wise error says what to write
+            return None
         slot = "_sum_row_"
         while slot in self.symbols:
             slot += "_"

