@@ -2838,3 +2838,26 @@ def test_inverse_gaussian_by_mean_and_dispersion_is_finite_where_e_to_the_x_over
         l1 = (1 - rho) * (-1 / (2 * mp.mpf(phi) * a ** 2)) - rho * (p + g1)
         l2 = (1 - rho) * (-1 / (2 * mp.mpf(phi))) - rho * (q + g2)
         assert rel(new["phi"], float(-1 / (2 * l2))) < 1e-12 and rel(new["mu"], float(mp.sqrt(l2 / l1))) < 1e-12
+
+
+def test_truncated_poisson_squared_loss_exact_step_is_the_enumerated_natural_gradient():
+    """A Poisson truncated to 0..12 under ℓ = ½(θ − y)² with `exact` (a sum over the 13 points).  Its derivation ran
+    past the 120 s budget (sympy's assumptions expanded λ_{t+1} inside exp(λ) and the domain proof of r): now a few
+    seconds.  Reference: λ' = (1 − ρ)λ − ρ Cov_q(T, ℓ + log h)/Var_q(T) by enumeration, T = θ, h = 1/θ!."""
+    mod = compiled(_corpus_recipe("truncated_poisson12.yaml", """\
+        loss:
+          expression: 0.5*(theta - y)**2
+          data: {y: {}}
+        approximations: [exact]
+        """))
+    k = np.arange(13.0)
+    for r, y, rho in [(3.0, 5.0, 0.5), (0.2, 10.0, 1.0), (40.0, 1.0, 0.3)]:
+        lam = math.log(r)
+        logq = lam * k - scipy.special.gammaln(k + 1)
+        q = np.exp(logq - logq.max())
+        q /= q.sum()
+        f = 0.5 * (k - y) ** 2 - scipy.special.gammaln(k + 1)
+        mu = q @ k
+        lam2 = (1 - rho) * lam - rho * ((q * (k - mu)) @ f) / (q @ (k - mu) ** 2)
+        new = mod.step(mod.init(r=np.array([r])), data={"y": np.array(y)}, rho=rho)
+        assert rel(new["r"], math.exp(lam2)) < 1e-11          # observed 3e-13
