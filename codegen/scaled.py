@@ -7,7 +7,9 @@ The modified Bessel functions grow and decay like exponentials (DLMF 10.40.1, 10
 * I_ν(x) = Ĩ_ν(x)·e^{|x|} with Ĩ_ν(x) ~ 1/√(2π|x|) (:class:`besselie`; scipy's ``ive``, jax's and torch's
   ``i0e``/``i1e``), and
 * ∂ⁿK_ν(x)/∂νⁿ = K̃ⁿ_ν(x)·e^{−x}, x > 0, n ≥ 0 (:class:`dbesselke`; scipy's ``kve`` for n = 0, the module's
-  ``_dbesselk(n, ν, x, True)`` integral otherwise: ``core.specialfns.dbesselk_numpy``).
+  ``_dbesselk(n, ν, x, True)`` integral otherwise: ``core.specialfns.dbesselk_numpy``), and the exponential
+  integral E₁(x) = Ẽ₁(x)·e^{−x} (:class:`exp1e`, the module's ``_exp1e``; DLMF 6.12.1), which meets the
+  inverse Gaussian's e^{2s/m} in e^{2s/m}E₁(2s/m).
 
 In double precision I₀(κ) is +inf from κ ≈ 713 and K_ν(x) is 0 from x ≈ 705, so a von Mises mean I₁(κ)/I₀(κ) (its
 μ = ∇A(λ), the Bayesian learning rule's expectation parameters, Eq. 6 of Khan & Rue 2023) is inf/inf = NaN and its
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from blr_derive.core.specialfns import dbesselk
+from blr_derive.core.specialfns import dbesselk, exp1, exp1e
 
 
 class besselie(sp.Function):
@@ -63,9 +65,9 @@ class dbesselke(sp.Function):
 
 
 #: the scaled functions' names -> the functions a reader wrote (for messages that name a function)
-ORIGINAL_NAMES = {"besselie": "besseli", "dbesselke": "besselk"}
+ORIGINAL_NAMES = {"besselie": "besseli", "dbesselke": "besselk", "exp1e": "exp1"}
 
-_BESSEL = (sp.besseli, sp.besselk, dbesselk)
+_BESSEL = (sp.besseli, sp.besselk, dbesselk, exp1)
 
 
 def scaled_bessel(expr):
@@ -97,6 +99,8 @@ def scaled_bessel(expr):
         if isinstance(node, dbesselk):
             n, nu, x = args
             return dbesselke(n, nu, x) / scale(x)
+        if isinstance(node, exp1):
+            return exp1e(args[0]) / scale(args[0])
         if isinstance(node, sp.Add):
             return _take_out(sp.Add(*args), list(scales.values()))
         if isinstance(node, sp.log):

@@ -112,8 +112,12 @@ def _recipe_input(args, target: str = "numpy"):
     path, kind = api.resolve_input(args.recipe)
     if kind == "recipe":
         if _from_family(args):
+            # an error message's command-line form (--set 'parameter=m') has its recipe-file form: the key itself
+            keys = [kv.split("=", 1) for kv in args.set if "=" in kv]
+            edit = (f"add the key to the file instead: {'; '.join(f'{quote(k.strip(), 40)}: {quote(v.strip(), 80)}' for k, v in keys)}"
+                    if keys else "edit its 'loss' and 'approximations'")
             raise SpecError(f"--loss, --data, --approx, --hyper, --set and --name derive from a family file; "
-                            f"'{quote(args.recipe)}' is a recipe (edit its 'loss' and 'approximations')", CMDLINE)
+                            f"'{quote(args.recipe)}' is a recipe ({edit})", CMDLINE)
         # a catalog recipe, by name or by any path, keeps the catalog's machine-independent label (the header of
         # catalog/generated/, byte for byte); any other path is recorded as given, so that the header's command
         # regenerates the module from where this one ran

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -71,6 +72,21 @@ def _on_alarm(signum, frame):
     raise make()
 
 
+def _quiet_unraisable(previous):
+    """A ``sys.unraisablehook`` that drops this module's exceptions and passes any other to ``previous``.
+
+    The alarm can fire while Python runs code whose exceptions it cannot propagate (a garbage-collection
+    callback such as jax's ``_xla_gc_callback``, a ``__del__``): Python then prints "Exception ignored in ..."
+    with a traceback and carries on.  The expired limit is raised again every :data:`REPEAT` seconds until its
+    block is left, so dropping that report loses nothing and keeps the command's output to its one located
+    line."""
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, (BudgetExceeded, StepTimeout)):
+            return
+        previous(unraisable)
+    return hook
+
+
 def seconds_or_none(seconds):
     """A limit in seconds as a float, or None for no limit (None or +inf); anything else that is not a positive
     number (NaN, a negative number, text, a flag) is a ValueError that says what to pass."""
@@ -90,6 +106,9 @@ def _deadline(seconds, make):
     entry = (time.monotonic() + seconds, make)
     outermost = not _stack
     old = signal.signal(signal.SIGALRM, _on_alarm) if outermost else None
+    old_hook = sys.unraisablehook if outermost else None
+    if outermost:
+        sys.unraisablehook = _quiet_unraisable(old_hook)
     try:
         _stack.append(entry)
         _arm()
@@ -100,6 +119,7 @@ def _deadline(seconds, make):
         if outermost:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+            sys.unraisablehook = old_hook
         else:
             _arm()
 

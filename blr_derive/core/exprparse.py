@@ -333,16 +333,55 @@ class _Builder:
         if (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in ELEMENTWISE
                 and len(arg.args) == 1 and not arg.keywords):
             v = self._column(arg.args[0], depth)
-            if v is None:                                   # sum(log(1 + theta*y)): by rows
-                return self._row_sum(arg, depth)
-            return DataSum(sp.Lambda(U, FUNCTIONS[arg.func.id](arg.func.id, [U])), v)
-        try:
+            if v is not None:
+                return DataSum(sp.Lambda(U, FUNCTIONS[arg.func.id](arg.func.id, [U])), v)
+        try:                                                # sum(log(1 + theta*y)): by rows
             return self._row_sum(arg, depth)
         except SpecError as row_error:                      # sum(X*theta): a vector expression, summed as one
             v = self._column(arg, depth)
-            if v is None:
+            if v is not None:
+                return DataSum(sp.Lambda(U, U), v)
+            composed = self._composed_sum(arg, depth)      # sum(log(1 + (X*theta - y)**2/nu))
+            if composed is None:
                 raise row_error from None
-            return DataSum(sp.Lambda(U, U), v)
+            return composed
+
+    def _composed_sum(self, arg, depth):
+        """``sum(g(v))`` with v one column-vector expression (``X*theta - y``) inside a scalar expression g of it
+        (``log(1 + (X*theta - y)**2/nu)``, Student-t regression): Σ_n g(v_n) as DataSum(u ↦ g(u), v), the form
+        ``sum(softplus(X*theta + b))`` has (blr_derive/rules/datasum.py), or None where the argument is not one
+        (no vector, two different ones, or g not a scalar of u)."""
+        found = []
+
+        def visit(node):
+            if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Name, ast.Call)):
+                v = self._column(node, depth)
+                if v is not None:
+                    found.append((node, v))
+                    return
+            for child in ast.iter_child_nodes(node):
+                visit(child)
+        visit(arg)
+        if not found:
+            return None
+        if any(v != found[0][1] for _, v in found[1:]):     # y*(X*theta): the row-wise error says what to write
+            return None
+        slot = "_sum_row_"
+        while slot in self.symbols:
+            slot += "_"
+        nodes = {id(n) for n, _ in found}
+        body_node = _replace_nodes(arg, nodes, slot)
+        saved = self.symbols
+        self.symbols = {**saved, slot: U}
+        try:
+            body = self.build(body_node, depth)
+        except SpecError:
+            return None
+        finally:
+            self.symbols = saved
+        if _is_mat(body) or not body.has(U) or any(_is_mat(s) for s in body.free_symbols):
+            return None
+        return DataSum(sp.Lambda(U, body), found[0][1])
 
     def _column(self, node, depth):
         """The column vector ``node`` builds to, or None (it does not build, or is not a column vector)."""
@@ -393,3 +432,19 @@ class _Builder:
                           "function of one data row")
             total += scalar * DataSum(sp.Lambda(U, f), vec)
         return total
+
+
+def _replace_nodes(node, ids, name):
+    """A copy of the AST ``node`` with each sub-node whose id() is in ``ids`` replaced by the name ``name``."""
+    if id(node) in ids:
+        return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), node)
+    if not isinstance(node, ast.AST):
+        return node
+    fields = {}
+    for field, value in ast.iter_fields(node):
+        if isinstance(value, list):
+            fields[field] = [_replace_nodes(v, ids, name) for v in value]
+        else:
+            fields[field] = _replace_nodes(value, ids, name)
+    out = type(node)(**fields)
+    return ast.copy_location(out, node) if hasattr(node, "lineno") else out

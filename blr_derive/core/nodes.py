@@ -230,7 +230,12 @@ def gauss_hermite_rule(n):
     """Nodes z_k and weights w_k with Σ_k w_k g(z_k) ≈ E[g(z)], z ~ N(0, 1)."""
     if n < 1:
         raise ValueError("Gauss-Hermite quadrature needs at least one node")
-    z, w = np.polynomial.hermite_e.hermegauss(n)
+    if n <= 300:
+        z, w = np.polynomial.hermite_e.hermegauss(n)
+    else:       # numpy's recurrence overflows from about 360 nodes (NaN weights): Golub-Welsch (the runtimes' rule)
+        k = np.sqrt(np.arange(1.0, n))
+        z, v = np.linalg.eigh(np.diag(k, 1) + np.diag(k, -1))
+        w = math.sqrt(2 * math.pi) * v[0] ** 2
     return z, w / math.sqrt(2 * math.pi)
 
 

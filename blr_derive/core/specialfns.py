@@ -104,6 +104,30 @@ class exp1(sp.Function):
             return sp.expint(1, self.args[0]).evalf(sp.core.evalf.prec_to_dps(prec))
 
 
+class exp1e(sp.Function):
+    """Ẽ₁(x) = e^{x}·E₁(x) (x > 0), the exponentially scaled exponential integral: 1/x·(1 − 1/x + 2/x² − …) for
+    large x (DLMF 6.12.1), −log x − γ near 0; written by :func:`scaled_exp1` (before the update's common subexpressions are taken, blr_derive/ir/build.py) and by
+    codegen/scaled.py's lowering.  E[log θ] of the inverse
+    Gaussian, log m − e^{2s/m}E₁(2s/m), read as a product, overflows e^{2s/m} at 2s/m > 709 (a concentrated
+    inverse Gaussian, mean 0.01 and shape 10) while the product is about m/(2s): inf·0 = NaN in every target."""
+
+    nargs = 1
+
+    def _eval_evalf(self, prec):
+        x = self.args[0]
+        if x.is_number:
+            return (sp.exp(x) * sp.expint(1, x)).evalf(sp.core.evalf.prec_to_dps(prec))
+        return None
+
+
+def scaled_exp1(expr):
+    """``expr`` with every E₁(x) written Ẽ₁(x)·e^{−x} (:class:`exp1e`): sympy's product then cancels an e^{x} next to
+    it (the inverse Gaussian's e^{2s/m}E₁(2s/m) becomes Ẽ₁(2s/m)), the same value without the overflow of e^{x}."""
+    if not isinstance(expr, sp.Basic) or not expr.has(exp1):
+        return expr
+    return expr.replace(exp1, lambda x: exp1e(x) * sp.exp(-x))
+
+
 def _scipy_evalf(fn_name, args, prec):
     """Evaluate a scipy.special function at numeric arguments (float64: these are inverse CDFs for samplers and
     their derivatives, never part of a symbolic simplification)."""

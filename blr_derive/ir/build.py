@@ -11,6 +11,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import function_depth
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import scaled_exp1
 from blr_derive.core.types import Assignment, Expr, Sym, Text
 from blr_derive.core.yamlio import LDict
 from blr_derive.ir.common import camel, check_printed_names, seal_text, toposort
@@ -119,7 +120,8 @@ def _program(D: Derivation) -> list[Assignment]:
     """The definitions and updates in dependency order after common-subexpression elimination (scalar programs)."""
     program = toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     syms = [s for s, _ in program]
-    exprs = [e for _, e in program]
+    # e^x E1(x) as one scaled function before CSE would take e^x and E1(x) apart (core/specialfns.py scaled_exp1)
+    exprs = [scaled_exp1(e) for _, e in program]
     assignments: list[Assignment] = []
     if not any(is_mat(e) for e in exprs):
         # an expression whose functions nest deeply, or that the derivation keeps verbatim (a nested loss at the

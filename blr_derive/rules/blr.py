@@ -137,6 +137,10 @@ def solve_ordinary(recipe, D, lam_new, sym):
             remaining = []
 
 
+#: the size (sympy's count_ops) of a λ_{t+1} above which inverse_at computes it once as a definition
+INLINE_OPS = 150
+
+
 def inverse_at(D, fam, inverse, lam_new):
     """The family's inverse map ordinary(λ) at λ_{t+1} (Eq. 9).  A softmax of λ (Bernoulli, categorical) is
     evaluated stably, exp(a − logsumexp(...)), at λ_{t+1} computed once as a definition: substituted into exp(...),
@@ -144,12 +148,19 @@ def inverse_at(D, fam, inverse, lam_new):
     if is_mat(inverse) or any(is_mat(l) for l in lam_new):
         return inverse.xreplace(dict(zip(fam.lam, lam_new)))
     stable = stable_softmax(inverse)
-    if stable == inverse:
+    # a large λ_{t+1} (an exact expectation summed over a finite support: Σ_k q_k ℓ(k) T(k) with q_k = e^{λk}/Σ...)
+    # is computed once as a definition too: substituted into the inverse (exp(λ) of a truncated Poisson) sympy
+    # evaluates the function of it, asking whether the sum is positive or zero, which expands it and looks for the
+    # real roots of polynomials in it (a support of 6 points: past 250 s; one of 5: 88 s)
+    large = {l for l, new in zip(fam.lam, lam_new) if stable.has(l) and sp.count_ops(new) > INLINE_OPS}
+    if stable == inverse and not large:
         return inverse.xreplace(dict(zip(fam.lam, lam_new)))
     taken = {p.name for p in fam.params.values()}
     at = {}
     for i, (l, new) in enumerate(zip(fam.lam, lam_new)):
-        if stable.has(l):
+        if stable == inverse and l not in large:
+            at[l] = new
+        elif stable.has(l):
             name = f"lambda{i + 1}_next"
             at[l] = new_def(D, name if name not in taken else f"{name}_", new)
     return stable.xreplace(at)

@@ -254,6 +254,20 @@ def _quad(f, lo, hi, near=None):
     return value
 
 
+def _weighted(log_q, expr):
+    """q·expr = exp(log_q)·expr with each exponential factor of a term of ``expr`` moved into q's own exponential:
+    exp(θ)·exp(log q) is exp(θ + log q).  Evaluated as a product, a loss that overflows where q underflows (the
+    Poisson log link's e^θ under a Gaussian at θ = 1e12: inf·0) is NaN, which the divergence test reads as a loss
+    that is not integrable; combined, the term underflows to 0 with q, as the integral it stands for does."""
+    out = []
+    for term in sp.Add.make_args(sp.expand_mul(expr)):
+        factors = sp.Mul.make_args(term)
+        grow = [f.args[0] for f in factors if isinstance(f, sp.exp)]
+        rest = [f for f in factors if not isinstance(f, sp.exp)]
+        out.append(sp.exp(log_q + sp.Add(*grow)) * sp.Mul(*rest))
+    return sp.Add(*out)
+
+
 def _not_integrable_check(name, tol, at, why):
     """The row of a check whose reference diverged (``why``, the NotIntegrable) at the parameters ``at`` (the first
     such point)."""
@@ -291,7 +305,7 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
     else:                                           # one scalar variable: its sum or scipy's quad
         theta = fam.components[0]
         args = [theta] + params + data_syms + [h.symbol for h in hyper]
-        body = sp.exp(fam.log_density()) * (recipe.loss + fam.log_density())
+        body = _weighted(fam.log_density(), recipe.loss + fam.log_density())
         integrand = sp.lambdify(args, body, MODULES)
         lo, hi = _RANGES.get(support, (None, None))
         near = {}
@@ -300,7 +314,7 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
             for end, sign in ((lo, 1), (hi, -1)):
                 at = {theta: _exact(end) + sign * sp.exp(-z)}
                 log_q = fam.log_density().subs(at)          # the Jacobian's −s inside the one exponential
-                near[end] = sp.lambdify([z] + args[1:], sp.exp(log_q - z) * (recipe.loss.subs(at) + log_q), MODULES)
+                near[end] = sp.lambdify([z] + args[1:], _weighted(log_q - z, recipe.loss.subs(at) + log_q), MODULES)
 
         def reference(vals, dvals, hvals):
             pv = [float(np.ravel(vals[p])[0]) for p in params]

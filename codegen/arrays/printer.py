@@ -211,6 +211,12 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.special")
         return f"scipy.special.exp1({self._print(expr.args[0])})"
 
+    def _print_exp1e(self, expr):
+        # e^x E1(x) (codegen/scaled.py): the module's helper, scipy has no scaled exp1
+        self.imports.add("scipy.special")
+        self.helpers.add("_exp1e")
+        return f"_exp1e({self._print(expr.args[0])})"
+
     def _print_gammaincinv(self, expr):
         self.imports.add("scipy.special")
         return f"scipy.special.gammaincinv({', '.join(self._print(a) for a in expr.args)})"

@@ -130,7 +130,12 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
 
 def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    if int(nodes) <= 300:
+        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
+        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
+        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
     x = mean[:, None] + numpy.sqrt(var)[:, None] * z
     return numpy.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))
 
@@ -138,7 +143,12 @@ def _gauss_hermite(f, mean, var, nodes):
 def _gauss_hermite_stein(f, mean, var, nodes):
     """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
     quadrature with `nodes` points; 0 where var = 0."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    if int(nodes) <= 300:
+        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
+        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
+        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
     sd = numpy.sqrt(var)
     x = mean[:, None] + sd[:, None] * z
     fx = numpy.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)

@@ -62,7 +62,8 @@ HELPER_SOURCES = {
     **{name: definition(SHARED / "arrays.py", name) for name in ("_need", "_tanh_sinh")},
     **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve", "_expm_sym",
                                                      "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv",
-                                                     "_eigenbasis", "_rayleigh_order", "_power_basis", "_reordered")},
+                                                     "_eigenbasis", "_rayleigh_order", "_power_basis", "_reordered",
+                                                     "_exp1e")},
 }
 #: the numpy printer's helpers that the module defines in jax (any other one is refused)
 HELPERS = frozenset(HELPER_SOURCES)
@@ -104,6 +105,11 @@ class JnpPrinter(ArrayPrinter):
         for a in expr.args[1:]:
             out = f"numpy.logical_and({out}, {self._print(a)})"
         return out
+
+    def _print_exp1e(self, expr):
+        self.special = True             # the helper calls jax.scipy.special.exp1
+        self.helpers.add("_exp1e")
+        return f"_exp1e({self._print(expr.args[0])})"
 
     def _print_besseli(self, expr):
         # I_0 and I_1 are jax.scipy.special.i0/i1; another order has no jax counterpart (refused by doprint)

@@ -139,7 +139,12 @@ def _reordered(X, SL, QL, SR, QR):
 def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points (a Python int; the
     nodes and weights are computed on the host with numpy)."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    if int(nodes) <= 300:
+        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
+        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
+        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
     x = mean[:, None] + jnp.sqrt(var)[:, None] * z
     return jnp.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))
 
@@ -147,7 +152,12 @@ def _gauss_hermite(f, mean, var, nodes):
 def _gauss_hermite_stein(f, mean, var, nodes):
     """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
     quadrature with `nodes` points (a Python int; nodes and weights from numpy on the host); 0 where var = 0."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    if int(nodes) <= 300:
+        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
+        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
+        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
     sd = jnp.sqrt(var)
     x = mean[:, None] + sd[:, None] * z
     fx = jnp.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
@@ -227,3 +237,18 @@ def _tree(treedef, leaves):
     if leaves and all(x is None for x in leaves):
         return None
     return treedef.unflatten(leaves)
+
+
+def _exp1e(x):
+    """e^x E1(x) for x > 0 (the numpy runtime's _exp1e, codegen/scaled.py): e^x times jax's exp1 below 50 and the
+    asymptotic series (1/x) sum_k (-1)^k k!/x^k (DLMF 6.12.1) to k = 19 above (relative error below 2.6e-16); each
+    branch at an argument it is finite at, so that jnp.where's unused branch is neither inf nor NaN."""
+    x = jnp.asarray(x, dtype=float)
+    small = x < 50
+    near = jnp.where(small, x, 50.0)
+    far = jnp.where(small, 50.0, x)
+    series, term = jnp.ones_like(far), jnp.ones_like(far)
+    for k in range(1, 20):
+        term = -term * k / far
+        series = series + term
+    return jnp.where(small, jnp.exp(near) * jax.scipy.special.exp1(near), series / far)

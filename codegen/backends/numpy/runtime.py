@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy
 import scipy.linalg
+import scipy.special
 
 #: stand-ins for what each generated module declares itself: the shape of each of its arrays, its symmetric ones
 SHAPES: dict = {}
@@ -116,7 +117,12 @@ def _expm_sym(M):
 
 def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    if int(nodes) <= 300:
+        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
+        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
+        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
     x = mean[:, None] + numpy.sqrt(var)[:, None] * z
     return numpy.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))
 
@@ -124,7 +130,12 @@ def _gauss_hermite(f, mean, var, nodes):
 def _gauss_hermite_stein(f, mean, var, nodes):
     """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
     quadrature with `nodes` points; 0 where var = 0."""
-    z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    if int(nodes) <= 300:
+        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
+    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
+        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
+        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
     sd = numpy.sqrt(var)
     x = mean[:, None] + sd[:, None] * z
     fx = numpy.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
@@ -150,3 +161,18 @@ def _power_basis(S, Q):
 def _reordered(X, SL, QL, SR, QR):
     """X with its rows in the order _power_basis gives the columns of QL, its columns in that of QR."""
     return X[_rayleigh_order(SL, QL)][:, _rayleigh_order(SR, QR)]
+
+
+def _exp1e(x):
+    """e^x E1(x) for x > 0, the exponentially scaled exponential integral (codegen/scaled.py): e^x times scipy's exp1
+    below 50, where neither overflows, and the asymptotic series (1/x) sum_k (-1)^k k!/x^k (DLMF 6.12.1) to k = 19
+    above, whose next term 20!/50^20 = 2.6e-16 bounds its relative error; finite where e^x alone overflows (x > 709)."""
+    x = numpy.asarray(x, dtype=float)
+    small = x < 50
+    near = numpy.where(small, x, 50.0)
+    far = numpy.where(small, 50.0, x)
+    series, term = numpy.ones_like(far), numpy.ones_like(far)
+    for k in range(1, 20):
+        term = -term * k / far
+        series = series + term
+    return numpy.where(small, numpy.exp(near) * scipy.special.exp1(near), series / far)

@@ -140,7 +140,11 @@ def test_option_errors_name_the_option(tmp_path):
     one_error_line(run_cli_in_process(*base, "--target", "torch", cwd=tmp_path),
                    "<command line>: ", "torch target has no Hessian oracle")
     one_error_line(run_cli_in_process("adam", "--approx", "delta", cwd=tmp_path),
-                   "derive from a family file; 'adam' is a recipe")
+                   "derive from a family file; 'adam' is a recipe (edit its 'loss' and 'approximations')")
+    # the torch target's error names its fix both ways (in the recipe parameter: m, on the command line --set
+    # 'parameter=m'): a recipe file given the command-line form is told the key to write in it
+    one_error_line(run_cli_in_process("adam", "--set", "parameter=m", cwd=tmp_path),
+                   "derive from a family file; 'adam' is a recipe (add the key to the file instead: parameter: m)")
     one_error_line(run_cli_in_process("gaussian_diag", "--approx", "delta", cwd=tmp_path), "--loss is missing")
     one_error_line(run_cli_in_process("gaussian_diag", "--loss", "abstract", "--data", "X", cwd=tmp_path),
                    "--data declares the data of an explicit --loss")

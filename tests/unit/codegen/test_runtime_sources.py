@@ -178,6 +178,22 @@ def test_quadrature_and_gauss_hermite():
         arrays_rt._need({"x": 1}, ["x", "y"], "data")
 
 
+@pytest.mark.parametrize("nodes", [40, 300, 301, 400, 1000])
+def test_gauss_hermite_with_many_nodes_matches_scipys_rule(nodes, x64):
+    """A `nodes` hyperparameter above ~360 gave NaN weights (numpy's hermegauss recurrence overflows), so the step
+    of a gauss_hermite recipe (Student-t regression) was NaN; above 300 the runtimes use Golub-Welsch.  Reference:
+    scipy.special.roots_hermitenorm; E[log(1 + x²/3)] for x ~ N(1.9, 7.84) (observed agreement 6e-15)."""
+    import scipy.special
+    mean, var = np.array([1.9]), np.array([7.84])
+    f = lambda x: np.log1p(x * x / 3)                                   # noqa: E731
+    z, w = scipy.special.roots_hermitenorm(nodes)
+    want = f(1.9 + 2.8 * z) @ w / math.sqrt(2 * math.pi)
+    want_stein = f(1.9 + 2.8 * z) @ (w * z) / math.sqrt(2 * math.pi) / 2.8
+    for rt in (numpy_rt, jax_rt):
+        assert abs(float(rt._gauss_hermite(f, mean, var, nodes)[0]) - want) < 1e-13
+        assert abs(float(rt._gauss_hermite_stein(f, mean, var, nodes)[0]) - want_stein) < 1e-13
+
+
 def test_jax_gammaincinv_against_scipy():
     a = np.array([0.3, 1.0, 2.5, 40.0])
     p = np.array([1e-6, 0.3, 0.7, 0.999])

@@ -364,3 +364,20 @@ def test_an_unknown_function_is_answered_with_the_known_ones():
         parse("sqr(x)")
     with pytest.raises(SpecError, match=r"unknown function 'erfinv' \(known: .*inverse CDFs: ndtri"):
         parse("erfinv(x)")
+
+
+def test_a_sum_of_a_scalar_function_of_one_data_vector_expression():
+    """sum(g(v)) with g any scalar expression of one column vector v = X*theta - y (Student-t regression's
+    log(1 + v²/ν)) is the data sum Σ_n g(v_n), as sum(softplus(X*theta + b)) is; it was refused with sympy's
+    'Mix of Matrix and Scalar symbols'.  Two different vector expressions in one sum are a located message that
+    says to write one sum per vector."""
+    from blr_derive.core.nodes import U, DataSum
+    N, P = sp.Symbol("N"), sp.Symbol("P")
+    syms = {"X": sp.MatrixSymbol("X", N, P), "theta": sp.MatrixSymbol("theta", P, 1), "y": sp.MatrixSymbol("y", N, 1),
+            "nu": sp.Symbol("nu", positive=True)}
+    e = parse_expression("sum(log(1 + (X*theta - y)**2/nu))", syms)
+    assert isinstance(e, DataSum)
+    assert sp.simplify(e.fn(U) - sp.log(1 + U**2 / syms["nu"])) == 0
+    assert e.args[1] == syms["X"] * syms["theta"] - syms["y"]
+    with pytest.raises(SpecError):
+        parse_expression("sum((X*theta - y)**2 + (X*theta)**3)", syms)
