@@ -110,8 +110,8 @@ def cubature_fixed_point(X, y, delta, N, Q, start_m, start_s):
         return np.concatenate([mean_grad + delta * m, s / N - delta - price])
 
     sol = optimize.root(residual, np.concatenate([start_m, np.log(start_s)]), method="hybr", tol=1e-14)
-    assert sol.success, sol.message
-    assert np.abs(residual(sol.x)).max() < 1e-13
+    # the residual is the criterion: with scipy 1.17 hybr reports 'xtol is too small' once it is at 1e-17, as below
+    assert np.abs(residual(sol.x)).max() < 1e-13, sol.message
     return sol.x[:D], np.exp(sol.x[D:])
 
 

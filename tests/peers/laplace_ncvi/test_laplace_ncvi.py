@@ -290,9 +290,17 @@ def test_sum_grammar_and_errors(tmp_path):
     th = sp.MatrixSymbol("theta", X.shape[1], 1)
     e = parse_expression("sum(softplus(X*theta)) + sum(X*theta)", {"X": X, "theta": th})
     assert len(e.atoms(DataSum)) == 2
-    for bad in ("sum(theta.T*theta)", "sum(X)", "sum(softplus(X*theta), 2)", "sum(lgamma(X*theta))"):
+    for bad in ("sum(X)", "sum(softplus(X*theta), 2)"):
         with pytest.raises(SpecError):
             parse_expression(bad, {"X": X, "theta": th})
+    # a scalar function of the rows of one column vector is a data sum (fdf59c4: sum(g(v)) with g any formula):
+    # sum(theta.T*theta) is the sum of theta's squared entries (= theta.T*theta), sum(lgamma(X*theta)) the sum of
+    # lgamma over the rows of X*theta (its domain is checked where the update is evaluated, as any loss's)
+    u = sp.Symbol("u")
+    e = parse_expression("sum(theta.T*theta)", {"X": X, "theta": th})
+    assert isinstance(e, DataSum) and e.vec == th and sp.simplify(e.fn(u) - u**2) == 0
+    e = parse_expression("sum(lgamma(X*theta))", {"X": X, "theta": th})
+    assert isinstance(e, DataSum) and e.vec == X * th and e.fn(u) == sp.loggamma(u)
     text = (CATALOG / "laplace.yaml").read_text()
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("sum(softplus(X*theta))", "sum(softplus(X*theta))*theta.T*theta"))
