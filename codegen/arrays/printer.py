@@ -346,7 +346,7 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
 
     def _print_GaussHermite(self, expr, helper="_gauss_hermite"):
         f, mean, var, nodes = expr.args
-        self.helpers.add(helper)
+        self.helpers.update((helper, "_hermite_nodes"))      # the rule's nodes (codegen/runtime/arrays.py)
         return (f"{helper}(lambda u: {self._apply(f, 'u')}, {self._print(mean)}, {self._print(var)}, "
                 f"{self._print(nodes)})")
 

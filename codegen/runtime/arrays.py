@@ -25,3 +25,17 @@ def _tanh_sinh(n):
     u = 1 / (1 + numpy.exp(-x))
     w = h * numpy.pi * numpy.cosh(t) * u * (1 - u)
     return u, w / w.sum()
+
+
+def _hermite_nodes(nodes):
+    """Nodes z_k and weights w_k of the Gauss-Hermite rule for the weight e^(-z^2/2) with ``nodes`` points (numpy's
+    hermegauss convention: the weights sum to sqrt(2 pi)).  hermegauss's recurrence overflows from about 360 nodes
+    (NaN weights); above 300 the rule is Golub-Welsch's: the eigenvalues of the Jacobi matrix of the probabilists'
+    Hermite polynomials (off-diagonal sqrt(k)) and the squared first components of its eigenvectors times sqrt(2 pi).
+    Host code (numpy) in both targets; the engine's own rule is blr_derive/core/nodes.py gauss_hermite_rule."""
+    n = int(nodes)
+    if n <= 300:
+        return numpy.polynomial.hermite_e.hermegauss(n)
+    k = numpy.sqrt(numpy.arange(1.0, n))
+    z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+    return z, numpy.sqrt(2 * numpy.pi) * v[0] ** 2

@@ -59,7 +59,7 @@ RUNTIME = Path(__file__).parent / "runtime.py"
 #: one it shares with the numpy target (codegen/runtime/arrays.py); ``_tanh_sinh`` and the Gauss-Hermite nodes are
 #: host constants (numpy), ``_newton_dual`` is the engine's solver (NEWTON_SOURCE)
 HELPER_SOURCES = {
-    **{name: definition(SHARED / "arrays.py", name) for name in ("_need", "_tanh_sinh")},
+    **{name: definition(SHARED / "arrays.py", name) for name in ("_need", "_tanh_sinh", "_hermite_nodes")},
     **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve", "_expm_sym",
                                                      "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv",
                                                      "_eigenbasis", "_rayleigh_order", "_power_basis", "_reordered",
@@ -68,7 +68,7 @@ HELPER_SOURCES = {
 #: the numpy printer's helpers that the module defines in jax (any other one is refused)
 HELPERS = frozenset(HELPER_SOURCES)
 #: helpers that run on the host with numpy
-HOST_HELPERS = frozenset({"_tanh_sinh", "_gauss_hermite", "_gauss_hermite_stein"})
+HOST_HELPERS = frozenset({"_tanh_sinh", "_gauss_hermite", "_gauss_hermite_stein", "_hermite_nodes"})
 
 
 class JnpPrinter(ArrayPrinter):

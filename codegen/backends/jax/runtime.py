@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy
 
+from blr_derive.codegen.runtime.arrays import _hermite_nodes  # the shared rule (a module gets its own copy)
+
 #: stand-ins for what each generated module declares itself: the shape of each of its arrays, its symmetric ones
 SHAPES: dict = {}
 SYMMETRIC: frozenset = frozenset()
@@ -139,12 +141,7 @@ def _reordered(X, SL, QL, SR, QR):
 def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points (a Python int; the
     nodes and weights are computed on the host with numpy)."""
-    if int(nodes) <= 300:
-        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
-    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
-        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
-        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
-        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
+    z, w = _hermite_nodes(nodes)
     x = mean[:, None] + jnp.sqrt(var)[:, None] * z
     return jnp.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))
 
@@ -152,12 +149,7 @@ def _gauss_hermite(f, mean, var, nodes):
 def _gauss_hermite_stein(f, mean, var, nodes):
     """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
     quadrature with `nodes` points (a Python int; nodes and weights from numpy on the host); 0 where var = 0."""
-    if int(nodes) <= 300:
-        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
-    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
-        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
-        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
-        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
+    z, w = _hermite_nodes(nodes)
     sd = jnp.sqrt(var)
     x = mean[:, None] + sd[:, None] * z
     fx = jnp.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)

@@ -18,7 +18,7 @@ RUNTIME = Path(__file__).parent / "runtime.py"
 #: the jax target (codegen/runtime/arrays.py), and the engine's own ∂ⁿK_ν(x)/∂νⁿ (the trapezoidal rule on its
 #: integral, copied into the module)
 HELPERS = {
-    **{name: definition(SHARED / "arrays.py", name) for name in ("_tanh_sinh", "_need")},
+    **{name: definition(SHARED / "arrays.py", name) for name in ("_tanh_sinh", "_need", "_hermite_nodes")},
     "_dbesselk": inspect.getsource(specialfns.dbesselk_numpy).replace("def dbesselk_numpy(", "def _dbesselk(", 1),
     **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve",
                                                      "_expm_sym", "_gauss_hermite", "_gauss_hermite_stein",
