@@ -158,11 +158,11 @@ def inverse_at(D, fam, inverse, lam_new):
     taken = {p.name for p in fam.params.values()}
     at = {}
     for i, (l, new) in enumerate(zip(fam.lam, lam_new)):
-        if stable == inverse and l not in large:
-            at[l] = new
-        elif stable.has(l):
+        if l in large or (stable != inverse and stable.has(l)):
             name = f"lambda{i + 1}_next"
             at[l] = new_def(D, name if name not in taken else f"{name}_", new)
+        else:
+            at[l] = new
     return stable.xreplace(at)
 
 

@@ -190,7 +190,7 @@ class NotIntegrable(ArithmeticError):
     q's), so the objective (Eq. 2) is infinite and every estimate of its natural gradient is meaningless."""
 
 
-def _quad_ends(f, lo, hi, near):
+def _quad_ends(lo, hi, near):
     """∫ f over (lo, hi) with each finite end e resolved to its own scale: ``near[e](s)`` is the integrand at
     θ = e ± e^(−s) times the Jacobian e^(−s), written symbolically in s (so that log(1 − θ) at θ = 1 − e^(−s) is −s,
     exact where 1 − θ is far below double precision's spacing at 1, and a pole (θ − e)^(a−1) is e^(−a s), which
@@ -222,7 +222,7 @@ def _quad(f, lo, hi, near=None):
     each).  Otherwise (a hard but convergent integrand) the value is returned as it is, judged by
     the comparison that reads it."""
     from scipy import integrate
-    ends = _quad_ends(f, lo, hi, near)
+    ends = _quad_ends(lo, hi, near)
     if ends is not None:
         return ends
     value, err = integrate.quad(f, lo, hi, limit=400, epsabs=1e-12, epsrel=1e-12)[:2]
