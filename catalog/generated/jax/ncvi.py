@@ -136,12 +136,7 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
 def _gauss_hermite(f, mean, var, nodes):
     """E[f(x)] for x ~ N(mean, var) entrywise, by Gauss-Hermite quadrature with `nodes` points (a Python int; the
     nodes and weights are computed on the host with numpy)."""
-    if int(nodes) <= 300:
-        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
-    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
-        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
-        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
-        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
+    z, w = _hermite_nodes(nodes)
     x = mean[:, None] + jnp.sqrt(var)[:, None] * z
     return jnp.broadcast_to(f(x), x.shape) @ (w / numpy.sqrt(2 * numpy.pi))
 
@@ -149,16 +144,25 @@ def _gauss_hermite(f, mean, var, nodes):
 def _gauss_hermite_stein(f, mean, var, nodes):
     """E[f(x) (x - mean)] / var for x ~ N(mean, var) entrywise (= E[f'(x)], Stein's lemma), by Gauss-Hermite
     quadrature with `nodes` points (a Python int; nodes and weights from numpy on the host); 0 where var = 0."""
-    if int(nodes) <= 300:
-        z, w = numpy.polynomial.hermite_e.hermegauss(int(nodes))
-    else:   # hermegauss overflows from ~360 nodes (NaN weights): Golub-Welsch instead
-        k = numpy.sqrt(numpy.arange(1.0, int(nodes)))
-        z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
-        w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
+    z, w = _hermite_nodes(nodes)
     sd = jnp.sqrt(var)
     x = mean[:, None] + sd[:, None] * z
     fx = jnp.broadcast_to(f(x), x.shape)       # f may be a constant (a linear data sum)
     return jnp.where(sd > 0, (fx @ (w * z / numpy.sqrt(2 * numpy.pi))) / jnp.where(sd > 0, sd, 1.0), 0.0)
+
+
+def _hermite_nodes(nodes):
+    """Nodes z_k and weights w_k of the Gauss-Hermite rule for the weight e^(-z^2/2) with ``nodes`` points (numpy's
+    hermegauss convention: the weights sum to sqrt(2 pi)).  hermegauss's recurrence overflows from about 360 nodes
+    (NaN weights); above 300 the rule is Golub-Welsch's: the eigenvalues of the Jacobi matrix of the probabilists'
+    Hermite polynomials (off-diagonal sqrt(k)) and the squared first components of its eigenvectors times sqrt(2 pi).
+    Host code (numpy) in both targets; the engine's own rule is blr_derive/core/nodes.py gauss_hermite_rule."""
+    n = int(nodes)
+    if n <= 300:
+        return numpy.polynomial.hermite_e.hermegauss(n)
+    k = numpy.sqrt(numpy.arange(1.0, n))
+    z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+    return z, numpy.sqrt(2 * numpy.pi) * v[0] ** 2
 
 
 def _need(given, names, what):
