@@ -12,6 +12,7 @@ import sympy as sp
 
 from blr_derive.codegen.registry import emit
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.specialfns import softplus_form
 from blr_derive.derive.driver import derive
 from blr_derive.families.numeric import MODULES
 from blr_derive.families.partition import support_points
@@ -305,7 +306,10 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
     else:                                           # one scalar variable: its sum or scipy's quad
         theta = fam.components[0]
         args = [theta] + params + data_syms + [h.symbol for h in hyper]
-        body = _weighted(fam.log_density(), recipe.loss + fam.log_density())
+        # log(1 + e^θ) written softplus(θ) (logaddexp): evaluated as written it is inf at θ = 1e12, where q's
+        # exponent is then −inf·… and the quadrature NaN (a logit-beta's T₂ under a logistic loss)
+        log_density, loss = softplus_form(fam.log_density()), softplus_form(recipe.loss)
+        body = _weighted(log_density, loss + log_density)
         integrand = sp.lambdify(args, body, MODULES)
         lo, hi = _RANGES.get(support, (None, None))
         near = {}
@@ -313,8 +317,8 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
             z = sp.Dummy("s", real=True)
             for end, sign in ((lo, 1), (hi, -1)):
                 at = {theta: _exact(end) + sign * sp.exp(-z)}
-                log_q = fam.log_density().subs(at)          # the Jacobian's −s inside the one exponential
-                near[end] = sp.lambdify([z] + args[1:], _weighted(log_q - z, recipe.loss.subs(at) + log_q), MODULES)
+                log_q = log_density.subs(at)                # the Jacobian's −s inside the one exponential
+                near[end] = sp.lambdify([z] + args[1:], _weighted(log_q - z, loss.subs(at) + log_q), MODULES)
 
         def reference(vals, dvals, hvals):
             pv = [float(np.ravel(vals[p])[0]) for p in params]

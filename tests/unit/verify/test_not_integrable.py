@@ -138,3 +138,30 @@ def test_check_of_a_beta_with_a_small_concentration(tmp_path, capsys):
     row = next(line for line in capsys.readouterr().out.splitlines()
                if line.lstrip().startswith("objective vs quadrature"))
     assert "pass" in row and float(row.split()[3]) < 1e-12, row
+
+
+LOGIT_BETA = """\
+name: logit_beta
+variable: theta
+support: real
+parameters:
+  a: {domain: positive, description: first shape}
+  b: {domain: positive, description: second shape}
+sufficient_statistics: [theta, log(1 + exp(theta))]
+natural_parameters: [a, -(a + b)]
+log_partition: lgamma(lambda1) + lgamma(-lambda2 - lambda1) - lgamma(-lambda2)
+"""
+
+
+def test_a_softplus_statistic_is_integrated_without_overflow(tmp_path, capsys):
+    """A logit-beta (log of a beta-prime variable) with a loss linear in its statistics, 3 log(1 + e^θ) − 2θ: the
+    integrand q·(ℓ + log q) written as it reads is inf − inf = NaN from θ ≈ 710 (e^θ overflows), and the objective's
+    row failed with 'not integrable'; log(1 + e^θ) is now evaluated as logaddexp(0, θ) and the row passes."""
+    (tmp_path / "logit_beta.yaml").write_text(LOGIT_BETA)
+    good = tmp_path / "good.yaml"
+    good.write_text("name: lb\nfamily: logit_beta.yaml\nloss:\n  expression: 3*log(1 + exp(theta)) - 2*theta\n"
+                    "approximations: [exact]\n")
+    assert cli.main(["check", str(good)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if line.lstrip().startswith("objective vs quadrature"))
+    assert "pass" in row and float(row.split()[3]) < 1e-12, row
