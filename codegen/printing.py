@@ -120,8 +120,21 @@ class HostConditionalMixin:
             out = f"{fn}({out}, {self._print(a)})"
         return out
 
+    #: where a caller sets it to a dict (:func:`codegen.arrays.views.family_maps_view`, for maps whose text is very
+    #: large), each distinct Max is printed once, as a local ``_maxN`` the caller assigns before its use:
+    #: {Max node: (name, text)}, in the order first printed (an inner Max before the one that holds it).  The
+    #: arithmetic is the same, printed once instead of at each use (a 21-point support's μ and F repeated a
+    #: normalizing max of 20 exponents in every one of their terms: 570 kB of module)
+    max_temps: dict | None = None
+
     def _print_Max(self, expr):
-        return self._fold_binary(self.MAXIMUM, expr.args)
+        temps = self.max_temps
+        if temps is None:
+            return self._fold_binary(self.MAXIMUM, expr.args)
+        if expr not in temps:
+            text = self._fold_binary(self.MAXIMUM, expr.args)
+            temps[expr] = (f"_max{len(temps)}", text)
+        return temps[expr][0]
 
     def _print_Min(self, expr):
         return self._fold_binary(self.MINIMUM, expr.args)

@@ -32,9 +32,11 @@ class MapsView(TypedDict):
     lam: list[str]
     eta: list[str]
     mu: list[str]
+    mu_temps: list[tuple[str, str]]  # locals expectation_parameters assigns first, [(name, text)] (_with_max_temps)
     A: str
     solver: str                      # the engine's Newton solver's source
     fisher: list[list[str]]
+    fisher_temps: list[tuple[str, str]]
     ordinary: list[tuple[str, str]]
     lam0: list[str]
     conditions: list[str]
@@ -211,14 +213,16 @@ def family_maps_view(ir, printer) -> MapsView | None:
     for name, expr, domain in fm["conditions"]:
         e = printer.doprint(expr)
         conds.append(f"0 < ({e}) < 1" if domain in ("unit_interval", "simplex") else f"({e}) > 0")
+    fisher = [[fm["fisher"][i, j] for j in range(fm["fisher"].shape[1])] for i in range(fm["fisher"].shape[0])]
+    mu, mu_temps = _with_max_temps(printer, lambda: [printer.doprint(e) for e in fm["mu"]])
+    fisher, fisher_temps = _with_max_temps(printer, lambda: [[printer.doprint(e) for e in row] for row in fisher])
     return {
         "lam": [str(l) for l in fm["lam"]],
         "eta": [printer.doprint(e) for e in fm["eta"]],
-        "mu": [printer.doprint(e) for e in fm["mu"]],
+        "mu": mu, "mu_temps": mu_temps,
         "A": printer.doprint(fm["A"]),
         "solver": NEWTON_SOURCE,
-        "fisher": [[printer.doprint(fm["fisher"][i, j]) for j in range(fm["fisher"].shape[1])]
-                   for i in range(fm["fisher"].shape[0])],
+        "fisher": fisher, "fisher_temps": fisher_temps,
         "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],
         "lam0": [printer.doprint(v) for v in fm["lam0"]],
         "conditions": conds,
@@ -228,6 +232,26 @@ def family_maps_view(ir, printer) -> MapsView | None:
                       for i, p in enumerate(p for p in fm["params"] if p.fixed)),
         "pass_kw": "".join(f", {identifier(p.name)}={identifier(p.name)}" for p in fm["params"] if p.fixed),
     }
+
+
+#: printed μ or F longer than this (characters) print each normalizing max once, as a local (HostConditionalMixin
+#: .max_temps); the catalog's largest family maps are ~20 000 characters, a 21-point support's were 570 000
+MAPS_TEMPS_CHARS = 50_000
+
+
+def _with_max_temps(printer, print_all):
+    """``print_all()``'s texts (a list, or a list of lists) and the locals they read: none where their text is at most
+    MAPS_TEMPS_CHARS, otherwise the texts printed again with each Max once as a ``_maxN`` local, [(name, text)]."""
+    texts = print_all()
+    flat = [t for x in texts for t in (x if isinstance(x, list) else [x])]
+    if sum(map(len, flat)) <= MAPS_TEMPS_CHARS:
+        return texts, []
+    printer.max_temps = {}
+    try:
+        texts = print_all()
+        return texts, list(printer.max_temps.values())
+    finally:
+        printer.max_temps = None
 
 
 def _shape(sym, elementwise):

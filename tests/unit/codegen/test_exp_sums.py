@@ -323,3 +323,68 @@ def test_jax_derivatives_of_the_lowered_forms_are_finite(name, points, x64):
         # jax differentiates logaddexp(x, y) as e^{x − logaddexp(x, y)}: a few units in the last place of |λ|
         assert _rel(grad, m.expectation_parameters(at)) < 1e-15 * max(abs(v) for v in lam), lam
         np.testing.assert_allclose(np.asarray(jac), np.asarray(m.fisher_information(at)), rtol=1e-13, atol=1e-300)
+
+
+def test_the_largest_of_many_exponents_is_kept_as_written():
+    """A 21-point support's normalizer max_k (k·λ₁ + k²λ₂): sympy's Max compares every pair of its arguments by their
+    assumptions (70 s over one family's μ and F); above _EVALUATED_MAX arguments the Max is built unevaluated, its
+    arguments in canonical order, with the same value."""
+    from blr_derive.codegen.expsums import _EVALUATED_MAX, largest_exponent
+    l1, l2 = sp.symbols("lambda1 lambda2", real=True)
+    terms = [(sp.Integer(1), k * l1 + k * k * l2) for k in range(21)]
+    m = largest_exponent(terms)
+    assert isinstance(m, sp.Max) and len(m.args) == 21 > _EVALUATED_MAX
+    assert list(m.args) == list(sp.ordered([a for _, a in terms]))
+    for v1, v2 in ((0.3, -0.05), (300.0, -1.0), (-40.0, -2.0)):
+        want = max(k * v1 + k * k * v2 for k in range(21))
+        assert float(m.subs({l1: v1, l2: v2})) == pytest.approx(want, rel=1e-15, abs=1e-300)
+    few = largest_exponent([(sp.Integer(1), a) for a in (x, -x, 2 * x + y)])
+    assert few == sp.Max(x, -x, 2 * x + y)           # a few: evaluated as before (the catalog's forms)
+
+
+DISCRETE_GAUSSIAN = """\
+name: discrete_gaussian
+variable: k
+support: integers 0..20
+parameters:
+  a: {domain: real, description: linear}
+  b: {domain: positive, description: curvature}
+sufficient_statistics: [k, k**2]
+natural_parameters: [a, -b]
+"""
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_a_large_support_prints_each_normalizer_once(target, tmp_path, request):
+    """μ and F of a Gaussian on {0, …, 20} are quotients of 21-term sums, each normalized by a max of 20 exponents
+    (above): printed at each use that was 570 000 characters of module (its jax functions took > 90 s to trace in
+    check); above MAPS_TEMPS_CHARS each Max is one local, _max0 …, and the values are the sums' (float64 against
+    exact sums, at moderate and at extreme λ, where e^{20λ₁} overflows)."""
+    if target == "jax":
+        request.getfixturevalue("x64")
+    path = tmp_path / "discrete_gaussian.yaml"
+    path.write_text(DISCRETE_GAUSSIAN)
+    fam = load_family(str(path))
+    source = emit(family_ir(fam, fam.name), target)
+    assert len(source) < 100_000 and "    _max0 = " in source
+    mod = types.ModuleType(f"_dg_{target}")
+    exec(compile(source, f"<discrete gaussian {target}>", "exec"), mod.__dict__)
+    k = [mpmath.mpf(i) for i in range(21)]
+    for lam in ((0.3, -0.05), (2.0, -0.2), (1e3, -1.0), (-50.0, -3.0), (40.0, -1e-3)):
+        with mpmath.workdps(60):
+            w = [mpmath.exp(lam[0] * i + lam[1] * i * i) for i in k]
+            z = mpmath.fsum(w)
+            mu = [mpmath.fsum(wi * i for wi, i in zip(w, k)) / z, mpmath.fsum(wi * i * i for wi, i in zip(w, k)) / z]
+            m3 = mpmath.fsum(wi * i ** 3 for wi, i in zip(w, k)) / z
+            m4 = mpmath.fsum(wi * i ** 4 for wi, i in zip(w, k)) / z
+            F = [[mu[1] - mu[0] ** 2, m3 - mu[0] * mu[1]], [m3 - mu[0] * mu[1], m4 - mu[1] ** 2]]
+            A, m4f = float(mpmath.log(z)), float(m4)
+            mu, F = [float(v) for v in mu], np.array([[float(v) for v in row] for row in F])
+        at = np.array(lam)
+        assert _rel(mod.log_partition(at), A) < 1e-13, lam
+        assert _rel(mod.expectation_parameters(at), mu) < 1e-13, lam
+        # F = E[TTᵀ] − μμᵀ cancels where q is nearly a point mass (at λ = (1e3, −1) F is 4e-56, the module's 0): its
+        # error is a few roundings of E[TTᵀ] (E[k⁴] ≤ 20⁴)
+        got_F = np.asarray(mod.fisher_information(at), dtype=float)
+        assert np.all(np.isfinite(got_F)), lam
+        assert np.all(np.abs(got_F - F) <= 1e-12 * np.max(np.abs(F)) + 8 * 2.0 ** -52 * m4f), (lam, got_F, F)
