@@ -48,6 +48,8 @@ torch ``torch.logaddexp``, Triton and the host max + log1p(exp(−|x − y|))) a
 """
 from __future__ import annotations
 
+import functools
+
 import sympy as sp
 
 from blr_derive.core.specialfns import softplus
@@ -167,9 +169,17 @@ def largest_exponent(terms):
     keep = _extreme_multiples(keep)
     if len(keep) == 1:
         return keep[0]
-    if len(keep) > _EVALUATED_MAX:      # sympy's Max compares every pair by its assumptions (~4 ms each for
-        return sp.Max(*sp.ordered(keep), evaluate=False)    # a·k − b·k²): 70 s for a 21-point support's A, μ, F
-    return sp.Max(*keep)
+    return LargestOf(*keep) if len(keep) > _EVALUATED_MAX else sp.Max(*keep)
+
+
+class LargestOf(sp.Max):
+    """max of many exponents, never evaluated: sympy's Max compares every pair of its arguments by their assumptions
+    (~4 ms a pair for a·k + b·k²: 70 s over a 21-point support's μ and F), also when a rewrite rebuilds it (exp's
+    logcombine of an exponent with log k in it).  A Max to every printer (they print it by its class's MRO), with its
+    arguments in sympy's canonical order."""
+
+    def __new__(cls, *args, **assumptions):
+        return super().__new__(cls, *args, evaluate=False)
 
 
 #: the most exponents whose Max sympy evaluates (drops those that are never the largest, orders its arguments);
@@ -257,14 +267,23 @@ def _quotient(node):
     return sp.exp(exponent) * sp.Mul(*rest)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _normalized(node) -> bool:
+    """Whether ``node`` holds an exponential of an expression with a Max (a term this lowering normalized),
+    remembered per node: the printer asks it of every sum, and a sum's atoms walked afresh each time were quadratic
+    in the expression (44 s of printing a 64-point support's μ and F)."""
+    if isinstance(node, sp.exp) and node.args[0].has(sp.Max):
+        return True
+    return any(_normalized(a) for a in node.args)
+
+
 def print_order(add, terms):
     """The order a printer writes the terms of a sum in (``terms``, the printer's own order) for a sum this lowering
     normalized: that of the sum it came from, each largest exponent M set to 0 (e^{a − M} → e^{a}), so that where
     M = 0 at run time the printed operations are the original's, in the original's order, and give its values bit
     for bit (a sum that cancels, the continuous Bernoulli's F next to λ = 0, keeps its rounding).  Any other sum, or
     one whose terms would not come back distinct, keeps the printer's order."""
-    if not isinstance(add, sp.Add) or not any(isinstance(e, sp.exp) and e.args[0].has(sp.Max)
-                                              for e in add.atoms(sp.exp)):
+    if not isinstance(add, sp.Add) or not _normalized(add):
         return terms
     zero = {m: sp.Integer(0) for m in add.atoms(sp.Max)}
     originals = [t.xreplace(zero) for t in terms]

@@ -4,6 +4,7 @@ printed by the target's printer, so the same view serves both.  Shared by ``code
 from __future__ import annotations
 
 import inspect
+import re
 import textwrap
 from types import SimpleNamespace
 
@@ -241,17 +242,28 @@ MAPS_TEMPS_CHARS = 50_000
 
 def _with_max_temps(printer, print_all):
     """``print_all()``'s texts (a list, or a list of lists) and the locals they read: none where their text is at most
-    MAPS_TEMPS_CHARS, otherwise the texts printed again with each Max once as a ``_maxN`` local, [(name, text)]."""
-    texts = print_all()
-    flat = [t for x in texts for t in (x if isinstance(x, list) else [x])]
-    if sum(map(len, flat)) <= MAPS_TEMPS_CHARS:
-        return texts, []
+    MAPS_TEMPS_CHARS (each ``_maxN`` written back as its text: the same text as printed without locals), otherwise
+    each Max once as a ``_maxN`` local, [(name, text)].  One printing either way (printing a Max at each of its uses
+    was 70 s of a 64-point support's μ and F)."""
     printer.max_temps = {}
     try:
         texts = print_all()
-        return texts, list(printer.max_temps.values())
+        temps = list(printer.max_temps.values())
     finally:
         printer.max_temps = None
+    flat = [t for x in texts for t in (x if isinstance(x, list) else [x])]
+    if not temps:
+        return texts, []
+    full = dict(temps)
+    pattern = re.compile(r"\b_max\d+\b")
+
+    def inline(text):
+        return pattern.sub(lambda m: inline(full[m.group(0)]), text)
+    expanded = [inline(t) for t in flat]
+    if sum(map(len, expanded)) > MAPS_TEMPS_CHARS:
+        return texts, temps
+    it = iter(expanded)
+    return [[next(it) for _ in x] if isinstance(x, list) else next(it) for x in texts], []
 
 
 def _shape(sym, elementwise):

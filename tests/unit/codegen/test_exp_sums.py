@@ -335,6 +335,7 @@ def test_the_largest_of_many_exponents_is_kept_as_written():
     m = largest_exponent(terms)
     assert isinstance(m, sp.Max) and len(m.args) == 21 > _EVALUATED_MAX
     assert list(m.args) == list(sp.ordered([a for _, a in terms]))
+    assert m.func(*m.args) == m and len(m.func(*m.args).args) == 21     # a rewrite's rebuild keeps it as it is
     for v1, v2 in ((0.3, -0.05), (300.0, -1.0), (-40.0, -2.0)):
         want = max(k * v1 + k * k * v2 for k in range(21))
         assert float(m.subs({l1: v1, l2: v2})) == pytest.approx(want, rel=1e-15, abs=1e-300)
