@@ -25,7 +25,8 @@ from blr_derive.ir.model import FactorizedIR
 from blr_derive.ir.objective import ESTIMATE_KEYS
 
 #: the engine's solver of ∇A(λ) = μ (blr_derive/core/newton.py), embedded in the modules that need it
-NEWTON_SOURCE = inspect.getsource(newton.newton_dual).replace("def newton_dual(", "def _newton_dual(", 1)
+NEWTON_SOURCE = (inspect.getsource(newton._newton_polish) + "\n\n"
+                 + inspect.getsource(newton.newton_dual).replace("def newton_dual(", "def _newton_dual(", 1))
 
 
 class MapsView(TypedDict):

@@ -248,6 +248,30 @@ def _in_domain(lam):
     return bool(((lambda1 + 1) > 0) and ((-lambda2) > 0))
 
 
+def _newton_polish(lam, g, gradient, hess, in_domain, bound):
+    """λ after up to three full Newton steps from a converged one (|∇φ| ≤ ``bound``), each kept only while it lowers
+    |∇φ|: the stopping test leaves λ off by up to κ(F)·bound, and where F is ill-conditioned that is far from what
+    μ determines (a 12-point support with statistics k, log k at r = 10: κ = 3.6e8, r off by 23 % at |∇φ| = 7e-12;
+    two more steps: 4e-8)."""
+    gmax = float(numpy.max(numpy.abs(g)))
+    if not gmax <= bound:
+        return lam
+    for _ in range(3):
+        try:
+            H = numpy.asarray(hess(lam), dtype=float)
+            new = lam - numpy.linalg.solve(0.5 * (H + H.T), g)
+        except (ArithmeticError, ValueError, numpy.linalg.LinAlgError):
+            break
+        if not (numpy.all(numpy.isfinite(new)) and in_domain(new)):
+            break
+        g_new = gradient(new)
+        g_max = float(numpy.max(numpy.abs(g_new)))
+        if not g_max < gmax:
+            break
+        lam, g, gmax = new, g_new, g_max
+    return lam
+
+
 def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200):
     """λ with ∇A(λ) = μ, from a start ``lam`` in Ω: ``value(λ)`` = A(λ), ``grad`` = ∇A, ``hess`` = ∇²A (the Fisher
     information), ``in_domain(λ)`` tells whether λ is in Ω.  Raises ArithmeticError when it does not converge.
@@ -360,6 +384,7 @@ def _newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200)
         if not ok:
             break
         lam, f, size, g = new, f_new, size_new, g_new
+    lam = _newton_polish(lam, g, gradient, hess, in_domain, tol * scale)
     residual = numpy.max(numpy.abs(gradient(lam)))
     if not residual <= max(1e3 * tol, 1e-9) * scale:
         raise ArithmeticError(f"Newton's method did not converge (|∇A(λ) - μ| = {residual:.3g}): is μ inside the "
