@@ -105,7 +105,7 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
         if bool(ok.all()):
             return
         index = tuple(int(x) for x in jnp.argwhere(~ok)[0]) if a.ndim else ()
-        what = "finite" if bool(a[index] > 0) else "positive"
+        what = "finite" if bool(a[index] > 0) else "positive" if bool(a[index] <= 0) else "a number"
         detail = f"value {float(a[index] if a.ndim else a):.6g}"
         detail += f" at index {index}" if index else ""
     if component == "axis":
@@ -117,6 +117,9 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
     at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
     if what == "finite":
         hint = "its update overflowed (an expectation of the loss or of its derivatives is not finite at this state)"
+    elif what == "a number":            # NaN: 0/0, inf − inf or 0·inf on the way
+        hint = ("its arithmetic gave NaN (0/0, inf − inf or 0·inf: an expectation of the loss that is infinite at this "
+                "state, or a q so concentrated that F(λ) is singular in float64); " + hint)
     raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
                              f"the family; {hint}")
 
