@@ -67,6 +67,21 @@ class HostConditionalMixin:
     def _print_MatrixSymbol(self, expr):
         return identifier(expr.name)
 
+    #: integers at or beyond this magnitude are printed as float literals: a Python int beyond int64 is an object
+    #: to numpy (numpy.log(30!) raised TypeError), and jax refuses one beyond its integer type (OverflowError at
+    #: 20! = 2.4e18 with x64, at 2^31 without), while the value is only ever used in floating point
+    BIG_INTEGER = 2 ** 31
+
+    def _print_Integer(self, expr):
+        if abs(int(expr)) >= self.BIG_INTEGER:
+            return repr(float(expr))
+        return super()._print_Integer(expr)                                  # type: ignore[misc]
+
+    def _print_Rational(self, expr):
+        if max(abs(int(expr.p)), int(expr.q)) >= self.BIG_INTEGER:
+            return repr(float(expr))
+        return super()._print_Rational(expr)                                 # type: ignore[misc]
+
     MAXIMUM = "max"
     MINIMUM = "min"
     LOG = "math.log"
@@ -74,6 +89,10 @@ class HostConditionalMixin:
 
     def _print_log(self, expr):
         arg = expr.args[0]
+        if arg.is_Rational and arg > 0 and max(abs(int(arg.p)), int(arg.q)) >= self.BIG_INTEGER:
+            # log(30!) as its value: the integer is no number to the targets (above), and beyond 1.8e308 (log(171!))
+            # not even a float
+            return repr(float(sp.log(arg).evalf(30)))
         if isinstance(arg, sp.Add) and 1 in arg.args:       # log(1 + x) → an accurate log1p(x)
             return f"{self.LOG1P}({self._print(arg - 1)})"
         return f"{self.LOG}({self._print(arg)})"

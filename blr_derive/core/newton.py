@@ -111,7 +111,7 @@ def newton_dual(mu, lam, value, grad, hess, in_domain, tol=1e-12, max_iter=200):
             big = float(numpy.max(numpy.abs(step) / cap))
             if big > 1.0:
                 step = step / big
-            if float(numpy.max(numpy.abs(step))) <= 1e-16 * (1.0 + float(numpy.max(numpy.abs(lam)))):
+            if numpy.all(lam - step == lam):
                 break                        # the step no longer moves λ: stalled (or converged in rounding)
             new = lam - step
             pred = float(g @ step) - 0.5 * float(step @ H @ step)

@@ -240,12 +240,15 @@ class Family:
         return numeric_fisher(self, lam_vals, dim or 2)
 
     def domain_conditions(self):
-        """Ω as conditions on λ: each free parameter, written in λ, lies in its domain."""
+        """Ω as conditions on λ: each free parameter, written in λ, lies in its domain; a parameter greater than a
+        bound as its excess over the bound, which is positive (the generated modules' Ω tested ``l > 0`` for a
+        natural parameter ``l`` declared greater than -1, refusing the arcsine law's λ = -1/2)."""
         out = []
         for p in self.free_params:
-            if p.domain != "real" or p.greater_than is not None:
-                out.append((p.name, self.ord_from_nat[p.symbol], p.domain if p.greater_than is None
-                            else f"greater than {p.greater_than}"))
+            if p.greater_than is not None:
+                out.append((p.name, self.ord_from_nat[p.symbol] - p.greater_than, "positive"))
+            elif p.domain != "real":
+                out.append((p.name, self.ord_from_nat[p.symbol], p.domain))
         return out
 
     def summary(self) -> dict:

@@ -207,11 +207,13 @@ def _valid_points(fam, params, seed: int, samples: int):
 
 
 def _value_at(f, args):
-    """f(*args) as a complex number, or None where evaluating it raises."""
+    """f(*args) as a complex number, or None where evaluating it raises; also where the lambdified form names a
+    function numpy and scipy do not have (NameError: sympy's ∫₀¹ x^(a−1) e^(cx) dx is a lowergamma of
+    c·exp_polar(iπ), which no target computes, and it was an internal error instead of a located one)."""
     with np.errstate(all="ignore"):
         try:
             return complex(f(*args))
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError, NameError):
             return None
 
 

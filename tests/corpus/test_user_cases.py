@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
@@ -2861,3 +2862,85 @@ def test_truncated_poisson_squared_loss_exact_step_is_the_enumerated_natural_gra
         lam2 = (1 - rho) * lam - rho * ((q * (k - mu)) @ f) / (q @ (k - mu) ** 2)
         new = mod.step(mod.init(r=np.array([r])), data={"y": np.array(y)}, rho=rho)
         assert rel(new["r"], math.exp(lam2)) < 1e-11          # observed 3e-13
+
+
+def _family_module(name):
+    """The numpy module of a corpus family alone (what `blr-derive check` runs at its hard points)."""
+    from blr_derive.codegen.registry import emit
+    from blr_derive.ir.build import family_ir
+    ns = {}
+    fam = api.family(str(CORPUS_FAMILIES / f"{name}.yaml"))
+    exec(compile(emit(family_ir(fam, name), "numpy"), f"<{name} numpy>", "exec"), ns)
+    return types.SimpleNamespace(**ns)
+
+
+def test_poisson_on_0_to_30_module_maps_are_the_direct_sums():
+    """A Poisson restricted to 0..30 (tests/corpus/families/poisson_0_30.yaml): its summed A holds log(30!) = 74.66 and
+    μ, F the integer coefficients of their normalized sums (up to 8.8e30).  Those integers beyond int64 made
+    numpy.log raise TypeError (A and the Newton solve failed at every point; jax: OverflowError), until the printers
+    wrote them as floats (codegen/printing.py).  Reference: the sums over k = 0..30 (scipy.special.gammaln)."""
+    mod = _family_module("poisson_0_30")
+    k = np.arange(31.0)
+    for r in (1e-3, 0.7, 6.0, 29.0, 400.0):
+        lam = math.log(r)
+        w = lam * k - scipy.special.gammaln(k + 1)
+        A = scipy.special.logsumexp(w)
+        q = np.exp(w - A)
+        mu, var = q @ k, q @ (k - q @ k) ** 2
+        assert rel(mod.log_partition([lam]), A) < 1e-14                        # observed 2e-16
+        assert rel(mod.expectation_parameters([lam]), [mu]) < 1e-13            # observed 3e-15
+        assert rel(mod.fisher_information([lam]), [[var]]) < 1e-11             # observed 2e-13 (r = 400)
+        assert abs(float(mod.ordinary_from_expectation([mu])["r"]) / r - 1) < 1e-9
+
+
+def test_beta_in_natural_parameters_exact_inverse_moment_step_and_its_domain():
+    """A Beta in its natural parameters l1, l2 > −1 (tests/corpus/families/beta_natural.yaml) under ℓ = 1/θ with
+    `exact`: E_q[1/θ] = (a + b − 1)/(a − 1) (a = l1 + 1, b = l2 + 1) is finite only for l1 > 0.  The bound −1 was
+    dropped from Ω (Family.domain_conditions): the generated modules' Newton start λ = 0 was outside their Ω (l > 0),
+    and this step was a finite wrong number at l1 = −1/2, where E_q[1/θ] = ∞; now NaN there.  Reference: Eq. 6 with
+    F = Cov[log θ, log(1 − θ)] from trigamma and ∇_λ E[1/θ] by hand (scipy.special)."""
+    mod = compiled(_corpus_recipe("beta_natural.yaml", """\
+        loss: 1/theta
+        approximations: [exact]
+        """))
+    pg = scipy.special.polygamma
+    for l1, l2, rho in [(0.5, 1.0, 0.5), (2.0, -0.5, 0.3), (7.0, 12.0, 1.0)]:
+        a, b = l1 + 1, l2 + 1
+        F = np.array([[pg(1, a) - pg(1, a + b), -pg(1, a + b)], [-pg(1, a + b), pg(1, b) - pg(1, a + b)]])
+        g = np.array([-b / (a - 1) ** 2, 1 / (a - 1)])           # ∂/∂(a, b) of (a + b − 1)/(a − 1)
+        want = (1 - rho) * np.array([l1, l2]) - rho * np.linalg.solve(F, g)
+        new = mod.step(mod.init(l1=np.array([l1]), l2=np.array([l2])), rho=rho)
+        assert rel(np.concatenate([new["l1"], new["l2"]]), want) < 1e-10
+    new = mod.step(mod.init(l1=np.array([-0.5]), l2=np.array([1.0])), rho=0.5)
+    assert np.isnan(new["l1"]).all() and np.isnan(new["l2"]).all()
+    # the arcsine law λ = (−½, −½) is inside Ω: the module's Newton solve finds it from E[log θ] = E[log(1 − θ)]
+    mu = scipy.special.digamma(0.5) - scipy.special.digamma(1.0)
+    back = mod.ordinary_from_expectation([mu, mu])
+    assert rel([back["l1"], back["l2"]], [-0.5, -0.5]) < 1e-10
+
+
+def test_nakagami_with_a_known_shape_and_conway_maxwell_poisson_against_scipy():
+    """Two more corpus families: the Nakagami with a known shape m as a fixed parameter (T = θ², h = θ^(2m−1)) and a
+    Conway–Maxwell–Poisson with ν = 2 (h = 1/θ!², A = log I₀(2√r), printed scaled).  Reference: scipy.stats.nakagami
+    (moments and entropy) and direct sums over k = 0..1500 in float64 (log-sum-exp)."""
+    nak = api.family(str(CORPUS_FAMILIES / "nakagami_fixed_m.yaml"))
+    syms = {p.name: p.symbol for p in nak.params.values()}
+    H = nak.entropy()
+    for m, om in [(0.5, 1.0), (2.7, 0.3), (1e-3, 40.0), (1e3, 1e-6)]:
+        vals = {syms["m"]: m, syms["omega"]: om}
+        lam = -m / om
+        A = float(nak.evaluate(nak.A, {nak.lam[0]: lam, syms["m"]: m}))
+        assert rel(A, scipy.special.gammaln(m) - math.log(2) - m * math.log(-lam)) < 1e-13
+        mu = float(nak.evaluate(nak.mu_of_lam[0], {nak.lam[0]: lam, syms["m"]: m}))
+        assert rel(mu, om) < 1e-13                                             # E[θ²] = Ω
+        assert rel(float(nak.evaluate(H, vals)), scipy.stats.nakagami(m, scale=math.sqrt(om)).entropy()) < 1e-10
+    mod = _family_module("cmp_nu2")
+    k = np.arange(1501.0)
+    for r in (1e-8, 0.5, 4.0, 100.0, 1e4):
+        w = math.log(r) * k - 2 * scipy.special.gammaln(k + 1)
+        A = scipy.special.logsumexp(w)
+        q = np.exp(w - A)
+        mu = q @ k
+        assert rel(mod.log_partition([math.log(r)]), A) < 1e-13               # observed 2e-16
+        assert rel(mod.expectation_parameters([math.log(r)]), [mu]) < 1e-12
+        assert rel(mod.fisher_information([math.log(r)]), [[q @ (k - mu) ** 2]]) < 1e-11

@@ -129,3 +129,21 @@ def test_newton_dual_ends_at_the_rounding_of_mu(lam_star):
     assert np.max(np.abs(grad(lam) - mu)) <= eps * (1 + np.max(np.abs(mu)))
     moves = np.abs(np.linalg.inv(hess(lam_star))) @ (eps * np.abs(mu))
     assert np.all(np.abs(lam - lam_star) <= moves), (lam - lam_star, moves)
+
+
+@pytest.mark.parametrize("mu", [1e3, 1e9, 1e15])
+def test_newton_dual_does_not_stall_where_the_solution_is_tiny(mu):
+    """A = −log(−λ) (T = θ^(−3) of a Fréchet with shape 3, scale s: λ = −s³, μ = s^(−3)) from the start λ = −1: at
+    μ = 1e9 (s = 1e-3, a hard point of `blr-derive check`) the solve reached λ = −9.99999996e-10 and stopped there
+    with |∇A − μ| = 3.93, an ArithmeticError, because a step of 3.9e-18 was taken for "no move" (below 1e-16·(1 +
+    |λ|)) although it moves λ by 4e-9 of itself; "no move" is now that λ − step equals λ.  Reference: λ = −1/μ."""
+    def A(lam):
+        return -np.log(-lam[0])
+
+    def grad(lam):
+        return np.array([-1 / lam[0]])
+
+    def hess(lam):
+        return np.array([[lam[0] ** -2.0]])
+    lam = newton.newton_dual(np.array([mu]), np.array([-1.0]), A, grad, hess, lambda lam: bool(lam[0] < 0))
+    assert lam[0] * mu == pytest.approx(-1.0, rel=1e-12)

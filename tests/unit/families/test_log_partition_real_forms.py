@@ -50,3 +50,38 @@ def test_exponential_tilt_on_the_unit_interval(c):
 @pytest.mark.parametrize("text", [BETA_MEAN_PRECISION, TILT])
 def test_check_passes(text):
     assert all(c.passed for c in check_family(api.family(text), points=3, seed=1, mc_samples=5000))
+
+
+UNIT_LOG_LINEAR = """
+name: unit_log_linear
+variable: theta
+support: unit_interval
+parameters:
+  a: {domain: positive}
+  c: {domain: real}
+sufficient_statistics: [log(theta), theta]
+natural_parameters: [a - 1, c]
+"""
+
+GAMMA_ON_UNIT = """
+name: gamma_on_unit
+variable: theta
+support: unit_interval
+parameters:
+  a: {domain: positive}
+  b: {domain: positive}
+sufficient_statistics: [log(theta), theta]
+natural_parameters: [a - 1, -b]
+"""
+
+
+@pytest.mark.parametrize("text, function", [(UNIT_LOG_LINEAR, "exp_polar"), (GAMMA_ON_UNIT, "meijerg")])
+def test_a_closed_form_no_target_computes_is_a_located_error(text, function):
+    """∫₀¹ θ^(a−1) e^(cθ) dθ is, to sympy, a lowergamma of c·exp_polar(iπ) (c real) or a Meijer G (c = −b < 0): numpy
+    and scipy have neither, and evaluating the lambdified form raised NameError, an internal error (exit 3) instead
+    of the located one that asks for log_partition (exit 2)."""
+    with pytest.raises(api.SpecError) as info:
+        api.family(text)
+    msg = str(info.value)
+    assert msg.startswith("<family>:8: "), msg                    # the sufficient statistics' line
+    assert "declare log_partition" in msg and function not in msg and "NameError" not in msg

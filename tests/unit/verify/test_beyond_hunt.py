@@ -3,6 +3,7 @@ finite or wrong (relative error above 1e-6 of the largest entry) against the eng
 SymbolicRecord), so that a fix fails here and removes its entry; each entry of BEYOND_HUNT_FIXED (removed from it by a
 fix) is finite and equal to that form within 1e-13."""
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +22,13 @@ KEYS = {"log_partition": "A", "expectation_parameters": "mu", "fisher_informatio
 FIXED = [(name, fn, point) for name, rows in BEYOND_HUNT_FIXED.items() for fn, point in rows]
 
 
+#: the corpus of user-written families (a name there is a file of it, else a built-in family)
+CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "families"
+
+
 def _values(name, fn, point):
     """The numpy module's value of ``fn`` at ``point`` and the engine's 30-digit form's (finite: an ordinary number)."""
-    fam = load_family(name)
+    fam = load_family(str(CORPUS / f"{name}.yaml") if (CORPUS / f"{name}.yaml").exists() else name)
     mod = types.ModuleType(f"_beyond_{name}")
     exec(compile(emit(family_ir(fam, fam.name), "numpy"), name, "exec"), mod.__dict__)
     rec = SymbolicRecord(fam, None)
