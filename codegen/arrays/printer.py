@@ -188,7 +188,7 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
             s = f.text if isinstance(f, _Printed) else self._wrap(f)
             fs = f.shape if isinstance(f, _Printed) else f.shape
             if acc is None:
-                acc, shape = s, fs
+                acc, shape = (_operand(s, "first") if len(mats) > 1 else s), fs
                 continue
             if type(f).__name__ == "DiagOf":         # A @ diag(w) = A * w (columns scaled)
                 acc = f"({acc} * {_operand(self._print(f.args[0]), '*')})"
@@ -420,7 +420,8 @@ _LOOSER = (ast.Add, ast.Sub, ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.
 
 
 def _operand(text, op):
-    """``text``, the printed right operand of ``acc <op> text`` (``op`` is ``'*'`` or ``'@'``), parenthesized where
+    """``text``, the printed right operand of ``acc <op> text`` (``op`` is ``'*'`` or ``'@'``; ``'first'``: the left
+    operand of a chain, where only a looser operator needs the group), parenthesized where
     Python would otherwise read a different product: an elementwise vector such as the data-sum derivative
     ``2*eta/(nu*(eta**2/nu + 1))`` printed after ``X.T @`` is ``((X.T @ 2)*eta)/...`` unparenthesized (a matmul
     with a number), and ``a + b`` after ``A *`` adds b to A's product with a.  A sum, a conditional or a comparison
@@ -436,6 +437,8 @@ def _operand(text, op):
     if isinstance(node, (ast.IfExp, ast.Compare, ast.BoolOp, ast.Lambda, ast.NamedExpr)) or \
             (isinstance(node, ast.BinOp) and isinstance(node.op, _LOOSER)):
         return f"({text})"
+    if op == "first":                   # the chain's left operand: a product there groups as printed
+        return text
     if isinstance(node, ast.BinOp) and isinstance(node.op, _PRODUCTS):
         ops = []
         while isinstance(node, ast.BinOp) and isinstance(node.op, _PRODUCTS):   # the chain's left spine

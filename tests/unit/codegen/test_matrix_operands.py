@@ -39,6 +39,9 @@ def test_operands_are_grouped_where_python_would_read_another_product():
     assert _operand("A @ B", "@") == "A @ B"                 # a matrix product is associative
     assert _operand("a*b/c", "*") == "a*b/c"                 # so is an elementwise product after a column scaling
     assert _operand("(a) + (b)", "*") == "((a) + (b))"
+    # the left operand of a chain: only a looser operator needs the group ('a + b @ X' is a + (b @ X))
+    assert _operand("a + b", "first") == "(a + b)"
+    assert _operand("2*eta/c", "first") == "2*eta/c" and _operand("X.T", "first") == "X.T"
 
 
 def test_student_t_regression_under_delta_is_newtons_step_on_its_gradient_and_hessian():
