@@ -47,12 +47,16 @@ def _points(fam):
     if len(supports) != len(comps) or any(s not in INTERIOR for s in supports):
         return []
     grid = itertools.product(*[INTERIOR[s] for s in supports])
-    return [dict(zip(comps, (sp.Rational(v) for v in pt))) for pt in itertools.islice(grid, MAX_POINTS)]
+    return [dict(zip(comps, pt)) for pt in itertools.islice(grid, MAX_POINTS)]
 
 
 def _value(expr, point):
-    """The loss at ``point`` as a sympy number, None where it still reads a symbol (unknown before the run)."""
-    v = expr.xreplace(point)
+    """The loss at ``point`` as a sympy number, None where it still reads a symbol (unknown before the run).  The
+    point's coordinates are floats, so that each function evaluates numerically as it is built (exact values
+    would be simplified symbolically: a sigmoid nested twelve deep at θ = −1 did not finish in 60 s)."""
+    if expr.free_symbols - set(point):
+        return None
+    v = expr.xreplace({c: sp.Float(x, 30) for c, x in point.items()})
     if is_mat(v):
         if v.shape != (1, 1):
             return None
@@ -63,6 +67,12 @@ def _value(expr, point):
         return sp.N(v, 20)
     except (TypeError, ValueError, ArithmeticError):
         return None
+
+
+def _terms(expr):
+    """The additive terms of the loss, each judged on its own (``_value`` skips one that reads data: a data value
+    may make it vanish), so that `w*theta + log(-theta)` is refused though w is not known."""
+    return list(sp.Add.make_args(expr))
 
 
 def _fault(v):
@@ -88,16 +98,17 @@ def loss_off_support(fam, loss, hyper_values: dict | None = None):
     """A text naming a point of ``fam``'s support where ``loss`` is not a finite real number (``hyper_values``:
     symbol → value substituted first, the hyperparameters' defaults), or None where no such point is found."""
     expr = loss.xreplace(hyper_values or {})
+    terms = _terms(expr)
     for point in _points(fam):
-        v = _value(expr, point)
-        fault = None if v is None else _fault(v)
+        faults = [_fault(v) for v in (_value(t, point) for t in terms) if v is not None]
+        fault = next((f for f in faults if f is not None), None)
         if fault is not None:
             at = ", ".join(f"{c} = {float(x):g}" for c, x in point.items())
             return f"{fault} at {at}, a point of the support of family '{fam.name}' ({_support_text(fam)})"
     for term in _row_terms(fam, expr):
         f = term.fn
         for u in INTERIOR["real"]:
-            v = _value(f.expr, {f.variables[0]: sp.Rational(u)})
+            v = _value(f.expr, {f.variables[0]: u})
             fault = None if v is None else _fault(v)
             if fault is not None:
                 return (f"{fault} at {sp.sstr(f.variables[0])} = {u:g} in the data sum {sp.sstr(term)}, whose rows "
