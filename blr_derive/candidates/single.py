@@ -18,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 
 from blr_derive.candidates.base import Candidate, check_structure, located_family, register
-from blr_derive.core.errors import DerivationError
+from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.sizes import instantiate_recipe
 from blr_derive.core.yamlio import check_keys
 from blr_derive.families.library import load_family
+from blr_derive.families.loss_domain import loss_off_support
 from blr_derive.rules.base import RULES, Derivation, recipe_rule_kinds
 from blr_derive.rules.blr import assemble, base_measure, introduce, solve_ordinary
 from blr_derive.rules.context import BLRContext
@@ -50,6 +51,7 @@ def check(ctx):
     abstract loss one for E_q[∇ℓ], E_q[∇²ℓ]."""
     recipe = ctx.recipe
     check_structure(ctx)
+    check_loss_on_support(recipe)
     expectation = expectation_rules(ctx)
     if len(expectation) > 1:
         raise ctx.fail("at most one expectation rule may be named (got "
@@ -93,6 +95,27 @@ def check(ctx):
     needs_gaussian_moments(ctx, None)
     raise ctx.fail("an abstract loss needs an expectation approximation for E_q[∇ℓ], E_q[∇²ℓ]: "
                    "add 'delta' or 'monte_carlo'")
+
+
+def check_loss_on_support(recipe):
+    """An explicit loss must be a finite real number on the family's support (E_q[ℓ] of Eq. 2 is over all of it):
+    `log(-theta)` under the gamma or `log(theta)` under the Bernoulli on {-1, +1} is refused at the loss's line
+    (blr_derive/families/loss_domain.py), instead of deriving an update of log θ + iπ."""
+    if recipe.loss_kind != "explicit" or recipe.loss is None:
+        return
+    defaults = {h.symbol: h.default for h in recipe.hyper
+                if h.symbol is not None and isinstance(h.default, (int, float)) and not isinstance(h.default, bool)}
+    problem = loss_off_support(recipe.family, recipe.loss, defaults)
+    if problem is None:
+        return
+    spec = recipe.spec
+    loss = spec.get("loss") if spec is not None else None
+    line = (loss.line_of("expression") if isinstance(loss, dict) and hasattr(loss, "line_of") and "expression" in loss
+            else spec.line_of("loss") if spec is not None and "loss" in spec else None)
+    raise SpecError(f"the loss is {problem}: E_q[loss] (Eq. 2) is an expectation over all of the support, so the "
+                    "loss must be real and finite there (a logarithm of a negative number, a pole at a support "
+                    "point); write it for the family's support, or choose a family whose support it is defined on",
+                    recipe.file, line)
 
 
 def taking(loss_kind: str, but: str = "") -> list:

@@ -27,7 +27,7 @@ from blr_derive.verify.product_objective import product_objective_checks
 from blr_derive.verify import descent, objective_components
 from blr_derive.verify.objective_vector import vector_gaussian, vector_objective_checks
 from blr_derive.verify.results import Check
-from blr_derive.verify.update import compare_update
+from blr_derive.verify.update import GeneratedStepError, compare_update
 
 
 #: random inputs drawn per point wanted, at most, where some fall outside the region the update is finite in
@@ -75,12 +75,19 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
             return None                      # outside the region where it is finite (E[θ] under an inverse gamma: α > 1)
         errs = [float(np.max(np.abs(g - s_)) / max(1.0, float(np.max(np.abs(s_))))) for g, s_ in pairs]
         return max((e if np.isfinite(e) else float("inf") for e in errs), default=0.0)   # a NaN generated value fails
-    errors, skipped = _at_finite_inputs(points, at)
+    try:
+        errors, skipped = _at_finite_inputs(points, at)
+    except GeneratedStepError as exc:
+        errors, skipped, failed = [], 0, str(exc)
+    else:
+        failed = None
     worst = max(errors, default=float("inf"))
     note = f"numpy target, {len(errors)} random inputs"
     if skipped:
         note += f" ({skipped} skipped where the symbolic update is not finite or leaves the family)"
-    if not errors:
+    if failed is not None:
+        note = failed
+    elif not errors:
         note = f"no random input of {skipped} gave a finite symbolic update inside the family"
     checks = [Check("generated update vs symbolic update", worst, 1e-10, note=note, group="codegen")]
     if hasattr(mod, "objective") and isinstance(D, FactorizedDerivation):

@@ -230,14 +230,29 @@ def _compare_update(recipe, D, mod, seed=0, P=3):
         else:
             fixed_noise_statistics(sm, flags, env, dims)
     oracles = {k: (lambda v: (lambda x: v))(v) for k, v in oracle_vals.items()}
-    out = mod.step(mod.init(hyperparameters=hp, **state), oracles={**oracles, **oracle_fns},
-                   data=data or None, rng=noise, **hp)
-    noise.finish()
     names = {sym: n for n, sym, _ in D.updates}
-    result = []
+    symbolic = []
     for sym, expr in toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates]):
         val = evaluate_entrywise(expr.xreplace(flags), env, dims)
         env[sym] = val if np.ndim(val) == 0 or val.shape[1] != 1 else val.ravel()
         if sym in names:
-            result.append((names[sym], np.reshape(out[names[sym]], np.shape(val)), val))
-    return result
+            symbolic.append((names[sym], val))
+    try:
+        out = mod.step(mod.init(hyperparameters=hp, **state), oracles={**oracles, **oracle_fns},
+                       data=data or None, rng=noise, **hp)
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        if all(np.all(np.isfinite(np.asarray(v, dtype=float))) for _, v in symbolic):
+            # the symbolic update is finite here: the generated step's failure is the generated code's (an
+            # operator read with the wrong precedence, a shape), not an input outside the region, so it is reported
+            # rather than skipped as one (blr_derive/verify/recipe.py)
+            raise GeneratedStepError(f"the generated step raised {type(exc).__name__}: {exc} where the symbolic "
+                                     f"update is finite") from exc
+        raise
+    noise.finish()
+    return [(name, np.reshape(out[name], np.shape(val)), val) for name, val in symbolic]
+
+
+class GeneratedStepError(RuntimeError):
+    """The generated module's ``step`` failed at an input where the symbolic update is finite: a fault of the
+    generated code, which ``blr-derive check`` reports as a failed comparison (not an input skipped as outside the
+    region where the update is finite)."""

@@ -11,6 +11,8 @@ extension points; loud failure).
 """
 from __future__ import annotations
 
+import ast
+
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
@@ -186,17 +188,17 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
             s = f.text if isinstance(f, _Printed) else self._wrap(f)
             fs = f.shape if isinstance(f, _Printed) else f.shape
             if acc is None:
-                acc, shape = s, fs
+                acc, shape = (_operand(s, "first") if len(mats) > 1 else s), fs
                 continue
             if type(f).__name__ == "DiagOf":         # A @ diag(w) = A * w (columns scaled)
-                acc = f"({acc} * {self._print(f.args[0])})"
+                acc = f"({acc} * {_operand(self._print(f.args[0]), '*')})"
                 continue
             if shape[1] == 1 and fs[0] == 1 and shape[0] != 1 and fs[1] != 1:
                 acc = f"numpy.outer({acc}, {s})"
             elif shape[1] == 1 and fs == (1, 1) and shape[0] != 1:     # a column times a 1×1 (a number here)
-                acc = f"{acc} * {s}"
+                acc = f"{acc} * {_operand(s, '*')}"
             else:
-                acc = f"{acc} @ {s}"
+                acc = f"{acc} @ {_operand(s, '@')}"
             shape = (shape[0], fs[1])
         return acc
 
@@ -410,6 +412,56 @@ for _name, _fn in NumPyPrinter._kf.items():
     if _fn.startswith("math.") and _name not in MATH_FALLBACKS and \
             getattr(ArrayPrinter, f"_print_{_name}", None) is getattr(NumPyPrinter, f"_print_{_name}", None):
         setattr(ArrayPrinter, f"_print_{_name}", _refuse_math)
+
+
+#: Python's operators of the precedence of ``*`` and ``@`` (left-associative), and those that bind less tightly
+_PRODUCTS = (ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.MatMult)
+_LOOSER = (ast.Add, ast.Sub, ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor)
+
+
+def _operand(text, op):
+    """``text``, the printed right operand of ``acc <op> text`` (``op`` is ``'*'`` or ``'@'``; ``'first'``: the left
+    operand of a chain, where only a looser operator needs the group), parenthesized where
+    Python would otherwise read a different product: an elementwise vector such as the data-sum derivative
+    ``2*eta/(nu*(eta**2/nu + 1))`` printed after ``X.T @`` is ``((X.T @ 2)*eta)/...`` unparenthesized (a matmul
+    with a number), and ``a + b`` after ``A *`` adds b to A's product with a.  A sum, a conditional or a comparison
+    at the top is always wrapped; a chain of ``*``, ``/`` (elementwise, so regrouping leaves the value as printed
+    before) is wrapped after ``@``, and a chain holding ``@`` after ``*``; a name, a call, a power or a negation
+    binds tighter and is left as it is (so the printed forms that were right stay byte for byte)."""
+    if _enclosed(text):
+        return text
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:                 # not a Python expression on its own (never expected): keep it grouped
+        return f"({text})"
+    if isinstance(node, (ast.IfExp, ast.Compare, ast.BoolOp, ast.Lambda, ast.NamedExpr)) or \
+            (isinstance(node, ast.BinOp) and isinstance(node.op, _LOOSER)):
+        return f"({text})"
+    if op == "first":                   # the chain's left operand: a product there groups as printed
+        return text
+    if isinstance(node, ast.BinOp) and isinstance(node.op, _PRODUCTS):
+        ops = []
+        while isinstance(node, ast.BinOp) and isinstance(node.op, _PRODUCTS):   # the chain's left spine
+            ops.append(node.op)
+            node = node.left
+        matmul = any(isinstance(o, ast.MatMult) for o in ops)
+        elementwise = any(not isinstance(o, ast.MatMult) for o in ops)
+        if (op == "@" and elementwise) or (op == "*" and matmul):
+            return f"({text})"
+    return text
+
+
+def _enclosed(text):
+    """Whether ``text`` is one parenthesized group, ``(a + b)`` (not ``(a) + (b)``)."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return False
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            return i == len(text) - 1
+    return False
 
 
 class _Printed:

@@ -27,15 +27,25 @@ def _tanh_sinh(n):
     return u, w / w.sum()
 
 
-def _hermite_nodes(nodes):
+def _hermite_nodes(nodes, _cache={}):
     """Nodes z_k and weights w_k of the Gauss-Hermite rule for the weight e^(-z^2/2) with ``nodes`` points (numpy's
     hermegauss convention: the weights sum to sqrt(2 pi)).  hermegauss's recurrence overflows from about 360 nodes
     (NaN weights); above 300 the rule is Golub-Welsch's: the eigenvalues of the Jacobi matrix of the probabilists'
     Hermite polynomials (off-diagonal sqrt(k)) and the squared first components of its eigenvectors times sqrt(2 pi).
-    Host code (numpy) in both targets; the engine's own rule is blr_derive/core/nodes.py gauss_hermite_rule."""
+    Host code (numpy) in both targets; the engine's own rule is blr_derive/core/nodes.py gauss_hermite_rule.
+    Computed once per count in a process and kept (read-only arrays): the dense eigendecomposition of the
+    1001-point rule (the most a recipe may ask) took 19 s on a loaded 2-core machine, and a step reads the rule
+    twice (the mean's expectation and Stein's), so ten steps of a logistic regression took 285 s."""
     n = int(nodes)
-    if n <= 300:
-        return numpy.polynomial.hermite_e.hermegauss(n)
-    k = numpy.sqrt(numpy.arange(1.0, n))
-    z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
-    return z, numpy.sqrt(2 * numpy.pi) * v[0] ** 2
+    cache = _cache                      # one per generated module (its own copy of this function)
+    if n not in cache:
+        if n <= 300:
+            z, w = numpy.polynomial.hermite_e.hermegauss(n)
+        else:
+            k = numpy.sqrt(numpy.arange(1.0, n))
+            z, v = numpy.linalg.eigh(numpy.diag(k, 1) + numpy.diag(k, -1))
+            w = numpy.sqrt(2 * numpy.pi) * v[0] ** 2
+        z.flags.writeable = False
+        w.flags.writeable = False
+        cache[n] = (z, w)
+    return cache[n]
