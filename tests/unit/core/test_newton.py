@@ -147,3 +147,20 @@ def test_newton_dual_does_not_stall_where_the_solution_is_tiny(mu):
         return np.array([[lam[0] ** -2.0]])
     lam = newton.newton_dual(np.array([mu]), np.array([-1.0]), A, grad, hess, lambda lam: bool(lam[0] < 0))
     assert lam[0] * mu == pytest.approx(-1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("mu", [1e-9, 1e-15])
+def test_newton_dual_reaches_a_solution_far_below_its_absolute_test(mu):
+    """The stopping test |∇A − μ| ≤ 1e-12·(1 + |μ|) is absolute: for T = θ⁻³ of a Fréchet (λ = −s³, μ = 1/s³ =
+    −1/λ) at μ = 1e-15 it held at λ = −1e12, 99.9 % off the solution −1e15 (at μ = 1e-9, 1.9e-4 off); the
+    Newton steps taken past it while they lower the residual (_newton_polish) reach λ·μ = −1 to rounding."""
+    def A(lam):
+        return -np.log(-lam[0])
+
+    def grad(lam):
+        return np.array([-1 / lam[0]])
+
+    def hess(lam):
+        return np.array([[lam[0] ** -2.0]])
+    lam = newton.newton_dual(np.array([mu]), np.array([-1.0]), A, grad, hess, lambda lam: bool(lam[0] < 0))
+    assert lam[0] * mu == pytest.approx(-1.0, rel=1e-15)
