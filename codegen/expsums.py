@@ -179,6 +179,8 @@ class LargestOf(sp.Max):
     arguments in sympy's canonical order."""
 
     def __new__(cls, *args, **assumptions):
+        if all(getattr(a, "is_number", False) for a in args):     # numbers (a substitution): their max, as Max
+            return sp.Max(*args)
         return super().__new__(cls, *args, evaluate=False)
 
 
