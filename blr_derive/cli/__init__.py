@@ -27,7 +27,7 @@ from blr_derive import __version__
 from blr_derive.codegen import TARGET_NAMES
 from blr_derive.core.io import MAX_GENERATED_BYTES, command_label, check_tree, output_problem, write_atomic
 from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
-from blr_derive.core.errors import BLRError, SpecError
+from blr_derive.core.errors import BLRError, SpecError, printable
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
 from blr_derive.core.text import did_you_mean, file_safe, quote, terminal_safe
@@ -312,10 +312,10 @@ def cmd_suggest(argv):
 
 
 def _error_line(kind: str, text: str) -> str:
-    """One line on stderr: the first line of the message, every non-printable character escaped (a message may
-    quote untrusted text: no control sequence reaches the terminal), at most 1000 characters."""
-    first = str(text).splitlines()[0] if str(text) else ""
-    return f"blr-derive: {kind}: {quote(first, 1000)}"
+    """One line on stderr: the message with every non-printable character escaped, line breaks included (a message
+    may quote untrusted text, a file name with a line break in it among them: no control sequence reaches the
+    terminal, and no line break ends the message before its location and problem), at most 1000 characters."""
+    return f"blr-derive: {kind}: {quote(str(text).strip(), 1000)}"
 
 
 def main(argv=None) -> int:
@@ -332,13 +332,13 @@ def main(argv=None) -> int:
         print(_error_line("error", exc), file=sys.stderr)
         return 2
     except BudgetExceeded as exc:
-        where = exc.file or _input_argument(argv)
+        where = printable(exc.file or _input_argument(argv))
         print(_error_line("error", f"{where}{f':{exc.line}' if exc.line else ''}: {exc}"), file=sys.stderr)
         return 2
     except (RecursionError, MemoryError) as exc:
         # deeply nested or huge input that the bounds let through: bad input, not an engine bug
         file, line = location()
-        where = f"{file or CMDLINE}{f':{line}' if line else ''}"
+        where = f"{printable(file or CMDLINE)}{f':{line}' if line else ''}"
         print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
                                    f"({type(exc).__name__})"), file=sys.stderr)
         return 2

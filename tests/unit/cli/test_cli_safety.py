@@ -172,6 +172,25 @@ def test_control_characters_in_messages_are_escaped(tmp_path):
     assert "\x1b" not in line and "\x07" not in line and "\\x1b" in line
 
 
+
+@pytest.mark.parametrize("brk", ["\n", "\r", "\u2028", "\x85"], ids=["LF", "CR", "LS", "NEL"])
+def test_a_line_break_in_a_file_name_does_not_cut_the_message(tmp_path, brk):
+    """A file name is untrusted text too (a catalog folder's, a family a recipe names): a line break in it once ended
+    the one-line message at the break, ``blr-derive: error: a`` without the line or the problem.  It is written as
+    its escape, and the location and the problem follow."""
+    name = f"a{brk}b.yaml"
+    esc = brk.encode("unicode_escape").decode("ascii")
+    (tmp_path / name).write_text("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations: [no_such_rule]\n",
+                                 encoding="utf-8")
+    r = run_cli(name, cwd=tmp_path)
+    line = _assert_one_line_error(r, "", [])
+    assert line.startswith(f"blr-derive: error: a{esc}b.yaml:4: unknown approximation 'no_such_rule'"), line
+    r = run_cli_in_process(f"missing{brk}.yaml", cwd=tmp_path)
+    assert _assert_one_line_error(r, "", []) == f"blr-derive: error: missing{esc}.yaml: file not found"
+    (tmp_path / "r.yaml").write_text(f'name: r\nfamily: "nofam{esc}.yaml"\nloss: abstract\n', encoding="utf-8")
+    r = run_cli_in_process("r.yaml", cwd=tmp_path)
+    assert _assert_one_line_error(r, "", []) == f"blr-derive: error: r.yaml:2: family file 'nofam{esc}.yaml' not found"
+
 # ---------------------------------------------------------------------------- the command line
 @pytest.mark.parametrize("args, words", [
     (["check", "--seed", "-1", "families/poisson.yaml"], ["--seed must be an integer from 0"]),
