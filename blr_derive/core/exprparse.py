@@ -88,12 +88,34 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
         raise SpecError(f"{what}: syntax error in {_shown(src)} ({exc.msg})") from None
     except (RecursionError, MemoryError):
         raise SpecError(f"{what}: expression nested too deeply") from None
+    _names_as_written(tree, src, what)
     b = _Builder(symbols, what, src, logic)
     b.choices = choices or {}
     b.functions = {**FUNCTIONS, **(functions or {})}
     out = b.build(tree.body, 0)
     _check_numbers(out, b)
     return out
+
+
+def _names_as_written(tree, src, what):
+    """Every name and attribute of the expression spelled in ASCII, as the source writes it.  Python's parser reads
+    identifiers after NFKC normalization, so the fullwidth ``ｗｄ``, the ligature ``ﬁ`` or a mathematical ``𝐱``
+    would silently stand for ``wd``, ``fi`` and ``x``: a look-alike of a declared name is refused, with the name to
+    write instead, as a declared name is (blr_derive/core/names.py)."""
+    if src.isascii():
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            name, written = node.id, ast.get_source_segment(src, node)
+        elif isinstance(node, ast.Attribute):
+            name, seg = node.attr, ast.get_source_segment(src, node) or ""
+            written = seg[seg.rfind(".") + 1:].strip() if "." in seg else None
+        else:
+            continue
+        if written != name or not name.isascii():
+            read = f" (Python would read it as {_shown(name)})" if written and written != name else ""
+            raise SpecError(f"{what}: {_shown(written or name)} is not an ASCII name{read} in {_shown(src)}; write "
+                            "names in ASCII letters, digits and underscores")
 
 
 SHOWN = 120

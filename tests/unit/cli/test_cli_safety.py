@@ -471,3 +471,17 @@ def test_a_rule_argument_of_the_wrong_kind_is_named_in_words(tmp_path, value, ki
     assert (r.returncode, r.stdout, r.stderr) == (
         2, "", f"blr-derive: error: <command line>: --approx 'monte_carlo: {{samples: {value}}}': monte_carlo.samples: "
         f"expected an expression string, got {kind}\n")
+
+
+def test_a_look_alike_name_in_an_expression_is_a_located_error(tmp_path):
+    """``ｗｄ`` (fullwidth) was read by Python's parser as the declared ``wd`` and derived; it is refused at its line,
+    with what to write instead."""
+    (tmp_path / "r.yaml").write_text(
+        "name: r\nfamily: gaussian_diag\nloss: abstract\nhyperparameters:\n  wd: {default: 0.5}\n"
+        "approximations:\n  - delta\n  - weight_decay: {coefficient: ｗｄ}\n", encoding="utf-8")
+    before = _setup(tmp_path)
+    r = run_cli("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    assert _assert_one_line_error(r, "", []) == (
+        "blr-derive: error: r.yaml:8: weight_decay.coefficient: 'ｗｄ' is not an ASCII name (Python would read it as "
+        "'wd') in 'ｗｄ'; write names in ASCII letters, digits and underscores")
+    _untouched(tmp_path, before)

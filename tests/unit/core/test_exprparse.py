@@ -207,6 +207,24 @@ def test_rejects(text):
     assert "\n" not in msg and msg
 
 
+@pytest.mark.parametrize("text, written, read", [
+    ("ｘ + 1", "ｘ", " (Python would read it as 'x')"),         # fullwidth
+    ("2*𝐱", "𝐱", " (Python would read it as 'x')"),            # mathematical bold
+    ("ｅｘｐ(x)", "ｅｘｐ", " (Python would read it as 'exp')"),
+    ("X.Ｔ", "Ｔ", " (Python would read it as 'T')"),
+    ("θ*x", "θ", ""),                                           # not a look-alike, still not ASCII
+])
+def test_a_name_python_would_normalize_is_refused(text, written, read):
+    """Python's parser reads identifiers after NFKC normalization: a fullwidth ``ｘ`` was silently the declared
+    ``x``.  Names in expressions are ASCII as written, like declared names (core/names.py); comments may hold
+    any text."""
+    with pytest.raises(SpecError) as ei:
+        parse(text)
+    assert ei.value.message == (f"expression: '{written}' is not an ASCII name{read} in '{text}'; write names in "
+                                "ASCII letters, digits and underscores")
+    assert parse("x + 1  # ｘ, θ: a comment") == x + 1
+
+
 def test_import_payload_is_not_executed(tmp_path):
     marker = "/tmp/pwned_blr"
     existed = os.path.exists(marker)
