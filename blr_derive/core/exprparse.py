@@ -29,7 +29,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, ELEMENTWISE, FUNCTIONS, as_scalar as _sc, is_mat as _is_mat
 from blr_derive.core.nodes import U, DataSum
-from blr_derive.core.text import MAX_EXPANDED_LENGTH, Expanded, did_you_mean
+from blr_derive.core.text import MAX_EXPANDED_LENGTH, Expanded, did_you_mean, quote
 from blr_derive.core.yamlio import where
 
 MAX_LENGTH = 2000
@@ -232,6 +232,10 @@ class _Builder:
             return self.symbols[node.id]
         if node.id in CONSTANTS:
             return CONSTANTS[node.id]
+        if node.id in self.choices:        # declared, but a choice is no number: it is compared with one of them
+            opts = list(self.choices[node.id])
+            self.fail(f"'{node.id}' is a choice hyperparameter ({', '.join(opts)}): compare it with one of its "
+                      f"choices, e.g. {node.id} == '{opts[0]}'")
         self.fail(f"unknown symbol '{node.id}'")
 
     def _node_UnaryOp(self, node, d):
@@ -295,6 +299,10 @@ class _Builder:
         if len(node.ops) != 1:
             self.fail("chained comparisons are not allowed")
         right = node.comparators[0]
+        left = node.left
+        if isinstance(left, ast.Constant) and isinstance(left.value, str) and isinstance(right, ast.Name) \
+                and right.id in self.choices:
+            self.fail(f"write the choice hyperparameter first: {right.id} == '{quote(left.value)}'")
         if isinstance(right, ast.Constant) and isinstance(right.value, str):
             if not (isinstance(node.left, ast.Name) and node.left.id in self.choices):
                 self.fail("only a choice hyperparameter can be compared with a string")

@@ -399,3 +399,19 @@ def test_a_sum_of_a_scalar_function_of_one_data_vector_expression():
     assert e.args[1] == syms["X"] * syms["theta"] - syms["y"]
     with pytest.raises(SpecError):
         parse_expression("sum((X*theta - y)**2 + (X*theta)**3)", syms)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("mode == mode", "'mode' is a choice hyperparameter (a, b): compare it with one of its choices, e.g. mode == 'a'"),
+    ("mode", "'mode' is a choice hyperparameter (a, b): compare it with one of its choices, e.g. mode == 'a'"),
+    ("mode + 1 > 0", "'mode' is a choice hyperparameter (a, b): compare it with one of its choices, e.g. mode == 'a'"),
+    ("'b' == mode", "write the choice hyperparameter first: mode == 'b'"),
+])
+def test_a_choice_used_as_a_number_says_how_to_compare_it(text, problem):
+    """A declared choice hyperparameter outside ``name == 'choice'`` was an 'unknown symbol' (and ``'b' == mode``
+    'literal 'b' is not a number'): the message names the choice and the comparison to write."""
+    choices = {"mode": {"a": sp.Symbol("mode__a"), "b": sp.Symbol("mode__b")}}
+    with pytest.raises(SpecError) as ei:
+        parse_expression(text, SYMS, what="when", logic=True, choices=choices)
+    assert ei.value.message == f"when: {problem} in {text!r}"
+    assert parse_expression("mode == 'b'", SYMS, logic=True, choices=choices) == sp.Symbol("mode__b")
