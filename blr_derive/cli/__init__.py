@@ -31,7 +31,7 @@ from blr_derive.core.errors import BLRError, SpecError, printable
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
 from blr_derive.core.text import did_you_mean, file_safe, quote, terminal_safe
-from blr_derive.core.yamlio import read_text_file
+from blr_derive.core.yamlio import read_text_file, recording_reads
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
 from blr_derive.cli.checks import cmd_check, cmd_verify
 from blr_derive.cli.names import cmd_list
@@ -55,6 +55,17 @@ def _same_file(a, b) -> bool:
         return os.path.samefile(a, b)
     except (OSError, ValueError):      # either does not exist (yet), or is not a path
         return False
+
+
+def _refuse_reads(out, reads, what: str) -> None:
+    """-o naming a file the derivation read (the family file a recipe names, ``family: my_family.yaml``) would
+    replace that input with the output, as -o naming the recipe itself would: refused, nothing written."""
+    if out in (None, "-"):
+        return
+    for name, digest in reads.items():
+        if digest is not None and _same_file(name, out):
+            raise SpecError(f"-o names a file the recipe reads ({quote(name, 200)}); write the {what} to another "
+                            "file", out)
 
 
 def _emit(text: str, out):
@@ -149,9 +160,10 @@ def cmd_generate(argv):
         raise SpecError("-o names the input file itself; write the generated code to another file", args.output)
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import generate
-    with derivation_budget(seconds):
+    with derivation_budget(seconds), recording_reads() as reads:
         ref, label = _recipe_input(args, args.target)
         text = generate(ref, args.target, label=label, sizes=sizes)
+    _refuse_reads(args.output, reads, "generated code")
     _emit(text, args.output)
     return 0
 
@@ -174,11 +186,12 @@ def cmd_explain(argv):
         raise SpecError("-o names the input file itself; write the report to another file", args.output)
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import derive_file
-    with derivation_budget(seconds):
+    with derivation_budget(seconds), recording_reads() as reads:
         ref, _ = _recipe_input(args)
         _, D = derive_file(ref, sizes)              # a DerivationView: the reports
         render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
         text = render()
+    _refuse_reads(args.output, reads, "report")
     # a report file is read in terminals and editors too: no control bytes; ordinary Unicode kept in a file
     _emit(terminal_safe(text) if args.output in (None, "-") else file_safe(text), args.output)
     return 0

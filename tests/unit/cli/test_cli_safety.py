@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from pathlib import Path
 
 import pytest
 
@@ -485,3 +486,20 @@ def test_a_look_alike_name_in_an_expression_is_a_located_error(tmp_path):
         "blr-derive: error: r.yaml:8: weight_decay.coefficient: 'ｗｄ' is not an ASCII name (Python would read it as "
         "'wd') in 'ｗｄ'; write names in ASCII letters, digits and underscores")
     _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("command", [[], ["explain"]], ids=["generate", "explain"])
+def test_output_onto_the_family_file_the_recipe_reads_is_refused(tmp_path, command):
+    """``-o`` naming the recipe was refused, but ``-o fam.yaml`` for a recipe with ``family: fam.yaml`` replaced the
+    family file with the generated module (exit 0); every file the derivation read is an input."""
+    family = (Path(__file__).resolve().parents[3] / "families" / "gaussian_diag.yaml").read_text(encoding="utf-8")
+    (tmp_path / "fam.yaml").write_text(family, encoding="utf-8")
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: fam.yaml\nloss: abstract\napproximations: [delta]\n",
+                                     encoding="utf-8")
+    before = listing(tmp_path)
+    r = run_cli_in_process(*command, "r.yaml", "-o", "fam.yaml", cwd=tmp_path)
+    what = "report" if command else "generated code"
+    assert _assert_one_line_error(r, "", []) == (
+        f"blr-derive: error: fam.yaml: -o names a file the recipe reads ({tmp_path / 'fam.yaml'}); write the {what} "
+        "to another file")
+    assert (tmp_path / "fam.yaml").read_text(encoding="utf-8") == family and listing(tmp_path) == before
