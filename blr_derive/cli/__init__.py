@@ -247,7 +247,7 @@ def cmd_catalog(argv):
         if not args.check:
             write_atomic(path, text, follow_links=False)
     for path, _ in stale:
-        print(f"{'differs' if args.check else 'wrote'}: {path}")
+        print(f"{'differs' if args.check else 'wrote'}: {quote(path, 1000)}")    # a name's line break escaped
     print(f"{len(outputs)} artifacts, {len(stale)} {'differ' if args.check else 'updated'}")
     return 1 if (args.check and stale) else 0
 
