@@ -503,3 +503,11 @@ def test_output_onto_the_family_file_the_recipe_reads_is_refused(tmp_path, comma
         f"blr-derive: error: fam.yaml: -o names a file the recipe reads ({tmp_path / 'fam.yaml'}); write the {what} "
         "to another file")
     assert (tmp_path / "fam.yaml").read_text(encoding="utf-8") == family and listing(tmp_path) == before
+
+
+def test_a_line_break_in_a_checked_file_name_forges_no_report_line():
+    """``blr-derive check`` titles its report with the file's name: ``e<LF>all 19 checks passed.yaml`` printed a
+    line of its own, 'all 19 checks passed.yaml)'."""
+    from blr_derive.verify.results import Report, format_report
+    text = format_report(Report("family 'exponential' (e\nall 19 checks passed.yaml)", None))
+    assert text.splitlines()[0] == "check family 'exponential' (e\\nall 19 checks passed.yaml)"
