@@ -23,7 +23,7 @@ from blr_derive.codegen.registry import TARGETS, emit, get_target
 from blr_derive.core import budget
 from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget,
                                     SpecError, TimeLimitExceeded, UnsupportedTarget)
-from blr_derive.core.io import source_label
+from blr_derive.core.io import shell_word, source_label
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.core.yamlio import load_yaml_text, recording_reads, unchanged
 from blr_derive.derive.driver import derive as derive_recipe
@@ -208,7 +208,7 @@ def _recipe_artifacts(r: Path, root: Path, targets, seconds, cache: bool = True)
     out = []
     with budget.derivation_budget(seconds), recording_reads() as reads:
         recipe, D = derive_record(r)                 # derive once, render for every target
-        ir = build_ir(D, f"catalog/{r.name}")
+        ir = build_ir(D, shell_word(f"catalog/{r.name}"))     # a catalog folder is untrusted: its file names too
         for t in targets:
             try:
                 text = emit(ir, t)

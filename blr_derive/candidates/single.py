@@ -23,7 +23,7 @@ from blr_derive.core.sizes import instantiate_recipe
 from blr_derive.core.yamlio import check_keys
 from blr_derive.families.library import load_family
 from blr_derive.families.loss_domain import loss_off_support
-from blr_derive.rules.base import RULES, Derivation, recipe_rule_kinds
+from blr_derive.rules.base import RULES, Derivation, recipe_rule_kinds, refuse_arguments
 from blr_derive.rules.blr import assemble, base_measure, introduce, solve_ordinary
 from blr_derive.rules.context import BLRContext
 from blr_derive.rules.delta import needs_gaussian_moments
@@ -39,7 +39,9 @@ def parse_single(spec, file, base_dir, load):
     spec = instantiate_recipe(spec, file)      # a sized recipe at its default sizes
     check_recipe_keys(spec, file)
     fam = located_family(lambda: load(spec["family"]), spec)
-    return parse_recipe(spec, fam, recipe_rule_kinds(), file)
+    recipe = parse_recipe(spec, fam, recipe_rule_kinds(), file)
+    refuse_arguments(recipe)
+    return recipe
 
 
 def expectation_rules(ctx):

@@ -29,7 +29,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.resources import families_dir
 from blr_derive.core.yamlio import LDict, check_keys, load_yaml_file, where
 from blr_derive.families.axis import AxisFamily, axis_family, has_axis
-from blr_derive.rules.base import RULES, ComponentAxis, Derivation, recipe_rule_kinds
+from blr_derive.rules.base import RULES, ComponentAxis, Derivation, recipe_rule_kinds, refuse_arguments
 from blr_derive.rules.mixture import LogSumExpOverComponents, SumOverComponents
 from blr_derive.spec.components import parse_components
 from blr_derive.spec.recipe import RECIPE_KEYS, parse_recipe
@@ -88,6 +88,7 @@ def parse_axis(spec, file, base_dir):
         if name in {fam.param.name, str(fam.theta)}:
             raise SpecError(f"components: '{name}' clashes with the family's names", *where(spec, "components"))
     recipe = parse_recipe(rest, fam, recipe_rule_kinds(), file)
+    refuse_arguments(recipe)
     for d in recipe.data:
         if d.shape:
             raise SpecError(f"data '{d.name}': over a run-time axis the data are one number per coordinate "

@@ -27,11 +27,11 @@ from blr_derive import __version__
 from blr_derive.codegen import TARGET_NAMES
 from blr_derive.core.io import MAX_GENERATED_BYTES, command_label, check_tree, output_problem, write_atomic
 from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
-from blr_derive.core.errors import BLRError, SpecError
+from blr_derive.core.errors import BLRError, SpecError, printable
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
 from blr_derive.core.text import did_you_mean, file_safe, quote, terminal_safe
-from blr_derive.core.yamlio import read_text_file
+from blr_derive.core.yamlio import read_text_file, recording_reads
 from blr_derive.cli.options import CMDLINE, _Parser, _recipe_only, _size_option, _sizes, _time_limit, _time_option
 from blr_derive.cli.checks import cmd_check, cmd_verify
 from blr_derive.cli.names import cmd_list
@@ -55,6 +55,17 @@ def _same_file(a, b) -> bool:
         return os.path.samefile(a, b)
     except (OSError, ValueError):      # either does not exist (yet), or is not a path
         return False
+
+
+def _refuse_reads(out, reads, what: str) -> None:
+    """-o naming a file the derivation read (the family file a recipe names, ``family: my_family.yaml``) would
+    replace that input with the output, as -o naming the recipe itself would: refused, nothing written."""
+    if out in (None, "-"):
+        return
+    for name, digest in reads.items():
+        if digest is not None and _same_file(name, out):
+            raise SpecError(f"-o names a file the recipe reads ({quote(name, 200)}); write the {what} to another "
+                            "file", out)
 
 
 def _emit(text: str, out):
@@ -149,9 +160,10 @@ def cmd_generate(argv):
         raise SpecError("-o names the input file itself; write the generated code to another file", args.output)
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import generate
-    with derivation_budget(seconds):
+    with derivation_budget(seconds), recording_reads() as reads:
         ref, label = _recipe_input(args, args.target)
         text = generate(ref, args.target, label=label, sizes=sizes)
+    _refuse_reads(args.output, reads, "generated code")
     _emit(text, args.output)
     return 0
 
@@ -174,11 +186,12 @@ def cmd_explain(argv):
         raise SpecError("-o names the input file itself; write the report to another file", args.output)
     sizes, seconds = _sizes(args.size), _time_limit(args)
     from blr_derive.api import derive_file
-    with derivation_budget(seconds):
+    with derivation_budget(seconds), recording_reads() as reads:
         ref, _ = _recipe_input(args)
         _, D = derive_file(ref, sizes)              # a DerivationView: the reports
         render = {"markdown": D.to_markdown, "latex": D.to_latex, "html": D.to_html}[args.format]
         text = render()
+    _refuse_reads(args.output, reads, "report")
     # a report file is read in terminals and editors too: no control bytes; ordinary Unicode kept in a file
     _emit(terminal_safe(text) if args.output in (None, "-") else file_safe(text), args.output)
     return 0
@@ -234,7 +247,7 @@ def cmd_catalog(argv):
         if not args.check:
             write_atomic(path, text, follow_links=False)
     for path, _ in stale:
-        print(f"{'differs' if args.check else 'wrote'}: {path}")
+        print(f"{'differs' if args.check else 'wrote'}: {quote(path, 1000)}")    # a name's line break escaped
     print(f"{len(outputs)} artifacts, {len(stale)} {'differ' if args.check else 'updated'}")
     return 1 if (args.check and stale) else 0
 
@@ -312,10 +325,10 @@ def cmd_suggest(argv):
 
 
 def _error_line(kind: str, text: str) -> str:
-    """One line on stderr: the first line of the message, every non-printable character escaped (a message may
-    quote untrusted text: no control sequence reaches the terminal), at most 1000 characters."""
-    first = str(text).splitlines()[0] if str(text) else ""
-    return f"blr-derive: {kind}: {quote(first, 1000)}"
+    """One line on stderr: the message with every non-printable character escaped, line breaks included (a message
+    may quote untrusted text, a file name with a line break in it among them: no control sequence reaches the
+    terminal, and no line break ends the message before its location and problem), at most 1000 characters."""
+    return f"blr-derive: {kind}: {quote(str(text).strip(), 1000)}"
 
 
 def main(argv=None) -> int:
@@ -332,13 +345,13 @@ def main(argv=None) -> int:
         print(_error_line("error", exc), file=sys.stderr)
         return 2
     except BudgetExceeded as exc:
-        where = exc.file or _input_argument(argv)
+        where = printable(exc.file or _input_argument(argv))
         print(_error_line("error", f"{where}{f':{exc.line}' if exc.line else ''}: {exc}"), file=sys.stderr)
         return 2
     except (RecursionError, MemoryError) as exc:
         # deeply nested or huge input that the bounds let through: bad input, not an engine bug
         file, line = location()
-        where = f"{file or CMDLINE}{f':{line}' if line else ''}"
+        where = f"{printable(file or CMDLINE)}{f':{line}' if line else ''}"
         print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
                                    f"({type(exc).__name__})"), file=sys.stderr)
         return 2

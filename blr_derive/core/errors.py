@@ -3,6 +3,14 @@ carrying the file, the line and a one-line message; the CLI prints it and exits 
 from __future__ import annotations
 
 
+def printable(text) -> str:
+    """``text`` with every non-printable character (line breaks, separators, control characters) written as its
+    backslash escape, as :func:`blr_derive.core.text.quote` writes them."""
+    s = str(text)
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in s)
+
+
 class BLRError(Exception):
     """Base class of all errors raised by blr-derive."""
 
@@ -25,7 +33,9 @@ class SpecError(BLRError):
         return self
 
     def __str__(self) -> str:
-        where = self.file or "<input>"
+        # a file name is untrusted text too (a catalog folder's, a family a recipe names): a line break in it would
+        # end the one-line message before its line number and problem, a control character drive the terminal
+        where = printable(self.file) if self.file else "<input>"
         if self.line is not None:
             where += f":{self.line}"
         return f"{where}: {self.message}"

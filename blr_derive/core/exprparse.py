@@ -29,7 +29,7 @@ import sympy as sp
 from blr_derive.core.errors import SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, ELEMENTWISE, FUNCTIONS, as_scalar as _sc, is_mat as _is_mat
 from blr_derive.core.nodes import U, DataSum
-from blr_derive.core.text import MAX_EXPANDED_LENGTH, Expanded, did_you_mean
+from blr_derive.core.text import MAX_EXPANDED_LENGTH, Expanded, did_you_mean, quote
 from blr_derive.core.yamlio import where
 
 MAX_LENGTH = 2000
@@ -88,12 +88,34 @@ def parse_expression(text, symbols: Mapping[str, sp.Basic], *, what: str = "expr
         raise SpecError(f"{what}: syntax error in {_shown(src)} ({exc.msg})") from None
     except (RecursionError, MemoryError):
         raise SpecError(f"{what}: expression nested too deeply") from None
+    _names_as_written(tree, src, what)
     b = _Builder(symbols, what, src, logic)
     b.choices = choices or {}
     b.functions = {**FUNCTIONS, **(functions or {})}
     out = b.build(tree.body, 0)
     _check_numbers(out, b)
     return out
+
+
+def _names_as_written(tree, src, what):
+    """Every name and attribute of the expression spelled in ASCII, as the source writes it.  Python's parser reads
+    identifiers after NFKC normalization, so the fullwidth ``ｗｄ``, the ligature ``ﬁ`` or a mathematical ``𝐱``
+    would silently stand for ``wd``, ``fi`` and ``x``: a look-alike of a declared name is refused, with the name to
+    write instead, as a declared name is (blr_derive/core/names.py)."""
+    if src.isascii():
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            name, written = node.id, ast.get_source_segment(src, node)
+        elif isinstance(node, ast.Attribute):
+            name, seg = node.attr, ast.get_source_segment(src, node) or ""
+            written = seg[seg.rfind(".") + 1:].strip() if "." in seg else None
+        else:
+            continue
+        if written != name or not name.isascii():
+            read = f" (Python would read it as {_shown(name)})" if written and written != name else ""
+            raise SpecError(f"{what}: {_shown(written or name)} is not an ASCII name{read} in {_shown(src)}; write "
+                            "names in ASCII letters, digits and underscores")
 
 
 SHOWN = 120
@@ -210,6 +232,10 @@ class _Builder:
             return self.symbols[node.id]
         if node.id in CONSTANTS:
             return CONSTANTS[node.id]
+        if node.id in self.choices:        # declared, but a choice is no number: it is compared with one of them
+            opts = list(self.choices[node.id])
+            self.fail(f"'{node.id}' is a choice hyperparameter ({', '.join(opts)}): compare it with one of its "
+                      f"choices, e.g. {node.id} == '{opts[0]}'")
         self.fail(f"unknown symbol '{node.id}'")
 
     def _node_UnaryOp(self, node, d):
@@ -273,6 +299,10 @@ class _Builder:
         if len(node.ops) != 1:
             self.fail("chained comparisons are not allowed")
         right = node.comparators[0]
+        left = node.left
+        if isinstance(left, ast.Constant) and isinstance(left.value, str) and isinstance(right, ast.Name) \
+                and right.id in self.choices:
+            self.fail(f"write the choice hyperparameter first: {right.id} == '{quote(left.value)}'")
         if isinstance(right, ast.Constant) and isinstance(right.value, str):
             if not (isinstance(node.left, ast.Name) and node.left.id in self.choices):
                 self.fail("only a choice hyperparameter can be compared with a string")

@@ -129,14 +129,19 @@ def write_atomic(path: Path, text: str, follow_links: bool = True):
             os.unlink(tmp)
 
 
+def shell_word(label: str) -> str:
+    """``label`` as one shell word, quoted where it needs it (a file named ``c d;rm -rf x.yaml``): a header's
+    regenerate command is a command a user copies into a shell."""
+    return label if re.fullmatch(r"[A-Za-z0-9_./+-]+", label) else shlex.quote(label)
+
+
 def command_label(ref) -> str:
     """The recipe or family file as a command line named it, for the header's regenerate command: a name
     (``adam``, ``gaussian_diag``) as it is, a path as given (normalized: relative to the directory the command ran
     in when relative, absolute when absolute), so that the header's command, run where the first one was,
     regenerates the module.  Quoted as one shell word where it needs it."""
     ref = str(ref)
-    label = ref if ref.isidentifier() else os.path.normpath(ref)
-    return label if re.fullmatch(r"[A-Za-z0-9_./+-]+", label) else shlex.quote(label)
+    return shell_word(ref if ref.isidentifier() else os.path.normpath(ref))
 
 
 def source_label(path) -> str:
@@ -145,4 +150,4 @@ def source_label(path) -> str:
     label = f"catalog/{p.name}" if p.parent.name == "catalog" else p.name
     # quoted as one shell word where it needs it (a file named we"ird'$(id).yaml): the header is a command a
     # user copies
-    return label if re.fullmatch(r"[A-Za-z0-9_./+-]+", label) else shlex.quote(label)
+    return shell_word(label)

@@ -53,6 +53,14 @@ RESERVED = frozenset("""
     MEAN init_state
 """.split())
 
+#: names no generated module may mention (the modules of code execution, files and the environment that the audit of
+#: every rendered module refuses, codegen/inert.py FORBIDDEN_NAMES, besides builtins): a hyperparameter ``os`` is
+#: refused where it is declared, not by the audit after the derivation (tests/unit/core/test_name_policy.py keeps
+#: the two lists in step)
+FORBIDDEN_MODULES = frozenset("""
+    os sys subprocess shutil socket importlib builtins pickle marshal ctypes pathlib io
+""".split())
+
 #: symbol names the derivation creates for itself (natural and expectation parameters and their gradients,
 #: the step counter t, common-subexpression temporaries t_0, t_1, ..., and the names it derives from declared
 #: ones: m_new, m_list, X_rows, m_prev, m_all)
@@ -90,6 +98,8 @@ def name_problem(name, scope: str = "symbol") -> str | None:
         return f"'{name}' is a Python builtin"
     if name in RESERVED:
         return f"'{name}' is reserved by the generated code"
+    if name in FORBIDDEN_MODULES:
+        return f"'{name}' is a module name the generated code may never mention"
     if scope == "symbol" and any(p.match(name) for p in ENGINE_PATTERNS):
         return f"'{name}' is reserved for the derivation's own symbols"
     return None

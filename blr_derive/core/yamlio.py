@@ -107,8 +107,9 @@ def _convert(node, loader, file, seen=None):
     return value
 
 
-#: a number with an exponent and no dot (1e-8, 2E5): a float in YAML 1.2, text to PyYAML's YAML 1.1 resolver
-_EXPONENT_FLOAT = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+#: a number with an exponent that PyYAML's YAML 1.1 resolver reads as text, a float in YAML 1.2 and to every user:
+#: no dot (1e-8, 2E5), or a dot and an exponent without its sign (1.5e3, 1.0e308, .5e3; 1.5e+3 is a float to both)
+_EXPONENT_FLOAT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
 
 MAX_NESTING = 64
 

@@ -61,7 +61,7 @@ def load_family(ref, base_dir: Path | None = None) -> Family:
             return _load_family_file(c, given)
         note_absent(c)                                 # creating it later would change what the name resolves to
     if len(candidates) > 1 or ref.endswith((".yaml", ".yml")):
-        raise SpecError(f"family file '{ref}' not found")
+        raise SpecError(f"family file '{quote(ref)}' not found")
     raise SpecError(f"unknown family '{quote(ref)}'{did_you_mean(ref, builtin_family_names())} "
                    f"(built-in: {', '.join(builtin_family_names())})")
 

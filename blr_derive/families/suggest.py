@@ -18,6 +18,7 @@ import sympy as sp
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.exprfuncs import CONSTANTS, FUNCTIONS
 from blr_derive.core.exprparse import MAX_LENGTH, parse_expression
+from blr_derive.core.names import name_problem
 from blr_derive.core.text import quote
 from blr_derive.core.yamlio import load_yaml_text
 from blr_derive.families.build import build_family
@@ -81,6 +82,12 @@ def parse_loss(text: str, variable: str = "theta"):
             or variable in CONSTANTS:
         raise SpecError(f"--variable: '{quote(str(variable))}' is not a name the grammar allows", CMDLINE)
     names = loss_names(text, variable)
+    for n in names:
+        # each name becomes a data input of every command tried: one the recipe grammar refuses (os, state,
+        # lambda1, print) would fail every family alike, reported as "no family makes the loss conjugate"
+        problem = name_problem(n)
+        if problem is not None:
+            raise SpecError(f"--loss: data '{quote(n)}': {problem}; choose another name", CMDLINE)
     theta = sp.Symbol(variable, real=True)
     symbols = {variable: theta, **{n: sp.Symbol(n, real=True) for n in names if n.isidentifier()}}
     try:

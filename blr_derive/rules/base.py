@@ -34,7 +34,8 @@ from typing import Generic, NamedTuple, TypeAlias, TypedDict, TypeVar
 import sympy as sp
 
 from blr_derive.core.pretty import pretty
-from blr_derive.core.text import Prose, plain
+from blr_derive.core.errors import SpecError
+from blr_derive.core.text import Prose, plain, quote
 from blr_derive.core.types import Assignment, Expr, Sym, Text
 
 KINDS = ("identity", "expectation", "step", "pass", "convention", "mixture")
@@ -52,6 +53,9 @@ class Rule:
     #: the candidate structures (``blr_derive/candidates``) the rule applies to; empty: single families, and
     #: every structure for pass and convention rules (they rewrite the derived program, whatever derived it)
     structures: tuple[str, ...] = ()
+    #: False for a rule that reads no arguments from its recipe entry (``delta``): ``delta: {samples: 4}`` is then a
+    #: located error (``refuse_arguments``), as an unknown argument of any other rule is (``Ctx.done``)
+    takes_arguments: bool = True
     #: expectation rules: the kinds of loss ("abstract", "explicit") whose expectations the rule provides
     losses: tuple[str, ...] = ()
     #: pass and convention rules: True when the rule also rewrites programs that mix coordinates (matrix
@@ -123,6 +127,17 @@ def register(rule: Rule) -> Rule:
 def rule(name, kind, equation, summary) -> Rule:
     """Register a rule with no behaviour of its own (an identity applied by a candidate)."""
     return register(Rule(name, kind, equation, summary))
+
+
+def refuse_arguments(recipe) -> None:
+    """A located error for arguments given to a rule that reads none (docs/recipes.md: "an unknown argument is an
+    error"); rules that read arguments refuse unknown ones themselves (``Ctx.done``)."""
+    for a in recipe.approximations:
+        r = RULES.get(a.name)
+        if r is not None and not r.takes_arguments and a.args:
+            raise SpecError(f"approximation '{a.name}' takes no arguments, got "
+                            f"{', '.join(quote(k) for k in sorted(map(str, a.args)))}; write it as '- {a.name}'",
+                            recipe.file, a.line)
 
 
 def recipe_rule_kinds() -> dict[str, str]:

@@ -44,6 +44,7 @@ def needs_gaussian_moments(ctx, approx):
 
 class Delta(Rule):
     name = "delta"
+    takes_arguments = False
     kind = "expectation"
     equation = "App. C, Eqs. 13, 65-66"
     structures = ("single", "mixture")

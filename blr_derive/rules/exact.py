@@ -37,6 +37,7 @@ from blr_derive.rules.product import expect_over_blocks, linear_in_block, tex_na
 
 class Exact(Rule):
     name = "exact"
+    takes_arguments = False
     kind = "expectation"
     equation = "Sec. 1.3.3, Eq. 14"
     structures = ("single", "mixture")

@@ -198,6 +198,7 @@ def derive_leave_one_out(ctx):
 
 class MemoryPerturbation(Rule):
     name = "memory_perturbation"
+    takes_arguments = False
     kind = "step"
     equation = "Nickl et al. (2023), memory-perturbation eq.; Eqs. 59-60"
     summary = ("leave-one-out posteriors from the per-example sites: λ_{-i} = λ* − λ̃_i with λ̃_i = −∇_μ E_q[ℓ_i] "

@@ -10,6 +10,7 @@ from blr_derive.rules.blr import zeros_like_mu
 
 class NoEntropy(Rule):
     name = "no_entropy"
+    takes_arguments = False
     kind = "step"
     equation = "Eq. 2 without H(q); Sec. 4.5"
     summary = ("drop the entropy from the Bayesian objective: λ ← λ - ρ∇_μ E_q[ℓ] (no exponential smoothing, as in "

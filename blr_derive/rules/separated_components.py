@@ -11,6 +11,7 @@ from blr_derive.rules.blr import doit
 
 class SeparatedComponents(Rule):
     name = 'separated_components'
+    takes_arguments = False
     kind = 'mixture'
     equation = 'App. E, Eq. 74; App. G, Eqs. 85-86'
     structures = ("mixture",)

@@ -9,6 +9,7 @@ from blr_derive.rules.blr import expand
 
 class UnitLearningRate(Rule):
     name = "unit_learning_rate"
+    takes_arguments = False
     kind = "step"
     equation = "Sec. 5.1"
     summary = ("set ρ_t = 1: the BLR jumps to its fixed point λ = ∇_μ E_q[-ℓ] (Eq. 5), the conjugate one-step "

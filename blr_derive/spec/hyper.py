@@ -4,6 +4,7 @@ Each is read from untrusted YAML into a typed record; names are validated (``blr
 every error is located at its line.  Single-family, mixture and product recipes all use these readers."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,25 +57,46 @@ def err(msg, container, key=None) -> SpecError:
 
 # ----------------------------------------------------------------------------------------- hyperparameters
 
+def _numeric(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
 def _choice(hname, hdecl, d, desc):
     choices = hdecl.get("choices")
-    if (not isinstance(choices, list) or not choices or d not in choices
-            or any(not isinstance(c, str) or not c.isidentifier() for c in choices)):
-        raise err(f"hyperparameter '{hname}': a string default needs 'choices' (identifiers) containing it",
+    if "choices" not in hdecl and isinstance(d, str) and _numeric(d):
+        raise err(f"hyperparameter '{hname}': the default '{quote(d)}' is a string; write a number without quotes "
+                  f"(default: {quote(d.strip())})", hdecl, "default")
+    if not isinstance(choices, list) or not choices:
+        raise err(f"hyperparameter '{hname}': a string default needs 'choices', a list of names containing it "
+                  f"(e.g. choices: [{quote(d) if isinstance(d, str) and d.isidentifier() else 'a'}, b])",
                   hdecl, "choices" if "choices" in hdecl else "default")
-    for c in choices:
+    for c in choices:            # each is a name first: 'b c', 1 or os are named as such, not as a missing default
         check_name_at(c, f"hyperparameter '{hname}': choice", hdecl, "choices")
+    twice = sorted({c for c in choices if choices.count(c) > 1})
+    if twice:
+        raise err(f"hyperparameter '{hname}': choice '{twice[0]}' is listed twice", hdecl, "choices")
+    if d not in choices:
+        raise err(f"hyperparameter '{hname}': the default '{quote(d)}' is not one of its choices "
+                  f"({', '.join(choices)})", hdecl, "default")
     return Hyper(hname, None, d, desc, "choice", tuple((c, sp.Symbol(f"{hname}__{c}")) for c in choices))
 
 
 def _tuple(hname, hdecl, d, desc, taken):
     names = hdecl.get("names")
-    if (not isinstance(names, list) or len(names) != len(d) or not d
-            or any(not isinstance(n, str) or not n.isidentifier() or n in taken for n in names)):
+    if not isinstance(names, list) or len(names) != len(d) or not d:
         raise err(f"hyperparameter '{hname}': a tuple default needs 'names', one new identifier per element",
                   hdecl, "names" if "names" in hdecl else "default")
     for n in names:
         check_name_at(n, f"hyperparameter '{hname}': element name", hdecl, "names")
+    for i, n in enumerate(names):
+        # [beta1, beta1] bound both elements to one name: the generated code kept the last (beta1 = 0.999)
+        if n in taken or n in names[:i]:
+            raise err(f"hyperparameter '{hname}': element name '{n}' is "
+                      f"{'listed twice' if n in names[:i] else 'already a name of the recipe or its family'}; "
+                      "give each element a new name", hdecl, "names")
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in d):
         raise err(f"hyperparameter '{hname}': tuple elements must be numbers", hdecl, "default")
     for v in d:

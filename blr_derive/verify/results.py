@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from blr_derive.core.errors import printable
+
 TOLERANCES = {
     "normalization": 1e-7,
     "mu_vs_quadrature": 1e-7,
@@ -128,7 +130,7 @@ GROUPS = {"family": "family (the declaration and what the engine derives from it
 
 
 def format_report(rep: Report) -> str:
-    lines = [f"check {rep.title}"]
+    lines = [f"check {printable(rep.title)}"]        # it names the file: a line break in the name is escaped
     lines += [f"  {n}" for n in rep.notes]
     lines.append("  error = |got - want| / max(1, |want|), the worst over points and components")
     w = max(len(c.name) for c in rep.checks) if rep.checks else 10

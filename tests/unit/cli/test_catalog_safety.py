@@ -426,3 +426,20 @@ def test_recorded_reads_are_every_file_read_and_every_family_path_found_absent(t
     (tmp_path / "sub" / "elsewhere.yml").unlink()
     (tmp_path / "elsewhere.yml").write_text(FAMILY.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
     assert not unchanged(reads)
+
+
+def test_a_recipe_file_name_is_quoted_in_the_header_and_escaped_in_the_listing(tmp_path):
+    """A catalog folder's file names are untrusted too: a recipe ``c d;rm -rf x.yaml`` gave the header
+    ``regenerate with `blr-derive catalog/c d;rm -rf x.yaml --target numpy``` (a copied command that runs
+    ``rm -rf x.yaml``), and ``a<LF>b.yaml`` a ``wrote:`` line broken in two."""
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    for name in ("c d;rm -rf x.yaml", "a\nb.yaml"):
+        shutil.copy(CATALOG / "gd.yaml", cat / name)
+    r = catalog("--catalog", cat, "--target", "numpy", "--jobs", "1", cwd=tmp_path, cache=tmp_path / "cache")
+    assert r.returncode == 0, r.stderr
+    out = cat / "generated" / "numpy"
+    assert r.stdout.splitlines() == [f"wrote: {out}/a\\nb.py", f"wrote: {out}/c d;rm -rf x.py",
+                                     "2 artifacts, 2 updated"], r.stdout
+    header = (cat / "generated" / "numpy" / "c d;rm -rf x.py").read_text(encoding="utf-8").splitlines()[1]
+    assert header == "# DO NOT EDIT: regenerate with `blr-derive 'catalog/c d;rm -rf x.yaml' --target numpy`."

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from pathlib import Path
 
 import pytest
 
@@ -171,6 +172,25 @@ def test_control_characters_in_messages_are_escaped(tmp_path):
     line = _assert_one_line_error(r, "r.yaml:2:", ["unknown key"])
     assert "\x1b" not in line and "\x07" not in line and "\\x1b" in line
 
+
+
+@pytest.mark.parametrize("brk", ["\n", "\r", "\u2028", "\x85"], ids=["LF", "CR", "LS", "NEL"])
+def test_a_line_break_in_a_file_name_does_not_cut_the_message(tmp_path, brk):
+    """A file name is untrusted text too (a catalog folder's, a family a recipe names): a line break in it once ended
+    the one-line message at the break, ``blr-derive: error: a`` without the line or the problem.  It is written as
+    its escape, and the location and the problem follow."""
+    name = f"a{brk}b.yaml"
+    esc = brk.encode("unicode_escape").decode("ascii")
+    (tmp_path / name).write_text("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations: [no_such_rule]\n",
+                                 encoding="utf-8")
+    r = run_cli(name, cwd=tmp_path)
+    line = _assert_one_line_error(r, "", [])
+    assert line.startswith(f"blr-derive: error: a{esc}b.yaml:4: unknown approximation 'no_such_rule'"), line
+    r = run_cli_in_process(f"missing{brk}.yaml", cwd=tmp_path)
+    assert _assert_one_line_error(r, "", []) == f"blr-derive: error: missing{esc}.yaml: file not found"
+    (tmp_path / "r.yaml").write_text(f'name: r\nfamily: "nofam{esc}.yaml"\nloss: abstract\n', encoding="utf-8")
+    r = run_cli_in_process("r.yaml", cwd=tmp_path)
+    assert _assert_one_line_error(r, "", []) == f"blr-derive: error: r.yaml:2: family file 'nofam{esc}.yaml' not found"
 
 # ---------------------------------------------------------------------------- the command line
 @pytest.mark.parametrize("args, words", [
@@ -452,3 +472,42 @@ def test_a_rule_argument_of_the_wrong_kind_is_named_in_words(tmp_path, value, ki
     assert (r.returncode, r.stdout, r.stderr) == (
         2, "", f"blr-derive: error: <command line>: --approx 'monte_carlo: {{samples: {value}}}': monte_carlo.samples: "
         f"expected an expression string, got {kind}\n")
+
+
+def test_a_look_alike_name_in_an_expression_is_a_located_error(tmp_path):
+    """``ｗｄ`` (fullwidth) was read by Python's parser as the declared ``wd`` and derived; it is refused at its line,
+    with what to write instead."""
+    (tmp_path / "r.yaml").write_text(
+        "name: r\nfamily: gaussian_diag\nloss: abstract\nhyperparameters:\n  wd: {default: 0.5}\n"
+        "approximations:\n  - delta\n  - weight_decay: {coefficient: ｗｄ}\n", encoding="utf-8")
+    before = _setup(tmp_path)
+    r = run_cli("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    assert _assert_one_line_error(r, "", []) == (
+        "blr-derive: error: r.yaml:8: weight_decay.coefficient: 'ｗｄ' is not an ASCII name (Python would read it as "
+        "'wd') in 'ｗｄ'; write names in ASCII letters, digits and underscores")
+    _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("command", [[], ["explain"]], ids=["generate", "explain"])
+def test_output_onto_the_family_file_the_recipe_reads_is_refused(tmp_path, command):
+    """``-o`` naming the recipe was refused, but ``-o fam.yaml`` for a recipe with ``family: fam.yaml`` replaced the
+    family file with the generated module (exit 0); every file the derivation read is an input."""
+    family = (Path(__file__).resolve().parents[3] / "families" / "gaussian_diag.yaml").read_text(encoding="utf-8")
+    (tmp_path / "fam.yaml").write_text(family, encoding="utf-8")
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: fam.yaml\nloss: abstract\napproximations: [delta]\n",
+                                     encoding="utf-8")
+    before = listing(tmp_path)
+    r = run_cli_in_process(*command, "r.yaml", "-o", "fam.yaml", cwd=tmp_path)
+    what = "report" if command else "generated code"
+    assert _assert_one_line_error(r, "", []) == (
+        f"blr-derive: error: fam.yaml: -o names a file the recipe reads ({tmp_path / 'fam.yaml'}); write the {what} "
+        "to another file")
+    assert (tmp_path / "fam.yaml").read_text(encoding="utf-8") == family and listing(tmp_path) == before
+
+
+def test_a_line_break_in_a_checked_file_name_forges_no_report_line():
+    """``blr-derive check`` titles its report with the file's name: ``e<LF>all 19 checks passed.yaml`` printed a
+    line of its own, 'all 19 checks passed.yaml)'."""
+    from blr_derive.verify.results import Report, format_report
+    text = format_report(Report("family 'exponential' (e\nall 19 checks passed.yaml)", None))
+    assert text.splitlines()[0] == "check family 'exponential' (e\\nall 19 checks passed.yaml)"

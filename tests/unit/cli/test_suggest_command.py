@@ -138,6 +138,22 @@ def test_bad_input_is_one_located_line_exit_2(argv, needle, capsys):
     assert "<command line>" in captured.err
 
 
+@pytest.mark.parametrize("name, problem", [
+    ("os", "'os' is a module name the generated code may never mention"),
+    ("state", "'state' is reserved by the generated code"),
+    ("lambda1", "'lambda1' is reserved for the derivation's own symbols"),
+    ("print", "'print' is a Python builtin"),
+])
+def test_a_data_name_no_recipe_may_declare_is_named(name, problem, capsys):
+    """``os*theta - s*log(theta)`` tried all 37 families (14 s) and answered that none makes the loss conjugate: each
+    command declared the data ``os``, which the name policy refuses; the name is refused first, with the reason."""
+    assert main(["suggest", "--loss", f"{name}*theta - s*log(theta)"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"blr-derive: error: <command line>: --loss: data '{name}': {problem}; "
+                            "choose another name\n")
+
+
 @pytest.mark.slow
 def test_through_the_real_command_line(tmp_path):
     res = run_cli("suggest", "--loss", "lam*S - n*log(lam)", "--variable", "lam", cwd=tmp_path)

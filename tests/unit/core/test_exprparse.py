@@ -207,6 +207,24 @@ def test_rejects(text):
     assert "\n" not in msg and msg
 
 
+@pytest.mark.parametrize("text, written, read", [
+    ("ｘ + 1", "ｘ", " (Python would read it as 'x')"),         # fullwidth
+    ("2*𝐱", "𝐱", " (Python would read it as 'x')"),            # mathematical bold
+    ("ｅｘｐ(x)", "ｅｘｐ", " (Python would read it as 'exp')"),
+    ("X.Ｔ", "Ｔ", " (Python would read it as 'T')"),
+    ("θ*x", "θ", ""),                                           # not a look-alike, still not ASCII
+])
+def test_a_name_python_would_normalize_is_refused(text, written, read):
+    """Python's parser reads identifiers after NFKC normalization: a fullwidth ``ｘ`` was silently the declared
+    ``x``.  Names in expressions are ASCII as written, like declared names (core/names.py); comments may hold
+    any text."""
+    with pytest.raises(SpecError) as ei:
+        parse(text)
+    assert ei.value.message == (f"expression: '{written}' is not an ASCII name{read} in '{text}'; write names in "
+                                "ASCII letters, digits and underscores")
+    assert parse("x + 1  # ｘ, θ: a comment") == x + 1
+
+
 def test_import_payload_is_not_executed(tmp_path):
     marker = "/tmp/pwned_blr"
     existed = os.path.exists(marker)
@@ -381,3 +399,19 @@ def test_a_sum_of_a_scalar_function_of_one_data_vector_expression():
     assert e.args[1] == syms["X"] * syms["theta"] - syms["y"]
     with pytest.raises(SpecError):
         parse_expression("sum((X*theta - y)**2 + (X*theta)**3)", syms)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("mode == mode", "'mode' is a choice hyperparameter (a, b): compare it with one of its choices, e.g. mode == 'a'"),
+    ("mode", "'mode' is a choice hyperparameter (a, b): compare it with one of its choices, e.g. mode == 'a'"),
+    ("mode + 1 > 0", "'mode' is a choice hyperparameter (a, b): compare it with one of its choices, e.g. mode == 'a'"),
+    ("'b' == mode", "write the choice hyperparameter first: mode == 'b'"),
+])
+def test_a_choice_used_as_a_number_says_how_to_compare_it(text, problem):
+    """A declared choice hyperparameter outside ``name == 'choice'`` was an 'unknown symbol' (and ``'b' == mode``
+    'literal 'b' is not a number'): the message names the choice and the comparison to write."""
+    choices = {"mode": {"a": sp.Symbol("mode__a"), "b": sp.Symbol("mode__b")}}
+    with pytest.raises(SpecError) as ei:
+        parse_expression(text, SYMS, what="when", logic=True, choices=choices)
+    assert ei.value.message == f"when: {problem} in {text!r}"
+    assert parse_expression("mode == 'b'", SYMS, logic=True, choices=choices) == sp.Symbol("mode__b")

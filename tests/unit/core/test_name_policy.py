@@ -176,6 +176,29 @@ def test_bad_names(name, words):
         check_name(name, "hyperparameter")
 
 
+def test_every_name_the_audit_refuses_is_refused_where_it_is_declared():
+    """A hyperparameter ``os`` once derived and was refused only by the audit of the rendered module, "the numpy
+    target rendered a use of 'os' (line 167)", at the recipe's approximation; every name the audit refuses is a
+    builtin, underscored or one of names.FORBIDDEN_MODULES, so it is refused at its declaration."""
+    from blr_derive.codegen.inert import FORBIDDEN_NAMES
+    from blr_derive.core.names import FORBIDDEN_MODULES
+    assert {n for n in FORBIDDEN_NAMES if n.startswith("_") or n in dir(builtins)} | FORBIDDEN_MODULES \
+        == FORBIDDEN_NAMES
+    for n in FORBIDDEN_NAMES:
+        assert name_problem(n) is not None, n
+
+
+def test_a_module_name_is_refused_at_its_declaration(tmp_path):
+    (tmp_path / "r.yaml").write_text(
+        "name: r\nfamily: gaussian_diag\nloss: abstract\nhyperparameters:\n  os: {default: 0.5}\n"
+        "approximations:\n  - delta\n  - weight_decay: {coefficient: os}\n", encoding="utf-8")
+    from blr_derive.api import generate
+    with pytest.raises(SpecError) as ei:
+        generate(tmp_path / "r.yaml", "numpy")
+    assert str(ei.value) == (f"{tmp_path / 'r.yaml'}:5: hyperparameter: 'os' is a module name the generated code "
+                             "may never mention; choose another name")
+
+
 @pytest.mark.parametrize("name", ["lr", "weight_decay", "beta1", "m", "S", "theta", "X", "y", "u", "g2"])
 def test_good_names(name):
     assert name_problem(name) is None

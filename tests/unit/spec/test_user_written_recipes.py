@@ -621,3 +621,35 @@ def test_the_federated_runner_passes_each_clients_data():
     S = np.eye(3) + 2.0 * sum(X.T @ X for X in Xs)
     np.testing.assert_allclose(g["S"], S, rtol=1e-12)
     np.testing.assert_allclose(g["m"], np.linalg.solve(S, 2.0 * sum(X.T @ y for X, y in zip(Xs, ys))), rtol=1e-10)
+
+
+@pytest.mark.parametrize("text, value", [("1.5e3", 1500.0), ("1.0e308", 1.0e308), (".5e3", 500.0), ("1.e3", 1000.0),
+                                         ("-2.5E2", -250.0), ("1e3", 1000.0), ("1.5e+3", 1500.0)])
+def test_a_number_with_a_dot_and_an_unsigned_exponent_is_a_number(text, value):
+    """YAML 1.1 (PyYAML) reads 1.5e3 as text (its float needs the exponent's sign): ``lr: {default: 1.5e3}`` was
+    refused as 'a string default needs choices'; it is the number every reader sees, as 1e3 already was."""
+    from blr_derive.core.yamlio import load_yaml_text
+    doc = load_yaml_text(f"a: {text}\nb: '{text}'\n", "x.yaml")
+    assert doc["a"] == value and isinstance(doc["a"], float) and doc["b"] == text
+
+
+@pytest.mark.parametrize("decl, line, problem", [
+    ("{default: a, choices: [a, 'b c']}", 6, "hyperparameter 'mode': choice: 'b c' is not a name: ASCII letters, "
+     "digits and underscores, starting with a letter (e.g. weight_decay); choose another name"),
+    ("{default: a, choices: [a, 1]}", 6, "hyperparameter 'mode': choice: a name must be a string, got a number; "
+     "choose another name"),
+    ("{default: a, choices: [a, a]}", 6, "hyperparameter 'mode': choice 'a' is listed twice"),
+    ("{default: c, choices: [a, b]}", 6, "hyperparameter 'mode': the default 'c' is not one of its choices (a, b)"),
+    ("{default: a, choices: a}", 6, "hyperparameter 'mode': a string default needs 'choices', a list of names "
+     "containing it (e.g. choices: [a, b])"),
+    ("{default: '0.5'}", 6, "hyperparameter 'mode': the default '0.5' is a string; write a number without quotes "
+     "(default: 0.5)"),
+])
+def test_a_bad_choice_declaration_names_what_is_wrong(tmp_path, capsys, decl, line, problem):
+    """Every one of these was 'a string default needs 'choices' (identifiers) containing it', whatever was wrong
+    (a choice that is no name, a choice listed twice, a default outside the choices, a quoted number)."""
+    p = tmp_path / "r.yaml"
+    p.write_text("name: r\nfamily: gaussian_diag\nloss: abstract\nhyperparameters:\n  lr: 0.1\n"
+                 f"  mode: {decl}\napproximations: [delta]\n", encoding="utf-8")
+    assert main([str(p)]) == 2
+    assert capsys.readouterr().err == f"blr-derive: error: {p}:{line}: {problem}\n"
