@@ -146,6 +146,11 @@ class HostConditionalMixin:
     #: normalizing max of 20 exponents in every one of their terms: 570 kB of module)
     max_temps: dict | None = None
 
+    def postprocess(self, text):
+        """What ``doprint`` does to a printed text after printing it (a target that renames functions in the text
+        overrides it, codegen/backends/jax/functions.py): applied to the texts the printer set aside (max_temps)."""
+        return text
+
     def _print_Max(self, expr):
         temps = self.max_temps
         if temps is None:

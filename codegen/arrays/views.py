@@ -249,7 +249,7 @@ def _with_max_temps(printer, print_all):
     printer.max_temps = {}
     try:
         texts = print_all()
-        temps = list(printer.max_temps.values())
+        temps = [(name, printer.postprocess(text)) for name, text in printer.max_temps.values()]
     finally:
         printer.max_temps = None
     flat = [t for x in texts for t in (x if isinstance(x, list) else [x])]

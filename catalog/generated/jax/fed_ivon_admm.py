@@ -143,8 +143,9 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
     if what == "finite":
         hint = "its update overflowed (an expectation of the loss or of its derivatives is not finite at this state)"
     elif what == "a number":            # NaN: 0/0, inf − inf or 0·inf on the way
-        hint = ("its arithmetic gave NaN (0/0, inf − inf or 0·inf: an expectation of the loss that is infinite at this "
-                "state, or a q so concentrated that F(λ) is singular in float64); " + hint)
+        hint = ("its arithmetic gave NaN (a root or logarithm of a negative number: the new λ is outside the natural-"
+                "parameter space; or 0/0, inf − inf: an expectation of the loss that is infinite at this state, or a q "
+                "so concentrated that F(λ) is singular in float64); " + hint)
     raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
                              f"the family; {hint}")
 

@@ -77,7 +77,12 @@ class JnpPrinter(ArrayPrinter):
     (:data:`SPECIAL_HELPERS`); any other one is UnsupportedTarget."""
 
     def doprint(self, expr, assign_to=None):
-        text = _NUMPY.sub("jnp.", super().doprint(expr, assign_to))
+        return self.postprocess(super().doprint(expr, assign_to))
+
+    def postprocess(self, text):
+        """The numpy printer's ``text`` with jax names (also for what the printer set aside: the ``_maxN`` locals of
+        codegen.arrays.views._with_max_temps)."""
+        text = _NUMPY.sub("jnp.", text)
 
         def special(m):
             name = m.group(1)

@@ -99,4 +99,4 @@ def test_an_explicit_loss_without_a_data_plate_is_a_located_error():
 def test_an_unknown_argument_is_a_located_error():
     with pytest.raises(SpecError) as exc:
         derive(_spec("laplace", {"memory_perturbation": {"oracles": "grad"}}))
-    assert "unknown argument" in str(exc.value) and exc.value.line is not None
+    assert "takes no arguments, got oracles" in str(exc.value) and exc.value.line is not None
