@@ -148,7 +148,8 @@ def global_objective_check(recipe, mod, points: int = 3) -> Check:
     params = [p.symbol for p in fam.params.values()]
     hyper = [h for h in recipe.hyper if h.kind == "float" and h.symbol is not None]
     args = [theta] + params + [h.symbol for h in hyper]
-    integrand = sp.lambdify(args, sp.exp(fam.log_density()) * (fed.prior + fam.log_density()), MODULES)
+    log_density = _log_density(fam)
+    integrand = sp.lambdify(args, sp.exp(log_density) * (fed.prior + log_density), MODULES)
     tau = sp.lambdify([h.symbol for h in hyper], sp.sympify(fed.temperature), MODULES)
     lo, hi = _RANGES[support]
     worst, done = 0.0, 0
@@ -191,6 +192,13 @@ _RANGES = {"real": (-np.inf, np.inf), "positive": (0.0, np.inf), "unit_interval"
 def _exact(end):
     """A range's end (a float of _RANGES) as the exact number it stands for: 0, 1, ±π."""
     return sp.pi if end == math.pi else -sp.pi if end == -math.pi else sp.nsimplify(end)
+
+
+def _log_density(fam):
+    """The family's log-density for the quadrature references, with log(1 + e^θ) written softplus(θ) (logaddexp):
+    evaluated as written it is inf from θ ≈ 710, and q's exponent inf − inf = NaN there (a logit-beta's T₂; the
+    quadrature then called a logistic loss under it not integrable)."""
+    return softplus_form(fam.log_density())
 
 
 class NotIntegrable(ArithmeticError):
@@ -313,9 +321,7 @@ def objective_checks(recipe, mod, points: int = 3) -> list:
     else:                                           # one scalar variable: its sum or scipy's quad
         theta = fam.components[0]
         args = [theta] + params + data_syms + [h.symbol for h in hyper]
-        # log(1 + e^θ) written softplus(θ) (logaddexp): evaluated as written it is inf at θ = 1e12, where q's
-        # exponent is then −inf·… and the quadrature NaN (a logit-beta's T₂ under a logistic loss)
-        log_density, loss = softplus_form(fam.log_density()), softplus_form(recipe.loss)
+        log_density, loss = _log_density(fam), softplus_form(recipe.loss)
         body = _weighted(log_density, loss + log_density)
         integrand = sp.lambdify(args, body, MODULES)
         lo, hi = _RANGES.get(support, (None, None))
@@ -450,9 +456,9 @@ def estimated_objective_checks(recipe, D, mod, points: int = 3) -> list:
                **{h.symbol: sp.sympify(hv[h.name]) for h in recipe.hyper if h.name in hv and h.symbol is not None}}
         scale = float(sp.sympify(lm.scale).xreplace(env))
         extra_fn = sp.lambdify([theta], added.xreplace(env), MODULES)
-        logq = sp.lambdify([theta], fam.log_density().xreplace(env), MODULES)
+        logq = sp.lambdify([theta], _log_density(fam).xreplace(env), MODULES)
         own = None if parts.node_loss is None else \
-            sp.lambdify([theta], recipe.loss.xreplace(env), MODULES)     # the module's own loss (no oracle)
+            sp.lambdify([theta], softplus_form(recipe.loss).xreplace(env), MODULES)  # the module's own loss (no oracle)
         oracle = _test_loss if own is None else (lambda t: float(np.real(own(t))))
         loss = lambda t: scale * oracle(t) + float(np.real(extra_fn(t)))              # noqa: E731
         state = {fam.params[k].name: np.array([v]) for k, v in zip(fam.params, pv.values())}
