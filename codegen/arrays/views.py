@@ -215,9 +215,9 @@ def family_maps_view(ir, printer) -> MapsView | None:
     for name, expr, domain in fm["conditions"]:
         e = printer.doprint(expr)
         conds.append(f"0 < ({e}) < 1" if domain in ("unit_interval", "simplex") else f"({e}) > 0")
-    fisher = [[fm["fisher"][i, j] for j in range(fm["fisher"].shape[1])] for i in range(fm["fisher"].shape[0])]
+    entries = [[fm["fisher"][i, j] for j in range(fm["fisher"].shape[1])] for i in range(fm["fisher"].shape[0])]
     mu, mu_temps = _with_max_temps(printer, lambda: [printer.doprint(e) for e in fm["mu"]])
-    fisher, fisher_temps = _with_max_temps(printer, lambda: [[printer.doprint(e) for e in row] for row in fisher])
+    fisher, fisher_temps = _with_max_temps(printer, lambda: [[printer.doprint(e) for e in row] for row in entries])
     return {
         "lam": [str(l) for l in fm["lam"]],
         "eta": [printer.doprint(e) for e in fm["eta"]],
