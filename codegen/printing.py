@@ -182,6 +182,10 @@ class HostPrinter(HostConditionalMixin, PythonCodePrinter):
         x, y = (self._print(a) for a in expr.args)
         return f"(max({x}, {y}) + math.log1p(math.exp(-abs({x} - ({y})))))"
 
+    def _print_ndtr(self, expr):
+        # Φ(x) = erfc(-x/√2)/2, accurate in the lower tail (a probit link's value at a hyperparameter)
+        return f"(0.5*math.erfc(-({self._print(expr.args[0])})/math.sqrt(2)))"
+
     def _print_factorial(self, expr):
         # x! of a real hyperparameter is Γ(x + 1), as numpy's scipy.special.factorial computes it (math.factorial
         # refuses floats)

@@ -39,6 +39,7 @@ class ElementwisePrinter(KernelPrinter):
         "atan": "torch.atan", "asin": "torch.asin", "acos": "torch.acos", "tan": "torch.tan", "atanh": "torch.atanh",
         "asinh": "torch.asinh", "acosh": "torch.acosh", "floor": "torch.floor", "ceiling": "torch.ceil",
         "ndtri": "torch.special.ndtri", "atan2": "torch.atan2",
+        "log_ndtr": "torch.special.log_ndtr",
     }
     TARGET_NAME = "torch"
 
@@ -50,6 +51,11 @@ class ElementwisePrinter(KernelPrinter):
 
     def _print_sech(self, expr):
         return stable_sech(self._print(expr.args[0]), "torch.abs", "torch.exp")
+
+    def _print_ndtr(self, expr):
+        # torch.special.ndtr is (1 + erf(x/√2))/2, which cancels in the lower tail (2% off at x = -8, 0 at -10):
+        # erfc(-x/√2)/2 keeps its precision down to the underflow
+        return f"(0.5*torch.special.erfc(-({self._print(expr.args[0])})*0.7071067811865476))"
 
     def _print_gamma(self, expr):
         return f"torch.exp(torch.lgamma({self._print(expr.args[0])}))"

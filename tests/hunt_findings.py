@@ -28,11 +28,9 @@ CORPUS = {
     # (double precision) more (its F is off by 1e13 at c = 1e-8); K no longer underflows (scaled: codegen/scaled.py),
     # so there is no NaN left (there were at b = 10 and b = 1000, and at c = 1e-8)
     "quartic_two_term": {"hard_fisher": "b = 1, c = 1e-08", "generated_numpy": "b = 1, c = 1e-08"},
-    # integrated A = ... + log(2 − erfc(λ1/(2√−λ2))): 2 − erfc(x) = 0 for x < −27 even in 30 digits (m = −30), and
-    # for x < −5.9 in double precision (Newton's method at m = −8.3)
-    "truncated_normal": {
-        "hard_log_partition": "m = -30", "hard_mu": "m = -30", "hard_fisher": "m = -30", "hard_entropy": "m = -30",
-        "hard_maps": "m = -30", "generated_numpy": "m = -8.3", "generated_jax": "m = -8.3"},
+    # (truncated_normal: its integrated A = ... + log(1 + erf(λ1/(2√−λ2))) cancelled to log(0) for λ1/(2√−λ2) < −27
+    # even in 30 digits (m = −30), and below −5.9 in double precision; the family builder now writes it with
+    # log Φ (blr_derive/core/specialfns.py normal_cdf_form), fixed)
     # F = d²/dκ² log I_0(κ) is 0/0 at κ = 0 in double precision
     "von_mises_cos": {"generated_numpy": "kappa = 0", "generated_jax": "kappa = 0"},
 }

@@ -87,7 +87,7 @@ def _sigmoid(x):
 
 
 def _log1p(x):
-    return sp.log(1 + x)
+    return specialfns.normal_cdf_form(sp.log(1 + x))
 
 
 def _scalar_args(name, args, n):
@@ -148,7 +148,7 @@ def _special(fn, n=None):
 
 
 FUNCTIONS: dict[str, Callable] = {
-    "log": _unary_scalar(sp.log),
+    "log": _unary_scalar(lambda x: specialfns.normal_cdf_form(sp.log(x))),
     "exp": _unary_scalar(sp.exp),
     "sqrt": _unary_scalar(sp.sqrt),
     "abs": _unary_scalar(sp.Abs),
@@ -173,6 +173,10 @@ FUNCTIONS: dict[str, Callable] = {
     "gammaincinv": _special(specialfns.gammaincinv, 2),
     "betaincinv": _special(specialfns.betaincinv, 3),
     "ndtri": _unary_scalar(specialfns.ndtri),
+    "erf": _unary_scalar(sp.erf),
+    "erfc": _unary_scalar(sp.erfc),
+    "ndtr": _unary_scalar(specialfns.ndtr),
+    "log_ndtr": _unary_scalar(specialfns.log_ndtr),
     "mvdigamma": _mvdigamma,
     "softplus": _special(specialfns.softplus, 1),
     "xlogy": _special(specialfns.xlogy, 2),
@@ -187,4 +191,5 @@ FUNCTIONS: dict[str, Callable] = {
 CONSTANTS = {"pi": sp.pi, "E": sp.E}
 
 # unary functions that sum() applies entrywise to a vector
-ELEMENTWISE = ("log", "exp", "sqrt", "abs", "tanh", "sin", "cos", "sigmoid", "softplus", "log1p")
+ELEMENTWISE = ("log", "exp", "sqrt", "abs", "tanh", "sin", "cos", "sigmoid", "softplus", "log1p", "erf", "erfc",
+               "ndtr", "log_ndtr")

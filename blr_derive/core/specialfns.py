@@ -190,6 +190,113 @@ class ndtri(sp.Function):
         return _scipy_evalf("ndtri", self.args, prec)
 
 
+class ndtr(sp.Function):
+    """Φ(x), the CDF of N(0, 1) (``scipy.special.ndtr``, ``torch.special.ndtr``, ``jax.scipy.special.ndtr``): accurate
+    far in the lower tail, where 1 + erf(x/√2) cancels to 0 (Φ(-40) = 3.7e-350 underflows, Φ(-30) = 4.9e-198 does
+    not).  Its derivative is the normal density φ(x) = e^{-x²/2}/√(2π)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        return sp.exp(-self.args[0] ** 2 / 2) / sp.sqrt(2 * sp.pi)
+
+    @classmethod
+    def eval(cls, x):
+        if x == 0:
+            return sp.Rational(1, 2)
+
+    def _eval_rewrite_as_erfc(self, x, **kwargs):
+        return sp.erfc(-x / sp.sqrt(2)) / 2
+
+    def _eval_is_positive(self):
+        return True if self.args[0].is_extended_real else None
+
+    def _eval_evalf(self, prec):
+        x = self.args[0]
+        if x.is_number and x.is_real:
+            return (sp.erfc(-x / sp.sqrt(2)) / 2).evalf(sp.core.evalf.prec_to_dps(prec))
+
+
+class log_ndtr(sp.Function):
+    """log Φ(x) (``scipy.special.log_ndtr``, ``torch.special.log_ndtr``, ``jax.scipy.special.log_ndtr``): finite
+    for every real x (≈ -x²/2 - log(-x√(2π)) as x → -∞, where log(Φ(x)) is log(0) = -inf past x ≈ -38).  Its
+    derivative φ(x)/Φ(x) is written e^{-x²/2 - log Φ(x)}/√(2π) -- the inverse Mills ratio, ≈ -x in the lower tail,
+    finite where φ and Φ both underflow -- so the derivatives of a probit loss or of a truncated normal's
+    log-partition stay finite at any argument."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        return sp.exp(-self.args[0] ** 2 / 2 - self) / sp.sqrt(2 * sp.pi)
+
+    @classmethod
+    def eval(cls, x):
+        if x == 0:
+            return -sp.log(2)
+
+    def _eval_rewrite_as_erfc(self, x, **kwargs):
+        return sp.log(sp.erfc(-x / sp.sqrt(2)) / 2)
+
+    def _eval_is_extended_real(self):
+        return True if self.args[0].is_extended_real else None
+
+    def _eval_evalf(self, prec):
+        x = self.args[0]
+        if x.is_number and x.is_real:
+            return sp.log(sp.erfc(-x / sp.sqrt(2)) / 2).evalf(sp.core.evalf.prec_to_dps(prec))
+
+
+def normal_cdf_form(e):
+    """``e`` with the error functions written through Φ and log Φ where their closed forms cancel: c + c·erf(a) as
+    2c·Φ(√2 a) and c - c·erf(a) as 2c·Φ(-√2 a) (1 + erf(a) is what sympy returns for a Gaussian kernel integrated
+    over a half line, a truncated normal's log-partition: it cancels to 0 far in the tail, Φ does not), erfc(a) as
+    2Φ(-√2 a), c - c·Φ(b) as c·Φ(-b), and log of a product with a factor Φ(b)^k as log of the rest plus k·log Φ(b)
+    (the principal log of a product with a positive factor splits exactly).  A lone erf(a) stays (2Φ(√2 a) - 1
+    would cancel near a = 0).  The same value wherever ``e`` is defined."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.erf, sp.erfc, ndtr):
+        return e
+    e = e.replace(lambda x: isinstance(x, sp.erfc), lambda x: 2 * ndtr(-sp.sqrt(2) * x.args[0]))
+
+    def complement(add):
+        # t + s·t·f(b) with t a number, s = ±1 and f erf or Φ: one Φ of the sum's value, without the cancellation
+        terms = list(add.args)
+        for i, t in enumerate(terms):
+            if not t.is_Number or t == 0:
+                continue
+            for j, u in enumerate(terms):
+                coeff, factors = u.as_coeff_mul()
+                if j == i or len(factors) != 1 or not isinstance(factors[0], (sp.erf, ndtr)):
+                    continue
+                b = factors[0].args[0]
+                rest = [v for k, v in enumerate(terms) if k not in (i, j)]
+                if isinstance(factors[0], sp.erf) and coeff in (t, -t):
+                    return sp.Add(2 * t * ndtr(sp.sqrt(2) * b if coeff == t else -sp.sqrt(2) * b), *rest)
+                if isinstance(factors[0], ndtr) and coeff == -t:
+                    return sp.Add(t * ndtr(-b), *rest)
+        return add
+    e = e.replace(lambda x: isinstance(x, sp.Add) and x.has(sp.erf, ndtr), complement)
+
+    def split_log(lg):
+        arg = lg.args[0]
+        if isinstance(arg, ndtr):
+            return log_ndtr(arg.args[0])
+        if isinstance(arg, sp.Pow) and isinstance(arg.base, ndtr) and arg.exp.is_real:
+            return arg.exp * log_ndtr(arg.base.args[0])
+        if not isinstance(arg, sp.Mul):
+            return lg
+        cdf, rest = [], []
+        for f in arg.args:
+            base, k = f.as_base_exp()
+            if isinstance(base, ndtr) and k.is_real:
+                cdf.append((base, k))
+            else:
+                rest.append(f)
+        if not cdf:
+            return lg
+        return sp.log(sp.Mul(*rest)) + sp.Add(*[k * log_ndtr(b.args[0]) for b, k in cdf])
+    return e.replace(lambda x: isinstance(x, sp.log) and x.args[0].has(ndtr), split_log)
+
+
 class sign(sp.sign):
     """sign(x): −1, 0 or +1 (the grammar's ``sign``; sympy's sign, printed as every target's sign).  A step function:
     its derivative is 0 almost everywhere, and that is the value code can compute (sympy's own derivative, 2δ(x),

@@ -19,7 +19,7 @@ import sympy as sp
 from blr_derive.core import matcalc
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
-from blr_derive.core.specialfns import limit_safe, near_point
+from blr_derive.core.specialfns import limit_safe, log_ndtr, ndtr, near_point, normal_cdf_form
 from blr_derive.core.yamlio import where
 from blr_derive.families.model import Family
 from blr_derive.families.numeric import numeric_fisher
@@ -93,7 +93,9 @@ def build_family(decl: FamilyDecl) -> Family:
             fam.steps.append(("log-partition", f"A = log Σ h exp(<λ,T>) over the {support_words(fam)} support "
                                                "(symbolic summation)"))
         else:
-            fam.A = integrate_log_partition(fam, spec)
+            # 1 + erf(a) of a Gaussian kernel over a half line as 2Φ(√2 a), its log as log Φ (normal_cdf_form):
+            # finite and accurate far in the tail, where the closed form cancels to log(0)
+            fam.A = normal_cdf_form(integrate_log_partition(fam, spec))
             fam.steps.append(("log-partition", f"A = log ∫ h exp(<λ,T>) d{vname} over the {support_words(fam)} "
                                                "support (symbolic integration)"))
 
@@ -177,7 +179,7 @@ def _ord_from_nat(fam, eta, lam, symmetric, spec):
 #: functions whose presence in μ(ordinary) means sympy will not find a closed-form inverse
 _TRANSCENDENTAL = (sp.polygamma, sp.loggamma, sp.gamma, sp.Sum, sp.LambertW, sp.erf, sp.erfc, sp.erfi, sp.hyper,
                    sp.meijerg, sp.besseli, sp.besselk, sp.zeta, sp.Piecewise, sp.uppergamma, sp.lowergamma,
-                   sp.Ei, sp.expint, near_point)
+                   sp.Ei, sp.expint, near_point, ndtr, log_ndtr)
 
 
 def clean(e):

@@ -4,6 +4,7 @@ like efax's expectation-to-natural map)."""
 from __future__ import annotations
 
 import numpy as np
+import scipy.special as _special
 import sympy as sp
 
 from blr_derive.core.errors import DerivationError
@@ -72,6 +73,7 @@ def _horner(coefficients, d):
 #: the engine's own special functions that scipy does not name, as numpy functions (binary: -1 for x < 0, else 1)
 OWN_FUNCTIONS = {"binary": lambda x: np.where(np.asarray(x) < 0, -1.0, 1.0),
                  "softplus": lambda x: np.logaddexp(0.0, x), "dbesselk": dbesselk_numpy,
+                 "ndtr": _special.ndtr, "log_ndtr": _special.log_ndtr,
                  # a removable singularity's select (core.specialfns.near_point): the series inside the radius
                  "near_point": lambda g, a, x, c, r: np.where(np.abs(np.asarray(x, dtype=float) - float(c)) < float(r),
                                                               _horner(a, np.asarray(x, dtype=float) - float(c)), g)}

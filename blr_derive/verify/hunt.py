@@ -383,6 +383,7 @@ MP_FUNCTIONS = {
     "logsumexp": lambda *a: mpmath.log(mpmath.fsum(mpmath.exp(x) for x in a)),
     "exp1": mpmath.e1, "dbesselk": _mp_dbesselk, "besselk": _mp_besselk, "binary": lambda x: -1 if x < 0 else 1,
     "nan_outside": lambda x, *c: x if all(ci > 0 for ci in c) else mpmath.nan,
+    "ndtr": mpmath.ncdf, "log_ndtr": lambda x: mpmath.log(mpmath.ncdf(x)),
     "loggamma": mpmath.loggamma, "polygamma": mpmath.polygamma, "digamma": mpmath.digamma,
 }
 

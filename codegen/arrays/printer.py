@@ -231,6 +231,14 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         self.imports.add("scipy.special")
         return f"scipy.special.ndtri({self._print(expr.args[0])})"
 
+    def _print_ndtr(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.ndtr({self._print(expr.args[0])})"
+
+    def _print_log_ndtr(self, expr):
+        self.imports.add("scipy.special")
+        return f"scipy.special.log_ndtr({self._print(expr.args[0])})"
+
     def _print_dbesselk(self, expr):
         n, nu, x = expr.args
         if n == 0:

@@ -43,9 +43,9 @@ from blr_derive.core.errors import UnsupportedTarget
 
 #: scipy.special functions that jax.scipy.special has under the same name
 JAX_SPECIAL = frozenset({"exp1", "gammaln", "digamma", "polygamma", "gamma", "factorial", "xlogy", "logsumexp",
-                         "expit", "ndtri", "i0", "i1", "i0e", "i1e", "erf", "erfc"})
+                         "expit", "ndtri", "ndtr", "i0", "i1", "i0e", "i1e", "erf", "erfc"})
 #: scipy.special functions that jax lacks, computed by a helper of the module (generic numerics)
-SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv"}
+SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv", "log_ndtr": "_log_ndtr"}
 _NUMPY = re.compile(r"(?<![\w.])numpy\.")
 _SPECIAL = re.compile(r"(?<![\w.])scipy\.special\.([A-Za-z_][A-Za-z0-9_]*)")
 #: names that a recipe's identifiers must not take: the modules and the ``key`` argument of ``step``
@@ -61,7 +61,7 @@ RUNTIME = Path(__file__).parent / "runtime.py"
 HELPER_SOURCES = {
     **{name: definition(SHARED / "arrays.py", name) for name in ("_need", "_tanh_sinh", "_hermite_nodes")},
     **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve", "_expm_sym",
-                                                     "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv",
+                                                     "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv", "_log_ndtr",
                                                      "_eigenbasis", "_rayleigh_order", "_power_basis", "_reordered",
                                                      "_exp1e")},
 }

@@ -61,6 +61,7 @@ class JaxPrinter(HostConditionalMixin, PythonCodePrinter):
         "asinh": "jnp.arcsinh", "acosh": "jnp.arccosh", "floor": "jnp.floor", "ceiling": "jnp.ceil",
         "atan2": "jnp.arctan2", "loggamma": "jax.scipy.special.gammaln", "digamma": "jax.scipy.special.digamma",
         "erf": "jax.scipy.special.erf", "erfc": "jax.scipy.special.erfc", "ndtri": "jax.scipy.special.ndtri",
+        "ndtr": "jax.scipy.special.ndtr", "log_ndtr": "jax.scipy.special.log_ndtr",
     }
 
     def __init__(self, static=()):
