@@ -86,8 +86,16 @@ def _sigmoid(x):
     return 1 / (1 + sp.exp(-x))
 
 
+def _log(x):
+    """log x, with log(1 + e^a) written softplus(a) (also as a factor: log(sigmoid(u)) = -softplus(-u)) and logs of
+    normal CDFs written log Φ (specialfns' ``log_softplus_form``, ``normal_cdf_form``): the same value, and derivatives that stay finite where e^a overflows
+    (a logistic loss written log(1 + exp(-z*theta)) differentiated to e^{-u}·expit(u) = inf·0 for margins below
+    -709) or where Φ underflows."""
+    return specialfns.log_softplus_form(specialfns.normal_cdf_form(sp.log(x)))
+
+
 def _log1p(x):
-    return specialfns.normal_cdf_form(sp.log(1 + x))
+    return _log(1 + x)
 
 
 def _scalar_args(name, args, n):
@@ -148,7 +156,7 @@ def _special(fn, n=None):
 
 
 FUNCTIONS: dict[str, Callable] = {
-    "log": _unary_scalar(lambda x: specialfns.normal_cdf_form(sp.log(x))),
+    "log": _unary_scalar(lambda x: _log(x)),
     "exp": _unary_scalar(sp.exp),
     "sqrt": _unary_scalar(sp.sqrt),
     "abs": _unary_scalar(sp.Abs),

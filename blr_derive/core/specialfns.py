@@ -36,6 +36,53 @@ def softplus_form(e):
                                  lambda x: softplus(next(a for a in x.args[0].args if isinstance(a, sp.exp)).args[0]))
 
 
+def _logistic_base(f):
+    """(a, k) when the factor f is (1 + e^a)^k with k real, else None."""
+    base, k = (f, sp.Integer(1)) if isinstance(f, sp.Add) else f.as_base_exp() if isinstance(f, sp.Pow) else (None, 0)
+    if isinstance(base, sp.Add) and len(base.args) == 2 and sp.Integer(1) in base.args and k.is_real:
+        other = next(a for a in base.args if a != 1)
+        if isinstance(other, sp.exp):
+            return other.args[0], k
+    return None
+
+
+def log_softplus_form(e):
+    """``e`` with every log of a product with a factor (1 + e^a)^k written as the log of the other factors plus
+    k·softplus(a), and a factor e^b (b real) as b: log(1 + e^a) = softplus(a), log(sigmoid(u)) = log(1/(1 + e^{-u}))
+    = -softplus(-u), log(e^u/(1 + e^u)) = u - softplus(u) = -softplus(-u).  The principal log of a product with a positive factor
+    splits exactly, so the value is the same; the derivatives are written with the logistic function (expit), which
+    stays finite, where those of the written forms are e^{-u}·expit(u) = inf·0 once e^{-u} overflows (a logistic loss
+    at a margin below -709)."""
+    if not isinstance(e, sp.Basic) or not e.has(sp.log):
+        return e
+
+    def split(lg):
+        factors = sp.Mul.make_args(lg.args[0])
+        found = [_logistic_base(f) for f in factors]
+        if not any(found):
+            return lg
+        terms, exponents, rest = [], [], []
+        for f, lk in zip(factors, found):
+            if lk is not None:
+                terms.append(lk)
+            elif isinstance(f, sp.exp) and f.args[0].is_extended_real:
+                exponents.append(f.args[0])
+            else:
+                rest.append(f)
+        out = []
+        for a, k in terms:
+            # k·softplus(a) + b with b = -k·a is k·softplus(-a) (softplus(a) - a = softplus(-a)): log(e^u/(1 + e^u))
+            # = -softplus(-u), which keeps the digits u - softplus(u) cancels (-4e-18 at u = 40, computed 0)
+            b = next((b for b in exponents if sp.expand(b + k * a) == 0), None)
+            if b is not None:
+                exponents.remove(b)
+                out.append(k * softplus(-a))
+            else:
+                out.append(k * softplus(a))
+        return sp.Add(*out, *exponents) + (sp.log(sp.Mul(*rest)) if rest else 0)
+    return e.replace(lambda x: isinstance(x, sp.log) and x.args[0].has(sp.exp), split)
+
+
 class xlogy(sp.Function):
     """x log y with xlogy(0, y) = 0."""
 

@@ -128,3 +128,32 @@ def test_every_target_prints_them(v):
     assert float(_log_ndtr(jnp.float64(v))) == pytest.approx(ref_log, rel=2e-16 * 4, abs=2e-16)
     assert float(jax.grad(_log_ndtr)(jnp.float64(v))) == pytest.approx(float(mpmath.diff(_mp_log_ndtr, v)),
                                                                       rel=1e-9)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("log(1 + exp(x))", "softplus(x)"),
+    ("log(sigmoid(x))", "-softplus(-x)"),
+    ("log(exp(x)/(1 + exp(x)))", "-softplus(-x)"),
+    ("log(exp(2*x)/(1 + exp(x))**2)", "-2*softplus(-x)"),
+    ("log(exp(x)/(1 + exp(-x)))", "x - softplus(-x)"),
+    ("log(3*(1 + exp(-x))**2)", "2*softplus(-x) + log(3)"),
+    ("log1p(exp(x))", "softplus(x)"),
+])
+def test_logs_of_logistic_factors_are_softplus(text, want):
+    assert sp.sstr(parse("log(2 + exp(x))", {"x": x})) == "log(exp(x) + 2)"      # not a logistic factor: as written
+    """blr_derive/core/specialfns.py log_softplus_form through the grammar's log: the same value (against mpmath at
+    1000 digits, also where e^x overflows in float64) and a first derivative that is finite where the written form's is
+    inf·0."""
+    e = parse(text, {"x": x})
+    assert sp.sstr(e) == want
+    f = sp.lambdify(x, e, [{"softplus": lambda v: np.logaddexp(0.0, v)}, "scipy", "numpy"])
+    d = sp.lambdify(x, sp.diff(e, x), [{"softplus": lambda v: np.logaddexp(0.0, v)}, "scipy", "numpy"])
+    ref = sp.lambdify(x, sp.sympify(text.replace("log1p(exp(x))", "log(1 + exp(x))")
+                                    .replace("sigmoid(x)", "(1/(1 + exp(-x)))"), locals={"x": x}), "mpmath")
+    for v in (-2000.0, -750.0, -30.0, -1.0, 0.0, 2.5, 40.0, 800.0, 2000.0):
+        with mpmath.workdps(1000):                    # e^{-2000}-sized values need ~900 digits to show
+            want_v = ref(mpmath.mpf(v))
+            want_d = mpmath.diff(ref, mpmath.mpf(v))
+        assert f(v) == pytest.approx(float(want_v), rel=1e-15, abs=1e-300)
+        with np.errstate(over="ignore"):             # sympy's softplus' = 1/(1 + e^{-x}): 1/inf = 0, right
+            assert d(v) == pytest.approx(float(want_d), rel=1e-14, abs=1e-300)
