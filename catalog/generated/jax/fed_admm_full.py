@@ -108,8 +108,12 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
             return
         i = int(jnp.argmin(ok))
         M = stack[i]
-        low = float(jnp.linalg.eigvalsh((M + M.T) / 2)[0]) if bool(jnp.isfinite(M).all()) else float("nan")
-        what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
+        if bool(jnp.isfinite(M).all()):
+            what, detail = "positive definite", f"smallest eigenvalue {float(jnp.linalg.eigvalsh((M + M.T) / 2)[0]):.6g}"
+        else:                           # NaN or inf entries: what the arithmetic did, not an indefinite matrix
+            bad = tuple(int(x) for x in jnp.argwhere(~jnp.isfinite(M))[0])
+            what = "a number" if bool(jnp.isnan(M).any()) else "finite"
+            detail = f"entry {bad} is {float(M[bad]):.6g}"
         index = tuple(int(x) for x in jnp.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
     else:
         ok = (a > 0) & jnp.isfinite(a)          # NaN is not, nor inf (an overflowed E_q[ℓ]: s = inf, m = NaN)

@@ -96,8 +96,12 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
         low[finite] = numpy.linalg.eigvalsh((stack[finite] + numpy.swapaxes(stack[finite], -1, -2)) / 2)[:, 0]
         i = int(numpy.flatnonzero(~(low > 0))[0])
         M = stack[i]
-        low = numpy.linalg.eigvalsh((M + M.T) / 2)[0] if numpy.isfinite(M).all() else float("nan")
-        what, detail = "positive definite", f"smallest eigenvalue {low:.6g}"
+        if numpy.isfinite(M).all():
+            what, detail = "positive definite", f"smallest eigenvalue {numpy.linalg.eigvalsh((M + M.T) / 2)[0]:.6g}"
+        else:                           # NaN or inf entries: what the arithmetic did, not an indefinite matrix
+            bad = tuple(int(x) for x in numpy.argwhere(~numpy.isfinite(M))[0])
+            what = "a number" if numpy.isnan(M).any() else "finite"
+            detail = f"entry {bad} is {float(M[bad]):.6g}"
         index = tuple(int(x) for x in numpy.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
     else:
         ok = (a > 0) & numpy.isfinite(a)        # NaN is not, nor inf (an overflowed E_q[ℓ]: s = inf, m = NaN)

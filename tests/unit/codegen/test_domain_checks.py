@@ -377,3 +377,24 @@ def test_a_hyperparameter_with_a_negative_default_is_not_assumed_non_negative():
     mod = compiled(text % "-1.0")
     with pytest.raises(FloatingPointError, match=r"the new s is not positive \(value -1 at index \(0,\)\)"):
         mod.step({"m": np.array([0.0]), "s": np.array([0.5])}, rho=1.0)      # ρ(2c + 1) = -1
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_a_matrix_with_nan_or_inf_entries_is_named_for_its_arithmetic(target, x64):
+    """A new precision with NaN (or inf) entries is not 'indefinite' (which sent the reader to the loss's convexity,
+    when an overflow on the way -- e^{-u}·expit(u) = inf·0 of a logistic loss written log(1 + exp(-u)) -- made it):
+    the message says 'not a number' (or 'not finite'), names the entry and gives the NaN causes before the hint;
+    an indefinite finite matrix keeps its smallest eigenvalue."""
+    import importlib
+    runtime = importlib.import_module(f"blr_derive.codegen.backends.{target}.runtime")
+    S = np.eye(2)
+    S[1, 0] = np.nan
+    with pytest.raises(FloatingPointError, match=r"step\(\): the new S is not a number \(entry \(1, 0\) is nan\) at "
+                                                 r"step 3: the update left the family; its arithmetic gave NaN .*HINT"):
+        runtime._check_domain("S", S, "positive_definite", None, 3, "HINT")
+    S = np.eye(2)
+    S[0, 0] = np.inf
+    with pytest.raises(FloatingPointError, match=r"the new S is not finite \(entry \(0, 0\) is inf\).*overflowed"):
+        runtime._check_domain("S", S, "positive_definite", None, None, "HINT")
+    with pytest.raises(FloatingPointError, match=r"the new S is not positive definite \(smallest eigenvalue -1\).*HINT"):
+        runtime._check_domain("S", np.diag([1.0, -1.0]), "positive_definite", None, None, "HINT")
