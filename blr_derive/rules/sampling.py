@@ -9,7 +9,7 @@ import sympy as sp
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import binary
 from blr_derive.families.symbolic import SIMPLIFY_MAX_OPS, simplify_bounded
-from blr_derive.rules.fisher import fisher_at_state, invertible_symbolically, natural_gradient_at_state
+from blr_derive.rules.fisher import fisher_at_state, inverse, invertible_symbolically, natural_gradient_at_state
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient, OracleCall, Relaxation, Rule, Sampling, TexForm
 from blr_derive.spec.sampler import sampler_draws
@@ -138,7 +138,7 @@ def per_sample_natural_gradient(fam, per, theta):
     if not invertible_symbolically(F):
         return None
     terms = [e.xreplace({theta: fam.sampler}) for e in per]
-    out = [simplify_bounded(sp.expand(g)) for g in F.inv() * sp.Matrix(terms)]
+    out = [simplify_bounded(sp.expand(g)) for g in inverse(F) * sp.Matrix(terms)]
     if any(sp.count_ops(g) > SIMPLIFY_MAX_OPS for g in out):
         return None
     return out
