@@ -48,9 +48,11 @@ class MapsView(TypedDict):
 
 
 class CheckView(TypedDict):
-    """A run-time domain check (``ir.model.DomainCheck``), printed: run right after the assignment of ``value``."""
+    """A run-time domain check (``ir.model.DomainCheck``), printed: run right after the assignment of ``after``
+    (``value`` itself, or the last new value an expression ``value`` reads)."""
     name: str
     value: str
+    after: str
     domain: str                      # "positive" or "positive_definite"
     component: str                   # the helper's argument as Python text: None, "axis" or a component's number
     hint: str
@@ -336,12 +338,13 @@ def checks_view(checks, printer, helpers=None, assigns=None) -> list[CheckView]:
         return []
     (helpers if helpers is not None else printer).helpers.add("_check_domain")
     out: list[CheckView] = [
-        {"name": c.name, "value": printer.doprint(c.symbol), "domain": c.domain,
+        {"name": c.name, "value": printer.doprint(c.symbol),
+         "after": printer.doprint(c.symbol if getattr(c, "after", None) is None else c.after), "domain": c.domain,
          "component": "None" if c.component is None else '"axis"' if c.component == "axis" else str(int(c.component)),
          "hint": c.hint}
         for c in checks]
     lhs = {a for a, _ in assigns or ()}
-    lost = [c["value"] for c in out if assigns is not None and c["value"] not in lhs]
+    lost = [c["after"] for c in out if assigns is not None and c["after"] not in lhs]
     if lost:
         raise CodegenError(f"domain checks of {', '.join(lost)}: no assignment of that name to follow")
     return out
