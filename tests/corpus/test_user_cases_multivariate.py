@@ -142,3 +142,49 @@ def test_mean_field_normal_times_gamma_couples_through_the_moments():
         assert max(rel(state[key], v) for key, v in (("m", m), ("s", s), ("a", a), ("r", r))) < 1e-13
     with pytest.raises(FloatingPointError, match="r is not positive"):
         mod.step(state, data={**d, "syy": -60.0}, rho=1.0)
+
+
+def test_mean_parameterized_dirichlet_and_beta_refuse_negative_counts():
+    """A Dirichlet by its mean (p1, p2 on the simplex) and concentration c, and a Beta by its mean p (unit interval):
+    ρ = 1 on counts lands on α = counts + 1 (Eq. 6 with the loss's coefficients); a negative count that puts α out of
+    (0, ∞) made p leave its range silently, and is now named."""
+    dirichlet = compiled("""\
+        name: dir_counts
+        family: FAMILIES/dirichlet_mp.yaml
+        loss:
+          expression: -n1*log(theta1) - n2*log(theta2) - n3*log(theta3)
+          data: {n1: {}, n2: {}, n3: {}}
+        approximations: [exact]
+        hyperparameters:
+          rho: 1.0
+        """)
+    st = dirichlet.init(p1=0.2, p2=0.3, c=4.0)
+    new = dirichlet.step(st, data={"n1": 3.0, "n2": 0.0, "n3": 7.0})
+    assert rel([new["p1"], new["p2"], new["c"]], [4 / 13, 1 / 13, 13.0]) < 1e-15
+    with pytest.raises(FloatingPointError, match=r"the new p1 is not positive \(value -0.285714"):
+        dirichlet.step(st, data={"n1": -3.0, "n2": 0.0, "n3": 7.0})
+    beta = compiled("""\
+        name: beta_mean_counts
+        family:
+          name: beta_mean
+          variable: theta
+          support: unit_interval
+          parameters:
+            p: {domain: unit_interval}
+            c: {domain: positive}
+          sufficient_statistics: [log(theta), log(1 - theta)]
+          natural_parameters: [c*p - 1, c*(1 - p) - 1]
+        loss:
+          expression: -k*log(theta) - f*log(1 - theta)
+          data: {k: {}, f: {}}
+        approximations: [exact]
+        hyperparameters:
+          rho: 1.0
+        """)
+    st = beta.init(p=np.array([0.3]), c=np.array([2.0]))
+    new = beta.step(st, data={"k": 3.0, "f": 1.0})
+    assert rel([new["p"][0], new["c"][0]], [4 / 6, 6.0]) < 1e-15
+    with pytest.raises(FloatingPointError, match=r"the new p is not positive \(value -1 "):
+        beta.step(st, data={"k": -3.0, "f": 3.0})
+    with pytest.raises(FloatingPointError, match=r"the new 1 - p is not positive \(value -3 "):
+        beta.step(st, data={"k": 3.0, "f": -4.0})
