@@ -134,6 +134,8 @@ class FamilyMaps(TypedDict):
     lam0: list[Expr]                  # a starting λ
     conditions: list[tuple[str, Expr, str]]   # the domain conditions Ω: (name, expression, domain)
     params: list[Param]               # the family's parameters
+    ordinary_mu: list[tuple[str, Expr]] | None   # (parameter name, its value in μ) where μ → ordinary is closed
+    mu_symbols: list[Expr]            # the μ symbols those read
 
 
 class ComponentArrays(TypedDict):

@@ -45,6 +45,8 @@ class MapsView(TypedDict):
     params: list[str]
     kw: str                          # the fixed parameters as keyword-only arguments of every map of λ: ", *, beta"
     pass_kw: str                     # the maps' calls passing them on: ", beta=beta"
+    ordinary_mu: list[tuple[str, str]] | None   # the closed-form μ → ordinary map, where the family has one
+    mu_names: list[str]              # the μ symbols it reads
 
 
 class CheckView(TypedDict):
@@ -228,6 +230,9 @@ def family_maps_view(ir, printer) -> MapsView | None:
         "solver": NEWTON_SOURCE,
         "fisher": fisher, "fisher_temps": fisher_temps,
         "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],
+        "ordinary_mu": None if fm.get("ordinary_mu") is None else
+        [(n, printer.doprint(e)) for n, e in fm["ordinary_mu"]],
+        "mu_names": [str(u) for u in fm.get("mu_symbols", ())],
         "lam0": [printer.doprint(v) for v in fm["lam0"]],
         "conditions": conds,
         "params": [p.name for p in fm["params"]],

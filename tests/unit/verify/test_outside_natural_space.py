@@ -50,3 +50,26 @@ def test_a_random_point_outside_the_natural_space_is_named():
         rows["fisher_positive_definite"].note
     rows = check_family(api.family(CHOLESKY))
     assert all(c.passed for c in rows), [(c.name, c.value, c.note) for c in rows if not c.passed]
+
+
+def test_a_fisher_information_keeps_its_repeated_denominator_factored():
+    """sympy's simplify expanded (4λ₃λ₄ − λ₅²)³ in the Cholesky family's F (and (λ₁² − 4λ₂λ₃)² in the built-in
+    normal_gamma's): near a singular precision (l2 = 0.0014, l21 = −0.999999, correlation 1 − 1e-6) the expanded
+    terms cancel to 1e-17 of their size and F₃₃ came out −1.8e10 in float64 where it is 5.000005e11; factored, the
+    float64 value agrees with 30 digits to 1e-9 (check's generated_numpy failed with 1.04 there)."""
+    import sympy as sp
+    from blr_derive.families.symbolic import factor_repeated_denominator
+    fam = api.family(CHOLESKY)
+    F = fam.fisher_matrix()
+    d = sp.fraction(F[2, 2])[1]
+    assert any(isinstance(f, sp.Pow) and f.exp == 3 for f in sp.Mul.make_args(d)), d
+    point = {fam.params[k].symbol: v for k, v in
+             {"m1": 0, "m2": 0, "l1": 1, "l2": sp.Float("0.001414213209", 30), "l21": sp.Float("-0.999999", 30)}.items()}
+    lam = [sp.N(e.xreplace(point), 40) for e in fam.eta]
+    exact = np.array(sp.N(F.xreplace(dict(zip(fam.lam, lam))), 30).tolist(), dtype=float)
+    f64 = np.array(sp.lambdify(fam.lam, F, "numpy")(*[float(x) for x in lam]), dtype=float)
+    np.testing.assert_allclose(f64, exact, rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(exact[2, 2], 5.000005e11, rtol=1e-6)
+    x, y = sp.symbols("x y")
+    assert factor_repeated_denominator(1 / sp.expand((x - y) ** 2)) == 1 / (x - y) ** 2
+    assert factor_repeated_denominator(1 / (x**2 - y**2)) == 1 / (x**2 - y**2)      # no repeated factor: as it was
