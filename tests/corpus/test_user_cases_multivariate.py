@@ -188,3 +188,32 @@ def test_mean_parameterized_dirichlet_and_beta_refuse_negative_counts():
         beta.step(st, data={"k": -3.0, "f": 3.0})
     with pytest.raises(FloatingPointError, match=r"the new 1 - p is not positive \(value -3 "):
         beta.step(st, data={"k": 3.0, "f": -4.0})
+
+
+def test_bivariate_gaussian_by_cholesky_factor_of_its_precision():
+    """A quadratic loss ½θᵀQθ − yᵀθ is linear in T = (θ₁, θ₂, θ₁², θ₂², θ₁θ₂): Eq. 6 moves λ = (Sm, −S/2) to
+    (1 − ρ)λ + ρ(y, −Q/2); the state is read back as S = LLᵀ, L = [[l1, 0], [l21, l2]].  With Q indefinite and ρ = 1
+    the new precision has no Cholesky factor: the step names l2 (NaN) instead of returning it."""
+    mod = compiled("""\
+        name: biv_quad
+        family: FAMILIES/biv_chol.yaml
+        loss:
+          expression: 0.5*a*theta1**2 + 0.5*b*theta2**2 + c*theta1*theta2 - y1*theta1 - y2*theta2
+          data: {a: {}, b: {}, c: {}, y1: {}, y2: {}}
+        approximations: [exact]
+        hyperparameters:
+          rho: 0.5
+        """)
+    d = dict(a=3.0, b=2.0, c=0.5, y1=1.0, y2=-1.0)
+    Q, y = np.array([[3.0, 0.5], [0.5, 2.0]]), np.array([1.0, -1.0])
+    m, L = np.array([0.2, 0.1]), np.array([[1.0, 0.0], [0.3, 1.5]])
+    state = mod.init(m1=m[0], m2=m[1], l1=L[0, 0], l2=L[1, 1], l21=L[1, 0])
+    for _ in range(10):
+        S = L @ L.T
+        eta, S = 0.5 * S @ m + 0.5 * y, 0.5 * S + 0.5 * Q
+        m, L = np.linalg.solve(S, eta), np.linalg.cholesky(S)
+        state = mod.step(state, data=d)
+        got = [state[k] for k in ("m1", "m2", "l1", "l21", "l2")]
+        assert rel(got, [m[0], m[1], L[0, 0], L[1, 0], L[1, 1]]) < 1e-14
+    with np.errstate(invalid="ignore"), pytest.raises(FloatingPointError, match="the new l2 is not a number"):
+        mod.step(state, data=dict(d, c=5.0), rho=1.0)
