@@ -20,7 +20,7 @@ from blr_derive.families.numeric import NumericFamily, numeric_fisher
 from blr_derive.families.numint import expectation_integral
 from blr_derive.families.partition import discrete_expectation, tilted_expectation
 from blr_derive.families.statistics import log_h_linear as log_h_linear_coefficients
-from blr_derive.families.symbolic import evaluate, loggamma_form, simplify_bounded, subs, tidy
+from blr_derive.families.symbolic import evaluate, loggamma_form, factor_repeated_denominator, simplify_bounded, subs, tidy
 from blr_derive.spec.vocabulary import count_total, is_discrete
 
 
@@ -227,7 +227,8 @@ class Family:
         """For scalar families: the symbolic Hessian ∇²A(λ)."""
         if any(is_mat(l) for l in self.lam):
             raise DerivationError("fisher_matrix is symbolic only for scalar families; use fisher_operator")
-        return sp.Matrix([[simplify_bounded(sp.diff(m, l)) for l in self.lam] for m in self.mu_of_lam])
+        return sp.Matrix([[factor_repeated_denominator(simplify_bounded(sp.diff(m, l))) for l in self.lam]
+                          for m in self.mu_of_lam])
 
     def fisher_at(self, lam_vals: dict, dim: int | None = None):
         """F(λ) as a dense matrix: the symbolic Hessian for scalar blocks, numeric_fisher for matrix blocks."""

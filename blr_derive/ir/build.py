@@ -311,5 +311,10 @@ def _family_maps(fam, always: bool = False) -> FamilyMaps | None:
         "A": fam.A,
         "ordinary": [(p.name, fam.ord_from_nat[p.symbol]) for p in fam.free_params], "lam0": lam0,
         "conditions": conds, "params": [p for p in fam.params.values()],
+        # a family whose μ → ordinary map is closed (a module of check's, family_ir) solves it in that form, as the
+        # engine does, not by Newton's method (which stalled at a near-singular bivariate Gaussian precision)
+        "ordinary_mu": None if fam.mu_inverse == "numeric" else
+        [(p.name, fam.ord_from_mu[p.symbol]) for p in fam.free_params],
+        "mu_symbols": list(fam.mu),
     }
 

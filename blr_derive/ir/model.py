@@ -85,6 +85,9 @@ class DomainCheck:
     #: refuse the recipe); "estimate": a sampled or quadrature natural gradient of either sign (numpy and jax check
     #: it; torch and Triton, which never synchronize with the host in a step, generate it unchecked, as before)
     source: str = "hessian"
+    #: the symbol whose assignment the check follows, where ``symbol`` is an expression of new values rather than one
+    #: of them (a bound's excess ``n_new - (P - 1)``, a simplex's remainder ``1 - p1_new - p2_new``); None: ``symbol``
+    after: Sym | None = None
 
 
 @dataclass
@@ -131,6 +134,8 @@ class FamilyMaps(TypedDict):
     lam0: list[Expr]                  # a starting λ
     conditions: list[tuple[str, Expr, str]]   # the domain conditions Ω: (name, expression, domain)
     params: list[Param]               # the family's parameters
+    ordinary_mu: list[tuple[str, Expr]] | None   # (parameter name, its value in μ) where μ → ordinary is closed
+    mu_symbols: list[Expr]            # the μ symbols those read
 
 
 class ComponentArrays(TypedDict):

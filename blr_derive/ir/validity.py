@@ -13,7 +13,10 @@ a quantity that may be an indefinite estimate of a Hessian and no rule keeps it 
 read directly or through the program's definitions; ``riemannian_correction`` on the parameter keeps it valid
 (``Derivation.corrected``).  The federated server's parameters are always checked (a sum of sites, of any sign, unless
 the server step is corrected; the check is then never met).  Under an explicit loss the new value reads the loss's derived curvature and is checked unless it is proved valid
-(:func:`_explicit_loss_check`: sympy's assumptions for scalars, a sum of positive semi-definite terms for matrices)."""
+(:func:`_explicit_loss_check`: sympy's assumptions for scalars, a sum of positive semi-definite terms for matrices).
+A scalar parameter of another bounded domain (``greater_than`` a bound, ``unit_interval``, ``simplex``) is checked
+under the same triggers as positive checks of the quantities ``Family.domain_conditions`` writes (its excess over
+the bound; p and 1 − p; each coordinate and the remainder 1 − Σ p_k): :func:`_bounded_reason`."""
 from __future__ import annotations
 
 import sympy as sp
@@ -81,8 +84,16 @@ def state_checks(D, fam) -> list:
     owners = _owners(D, fam)
     cache: dict[sp.Basic, set[sp.Basic]] = {}      # symbol -> the symbols its definition reads
     out = []
+    simplex = []                                   # (name, new symbol, hint, source) of the checked simplex states
     for name, sym, e in D.updates:
         p, component = owners.get(name, (None, None))
+        if p is not None and p.domain not in CHECKED and p.name not in D.corrected and component is None:
+            reason = _bounded_reason(D, owners, fam, e, p, _reads(e, defs, cache), sources)
+            if reason is not None:
+                out.extend(_bounded_checks(name, sym, p, *reason))
+                if p.domain == "simplex":
+                    simplex.append((name, sym) + reason)
+            continue
         if p is None or p.domain not in CHECKED or p.name in D.corrected:
             continue
         reads = _reads(e, defs, cache)
@@ -94,7 +105,73 @@ def state_checks(D, fam) -> list:
             check = _explicit_loss_check(D, owners, e, p)
             if check is not None:
                 out.append(DomainCheck(name, sym, p.domain, component, *check))
+    if simplex:
+        out.append(_simplex_remainder(D, fam, simplex))
     return out
+
+
+def _bounded_conditions(sym, p) -> list:
+    """(what, expression) pairs that are positive exactly where the new value ``sym`` of ``p`` is in its domain:
+    a parameter ``greater_than`` a bound by its excess over it (as ``Family.domain_conditions`` writes Ω), a
+    probability of the ``unit_interval`` by itself and by 1 − itself, a coordinate of a ``simplex`` by itself (the
+    remainder 1 − Σ is :func:`_simplex_remainder`'s)."""
+    if p.greater_than is not None:
+        bound = p.greater_than
+        shown = str(bound) if bound.is_Atom else f"({bound})"
+        return [(f"{p.name} - {shown}", sym - bound)]
+    if p.domain == "unit_interval":
+        return [(p.name, sym), (f"1 - {p.name}", 1 - sym)]
+    if p.domain == "simplex":
+        return [(p.name, sym)]
+    return []
+
+
+def _bounded_reason(D, owners, fam, e, p, reads, sources):
+    """(hint, source) of the check of a scalar state whose domain is not ``positive`` but bounded all the same (a
+    probability, a coordinate of a simplex, a parameter greater than a bound: Family.domain_conditions), or None where
+    its new value ``e`` needs none: the triggers of the positive states' checks (a Hessian estimate of any sign, a
+    natural-gradient estimate or the exact rule's coefficients of either sign, an explicit loss's derivatives) unless
+    sympy proves every condition of :func:`_bounded_conditions` positive for every real value of the estimate, the
+    family's positive parameters positive.  Without them a Dirichlet by its mean p and concentration c returned
+    p₁ = −0.29 from a negative count, and a Wishart by (n, W) n = 0 ≤ P − 1."""
+    conditions = _bounded_conditions(e, p)
+    if not conditions or not isinstance(e, sp.Expr) or e.has(sp.MatrixSymbol):
+        return None
+    explicit = getattr(D.recipe, "loss_kind", None) == "explicit"
+    if not (reads & sources or reads & D.unsigned or D.unsigned_gradient or explicit):
+        return None
+    positive = {q.symbol for q in fam.params.values() if q.domain == "positive" and isinstance(q.symbol, sp.Symbol)}
+
+    def proved(c):
+        sub = {s: sp.Dummy(s.name, positive=True) if s in positive else sp.Dummy(s.name, real=True)
+               for s in c.free_symbols if isinstance(s, sp.Symbol) and not isinstance(s, sp.Dummy)}
+        return _sign(c.xreplace(sub), "is_positive")
+    if all(proved(c) for _, c in conditions):
+        return None
+    if reads & sources:
+        return (f"its update reads a Hessian estimate of any sign, which may move it out of its domain (take smaller "
+                f"steps)"), "hessian"
+    if reads & D.unsigned or D.unsigned_gradient:
+        return _unsigned_hint(p, fam, exact=not (reads & D.unsigned)), "estimate"
+    return _unsigned_hint(p, fam, exact=True), "hessian"
+
+
+def _bounded_checks(name, sym, p, hint, source) -> list:
+    """The positive checks of :func:`_bounded_conditions`, each run after ``sym`` is assigned."""
+    return [DomainCheck(what if what != p.name else name, value, "positive", None, hint, source,
+                        None if value == sym else sym)
+            for what, value in _bounded_conditions(sym, p)]
+
+
+def _simplex_remainder(D, fam, simplex):
+    """The check that the last coordinate of a simplex, 1 − Σ of the others (new values where the step updates them),
+    stays positive: run after the last of them is assigned."""
+    new = {name: sym for name, sym, _, _ in simplex}
+    coords = [q for q in fam.params.values() if q.domain == "simplex"]
+    value = 1 - sum((new.get(q.name, q.symbol) for q in coords), sp.S.Zero)
+    order = [sym for _, sym, _ in D.updates if sym in new.values()]
+    _, _, hint, source = simplex[0]
+    return DomainCheck("1 - " + " - ".join(q.name for q in coords), value, "positive", None, hint, source, order[-1])
 
 
 def _explicit_loss_check(D, owners, e, p):

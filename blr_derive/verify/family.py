@@ -109,18 +109,44 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
     return out
 
 
+def _outside_omega(fam, lam_vals, fixed_vals, vals, d):
+    """Where the quadrature of h·exp(<λ,T>) failed at a random point of the declared domains: a note saying that
+    λ(ordinary) is outside the natural-parameter space when ∇²A(λ) is not positive definite there (a bivariate
+    Gaussian by its precision entries a1, a2 > 0 and r real: r² > a1·a2 is in the domains and is no distribution), or
+    None.  The domains of the file cannot say so; a reparameterization whose every value is a distribution can (a
+    precision by a Cholesky factor: a1 = l1², r = l1·l21, a2 = l21² + l2²)."""
+    try:
+        F = fam.fisher_at({**lam_vals, **fixed_vals}, d)
+        low = float(np.linalg.eigvalsh(0.5 * (F + F.T)).min())
+    except (BLRError, ValueError, ArithmeticError, np.linalg.LinAlgError, TypeError):
+        return None
+    if low > 0:
+        return None
+    at = ", ".join(f"{s} = {float(v):.6g}" if np.ndim(v) == 0 else f"{s} = {fmt(np.asarray(v, dtype=float))}"
+                   for s, v in vals.items())
+    return (f"at {at}: ∇²A(λ) is not positive definite (smallest eigenvalue {low:.3g}): λ(ordinary) is outside the "
+            f"natural-parameter space, so the declared parameter domains admit values that are no distribution of "
+            f"the family (a joint constraint the domains cannot state); declare parameters whose every value is one, "
+            f"e.g. a precision by a Cholesky factor")
+
+
 def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler_rng):
     """All checks at one random parameter point; ``record`` keeps the worst value of each."""
     nf = model.nf
     vals = fam.sample_params(rng, d or 2)
     fixed_vals, lam_vals, c, A, mu_c = parameter_point(fam, nf, vals, d)
     quad = None
+    outside = None
     try:
         quad = Quadrature(model, c, fixed_vals, A)
     except (BLRError, ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        why = f"quadrature failed: {exc}"
+        outside = _outside_omega(fam, lam_vals, fixed_vals, vals, d)
+        if outside is not None:
+            why = f"{why}; {outside}"
         for n in ("normalization", "mu_vs_quadrature", "fisher_vs_covariance", "entropy_vs_quadrature",
                   "mu_vs_monte_carlo"):
-            record(n, float("inf"), f"quadrature failed: {exc}")
+            record(n, float("inf"), why)
 
     if quad is not None:
         Zr = quad.normalization
@@ -155,7 +181,8 @@ def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler
     def fisher():
         F = fam.fisher_at({**lam_vals, **fixed_vals}, d)
         ev = np.linalg.eigvalsh(0.5 * (F + F.T))
-        record("fisher_positive_definite", ev.min() / max(abs(ev).max(), 1e-300), f"eigenvalues {fmt(ev)}")
+        record("fisher_positive_definite", ev.min() / max(abs(ev).max(), 1e-300),
+               f"eigenvalues {fmt(ev)}" + (f"; {outside}" if outside is not None else ""))
         if quad is not None:
             record("fisher_vs_covariance", rel_err(F, quad.cov), f"max |F - Cov| = {np.max(np.abs(F - quad.cov)):.3g}")
     guarded("fisher_positive_definite", fisher)

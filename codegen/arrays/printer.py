@@ -15,6 +15,7 @@ import ast
 
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
+from sympy.printing.precedence import PRECEDENCE, precedence
 
 from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.codegen.inert import identifier
@@ -66,6 +67,34 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         finally:
             self._sum_depth = depth
         return f"(sum({body} {loops}))"
+
+    # -- operands whose printed form binds more loosely than sympy's precedence of the node says
+    def parenthesize(self, item, level, strict=False):
+        """sympy's grouping, plus parentheses where ``item`` prints as a Python operator sympy takes for an atom: a
+        1×1 trace of a product chain, the quadratic form ``Trace(m.T*S*m)``, prints as ``m @ S @ m``, so as the base
+        or exponent of a power (level ``PRECEDENCE['Pow']``) it must be grouped: ``(m @ m)**2``, never ``m @ m**2``
+        (which is m @ (m**2), the sum of the cubes).  Products of sympy's own nodes are grouped by sympy as before."""
+        text = super().parenthesize(item, level, strict)
+        if level >= PRECEDENCE["Pow"] and _binds_looser(text):
+            return f"({text})"
+        return text
+
+    def _print_Mul(self, expr):
+        """sympy's product, with each divisor that prints as a Python product chain grouped: x/Trace(m.T*S*m) is
+        ``x/(m @ S @ m)``, never ``x/m @ S @ m`` (which is (x/m) @ S @ m).  sympy groups a divisor by its own
+        precedence, under which a trace is an atom; a factor in the numerator needs no group (a scalar chain
+        multiplied from the left regroups to the same value)."""
+        swap = {}
+        for f in sp.Mul.make_args(expr):
+            if f.is_Pow and f.exp.is_Rational and f.exp.is_negative and \
+                    precedence(f.base) > PRECEDENCE["Mul"] and _binds_looser(self._print(f.base)):
+                swap[f] = sp.Pow(_Grouped(f.base), f.exp, evaluate=False)
+        if swap:
+            expr = sp.Mul(*[swap.get(f, f) for f in sp.Mul.make_args(expr)], evaluate=False)
+        return super()._print_Mul(expr)
+
+    def _print__Grouped(self, expr):
+        return f"({self._print(expr.args[0])})"
 
     def _module_format(self, fqn, register=True):
         module, _, name = fqn.rpartition(".")
@@ -457,6 +486,26 @@ def _operand(text, op):
         if (op == "@" and elementwise) or (op == "*" and matmul):
             return f"({text})"
     return text
+
+
+class _Grouped(sp.Function):
+    """Printing only: an operand that must print in parentheses (:meth:`ArrayPrinter._print_Mul`)."""
+    nargs = 1
+
+
+def _binds_looser(text):
+    """Whether the printed ``text`` is, at its top, a Python operation that binds less tightly than a power (a
+    product chain ``m @ S @ m``, a quotient, a sum, a negation), so that as an operand of ``**`` or ``/`` it needs
+    parentheses; a name, a call, a subscript, a power or one parenthesized group does not."""
+    if _enclosed(text):
+        return False
+    try:
+        node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return True
+    if isinstance(node, ast.BinOp):
+        return not isinstance(node.op, ast.Pow)
+    return isinstance(node, (ast.UnaryOp, ast.IfExp, ast.Compare, ast.BoolOp, ast.Lambda, ast.NamedExpr))
 
 
 def _enclosed(text):

@@ -45,12 +45,16 @@ class MapsView(TypedDict):
     params: list[str]
     kw: str                          # the fixed parameters as keyword-only arguments of every map of λ: ", *, beta"
     pass_kw: str                     # the maps' calls passing them on: ", beta=beta"
+    ordinary_mu: list[tuple[str, str]] | None   # the closed-form μ → ordinary map, where the family has one
+    mu_names: list[str]              # the μ symbols it reads
 
 
 class CheckView(TypedDict):
-    """A run-time domain check (``ir.model.DomainCheck``), printed: run right after the assignment of ``value``."""
+    """A run-time domain check (``ir.model.DomainCheck``), printed: run right after the assignment of ``after``
+    (``value`` itself, or the last new value an expression ``value`` reads)."""
     name: str
     value: str
+    after: str
     domain: str                      # "positive" or "positive_definite"
     component: str                   # the helper's argument as Python text: None, "axis" or a component's number
     hint: str
@@ -226,6 +230,9 @@ def family_maps_view(ir, printer) -> MapsView | None:
         "solver": NEWTON_SOURCE,
         "fisher": fisher, "fisher_temps": fisher_temps,
         "ordinary": [(n, printer.doprint(e)) for n, e in fm["ordinary"]],
+        "ordinary_mu": None if fm.get("ordinary_mu") is None else
+        [(n, printer.doprint(e)) for n, e in fm["ordinary_mu"]],
+        "mu_names": [str(u) for u in fm.get("mu_symbols", ())],
         "lam0": [printer.doprint(v) for v in fm["lam0"]],
         "conditions": conds,
         "params": [p.name for p in fm["params"]],
@@ -336,12 +343,13 @@ def checks_view(checks, printer, helpers=None, assigns=None) -> list[CheckView]:
         return []
     (helpers if helpers is not None else printer).helpers.add("_check_domain")
     out: list[CheckView] = [
-        {"name": c.name, "value": printer.doprint(c.symbol), "domain": c.domain,
+        {"name": c.name, "value": printer.doprint(c.symbol),
+         "after": printer.doprint(c.symbol if getattr(c, "after", None) is None else c.after), "domain": c.domain,
          "component": "None" if c.component is None else '"axis"' if c.component == "axis" else str(int(c.component)),
          "hint": c.hint}
         for c in checks]
     lhs = {a for a, _ in assigns or ()}
-    lost = [c["value"] for c in out if assigns is not None and c["value"] not in lhs]
+    lost = [c["after"] for c in out if assigns is not None and c["after"] not in lhs]
     if lost:
         raise CodegenError(f"domain checks of {', '.join(lost)}: no assignment of that name to follow")
     return out

@@ -193,6 +193,8 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     _check_domain("Psi", Psi_new, "positive_definite", None, None,
                   "its update moves λ by rho toward −∇_μE_q[loss] (Eq. 6), which may lie outside the family (the loss has no normalizable posterior in it: check its signs and terms) or be overshot: take a smaller rho")
     n_new = N_obs + n0
+    _check_domain("n - (P + 1)", -P + n_new - 1, "positive", None, None,
+                  "its update moves λ by rho toward −∇_μE_q[loss] (Eq. 6), which may lie outside the family (the loss has no normalizable posterior in it: check its signs and terms) or be overshot: take a smaller rho")
     return {
         "Psi": Psi_new,
         "n": n_new,

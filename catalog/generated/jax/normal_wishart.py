@@ -209,6 +209,8 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     _check_domain("kappa", kappa_new, "positive", None, None,
                   "its update moves λ by rho toward −∇_μE_q[loss] (Eq. 6), which may lie outside the family (the loss has no normalizable posterior in it: check its signs and terms) or be overshot: take a smaller rho")
     n_new = N_obs + n0
+    _check_domain("n - (P - 1)", -P + n_new + 1, "positive", None, None,
+                  "its update moves λ by rho toward −∇_μE_q[loss] (Eq. 6), which may lie outside the family (the loss has no normalizable posterior in it: check its signs and terms) or be overshot: take a smaller rho")
     m_new = kappa_new**(-1.0)*(kappa0*m0 + s1)
     V_new = _spd_solve(S + W0 + kappa0*jnp.outer(m0, m0) + (-kappa_new)*jnp.outer(m_new, m_new), jnp.eye(P))
     _check_domain("V", V_new, "positive_definite", None, None,

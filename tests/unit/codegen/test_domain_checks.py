@@ -193,7 +193,7 @@ def test_a_conjugate_loss_with_no_posterior_in_the_family_is_named():
     = −2, outside Ω (θ^(−3)e^(−θ) is not normalizable): the step raises naming α; the conjugate catalog recipes are
     checked the same way and step as before inside Ω."""
     assert checks("gamma_poisson") == [("alpha", "positive", None), ("beta", "positive", None)]
-    assert checks("wishart_gaussian") == [("V", "positive_definite", None)]
+    assert checks("wishart_gaussian") == [("V", "positive_definite", None), ("n - (P - 1)", "positive", None)]
     mod = compiled("name: improper_gamma\nfamily: gamma\nloss: 3*log(theta) + theta\napproximations: [exact]\n")
     st = mod.init(alpha=np.array([0.5, 2.0]), beta=np.array([1.0, 1.0]))
     with pytest.raises(FloatingPointError, match=r"the new alpha is not positive \(value -2 at index \(0,\)\).*"
@@ -398,3 +398,55 @@ def test_a_matrix_with_nan_or_inf_entries_is_named_for_its_arithmetic(target, x6
         runtime._check_domain("S", S, "positive_definite", None, None, "HINT")
     with pytest.raises(FloatingPointError, match=r"the new S is not positive definite \(smallest eigenvalue -1\).*HINT"):
         runtime._check_domain("S", np.diag([1.0, -1.0]), "positive_definite", None, None, "HINT")
+
+
+DIRICHLET_MEAN = """\
+name: dirichlet_mean_counts
+family:
+  name: dirichlet_mean
+  variable: {name: theta, shape: vector, size: 3}
+  support: simplex
+  parameters:
+    p1: {domain: simplex}
+    p2: {domain: simplex}
+    c: {domain: positive}
+  sufficient_statistics: [log(theta1), log(theta2), log(theta3)]
+  natural_parameters: [c*p1 - 1, c*p2 - 1, c*(1 - p1 - p2) - 1]
+  log_partition: lgamma(lambda1 + 1) + lgamma(lambda2 + 1) + lgamma(lambda3 + 1) - lgamma(lambda1 + lambda2 + lambda3 + 3)
+loss:
+  expression: -n1*log(theta1) - n2*log(theta2) - n3*log(theta3)
+  data: {n1: {}, n2: {}, n3: {}}
+approximations: [exact]
+hyperparameters:
+  rho: 1.0
+"""
+
+
+def test_simplex_and_bounded_parameters_are_checked():
+    """Parameters that are not ``positive`` but bounded all the same (Family.domain_conditions): a simplex's
+    coordinates and their remainder, a degrees-of-freedom parameter greater than P − 1.  Unchecked, a Dirichlet by
+    its mean p and concentration c returned p₁ = −2/7 from the count n₁ = −3, and a Wishart n = 0."""
+    assert checks(DIRICHLET_MEAN) == [("p1", "positive", None), ("p2", "positive", None), ("c", "positive", None),
+                                      ("1 - p1 - p2", "positive", None)]
+    assert checks("wishart_gaussian") == [("V", "positive_definite", None), ("n - (P - 1)", "positive", None)]
+    assert checks("inverse_wishart_gaussian")[-1] == ("n - (P + 1)", "positive", None)
+
+
+@pytest.mark.parametrize("target", FUNCTION_TARGETS)
+def test_a_dirichlet_mean_or_a_wishart_degree_that_leaves_its_range_is_named(target):
+    mod = compiled(DIRICHLET_MEAN, target)
+    st = mod.init(p1=np.array([0.2]), p2=np.array([0.3]), c=np.array([4.0]))
+    # λ ← −∇_μE_q[ℓ] = (n1, n2, n3) (ρ = 1): α = (4, 1, 8), p = α/13 (the posterior of a flat Dirichlet)
+    new = mod.step(st, data={"n1": 3.0, "n2": 0.0, "n3": 7.0})
+    np.testing.assert_allclose([new["p1"][0], new["p2"][0], new["c"][0]], [4 / 13, 1 / 13, 13.0], rtol=1e-6)
+    with pytest.raises(FloatingPointError, match=r"the new p1 is not positive \(value -0.28571"):
+        mod.step(st, data={"n1": -3.0, "n2": 0.0, "n3": 7.0})
+    with pytest.raises(FloatingPointError, match=r"the new 1 - p1 - p2 is not positive \(value -2 "):
+        mod.step(st, data={"n1": 1.0, "n2": 0.0, "n3": -3.0})     # α = (2, 1, −2): c = 1, p = (2, 1), remainder −2
+    wish = load_generated("wishart_gaussian", target)
+    P = 2
+    state = wish.init(V=np.eye(P), n=np.array(4.0))
+    data = {"S": np.eye(P), "W0": np.eye(P), "N_obs": np.array(5.0)}
+    np.testing.assert_allclose(wish.step(state, data=data)["n"], 8.0)          # n ← N_obs + n0 (n0 = 3)
+    with pytest.raises(FloatingPointError, match=r"the new n - \(P - 1\) is not positive \(value -0.5\)"):
+        wish.step(state, data={**data, "N_obs": np.array(-2.5)})             # n = 0.5 < P − 1 = 1

@@ -71,3 +71,53 @@ def test_check_passes_the_student_t_recipe_and_compares_it():
     checks = {c.name: c for c in check_recipe_updates(api.recipe(STUDENT_T))}
     c = checks["generated update vs symbolic update"]
     assert c.value <= 1e-12 and "3 random inputs" in c.note
+
+
+QUARTIC = textwrap.dedent("""\
+    name: quartic_exact_unit
+    family: gaussian_full
+    loss:
+      expression: 0.25*(theta.T*theta - 1)**2 - b.T*theta
+      data:
+        b: {shape: [P]}
+    approximations: [exact]
+    hyperparameters:
+      rho: 0.3
+    """)
+
+
+def test_a_quadratic_form_is_grouped_as_a_power_base_and_as_a_divisor():
+    """A 1×1 trace prints as a product chain (``m @ S @ m``), which sympy takes for an atom: as the base of a power
+    it printed ``m @ m**2`` (m @ (m**2), the sum of the cubes) and as a divisor ``x/m @ m`` ((x/m) @ m)."""
+    import sympy as sp
+    from blr_derive.codegen.arrays.printer import ArrayPrinter
+    P = sp.Symbol("P", integer=True, positive=True)
+    m, S, x = sp.MatrixSymbol("m", P, 1), sp.MatrixSymbol("S", P, P), sp.Symbol("x")
+    t, u = sp.Trace(m.T * m), sp.Trace(m.T * S * m)
+    printed = {e: ArrayPrinter().doprint(e) for e in (t**2, x / t, 2 * t / u, x**t, u**2, x / t**2)}
+    assert list(printed.values()) == ["(m @ m)**2", "x/(m @ m)", "2*m @ m/(m @ S @ m)", "x**(m @ m)",
+                                      "(m @ S @ m)**2", "x/(m @ m)**2"]
+    mv, Sv, xv = np.array([0.5, -2.0, 1.5]), np.array([[2.0, 0.3, 0], [0.3, 1.0, 0.2], [0, 0.2, 3.0]]), 1.7
+    values = [float(eval(text, {"m": mv, "S": Sv, "x": xv})) for text in printed.values()]
+    q, r = mv @ mv, mv @ Sv @ mv
+    np.testing.assert_allclose(values, [q**2, xv / q, 2 * q / r, xv**q, r**2, xv / q**2], rtol=1e-14)
+    # names, calls, powers and sums are grouped as sympy groups them (the printed forms that were right stay)
+    y = sp.Symbol("y")
+    assert [ArrayPrinter().doprint(e) for e in (x / (x + 1), x**-2, 1 / (x * y), -x**2, sp.exp(t) / y)] == \
+        ["x/(x + 1)", "x**(-2.0)", "1/(x*y)", "-x**2", "numpy.exp(m @ m)/y"]
+
+
+def test_quartic_objective_under_exact_is_isserlis():
+    """E_q[¼(θᵀθ − 1)² − bᵀθ] under N(m, S⁻¹) by Isserlis' theorem: with q = mᵀm + tr Σ,
+    E[(θᵀθ)²] = q² + 2 tr Σ² + 4 mᵀΣm.  The objective printed ``(1/4)*m @ m**2`` for ¼(mᵀm)² (0.025 off at
+    check's random states)."""
+    mod = api.derive(QUARTIC).compile("numpy")
+    b = np.array([0.3, -0.2])
+    m, S = np.array([1.2, -0.7]), np.array([[3.0, 0.5], [0.5, 2.0]])
+    Sig = np.linalg.inv(S)
+    q = m @ m + np.trace(Sig)
+    expected = 0.25 * (q**2 + 2 * np.trace(Sig @ Sig) + 4 * m @ Sig @ m - 2 * q + 1) - b @ m
+    entropy = 0.5 * np.log(np.linalg.det(2 * np.pi * np.e * Sig))
+    out = mod.objective(mod.init(m=m, S=S), data={"b": b})
+    np.testing.assert_allclose(out["expected_loss"], expected, rtol=1e-14)
+    np.testing.assert_allclose(out["objective"], expected - entropy, rtol=1e-14)
