@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from blr_derive.core import specialfns
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matcalc import differential, gradient, hessian_from_gradient
 from blr_derive.core.matexpr import split_coeff, is_mat, scalarize, simplify_mat
@@ -152,6 +153,9 @@ def derivative(f, k=1):
     for _ in range(k):
         e = sp.diff(e, U)
         e = e.replace(lambda n: logistic_of(n) is not None, logistic_of)
+        # |u|' is sympy's sign, whose derivative is the distribution 2δ(u) that no target prints: the grammar's
+        # sign (derivative 0 almost everywhere, core/specialfns.py), as `sign(x)` written in a loss is
+        e = e.replace(lambda n: type(n) is sp.sign, lambda n: specialfns.sign(n.args[0]))
     return sp.Lambda(U, e)
 
 
