@@ -27,7 +27,7 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matcalc import differential, gradient, hessian_from_gradient
 from blr_derive.core.matexpr import split_coeff, is_mat, scalarize, simplify_mat
 from blr_derive.core.nodes import (U, DataSum, DiagOf, Elementwise, GaussHermite, GaussHermiteStein, RowQuadForm,
-                                   logistic_of)
+                                   expit, logistic_of)
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient
 
@@ -153,10 +153,25 @@ def derivative(f, k=1):
     for _ in range(k):
         e = sp.diff(e, U)
         e = e.replace(lambda n: logistic_of(n) is not None, logistic_of)
+        e = e.replace(lambda n: isinstance(n, sp.Mul), _exp_times_expit)
         # |u|' is sympy's sign, whose derivative is the distribution 2δ(u) that no target prints: the grammar's
         # sign (derivative 0 almost everywhere, core/specialfns.py), as `sign(x)` written in a loss is
         e = e.replace(lambda n: type(n) is sp.sign, lambda n: specialfns.sign(n.args[0]))
     return sp.Lambda(U, e)
+
+
+def _exp_times_expit(e):
+    """e^b·σ(−b) → σ(b) in a product (e^b/(1 + e^b), the derivative of log1p(exp(b)) = softplus(b)): the same value,
+    finite for every b, where the product is inf·0 = NaN from b ≈ 710 on."""
+    factors = list(sp.Mul.make_args(e))
+    for i, f in enumerate(factors):
+        if not isinstance(f, sp.exp):
+            continue
+        for j, g in enumerate(factors):
+            if isinstance(g, expit) and sp.expand(g.args[0] + f.args[0]) == 0:
+                rest = [x for k, x in enumerate(factors) if k not in (i, j)]
+                return sp.Mul(*rest, expit(f.args[0]))
+    return e
 
 
 def exponential_rate(f):

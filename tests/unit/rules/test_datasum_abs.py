@@ -51,3 +51,27 @@ def test_abs_in_a_data_sum_derives_and_steps_as_eq6_under_delta_and_gauss_hermit
             np.testing.assert_allclose(state["m"], m, rtol=1e-12, atol=1e-13)
             np.testing.assert_allclose(state["S"], S, rtol=1e-12, atol=1e-13)
         assert np.linalg.norm(m) > 1.0
+
+
+def test_log1p_of_exp_differentiates_to_a_logistic_that_stays_finite():
+    """sum(log1p(exp(2*X*theta - 2*y))) (softplus written with the grammar's log1p): its derivative was printed as
+    expit(−η)·exp(η), inf·0 = NaN from η ≈ 710 on, so one Newton step (delta, ρ = 1) at a row with η = 800 raised
+    'the new S is not positive definite (smallest eigenvalue nan)'.  Now e^η·σ(−η) is σ(η), the derivative of
+    softplus; the step is m − H⁻¹g with g = δm + 2Xᵀσ(η), H = δI + 4Xᵀdiag(σ(η)(1 − σ(η)))X (App. C)."""
+    text = yaml.safe_dump({
+        "name": "softplus_by_log1p", "family": "gaussian_full",
+        "loss": {"expression": "sum(log1p(exp(2*X*theta - 2*y))) + 0.5*delta*theta.T*theta",
+                 "data": {"X": {"shape": ["N", "P"]}, "y": {"shape": ["N"]}}},
+        "approximations": ["delta"], "hyperparameters": {"rho": 1.0, "delta": 0.01}})
+    d = api.derive(text)
+    mod = d.compile("numpy")
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    y = np.array([-400.0, 0.0, 1.0])
+    out = mod.step(mod.init(m=np.zeros(2), S=np.eye(2)), data={"X": X, "y": y})
+    sig = 1 / (1 + np.exp(-np.clip(-2 * y, -700, 700)))
+    g = 2 * X.T @ sig
+    H = 0.01 * np.eye(2) + 4 * X.T @ np.diag(sig * (1 - sig)) @ X
+    np.testing.assert_allclose(out["S"], H, rtol=1e-14)
+    np.testing.assert_allclose(out["m"], -np.linalg.solve(H, g), rtol=1e-12)
+    jm = d.compile("jax")
+    assert np.all(np.isfinite(np.asarray(jm.step(jm.init(m=np.zeros(2), S=np.eye(2)), data={"X": X, "y": y})["m"])))
