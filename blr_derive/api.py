@@ -131,6 +131,10 @@ def generate(path, target: str, label: str | None = None, sizes: dict | None = N
             return emit(build_ir(D, label), target)
         except CodegenError as exc:
             raise located_codegen_error(exc, recipe) from None
+        except DerivationError as exc:
+            # a step of writing the derived program that cannot be carried out: located like a generator's refusal
+            # (it was one unlocated line, e.g. "blr-derive: error: DataSum(f, v) needs ... a column vector")
+            raise located_codegen_error(CodegenError(str(exc)), recipe) from None
 
 
 _SOURCE = []

@@ -138,6 +138,15 @@ def _others(ir, target, mean, parameter):
     else:
         others = [v for v in ir.state if v.name != mean]
     for v in others:
+        if v.init_state == "param" and mean is None and v.family and parameter != v.symbol and v.symbol.is_positive:
+            # the tensor given holds what `parameter` writes (e.g. 2p − 1), not the state itself: as the start of a
+            # state confined to positive values (a probability, a precision) its copy leaves the family (p = −0.5
+            # gave NaN at the first step, and the parameter −2 at construction, without a message)
+            raise UnsupportedTarget(f"recipe '{ir.recipe}': state '{v.name}' would start as a copy of the tensor "
+                                    f"given, but the parameters hold {parameter}, not {v.name}, and {v.name} is "
+                                    f"confined to positive values: give it a start of its own, in the recipe "
+                                    f"state_init: {{{v.name}: 0.5}}, on the command line --set "
+                                    f"'state_init={{{v.name}: 0.5}}'", "parameter")
         if v.init_state == "param" and mean is None:
             continue
         if v.init is None:

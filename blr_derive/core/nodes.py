@@ -23,6 +23,15 @@ def _explicit(x):
     return isinstance(x, sp.MatrixBase)
 
 
+def _made_explicit(x):
+    """``x`` as an explicit matrix where it has a value: a matrix expression of numbers alone (no symbol, a
+    numeric shape), e.g. the covariance ``(1/s)*I`` of ``gaussian_isotropic`` at numbers, ``Identity(3)/2.5``,
+    which ``doit`` leaves a ``MatMul`` of an ``Identity``; anything else as it is."""
+    if _explicit(x) or not is_mat(x) or x.free_symbols or not all(d.is_Integer for d in map(sp.sympify, x.shape)):
+        return x
+    return sp.ImmutableMatrix(x.as_explicit())
+
+
 def _fn_latex(printer, f, arg_tex):
     return printer._print(f.expr.xreplace({f.variables[0]: sp.Symbol(arg_tex)}))
 
@@ -61,7 +70,7 @@ class DataSum(sp.Expr):
         return self.args[1]
 
     def doit(self, **hints):
-        v = self.vec.doit(**hints) if hints.get("deep", True) else self.vec
+        v = _made_explicit(self.vec.doit(**hints)) if hints.get("deep", True) else self.vec
         if _explicit(v):
             return sp.Add(*[self.fn(v[i, 0]) for i in range(v.shape[0])]).doit(**hints)
         return DataSum(self.fn, v)
@@ -90,7 +99,7 @@ class Elementwise(MatrixExpr):
         return self.args[0](self.args[1]._entry(i, j, **kwargs))
 
     def doit(self, **hints):
-        v = self.args[1].doit(**hints)
+        v = _made_explicit(self.args[1].doit(**hints))
         if _explicit(v):
             return sp.ImmutableMatrix(v.shape[0], 1, [self.args[0](v[i, 0]).doit(**hints) for i in range(v.shape[0])])
         return Elementwise(self.args[0], v)
@@ -121,7 +130,7 @@ class DiagOf(MatrixExpr):
         return self
 
     def doit(self, **hints):
-        w = self.args[0].doit(**hints)
+        w = _made_explicit(self.args[0].doit(**hints))
         if _explicit(w):
             return sp.ImmutableMatrix(sp.diag(*[w[i, 0] for i in range(w.shape[0])]))
         return DiagOf(w)
@@ -144,7 +153,7 @@ class RowQuadForm(MatrixExpr):
         return (self.args[0].shape[0], 1)
 
     def doit(self, **hints):
-        A, C = self.args[0].doit(**hints), self.args[1].doit(**hints)
+        A, C = _made_explicit(self.args[0].doit(**hints)), _made_explicit(self.args[1].doit(**hints))
         if _explicit(A) and _explicit(C):
             M = A * C * A.T
             return sp.ImmutableMatrix(A.shape[0], 1, [M[i, i] for i in range(A.shape[0])])
@@ -177,7 +186,7 @@ class GaussHermite(MatrixExpr):
 
     def doit(self, **hints):
         f, mean, var, n = self.args
-        mean, var, n = mean.doit(**hints), var.doit(**hints), sp.sympify(n).doit(**hints)
+        mean, var, n = _made_explicit(mean.doit(**hints)), _made_explicit(var.doit(**hints)), sp.sympify(n).doit(**hints)
         if _explicit(mean) and _explicit(var) and n.is_number:
             z, w = gauss_hermite_rule(int(n))
             fn = sp.lambdify([U], f.expr, modules=[_NUMERIC, "scipy", "numpy"])

@@ -127,7 +127,11 @@ def _program(D: Derivation) -> list[Assignment]:
         # an expression whose functions nest deeply, or that the derivation keeps verbatim (a nested loss at the
         # points of a finite support), is left out: sympy's common-subexpression search substitutes into it in time
         # that grows steeply with the depth
-        deep = {i: e for i, e in enumerate(exprs) if syms[i] in D.verbatim or function_depth(e) > CSE_MAX_DEPTH}
+        # A scalar expression that holds vectors (a data sum Σ_n f(v_n) at the points of a finite support) is left out
+        # too: the search would name a common vector v by a scalar temporary and rebuild the sum around it ("DataSum(f,
+        # v) needs ... a column vector", an unlocated error for a loss such as sum(softplus(x1*theta1 + x2*theta2)))
+        deep = {i: e for i, e in enumerate(exprs) if syms[i] in D.verbatim or function_depth(e) > CSE_MAX_DEPTH
+                or any(is_mat(a) for a in e.free_symbols)}
         reps, shallow = sp.cse([e for i, e in enumerate(exprs) if i not in deep], symbols=sp.numbered_symbols("t_"),
                                optimizations=None)
         it = iter(shallow)

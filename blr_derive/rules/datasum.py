@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import sympy as sp
 
+from blr_derive.core import specialfns
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matcalc import differential, gradient, hessian_from_gradient
 from blr_derive.core.matexpr import split_coeff, is_mat, scalarize, simplify_mat
 from blr_derive.core.nodes import (U, DataSum, DiagOf, Elementwise, GaussHermite, GaussHermiteStein, RowQuadForm,
-                                   logistic_of)
+                                   expit, logistic_of)
 from blr_derive.rules.args import Ctx
 from blr_derive.rules.base import RULES, NaturalGradient
 
@@ -152,7 +153,25 @@ def derivative(f, k=1):
     for _ in range(k):
         e = sp.diff(e, U)
         e = e.replace(lambda n: logistic_of(n) is not None, logistic_of)
+        e = e.replace(lambda n: isinstance(n, sp.Mul), _exp_times_expit)
+        # |u|' is sympy's sign, whose derivative is the distribution 2δ(u) that no target prints: the grammar's
+        # sign (derivative 0 almost everywhere, core/specialfns.py), as `sign(x)` written in a loss is
+        e = e.replace(lambda n: type(n) is sp.sign, lambda n: specialfns.sign(n.args[0]))
     return sp.Lambda(U, e)
+
+
+def _exp_times_expit(e):
+    """e^b·σ(−b) → σ(b) in a product (e^b/(1 + e^b), the derivative of log1p(exp(b)) = softplus(b)): the same value,
+    finite for every b, where the product is inf·0 = NaN from b ≈ 710 on."""
+    factors = list(sp.Mul.make_args(e))
+    for i, f in enumerate(factors):
+        if not isinstance(f, sp.exp):
+            continue
+        for j, g in enumerate(factors):
+            if isinstance(g, expit) and sp.expand(g.args[0] + f.args[0]) == 0:
+                rest = [x for k, x in enumerate(factors) if k not in (i, j)]
+                return sp.Mul(*rest, expit(f.args[0]))
+    return e
 
 
 def exponential_rate(f):
@@ -176,6 +195,18 @@ def exponential_rate(f):
             return None
         rate = a
     return rate
+
+
+def quadratic_curvature(f):
+    """f'' when f(u) is a polynomial of degree ≤ 2 in u (``sum(v)`` reads f(u) = u), else None.  Then, for
+    x ~ N(η, σ²), E[f'(x)] = f'(η) and E[f''(x)] = f'' exactly (f' is affine), and E[f(x)] = f(η) + f''σ²/2:
+    the Gaussian moments, no quadrature."""
+    u = f.variables[0]
+    d = degree_in(f.expr, u)
+    if d is None or d > 2:
+        return None
+    c2 = sp.diff(f.expr, u, 2)
+    return None if c2.has(u) else c2
 
 
 def mgf_point(arg, var, rate):
@@ -203,7 +234,9 @@ def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nod
         parts.append((g, H))
     for k, (c, f, A, b) in enumerate(terms):
         arg = simplify_mat(_plus(sp.MatMul(A, mean), b), symmetric)
-        var = RowQuadForm(A, cov) if cov is not None else None
+        # a polynomial f of degree ≤ 2 under `exact`: E[f'] = f'(η) and E[f''] = f'', no variance needed
+        curvature = quadratic_curvature(f) if cov is not None and nodes is None else None
+        var = RowQuadForm(A, cov) if cov is not None and curvature is None else None
         if defs is not None:
             suffix = "" if len(terms) == 1 else str(k + 1)
             named = sp.MatrixSymbol("eta" + suffix, *arg.shape)
@@ -214,7 +247,7 @@ def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nod
                 defs.append((named, var))
                 var = named
         rate = exponential_rate(f) if cov is not None and nodes is None else None     # `exact`, not quadrature
-        if cov is None:
+        if cov is None or curvature is not None:
             d1, d2 = Elementwise(derivative(f, 1), arg), Elementwise(derivative(f, 2), arg)
         elif rate is not None:                 # the moment-generating function: exact, no quadrature
             shifted = mgf_point(arg, var, rate)
@@ -225,15 +258,17 @@ def expected_derivatives(theta, poly_grad, poly_hess, terms, mean, cov=None, nod
             d1, d2 = Elementwise(derivative(f, 1), shifted), Elementwise(derivative(f, 2), shifted)
         elif nodes is None:
             raise DerivationError(f"E_q[f(aᵀθ + b)] has no closed form for f(u) = {f.expr.xreplace({f.variables[0]: U})} "
-                                  "(closed forms: sums of c·exp(a·u + b) with one rate a); use 'gauss_hermite'")
+                                  "(closed forms: sums of c·exp(a·u + b) with one rate a, and polynomials of degree "
+                                  "<= 2 in u such as sum(v)); use 'gauss_hermite'")
         else:
             f1 = derivative(f, 1)
             d1, d2 = GaussHermite(f1, arg, var, nodes), GaussHermiteStein(f1, arg, var, nodes)
         g = _plus(g, sp.MatMul(c, A.T, d1))
-        H = _plus(H, sp.MatMul(c, A.T, DiagOf(d2), A))
+        hess = (sp.ZeroMatrix(*A.shape[::-1][:1] * 2) if curvature == 0       # a linear f: no curvature
+                else sp.MatMul(c, A.T, DiagOf(d2), A))
+        H = _plus(H, hess)
         if parts is not None:
-            parts.append((simplify_mat(sp.MatMul(c, A.T, d1), symmetric),
-                          simplify_mat(sp.MatMul(c, A.T, DiagOf(d2), A), symmetric)))
+            parts.append((simplify_mat(sp.MatMul(c, A.T, d1), symmetric), simplify_mat(hess, symmetric)))
     return simplify_mat(g, symmetric), simplify_mat(H, symmetric)
 
 
@@ -243,8 +278,13 @@ def expected_loss(fam, poly, terms, mean, cov, nodes):
     for c, f, A, b in terms:
         arg, var = _plus(sp.MatMul(A, mean), b), RowQuadForm(A, cov)
         rate = exponential_rate(f) if nodes is None else None
-        inner = (Elementwise(f, mgf_point(arg, var, rate)) if rate is not None
-                 else GaussHermite(f, arg, var, nodes))
+        c2 = quadratic_curvature(f) if nodes is None else None
+        if c2 is not None:                     # E[f(x)] = f(η) + f''σ²/2
+            inner = Elementwise(f, arg) if c2 == 0 else sp.MatAdd(Elementwise(f, arg), sp.MatMul(c2 / 2, var))
+        elif rate is not None:
+            inner = Elementwise(f, mgf_point(arg, var, rate))
+        else:
+            inner = GaussHermite(f, arg, var, nodes)
         e = e + c * DataSum(sp.Lambda(U, U), inner)
     return e
 

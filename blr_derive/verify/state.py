@@ -103,15 +103,32 @@ def matrix_state(D, rng, P, env, dims) -> dict:
         env[v.symbol] = val
     symmetric = getattr(fam, "symmetric", frozenset())
     for a in D.aux_state:           # state a rule adds without a default, or that holds arrays: drawn too
-        if a.name in state or (a.init is not None and entrywise is None):
+        copied = _copied_state(a, state)
+        if a.name in state or (a.init is not None and entrywise is None and copied is None):
             continue
-        if is_mat(a.symbol):
+        if copied is not None:
+            # a state that starts as a copy of another (natural_momentum's previous parameters, Eq. 80): drawn near
+            # it, in its domain, so that the step reads a value of its own (it was left out, and every symbolic
+            # update of a matrix family with natural_momentum was undefined: check failed with "no random input")
+            src = state[copied]
+            dom = fam.params[copied].domain if copied in fam.params else "real"
+            val = src + 0.1 * draw(rng, dom if dom in ("positive", "positive_definite") else "real", np.shape(src))
+        elif is_mat(a.symbol):
             val = draw(rng, "positive_definite" if a.symbol in symmetric else "real", shape_of(a.symbol, dims))
         else:
             val = draw(rng, "real", entrywise or ())
         state[a.name] = val
         env[a.symbol] = val
     return state
+
+
+def _copied_state(a, state):
+    """The name of the drawn state whose copy ``a`` starts as (its ``init`` is that state's symbol), or None."""
+    init = getattr(a, "init", None)
+    if init is None or not isinstance(init, (sp.Symbol, sp.MatrixSymbol)):
+        return None
+    name = str(init)
+    return name if name in state else None
 
 
 def oracle_value(rng, sym, dims):

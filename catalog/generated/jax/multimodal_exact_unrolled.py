@@ -206,7 +206,7 @@ OBJECTIVE_KEYS = (
 OBJECTIVE_BOUND = {"objective": "an upper bound on L(q)", "entropy": "a lower bound on H(q): pairwise, with the Bhattacharyya distance (Kolchinsky & Tracey 2017)", }
 
 
-def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+def objective(state, *, oracles=None, data=None, key=None, **hyperparameters):
     """An upper bound on the BLR's objective L(q) = E_q[ℓ(θ)] − H(q) (Khan & Rue 2023, Eq. 2) of the mixture q = Σ_k
     π_k q_k (Sec. 3.2, Eq. 27) at the state: E_q[ℓ] = Σ_k π_k E_{q_k}[ℓ] is exact (each component's expectation
     from the Gaussian moments of the loss, the exact rule), and the mixture's entropy, which has no closed form,
@@ -215,7 +215,7 @@ def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     log-partition as ½ A(λ_k) + ½ A(λ_j) − A((λ_k + λ_j)/2); H_B is exact for identical and for non-overlapping
     components.  So 'objective' = E_q[ℓ] − H_B ≥ L(q) and 'entropy' is H_B; summed over the coordinates of the
     (mean-field) state, each a mixture of its own; every constant of the loss as written is kept.  Takes what
-    step() takes (oracles and rng are accepted and unused) and returns {'objective': E_q[ℓ] − H_B,
+    step() takes (oracles and key are accepted and unused) and returns {'objective': E_q[ℓ] − H_B,
     'expected_loss': E_q[ℓ], 'entropy': H_B} (OBJECTIVE_KEYS; OBJECTIVE_BOUND says what each is a bound on)."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:

@@ -264,12 +264,12 @@ OBJECTIVE_KEYS = (
 )
 
 
-def objective(state, *, oracles=None, data=None, rng=None, **hyperparameters):
+def objective(state, *, oracles=None, data=None, key=None, **hyperparameters):
     """The BLR's objective L(q) = E_q[ℓ(θ)] − H(q) at the state (Khan & Rue 2023, Eq. 2), which the update minimizes
     over the family: E_q[ℓ] as the derivation's expectation rule derived it (the natural gradient of the update
     is its gradient in μ, Eq. 6) and the entropy H(q) = A(λ) − ⟨λ, μ⟩ − E_q[log h] (App. B), both in the state's
     ordinary parameters; every constant of the loss as written is kept (the loss's additive constants are part
-    of L; none is added).  Takes what step() takes (oracles and rng are accepted and unused) and returns
+    of L; none is added).  Takes what step() takes (oracles and key are accepted and unused) and returns
     {'objective': L, 'expected_loss': E_q[ℓ], 'entropy': H}."""
     unknown = [name for name in hyperparameters if name not in HYPERPARAMETERS]
     if unknown:

@@ -28,8 +28,10 @@ at its entry) when it needs a special function jax has no counterpart for (``kve
 (:data:`RESERVED`: ``jax``, ``jnp``, ``numpy``, ``scipy``, ``key``)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import sympy as sp
 
@@ -40,6 +42,7 @@ from blr_derive.codegen.backends.jax.context import FunctionsContext, FunctionsS
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.source import SHARED, definition
 from blr_derive.core.errors import UnsupportedTarget
+from blr_derive.core.text import Prose
 
 #: scipy.special functions that jax.scipy.special has under the same name
 JAX_SPECIAL = frozenset({"exp1", "gammaln", "digamma", "polygamma", "gamma", "factorial", "xlogy", "logsumexp",
@@ -161,6 +164,22 @@ def refuse_reserved(ir, groups):
                                     f"(its modules and the random key of step); rename {', '.join(clash)}", key)
 
 
+
+def _with_key(eps):
+    """Entry points as this module takes them: the random source is ``key`` (a jax.random key), as ``step`` takes
+    it, where the numpy module's is ``rng`` (the exact objective accepts it unused: docs/targets.md, "it takes what
+    step takes"; it was ``rng=`` here, so ``objective(state, key=...)`` raised an unknown hyperparameter 'key')."""
+    if eps is None:
+        return None
+    def doc(d):
+        if isinstance(d, Prose):
+            return Prose(d.text.replace("oracles and rng are", "oracles and key are"))
+        return d.replace("oracles and rng are", "oracles and key are")
+
+    fns = [dataclasses.replace(f, keywords=["key" if k == "rng" else k for k in f.keywords], doc=doc(f.doc))
+           if f.keywords and "rng" in f.keywords else f for f in eps.functions]
+    return dataclasses.replace(eps, functions=fns)
+
 def functions_view(ir) -> FunctionsContext:
     """The template's view of a single-family recipe: the numpy module's view (codegen/arrays/views.py) printed by
     :class:`JnpPrinter`, with the sampling loop's parts for ``jax.lax.scan``."""
@@ -175,7 +194,7 @@ def functions_view(ir) -> FunctionsContext:
     sampling = _sampling_view(ir, pr)
     maps = family_maps_view(ir, pr)
     entries = entry_view(ir, pr)
-    objective = objective_view(ir, pr, "jnp")
+    objective = objective_view(SimpleNamespace(objective=_with_key(getattr(ir, "objective", None))), pr, "jnp")
     estimate = objective_estimate_view(ir, pr, "uniform", "normal", "with ``key`` (a jax.random key) split")
     point: PointView | None = None
     if ir.parameter is not None:                # what a model's weights hold (e.g. sign(lam))

@@ -630,3 +630,21 @@ def test_families_listing_derives_a_family_missing_from_or_stale_in_the_index(tm
     assert blocks[1] + "\n" == read_index(cat / INDEX_NAME)["poisson"][1]
     assert blocks[2] + "\n" == listing(family(str(fams / "rayleigh.yaml")))
     assert len([b for b in blocks if b.strip()]) == 3
+
+
+def test_a_derivation_error_while_writing_the_program_is_a_located_line(tmp_path, monkeypatch):
+    """A DerivationError raised while the derived program is written (ir/build.py; the binary-weight logistic
+    regression's data sums gave "DataSum(f, v) needs ... a column vector") was printed without a location; now it is
+    located like a code generator's refusal, at the recipe's approximations."""
+    from blr_derive import api
+    from blr_derive.core.errors import DerivationError
+
+    def refuse(D, label):
+        raise DerivationError("a step of the program that cannot be written")
+
+    monkeypatch.setattr(api, "build_ir", refuse)
+    (tmp_path / "r.yaml").write_text("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations:\n  - delta\n"
+                                     "state_init: {s: 1.0}\n", encoding="utf-8")
+    res = run_cli_in_process("r.yaml", "--target", "numpy", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip() == "blr-derive: error: r.yaml:4: a step of the program that cannot be written"

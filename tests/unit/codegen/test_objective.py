@@ -87,6 +87,12 @@ def test_jax_objective_equals_quadrature(tmp_path, key, x64):
     got = float(jmod.objective(st, data=data)["objective"])
     want = _quadrature(key, state)
     assert abs(got - want) < 1e-9 * max(1.0, abs(want)), (got, want)
+    # it takes what the jax step takes: `key=`, not the numpy module's `rng=` (which was its keyword, so
+    # objective(state, key=...) raised TypeError: unknown hyperparameters ['key'])
+    import jax
+    assert float(jmod.objective(st, oracles=None, data=data, key=jax.random.key(0))["objective"]) == got
+    with pytest.raises(TypeError, match=r"unknown hyperparameters \['rng'\]"):
+        jmod.objective(st, data=data, rng=None)
 
 
 def test_mean_field_objective_is_summed_over_coordinates(tmp_path):

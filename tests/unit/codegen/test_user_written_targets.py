@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from blr_derive import api  # noqa: E402
+from blr_derive.core.errors import UnsupportedTarget  # noqa: E402
 from conftest import FUNCTION_TARGETS, OPTIMIZER_TARGETS
 
 pytestmark = pytest.mark.filterwarnings("ignore:(divide by zero|invalid value):RuntimeWarning")
@@ -324,3 +325,38 @@ def test_the_refusal_of_an_explicit_losss_data_names_what_works(target):
     with pytest.raises(UnsupportedTarget) as err:
         api.derive(text).compile(target)
     assert "data 'c' has none" in str(err.value) and "({c: {default: 1.0}} under hyperparameters)" in str(err.value)
+
+
+# binary weights in {−1, +1} whose parameters hold the Bernoulli's mean 2p − 1, under a per-coordinate loss in θ
+BERNOULLI_MEAN = """name: {name}
+class_name: BinaryMean
+family: bernoulli
+loss: 0.5*tau*(theta - y)**2 + c*theta
+parameter: 2*p - 1
+{init}approximations: [exact]
+hyperparameters: {{rho: 0.3, tau: 1.5, c: 0.2, y: 0.4}}
+"""
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_a_positive_state_the_parameter_does_not_hold_needs_a_start_of_its_own(target):
+    """`parameter: 2*p - 1` without a start for p: p started as a copy of the tensor given, which holds 2p − 1, so
+    weights 0 and −0.5 gave p = 0 and −0.5, the parameters −1 and −2 at construction and NaN after one step, with
+    no message.  Now the target refuses it (the command line names the `parameter` line) and asks for `state_init`; with p = ½ given,
+    five steps (no parameter has a .grad: the update reads none, and the Triton step skipped every parameter
+    without one, so p stayed ½) are Eq. 6 in λ = ½ log(p/(1 − p)): ∇_μ E_q[ℓ] = (ℓ(1) − ℓ(−1))/2 = c − τy, λ ← (1 − ρ)λ − ρ(c − τy)."""
+    with pytest.raises(UnsupportedTarget, match=r"state 'p' would start as a copy of the tensor given, but the "
+                                        r"parameters hold 2\*p - 1.*state_init: \{p: 0\.5\}"):
+        api.derive(BERNOULLI_MEAN.format(name=f"bm_{target}", init="")).code(target)
+    tm = api.derive(BERNOULLI_MEAN.format(name=f"bm_{target}_init", init="state_init: {p: 0.5}\n")).compile(target)
+    dtype, tol = (torch.float64, 1e-13) if target == "torch" else (torch.float32, 1e-6)
+    w = torch.nn.Parameter(torch.tensor([0.0, 0.3, -0.5], dtype=dtype))
+    opt = _optimizer(tm)([w])
+    assert torch.all(w.detach() == 0)                   # p = ½: the mean 0
+    lam = 0.0
+    for _ in range(5):
+        opt.step()
+        lam = 0.7 * lam - 0.3 * (0.2 - 1.5 * 0.4)
+    p = 1 / (1 + np.exp(-2 * lam))
+    np.testing.assert_allclose(opt.state[w]["p"].double().numpy(), p, rtol=tol)
+    np.testing.assert_allclose(w.detach().double().numpy(), 2 * p - 1, rtol=tol)
