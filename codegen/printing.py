@@ -39,6 +39,15 @@ def cosh_power_as_sech(expr):
     return None
 
 
+def cosh_powers_as_sech(expr):
+    """``expr`` with every cosh(x)**-k written sech(x)**k (:func:`cosh_power_as_sech`), wherever it stands: a printer
+    prints a negative power inside a product as a divisor (``(5/2)/cosh(λ/2)**2``, a binomial's F), where its own
+    ``_print_Pow`` never sees it, and cosh overflows there for |λ| > 1420."""
+    if not isinstance(expr, sp.Basic) or not expr.has(sp.cosh):
+        return expr
+    return expr.replace(lambda e: isinstance(e, sp.Pow) and cosh_power_as_sech(e) is not None, cosh_power_as_sech)
+
+
 class HostConditionalMixin:
     """Printing shared by the targets: ``Piecewise`` whose conditions are host scalars (hyperparameters,
     the step counter) becomes a Python conditional expression, and ``Max``/``Min`` fold into the
@@ -53,8 +62,9 @@ class HostConditionalMixin:
         """The printer's text of ``expr`` after the lowerings every target applies first: Bessel functions as their
         exponentially scaled functions (:func:`codegen.scaled.scaled_bessel`), then logarithms of sums of
         exponentials as log-sum-exps and quotients of such sums normalized by their largest exponent
-        (:func:`codegen.expsums.stable_exp_sums`), so that no target overflows where the value is finite."""
-        return super().doprint(stable_exp_sums(scaled_bessel(expr)), assign_to)      # type: ignore[misc]
+        (:func:`codegen.expsums.stable_exp_sums`), and negative powers of cosh as powers of sech
+        (:func:`cosh_powers_as_sech`), so that no target overflows where the value is finite."""
+        return super().doprint(cosh_powers_as_sech(stable_exp_sums(scaled_bessel(expr))), assign_to)  # type: ignore[misc]
 
     def _as_ordered_terms(self, expr, order=None):
         """A sum's terms in the printer's order, or, for a sum the exponential-sum lowering normalized, in the order of

@@ -115,7 +115,7 @@ def _bounded_conditions(sym, p) -> list:
     a parameter ``greater_than`` a bound by its excess over it (as ``Family.domain_conditions`` writes Ω), a
     probability of the ``unit_interval`` by itself and by 1 − itself, a coordinate of a ``simplex`` by itself (the
     remainder 1 − Σ is :func:`_simplex_remainder`'s)."""
-    if p.greater_than is not None:
+    if getattr(p, "greater_than", None) is not None:     # a sized axis's parameters have no bound
         bound = p.greater_than
         shown = str(bound) if bound.is_Atom else f"({bound})"
         return [(f"{p.name} - {shown}", sym - bound)]
@@ -137,6 +137,14 @@ def _bounded_reason(D, owners, fam, e, p, reads, sources):
     conditions = _bounded_conditions(e, p)
     if not conditions or not isinstance(e, sp.Expr) or e.has(sp.MatrixSymbol):
         return None
+    if _inside_for_every_lambda(fam, p):
+        # every λ the step reaches is valid; only float64 can put the value on the boundary (p = 1.0 past λ ≈ 18.4,
+        # a point mass whose next λ = log(p/(1 − p)) is inf): checked where the step can raise (numpy, jax), and no
+        # reason for the torch and Triton targets to refuse the recipe ("estimate": unchecked there)
+        return (f"{p.name} lies in its domain for every natural parameter, but float64 rounded it onto the boundary "
+                f"(a point mass, from which the next step's λ is infinite): parameterize the family by its natural "
+                f"parameters, or keep λ smaller (a smaller "
+                f"{D.recipe.learning_rate}, a weaker loss)"), "estimate"
     explicit = getattr(D.recipe, "loss_kind", None) == "explicit"
     if not (reads & sources or reads & D.unsigned or D.unsigned_gradient or explicit):
         return None
@@ -154,6 +162,33 @@ def _bounded_reason(D, owners, fam, e, p, reads, sources):
     if reads & D.unsigned or D.unsigned_gradient:
         return _unsigned_hint(p, fam, exact=not (reads & D.unsigned)), "estimate"
     return _unsigned_hint(p, fam, exact=True), "hessian"
+
+
+def _inside_for_every_lambda(fam, p) -> bool:
+    """Whether ``p``, written in λ (``Family.ord_from_nat``), lies in its domain for every real λ -- a Bernoulli's
+    p = e^{2λ}/(e^{2λ} + 1) and 1 − p = 1/(e^{2λ} + 1), a categorical's softmax and its remainder: then no λ the
+    step can reach leaves Ω through ``p``, and the only way its new value fails the test is rounding (p = 1.0 from
+    λ ≈ 18.4, a valid λ), which the check names as such.  A Dirichlet by its mean (p₁ = (λ₁ + 1)/(λ₁ + λ₂ + λ₃ +
+    3)) or a Wishart's n is not proved: λ itself may leave Ω."""
+    ord_from_nat = getattr(fam, "ord_from_nat", None) or {}
+    if not isinstance(ord_from_nat, dict) or p.symbol not in ord_from_nat:
+        return False
+    lam = set(getattr(fam, "lam", ()) or ())
+    positive = {q.symbol for q in fam.params.values() if q.domain == "positive" and isinstance(q.symbol, sp.Symbol)}
+
+    def dummies(c):
+        return c.xreplace({s: sp.Dummy(s.name, real=True) if s in lam else sp.Dummy(s.name, positive=True)
+                           for s in c.free_symbols if isinstance(s, sp.Symbol) and (s in lam or s in positive)})
+    value = ord_from_nat[p.symbol]
+    if not isinstance(value, sp.Expr) or value.free_symbols - lam - positive:
+        return False
+    conditions = [c for _, c in _bounded_conditions(value, p)]
+    if p.domain == "simplex":
+        coords = [q.symbol for q in fam.params.values() if q.domain == "simplex"]
+        if not all(q in ord_from_nat for q in coords):
+            return False
+        conditions.append(1 - sum((ord_from_nat[q] for q in coords), sp.S.Zero))
+    return all(_sign(dummies(c), "is_positive") for c in conditions)
 
 
 def _bounded_checks(name, sym, p, hint, source) -> list:

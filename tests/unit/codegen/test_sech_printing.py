@@ -93,3 +93,28 @@ def test_a_negative_power_of_cosh_is_printed_as_sech(printer, header, x64):
             warnings.simplefilter("error")
             got = np.asarray(_function(text, header)(np.array(XS)))
         _close(got, [ref(v) for v in XS])
+
+
+@pytest.mark.parametrize("printer,header", [
+    (BLRNumPyPrinter, "import numpy"),
+    (JnpPrinter, "import jax\nimport jax.numpy as jnp"),
+    (JaxPrinter, "import jax\nimport jax.numpy as jnp"),
+    (ElementwisePrinter, "import torch"),
+])
+def test_a_cosh_power_dividing_a_product_prints_as_sech(printer, header, request):
+    """(5/2)/cosh(x/2)² -- a binomial's F, after its declared A = 10 log(1 + e^λ) is read as 10 softplus(λ) -- is a
+    product whose cosh power the printers write as a divisor, where their _print_Pow never saw it: the module printed
+    `(5/2)/numpy.cosh((1/2)*lambda1)**2`, which overflows past |λ| = 1420 (codegen/printing.py cosh_powers_as_sech)."""
+    import torch
+    if printer is not BLRNumPyPrinter and printer is not ElementwisePrinter:
+        request.getfixturevalue("x64")
+    e = sp.Rational(5, 2) / sp.cosh(X / 2) ** 2
+    text = printer().doprint(e)
+    assert "cosh" not in text
+    f = _function(text, header)
+    for x in (0.0, -3.0, 40.0, 1419.0, 1500.0, -1e4):
+        arg = torch.tensor(x, dtype=torch.float64) if printer is ElementwisePrinter else np.float64(x)
+        with np.errstate(over="raise", invalid="raise"):
+            got = float(f(arg))
+        want = float(mpmath.mpf(5) / 2 * mpmath.sech(mpmath.mpf(x) / 2) ** 2)
+        _close(got, want)
