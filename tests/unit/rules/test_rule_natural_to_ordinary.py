@@ -234,14 +234,23 @@ def test_full_gaussian_precision_update_is_minus_twice_the_updated_lambda2():
 # exp(a)·exp(b), so exp(2ρc) overflows on its own.  The exact update is finite and well-conditioned in all three.
 
 def test_categorical_update_stays_finite_for_a_large_natural_parameter():
+    """λ₁ ≈ 27 (softmax (1 - 3e-12, ...)): finite and right.  At λ₁ ≈ 900 the other probabilities e^{-900} underflow
+    and p₁ rounds to 1 -- a point mass, from which the next step's λ = log(p/(1 - p₁ - p₂)) is inf or NaN (it was
+    returned as (1, 0), and the next step gave NaN): the step says so (float64 rounded p onto the boundary of its
+    domain, although every λ is valid; from λ₁ ≈ 37 on, 1 - p₁ - p₂ rounds to 0 and is named)."""
     mod = compiled("categorical", "c1*theta1 + c2*theta2", ("c1", "c2"))
-    p1, p2, c1, c2, rho = 0.2, 0.5, -1000.0, 0.0, 0.9
+    mod.CHECK_DOMAINS = True               # the module is shared: the test above switches its checks off
+    p1, p2, c2, rho = 0.2, 0.5, 0.0, 0.9
+    c1 = -30.0
     out = mod.step(mod.init(p1=p1, p2=p2), rho=rho, c1=c1, c2=c2)
     lam = (1 - rho) * np.log(np.array([p1, p2]) / (1 - p1 - p2)) - rho * np.array([c1, c2])      # Eq. 6
-    want = special.softmax(np.r_[lam, 0.0])[:2]                                                   # (1, e^{-900})
+    want = special.softmax(np.r_[lam, 0.0])[:2]
     got = np.array([float(out["p1"]), float(out["p2"])])
-    assert np.all(np.isfinite(got)), got
+    assert np.all(np.isfinite(got)) and got[1] > 0, got
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+    with pytest.raises(FloatingPointError, match=r"the new p2 is not positive \(value 0\).*lies in its domain for "
+                                                 r"every natural parameter, but float64 rounded it onto the boundary"):
+        mod.step(mod.init(p1=p1, p2=p2), rho=rho, c1=-1000.0, c2=c2)
 
 
 @functools.lru_cache(maxsize=None)
