@@ -87,14 +87,19 @@ def _sigmoid(x):
 
 
 def _log(x):
-    """log x, with log(1 + e^a) written softplus(a) (also as a factor: log(sigmoid(u)) = -softplus(-u)) and logs of
-    normal CDFs written log Φ (specialfns' ``log_softplus_form``, ``normal_cdf_form``): the same value, and derivatives that stay finite where e^a overflows
+    """log x in a recipe's loss (:data:`LOSS_FUNCTIONS`), with log(1 + e^a) written softplus(a) (also as a factor:
+    log(sigmoid(u)) = -softplus(-u)) and logs of normal CDFs written log Φ (specialfns' ``log_softplus_form``,
+    ``normal_cdf_form``): the same value, and derivatives that stay finite where e^a overflows
     (a logistic loss written log(1 + exp(-z*theta)) differentiated to e^{-u}·expit(u) = inf·0 for margins below
     -709) or where Φ underflows."""
     return specialfns.log_softplus_form(specialfns.normal_cdf_form(sp.log(x)))
 
 
 def _log1p(x):
+    return specialfns.normal_cdf_form(sp.log(1 + x))
+
+
+def _loss_log1p(x):
     return _log(1 + x)
 
 
@@ -156,7 +161,7 @@ def _special(fn, n=None):
 
 
 FUNCTIONS: dict[str, Callable] = {
-    "log": _unary_scalar(lambda x: _log(x)),
+    "log": _unary_scalar(lambda x: specialfns.normal_cdf_form(sp.log(x))),
     "exp": _unary_scalar(sp.exp),
     "sqrt": _unary_scalar(sp.sqrt),
     "abs": _unary_scalar(sp.Abs),
@@ -195,6 +200,11 @@ FUNCTIONS: dict[str, Callable] = {
     "tr": _tr,
     "eye": _eye,
 }
+
+#: the loss's own log and log1p (a recipe's ``loss: expression``): a family's statistics, base measure and
+#: log-partition keep log(1 + e^a) as written, which check's quadrature of the family integrates as such (a logit-beta
+#: whose statistic read as softplus(θ) failed check's hard points at a = 1e-6, b = 2: Cov_q[T] 0.92 against F 0.64)
+LOSS_FUNCTIONS: dict[str, Callable] = {"log": _unary_scalar(_log), "log1p": _unary_scalar(_loss_log1p)}
 
 CONSTANTS = {"pi": sp.pi, "E": sp.E}
 

@@ -364,7 +364,7 @@ class _Builder:
                 and len(arg.args) == 1 and not arg.keywords):
             v = self._column(arg.args[0], depth)
             if v is not None:
-                return DataSum(sp.Lambda(U, FUNCTIONS[arg.func.id](arg.func.id, [U])), v)
+                return DataSum(sp.Lambda(U, self.functions[arg.func.id](arg.func.id, [U])), v)
         try:                                                # sum(log(1 + theta*y)): by rows
             return self._row_sum(arg, depth)
         except SpecError as row_error:                      # sum(X*theta): a vector expression, summed as one

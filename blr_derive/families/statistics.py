@@ -10,6 +10,7 @@ from blr_derive.core.exprfuncs import function_depth
 from blr_derive.core.matexpr import is_mat, simplify_mat, split_coeff
 from blr_derive.core.nodes import DataSum
 from blr_derive.core.pretty import pretty
+from blr_derive.core.specialfns import softplus
 from blr_derive.families.numeric import MODULES
 from blr_derive.families.partition import support_points
 from blr_derive.spec.vocabulary import count_total, integer_range
@@ -35,6 +36,12 @@ class NotLinearInStatistics(DerivationError):
         return f"in the term {r(self.term)}, {why}{stats}"
 
 
+def _softplus_as_log(e):
+    if not isinstance(e, sp.Basic) or not e.has(softplus):
+        return e
+    return e.replace(lambda x: isinstance(x, softplus), lambda x: sp.log(1 + sp.exp(x.args[0])))
+
+
 def linear_in_statistics(fam, expr, symmetric=()):
     """(c0, [c_i]) with expr = c0 + Σ c_i T_i(θ) and θ-free c_i, or None (:func:`statistics_decomposition`)."""
     try:
@@ -58,7 +65,9 @@ def statistics_decomposition(fam, expr, symmetric=()):
         raise NotLinearInStatistics(expr, expr, statistics=fam.T)
     if not fam.depends_on_variable(expr):
         return expr, [sp.Integer(0)] * len(fam.T)
-    targets = [sp.expand(t) for t in fam.T]
+    # a loss reads log(1 + e^a) as softplus(a) (core/exprfuncs.py LOSS_FUNCTIONS), a family's statistics as written:
+    # matched in one form (a logit-beta's log(1 + e^θ) statistic under the loss 3 log(1 + e^θ) − 2θ)
+    expr, targets = _softplus_as_log(expr), [sp.expand(_softplus_as_log(t)) for t in fam.T]
     cs = [sp.Integer(0)] * len(fam.T)
     c0 = sp.Integer(0)
     back = {"map": {}, "inseparable": []}

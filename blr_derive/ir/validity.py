@@ -117,8 +117,12 @@ def _bounded_conditions(sym, p) -> list:
     remainder 1 − Σ is :func:`_simplex_remainder`'s)."""
     if getattr(p, "greater_than", None) is not None:     # a sized axis's parameters have no bound
         bound = p.greater_than
-        shown = str(bound) if bound.is_Atom else f"({bound})"
-        return [(f"{p.name} - {shown}", sym - bound)]
+        if bound.is_Number and bound < 0:
+            shown = f"{p.name} + {sp.sstr(-bound)}"                      # "l1 + 1", not "l1 - -1"
+        else:
+            shown = f"{p.name} - {bound if bound.is_Atom else f'({bound})'}"
+        return [(shown, sym - bound)]
+
     if p.domain == "unit_interval":
         return [(p.name, sym), (f"1 - {p.name}", 1 - sym)]
     if p.domain == "simplex":

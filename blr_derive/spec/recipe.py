@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blr_derive.core.errors import SpecError
+from blr_derive.core.exprfuncs import LOSS_FUNCTIONS
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import check_name_at
@@ -128,7 +129,7 @@ def parse_loss(spec, fam, hyper, taken):
     data = parse_data(dspec, symbols, taken, dims)
     text = loss["expression"]
     try:
-        expr = parse_expression(text, symbols, what="loss")
+        expr = parse_expression(text, symbols, what="loss", functions=LOSS_FUNCTIONS)
     except SpecError as exc:
         raise exc.located(*where(loss, "expression")) from None
     if is_mat(expr) and expr.shape != (1, 1):

@@ -229,17 +229,13 @@ def test_bernoulli_logit_module_text():
                                              ("continuous_bernoulli", ("expectation_parameters", "fisher_information")),
                                              ("geometric", ("expectation_parameters",))])
 def test_where_the_largest_exponent_is_zero_the_values_are_the_originals_bit_for_bit(name, functions, monkeypatch):
-    """Where the largest exponent is 0 (λ < 0: max(0, kλ) for the continuous Bernoulli and the geometric; λ > 0 for
-    the binomial, whose declared A = 10 log(1 + e^λ) is read as 10 softplus(λ), so that μ = 10/(1 + e^{−λ}) has the
-    exponents 0 and −λ), e^{a − 0} is e^{a} exactly, and the normalized sums print their terms in the original sums'
-    order (codegen/expsums.py print_order): the same operations as the module printed without the lowering, so the
-    same doubles, also where the closed form cancels (the continuous Bernoulli's F just outside its Taylor radius
-    1/8, ~1e-12 off in either form)."""
+    """λ < 0: the largest exponent max(0, kλ) is 0, e^{a − 0} is e^{a} exactly, and the normalized sums print their
+    terms in the original sums' order (codegen/expsums.py print_order): the same operations as the module printed
+    without the lowering, so the same doubles, also where the closed form cancels (the continuous Bernoulli's F just
+    outside its Taylor radius 1/8, ~1e-12 off in either form)."""
     _, _, m = _module(name, "numpy")
     _, _, before = _module(name, "numpy", lowered=False, monkeypatch=monkeypatch)
     lams = np.concatenate([-np.geomspace(0.125, 30.0, 60), [-0.12500001, -0.7, -3.0]])
-    if name == "binomial":
-        lams = -lams
     for fn in functions:
         for lam in lams:
             assert np.array_equal(getattr(m, fn)([lam]), getattr(before, fn)([lam])), (fn, lam)

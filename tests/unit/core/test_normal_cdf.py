@@ -14,8 +14,9 @@ import pytest
 import scipy.special
 import sympy as sp
 
+from blr_derive.core.exprfuncs import LOSS_FUNCTIONS
 from blr_derive.core.exprparse import parse_expression as parse
-from blr_derive.core.specialfns import log_ndtr, ndtr, normal_cdf_form
+from blr_derive.core.specialfns import log_ndtr, ndtr, normal_cdf_form, softplus
 
 mpmath.mp.dps = 50
 x = sp.Symbol("x", real=True)
@@ -139,13 +140,14 @@ def test_every_target_prints_them(v):
     ("log(3*(1 + exp(-x))**2)", "2*softplus(-x) + log(3)"),
     ("log1p(exp(x))", "softplus(x)"),
 ])
-def test_logs_of_logistic_factors_are_softplus(text, want):
-    assert sp.sstr(parse("log(2 + exp(x))", {"x": x})) == "log(exp(x) + 2)"      # not a logistic factor: as written
+def test_logs_of_logistic_factors_in_a_loss_are_softplus(text, want):
+    assert sp.sstr(parse("log(2 + exp(x))", {"x": x}, functions=LOSS_FUNCTIONS)) == "log(exp(x) + 2)"      # not a logistic factor: as written
     """blr_derive/core/specialfns.py log_softplus_form through the grammar's log: the same value (against mpmath at
     1000 digits, also where e^x overflows in float64) and a first derivative that is finite where the written form's is
     inf·0."""
-    e = parse(text, {"x": x})
+    e = parse(text, {"x": x}, functions=LOSS_FUNCTIONS)
     assert sp.sstr(e) == want
+    assert not parse(text, {"x": x}).has(softplus)        # a family's expressions keep log(1 + e^x) as written
     f = sp.lambdify(x, e, [{"softplus": lambda v: np.logaddexp(0.0, v)}, "scipy", "numpy"])
     d = sp.lambdify(x, sp.diff(e, x), [{"softplus": lambda v: np.logaddexp(0.0, v)}, "scipy", "numpy"])
     ref = sp.lambdify(x, sp.sympify(text.replace("log1p(exp(x))", "log(1 + exp(x))")
