@@ -13,7 +13,8 @@ from scipy import optimize, special
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.verify.conditional import TRUNCATION_DROP, ConditionalGaussian
-from blr_derive.verify.coordinates import (cholesky_coordinates, cholesky_factor, cholesky_log_jacobian, sphere_from_u,
+from blr_derive.verify.coordinates import (cholesky_coordinates, cholesky_factor, cholesky_log_jacobian,
+                                           inverse_cholesky_log_jacobian, inverse_coordinates_preferred, sphere_from_u,
                                            whitening)
 from blr_derive.verify.numdiff import fd_hessian
 
@@ -32,7 +33,9 @@ class FamilyModel:
         self.dim = self.nf.dim
         self.fixed = [p.symbol for p in fam.fixed_params]
         self.bars = {}                 # component -> symbol standing for 1 - component (unit interval)
-        reps = {}
+        reps, pre = {}, {}
+        # a matrix variable in the Cholesky coordinates of its inverse (coordinates.inverse_coordinates_preferred)
+        self.inverse_coords = False
         if fam.components and fam.variable_kind != "mixed":
             self.theta_args = [sp.Dummy(str(c), real=True) for c in fam.components]
             reps = dict(zip(fam.components, self.theta_args))
@@ -47,13 +50,18 @@ class FamilyModel:
         else:
             self.theta_args, X = cholesky_coordinates(self.dim)
             reps = {fam.theta: X}
+            if inverse_coordinates_preferred(fam):
+                self.inverse_coords = True
+                Ls = sp.MatrixSymbol("L_coord", self.dim, self.dim)
+                pre = {fam.theta: sp.Inverse(Ls * Ls.T)}
+                reps = {Ls: cholesky_factor(self.theta_args, self.dim)}
 
         def prep(e):
             e = sp.sympify(e)
             for c, b in self.bars.items():
                 e = e.subs(1 - c, b)
                 e = e.xreplace({lg: near_one(lg, c, b) for lg in e.atoms(sp.log)})
-            if fam.variable_kind == "mixed" and pre:
+            if pre:
                 e = simplify_mat(e.xreplace(pre))
             return e
 
@@ -147,7 +155,9 @@ class FamilyModel:
         if f.variable_kind == "vector":
             return list(u), [], np.zeros(u.shape[1])
         if f.variable_kind == "matrix":
-            # entries are the Cholesky coordinates u themselves (see __init__)
+            # entries are the Cholesky coordinates u themselves (see __init__), of X or of X⁻¹
+            if self.inverse_coords:
+                return list(u), [], inverse_cholesky_log_jacobian(u, self.dim)
             return list(u), [], cholesky_log_jacobian(u, self.dim)
         if f.variable_kind == "mixed":
             logJ, k = np.zeros(u.shape[1]), 0
