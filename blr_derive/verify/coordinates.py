@@ -41,17 +41,13 @@ def inverse_coordinates_preferred(fam) -> bool:
         if not isinstance(e, sp.Basic):
             return 0
         e = e.replace(lambda x: isinstance(x, sp.Determinant), lambda x: sp.Integer(1))
-        return int(e.has(sp.Inverse) or any(isinstance(a, sp.Pow) and a.exp < 0 and is_matrix_base(a.base)
+        return int(e.has(sp.Inverse) or any(isinstance(a, sp.MatPow) and a.exp.is_negative
                                             for a in sp.preorder_traversal(e)))
 
     def count(theta):
         exprs = [sp.sympify(fam.log_h)] + list(fam.T)
         return sum(inverses(simplify_mat(e.xreplace({fam.theta: theta}))) for e in exprs)
     return count(sp.Inverse(Ls * Ls.T)) < count(Ls * Ls.T)
-
-
-def is_matrix_base(b) -> bool:
-    return isinstance(b, sp.MatrixExpr)
 
 
 def cholesky_factor(args, P):
