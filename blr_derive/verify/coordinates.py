@@ -27,6 +27,29 @@ def whitening(fam, vec, mat, Ls, vs):
     return best
 
 
+def inverse_coordinates_preferred(fam) -> bool:
+    """Whether a positive-definite matrix variable X is integrated in the Cholesky coordinates of its inverse,
+    X⁻¹ = L Lᵀ, rather than of X = L Lᵀ: where fewer of log h and the statistics involve an inverse in them (outside
+    determinants, which are 2 Σ u_ii in either).  An inverse Wishart's exponent −tr(Ψ X⁻¹)/2 in X = L Lᵀ is
+    quadratic in an off-diagonal entry of L with a spread proportional to the product of diagonal ones (a funnel
+    that no grid scaled once follows: its variance is E[det X], infinite for ν ≤ P + 1), and −tr(Ψ L Lᵀ)/2 in
+    X⁻¹ = L Lᵀ, a Wishart's exponent, whose off-diagonal spread is fixed; a Wishart's −tr(V⁻¹X)/2 the other way
+    round.  Ties (a matrix GIG's X and X⁻¹) keep X = L Lᵀ."""
+    Ls = sp.MatrixSymbol("L_coord", fam.dim, fam.dim)
+
+    def inverses(e):
+        if not isinstance(e, sp.Basic):
+            return 0
+        e = e.replace(lambda x: isinstance(x, sp.Determinant), lambda x: sp.Integer(1))
+        return int(e.has(sp.Inverse) or any(isinstance(a, sp.MatPow) and a.exp.is_negative
+                                            for a in sp.preorder_traversal(e)))
+
+    def count(theta):
+        exprs = [sp.sympify(fam.log_h)] + list(fam.T)
+        return sum(inverses(simplify_mat(e.xreplace({fam.theta: theta}))) for e in exprs)
+    return count(sp.Inverse(Ls * Ls.T)) < count(Ls * Ls.T)
+
+
 def cholesky_factor(args, P):
     """The lower-triangular L of :func:`cholesky_coordinates`' X = L Lᵀ from its coordinates."""
     L = sp.zeros(P, P)
@@ -62,6 +85,19 @@ def cholesky_log_jacobian(u, P):
         for j in range(i + 1):
             if i == j:
                 logJ = logJ + (P - i + 1) * u[k]
+            k += 1
+    return logJ
+
+
+def inverse_cholesky_log_jacobian(u, P):
+    """log |dX/du| of X = (L Lᵀ)⁻¹, L from the coordinates u as in :func:`cholesky_coordinates`: that of
+    W = L Lᵀ times |dX/dW| = det(W)^-(P+1), with log det W = 2 Σ u_ii."""
+    logJ = cholesky_log_jacobian(u, P)
+    k = 0
+    for i in range(P):
+        for j in range(i + 1):
+            if i == j:
+                logJ = logJ - 2 * (P + 1) * u[k]
             k += 1
     return logJ
 

@@ -93,7 +93,10 @@ def mixed_t(model, draws, quad):
 
 
 def matrix_t(model, X, quad):
-    """T at draws X (n, P, P) of a matrix variable: through the model's Cholesky coordinates (log L_ii, L_ij)."""
+    """T at draws X (n, P, P) of a matrix variable: through the model's Cholesky coordinates (log L_ii, L_ij) of X,
+    or of X⁻¹ where the model integrates in those (``model.inverse_coords``)."""
+    if getattr(model, "inverse_coords", False):
+        X = np.linalg.inv(X)
     L = np.linalg.cholesky(0.5 * (X + np.swapaxes(X, -1, -2)))
     P = X.shape[-1]
     coords = [np.log(L[:, i, i]) if i == j else L[:, i, j] for i in range(P) for j in range(i + 1)]

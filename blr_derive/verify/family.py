@@ -10,7 +10,7 @@ from blr_derive.core.errors import BLRError, DerivationError, SpecError
 from blr_derive.families.numeric import MODULES
 from blr_derive.spec.sampler import sampler_draws
 from blr_derive.verify.draws import draw_matrix_sampler, matrix_t, mixed_t
-from blr_derive.verify.hunt import hunt_family
+from blr_derive.verify.hunt import UNSETTLED_NOTE, describe_point, hunt_family, unsettled_reason
 from blr_derive.verify.quadrature import FamilyModel, Quadrature, parameter_point
 from blr_derive.verify.results import HUNT_TOLERANCES, TOLERANCES, Check
 
@@ -18,6 +18,8 @@ from blr_derive.verify.results import HUNT_TOLERANCES, TOLERANCES, Check
 #: the most coordinates the checks integrate numerically: on a 4-D tanh-sinh grid (h = 1/8, 50⁴ nodes) the
 #: integrals reach only ~1e-6, above the checks' tolerances (a correct 4-D family failed normalization at 6e-7)
 MAX_QUADRATURE_DIM = 3
+#: how many further random points are drawn for one whose quadrature did not converge (Quadrature.unsettled)
+REDRAWS = 3
 
 
 def rel_err(got, want):
@@ -49,6 +51,10 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
     d = nf.dim
     worst: dict = {}
     notes: dict = {}
+    skipped: dict = {}          # check -> why it was not compared at some points (the quadrature's own failure)
+
+    def skip(name, why):
+        skipped.setdefault(name, []).append(why)
 
     def record(name, value, note=""):
         value = float(value) if np.isfinite(value) else float("inf")
@@ -82,7 +88,11 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
     sampler_rng = np.random.default_rng([seed, 1])
     with np.errstate(all="ignore"):      # overflow far in the quadrature tails is expected and handled
         for _ in range(points):
-            _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler_rng)
+            # a point whose quadrature does not converge is no test of the derived forms against it: those checks
+            # are skipped there (with the reason) and another point is drawn for them
+            for _ in range(1 + REDRAWS):
+                if _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler_rng, skip):
+                    break
 
     out = Checks()
     out.notes, na = [], {}
@@ -92,9 +102,20 @@ def check_family(fam, *, points: int = 3, seed: int = 0, dim: int = 2, mc_sample
         na = {f"generated_{m.target}": m.problem for m in modules if m.module is None and m.na}
         if H_sym is None:
             na["hard_entropy"] = entropy_na or "the entropy is not derived (see entropy_vs_quadrature)"
+        unsettled_hard = [n for n in out.notes if n.startswith(UNSETTLED_NOTE)]
         for name in HUNT_TOLERANCES:
             if name not in worst and name not in na:
-                na[name] = "not compared: no hard point gave a reference value"
+                na[name] = "not compared: no hard point gave a reference value" + (
+                    f" ({unsettled_hard[0][len(UNSETTLED_NOTE):]})" if unsettled_hard else "")
+    for name, whys in skipped.items():
+        if name not in worst and name not in na:
+            na[name] = (f"not compared at any of {len(whys)} random points: {whys[0]}" if len(whys) > 1
+                        else f"not compared: {whys[0]}")
+    if skipped:
+        names = ", ".join(skipped)
+        whys = list(dict.fromkeys(w for ws in skipped.values() for w in ws))
+        out.notes = out.notes + [f"{names} skipped at {len(whys)} random point(s) where the quadrature is no "
+                                 f"reference: " + "; ".join(whys)]
     for name, tol in {**TOLERANCES, **(HUNT_TOLERANCES if hunt else {})}.items():
         if name in na:
             out.append(Check(name, float("nan"), tol, "na", na[name]))
@@ -130,15 +151,39 @@ def _outside_omega(fam, lam_vals, fixed_vals, vals, d):
             f"e.g. a precision by a Cholesky factor")
 
 
-def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler_rng):
-    """All checks at one random parameter point; ``record`` keeps the worst value of each."""
+def quadrature_checks(fam, model, H_sym) -> list:
+    """The checks at a random point that compare with the density by quadrature (its samples included)."""
+    names = ["normalization", "mu_vs_quadrature", "mu_vs_monte_carlo", "fisher_vs_covariance"]
+    if H_sym is not None:
+        names.append("entropy_vs_quadrature")
+    gaussian = fam.is_gaussian and fam.variable_kind in ("scalar", "vector") and len(fam.components) <= 1
+    if gaussian:
+        names.append("gaussian_vs_density")
+    if fam.sampler is not None or gaussian:
+        names.append("sampler_vs_density")
+        if ks_applies(fam, model):
+            names.append("sampler_ks")
+    return names
+
+
+def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler_rng, skip=None) -> bool:
+    """All checks at one random parameter point; ``record`` keeps the worst value of each.  Where the quadrature
+    does not converge there (``Quadrature.unsettled``), the checks against it are not made: ``skip(name, why)``
+    is told why, and the result is False (the checks of the derived forms alone are made all the same)."""
     nf = model.nf
     vals = fam.sample_params(rng, d or 2)
     fixed_vals, lam_vals, c, A, mu_c = parameter_point(fam, nf, vals, d)
     quad = None
     outside = None
+    off = []                     # the checks against the quadrature that are not made here: it did not converge
     try:
         quad = Quadrature(model, c, fixed_vals, A)
+        if quad.unsettled and skip is not None:
+            why = unsettled_reason(quad, describe_point(fam, vals))
+            off = quadrature_checks(fam, model, H_sym)
+            for n in off:
+                skip(n, why)
+            quad = None              # the checks below compare with it only where it is a reference
     except (BLRError, ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
         why = f"quadrature failed: {exc}"
         outside = _outside_omega(fam, lam_vals, fixed_vals, vals, d)
@@ -214,6 +259,7 @@ def _check_point(fam, model, rng, d, mc_samples, H_sym, record, guarded, sampler
             return
         record("round_trip_expectation", err)
     guarded("round_trip_expectation", rt_mu)
+    return not off
 
 
 def _ill_conditioned_round_trip(fam, vals, back, mvals, fixed_vals, lam_vals, d, err):

@@ -49,7 +49,7 @@ from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import near_point
 from blr_derive.families.numeric import MODULES
 from blr_derive.ir.build import family_ir
-from blr_derive.verify.quadrature import Quadrature, near_one
+from blr_derive.verify.quadrature import SETTLE_TOL, Quadrature, near_one
 from blr_derive.verify.results import HUNT_TOLERANCES
 
 #: at how many hard points (the first) the module's init/step and its Newton solver ordinary_from_expectation run
@@ -464,15 +464,31 @@ class Reference:
     how: str
 
 
+#: how the notes of a check begin that say where the quadrature did not converge
+UNSETTLED_NOTE = "the quadrature did not converge at "
+
+
+def unsettled_reason(quad, where) -> str:
+    """Why a quadrature that does not converge (``Quadrature.unsettled``) is no reference at ``where`` (a
+    description of the point): the result that moved most beyond its allowance."""
+    moves = quad.unsettled
+    what = max(moves, key=lambda k: moves[k] / SETTLE_TOL[k])
+    names = {"logZ": "log ∫ h exp(<λ,T>)", "mean": "E_q[T]", "cov": "Cov_q[T]", "entropy": "−∫ q log q"}
+    return (f"{UNSETTLED_NOTE}{where}: halving its step moved {names[what]} by {moves[what]:.3g} (more than "
+            f"{SETTLE_TOL[what]:.2g}: heavy tails or a funnel that its grid does not resolve), so it is no reference "
+            f"there")
+
+
 def quadrature_reference(model, c, fixed_vals):
     """(Reference by the check's quadrature or summation, the Quadrature); the Reference is None where the
-    quadrature misses mass (``Quadrature.truncated``) or its moments are not finite."""
+    quadrature misses mass (``Quadrature.truncated``), does not converge (``Quadrature.unsettled``) or its moments
+    are not finite."""
     quad = Quadrature(model, c, fixed_vals, 0.0)
     p = quad.p
     ok = p > 0
     entropy = float(quad.logZ - np.sum(p[ok] * quad.g[ok]))
     ref = Reference(quad.logZ, quad.mean, quad.cov, entropy, "summation" if model.discrete else "quadrature")
-    if quad.truncated or not (np.isfinite(ref.logZ) and _finite(ref.mean) and _finite(ref.cov)):
+    if quad.truncated or quad.unsettled or not (np.isfinite(ref.logZ) and _finite(ref.mean) and _finite(ref.cov)):
         ref = None
     return ref, quad
 
@@ -756,10 +772,10 @@ def hunt_family(fam, model, dim, H_sym, record, rng, *, targets=MODULE_TARGETS) 
             rec = SymbolicRecord(fam, H_sym)
         except (BLRError, TypeError, ValueError):
             rec = None
-    skipped, probes = 0, []
+    skipped, probes, unsettled = 0, [], []
     with np.errstate(all="ignore"):
         for hp in points:
-            had_reference, probe = _hunt_point(fam, model, nf, dim, hp, H_sym, record, mp, rec)
+            had_reference, probe = _hunt_point(fam, model, nf, dim, hp, H_sym, record, mp, rec, unsettled)
             skipped += not had_reference
             if probe is not None:
                 probes.append(probe)
@@ -774,6 +790,7 @@ def hunt_family(fam, model, dim, H_sym, record, rng, *, targets=MODULE_TARGETS) 
     notes = [f"{len(points)} hard points: integer and half-integer parameters (ordinary and natural), domain "
              f"boundaries, small and large scales, singular points of A, μ and F"
              + (f" ({skipped} without a quadrature reference: checked for finite values only)" if skipped else "")]
+    notes += unsettled
     for m in modules:
         if m.module is not None:
             notes.append(f"the {m.target} module of the family ({m.size} characters) run at every hard point")
@@ -824,9 +841,10 @@ def _finite(x) -> bool:
         return False
 
 
-def _hunt_point(fam, model, nf, dim, hp, H_sym, record, mp, rec):
+def _hunt_point(fam, model, nf, dim, hp, H_sym, record, mp, rec, unsettled=None):
     """Every check of the derived forms at one hard point: (whether there was a reference, (ordinary parameters,
-    λ, the reference values of A, μ and F, the point's description) for the generated modules, or None)."""
+    λ, the reference values of A, μ and F, the point's description) for the generated modules, or None); where the
+    quadrature does not converge, why is appended to ``unsettled``."""
     vals = hp.vals
     where = f"at {describe_point(fam, vals)} ({hp.why})"
     fixed_vals = {p.symbol: vals[p.symbol] for p in fam.fixed_params}
@@ -873,6 +891,8 @@ def _hunt_point(fam, model, nf, dim, hp, H_sym, record, mp, rec):
             ref = mp(c, fixed_vals, quad)
         except Exception:                                              # noqa: BLE001 -- no reference here
             ref = None
+    if quad is not None and quad.unsettled and unsettled is not None and (ref is None or ref.how != MpReference.HOW):
+        unsettled.append(unsettled_reason(quad, f"{describe_point(fam, vals)} ({hp.why})"))
 
     got = {}
     if rec is not None:
