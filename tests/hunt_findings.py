@@ -35,8 +35,9 @@ CORPUS = {
 }
 
 #: beyond the hunt's points (its scales stop at 1e3 and ±30): the generated numpy module evaluated at extreme but
-#: valid parameters against the engine's 30-digit forms (tests/unit/verify/test_beyond_hunt.py asserts that each is
-#: still wrong, so that a fix removes it).  family -> [(module function, ordinary parameters, what goes wrong)]
+#: valid parameters against the engine's forms in mpmath (SymbolicRecord: 30 digits and more until the value
+#: settles; tests/unit/verify/test_beyond_hunt.py asserts that each is still wrong, so that a fix removes it).
+#: family -> [(module function, ordinary parameters, what goes wrong)]
 #: (bernoulli_logit's A = log(e^λ + e^−λ) = inf and μ = inf/inf at |λ| = 1000 were fixed by the printers' lowering of
 #: sums of exponentials, codegen/expsums.py: BEYOND_HUNT_FIXED, asserted right by the same test)
 BEYOND_HUNT = {
@@ -48,14 +49,16 @@ BEYOND_HUNT = {
     # expm1/log1mexp and F's (1 − e^(−r))² kept as a square (codegen/cancel.py, which took A, μ, F at r = 1e-9 from
     # relative errors 56, 56, 1 (A = −2.7e-8 < 0) to 3.5e-6, 8.3e-8, 1.5e-7, and F at r = 1e-12 from NaN to 3.2e-3):
     # −λ + log(expm1(r)) loses |λ|·1e-16 absolute, r/(−expm1(−r)) − 1 and expm1(r) − r lose 1e-16 of 1 and of r.
-    # A Taylor polynomial in r about r = 0 (λ → −∞) would be right; blr_derive/families/singular.py does not look
-    # for one there
+    # At r = 1e-300 A and μ are 0 (for 5e-301) and F is 0/0 (expm1(−r)² underflows); it needs a Taylor
+    # polynomial in r about r = 0 (λ → −∞), which blr_derive/families/singular.py does not look for
     "zt_poisson": [("log_partition", {"r": 1e-9}, "wrong"), ("log_partition", {"r": 1e-12}, "wrong"),
-                   ("expectation_parameters", {"r": 1e-12}, "wrong"), ("fisher_information", {"r": 1e-12}, "wrong")],
+                   ("expectation_parameters", {"r": 1e-12}, "wrong"), ("fisher_information", {"r": 1e-12}, "wrong"),
+                   ("log_partition", {"r": 1e-300}, "wrong"), ("expectation_parameters", {"r": 1e-300}, "wrong"),
+                   ("fisher_information", {"r": 1e-300}, "nan")],
 }
 
 #: entries BEYOND_HUNT listed that a fix made right: family -> [(module function, ordinary parameters)], each asserted
-#: finite and equal to the 30-digit forms by tests/unit/verify/test_beyond_hunt.py
+#: finite and equal to the forms in mpmath by tests/unit/verify/test_beyond_hunt.py
 BEYOND_HUNT_FIXED = {
     # one entry of F (~1.2e14) lost 0.5% to cancellation at β = 1e-8: its repeated denominator, expanded by sympy, is
     # kept factored (blr_derive/families, factor_repeated_denominator); what is left is 1.5e-10 relative in every
