@@ -15,6 +15,7 @@ import sympy as sp
 from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from sympy.printing.pycode import PythonCodePrinter
 
+from blr_derive.codegen.cancel import LOG1MEXP_SWITCH, expm1, stable_differences
 from blr_derive.codegen.expsums import print_order, stable_exp_sums
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.scaled import ORIGINAL_NAMES, scaled_bessel
@@ -63,8 +64,11 @@ class HostConditionalMixin:
         exponentially scaled functions (:func:`codegen.scaled.scaled_bessel`), then logarithms of sums of
         exponentials as log-sum-exps and quotients of such sums normalized by their largest exponent
         (:func:`codegen.expsums.stable_exp_sums`), and negative powers of cosh as powers of sech
-        (:func:`cosh_powers_as_sech`), so that no target overflows where the value is finite."""
-        return super().doprint(cosh_powers_as_sech(stable_exp_sums(scaled_bessel(expr))), assign_to)  # type: ignore[misc]
+        (:func:`cosh_powers_as_sech`), so that no target overflows where the value is finite, then differences of
+        exponentials as expm1 and log1mexp (:func:`codegen.cancel.stable_differences`), so that none cancels where a
+        library function computes the difference."""
+        lowered = stable_differences(cosh_powers_as_sech(stable_exp_sums(scaled_bessel(expr))))
+        return super().doprint(lowered, assign_to)      # type: ignore[misc]
 
     def _as_ordered_terms(self, expr, order=None):
         """A sum's terms in the printer's order, or, for a sum the exponential-sum lowering normalized, in the order of
@@ -96,6 +100,19 @@ class HostConditionalMixin:
     MINIMUM = "min"
     LOG = "math.log"
     LOG1P = "math.log1p"
+
+    def _print_log1mexp(self, expr):
+        """log(1 − e^{a}) of the difference lowering (``codegen.cancel.log1mexp``): Mächler's select, log(−expm1(a))
+        for a > −log 2 and log1p(−e^{a}) below, each branch printed by the target's own log, expm1, log1p and exp,
+        elementwise where the target selects elementwise (both branches are finite for a < 0)."""
+        a = expr.args[0]
+        test = f"{self.parenthesize(a, 0)} > {LOG1MEXP_SWITCH!r}"
+        near = self._print(sp.log(-expm1(a)))
+        if self.WHERE is None:
+            return f"({near} if {test} else {self._print(sp.log(1 - sp.exp(a)))})"
+        # both branches are computed: the other one's argument kept on its side (log1p(−1) = −inf at a = 0 warns)
+        far = self._print(sp.log(1 - sp.exp(sp.Min(a, sp.Float(LOG1MEXP_SWITCH)))))
+        return self.WHERE.format(test=test, a=near, b=far)
 
     def _print_log(self, expr):
         arg = expr.args[0]

@@ -8,13 +8,12 @@ bernoulli_logit's log(e^λ + e^−λ) at |λ| = 1000, by their lowering of sums 
 the modules' Newton solve μ → λ that stalled for the generalized inverse Gaussian at p = 0, a = 2e-6, b = 1
 (|∇A − μ| = 7.5e4) and for tilted_zipf20 at r = −1, s = 0 (|∇A − μ| = 0.58: its full step from the nearly singular
 start λ = (1, −1) landed on a point mass), by the Levenberg–Marquardt damping and step cap of
-blr_derive/core/newton.py).
+blr_derive/core/newton.py; the logarithmic family's F, which lost 10% to cancellation at p = 1 − 1e-8 and was inf at
+1 − 1e-10 (its 1 − e^λ), by the printers' expm1 and log1mexp, codegen/cancel.py: 1.2e-16 at both).
 
 family -> {failing check: where (the point, for the reader; the report names the worst point of each check)}."""
 
 BUILTIN = {
-    # F(λ) in double precision loses 10% to cancellation at p = 1 − 1e-8 (λ = −1e-8)
-    "logarithmic": {"generated_numpy": "p = 0.99999999", "generated_jax": "p = 0.99999999"},
     # A = log((2π)^(K/2) I(κ)/κ^(K/2−1)) is 0/0 at v = 0 (the uniform law on the sphere), and Newton's method fails
     # next to it
     "von_mises_fisher": {
@@ -36,23 +35,30 @@ CORPUS = {
 }
 
 #: beyond the hunt's points (its scales stop at 1e3 and ±30): the generated numpy module evaluated at extreme but
-#: valid parameters against the engine's 30-digit forms (tests/unit/verify/test_beyond_hunt.py asserts that each is
-#: still wrong, so that a fix removes it).  family -> [(module function, ordinary parameters, what goes wrong)]
+#: valid parameters against the engine's forms in mpmath (SymbolicRecord: 30 digits and more until the value
+#: settles; tests/unit/verify/test_beyond_hunt.py asserts that each is still wrong, so that a fix removes it).
+#: family -> [(module function, ordinary parameters, what goes wrong)]
 #: (bernoulli_logit's A = log(e^λ + e^−λ) = inf and μ = inf/inf at |λ| = 1000 were fixed by the printers' lowering of
 #: sums of exponentials, codegen/expsums.py: BEYOND_HUNT_FIXED, asserted right by the same test)
 BEYOND_HUNT = {
     # K_p(√(ab)) overflows in its order, not its argument (K_1000(1.5) ~ 1e2700): no exponential scaling helps; it
     # needs log K_p computed as such
     "generalized_inverse_gaussian": [("log_partition", {"p": 1000.0, "a": 1.5, "b": 1.5}, "inf")],
-    # (a corpus family, tests/corpus/families) A = −λ + e^λ + log1p(−exp(−e^λ)) = log((e^r − 1)/r) ≈ r/2: 1 − e^(−r)
-    # cancels for a small rate r (A = −2.7e-8 < 0 at r = 1e-9, μ 2.8e-8 for 5e-10, F = −0), and F's denominator
-    # 1 − 2e^(−r) + e^(−2r) = (1 − e^(−r))² is 0/0 at r = 1e-12; it needs expm1 (and the square kept as one)
-    "zt_poisson": [("log_partition", {"r": 1e-9}, "wrong"), ("expectation_parameters", {"r": 1e-9}, "wrong"),
-                   ("fisher_information", {"r": 1e-9}, "wrong"), ("fisher_information", {"r": 1e-12}, "nan")],
+    # (a corpus family, tests/corpus/families) A = log(e^r − 1) − λ ≈ r/2 with r = e^λ, μ = r/(1 − e^(−r)) − 1 and
+    # F = ∂μ/∂λ cancel for a small rate r in their closed forms even with every difference of exponentials printed as
+    # expm1/log1mexp and F's (1 − e^(−r))² kept as a square (codegen/cancel.py, which took A, μ, F at r = 1e-9 from
+    # relative errors 56, 56, 1 (A = −2.7e-8 < 0) to 3.5e-6, 8.3e-8, 1.5e-7, and F at r = 1e-12 from NaN to 3.2e-3):
+    # −λ + log(expm1(r)) loses |λ|·1e-16 absolute, r/(−expm1(−r)) − 1 and expm1(r) − r lose 1e-16 of 1 and of r.
+    # At r = 1e-300 A and μ are 0 (for 5e-301) and F is 0/0 (expm1(−r)² underflows); it needs a Taylor
+    # polynomial in r about r = 0 (λ → −∞), which blr_derive/families/singular.py does not look for
+    "zt_poisson": [("log_partition", {"r": 1e-9}, "wrong"), ("log_partition", {"r": 1e-12}, "wrong"),
+                   ("expectation_parameters", {"r": 1e-12}, "wrong"), ("fisher_information", {"r": 1e-12}, "wrong"),
+                   ("log_partition", {"r": 1e-300}, "wrong"), ("expectation_parameters", {"r": 1e-300}, "wrong"),
+                   ("fisher_information", {"r": 1e-300}, "nan")],
 }
 
 #: entries BEYOND_HUNT listed that a fix made right: family -> [(module function, ordinary parameters)], each asserted
-#: finite and equal to the 30-digit forms by tests/unit/verify/test_beyond_hunt.py
+#: finite and equal to the forms in mpmath by tests/unit/verify/test_beyond_hunt.py
 BEYOND_HUNT_FIXED = {
     # one entry of F (~1.2e14) lost 0.5% to cancellation at β = 1e-8: its repeated denominator, expanded by sympy, is
     # kept factored (blr_derive/families, factor_repeated_denominator); what is left is 1.5e-10 relative in every
@@ -61,4 +67,8 @@ BEYOND_HUNT_FIXED = {
     # logaddexp(−λ, λ) and e^{λ − logaddexp(−λ, λ)} − e^{−softplus(2λ)} (codegen/expsums.py)
     "bernoulli_logit": [("log_partition", {"lam": 1000.0}), ("expectation_parameters", {"lam": 1000.0}),
                         ("log_partition", {"lam": -1e4}), ("expectation_parameters", {"lam": -1e4})],
+    # the expm1/log1mexp forms of codegen/cancel.py at ordinary and large rates (right before them too: they must
+    # stay so; r = 1000 is past e^r's overflow, which the exponential-sum lowering takes out first)
+    "zt_poisson": [(fn, {"r": r}) for r in (0.5, 30.0, 1000.0)
+                   for fn in ("log_partition", "expectation_parameters", "fisher_information")],
 }

@@ -1,6 +1,7 @@
 """Removable singularities of a log-partition: points inside the natural-parameter domain Ω where the closed form of
 A(λ) (or of μ = ∇A, F = ∇²A) is 0/0, although the function is analytic there (A is analytic on the interior of Ω,
-Sec. 1.2).  The continuous Bernoulli's A(λ) = log((e^λ − 1)/λ) at λ = 0 (p = 1/2, its uniform point) and a
+Sec. 1.2), and points of Ω's boundary where the closed form is 0/0 but extends analytically through them (its Taylor
+polynomial exists and is accurate: a truncated exponential whose rate is declared positive, next to rate 0).  The continuous Bernoulli's A(λ) = log((e^λ − 1)/λ) at λ = 0 (p = 1/2, its uniform point) and a
 truncated exponential at λ → 0 are such points: floating point gives NaN at the point and loses digits near it
 (2.6e-3 at p = 0.5001).
 
@@ -96,26 +97,28 @@ def _lam_samples(fam, rng_seed=23, n=3):
     return out
 
 
+def _valid_at(fam, row, l, v):
+    """Whether the ordinary parameters of ``row`` with λ_i = v are valid."""
+    r = dict(row)
+    r[l] = float(v)
+    try:
+        vals = {s: float(fam.evaluate(e, r)) for s, e in fam.ord_from_nat.items()}
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        return False
+    vals.update({p.symbol: row[p.symbol] for p in fam.fixed_params})
+    return bool(fam.params_valid(vals))
+
+
 def _interior(fam, l, c, rows):
     """Rows of λ values with λ_i = c (and λ_i = c ± a little) inside Ω: the ordinary parameters of each are valid."""
-    good = []
-    for row in rows:
-        ok = True
-        for dc in (0.0, 1e-3, -1e-3):
-            r = dict(row)
-            r[l] = float(c) + dc
-            try:
-                vals = {s: float(fam.evaluate(e, r)) for s, e in fam.ord_from_nat.items()}
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-                ok = False
-                break
-            vals.update({p.symbol: row[p.symbol] for p in fam.fixed_params})
-            if not fam.params_valid(vals):
-                ok = False
-                break
-        if ok:
-            good.append(row)
-    return good
+    return [row for row in rows if all(_valid_at(fam, row, l, c + dc) for dc in (0.0, 1e-3, -1e-3))]
+
+
+def _on_boundary(fam, l, c, rows):
+    """Rows with λ_i = c outside Ω and λ_i = c + a little or c − a little inside it: c is a point of Ω's boundary
+    (a truncated exponential's λ = 0 where its rate is declared positive)."""
+    return [row for row in rows if not _valid_at(fam, row, l, c)
+            and (_valid_at(fam, row, l, c + 1e-3) or _valid_at(fam, row, l, c - 1e-3))]
 
 
 class _Quantities:
@@ -197,9 +200,22 @@ def guard_removable(fam, A, spec=None):
     out = A
     for l, c in points:
         inside = _interior(fam, l, c, rows)
-        if not inside or not _singular_here(base, l, c, inside):
+        if inside:
+            if _singular_here(base, l, c, inside):
+                out = _guard(fam, out, A, base, l, c, inside, spec)
             continue
-        out = _guard(fam, out, A, base, l, c, inside, spec)
+        # a point of Ω's boundary where the closed form is 0/0 although A extends analytically through it: its Taylor
+        # polynomial serves the side inside Ω as well (a truncated exponential with a positive rate b next to b = 0,
+        # whose F = 1/λ² − e^λ/(1 − e^λ)² is 1e16 − 1e16 = 0 for 1/12 at b = 1e-8); where A does not extend (a pole,
+        # a logarithm: −log(−λ)) or the polynomial is not accurate, A is left as it is
+        try:
+            edge = _on_boundary(fam, l, c, rows)
+            sides = tuple(sd for sd in (1, -1) if all(_valid_at(fam, row, l, c + sd * 1e-3) for row in edge))
+            if edge and sides and _singular_here(base, l, c, edge):
+                out = _guard(fam, out, A, base, l, c, edge, spec, sides)
+        except (SpecError, StepTimeout, NameError, NotImplementedError, TypeError, ValueError, ZeroDivisionError,
+                OverflowError):
+            continue          # (a function numpy does not name, e.g. dbesselk: nothing evaluated here)
     return out
 
 
@@ -227,9 +243,11 @@ def _taylor(A, l, c, order):
 ORDERS = (12, 20, MAX_ORDER)
 
 
-def _guard(fam, current, A, base, l, c, rows, spec):
+def _guard(fam, current, A, base, l, c, rows, spec, sides=(1, -1)):
+    """``current`` with the point λ_i = c guarded (module docstring); ``sides``: the directions from c into Ω (both
+    inside it, one at its boundary), where the closed form and the polynomial are compared."""
     # the smallest radius at which the closed form is accurate: it needs the shortest polynomial
-    r = next((r for r in RADII if _general_ok(base, l, c, r, rows)), None)
+    r = next((r for r in RADII if _general_ok(base, l, c, r, rows, sides)), None)
     if r is None:
         raise _fail(fam, l, c, spec, f"the closed form is not accurate even at a distance of {RADII[-1]} from it")
     done = -1
@@ -242,17 +260,18 @@ def _guard(fam, current, A, base, l, c, rows, spec):
             q = _Quantities(fam, series)
             if all(_close(q.exact_values(_at(row, l, c + s * 0.999 * float(r))),
                           base.exact_values(_at(row, l, c + s * 0.999 * float(r))), SERIES_TOL)
-                   for row in rows for s in (1, -1)):
+                   for row in rows for s in sides):
                 return near_point(current, sp.Tuple(*[coeffs.get(k, sp.Integer(0)) for k in range(order + 1)]), l, c, r)
         done = top
     raise _fail(fam, l, c, spec, f"no Taylor polynomial of degree ≤ {MAX_ORDER} meets the accuracy at the radius "
                                  f"{r} where the closed form is accurate")
 
 
-def _general_ok(base, l, c, r, rows):
+def _general_ok(base, l, c, r, rows, sides=(1, -1)):
     """The closed form in float64 within GENERAL_TOL of its 40-digit value at |λ_i − c| = r, 1.5r, 2r, 4r on both sides
-    (points where the exact value is not a finite real number lie outside Ω and are skipped)."""
-    for row, s, k in itertools.product(rows, (1, -1), (1, 1.5, 2, 4)):
+    (or on the ``sides`` given; points where the exact value is not a finite real number lie outside Ω and are
+    skipped)."""
+    for row, s, k in itertools.product(rows, sides, (1, 1.5, 2, 4)):
         at = _at(row, l, c + s * k * float(r))
         want = base.exact_values(at)
         if want is None or not np.all(np.isfinite(want)) or np.any(np.abs(want.imag) > 1e-30):

@@ -376,7 +376,7 @@ def _mp_besselk_at(nu, x, prec):
     return mpmath.besselk(nu, x)
 
 
-#: the engine's own functions (blr_derive/core/specialfns.py) in mpmath, for the 30-digit symbolic record
+#: the engine's own functions (blr_derive/core/specialfns.py) in mpmath, for the symbolic record
 MP_FUNCTIONS = {
     "softplus": lambda x: mpmath.log1p(mpmath.exp(x)) if x < 30 else x + mpmath.log1p(mpmath.exp(-x)),
     "xlogy": lambda x, y: mpmath.mpf(0) if x == 0 else x * mpmath.log(y),
@@ -389,14 +389,16 @@ MP_FUNCTIONS = {
 
 
 class SymbolicRecord:
-    """What the engine derived for a family with scalar natural parameters, compiled once to 30-digit mpmath
-    functions (sympy's ``evalf`` of the same expressions, without its overhead: F of the generalized inverse
-    Gaussian costs 1.6 s per point by ``evalf``): A, μ and F in λ (and the fixed parameters), λ, μ and the entropy
+    """What the engine derived for a family with scalar natural parameters, compiled once to mpmath functions
+    evaluated at 30 digits, and more where that is not finite or ``settle`` asks for every value (:func:`_settled`;
+    sympy's ``evalf`` of the same expressions, without its overhead: F of the generalized inverse Gaussian costs 1.6 s
+    per point by ``evalf``): A, μ and F in λ (and the fixed parameters), λ, μ and the entropy
     in the ordinary parameters, the ordinary parameters in λ.  A quantity lambdify cannot write (an unevaluated
     series) is evaluated by ``Family.evaluate`` instead."""
 
-    def __init__(self, fam, H_sym):
+    def __init__(self, fam, H_sym, settle=False):
         self.fam = fam
+        self.settle = settle          # every value at increasing precision until it settles (:func:`_settled`)
         fixed = [p.symbol for p in fam.fixed_params]
         ordinary = [p.symbol for p in fam.params.values()]
         lam = list(fam.lam) + fixed
@@ -429,8 +431,8 @@ class SymbolicRecord:
         fn = self.fns[key]
         if fn is not None:
             try:
-                with mpmath.workdps(30):
-                    out = fn(*[mpmath.mpf(float(env[a])) for a in args])
+                guarded = any(isinstance(e, sp.Basic) and e.has(near_point) for e in self.exprs[key])
+                out = _settled(fn, [float(env[a]) for a in args], guarded, self.settle)
                 return np.array([_real(x) for x in out], dtype=float)
             except (NameError, AttributeError):          # a function mpmath does not have: evalf instead
                 self.fns[key] = None
@@ -441,6 +443,49 @@ class SymbolicRecord:
                     raise
         return np.array([float(self.fam.evaluate(e, {a: env[a] for a in args}, None)) for e in self.exprs[key]],
                         dtype=float)
+
+
+#: the precisions (decimal digits) a symbolic value is computed at, from the first, until two in a row agree to
+#: SETTLED (relative): a form that cancels loses digits to it even in mpmath (a zero-truncated Poisson's
+#: A = log(e^{e^λ} − 1) − λ ≈ e^λ/2 keeps none of 30 at e^λ = 1e-20, −2.5e-12 for 5e-21, and is log(0) = −inf at
+#: 1e-300, where e^{e^λ} − 1 ≈ 1e-300 must keep 16 digits beyond the 300 it loses and its logarithm's
+#: cancellation as many again: 960 digits)
+PRECISIONS = (30, 60, 120, 240, 480, 960)
+SETTLED = 1e-20
+
+
+def _settled(fn, args, guarded=False, settle=False) -> list:
+    """``fn`` at the float arguments ``args`` at 30 digits where that is finite (and ``settle`` is false: the check's
+    points, where 30 digits leave more than its tolerances need and a second evaluation would double the cost of its
+    references, 15.7 s → 24.8 s of checking the generalized inverse Gaussian), else evaluated at PRECISIONS until two
+    precisions in a row agree (:func:`_agree`), or at the last one as it is (where the value is inf or NaN at every
+    precision).  A division by zero at a precision goes on to the next (e^{1e-300} − 1 is 0 in 30 digits); at the last
+    it is raised, and at once for a removable singularity's select (``guarded``: its closed form is 0/0 at its centre at
+    any precision, and the caller selects the Taylor polynomial)."""
+    prev = out = None
+    for dps in PRECISIONS:
+        try:
+            with mpmath.workdps(dps):
+                out = list(fn(*[mpmath.mpf(a) for a in args]))
+        except ZeroDivisionError:
+            if guarded or dps == PRECISIONS[-1]:
+                raise
+            prev = None
+            continue
+        if dps == PRECISIONS[0] and not settle and all(mpmath.isfinite(v) for v in out):
+            return out
+        if prev is not None and all(_agree(a, b) for a, b in zip(prev, out)):
+            return out
+        prev = out
+    return out
+
+
+def _agree(a, b) -> bool:
+    """Two values of one quantity at two precisions agree: equal, or finite and within SETTLED of each other (an
+    infinite or NaN value may be a cancellation's log(0) or 0/0, and is computed again at a higher precision)."""
+    if not (mpmath.isfinite(a) and mpmath.isfinite(b)):
+        return False
+    return bool(a == b or abs(a - b) <= SETTLED * abs(b))
 
 
 def _real(x) -> float:

@@ -12,7 +12,7 @@ cannot run it).  Division and square roots are the correctly rounded ``tl.div_rn
 so that GPU results match torch's IEEE arithmetic.  Functions without a core primitive are
 printed through documented identities: ``tanh(x) = sign(x)(1 - e)/(1 + e)`` with
 ``e = exp(-2|x|)`` (absolute error ~1e-7), ``log1p`` by Goldberg's ``log(u)·x/(u - 1)``,
-``u = 1 + x``, softplus, xlogy and logsumexp from exp/log.  Special functions that need
+``u = 1 + x``, ``expm1`` by Kahan's ``(u - 1)·x/log(u)``, ``u = e^x``, softplus, xlogy and logsumexp from exp/log.  Special functions that need
 libdevice (lgamma, digamma, polygamma, gamma) raise :class:`~blr_derive.core.errors.CodegenError`.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from blr_derive.codegen.source import definition
 #: the target's runtime source (codegen/source.py): the kernels' helpers and every generated module's machinery
 RUNTIME = Path(__file__).parent / "runtime.py"
 #: helper name -> its source, for the kernels that call it (Triton core math has no such function)
-HELPERS = {name: definition(RUNTIME, name) + "\n" for name in ("_log1p", "_tanh", "_sech")}
+HELPERS = {name: definition(RUNTIME, name) + "\n" for name in ("_log1p", "_expm1", "_tanh", "_sech")}
 
 
 class TritonPrinter(KernelPrinter):
@@ -171,6 +171,11 @@ class TritonPrinter(KernelPrinter):
     def _print_tanh(self, expr):
         self.helpers.add("_tanh")
         return f"_tanh({self._print(expr.args[0])})"
+
+    def _print_expm1(self, expr):
+        """e^x − 1 of the difference lowering (codegen/cancel.py) by the runtime's libdevice-free ``_expm1``."""
+        self.helpers.add("_expm1")
+        return f"_expm1({self._print(expr.args[0])})"
 
     def _print_cosh(self, expr):
         x = self._print(expr.args[0])

@@ -22,6 +22,16 @@ def _log1p(x):
 
 
 @triton.jit
+def _expm1(x):
+    """e^x - 1 without libdevice (Kahan): (u - 1)*x/log(u) with u = e^x is accurate where u - 1 cancels (u = 1:
+    x itself; u - 1 = -1 or u = inf: u - 1, exact there)."""
+    u = tl.exp(x)
+    d = u - 1.0
+    ok = (u != 1.0) & (d != -1.0) & (u != float("inf"))
+    return tl.where(u == 1.0, x, tl.where(ok, d * tl.div_rn(x, tl.log(tl.where(ok, u, 2.0))), d))
+
+
+@triton.jit
 def _tanh(x):
     """tanh without libdevice: sign(x)(1 - e)/(1 + e), e = exp(-2|x|); below |x| = 0.05, where 1 - e cancels,
     the odd series x(1 - x²/3 + 2x⁴/15) (truncation < 1e-9 relative): relative error ~1e-6 everywhere."""

@@ -1,7 +1,7 @@
 """The Triton printer's core-math identities (codegen/backends/triton/printer.py) evaluated in Triton against float64.
 
 Functions without a Triton core primitive are printed through identities (tanh, sech, log1p, softplus,
-xlogy, logsumexp, cosh, sign).  Each is compiled here into a one-line kernel and run by the Triton
+xlogy, logsumexp, cosh, sign, expm1, log1mexp).  Each is compiled here into a one-line kernel and run by the Triton
 interpreter (``TRITON_INTERPRET=1``, set before triton is imported, as in tests/unit/codegen/test_triton.py) on
 float32 inputs that include saturated and tiny arguments; the results are compared with float64 values."""
 import importlib.util
@@ -14,6 +14,7 @@ import pytest  # noqa: E402
 import sympy as sp  # noqa: E402
 import torch  # noqa: E402
 
+from blr_derive.codegen.cancel import expm1, log1mexp  # noqa: E402
 from blr_derive.core.specialfns import logsumexp, softplus, xlogy  # noqa: E402
 from blr_derive.codegen.backends.triton.printer import HELPERS, TritonPrinter  # noqa: E402
 
@@ -35,9 +36,13 @@ CASES = [   # (name, expression, float64 reference of (x, y)); observed worst er
     ("sign", sp.sign(X), lambda x, y: np.sign(x)),
     ("pow5", X**5, lambda x, y: x**5),                 # integer powers of negative numbers (beyond x*x*x*x)
     ("pow6_over", Y / X**6, lambda x, y: y / x**6),
+    ("expm1", expm1(X), lambda x, y: np.expm1(x)),                      # the difference lowering's (codegen/cancel.py)
+    ("log1mexp", log1mexp(X), lambda x, y: np.where(x > -np.log(2), np.log(-np.expm1(x)),
+                                                    np.log1p(-np.exp(np.minimum(x, -np.log(2)))))),
 ]
 ARG = {"log1p": np.abs, "cosh": lambda x: np.clip(x, -30, 30), "pow5": lambda x: np.clip(x, -9, 9),
-       "pow6_over": lambda x: np.where(np.abs(x) < 0.05, -1.5, np.clip(x, -9, 9))}      # inputs in the function's domain
+       "pow6_over": lambda x: np.where(np.abs(x) < 0.05, -1.5, np.clip(x, -9, 9)),
+       "log1mexp": lambda x: np.where(x == 0, -1e-30, -np.abs(x))}      # inputs in the function's domain
 
 
 def kernel_module(tmp_path, name, expr):
@@ -70,5 +75,5 @@ def test_printed_identity_equals_float64(tmp_path, name, expr, ref):
     got = out.numpy().astype(np.float64)
     assert np.all(np.isfinite(got)), (name, got)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-7, err_msg=name)
-    if name in ("tanh", "sech", "sign"):        # odd/even functions of tiny arguments keep their relative accuracy
+    if name in ("tanh", "sech", "sign", "expm1", "log1mexp"):   # tiny arguments (and values) keep their relative accuracy
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=0, err_msg=name)

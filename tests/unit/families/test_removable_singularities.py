@@ -258,3 +258,45 @@ def test_a_singularity_without_a_taylor_series_is_a_located_error(tmp_path, monk
     with pytest.raises(SpecError) as err:
         _family(tmp_path, text)
     assert "0/0 at lambda1 = 0" in str(err.value) and "fam.yaml:" in str(err.value)
+
+
+POSITIVE_RATE = """
+name: trunc_exp_positive
+variable: x
+support: unit_interval
+parameters:
+  b: {domain: positive, description: the rate}
+sufficient_statistics: [x]
+natural_parameters: [-b]
+"""
+
+
+@pytest.mark.slow
+def test_a_removable_singularity_on_the_boundary_of_the_domain(tmp_path):
+    """A rate declared positive puts λ = −b = 0, where A = log((1 − e^λ)/(−λ)) is 0/0, on the boundary of Ω: the
+    Taylor polynomial about it serves the side inside Ω (F = 1/λ² − e^λ/(1 − e^λ)² was 1e16 − 1e16 = 0 for 1/12 at
+    b = 1e-8 in the closed form), and the closed form stays beyond the radius."""
+    fam = _family(tmp_path, POSITIVE_RATE)
+    (node,) = [n for n in sp.preorder_traversal(fam.A) if isinstance(n, near_point)]
+    assert node.args[2:4] == (fam.lam[0], 0)
+    num = fam.numeric()
+    for b in (1e-300, 1e-12, 1e-8, 1e-3, 0.02, 0.5, 3.0, 40.0):
+        want = cb_reference(-b)
+        got = [num.A([-b]), num.grad([-b])[0], num.hess([-b])[0][0]]
+        assert _err(got, want) < 1e-12, b
+
+
+@pytest.mark.slow
+def test_a_boundary_singularity_without_a_taylor_series_is_left_as_it_is(tmp_path):
+    """An exponential's A = −log(−λ) is singular at its boundary λ = 0 (no Taylor series): no guard, no error."""
+    fam = _family(tmp_path, """
+name: exponential_rate
+variable: x
+support: positive
+parameters:
+  b: {domain: positive}
+sufficient_statistics: [x]
+natural_parameters: [-b]
+""")
+    assert not fam.A.has(near_point)
+    assert fam.numeric().A([-1e-8]) == pytest.approx(-np.log(1e-8), rel=1e-15)

@@ -1,7 +1,7 @@
 """tests/hunt_findings.py's BEYOND_HUNT: each listed generated-module value at an extreme parameter point is still not
-finite or wrong (relative error above 1e-6 of the largest entry) against the engine's 30-digit form (the check's
-SymbolicRecord), so that a fix fails here and removes its entry; each entry of BEYOND_HUNT_FIXED (removed from it by a
-fix) is finite and equal to that form within 1e-13."""
+finite or wrong (relative error above 1e-6 of the largest entry) against the engine's form in mpmath (the check's
+SymbolicRecord: 30 digits and more until the value settles), so that a fix fails here and removes its entry; each
+entry of BEYOND_HUNT_FIXED (removed from it by a fix) is finite and equal to that form within 1e-13."""
 import types
 from pathlib import Path
 
@@ -28,11 +28,11 @@ CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "families"
 
 
 def _values(name, fn, point):
-    """The numpy module's value of ``fn`` at ``point`` and the engine's 30-digit form's (finite: an ordinary number)."""
+    """The numpy module's value of ``fn`` at ``point`` and the engine's form's in mpmath (finite: an ordinary number)."""
     fam = load_family(str(CORPUS / f"{name}.yaml") if (CORPUS / f"{name}.yaml").exists() else name)
     mod = types.ModuleType(f"_beyond_{name}")
     exec(compile(emit(family_ir(fam, fam.name), "numpy"), name, "exec"), mod.__dict__)
-    rec = SymbolicRecord(fam, None)
+    rec = SymbolicRecord(fam, None, settle=True)     # at the precision each value needs (1e-300: 960 digits)
     env = {p.symbol: point[p.name] for p in fam.free_params}
     lam = rec("eta", env)
     want = np.ravel(rec(KEYS[fn], dict(zip(fam.lam, lam))))

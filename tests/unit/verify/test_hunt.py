@@ -15,6 +15,7 @@ A correct quartic family exp(−cθ⁴) (flat at its mode: no curvature there) p
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import textwrap
 
 import numpy as np
@@ -260,3 +261,27 @@ def test_cli_names_the_point_and_the_quantity(tmp_path, capsys):
     assert row, out
     assert float(row.group(1)) in (1.0, 2.0, 3.0)
     assert "hard_log_partition" in err
+
+
+ZT_POISSON = Path(__file__).resolve().parents[2] / "corpus" / "families" / "zt_poisson.yaml"
+
+
+@pytest.mark.parametrize("r, settle", [(1e-300, False), (1e-300, True), (1e-20, True), (1e-9, False), (0.5, True)])
+def test_the_symbolic_record_computes_a_cancelling_form_at_the_precision_it_needs(r, settle):
+    """A zero-truncated Poisson's A = log(e^r − 1) − λ, μ and F (all r/2 + O(r²) for r = e^λ → 0) lose every digit of
+    30 at r = 1e-20 (A = −2.5e-12) and are log(0), 0/0 at r = 1e-300: the record computes them again at more digits
+    where the 30-digit value is not finite, and always with ``settle`` (tests/unit/verify/test_beyond_hunt.py)."""
+    fam = load_family(str(ZT_POISSON))
+    rec = hunt.SymbolicRecord(fam, None, settle=settle)
+    lam = dict(zip(fam.lam, rec("eta", {p.symbol: r for p in fam.free_params})))
+    u = float(np.exp(lam[fam.lam[0]]))                   # the rate the float λ stands for
+    want = {"A": u / 2 + u ** 2 / 24, "mu": u / 2 + u ** 2 / 12, "F": u / 2 + u ** 2 / 6} if u < 1e-6 else None
+    for key in ("A", "mu", "F"):
+        got = float(rec(key, lam)[0])
+        if want is None:       # at r = 0.5 the 30-digit value settles at once: the closed form in double precision
+            with np.errstate(all="ignore"):
+                assert got == pytest.approx({"A": np.log(np.expm1(u) / u), "mu": u / -np.expm1(-u) - 1,
+                                             "F": u * (np.expm1(u) - u) * np.exp(-u) / np.expm1(-u) ** 2}[key],
+                                            rel=1e-14)
+        else:
+            assert got == pytest.approx(want[key], rel=1e-14), (key, r, got)
