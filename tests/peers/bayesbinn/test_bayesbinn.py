@@ -50,7 +50,8 @@ def test_exact_natural_gradient_of_a_nonlinear_loss_is_a_finite_sum(tmp_path, fa
     (param,) = [p.symbol for p in r.family.params.values()]
     a_s, y_s = r.hyper_symbol("a"), r.data[0].symbol
     f = sp.lambdify((param, a_s, y_s, r.family.mu[0]), g,
-                    [{"logsumexp": lambda *xs: np.logaddexp.reduce(np.broadcast_arrays(*xs))}, "numpy"])
+                    [{"logsumexp": lambda *xs: np.logaddexp.reduce(np.broadcast_arrays(*xs)),
+                      "softplus": lambda x: np.logaddexp(0.0, x)}, "numpy"])     # the loss's log(1 + e^u)
     a, y = 0.7, -1.3
     for mu in (-0.8, -0.1, 0.35, 0.9):
         E = lambda m: (1 + m) / 2 * loss_np(1.0, a, y) + (1 - m) / 2 * loss_np(-1.0, a, y)

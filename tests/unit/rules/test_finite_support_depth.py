@@ -84,7 +84,8 @@ def test_bernoulli_nested_digamma_and_sign(f, depth):
     """digamma of a sigmoid drives its argument to 0 (ψ(s) ≈ −1/s): three deep the loss is still finite at θ = ±1
     (−78.8 and −4.3e22), four deep it is −inf at θ = −1 in double precision, and a derivation eight deep used to
     spend the engine's whole 120 s in sympy's simplify of the ratio of the loss to θ (its numeric screen saw no
-    finite value); ``sign(sigmoid(·) − 1/2)`` is a step with derivative 0 almost everywhere."""
+    finite value); ``sign(sigmoid(·) − 1/2)`` is a step with derivative 0 almost everywhere.  Where the new p
+    rounds to 0 or 1 (three deep, λ ≈ -1e22), the step raises instead of returning the point mass."""
     mod = derive_step("bernoulli", f"y*{nested_text(f, depth)}", seconds=30)
     y, rho = 0.3, 0.5
     psi = {"digamma": lambda x: float(scipy.special.digamma(x))}
@@ -100,6 +101,11 @@ def test_bernoulli_nested_digamma_and_sign(f, depth):
         lam = math.log(p / (1 - p)) / 2
         lam_next = (1 - rho) * lam - rho * grad
         expected = float(scipy.special.expit(2 * lam_next))      # λ reaches 1e22 three deep
+        if expected in (0.0, 1.0):
+            # p rounds onto the boundary of (0, 1): a point mass, whose next λ is infinite; the step names it
+            with pytest.raises(FloatingPointError, match="rounded it onto the boundary"):
+                mod.step({"p": np.float64(p)}, data={"y": y}, rho=rho)
+            continue
         got = mod.step({"p": np.float64(p)}, data={"y": y}, rho=rho)["p"]
         assert got == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
