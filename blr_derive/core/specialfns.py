@@ -324,15 +324,8 @@ def normal_cdf_form(e):
     e = e.replace(lambda x: isinstance(x, sp.Add) and x.has(sp.erf, ndtr), complement)
 
     def split_log(lg):
-        arg = lg.args[0]
-        if isinstance(arg, ndtr):
-            return log_ndtr(arg.args[0])
-        if isinstance(arg, sp.Pow) and isinstance(arg.base, ndtr) and arg.exp.is_real:
-            return arg.exp * log_ndtr(arg.base.args[0])
-        if not isinstance(arg, sp.Mul):
-            return lg
         cdf, rest = [], []
-        for f in arg.args:
+        for f in sp.Mul.make_args(lg.args[0]):          # a lone Φ(b) or Φ(b)^k is a product of one factor
             base, k = f.as_base_exp()
             if isinstance(base, ndtr) and k.is_real:
                 cdf.append((base, k))

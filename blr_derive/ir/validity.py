@@ -152,13 +152,8 @@ def _bounded_reason(D, owners, fam, e, p, reads, sources):
     explicit = getattr(D.recipe, "loss_kind", None) == "explicit"
     if not (reads & sources or reads & D.unsigned or D.unsigned_gradient or explicit):
         return None
-    positive = {q.symbol for q in fam.params.values() if q.domain == "positive" and isinstance(q.symbol, sp.Symbol)}
-
-    def proved(c):
-        sub = {s: sp.Dummy(s.name, positive=True) if s in positive else sp.Dummy(s.name, real=True)
-               for s in c.free_symbols if isinstance(s, sp.Symbol) and not isinstance(s, sp.Dummy)}
-        return _sign(c.xreplace(sub), "is_positive")
-    if all(proved(c) for _, c in conditions):
+    positive = _positive_parameters(fam)
+    if all(_proved_positive(c, positive) for _, c in conditions):
         return None
     if reads & sources:
         return (f"its update reads a Hessian estimate of any sign, which may move it out of its domain (take smaller "
@@ -178,11 +173,7 @@ def _inside_for_every_lambda(fam, p) -> bool:
     if not isinstance(ord_from_nat, dict) or p.symbol not in ord_from_nat:
         return False
     lam = set(getattr(fam, "lam", ()) or ())
-    positive = {q.symbol for q in fam.params.values() if q.domain == "positive" and isinstance(q.symbol, sp.Symbol)}
-
-    def dummies(c):
-        return c.xreplace({s: sp.Dummy(s.name, real=True) if s in lam else sp.Dummy(s.name, positive=True)
-                           for s in c.free_symbols if isinstance(s, sp.Symbol) and (s in lam or s in positive)})
+    positive = _positive_parameters(fam)
     value = ord_from_nat[p.symbol]
     if not isinstance(value, sp.Expr) or value.free_symbols - lam - positive:
         return False
@@ -192,7 +183,18 @@ def _inside_for_every_lambda(fam, p) -> bool:
         if not all(q in ord_from_nat for q in coords):
             return False
         conditions.append(1 - sum((ord_from_nat[q] for q in coords), sp.S.Zero))
-    return all(_sign(dummies(c), "is_positive") for c in conditions)
+    return all(_proved_positive(c, positive) for c in conditions)
+
+
+def _positive_parameters(fam) -> set:
+    return {q.symbol for q in fam.params.values() if q.domain == "positive" and isinstance(q.symbol, sp.Symbol)}
+
+
+def _proved_positive(c, positive) -> bool:
+    """sympy's proof that ``c`` > 0 with the symbols in ``positive`` positive and every other symbol real."""
+    sub = {s: sp.Dummy(s.name, positive=True) if s in positive else sp.Dummy(s.name, real=True)
+           for s in c.free_symbols if isinstance(s, sp.Symbol) and not isinstance(s, sp.Dummy)}
+    return _sign(c.xreplace(sub), "is_positive")
 
 
 def _bounded_checks(name, sym, p, hint, source) -> list:
