@@ -45,6 +45,8 @@ import math
 import sympy as sp
 from sympy.codegen.cfunctions import expm1
 
+from blr_derive.codegen.expsums import exp_factor
+
 __all__ = ["expm1", "log1mexp", "stable_differences", "LOG1MEXP_SWITCH"]
 
 #: Mächler's switch point −log 2: log(−expm1(a)) above it, log1p(−e^{a}) below
@@ -97,19 +99,6 @@ def _walk(node):
     return new
 
 
-def _split(term):
-    """(c, a) with ``term`` = c·e^{a}, c holding no top-level exponential (a = 0: none)."""
-    a, rest = sp.Integer(0), []
-    for f in sp.Mul.make_args(term):
-        if isinstance(f, sp.exp):
-            a += f.args[0]
-        elif isinstance(f, sp.Pow) and isinstance(f.base, sp.exp) and f.exp.is_number:
-            a += f.exp * f.base.args[0]
-        else:
-            rest.append(f)
-    return sp.Mul(*rest), a
-
-
 def _unit(a):
     """(k, u) with a = k·u, k a rational number and u not one, u's sign normalized (so that a and −a share u)."""
     k, u = a.as_coeff_Mul()
@@ -121,7 +110,7 @@ def _unit(a):
 def _add(node):
     if not node.has(sp.exp):
         return node
-    terms = [_split(t) for t in node.args]
+    terms = [exp_factor(t, numeric_powers=True) for t in node.args]
     if any(a.has(sp.I) or a.is_real is False for _, a in terms):
         return node
     out = _polynomial(terms)

@@ -101,6 +101,20 @@ def _walk(node, factor=False):
     return new
 
 
+def exp_factor(term, numeric_powers=False):
+    """(c, a) with ``term`` = c·e^{a}, c holding no top-level exponential (a = 0: none); with ``numeric_powers`` a
+    power (e^{b})^k is taken into a only for a number k (codegen/cancel.py's reading), else for any k."""
+    a, rest = sp.Integer(0), []
+    for f in sp.Mul.make_args(term):
+        if isinstance(f, sp.exp):
+            a += f.args[0]
+        elif isinstance(f, sp.Pow) and isinstance(f.base, sp.exp) and (f.exp.is_number or not numeric_powers):
+            a += f.exp * f.base.args[0]
+        else:
+            rest.append(f)
+    return sp.Mul(*rest), a
+
+
 def exp_terms(add):
     """[(c_i, a_i)] with ``add`` = Σ c_i·e^{a_i}, each c_i free of exp (an exponential sum, module docstring), or
     None: not a sum, a term whose coefficient holds exp, an exponent that is complex or holds this lowering's own
@@ -109,15 +123,7 @@ def exp_terms(add):
         return None
     terms = []
     for term in add.args:
-        a, c = sp.Integer(0), []
-        for f in sp.Mul.make_args(term):
-            if isinstance(f, sp.exp):
-                a += f.args[0]
-            elif isinstance(f, sp.Pow) and isinstance(f.base, sp.exp):
-                a += f.exp * f.base.args[0]
-            else:
-                c.append(f)
-        coeff = sp.Mul(*c)
+        coeff, a = exp_factor(term)
         if coeff.has(sp.exp) or a.has(*_MARKS) or a.has(sp.I) or a.is_real is False:
             return None
         terms.append((coeff, a))
