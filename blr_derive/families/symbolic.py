@@ -25,7 +25,20 @@ def simplify_bounded(e):
     """sympy.simplify(e) for an expression of at most SIMPLIFY_MAX_OPS operations, else e unchanged.  Remembered
     per expression (simplify is a function of its argument): a Fisher information repeats its entries (all the
     off-diagonal entries of a Dirichlet's are −ψ'(Σ_j a_j)), and a family is loaded at several sizes."""
-    return sp.simplify(e) if sp.count_ops(e) <= SIMPLIFY_MAX_OPS else e
+    if sp.count_ops(e) > SIMPLIFY_MAX_OPS:
+        return e
+    if isinstance(e, sp.Expr) and len(e.atoms(sp.exp)) > EXP_ATOMS_TOGETHER:
+        e = sp.cancel(sp.together(e))
+    return sp.simplify(e)
+
+
+#: an expression with more distinct exponentials than this is brought over one denominator (sympy's together, then
+#: cancel) before simplify: the Fisher information of a family over a finite support, ∂²/∂λ² of log Σ_i e^{λ·T_i}
+#: (Eq. 4's F = ∇²A), is a sum of ratios of such sums, and simplify's own rewritings of it expanded products of
+#: e^{a+b} factors for 10-20 s an entry (two coupled ±1 spins, T = (s1, s2, s1·s2): 118 s for its Fisher
+#: information, past the default time limit; 0.2-0.4 s an entry from the common denominator, with the same
+#: simplified result)
+EXP_ATOMS_TOGETHER = 3
 
 
 def factor_repeated_denominator(e):
