@@ -211,12 +211,28 @@ def guard_removable(fam, A, spec=None):
         try:
             edge = _on_boundary(fam, l, c, rows)
             sides = tuple(sd for sd in (1, -1) if all(_valid_at(fam, row, l, c + sd * 1e-3) for row in edge))
-            if edge and sides and _singular_here(base, l, c, edge):
+            if edge and sides and _singular_here(base, l, c, edge) and _extends(base, l, c, edge, sides):
                 out = _guard(fam, out, A, base, l, c, edge, spec, sides)
         except (SpecError, StepTimeout, NameError, NotImplementedError, TypeError, ValueError, ZeroDivisionError,
                 OverflowError):
             continue          # (a function numpy does not name, e.g. dbesselk: nothing evaluated here)
     return out
+
+
+def _extends(base, l, c, rows, sides):
+    """Whether A, μ and F (40 digits) settle as λ_i approaches the boundary point c from inside Ω, as an analytic
+    function's do: their steps between the distances 1e-3, 1e-5 and 1e-7 shrink like the distances (by ~100; at
+    most by 10 is required).  A pole or a logarithm does not settle (log: equal steps of log 100; a pole: growing
+    ones), and sympy's series of it can take its whole time limit (a Gamma family's log Γ(λ₁ + 1) at λ₁ = −1, its
+    shape 0: 30 s, for a Taylor polynomial that cannot exist)."""
+    for row, s in itertools.product(rows, sides):
+        values = [base.exact_values(_at(row, l, c + s * d)) for d in (1e-3, 1e-5, 1e-7)]
+        if any(v is None or not np.all(np.isfinite(v)) for v in values):
+            return False
+        far, mid, near = values
+        if np.any(np.abs(near - mid) > 0.1 * np.abs(mid - far) + 1e-25 * np.maximum(1.0, np.abs(mid))):
+            return False
+    return True
 
 
 def _taylor(A, l, c, order):
