@@ -300,3 +300,20 @@ natural_parameters: [-b]
 """)
     assert not fam.A.has(near_point)
     assert fam.numeric().A([-1e-8]) == pytest.approx(-np.log(1e-8), rel=1e-15)
+
+
+def test_a_boundary_point_is_guarded_only_where_A_settles_there():
+    """singular._extends: as λ approaches a boundary point c from inside Ω, A, μ and F settle where A extends
+    analytically through c (the truncated exponential's log((e^λ − 1)/λ) at 0, a removable 0/0), and do not at a
+    logarithm (−log(−λ) at 0) or a pole (log Γ(λ + 1) at −1: the Gamma family at shape 0, whose series sympy
+    searched for 30 s before this test)."""
+    from types import SimpleNamespace
+
+    from blr_derive.families.singular import _extends, _Quantities
+    lam = sp.Symbol("lambda1", real=True)
+    fam = SimpleNamespace(lam=[lam], fixed_params=[])
+    rows = [{lam: 0.0}]
+    assert _extends(_Quantities(fam, sp.log((sp.exp(lam) - 1) / lam)), lam, 0, rows, (1, -1))
+    assert not _extends(_Quantities(fam, -sp.log(-lam)), lam, 0, rows, (-1,))
+    assert not _extends(_Quantities(fam, sp.loggamma(lam + 1)), lam, -1, [{lam: -1.0}], (1,))
+    assert not _extends(_Quantities(fam, 1 / lam), lam, 0, rows, (1,))
