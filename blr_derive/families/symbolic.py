@@ -107,8 +107,9 @@ def loggamma_form(e):
     return e.xreplace(reps) if reps else e
 
 
-def evaluate(expr, values: dict, dims: dict | None = None):
-    """Numerically evaluate ``expr`` with ``values`` (numpy arrays for matrix symbols)."""
+def _replacements(values: dict, dims: dict | None) -> dict:
+    """:func:`evaluate`'s substitution: 30-digit Floats for numbers, explicit matrices for arrays, integers for
+    dimensions."""
     reps = {}
     for k, v in values.items():
         if is_mat(k):
@@ -120,7 +121,28 @@ def evaluate(expr, values: dict, dims: dict | None = None):
             reps[k] = sp.Float(float(v), 30)
     for k, v in (dims or {}).items():
         reps[k] = sp.Integer(v)
-    e = _value(expr.xreplace(reps))
+    return reps
+
+
+def evaluator(expr, constants: dict, dims: dict | None = None):
+    """``lambda values: evaluate(expr, {**constants, **values}, dims)``, with ``constants`` (the data, the
+    hyperparameters) substituted and the sums over the data worked out once, where that is sound: ``expr`` holds
+    no infinite sum or integral (they are summed or integrated only with every symbol a number).  A check that
+    differentiates E_q[ℓ] by central differences evaluates it at 2·|μ| points per draw, and substituting five data
+    vectors into eight enumerated support points each time was 0.4 s an evaluation (binary-weight logistic
+    regression: 113 s of its check); the values are the same 30-digit numbers."""
+    if not isinstance(expr, sp.Basic) or expr.has(sp.Sum, sp.Integral):
+        return lambda values: evaluate(expr, {**constants, **values}, dims)
+    pre = _value(expr.xreplace(_replacements(constants, dims)))
+    sizes = {k: sp.Integer(v) for k, v in (dims or {}).items()}
+    # a matrix symbol's shape in ``pre`` has its dimensions substituted too: the keys given later are renamed alike
+    return lambda values: evaluate(pre, {k.xreplace(sizes) if sizes and is_mat(k) else k: v
+                                         for k, v in values.items()})
+
+
+def evaluate(expr, values: dict, dims: dict | None = None):
+    """Numerically evaluate ``expr`` with ``values`` (numpy arrays for matrix symbols)."""
+    e = _value(expr.xreplace(_replacements(values, dims)))
     if isinstance(e, sp.MatrixBase) or is_mat(e):
         e = sp.Matrix(e).evalf(30)
         arr = np.array(e.tolist(), dtype=float)

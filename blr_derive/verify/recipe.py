@@ -16,7 +16,7 @@ from blr_derive.core.specialfns import softplus_form
 from blr_derive.derive.driver import derive
 from blr_derive.families.numeric import MODULES
 from blr_derive.families.partition import support_points
-from blr_derive.families.symbolic import evaluate
+from blr_derive.families.symbolic import evaluate, evaluator
 from blr_derive.ir.build import build_ir
 from blr_derive.rules.product import FactorizedDerivation
 from blr_derive.verify.entry_points import federated_error
@@ -543,12 +543,31 @@ def _relaxation_scale_fd(recipe, D, points):
     return worst
 
 
+def _with_defs(D, e, values, dims):
+    """``evaluate(D.expand_defs(e), values, dims)`` with each named quantity of ``D.defs`` that ``e`` reads evaluated
+    once, in the order they read each other, and handed on as its value: written out, the definitions repeat as a
+    tree what the derivation shares (binary-weight logistic regression's natural gradient: 9e5 nodes, 9 s to write out
+    and 2.5 s an evaluation, where its definitions take milliseconds).  Definitions travel as float64 values; the
+    finite-difference check they serve compares at 1e-6."""
+    defs, done = dict(D.defs), {}
+
+    def value(name):
+        if name not in done:
+            expr = defs[name]
+            reads = expr.free_symbols & defs.keys() if isinstance(expr, sp.Basic) else set()
+            done[name] = evaluate(expr, {**values, **{r: value(r) for r in reads}}, dims)
+        return done[name]
+
+    reads = e.free_symbols & defs.keys() if isinstance(e, sp.Basic) else set()
+    return evaluate(e, {**values, **{r: value(r) for r in reads}}, dims)
+
+
 def _natural_gradient_fd(recipe, D, points):
     """Worst relative error of the symbolic ∇_μ E_q[ℓ] against central finite differences in μ, at ``points``
     random parameters where E_q[ℓ] is real and finite (others are drawn again, at most MAX_TRIES times as many)."""
     fam = recipe.family
     E = D.expand_defs(D.expected_loss)
-    grads = [D.expand_defs(g) for g in D.natural_gradient.grads]
+    grads = D.natural_gradient.grads
     ordinary = {p.symbol for p in fam.free_params} & getattr(E, "free_symbols", set())
     ordinary -= recipe.own_parameters()     # constants of ℓ (a prior at the step's start): held, not moved with μ
 
@@ -576,16 +595,19 @@ def _natural_gradient_fd(recipe, D, points):
         for u, m in zip(fam.mu, fam.mu_ord):
             v = evaluate(m, env, dims)
             mu[u] = np.asarray(v, dtype=float) if is_mat(u) else float(v)
+        E_at = evaluator(E, {k: v for k, v in env.items() if k not in ordinary}, dims)
+
         def f(point):
             if not ordinary:
-                return float(evaluate(E, {**env, **point}, dims))
+                return float(E_at(point))
             # E_q[ℓ] written in the ordinary parameters (the exact rule's tilted and finite-sum forms): moving μ
             # moves them through the numeric inverse μ → λ → ordinary
             fixed = {p.symbol: env[p.symbol] for p in fam.fixed_params if p.symbol in env}
             ords = fam.numeric_ord_from_mu({**point, **fixed}, P if fam.dim is not None else None, tol=1e-15)
-            return float(evaluate(E, {**env, **point, **ords}, dims))
+            return float(E_at({**point, **ords}))
         for u, g in zip(fam.mu, grads):
-            gv = np.atleast_2d(evaluate(g, {**env, **mu}, dims)) if is_mat(u) else float(evaluate(g, {**env, **mu}, dims))
+            gv = _with_defs(D, g, {**env, **mu}, dims)
+            gv = np.atleast_2d(gv) if is_mat(u) else float(gv)
             h = 1e-5
             if not is_mat(u):
                 fd = (f({**mu, u: mu[u] + h}) - f({**mu, u: mu[u] - h})) / (2 * h)
