@@ -85,8 +85,26 @@ def test_cauchy_regression_refuses_an_indefinite_precision():
     y = X @ m0 + np.sqrt(3.0)
     _, S_ref = cauchy_newton(X, y, m0, S0, 1.0, 1.0)
     assert np.linalg.eigvalsh(S_ref).min() < -0.1
-    with pytest.raises(FloatingPointError, match="not positive definite"):
+    with pytest.raises(FloatingPointError, match="not positive definite") as info:
         module(CAUCHY).step({"m": m0, "S": S0}, data={"X": X, "y": y}, rho=1.0)
+    assert "within rounding" not in str(info.value) and "convexity" in str(info.value)
+
+
+@pytest.mark.parametrize("target", ["numpy", "jax"])
+def test_a_hessian_singular_to_working_precision_is_named_so_not_indefinite(target, x64):
+    """Poisson regression from margins up to about 540: δI + Xᵀdiag(e^{Xm})X is positive definite (eigenvalues ≥ δ = 1)
+    but its eigenvalues span 1e252 down to 1, beyond float64: Cholesky fails and the computed smallest eigenvalue is
+    −6.8e235.  The refusal says that this is rounding of a singular-to-working-precision matrix (it blamed the loss's
+    convexity alone)."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(50, 3))
+    m0 = np.full(3, 300 / np.sqrt(3))
+    mod = api.derive(textwrap.dedent(POISSON)).compile(target)
+    with pytest.raises(FloatingPointError) as info:
+        mod.step({"m": m0, "S": np.eye(3)}, data={"X": X, "y": np.full(50, 1e6)})
+    text = str(info.value)
+    assert "smallest eigenvalue -6.78807e+235, within rounding of the largest, 7.69634e+252" in text
+    assert "singular to working precision, not shown indefinite" in text
 
 
 def test_the_docstring_states_the_cauchy_loss_with_its_parentheses():
