@@ -113,6 +113,12 @@ class Elementwise(MatrixExpr):
     def shape(self):
         return self.args[1].shape
 
+    @property
+    def precedence(self):
+        """The precedence of the row function's body, as it is printed (sympy's printers parenthesize by it): X.T
+        times 1 − tanh(η)² prints X.T*(1 - tanh(eta)^2), not X.T*1 - tanh(eta)^2."""
+        return precedence(self.args[0].expr)
+
     def _entry(self, i, j, **kwargs):
         return self.args[0](self.args[1]._entry(i, j, **kwargs))
 

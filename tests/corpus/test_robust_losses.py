@@ -139,3 +139,42 @@ def test_poisson_regression_with_large_counts_is_newtons(scale):
     H = np.eye(3) + X.T @ (mu[:, None] * X)
     assert rel(out["S"], H) < 1e-13
     assert rel(out["m"], m0 - np.linalg.solve(H, g)) < 1e-12
+
+
+TANH = """\
+name: tanh_units
+family: gaussian_full
+loss:
+  expression: 0.5*delta*theta.T*theta - sum(tanh(X*theta))
+  data:
+    X: {shape: [N, P], description: inputs}
+approximations: [delta]
+hyperparameters:
+  rho: 0.5
+  delta: 1.0
+"""
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0, 30.0, 1000.0])
+def test_a_sum_of_tanh_units_steps_like_online_newton(scale):
+    """ℓ(θ) = δ‖θ‖²/2 − Σ_n tanh(x_nᵀθ): ∇ℓ = δθ − Xᵀ(1 − tanh²η), ∇²ℓ = δI + Xᵀdiag(2 tanh η (1 − tanh²η))X
+    (Eqs. 12-13 with ρ = 1/2), up to margins of 2000."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    m0, S0 = scale * np.array([1.0, -0.5, 0.3]), 10 * np.eye(3)
+    out = module(TANH).step({"m": m0, "S": S0}, data={"X": X})
+    t = np.tanh(X @ m0)
+    g = m0 - X.T @ (1 - t ** 2)
+    S_ref = 0.5 * S0 + 0.5 * (np.eye(3) + X.T @ ((2 * t * (1 - t ** 2))[:, None] * X))
+    assert rel(out["S"], S_ref) < 1e-14
+    assert rel(out["m"], m0 - 0.5 * np.linalg.solve(S_ref, g)) < 1e-14
+
+
+def test_the_derived_update_prints_an_elementwise_sum_in_parentheses():
+    """The header's derived update read g = delta*m - X.T*1 - tanh(eta)^2 for Xᵀ(1 − tanh²η)."""
+    code = api.derive(TANH).code("numpy")
+    assert "#   g = delta*m - X.T*(1 - tanh(eta)^2)" in code
+    u = sp.Symbol("u")
+    X, th = sp.MatrixSymbol("X", 4, 2), sp.MatrixSymbol("theta", 2, 1)
+    assert sp.sstr(X.T * Elementwise(RowFunction(u, 1 - sp.tanh(u) ** 2), X * th)) == "X.T*(1 - tanh(X*theta)**2)"
+    assert sp.sstr(X.T * Elementwise(RowFunction(u, sp.exp(u)), X * th)) == "X.T*exp(X*theta)"
