@@ -12,6 +12,7 @@ import math
 import numpy as np
 import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
+from sympy.printing.precedence import PRECEDENCE, precedence
 
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat
@@ -33,7 +34,24 @@ def _made_explicit(x):
 
 
 def _fn_latex(printer, f, arg_tex):
-    return printer._print(f.expr.xreplace({f.variables[0]: sp.Symbol(arg_tex)}))
+    """f(arg) in LaTeX with the argument's LaTeX text put in verbatim: a Symbol named by LaTeX text would be printed
+    as a name (its backslashes and braces dropped inside \\mathrm{}: (mathbfX boldsymboltheta)_n), so a placeholder
+    of a plain name stands in for it and is replaced in the printed text."""
+    hole = "zzrowargzz"
+    text = printer._print(f.expr.xreplace({f.variables[0]: sp.Symbol(hole)}))
+    return text.replace(r"\mathrm{%s}" % hole, "{%s}" % arg_tex).replace(hole, "{%s}" % arg_tex)
+
+
+def _operand(printer, f, v, tex=False):
+    """v printed as the argument of the per-row function f it is substituted into (a Symbol named by the text):
+    parenthesized unless it is an atom or f reads it only as a function's argument, so that the row function u² of
+    v = y − Xm prints (y − Xm)², not y − Xm², and softplus(u) of Xm prints softplus(X*m)."""
+    text = printer._print(v)
+    u = f.variables[0]
+    operand = any(u in node.args and not isinstance(node, sp.Function) for node in sp.preorder_traversal(f.expr))
+    if operand and precedence(v) < PRECEDENCE["Atom"]:
+        text = (r"\left(%s\right)" if tex else "(%s)") % text
+    return text
 
 
 class RowFunction(sp.Lambda):
@@ -82,7 +100,7 @@ class DataSum(sp.Expr):
         if not self.fn.expr.has(self.fn.variables[0]):
             return "%s*len(%s)" % (printer._print(self.fn.expr), printer._print(self.vec))
         return "sum(%s)" % printer._print(self.fn.expr.xreplace({self.fn.variables[0]: sp.Symbol(
-            printer._print(self.vec))}))
+            _operand(printer, self.fn, self.vec))}))
 
 
 class Elementwise(MatrixExpr):
@@ -95,6 +113,12 @@ class Elementwise(MatrixExpr):
     def shape(self):
         return self.args[1].shape
 
+    @property
+    def precedence(self):
+        """The precedence of the row function's body, as it is printed (sympy's printers parenthesize by it): X.T
+        times 1 − tanh(η)² prints X.T*(1 - tanh(eta)^2), not X.T*1 - tanh(eta)^2."""
+        return precedence(self.args[0].expr)
+
     def _entry(self, i, j, **kwargs):
         return self.args[0](self.args[1]._entry(i, j, **kwargs))
 
@@ -105,11 +129,11 @@ class Elementwise(MatrixExpr):
         return Elementwise(self.args[0], v)
 
     def _latex(self, printer):
-        return _fn_latex(printer, self.args[0], printer._print(self.args[1]))
+        return _fn_latex(printer, self.args[0], _operand(printer, self.args[0], self.args[1], tex=True))
 
     def _sympystr(self, printer):
         return printer._print(self.args[0].expr.xreplace({self.args[0].variables[0]: sp.Symbol(
-            printer._print(self.args[1]))}))
+            _operand(printer, self.args[0], self.args[1]))}))
 
 
 class DiagOf(MatrixExpr):

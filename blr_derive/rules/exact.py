@@ -191,6 +191,18 @@ def shifted_domain(fam, shifts):
     return out
 
 
+def _opaque_tilts(exprs, fam):
+    """The tilt factors exp(A(λ + c) − A(λ)) of ``exprs`` (in the ordinary parameters) each as a positive symbol,
+    and the way back: simplified with the factor in sight, sympy splits e^{α log β − α log(β + 1)} into the powers
+    β^α·(β + 1)^{−α}, each of which overflows at α = 500, β = 300 (inf/inf = NaN where E[e^{−θ}] under a gamma is
+    (300/301)^500 = 0.19), and folds c·(β/(β + 1))^α·log(β/(β + 1)) into log((β/(β + 1))^{c(β/(β + 1))^α}).  The
+    factor is positive and its exponent finite wherever the expectation is, so it is kept as that exponential."""
+    params = {p.symbol for p in fam.params.values()}
+    tilts = sorted({e for x in exprs for e in x.atoms(sp.exp) if e.free_symbols & params}, key=sp.default_sort_key)
+    hidden = {e: sp.Dummy("tilt", positive=True) for e in tilts}
+    return hidden, {v: k for k, v in hidden.items()}
+
+
 def tilted(recipe, D, e_lam, shifts):
     """E_q[ℓ] for ℓ = Σ P(T)·exp(d + cᵀT) from the tilted log-partition, E_q[Tᵏe^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ))
     (App. B; ``blr_derive/families/tilting.py``), written in λ; ∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4), in the
@@ -198,11 +210,12 @@ def tilted(recipe, D, e_lam, shifts):
     fam = recipe.family
     lam_of = dict(zip(fam.lam, fam.eta))
     d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam]).xreplace(lam_of)
-    grads = [simplify_bounded(g) for g in natural_gradient_at_state(D, fam, d)]
+    hidden, shown = _opaque_tilts(list(d) + [e_lam.xreplace(lam_of)], fam)
+    grads = [simplify_bounded(g).xreplace(shown) for g in natural_gradient_at_state(D, fam, d.xreplace(hidden))]
     finite = shifted_domain(fam, shifts)
     if finite:                      # outside, E_q[ℓ] is infinite: the update is NaN, never a finite wrong number
         grads = [nan_outside(g, *finite) for g in grads]
-    e_loss = simplify_bounded(e_lam.xreplace(lam_of))
+    e_loss = simplify_bounded(e_lam.xreplace(lam_of).xreplace(hidden)).xreplace(shown)
     D.expected_loss = e_loss
     D.unsigned_gradient = not fam.is_gaussian     # of either sign: the new state is checked (ir/validity.py)
     D.natural_gradient = NaturalGradient(list(grads))

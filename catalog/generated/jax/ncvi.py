@@ -101,6 +101,7 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
     if not CHECK_DOMAINS or isinstance(value, jax.core.Tracer):
         return
     a = jnp.asarray(value, dtype=float)
+    singular = False                    # an indefinite matrix only within rounding
     if domain == "positive_definite":
         stack = a.reshape((-1,) + a.shape[-2:])
         ok = jnp.isfinite(stack).all(axis=(1, 2))
@@ -110,7 +111,11 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
         i = int(jnp.argmin(ok))
         M = stack[i]
         if bool(jnp.isfinite(M).all()):
-            what, detail = "positive definite", f"smallest eigenvalue {float(jnp.linalg.eigvalsh((M + M.T) / 2)[0]):.6g}"
+            w = [float(x) for x in jnp.linalg.eigvalsh((M + M.T) / 2)]
+            what, detail = "positive definite", f"smallest eigenvalue {w[0]:.6g}"
+            if -w[0] <= 10 * len(w) * float(jnp.finfo(M.dtype).eps) * max(abs(x) for x in w):
+                detail += f", within rounding of the largest, {w[-1]:.6g}"
+                singular = True
         else:                           # NaN or inf entries: what the arithmetic did, not an indefinite matrix
             bad = tuple(int(x) for x in jnp.argwhere(~jnp.isfinite(M))[0])
             what = "a number" if bool(jnp.isnan(M).any()) else "finite"
@@ -131,6 +136,10 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
     else:
         where_c = ""
     at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
+    if singular:
+        hint = ("it is singular to working precision, not shown indefinite (its eigenvalues span more than the "
+                "precision resolves: a curvature that grows by 1e16 over the data, such as exp of large margins, or "
+                "one that vanishes in a direction): scale the inputs or start nearer the data; " + hint)
     if what == "finite":
         hint = "its update overflowed (an expectation of the loss or of its derivatives is not finite at this state)"
     elif what == "a number":            # NaN: 0/0, inf − inf or 0·inf on the way

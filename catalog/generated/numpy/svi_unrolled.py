@@ -179,6 +179,7 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
     if not CHECK_DOMAINS:
         return
     a = numpy.asarray(value, dtype=float)
+    singular = False                    # an indefinite matrix only within rounding
     if domain == "positive_definite":
         try:                            # a Cholesky factor exists, and is finite (NaN passes LAPACK's test)
             if numpy.isfinite(numpy.linalg.cholesky(a)).all():
@@ -192,7 +193,11 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
         i = int(numpy.flatnonzero(~(low > 0))[0])
         M = stack[i]
         if numpy.isfinite(M).all():
-            what, detail = "positive definite", f"smallest eigenvalue {numpy.linalg.eigvalsh((M + M.T) / 2)[0]:.6g}"
+            w = numpy.linalg.eigvalsh((M + M.T) / 2)
+            what, detail = "positive definite", f"smallest eigenvalue {w[0]:.6g}"
+            if -w[0] <= 10 * len(w) * numpy.finfo(float).eps * numpy.abs(w).max():
+                detail += f", within rounding of the largest, {w[-1]:.6g}"
+                singular = True
         else:                           # NaN or inf entries: what the arithmetic did, not an indefinite matrix
             bad = tuple(int(x) for x in numpy.argwhere(~numpy.isfinite(M))[0])
             what = "a number" if numpy.isnan(M).any() else "finite"
@@ -213,6 +218,10 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
     else:
         where_c = ""
     at = f" at step {int(step)}" if step is not None else ""
+    if singular:
+        hint = ("it is singular to working precision, not shown indefinite (its eigenvalues span more than the "
+                "precision resolves: a curvature that grows by 1e16 over the data, such as exp of large margins, or "
+                "one that vanishes in a direction): scale the inputs or start nearer the data; " + hint)
     if what == "finite":
         hint = "its update overflowed (an expectation of the loss or of its derivatives is not finite at this state)"
     elif what == "a number":            # NaN: 0/0, inf − inf or 0·inf on the way
