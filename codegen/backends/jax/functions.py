@@ -133,7 +133,7 @@ class JnpPrinter(ArrayPrinter):
         nu, x = expr.args
         if nu in (0, 1):
             return f"scipy.special.i{int(nu)}e({self._print(x)})"
-        return super()._print_besselie(expr)
+        return f"scipy.special.ive({self._print(nu)}, {self._print(x)})"
 
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr) if expr.args[-1].cond == sp.true else "jnp.nan"
