@@ -27,7 +27,8 @@ log-partition log(2π I₀(κ)) is inf, although both are ordinary numbers (μ �
 A factor the algebra cannot remove (a Bessel function inside another function, a sum with a term without it) stays
 in the expression as ``exp(s)``: the value is the same as before the rewrite, with the same overflow.  A target
 prints the scaled functions from its own library or refuses them (UnsupportedTarget) as it refused the unscaled ones:
-numpy ``scipy.special.ive``/``kve``; jax ``jax.scipy.special.i0e``/``i1e`` (orders 0 and 1 only; jax has no ``ive``
+numpy ``scipy.special.i0e``/``i1e`` for orders 0 and 1 and the module's ``_ive`` for another (scipy's ``ive`` is NaN
+above x = 2^30; ``_ive`` takes the asymptotic series of DLMF 10.40.1 above 1e8), ``kve``; jax ``jax.scipy.special.i0e``/``i1e`` (orders 0 and 1 only; jax has no ``ive``
 and no ``kve``); torch ``torch.special.i0e``/``i1e`` and ``scaled_modified_bessel_k0``/``k1`` (orders 0 and 1); Triton
 prints no Bessel function.
 """

@@ -281,8 +281,14 @@ class ArrayPrinter(HostConditionalMixin, NumPyPrinter):
         return f"scipy.special.iv({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
     def _print_besselie(self, expr):
+        # scipy.special.ive (AMOS) is NaN above x = 2^30 (von_mises' A at κ = 2e9, a Bessel-normalized count's at
+        # λ > 40.2); i0e/i1e (Cephes) are not, and another order is the module's _ive (asymptotic series up there)
         self.imports.add("scipy.special")
-        return f"scipy.special.ive({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+        nu, x = expr.args
+        if nu in (0, 1):
+            return f"scipy.special.i{int(nu)}e({self._print(x)})"
+        self.helpers.add("_ive")
+        return f"_ive({self._print(nu)}, {self._print(x)})"
 
     def _print_dbesselke(self, expr):
         n, nu, x = expr.args

@@ -45,10 +45,11 @@ from blr_derive.core.errors import UnsupportedTarget
 from blr_derive.core.text import Prose
 
 #: scipy.special functions that jax.scipy.special has under the same name
-JAX_SPECIAL = frozenset({"exp1", "gammaln", "digamma", "polygamma", "gamma", "factorial", "xlogy", "logsumexp",
+JAX_SPECIAL = frozenset({"gammaln", "digamma", "polygamma", "gamma", "factorial", "xlogy", "logsumexp",
                          "expit", "ndtri", "ndtr", "i0", "i1", "i0e", "i1e", "erf", "erfc"})
 #: scipy.special functions that jax lacks, computed by a helper of the module (generic numerics)
-SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv", "log_ndtr": "_log_ndtr"}
+#: (exp1: jax's hangs on an array holding a small argument, see the runtime's _exp1)
+SPECIAL_HELPERS = {"gammaincinv": "_gammaincinv", "log_ndtr": "_log_ndtr", "exp1": "_exp1"}
 _NUMPY = re.compile(r"(?<![\w.])numpy\.")
 _SPECIAL = re.compile(r"(?<![\w.])scipy\.special\.([A-Za-z_][A-Za-z0-9_]*)")
 #: names that a recipe's identifiers must not take: the modules and the ``key`` argument of ``step``
@@ -66,7 +67,7 @@ HELPER_SOURCES = {
     **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve", "_expm_sym",
                                                      "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv", "_log_ndtr",
                                                      "_eigenbasis", "_rayleigh_order", "_power_basis", "_reordered",
-                                                     "_exp1e")},
+                                                     "_exp1", "_exp1e")},
 }
 #: the numpy printer's helpers that the module defines in jax (any other one is refused)
 HELPERS = frozenset(HELPER_SOURCES)
@@ -115,8 +116,8 @@ class JnpPrinter(ArrayPrinter):
         return out
 
     def _print_exp1e(self, expr):
-        self.special = True             # the helper calls jax.scipy.special.exp1
-        self.helpers.add("_exp1e")
+        self.special = True             # the helper calls jax.scipy.special.exp1 (through _exp1)
+        self.helpers.update(("_exp1e", "_exp1"))
         return f"_exp1e({self._print(expr.args[0])})"
 
     def _print_besseli(self, expr):
@@ -132,7 +133,7 @@ class JnpPrinter(ArrayPrinter):
         nu, x = expr.args
         if nu in (0, 1):
             return f"scipy.special.i{int(nu)}e({self._print(x)})"
-        return super()._print_besselie(expr)
+        return f"scipy.special.ive({self._print(nu)}, {self._print(x)})"
 
     def _print_Piecewise(self, expr):
         out = self._print(expr.args[-1].expr) if expr.args[-1].cond == sp.true else "jnp.nan"

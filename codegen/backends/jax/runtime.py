@@ -267,8 +267,25 @@ def _tree(treedef, leaves):
     return treedef.unflatten(leaves)
 
 
+def _exp1(x):
+    """E1(x), scipy.special.exp1: jax's exp1 only above 1, and below the power series -gamma - log x - sum_k
+    (-x)^k/(k k!) (DLMF 6.6.2) to k = 18 (the next term is below 1/(19*19!) = 4.3e-19). jax's exp1 is a
+    jnp.piecewise whose every branch runs on every element of an array, and its continued fraction (meant for
+    x > 1) does not settle at a small x: on an array holding 1e-10 it did not return in 20 s (jax 0.10.2), so a
+    module's function of such an array hung. E1(0) = inf and a negative x is NaN, as in scipy."""
+    x = jnp.asarray(x, dtype=float)
+    small = x <= 1
+    near = jnp.where(small, x, 1.0)
+    far = jnp.where(small, 2.0, x)
+    total, term = jnp.zeros_like(near), jnp.ones_like(near)
+    for k in range(1, 19):
+        term = -term * near / k
+        total = total + term / k
+    return jnp.where(small, -0.5772156649015329 - jnp.log(near) - total, jax.scipy.special.exp1(far))
+
+
 def _exp1e(x):
-    """e^x E1(x) for x > 0 (the numpy runtime's _exp1e, codegen/scaled.py): e^x times jax's exp1 below 50 and the
+    """e^x E1(x) for x > 0 (the numpy runtime's _exp1e, codegen/scaled.py): e^x times E1 (_exp1) below 50 and the
     asymptotic series (1/x) sum_k (-1)^k k!/x^k (DLMF 6.12.1) to k = 19 above (relative error below 2.6e-16); each
     branch at an argument it is finite at, so that jnp.where's unused branch is neither inf nor NaN."""
     x = jnp.asarray(x, dtype=float)
@@ -279,4 +296,4 @@ def _exp1e(x):
     for k in range(1, 20):
         term = -term * k / far
         series = series + term
-    return jnp.where(small, jnp.exp(near) * jax.scipy.special.exp1(near), series / far)
+    return jnp.where(small, jnp.exp(near) * _exp1(near), series / far)

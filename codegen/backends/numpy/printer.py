@@ -23,7 +23,7 @@ HELPERS = {
     **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve",
                                                      "_expm_sym", "_gauss_hermite", "_gauss_hermite_stein",
                                                      "_eigenbasis", "_rayleigh_order", "_power_basis",
-                                                     "_reordered", "_exp1e")},
+                                                     "_reordered", "_exp1e", "_ive")},
 }
 
 

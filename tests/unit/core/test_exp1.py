@@ -87,3 +87,35 @@ def test_the_scaled_exp1_helpers_match_mpmath(v, x64):
     want = float(mp.exp(v) * mp.e1(v))
     assert float(nr._exp1e(np.array([v]))[0]) == pytest.approx(want, rel=1e-14)
     assert float(jr._exp1e(np.array([v]))[0]) == pytest.approx(want, rel=1e-13)
+
+
+_JAX_EXP1_PROBE = """
+import json, sys, jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp, numpy as np
+from blr_derive.codegen.backends.jax import runtime as jr
+x = np.array([1e-300, 1e-200, 1e-10, 1e-3, 0.5, 1.0, 1.0000001, 2.0, 30.0, 700.0])
+print(json.dumps(np.asarray(jr._exp1(jnp.asarray(x))).tolist()))
+print(json.dumps(np.asarray(jax.jit(jax.vmap(jr._exp1e))(jnp.asarray(x))).tolist()))
+print(json.dumps(np.asarray(jr._exp1(jnp.asarray([0.0, -1.0]))).tolist()))
+"""
+
+
+def test_the_jax_exp1_helper_returns_at_small_arguments_and_matches_mpmath():
+    """jax.scipy.special.exp1 on an array holding 1e-10 did not return (its jnp.piecewise runs the continued fraction
+    meant for x > 1 on every element; jax 0.10.2): the jax module of a family with exp1 in A (or _exp1e) hung, and
+    `blr-derive check` with it. The module's _exp1 takes jax's exp1 above 1 and the power series (DLMF 6.6.2) below;
+    run in a subprocess with a timeout, so that a hang fails instead of stalling the suite."""
+    import json
+    import subprocess
+    import sys
+    import mpmath as mp
+    out = subprocess.run([sys.executable, "-c", _JAX_EXP1_PROBE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    e1, e1e, edge = (json.loads(line) for line in out.stdout.strip().splitlines())
+    mp.mp.dps = 40
+    x = [1e-300, 1e-200, 1e-10, 1e-3, 0.5, 1.0, 1.0000001, 2.0, 30.0, 700.0]
+    for v, got, got_e in zip(x, e1, e1e):
+        assert got == pytest.approx(float(mp.e1(v)), rel=2e-15, abs=0), v
+        assert got_e == pytest.approx(float(mp.exp(v) * mp.e1(v)), rel=2e-15), v
+    assert edge[0] == float("inf") and edge[1] != edge[1]       # E1(0) = inf, a negative argument NaN (as scipy)
