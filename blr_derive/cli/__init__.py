@@ -351,7 +351,7 @@ def main(argv=None) -> int:
     except (RecursionError, MemoryError) as exc:
         # deeply nested or huge input that the bounds let through: bad input, not an engine bug
         file, line = location()
-        where = f"{printable(file or CMDLINE)}{f':{line}' if line else ''}"
+        where = f"{printable(file or _input_argument(argv))}{f':{line}' if line else ''}"
         print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
                                    f"({type(exc).__name__})"), file=sys.stderr)
         return 2

@@ -511,3 +511,20 @@ def test_a_line_break_in_a_checked_file_name_forges_no_report_line():
     from blr_derive.verify.results import Report, format_report
     text = format_report(Report("family 'exponential' (e\nall 19 checks passed.yaml)", None))
     assert text.splitlines()[0] == "check family 'exponential' (e\\nall 19 checks passed.yaml)"
+
+
+@pytest.mark.parametrize("exc", [RecursionError, MemoryError])
+def test_input_too_deep_for_the_engine_names_the_file_given(tmp_path, monkeypatch, exc):
+    """A RecursionError or MemoryError raised where no located context is open (a finite support of 150 points
+    whose sum sympy recursed through for 110 s) named `<command line>`; the message names the file the command
+    line gave, as the time budget's does, and the output is untouched."""
+    from blr_derive import cli
+
+    def deep(argv):
+        raise exc("deep")
+    monkeypatch.setattr(cli, "cmd_generate", deep)
+    recipe = write(tmp_path, "deep.yaml", "name: deep\nfamily: poisson\n")
+    out = tmp_path / "out.py"
+    r = run_cli_in_process(str(recipe), "--target", "numpy", "-o", str(out), cwd=tmp_path)
+    _assert_one_line_error(r, r"deep\.yaml", ["too large or too deeply nested", exc.__name__])
+    assert "command line" not in r.stderr and not out.exists()
