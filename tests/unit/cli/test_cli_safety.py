@@ -259,6 +259,28 @@ def test_expensive_losses_are_refused_quickly(tmp_path, family, loss, rule, word
     assert time.perf_counter() - t0 < 20
 
 
+@pytest.mark.parametrize("loss, words", [
+    # exp nested 30 deep overflows mpmath's exponent at θ = 0.375 (was: internal error, OverflowError, exit 3)
+    ("exp(" * 30 + "theta" + ")" * 30, "the loss is not finite at theta = 0.375"),
+    # log nested 60 deep: log(0.375) < 0, and each level kept its iπ symbolically (was: the 120 s time limit)
+    ("log(" * 60 + "theta" + ")" * 60, "the loss is not a real number at theta = 0.375"),
+])
+def test_deeply_nested_losses_are_judged_on_the_support_quickly(tmp_path, loss, words):
+    """loss_domain evaluates each subexpression to one number as it goes (blr_derive/families/loss_domain.py)."""
+    (tmp_path / "r.yaml").write_text(
+        f"name: r\nfamily: gamma\nloss:\n  expression: {loss}\napproximations: [exact]\n", encoding="utf-8")
+    before = _setup(tmp_path)
+    t0 = time.perf_counter()
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    assert time.perf_counter() - t0 < 20
+    assert r.returncode == 2 and r.stderr == (
+        f"blr-derive: error: r.yaml:4: {words}, a point of the support of family 'gamma' (positive): E_q[loss] "
+        "(Eq. 2) is an expectation over all of the support, so the loss must be real and finite there (a logarithm "
+        "of a negative number, a pole at a support point); write it for the family's support, or choose a family "
+        "whose support it is defined on\n"), r.stderr
+    _untouched(tmp_path, before)
+
+
 # ---------------------------------------------------------------------------- located refusals of targets
 def test_target_refusals_are_located(tmp_path):
     r = run_cli_in_process(NEWTON, "--target", "torch", cwd=tmp_path)
