@@ -138,6 +138,9 @@ def test_output_is_checked_before_the_derivation(tmp_path):
      "  rho: {default: " + "9" * 5000 + "}\n", "r.yaml:6:", ["number too large"]),
     ("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations: [delta]\nhyperparameters:\n"
      "  betas: {default: [0.9, .nan], names: [b1, b2]}\n", "r.yaml:6:", ["NaN"]),
+    # a 400-digit integer literal in an expression: its float is inf, which a module would read as a name
+    ("name: r\nfamily: gaussian_diag\nloss:\n  expression: 1" + "0" * 400 + "*theta**2\napproximations: [delta]\n",
+     "r.yaml:4:", ["loss: the number 100000… \\(401 digits\\) is beyond a double's range"]),
     ("name: r\x07\nfamily: gaussian_diag\n", "r.yaml:1:", ["U\\+0007"]),
     ("name: r\nfamily: gaussian_diag\x00\n", "r.yaml:2:", ["U\\+0000"]),
     ('name: "r\\ud800"\nfamily: gaussian_diag\n', "r.yaml:1:", ["surrogate"]),
