@@ -81,6 +81,21 @@ def test_family_reference_to_another_kind_of_file_never_quotes_it(tmp_path, ref)
 
 
 # ---------------------------------------------------------------------------- output paths
+@pytest.mark.parametrize("ref, problem", [
+    ("./fams", "is a directory, not a family file"),
+    ("/dev/zero", "is not a regular file (a device, FIFO or socket); a family file must be a regular file"),
+])
+def test_a_family_path_that_is_no_file_is_located_at_the_recipe(tmp_path, ref, problem):
+    """It was given the recipe's line under the family path's name ('/etc:10: is a directory')."""
+    (tmp_path / "fams").mkdir()
+    write(tmp_path, "r.yaml", f"name: r\nfamily: {ref}\nloss: abstract\napproximations: [delta]\n")
+    before = _setup(tmp_path)
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    path = ref if ref.startswith("/") else str(tmp_path / ref)        # the path opened, beside the recipe
+    assert r.returncode == 2 and r.stderr == f"blr-derive: error: r.yaml:2: family file '{path}': {problem}\n", r.stderr
+    _untouched(tmp_path, before)
+
+
 def test_output_onto_a_fifo_leaves_it_a_fifo(tmp_path):
     fifo = tmp_path / "out.py"
     os.mkfifo(fifo)
