@@ -175,9 +175,26 @@ def _check_numbers(expr, b):
             b.fail(f"the constant {node} is not a finite real number")
         if isinstance(node, sp.Rational) and max(abs(node.p), node.q).bit_length() > MAX_NUMBER_BITS:
             b.fail("a number in the expression is too large (more than about 1000 digits)")
+        if isinstance(node, sp.Rational) and abs(node.p).bit_length() > 1000 and not _is_double(node):
+            # 10^990 printed as repr(float(...)) = 'inf', which the module would read as a name
+            b.fail(f"the number {_digits(node)} is beyond a double's range (magnitude at most about 1.8e308)")
         if (isinstance(node, sp.Pow) and isinstance(node.base, sp.Rational) and isinstance(node.exp, sp.Rational)
                 and max(abs(node.base.p), node.base.q).bit_length() * abs(node.exp) > MAX_NUMBER_BITS):
             b.fail("a power in the expression is too large (more than about 1000 digits)")
+
+
+def _is_double(x) -> bool:
+    """Is the rational ``x`` within a double's range (its float finite)?"""
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
+
+
+def _digits(x) -> str:
+    """A huge number in a message: its leading digits and its number of digits, never a thousand of them."""
+    text = str(abs(x.p))
+    return f"{'-' if x.p < 0 else ''}{text[:6]}… ({len(text)} digits){'' if x.q == 1 else ' / …'}"
 
 
 class _Builder:

@@ -92,7 +92,14 @@ def _load_family_file(path: Path, given=None) -> Family:
     """Derive a family from its file once per process (keyed by path, content and the sizes it is
     instantiated at): deriving A, μ and the inverse maps is the costly part of loading a recipe, and catalog
     recipes share families.  Derivations only read a Family, never modify it."""
-    text = read_text_file(path, "family file")
+    try:
+        text = read_text_file(path, "family file")
+    except SpecError as exc:
+        if exc.line is not None:
+            raise
+        # a directory, a device, too large, unreadable: located at the recipe's family entry, as 'not found' is
+        # (it was given the recipe's line under the family path's name: '/etc:10: is a directory')
+        raise SpecError(f"family file '{quote(str(path))}': {exc.message}") from None
     asked = tuple(sorted((k, v if isinstance(v, int) else repr(v)) for k, v in (given or {}).items()))
     key = (str(path.resolve()), text, asked)
     if _cached(key) is not None:

@@ -52,11 +52,20 @@ def _points(fam):
 
 def _value(expr, point):
     """The loss at ``point`` as a sympy number, None where it still reads a symbol (unknown before the run).  The
-    point's coordinates are floats, so that each function evaluates numerically as it is built (exact values
-    would be simplified symbolically: a sigmoid nested twelve deep at θ = −1 did not finish in 60 s)."""
+    point's coordinates are floats, and every subexpression is reduced to one number (complex ones to a + b·i) as
+    soon as its arguments are numbers, so that nothing symbolic grows with the loss's depth (exact values were
+    simplified symbolically: a sigmoid nested twelve deep at θ = −1 did not finish in 60 s; a log nested sixty
+    deep at θ = 0.125 keeps an iπ at each level and did not finish in 120 s).  A value too large for any float
+    (exp nested thirty deep overflows mpmath's exponent) is infinite."""
     if expr.free_symbols - set(point):
         return None
-    v = expr.xreplace({c: sp.Float(x, 30) for c, x in point.items()})
+    at = {c: sp.Float(x, 30) for c, x in point.items()}
+    try:
+        v = _reduce(expr, at)
+    except (OverflowError, MemoryError):
+        return sp.oo
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
+        return None
     if is_mat(v):
         if v.shape != (1, 1):
             return None
@@ -65,8 +74,23 @@ def _value(expr, point):
         return None
     try:
         return sp.N(v, 20)
+    except OverflowError:
+        return sp.oo
     except (TypeError, ValueError, ArithmeticError):
         return None
+
+
+def _reduce(expr, at):
+    """``expr`` with ``at`` substituted, bottom-up, each scalar subexpression of numbers evaluated to 30 digits."""
+    if expr in at:
+        return at[expr]
+    if not expr.args or not expr.has(*at):
+        return expr
+    args = [_reduce(a, at) for a in expr.args]
+    v = expr.func(*args)
+    if isinstance(v, sp.Expr) and not is_mat(v) and v.is_number and not v.is_Number:
+        v = v.evalf(30)
+    return v
 
 
 def _terms(expr):

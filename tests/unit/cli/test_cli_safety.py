@@ -81,6 +81,21 @@ def test_family_reference_to_another_kind_of_file_never_quotes_it(tmp_path, ref)
 
 
 # ---------------------------------------------------------------------------- output paths
+@pytest.mark.parametrize("ref, problem", [
+    ("./fams", "is a directory, not a family file"),
+    ("/dev/zero", "is not a regular file (a device, FIFO or socket); a family file must be a regular file"),
+])
+def test_a_family_path_that_is_no_file_is_located_at_the_recipe(tmp_path, ref, problem):
+    """It was given the recipe's line under the family path's name ('/etc:10: is a directory')."""
+    (tmp_path / "fams").mkdir()
+    write(tmp_path, "r.yaml", f"name: r\nfamily: {ref}\nloss: abstract\napproximations: [delta]\n")
+    before = _setup(tmp_path)
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    path = ref if ref.startswith("/") else str(tmp_path / ref)        # the path opened, beside the recipe
+    assert r.returncode == 2 and r.stderr == f"blr-derive: error: r.yaml:2: family file '{path}': {problem}\n", r.stderr
+    _untouched(tmp_path, before)
+
+
 def test_output_onto_a_fifo_leaves_it_a_fifo(tmp_path):
     fifo = tmp_path / "out.py"
     os.mkfifo(fifo)
@@ -138,6 +153,9 @@ def test_output_is_checked_before_the_derivation(tmp_path):
      "  rho: {default: " + "9" * 5000 + "}\n", "r.yaml:6:", ["number too large"]),
     ("name: r\nfamily: gaussian_diag\nloss: abstract\napproximations: [delta]\nhyperparameters:\n"
      "  betas: {default: [0.9, .nan], names: [b1, b2]}\n", "r.yaml:6:", ["NaN"]),
+    # a 400-digit integer literal in an expression: its float is inf, which a module would read as a name
+    ("name: r\nfamily: gaussian_diag\nloss:\n  expression: 1" + "0" * 400 + "*theta**2\napproximations: [delta]\n",
+     "r.yaml:4:", ["loss: the number 100000… \\(401 digits\\) is beyond a double's range"]),
     ("name: r\x07\nfamily: gaussian_diag\n", "r.yaml:1:", ["U\\+0007"]),
     ("name: r\nfamily: gaussian_diag\x00\n", "r.yaml:2:", ["U\\+0000"]),
     ('name: "r\\ud800"\nfamily: gaussian_diag\n', "r.yaml:1:", ["surrogate"]),
@@ -257,6 +275,28 @@ def test_expensive_losses_are_refused_quickly(tmp_path, family, loss, rule, word
     r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
     _assert_one_line_error(r, "r.yaml:", words)
     assert time.perf_counter() - t0 < 20
+
+
+@pytest.mark.parametrize("loss, words", [
+    # exp nested 30 deep overflows mpmath's exponent at θ = 0.375 (was: internal error, OverflowError, exit 3)
+    ("exp(" * 30 + "theta" + ")" * 30, "the loss is not finite at theta = 0.375"),
+    # log nested 60 deep: log(0.375) < 0, and each level kept its iπ symbolically (was: the 120 s time limit)
+    ("log(" * 60 + "theta" + ")" * 60, "the loss is not a real number at theta = 0.375"),
+])
+def test_deeply_nested_losses_are_judged_on_the_support_quickly(tmp_path, loss, words):
+    """loss_domain evaluates each subexpression to one number as it goes (blr_derive/families/loss_domain.py)."""
+    (tmp_path / "r.yaml").write_text(
+        f"name: r\nfamily: gamma\nloss:\n  expression: {loss}\napproximations: [exact]\n", encoding="utf-8")
+    before = _setup(tmp_path)
+    t0 = time.perf_counter()
+    r = run_cli_in_process("r.yaml", "-o", "existing.py", cwd=tmp_path)
+    assert time.perf_counter() - t0 < 20
+    assert r.returncode == 2 and r.stderr == (
+        f"blr-derive: error: r.yaml:4: {words}, a point of the support of family 'gamma' (positive): E_q[loss] "
+        "(Eq. 2) is an expectation over all of the support, so the loss must be real and finite there (a logarithm "
+        "of a negative number, a pole at a support point); write it for the family's support, or choose a family "
+        "whose support it is defined on\n"), r.stderr
+    _untouched(tmp_path, before)
 
 
 # ---------------------------------------------------------------------------- located refusals of targets

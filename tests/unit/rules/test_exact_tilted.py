@@ -65,3 +65,25 @@ def test_the_shift_is_reported_and_other_losses_are_refused():
     assert [tuple(map(int, c)) for c in shifts] == [(-1, 0)]
     with pytest.raises(SpecError, match="nor a sum of polynomials in them times exponentials"):
         step("gamma", "log(1 + theta)", {"alpha": 2.0, "beta": 1.0})
+
+
+def test_a_high_degree_polynomial_takes_each_derivative_once():
+    """(θ + n + s + 1)¹² expands to 455 terms but 13 powers of θ: each ∂ᵏM/∂cᵏ is taken and evaluated once (the
+    loop took it again for every term: 8.1 s, now 1.0 s; degree 30, 5456 terms, past 200 s, now 8.6 s).  The value
+    against E[(θ + c)¹²] = Σ_j C(12, j) c^(12−j) Γ(α + j)/(Γ(α) β^j) under Gamma(α, β)."""
+    import math
+    import time
+
+    import sympy as sp
+    fam = load_family("gamma")
+    n, s = sp.symbols("n s")
+    t0 = time.perf_counter()
+    value, shifts = tilted_expectation(fam, (fam.theta + n + s + 1) ** 12)
+    assert time.perf_counter() - t0 < 5
+    assert shifts == []
+    a, b, c = 2.6, 1.4, 1.5
+    lam1, lam2 = fam.lam
+    got = float(value.subs({lam1: a - 1, lam2: -b, n: 0.3, s: 0.2}))
+    want = sum(math.comb(12, j) * c ** (12 - j) * math.exp(math.lgamma(a + j) - math.lgamma(a)) / b ** j
+               for j in range(13))
+    assert got == pytest.approx(want, rel=1e-12)
