@@ -27,6 +27,7 @@ from blr_derive import __version__
 from blr_derive.codegen import TARGET_NAMES
 from blr_derive.core.io import MAX_GENERATED_BYTES, command_label, check_tree, output_problem, write_atomic
 from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
+from blr_derive.core.budget import where as set_location
 from blr_derive.core.errors import BLRError, SpecError, printable
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index
@@ -333,6 +334,7 @@ def _error_line(kind: str, text: str) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    set_location(None, None)        # nothing located yet (an earlier call in this process may have left its place)
     try:
         if argv and argv[0] in COMMANDS:
             cmd = {"list": cmd_list, "explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families,
@@ -350,7 +352,7 @@ def main(argv=None) -> int:
         return 2
     except (RecursionError, MemoryError) as exc:
         # deeply nested or huge input that the bounds let through: bad input, not an engine bug
-        file, line = location()
+        file, line = getattr(exc, "blr_location", None) or location()
         where = f"{printable(file or _input_argument(argv))}{f':{line}' if line else ''}"
         print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
                                    f"({type(exc).__name__})"), file=sys.stderr)

@@ -134,6 +134,12 @@ def derivation_budget(seconds=DEFAULT_SECONDS):
     try:
         with _deadline(seconds, make):
             yield
+    except (RecursionError, MemoryError) as exc:
+        # the input was too deep or too large where the engine worked on it: where, kept on the error (the
+        # location is reset below, before the command line's handler reads it)
+        if getattr(exc, "blr_location", None) is None:
+            exc.blr_location = _location.get()
+        raise
     finally:
         _location.reset(token)
 

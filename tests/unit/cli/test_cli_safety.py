@@ -568,3 +568,19 @@ def test_input_too_deep_for_the_engine_names_the_file_given(tmp_path, monkeypatc
     r = run_cli_in_process(str(recipe), "--target", "numpy", "-o", str(out), cwd=tmp_path)
     _assert_one_line_error(r, r"deep\.yaml", ["too large or too deeply nested", exc.__name__])
     assert "command line" not in r.stderr and not out.exists()
+
+
+def test_input_too_deep_inside_a_derivation_is_located_where_the_engine_was(tmp_path, monkeypatch):
+    """A RecursionError raised inside the derivation budget keeps the place the engine was working on (the budget
+    resets the location as the error passes through it, so the handler read the place outside it)."""
+    from blr_derive import api
+    from blr_derive.core.budget import derivation_budget, where
+
+    def deep(*args, **kwargs):
+        with derivation_budget(60):
+            where(str(tmp_path / "deep.yaml"), 7)
+            raise RecursionError("deep")
+    monkeypatch.setattr(api, "generate", deep)
+    recipe = write(tmp_path, "deep.yaml", "name: deep\nfamily: poisson\n")
+    r = run_cli_in_process(str(recipe), "--target", "numpy", cwd=tmp_path)
+    _assert_one_line_error(r, r"deep\.yaml:7", ["too large or too deeply nested", "RecursionError"])
