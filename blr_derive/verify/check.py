@@ -33,7 +33,8 @@ check                                 compared with
 ====================================  =====================================================
 
 Errors are ``|got - want| / max(1, |want|)`` (absolute below 1, relative above), the maximum
-over the parameter points and the components.  Matrix families are checked at ``dim`` = 2.
+over the parameter points and the components; a Fisher information at the hard points also over
+``sqrt(F_ii F_jj)`` of the reference (``hunt.fisher_rel``).  Matrix families are checked at ``dim`` = 2.
 
 Quadrature works in unconstrained coordinates u: θ = u on the real line, θ = e^u on the
 positive half-line, θ = σ(u) (with 1 - θ = σ(-u) computed separately) on the unit interval,

@@ -132,7 +132,8 @@ GROUPS = {"family": "family (the declaration and what the engine derives from it
 def format_report(rep: Report) -> str:
     lines = [f"check {printable(rep.title)}"]        # it names the file: a line break in the name is escaped
     lines += [f"  {n}" for n in rep.notes]
-    lines.append("  error = |got - want| / max(1, |want|), the worst over points and components")
+    lines.append("  error = |got - want| / max(1, |want|), the worst over points and components (a Fisher "
+                 "information at the hard points: also over sqrt(F_ii F_jj))")
     w = max(len(c.name) for c in rep.checks) if rep.checks else 10
     lines.append(f"  {'check':<{w}}  {'value':>10}  {'tolerance':>11}  result  what")
     groups = list(dict.fromkeys(c.group for c in rep.checks))

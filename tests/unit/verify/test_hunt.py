@@ -285,3 +285,33 @@ def test_the_symbolic_record_computes_a_cancelling_form_at_the_precision_it_need
                                             rel=1e-14)
         else:
             assert got == pytest.approx(want[key], rel=1e-14), (key, r, got)
+
+
+def test_a_fisher_information_is_compared_on_its_own_scale():
+    """hunt.fisher_rel: F's error over sqrt(F_ii F_jj) of the reference as well as over max(1, |F|).  A lattice of 121
+    counts tilted by e^(30k) has Cov_q[k] = 9.357623e-14; its generated module printed E[k²] − E[k]², −3.709e-12
+    (`blr-derive check` passed it at 4e-12 before); a variance of 1.93e-22 computed as 0 is wrong by all of it; a
+    correct matrix whose small entries round at 1e-16 of the large ones passes."""
+    from blr_derive.verify.hunt import fisher_rel, rel
+    assert rel([[-3.7090331e-12]], [[9.357623e-14]]) < 1e-11
+    assert abs(fisher_rel([[-3.7090331e-12]], [[9.357623e-14]]) - (3.7090331e-12 + 9.357623e-14) / 9.357623e-14) < 1e-9
+    assert fisher_rel([[0.0]], [[1.93e-22]]) == 1.0
+    want = np.array([[4.0, 1e-3], [1e-3, 1e-6]])
+    assert fisher_rel(want * (1 + 1e-16), want) < 1e-15
+    # an off-diagonal entry off by 1e-9 where sqrt(F_11 F_22) = 2e-3: 5e-7 on F's scale, 1e-9 on max(1, |F|)'s
+    got = want + np.array([[0, 1e-9], [1e-9, 0]])
+    assert abs(fisher_rel(got, want) - 5e-7) < 1e-12 and abs(rel(got, want) - 1e-9) < 1e-15
+    # a reference without a positive diagonal (a degenerate direction): max(1, |F|) alone
+    assert fisher_rel([[1e-9]], [[0.0]]) == 1e-9
+
+
+def test_the_summed_covariance_takes_out_the_rounding_of_the_mean():
+    """Quadrature.cov, the corrected two-pass sum: two coupled ±1 spins with fields (0, 30) and no coupling have
+    Var(s2) = 4/(e^60 + 1) = 3.5026044e-26; the plain two-pass sum gave 3.5029198e-26 (9e-5 off: the weights sum
+    to 1 + 1.8e-15, and the mean's deviation at the likely states, squared, adds 3.2e-30)."""
+    from blr_derive.verify.quadrature import FamilyModel, Quadrature
+    fam = load_family(str(Path(__file__).resolve().parents[2] / "corpus" / "families" / "ising_pair.yaml"))
+    q = Quadrature(FamilyModel(fam, 2), np.array([0.0, 30.0, 0.0]), {}, 0.0)
+    want = 4 / (np.exp(60.0) + 1)
+    assert abs(q.cov[1, 1] - want) / want < 1e-12
+    assert abs(q.cov[0, 0] - 1) < 1e-14 and abs(q.cov[0, 2] - np.tanh(30.0)) < 1e-14
