@@ -3,6 +3,7 @@ multiplied into the rows of Z) with ``log_ndtr``, over the full Gaussian with th
 method, Sec. 1.3.2 Eqs. 8-9, whose precision is the Hessian at the mean).  Reference: Newton's method written here
 from the gradient -Zᵀr + αθ and Hessian Zᵀdiag(r(u + r))Z + αI, r = φ(u)/Φ(u) the inverse Mills ratio computed in
 50 digits by mpmath (so that no float64 form is shared with the engine's)."""
+import re
 import subprocess
 import sys
 import textwrap
@@ -104,7 +105,9 @@ def test_truncated_normal_with_a_normal_cdf_sampler_derives_and_passes_check(tmp
     the sampling rules: the derivation inverted its 2×2 Fisher information (log Φ in every entry) with sympy's
     cancelling Gauss–Jordan and ran past the 120 s limit; with the adjugate (blr_derive/rules/fisher.py inverse) it
     derives, and check's 21 checks pass (the sampler's KS test, the generated update against the symbolic one, the
-    Monte Carlo objective against quadrature)."""
+    Monte Carlo objective against quadrature).  Its modules' Fisher information at m = −30 is 0.2 % off (log Φ's
+    derivatives), which check reports since it compares F on its own scale: exactly that finding
+    (tests/hunt_findings.py) fails, every other check passes."""
     from pathlib import Path
     fam = Path(__file__).parent / "families" / "truncated_normal_sampled.yaml"
     path = tmp_path / "tn.yaml"
@@ -112,8 +115,13 @@ def test_truncated_normal_with_a_normal_cdf_sampler_derives_and_passes_check(tmp
                     f"approximations:\n  - {rule}: {{samples: 4}}\n", encoding="utf-8")
     out = subprocess.run([sys.executable, "-m", "blr_derive", "check", str(path)], capture_output=True, text=True,
                          timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    assert "sampler_ks" in out.stdout and "all 21 checks passed" in out.stdout
+    from hunt_findings import CORPUS
+    known = CORPUS["truncated_normal_sampled"]
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    assert f"FAIL: {len(known)} of 21 checks failed" in out.stdout, out.stdout[-3000:]
+    for check, where in known.items():
+        assert re.search(rf"{check} +\S+ +<= \S+ +FAIL .*at {re.escape(where)}", out.stdout), (check, out.stdout[-3000:])
+    assert re.search(r"sampler_ks +\S+ +<= \S+ +pass", out.stdout)
 
 
 def test_the_adjugate_inverse_is_the_inverse():
