@@ -37,7 +37,8 @@ def _unary_scalar(fn: Callable) -> Callable:
             raise SpecError(f"{name}() takes exactly one argument")
         x = as_scalar(args[0])
         if is_mat(x):
-            raise SpecError(f"{name}() takes a scalar, got a matrix expression")
+            raise SpecError(f"{name}() takes a scalar, got a matrix expression (of each entry of a vector it is "
+                            f"written in a data sum, e.g. sum({name}(X*theta)); docs/recipe-format.md)")
         return fn(x)
     return apply
 

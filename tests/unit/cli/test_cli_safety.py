@@ -584,3 +584,20 @@ def test_input_too_deep_inside_a_derivation_is_located_where_the_engine_was(tmp_
     recipe = write(tmp_path, "deep.yaml", "name: deep\nfamily: poisson\n")
     r = run_cli_in_process(str(recipe), "--target", "numpy", cwd=tmp_path)
     _assert_one_line_error(r, r"deep\.yaml:7", ["too large or too deeply nested", "RecursionError"])
+
+
+def test_a_function_of_a_vector_outside_a_data_sum_says_how_to_write_it(tmp_path):
+    """`y.T*exp(-X*theta)` (a Gamma regression's log link as a user writes it first) was refused as "exp() takes a
+    scalar, got a matrix expression" with nothing on what the grammar accepts; the message names the data-sum form."""
+    recipe = write(tmp_path, "g.yaml", """\
+        name: gamma_reg
+        family: gaussian_full
+        loss:
+          expression: y.T*exp(-X*theta) + 0.5*theta.T*theta
+          data: {X: {shape: [N, P]}, y: {shape: [N]}}
+        approximations: [delta]
+        """)
+    out = tmp_path / "g.py"
+    r = run_cli_in_process(str(recipe), "-o", str(out), cwd=tmp_path)
+    _assert_one_line_error(r, r"g\.yaml:4", [r"exp\(\) takes a scalar", r"data sum, e\.g\. sum\(exp\(X\*theta\)\)"])
+    assert not out.exists()
