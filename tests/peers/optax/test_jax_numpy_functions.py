@@ -51,12 +51,8 @@ ERRORS = {}
 TOL = 1e-12
 
 
-@pytest.fixture(autouse=True)
-def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
+#: jax in float64 for every test (tests/conftest.py's x64)
+pytestmark = pytest.mark.usefixtures("x64")
 
 
 # ----------------------------------------------------------------------------------------------- inputs

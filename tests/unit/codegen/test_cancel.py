@@ -145,14 +145,6 @@ def test_log1mexp_evaluates_and_differentiates():
     assert log1mexp(x).rewrite(sp.log) == sp.log(1 - E(x))
 
 
-@pytest.fixture
-def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 def _log1mexp(v):
     with np.errstate(divide="ignore"):
         return np.where(v > -math.log(2), np.log(-np.expm1(v)), np.log1p(-np.exp(v)))

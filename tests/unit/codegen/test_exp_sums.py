@@ -160,14 +160,6 @@ def _module(name, target, lowered=True, monkeypatch=None):
     return fam, source, mod
 
 
-@pytest.fixture
-def x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
-
-
 def _in_domain(fam, lam):
     return all(v < 0 for v in lam) if fam.name in ("geometric", "negative_binomial") else True
 
