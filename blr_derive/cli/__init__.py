@@ -26,8 +26,7 @@ from pathlib import Path
 from blr_derive import __version__
 from blr_derive.codegen import TARGET_NAMES
 from blr_derive.core.io import MAX_GENERATED_BYTES, command_label, check_tree, output_problem, write_atomic
-from blr_derive.core.budget import BudgetExceeded, derivation_budget, location
-from blr_derive.core.budget import where as set_location
+from blr_derive.core.budget import BudgetExceeded, derivation_budget, location, where as set_location
 from blr_derive.core.errors import BLRError, SpecError, printable
 from blr_derive.core.resources import catalog_dir, families_dir
 from blr_derive.report.family_index import INDEX_NAME, digest, listing, read_index

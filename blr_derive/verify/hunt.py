@@ -697,18 +697,25 @@ def fisher_rel(got, want) -> float:
     over sqrt(F_ii·F_jj) of the reference (the entry's own size for a diagonal one; where the reference has a
     diagonal entry that is not positive and finite, :func:`rel` alone).  Relative to max(1, |F|) a variance of
     1.9e-22 computed as 0, or 9.4e-14 as −3.7e-12 (a lattice of 121 counts concentrated at its end, F = E[T²] − μ²
-    in float64), was an error of 1e-12, a pass; a Newton step divides by it."""
+    in float64), was an error of 1e-12, a pass; the natural gradient F⁻¹∇ divides by it.  ``got`` may come flat (a
+    module's ``fisher_information``): it is read in the reference's shape."""
     out = rel(got, want)
+    want = np.asarray(want, dtype=float)
     got = np.asarray(got, dtype=float)
-    want = np.asarray(want, dtype=float).reshape(got.shape)
-    if got.ndim != 2 or got.size == 0:
+    if want.ndim != 2 or got.size != want.size or got.size == 0:
         return out
+    got = got.reshape(want.shape)
     d = np.diag(want)
     if not np.all(np.isfinite(d) & (d > 0)):
         return out
     with np.errstate(all="ignore"):
         e = np.abs(got - want) / np.sqrt(np.outer(d, d))
     return max(out, float(np.max(np.where(np.isfinite(e), e, np.inf))))
+
+
+def _error(key, got, want) -> float:
+    """The error of the quantity ``key`` ("A", "mu", "F", "H"): :func:`fisher_rel` for F, :func:`rel` otherwise."""
+    return (fisher_rel if key == "F" else rel)(got, want)
 
 
 # ------------------------------------------------------------------------------------------------ the hunt
@@ -987,7 +994,7 @@ def _hunt_point(fam, model, nf, dim, hp, H_sym, record, mp, rec, unsettled=None)
             record(name, float("inf"), f"{where}: {what} = {_fmt(got[key])} is not finite")
 
     def compare(r):
-        return {key: (fisher_rel if key == "F" else rel)(got[key], getattr(r, rows[key][3])) for key in rows
+        return {key: _error(key, got[key], getattr(r, rows[key][3])) for key in rows
                 if got.get(key) is not None and _finite(got[key])}
     if ref is not None:
         errs = compare(ref)
@@ -1041,9 +1048,7 @@ def _run_module(fam, m, probes, record):
                           ("fisher_information", "F", "Cov_q[T]")):
         def compare(v, lam, want, where, fn=fn, key=key, what=what):
             if want.get(key) is not None and _finite(want[key]):
-                err = fisher_rel(np.asarray(v, dtype=float).reshape(np.shape(want[key])), want[key]) if key == "F" \
-                    else rel(v, want[key])
-                record(name, err, f"{where}: {fn} = {_fmt(v)}, {what} = {_fmt(want[key])}")
+                record(name, _error(key, v, want[key]), f"{where}: {fn} = {_fmt(v)}, {what} = {_fmt(want[key])}")
         check(m.values(fn, [[x] for x in lams], fixed), fn, compare)
     backs = m.values("ordinary_from_natural", [[x] for x in lams], fixed)
     again_args, again_at = [], []
