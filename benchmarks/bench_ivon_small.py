@@ -7,10 +7,11 @@ per-iteration times are compared; ``step()`` alone is timed the same way (one sa
 before each timed ``step()``).
 
 Usage: python benchmarks/bench_ivon_small.py [--reps 7] [--iters 20] [--mc 1,3] [--sizes mlp,cnn,1e5,1e6]
-[--clock process|wall]
+[--clock process|wall] [--device cuda]
 (``1e5``, ``1e6``, ``1e7``: an MLP 64-w-w-10 with about that many parameters.)  ``--clock process`` (default) times
 with time.process_time (CPU time of this process: steadier than wall time on a shared machine; with one thread
-the two agree up to the other processes' load), ``--clock wall`` with time.perf_counter.
+the two agree up to the other processes' load), ``--clock wall`` with time.perf_counter.  ``--device cuda`` puts the
+data and models on the GPU and times wall time with the device synchronized around each timed call.
 """
 from __future__ import annotations
 
@@ -67,13 +68,16 @@ def iteration(opt, net, x, y, idx, mc):
 
 
 CLOCK = [time.process_time]
+SYNC = [lambda: None]
 
 
 def time_block(fn, iters):
     out = []
     for _ in range(iters):
+        SYNC[0]()
         t0 = CLOCK[0]()
         fn()
+        SYNC[0]()
         out.append(CLOCK[0]() - t0)
     return out
 
@@ -88,24 +92,32 @@ def main():
     ap.add_argument("--clock", choices=("process", "wall"), default="process")
     ap.add_argument("--before", help="also time this generated torch IVON module file (e.g. an earlier version, "
                                      "from `git show REV:catalog/generated/torch/ivon.py`) in the same alternation")
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    CLOCK[0] = time.process_time if args.clock == "process" else time.perf_counter
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print("bench_ivon_small: no CUDA device here; nothing timed")
+        return
+    CLOCK[0] = time.process_time if args.clock == "process" and not cuda else time.perf_counter
+    if cuda:
+        SYNC[0] = torch.cuda.synchronize
     torch.set_num_threads(args.threads)
     import ivon as ivon_opt
     gen = load_generated("ivon", "torch")
     before = load_module_from_path(Path(args.before)) if args.before else None
-    x, y = data()
+    x, y = (t.to(args.device) for t in data())
     g = torch.Generator().manual_seed(0)
-    batches = [torch.randperm(len(x), generator=g)[:64] for _ in range(64)]
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.clock} time; medians over {args.reps} x {args.iters} iterations")
+    batches = [torch.randperm(len(x), generator=g)[:64].to(args.device) for _ in range(64)]
+    where = torch.cuda.get_device_name(args.device) if cuda else f"{args.threads} thread(s), {args.clock} time"
+    print(f"torch {torch.__version__}, {where}; medians over {args.reps} x {args.iters} iterations")
     print(f"{'model':6s} {'params':>9s} {'mc':>3s} {'ivon-opt ms':>12s} {'generated ms':>13s} {'ratio':>6s} "
           f"{'step-only ratio':>16s}" + (f" {'before ms':>10s} {'before ratio':>13s} {'before step-only':>17s}"
                                          if before else ""))
     for size in args.sizes.split(","):
         for mc in [int(v) for v in args.mc.split(",")]:
-            nets = {"ivon-opt": model(size), "generated": model(size)}
+            nets = {"ivon-opt": model(size).to(args.device), "generated": model(size).to(args.device)}
             if before:
-                nets["before"] = model(size)
+                nets["before"] = model(size).to(args.device)
             n = sum(p.numel() for p in nets["generated"].parameters())
             opts = {"ivon-opt": ivon_opt.IVON(nets["ivon-opt"].parameters(), lr=0.1, ess=1797, mc_samples=mc),
                     "generated": gen.IVON(nets["generated"].parameters(), lr=0.1, ess=1797, mc_samples=mc)}
@@ -142,8 +154,10 @@ def step_only(opt, net, x, y, idx, iters):
         with opt.sampled_params(train=True):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+        SYNC[0]()
         t0 = CLOCK[0]()
         opt.step()
+        SYNC[0]()
         out.append(CLOCK[0]() - t0)
     return out
 

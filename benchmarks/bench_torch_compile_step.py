@@ -9,7 +9,8 @@ with the CPU time of the process (``--clock process``, the default: steadier tha
 thread) or wall time (``--clock wall``); the median ms per step of each and their ratio are printed.  A torch.optim optimizer that does not compile with fullgraph=True is named.
 
 Usage: python benchmarks/bench_torch_compile_step.py [--only sgd_momentum,rmsprop_momentum] [--steps 50] [--reps 7]
-[--clock process|wall]
+[--clock process|wall] [--device cuda]
+(``--device cuda``: model and data on the GPU, wall time with the device synchronized around each block.)
 """
 from __future__ import annotations
 
@@ -77,10 +78,16 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--clock", choices=("process", "wall"), default="process")
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
-    clock = time.process_time if args.clock == "process" else time.perf_counter
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print("bench_torch_compile_step: no CUDA device here; nothing timed")
+        return
+    clock = time.process_time if args.clock == "process" and not cuda else time.perf_counter
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch.set_num_threads(1)
-    x, y = data()
+    x, y = (t.to(args.device) for t in data())
     names = [n for n in CASES if not args.only or n in args.only.split(",")]
     print(f"{'case':26s} {'generated ms':>12s} {'torch ms':>9s} {'ratio':>6s}")
     with torch._dynamo.config.patch(trace_autograd_ops=True):
@@ -89,7 +96,7 @@ def main():
             torch._dynamo.reset()
             torch.manual_seed(0)
             net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
-                                      torch.nn.ReLU(), torch.nn.Linear(128, 10))
+                                      torch.nn.ReLU(), torch.nn.Linear(128, 10)).to(args.device)
             twin = copy.deepcopy(net)
             runs, notes = {}, []
             for label, cls, model in (("generated", generated_class(recipe), net), ("torch", peer, twin)):
@@ -113,9 +120,11 @@ def main():
             for rep in range(args.reps):
                 for label in (list(runs) if rep % 2 == 0 else list(runs)[::-1]):
                     run = runs[label]
+                    sync()
                     t0 = clock()
                     for k in range(args.steps):
                         run(k)
+                    sync()
                     times[label].append((clock() - t0) / args.steps * 1e3)
             g, t = statistics.median(times["generated"]), statistics.median(times["torch"])
             print(f"{name:26s} {g:12.3f} {t:9.3f} {g / t:6.2f}", flush=True)
