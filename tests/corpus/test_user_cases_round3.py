@@ -163,3 +163,45 @@ def test_torch_polygamma_is_as_accurate_as_scipy():
         t = torch.tensor([2.0], dtype=torch.float64, requires_grad=True)
         eval(ElementwisePrinter().doprint(sp.polygamma(1, x)), {"torch": torch, "x": t}).sum().backward()  # noqa: S307
         np.testing.assert_allclose(t.grad.numpy(), scipy.special.polygamma(2, [2.0]), rtol=1e-14)
+
+
+POISSON_DIAG = """\
+name: pois_diag
+family: gaussian_diag
+loss:
+  expression: sum(exp(X*theta + b)) - y.T*X*theta + 0.5*alpha*theta.T*theta
+  data:
+    X: {shape: [N, P]}
+    y: {shape: [N]}
+    b: {shape: [N]}
+hyperparameters:
+  alpha: {default: 1.0}
+approximations:
+  - gauss_hermite: {nodes: 20}
+"""
+
+
+@pytest.mark.parametrize("loss", ["sum(exp(X*theta + b)) - y.T*X*theta + 0.5*alpha*theta.T*theta",
+                                  "sum(exp(X*theta))", "y.T*X*theta", "0.5*(y - X*theta).T*(y - X*theta)"])
+def test_a_weight_vector_loss_over_a_scalar_family_names_the_scalar_variable(tmp_path, loss):
+    """A Poisson regression written over `gaussian_diag` (the same recipe derives over gaussian_full) was refused as
+    'invalid operation (TypeError: Mix of Matrix and Scalar symbols)', `sum(exp(X*theta))` as 'exp() takes a scalar
+    ... written in a data sum, e.g. sum(exp(X*theta))' (what was written), `y.T*X*theta` as 'the loss must be a
+    scalar': one located line now names the cause, θ is one scalar coordinate and X*θ a matrix."""
+    import contextlib
+    import io
+
+    from blr_derive import cli
+
+    path = tmp_path / "pois_diag.yaml"
+    path.write_text(POISSON_DIAG.replace("sum(exp(X*theta + b)) - y.T*X*theta + 0.5*alpha*theta.T*theta", loss))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main([str(path)]) == 2
+    msg = err.getvalue()
+    assert msg.count("\n") == 1 and msg.startswith(f"blr-derive: error: {path}:4: ")
+    assert ("family 'gaussian_diag' has one scalar variable theta (an elementwise family: each coordinate on its "
+            "own), so a product of the data matrix X with it is a matrix") in msg
+    assert "e.g. gaussian_full" in msg
+    full = api.derive(textwrap.dedent(POISSON_DIAG.replace("gaussian_diag", "gaussian_full"))).compile("numpy")
+    assert full.STATE == ("m", "S")
