@@ -613,3 +613,78 @@ def besselk_order_derivative(nu, x):
         d_prev, d = d, d_prev + 2 / x * besselk_closed(v, x) + 2 * v / x * d
         v += 1
     return sign * d
+
+
+#: the largest integer offset k for which :func:`shifted_differences` writes f(x + k) − f(x) as a finite sum
+SHIFT_DIFFERENCE_MAX = 64
+
+
+def _shift_key(term):
+    """(kind, order, base, offset, coefficient) where ``term`` is c·polygamma(n, x + k) or c·loggamma(x + k) with an
+    integer k and c free of that function; None otherwise."""
+    coeff, factors = term.as_coeff_mul()
+    fns = [f for f in factors if isinstance(f, (sp.polygamma, sp.loggamma))]
+    if len(fns) != 1:
+        return None
+    f = fns[0]
+    kind, order, arg = ("lg", None, f.args[0]) if isinstance(f, sp.loggamma) else ("pg", f.args[0], f.args[1])
+    if order is not None and not (order.is_Integer and order >= 0):
+        return None
+    k, base = arg.as_coeff_Add()
+    if not k.is_Integer or abs(k) > SHIFT_DIFFERENCE_MAX or base == 0:
+        return None
+    rest = sp.Mul(coeff, *[x for x in factors if x is not f])
+    if rest.has(sp.polygamma, sp.loggamma):
+        return None
+    return kind, order, base, int(k), rest
+
+
+def _step_sum(kind, order, base, lo, hi):
+    """f(base + hi) − f(base + lo) for lo < hi: Σ_{i=lo}^{hi−1} log(base + i) for log Γ (Γ(x + 1) = xΓ(x)), and
+    Σ_{i=lo}^{hi−1} (−1)ⁿ n!/(base + i)ⁿ⁺¹ for ψ⁽ⁿ⁾ (DLMF 5.5.2, differentiated n times)."""
+    if kind == "lg":
+        return sp.Add(*[sp.log(base + i) for i in range(lo, hi)])
+    n = int(order)
+    return sp.Add(*[(-1) ** n * sp.factorial(n) / (base + i) ** (n + 1) for i in range(lo, hi)])
+
+
+def shifted_differences(e, names=None):
+    """``e`` with every sum Σ_k c_k f(x + k) whose coefficients add up to zero (f = log Γ or ψ⁽ⁿ⁾, k integers) written
+    as the finite sum of the recurrence, Σ_k c_k (f(x + k) − f(x + k₀)), k₀ the smallest offset.  The tilted moments
+    of the beta and Dirichlet families differentiate to such differences, ψ(a + 2) − ψ(a) and
+    log Γ(a + 2) − log Γ(a) (E[θ²] = a(a + 1)/((a + b)(a + b + 1)), App. B): evaluated as written they lose every
+    digit the functions' size exceeds the difference by (ψ(1e7) ≈ 16.1 against a difference of 2e-7: 1.6e-8
+    relative), which the inverse Fisher information of a beta at a = b = 1e7 amplifies by about a, a 20 % error in the
+    step; the reciprocals 1/a + 1/(a + 1) keep full precision.  A sum whose coefficients do not cancel is left as
+    it is (ψ(x) + 1/x loses digits near x = 0 where ψ(x + 1) does not).  With a dict ``names``, each such finite
+    sum is a real symbol instead, recorded there (sum → symbol): a caller that simplifies the result further keeps
+    the sum as one quantity (simplify otherwise expands 1/a + 1/(a + 1) over every other denominator: a Dirichlet
+    step over K = 3 grew from 77 kB to 12 MB of code and from 4 s to 114 s)."""
+    def rewrite(node):
+        if not isinstance(node, sp.Add):
+            return node
+        groups, others = {}, []
+        for t in node.args:
+            key = _shift_key(t)
+            if key is None:
+                others.append(t)
+            else:
+                kind, order, base, k, c = key
+                groups.setdefault((kind, order, base), []).append((k, c, t))
+        out = list(others)
+        for (kind, order, base), members in groups.items():
+            if len(members) < 2 or sp.expand(sp.Add(*[c for _, c, _ in members])) != 0:
+                out.extend(t for _, _, t in members)
+                continue
+            k0 = min(k for k, _, _ in members)
+            for k, c, _ in members:
+                if k != k0:
+                    total = _step_sum(kind, order, base, k0, k)
+                    if names is not None:
+                        total = names.setdefault(total, sp.Dummy("shift", real=True))
+                    out.append(c * total)
+        return sp.Add(*out)
+
+    if not isinstance(e, sp.Basic) or not e.has(sp.polygamma, sp.loggamma):
+        return e
+    return e.replace(lambda x: isinstance(x, sp.Add), rewrite)

@@ -28,7 +28,7 @@ from blr_derive.rules.blr import doit
 from blr_derive.rules.finite_support import FINITE_SIMPLIFY_POINTS, finite_sum
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
-from blr_derive.core.specialfns import nan_outside, stable_softmax
+from blr_derive.core.specialfns import nan_outside, shifted_differences, stable_softmax
 from blr_derive.core.pretty import pretty
 from blr_derive.rules.components import dirichlet_block, one_hot_block
 from blr_derive.families.statistics import NotLinearInStatistics, linear_in_statistics
@@ -209,13 +209,22 @@ def tilted(recipe, D, e_lam, shifts):
     ordinary parameters."""
     fam = recipe.family
     lam_of = dict(zip(fam.lam, fam.eta))
-    d = sp.Matrix([sp.diff(e_lam, l) for l in fam.lam]).xreplace(lam_of)
-    hidden, shown = _opaque_tilts(list(d) + [e_lam.xreplace(lam_of)], fam)
-    grads = [simplify_bounded(g).xreplace(shown) for g in natural_gradient_at_state(D, fam, d.xreplace(hidden))]
+    # differences of shifted log Γ and ψ (a beta's E[θ²]: ψ(a + 2) − ψ(a)) as the recurrence's finite sums, each
+    # an intermediate definition of the update (shift1, shift2, ...), so that no simplification expands it
+    sums = {}
+    d = sp.Matrix([shifted_differences(sp.diff(e_lam, l).xreplace(lam_of), sums) for l in fam.lam])
+    hidden, shown = _opaque_tilts(list(d) + [shifted_differences(e_lam.xreplace(lam_of))], fam)
+    named = {}
+    for i, (total, dummy) in enumerate(sums.items()):
+        named[dummy] = sp.Symbol(f"shift{i + 1}", real=True)
+        D.defs.append((named[dummy], total))
+    # (the tilts first: a tilt's exponent may hold a sum, e^{shift3 − shift4} = a(a + 1)/((a + b)(a + b + 1)))
+    grads = [simplify_bounded(g).xreplace(shown).xreplace(named)
+             for g in natural_gradient_at_state(D, fam, d.xreplace(hidden))]
     finite = shifted_domain(fam, shifts)
     if finite:                      # outside, E_q[ℓ] is infinite: the update is NaN, never a finite wrong number
         grads = [nan_outside(g, *finite) for g in grads]
-    e_loss = simplify_bounded(e_lam.xreplace(lam_of).xreplace(hidden)).xreplace(shown)
+    e_loss = simplify_bounded(shifted_differences(e_lam.xreplace(lam_of)).xreplace(hidden)).xreplace(shown)
     D.expected_loss = e_loss
     D.unsigned_gradient = not fam.is_gaussian     # of either sign: the new state is checked (ir/validity.py)
     D.natural_gradient = NaturalGradient(list(grads))

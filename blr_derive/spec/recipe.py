@@ -5,6 +5,7 @@ loaded by the caller (``blr_derive/candidates``: a built-in or user family, or a
 kinds come from the rule registry, so the spec layer depends on nothing above ``core``."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,12 +132,31 @@ def parse_loss(spec, fam, hyper, taken):
     try:
         expr = parse_expression(text, symbols, what="loss", functions=LOSS_FUNCTIONS)
     except SpecError as exc:
+        exc.message += _scalar_variable_hint(fam, data, text)
+        exc.args = (exc.message,)
         raise exc.located(*where(loss, "expression")) from None
     if is_mat(expr) and expr.shape != (1, 1):
-        raise err("the loss must be a scalar", loss, "expression")
+        raise err("the loss must be a scalar" + _scalar_variable_hint(fam, data, text), loss, "expression")
     if not fam.depends_on_variable(expr):
         raise err(f"the loss does not depend on {fam.theta}", loss, "expression")
     return "explicit", expr, str(text), data
+
+
+def _scalar_variable_hint(fam, data, text) -> str:
+    """Where a loss over a family with one scalar variable reads a data matrix and does not parse as a scalar: the
+    cause, said once.  `sum(exp(X*theta))` under `gaussian_diag` (elementwise, θ one coordinate) was refused as "exp()
+    takes a scalar ... it is written in a data sum, e.g. sum(exp(X*theta))", the expression as written, and
+    `y.T*X*theta` as "the loss must be a scalar": X*θ is the N × P matrix θ·X there, not a vector."""
+    if is_mat(fam.theta) or not isinstance(text, str):
+        return ""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+    matrices = [d.name for d in data if len(d.shape) == 2 and d.name in words]
+    if not matrices:
+        return ""
+    how = " (an elementwise family: each coordinate on its own)" if getattr(fam, "elementwise", False) else ""
+    return (f"; family '{fam.name}' has one scalar variable {fam.theta}{how}, so a product of the data matrix "
+            f"{', '.join(matrices)} with it is a matrix, not a vector of margins: a loss over a weight vector needs "
+            f"a family over a vector (e.g. gaussian_full)")
 
 
 def _short_loss(text, spec):
