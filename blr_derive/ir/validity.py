@@ -100,7 +100,8 @@ def state_checks(D, fam) -> list:
         if reads & sources:
             out.append(DomainCheck(name, sym, p.domain, component, _hint(p.name, p.domain)))
         elif (reads & D.unsigned or D.unsigned_gradient) and not _positive_whatever_the_estimate(e, p, fam):
-            out.append(DomainCheck(name, sym, p.domain, component, _unsigned_hint(p, fam, exact=not (reads & D.unsigned)), "estimate"))
+            out.append(DomainCheck(name, sym, p.domain, component, _unsigned_hint(p, fam, exact=not (reads & D.unsigned)),
+                                   _unsigned_source(D, reads)))
         elif getattr(D.recipe, "loss_kind", None) == "explicit":
             check = _explicit_loss_check(D, owners, e, p)
             if check is not None:
@@ -159,8 +160,19 @@ def _bounded_reason(D, owners, fam, e, p, reads, sources):
         return (f"its update reads a Hessian estimate of any sign, which may move it out of its domain (take smaller "
                 f"steps)"), "hessian"
     if reads & D.unsigned or D.unsigned_gradient:
-        return _unsigned_hint(p, fam, exact=not (reads & D.unsigned)), "estimate"
+        return _unsigned_hint(p, fam, exact=not (reads & D.unsigned)), _unsigned_source(D, reads)
     return _unsigned_hint(p, fam, exact=True), "hessian"
+
+
+def _unsigned_source(D, reads) -> str:
+    """The source of a check on a value that reads a natural gradient of either sign: ``"estimate"`` (the torch and
+    Triton targets generate it unchecked) for a sampled or quadrature estimate, and for the exact rule's constant
+    gradient of a conjugate loss (λ ← (1 − ρ)λ + ρλ*, a fixed target λ* = −c: inside Ω while λ* is, for 0 < ρ ≤ 1);
+    ``"hessian"`` (they refuse the recipe) for the exact rule's gradient that reads the state (a tilted E_q[ℓ], e.g.
+    θ² under a beta: its target moves with q, and a beta's step was seen at a = −0.80 where numpy raises)."""
+    if reads & D.unsigned or not getattr(D, "gradient_reads_state", False):
+        return "estimate"
+    return "hessian"
 
 
 def _inside_for_every_lambda(fam, p) -> bool:

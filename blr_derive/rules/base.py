@@ -509,6 +509,10 @@ class Derivation(Generic[RecipeT]):
     #: tilted closed form): of either sign too, so every positive (definite) parameter it updates is checked the same
     #: way (λ_{t+1} = (1 − ρ)λ_t − ρc leaves Ω where −c is outside it: an improper posterior, or ρ too large)
     unsigned_gradient: bool = False
+    #: the exact rule's natural gradient reads the state (a tilted E_q[ℓ], not a conjugate loss's constant c): a
+    #: step's target then moves with q, and the torch and Triton targets, which check nothing at run time, refuse it
+    #: (ir/validity.py)
+    gradient_reads_state: bool = False
     correction: PendingCorrection | None = None     # a posterior correction acting among the passes
 
     def expand_defs(self, e: Expr) -> Expr:

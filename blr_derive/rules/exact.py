@@ -227,6 +227,7 @@ def tilted(recipe, D, e_lam, shifts):
     e_loss = simplify_bounded(shifted_differences(e_lam.xreplace(lam_of)).xreplace(hidden)).xreplace(shown)
     D.expected_loss = e_loss
     D.unsigned_gradient = not fam.is_gaussian     # of either sign: the new state is checked (ir/validity.py)
+    D.gradient_reads_state = D.unsigned_gradient  # a tilted E_q[ℓ]: its gradient moves with the state
     D.natural_gradient = NaturalGradient(list(grads))
     where = ""
     if shifts:

@@ -204,6 +204,42 @@ def test_a_conjugate_loss_with_no_posterior_in_the_family_is_named():
     np.testing.assert_allclose(half["beta"], 0.9 * np.array([1.0, 1.0]) + 0.1, rtol=1e-14)
 
 
+BETA_SQUARE = """\
+name: beta_square
+family: beta
+parameter: a
+loss: c*theta**2 - k*log(theta) - j*log(1 - theta)
+approximations: [exact]
+hyperparameters:
+  rho: {default: 0.4}
+  c: {default: 50.0}
+  k: {default: 0.0}
+  j: {default: 0.0}
+"""
+
+
+def test_a_tilted_exact_gradient_is_checked_and_the_optimizer_targets_refuse_it():
+    """The exact rule's gradient of a loss that is not linear in T (θ² under a beta: E_q[θ²] = a(a + 1)/((a + b)(a + b
+    + 1)), a tilted closed form) reads the state, so its target moves with q: numpy checks the new a and b and raises
+    where the step leaves Ω (from a = 0.3, b = 0.2 with c = 50, ρ = 0.4 the torch target used to return a = −0.80
+    unchecked: helper-69's finding); torch and Triton, which check nothing at run time, refuse the recipe at the
+    line of its approximations, while a conjugate loss's constant gradient stays generated there (the gamma recipes
+    of test_user_written_targets.py)."""
+    assert checks(BETA_SQUARE) == [("a", "positive", None), ("b", "positive", None)]
+    sources = [c.source for c in build_ir(api.derive(BETA_SQUARE).record, "x.yaml").checks]
+    assert sources == ["hessian", "hessian"]
+    assert [c.source for c in build_ir(derive_record(CATALOG / "gamma_poisson.yaml")[1], "x.yaml").checks] == [
+        "estimate", "estimate"]
+    mod = compiled(BETA_SQUARE)
+    st = mod.init(a=np.array([0.3]), b=np.array([0.2]))
+    with pytest.raises(FloatingPointError, match=r"the new a is not positive .*may lie outside the family"):
+        mod.step(st)
+    for target in OPTIMIZER_TARGETS:
+        with pytest.raises(UnsupportedTarget, match=rf"the {target} target does not check at run time that 'a' stays "
+                                                    r"positive.*\(the numpy and jax targets check it\)"):
+            api.derive(BETA_SQUARE).code(target)
+
+
 # --------------------------------------------------------------------------------------- explicit losses
 # An explicit loss's derived curvature (the exact rule's E_q[∇²ℓ], Eq. 11) has no sign the derivation tracks: the new
 # precision is checked unless sympy proves it positive (scalars) or its structure is a sum of positive semi-definite
