@@ -1,0 +1,65 @@
+"""Hostile input, second round (docs/safety.md), through the real command line: each case found a gap and
+asserts the contract where it held not: one line ``blr-derive: error: FILE:LINE: problem``, exit status 2, no
+traceback, and the output file as it was."""
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from blr_derive.codegen.inert import audit
+from blr_derive.core.errors import CodegenError
+
+from test_cli import _assert_one_line_error, listing, run_cli, write
+
+SENTINEL = "SENTINEL = 1\n"
+
+
+# ------------------------------------------------------------ a recipe name that rebinds an import (jax)
+@pytest.mark.parametrize("name", ["NamedTuple", "Any"])
+def test_a_recipe_named_like_an_import_of_the_jax_module_is_refused(tmp_path, name):
+    """The jax target names its optax factory after the recipe; ``name: NamedTuple`` gave a module whose factory
+    replaced ``typing.NamedTuple`` (it imported and ran, but the module bound one name twice)."""
+    write(tmp_path, "r.yaml", f"""
+        name: {name}
+        family: gaussian_diag
+        loss: abstract
+        approximations: [delta, squared_gradient_hessian]
+        state_init: {{s: 1.0}}
+        """)
+    (tmp_path / "out.py").write_text(SENTINEL, encoding="utf-8")
+    before = listing(tmp_path)
+    r = run_cli("r.yaml", "--target", "jax", "-o", "out.py", cwd=tmp_path)
+    _assert_one_line_error(r, r"r\.yaml:\d+:", [f"binds '{name}'", "a name its import on line"])
+    assert (tmp_path / "out.py").read_text(encoding="utf-8") == SENTINEL
+    assert listing(tmp_path) == before
+
+
+def test_the_same_recipe_under_another_name_is_generated(tmp_path):
+    write(tmp_path, "r.yaml", """
+        name: named_tuple_ok
+        family: gaussian_diag
+        loss: abstract
+        approximations: [delta, squared_gradient_hessian]
+        state_init: {s: 1.0}
+        """)
+    r = run_cli("r.yaml", "--target", "jax", "-o", "out.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    tree = ast.parse((tmp_path / "out.py").read_text(encoding="utf-8"))
+    assert "named_tuple_ok" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("source, name", [
+    ("import math\ndef math():\n    return 1\n", "math"),
+    ("from typing import Any\nclass Any:\n    pass\n", "Any"),
+    ("import numpy as np\nnp = 1\n", "np"),
+    ("from typing import NamedTuple\nNamedTuple: int = 1\n", "NamedTuple"),
+])
+def test_the_audit_refuses_a_top_level_rebinding_of_an_import(source, name):
+    with pytest.raises(CodegenError, match=f"binds '{name}'"):
+        audit(source, "numpy", frozenset({"math", "typing", "numpy"}))
+
+
+def test_the_audit_allows_a_submodule_import_after_its_package():
+    src = "import numpy\nimport numpy.linalg\nX = numpy.linalg.norm\n"
+    assert audit(src, "numpy", frozenset({"numpy", "numpy.linalg"})) == src
