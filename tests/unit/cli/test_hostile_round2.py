@@ -63,3 +63,23 @@ def test_the_audit_refuses_a_top_level_rebinding_of_an_import(source, name):
 def test_the_audit_allows_a_submodule_import_after_its_package():
     src = "import numpy\nimport numpy.linalg\nX = numpy.linalg.norm\n"
     assert audit(src, "numpy", frozenset({"numpy", "numpy.linalg"})) == src
+
+
+# ------------------------------------------------------------ a recipe file whose name starts with '-'
+@pytest.mark.parametrize("given", [["--", "-x.yaml"], ["./-x.yaml"]])
+def test_the_header_command_of_a_recipe_named_like_an_option_runs(tmp_path, given):
+    """docs/cli.md: the header records the command that regenerates the module.  For ``-x.yaml`` it recorded
+    ``blr-derive -x.yaml --target numpy``, which the command line reads as an option (exit 2)."""
+    write(tmp_path, "-x.yaml", """
+        name: r
+        family: gaussian_fixed_cov
+        loss: abstract
+        approximations: [delta]
+        """)
+    r = run_cli("-o", "out.py", *given, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "out.py").read_text(encoding="utf-8")
+    assert "# DO NOT EDIT: regenerate with `blr-derive ./-x.yaml --target numpy`." in text.splitlines()
+    again = run_cli("./-x.yaml", "--target", "numpy", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == text
