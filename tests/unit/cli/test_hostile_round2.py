@@ -83,3 +83,42 @@ def test_the_header_command_of_a_recipe_named_like_an_option_runs(tmp_path, give
     again = run_cli("./-x.yaml", "--target", "numpy", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert again.stdout == text
+
+
+# ------------------------------------------------------------ suggest: a bad --data names --data
+@pytest.mark.parametrize("item, words", [
+    ("torch", [r"--data torch: data: 'torch' is reserved by the generated code"]),
+    ("y={bogus: 1}", [r"--data y=\{bogus: 1\}: unknown key 'bogus' in data 'y'"]),
+    ("y={shape: [99999999999999999]}", [r"--data y=.*dimension names must be identifiers"]),
+    ("y=!!python/object/apply:os.system ['true']", [r"--data y: YAML tag .*python/object/apply:os.system.* is not allowed"]),
+    ("lambda1", [r"--data lambda1: .*reserved for the derivation's own symbols"]),
+])
+def test_suggest_names_the_bad_data_option(tmp_path, item, words):
+    """A bad ``--data`` made every family's recipe fail; the one line said ``--loss 'theta**2 + y*theta': no
+    built-in family makes the loss conjugate`` (exit 2, after trying 37 families) and never named --data."""
+    (tmp_path / "fam.yaml").write_text(SENTINEL, encoding="utf-8")
+    before = listing(tmp_path)
+    r = run_cli("suggest", "--loss", "theta**2 + y*theta", "--data", item, "--write-family", "fam.yaml",
+                cwd=tmp_path)
+    line = _assert_one_line_error(r, "<command line>:", words)
+    assert "no built-in family" not in line
+    assert (tmp_path / "fam.yaml").read_text(encoding="utf-8") == SENTINEL
+    assert listing(tmp_path) == before
+
+
+def test_suggest_refuses_a_data_option_given_twice(tmp_path):
+    r = run_cli("suggest", "--loss", "theta**2 + y*theta", "--data", "y", "--data", "y={shape: []}", cwd=tmp_path)
+    _assert_one_line_error(r, "<command line>:", ["--data y is given twice"])
+
+
+def test_suggest_with_good_data_still_suggests(tmp_path):
+    r = run_cli("suggest", "--loss", "theta**2 + y*theta", "--data", "y", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "1. gaussian_diag" in r.stdout
+
+
+def test_suggest_refuses_an_empty_write_family_path_at_the_command_line(tmp_path):
+    """It said ``<input>: is a directory (-o takes a file path)``: no such file, and not the option's name."""
+    r = run_cli("suggest", "--loss", "a*theta**3 - c*log(theta)", "--write-family", "", cwd=tmp_path)
+    _assert_one_line_error(r, "<command line>:", ["--write-family: empty output path"])
+    assert listing(tmp_path) == []
