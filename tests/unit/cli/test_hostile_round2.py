@@ -122,3 +122,43 @@ def test_suggest_refuses_an_empty_write_family_path_at_the_command_line(tmp_path
     r = run_cli("suggest", "--loss", "a*theta**3 - c*log(theta)", "--write-family", "", cwd=tmp_path)
     _assert_one_line_error(r, "<command line>:", ["--write-family: empty output path"])
     assert listing(tmp_path) == []
+
+
+# ------------------------------------------------------------ peer.validate at the defaults
+_VALIDATED = """
+    name: r
+    family: gaussian_diag
+    loss: abstract
+    learning_rate: lr
+    hyperparameters:
+      lr: {default: 0.001}
+      beta1: {default: 0.9}
+      flag: {default: false}
+    state_init: {s: 0}
+    approximations:
+      - delta
+      - squared_gradient_hessian
+      - ema_momentum: {rate: beta1, state: u}
+    peer:
+      validate: [{require: 'REQ', message: refused}]
+    """
+
+
+@pytest.mark.parametrize("req", ["lr < 0", "flag", "lr > beta1"])
+def test_a_check_the_defaults_fail_is_refused_at_its_line(tmp_path, req):
+    """``require: "lr < 0"`` with ``lr: 0.001`` was generated (exit 0) into an optimizer that raised
+    ``ValueError: refused`` when constructed with its own defaults."""
+    write(tmp_path, "r.yaml", _VALIDATED.replace("REQ", req))
+    (tmp_path / "out.py").write_text(SENTINEL, encoding="utf-8")
+    r = run_cli("r.yaml", "--target", "torch", "-o", "out.py", cwd=tmp_path)
+    _assert_one_line_error(r, r"r\.yaml:15:", [r"the hyperparameters' defaults fail the check",
+                                               "would refuse its own defaults"])
+    assert (tmp_path / "out.py").read_text(encoding="utf-8") == SENTINEL
+
+
+@pytest.mark.parametrize("req", ["lr >= 0", "not flag", "lr < beta1"])
+def test_a_check_the_defaults_pass_is_generated(tmp_path, req):
+    write(tmp_path, "r.yaml", _VALIDATED.replace("REQ", req))
+    r = run_cli("r.yaml", "--target", "torch", "-o", "out.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "refused" in (tmp_path / "out.py").read_text(encoding="utf-8")
