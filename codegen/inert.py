@@ -200,6 +200,7 @@ def audit(source: str, target: str, modules: frozenset) -> str:
                 i == 0 and isinstance(top.value, ast.Constant) and isinstance(top.value.value, str))):
             raise CodegenError(f"the {target} target rendered an unexpected top-level statement "
                                f"(line {top.lineno}: {type(top).__name__})")
+    _refuse_rebound_imports(tree, target)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -218,6 +219,31 @@ def audit(source: str, target: str, modules: frozenset) -> str:
         raise CodegenError(f"the {target} target rendered a module that reads '{comment(name)[:60]}' (line {line}), "
                            f"{why}: it would fail when that code runs")
     return source
+
+
+def _refuse_rebound_imports(tree: ast.Module, target: str) -> None:
+    """A top-level ``def``, ``class`` or assignment must not bind a name that a top-level import binds: a recipe
+    named ``NamedTuple`` gave a jax module whose optax factory replaced ``typing.NamedTuple`` (the module still
+    imported, and every later reader of the name got the factory).  Re-importing a package for a submodule
+    (``import jax.scipy.linalg`` after ``import jax``) binds the same module and is not a rebinding."""
+    imported: dict[str, int] = {}
+    for top in tree.body:
+        if isinstance(top, (ast.Import, ast.ImportFrom)):
+            for alias in top.names:
+                imported.setdefault(alias.asname or alias.name.split(".")[0], top.lineno)
+    for top in tree.body:
+        if isinstance(top, (ast.FunctionDef, ast.ClassDef)):
+            bound = [top.name]
+        elif isinstance(top, (ast.Assign, ast.AnnAssign)):
+            targets = top.targets if isinstance(top, ast.Assign) else [top.target]
+            bound = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        else:
+            continue
+        for name in bound:
+            if name in imported:
+                raise CodegenError(f"the {target} target rendered a module that binds '{comment(name)[:60]}' "
+                                   f"(line {top.lineno}), a name its import on line {imported[name]} binds: "
+                                   f"rename the recipe entry that names it")
 
 
 #: names every module may read without binding them (Python's builtins)

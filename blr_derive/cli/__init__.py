@@ -444,6 +444,10 @@ def _limit_memory():
     if soft == resource.RLIM_INFINITY or soft > limit:
         try:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        except OverflowError:
+            # BLR_DERIVE_MEMORY_LIMIT=99999999999999999999999999 ended in a traceback (exit 1): a bound beyond
+            # what the C call takes is beyond any address space, so it bounds nothing
+            pass
         except (ValueError, OSError):  # pragma: no cover
             pass
 

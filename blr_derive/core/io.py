@@ -131,7 +131,10 @@ def write_atomic(path: Path, text: str, follow_links: bool = True):
 
 def shell_word(label: str) -> str:
     """``label`` as one shell word, quoted where it needs it (a file named ``c d;rm -rf x.yaml``): a header's
-    regenerate command is a command a user copies into a shell."""
+    regenerate command is a command a user copies into a shell.  A relative path that starts with ``-`` is
+    written ``./-x.yaml``: as ``-x.yaml`` the command would read it as an option and refuse to run."""
+    if label.startswith("-"):
+        label = "./" + label
     return label if re.fullmatch(r"[A-Za-z0-9_./+-]+", label) else shlex.quote(label)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import sympy as sp
 
-from blr_derive.candidates.options import COMMAND_LINE, recipe_from_options
+from blr_derive.candidates.options import COMMAND_LINE, _name_value, recipe_from_options
 from blr_derive.core.errors import BLRError, DerivationError, SpecError
 from blr_derive.core.io import output_problem, write_atomic
 from blr_derive.core.pretty import pretty
@@ -23,6 +23,7 @@ from blr_derive.derive.driver import derive as derive_recipe
 from blr_derive.families.library import builtin_family_names, load_family
 from blr_derive.families.suggest import (build_from_loss, loss_text, parse_loss, scalar_family, scalar_variable, screen,
                                          statistics_of, support_of)
+from blr_derive.spec.hyper import parse_data
 from blr_derive.spec.vocabulary import SUPPORTS
 
 #: the approximations of a conjugate recipe: E_q[ℓ] exact, and ρ = 1 (one step is Bayes' rule)
@@ -114,6 +115,22 @@ def _command(family_ref: str, loss: str, data: list, settings=(), approximations
             + [w for a in approximations for w in ("--approx", shlex.quote(a))])
 
 
+def _check_declared_data(declared) -> None:
+    """Each ``--data`` declaration on its own (its name, YAML, keys and shape), before any family is tried: a bad
+    one (``--data torch``, ``--data 'y={bogus: 1}'``) made every family's recipe fail, and the command answered
+    ``--loss ...: no built-in family makes the loss conjugate`` without naming the option at fault."""
+    seen = set()
+    for item in declared:
+        name, value = _name_value(item if "=" in item else item + "={shape: []}", "--data")
+        if name in seen:
+            raise SpecError(f"--data {name} is given twice", COMMAND_LINE)
+        seen.add(name)
+        try:
+            parse_data({name: value}, {}, set(), {})
+        except SpecError as exc:
+            raise SpecError(f"--data {quote(item)}: {exc.message}", COMMAND_LINE) from None
+
+
 def _data_items(names, declared) -> list:
     """``--data`` items: the user's declarations, then every other name of the loss as a number."""
     given = {d.partition("=")[0].strip(): d for d in declared}
@@ -200,9 +217,12 @@ def suggest(loss: str, variable: str = "theta", data=(), support: str | None = N
         raise SpecError(f"--support: unknown support '{quote(support)}' (known: {', '.join(sorted(SUPPORTS))})",
                         COMMAND_LINE)
     if write_family is not None:
+        if not write_family:
+            raise SpecError("--write-family: empty output path", COMMAND_LINE)
         problem = output_problem(Path(write_family))
         if problem is not None:
             raise SpecError(problem, write_family)
+    _check_declared_data(list(data))
     expr, theta, names = parse_loss(loss, variable)
     data = _data_items([str(n) for n in names], list(data))
     families = [(n, load_family(n)) for n in builtin_family_names()]

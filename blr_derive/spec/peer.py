@@ -182,6 +182,37 @@ def _checks(p, key, symbols, choices, names):
     return checks
 
 
+def check_defaults(peer, hyper, file) -> None:
+    """Every ``validate`` check must hold at the hyperparameters' defaults: a recipe whose own defaults fail a check
+    (``require: "lr < 0"`` with ``lr: 0.001``) was generated, and its optimizer refused to be constructed without
+    arguments (``ValueError`` at ``Optimizer(params)``).  A check that reads a required hyperparameter (no default)
+    or stays symbolic is left to run time."""
+    if peer is None or not peer.checks:
+        return
+    subs = {}
+    for h in hyper:
+        if h.default is None:
+            continue
+        if h.kind == "tuple":
+            subs.update({sym: sp.Float(v) for (_, sym), v in zip(h.elements, h.default)})
+        elif h.kind == "choice":
+            subs.update({sym: sp.true if c == h.default else sp.false for c, sym in h.elements})
+        elif h.kind == "bool" and h.symbol is not None:
+            subs[h.symbol] = sp.true if h.default else sp.false
+        elif h.symbol is not None and not isinstance(h.default, bool):
+            subs[h.symbol] = sp.Integer(h.default) if isinstance(h.default, int) else sp.Float(h.default)
+    for check in peer.checks:
+        try:
+            value = check.condition.xreplace(subs)
+            value = value.simplify() if value not in (sp.true, sp.false) else value
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if value is sp.false:
+            raise SpecError(f"peer: validate: the hyperparameters' defaults fail the check '{check.condition}': the "
+                            "generated optimizer would refuse its own defaults; change the defaults or the check",
+                            file, check.line)
+
+
 def _targets(c):
     """A check's ``targets``: the optimizer targets that make it (a name an optimizer means differently in a
     target's ecosystem, refused there with a message that says what to write instead); absent: every target."""

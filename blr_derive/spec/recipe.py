@@ -19,7 +19,7 @@ from blr_derive.core.types import Expr, Text
 from blr_derive.core.yamlio import LDict, check_keys, text_field, where
 from blr_derive.spec.correction import Correction, parse_correction
 from blr_derive.spec.federated import Federated, parse_federated
-from blr_derive.spec.peer import Peer, parse_peer
+from blr_derive.spec.peer import Peer, check_defaults, parse_peer
 from blr_derive.spec.hyper import (Approx, DataVar, Hyper, add_learning_rate, err, learning_rate_name, parse_approximations,  # noqa: F401
                                    parse_data, parse_hyperparameters, scalar_symbols)
 
@@ -195,6 +195,7 @@ def parse_recipe(spec, fam, rule_kinds: dict, file=None) -> Recipe:
     hsyms = {h.name: h.symbol for h in hyper if h.symbol is not None}
     hsyms.update(scalar_symbols(hyper))
     peer = parse_peer(spec, hsyms, {h.name: dict(h.elements) for h in hyper if h.kind == "choice"}, shown)
+    check_defaults(peer, hyper, file)
     return Recipe(
         name=name, title=text_field(spec, "title", name), description=text_field(spec, "description", ""),
         paper=text_field(spec, "paper", ""), family=fam, loss_kind=kind, loss=expr, loss_text=Prose(text),
