@@ -38,6 +38,12 @@ def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False
     if matrix is not None and not matrices:
         no(f"needs an elementwise (mean-field) update; state '{matrix}' is a matrix (matrix products, "
            "eigendecompositions: the numpy and jax targets print them)", "family")
+    if not matrices:
+        for sym, expr in ir.assignments:
+            if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
+                no(f"needs an elementwise update, one coordinate at a time; '{sym}' is written with vectors or "
+                   f"matrices (family '{ir.family.text}' is over a vector θ): use a family whose coordinates are "
+                   f"separate (e.g. gaussian_diag, gaussian_fixed_precision), or the numpy or jax target", "family")
     if ir.mean is None and ir.parameter is None:
         ex = next((v.name for v in ir.state if v.family), "...")
         no(f"needs a family with a mean parameter, or a recipe 'parameter' saying what the {target} parameter "

@@ -60,10 +60,6 @@ class TritonTarget:
         check_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
 
     def render(self, ir) -> str:
-        for sym, expr in ir.assignments:
-            if isinstance(expr, sp.MatrixExpr) or expr.has(sp.MatrixSymbol):
-                raise UnsupportedTarget(f"recipe '{ir.recipe}': the triton target needs an elementwise update; "
-                                        f"'{sym}' is a matrix expression", "family")
         plan = plan_optimizer(ir, self.name, chained=True, shaped=True, data_state=True)
         plan.state_names = plan.state_names + [d.name for d in ir.data]    # data: loaded like state, never stored
         host = HostPrinter()
