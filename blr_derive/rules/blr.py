@@ -301,7 +301,7 @@ def base_measure(ctx):
         ctx.logh_placeholders = set(ctx.g_logh)
         D.add("base_measure", RULES["base_measure"].equation, "Base-measure term",
               ("E_q[log h] is not needed: the loss contains -log h(θ), whose natural gradient -∇_μE_q[log h] cancels "
-               "it exactly (App. B; Sec. 5.1)." if ctx.with_log_h is not None else
+               "it exactly (App. B; Sec. 5.1)." if ctx.with_log_h is not None or ctx.tilted_with_log_h else
                "E_q[log h] has no closed form here, but the prior in the candidate family contributes "
                "-∇_μE_q[log h], which cancels it exactly (App. B; Sec. 5.1)."),
               [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\log h]" % (i + 1)), g) for i, g in enumerate(ctx.g_logh)])
@@ -355,7 +355,8 @@ def gradient_through_ordinary(fam):
 def cancelled_by_prior(ctx):
     """Whether a ``family_prior`` step, or an explicit loss that contains −log h (``exact``: ctx.with_log_h), will
     cancel the base-measure term (not with ``no_entropy``)."""
-    return ("family_prior" in ctx.names or ctx.with_log_h is not None) and "no_entropy" not in ctx.names
+    return (("family_prior" in ctx.names or ctx.with_log_h is not None or ctx.tilted_with_log_h)
+            and "no_entropy" not in ctx.names)
 
 
 def assemble(ctx, g_loss):

@@ -35,6 +35,8 @@ class BLRContext:
     #: (E_q[ℓ](λ), shifts) from the tilted log-partition (blr_derive/families/tilting.py)
     tilted: tuple[Expr, list[Expr]] | None = None
     with_log_h: tuple[Expr, list[Expr]] | None = None   # (c0, [c_i]) when ℓ = −log h + c0 + Σ c_i T_i
+    #: ctx.tilted is of ℓ + log h, a loss that contains −log h (the full negative log-joint) and a tilted rest
+    tilted_with_log_h: bool = False
 
     def __post_init__(self):
         fam = self.recipe.family

@@ -75,6 +75,19 @@ class Exact(Rule):
                                        f"but with 'no_entropy' {why}: E_q[log h] would be needed in closed form; "
                                        "drop no_entropy or write the loss without −log h", approx)
                 return
+            rest = tilted_with_log_h(fam, ctx.recipe.loss)
+            if rest is not None:
+                for other, why in (("no_entropy", "without the entropy term nothing cancels it"),
+                                   ("family_prior", "family_prior brings another −log h(θ), and only one cancels")):
+                    if other in ctx.names:
+                        raise ctx.fail(f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}', "
+                                       f"but {why}: write the prior either in the loss or as family_prior, not both"
+                                       if other == "family_prior" else
+                                       f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}', "
+                                       f"but with 'no_entropy' {why}: E_q[log h] would be needed in closed form; "
+                                       "drop no_entropy or write the loss without −log h", approx)
+                ctx.tilted, ctx.tilted_with_log_h = rest, True
+                return
         if ctx.conjugate is None:
             ctx.finite = support_points(fam) if fam.is_discrete else None
         if ctx.conjugate is None and (ctx.finite is None or len(ctx.finite) > FINITE_SIMPLIFY_POINTS):
@@ -140,6 +153,9 @@ class Exact(Rule):
             return conjugate(ctx.recipe, ctx.D, ctx.conjugate)
         if ctx.with_log_h is not None:
             return conjugate_with_log_h(ctx.recipe, ctx.D, ctx.with_log_h, ctx.g_logh)
+        if ctx.tilted is not None and ctx.tilted_with_log_h:
+            grads = tilted(ctx.recipe, ctx.D, *ctx.tilted, plus_log_h=True)
+            return [g - gh for g, gh in zip(grads, ctx.g_logh)]
         if ctx.tilted is not None:
             return tilted(ctx.recipe, ctx.D, *ctx.tilted)
         fam = ctx.family
@@ -203,8 +219,10 @@ def _opaque_tilts(exprs, fam):
     return hidden, {v: k for k, v in hidden.items()}
 
 
-def tilted(recipe, D, e_lam, shifts):
-    """E_q[ℓ] for ℓ = Σ P(T)·exp(d + cᵀT) from the tilted log-partition, E_q[Tᵏe^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ))
+def tilted(recipe, D, e_lam, shifts, plus_log_h=False):
+    """``plus_log_h``: e_lam is E_q[ℓ + log h] of a loss that contains −log h (tilted_with_log_h), so the base-measure
+    term of Eq. 6 cancels (the caller subtracts the placeholders of ∇_μE_q[log h]) and the objective reads
+    D.expected_loss_plus_log_h.  E_q[ℓ] for ℓ = Σ P(T)·exp(d + cᵀT) from the tilted log-partition, E_q[Tᵏe^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ))
     (App. B; ``blr_derive/families/tilting.py``), written in λ; ∇_μ E_q[ℓ] = F(λ)⁻¹ ∇_λ E_q[ℓ] (Eq. 4), in the
     ordinary parameters."""
     fam = recipe.family
@@ -225,7 +243,10 @@ def tilted(recipe, D, e_lam, shifts):
     if finite:                      # outside, E_q[ℓ] is infinite: the update is NaN, never a finite wrong number
         grads = [nan_outside(g, *finite) for g in grads]
     e_loss = simplify_bounded(shifted_differences(e_lam.xreplace(lam_of)).xreplace(hidden)).xreplace(shown)
-    D.expected_loss = e_loss
+    if plus_log_h:
+        D.expected_loss, D.expected_loss_plus_log_h = None, e_loss
+    else:
+        D.expected_loss = e_loss
     D.unsigned_gradient = not fam.is_gaussian     # of either sign: the new state is checked (ir/validity.py)
     D.gradient_reads_state = D.unsigned_gradient  # a tilted E_q[ℓ]: its gradient moves with the state
     D.natural_gradient = NaturalGradient(list(grads))
@@ -234,12 +255,16 @@ def tilted(recipe, D, e_lam, shifts):
         where = (" The value is finite only while λ + c stays in the natural parameter space for each shift c used ("
                  + "; ".join("(" + ", ".join(pretty(x) for x in c) + ")" for c in shifts)
                  + "), e.g. E[1/θ] under a gamma needs α > 1.")
+    lhs = r"\bar\ell + \log h" if plus_log_h else r"\bar\ell"
     D.add("exact", RULES["exact"].equation, "Exact expected loss from the tilted log-partition",
-          "Each term of the loss is a polynomial in the sufficient statistics times an exponential of a linear "
-          "combination cᵀT of them, so E_q[Tᵏ e^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ)) (App. B) gives E_q[ℓ] in λ; "
-          "∇_μ = F(λ)⁻¹∇_λ (Eq. 4)." + where,
-          [((r"\mathbb{E}_q[\bar\ell]"), e_loss)]
-          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[\bar\ell]" % (i + 1)), g) for i, g in enumerate(grads)])
+          ("The loss is −log h(θ) (the full negative log-joint) plus terms that are each " if plus_log_h else
+           "Each term of the loss is ")
+          + "a polynomial in the sufficient statistics times an exponential of a linear "
+          "combination cᵀT of them, so E_q[Tᵏ e^{cᵀT}] = ∂ᵏ_c exp(A(λ + c) − A(λ)) (App. B) gives E_q[ℓ"
+          + (" + log h] in λ, and the base-measure term of Eq. 6 cancels (Sec. 5.1)" if plus_log_h else "] in λ")
+          + "; ∇_μ = F(λ)⁻¹∇_λ (Eq. 4)." + where,
+          [((r"\mathbb{E}_q[%s]" % lhs), e_loss)]
+          + [((r"\nabla_{\mu^{(%d)}}\mathbb{E}_q[%s]" % (i + 1, lhs)), g) for i, g in enumerate(grads)])
     return grads
 
 
@@ -253,6 +278,20 @@ def linear_with_log_h(fam, loss):
         return None
     total = sp.expand(loggamma_form(sp.expand_log(loss, force=True)) + log_h)
     return linear_in_statistics(fam, total)
+
+
+def tilted_with_log_h(fam, loss):
+    """(E_q[ℓ + log h](λ), shifts) from the tilted log-partition for a loss that contains −log h(θ) of a family whose
+    log h is not linear in T (the full negative log-joint of a non-conjugate model, e.g. c·θ² + lgamma(θ + 1) under
+    the Poisson), where ℓ + log h is tilted (a sum of polynomials in T times exponentials of cᵀT) and ℓ alone is not;
+    None otherwise.  Eq. 6 needs only ∇_μE_q[ℓ + log h], so E_q[log h] is never needed (App. B; Sec. 5.1)."""
+    log_h = fam.log_h
+    if not fam.depends_on_variable(log_h) or fam.log_h_linear() is not None:
+        return None
+    total = sp.expand(loggamma_form(sp.expand_log(loss, force=True)) + log_h)
+    if total == sp.expand(loss) or not fam.depends_on_variable(total) or tilted_expectation(fam, loss) is not None:
+        return None
+    return tilted_expectation(fam, total)
 
 
 def conjugate_with_log_h(recipe, D, linear, g_logh):

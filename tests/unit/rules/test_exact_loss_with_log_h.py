@@ -174,3 +174,39 @@ def test_refusals_name_what_to_write(tmp_path, extra, words, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert f"{src}:7:" in err and words in err and "−log h" in err
+
+
+# a non-conjugate joint: ℓ + log h = c·θ² − k·θ is tilted (E_q[θ²] = r + r² under the Poisson), ℓ alone is not (it
+# holds lgamma(θ + 1)), and E_q[log θ!] has no closed form: only ∇_μE_q[ℓ + log h] = c(1 + 2r) − k enters Eq. 6
+POISSON_SQUARE = """\
+name: poisson_square
+family: poisson
+loss: c*theta**2 + lgamma(theta + 1) - k*theta
+approximations: [exact{extra}]
+hyperparameters:
+  rho: {{default: 0.5}}
+  c: {{default: 0.1}}
+  k: {{default: 0.0}}
+"""
+
+
+def test_a_tilted_loss_with_minus_log_h_cancels_the_base_measure_term(tmp_path):
+    """λ ← (1 − ρ) log r − ρ(c(1 + 2r) − k) (Eq. 6 with the base-measure terms cancelled), at rates from 0.01 to 200
+    and random c, k, ρ: before, the engine refused the recipe ('exact' does not apply: the loss is not tilted)."""
+    mod = generate(tmp_path, "poisson_square", POISSON_SQUARE.format(extra=""))
+    g = np.random.default_rng(7)
+    for _ in range(5):
+        r = np.array([0.01, 0.7, 3.0, 40.0, 200.0])
+        c, k, rho = g.uniform(0.01, 0.3), g.uniform(-2, 2), g.uniform(0.05, 1.0)
+        out = mod.step(mod.init(r=r.copy()), c=c, k=k, rho=rho)
+        want = np.exp((1 - rho) * np.log(r) - rho * (c * (1 + 2 * r) - k))
+        np.testing.assert_allclose(out["r"], want, rtol=1e-13)
+
+
+def test_a_tilted_loss_with_minus_log_h_refuses_no_entropy(tmp_path, capsys):
+    src = tmp_path / "r.yaml"
+    src.write_text(POISSON_SQUARE.format(extra=", no_entropy"), encoding="utf-8")
+    assert main([str(src), "--target", "numpy"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"{src}:4:" in err and "no_entropy" in err and "−log h" in err
