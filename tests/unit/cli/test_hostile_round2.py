@@ -205,3 +205,29 @@ def test_a_vector_familys_update_on_an_optimizer_target_names_the_family(tmp_pat
                                               "gaussian_diag", "numpy or jax target"])
     assert (tmp_path / "out.py").read_text(encoding="utf-8") == SENTINEL
     assert listing(tmp_path) == before
+
+
+# ------------------------------------------------------------ a flag compared with a number in peer.validate
+@pytest.mark.parametrize("require", ["nest > 0.5", "nest >= 1", "lr < 1 and nest < 2"])
+def test_a_flag_compared_with_a_number_in_a_check_is_refused_at_its_line(tmp_path, require):
+    """`nest > 0.5` with a flag `nest` was generated and compared True/False as 1/0 at run time (the constructor
+    then refused its own default, 'bad False'; helper-68's finding): a flag is a condition by itself."""
+    write(tmp_path, "r.yaml", f"""
+        name: flagged
+        family: gaussian_diag
+        loss: abstract
+        approximations: [delta, squared_gradient_hessian]
+        state_init: {{s: 1.0}}
+        peer:
+          validate:
+            - {{require: "{require}", message: "bad {{nest}}"}}
+        hyperparameters:
+          lr: {{default: 0.1}}
+          nest: {{default: false}}
+        """)
+    (tmp_path / "out.py").write_text(SENTINEL, encoding="utf-8")
+    before = listing(tmp_path)
+    r = run_cli("r.yaml", "--target", "torch", "-o", "out.py", cwd=tmp_path)
+    _assert_one_line_error(r, r"r\.yaml:8:", [r"'nest' is a flag \(true or false\)", "write 'nest' or 'not nest'"])
+    assert (tmp_path / "out.py").read_text(encoding="utf-8") == SENTINEL
+    assert listing(tmp_path) == before
