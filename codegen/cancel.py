@@ -115,8 +115,8 @@ def _add(node):
         return node
     if _one_sign(terms):
         # no part of the sum adds up to 0 (a polynomial's root at 1) nor pairs c with −c: nothing to factor, and
-        # _polynomial's search is quadratic in the terms (the 190 pairs of a 20-point support's Fisher information,
-        # blr_derive/families/partition.py pairwise_fisher: 25 s)
+        # _polynomial's search is quadratic in the terms (a Fisher information over the 190 pairs of a 20-point support:
+        # 25 s)
         return node
     out = _polynomial(terms)
     if out is not None:
@@ -126,7 +126,7 @@ def _add(node):
 
 
 def _one_sign(terms) -> bool:
-    """Whether every coefficient is a number (free of symbols) that sympy knows to be positive, or every one negative."""
+    """Whether every coefficient is a number (free of symbols) sympy knows to be positive, or every one negative."""
     if not all(c.is_number for c, _ in terms):
         return False
     return all(c.is_positive is True for c, _ in terms) or all(c.is_negative is True for c, _ in terms)

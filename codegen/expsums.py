@@ -187,7 +187,7 @@ def _symbolic_key(a):
     """The terms of ``a`` that hold a symbol, with their number coefficients (the split sympy's Add collects terms by):
     two exponents differ by a number only where their keys are equal.  Compared before subtracting, which was
     quadratic in sympy's arithmetic (8 s for the 190 distinct exponents of a 20-point support's Fisher information
-    over its pairs of points, blr_derive/families/partition.py pairwise_fisher)."""
+    written over its pairs of points)."""
     out: dict = {}
     for t in sp.Add.make_args(a):
         c, r = t.as_coeff_Mul()
@@ -303,6 +303,15 @@ def _normalized(node) -> bool:
     return any(_normalized(a) for a in node.args)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _maxima(node) -> frozenset:
+    """``node.atoms(sp.Max)``, remembered per node: a sum's atoms walked afresh at each sum printed were 8 s of printing
+    a Fisher information whose terms share the same normalized sums (blr_derive/families/partition.py
+    centred_fisher)."""
+    own = frozenset([node]) if isinstance(node, sp.Max) else frozenset()
+    return own.union(*[_maxima(a) for a in node.args]) if node.args else own
+
+
 def print_order(add, terms):
     """The order a printer writes the terms of a sum in (``terms``, the printer's own order) for a sum this lowering
     normalized: that of the sum it came from, each largest exponent M set to 0 (e^{a − M} → e^{a}), so that where
@@ -311,7 +320,7 @@ def print_order(add, terms):
     one whose terms would not come back distinct, keeps the printer's order."""
     if not isinstance(add, sp.Add) or not _normalized(add):
         return terms
-    zero = {m: sp.Integer(0) for m in add.atoms(sp.Max)}
+    zero = {m: sp.Integer(0) for m in _maxima(add)}
     originals = [t.xreplace(zero) for t in terms]
     if len(set(originals)) != len(originals):
         return terms

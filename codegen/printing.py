@@ -196,9 +196,9 @@ class HostConditionalMixin:
     def _print_Add(self, expr, order=None):
         """Where ``max_temps`` is set (very large maps), each distinct sum the exponential-sum lowering normalized (of
         at least SUM_TEMP_TERMS terms) is printed once, as a local ``_sumN`` like the maxima: a Fisher information over
-        the pairs of a finite support (blr_derive/families/partition.py pairwise_fisher) divides each of its terms by
-        the same normalized Z̃², and printed at each use Z̃ was 1 140 of the 2 352 exponentials of a 20-point
-        support's F (a jax module evaluated eagerly does each as one dispatch)."""
+        a finite support (blr_derive/families/partition.py centred_fisher) divides each of its terms by the same
+        normalized Z̃ and subtracts the same μ, and printed at each use they were most of its operations (a jax module
+        evaluated eagerly does each as one dispatch)."""
         temps = self.max_temps
         if temps is None or len(expr.args) < self.SUM_TEMP_TERMS or not _normalized(expr):
             return super()._print_Add(expr, order=order)                   # type: ignore[misc]

@@ -40,8 +40,8 @@ CORPUS = {
     # (found when F was first compared on its own scale, |ΔF_ij|/sqrt(F_ii F_jj) (hunt.fisher_rel): ising_pair's
     # hard_fisher at h1 = 30 (the simplified ∇² log Σ e^{λ·T} in 30 digits: Var(s1) = 3.5026121e-26 for
     # 4/(e^60 + 1) = 3.5026043e-26) and tilted_zipf20's modules at r = 30 (Var = 1.137e-13 for 9.358e-14, E[T²] −
-    # E[T]²); fixed by F over the pairs of support points, blr_derive/families/partition.py pairwise_fisher, asserted
-    # by tests/unit/families/test_pairwise_fisher.py)
+    # E[T]²); fixed by F as a corrected two-pass sum over the support, blr_derive/families/partition.py centred_fisher,
+    # asserted by tests/unit/families/test_centred_fisher.py)
     # the modules' F at m = −30 through log Φ's derivatives (their relative error grows as x² ulps; see the probit
     # notes): Var(θ²) = 2.4235e-05 for 2.4292e-05 (0.2 %)
     "truncated_normal": {"generated_numpy": "m = -30, s = 1", "generated_jax": "m = -30, s = 1"},

@@ -270,34 +270,33 @@ def support_points(fam, limit: int | None = None):
     return [dict(zip(fam.components, pt)) for pt in itertools.product(*sets)]
 
 
-#: the most terms (support pairs with a nonzero coefficient, over every entry of F) that :func:`pairwise_fisher`
-#: writes; above it F stays the simplified ∇²A (a module's F is one printed expression: a support of N points has
-#: N(N − 1)/2 pairs in each entry)
-PAIRWISE_MAX_TERMS = 4000
+#: the most terms (support points times entries of F) that :func:`centred_fisher` writes; above it F stays the
+#: simplified ∇²A
+CENTRED_MAX_TERMS = 20000
 
 
-def pairwise_fisher(fam):
+def centred_fisher(fam):
     """F(λ) = ∇²A(λ) = Cov_q[T] (the Hessian of A, Eq. 4 of Khan & Rue 2023) of a log-partition summed over a finite
-    support, A = log Z with Z = Σ_i w_i and w_i = h(θ_i) e^{<λ, T(θ_i)>} (:func:`sum_log_partition`), written over
-    the pairs of support points:
+    support, A = log Z with Z = Σ_i w_i and w_i = h(θ_i) e^{<λ, T(θ_i)>} (:func:`sum_log_partition`), as the corrected
+    two-pass sum
 
-        F = Σ_i p_i (T_i − μ)(T_i − μ)ᵀ = Σ_{i<k} w_i w_k (T_i − T_k)(T_i − T_k)ᵀ / Z²,   p_i = w_i / Z,
+        F = Σ_i p_i e_i e_iᵀ − s sᵀ,   e_i = T(θ_i) − μ,   s = Σ_i p_i e_i,   p_i = w_i / Z,   μ = ∇A,
 
-    written Σ_i (w_i/Z)·(Σ_{k>i} c_ik w_k)/Z with number coefficients c_ik, so that the lowering of codegen/expsums.py
-    normalizes each term by Z's largest exponent and each inner sum by its own (one numerator over all the pairs
-    had a distinct exponent per pair, 190 for a 20-point support with two statistics, and a max of them all in each
-    term: 7 s to print instead of 2).  None where A is not that sum
-    (declared, an infinite support, matrix natural parameters), where the support has two points (F = w_1 w_2 ΔT ΔTᵀ
-    / Z², which simplify writes itself: a Bernoulli's 4e^{2λ}/(e^{2λ} + 1)²), or where it would have more than
-    PAIRWISE_MAX_TERMS terms.
+    printed through the lowering of codegen/expsums.py (each p_i and μ normalized by the largest exponent, each
+    normalized sum once where the maps are long).  None where A is not that sum (declared, an infinite support,
+    matrix natural parameters), where the support has two points (F = w_1 w_2 ΔT ΔTᵀ / Z², one product, which
+    simplify writes itself: a Bernoulli's 4e^{2λ}/(e^{2λ} + 1)²), or where it would have more than CENTRED_MAX_TERMS
+    terms.
 
     The simplified ∇²A is E[T Tᵀ] − μμᵀ over a common denominator; where q is concentrated on one point both terms
     are near T(θ_max)² and their difference is the small mass elsewhere: a tilted Zipf law on 1..20 at r = 30 printed
     Var = 1.137e-13 for 9.358e-14, and 0 for 1.9e-22 at r = 50; two ±1 spins at a field of 30 lost 2.2e-6 of
-    Var(s1) = 3.5e-26 even in 30 digits.  Here a diagonal entry is a sum of positive terms (accurate to a few units in
-    the last place), and an off-diagonal one's terms are bounded by sqrt(F_jj F_kk) (Cauchy–Schwarz), so every entry
-    is accurate on F's own scale, |ΔF_jk| ≲ N² ε sqrt(F_jj F_kk).  The centred form Σ_i p_i (T_i − μ)(T_i − μ)ᵀ is
-    not: the rounding δ of μ adds δ² (1.6e-11 of Var(s1) = 7.7e-22 for the spins at fields (30, −20), coupling 5)."""
+    Var(s1) = 3.5e-26 even in 30 digits.  Here a diagonal entry's first sum has terms of one sign, and the rounding δ
+    of μ, which adds δδᵀ to it (Σ_i p_i (T_i − μ) = 0), is taken out by s sᵀ = δδᵀ (the corrected two-pass algorithm
+    of Chan, Golub & LeVeque, "Algorithms for computing the sample variance: analysis and recommendations", Am. Stat.
+    37 (1983)): without it the spins at fields (30, −20), coupling 5, lost 1.6e-11 of Var(s1) = 7.7e-22 (δ ≈ 1e-16
+    of μ ≈ 1).  A form over the pairs of points, Σ_{i<k} w_i w_k (T_i − T_k)(T_i − T_k)ᵀ/Z², is as accurate but
+    has N(N − 1)/2 terms in each entry: a 41-point support's check took 113 s instead of 47."""
     if fam.A_given or not isinstance(fam.A, sp.log) or any(is_mat(l) for l in fam.lam):
         return None
     pts = support_points(fam)
@@ -309,20 +308,16 @@ def pairwise_fisher(fam):
         return None
     keep = [(wi, [sp.sympify(t).xreplace(pt) for t in fam.T]) for wi, pt in zip(w, pts) if wi != 0]
     n = len(fam.lam)
-    entries = [(j, k) for j in range(n) for k in range(j, n)]
-    pairs = [(wa * wb, [ta - tb for ta, tb in zip(Ta, Tb)])
-             for a, (wa, Ta) in enumerate(keep) for wb, Tb in keep[a + 1:]]
-    if sum(1 for _, d in pairs for j, k in entries if d[j] != 0 and d[k] != 0) > PAIRWISE_MAX_TERMS:
+    if len(keep) * n * (n + 1) // 2 > CENTRED_MAX_TERMS:
         return None
+    mu = list(fam.mu_of_lam)
+    p = [wi / Z for wi, _ in keep]
+    e = [[T[j] - mu[j] for j in range(n)] for _, T in keep]
+    s = [sp.Add(*[pi * ei[j] for pi, ei in zip(p, e)]) for j in range(n)]
     F = sp.zeros(n, n)
-    for j, k in entries:
-        outer = []
-        for a, (wa, Ta) in enumerate(keep):
-            inner = [wb * (Ta[j] - Tb[j]) * (Ta[k] - Tb[k]) for wb, Tb in keep[a + 1:]]
-            inner = [t for t in inner if t != 0]
-            if inner:
-                outer.append(wa / Z * (sp.Add(*inner) / Z))
-        F[j, k] = F[k, j] = sp.Add(*outer)
+    for j in range(n):
+        for k in range(j, n):
+            F[j, k] = F[k, j] = sp.Add(*[pi * ei[j] * ei[k] for pi, ei in zip(p, e)]) - s[j] * s[k]
     return F
 
 

@@ -1,8 +1,8 @@
-"""The Fisher information of a log-partition summed over a finite support, F = Σ_{i<k} w_i w_k (T_i − T_k)(T_i − T_k)ᵀ/Z²
-(blr_derive/families/partition.py pairwise_fisher): right on its own scale, |ΔF_jk|/sqrt(F_jj F_kk), where q is
-concentrated on one point and E[T Tᵀ] − μμᵀ cancelled (tests/hunt_findings.py listed the first two): in the generated
-numpy module and in the engine's form evaluated in 30 digits (the check's SymbolicRecord), against Cov_q[T] summed in
-mpmath at 50 digits over the support."""
+"""The Fisher information of a log-partition summed over a finite support, F = Σ_i p_i e_i e_iᵀ − s sᵀ with
+e_i = T_i − μ and s = Σ_i p_i e_i (blr_derive/families/partition.py centred_fisher): right on its own
+scale, |ΔF_jk|/sqrt(F_jj F_kk), where q is concentrated on one point and E[T Tᵀ] − μμᵀ cancelled
+(tests/hunt_findings.py listed the first two): in the generated numpy module and in the engine's form evaluated in
+30 digits (the check's SymbolicRecord), against Cov_q[T] summed in mpmath at 50 digits over the support."""
 import types
 from pathlib import Path
 
@@ -29,7 +29,8 @@ def _reference(fam, lam):
             if h == 0:
                 continue
             T = [mpmath.mpf(str(sp.N(sp.sympify(t).xreplace(pt), 60))) for t in fam.T]
-            logw.append(mpmath.log(mpmath.mpf(str(sp.N(h, 60)))) + mpmath.fsum(mpmath.mpf(x) * t for x, t in zip(lam, T)))
+            logh = mpmath.log(mpmath.mpf(str(sp.N(h, 60))))
+            logw.append(logh + mpmath.fsum(mpmath.mpf(x) * t for x, t in zip(lam, T)))
             stats.append(T)
         top = max(logw)
         w = [mpmath.exp(x - top) for x in logw]
@@ -47,13 +48,13 @@ def _module(fam):
     return mod
 
 
-#: (family, λ, the simplified ∇²A's error in the numpy module before pairwise_fisher, measured)
+#: (family, λ, the simplified ∇²A's error in the numpy module before centred_fisher, measured)
 CASES = [
     ("tilted_zipf20", (30.0, 0.0), 13.4),        # Var = 1.137e-13 for 9.358e-14 (hunt_findings.py)
     ("tilted_zipf20", (50.0, 0.0), 4.5e7),       # Var(k) = 1.9e-22
     ("tilted_zipf20", (0.3, -1.2), 3.6e-15),
     ("tilted_zipf20", (-30.0, -2.0), 4.1e-16),
-    ("ising_pair", (30.0, -20.0, 5.0), 1.2e-16),  # Var(s1) = 7.7e-22
+    ("ising_pair", (30.0, -20.0, 5.0), 1.2e-16),  # Var(s1) = 7.7e-22 (1.6e-11 without the correction s sᵀ)
     ("ising_pair", (0.5, -0.3, 0.8), 5.6e-16),
     ("poisson_0_30", (30.0,), 0.063),            # Var = 2.8e-12 at the end of 0..30
     ("truncated_poisson12", (30.0,), 0.024),
@@ -82,6 +83,6 @@ def test_the_engine_fisher_information_in_30_digits(name, lam):
 def test_a_two_point_support_keeps_the_simplified_hessian():
     """Two points: F = w_1 w_2 ΔT ΔTᵀ/Z² is one product, which simplify writes (the Bernoulli's), unchanged."""
     fam = load_family("bernoulli_logit")
-    assert fam.pairwise_fisher() is None
+    assert fam.centred_fisher() is None
     lam = fam.lam[0]
     assert sp.simplify(fam.fisher_matrix()[0, 0] - 4 * sp.exp(2 * lam) / (sp.exp(2 * lam) + 1) ** 2) == 0
