@@ -16,7 +16,7 @@ from sympy.printing.codeprinter import PrintMethodNotImplementedError
 from sympy.printing.pycode import PythonCodePrinter
 
 from blr_derive.codegen.cancel import LOG1MEXP_SWITCH, expm1, stable_differences
-from blr_derive.codegen.expsums import print_order, stable_exp_sums
+from blr_derive.codegen.expsums import _normalized, print_order, stable_exp_sums
 from blr_derive.codegen.inert import identifier
 from blr_derive.codegen.scaled import ORIGINAL_NAMES, scaled_bessel
 from blr_derive.core.errors import CodegenError, UnsupportedTarget
@@ -189,6 +189,23 @@ class HostConditionalMixin:
 
     def _print_Min(self, expr):
         return self._fold_binary(self.MINIMUM, expr.args)
+
+    #: the fewest terms of a normalized sum (codegen/expsums.py) that ``max_temps`` sets aside as a local ``_sumN``
+    SUM_TEMP_TERMS = 3
+
+    def _print_Add(self, expr, order=None):
+        """Where ``max_temps`` is set (very large maps), each distinct sum the exponential-sum lowering normalized (of
+        at least SUM_TEMP_TERMS terms) is printed once, as a local ``_sumN`` like the maxima: a Fisher information over
+        a finite support (blr_derive/families/partition.py centred_fisher) divides each of its terms by the same
+        normalized Z̃ and subtracts the same μ, and printed at each use they were most of its operations (a jax module
+        evaluated eagerly does each as one dispatch)."""
+        temps = self.max_temps
+        if temps is None or len(expr.args) < self.SUM_TEMP_TERMS or not _normalized(expr):
+            return super()._print_Add(expr, order=order)                   # type: ignore[misc]
+        if expr not in temps:
+            text = super()._print_Add(expr, order=order)                   # type: ignore[misc]
+            temps[expr] = (f"_sum{len(temps)}", text)
+        return temps[expr][0]
 
 
 class HostPrinter(HostConditionalMixin, PythonCodePrinter):

@@ -37,15 +37,11 @@ CORPUS = {
     # both modules are right: its jax module hung on exp1 at small arguments before codegen/backends/jax/runtime.py
     # _exp1)
     "e1_weighted_exponential": {"hard_entropy": "r = 1000"},
-    # found when F was first compared on its own scale, |ΔF_ij|/sqrt(F_ii F_jj) (hunt.fisher_rel), and the summed
-    # references' covariance took out the rounding of the mean (Quadrature.cov); each was an error below 1e-12
-    # relative to max(1, |F|), a pass:
-    # the simplified ∇² log Σ e^{λ·T} evaluated in 30 digits cancels at a field of 30: Var(s1) = 3.5026121e-26 for
-    # 4/(e^60 + 1) = 3.5026043e-26 (2.2e-6; the modules, printed through codegen/expsums.py, are right)
-    "ising_pair": {"hard_fisher": "h1 = 30, h2 = 0, J = 0"},
-    # the modules' F of the 20-point tilted zipf at r = 30 (mass at its last point): Var = 1.137e-13 for 9.358e-14, an
-    # E[T²] − E[T]² cancellation of its closed-form sums
-    "tilted_zipf20": {"generated_numpy": "r = 30, s = 0", "generated_jax": "r = 30, s = 0"},
+    # (found when F was first compared on its own scale, |ΔF_ij|/sqrt(F_ii F_jj) (hunt.fisher_rel): ising_pair's
+    # hard_fisher at h1 = 30 (the simplified ∇² log Σ e^{λ·T} in 30 digits: Var(s1) = 3.5026121e-26 for
+    # 4/(e^60 + 1) = 3.5026043e-26) and tilted_zipf20's modules at r = 30 (Var = 1.137e-13 for 9.358e-14, E[T²] −
+    # E[T]²); fixed by F as a corrected two-pass sum over the support, blr_derive/families/partition.py centred_fisher,
+    # asserted by tests/unit/families/test_centred_fisher.py)
     # the modules' F at m = −30 through log Φ's derivatives (their relative error grows as x² ulps; see the probit
     # notes): Var(θ²) = 2.4235e-05 for 2.4292e-05 (0.2 %)
     "truncated_normal": {"generated_numpy": "m = -30, s = 1", "generated_jax": "m = -30, s = 1"},

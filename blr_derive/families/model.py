@@ -18,7 +18,7 @@ from blr_derive.core.expect import gaussian_expectation
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.numeric import NumericFamily, numeric_fisher
 from blr_derive.families.numint import expectation_integral
-from blr_derive.families.partition import discrete_expectation, tilted_expectation
+from blr_derive.families.partition import centred_fisher, discrete_expectation, tilted_expectation
 from blr_derive.families.statistics import log_h_linear as log_h_linear_coefficients
 from blr_derive.families.symbolic import evaluate, loggamma_form, factor_repeated_denominator, simplify_bounded, subs, tidy
 from blr_derive.spec.vocabulary import count_total, is_discrete
@@ -223,18 +223,31 @@ class Family:
             self._numeric[key] = (dl, [self.simp(d) for d in raw] if simplified else raw)
         return self._numeric[key]
 
+    def centred_fisher(self):
+        """F(λ) = Σ_i p_i (T_i − μ)(T_i − μ)ᵀ − s sᵀ over a finite support of more than two points
+        (:func:`~blr_derive.families.partition.centred_fisher`: accurate on F's own scale where q is concentrated),
+        or None; derived once."""
+        if "fisher_centred" not in self._numeric:
+            self._numeric["fisher_centred"] = centred_fisher(self)
+        return self._numeric["fisher_centred"]
+
     def fisher_matrix(self):
-        """For scalar families: the symbolic Hessian ∇²A(λ)."""
+        """For scalar families: the symbolic Hessian ∇²A(λ), simplified; over a finite support of more than two
+        points Cov_q[T] as a corrected two-pass sum (:meth:`centred_fisher`), which is not simplified (simplify
+        would bring back E[T Tᵀ] − μμᵀ)."""
         if any(is_mat(l) for l in self.lam):
             raise DerivationError("fisher_matrix is symbolic only for scalar families; use fisher_operator")
+        if self.centred_fisher() is not None:
+            return self.centred_fisher()
         return sp.Matrix([[factor_repeated_denominator(simplify_bounded(sp.diff(m, l))) for l in self.lam]
                           for m in self.mu_of_lam])
 
     def fisher_at(self, lam_vals: dict, dim: int | None = None):
         """F(λ) as a dense matrix: the symbolic Hessian for scalar blocks, numeric_fisher for matrix blocks."""
         if not any(is_mat(l) for l in self.lam):
-            if "fisher" not in self._numeric:      # the Hessian of A, unsimplified (only evaluated)
-                self._numeric["fisher"] = sp.Matrix([[sp.diff(m, l) for l in self.lam] for m in self.mu_of_lam])
+            if "fisher" not in self._numeric:      # the Hessian of A, unsimplified (only evaluated), or Cov_q[T]
+                self._numeric["fisher"] = self.centred_fisher() or sp.Matrix(
+                    [[sp.diff(m, l) for l in self.lam] for m in self.mu_of_lam])
             F = self._numeric["fisher"]
             vals = {k: v for k, v in lam_vals.items()}
             return np.array(self.evaluate(F, vals, dim), dtype=float).reshape(len(self.lam), len(self.lam))

@@ -250,9 +250,10 @@ MAPS_TEMPS_CHARS = 50_000
 
 def _with_max_temps(printer, print_all):
     """``print_all()``'s texts (a list, or a list of lists) and the locals they read: none where their text is at most
-    MAPS_TEMPS_CHARS (each ``_maxN`` written back as its text: the same text as printed without locals), otherwise
-    each Max once as a ``_maxN`` local, [(name, text)].  One printing either way (printing a Max at each of its uses
-    was 70 s of a 64-point support's μ and F)."""
+    MAPS_TEMPS_CHARS (each ``_maxN`` or ``_sumN`` written back as its text: the same text as printed without locals),
+    otherwise each Max and each sum normalized by one (HostConditionalMixin._print_Add) once as a local,
+    [(name, text)].  One printing either way (printing a Max at each of its uses was 70 s of a 64-point support's μ
+    and F)."""
     printer.max_temps = {}
     try:
         texts = print_all()
@@ -263,7 +264,7 @@ def _with_max_temps(printer, print_all):
     if not temps:
         return texts, []
     full = dict(temps)
-    pattern = re.compile(r"\b_max\d+\b")
+    pattern = re.compile(r"\b_(?:max|sum)\d+\b")
 
     def inline(text):
         return pattern.sub(lambda m: inline(full[m.group(0)]), text)
