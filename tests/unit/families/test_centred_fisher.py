@@ -3,6 +3,7 @@ e_i = T_i − μ and s = Σ_i p_i e_i (blr_derive/families/partition.py centred_
 scale, |ΔF_jk|/sqrt(F_jj F_kk), where q is concentrated on one point and E[T Tᵀ] − μμᵀ cancelled
 (tests/hunt_findings.py listed the first two): in the generated numpy module and in the engine's form evaluated in
 30 digits (the check's SymbolicRecord), against Cov_q[T] summed in mpmath at 50 digits over the support."""
+import functools
 import types
 from pathlib import Path
 
@@ -42,6 +43,17 @@ def _reference(fam, lam):
                           for k in range(n)] for j in range(n)])
 
 
+@functools.lru_cache(maxsize=None)
+def _family(name):
+    return load_family(str(CORPUS / f"{name}.yaml"))
+
+
+@functools.lru_cache(maxsize=None)
+def _module_of(name):
+    """The family's numpy module, emitted once per family for every point (emitting tilted_zipf20's takes seconds)."""
+    return _module(_family(name))
+
+
 def _module(fam):
     mod = types.ModuleType(f"_test_{fam.name}")
     exec(compile(emit(family_ir(fam, fam.name), "numpy"), fam.name, "exec"), mod.__dict__)
@@ -63,9 +75,9 @@ CASES = [
 
 @pytest.mark.parametrize("name,lam,before", CASES)
 def test_the_module_fisher_information_is_right_on_its_own_scale(name, lam, before):
-    fam = load_family(str(CORPUS / f"{name}.yaml"))
+    fam = _family(name)
     want = _reference(fam, lam)
-    got = np.asarray(_module(fam).fisher_information(np.array(lam)), dtype=float).reshape(want.shape)
+    got = np.asarray(_module_of(name).fisher_information(np.array(lam)), dtype=float).reshape(want.shape)
     assert fisher_rel(got, want) < 1e-13, (name, lam, got, want)
 
 
@@ -74,7 +86,7 @@ def test_the_module_fisher_information_is_right_on_its_own_scale(name, lam, befo
 def test_the_engine_fisher_information_in_30_digits(name, lam):
     """The check's hard_fisher evaluates the engine's F in 30 digits: the ising pair's ∇² log Σ e^{λ·T} lost 2.2e-6 of
     Var(s1) = 3.5e-26 at a field of 30 (hunt_findings.py), the tilted Zipf law's 2e-6 of 1.9e-22 at r = 50."""
-    fam = load_family(str(CORPUS / f"{name}.yaml"))
+    fam = _family(name)
     want = _reference(fam, lam)
     got = SymbolicRecord(fam, None)("F", dict(zip(fam.lam, lam))).reshape(want.shape)
     assert fisher_rel(got, want) < 1e-13, (name, lam, got, want)
