@@ -8,6 +8,7 @@ from blr_derive.core.errors import SpecError
 from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.names import name_problem
+from blr_derive.spec.hyper import compared_flag
 
 
 #: the most a count argument may ask for, with what to write instead (docs/recipe-format.md, "Limits on counts"):
@@ -128,6 +129,10 @@ class Ctx:
         w = self.expr("when", logic=True)
         if not isinstance(w, sp.logic.boolalg.Boolean) or (w.is_Symbol and w.is_real):
             raise self.fail(f"'when' must be a condition (a comparison or a boolean hyperparameter), got {w}")
+        flag = compared_flag(w, self.r.hyper)
+        if flag is not None:
+            raise self.fail(f"'when': '{flag}' is a flag (true or false), compared in '{w}': a flag is a condition by "
+                            f"itself; write when: {flag} or when: not {flag}")
         return w
 
     def done(self):

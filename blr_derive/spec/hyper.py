@@ -208,6 +208,21 @@ def add_learning_rate(lr, spec, hyper, taken):
         taken.add(lr)
 
 
+
+def compared_flag(cond, hyper) -> str | None:
+    """The name of a flag (a bool hyperparameter) that ``cond`` compares with something (``nest > 0.5``), or None:
+    generated code would compare True/False as 1/0, so a recipe's condition must use a flag as a condition by
+    itself (``nest``, ``not nest``); refused where conditions are parsed (peer.validate, a pass's ``when``)."""
+    flags = {h.symbol: h.name for h in hyper if h.kind == "bool" and h.symbol is not None}
+    if not flags or not isinstance(cond, sp.Basic):
+        return None
+    for rel in sorted(cond.atoms(sp.core.relational.Relational), key=sp.default_sort_key):
+        for x in sorted(rel.free_symbols, key=sp.default_sort_key):
+            if x in flags:
+                return flags[x]
+    return None
+
+
 def scalar_symbols(hyper) -> dict:
     """name -> symbol of every float hyperparameter and tuple element (what expressions may name)."""
     out = {h.name: h.symbol for h in hyper if h.kind == "float"}

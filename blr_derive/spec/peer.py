@@ -50,6 +50,7 @@ from blr_derive.core.exprparse import parse_expression
 from blr_derive.core.names import name_problem
 from blr_derive.core.text import Prose
 from blr_derive.core.yamlio import check_keys, where
+from blr_derive.spec.hyper import compared_flag
 
 PEER_KEYS = {"state_names", "validate", "counts_steps", "switches", "group_entries", "eager_state",
              "sparse_gradients"}
@@ -201,14 +202,12 @@ def check_defaults(peer, hyper, file) -> None:
             subs[h.symbol] = sp.true if h.default else sp.false
         elif h.symbol is not None and not isinstance(h.default, bool):
             subs[h.symbol] = sp.Integer(h.default) if isinstance(h.default, int) else sp.Float(h.default)
-    flags = {h.symbol: h.name for h in hyper if h.kind == "bool" and h.symbol is not None}
     for check in peer.checks:
-        for rel in sorted(check.condition.atoms(sp.core.relational.Relational), key=sp.default_sort_key):
-            flag = next((flags[x] for x in sorted(rel.free_symbols, key=sp.default_sort_key) if x in flags), None)
-            if flag is not None:
-                # Python would compare True/False as 1/0 at run time; the check's meaning is lost, so say so here
-                raise SpecError(f"peer: validate: '{flag}' is a flag (true or false), compared in '{rel}': a flag is "
-                                f"a condition by itself; write '{flag}' or 'not {flag}'", file, check.line)
+        flag = compared_flag(check.condition, hyper)
+        if flag is not None:
+            # Python would compare True/False as 1/0 at run time; the check's meaning is lost, so say so here
+            raise SpecError(f"peer: validate: '{flag}' is a flag (true or false), compared in '{check.condition}': a "
+                            f"flag is a condition by itself; write '{flag}' or 'not {flag}'", file, check.line)
         try:
             value = check.condition.xreplace(subs)
             value = value.simplify() if value not in (sp.true, sp.false) else value

@@ -231,3 +231,26 @@ def test_a_flag_compared_with_a_number_in_a_check_is_refused_at_its_line(tmp_pat
     _assert_one_line_error(r, r"r\.yaml:8:", [r"'nest' is a flag \(true or false\)", "write 'nest' or 'not nest'"])
     assert (tmp_path / "out.py").read_text(encoding="utf-8") == SENTINEL
     assert listing(tmp_path) == before
+
+
+def test_a_flag_compared_with_a_number_in_a_when_is_refused_at_its_line(tmp_path):
+    """`when: nest > 0.5` on a pass was generated as numpy.greater(bool(nest), 1/2): a flag is a condition by itself
+    (`when: nest < 2` would have run the pass whatever the flag)."""
+    write(tmp_path, "r.yaml", """
+        name: when_flag
+        family: gaussian_diag
+        loss: abstract
+        approximations:
+          - delta
+          - squared_gradient_hessian
+          - ema_momentum: {rate: beta1, state: u}
+          - debias: {param: u, rate: beta1, when: nest < 2}
+        state_init: {s: 1.0}
+        hyperparameters:
+          beta1: {default: 0.9}
+          nest: {default: false}
+        """)
+    (tmp_path / "out.py").write_text(SENTINEL, encoding="utf-8")
+    r = run_cli("r.yaml", "--target", "numpy", "-o", "out.py", cwd=tmp_path)
+    _assert_one_line_error(r, r"r\.yaml:8:", [r"'nest' is a flag \(true or false\)", "write when: nest or when: not nest"])
+    assert (tmp_path / "out.py").read_text(encoding="utf-8") == SENTINEL
