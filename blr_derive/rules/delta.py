@@ -12,7 +12,7 @@ from blr_derive.core.budget import StepTimeout, step_limit
 from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat, like_symbol, simplify_mat
 from blr_derive.families.solve import isolate_block
-from blr_derive.rules.base import RULES, OracleCall, Rule, register
+from blr_derive.rules.base import RULES, NaturalGradient, OracleCall, Rule, register
 from blr_derive.rules.datasum import explicit_expectations
 from blr_derive.rules.gaussian import gaussian_natural_gradient
 from blr_derive.rules.mixture import ComponentSymbol
@@ -25,9 +25,21 @@ from blr_derive.rules.product import expected_gradients, positive_inverses
 STATIONARY_SECONDS = 20
 
 
+def scalar_elementwise(ctx) -> bool:
+    """An explicit loss of one coordinate θ over an elementwise (mean-field) Gaussian family, with no data sum: its
+    derivatives ℓ'(m), ℓ''(m) are derived by sympy, coordinate by coordinate (``scalar_delta``)."""
+    fam, loss = ctx.family, ctx.recipe.loss
+    return (fam.is_gaussian and fam.elementwise and fam.theta is not None and not is_mat(fam.theta)
+            and isinstance(loss, sp.Expr) and not loss.has(sp.MatrixSymbol) and not ctx.recipe.data
+            and fam.depends_on_variable(loss))
+
+
 def needs_gaussian_vector(ctx, approx):
-    """Explicit losses: the derivatives are derived for Gaussian families over a vector."""
+    """Explicit losses: the derivatives are derived for Gaussian families over a vector, or for one coordinate of
+    an elementwise one (``scalar_elementwise``)."""
     fam = ctx.family
+    if approx.name == "delta" and scalar_elementwise(ctx):
+        return
     if not (fam.is_gaussian and not fam.elementwise and is_mat(fam.theta)):
         raise ctx.fail(f"approximation '{approx.name}' does not apply to an explicit loss over family "
                        f"'{fam.name}': it needs a Gaussian family over a vector (e.g. gaussian_full)", approx)
@@ -96,9 +108,33 @@ class Delta(Rule):
 
     def natural_gradient(self, ctx):
         ng, uses_cov, csym = gaussian_natural_gradient(ctx)
+        if ctx.recipe.loss_kind == "explicit" and scalar_elementwise(ctx):
+            return scalar_delta(ctx, ng.grads, ng.Eg, ng.EH)
         if ctx.recipe.loss_kind == "explicit":
             return explicit_expectations(ctx.recipe, ctx.D, ng.grads, ng.Eg, ng.EH, ctx.mean_mu, ctx.cov_mu, ctx.sym)
         return oracles_at_the_mean(ctx, ng.grads, ng.Eg, ng.EH, uses_cov, csym)
+
+
+def scalar_delta(ctx, grads, Eg, EH):
+    """E_q[ℓ'(θ)] ≈ ℓ'(m), E_q[ℓ''(θ)] ≈ ℓ''(m) (Eq. 13) for an explicit loss of one coordinate of an elementwise
+    Gaussian: the derivatives by sympy, named ``g`` and ``H`` in the update and evaluated at the mean; the natural
+    gradient in μ keeps them as functions of μ (what ``check`` differentiates against)."""
+    recipe, D, fam = ctx.recipe, ctx.D, ctx.family
+    theta, loss = fam.theta, recipe.loss
+    taken = {str(x) for x in fam.params} | {h.name for h in recipe.hyper}
+    g = sp.Symbol("g" if "g" not in taken else "g_", real=True)
+    H = sp.Symbol("H" if "H" not in taken else "H_", real=True)
+    d1, d2 = sp.diff(loss, theta), sp.diff(loss, theta, 2)
+    m = fam.gaussian_mean
+    D.defs += [(g, d1.xreplace({theta: m})), (H, d2.xreplace({theta: m}))]
+    D.symbol_names.update({g: r"\hat{g}", H: r"\hat{H}"})
+    at_mu = {Eg: d1.xreplace({theta: ctx.mean_mu}), EH: d2.xreplace({theta: ctx.mean_mu})}
+    D.natural_gradient = NaturalGradient([x.xreplace(at_mu) for x in grads], Eg, EH)
+    D.add("delta", RULES["delta"].equation, "Delta method for an explicit loss",
+          "The expectations of the loss's first and second derivatives under q are replaced by their values at the "
+          "mean, coordinate by coordinate (Eq. 13); the derivatives are derived from the loss.",
+          [(Eg, g, r"\approx"), (EH, H, r"\approx"), (g, d1.xreplace({theta: m})), (H, d2.xreplace({theta: m}))])
+    return [x.xreplace({Eg: g, EH: H}) for x in grads]
 
 
 def oracles_at_the_mean(ctx, grads, Eg, EH, uses_cov, csym):
