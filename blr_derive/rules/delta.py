@@ -117,14 +117,17 @@ class Delta(Rule):
 
 def scalar_delta(ctx, grads, Eg, EH):
     """E_q[ℓ'(θ)] ≈ ℓ'(m), E_q[ℓ''(θ)] ≈ ℓ''(m) (Eq. 13) for an explicit loss of one coordinate of an elementwise
-    Gaussian: the derivatives by sympy, named ``g`` and ``H`` in the update and evaluated at the mean; the natural
+    Gaussian: the derivatives by sympy (almost everywhere, as autograd's: a kink's δ is dropped), named ``g`` and
+    ``H`` in the update and evaluated at the mean; the natural
     gradient in μ keeps them as functions of μ (what ``check`` differentiates against)."""
     recipe, D, fam = ctx.recipe, ctx.D, ctx.family
     theta, loss = fam.theta, recipe.loss
     taken = {str(x) for x in fam.params} | {h.name for h in recipe.hyper}
     g = sp.Symbol("g" if "g" not in taken else "g_", real=True)
     H = sp.Symbol("H" if "H" not in taken else "H_", real=True)
-    d1, d2 = sp.diff(loss, theta), sp.diff(loss, theta, 2)
+    # the derivatives almost everywhere, as autograd takes them: |θ|'' = 2δ(θ) is 0 away from the kink (a point
+    # mass has no value at a mean m ≠ 0, and the printers have no δ)
+    d1, d2 = (sp.diff(loss, theta, k).replace(sp.DiracDelta, lambda *a: sp.S.Zero) for k in (1, 2))
     m = fam.gaussian_mean
     D.defs += [(g, d1.xreplace({theta: m})), (H, d2.xreplace({theta: m}))]
     D.symbol_names.update({g: r"\hat{g}", H: r"\hat{H}"})

@@ -237,3 +237,19 @@ def test_an_explicit_loss_of_one_coordinate_over_gaussian_diag_is_eq12_with_auto
     from blr_derive.core.errors import UnsupportedTarget
     with pytest.raises(UnsupportedTarget, match="does not check at run time that 's' stays positive"):
         api.derive(DIAG_EXPLICIT).code("torch")
+
+
+def test_a_kinked_explicit_loss_takes_its_derivatives_almost_everywhere_as_autograd_does():
+    """|θ − 1|³ + |θ| over gaussian_diag: ℓ'' holds δ(θ) and (θ − 1)²δ(θ − 1), which no printer has (an internal
+    error, exit 3, when this path was first added); the δ terms are dropped, as torch autograd's derivatives have
+    none: ℓ' = 3(θ − 1)|θ − 1| + sign θ, ℓ'' = 6|θ − 1| away from the kinks."""
+    mod = compiled(DIAG_EXPLICIT.replace("log(1 + (theta - c)**2) + a*softplus(theta)", "abs(theta - 1)**3 + abs(theta)")
+                   .replace("diag_explicit_delta", "diag_kinked_delta"))
+    m0, s0, rho = np.array([-1.5, 0.5, 2.0, 3.7]), np.array([1.0, 2.0, 0.5, 3.0]), 0.1
+    t = torch.tensor(m0, dtype=torch.float64, requires_grad=True)
+    (d1,) = torch.autograd.grad((torch.abs(t - 1) ** 3 + torch.abs(t)).sum(), t, create_graph=True)
+    d2 = torch.autograd.grad(d1.sum(), t)[0].numpy()
+    out = mod.step(mod.init(m=m0.copy(), s=s0.copy()), rho=rho)
+    s_new = (1 - rho) * s0 + rho * d2
+    np.testing.assert_allclose(out["s"], s_new, rtol=1e-14)
+    np.testing.assert_allclose(out["m"], m0 - rho * d1.detach().numpy() / s_new, rtol=1e-14)
