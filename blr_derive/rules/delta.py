@@ -42,7 +42,8 @@ def needs_gaussian_vector(ctx, approx):
         return
     if not (fam.is_gaussian and not fam.elementwise and is_mat(fam.theta)):
         raise ctx.fail(f"approximation '{approx.name}' does not apply to an explicit loss over family "
-                       f"'{fam.name}': it needs a Gaussian family over a vector (e.g. gaussian_full)", approx)
+                       f"'{fam.name}': it needs a Gaussian family over a vector (e.g. gaussian_full), or an "
+                       "elementwise one (gaussian_diag) with a loss of one coordinate theta and no data", approx)
 
 
 def needs_gaussian_moments(ctx, approx):

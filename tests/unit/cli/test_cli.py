@@ -493,7 +493,7 @@ BAD = [
      "r.yaml", "r.yaml:15:", ["does not apply", "delta", "gaussian"]),
     ("delta_with_explicit_loss", {"r.yaml": """
         name: bad
-        family: gaussian_diag
+        family: gamma
         loss:
           expression: theta**2
         approximations:
