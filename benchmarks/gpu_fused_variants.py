@@ -19,12 +19,13 @@ module's multi-tensor (foreach) path ran instead (then its time is that path's, 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+import bench_fused_ab
 
 ROOT = Path(__file__).resolve().parent.parent
 _N = [0]
@@ -32,10 +33,7 @@ _N = [0]
 
 def load():
     _N[0] += 1
-    spec = importlib.util.spec_from_file_location(f"adam_v{_N[0]}", str(ROOT / "catalog/generated/torch/adam.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_fused_ab.load(ROOT / "catalog/generated/torch/adam.py", f"adam_v{_N[0]}")
 
 
 def variant(name):
@@ -53,14 +51,6 @@ def variant(name):
         original = mod._host_args
         mod._host_args = lambda host, dtype, device, original=original: original(host, dtype, "cpu")
     return mod
-
-
-def params(total, n, device, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ps = [torch.nn.Parameter(torch.randn(total // n, generator=g).to(device)) for _ in range(n)]
-    for p in ps:
-        p.grad = torch.randn(p.shape, generator=g).to(device)
-    return ps
 
 
 def kernels_per_step(opt, device):
@@ -89,11 +79,11 @@ def main(argv=None):
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for total in (int(float(t)) for t in args.totals.split(",")):
         mods = {}
-        opts, diffs = {"torch fused": torch.optim.Adam(params(total, args.tensors, args.device), fused=True)}, {}
+        opts, diffs = {"torch fused": torch.optim.Adam(bench_fused_ab.params(total, args.tensors, args.device), fused=True)}, {}
         for name in args.variants.split(","):
             try:
                 mods[name] = variant(name)
-                opts[name] = mods[name].Adam(params(total, args.tensors, args.device), fused=True)
+                opts[name] = mods[name].Adam(bench_fused_ab.params(total, args.tensors, args.device), fused=True)
                 for _ in range(5):
                     opts[name].step()
             except Exception as exc:            # noqa: BLE001 -- a setting this torch refuses: reported

@@ -10,12 +10,14 @@ loaded once per setting, with its ``BLOCK`` global and the launch's ``num_warps`
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 from pathlib import Path
 
 import torch
+
+from bench_fused_ab import load as load_module
+from bench_triton import make_params, timer
 
 ROOT = Path(__file__).resolve().parent.parent
 _N = [0]
@@ -23,9 +25,7 @@ _N = [0]
 
 def load(block, warps):
     _N[0] += 1
-    spec = importlib.util.spec_from_file_location(f"adam_tr{_N[0]}", str(ROOT / "catalog/generated/triton/adam.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module(ROOT / "catalog/generated/triton/adam.py", f"adam_tr{_N[0]}")
     mod.BLOCK = block
     if warps:
         kernel = mod._update_kernel
@@ -41,29 +41,13 @@ DEVICE = ["cuda"]
 
 
 def params(total, n, seed=0):
-    g = torch.Generator(device=DEVICE[0]).manual_seed(seed)
-    ps = [torch.nn.Parameter(torch.randn(total // n, generator=g, device=DEVICE[0])) for _ in range(n)]
-    for p in ps:
-        p.grad = torch.randn(p.shape, generator=g, device=DEVICE[0])
-    return ps
+    return make_params(total, n, DEVICE[0], seed)
 
 
 def timed(fn, iters):
-    if DEVICE[0] == "cpu":                    # the interpreter (a smoke test of this script; timings meaningless)
-        import time
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - t) / iters
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        out.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(out)
+    """The median seconds of ``iters`` calls: bench_triton's timer (CUDA events on a GPU, a host clock on the CPU,
+    where the interpreter makes the numbers a smoke test only)."""
+    return statistics.median(timer(torch.device(DEVICE[0]))(fn, iters))
 
 
 def copy_time(total, iters):

@@ -246,7 +246,8 @@ class Family:
         """F(λ) as a dense matrix: the symbolic Hessian for scalar blocks, numeric_fisher for matrix blocks."""
         if not any(is_mat(l) for l in self.lam):
             if "fisher" not in self._numeric:      # the Hessian of A, unsimplified (only evaluated), or Cov_q[T]
-                self._numeric["fisher"] = self.centred_fisher() or sp.Matrix(
+                centred = self.centred_fisher()
+                self._numeric["fisher"] = centred if centred is not None else sp.Matrix(
                     [[sp.diff(m, l) for l in self.lam] for m in self.mu_of_lam])
             F = self._numeric["fisher"]
             vals = {k: v for k, v in lam_vals.items()}

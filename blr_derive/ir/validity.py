@@ -170,7 +170,7 @@ def _unsigned_source(D, reads) -> str:
     gradient of a conjugate loss (λ ← (1 − ρ)λ + ρλ*, a fixed target λ* = −c: inside Ω while λ* is, for 0 < ρ ≤ 1);
     ``"hessian"`` (they refuse the recipe) for the exact rule's gradient that reads the state (a tilted E_q[ℓ], e.g.
     θ² under a beta: its target moves with q, and a beta's step was seen at a = −0.80 where numpy raises)."""
-    if reads & D.unsigned or not getattr(D, "gradient_reads_state", False):
+    if reads & D.unsigned or not D.gradient_reads_state:
         return "estimate"
     return "hessian"
 

@@ -119,8 +119,8 @@ class Delta(Rule):
 def scalar_delta(ctx, grads, Eg, EH):
     """E_q[ℓ'(θ)] ≈ ℓ'(m), E_q[ℓ''(θ)] ≈ ℓ''(m) (Eq. 13) for an explicit loss of one coordinate of an elementwise
     Gaussian: the derivatives by sympy (almost everywhere, as autograd's: a kink's δ is dropped), named ``g`` and
-    ``H`` in the update and evaluated at the mean; the natural
-    gradient in μ keeps them as functions of μ (what ``check`` differentiates against)."""
+    ``H`` in the update and evaluated at the mean; the natural gradient in μ keeps them as functions of μ (what
+    ``check`` differentiates against)."""
     recipe, D, fam = ctx.recipe, ctx.D, ctx.family
     theta, loss = fam.theta, recipe.loss
     taken = {str(x) for x in fam.params} | {h.name for h in recipe.hyper}
@@ -129,15 +129,15 @@ def scalar_delta(ctx, grads, Eg, EH):
     # the derivatives almost everywhere, as autograd takes them: |θ|'' = 2δ(θ) is 0 away from the kink (a point
     # mass has no value at a mean m ≠ 0, and the printers have no δ)
     d1, d2 = (sp.diff(loss, theta, k).replace(sp.DiracDelta, lambda *a: sp.S.Zero) for k in (1, 2))
-    m = fam.gaussian_mean
-    D.defs += [(g, d1.xreplace({theta: m})), (H, d2.xreplace({theta: m}))]
+    at_m = {theta: fam.gaussian_mean}
+    D.defs += [(g, d1.xreplace(at_m)), (H, d2.xreplace(at_m))]
     D.symbol_names.update({g: r"\hat{g}", H: r"\hat{H}"})
     at_mu = {Eg: d1.xreplace({theta: ctx.mean_mu}), EH: d2.xreplace({theta: ctx.mean_mu})}
     D.natural_gradient = NaturalGradient([x.xreplace(at_mu) for x in grads], Eg, EH)
     D.add("delta", RULES["delta"].equation, "Delta method for an explicit loss",
           "The expectations of the loss's first and second derivatives under q are replaced by their values at the "
           "mean, coordinate by coordinate (Eq. 13); the derivatives are derived from the loss.",
-          [(Eg, g, r"\approx"), (EH, H, r"\approx"), (g, d1.xreplace({theta: m})), (H, d2.xreplace({theta: m}))])
+          [(Eg, g, r"\approx"), (EH, H, r"\approx")] + D.defs[-2:])
     return [x.xreplace({Eg: g, EH: H}) for x in grads]
 
 

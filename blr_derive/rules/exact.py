@@ -61,39 +61,26 @@ class Exact(Rule):
             return
         matrix_stats = any(is_mat(t) for t in fam.T)
         ctx.conjugate = (linear_in_matrix_statistics if matrix_stats else linear_in_statistics)(fam, ctx.recipe.loss)
+        alone = []                      # E_q[ℓ] from the tilted log-partition, computed at most once
+
+        def tilted_alone():
+            if not alone:
+                alone.append(tilted_expectation(fam, ctx.recipe.loss))
+            return alone[0]
         if ctx.conjugate is None and not matrix_stats:
             ctx.with_log_h = linear_with_log_h(fam, ctx.recipe.loss)
-            if ctx.with_log_h is not None:
-                for other, why in (("no_entropy", "without the entropy term nothing cancels it"),
-                                   ("family_prior", "family_prior brings another −log h(θ), and only one cancels")):
-                    if other in ctx.names:
-                        raise ctx.fail(f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}' (it "
-                                       f"is linear in the sufficient statistics once log h is added), but {why} the "
-                                       "base-measure term of Eq. 6; write the prior either in the loss or as "
-                                       f"family_prior, not both" if other == "family_prior" else
-                                       f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}', "
-                                       f"but with 'no_entropy' {why}: E_q[log h] would be needed in closed form; "
-                                       "drop no_entropy or write the loss without −log h", approx)
-                return
-            rest = tilted_with_log_h(fam, ctx.recipe.loss)
-            if rest is not None:
-                for other, why in (("no_entropy", "without the entropy term nothing cancels it"),
-                                   ("family_prior", "family_prior brings another −log h(θ), and only one cancels")):
-                    if other in ctx.names:
-                        raise ctx.fail(f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}', "
-                                       f"but {why}: write the prior either in the loss or as family_prior, not both"
-                                       if other == "family_prior" else
-                                       f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}', "
-                                       f"but with 'no_entropy' {why}: E_q[log h] would be needed in closed form; "
-                                       "drop no_entropy or write the loss without −log h", approx)
-                ctx.tilted, ctx.tilted_with_log_h = rest, True
+            rest = None if ctx.with_log_h is not None else tilted_with_log_h(fam, ctx.recipe.loss, tilted_alone)
+            if ctx.with_log_h is not None or rest is not None:
+                _refuse_a_second_log_h(ctx, fam, approx, linear=ctx.with_log_h is not None)
+                if rest is not None:
+                    ctx.tilted, ctx.tilted_with_log_h = rest, True
                 return
         if ctx.conjugate is None:
             ctx.finite = support_points(fam) if fam.is_discrete else None
         if ctx.conjugate is None and (ctx.finite is None or len(ctx.finite) > FINITE_SIMPLIFY_POINTS):
             # on a large finite support (hundreds of count vectors) the closed form from A, when there is one, is
             # far cheaper than the sum over the support
-            ctx.tilted = tilted_expectation(fam, ctx.recipe.loss)
+            ctx.tilted = tilted_alone()
             if ctx.tilted is not None:
                 ctx.finite = None
         if ctx.conjugate is None and ctx.finite is None and ctx.tilted is None:
@@ -280,18 +267,38 @@ def linear_with_log_h(fam, loss):
     return linear_in_statistics(fam, total)
 
 
-def tilted_with_log_h(fam, loss):
+def tilted_with_log_h(fam, loss, tilted_alone):
     """(E_q[ℓ + log h](λ), shifts) from the tilted log-partition for a loss that contains −log h(θ) of a family whose
     log h is not linear in T (the full negative log-joint of a non-conjugate model, e.g. c·θ² + lgamma(θ + 1) under
-    the Poisson), where ℓ + log h is tilted (a sum of polynomials in T times exponentials of cᵀT) and ℓ alone is not;
-    None otherwise.  Eq. 6 needs only ∇_μE_q[ℓ + log h], so E_q[log h] is never needed (App. B; Sec. 5.1)."""
+    the Poisson), where ℓ + log h is tilted (a sum of polynomials in T times exponentials of cᵀT) and ℓ alone is not
+    (``tilted_alone()``: the caller's E_q[ℓ], computed once for both); None otherwise.  Eq. 6 needs only
+    ∇_μE_q[ℓ + log h], so E_q[log h] is never needed (App. B; Sec. 5.1)."""
     log_h = fam.log_h
     if not fam.depends_on_variable(log_h) or fam.log_h_linear() is not None:
         return None
     total = sp.expand(loggamma_form(sp.expand_log(loss, force=True)) + log_h)
-    if total == sp.expand(loss) or not fam.depends_on_variable(total) or tilted_expectation(fam, loss) is not None:
+    if total == sp.expand(loss) or not fam.depends_on_variable(total) or tilted_alone() is not None:
         return None
     return tilted_expectation(fam, total)
+
+
+def _refuse_a_second_log_h(ctx, fam, approx, linear):
+    """A loss that contains −log h(θ) cancels the base-measure term of Eq. 6 once: not with ``no_entropy`` (nothing
+    to cancel), nor with ``family_prior`` (a second −log h).  ``linear``: ℓ + log h is linear in T (else tilted)."""
+    for other, why in (("no_entropy", "without the entropy term nothing cancels it"),
+                       ("family_prior", "family_prior brings another −log h(θ), and only one cancels")):
+        if other not in ctx.names:
+            continue
+        if other == "no_entropy":
+            raise ctx.fail(f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}', but with "
+                           f"'no_entropy' {why}: E_q[log h] would be needed in closed form; drop no_entropy or write "
+                           "the loss without −log h", approx)
+        if linear:
+            raise ctx.fail(f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}' (it is linear in "
+                           f"the sufficient statistics once log h is added), but {why} the base-measure term of Eq. 6; "
+                           "write the prior either in the loss or as family_prior, not both", approx)
+        raise ctx.fail(f"approximation 'exact': the loss contains −log h(θ) of family '{fam.name}', but {why}: write "
+                       "the prior either in the loss or as family_prior, not both", approx)
 
 
 def conjugate_with_log_h(recipe, D, linear, g_logh):

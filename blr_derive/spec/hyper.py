@@ -208,7 +208,6 @@ def add_learning_rate(lr, spec, hyper, taken):
         taken.add(lr)
 
 
-
 def compared_flag(cond, hyper) -> str | None:
     """The name of a flag (a bool hyperparameter) that ``cond`` compares with something (``nest > 0.5``), or None:
     generated code would compare True/False as 1/0, so a recipe's condition must use a flag as a condition by

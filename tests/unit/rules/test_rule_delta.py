@@ -8,9 +8,11 @@ Bonnet's or Price's formulas; the derivatives of an explicit loss come from torc
 from functools import lru_cache
 
 import numpy as np
+import pytest
 import torch
 
 from blr_derive import api
+from blr_derive.core.errors import UnsupportedTarget
 
 
 @lru_cache(maxsize=None)
@@ -231,10 +233,8 @@ def test_an_explicit_loss_of_one_coordinate_over_gaussian_diag_is_eq12_with_auto
         out = mod.step(mod.init(m=m0.copy(), s=s0.copy()), rho=rho, c=c, a=a)
         np.testing.assert_allclose(out["s"], s_new, rtol=1e-13)
         np.testing.assert_allclose(out["m"], m0 - rho * d1.detach().numpy() / s_new, rtol=1e-13, atol=1e-15)
-    import pytest
     with pytest.raises(FloatingPointError, match="the new s is not positive"):
         mod.step(mod.init(m=np.array([2.0 + 10.0]), s=np.array([1e-3])), rho=0.9, c=2.0, a=0.0)
-    from blr_derive.core.errors import UnsupportedTarget
     with pytest.raises(UnsupportedTarget, match="does not check at run time that 's' stays positive"):
         api.derive(DIAG_EXPLICIT).code("torch")
 
