@@ -63,10 +63,12 @@ def _real(tensors, complex_=True):
 
 
 def _complex(*lists):
-    """Whether any tensor of these lists (a group's parameters and their gradients) is complex.  A real
-    parameter's state is real (created in its dtype or float32, and torch's load_state_dict casts a checkpoint's
-    floating state to the parameter's dtype), so one test of the parameters and gradients stands for the state
-    lists too: ~1.5 us a list of 16 where the per-tensor test ran over every list of the step."""
+    """Whether any tensor of these lists (a group's parameters and the oracles other than their gradients) is
+    complex.  A real parameter's state is real (created in its dtype or float32, and torch's load_state_dict
+    casts a checkpoint's floating state to the parameter's dtype), and a gradient has its parameter's dtype
+    (autograd accumulates it so, and assigning ``p.grad`` of another dtype raises), so one test of the
+    parameters stands for the state and gradient lists too: ~1.5 us a list of 16 where the per-tensor test ran
+    over every list of the step."""
     return any(t is not None and t.is_complex() for ts in lists for t in ts)
 
 
@@ -249,7 +251,8 @@ def _flat_buckets(counts, states, foreach):
 
 def _no_sparse(params, name):
     for p in params:
-        if p.grad is not None and p.grad.is_sparse:
+        g = p.grad                  # read once: each read of ``p.grad`` is a call into torch (~0.1 us)
+        if g is not None and g.is_sparse:
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
@@ -383,6 +386,18 @@ def _flat(tensors):
     return tensors
 
 
+def _kinds(work, params):
+    """The indices of a fused group's parameters by (dtype of the arithmetic, device): one kernel call each.  One
+    kind, the common case, is tested first without building the lists (dtypes are singletons: ``is``)."""
+    d0, v0 = work[0].dtype, params[0].device
+    if all(w.dtype is d0 for w in work) and all(p.device == v0 for p in params):
+        return {(d0, v0): range(len(params))}
+    kinds = {}
+    for k in range(len(params)):
+        kinds.setdefault((work[k].dtype, params[k].device), []).append(k)
+    return kinds
+
+
 def _pick(values, index, n):
     """The entries ``index`` of one of the kernel's lists of ``n`` tensors (the list itself where they are all of
     them: a group of one dtype and device); Nones where the list is None."""
@@ -435,7 +450,7 @@ class Adadelta(torch.optim.Optimizer):
         kept only while the group's setting asks for it."""
         state = self.state[_p]
         if "step" in state and "square_avg" in state and "acc_delta" in state:
-            return state            # every entry there (every call after the first): nothing to start
+            return state            # every entry the group's settings ask for is there (every call after the first)
         if "step" not in state:
             state["step"] = torch.tensor(0.0)
         if "square_avg" not in state:
@@ -573,7 +588,7 @@ class Adadelta(torch.optim.Optimizer):
         rho = _scalar(group["rho"])
         eps = _scalar(group["eps"])
         weight_decay = _scalar(group["weight_decay"])
-        _cx = _complex(params, _inputs["g"])
+        _cx = _complex(params)
         _pr = _real(params, _cx)
         m = _work(_pr)
         s = _real([st.get("square_avg") for st in states], _cx)
@@ -584,9 +599,7 @@ class Adadelta(torch.optim.Optimizer):
         if fused:
             t_0 = 1 - rho
             host = ((weight_decay != 0), weight_decay, rho, t_0, eps, -lr, )
-            _kernel_fn, _by_kind = _compiled_kernel(), {}
-            for _k in range(len(params)):
-                _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)
+            _kernel_fn, _by_kind = _compiled_kernel(), _kinds(m, params)
             _done = []
             for (dtype, device), _ks in _by_kind.items():
                 _numbers, _flags = _host_args(host, dtype, device)

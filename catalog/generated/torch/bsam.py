@@ -64,10 +64,12 @@ def _real(tensors, complex_=True):
 
 
 def _complex(*lists):
-    """Whether any tensor of these lists (a group's parameters and their gradients) is complex.  A real
-    parameter's state is real (created in its dtype or float32, and torch's load_state_dict casts a checkpoint's
-    floating state to the parameter's dtype), so one test of the parameters and gradients stands for the state
-    lists too: ~1.5 us a list of 16 where the per-tensor test ran over every list of the step."""
+    """Whether any tensor of these lists (a group's parameters and the oracles other than their gradients) is
+    complex.  A real parameter's state is real (created in its dtype or float32, and torch's load_state_dict
+    casts a checkpoint's floating state to the parameter's dtype), and a gradient has its parameter's dtype
+    (autograd accumulates it so, and assigning ``p.grad`` of another dtype raises), so one test of the
+    parameters stands for the state and gradient lists too: ~1.5 us a list of 16 where the per-tensor test ran
+    over every list of the step."""
     return any(t is not None and t.is_complex() for ts in lists for t in ts)
 
 
@@ -226,7 +228,8 @@ def _keep_low_state(opt, state_dict, renamed):
 
 def _no_sparse(params, name):
     for p in params:
-        if p.grad is not None and p.grad.is_sparse:
+        g = p.grad                  # read once: each read of ``p.grad`` is a call into torch (~0.1 us)
+        if g is not None and g.is_sparse:
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
@@ -400,6 +403,18 @@ def _flat(tensors):
     return tensors
 
 
+def _kinds(work, params):
+    """The indices of a fused group's parameters by (dtype of the arithmetic, device): one kernel call each.  One
+    kind, the common case, is tested first without building the lists (dtypes are singletons: ``is``)."""
+    d0, v0 = work[0].dtype, params[0].device
+    if all(w.dtype is d0 for w in work) and all(p.device == v0 for p in params):
+        return {(d0, v0): range(len(params))}
+    kinds = {}
+    for k in range(len(params)):
+        kinds.setdefault((work[k].dtype, params[k].device), []).append(k)
+    return kinds
+
+
 def _pick(values, index, n):
     """The entries ``index`` of one of the kernel's lists of ``n`` tensors (the list itself where they are all of
     them: a group of one dtype and device); Nones where the list is None."""
@@ -473,7 +488,7 @@ class BSAM(torch.optim.Optimizer):
         kept only while the group's setting asks for it."""
         state = self.state[_p]
         if "s_ex" in state and "gm" in state:
-            return state            # every entry there (every call after the first): nothing to start
+            return state            # every entry the group's settings ask for is there (every call after the first)
         s_init = _scalar(group["s_init"])
         if "s_ex" not in state:
             state["s_ex"] = torch.full_like(_p, _start(s_init, _p), dtype=torch.float32 if _p.dtype in _LOW else _p.dtype,
@@ -802,9 +817,7 @@ class BSAM(torch.optim.Optimizer):
             t_2 = 1/ess
             t_4 = beta1 - 1
             host = ((wdecay > 0) or (wdecay < 0) or (wdecay != 0), wdecay, ess, (wdecay != 0), beta1, -t_4, math.sqrt(t_2), damping + wdecay, 1 - beta2, t_2, (wdecay > 0) or (wdecay < 0), -beta1, lr, )
-            _kernel_fn, _by_kind = _compiled_kernel(), {}
-            for _k in range(len(params)):
-                _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)
+            _kernel_fn, _by_kind = _compiled_kernel(), _kinds(m, params)
             _done = []
             for (dtype, device), _ks in _by_kind.items():
                 _numbers, _flags = _host_args(host, dtype, device)

@@ -80,10 +80,12 @@ def _real(tensors, complex_=True):
 
 
 def _complex(*lists):
-    """Whether any tensor of these lists (a group's parameters and their gradients) is complex.  A real
-    parameter's state is real (created in its dtype or float32, and torch's load_state_dict casts a checkpoint's
-    floating state to the parameter's dtype), so one test of the parameters and gradients stands for the state
-    lists too: ~1.5 us a list of 16 where the per-tensor test ran over every list of the step."""
+    """Whether any tensor of these lists (a group's parameters and the oracles other than their gradients) is
+    complex.  A real parameter's state is real (created in its dtype or float32, and torch's load_state_dict
+    casts a checkpoint's floating state to the parameter's dtype), and a gradient has its parameter's dtype
+    (autograd accumulates it so, and assigning ``p.grad`` of another dtype raises), so one test of the
+    parameters stands for the state and gradient lists too: ~1.5 us a list of 16 where the per-tensor test ran
+    over every list of the step."""
     return any(t is not None and t.is_complex() for ts in lists for t in ts)
 
 
@@ -242,7 +244,8 @@ def _keep_low_state(opt, state_dict, renamed):
 
 def _no_sparse(params, name):
     for p in params:
-        if p.grad is not None and p.grad.is_sparse:
+        g = p.grad                  # read once: each read of ``p.grad`` is a call into torch (~0.1 us)
+        if g is not None and g.is_sparse:
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
@@ -419,6 +422,18 @@ def _flat(tensors):
     return tensors
 
 
+def _kinds(work, params):
+    """The indices of a fused group's parameters by (dtype of the arithmetic, device): one kernel call each.  One
+    kind, the common case, is tested first without building the lists (dtypes are singletons: ``is``)."""
+    d0, v0 = work[0].dtype, params[0].device
+    if all(w.dtype is d0 for w in work) and all(p.device == v0 for p in params):
+        return {(d0, v0): range(len(params))}
+    kinds = {}
+    for k in range(len(params)):
+        kinds.setdefault((work[k].dtype, params[k].device), []).append(k)
+    return kinds
+
+
 def _pick(values, index, n):
     """The entries ``index`` of one of the kernel's lists of ``n`` tensors (the list itself where they are all of
     them: a group of one dtype and device); Nones where the list is None."""
@@ -494,12 +509,12 @@ class IVONContinual(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if "step" in state and "h" in state and "momentum" in state and "m_past" in state and "s_past" in state:
-            return state            # every entry there (every call after the first): nothing to start
+        debias = bool(group["debias"])
+        if ("step" in state or not (debias)) and "h" in state and "momentum" in state and "m_past" in state and "s_past" in state:
+            return state            # every entry the group's settings ask for is there (every call after the first)
         ess = _scalar(group["ess"])
         hess_init = _scalar(group["hess_init"])
         weight_decay = _scalar(group["weight_decay"])
-        debias = bool(group["debias"])
         if "step" not in state and debias:
             state["step"] = torch.tensor(0.0)
         if "h" not in state:
@@ -833,9 +848,7 @@ class IVONContinual(torch.optim.Optimizer):
             t_3 = 1/ess
             lr_mean = (lr*(hess_init + weight_decay) if rescale_lr else lr)
             host = (weight_decay, ess, hess_approx__price, beta2, t_2, (1/2)*t_2**2*t_3, 1 - beta1, debias, 1/(1 - beta1**t), t_3, -weight_decay, -clip_radius, clip_radius, -lr_mean, )
-            _kernel_fn, _by_kind = _compiled_kernel(), {}
-            for _k in range(len(params)):
-                _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)
+            _kernel_fn, _by_kind = _compiled_kernel(), _kinds(m, params)
             _done = []
             for (dtype, device), _ks in _by_kind.items():
                 _numbers, _flags = _host_args(host, dtype, device)

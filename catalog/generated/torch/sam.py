@@ -60,10 +60,12 @@ def _real(tensors, complex_=True):
 
 
 def _complex(*lists):
-    """Whether any tensor of these lists (a group's parameters and their gradients) is complex.  A real
-    parameter's state is real (created in its dtype or float32, and torch's load_state_dict casts a checkpoint's
-    floating state to the parameter's dtype), so one test of the parameters and gradients stands for the state
-    lists too: ~1.5 us a list of 16 where the per-tensor test ran over every list of the step."""
+    """Whether any tensor of these lists (a group's parameters and the oracles other than their gradients) is
+    complex.  A real parameter's state is real (created in its dtype or float32, and torch's load_state_dict
+    casts a checkpoint's floating state to the parameter's dtype), and a gradient has its parameter's dtype
+    (autograd accumulates it so, and assigning ``p.grad`` of another dtype raises), so one test of the
+    parameters stands for the state and gradient lists too: ~1.5 us a list of 16 where the per-tensor test ran
+    over every list of the step."""
     return any(t is not None and t.is_complex() for ts in lists for t in ts)
 
 
@@ -222,7 +224,8 @@ def _keep_low_state(opt, state_dict, renamed):
 
 def _no_sparse(params, name):
     for p in params:
-        if p.grad is not None and p.grad.is_sparse:
+        g = p.grad                  # read once: each read of ``p.grad`` is a call into torch (~0.1 us)
+        if g is not None and g.is_sparse:
             raise RuntimeError(f"{name} does not support sparse gradients")
 
 
@@ -367,6 +370,18 @@ def _flat(tensors):
     return tensors
 
 
+def _kinds(work, params):
+    """The indices of a fused group's parameters by (dtype of the arithmetic, device): one kernel call each.  One
+    kind, the common case, is tested first without building the lists (dtypes are singletons: ``is``)."""
+    d0, v0 = work[0].dtype, params[0].device
+    if all(w.dtype is d0 for w in work) and all(p.device == v0 for p in params):
+        return {(d0, v0): range(len(params))}
+    kinds = {}
+    for k in range(len(params)):
+        kinds.setdefault((work[k].dtype, params[k].device), []).append(k)
+    return kinds
+
+
 def _pick(values, index, n):
     """The entries ``index`` of one of the kernel's lists of ``n`` tensors (the list itself where they are all of
     them: a group of one dtype and device); Nones where the list is None."""
@@ -435,9 +450,9 @@ class SAM(torch.optim.Optimizer):
         keeps less) starts at its initial value.  A state the update reads only under a setting (e.g. a flag) is
         kept only while the group's setting asks for it."""
         state = self.state[_p]
-        if "step" in state and "momentum_buffer" in state:
-            return state            # every entry there (every call after the first): nothing to start
         momentum = _scalar(group["momentum"])
+        if ("step" in state or not ((momentum != 0))) and ("momentum_buffer" in state or not ((momentum != 0))):
+            return state            # every entry the group's settings ask for is there (every call after the first)
         if "step" not in state and (momentum != 0):
             state["step"] = torch.tensor(0.0)
         if "momentum_buffer" not in state and (momentum != 0):
@@ -753,9 +768,7 @@ class SAM(torch.optim.Optimizer):
         if fused:
             t_0 = (momentum != 0)
             host = ((wdecay != 0), wdecay, t_0, (t == 1), momentum, -lr, )
-            _kernel_fn, _by_kind = _compiled_kernel(), {}
-            for _k in range(len(params)):
-                _by_kind.setdefault((m[_k].dtype, params[_k].device), []).append(_k)
+            _kernel_fn, _by_kind = _compiled_kernel(), _kinds(m, params)
             _done = []
             for (dtype, device), _ks in _by_kind.items():
                 _numbers, _flags = _host_args(host, dtype, device)

@@ -76,6 +76,7 @@ class TorchContext:
     host: Callable[[object], str]              # prints a host expression
     init_hyper: list[HyperVar]                 # hyperparameters a state's initial value or condition reads
     state_cond: dict[str, str | None]          # state -> the host condition it is kept under (None: always)
+    cond_hyper: list[HyperVar]                 # the hyperparameters the states' and the step count's conditions read
     grads: list[tuple[str, str]]               # (symbol, oracle) at the parameter
     sampling: SamplingView | None
     fused: KernelCompiler                      # the fused path's kernel

@@ -15,7 +15,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from contract_helpers import (ALL_NAMES, NO_PEER, RICH, SAMPLED, Problem, assert_nested_equal, assert_params_close,
-                              default_dtype, make, step_once, train)
+                              default_dtype, generated_class, make, step_once, train)
 
 SEED = 1234
 
@@ -377,3 +377,28 @@ def test_ivon_leaves_a_parameter_without_gradient_untouched():
         train("ivon", opt, params, problem, 6, mask=lambda k, i: i != 1, seed=SEED)
         assert params[1].detach().equal(problem.init[1])
         assert all(not p.detach().equal(t) for p, t in zip(params[::2], problem.init[::2]))
+
+
+def test_a_state_a_setting_switches_on_later_is_created_then():
+    """SGD run with momentum 0, then 0.9 from the fourth step (a group's setting changed mid-run): the momentum
+    buffer the later steps need is created at the first step that asks for it, as torch.optim.SGD creates it, and
+    the run equals torch's bit for bit.  (The per-parameter state lookup returns at once when every entry the
+    group's current settings ask for is there; a setting that asks for one more must still reach its creation.)"""
+    def run(cls):
+        g = torch.Generator().manual_seed(0)
+        ps = [torch.nn.Parameter(torch.randn(5, generator=g, dtype=torch.float64)) for _ in range(3)]
+        opt = cls(ps, lr=0.1, momentum=0.0, foreach=False)
+        keys = []
+        for k in range(6):
+            if k == 3:
+                opt.param_groups[0]["momentum"] = 0.9
+            for p in ps:
+                p.grad = torch.randn(5, generator=g, dtype=torch.float64)
+            opt.step()
+            keys.append(sorted(opt.state[ps[0]]))
+        return ps, keys
+    ours, our_keys = run(generated_class("sgd"))
+    theirs, their_keys = run(torch.optim.SGD)
+    assert our_keys == their_keys and our_keys[2] == [] and our_keys[3] == ["momentum_buffer"]
+    for p, q in zip(ours, theirs):
+        assert torch.equal(p, q)
