@@ -38,7 +38,7 @@ def needs_gaussian_vector(ctx, approx):
     """Explicit losses: the derivatives are derived for Gaussian families over a vector, or for one coordinate of
     an elementwise one (``scalar_elementwise``)."""
     fam = ctx.family
-    if approx.name == "delta" and scalar_elementwise(ctx):
+    if approx.name in ("delta", "gauss_hermite") and scalar_elementwise(ctx):
         return
     if not (fam.is_gaussian and not fam.elementwise and is_mat(fam.theta)):
         raise ctx.fail(f"approximation '{approx.name}' does not apply to an explicit loss over family "

@@ -120,12 +120,14 @@ def test_a_loss_beyond_the_rule_is_located_at_the_rule_and_names_what_applies(tm
     assert rc == 2 and msg.count("\n") == 1 and not (tmp_path / "out.py").exists()
     assert "rec.yaml:4: approximation 'exact' cannot derive E_q[loss] over family 'gaussian_diag': exact Gaussian " \
            "expectation needs exp(a*theta + b) with a linear exponent, got exp(exp(theta))" in msg
-    # the delta method takes this loss of one coordinate (rules/delta.py scalar_delta): it is named, and derives
+    # the delta method and Gauss-Hermite quadrature take this loss of one coordinate (rules/delta.py scalar_delta,
+    # rules/gauss_hermite.py scalar_gauss_hermite): they are named, and derive
     named = _named(msg, "rules that apply to this loss and family: ")
-    assert named == ["delta"]
+    assert named == ["delta", "gauss_hermite"]
     for rule in named:
+        written = "{gauss_hermite: {nodes: 16}}" if rule == "gauss_hermite" else rule
         rec.write_text(f"name: fit\nfamily: gaussian_diag\nloss: {{expression: exp(exp(theta))}}\n"
-                       f"approximations: [{rule}]\n", encoding="utf-8")
+                       f"approximations: [{written}]\n", encoding="utf-8")
         with contextlib.redirect_stderr(io.StringIO()) as e2, contextlib.redirect_stdout(io.StringIO()):
             rc = cli.main([str(rec), "-o", str(tmp_path / "out.py")])
         assert rc == 0, e2.getvalue()
@@ -147,15 +149,17 @@ def test_exact_is_named_only_for_losses_it_derives(tmp_path):
 
     rc, msg = run("log(1 + theta**2/nu) + theta**4/4", "monte_carlo")
     assert rc == 2 and msg.count("\n") == 1 and not (tmp_path / "out.py").exists()
-    # of the rules for an explicit loss only the delta method derives it over gaussian_diag (one coordinate)
-    assert msg.rstrip().endswith("for this loss over family 'gaussian_diag' name one of: delta"), msg
+    # of the rules for an explicit loss the delta method and Gauss-Hermite quadrature derive it over gaussian_diag
+    # (one coordinate), 'exact' does not
+    assert msg.rstrip().endswith("for this loss over family 'gaussian_diag' name one of: delta, gauss_hermite"), msg
     assert run("log(1 + theta**2/nu) + theta**4/4", "delta")[0] == 0
+    assert run("log(1 + theta**2/nu) + theta**4/4", "{gauss_hermite: {nodes: 16}}")[0] == 0
     rc, msg = run("log(1 + theta**2/nu) + theta**4/4", "exact")
     assert rc == 2 and msg.count("\n") == 1
     assert "rec.yaml:5: approximation 'exact' cannot derive E_q[loss] over family 'gaussian_diag': exact Gaussian " \
            "expectation needs a polynomial in theta, got log(1 + theta**2/nu)" in msg
     rc, msg = run("theta**4/4 + theta*exp(2*theta - 1)", "monte_carlo")
-    assert rc == 2 and msg.rstrip().endswith("for this loss over family 'gaussian_diag' name one of: delta, exact")
+    assert rc == 2 and msg.rstrip().endswith("for this loss over family 'gaussian_diag' name one of: delta, exact, gauss_hermite")
     rc, msg = run("theta**4/4 + theta*exp(2*theta - 1)", "exact")
     assert rc == 0, msg
 
