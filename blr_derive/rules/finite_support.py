@@ -24,7 +24,7 @@ FINITE_SIMPLIFY_POINTS = 64
 COVARIANCE_MAX_DIM = 3
 
 
-#: the most n-point subsets of the support over which F(λ)⁻¹Cov_q(T, ℓ) is written by the Cauchy–Binet formula
+#: the most (n + 1)-point subsets of the support over which F(λ)⁻¹Cov_q(T, ℓ) is written by the Cauchy–Binet formula
 #: (:func:`_cauchy_binet_solve`); a larger support keeps the explicit inverse of the covariance sums
 CAUCHY_BINET_MAX_SUBSETS = 500
 
@@ -53,20 +53,22 @@ def point_losses(D, loss, points):
 
 def covariance_natural_gradient(fam, D, points, loss):
     """∇_μ E_q[ℓ] = F(λ)⁻¹ Cov_q(T, ℓ) with F(λ) = Cov_q(T) (Eq. 4; ∇_λ E_q[ℓ] = Cov_q(T, ℓ) for an exponential
-    family), every sum over the finite support written once as a named quantity: the log-partition A, each point's
-    probability q_k = h(θ_k) e^{<λ, T(θ_k)> − A} (A as a logsumexp, finite at large |λ|), the mean μ, the covariances.  Differentiating the closed form of
-    E_q[ℓ] in λ and simplifying took minutes for five points with T = log θ (no closed-form μ → ordinary map)."""
+    family), by :func:`_cauchy_binet_solve` where the support has at most :data:`CAUCHY_BINET_MAX_SUBSETS` subsets
+    of n + 1 points, else every sum over the finite support written once as a named quantity: the log-partition A,
+    each point's probability q_k = h(θ_k) e^{<λ, T(θ_k)> − A} (A as a logsumexp, finite at large |λ|), the mean μ,
+    the covariances.  Differentiating the closed form of E_q[ℓ] in λ and simplifying took minutes for five points
+    with T = log θ (no closed-form μ → ordinary map)."""
     n = len(fam.lam)
     eta = [sp.sympify(e) for e in fam.eta]
     T_at = [[sp.sympify(t).xreplace(pt) for t in fam.T] for pt in points]
     logh = [fam.log_h.xreplace(pt) for pt in points]
     expo = [sp.Add(*[e * t for e, t in zip(eta, T)]) + lh for T, lh in zip(T_at, logh)]
+    if math.comb(len(points), n + 1) <= CAUCHY_BINET_MAX_SUBSETS:
+        return _cauchy_binet_solve(D, expo, T_at, loss if isinstance(loss, list) else point_losses(D, loss, points), n)
     A = new_def(D, "A_q", logsumexp(*expo) if len(expo) > 1 else expo[0])     # stable for large |λ|
     q = [new_def(D, "q_pt", sp.exp(x - A)) for x in expo]
     mu = [new_def(D, "mu_q", sp.Add(*[qk * T[i] for qk, T in zip(q, T_at)])) for i in range(n)]
     ell = loss if isinstance(loss, list) else point_losses(D, loss, points)
-    if 1 < n and math.comb(len(points), n) <= CAUCHY_BINET_MAX_SUBSETS:
-        return _cauchy_binet_solve(D, expo, T_at, q, mu, ell, n)
     cov = [new_def(D, "cov_q", sp.Add(*[qk * (T[i] - mu[i]) * lk for qk, T, lk in zip(q, T_at, ell)]))
            for i in range(n)]
     F = sp.zeros(n, n)
@@ -77,39 +79,38 @@ def covariance_natural_gradient(fam, D, points, loss):
     return [sp.simplify(g) if n > 1 else g for g in F.inv() * sp.Matrix(cov)]
 
 
-def _cauchy_binet_solve(D, expo, T_at, q, mu, ell, n):
-    """F(λ)⁻¹Cov_q(T, ℓ) for n ≥ 2 natural parameters by Cramer's rule with both determinants written by the
-    Cauchy–Binet formula over the n-point subsets S of the support.  With d_k = T(θ_k) − μ, D the matrix of the rows
-    d_k and Q = diag(q_k), F = DᵀQD and Cov_q(T, ℓ) = DᵀQe with e_k = ℓ_k − E_q[ℓ], so
+def _cauchy_binet_solve(D, expo, T_at, ell, n):
+    """F(λ)⁻¹Cov_q(T, ℓ) by Cramer's rule, both determinants written by the Cauchy–Binet formula over the
+    (n + 1)-point subsets S of the support, with no mean subtracted anywhere.  With Q = diag(q_k) and the rows
+    (1, T(θ_k)) of the matrix U, UᵀQU = [[1, μᵀ], [μ, E_q[TTᵀ]]], whose determinant is that of its Schur complement
+    E_q[TTᵀ] − μμᵀ = F (Σ_k q_k = 1); with column i + 1 of U replaced by ℓ_k (U_i), det(UᵀQU_i) is the determinant of
+    F with its column i replaced by Cov_q(T, ℓ).  So
 
-        det F = Σ_S w_S det(D_S)²,   det(F with column i replaced by Cov) = Σ_S w_S det(D_S) det(D_S with column i
-        replaced by e_S),
+        g_i = Σ_S w_S det(U_S) det(U_{i,S}) / Σ_S w_S det(U_S)²,   w_S ∝ Π_{k∈S} q_k,
 
-    w_S ∝ Π_{k∈S} q_k (the common factor cancels: here normalized by a log-sum-exp over the subsets, so the
-    largest is finite however concentrated q is).  det F is a sum of nonnegative terms, so it keeps its relative
-    precision where the entries of F do not determine it: a q concentrated on one point of a lattice with T = (k, k²),
-    where F ≈ q_1·(1, 1)(1, 1)ᵀ to 1e-39 and F₁₁F₂₂ − F₁₂² is rounding noise (the step was off by 59 % at
-    q_1 = 1e-13, q_2 = 1e-52, and NaN at q_1 = e^{-30}), where this form is within 1e-12 of the 40-digit reference."""
-    e_loss = new_def(D, "E_loss", sp.Add(*[qk * lk for qk, lk in zip(q, ell)]))
-    d = [[new_def(D, "d_pt", T[i] - mu[i]) for i in range(n)] for T in T_at]
-    e = [new_def(D, "e_pt", lk - e_loss) for lk in ell]
-    subsets = list(itertools.combinations(range(len(T_at)), n))
+    (one coordinate: g = Σ_{j<k} w_jk (T_k − T_j)(ℓ_k − ℓ_j) / Σ_{j<k} w_jk (T_k − T_j)²), the weights normalized by
+    a log-sum-exp over the subsets (the largest is finite however concentrated q is).  The denominator is a sum of
+    nonnegative terms and no term subtracts μ, which rounds to a support point where q is concentrated on it: the
+    sums of :func:`covariance_natural_gradient`'s fallback, F₁₁F₂₂ − F₁₂² and T_k − μ, are rounding noise there (a
+    lattice with T = (k, k²) off by 59 % at q_1 = 1e-13, a Bernoulli in its logit off by 20 % at λ = 30 and NaN at
+    |λ| ≥ 400), where this form keeps full precision.  Each determinant is a named quantity: a later expansion of
+    their products into monomials would cancel again."""
+    subsets = list(itertools.combinations(range(len(T_at)), n + 1))
     log_w = [sp.Add(*[expo[k] for k in S]) for S in subsets]
     norm = new_def(D, "A_sub", logsumexp(*log_w))
     den, num = [], [[] for _ in range(n)]
     for S, lw in zip(subsets, log_w):
-        DS = sp.Matrix([d[k] for k in S])
-        det = DS.det(method="berkowitz")
+        US = sp.Matrix([[1] + list(T_at[k]) for k in S])
+        det = US.det(method="berkowitz")
         if det == 0:
             continue
-        # each determinant a named quantity: a later expansion of their products into monomials would cancel
         w = new_def(D, "w_sub", sp.exp(lw - norm))
         det = new_def(D, "det_sub", det)
         den.append(w * det ** 2)
         for i in range(n):
-            Ei = DS.copy()
-            Ei[:, i] = sp.Matrix([e[k] for k in S])
-            num[i].append(w * det * new_def(D, "det_sub", Ei.det(method="berkowitz")))
+            Ui = US.copy()
+            Ui[:, i + 1] = sp.Matrix([ell[k] for k in S])
+            num[i].append(w * det * new_def(D, "det_sub", Ui.det(method="berkowitz")))
     det_f = new_def(D, "detF_q", sp.Add(*den))
     return [new_def(D, "ngrad_q", sp.Add(*num[i]) / det_f) for i in range(n)]
 
