@@ -19,6 +19,7 @@ from blr_derive.candidates.options import (COMMAND_LINE, is_family_spec, options
                                           recipe_from_options, resolve_input)
 import blr_derive.codegen as _codegen
 from blr_derive.codegen.inert import audit
+from blr_derive.codegen.printing import numeric_lowering
 from blr_derive.codegen.registry import TARGETS, emit, get_target
 from blr_derive.core import budget
 from blr_derive.core.errors import (CodegenError, DerivationError, LocatedCodegenError, LocatedUnsupportedTarget,
@@ -128,7 +129,7 @@ def generate(path, target: str, label: str | None = None, sizes: dict | None = N
     label = (label or source_label(recipe.file if _is_recipe(path) else path)) + "".join(f" --size {k}={v}" for k, v in sorted((sizes or {}).items()))
     with options_located(getattr(recipe, "option_lines", None)):
         try:
-            return emit(build_ir(D, label), target)
+            return emit(build_ir(D, label, numeric_lowering), target)
         except CodegenError as exc:
             raise located_codegen_error(exc, recipe) from None
         except DerivationError as exc:
@@ -212,7 +213,7 @@ def _recipe_artifacts(r: Path, root: Path, targets, seconds, cache: bool = True)
     out = []
     with budget.derivation_budget(seconds), recording_reads() as reads:
         recipe, D = derive_record(r)                 # derive once, render for every target
-        ir = build_ir(D, shell_word(f"catalog/{r.name}"))     # a catalog folder is untrusted: its file names too
+        ir = build_ir(D, shell_word(f"catalog/{r.name}"), numeric_lowering)     # a catalog folder is untrusted: its file names too
         for t in targets:
             try:
                 text = emit(ir, t)
@@ -432,7 +433,7 @@ def suggest_options(family_ref, target: str, seconds: float = 15.0):
                 with time_limited(left):
                     r = recipe_from_options(family_ref, loss="abstract", approximations=approx, settings=settings)
                     D = _derived(r)
-                    ir = build_ir(D, "")
+                    ir = build_ir(D, "", numeric_lowering)
                     emit(ir, target)
             except TimeLimitExceeded:
                 return None

@@ -49,6 +49,16 @@ def cosh_powers_as_sech(expr):
     return expr.replace(lambda e: isinstance(e, sp.Pow) and cosh_power_as_sech(e) is not None, cosh_power_as_sech)
 
 
+def numeric_lowering(expr):
+    """``expr`` with the lowerings every target's printer applies (:meth:`HostConditionalMixin.doprint`): Bessel
+    functions as their exponentially scaled functions, logarithms and quotients of sums of exponentials normalized by
+    the largest exponent, negative powers of cosh as powers of sech, differences of exponentials as expm1 and
+    log1mexp; the same function of its symbols.  The IR applies it to a program's expressions before
+    common-subexpression elimination (``blr_derive.ir.build.build_ir``'s ``lower``), which would otherwise name the
+    pieces of a pattern apart, where no printer sees it whole."""
+    return stable_differences(cosh_powers_as_sech(stable_exp_sums(scaled_bessel(expr))))
+
+
 class HostConditionalMixin:
     """Printing shared by the targets: ``Piecewise`` whose conditions are host scalars (hyperparameters,
     the step counter) becomes a Python conditional expression, and ``Max``/``Min`` fold into the
@@ -67,8 +77,7 @@ class HostConditionalMixin:
         (:func:`cosh_powers_as_sech`), so that no target overflows where the value is finite, then differences of
         exponentials as expm1 and log1mexp (:func:`codegen.cancel.stable_differences`), so that none cancels where a
         library function computes the difference."""
-        lowered = stable_differences(cosh_powers_as_sech(stable_exp_sums(scaled_bessel(expr))))
-        return super().doprint(lowered, assign_to)      # type: ignore[misc]
+        return super().doprint(numeric_lowering(expr), assign_to)      # type: ignore[misc]
 
     def _as_ordered_terms(self, expr, order=None):
         """A sum's terms in the printer's order, or, for a sum the exponential-sum lowering normalized, in the order of

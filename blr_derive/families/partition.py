@@ -4,6 +4,7 @@ symbolic summation); and expectations by summation over a discrete support."""
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 import sympy as sp
@@ -148,14 +149,54 @@ def _log_partition_of(fam, Z, spec, what):
     if bad is not None:
         # sympy's closed form holds on part of the parameter domain only (conds="none" drops its conditions): at
         # these valid parameters it is complex or infinite, and generated code would compute NaN there
+        finite = _log_integral_at(fam, bad[1])
+        if finite is not None:
+            # the integral converges there: the family is normalizable, only sympy's closed form is not
+            raise _err(f"no closed form of the log-partition: {what} over the {support_words(fam)} support is finite "
+                       f"at {bad[0]} (log ∫ = {finite:.6g} by quadrature), but the closed form sympy finds is not a "
+                       "real number there; declare log_partition with the expression grammar's functions, or narrow "
+                       "the parameters' domains", spec, "sufficient_statistics")
         raise _err(f"not normalizable: {what} over the {support_words(fam)} support has no closed form that holds for "
-                   f"every parameter in the declared domains (at {bad} it is not a real number); declare "
+                   f"every parameter in the declared domains (at {bad[0]} it is not a real number); declare "
                    "log_partition, or narrow the parameters' domains", spec, "sufficient_statistics")
     return A
 
 
+#: the supports over which :func:`_log_integral_at` integrates, as (lower, upper) bounds
+_BOUNDS = {"real": (-np.inf, np.inf), "positive": (0.0, np.inf), "unit_interval": (0.0, 1.0),
+           "circular": (-np.pi, np.pi)}
+
+
+def _log_integral_at(fam, values):
+    """log ∫ h exp(<λ(params), T>) dθ at the ordinary parameters ``values`` ({symbol: float}) by adaptive
+    quadrature, for one scalar variable on an interval; None where it does not converge, is not finite, or the
+    family is not of that kind (then nothing is claimed about it)."""
+    x = fam.theta
+    if not isinstance(x, sp.Symbol) or not isinstance(fam.support, str) or fam.support not in _BOUNDS:
+        return None
+    kernel = (fam.log_h + sp.Add(*[e * t for e, t in zip(fam.eta, fam.T)])).xreplace(values)
+    if kernel.free_symbols != {x}:
+        return None
+    from scipy import integrate
+    try:
+        f = sp.lambdify(x, kernel, modules=["scipy", "numpy"])
+        lo, hi = _BOUNDS[fam.support]
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # a divergent integral's IntegrationWarning: judged below
+            grid = [v for v in np.linspace(max(lo, -50.0), min(hi, 50.0), 201)[1:-1]]
+            shift = max(float(np.real(f(v))) for v in grid)
+            if not np.isfinite(shift):
+                return None
+            val, err = integrate.quad(lambda t: float(np.exp(np.real(f(t)) - shift)), lo, hi, limit=200)
+    except Exception:  # noqa: BLE001 - a kernel quad cannot evaluate: nothing is claimed
+        return None
+    if not (np.isfinite(val) and val > 0 and err < 1e-6 * val):
+        return None
+    return float(np.log(val) + shift)
+
+
 def not_real_at(fam, A, samples: int = 12):
-    """Valid ordinary parameters (as text) at which A(λ(params)), evaluated in floating point as generated code
+    """Valid ordinary parameters (as text, and as {symbol: value}) at which A(λ(params)), evaluated in floating point as generated code
     evaluates it, is not a finite real number; None where it is at every one of ``samples`` random points, or
     where A cannot be evaluated this way (matrix parameters, functions the numpy printer does not know)."""
     e = A.xreplace(dict(zip(fam.lam, fam.eta)))
@@ -168,7 +209,7 @@ def not_real_at(fam, A, samples: int = 12):
         return None
     for args in _valid_points(fam, params, seed=5, samples=samples):
         if not _real(_value_at(fa, args)):
-            return ", ".join(f"{p} = {v:.3g}" for p, v in zip(params, args))
+            return ", ".join(f"{p} = {v:.3g}" for p, v in zip(params, args)), dict(zip(params, args))
     return None
 
 

@@ -3,6 +3,7 @@ order after common-subexpression elimination, the state with its initial values,
 code will print (checked to be distinct)."""
 from __future__ import annotations
 
+from typing import Callable
 
 import sympy as sp
 
@@ -31,18 +32,24 @@ from blr_derive.spec.peer import Peer
 from blr_derive.spec.recipe import Recipe
 
 
+#: a rewriting of one expression into the same function of its symbols (the code generators' numerical lowering)
+Lowering = Callable[[Expr], Expr]
+
+
 def _kind(sym: Sym, elementwise: bool) -> str:
     if is_mat(sym):
         return "matrix" if sym.shape[1] != 1 else "vector"
     return "elementwise" if elementwise else "scalar"
 
 
-def build_ir(D: Derivation, source: str = "") -> IR:
+def build_ir(D: Derivation, source: str = "", lower: Lowering | None = None) -> IR:
     """The IR of a derivation record (an :class:`UpdateIR`, or a :class:`FactorizedIR` for a product candidate);
-    ``source`` labels the recipe in generated headers."""
+    ``source`` labels the recipe in generated headers.  ``lower`` rewrites each scalar expression of the program
+    before common-subexpression elimination (:func:`_program`); the code generators pass their numerical lowering
+    (``blr_derive.codegen.printing.numeric_lowering``), which this layer does not import."""
     if isinstance(D, FactorizedDerivation):
         return build_product_ir(D, source)
-    return build_update_ir(D, source)
+    return build_update_ir(D, source, lower)
 
 
 def _state(D: Derivation[Recipe], r: Recipe, elementwise: bool) -> list[Var]:
@@ -116,8 +123,15 @@ def _oracles(calls: list[OracleCall], sampling: Sampling | None) -> list[tuple[s
 CSE_MAX_DEPTH = 8
 
 
-def _program(D: Derivation) -> list[Assignment]:
-    """The definitions and updates in dependency order after common-subexpression elimination (scalar programs)."""
+def _program(D: Derivation, lower: Lowering | None = None) -> list[Assignment]:
+    """The definitions and updates in dependency order after common-subexpression elimination (scalar programs).
+
+    ``lower`` (the code generators' numerical lowering: log-sum-exps, sums of exponentials normalized by the largest,
+    expm1 for differences, ``blr_derive.codegen.printing.numeric_lowering``) is applied to every expression that CSE
+    takes apart, *before* it does: a printer lowers each printed expression, but it recognizes a pattern only where
+    the pattern is whole, and CSE names its pieces apart (the exact step of a tilted family on (0, 1), T = θ, loss
+    θ², holds 1/(r²e^{2r} − 2r²e^{r} + r²) and exp(3r) as separate temporaries: NaN for r ≥ 700, and 1e-8 relative
+    errors just outside the log-partition's Taylor guard, where lowered first it is 6e-12 and finite)."""
     program = toposort(list(D.defs) + [(sym, e) for _, sym, e in D.updates])
     syms = [s for s, _ in program]
     # e^x E1(x) as one scaled function before CSE would take e^x and E1(x) apart (core/specialfns.py scaled_exp1)
@@ -132,6 +146,8 @@ def _program(D: Derivation) -> list[Assignment]:
         # v) needs ... a column vector", an unlocated error for a loss such as sum(softplus(x1*theta1 + x2*theta2)))
         deep = {i: e for i, e in enumerate(exprs) if syms[i] in D.verbatim or function_depth(e) > CSE_MAX_DEPTH
                 or any(is_mat(a) for a in e.free_symbols)}
+        if lower is not None:
+            exprs = [e if i in deep else lower(e) for i, e in enumerate(exprs)]
         reps, shallow = sp.cse([e for i, e in enumerate(exprs) if i not in deep], symbols=sp.numbered_symbols("t_"),
                                optimizations=None)
         it = iter(shallow)
@@ -182,7 +198,7 @@ def _scalar_data(d) -> Var:
     return Var(d.name, sp.Symbol(d.name, real=True), "elementwise", d.description, init)
 
 
-def build_update_ir(D: Derivation[Recipe], source: str = "") -> UpdateIR:
+def build_update_ir(D: Derivation[Recipe], source: str = "", lower: Lowering | None = None) -> UpdateIR:
     r = D.recipe
     fam = r.family
     elementwise = fam.elementwise or D.elementwise
@@ -195,7 +211,7 @@ def build_update_ir(D: Derivation[Recipe], source: str = "") -> UpdateIR:
             v.kind = "elementwise"
     dims = _dims(([] if scalarized else state) + data)
     calls = list(D.oracle_calls)
-    assignments = _program(D)
+    assignments = _program(D, lower)
     outputs = [(name, sym) for name, sym, _ in D.updates] + [(p.name, p.symbol) for p in fam.params.values()
                                                              if p.fixed]
     used = _used_symbols(D, assignments, state)

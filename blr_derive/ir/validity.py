@@ -227,6 +227,12 @@ def _simplex_remainder(D, fam, simplex):
     return DomainCheck("1 - " + " - ".join(q.name for q in coords), value, "positive", None, hint, source, order[-1])
 
 
+#: the largest update, its named quantities written out, whose sign :func:`_explicit_loss_check` tries to prove:
+#: sympy's assumptions over a larger one take minutes (a finite sum over a lattice of 7 points whose natural
+#: gradient is written by Cauchy–Binet over its 21 pairs: 170 s) and the value is then checked at run time
+PROOF_MAX_OPS = 4000
+
+
 def _explicit_loss_check(D, owners, e, p):
     """(hint, source) of the check of a positive (definite) parameter's new value ``e`` under an explicit loss, or
     None where it is proved valid.  The update reads the loss's derived derivatives (the delta method's Hessian at
@@ -246,10 +252,11 @@ def _explicit_loss_check(D, owners, e, p):
     expanding it and finding the real roots of polynomials in it (a truncated Poisson on 0..5: 55 s)."""
     if isinstance(e, sp.Basic) and e.free_symbols & {s for s, _ in D.defs} and _valid(D, owners, e, p, unit_rho=False):
         return None
-    e = D.expand_defs(e)
-    if _valid(D, owners, e, p, unit_rho=False):
+    if _expanded_ops(D, e) > PROOF_MAX_OPS:
+        pass                            # too large to prove anything of in reasonable time: checked at run time
+    elif _valid(D, owners, (e := D.expand_defs(e)), p, unit_rho=False):
         return None
-    if _valid(D, owners, e, p, unit_rho=True):
+    elif _valid(D, owners, e, p, unit_rho=True):
         return (f"its update moves λ by {D.recipe.learning_rate} toward the loss's curvature (Eq. 6), which keeps it "
                 f"{_what(p)} for {D.recipe.learning_rate} <= 1 only: take {D.recipe.learning_rate} <= 1"), "estimate"
     base = getattr(D.recipe.family, "base", D.recipe.family)
@@ -261,6 +268,28 @@ def _explicit_loss_check(D, owners, e, p):
     if _correctable(p, base):
         text += f", or the rule riemannian_correction: {{param: {p.name}}} keeps it {_what(p)}"
     return text, "hessian"
+
+
+def _expanded_ops(D, e) -> int:
+    """The operation count of ``e`` with the named quantities of the derivation written out (``D.expand_defs``),
+    counted without writing them out: each quantity's own count, memoized, times its occurrences; stops growing
+    past :data:`PROOF_MAX_OPS` (a quantity read by many others is a tree exponentially larger than its program)."""
+    defs = dict(D.defs)
+    memo: dict = {}
+
+    def ops(x) -> int:
+        if not isinstance(x, sp.Basic):
+            return 0
+        total = sp.count_ops(x)
+        for s_ in x.free_symbols & defs.keys():
+            if s_ not in memo:
+                memo[s_] = PROOF_MAX_OPS + 1        # a cycle cannot occur; this bounds the recursion's work anyway
+                memo[s_] = ops(defs[s_])
+            total += x.count(s_) * memo[s_]
+            if total > PROOF_MAX_OPS:
+                return PROOF_MAX_OPS + 1
+        return total
+    return ops(e)
 
 
 def _correctable(p, base) -> bool:

@@ -15,6 +15,7 @@ import sys
 import types
 from pathlib import Path
 
+from blr_derive.codegen.printing import numeric_lowering
 from blr_derive.codegen.registry import emit
 from blr_derive.core.io import source_label, write_atomic
 from blr_derive.core.text import plain
@@ -132,7 +133,7 @@ class DerivationView:
         r = self.record.recipe
         if label is None:
             label = source_label(r.file) if r.file else f"<{r.name}>"
-        return emit(build_ir(self.record, label), target)
+        return emit(build_ir(self.record, label, numeric_lowering), target)
 
     def compile(self, target: str = "numpy"):
         """Generate the code for ``target`` and load it as a module (``mod.init``/``mod.step`` for numpy; the

@@ -8,6 +8,7 @@ import sympy as sp
 import torch
 
 from blr_derive import api
+from blr_derive.codegen.printing import numeric_lowering
 from blr_derive.core import budget
 from blr_derive.core.errors import CodegenError
 from blr_derive.core.pretty import pretty
@@ -30,7 +31,7 @@ class _Derived:
         view = recipe if hasattr(recipe, "record") else api.derive(recipe)
         self.view = view
         self.name = view.record.recipe.name
-        ir = build_ir(view.record)
+        ir = build_ir(view.record, "", numeric_lowering)
         if not hasattr(ir, "mean"):
             raise ValueError(f"equivalent(): recipe '{self.name}' is factorized (one family per block); the check "
                              "compares single-family recipes, whose state is the optimizer's")

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import sympy as sp
 
+from blr_derive.codegen.printing import numeric_lowering
 from blr_derive.codegen.registry import emit
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import softplus_form
@@ -65,7 +66,7 @@ def check_recipe_updates(recipe, points: int = 3) -> list:
     Relative error max|generated - symbolic| / max(|symbolic|, 1), tolerance 1e-10."""
     D = derive(recipe)
     mod = types.ModuleType(f"_blr_check_{recipe.name}")
-    ir = build_ir(D, recipe.name)
+    ir = build_ir(D, recipe.name, numeric_lowering)
     exec(compile(emit(ir, "numpy"), f"<generated {recipe.name}>", "exec"), mod.__dict__)
 
     def at(seed):                            # complex or undefined (TypeError ...): no real value, drawn again

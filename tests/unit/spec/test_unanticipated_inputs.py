@@ -9,6 +9,7 @@ import pytest
 from blr_derive import api
 from blr_derive.cli import main
 from blr_derive.core.errors import CodegenError, SpecError
+from blr_derive.families.partition import _log_integral_at
 from conftest import OPTIMIZER_TARGETS
 
 GDIAG = """
@@ -58,12 +59,15 @@ natural_parameters:
 
 def test_an_integrated_log_partition_that_holds_on_part_of_the_domain_is_refused(tmp_path, capsys):
     """exp(aθ² − bθ⁴) is normalizable for every real a, but sympy's closed form (Bessel functions of √a) holds for
-    a > 0 only: the generated step was NaN for every input.  Refused, located at the sufficient statistics."""
+    a > 0 only: the generated step was NaN for every input.  Refused, located at the sufficient statistics, and not
+    as "not normalizable" (it said so): the integral is finite where the closed form is not real, and the message
+    gives its value by quadrature."""
     fam = write(tmp_path, "quartic.yaml", QUARTIC)
     out = tmp_path / "out.py"
     code, err = run_cli([fam, "--target", "numpy", "--loss", "theta", "--approx", "exact", "-o", out], capsys)
     assert code == 2 and not out.exists()
-    assert err.startswith(f"blr-derive: error: {fam}:7: not normalizable:")
+    assert err.startswith(f"blr-derive: error: {fam}:7: no closed form of the log-partition:")
+    assert "not normalizable" not in err and "is finite at" in err
     assert "not a real number" in err and "declare log_partition" in err and "\n" not in err
 
 
@@ -309,3 +313,38 @@ def test_a_family_without_a_mean_is_told_how_to_name_the_torch_parameter(tmp_pat
     assert "in the recipe parameter: s, on the command line --set 'parameter=s'" in capsys.readouterr().err
     assert cli.main(args + ["--set", "parameter=s"]) == 0
     assert "class HalfNormal(torch.optim.Optimizer)" in out.read_text()
+
+
+KUMMER = """name: beta_exp
+variable: theta
+support: unit_interval
+parameters:
+  a: {domain: positive}
+  c: {domain: real}
+sufficient_statistics: [log(theta), theta]
+natural_parameters: [a - 1, c]
+"""
+
+
+def test_a_finite_integral_without_a_real_closed_form_is_not_called_divergent():
+    """θ^(a−1)e^(cθ) on (0, 1) is normalizable for every a > 0 and real c (a lower incomplete gamma, which the
+    grammar has no function for); sympy's closed form is complex for c < 0.  The refusal said "not normalizable";
+    it names the closed form as what is missing, with the integral's value by quadrature."""
+    with pytest.raises(SpecError) as e:
+        api.family(KUMMER)
+    msg = str(e.value)
+    assert e.value.line == 7
+    assert "no closed form of the log-partition:" in msg and "not normalizable" not in msg
+    assert "is finite at" in msg and "by quadrature" in msg
+
+
+def test_the_quadrature_of_the_message_equals_the_closed_form():
+    """_log_integral_at, the value the message above prints, against log Γ(α) − α log β of the gamma family."""
+    fam = api.family("gamma")
+    vals = dict(zip([p.symbol for p in fam.params.values()], (2.5, 1.5)))
+    got = _log_integral_at(fam, vals)
+    assert got == pytest.approx(math.lgamma(2.5) - 2.5 * math.log(1.5), rel=1e-9, abs=1e-9)
+    fam = api.family("continuous_bernoulli")
+    p = next(iter(fam.params.values())).symbol
+    lam = math.log(0.9 / 0.1)                   # ∫₀¹ e^{λθ} dθ = (e^λ − 1)/λ
+    assert _log_integral_at(fam, {p: 0.9}) == pytest.approx(math.log(math.expm1(lam) / lam), rel=1e-9)
