@@ -18,7 +18,8 @@ from blr_derive.core.expect import gaussian_expectation
 from blr_derive.core.matexpr import is_mat, scalarize, simplify_mat
 from blr_derive.families.numeric import NumericFamily, numeric_fisher
 from blr_derive.families.numint import expectation_integral
-from blr_derive.families.partition import centred_fisher, discrete_expectation, tilted_expectation
+from blr_derive.families.partition import (centred_covariance, centred_fisher, discrete_expectation,
+                                          hessian_loses_digits, support_points, tilted_expectation)
 from blr_derive.families.statistics import log_h_linear as log_h_linear_coefficients
 from blr_derive.families.symbolic import evaluate, loggamma_form, factor_repeated_denominator, simplify_bounded, subs, tidy
 from blr_derive.spec.vocabulary import count_total, is_discrete
@@ -231,25 +232,55 @@ class Family:
             self._numeric["fisher_centred"] = centred_fisher(self)
         return self._numeric["fisher_centred"]
 
+    def centred_covariance(self):
+        """Cov_q[T] as the corrected two-pass sum over any finite support, whatever the form of A
+        (:func:`~blr_derive.families.partition.centred_covariance`), or None; derived once."""
+        if "covariance_centred" not in self._numeric:
+            self._numeric["covariance_centred"] = centred_covariance(self)
+        return self._numeric["covariance_centred"]
+
+    #: the most terms (support points times entries of F) of the centred sum that :meth:`fisher_form` evaluates for a
+    #: closed-form A over a finite support (a binomial's 65 points, a multinomial's 15 count vectors × 3 entries)
+    FORM_MAX_TERMS = 1000
+
     def fisher_matrix(self):
         """For scalar families: the symbolic Hessian ∇²A(λ), simplified; over a finite support of more than two
         points Cov_q[T] as a corrected two-pass sum (:meth:`centred_fisher`), which is not simplified (simplify
-        would bring back E[T Tᵀ] − μμᵀ)."""
+        would bring back E[T Tᵀ] − μμᵀ); the same sum over a finite support whose A is a closed form (declared, or
+        two points) where the simplified ∇²A loses digits where q is concentrated
+        (:func:`~blr_derive.families.partition.hessian_loses_digits`: a declared truncated geometric's did)."""
         if any(is_mat(l) for l in self.lam):
             raise DerivationError("fisher_matrix is symbolic only for scalar families; use fisher_operator")
         if self.centred_fisher() is not None:
             return self.centred_fisher()
-        return sp.Matrix([[factor_repeated_denominator(simplify_bounded(sp.diff(m, l))) for l in self.lam]
-                          for m in self.mu_of_lam])
+        if "fisher_matrix" not in self._numeric:
+            H = sp.Matrix([[factor_repeated_denominator(simplify_bounded(sp.diff(m, l))) for l in self.lam]
+                           for m in self.mu_of_lam])
+            if support_points(self) is not None and hessian_loses_digits(self, H) and \
+                    self.centred_covariance() is not None:
+                H = self.centred_covariance()
+            self._numeric["fisher_matrix"] = H
+        return self._numeric["fisher_matrix"]
+
+    def fisher_form(self):
+        """F(λ) as it is evaluated numerically (scalar natural parameters): over a finite support Cov_q[T] as a
+        corrected two-pass sum (:meth:`centred_fisher`; for a closed-form A, :meth:`centred_covariance` where it
+        has at most FORM_MAX_TERMS terms: the Bernoulli's unsimplified ∂μ/∂λ = 1 − tanh²λ was 0 in 30 digits at
+        λ = 40 for 7.2e-35), else ∇²A unsimplified (simplify costs seconds and is not needed for a value: 7 s for
+        a multinomial's over 462 count vectors, whose sum would be 6,930 terms)."""
+        if "fisher" not in self._numeric:
+            centred = self.centred_fisher()
+            pts = support_points(self) if centred is None and not any(is_mat(l) for l in self.lam) else None
+            if pts is not None and len(pts) * len(self.lam) * (len(self.lam) + 1) // 2 <= self.FORM_MAX_TERMS:
+                centred = self.centred_covariance()
+            self._numeric["fisher"] = centred if centred is not None else sp.Matrix(
+                [[sp.diff(m, l) for l in self.lam] for m in self.mu_of_lam])
+        return self._numeric["fisher"]
 
     def fisher_at(self, lam_vals: dict, dim: int | None = None):
-        """F(λ) as a dense matrix: the symbolic Hessian for scalar blocks, numeric_fisher for matrix blocks."""
+        """F(λ) as a dense matrix: :meth:`fisher_form` for scalar blocks, numeric_fisher for matrix blocks."""
         if not any(is_mat(l) for l in self.lam):
-            if "fisher" not in self._numeric:      # the Hessian of A, unsimplified (only evaluated), or Cov_q[T]
-                centred = self.centred_fisher()
-                self._numeric["fisher"] = centred if centred is not None else sp.Matrix(
-                    [[sp.diff(m, l) for l in self.lam] for m in self.mu_of_lam])
-            F = self._numeric["fisher"]
+            F = self.fisher_form()
             vals = {k: v for k, v in lam_vals.items()}
             return np.array(self.evaluate(F, vals, dim), dtype=float).reshape(len(self.lam), len(self.lam))
         return numeric_fisher(self, lam_vals, dim or 2)

@@ -14,6 +14,7 @@ from blr_derive.core.errors import DerivationError, SpecError
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import besselk_closed, besselk_order_derivative
 from blr_derive.core.yamlio import where
+from blr_derive.families.numeric import MODULES
 from blr_derive.families.soundness import MAX_OPS, sound_closed_form
 from blr_derive.families.symbolic import loggamma_form
 from blr_derive.spec.vocabulary import CONTINUOUS_SUPPORTS, count_total, integer_range
@@ -347,11 +348,35 @@ def centred_fisher(fam):
     Z = fam.A.args[0]
     if sp.Add(*w) != Z:
         return None
+    return _centred_sum(fam, w, pts, Z, list(fam.mu_of_lam))
+
+
+def centred_covariance(fam):
+    """Cov_q[T] as the corrected two-pass sum of :func:`centred_fisher` over any finite support (two points or
+    more) whatever the form of A: Z = Σ_i w_i written out and μ_j = ∂ log Z/∂λ_j (the same quotient of sums as a
+    derived A's μ), so that it does not depend on a declared closed form.  For a closed-form A over a finite support
+    (declared, or the two-point sum that simplify rewrites) whose simplified ∇²A cancels where q is concentrated
+    (:func:`hessian_loses_digits`), and for F evaluated numerically (Family.fisher_at, the check's 30-digit record).
+    None where the support is infinite or not enumerable, the natural parameters are matrices, or it would have more
+    than CENTRED_MAX_TERMS terms."""
+    if any(is_mat(l) for l in fam.lam):
+        return None
+    pts = support_points(fam)
+    if pts is None or len(pts) < 2:
+        return None
+    w = _support_weights(fam, pts)
+    Z = sp.Add(*w)
+    if Z == 0:
+        return None
+    return _centred_sum(fam, w, pts, Z, [sp.diff(sp.log(Z), l) for l in fam.lam])
+
+
+def _centred_sum(fam, w, pts, Z, mu):
+    """Σ_i p_i e_i e_iᵀ − s sᵀ with p_i = w_i/Z, e_i = T(θ_i) − μ, s = Σ_i p_i e_i (None above CENTRED_MAX_TERMS)."""
     keep = [(wi, [sp.sympify(t).xreplace(pt) for t in fam.T]) for wi, pt in zip(w, pts) if wi != 0]
     n = len(fam.lam)
     if len(keep) * n * (n + 1) // 2 > CENTRED_MAX_TERMS:
         return None
-    mu = list(fam.mu_of_lam)
     p = [wi / Z for wi, _ in keep]
     e = [[T[j] - mu[j] for j in range(n)] for _, T in keep]
     s = [sp.Add(*[pi * ei[j] for pi, ei in zip(p, e)]) for j in range(n)]
@@ -360,6 +385,73 @@ def centred_fisher(fam):
         for k in range(j, n):
             F[j, k] = F[k, j] = sp.Add(*[pi * ei[j] * ei[k] for pi, ei in zip(p, e)]) - s[j] * s[k]
     return F
+
+
+#: |λ| along each probe direction at which :func:`hessian_loses_digits` evaluates a closed-form ∇²A: q is
+#: concentrated there (a truncated geometric on 0..20 lost 3.4e-12 of its variance at λ = 5, 4.6e-5 at 20, and its
+#: exponents e^{23λ} stay finite in float64 up to |λ| = 30)
+PROBE_SCALES = (6.0, 18.0)
+
+#: the largest error on F's own scale, max |ΔF_jk|/sqrt(F_jj F_kk), that a closed-form ∇²A may make at the probes
+#: (an accurate form makes a few 1e-16; the truncated geometric's simplified form 4.6e-5)
+HESSIAN_TOLERANCE = 1e-10
+
+
+def _probe_directions(n: int):
+    """±e_j, ±(1, …, 1) and ±(1, −1, 1, …): the directions in λ along which q concentrates on a point of the
+    support (each statistic's extremes, together and against each other)."""
+    dirs = []
+    for j in range(n):
+        dirs.append([float(i == j) for i in range(n)])
+    if n > 1:
+        dirs.append([1.0] * n)
+        dirs.append([(-1.0) ** i for i in range(n)])
+    return [d for v in dirs for d in (v, [-x for x in v])]
+
+
+def hessian_loses_digits(fam, H) -> bool:
+    """Whether the closed-form Fisher information H(λ) = ∇²A (a simplified Hessian), evaluated in float64 as
+    generated code evaluates it, is wrong on its own scale, |ΔF_jk|/sqrt(F_jj F_kk), by more than HESSIAN_TOLERANCE
+    at a point where q is concentrated (:func:`_probe_directions` times PROBE_SCALES), against Cov_q[T] summed over
+    the finite support as the corrected two-pass sum of :func:`centred_fisher` with weights normalized by the
+    largest (accurate on F's own scale to a few 1e-16 in float64: tests/unit/families/test_centred_fisher.py).  A
+    closed form over a common denominator is E[T Tᵀ] − μμᵀ in disguise: the truncated geometric on 0..20 declared
+    as A = log((1 − e^{21λ})/(1 − e^λ)) has ∇²A = (e^{22λ} − …)/(−e^{23λ} + …), whose terms cancel to e^{−2λ} of
+    their size: its numpy module's variance was wrong by 4.6e-5 at λ = 20 and by a factor of 8e3 at λ = 40.  False
+    where the support is not finite or H has other symbols than λ."""
+    pts = support_points(fam)
+    lam = list(fam.lam)
+    if pts is None or any(is_mat(l) for l in lam) or not set().union(*(e.free_symbols for e in H)) <= set(lam):
+        return False
+    try:
+        h = np.array([float(sp.N(fam.h.xreplace(pt), 30)) for pt in pts])
+        T = np.array([[float(sp.N(sp.sympify(t).xreplace(pt), 30)) for t in fam.T] for pt in pts])
+        fh = sp.lambdify(lam, H, modules=MODULES)
+    except (TypeError, ValueError):
+        return False
+    keep = h > 0
+    logh, T = np.log(h[keep]), T[keep]
+    n = len(lam)
+    for d in _probe_directions(n):
+        for scale in PROBE_SCALES:
+            x = scale * np.array(d)
+            logw = logh + T @ x
+            p = np.exp(logw - logw.max())
+            p /= p.sum()
+            e = T - p @ T
+            s = p @ e
+            want = (e * p[:, None]).T @ e - np.outer(s, s)
+            with np.errstate(all="ignore"):
+                try:
+                    got = np.array(fh(*[np.float64(xi) for xi in x]), dtype=float).reshape(n, n)
+                except (TypeError, ValueError, ZeroDivisionError, OverflowError, NameError):
+                    return True
+            if not np.all(np.isfinite(got)):
+                return True
+            size = np.sqrt(np.outer(np.diag(want), np.diag(want)))
+            if np.any(np.abs(got - want) > HESSIAN_TOLERANCE * np.where(size > 0, size, 1.0)):
+                return True
+    return False
 
 
 def compositions(n: int, k: int):

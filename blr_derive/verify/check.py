@@ -61,6 +61,7 @@ from blr_derive.families.library import load_family
 from blr_derive.families.mixture import MixtureFamily
 from blr_derive.spec.product import is_product_spec
 from blr_derive.verify.family import check_family, describe
+from blr_derive.verify.quadrature_rule import gauss_hermite_notes
 from blr_derive.verify.recipe import check_recipe_updates
 from blr_derive.verify.results import Report
 
@@ -80,6 +81,7 @@ def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dic
     (``hunt``) at its hard points; ``sizes`` instantiates a sized family or recipe (blr_derive/core/sizes.py) at those
     sizes."""
     spec = load_yaml_file(path)
+    recipe = None
     if is_product_spec(spec):                     # one family per block: the step and the objective are checked
         return _check_product(path, spec, points, sizes)
     if isinstance(spec, dict) and "family" in spec and "sufficient_statistics" not in spec:
@@ -106,6 +108,8 @@ def check_file(path, *, points: int = 3, seed: int = 0, dim: int = 2, sizes: dic
         rep.checks = list(checks)
     rep.notes = describe(fam) + [f"{points} random parameter points (seed {seed})"
                                   + (f", dimension {dim}" if fam.dim is not None else "")] + checks.notes
+    if recipe is not None:               # the Gauss-Hermite rule's own error, which the checks share with the update
+        rep.notes += gauss_hermite_notes(recipe)
     return rep
 
 

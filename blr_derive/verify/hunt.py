@@ -402,9 +402,8 @@ class SymbolicRecord:
         fixed = [p.symbol for p in fam.fixed_params]
         ordinary = [p.symbol for p in fam.params.values()]
         lam = list(fam.lam) + fixed
-        # F as the engine writes it: Cov_q[T] centred over a finite support (Family.centred_fisher), else ∇²A
-        centred = fam.centred_fisher()
-        F = list(centred) if centred is not None else [sp.diff(m, l) for m in fam.mu_of_lam for l in fam.lam]
+        # F as the engine evaluates it: Cov_q[T] centred over a finite support, else ∇²A (Family.fisher_form)
+        F = list(fam.fisher_form())
         self.fns = {
             "A": self._compile(lam, [fam.A]), "mu": self._compile(lam, list(fam.mu_of_lam)),
             "F": self._compile(lam, F), "eta": self._compile(ordinary, list(fam.eta)),

@@ -14,7 +14,7 @@ import sympy as sp
 
 from blr_derive.codegen.registry import emit
 from blr_derive.families.library import load_family
-from blr_derive.families.partition import support_points
+from blr_derive.families.partition import hessian_loses_digits, support_points
 from blr_derive.ir.build import family_ir
 from blr_derive.verify.hunt import SymbolicRecord, fisher_rel
 
@@ -70,6 +70,13 @@ CASES = [
     ("ising_pair", (0.5, -0.3, 0.8), 5.6e-16),
     ("poisson_0_30", (30.0,), 0.063),            # Var = 2.8e-12 at the end of 0..30
     ("truncated_poisson12", (30.0,), 0.024),
+    # a closed-form A declared over 0..20, log((1 − e^{21λ})/(1 − e^λ)): its simplified ∇²A cancelled
+    # (partition.hessian_loses_digits), now the centred sum (Family.fisher_matrix)
+    ("truncated_geometric20", (40.0,), 8.4e3),    # Var = 4.2e-18
+    ("truncated_geometric20", (20.0,), 4.6e-5),   # Var = 2.1e-9
+    ("truncated_geometric20", (5.0,), 3.4e-12),
+    ("truncated_geometric20", (0.5,), 2.6e-14),
+    ("truncated_geometric20", (-20.0,), 0.0),
 ]
 
 
@@ -82,14 +89,39 @@ def test_the_module_fisher_information_is_right_on_its_own_scale(name, lam, befo
 
 
 @pytest.mark.parametrize("name,lam", [("ising_pair", (30.0, 0.0, 0.0)), ("ising_pair", (30.0, -20.0, 5.0)),
-                                      ("tilted_zipf20", (50.0, 0.0))])
+                                      ("tilted_zipf20", (50.0, 0.0)), ("truncated_geometric20", (40.0,)),
+                                      ("bernoulli_logit", (40.0,)), ("bernoulli_logit", (-40.0,)),
+                                      ("binomial", (40.0,))])
 def test_the_engine_fisher_information_in_30_digits(name, lam):
     """The check's hard_fisher evaluates the engine's F in 30 digits: the ising pair's ∇² log Σ e^{λ·T} lost 2.2e-6 of
-    Var(s1) = 3.5e-26 at a field of 30 (hunt_findings.py), the tilted Zipf law's 2e-6 of 1.9e-22 at r = 50."""
-    fam = _family(name)
+    Var(s1) = 3.5e-26 at a field of 30 (hunt_findings.py), the tilted Zipf law's 2e-6 of 1.9e-22 at r = 50; over a
+    closed-form A (Family.fisher_form: the centred sum over the support) the Bernoulli's unsimplified ∂μ/∂λ lost
+    all of 7.2e-35 at λ = 40 (0.5 of it in the record, 1.0 in Family.fisher_at), the truncated geometric's 7.7e-12
+    of 4.2e-18, the binomial's 2.5e-14 of 4.2e-17."""
+    fam = _family(name) if (CORPUS / f"{name}.yaml").exists() else load_family(name)
     want = _reference(fam, lam)
     got = SymbolicRecord(fam, None)("F", dict(zip(fam.lam, lam))).reshape(want.shape)
     assert fisher_rel(got, want) < 1e-13, (name, lam, got, want)
+    assert fisher_rel(fam.fisher_at(dict(zip(fam.lam, lam))), want) < 1e-13, (name, lam)
+
+
+def test_a_closed_form_hessian_that_cancels_is_replaced_and_one_that_does_not_is_kept():
+    """hessian_loses_digits measures the simplified ∇²A of a closed-form A over a finite support in float64 against
+    Cov_q[T] in 30 digits where q is concentrated: the truncated geometric's loses (its F becomes the centred sum),
+    the binomial's n e^λ/(e^λ + 1)², the multinomial's and the Bernoulli's 1/cosh²λ do not (kept: compact code)."""
+    fam = _family("truncated_geometric20")
+    lam = fam.lam[0]
+    H = sp.Matrix([[sp.simplify(sp.diff(fam.A, lam, 2))]])
+    assert hessian_loses_digits(fam, H)
+    assert fam.fisher_matrix() == fam.centred_covariance()
+    for ref, want in [("binomial", lambda l: 10 * sp.exp(l[0]) / (sp.exp(l[0]) + 1) ** 2),
+                      ("bernoulli_logit", lambda l: 1 / sp.cosh(l[0]) ** 2),
+                      ({"name": "multinomial", "K": 3, "n": 4},
+                       lambda l: 4 * sp.exp(l[0]) * (1 + sp.exp(l[1])) / (1 + sp.exp(l[0]) + sp.exp(l[1])) ** 2)]:
+        fam = load_family(ref)
+        F = fam.fisher_matrix()
+        assert not hessian_loses_digits(fam, F)
+        assert sp.simplify(F[0, 0] - want(fam.lam)) == 0, (ref, F)
 
 
 def test_a_two_point_support_keeps_the_simplified_hessian():
