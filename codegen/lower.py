@@ -69,8 +69,8 @@ def check_optimizer(ir, target: str, chained: bool = False, shaped: bool = False
             no("has no Hessian oracle; add an approximation (squared_gradient_hessian, gauss_newton_hessian, "
                "price_estimator)", "approximations")
     for c in getattr(ir, "checks", None) or ():
-        if c.source == "estimate":     # a sampled natural gradient: unchecked here (no host synchronization)
-            continue
+        if c.source in ("estimate", "finite"):     # unchecked here (no host synchronization): a sampled natural
+            continue                                # gradient, or a value that only float64 can make NaN or inf
         no(f"does not check at run time that '{c.name}' stays {c.domain.replace('_', ' ')}, and the derivation cannot "
            f"guarantee it: {c.hint} (the numpy and jax targets check it)", "approximations")
     if ir.sampling is not None:

@@ -78,13 +78,15 @@ class DomainCheck:
     step instead of returning an invalid distribution (NaN downstream)."""
     name: str              # the state (or global parameter) name
     symbol: Sym            # the symbol holding the new value
-    domain: str            # "positive" (elementwise) or "positive_definite" (matrices in the last two axes)
+    domain: str            # "positive" (elementwise), "positive_definite" (matrices in the last two axes) or "finite"
     component: int | str | None    # None, a component's number (a mixture's unrolled state) or "axis" (the leading axis)
     hint: str              # what would keep it valid
     #: "hessian": the update reads a Hessian estimate of any sign or a federated dual (the torch and Triton targets
     #: refuse the recipe), or the exact rule's natural gradient where it reads the state (a tilted E_q[ℓ]); "estimate":
     #: a sampled or quadrature natural gradient of either sign, or a conjugate loss's constant one (numpy and jax
     #: check it; torch and Triton, which never synchronize with the host in a step, generate it unchecked, as before)
+    #: "finite": a value the derivation keeps in its domain, checked to be a number (numpy and jax; torch and Triton
+    #: generate it unchecked)
     source: str = "hessian"
     #: the symbol whose assignment the check follows, where ``symbol`` is an expression of new values rather than one
     #: of them (a bound's excess ``n_new - (P - 1)``, a simplex's remainder ``1 - p1_new - p2_new``); None: ``symbol``

@@ -16,7 +16,12 @@ the server step is corrected; the check is then never met).  Under an explicit l
 (:func:`_explicit_loss_check`: sympy's assumptions for scalars, a sum of positive semi-definite terms for matrices).
 A scalar parameter of another bounded domain (``greater_than`` a bound, ``unit_interval``, ``simplex``) is checked
 under the same triggers as positive checks of the quantities ``Family.domain_conditions`` writes (its excess over
-the bound; p and 1 − p; each coordinate and the remainder 1 − Σ p_k): :func:`_bounded_reason`."""
+the bound; p and 1 − p; each coordinate and the remainder 1 − Σ p_k): :func:`_bounded_reason`.
+
+Every other parameter the step updates (a ``real`` mean, a natural parameter, a bounded one whose bound is proved) is
+checked to be a finite number (domain ``finite``, source ``finite``: the numpy and jax targets raise where the
+arithmetic gave NaN or ±inf, e.g. a 0/0 at a removable singularity, instead of returning it; torch and Triton, which
+never synchronize with the host in a step, generate it unchecked and are not refused for it)."""
 from __future__ import annotations
 
 import sympy as sp
@@ -93,8 +98,13 @@ def state_checks(D, fam) -> list:
                 out.extend(_bounded_checks(name, sym, p, *reason))
                 if p.domain == "simplex":
                     simplex.append((name, sym) + reason)
+            else:
+                out.append(_finite_check(name, sym, component))
             continue
-        if p is None or p.domain not in CHECKED or p.name in D.corrected:
+        if p is not None and p.domain not in CHECKED:
+            out.append(_finite_check(name, sym, component))
+            continue
+        if p is None or p.name in D.corrected:
             continue
         reads = _reads(e, defs, cache)
         if reads & sources:
@@ -109,6 +119,15 @@ def state_checks(D, fam) -> list:
     if simplex:
         out.append(_simplex_remainder(D, fam, simplex))
     return out
+
+
+def _finite_check(name, sym, component):
+    """The check that a new value the derivation keeps in its domain came out a finite number (see the module's
+    docstring): NaN or ±inf is what the arithmetic did (0/0, an overflow), not a step out of the domain."""
+    return DomainCheck(name, sym, "finite", component,
+                       "the formula is right but float64 cannot evaluate it here (a 0/0 at a removable singularity, "
+                       "an overflow at an extreme state); start from a less extreme state or take a smaller step",
+                       "finite")
 
 
 def _bounded_conditions(sym, p) -> list:

@@ -79,8 +79,9 @@ def _array(name, value, dims, oracle=None):
 
 def _check_domain(name, value, domain, component, step, hint, where="step"):
     """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0 and
-    finite; ``positive_definite``: each matrix in the last two axes), naming the component (``"axis"``: the leading axis
-    numbers them) and the step, instead of returning a state that is no longer a distribution of the family.
+    finite; ``positive_definite``: each matrix in the last two axes; ``finite``: every entry a finite number),
+    naming the component (``"axis"``: the leading axis numbers them) and the step, instead of returning a state
+    that is no longer a distribution of the family.
     CHECK_DOMAINS = False switches the checks off."""
     if not CHECK_DOMAINS:
         return
@@ -110,11 +111,13 @@ def _check_domain(name, value, domain, component, step, hint, where="step"):
             detail = f"entry {bad} is {float(M[bad]):.6g}"
         index = tuple(int(x) for x in numpy.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
     else:
-        ok = (a > 0) & numpy.isfinite(a)        # NaN is not, nor inf (an overflowed E_q[ℓ]: s = inf, m = NaN)
+        ok = numpy.isfinite(a)                  # NaN is not, nor inf (an overflowed E_q[ℓ]: s = inf, m = NaN)
+        if domain != "finite":
+            ok &= a > 0
         if ok.all():
             return
         index = tuple(int(x) for x in numpy.argwhere(~ok)[0]) if a.ndim else ()
-        what = "finite" if a[index] > 0 else "positive" if a[index] <= 0 else "a number"
+        what = "a number" if numpy.isnan(a[index]) else "finite" if numpy.isinf(a[index]) else "positive"
         detail = f"value {float(a[index] if a.ndim else a):.6g}"
         detail += f" at index {index}" if index else ""
     if component == "axis":
@@ -203,6 +206,8 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     _check_domain("S", S_new, "positive_definite", None, None,
                   "its update reads the loss's second derivatives, which are not proved positive (a non-convex loss, data of either sign, or a step that overshoots): check the loss's convexity or take a smaller rho")
     m_new = _spd_solve(S_new, (rho*S_past @ m_past + (beta*rho)*X.T @ y + (1 - rho)*S @ m))
+    _check_domain("m", m_new, "finite", None, None,
+                  "the formula is right but float64 cannot evaluate it here (a 0/0 at a removable singularity, an overflow at an extreme state); start from a less extreme state or take a smaller step")
     return {
         "S": S_new,
         "m": m_new,

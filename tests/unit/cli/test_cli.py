@@ -639,7 +639,7 @@ def test_a_derivation_error_while_writing_the_program_is_a_located_line(tmp_path
     from blr_derive import api
     from blr_derive.core.errors import DerivationError
 
-    def refuse(D, label):
+    def refuse(D, label, *rest):
         raise DerivationError("a step of the program that cannot be written")
 
     monkeypatch.setattr(api, "build_ir", refuse)

@@ -212,7 +212,7 @@ def derived_once():
         return value
 
     api._derived = lambda recipe, file=None: once(derived, (recipe.file, file), real_derived, recipe, file)
-    api.build_ir = lambda D, label: once(built, (id(D), label), real_build, D, label)
+    api.build_ir = lambda D, label, *rest: once(built, (id(D), label), real_build, D, label, *rest)
     try:
         yield
     finally:

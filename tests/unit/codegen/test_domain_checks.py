@@ -42,12 +42,14 @@ PLAIN_MULTIMODAL = MULTIMODAL.replace("  - riemannian_correction: {param: S}\n",
     "name: multimodal", "name: multimodal_plain")
 
 
-def checks(name_or_text):
+def checks(name_or_text, finite=False):
+    """The run-time checks of a recipe's step: (name, domain, component); those that a value is a finite number
+    (domain 'finite', every updated parameter no other check covers) only with ``finite``."""
     if "\n" in name_or_text:
         D = api.derive(name_or_text).record
     else:
         _, D = derive_record(CATALOG / f"{name_or_text}.yaml")
-    return [(c.name, c.domain, c.component) for c in build_ir(D, "x.yaml").checks]
+    return [(c.name, c.domain, c.component) for c in build_ir(D, "x.yaml").checks if finite or c.domain != "finite"]
 
 
 def test_which_updates_are_checked():
@@ -184,6 +186,25 @@ def test_optimizer_targets_generate_an_estimate_of_either_sign_unchecked(target)
     text = ("name: score_plain\nfamily: gaussian_diag\nloss: abstract\nhyperparameters:\n  rho: {default: 0.1}\n"
             "approximations:\n  - score_function: {samples: 4}\nstate_init: {s: 1}\n")
     assert checks(text) == [("s", "positive", None)]
+    assert checks(text, finite=True) == [("s", "positive", None), ("m", "finite", None)]
+    assert "class" in api.derive(text).code(target)
+
+
+@pytest.mark.parametrize("target", OPTIMIZER_TARGETS)
+def test_a_value_only_float64_can_break_is_checked_to_be_a_number(target):
+    """A parameter the derivation keeps in its domain whatever the step (a real mean) is still checked to come out a
+    finite number in numpy and jax: a NaN gradient (an oracle's 0/0, a loss that overflowed) made the step return
+    m = NaN without a word.  torch and Triton never synchronize in a step: they generate it unchecked, not refused."""
+    text = ("name: fixed_prec\nfamily: gaussian_diag_fixed_precision\nloss: abstract\n"
+            "hyperparameters:\n  rho: {default: 0.1}\napproximations: [delta]\nstate_init: {s: 2.0}\n")
+    assert checks(text, finite=True) == [("m", "finite", None)]
+    mod = compiled(text)
+    st = mod.init(m=np.array([0.5, -1.0]), s=np.array([2.0, 2.0]))
+    ok = mod.step(st, oracles={"grad": lambda m: 2 * m}, rho=0.1)
+    np.testing.assert_allclose(ok["m"], np.array([0.5, -1.0]) * (1 - 0.1 * 2 / 2.0), rtol=1e-15)
+    for bad, what in ((np.nan, "a number"), (np.inf, "finite")):
+        with pytest.raises(FloatingPointError, match=rf"the new m is not {what} \(value (nan|-?inf) at index \(1,\)\)"):
+            mod.step(st, oracles={"grad": lambda m, bad=bad: np.array([1.0, bad])}, rho=0.1)
     assert "class" in api.derive(text).code(target)
 
 
@@ -275,7 +296,7 @@ approximations: [exact]
 
 
 def sources(text):
-    return [(c.name, c.source) for c in build_ir(api.derive(text).record, "x.yaml").checks]
+    return [(c.name, c.source) for c in build_ir(api.derive(text).record, "x.yaml").checks if c.domain != "finite"]
 
 
 def test_which_explicit_loss_updates_are_checked():
