@@ -312,7 +312,17 @@ def _os_problem(exc) -> str:
 
 
 def load_yaml_file(path, what: str = "YAML file") -> object:
-    return load_yaml_text(read_text_file(path, what), str(path))
+    """The parsed YAML of a recipe or family file the command line names.  A file that cannot be read as one (a
+    directory, a FIFO or device, one larger than the limit, one the user may not read) is refused at its line 1,
+    so that every refusal of an input file is one ``FILE:LINE: problem`` line (docs/safety.md); only a missing
+    file keeps ``FILE: file not found``, which has no line to name."""
+    try:
+        text = read_text_file(path, what)
+    except SpecError as exc:
+        if exc.line is None and exc.message != "file not found":
+            exc.line = 1
+        raise
+    return load_yaml_text(text, str(path))
 
 
 def finite_number(value, container, key, what: str, allow_infinite: bool = False):

@@ -1,0 +1,74 @@
+"""Hostile input, third round (docs/safety.md), through the command line's ``main`` in this process: each case found
+a gap and asserts the contract where it held not: one line ``blr-derive: error: FILE:LINE: problem``, exit status 2,
+no traceback, and the output file as it was."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import run_cli_in_process
+from test_cli import _assert_one_line_error, listing, write
+
+SENTINEL = "SENTINEL = 1\n"
+
+
+def _out(tmp_path):
+    (tmp_path / "out.py").write_text(SENTINEL, encoding="utf-8")
+    return listing(tmp_path)
+
+
+def _untouched(tmp_path, before):
+    assert (tmp_path / "out.py").read_text(encoding="utf-8") == SENTINEL
+    assert listing(tmp_path) == before
+
+
+# ------------------------------------------------------------ an input file that is no file, or too large
+def _make(tmp_path, kind):
+    if kind == "directory":
+        (tmp_path / "thing").mkdir()
+    elif kind == "fifo":
+        os.mkfifo(tmp_path / "thing")
+    elif kind == "large":
+        (tmp_path / "thing").write_text("name: big\ntitle: " + "a" * (1 << 20) + "\n", encoding="utf-8")
+
+
+PROBLEM = {"directory": "is a directory, not a recipe or family file",
+           "fifo": r"is not a regular file \(a device, FIFO or socket\)",
+           "large": "recipe or family file larger than 1048576 bytes"}
+
+
+@pytest.mark.parametrize("kind", sorted(PROBLEM))
+@pytest.mark.parametrize("command", [[], ["explain"], ["check"], ["compare", "gd"], ["--loss", "abstract"]])
+def test_an_input_that_is_no_recipe_file_is_refused_at_its_line_1(tmp_path, kind, command):
+    """A directory or FIFO named without a ``.yaml`` ending (``blr-derive thing``) was looked up as a catalog name
+    and reported as 'file not found, and not the name of a catalog recipe'; a directory, a FIFO, a device or a file
+    over 1 MiB named as the input was refused without a line (``big.yaml: recipe or family file larger ...``).
+    Each is one line at the file's line 1, whichever command reads it, and nothing is written."""
+    _make(tmp_path, kind)
+    before = _out(tmp_path)
+    if command[:1] in (["explain"], ["check"]):
+        args = [*command, "thing"]
+    elif command[:1] == ["compare"]:
+        args = ["compare", "thing", "gd"]
+    else:
+        args = ["thing", *command, "-o", "out.py"] if command else ["thing", "-o", "out.py"]
+    r = run_cli_in_process(*args, cwd=tmp_path)
+    _assert_one_line_error(r, "thing:1:", [PROBLEM[kind]])
+    _untouched(tmp_path, before)
+
+
+def test_a_device_named_as_the_recipe_is_refused_at_its_line_1(tmp_path):
+    before = _out(tmp_path)
+    r = run_cli_in_process("/dev/null", "-o", "out.py", cwd=tmp_path)
+    _assert_one_line_error(r, "/dev/null:1:", ["is not a regular file"])
+    _untouched(tmp_path, before)
+
+
+@pytest.mark.parametrize("ref", ["missing", "missing.yaml", "dangling"])
+def test_a_missing_input_still_says_file_not_found_without_a_line(tmp_path, ref):
+    """What docs/safety.md keeps: a missing file (a dangling link included) is ``FILE: file not found``."""
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere.yaml")
+    r = run_cli_in_process(ref, cwd=tmp_path)
+    line = _assert_one_line_error(r, ref + ": file not found", [])
+    assert f"{ref}:1:" not in line
