@@ -44,7 +44,7 @@ def resolve_input(ref: str) -> tuple[Path, str]:
         spec = load_yaml_file(path, "recipe or family file")
         return path, ("family" if is_family_spec(spec) else "recipe")
     for folder, kind in ((catalog_dir(), "recipe"), (families_dir(), "family")):
-        if (folder / f"{ref}.yaml").is_file():
+        if os.path.isfile(folder / f"{ref}.yaml"):       # False (not OSError) for a name too long to be a file
             return folder / f"{ref}.yaml", kind
     known = [p.stem for folder in (catalog_dir(), families_dir()) for p in folder.glob("*.yaml")]
     raise SpecError("file not found, and not the name of a catalog recipe or built-in family (`blr-derive list` "

@@ -378,9 +378,11 @@ def _refuse_misspelt_command(word: str) -> None:
     """``blr-derive chek adam``: a first word that is no command, no file and no catalog recipe or built-in family
     name, but is spelt close to a command, is refused with the command it could have been (one located line, exit
     2) instead of being read as a recipe that does not exist."""
-    if not word.isidentifier() or Path(word).exists():
+    # os.path's tests answer False where the name cannot be a file (too long for the file system: ENAMETOOLONG);
+    # pathlib's raise
+    if not word.isidentifier() or os.path.lexists(word):
         return
-    if any((folder / f"{word}.yaml").is_file() for folder in (catalog_dir(), families_dir())):
+    if any(os.path.isfile(folder / f"{word}.yaml") for folder in (catalog_dir(), families_dir())):
         return
     hint = did_you_mean(word, COMMANDS)
     if hint:

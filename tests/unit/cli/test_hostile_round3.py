@@ -72,3 +72,28 @@ def test_a_missing_input_still_says_file_not_found_without_a_line(tmp_path, ref)
     r = run_cli_in_process(ref, cwd=tmp_path)
     line = _assert_one_line_error(r, ref + ": file not found", [])
     assert f"{ref}:1:" not in line
+
+
+# ------------------------------------------------------------ a name too long to be a file
+@pytest.mark.parametrize("command", [[], ["explain"], ["check"], ["compare", "gd"], ["compare", "gd", "SWAP"]])
+def test_a_name_too_long_for_the_file_system_is_not_found_not_an_internal_error(tmp_path, command):
+    """``blr-derive aaa...a`` (300 letters: an identifier, so also a possible catalog name) raised OSError ENAMETOOLONG
+    from pathlib's ``exists``/``is_file`` (exit 3, 'internal error'); it is a name that is no file and no catalog
+    recipe."""
+    long = "a" * 300
+    if command[-1:] == ["SWAP"]:
+        args = ["compare", "gd", long]
+    elif command[:1] == ["compare"]:
+        args = ["compare", long, "gd"]
+    else:
+        args = [*command, long]
+    r = run_cli_in_process(*args, cwd=tmp_path)
+    _assert_one_line_error(r, long + ": file not found", ["not the name of a catalog recipe"])
+
+
+def test_the_python_api_refuses_a_name_too_long_as_bad_input():
+    from blr_derive import api
+    from blr_derive.core.errors import SpecError
+    for call in (lambda: api.recipe("a" * 300), lambda: api.compare("a" * 300, "gd")):
+        with pytest.raises(SpecError, match="File name too long|file not found"):
+            call()
