@@ -97,3 +97,29 @@ def test_the_python_api_refuses_a_name_too_long_as_bad_input():
     for call in (lambda: api.recipe("a" * 300), lambda: api.compare("a" * 300, "gd")):
         with pytest.raises(SpecError, match="File name too long|file not found"):
             call()
+
+
+# ------------------------------------------------------------ the jax factory's name is located at the recipe's name
+@pytest.mark.parametrize("name, words", [("class", "'class' is a Python keyword"),
+                                         ("jnp", "'jnp' is a module the jax target imports"),
+                                         ("print", "'print' is a Python builtin")])
+def test_a_recipe_name_the_jax_factory_cannot_take_is_located_at_the_name(tmp_path, name, words):
+    """``name: class`` is a valid recipe name for the numpy target (``RECIPE = "class"``), but the jax target names
+    its optax factory after it; the refusal named the approximations' line, and ``--name class`` on the family
+    command was blamed on ``--approx``."""
+    write(tmp_path, "r.yaml", f"""
+        name: {name}
+        family: gaussian_diag
+        loss: abstract
+        approximations: [delta, squared_gradient_hessian]
+        state_init: {{s: 1.0}}
+        """)
+    before = _out(tmp_path)
+    r = run_cli_in_process("r.yaml", "--target", "jax", "-o", "out.py", cwd=tmp_path)
+    _assert_one_line_error(r, r"r\.yaml:1:", [words, "names its optax factory after the recipe"])
+    _untouched(tmp_path, before)
+    r = run_cli_in_process("gaussian_diag", "--loss", "abstract", "--approx", "delta", "--approx",
+                           "squared_gradient_hessian", "--set", "state_init={s: 1.0}", "--name", name,
+                           "--target", "jax", "-o", "out.py", cwd=tmp_path)
+    _assert_one_line_error(r, "<command line>: --name:", [words])
+    _untouched(tmp_path, before)
