@@ -91,6 +91,22 @@ def output_problem(path: Path, follow_links: bool = True):
 _READ_ONLY = "is read-only; make it writable or write to another file"
 
 
+def _make_parents(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, outermost first, in a loop: ``Path.mkdir(parents=True)`` (and
+    ``os.makedirs``) recurse once per missing level, so ``-o d/d/.../x.py`` 2000 levels deep ended in a
+    RecursionError reported as 'the input is too large' (an OSError such as a name too long is raised as one)."""
+    missing = []
+    while not os.path.isdir(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for f in reversed(missing):
+        try:
+            os.mkdir(f)
+        except FileExistsError:
+            if not os.path.isdir(f):
+                raise
+
+
 def write_atomic(path: Path, text: str, follow_links: bool = True):
     """Write via a temporary file and rename, so a failure never leaves a partial file; only regular files (or
     new paths) are replaced, and a symbolic link is followed to the file it names (``follow_links=False``: a link
@@ -101,7 +117,7 @@ def write_atomic(path: Path, text: str, follow_links: bool = True):
         raise SpecError(problem, str(path))
     target = Path(os.path.realpath(path)) if follow_links else Path(os.path.realpath(path.parent)) / path.name
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _make_parents(target.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
     except (OSError, ValueError) as exc:
         raise SpecError(f"cannot write ({getattr(exc, 'strerror', None) or type(exc).__name__})", str(path)) from None
