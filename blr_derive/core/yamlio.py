@@ -115,11 +115,15 @@ MAX_NESTING = 64
 
 
 def _check_nesting(text, file, loader=yaml.SafeLoader):
-    """Reject deeply nested collections from the event stream (flat, no recursion) before composing nodes,
+    """Reject anchors, and deeply nested collections, from the event stream (flat, no recursion) before composing nodes,
     which recurses once per level (``[[[[...]]]]`` would exhaust the Python stack); ``loader``: the parser whose
     events are read (libyaml's on the fast path)."""
     depth = 0
     for ev in yaml.parse(text, Loader=loader):
+        # an anchor is refused where it is declared, used or not (docs/safety.md: anchors and aliases are errors;
+        # an alias is also caught as a shared node when converting, but an unused '&x' was accepted)
+        if getattr(ev, "anchor", None) is not None:
+            raise SpecError("YAML anchors and aliases are not supported", file, ev.start_mark.line + 1)
         if isinstance(ev, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_NESTING:
