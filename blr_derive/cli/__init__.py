@@ -19,6 +19,8 @@ that are not normalizable or minimal, rules that do not apply) prints one line
 """
 from __future__ import annotations
 
+import errno
+import io
 import os
 import sys
 from pathlib import Path
@@ -331,6 +333,27 @@ def _error_line(kind: str, text: str) -> str:
     return f"blr-derive: {kind}: {quote(str(text).strip(), 1000)}"
 
 
+def _flushed(status: int) -> int:
+    """``status``, once what the command printed has reached standard output: a write that fails (a full disk,
+    ``> /dev/full``) is raised here, inside :func:`main`, not at the interpreter's exit."""
+    sys.stdout.flush()
+    return status
+
+
+#: the errors of a write that the disk or the device refuses (ENOSPC: /dev/full or a full disk; EDQUOT; EFBIG)
+_FULL = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG") if hasattr(errno, n))
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at the null device once a write to it failed, so that the interpreter's own flush at
+    exit does not fail again (an in-process caller's stream without a file descriptor is left as it is)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     set_location(None, None)        # nothing located yet (an earlier call in this process may have left its place)
@@ -338,10 +361,10 @@ def main(argv=None) -> int:
         if argv and argv[0] in COMMANDS:
             cmd = {"list": cmd_list, "explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families,
                    "compare": cmd_compare, "check": cmd_check, "verify": cmd_verify, "suggest": cmd_suggest}[argv[0]]
-            return cmd(argv[1:])
+            return _flushed(cmd(argv[1:]))
         if argv:
             _refuse_misspelt_command(argv[0])
-        return cmd_generate(argv)
+        return _flushed(cmd_generate(argv))
     except BLRError as exc:
         print(_error_line("error", exc), file=sys.stderr)
         return 2
@@ -365,6 +388,14 @@ def main(argv=None) -> int:
     except SystemExit as exc:                         # --help and --version print and exit 0
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # noqa: BLE001 - an engine bug, not bad input: one line, status 3 (README "Safety model")
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            # `blr-derive list > /dev/full`, a full disk or quota: where the output goes, not a bug (an -o file's
+            # own failures are located errors already, write_atomic)
+            _quiet_stdout()
+            where = printable(exc.filename) if exc.filename else "<standard output>"
+            print(_error_line("error", f"{where}: cannot write ({exc.strerror or type(exc).__name__})"),
+                  file=sys.stderr)
+            return 2
         if os.environ.get("BLR_DERIVE_TRACEBACK", "").strip().lower() not in ("", "0", "false", "no", "off"):
             raise
         what = " ".join(str(exc).split())[:200]

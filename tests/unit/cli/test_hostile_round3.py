@@ -4,11 +4,13 @@ no traceback, and the output file as it was."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from conftest import run_cli_in_process
-from test_cli import _assert_one_line_error, listing, write
+from test_cli import ROOT, _assert_one_line_error, listing, write
 
 SENTINEL = "SENTINEL = 1\n"
 
@@ -178,3 +180,17 @@ def test_an_ampersand_in_text_is_no_anchor(tmp_path):
         """)
     r = run_cli_in_process("r.yaml", "-o", "out.py", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------ standard output that cannot be written
+@pytest.mark.parametrize("command", [["list"], ["gd"]])
+def test_standard_output_on_a_full_device_is_one_line_not_an_internal_error(tmp_path, command):
+    """``blr-derive list > /dev/full`` (a full disk, a quota) was 'internal error: OSError: [Errno 28] No space
+    left on device ... a bug in blr-derive' (exit 3): it is where the output goes, one line, exit 2."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]]
+                                                                        if os.environ.get("PYTHONPATH") else [])))
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "blr_derive", *command], cwd=tmp_path, env=env, stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == "blr-derive: error: <standard output>: cannot write (No space left on device)\n", r.stderr
