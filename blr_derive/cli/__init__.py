@@ -354,6 +354,18 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _too_large(exc, argv) -> None:
+    """The one line for input that exhausted memory or the recursion limit, naming a memory bound the caller set
+    below the default (BLR_DERIVE_MEMORY_LIMIT=150000000 is then the likelier cause than the input)."""
+    file, line = getattr(exc, "blr_location", None) or location()
+    where = f"{printable(file or _input_argument(argv))}{f':{line}' if line else ''}"
+    bound = os.environ.get("BLR_DERIVE_MEMORY_LIMIT", "").strip()
+    hint = (f"; BLR_DERIVE_MEMORY_LIMIT={bound} bytes bounds this command" if isinstance(exc, MemoryError)
+            and bound.isdigit() and 0 < int(bound) < DEFAULT_MEMORY else "")
+    print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
+                               f"({type(exc).__name__}{hint})"), file=sys.stderr)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     set_location(None, None)        # nothing located yet (an earlier call in this process may have left its place)
@@ -374,10 +386,7 @@ def main(argv=None) -> int:
         return 2
     except (RecursionError, MemoryError) as exc:
         # deeply nested or huge input that the bounds let through: bad input, not an engine bug
-        file, line = getattr(exc, "blr_location", None) or location()
-        where = f"{printable(file or _input_argument(argv))}{f':{line}' if line else ''}"
-        print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
-                                   f"({type(exc).__name__})"), file=sys.stderr)
+        _too_large(exc, argv)
         return 2
     except KeyboardInterrupt:  # pragma: no cover
         return 130
@@ -388,6 +397,10 @@ def main(argv=None) -> int:
     except SystemExit as exc:                         # --help and --version print and exit 0
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # noqa: BLE001 - an engine bug, not bad input: one line, status 3 (README "Safety model")
+        if isinstance(exc, ImportError) and any(w in str(exc) for w in ("failed to map segment", "allocate memory")):
+            # a library that cannot be mapped within the memory bound (BLR_DERIVE_MEMORY_LIMIT): out of memory
+            _too_large(MemoryError(), argv)
+            return 2
         if isinstance(exc, OSError) and exc.errno in _FULL:
             # `blr-derive list > /dev/full`, a full disk or quota: where the output goes, not a bug (an -o file's
             # own failures are located errors already, write_atomic)
@@ -460,6 +473,24 @@ def survive_any_terminal(streams=None):
 DEFAULT_MEMORY = 8 << 30
 
 
+#: a memory bound below this loads the numeric libraries before it is set (:func:`_load_numeric_libraries`)
+_PRELOAD_BELOW = 1 << 30
+
+
+def _load_numeric_libraries():
+    """Load numpy and scipy (their OpenBLAS allocates a buffer per thread when it is loaded) before a small memory
+    bound is set: under BLR_DERIVE_MEMORY_LIMIT=150000000 or 200000000 scipy.special's OpenBLAS could not allocate
+    them and spun in its retries forever (a generation killed after 90 s; 100 MB gave OpenBLAS's 'Memory
+    allocation still failed' and exit 1, 250 MB a MemoryError).  Loaded first, the bound limits the derivation
+    (~0.2 s more for a command that would not load them: list, families)."""
+    try:
+        import numpy  # noqa: F401
+        import scipy.linalg  # noqa: F401
+        import scipy.special  # noqa: F401
+    except ImportError:  # pragma: no cover - both are dependencies
+        pass
+
+
 def _limit_memory():
     try:
         import resource
@@ -475,6 +506,8 @@ def _limit_memory():
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     if soft == resource.RLIM_INFINITY or soft > limit:
+        if limit < _PRELOAD_BELOW:
+            _load_numeric_libraries()
         try:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
         except OverflowError:

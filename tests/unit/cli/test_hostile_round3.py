@@ -194,3 +194,26 @@ def test_standard_output_on_a_full_device_is_one_line_not_an_internal_error(tmp_
                            stderr=subprocess.PIPE, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr == "blr-derive: error: <standard output>: cannot write (No space left on device)\n", r.stderr
+
+
+# ------------------------------------------------------------ a small memory bound
+@pytest.mark.parametrize("limit", ["150000000", "200000000"])
+def test_a_small_memory_bound_ends_in_one_line_not_a_hang(tmp_path, limit):
+    """Under BLR_DERIVE_MEMORY_LIMIT=150000000 or 200000000 the import of scipy.special spun forever (OpenBLAS
+    retrying its per-thread buffers; a generation killed after 90 s): below 1 GiB the numeric libraries are loaded
+    before the bound is set, and running out of it is one line naming the bound, exit 2."""
+    env = dict(os.environ, BLR_DERIVE_MEMORY_LIMIT=limit,
+               PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
+                                                          else [])))
+    write(tmp_path, "r.yaml", """
+        name: small_bound
+        family: gaussian_diag
+        loss: abstract
+        approximations: [delta, squared_gradient_hessian]
+        state_init: {s: 1.0}
+        """)
+    r = subprocess.run([sys.executable, "-m", "blr_derive", "r.yaml", "-o", "out.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and not (tmp_path / "out.py").exists(), (r.returncode, r.stderr)
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert f"(MemoryError; BLR_DERIVE_MEMORY_LIMIT={limit} bytes bounds this command)" in r.stderr, r.stderr
