@@ -217,3 +217,14 @@ def test_a_small_memory_bound_ends_in_one_line_not_a_hang(tmp_path, limit):
     assert r.returncode == 2 and not (tmp_path / "out.py").exists(), (r.returncode, r.stderr)
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert f"(MemoryError; BLR_DERIVE_MEMORY_LIMIT={limit} bytes bounds this command)" in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------ suggest --write-family names its own option
+@pytest.mark.parametrize("target, words", [(".", r"is a directory \(--write-family takes a file path\)"),
+                                           ("/dev/full", "--write-family writes regular files only")])
+def test_a_bad_write_family_path_names_that_option(tmp_path, target, words):
+    """It said '-o writes regular files only' and '(-o takes a file path)' for --write-family, an option suggest
+    has, of a command that has no -o."""
+    r = run_cli_in_process("suggest", "--loss", "theta**2", "--write-family", target, cwd=tmp_path)
+    line = _assert_one_line_error(r, "", [words])
+    assert "-o " not in line
