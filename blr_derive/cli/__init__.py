@@ -354,14 +354,19 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _small_bound() -> str | None:
+    """BLR_DERIVE_MEMORY_LIMIT as set, where it bounds the command below the default (else None)."""
+    bound = os.environ.get("BLR_DERIVE_MEMORY_LIMIT", "").strip()
+    return bound if bound.isdigit() and 0 < int(bound) < DEFAULT_MEMORY else None
+
+
 def _too_large(exc, argv) -> None:
     """The one line for input that exhausted memory or the recursion limit, naming a memory bound the caller set
     below the default (BLR_DERIVE_MEMORY_LIMIT=150000000 is then the likelier cause than the input)."""
     file, line = getattr(exc, "blr_location", None) or location()
     where = f"{printable(file or _input_argument(argv))}{f':{line}' if line else ''}"
-    bound = os.environ.get("BLR_DERIVE_MEMORY_LIMIT", "").strip()
-    hint = (f"; BLR_DERIVE_MEMORY_LIMIT={bound} bytes bounds this command" if isinstance(exc, MemoryError)
-            and bound.isdigit() and 0 < int(bound) < DEFAULT_MEMORY else "")
+    bound = _small_bound()
+    hint = f"; BLR_DERIVE_MEMORY_LIMIT={bound} bytes bounds this command" if isinstance(exc, MemoryError) and bound else ""
     print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
                                f"({type(exc).__name__}{hint})"), file=sys.stderr)
 
@@ -397,8 +402,11 @@ def main(argv=None) -> int:
     except SystemExit as exc:                         # --help and --version print and exit 0
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # noqa: BLE001 - an engine bug, not bad input: one line, status 3 (README "Safety model")
-        if isinstance(exc, ImportError) and any(w in str(exc) for w in ("failed to map segment", "allocate memory")):
-            # a library that cannot be mapped within the memory bound (BLR_DERIVE_MEMORY_LIMIT): out of memory
+        if ((isinstance(exc, ImportError) and any(w in str(exc) for w in ("failed to map segment", "allocate memory")))
+                or (isinstance(exc, (ImportError, SystemError)) and _small_bound())):
+            # a library that cannot be mapped within the memory bound, or a C extension that failed to allocate and
+            # said so badly ('SystemError: error return without exception set') under BLR_DERIVE_MEMORY_LIMIT
+            # =200000000: out of memory, not a bug
             _too_large(MemoryError(), argv)
             return 2
         if isinstance(exc, OSError) and exc.errno in _FULL:
