@@ -372,7 +372,7 @@ def recipe(ref=None, *, family=None, loss="abstract", approximations=(), hyperpa
         if isinstance(ref, dict) or _is_yaml_text(ref):
             return recipe_from_spec(_spec(ref, "recipe"), "<recipe>", Path.cwd())
         path = Path(_reference(ref, "recipe()"))
-        if not path.suffix and not path.exists() and (catalog_dir() / f"{ref}.yaml").is_file():
+        if not path.suffix and not os.path.lexists(path) and os.path.isfile(catalog_dir() / f"{ref}.yaml"):
             path = catalog_dir() / f"{ref}.yaml"
         return load_recipe(path)
     if family is None:
@@ -407,7 +407,7 @@ def compare(a, b) -> str:
 
     def path(ref):
         p = Path(_reference(ref, "compare()", "a catalog name or a path"))
-        return catalog_dir() / f"{ref}.yaml" if not p.suffix and not p.exists() else p
+        return catalog_dir() / f"{ref}.yaml" if not p.suffix and not os.path.lexists(p) else p
     return compare_recipes(path(a), path(b))
 
 

@@ -3,6 +3,7 @@ wherever a path goes, and the design card's command ``blr-derive FAMILY.yaml --l
 options are written as a recipe one option per line, so that every error names the option it comes from."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from contextlib import contextmanager
@@ -37,11 +38,13 @@ def resolve_input(ref: str) -> tuple[Path, str]:
     keys), else a catalog recipe name (``adam``) or a built-in family name (``gaussian_diag``).  A name that is
     neither is the usual ``file not found``, with the names it could have been."""
     path = Path(ref)
-    if path.is_file() or ref.endswith((".yaml", ".yml")) or "/" in ref or not ref.isidentifier():
+    # anything at the path (a directory, a FIFO, a device, a dangling link) is read as the file it claims to be,
+    # and refused as what it is, not looked up as a catalog name and reported missing
+    if os.path.lexists(path) or ref.endswith((".yaml", ".yml")) or "/" in ref or not ref.isidentifier():
         spec = load_yaml_file(path, "recipe or family file")
         return path, ("family" if is_family_spec(spec) else "recipe")
     for folder, kind in ((catalog_dir(), "recipe"), (families_dir(), "family")):
-        if (folder / f"{ref}.yaml").is_file():
+        if os.path.isfile(folder / f"{ref}.yaml"):       # False (not OSError) for a name too long to be a file
             return folder / f"{ref}.yaml", kind
     known = [p.stem for folder in (catalog_dir(), families_dir()) for p in folder.glob("*.yaml")]
     raise SpecError("file not found, and not the name of a catalog recipe or built-in family (`blr-derive list` "

@@ -19,6 +19,8 @@ that are not normalizable or minimal, rules that do not apply) prints one line
 """
 from __future__ import annotations
 
+import errno
+import io
 import os
 import sys
 from pathlib import Path
@@ -331,6 +333,44 @@ def _error_line(kind: str, text: str) -> str:
     return f"blr-derive: {kind}: {quote(str(text).strip(), 1000)}"
 
 
+def _flushed(status: int) -> int:
+    """``status``, once what the command printed has reached standard output: a write that fails (a full disk,
+    ``> /dev/full``) is raised here, inside :func:`main`, not at the interpreter's exit."""
+    sys.stdout.flush()
+    return status
+
+
+#: the errors of a write that the disk or the device refuses (ENOSPC: /dev/full or a full disk; EDQUOT; EFBIG)
+_FULL = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG") if hasattr(errno, n))
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at the null device once a write to it failed, so that the interpreter's own flush at
+    exit does not fail again (an in-process caller's stream without a file descriptor is left as it is)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def _small_bound() -> str | None:
+    """BLR_DERIVE_MEMORY_LIMIT as set, where it bounds the command below the default (else None)."""
+    bound = os.environ.get("BLR_DERIVE_MEMORY_LIMIT", "").strip()
+    return bound if bound.isdigit() and 0 < int(bound) < DEFAULT_MEMORY else None
+
+
+def _too_large(exc, argv) -> None:
+    """The one line for input that exhausted memory or the recursion limit, naming a memory bound the caller set
+    below the default (BLR_DERIVE_MEMORY_LIMIT=150000000 is then the likelier cause than the input)."""
+    file, line = getattr(exc, "blr_location", None) or location()
+    where = f"{printable(file or _input_argument(argv))}{f':{line}' if line else ''}"
+    bound = _small_bound()
+    hint = f"; BLR_DERIVE_MEMORY_LIMIT={bound} bytes bounds this command" if isinstance(exc, MemoryError) and bound else ""
+    print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
+                               f"({type(exc).__name__}{hint})"), file=sys.stderr)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     set_location(None, None)        # nothing located yet (an earlier call in this process may have left its place)
@@ -338,10 +378,10 @@ def main(argv=None) -> int:
         if argv and argv[0] in COMMANDS:
             cmd = {"list": cmd_list, "explain": cmd_explain, "catalog": cmd_catalog, "families": cmd_families,
                    "compare": cmd_compare, "check": cmd_check, "verify": cmd_verify, "suggest": cmd_suggest}[argv[0]]
-            return cmd(argv[1:])
+            return _flushed(cmd(argv[1:]))
         if argv:
             _refuse_misspelt_command(argv[0])
-        return cmd_generate(argv)
+        return _flushed(cmd_generate(argv))
     except BLRError as exc:
         print(_error_line("error", exc), file=sys.stderr)
         return 2
@@ -351,10 +391,7 @@ def main(argv=None) -> int:
         return 2
     except (RecursionError, MemoryError) as exc:
         # deeply nested or huge input that the bounds let through: bad input, not an engine bug
-        file, line = getattr(exc, "blr_location", None) or location()
-        where = f"{printable(file or _input_argument(argv))}{f':{line}' if line else ''}"
-        print(_error_line("error", f"{where}: the input is too large or too deeply nested to derive "
-                                   f"({type(exc).__name__})"), file=sys.stderr)
+        _too_large(exc, argv)
         return 2
     except KeyboardInterrupt:  # pragma: no cover
         return 130
@@ -365,6 +402,21 @@ def main(argv=None) -> int:
     except SystemExit as exc:                         # --help and --version print and exit 0
         return exc.code if isinstance(exc.code, int) else 0
     except Exception as exc:  # noqa: BLE001 - an engine bug, not bad input: one line, status 3 (README "Safety model")
+        if ((isinstance(exc, ImportError) and any(w in str(exc) for w in ("failed to map segment", "allocate memory")))
+                or (isinstance(exc, (ImportError, SystemError)) and _small_bound())):
+            # a library that cannot be mapped within the memory bound, or a C extension that failed to allocate and
+            # said so badly ('SystemError: error return without exception set') under BLR_DERIVE_MEMORY_LIMIT
+            # =200000000: out of memory, not a bug
+            _too_large(MemoryError(), argv)
+            return 2
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            # `blr-derive list > /dev/full`, a full disk or quota: where the output goes, not a bug (an -o file's
+            # own failures are located errors already, write_atomic)
+            _quiet_stdout()
+            where = printable(exc.filename) if exc.filename else "<standard output>"
+            print(_error_line("error", f"{where}: cannot write ({exc.strerror or type(exc).__name__})"),
+                  file=sys.stderr)
+            return 2
         if os.environ.get("BLR_DERIVE_TRACEBACK", "").strip().lower() not in ("", "0", "false", "no", "off"):
             raise
         what = " ".join(str(exc).split())[:200]
@@ -378,9 +430,11 @@ def _refuse_misspelt_command(word: str) -> None:
     """``blr-derive chek adam``: a first word that is no command, no file and no catalog recipe or built-in family
     name, but is spelt close to a command, is refused with the command it could have been (one located line, exit
     2) instead of being read as a recipe that does not exist."""
-    if not word.isidentifier() or Path(word).exists():
+    # os.path's tests answer False where the name cannot be a file (too long for the file system: ENAMETOOLONG);
+    # pathlib's raise
+    if not word.isidentifier() or os.path.lexists(word):
         return
-    if any((folder / f"{word}.yaml").is_file() for folder in (catalog_dir(), families_dir())):
+    if any(os.path.isfile(folder / f"{word}.yaml") for folder in (catalog_dir(), families_dir())):
         return
     hint = did_you_mean(word, COMMANDS)
     if hint:
@@ -427,6 +481,24 @@ def survive_any_terminal(streams=None):
 DEFAULT_MEMORY = 8 << 30
 
 
+#: a memory bound below this loads the numeric libraries before it is set (:func:`_load_numeric_libraries`)
+_PRELOAD_BELOW = 1 << 30
+
+
+def _load_numeric_libraries():
+    """Load numpy and scipy (their OpenBLAS allocates a buffer per thread when it is loaded) before a small memory
+    bound is set: under BLR_DERIVE_MEMORY_LIMIT=150000000 or 200000000 scipy.special's OpenBLAS could not allocate
+    them and spun in its retries forever (a generation killed after 90 s; 100 MB gave OpenBLAS's 'Memory
+    allocation still failed' and exit 1, 250 MB a MemoryError).  Loaded first, the bound limits the derivation
+    (~0.2 s more for a command that would not load them: list, families)."""
+    try:
+        import numpy  # noqa: F401
+        import scipy.linalg  # noqa: F401
+        import scipy.special  # noqa: F401
+    except ImportError:  # pragma: no cover - both are dependencies
+        pass
+
+
 def _limit_memory():
     try:
         import resource
@@ -442,6 +514,8 @@ def _limit_memory():
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     if soft == resource.RLIM_INFINITY or soft > limit:
+        if limit < _PRELOAD_BELOW:
+            _load_numeric_libraries()
         try:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
         except OverflowError:

@@ -59,10 +59,11 @@ def check_tree(root: Path, path: Path, folder: bool = False) -> None:
         raise SpecError(problem[1], str(problem[0]))
 
 
-def output_problem(path: Path, follow_links: bool = True):
+def output_problem(path: Path, follow_links: bool = True, option: str = "-o"):
     """Why ``-o path`` cannot be written (None if it can): only a regular file, or a new path whose parent is a
     directory, is ever replaced; FIFOs, devices, sockets and directories are refused before any work.
-    ``follow_links=False`` judges a symbolic link at ``path`` itself (it is refused)."""
+    ``follow_links=False`` judges a symbolic link at ``path`` itself (it is refused); ``option`` is the command line's
+    name for the path, as the messages say it (``--write-family``)."""
     try:
         # following symbolic links: the file that would change; else the link itself
         st = os.stat(path) if follow_links else os.lstat(path)
@@ -78,17 +79,33 @@ def output_problem(path: Path, follow_links: bool = True):
     except (OSError, ValueError) as exc:
         return f"cannot be written ({getattr(exc, 'strerror', None) or type(exc).__name__})"
     if stat.S_ISDIR(st.st_mode):
-        return "is a directory (-o takes a file path)"
+        return f"is a directory ({option} takes a file path)"
     if stat.S_ISLNK(st.st_mode):
         return "is a symbolic link; only a regular file is replaced here"
     if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file (a device, FIFO or socket); -o writes regular files only"
+        return f"is not a regular file (a device, FIFO or socket); {option} writes regular files only"
     if not st.st_mode & stat.S_IWUSR:
         return _READ_ONLY
     return None
 
 
 _READ_ONLY = "is read-only; make it writable or write to another file"
+
+
+def _make_parents(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, outermost first, in a loop: ``Path.mkdir(parents=True)`` (and
+    ``os.makedirs``) recurse once per missing level, so ``-o d/d/.../x.py`` 2000 levels deep ended in a
+    RecursionError reported as 'the input is too large' (an OSError such as a name too long is raised as one)."""
+    missing = []
+    while not os.path.isdir(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for f in reversed(missing):
+        try:
+            os.mkdir(f)
+        except FileExistsError:
+            if not os.path.isdir(f):
+                raise
 
 
 def write_atomic(path: Path, text: str, follow_links: bool = True):
@@ -101,7 +118,7 @@ def write_atomic(path: Path, text: str, follow_links: bool = True):
         raise SpecError(problem, str(path))
     target = Path(os.path.realpath(path)) if follow_links else Path(os.path.realpath(path.parent)) / path.name
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _make_parents(target.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=str(target.parent))
     except (OSError, ValueError) as exc:
         raise SpecError(f"cannot write ({getattr(exc, 'strerror', None) or type(exc).__name__})", str(path)) from None

@@ -115,11 +115,15 @@ MAX_NESTING = 64
 
 
 def _check_nesting(text, file, loader=yaml.SafeLoader):
-    """Reject deeply nested collections from the event stream (flat, no recursion) before composing nodes,
+    """Reject anchors, and deeply nested collections, from the event stream (flat, no recursion) before composing nodes,
     which recurses once per level (``[[[[...]]]]`` would exhaust the Python stack); ``loader``: the parser whose
     events are read (libyaml's on the fast path)."""
     depth = 0
     for ev in yaml.parse(text, Loader=loader):
+        # an anchor is refused where it is declared, used or not (docs/safety.md: anchors and aliases are errors;
+        # an alias is also caught as a shared node when converting, but an unused '&x' was accepted)
+        if getattr(ev, "anchor", None) is not None:
+            raise SpecError("YAML anchors and aliases are not supported", file, ev.start_mark.line + 1)
         if isinstance(ev, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_NESTING:
@@ -312,7 +316,17 @@ def _os_problem(exc) -> str:
 
 
 def load_yaml_file(path, what: str = "YAML file") -> object:
-    return load_yaml_text(read_text_file(path, what), str(path))
+    """The parsed YAML of a recipe or family file the command line names.  A file that cannot be read as one (a
+    directory, a FIFO or device, one larger than the limit, one the user may not read) is refused at its line 1,
+    so that every refusal of an input file is one ``FILE:LINE: problem`` line (docs/safety.md); only a missing
+    file keeps ``FILE: file not found``, which has no line to name."""
+    try:
+        text = read_text_file(path, what)
+    except SpecError as exc:
+        if exc.line is None and exc.message != "file not found":
+            exc.line = 1
+        raise
+    return load_yaml_text(text, str(path))
 
 
 def finite_number(value, container, key, what: str, allow_infinite: bool = False):

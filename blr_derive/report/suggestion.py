@@ -219,7 +219,7 @@ def suggest(loss: str, variable: str = "theta", data=(), support: str | None = N
     if write_family is not None:
         if not write_family:
             raise SpecError("--write-family: empty output path", COMMAND_LINE)
-        problem = output_problem(Path(write_family))
+        problem = output_problem(Path(write_family), option="--write-family")
         if problem is not None:
             raise SpecError(problem, write_family)
     _check_declared_data(list(data))

@@ -270,7 +270,8 @@ def _factory_name(recipe: str) -> str:
     problem = name_problem(recipe, "prefix") or (f"'{recipe}' is a module the jax target imports"
                                                  if recipe in FUNCTION_RESERVED else None)
     if problem is not None:
-        raise CodegenError(f"the jax target names its optax factory after the recipe: {problem}; rename the recipe")
+        raise CodegenError(f"the jax target names its optax factory after the recipe: {problem}; rename the recipe",
+                           "name")         # located at the recipe's name (it was the approximations' line)
     return identifier(recipe)
 
 
