@@ -13,6 +13,7 @@ import sympy as sp
 from blr_derive.codegen.printing import numeric_lowering
 from blr_derive.codegen.registry import emit
 from blr_derive.core.matexpr import is_mat
+from blr_derive.core.nodes import gauss_hermite_rule
 from blr_derive.core.specialfns import softplus_form
 from blr_derive.derive.driver import derive
 from blr_derive.families.numeric import MODULES
@@ -275,7 +276,6 @@ def _gauss_hermite_nodes(recipe):
     """The nodes and weights of a recipe's own Gauss–Hermite rule where its step takes E_q[loss] by it coordinate by
     coordinate (rules/gauss_hermite.py scalar_gauss_hermite: a loss of one coordinate of an elementwise Gaussian,
     ``nodes`` a number), else None."""
-    from blr_derive.core.nodes import gauss_hermite_rule
     fam = recipe.family
     approx = [a for a in recipe.approximations if a.name == "gauss_hermite"]
     if not approx or not (fam.is_gaussian and fam.elementwise) or recipe.loss_kind != "explicit":
