@@ -10,6 +10,7 @@ import sympy as sp
 from blr_derive.core.errors import DerivationError
 from blr_derive.core.matexpr import is_mat
 from blr_derive.families.symbolic import SIMPLIFY_MAX_OPS, simplify_bounded
+from blr_derive.rules.program import new_def
 
 
 def invertible_symbolically(F):
@@ -80,5 +81,4 @@ def state_lambdas(D, fam):
     the boundary" at p = 1 − 1e-5 (the true new p is 0.99246)."""
     if not transcendental_map(fam):
         return dict(zip(fam.lam, fam.eta))
-    from blr_derive.rules.program import new_def      # (program imports the rule base, as fisher's callers do)
     return {l: new_def(D, f"lambda{i + 1}", e) for i, (l, e) in enumerate(zip(fam.lam, fam.eta))}
