@@ -80,3 +80,17 @@ def test_lambda_is_computed_once_only_for_a_transcendental_map():
     beta = api.derive(yaml.safe_dump({"name": "b", "family": "beta", "loss": {"expression": "theta**2"},
                                       "hyperparameters": {"rho": RHO}, "approximations": ["exact"]}))
     assert "lambda1 = " in cb.code("numpy") and "lambda1 = " not in beta.code("numpy")
+
+
+def test_a_gradient_rational_in_the_state_is_written_in_it():
+    """Poisson (λ = log r): ∇_μE_q[θ² + log θ!] = 1 + 2e^λ = 1 + 2r is written in r, not from λ recomputed (whose
+    rounding, times 2r, moved the new r by 4e-14 at r = 100); the step is λ' = (1 − ρ)log r − ρ(1 + 2r)."""
+    d = api.derive(yaml.safe_dump({"name": "pois", "family": "poisson",
+                                   "loss": {"expression": "theta**2 + lgamma(theta + 1)"},
+                                   "hyperparameters": {"rho": RHO}, "approximations": ["exact"]}))
+    assert "lambda1 = " not in d.code("numpy")
+    r = np.array([1e-8, 0.5, 3.0, 100.0])
+    got = d.compile("numpy").step({"r": r}, rho=RHO)["r"]
+    want = [float(mp.exp((1 - RHO) * mp.log(x) - RHO * (1 + 2 * mp.mpf(x)))) for x in r]
+    # the exponent's own rounding at r = 100 (|λ'| ≈ 98: ε·98 = 2e-14) bounds any float64 evaluation; measured 9.5e-15
+    np.testing.assert_allclose(got, want, rtol=2e-14, atol=0)
