@@ -20,7 +20,7 @@ from blr_derive.core.matexpr import is_mat, simplify_mat
 from blr_derive.families.partition import support_points
 from blr_derive.families.matstats import linear_in_matrix_statistics
 from blr_derive.families.symbolic import loggamma_form, simplify_bounded
-from blr_derive.rules.fisher import natural_gradient_at_state
+from blr_derive.rules.fisher import natural_gradient_at_state, settle_lambdas, state_lambdas
 from blr_derive.families.tilting import tilted_expectation
 from blr_derive.rules.base import RULES, NaturalGradient, Rule, register
 from blr_derive.core.nodes import DataSum
@@ -194,13 +194,13 @@ def shifted_domain(fam, shifts):
     return out
 
 
-def _opaque_tilts(exprs, fam):
+def _opaque_tilts(exprs, fam, named=()):
     """The tilt factors exp(A(λ + c) − A(λ)) of ``exprs`` (in the ordinary parameters) each as a positive symbol,
     and the way back: simplified with the factor in sight, sympy splits e^{α log β − α log(β + 1)} into the powers
     β^α·(β + 1)^{−α}, each of which overflows at α = 500, β = 300 (inf/inf = NaN where E[e^{−θ}] under a gamma is
     (300/301)^500 = 0.19), and folds c·(β/(β + 1))^α·log(β/(β + 1)) into log((β/(β + 1))^{c(β/(β + 1))^α}).  The
     factor is positive and its exponent finite wherever the expectation is, so it is kept as that exponential."""
-    params = {p.symbol for p in fam.params.values()}
+    params = {p.symbol for p in fam.params.values()} | set(named)     # (or λ named at the state)
     tilts = sorted({e for x in exprs for e in x.atoms(sp.exp) if e.free_symbols & params}, key=sp.default_sort_key)
     hidden = {e: sp.Dummy("tilt", positive=True) for e in tilts}
     return hidden, {v: k for k, v in hidden.items()}
@@ -214,18 +214,22 @@ def tilted(recipe, D, e_lam, shifts, plus_log_h=False):
     ordinary parameters."""
     fam = recipe.family
     lam_of = dict(zip(fam.lam, fam.eta))
+    # λ at the state: a named number where η is nonlinear, so that ∇_λE_q[ℓ] and F(λ) stay functions of λ
+    at = state_lambdas(fam)
     # differences of shifted log Γ and ψ (a beta's E[θ²]: ψ(a + 2) − ψ(a)) as the recurrence's finite sums, each
     # an intermediate definition of the update (shift1, shift2, ...), so that no simplification expands it
     sums = {}
-    d = sp.Matrix([shifted_differences(sp.diff(e_lam, l).xreplace(lam_of), sums) for l in fam.lam])
-    hidden, shown = _opaque_tilts(list(d) + [shifted_differences(e_lam.xreplace(lam_of))], fam)
+    d = sp.Matrix([shifted_differences(sp.diff(e_lam, l).xreplace(at), sums) for l in fam.lam])
+    hidden, shown = _opaque_tilts(list(d) + [shifted_differences(e_lam.xreplace(lam_of))], fam,
+                                  {v for v in at.values() if isinstance(v, sp.Dummy)})
     named = {}
     for i, (total, dummy) in enumerate(sums.items()):
         named[dummy] = sp.Symbol(f"shift{i + 1}", real=True)
         D.defs.append((named[dummy], total))
     # (the tilts first: a tilt's exponent may hold a sum, e^{shift3 − shift4} = a(a + 1)/((a + b)(a + b + 1)))
     grads = [simplify_bounded(g).xreplace(shown).xreplace(named)
-             for g in natural_gradient_at_state(D, fam, d.xreplace(hidden))]
+             for g in natural_gradient_at_state(D, fam, d.xreplace(hidden), at)]
+    grads = settle_lambdas(D, fam, at, grads)
     finite = shifted_domain(fam, shifts)
     if finite:                      # outside, E_q[ℓ] is infinite: the update is NaN, never a finite wrong number
         grads = [nan_outside(g, *finite) for g in grads]
