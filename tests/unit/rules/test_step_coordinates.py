@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from blr_derive import api
+from blr_derive.ir.build import build_ir
 from blr_derive.core.errors import SpecError
 
 RULES_CHECKED = ("step_coordinates", "change_variable")
@@ -78,7 +79,9 @@ def test_log_coordinates_keep_the_precision_positive():
     finally:
         blr.CHECK_DOMAINS = True
     b = logs.step(STATE, oracles={"loss": steep}, rng=Fixed(z), rho=0.5)
-    assert not getattr(logs, "CHECK_DOMAINS", False)    # s = exp(log s): positive whatever the estimate, unchecked
+    # s = exp(log s): positive whatever the estimate, unchecked (m, a real mean, is checked only to be a number)
+    D = api.derive(BASE + "  - step_coordinates: {s: log(s)}\n").record
+    assert [(c.name, c.domain) for c in build_ir(D, "x.yaml").checks] == [("m", "finite")]
     assert a["s"][0] < 0 < b["s"][0]
 
 
