@@ -100,3 +100,23 @@ def test_poisson_mixture_em_equals_hand_written_em(tmp_path):
         with pytest.raises(FloatingPointError, match=r"the new r of component 2 \(of 2\) is not a number .*"
                                                      r"a component that no row reads"):
             mod.step(mod.init(pi=np.array([0.5, 0.5]), r=np.array([3.0, 1e4])), data={"y": y}, a0=1.0, b0=0.0)
+
+
+def test_check_compares_the_em_bound_with_a_sum_of_a_prior_factor_over_the_components(tmp_path):
+    """`blr-derive check` of the Poisson-mixture MAP-EM was an internal error (KeyError in
+    verify/product.py: the bound's Σ_k (b0 r_k − (a0 − 1) log r_k) sums an expression, not a state, over the
+    components); the symbolic program now evaluates it per component, and the bound it compares equals the one
+    written by hand from scipy's Poisson log-pmf."""
+    from blr_derive.verify.update import compare_update
+    mod = _module(tmp_path, "em_poisson_mixture", EM_POISSON)
+    recipe, D = derive_record(tmp_path / "em_poisson_mixture.yaml")
+    pairs = {name: (got, want) for name, got, want in compare_update(recipe, D, mod, 0)}
+    assert {"pi", "r", "bound", "z_p"} <= set(pairs)
+    for got, want in pairs.values():
+        np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=1e-12, atol=1e-12)
+    y = np.array([0.0, 3.0, 7.0, 1.0, 12.0])
+    pi, r = np.array([0.2, 0.3, 0.5]), np.array([0.5, 4.0, 10.0])
+    out = mod.step(mod.init(pi=pi, r=r), data={"y": y})
+    ll = special.logsumexp(np.log(pi) + stats.poisson.logpmf(y[:, None], r), axis=1)
+    bound = ll.sum() + special.gammaln(y + 1).sum() - np.sum(0.5 * r - (2.0 - 1) * np.log(r))
+    np.testing.assert_allclose(float(out["bound"]), bound, rtol=1e-14)
