@@ -463,27 +463,45 @@ def product_checks(D) -> list:
     of either sign a rate).  A positive (definite) parameter is checked unless its new value, written out through
     the global program, is proved valid (:func:`_valid`: the blocks' positive parameters positive, the
     hyperparameters not negative, the plate sums of terms proved not negative (Σ 1, Σ y²) not negative, the data
-    real)."""
+    real).  Every other global state (a point block's M-step, a real parameter) is checked to be a finite number, as
+    :func:`state_checks` checks a single family's (an empty component's M-step is 0/0: NaN, returned silently before;
+    the hunt's Poisson mixture with a0 = 1, b0 = 0 and a rate 1e4 far from the counts)."""
     R = D.recipe
     outputs = dict(D.outputs)
     defs = dict(D.prelude)
     defs.update(D.assignments)
     owners = {}
+    points = {}                  # the other global states (point blocks, real parameters): checked to be finite
     for b in R.blocks:
-        if b.local or b.family is None or b.name in D.message_state:
+        if b.local or b.name in D.message_state:
             continue
+        component = "axis" if getattr(b, "per_component", False) else None
         for name, _, p in b.state:
-            q = b.family.params.get(str(p)) if p is not None else None
+            q = b.family.params.get(str(p)) if b.family is not None and p is not None else None
             if q is not None:
-                owners[name] = (q, "axis" if getattr(b, "per_component", False) else None)
+                owners[name] = (q, component)
+            else:
+                points[name] = (component, b.approximation == "delta")
     signs = {}
     for s, e in D.stats:
         assumed = e.xreplace(_assumed(D, {}, e, False)) if isinstance(e, sp.Expr) and not e.has(sp.MatrixSymbol) else None
         if assumed is not None and _sign(assumed, "is_nonnegative"):
             signs[s] = sp.Dummy(str(s), nonnegative=True)
     out = []
-    for name, (q, component) in owners.items():
-        if q.domain not in CHECKED or name not in outputs:
+    for name, (q, component) in list(owners.items()) + [(name, (None, c)) for name, (c, _) in points.items()]:
+        if name not in outputs:
+            continue
+        if q is None or q.domain not in CHECKED:
+            # a point's M-step (Sec. 5.2) or a real parameter: NaN or ±inf is what the arithmetic did (a 0/0 where a
+            # component's responsibilities all underflowed to 0, a prior-free M-step of an empty component)
+            check = _finite_check(name, outputs[name], component)
+            if q is None and points[name][1]:
+                check = DomainCheck(check.name, check.symbol, check.domain, check.component,
+                                    "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected "
+                                    "loss; a 0/0 there is a component that no row reads (all its responsibilities "
+                                    "underflowed to 0) or a sum of the data that overflowed: start the components "
+                                    "nearer the data, or add a prior factor on the block", check.source)
+            out.append(check)
             continue
         sym = outputs[name]
         e = defs.get(sym, sym)

@@ -250,6 +250,12 @@ def parse_data(dspec, symbols: dict, taken: set, dims: dict, keys=DATA_KEYS, new
         shape = ddecl.get("shape", [])
         if not new_dims and (not isinstance(shape, list) or len(shape) > 2
                              or any(not isinstance(s, str) or s not in dims for s in shape)):
+            unknown = [s for s in shape if isinstance(s, str) and s.isidentifier() and s not in dims] \
+                if isinstance(shape, list) and len(shape) <= 2 else []
+            if unknown:       # the shape is right, a dimension is not declared (a product recipe's `dimension`)
+                declared = f" (declared: {', '.join(sorted(dims))})" if dims else ""
+                raise err(f"data '{dname}': dimension '{unknown[0]}' is not declared{declared}; declare it with "
+                          f"'dimension: {unknown[0]}' at the top of the recipe", ddecl, "shape")
             raise err(f"data '{dname}': shape must list at most two declared dimensions", ddecl, "shape")
         if not isinstance(shape, list) or len(shape) > 2:
             raise err(f"data '{dname}': shape must be a list of at most two dimension names", ddecl, "shape")

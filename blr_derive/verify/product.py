@@ -158,7 +158,13 @@ def compare_components(R, D, mod, seed=0, P=3, rows=6, K=4):
     def run(s_, e, env):
         reps = {}
         for r in e.atoms(*REDUCTIONS):
-            xs = [np.asarray(env[r.args[0]][k], dtype=float) for k in range(K)]
+            x = r.args[0]
+            if x in env:
+                xs = [np.asarray(env[x][k], dtype=float) for k in range(K)]
+            else:       # a sum of an expression over the components (the EM bound's Σ_k of a prior factor)
+                fixed = {c: v for c, v in env.items() if not isinstance(v, list)}
+                xs = [np.asarray(evaluate(x, {**fixed, **{c: env[c][k] for c in carried if c in env}}, dims),
+                                 dtype=float) for k in range(K)]
             reps[r] = (sum(xs) if isinstance(r, ComponentSum) else
                        np.log(np.sum(np.exp(np.array(xs) - max(xs)))) + max(xs))
         e = e.xreplace({r: sp.Float(float(v)) for r, v in reps.items()})

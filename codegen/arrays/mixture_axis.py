@@ -123,6 +123,10 @@ class AxisPrinter:
             return self._via_printer(ComponentLogSumExp(sp.Symbol("_x", real=True)), [(sp.Symbol("_x", real=True), text)]), axes
         if isinstance(e, sp.Trace):
             return self._trace(e.arg, axes), axes
+        if isinstance(e, sp.log) and isinstance(e.args[0], sp.Determinant):     # log det: slogdet (printer.py)
+            text, ax = self._p(e.args[0].arg)
+            self.pr.helpers.add("_logdet")
+            return f"_logdet({text})", ax
         if isinstance(e, sp.Determinant):
             text, ax = self._p(e.arg)
             return f"{self.xp}.linalg.det({text})", ax

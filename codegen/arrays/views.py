@@ -172,7 +172,21 @@ def factorized_view(ir, printer, row_printer, xp="numpy") -> FactorizedView:
         ir=ir, local_assign=local_assign, pre_loop=pre_loop, stats=stats, scale=scale, assigns=assigns,
         dims=dims, rows=rows, program=program, returns=returns,
         plate_names={name for name, _, _, _ in ir.plate["data"]} if ir.plate else set(),
-        printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric), checks=checks_view(ir.checks, printer))
+        printer=printer, shapes=shapes, symmetric=sorted(ir.symmetric), checks=_axis_checks(ir, returns, printer))
+
+
+def _axis_checks(ir, returns, printer) -> list[CheckView]:
+    """The factorized recipe's domain checks (:func:`checks_view`); on a component axis each checks the whole
+    array of its new value, the name the step returns (``mu_s_new_all``, arrays/components.py), not the loop's
+    last per-component value (``mu_s_new``, the last component only: the others went unchecked, and a failing
+    scalar had no component index to name)."""
+    checks = checks_view(ir.checks, printer)
+    if ir.components is None or returns is None:
+        return checks
+    whole = {printer.doprint(sym): value for (_, sym), (_, value) in zip(ir.outputs, returns)}
+    for c in checks:
+        c["value"] = c["after"] = whole.get(c["value"], c["value"])
+    return checks
 
 
 def module_shapes(ir) -> dict:

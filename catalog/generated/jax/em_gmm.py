@@ -76,6 +76,8 @@ SHAPES = {
     "y": ("n_rows", "P", ),
 }
 SYMMETRIC = ("L", )
+#: the run-time domain checks of the values the derivation cannot guarantee (see _check_domain); False: unchecked
+CHECK_DOMAINS = True
 
 
 def _array(name, value, dims, oracle=None):
@@ -117,6 +119,75 @@ def _need(given, names, what):
     missing = [name for name in names if given is None or name not in given]
     if missing:
         raise TypeError(f"step() needs {what} {', '.join(missing)}")
+
+
+def _check_domain(name, value, domain, component, step, hint, where="step"):
+    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0 and
+    finite; ``positive_definite``: each matrix in the last two axes; ``finite``: every entry a finite number),
+    naming the component (``"axis"``: the leading axis numbers them) and the step, instead of returning a state
+    that is no longer a distribution of the family.
+    A traced value (under jax.jit) is not checked: a jitted step cannot raise on its values.  CHECK_DOMAINS = False
+    switches the checks off."""
+    if not CHECK_DOMAINS or isinstance(value, jax.core.Tracer):
+        return
+    a = jnp.asarray(value, dtype=float)
+    singular = False                    # an indefinite matrix only within rounding
+    if domain == "positive_definite":
+        stack = a.reshape((-1,) + a.shape[-2:])
+        ok = jnp.isfinite(stack).all(axis=(1, 2))
+        ok = ok & jnp.isfinite(jnp.linalg.cholesky(jnp.where(ok[:, None, None], stack, 1.0))).all(axis=(1, 2))
+        if bool(ok.all()):
+            return
+        i = int(jnp.argmin(ok))
+        M = stack[i]
+        if bool(jnp.isfinite(M).all()):
+            w = [float(x) for x in jnp.linalg.eigvalsh((M + M.T) / 2)]
+            what, detail = "positive definite", f"smallest eigenvalue {w[0]:.6g}"
+            if -w[0] <= 10 * len(w) * float(jnp.finfo(M.dtype).eps) * max(abs(x) for x in w):
+                detail += f", within rounding of the largest, {w[-1]:.6g}"
+                singular = True
+        else:                           # NaN or inf entries: what the arithmetic did, not an indefinite matrix
+            bad = tuple(int(x) for x in jnp.argwhere(~jnp.isfinite(M))[0])
+            what = "a number" if bool(jnp.isnan(M).any()) else "finite"
+            detail = f"entry {bad} is {float(M[bad]):.6g}"
+        index = tuple(int(x) for x in jnp.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
+    else:
+        ok = jnp.isfinite(a)                    # NaN is not, nor inf (an overflowed E_q[ℓ]: s = inf, m = NaN)
+        if domain != "finite":
+            ok = ok & (a > 0)
+        if bool(ok.all()):
+            return
+        index = tuple(int(x) for x in jnp.argwhere(~ok)[0]) if a.ndim else ()
+        what = "a number" if bool(jnp.isnan(a[index])) else "finite" if bool(jnp.isinf(a[index])) else "positive"
+        detail = f"value {float(a[index] if a.ndim else a):.6g}"
+        detail += f" at index {index}" if index else ""
+    if component == "axis":
+        where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
+    elif component is not None:
+        where_c = f" of component {component}"
+    else:
+        where_c = ""
+    at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
+    if singular:
+        hint = ("it is singular to working precision, not shown indefinite (its eigenvalues span more than the "
+                "precision resolves: a curvature that grows by 1e16 over the data, such as exp of large margins, or "
+                "one that vanishes in a direction): scale the inputs or start nearer the data; " + hint)
+    if what == "finite":
+        hint = "its update overflowed (an expectation of the loss or of its derivatives is not finite at this state)"
+    elif what == "a number":            # NaN: 0/0, inf − inf or 0·inf on the way
+        hint = ("its arithmetic gave NaN (a root or logarithm of a negative number: the new λ is outside the natural-"
+                "parameter space; or 0/0, inf − inf: an expectation of the loss that is infinite at this state, or a q "
+                "so concentrated that F(λ) is singular in float64); " + hint)
+    raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
+                             f"the family; {hint}")
+
+
+def _logdet(a):
+    """log det a (each matrix in the last two axes) from jnp.linalg.slogdet: finite where det itself over- or
+    underflows in float64 (a 400 x 400 precision 1e3 I: det = 1e1200, log det = 2763); -inf for a singular matrix
+    and NaN for a negative determinant, as log(det a) gives them (log of the sign: 0, -inf, NaN)."""
+    sign, logabs = jnp.linalg.slogdet(a)
+    return logabs + jnp.log(sign)
 
 
 def _spd_solve(A, B):
@@ -181,7 +252,7 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
         pi = pi_all[k]
         row_const1 = m @ L @ m
         row_const1_all.append(row_const1)
-        row_const2 = jnp.log(pi) + (1/2)*jnp.log(jnp.linalg.det(L))
+        row_const2 = jnp.log(pi) + (1/2)*_logdet(L)
         row_const2_all.append(row_const2)
     row_const1_all = jnp.stack(row_const1_all)
     row_const2_all = jnp.stack(row_const2_all)
@@ -244,6 +315,12 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     pi_new_all = jnp.stack(pi_new_all)
     m_new_all = jnp.stack(m_new_all)
     L_new_all = jnp.stack(L_new_all)
+    _check_domain("pi", pi_new_all, "finite", "axis", None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("m", m_new_all, "finite", "axis", None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("L", L_new_all, "finite", "axis", None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
     return {
         "pi": pi_new_all,
         "m": m_new_all,

@@ -113,6 +113,8 @@ SHAPES = {
     "y": ("n_rows", "P", ),
 }
 SYMMETRIC = ("L1", "L2", "L3", )
+#: the run-time domain checks of the values the derivation cannot guarantee (see _check_domain); False: unchecked
+CHECK_DOMAINS = True
 
 
 def _array(name, value, dims, oracle=None):
@@ -154,6 +156,75 @@ def _need(given, names, what):
     missing = [name for name in names if given is None or name not in given]
     if missing:
         raise TypeError(f"step() needs {what} {', '.join(missing)}")
+
+
+def _check_domain(name, value, domain, component, step, hint, where="step"):
+    """Raise FloatingPointError where the new value of ``name`` left its domain (``positive``: every entry > 0 and
+    finite; ``positive_definite``: each matrix in the last two axes; ``finite``: every entry a finite number),
+    naming the component (``"axis"``: the leading axis numbers them) and the step, instead of returning a state
+    that is no longer a distribution of the family.
+    A traced value (under jax.jit) is not checked: a jitted step cannot raise on its values.  CHECK_DOMAINS = False
+    switches the checks off."""
+    if not CHECK_DOMAINS or isinstance(value, jax.core.Tracer):
+        return
+    a = jnp.asarray(value, dtype=float)
+    singular = False                    # an indefinite matrix only within rounding
+    if domain == "positive_definite":
+        stack = a.reshape((-1,) + a.shape[-2:])
+        ok = jnp.isfinite(stack).all(axis=(1, 2))
+        ok = ok & jnp.isfinite(jnp.linalg.cholesky(jnp.where(ok[:, None, None], stack, 1.0))).all(axis=(1, 2))
+        if bool(ok.all()):
+            return
+        i = int(jnp.argmin(ok))
+        M = stack[i]
+        if bool(jnp.isfinite(M).all()):
+            w = [float(x) for x in jnp.linalg.eigvalsh((M + M.T) / 2)]
+            what, detail = "positive definite", f"smallest eigenvalue {w[0]:.6g}"
+            if -w[0] <= 10 * len(w) * float(jnp.finfo(M.dtype).eps) * max(abs(x) for x in w):
+                detail += f", within rounding of the largest, {w[-1]:.6g}"
+                singular = True
+        else:                           # NaN or inf entries: what the arithmetic did, not an indefinite matrix
+            bad = tuple(int(x) for x in jnp.argwhere(~jnp.isfinite(M))[0])
+            what = "a number" if bool(jnp.isnan(M).any()) else "finite"
+            detail = f"entry {bad} is {float(M[bad]):.6g}"
+        index = tuple(int(x) for x in jnp.unravel_index(i, a.shape[:-2])) if a.ndim > 2 else ()
+    else:
+        ok = jnp.isfinite(a)                    # NaN is not, nor inf (an overflowed E_q[ℓ]: s = inf, m = NaN)
+        if domain != "finite":
+            ok = ok & (a > 0)
+        if bool(ok.all()):
+            return
+        index = tuple(int(x) for x in jnp.argwhere(~ok)[0]) if a.ndim else ()
+        what = "a number" if bool(jnp.isnan(a[index])) else "finite" if bool(jnp.isinf(a[index])) else "positive"
+        detail = f"value {float(a[index] if a.ndim else a):.6g}"
+        detail += f" at index {index}" if index else ""
+    if component == "axis":
+        where_c = f" of component {index[0] + 1} (of {a.shape[0]})"
+    elif component is not None:
+        where_c = f" of component {component}"
+    else:
+        where_c = ""
+    at = f" at step {int(step)}" if step is not None and not isinstance(step, jax.core.Tracer) else ""
+    if singular:
+        hint = ("it is singular to working precision, not shown indefinite (its eigenvalues span more than the "
+                "precision resolves: a curvature that grows by 1e16 over the data, such as exp of large margins, or "
+                "one that vanishes in a direction): scale the inputs or start nearer the data; " + hint)
+    if what == "finite":
+        hint = "its update overflowed (an expectation of the loss or of its derivatives is not finite at this state)"
+    elif what == "a number":            # NaN: 0/0, inf − inf or 0·inf on the way
+        hint = ("its arithmetic gave NaN (a root or logarithm of a negative number: the new λ is outside the natural-"
+                "parameter space; or 0/0, inf − inf: an expectation of the loss that is infinite at this state, or a q "
+                "so concentrated that F(λ) is singular in float64); " + hint)
+    raise FloatingPointError(f"{where}(): the new {name}{where_c} is not {what} ({detail}){at}: the update left "
+                             f"the family; {hint}")
+
+
+def _logdet(a):
+    """log det a (each matrix in the last two axes) from jnp.linalg.slogdet: finite where det itself over- or
+    underflows in float64 (a 400 x 400 precision 1e3 I: det = 1e1200, log det = 2763); -inf for a singular matrix
+    and NaN for a negative determinant, as log(det a) gives them (log of the sign: 0, -inf, NaN)."""
+    sign, logabs = jnp.linalg.slogdet(a)
+    return logabs + jnp.log(sign)
 
 
 def _spd_solve(A, B):
@@ -210,10 +281,10 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     P = y_rows.shape[1]
     row_const1 = m3 @ L3 @ m3
     row_const2 = m1 @ L1 @ m1
-    row_const3 = jnp.log(pi1) - jnp.log1p(-pi1 - pi2) + (1/2)*jnp.log(jnp.linalg.det(L1)) - 1/2*jnp.log(jnp.linalg.det(L3))
+    row_const3 = jnp.log(pi1) - jnp.log1p(-pi1 - pi2) + (1/2)*_logdet(L1) - 1/2*_logdet(L3)
     row_const4 = m2 @ L2 @ m2
-    row_const5 = jnp.log(pi2) - jnp.log1p(-pi1 - pi2) + (1/2)*jnp.log(jnp.linalg.det(L2)) - 1/2*jnp.log(jnp.linalg.det(L3))
-    row_const6 = jnp.log1p(-pi1 - pi2) + (1/2)*jnp.log(jnp.linalg.det(L3))
+    row_const5 = jnp.log(pi2) - jnp.log1p(-pi1 - pi2) + (1/2)*_logdet(L2) - 1/2*_logdet(L3)
+    row_const6 = jnp.log1p(-pi1 - pi2) + (1/2)*_logdet(L3)
     n_rows = y_rows.shape[0]
     # the per-row program on all rows at once (rows are the leading axis)
     y = y_rows
@@ -245,6 +316,22 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     L1_new = _spd_solve(sum2**(-1.0)*sum7 + (-1/sum2)*jnp.outer(m1_new, sum4) + (-1/sum2)*jnp.outer(sum4, m1_new) + jnp.outer(m1_new, m1_new), jnp.eye(P))
     L2_new = _spd_solve(sum3**(-1.0)*sum8 + (-1/sum3)*jnp.outer(m2_new, sum5) + (-1/sum3)*jnp.outer(sum5, m2_new) + jnp.outer(m2_new, m2_new), jnp.eye(P))
     L3_new = _spd_solve(sum1**(-1.0)*sum9 + (-1/sum1)*jnp.outer(m3_new, sum6) + (-1/sum1)*jnp.outer(sum6, m3_new) + jnp.outer(m3_new, m3_new), jnp.eye(P))
+    _check_domain("pi1", pi1_new, "finite", None, None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("pi2", pi2_new, "finite", None, None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("m1", m1_new, "finite", None, None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("m2", m2_new, "finite", None, None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("m3", m3_new, "finite", None, None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("L1", L1_new, "finite", None, None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("L2", L2_new, "finite", None, None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
+    _check_domain("L3", L3_new, "finite", None, None,
+                  "a point block's M-step (Sec. 5.2) is the stationary point of the factors' expected loss; a 0/0 there is a component that no row reads (all its responsibilities underflowed to 0) or a sum of the data that overflowed: start the components nearer the data, or add a prior factor on the block")
     return {
         "pi1": pi1_new,
         "pi2": pi2_new,

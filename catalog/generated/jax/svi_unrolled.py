@@ -335,10 +335,16 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
                   "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
     _check_domain("w_a3", w_a3_new, "positive", None, None,
                   "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
+    _check_domain("mu1_m", mu1_m_new, "finite", None, None,
+                  "the formula is right but float64 cannot evaluate it here (a 0/0 at a removable singularity, an overflow at an extreme state); start from a less extreme state or take a smaller step")
     _check_domain("mu1_s", mu1_s_new, "positive", None, None,
                   "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
+    _check_domain("mu2_m", mu2_m_new, "finite", None, None,
+                  "the formula is right but float64 cannot evaluate it here (a 0/0 at a removable singularity, an overflow at an extreme state); start from a less extreme state or take a smaller step")
     _check_domain("mu2_s", mu2_s_new, "positive", None, None,
                   "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
+    _check_domain("mu3_m", mu3_m_new, "finite", None, None,
+                  "the formula is right but float64 cannot evaluate it here (a 0/0 at a removable singularity, an overflow at an extreme state); start from a less extreme state or take a smaller step")
     _check_domain("mu3_s", mu3_s_new, "positive", None, None,
                   "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
     return {

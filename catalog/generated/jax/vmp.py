@@ -232,6 +232,8 @@ def step(state, *, oracles=None, data=None, key=None, **hyperparameters):
     tau_lambda2 = -beta0 - 1/2*kappa0*m0**2 + kappa0*m0*theta_m_new - 1/2*kappa0*theta_m_new**2 - 1/2*kappa0/theta_s_new + sum1*theta_m_new - 1/2*sum2*theta_m_new**2 - 1/2*sum2/theta_s_new - 1/2*sum3
     tau_alpha_new = tau_lambda1 + 1
     tau_beta_new = -tau_lambda2
+    _check_domain("theta_m", theta_m_new, "finite", None, None,
+                  "the formula is right but float64 cannot evaluate it here (a 0/0 at a removable singularity, an overflow at an extreme state); start from a less extreme state or take a smaller step")
     _check_domain("theta_s", theta_s_new, "positive", None, None,
                   "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
     _check_domain("tau_beta", tau_beta_new, "positive", None, None,

@@ -316,8 +316,12 @@ def step(state, *, oracles=None, data=None, rng=None, **hyperparameters):
     mu_lambda2_all = numpy.stack(mu_lambda2_all)
     mu_m_new_all = numpy.stack(mu_m_new_all)
     mu_s_new_all = numpy.stack(mu_s_new_all)
-    _check_domain("mu_s", mu_s_new, "positive", "axis", t,
+    _check_domain("mu_m", mu_m_new_all, "finite", "axis", t,
+                  "the formula is right but float64 cannot evaluate it here (a 0/0 at a removable singularity, an overflow at an extreme state); start from a less extreme state or take a smaller step")
+    _check_domain("mu_s", mu_s_new_all, "positive", "axis", t,
                   "the factors' messages to its block (Eqs. 58–60) are not proved to keep it positive: check the signs of the factors that read this block (each must be a normalizable term of a log density, e.g. +c*theta**2 with c > 0) and the data")
+    _check_domain("w_a", w_a_new_all, "finite", "axis", t,
+                  "the formula is right but float64 cannot evaluate it here (a 0/0 at a removable singularity, an overflow at an extreme state); start from a less extreme state or take a smaller step")
     return {
         "w_a": w_a_new_all,
         "mu_m": mu_m_new_all,

@@ -24,7 +24,7 @@ from blr_derive.core.errors import UnsupportedTarget
 TEMPLATE = "factorized.py.j2"
 #: the numpy printer's helpers the template defines in jax (any other one is quadrature or sampling); _check_domain
 #: checks eager calls (a traced value is not checked)
-HELPERS = frozenset({"_spd_solve", "_check_domain"})
+HELPERS = frozenset({"_spd_solve", "_check_domain", "_logdet"})
 #: the modules the numpy printer asks for -> their jax counterparts
 MODULES = {"scipy.linalg": "jax.scipy.linalg", "scipy.special": "jax.scipy.special"}
 

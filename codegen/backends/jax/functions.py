@@ -64,7 +64,7 @@ RUNTIME = Path(__file__).parent / "runtime.py"
 #: host constants (numpy), ``_newton_dual`` is the engine's solver (NEWTON_SOURCE)
 HELPER_SOURCES = {
     **{name: definition(SHARED / "arrays.py", name) for name in ("_need", "_tanh_sinh", "_hermite_nodes")},
-    **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve", "_expm_sym",
+    **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_logdet", "_tri_solve", "_expm_sym",
                                                      "_gauss_hermite", "_gauss_hermite_stein", "_gammaincinv", "_log_ndtr",
                                                      "_eigenbasis", "_rayleigh_order", "_power_basis", "_reordered",
                                                      "_exp1", "_exp1e")},

@@ -20,7 +20,7 @@ RUNTIME = Path(__file__).parent / "runtime.py"
 HELPERS = {
     **{name: definition(SHARED / "arrays.py", name) for name in ("_tanh_sinh", "_need", "_hermite_nodes")},
     "_dbesselk": inspect.getsource(specialfns.dbesselk_numpy).replace("def dbesselk_numpy(", "def _dbesselk(", 1),
-    **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_tri_solve",
+    **{name: definition(RUNTIME, name) for name in ("_array", "_check_domain", "_spd_solve", "_logdet", "_tri_solve",
                                                      "_expm_sym", "_gauss_hermite", "_gauss_hermite_stein",
                                                      "_eigenbasis", "_rayleigh_order", "_power_basis",
                                                      "_reordered", "_exp1e", "_ive")},

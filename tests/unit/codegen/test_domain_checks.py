@@ -375,11 +375,13 @@ def test_which_factorized_updates_are_checked():
     def names(text_or_name):
         D = api.derive(text_or_name).record if "\n" in text_or_name else derive_record(CATALOG / f"{text_or_name}.yaml")[1]
         return [(c.name, c.component) for c in build_ir(D, "x.yaml").checks]
-    # α ← Σ 1/2 + 1 is proved positive (a plate sum of a positive term); the precision and the rate are not
-    assert names(BAD_FACTOR) == [("theta_s", None), ("tau_beta", None)]
-    assert names("vmp") == [("theta_s", None), ("tau_beta", None)]     # (κ₀ + N)α/β with κ₀ ≥ 0: not strict
-    assert names("svi") == [("mu_s", "axis")]
-    assert names("em_gmm") == []                                        # point blocks: no family domain
+    # α ← Σ 1/2 + 1 is proved positive (a plate sum of a positive term); the precision and the rate are not; the
+    # real mean, the Dirichlet's concentrations and the point blocks (no family domain) are checked to be finite
+    assert names(BAD_FACTOR) == [("theta_m", None), ("theta_s", None), ("tau_beta", None)]
+    assert names("vmp") == [("theta_m", None), ("theta_s", None), ("tau_beta", None)]  # (κ₀ + N)α/β, κ₀ ≥ 0: not strict
+    assert names("svi") == [("mu_m", "axis"), ("mu_s", "axis"), ("w_a", "axis")]
+    assert names("em_gmm") == [("pi", "axis"), ("m", "axis"), ("L", "axis")]
+    assert {c.domain for c in build_ir(derive_record(CATALOG / "em_gmm.yaml")[1], "x.yaml").checks} == {"finite"}
 
 
 @pytest.mark.parametrize("target", FUNCTION_TARGETS)
