@@ -45,13 +45,14 @@ C, RHO = 0.7, 0.5
 
 
 def reference(r: float) -> float:
-    """The new r of one exact BLR step, from the moments of q by 40-digit quadrature."""
-    mpmath.mp.dps = 40
-    lam = -mpmath.mpf(r)
-    m = [mpmath.quad(lambda t, k=k: t ** k * mpmath.exp(lam * t), [0, 1]) for k in range(4)]
-    m1, m2, m3 = m[1] / m[0], m[2] / m[0], m[3] / m[0]
-    grad = C - mpmath.mpf("0.6") + (m3 - m2 * m1) / (m2 - m1 ** 2)
-    return float(-((1 - RHO) * lam - RHO * grad))
+    """The new r of one exact BLR step, from the moments of q by 40-digit quadrature (local precision: a global
+    one would be left to the other test modules of the worker)."""
+    with mpmath.workdps(40):
+        lam = -mpmath.mpf(r)
+        m = [mpmath.quad(lambda t, k=k: t ** k * mpmath.exp(lam * t), [0, 1]) for k in range(4)]
+        m1, m2, m3 = m[1] / m[0], m[2] / m[0], m[3] / m[0]
+        grad = C - mpmath.mpf("0.6") + (m3 - m2 * m1) / (m2 - m1 ** 2)
+        return float(-((1 - RHO) * lam - RHO * grad))
 
 
 @pytest.fixture(scope="module")

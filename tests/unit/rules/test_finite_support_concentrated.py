@@ -43,7 +43,11 @@ STATES = [(0.0, 0.1), (3.0, 0.5), (-5.0, 1e-3), (0.5, 1e-6), (24.0, 2.0), (60.0,
 
 
 def reference(a: float, b: float) -> tuple[float, float]:
-    mpmath.mp.dps = 250
+    with mpmath.workdps(250):           # local: the global precision is the other tests' (a global 30 left here
+        return _reference(a, b)         # made test_rule_concrete_relaxation's 50-digit reference fail under xdist)
+
+
+def _reference(a: float, b: float) -> tuple[float, float]:
     ks = [mpmath.mpf(k) for k in range(7)]
     w = [mpmath.exp(mpmath.mpf(a) * k - mpmath.mpf(b) * k * k) for k in ks]
     p = [x / sum(w) for x in w]
@@ -98,8 +102,8 @@ def test_one_statistic_keeps_its_precision_where_q_is_concentrated(tmp_path, lam
     (tmp_path / "blogit.yaml").write_text(BLOGIT)
     ns: dict = {}
     exec(compile(api.generate(tmp_path / "blogit.yaml", "numpy"), "<blogit>", "exec"), ns)
-    mpmath.mp.dps = 30
-    ell = [mpmath.log1p(mpmath.exp(-3 * t)) + mpmath.mpf(t) / 2 + mpmath.erf(t) for t in (-1, 1)]
-    want = float((1 - mpmath.mpf("0.9")) * lam - mpmath.mpf("0.9") * (ell[1] - ell[0]) / 2)
+    with mpmath.workdps(30):
+        ell = [mpmath.log1p(mpmath.exp(-3 * t)) + mpmath.mpf(t) / 2 + mpmath.erf(t) for t in (-1, 1)]
+        want = float((1 - mpmath.mpf("0.9")) * lam - mpmath.mpf("0.9") * (ell[1] - ell[0]) / 2)
     got = ns["step"](ns["init"](lam=np.array([lam])), rho=0.9)["lam"][0]
     assert abs(got - want) <= 1e-14 * max(1.0, abs(want))

@@ -45,11 +45,12 @@ def paper_s(lam, u, tau, eps=0):
     """Eq. 51's s_j = (1 − θ̂²)/(τ(1 − tanh²λ)) in 50 digits (from the same double-precision u); with a floor ε
     on both factors, (num + ε)/(den + ε)."""
     out = []
-    for l, uu in zip(np.ravel(lam), np.ravel(u)):
-        l, uu = mpmath.mpf(float(l)), mpmath.mpf(float(uu))
-        th = mpmath.tanh((l + mpmath.log(uu / (1 - uu)) / 2) / tau)
-        num, den = (1 - th ** 2) / tau, 1 - mpmath.tanh(l) ** 2
-        out.append(float((num + eps) / (den + eps)))
+    with mpmath.workdps(50):            # whatever precision another test module left global
+        for l, uu in zip(np.ravel(lam), np.ravel(u)):
+            l, uu = mpmath.mpf(float(l)), mpmath.mpf(float(uu))
+            th = mpmath.tanh((l + mpmath.log(uu / (1 - uu)) / 2) / tau)
+            num, den = (1 - th ** 2) / tau, 1 - mpmath.tanh(l) ** 2
+            out.append(float((num + eps) / (den + eps)))
     return np.array(out).reshape(np.shape(lam))
 
 
