@@ -12,7 +12,7 @@ from blr_derive.core.exprfuncs import function_depth
 from blr_derive.core.matexpr import is_mat
 from blr_derive.core.specialfns import logsumexp
 from blr_derive.rules.base import RULES, NaturalGradient
-from blr_derive.rules.fisher import transcendental_map
+from blr_derive.rules.fisher import state_lambda, transcendental_map
 from blr_derive.rules.program import new_def
 
 
@@ -64,7 +64,7 @@ def covariance_natural_gradient(fam, D, points, loss):
     # written in them, sympy turns each point's e^{<η(r), T> + log h} into a power (e^{k log r} = r^k) and the
     # log-sum-exps below into sums of such powers, which lose digits where q is concentrated (a Poisson on 0..12 at
     # r = 40: 1.3e-11, at r = 4000: 9e-7)
-    eta = ([new_def(D, f"lambda{i + 1}", sp.sympify(e)) for i, e in enumerate(fam.eta)] if transcendental_map(fam)
+    eta = ([state_lambda(D, fam, i) for i in range(n)] if transcendental_map(fam)
            else [sp.sympify(e) for e in fam.eta])
     T_at = [[sp.sympify(t).xreplace(pt) for t in fam.T] for pt in points]
     logh = [fam.log_h.xreplace(pt) for pt in points]

@@ -105,7 +105,12 @@ def settle_lambdas(D, fam, at, exprs):
             continue
         for v in sorted(e.free_symbols & set(holders), key=str):
             if v not in named:
-                i = fam.lam.index(holders[v])
-                named[v] = new_def(D, f"lambda{i + 1}", fam.eta[i])
+                named[v] = state_lambda(D, fam, fam.lam.index(holders[v]))
         out.append(e.xreplace(named))
     return out
+
+
+def state_lambda(D, fam, i):
+    """λ_i at the state, computed once from the ordinary parameters: the intermediate definition ``lambda<i>`` =
+    η_i(ordinary), the name every rule that keeps an expression in λ gives it."""
+    return new_def(D, f"lambda{i + 1}", sp.sympify(fam.eta[i]))

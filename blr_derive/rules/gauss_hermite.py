@@ -48,12 +48,14 @@ class GaussHermite(Rule):
         return explicit_expectations(ctx.recipe, ctx.D, ng.grads, ng.Eg, ng.EH, ctx.mean_mu, ctx.cov_mu, ctx.sym)
 
 
-def _quadrature(f, mean, var, z, w):
-    """Σ_k w_k f(mean + σ z_k), σ = √var (E[f(θ)] for θ ~ N(mean, var)), and Σ_k w_k f(mean + σ z_k) z_k / σ
-    (Stein's form of E[f'(θ)] = E[f(θ)(θ − mean)]/var, the exact derivative of the first in the mean)."""
+def _quadrature(f, mean, var, z, w, stein=True):
+    """Σ_k w_k f(mean + σ z_k), σ = √var (E[f(θ)] for θ ~ N(mean, var)), and with ``stein`` also
+    Σ_k w_k f(mean + σ z_k) z_k / σ (Stein's form of E[f'(θ)] = E[f(θ)(θ − mean)]/var, the exact derivative of the
+    first in the mean)."""
     sd = sp.sqrt(var)
     terms = [(wk, zk, f(mean + sd * zk)) for zk, wk in zip(z, w)]
-    return sp.Add(*[wk * fx for wk, _, fx in terms]), sp.Add(*[wk * zk * fx for wk, zk, fx in terms]) / sd
+    plain = sp.Add(*[wk * fx for wk, _, fx in terms])
+    return (plain, sp.Add(*[wk * zk * fx for wk, zk, fx in terms]) / sd) if stein else plain
 
 
 def scalar_gauss_hermite(ctx, grads, Eg, EH):
@@ -89,7 +91,7 @@ def scalar_gauss_hermite(ctx, grads, Eg, EH):
     D.symbol_names.update({g: r"\hat{g}", H: r"\hat{H}"})
     g_mu, H_mu = _quadrature(f1, ctx.mean_mu, ctx.cov_mu, z, w)
     D.natural_gradient = NaturalGradient([x.xreplace({Eg: g_mu, EH: H_mu}) for x in grads], Eg, EH)
-    D.expected_loss = _quadrature(sp.Lambda(theta, loss), ctx.mean_mu, ctx.cov_mu, z, w)[0]
+    D.expected_loss = _quadrature(sp.Lambda(theta, loss), ctx.mean_mu, ctx.cov_mu, z, w, stein=False)
     D.add("gauss_hermite", RULES["gauss_hermite"].equation, "Gauss–Hermite expectations of one coordinate",
           f"The loss reads one coordinate θ of an elementwise Gaussian N(m, v). E_q[ℓ'(θ)] (Bonnet, Eq. 10) is a "
           f"one-dimensional Gaussian integral, computed by {nodes}-point Gauss–Hermite quadrature at the nodes "
